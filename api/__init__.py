@@ -1,0 +1,1 @@
+"""REST API, persistence and tasks (the service issue builds this room)."""

@@ -1,0 +1,1 @@
+"""tmc command line."""

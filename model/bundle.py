@@ -1,0 +1,301 @@
+"""The profile bundle: what the node agent measured, as it crosses the wire (agent -> service).
+
+Structural checks (types, bounds, NaN) are pydantic's; `check_bundle` adds the physical ones that
+need several fields at once. Both name the offending field, so an operator can fix the agent.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections import Counter
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from model.errors import InvalidBundle, Problem
+
+BUNDLE_SCHEMA: Literal["tmc.profile/v1"] = "tmc.profile/v1"
+
+# A miss curve measured by sweeping CAT masks is noisy; a rise smaller than this (relative to the
+# lowest point seen at fewer ways) is treated as noise and smoothed, a larger one is rejected.
+MISS_CURVE_NOISE = 0.10
+# Three runs of one workload retire nearly the same instructions; past this they are not one workload.
+INSTRUCTION_SPREAD_LIMIT = 0.25
+INSTRUCTION_SPREAD_FLAG = 0.02
+
+RunName = Literal["fastmax", "fastmin", "slowmax"]
+TierKind = Literal["dram", "optane", "cxl_local", "cxl_pool"]
+Tag = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:/()\[\]<>-]+$")]
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class WorkloadId(_Wire):
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    input_label: str = Field(default="default", max_length=128)
+    version: str = Field(default="unversioned", max_length=128)
+
+
+class MemoryTier(_Wire):
+    kind: TierKind
+    latency_ns: float = Field(gt=0, le=100_000)
+    bandwidth_bytes_per_second: float | None = Field(default=None, gt=0)
+    capacity_bytes: int = Field(
+        ge=0, description="Capacity on one machine (a pool: its per-node share)"
+    )
+
+
+class HostDescription(_Wire):
+    """The machine the profile was taken on: a profile is only valid for the same host kind."""
+
+    host_kind: str = Field(min_length=1, max_length=128)
+    cpu_model: str = Field(min_length=1, max_length=256)
+    cpu_frequency_hz: float = Field(gt=1e7, le=1e11)
+    cores: int = Field(ge=1, le=4096)
+    llc_ways: int = Field(ge=1, le=64)
+    llc_size_bytes: int = Field(gt=0)
+    min_llc_ways: int = Field(default=1, ge=1, le=64, description="CAT's min_cbm_bits")
+    fast_tier: MemoryTier
+    slow_tier: MemoryTier
+
+
+class Structure(_Wire):
+    tag: Tag
+    size_bytes: int = Field(gt=0)
+
+
+class RunConfiguration(_Wire):
+    slow_ratio: float = Field(ge=0.0, le=1.0)
+    llc_ways: int = Field(ge=1, le=64)
+
+
+class ReferenceRun(_Wire):
+    name: RunName
+    configuration: RunConfiguration
+    instructions: int = Field(gt=0)
+    cycles: int = Field(gt=0)
+    stall_cycles_l3_miss: int | None = Field(default=None, ge=0)
+    llc_misses: int = Field(ge=0)
+    wall_seconds: float = Field(gt=0)
+    samples: dict[Tag, Annotated[int, Field(ge=0)]] = Field(
+        description="PEBS LLC-miss samples attributed to each tag"
+    )
+
+
+class MissCurvePoint(_Wire):
+    llc_ways: int = Field(ge=1, le=64)
+    misses_per_instruction: float = Field(ge=0.0, le=10.0)
+
+
+class ProfileBundle(_Wire):
+    schema_version: Literal["tmc.profile/v1"] = BUNDLE_SCHEMA
+    workload: WorkloadId
+    host: HostDescription
+    vcpus: int = Field(ge=1, le=4096)
+    sampling_interval: int = Field(default=10007, ge=1, le=10**9)
+    footprint_bytes: int = Field(gt=0)
+    structures: list[Structure] = Field(min_length=1, max_length=4096)
+    runs: list[ReferenceRun] = Field(min_length=3, max_length=3)
+    miss_curve: list[MissCurvePoint] = Field(min_length=2, max_length=64)
+
+    def run(self, name: RunName) -> ReferenceRun:
+        for run in self.runs:
+            if run.name == name:
+                return run
+        raise KeyError(name)
+
+
+def parse_bundle(data: str | bytes | dict[str, Any]) -> ProfileBundle:
+    """Parse and check a bundle; every failure is an `InvalidBundle` naming its fields."""
+    if isinstance(data, str | bytes):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise InvalidBundle(
+                [Problem("(body)", f"not JSON: {exc.msg} at line {exc.lineno}")]
+            ) from exc
+    try:
+        bundle = ProfileBundle.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidBundle(problems_from_validation(exc)) from exc
+    check_bundle(bundle)
+    return bundle
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out or "(body)"
+
+
+def problems_from_validation(exc: ValidationError) -> list[Problem]:
+    return [Problem(field_path(tuple(e["loc"])), e["msg"]) for e in exc.errors()]
+
+
+def check_bundle(bundle: ProfileBundle) -> None:
+    """Reject what no real machine could have measured. Raises `InvalidBundle`."""
+    problems: list[Problem] = []
+    problems += _check_host(bundle)
+    problems += _check_structures(bundle)
+    problems += _check_runs(bundle)
+    problems += _check_miss_curve(bundle)
+    if problems:
+        raise InvalidBundle(problems)
+
+
+def _check_host(b: ProfileBundle) -> list[Problem]:
+    out = []
+    h = b.host
+    if h.min_llc_ways > h.llc_ways:
+        out.append(
+            Problem("host.min_llc_ways", f"{h.min_llc_ways} exceeds host.llc_ways {h.llc_ways}")
+        )
+    if h.fast_tier.kind != "dram":
+        out.append(
+            Problem("host.fast_tier.kind", f"the fast tier must be dram, not {h.fast_tier.kind}")
+        )
+    if h.slow_tier.kind == "dram":
+        out.append(Problem("host.slow_tier.kind", "the slow tier must be a slow technology"))
+    if b.footprint_bytes > h.fast_tier.capacity_bytes:
+        out.append(
+            Problem("footprint_bytes", "larger than the host's DRAM: fastmax could not have run")
+        )
+    if b.footprint_bytes > h.slow_tier.capacity_bytes:
+        out.append(
+            Problem(
+                "footprint_bytes", "larger than the host's slow tier: slowmax could not have run"
+            )
+        )
+    if b.vcpus > h.cores:
+        out.append(Problem("vcpus", f"{b.vcpus} exceeds the host's {h.cores} cores"))
+    return out
+
+
+def _check_structures(b: ProfileBundle) -> list[Problem]:
+    out = []
+    counts = Counter(s.tag for s in b.structures)
+    for i, s in enumerate(b.structures):
+        if counts[s.tag] > 1:
+            out.append(Problem(f"structures[{i}].tag", f"duplicate tag {s.tag!r}"))
+    total = sum(s.size_bytes for s in b.structures)
+    if total != b.footprint_bytes:
+        out.append(
+            Problem(
+                "structures[].size_bytes",
+                f"sizes add up to {total} bytes but footprint_bytes is {b.footprint_bytes}"
+                " (report untagged memory as a structure of its own)",
+            )
+        )
+    return out
+
+
+def _check_runs(b: ProfileBundle) -> list[Problem]:
+    out: list[Problem] = []
+    names = [r.name for r in b.runs]
+    for want in ("fastmax", "fastmin", "slowmax"):
+        if names.count(want) != 1:
+            out.append(
+                Problem("runs[].name", f"need exactly one {want} run, got {names.count(want)}")
+            )
+    if out:
+        return out
+    tags = {s.tag for s in b.structures}
+    fastmax, fastmin, slowmax = b.run("fastmax"), b.run("fastmin"), b.run("slowmax")
+    idx: dict[str, int] = {r.name: i for i, r in enumerate(b.runs)}
+    w_max = fastmax.configuration.llc_ways
+
+    def expect(run_name: RunName, slow_ratio: float, what: str) -> None:
+        run = b.run(run_name)
+        if run.configuration.slow_ratio != slow_ratio:
+            out.append(
+                Problem(
+                    f"runs[{idx[run_name]}].configuration.slow_ratio",
+                    f"{run_name} is {what}: slow_ratio must be {slow_ratio},"
+                    f" got {run.configuration.slow_ratio}",
+                )
+            )
+
+    expect("fastmax", 0.0, "all DRAM")
+    expect("fastmin", 0.0, "all DRAM")
+    expect("slowmax", 1.0, "all slow memory")
+    if slowmax.configuration.llc_ways != w_max:
+        out.append(
+            Problem(
+                f"runs[{idx['slowmax']}].configuration.llc_ways",
+                f"slowmax must use fastmax's {w_max} ways, got {slowmax.configuration.llc_ways}",
+            )
+        )
+    if fastmin.configuration.llc_ways >= w_max:
+        out.append(
+            Problem(
+                f"runs[{idx['fastmin']}].configuration.llc_ways",
+                f"fastmin must use fewer ways than fastmax's {w_max}",
+            )
+        )
+    if w_max > b.host.llc_ways:
+        out.append(
+            Problem(f"runs[{idx['fastmax']}].configuration.llc_ways", "more ways than the host has")
+        )
+    if fastmin.configuration.llc_ways < b.host.min_llc_ways:
+        out.append(
+            Problem(
+                f"runs[{idx['fastmin']}].configuration.llc_ways",
+                f"fewer ways than CAT allows (host.min_llc_ways = {b.host.min_llc_ways})",
+            )
+        )
+    for i, run in enumerate(b.runs):
+        if run.stall_cycles_l3_miss is not None and run.stall_cycles_l3_miss > run.cycles:
+            out.append(Problem(f"runs[{i}].stall_cycles_l3_miss", "exceeds cycles"))
+        for tag in run.samples:
+            if tag not in tags:
+                out.append(
+                    Problem(f"runs[{i}].samples.{tag}", "samples for a tag with no structure")
+                )
+        if run.llc_misses > run.instructions:
+            out.append(Problem(f"runs[{i}].llc_misses", "more LLC misses than instructions"))
+    instructions = [r.instructions for r in b.runs]
+    spread = max(instructions) / min(instructions) - 1.0
+    if spread > INSTRUCTION_SPREAD_LIMIT:
+        out.append(
+            Problem(
+                "runs[].instructions",
+                f"the three runs differ by {spread:.0%} in instructions: not one workload and input",
+            )
+        )
+    return out
+
+
+def _check_miss_curve(b: ProfileBundle) -> list[Problem]:
+    out: list[Problem] = []
+    ways = [p.llc_ways for p in b.miss_curve]
+    if any(later <= earlier for earlier, later in itertools.pairwise(ways)):
+        return [Problem("miss_curve[].llc_ways", "must be strictly increasing")]
+    if ways[-1] > b.host.llc_ways:
+        out.append(Problem(f"miss_curve[{len(ways) - 1}].llc_ways", "more ways than the host has"))
+    names = [r.name for r in b.runs]
+    if names.count("fastmax") == 1 and names.count("fastmin") == 1:
+        for run_name in ("fastmin", "fastmax"):
+            w = b.run(run_name).configuration.llc_ways
+            if w not in ways:
+                out.append(Problem("miss_curve[].llc_ways", f"must include {run_name}'s {w} ways"))
+    lowest = math.inf
+    for i, point in enumerate(b.miss_curve):
+        mpi = point.misses_per_instruction
+        if mpi > lowest * (1.0 + MISS_CURVE_NOISE) + 1e-9:
+            out.append(
+                Problem(
+                    f"miss_curve[{i}].misses_per_instruction",
+                    f"{mpi:.4g} at {point.llc_ways} ways rises above {lowest:.4g} at fewer ways"
+                    f" by more than the {MISS_CURVE_NOISE:.0%} noise allowance",
+                )
+            )
+        lowest = min(lowest, mpi)
+    return out

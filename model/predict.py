@@ -1,0 +1,169 @@
+"""Predicting any configuration from a fitted model, and the per-structure placement plan.
+
+MAR_slow(r, w) (paper §3.3, Fig. 5). The slow share r x footprint is filled with the coldest
+structures, by accesses per byte, the boundary structure split in proportion to bytes. The PEBS
+tables give each structure's access rate only at the fastmin and fastmax way counts; in between,
+every structure's rate follows the application's miss curve, aligned to its fastmin rate and scaled
+to its fastmax rate:
+
+    a_s(w) = a_s(w_max) + (a_s(w_min) - a_s(w_max)) * h(w),
+    h(w)   = (MAR(w) - MAR(w_max)) / (MAR(w_min) - MAR(w_max))   (1 at w_min, 0 at w_max)
+
+For a fixed placement, MAR_slow(r, w) = sum of x_s * a_s(w) is then exactly Fig. 5's align-and-scale
+of the miss curve between the two known end points. Applying it per structure also lets the
+placement follow a change of hotness order between few and many ways, where the paper's curve
+would silently keep the fastmin or fastmax order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict
+
+from model.fit import FittedModel
+from model.misscurve import FloatArray, interpolate
+from model.resources import MIB, split_memory
+
+IntArray = NDArray[np.int64]
+
+
+class StructurePlacement(BaseModel):
+    """How much of one tagged structure the allocator must put in each tier (paper §3.4)."""
+
+    model_config = ConfigDict(frozen=True)
+    tag: str
+    size_bytes: int
+    fast_bytes: int
+    slow_bytes: int
+    accesses_per_instruction: float
+    hotness_per_mib: float
+
+
+@dataclass(frozen=True)
+class GridPrediction:
+    """Predictions over slow_ratios x llc_ways; 2-D arrays are indexed [ratio, ways]."""
+
+    slow_ratios: FloatArray
+    llc_ways: IntArray
+    dram_bytes: IntArray  # per ratio
+    slow_bytes: IntArray  # per ratio
+    mar: FloatArray  # per ways
+    mar_slow: FloatArray
+    cpi: FloatArray
+    seconds: FloatArray
+    slowdown: FloatArray
+    extrapolated: NDArray[np.bool_]  # per ways: outside the measured fastmin..fastmax range
+
+
+class Predictor:
+    """A fitted model prepared for fast, vectorised prediction. Build once per model, reuse."""
+
+    def __init__(self, model: FittedModel) -> None:
+        self.model = model
+        self._sizes = np.asarray(model.sizes_bytes, dtype=np.int64)
+        self._sizes_f = self._sizes.astype(np.float64)
+        self._a_min = np.asarray(model.access_rate_at_min, dtype=np.float64)
+        self._a_max = np.asarray(model.access_rate_at_max, dtype=np.float64)
+        self._curve_w = np.asarray(model.curve_ways, dtype=np.float64)
+        self._curve_mar = np.asarray(model.curve_mar, dtype=np.float64)
+        self._order_key = np.arange(len(self._sizes))
+        self._mar_min = model.curve_mar_at(model.ways_min)
+        self._mar_max = model.curve_mar_at(model.ways_max)
+        self._fastmax_cpi = max(model.fastmax_cpi, 1e-12)
+
+    # -- MAR and per-structure rates ---------------------------------------------------------
+
+    def mar(self, ways: FloatArray) -> FloatArray:
+        return interpolate(ways, self._curve_w, self._curve_mar)
+
+    def curve_position(self, ways: FloatArray) -> FloatArray:
+        """h(w): 1 at fastmin's ways, 0 at fastmax's (and beyond), following the miss curve."""
+        drop = self._mar_min - self._mar_max
+        w_min, w_max = self.model.ways_min, self.model.ways_max
+        if drop <= 1e-12 * max(self._mar_min, 1e-12):
+            # No shape to follow: move between the two tables linearly in ways.
+            h = (w_max - ways) / (w_max - w_min)
+        else:
+            h = (self.mar(ways) - self._mar_max) / drop
+        return np.clip(h, 0.0, 1.0)
+
+    def access_rates(self, ways: float) -> FloatArray:
+        h = float(self.curve_position(np.asarray([ways], dtype=np.float64))[0])
+        rates: FloatArray = self._a_max + (self._a_min - self._a_max) * h
+        return rates
+
+    def _coldest_first(self, rates: FloatArray) -> IntArray:
+        # Accesses per byte, coldest first; equal hotness keeps the bundle's order (deterministic).
+        order: IntArray = np.lexsort((self._order_key, rates / self._sizes_f))
+        return order
+
+    def slow_bytes_per_structure(self, rates: FloatArray, slow_bytes: IntArray) -> IntArray:
+        """[len(slow_bytes), n]: bytes of each structure in the slow tier, coldest filled first."""
+        order = self._coldest_first(rates)
+        sizes = self._sizes[order]
+        before = np.cumsum(sizes) - sizes
+        in_slow_sorted = np.clip(slow_bytes[:, None] - before[None, :], 0, sizes[None, :])
+        out = np.empty_like(in_slow_sorted)
+        out[:, order] = in_slow_sorted
+        return out
+
+    # -- The grid ------------------------------------------------------------------------------
+
+    def predict(self, slow_ratios: FloatArray, llc_ways: IntArray) -> GridPrediction:
+        m = self.model
+        ratios = np.asarray(slow_ratios, dtype=np.float64)
+        ways = np.asarray(llc_ways, dtype=np.int64)
+        ways_f = ways.astype(np.float64)
+        splits = [split_memory(m.footprint_bytes, float(r)) for r in ratios]
+        dram = np.asarray([d for d, _ in splits], dtype=np.int64)
+        slow = np.asarray([s for _, s in splits], dtype=np.int64)
+
+        mar = self.mar(ways_f)
+        h = self.curve_position(ways_f)
+        mar_slow = np.empty((len(ratios), len(ways)), dtype=np.float64)
+        for j, hj in enumerate(h):
+            rates = self._a_max + (self._a_min - self._a_max) * hj
+            share = self.slow_bytes_per_structure(rates, slow) / self._sizes_f[None, :]
+            mar_slow[:, j] = share @ rates
+        cpi = m.cpi_cache + mar[None, :] * m.p_dram + mar_slow * m.p_slow
+        slowdown = cpi / self._fastmax_cpi - 1.0
+        return GridPrediction(
+            slow_ratios=ratios,
+            llc_ways=ways,
+            dram_bytes=dram,
+            slow_bytes=slow,
+            mar=mar,
+            mar_slow=mar_slow,
+            cpi=cpi,
+            seconds=m.fastmax_seconds * (1.0 + slowdown),
+            slowdown=slowdown,
+            extrapolated=(ways < m.ways_min) | (ways > m.ways_max),
+        )
+
+    def predict_one(self, slow_ratio: float, llc_ways: int) -> tuple[float, float]:
+        """(predicted seconds, slowdown against fastmax) of one configuration."""
+        p = self.predict(np.asarray([slow_ratio]), np.asarray([llc_ways], dtype=np.int64))
+        return float(p.seconds[0, 0]), float(p.slowdown[0, 0])
+
+    # -- Placement -----------------------------------------------------------------------------
+
+    def placement(self, slow_ratio: float, llc_ways: int) -> list[StructurePlacement]:
+        """The per-structure plan for a configuration: the allocator's DRAM limit for each tag."""
+        m = self.model
+        _, slow_total = split_memory(m.footprint_bytes, slow_ratio)
+        rates = self.access_rates(float(llc_ways))
+        slow = self.slow_bytes_per_structure(rates, np.asarray([slow_total], dtype=np.int64))[0]
+        return [
+            StructurePlacement(
+                tag=tag,
+                size_bytes=int(size),
+                fast_bytes=int(size - s),
+                slow_bytes=int(s),
+                accesses_per_instruction=float(rate),
+                hotness_per_mib=float(rate / (size / MIB)),
+            )
+            for tag, size, s, rate in zip(m.tags, self._sizes, slow, rates, strict=True)
+        ]

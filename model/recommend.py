@@ -1,0 +1,247 @@
+"""A recommendation: enumerate the grid, predict, price, select (Algorithm 1), explain."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from model.bundle import HostDescription, WorkloadId
+from model.errors import InvalidRequest, NoFeasibleConfiguration
+from model.fit import FitDiagnostics, FittedModel
+from model.grid import Grid, paper_grid
+from model.misscurve import FloatArray
+from model.objectives import CHEAPEST, Objective
+from model.predict import GridPrediction, Predictor, StructurePlacement
+from model.pricing import DEFAULT_PRICE_PROFILE, PriceProfile
+from model.resources import GIB, Configuration, Demand, MachineShape, Utilization
+from model.select import DEFAULT_THRESHOLD, algorithm1
+
+RECOMMENDATION_SCHEMA = "tmc.recommendation/v1"
+
+
+class Candidate(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    configuration: Configuration
+    predicted_seconds: float
+    slowdown: float = Field(description="against fastmax: predicted / fastmax - 1")
+    cost: float = Field(
+        description="Eq. 1: hourly price x predicted hours, in the profile's currency"
+    )
+    cost_vs_cheapest: float = Field(description="cost / cheapest feasible cost - 1")
+    packing_penalty: float | None = None
+    demand: Demand
+    extrapolated: bool = Field(
+        default=False, description="ways outside the profiled range; MAR held at the nearest end"
+    )
+
+
+class ParetoPoint(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    slow_ratio: float
+    llc_ways: int
+    predicted_seconds: float
+    cost: float
+
+
+class Recommendation(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    schema_version: str = RECOMMENDATION_SCHEMA
+    workload: WorkloadId
+    host_kind: str
+    model_version: str
+    objective: str
+    threshold: float
+    grid: str
+    grid_size: int
+    feasible_count: int
+    price_profile: str
+    currency: str
+    machine: MachineShape
+    utilization: Utilization
+    fastmax_seconds: float
+    chosen: Candidate
+    best: Candidate = Field(description="the objective's best alone, before the packing round")
+    within_threshold: list[Candidate] = Field(description="lowest packing penalty first")
+    pareto_frontier: list[ParetoPoint] = Field(description="time vs cost, fastest first")
+    placement: list[StructurePlacement]
+    fit: FitDiagnostics
+
+
+@dataclass(frozen=True)
+class PricedGrid:
+    """Prediction and price of every grid point, flattened [ratio-major] for selection."""
+
+    prediction: GridPrediction
+    hourly: FloatArray
+    cost: FloatArray
+    feasible: np.ndarray
+    demand: FloatArray  # [n, 4]
+
+    def ratio_and_ways(self, i: int) -> tuple[float, int]:
+        n_ways = len(self.prediction.llc_ways)
+        return float(self.prediction.slow_ratios[i // n_ways]), int(
+            self.prediction.llc_ways[i % n_ways]
+        )
+
+
+def price_grid(
+    predictor: Predictor, prices: PriceProfile, grid: Grid, machine: MachineShape
+) -> PricedGrid:
+    m = predictor.model
+    p = predictor.predict(np.asarray(grid.slow_ratios), np.asarray(grid.llc_ways, dtype=np.int64))
+    dram_gib = p.dram_bytes / GIB
+    slow_gib = p.slow_bytes / GIB
+    memory_hour = dram_gib * prices.dram_gib_hour + slow_gib * prices.slow_gib_hour
+    hourly = (
+        m.vcpus * prices.vcpu_hour
+        + memory_hour[:, None]
+        + p.llc_ways[None, :] * prices.llc_way_hour
+    )
+    cost = hourly * p.seconds / 3600.0
+    fits_memory = (p.dram_bytes <= machine.dram_bytes) & (p.slow_bytes <= machine.slow_bytes)
+    fits_ways = p.llc_ways <= machine.llc_ways
+    feasible = (fits_memory[:, None] & fits_ways[None, :]) & (m.vcpus <= machine.cpus)
+    shape = cost.shape
+    slow_share = (
+        p.slow_bytes / machine.slow_bytes if machine.slow_bytes else np.zeros(len(p.slow_bytes))
+    )
+    demand = np.stack(
+        [
+            np.full(shape, m.vcpus / machine.cpus),
+            np.broadcast_to((p.dram_bytes / machine.dram_bytes)[:, None], shape),
+            np.broadcast_to(slow_share[:, None], shape),
+            np.broadcast_to((p.llc_ways / machine.llc_ways)[None, :], shape),
+        ],
+        axis=-1,
+    ).reshape(-1, 4)
+    return PricedGrid(p, hourly.ravel(), cost.ravel(), feasible.ravel(), demand)
+
+
+def recommend(
+    model: FittedModel | Predictor,
+    *,
+    machine: MachineShape,
+    prices: PriceProfile = DEFAULT_PRICE_PROFILE,
+    utilization: Utilization | None = None,
+    objective: Objective = CHEAPEST,
+    threshold: float = DEFAULT_THRESHOLD,
+    grid: Grid | None = None,
+) -> Recommendation:
+    """Recommend a configuration for one workload. Without utilization the cluster is taken as
+    idle, every penalty is 0, and the choice is the objective's best."""
+    if not 0.0 <= threshold <= 1.0:
+        raise InvalidRequest("threshold", "must lie between 0 and 1")
+    predictor = model if isinstance(model, Predictor) else Predictor(model)
+    fitted = predictor.model
+    grid = grid or paper_grid()
+    util = utilization or Utilization()
+    priced = price_grid(predictor, prices, grid, machine)
+    p = priced.prediction
+    slowdown = p.slowdown.ravel()
+
+    acceptable = priced.feasible.copy()
+    if objective.max_slowdown is not None:
+        acceptable &= slowdown <= objective.max_slowdown + 1e-12
+    if objective.kind == "least_dram":
+        n_ways = len(p.llc_ways)
+        dram_share = np.repeat(p.dram_bytes / fitted.footprint_bytes, n_ways)
+        score, relative = dram_share, False
+    else:
+        score, relative = priced.cost, True
+
+    selection = algorithm1(
+        score,
+        priced.cost,
+        acceptable,
+        priced.demand,
+        np.asarray(util.as_tuple()),
+        threshold,
+        relative=relative,
+    )
+    if selection is None:
+        why = "fits the machine" if not priced.feasible.any() else f"meets {objective}"
+        raise NoFeasibleConfiguration(f"no configuration of grid {grid.name} {why}")
+
+    cheapest_cost = float(priced.cost[priced.feasible].min())
+
+    def candidate(i: int) -> Candidate:
+        ratio, ways = priced.ratio_and_ways(i)
+        r = i // len(p.llc_ways)
+        d = priced.demand[i]
+        penalty = selection.penalty[i]
+        return Candidate(
+            configuration=Configuration(
+                vcpus=fitted.vcpus,
+                dram_bytes=int(p.dram_bytes[r]),
+                slow_bytes=int(p.slow_bytes[r]),
+                slow_ratio=ratio,
+                llc_ways=ways,
+            ),
+            predicted_seconds=float(p.seconds.ravel()[i]),
+            slowdown=float(slowdown[i]),
+            cost=float(priced.cost[i]),
+            cost_vs_cheapest=float(priced.cost[i] / cheapest_cost - 1.0),
+            packing_penalty=None if np.isnan(penalty) else float(penalty),
+            demand=Demand(cpu=float(d[0]), dram=float(d[1]), slow=float(d[2]), llc=float(d[3])),
+            extrapolated=bool(p.extrapolated[i % len(p.llc_ways)]),
+        )
+
+    within = [candidate(int(i)) for i in selection.within]
+    chosen_ratio, chosen_ways = priced.ratio_and_ways(selection.chosen)
+    return Recommendation(
+        workload=fitted.workload,
+        host_kind=fitted.host_kind,
+        model_version=fitted.model_version,
+        objective=str(objective),
+        threshold=threshold,
+        grid=grid.name,
+        grid_size=grid.size,
+        feasible_count=int(priced.feasible.sum()),
+        price_profile=prices.key,
+        currency=prices.currency,
+        machine=machine,
+        utilization=util,
+        fastmax_seconds=fitted.fastmax_seconds,
+        chosen=within[0],
+        best=candidate(selection.best),
+        within_threshold=within,
+        pareto_frontier=pareto_frontier(priced),
+        placement=predictor.placement(chosen_ratio, chosen_ways),
+        fit=fitted.diagnostics,
+    )
+
+
+def pareto_frontier(priced: PricedGrid) -> list[ParetoPoint]:
+    """Feasible configurations no other beats on both predicted time and cost, fastest first."""
+    idx = np.flatnonzero(priced.feasible)
+    seconds = priced.prediction.seconds.ravel()[idx]
+    cost = priced.cost[idx]
+    order = np.lexsort((cost, seconds))
+    best_cost = np.minimum.accumulate(cost[order])
+    keep = np.ones(len(order), dtype=bool)
+    keep[1:] = cost[order][1:] < best_cost[:-1]
+    points = []
+    for i in idx[order[keep]]:
+        ratio, ways = priced.ratio_and_ways(int(i))
+        points.append(
+            ParetoPoint(
+                slow_ratio=ratio,
+                llc_ways=ways,
+                predicted_seconds=float(priced.prediction.seconds.ravel()[i]),
+                cost=float(priced.cost[i]),
+            )
+        )
+    return points
+
+
+def machine_of_host(host: HostDescription) -> MachineShape:
+    """The machine shape a bundle's own host offers (used when the caller names none)."""
+    return MachineShape(
+        cpus=host.cores,
+        dram_bytes=host.fast_tier.capacity_bytes,
+        slow_bytes=host.slow_tier.capacity_bytes,
+        llc_ways=host.llc_ways,
+        slow_pooled=host.slow_tier.kind == "cxl_pool",
+    )

@@ -1,0 +1,1 @@
+"""Kubernetes scheduler extender and tiered-resource ledger (the placement issue builds this room)."""
