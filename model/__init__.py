@@ -10,7 +10,14 @@ from model.grid import Grid, host_grid, paper_grid
 from model.objectives import CHEAPEST, Objective, parse_objective
 from model.predict import Predictor, StructurePlacement
 from model.pricing import DEFAULT_PRICE_PROFILE, PriceProfile, paper_price_profile
-from model.recommend import Candidate, Recommendation, machine_of_host, recommend
+from model.recommend import (
+    Candidate,
+    GridPoint,
+    Recommendation,
+    machine_of_host,
+    predicted_grid,
+    recommend,
+)
 from model.resources import (
     Configuration,
     Demand,
@@ -35,6 +42,7 @@ __all__ = [
     "FittedModel",
     "Flag",
     "Grid",
+    "GridPoint",
     "InvalidBundle",
     "InvalidRequest",
     "MachineShape",
@@ -60,5 +68,6 @@ __all__ = [
     "paper_price_profile",
     "parse_bundle",
     "parse_objective",
+    "predicted_grid",
     "recommend",
 ]

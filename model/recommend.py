@@ -245,3 +245,60 @@ def machine_of_host(host: HostDescription) -> MachineShape:
         llc_ways=host.llc_ways,
         slow_pooled=host.slow_tier.kind == "cxl_pool",
     )
+
+
+class GridPoint(BaseModel):
+    """One configuration's prediction and price, for tables, heat maps and audits."""
+
+    model_config = ConfigDict(frozen=True)
+    slow_ratio: float
+    llc_ways: int
+    dram_bytes: int
+    slow_bytes: int
+    mar: float
+    mar_slow: float
+    cpi: float
+    predicted_seconds: float
+    slowdown: float
+    hourly_price: float
+    cost: float
+    cost_vs_cheapest: float
+    feasible: bool
+    extrapolated: bool
+
+
+def predicted_grid(
+    model: FittedModel | Predictor,
+    *,
+    machine: MachineShape,
+    prices: PriceProfile = DEFAULT_PRICE_PROFILE,
+    grid: Grid | None = None,
+) -> list[GridPoint]:
+    """Every grid point, ratio-major; cost_vs_cheapest is against the cheapest feasible point."""
+    predictor = model if isinstance(model, Predictor) else Predictor(model)
+    priced = price_grid(predictor, prices, grid or paper_grid(), machine)
+    p = priced.prediction
+    cheapest = float(priced.cost[priced.feasible].min()) if priced.feasible.any() else float("nan")
+    n_ways = len(p.llc_ways)
+    points = []
+    for i in range(priced.cost.size):
+        r, w = divmod(i, n_ways)
+        points.append(
+            GridPoint(
+                slow_ratio=float(p.slow_ratios[r]),
+                llc_ways=int(p.llc_ways[w]),
+                dram_bytes=int(p.dram_bytes[r]),
+                slow_bytes=int(p.slow_bytes[r]),
+                mar=float(p.mar[w]),
+                mar_slow=float(p.mar_slow[r, w]),
+                cpi=float(p.cpi[r, w]),
+                predicted_seconds=float(p.seconds[r, w]),
+                slowdown=float(p.slowdown[r, w]),
+                hourly_price=float(priced.hourly[i]),
+                cost=float(priced.cost[i]),
+                cost_vs_cheapest=float(priced.cost[i] / cheapest - 1.0),
+                feasible=bool(priced.feasible[i]),
+                extrapolated=bool(p.extrapolated[w]),
+            )
+        )
+    return points

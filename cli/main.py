@@ -1,0 +1,180 @@
+"""`tmc`: recommendations and fitted models from the command line.
+
+Every failure is one line on stderr and exit status 2; results go to stdout (a table, or JSON).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, NoReturn, TypeVar
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from cli.render import render_model, render_recommendation
+from model import (
+    DEFAULT_PRICE_PROFILE,
+    DEFAULT_THRESHOLD,
+    FittedModel,
+    Grid,
+    InvalidRequest,
+    PriceProfile,
+    ProfileBundle,
+    TmcError,
+    Utilization,
+    fit,
+    host_grid,
+    machine_of_host,
+    paper_grid,
+    parse_bundle,
+    parse_objective,
+    recommend,
+)
+from model.bundle import problems_from_validation
+
+app = typer.Typer(
+    name="tmc",
+    help="tmc, the tiered-memory configurator: how much slow memory and how many LLC ways.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+model_app = typer.Typer(help="Inspect the fitted TMC model of a profile.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
+
+T = TypeVar("T")
+
+
+class GridChoice(StrEnum):
+    paper = "paper"
+    host = "host"
+
+
+ProfileOpt = Annotated[
+    Path, typer.Option("--profile", "-p", help="Profile bundle JSON (tmc.profile/v1).")
+]
+GridOpt = Annotated[
+    GridChoice,
+    typer.Option(help="paper: the 77-point grid of §4.1; host: every way count of the host."),
+]
+PricesOpt = Annotated[
+    Path | None, typer.Option("--prices", help="Price profile JSON (default: the paper's method).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def guarded(action: Callable[[], T]) -> T:
+    """Run a command body, turning every expected failure into one clear line."""
+    try:
+        return action()
+    except TmcError as exc:
+        fail(str(exc))
+    except ValidationError as exc:
+        fail("; ".join(str(p) for p in problems_from_validation(exc)))
+    except OSError as exc:
+        fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
+
+
+def load_bundle(path: Path) -> ProfileBundle:
+    return parse_bundle(path.read_bytes())
+
+
+def load_prices(path: Path | None) -> PriceProfile:
+    if path is None:
+        return DEFAULT_PRICE_PROFILE
+    return PriceProfile.model_validate_json(path.read_bytes())
+
+
+def parse_utilization(spec: str | None) -> Utilization | None:
+    """`cpu=0.7,dram=0.5,slow=0.2,llc=0.4`; resources left out are taken as idle."""
+    if spec is None:
+        return None
+    values: dict[str, float] = {}
+    for part in spec.split(","):
+        key, sep, raw = part.partition("=")
+        key = key.strip()
+        if not sep or key not in Utilization.model_fields:
+            raise InvalidRequest("utilization", f"{part!r} is not one of cpu=, dram=, slow=, llc=")
+        try:
+            values[key] = float(raw)
+        except ValueError:
+            raise InvalidRequest("utilization", f"{key}={raw!r} is not a number") from None
+    return Utilization(**values)
+
+
+def choose_grid(choice: GridChoice, bundle: ProfileBundle) -> Grid:
+    if choice is GridChoice.host:
+        return host_grid(bundle.host.llc_ways, bundle.host.min_llc_ways)
+    return paper_grid()
+
+
+@app.command("recommend")
+def recommend_cmd(
+    profile: ProfileOpt,
+    utilization: Annotated[
+        str | None,
+        typer.Option(help="Cluster utilization, e.g. cpu=0.7,dram=0.5,slow=0.2,llc=0.4"),
+    ] = None,
+    objective: Annotated[str, typer.Option(help="cheapest | slo:5% | least-dram:5%")] = "cheapest",
+    threshold: Annotated[
+        float, typer.Option(help="Algorithm 1's T: accepted cost above the cheapest.")
+    ] = DEFAULT_THRESHOLD,
+    grid: GridOpt = GridChoice.paper,
+    prices: PricesOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Recommend a configuration for a profiled workload (Algorithm 1)."""
+
+    def run() -> None:
+        bundle = load_bundle(profile)
+        result = recommend(
+            fit(bundle),
+            machine=machine_of_host(bundle.host),
+            prices=load_prices(prices),
+            utilization=parse_utilization(utilization),
+            objective=parse_objective(objective),
+            threshold=threshold,
+            grid=choose_grid(grid, bundle),
+        )
+        if as_json:
+            sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+        else:
+            render_recommendation(Console(), result)
+
+    guarded(run)
+
+
+@model_app.command("show")
+def model_show_cmd(
+    profile: ProfileOpt,
+    grid: GridOpt = GridChoice.paper,
+    prices: PricesOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the fitted parameters, diagnostics, and predicted time and cost over the grid."""
+
+    def run() -> None:
+        bundle = load_bundle(profile)
+        fitted: FittedModel = fit(bundle)
+        render_model(
+            Console(),
+            fitted,
+            machine=machine_of_host(bundle.host),
+            prices=load_prices(prices),
+            grid=choose_grid(grid, bundle),
+            as_json=as_json,
+        )
+
+    guarded(run)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,209 @@
+"""Terminal rendering of models and recommendations (Rich tables)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from model import (
+    Candidate,
+    FitDiagnostics,
+    FittedModel,
+    Grid,
+    GridPoint,
+    MachineShape,
+    PriceProfile,
+    Recommendation,
+    predicted_grid,
+)
+from model.resources import GIB, MIB
+
+
+def gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def mib(n: int) -> str:
+    return f"{n / MIB:,.0f} MiB"
+
+
+def pct(x: float) -> str:
+    return f"{x * 100:+.1f}%"
+
+
+def money(x: float, currency: str) -> str:
+    return f"{x:.4g} {currency}"
+
+
+def render_recommendation(console: Console, rec: Recommendation) -> None:
+    c = rec.chosen.configuration
+    console.print(
+        f"[bold]{rec.workload.name}[/] ({rec.workload.input_label}, {rec.workload.version}) on"
+        f" {rec.host_kind}: objective [bold]{rec.objective}[/], T = {rec.threshold:.1%},"
+        f" grid {rec.grid} ({rec.feasible_count}/{rec.grid_size} feasible),"
+        f" prices {rec.price_profile}"
+    )
+    summary = Table(title="Recommended configuration", show_header=False, title_justify="left")
+    summary.add_column("what", style="bold")
+    summary.add_column("value")
+    summary.add_row("slow ratio", f"{c.slow_ratio:.2f}")
+    summary.add_row("LLC ways", str(c.llc_ways))
+    summary.add_row("vCPUs", str(c.vcpus))
+    summary.add_row("DRAM", gib(c.dram_bytes))
+    summary.add_row("slow memory", gib(c.slow_bytes))
+    summary.add_row("predicted time", f"{rec.chosen.predicted_seconds:.4g} s")
+    summary.add_row("slowdown vs fastmax", pct(rec.chosen.slowdown))
+    summary.add_row("cost (Eq. 1)", money(rec.chosen.cost, rec.currency))
+    summary.add_row("cost vs cheapest", pct(rec.chosen.cost_vs_cheapest))
+    summary.add_row("packing penalty", f"{rec.chosen.packing_penalty or 0.0:.4f}")
+    u = rec.utilization
+    summary.add_row(
+        "utilization used",
+        f"cpu {u.cpu:.2f}  dram {u.dram:.2f}  slow {u.slow:.2f}  llc {u.llc:.2f}",
+    )
+    console.print(summary)
+
+    console.print(_candidates_table("Within the threshold (lowest packing penalty first)", rec))
+    console.print(_placement_table(rec))
+    frontier = Table(title="Time vs cost Pareto frontier", title_justify="left")
+    for col in ("slow ratio", "ways", "time (s)", f"cost ({rec.currency})"):
+        frontier.add_column(col, justify="right")
+    for pt in rec.pareto_frontier:
+        frontier.add_row(
+            f"{pt.slow_ratio:.2f}",
+            str(pt.llc_ways),
+            f"{pt.predicted_seconds:.4g}",
+            f"{pt.cost:.4g}",
+        )
+    console.print(frontier)
+    _print_flags(console, rec.fit)
+
+
+def _candidates_table(title: str, rec: Recommendation) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in (
+        "",
+        "slow ratio",
+        "ways",
+        "DRAM",
+        "slow",
+        "slowdown",
+        "cost vs cheapest",
+        "penalty",
+    ):
+        table.add_column(col, justify="right")
+    for cand in rec.within_threshold:
+        table.add_row(*_candidate_cells(cand, chosen=cand == rec.chosen))
+    return table
+
+
+def _candidate_cells(cand: Candidate, chosen: bool) -> list[str]:
+    c = cand.configuration
+    return [
+        "→" if chosen else "",
+        f"{c.slow_ratio:.2f}",
+        str(c.llc_ways) + ("*" if cand.extrapolated else ""),
+        gib(c.dram_bytes),
+        gib(c.slow_bytes),
+        pct(cand.slowdown),
+        pct(cand.cost_vs_cheapest),
+        f"{cand.packing_penalty or 0.0:.4f}",
+    ]
+
+
+def _placement_table(rec: Recommendation) -> Table:
+    table = Table(title="Placement plan (coldest structures go slow)", title_justify="left")
+    for col in ("tag", "size", "fast", "slow", "accesses/instr", "hotness /MiB"):
+        table.add_column(col, justify="right")
+    for p in sorted(rec.placement, key=lambda p: p.hotness_per_mib, reverse=True):
+        table.add_row(
+            p.tag,
+            mib(p.size_bytes),
+            mib(p.fast_bytes),
+            mib(p.slow_bytes),
+            f"{p.accesses_per_instruction:.3g}",
+            f"{p.hotness_per_mib:.3g}",
+        )
+    return table
+
+
+def _print_flags(console: Console, diag: FitDiagnostics) -> None:
+    residual = max(abs(r) for r in diag.cpi_residuals.values())
+    console.print(f"Fit: path [bold]{diag.path}[/], largest CPI residual {residual:.2%}")
+    for flag in diag.flags:
+        console.print(f"  [yellow]![/] {flag.code}: {flag.message}")
+
+
+def render_model(
+    console: Console,
+    fitted: FittedModel,
+    *,
+    machine: MachineShape,
+    prices: PriceProfile,
+    grid: Grid,
+    as_json: bool,
+) -> None:
+    points = predicted_grid(fitted, machine=machine, prices=prices, grid=grid)
+    if as_json:
+        payload = {
+            "model": fitted.model_dump(mode="json"),
+            "grid": grid.name,
+            "price_profile": prices.key,
+            "points": [p.model_dump(mode="json") for p in points],
+        }
+        console.file.write(json.dumps(payload, indent=2) + "\n")
+        return
+    params = Table(
+        title=f"Fitted model: {fitted.workload.name}", show_header=False, title_justify="left"
+    )
+    params.add_column("parameter", style="bold")
+    params.add_column("value")
+    params.add_row("fit path", fitted.diagnostics.path)
+    params.add_row("CPI_cache (on-core)", f"{fitted.cpi_cache:.4f}")
+    params.add_row("P_dram = L_dram/MLP", f"{fitted.p_dram:.2f} cycles/miss")
+    params.add_row("P_slow = ΔL/MLP", f"{fitted.p_slow:.2f} cycles/slow access")
+    if fitted.diagnostics.mlp_estimate is not None:
+        params.add_row("MLP (from nominal L_dram)", f"{fitted.diagnostics.mlp_estimate:.2f}")
+    extra = fitted.diagnostics.slow_extra_latency_ns_estimate
+    if extra is not None:
+        params.add_row("implied slow-tier extra latency", f"{extra:.0f} ns")
+    params.add_row(
+        f"MAR at {fitted.ways_min} / {fitted.ways_max} ways",
+        f"{fitted.curve_mar_at(fitted.ways_min):.4g} / {fitted.curve_mar_at(fitted.ways_max):.4g}"
+        " misses/instr",
+    )
+    params.add_row("footprint", f"{gib(fitted.footprint_bytes)} in {len(fitted.tags)} structures")
+    params.add_row("fastmax time", f"{fitted.fastmax_seconds:.4g} s")
+    coverage = ", ".join(f"{k} {v:.2f}" for k, v in fitted.diagnostics.pebs_coverage.items())
+    params.add_row("PEBS coverage", coverage)
+    console.print(params)
+    _print_flags(console, fitted.diagnostics)
+    console.print(
+        _grid_table(points, grid, "Predicted slowdown vs fastmax", lambda p: pct(p.slowdown))
+    )
+    console.print(
+        _grid_table(points, grid, "Cost vs the cheapest (Eq. 1)", lambda p: pct(p.cost_vs_cheapest))
+    )
+
+
+def _grid_table(
+    points: list[GridPoint], grid: Grid, title: str, cell: Callable[[GridPoint], str]
+) -> Table:
+    best = min((p for p in points if p.feasible), key=lambda p: p.cost, default=None)
+    table = Table(title=f"{title} (rows: slow ratio, columns: LLC ways)", title_justify="left")
+    table.add_column("ratio", justify="right", style="bold")
+    for w in grid.llc_ways:
+        table.add_column(str(w), justify="right")
+    by_key = {(p.slow_ratio, p.llc_ways): p for p in points}
+    for r in grid.slow_ratios:
+        row = [f"{r:.2f}"]
+        for w in grid.llc_ways:
+            p = by_key[(r, w)]
+            text = cell(p) if p.feasible and not math.isnan(p.cost) else "—"
+            row.append(f"[bold green]{text}[/]" if p is best else text)
+        table.add_row(*row)
+    return table

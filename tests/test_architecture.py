@@ -1,0 +1,69 @@
+"""The folder tree is the architecture: these tests keep its dependency rules true."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+SERVER_STACK = {
+    "fastapi",
+    "uvicorn",
+    "sqlalchemy",
+    "alembic",
+    "psycopg",
+    "celery",
+    "redis",
+    "kubernetes",
+}
+
+
+def run_lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"], cwd=cwd, capture_output=True, text=True, check=False
+    )
+
+
+def test_import_contracts_hold() -> None:
+    result = run_lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_contract_catches_a_model_importing_a_framework(tmp_path: Path) -> None:
+    # The same contracts, on a copy of the tree where the model imports a web framework:
+    # proves the check above can fail.
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "__init__.py").write_text("")
+    (tmp_path / "model" / "leak.py").write_text("import fastapi\n")
+    for pkg in ("cli", "api", "scheduler"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "profiler-agent" / "tmc_agent").mkdir(parents=True)
+    (tmp_path / "profiler-agent" / "tmc_agent" / "__init__.py").write_text("")
+    config = (ROOT / "pyproject.toml").read_text()
+    start = config.index("[tool.importlinter]")
+    (tmp_path / "pyproject.toml").write_text(config[start:])
+    env_path = f"{tmp_path}:{tmp_path / 'profiler-agent'}"
+    result = subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode != 0
+    assert "model.leak -> fastapi" in result.stdout
+
+
+def test_core_install_carries_no_server_stack() -> None:
+    # `pip install .` is what a node gets for the agent: the server stack must stay an extra.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = {
+        dep.split(">")[0].split("=")[0].split("[")[0].strip().lower()
+        for dep in project["dependencies"]
+    }
+    assert not core & SERVER_STACK
