@@ -5,6 +5,7 @@ Every failure is one line on stderr and exit status 2; results go to stdout (a t
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections.abc import Callable
 from enum import StrEnum
@@ -174,6 +175,15 @@ def model_show_cmd(
         )
 
     guarded(run)
+
+
+# The service's commands need the server extra; a node install (the agent) has only the model.
+if importlib.util.find_spec("fastapi") is not None:
+    from cli.server import db_app, server_app, token_app
+
+    app.registered_commands += server_app.registered_commands
+    app.add_typer(token_app, name="token")
+    app.add_typer(db_app, name="db")
 
 
 if __name__ == "__main__":  # pragma: no cover

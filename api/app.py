@@ -1,0 +1,160 @@
+"""The FastAPI application factory. Nothing heavy happens at import: engines, Redis clients and
+caches are created in the lifespan, from the Settings given (or read from the environment)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api import services, tasks
+from api.db import make_engine, make_session_factory, unit_of_work
+from api.deps import AppState, Metrics
+from api.errors import PROBLEM, install_handlers
+from api.routes import cluster, ops, prices, profiles, recommendations
+from api.settings import Settings, get_settings
+from api.utilization import UtilizationReader, connect_redis
+
+log = logging.getLogger("tmc.api")
+
+
+def in_process_fit(sessions: sessionmaker[Session]) -> Callable[[str], None]:
+    """The embedded default: the fit task runs right after the upload's commit, in-process."""
+
+    def run(profile_id: str) -> None:
+        try:
+            with unit_of_work(sessions) as session:
+                services.fit_profile(session, profile_id)
+        except Exception:  # the upload has succeeded; a later /recommend fits again
+            log.exception("in-process fit of %s failed", profile_id)
+
+    return run
+
+
+def celery_fit(profile_id: str) -> None:
+    tasks.fit_profile.delay(profile_id)
+
+
+def build_state(settings: Settings) -> AppState:
+    engine = make_engine(settings)
+    sessions = make_session_factory(engine)
+    client = connect_redis(settings.redis_url) if settings.redis_url else None
+    use_celery = settings.effective_broker_url is not None
+    return AppState(
+        settings=settings,
+        engine=engine,
+        sessions=sessions,
+        redis=client,
+        utilization=UtilizationReader(client, settings.utilization_max_age_seconds),
+        predictors=services.PredictorCache(),
+        metrics=Metrics(),
+        enqueue_fit=celery_fit if use_celery else in_process_fit(sessions),
+    )
+
+
+class BodyLimit:
+    """413 before a too-large body is read: by Content-Length, or by counting a chunked body."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            await self._reject(send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except _TooLarge:
+            await self._reject(send)
+
+    async def _reject(self, send: Send) -> None:
+        body = (
+            b'{"type":"https://tmc.dev/problems/payload-too-large","title":"Payload too large",'
+            b'"status":413,"detail":"the body exceeds ' + str(self.max_bytes).encode() + b' bytes"}'
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", PROBLEM.encode()),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state = build_state(settings)
+        app.state.tmc = state
+        with unit_of_work(state.sessions) as session:
+            services.ensure_default_price_profile(session)
+        try:
+            yield
+        finally:
+            state.engine.dispose()
+            if state.redis is not None:
+                state.redis.close()
+
+    app = FastAPI(
+        title="tmc",
+        version="0.1.0",
+        summary="Tiered-memory configurator: slow-memory ratio and LLC ways by performance per TCO",
+        lifespan=lifespan,
+        responses={
+            401: {"description": "No or unknown bearer token", "content": {PROBLEM: {}}},
+            403: {"description": "The token's role may not do this", "content": {PROBLEM: {}}},
+            422: {"description": "Invalid input, with the field path", "content": {PROBLEM: {}}},
+            503: {"description": "A dependency is unreachable; retry", "content": {PROBLEM: {}}},
+        },
+    )
+    install_handlers(app)
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next: Callable[..., object]) -> object:
+        start = time.perf_counter()
+        response = await call_next(request)  # type: ignore[misc]
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        state: AppState | None = getattr(request.app.state, "tmc", None)
+        if state is not None:
+            state.metrics.requests.labels(request.method, path, response.status_code).inc()
+            state.metrics.latency.labels(path).observe(time.perf_counter() - start)
+        return response
+
+    app.add_middleware(BodyLimit, max_bytes=settings.max_bundle_bytes)
+
+    for module in (ops, profiles, recommendations, cluster, prices):
+        app.include_router(module.router)
+    return app

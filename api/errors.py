@@ -1,0 +1,99 @@
+"""RFC 9457 problem+json for every error the API returns (extender verbs excepted)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from model import TmcError
+from model.bundle import field_path
+
+log = logging.getLogger("tmc.api")
+PROBLEM = "application/problem+json"
+
+
+class ApiError(TmcError):
+    """A service-level error with its own status (not found, conflict, forbidden...)."""
+
+    def __init__(self, status: int, title: str, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.title = title
+        self.detail = detail
+        self.extra = extra
+
+
+class NotFound(ApiError):
+    def __init__(self, what: str, key: str) -> None:
+        super().__init__(404, "Not found", f"no {what} {key!r}")
+
+
+class Conflict(ApiError):
+    def __init__(self, detail: str) -> None:
+        super().__init__(409, "Conflict", detail)
+
+
+def problem(status: int, title: str, detail: str, request: Request, **extra: Any) -> JSONResponse:
+    body = {
+        "type": f"https://tmc.dev/problems/{title.lower().replace(' ', '-')}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "instance": request.url.path,
+        **extra,
+    }
+    headers = {"Retry-After": "5"} if status == 503 else None
+    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+
+
+def install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(TmcError)
+    async def _tmc(request: Request, exc: TmcError) -> JSONResponse:
+        if isinstance(exc, ApiError):
+            return problem(exc.status, exc.title, exc.detail, request, **exc.extra)
+        problems = getattr(exc, "problems", None)
+        extra: dict[str, Any] = {}
+        if problems:
+            extra["errors"] = [{"field": p.field, "message": p.message} for p in problems]
+        return problem(exc.status, exc.title, str(exc), request, **extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{"field": field_path(tuple(e["loc"])), "message": e["msg"]} for e in exc.errors()]
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
+        return problem(422, "Invalid request", detail, request, errors=errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        title = {401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed"}
+        resp = problem(
+            exc.status_code, title.get(exc.status_code, "Error"), str(exc.detail), request
+        )
+        if exc.headers:
+            resp.headers.update(exc.headers)
+        return resp
+
+    @app.exception_handler(OperationalError)
+    async def _db_down(request: Request, exc: OperationalError) -> JSONResponse:
+        log.warning("database unavailable: %s", exc.orig)
+        return problem(503, "Service unavailable", "the database is unreachable; retry", request)
+
+    @app.exception_handler(DBAPIError)
+    async def _db_error(request: Request, exc: DBAPIError) -> JSONResponse:
+        if exc.connection_invalidated:
+            return problem(
+                503, "Service unavailable", "the database connection was lost; retry", request
+            )
+        log.exception("database error")
+        return problem(500, "Internal error", "a database error occurred", request)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return problem(500, "Internal error", "an unexpected error occurred", request)

@@ -1,0 +1,172 @@
+"""The service's tables (SQLAlchemy 2, typed). The schema changes only through migrations/."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}  # noqa: RUF012
+
+
+class Timestamped:
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, index=True
+    )
+
+
+class Workload(Timestamped, Base):
+    __tablename__ = "workloads"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+
+
+class Profile(Timestamped, Base):
+    """One uploaded profile bundle, stored as received (canonical JSON), keyed by content hash."""
+
+    __tablename__ = "profiles"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    workload_id: Mapped[str] = mapped_column(ForeignKey("workloads.id"), index=True)
+    content_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    input_label: Mapped[str] = mapped_column(String(128))
+    version: Mapped[str] = mapped_column(String(128))
+    host_kind: Mapped[str] = mapped_column(String(128))
+    host_kind_known: Mapped[bool] = mapped_column(Boolean)
+    bundle: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending|fitted|failed
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+
+
+class FittedModelRow(Timestamped, Base):
+    __tablename__ = "fitted_models"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    profile_id: Mapped[str] = mapped_column(ForeignKey("profiles.id"), unique=True)
+    model_version: Mapped[str] = mapped_column(String(32))
+    fit_path: Mapped[str] = mapped_column(String(32))
+    flags: Mapped[list[Any]]
+    model: Mapped[dict[str, Any]]
+
+
+class PriceProfileRow(Timestamped, Base):
+    __tablename__ = "price_profiles"
+    __table_args__ = (UniqueConstraint("name", "version"),)
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    body: Mapped[dict[str, Any]]
+    is_default: Mapped[bool] = mapped_column(Boolean, default=False)
+    used: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class HostKind(Timestamped, Base):
+    """A machine shape the cluster runs; profiles taken on another kind are flagged."""
+
+    __tablename__ = "host_kinds"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    cpus: Mapped[int] = mapped_column(Integer)
+    dram_bytes: Mapped[int] = mapped_column(BigInteger)
+    slow_bytes: Mapped[int] = mapped_column(BigInteger)
+    llc_ways: Mapped[int] = mapped_column(Integer)
+    slow_pooled: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class RackPool(Timestamped, Base):
+    __tablename__ = "rack_pools"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    slow_bytes: Mapped[int] = mapped_column(BigInteger)
+
+
+class Node(Timestamped, Base):
+    __tablename__ = "nodes"
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    host_kind: Mapped[str] = mapped_column(ForeignKey("host_kinds.name"), index=True)
+    cpus: Mapped[int] = mapped_column(Integer)
+    dram_bytes: Mapped[int] = mapped_column(BigInteger)
+    slow_bytes: Mapped[int] = mapped_column(BigInteger, doc="node-local slow memory")
+    llc_ways: Mapped[int] = mapped_column(Integer)
+    pool_name: Mapped[str | None] = mapped_column(ForeignKey("rack_pools.name"), default=None)
+    ready: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class Reservation(Timestamped, Base):
+    """Tiered resources held for one pod on one node (the extender's ledger)."""
+
+    __tablename__ = "reservations"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    pod_uid: Mapped[str] = mapped_column(String(64), unique=True)
+    namespace: Mapped[str] = mapped_column(String(253))
+    pod_name: Mapped[str] = mapped_column(String(253))
+    node_name: Mapped[str] = mapped_column(ForeignKey("nodes.name"), index=True)
+    vcpus: Mapped[int] = mapped_column(Integer)
+    dram_bytes: Mapped[int] = mapped_column(BigInteger)
+    slow_bytes: Mapped[int] = mapped_column(BigInteger)
+    slow_from_pool: Mapped[bool] = mapped_column(Boolean, default=False)
+    llc_mask: Mapped[int] = mapped_column(BigInteger, doc="CAT capacity bitmask, contiguous")
+    recommendation_id: Mapped[str | None] = mapped_column(
+        ForeignKey("recommendations.id"), default=None
+    )
+
+
+class RecommendationRow(Timestamped, Base):
+    """A decision with every input needed to replay and audit it."""
+
+    __tablename__ = "recommendations"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    workload_id: Mapped[str] = mapped_column(ForeignKey("workloads.id"), index=True)
+    profile_id: Mapped[str] = mapped_column(ForeignKey("profiles.id"))
+    fitted_model_id: Mapped[str] = mapped_column(ForeignKey("fitted_models.id"))
+    bundle_hash: Mapped[str] = mapped_column(String(64))
+    model_version: Mapped[str] = mapped_column(String(32))
+    price_profile_id: Mapped[str] = mapped_column(ForeignKey("price_profiles.id"))
+    objective: Mapped[str] = mapped_column(String(64), index=True)
+    threshold: Mapped[float] = mapped_column(Float)
+    grid: Mapped[str] = mapped_column(String(64))
+    machine: Mapped[dict[str, Any]]
+    utilization: Mapped[dict[str, Any]]
+    utilization_source: Mapped[str] = mapped_column(String(16))
+    slow_ratio: Mapped[float] = mapped_column(Float)
+    llc_ways: Mapped[int] = mapped_column(Integer)
+    result: Mapped[dict[str, Any]]
+
+
+class ApiToken(Timestamped, Base):
+    __tablename__ = "api_tokens"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(128))
+    role: Mapped[str] = mapped_column(String(16))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)

@@ -1,0 +1,291 @@
+"""Every SQL query of the service. Services call these; nothing else touches the session's SQL."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TypeVar
+
+from sqlalchemy import Select, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from api.orm import (
+    ApiToken,
+    Base,
+    FittedModelRow,
+    HostKind,
+    Node,
+    PriceProfileRow,
+    Profile,
+    RackPool,
+    RecommendationRow,
+    Reservation,
+    Workload,
+)
+
+R = TypeVar("R", bound=Base)
+
+
+def insert_once(session: Session, row: R, existing: Select[R]) -> tuple[R, bool]:
+    """Insert `row`, or return the row a concurrent writer inserted first (unique key clash).
+
+    A savepoint keeps the clash from aborting the surrounding transaction.
+    """
+    try:
+        with session.begin_nested():
+            session.add(row)
+            session.flush()
+        return row, True
+    except IntegrityError:
+        found = session.scalars(existing).one_or_none()
+        if found is None:
+            raise
+        return found, False
+
+
+# -- workloads and profiles -----------------------------------------------------------------
+
+
+def get_or_create_workload(session: Session, name: str) -> Workload:
+    found = session.scalars(select(Workload).where(Workload.name == name)).one_or_none()
+    if found is not None:
+        return found
+    row, _ = insert_once(
+        session, Workload(name=name), select(Workload).where(Workload.name == name)
+    )
+    return row
+
+
+def find_workload(session: Session, key: str) -> Workload | None:
+    return session.scalars(
+        select(Workload).where((Workload.name == key) | (Workload.id == key))
+    ).one_or_none()
+
+
+def list_workloads(session: Session, limit: int, offset: int) -> Sequence[Workload]:
+    return session.scalars(
+        select(Workload).order_by(Workload.name).limit(limit).offset(offset)
+    ).all()
+
+
+def insert_profile(session: Session, profile: Profile) -> tuple[Profile, bool]:
+    return insert_once(
+        session, profile, select(Profile).where(Profile.content_hash == profile.content_hash)
+    )
+
+
+def get_profile(session: Session, profile_id: str) -> Profile | None:
+    return session.get(Profile, profile_id)
+
+
+def latest_profile(session: Session, workload_id: str) -> Profile | None:
+    """The newest profile of a workload that has not failed to fit."""
+    return session.scalars(
+        select(Profile)
+        .where(Profile.workload_id == workload_id, Profile.status != "failed")
+        .order_by(Profile.created_at.desc(), Profile.id)
+        .limit(1)
+    ).one_or_none()
+
+
+def profiles_of(session: Session, workload_id: str) -> Sequence[Profile]:
+    return session.scalars(
+        select(Profile)
+        .where(Profile.workload_id == workload_id)
+        .order_by(Profile.created_at.desc())
+    ).all()
+
+
+def fitted_for_profile(session: Session, profile_id: str) -> FittedModelRow | None:
+    return session.scalars(
+        select(FittedModelRow).where(FittedModelRow.profile_id == profile_id)
+    ).one_or_none()
+
+
+def insert_fitted(session: Session, row: FittedModelRow) -> tuple[FittedModelRow, bool]:
+    return insert_once(
+        session, row, select(FittedModelRow).where(FittedModelRow.profile_id == row.profile_id)
+    )
+
+
+def get_fitted(session: Session, fitted_id: str) -> FittedModelRow | None:
+    return session.get(FittedModelRow, fitted_id)
+
+
+def set_profile_status(session: Session, profile_id: str, status: str, error: str | None) -> None:
+    session.execute(
+        update(Profile).where(Profile.id == profile_id).values(status=status, error=error)
+    )
+
+
+# -- price profiles -------------------------------------------------------------------------
+
+
+def default_price_profile(session: Session) -> PriceProfileRow | None:
+    return session.scalars(
+        select(PriceProfileRow).where(PriceProfileRow.is_default.is_(True))
+    ).one_or_none()
+
+
+def get_price_profile(session: Session, name: str, version: int) -> PriceProfileRow | None:
+    return session.scalars(
+        select(PriceProfileRow).where(
+            PriceProfileRow.name == name, PriceProfileRow.version == version
+        )
+    ).one_or_none()
+
+
+def latest_price_profile_version(session: Session, name: str) -> int:
+    found = session.scalar(
+        select(func.max(PriceProfileRow.version)).where(PriceProfileRow.name == name)
+    )
+    return int(found or 0)
+
+
+def list_price_profiles(session: Session) -> Sequence[PriceProfileRow]:
+    return session.scalars(
+        select(PriceProfileRow).order_by(PriceProfileRow.name, PriceProfileRow.version)
+    ).all()
+
+
+def insert_price_profile(session: Session, row: PriceProfileRow) -> tuple[PriceProfileRow, bool]:
+    return insert_once(
+        session,
+        row,
+        select(PriceProfileRow).where(
+            PriceProfileRow.name == row.name, PriceProfileRow.version == row.version
+        ),
+    )
+
+
+def make_default_price_profile(session: Session, row: PriceProfileRow) -> None:
+    session.execute(
+        update(PriceProfileRow).where(PriceProfileRow.id != row.id).values(is_default=False)
+    )
+    row.is_default = True
+
+
+def mark_price_profile_used(session: Session, profile_id: str) -> None:
+    session.execute(
+        update(PriceProfileRow)
+        .where(PriceProfileRow.id == profile_id, PriceProfileRow.used.is_(False))
+        .values(used=True)
+    )
+
+
+# -- cluster --------------------------------------------------------------------------------
+
+
+def get_host_kind(session: Session, name: str) -> HostKind | None:
+    return session.get(HostKind, name)
+
+
+def list_host_kinds(session: Session) -> Sequence[HostKind]:
+    return session.scalars(select(HostKind).order_by(HostKind.name)).all()
+
+
+def list_nodes(session: Session) -> Sequence[Node]:
+    return session.scalars(select(Node).order_by(Node.name)).all()
+
+
+def get_node(session: Session, name: str) -> Node | None:
+    return session.get(Node, name)
+
+
+def list_pools(session: Session) -> Sequence[RackPool]:
+    return session.scalars(select(RackPool).order_by(RackPool.name)).all()
+
+
+def get_pool(session: Session, name: str) -> RackPool | None:
+    return session.get(RackPool, name)
+
+
+def list_reservations(session: Session, node_name: str | None = None) -> Sequence[Reservation]:
+    query = select(Reservation).order_by(Reservation.created_at)
+    if node_name is not None:
+        query = query.where(Reservation.node_name == node_name)
+    return session.scalars(query).all()
+
+
+@dataclass(frozen=True)
+class ClusterTotals:
+    cpus: int
+    dram_bytes: int
+    slow_bytes: int  # node-local plus pools
+    llc_ways: int
+    reserved_cpus: int
+    reserved_dram_bytes: int
+    reserved_slow_bytes: int
+    reserved_llc_ways: int
+    nodes: int
+
+
+def cluster_totals(session: Session) -> ClusterTotals:
+    cap = session.execute(
+        select(
+            func.coalesce(func.sum(Node.cpus), 0),
+            func.coalesce(func.sum(Node.dram_bytes), 0),
+            func.coalesce(func.sum(Node.slow_bytes), 0),
+            func.coalesce(func.sum(Node.llc_ways), 0),
+            func.count(Node.name),
+        ).where(Node.ready.is_(True))
+    ).one()
+    pooled = session.scalar(select(func.coalesce(func.sum(RackPool.slow_bytes), 0)))
+    used = session.execute(
+        select(
+            func.coalesce(func.sum(Reservation.vcpus), 0),
+            func.coalesce(func.sum(Reservation.dram_bytes), 0),
+            func.coalesce(func.sum(Reservation.slow_bytes), 0),
+        )
+    ).one()
+    masks = session.scalars(select(Reservation.llc_mask)).all()
+    return ClusterTotals(
+        cpus=int(cap[0]),
+        dram_bytes=int(cap[1]),
+        slow_bytes=int(cap[2]) + int(pooled or 0),
+        llc_ways=int(cap[3]),
+        reserved_cpus=int(used[0]),
+        reserved_dram_bytes=int(used[1]),
+        reserved_slow_bytes=int(used[2]),
+        reserved_llc_ways=sum(int(m).bit_count() for m in masks),
+        nodes=int(cap[4]),
+    )
+
+
+# -- recommendations ------------------------------------------------------------------------
+
+
+def get_recommendation(session: Session, rec_id: str) -> RecommendationRow | None:
+    return session.get(RecommendationRow, rec_id)
+
+
+def list_recommendations(
+    session: Session,
+    *,
+    workload_id: str | None,
+    objective: str | None,
+    since: datetime | None,
+    limit: int,
+    offset: int,
+) -> Sequence[RecommendationRow]:
+    query = select(RecommendationRow).order_by(
+        RecommendationRow.created_at.desc(), RecommendationRow.id
+    )
+    if workload_id is not None:
+        query = query.where(RecommendationRow.workload_id == workload_id)
+    if objective is not None:
+        query = query.where(RecommendationRow.objective == objective)
+    if since is not None:
+        query = query.where(RecommendationRow.created_at >= since)
+    return session.scalars(query.limit(limit).offset(offset)).all()
+
+
+# -- tokens ---------------------------------------------------------------------------------
+
+
+def find_token(session: Session, token_hash: str) -> ApiToken | None:
+    return session.scalars(
+        select(ApiToken).where(ApiToken.token_hash == token_hash, ApiToken.revoked_at.is_(None))
+    ).one_or_none()

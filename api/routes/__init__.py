@@ -1,0 +1,1 @@
+"""HTTP endpoints, one module per area; each is a thin shell over api.services."""

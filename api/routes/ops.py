@@ -1,0 +1,47 @@
+"""Liveness, readiness and Prometheus metrics: unauthenticated, for probes and scrapers."""
+
+from __future__ import annotations
+
+import redis
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+
+from api.deps import StateDep
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", summary="The process is alive")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get(
+    "/readyz",
+    summary="The database (and Redis, when configured) answer",
+    responses={503: {"description": "A dependency is unreachable"}},
+)
+def readyz(state: StateDep, response: Response) -> dict[str, str]:
+    checks: dict[str, str] = {}
+    try:
+        with state.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+    except SQLAlchemyError as exc:
+        checks["database"] = f"unreachable: {type(exc).__name__}"
+    if state.redis is not None:
+        try:
+            state.redis.ping()
+            checks["redis"] = "ok"
+        except redis.RedisError as exc:
+            checks["redis"] = f"unreachable: {type(exc).__name__}"
+    ready = all(v == "ok" for v in checks.values())
+    response.status_code = 200 if ready else 503
+    return {"status": "ready" if ready else "not ready", **checks}
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+def metrics(state: StateDep) -> Response:
+    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,58 @@
+"""Price profiles: versioned; a version is never changed, a new one is created instead."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+
+from api import repositories as repo
+from api import services
+from api.auth import Permission
+from api.db import unit_of_work
+from api.deps import StateDep, require
+from api.errors import NotFound
+from api.orm import PriceProfileRow
+from api.schemas import PriceProfileIn, PriceProfileOut
+
+router = APIRouter(prefix="/v1/price-profiles", tags=["price profiles"])
+Admin = Annotated[object, Depends(require(Permission.admin))]
+Reader = Annotated[object, Depends(require(Permission.read))]
+
+
+def price_out(row: PriceProfileRow) -> PriceProfileOut:
+    return PriceProfileOut(
+        key=f"{row.name}@{row.version}",
+        is_default=row.is_default,
+        used=row.used,
+        created_at=row.created_at,
+        profile=row.body,
+    )
+
+
+@router.post("", status_code=201, response_model=PriceProfileOut, summary="Create a new version")
+def create(body: PriceProfileIn, state: StateDep, _: Admin) -> PriceProfileOut:
+    with unit_of_work(state.sessions) as session:
+        return price_out(services.create_price_profile(session, body.model_dump()))
+
+
+@router.get("", response_model=list[PriceProfileOut])
+def list_all(state: StateDep, _: Reader) -> list[PriceProfileOut]:
+    with unit_of_work(state.sessions) as session:
+        return [price_out(r) for r in repo.list_price_profiles(session)]
+
+
+@router.get("/{key}", response_model=PriceProfileOut, summary="A profile by name@version")
+def get(key: str, state: StateDep, _: Reader) -> PriceProfileOut:
+    with unit_of_work(state.sessions) as session:
+        name, version = services.parse_price_key(key)
+        row = repo.get_price_profile(session, name, version)
+        if row is None:
+            raise NotFound("price profile", key)
+        return price_out(row)
+
+
+@router.post("/{key}/default", response_model=PriceProfileOut, summary="Make it the default")
+def make_default(key: str, state: StateDep, _: Admin) -> PriceProfileOut:
+    with unit_of_work(state.sessions) as session:
+        return price_out(services.make_default(session, key))

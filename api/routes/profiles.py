@@ -1,0 +1,167 @@
+"""Profile uploads (agents) and workloads with their fitted models."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from api import repositories as repo
+from api import services
+from api.auth import Permission
+from api.db import unit_of_work
+from api.deps import StateDep, require
+from api.errors import ApiError, NotFound
+from api.orm import Profile
+from api.schemas import ProfileOut, WorkloadModelOut, WorkloadOut
+from model import (
+    FittedModel,
+    ProfileBundle,
+    host_grid,
+    machine_of_host,
+    paper_grid,
+    predicted_grid,
+)
+
+router = APIRouter(prefix="/v1", tags=["profiles"])
+Uploader = Annotated[object, Depends(require(Permission.upload))]
+Reader = Annotated[object, Depends(require(Permission.read))]
+
+
+def profile_out(p: Profile, workload: str) -> ProfileOut:
+    return ProfileOut(
+        id=p.id,
+        workload=workload,
+        workload_id=p.workload_id,
+        content_hash=p.content_hash,
+        input_label=p.input_label,
+        version=p.version,
+        host_kind=p.host_kind,
+        host_kind_known=p.host_kind_known,
+        status=p.status,
+        error=p.error,
+        created_at=p.created_at,
+    )
+
+
+@router.post(
+    "/profiles",
+    status_code=201,
+    response_model=ProfileOut,
+    summary="Upload a profile bundle (idempotent by content hash)",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": ProfileBundle.model_json_schema()}},
+        }
+    },
+    responses={
+        200: {"description": "Already uploaded: the existing profile", "model": ProfileOut},
+        413: {"description": "The bundle is too large"},
+    },
+)
+async def upload_profile(
+    request: Request, response: Response, state: StateDep, _: Uploader
+) -> ProfileOut:
+    body = await request.body()
+
+    def work() -> ProfileOut:
+        with unit_of_work(state.sessions) as session:
+            upload = services.upload_profile(session, body, state.enqueue_fit)
+            out = profile_out(upload.profile, upload.workload_name)
+        state.metrics.uploads.labels("created" if upload.created else "duplicate").inc()
+        if not upload.created:
+            response.status_code = 200
+        return out
+
+    return await run_in_threadpool(work)
+
+
+@router.get("/profiles/{profile_id}", response_model=ProfileOut)
+def get_profile(profile_id: str, state: StateDep, _: Reader) -> ProfileOut:
+    with unit_of_work(state.sessions) as session:
+        p = repo.get_profile(session, profile_id)
+        if p is None:
+            raise NotFound("profile", profile_id)
+        workload = repo.find_workload(session, p.workload_id)
+        return profile_out(p, workload.name if workload else "")
+
+
+@router.get("/workloads", response_model=list[WorkloadOut])
+def list_workloads(
+    state: StateDep,
+    _: Reader,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+) -> list[WorkloadOut]:
+    with unit_of_work(state.sessions) as session:
+        return [
+            WorkloadOut(
+                id=w.id,
+                name=w.name,
+                created_at=w.created_at,
+                profiles=[profile_out(p, w.name) for p in repo.profiles_of(session, w.id)],
+            )
+            for w in repo.list_workloads(session, limit, offset)
+        ]
+
+
+@router.get("/workloads/{key}", response_model=WorkloadOut, summary="A workload by name or id")
+def get_workload(key: str, state: StateDep, _: Reader) -> WorkloadOut:
+    with unit_of_work(state.sessions) as session:
+        w = repo.find_workload(session, key)
+        if w is None:
+            raise NotFound("workload", key)
+        return WorkloadOut(
+            id=w.id,
+            name=w.name,
+            created_at=w.created_at,
+            profiles=[profile_out(p, w.name) for p in repo.profiles_of(session, w.id)],
+        )
+
+
+@router.get(
+    "/workloads/{key}/model",
+    response_model=WorkloadModelOut,
+    summary="The fitted model, its diagnostics, and predicted time and cost over the grid",
+)
+def get_workload_model(
+    key: str,
+    state: StateDep,
+    _: Reader,
+    grid: Annotated[str, Query(pattern="^(paper|host)$")] = "paper",
+) -> WorkloadModelOut:
+    with unit_of_work(state.sessions) as session:
+        w = repo.find_workload(session, key)
+        if w is None:
+            raise NotFound("workload", key)
+        profile = repo.latest_profile(session, w.id)
+        if profile is None:
+            raise ApiError(409, "Not fitted", f"workload {key!r} has no usable profile")
+        row = services.fit_profile(session, profile.id)
+        if row is None:
+            raise ApiError(409, "Not fitted", f"the latest profile failed to fit: {profile.error}")
+        fitted = FittedModel.model_validate(row.model)
+        bundle_host = ProfileBundle.model_validate(profile.bundle).host
+        kind = repo.get_host_kind(session, profile.host_kind)
+        machine = services.machine_of_kind(kind) if kind else machine_of_host(bundle_host)
+        _, prices = services.resolve_price_profile(session, None)
+        chosen_grid = (
+            host_grid(bundle_host.llc_ways, bundle_host.min_llc_ways)
+            if grid == "host"
+            else paper_grid()
+        )
+        points = predicted_grid(
+            state.predictors.get(row), machine=machine, prices=prices, grid=chosen_grid
+        )
+        return WorkloadModelOut(
+            workload=w.name,
+            profile_id=profile.id,
+            fitted_model_id=row.id,
+            model=fitted,
+            diagnostics=fitted.diagnostics,
+            grid=chosen_grid.name,
+            price_profile=prices.key,
+            points=points,
+        )

@@ -1,0 +1,123 @@
+"""POST /recommend (also at /v1/recommend) and the decision log."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from api import repositories as repo
+from api import services
+from api.auth import Permission
+from api.db import unit_of_work
+from api.deps import StateDep, require
+from api.errors import NotFound
+from api.orm import RecommendationRow
+from api.schemas import RecommendationOut, RecommendationSummary, RecommendIn
+from model import Recommendation, parse_objective
+
+router = APIRouter(tags=["recommendations"])
+Recommender = Annotated[object, Depends(require(Permission.recommend))]
+Reader = Annotated[object, Depends(require(Permission.read))]
+
+
+def recommendation_out(row: RecommendationRow, known: bool | None = None) -> RecommendationOut:
+    return RecommendationOut(
+        id=row.id,
+        created_at=row.created_at,
+        workload_id=row.workload_id,
+        profile_id=row.profile_id,
+        fitted_model_id=row.fitted_model_id,
+        bundle_hash=row.bundle_hash,
+        utilization_source=row.utilization_source,
+        host_kind_known=known,
+        recommendation=Recommendation.model_validate(row.result),
+    )
+
+
+def _recommend(body: RecommendIn, state: StateDep) -> RecommendationOut:
+    objective = parse_objective(body.objective)
+    threshold = body.threshold if body.threshold is not None else state.settings.default_threshold
+    request = services.RecommendInput(
+        workload=body.workload,
+        bundle=body.profile,
+        objective=objective,
+        threshold=threshold,
+        utilization=body.utilization,
+        grid=body.grid,
+        price_profile=body.price_profile,
+    )
+    with unit_of_work(state.sessions) as session:
+        done = services.recommend_for(
+            session, request, state.predictors, state.utilization, state.enqueue_fit
+        )
+        out = recommendation_out(done.row, done.host_kind_known)
+    state.metrics.recommendations.labels(
+        done.recommendation.objective, done.utilization_source
+    ).inc()
+    return out
+
+
+@router.post(
+    "/recommend",
+    response_model=RecommendationOut,
+    summary="Recommend a configuration (Algorithm 1) for a workload or an inline bundle",
+    responses={404: {"description": "Unknown workload"}, 409: {"description": "Nothing fitted"}},
+)
+def recommend(body: RecommendIn, state: StateDep, _: Recommender) -> RecommendationOut:
+    return _recommend(body, state)
+
+
+@router.post("/v1/recommend", response_model=RecommendationOut, include_in_schema=True)
+def recommend_v1(body: RecommendIn, state: StateDep, _: Recommender) -> RecommendationOut:
+    return _recommend(body, state)
+
+
+@router.get("/v1/recommendations/{rec_id}", response_model=RecommendationOut)
+def get_recommendation(rec_id: str, state: StateDep, _: Reader) -> RecommendationOut:
+    with unit_of_work(state.sessions) as session:
+        row = repo.get_recommendation(session, rec_id)
+        if row is None:
+            raise NotFound("recommendation", rec_id)
+        return recommendation_out(row)
+
+
+@router.get("/v1/recommendations", response_model=list[RecommendationSummary])
+def list_recommendations(
+    state: StateDep,
+    _: Reader,
+    workload: Annotated[str | None, Query(max_length=128)] = None,
+    objective: Annotated[str | None, Query(max_length=64)] = None,
+    since: datetime | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+) -> list[RecommendationSummary]:
+    with unit_of_work(state.sessions) as session:
+        workload_id = None
+        if workload is not None:
+            w = repo.find_workload(session, workload)
+            if w is None:
+                raise NotFound("workload", workload)
+            workload_id = w.id
+        rows = repo.list_recommendations(
+            session,
+            workload_id=workload_id,
+            objective=objective,
+            since=since,
+            limit=limit,
+            offset=offset,
+        )
+        return [
+            RecommendationSummary(
+                id=r.id,
+                created_at=r.created_at,
+                workload_id=r.workload_id,
+                objective=r.objective,
+                threshold=r.threshold,
+                slow_ratio=r.slow_ratio,
+                llc_ways=r.llc_ways,
+                utilization_source=r.utilization_source,
+            )
+            for r in rows
+        ]

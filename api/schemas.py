@@ -1,0 +1,179 @@
+"""Request and response bodies of the REST API (v1)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from model import FitDiagnostics, FittedModel, GridPoint, MachineShape, Recommendation, Utilization
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class ProfileOut(BaseModel):
+    id: str
+    workload: str
+    workload_id: str
+    content_hash: str
+    input_label: str
+    version: str
+    host_kind: str
+    host_kind_known: bool = Field(description="false: no cluster node runs this host kind")
+    status: Literal["pending", "fitted", "failed"]
+    error: str | None
+    created_at: datetime
+
+
+class WorkloadOut(BaseModel):
+    id: str
+    name: str
+    created_at: datetime
+    profiles: list[ProfileOut]
+
+
+class WorkloadModelOut(BaseModel):
+    workload: str
+    profile_id: str
+    fitted_model_id: str
+    model: FittedModel
+    diagnostics: FitDiagnostics
+    grid: str
+    price_profile: str
+    points: list[GridPoint]
+
+
+class RecommendIn(Strict):
+    workload: str | None = Field(default=None, description="workload name or id", max_length=128)
+    profile: dict[str, Any] | None = Field(
+        default=None, description="an inline profile bundle (tmc.profile/v1)"
+    )
+    objective: str = Field(default="cheapest", max_length=64, examples=["cheapest", "slo:5%"])
+    threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    utilization: Utilization | None = Field(
+        default=None, description="omit to use the live cluster utilization"
+    )
+    grid: Literal["paper", "host"] = "paper"
+    price_profile: str | None = Field(
+        default=None, description="name@version; omit for the default", max_length=80
+    )
+
+
+class RecommendationOut(BaseModel):
+    id: str
+    created_at: datetime
+    workload_id: str
+    profile_id: str
+    fitted_model_id: str
+    bundle_hash: str
+    utilization_source: Literal["request", "redis", "database"]
+    host_kind_known: bool | None = None
+    recommendation: Recommendation
+
+
+class RecommendationSummary(BaseModel):
+    id: str
+    created_at: datetime
+    workload_id: str
+    objective: str
+    threshold: float
+    slow_ratio: float
+    llc_ways: int
+    utilization_source: str
+
+
+class PriceProfileIn(Strict):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    currency: str = Field(default="USD", min_length=3, max_length=3)
+    vcpu_hour: float = Field(ge=0, le=1e6)
+    dram_gib_hour: float = Field(ge=0, le=1e6)
+    slow_gib_hour: float = Field(ge=0, le=1e6)
+    llc_way_hour: float = Field(ge=0, le=1e6)
+    provenance: str = Field(min_length=1, max_length=4000)
+    parameters: dict[str, float] = Field(default_factory=dict)
+
+
+class PriceProfileOut(BaseModel):
+    key: str
+    is_default: bool
+    used: bool
+    created_at: datetime
+    profile: dict[str, Any]
+
+
+class HostKindIn(Strict):
+    name: str = Field(min_length=1, max_length=128)
+    machine: MachineShape
+
+
+class NodeIn(Strict):
+    name: str = Field(min_length=1, max_length=253)
+    host_kind: str = Field(min_length=1, max_length=128)
+    cpus: int = Field(ge=1, le=100_000)
+    dram_bytes: int = Field(ge=0, le=2**50)
+    slow_bytes: int = Field(ge=0, le=2**50, description="node-local slow memory")
+    llc_ways: int = Field(ge=1, le=64)
+    pool: str | None = Field(default=None, max_length=128)
+
+
+class NodeOut(BaseModel):
+    name: str
+    host_kind: str
+    cpus: int
+    dram_bytes: int
+    slow_bytes: int
+    llc_ways: int
+    pool: str | None
+    ready: bool
+    reserved_cpus: int
+    reserved_dram_bytes: int
+    reserved_slow_bytes: int
+    llc_mask: int = Field(description="union of the CAT masks reserved on this node")
+
+
+class PoolIn(Strict):
+    name: str = Field(min_length=1, max_length=128)
+    slow_bytes: int = Field(ge=0, le=2**55)
+
+
+class PoolOut(BaseModel):
+    name: str
+    slow_bytes: int
+    reserved_slow_bytes: int
+    nodes: list[str]
+
+
+class CapacityOut(BaseModel):
+    nodes: int
+    cpus: int
+    dram_bytes: int
+    slow_bytes: int
+    llc_ways: int
+    reserved_cpus: int
+    reserved_dram_bytes: int
+    reserved_slow_bytes: int
+    reserved_llc_ways: int
+    utilization: Utilization
+
+
+class ReservationOut(BaseModel):
+    id: str
+    pod_uid: str
+    namespace: str
+    pod_name: str
+    node_name: str
+    vcpus: int
+    dram_bytes: int
+    slow_bytes: int
+    slow_from_pool: bool
+    llc_mask: int
+    recommendation_id: str | None
+    created_at: datetime
+
+
+class UtilizationOut(BaseModel):
+    utilization: Utilization
+    source: Literal["redis", "database"]

@@ -1,0 +1,375 @@
+"""The service's use cases: upload, fit, recommend, price profiles, cluster state.
+
+Each function takes an open session (one transaction per request or task); SQL stays in
+repositories, the TMC math in model/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy.orm import Session
+
+from api import repositories as repo
+from api.db import after_commit
+from api.errors import ApiError, Conflict, NotFound
+from api.orm import (
+    FittedModelRow,
+    HostKind,
+    Node,
+    PriceProfileRow,
+    Profile,
+    RackPool,
+    RecommendationRow,
+)
+from api.utilization import UtilizationReader, utilization_from_totals
+from model import (
+    DEFAULT_PRICE_PROFILE,
+    FittedModel,
+    Grid,
+    MachineShape,
+    Objective,
+    Predictor,
+    PriceProfile,
+    ProfileBundle,
+    Recommendation,
+    TmcError,
+    Utilization,
+    fit,
+    host_grid,
+    machine_of_host,
+    paper_grid,
+    parse_bundle,
+    recommend,
+)
+
+GridName = Literal["paper", "host"]
+
+
+# -- profiles ---------------------------------------------------------------------------------
+
+
+def content_hash(bundle: ProfileBundle) -> str:
+    """Hash of the bundle's canonical JSON: the same measurements always hash alike, however the
+    agent spaced or ordered its keys."""
+    canonical = json.dumps(bundle.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Upload:
+    profile: Profile
+    workload_name: str
+    created: bool
+
+
+def upload_profile(
+    session: Session, body: bytes | dict[str, Any], enqueue_fit: Callable[[str], None]
+) -> Upload:
+    bundle = parse_bundle(body)
+    digest = content_hash(bundle)
+    workload = repo.get_or_create_workload(session, bundle.workload.name)
+    known = repo.get_host_kind(session, bundle.host.host_kind) is not None
+    profile, created = repo.insert_profile(
+        session,
+        Profile(
+            workload_id=workload.id,
+            content_hash=digest,
+            input_label=bundle.workload.input_label,
+            version=bundle.workload.version,
+            host_kind=bundle.host.host_kind,
+            host_kind_known=known,
+            bundle=bundle.model_dump(mode="json"),
+            status="pending",
+        ),
+    )
+    if created:
+        profile_id = profile.id
+        after_commit(session, lambda: enqueue_fit(profile_id))
+    return Upload(profile=profile, workload_name=workload.name, created=created)
+
+
+def fit_profile(session: Session, profile_id: str) -> FittedModelRow | None:
+    """Fit a stored profile once. Idempotent: a second call (a retried or redelivered task, or a
+    recommendation that got there first) returns the existing fit. None if the fit failed."""
+    existing = repo.fitted_for_profile(session, profile_id)
+    if existing is not None:
+        return existing
+    profile = repo.get_profile(session, profile_id)
+    if profile is None:
+        raise NotFound("profile", profile_id)
+    if profile.status == "failed":
+        return None
+    try:
+        fitted = fit(ProfileBundle.model_validate(profile.bundle))
+    except (TmcError, ValueError) as exc:
+        repo.set_profile_status(session, profile_id, "failed", str(exc))
+        return None
+    row, _ = repo.insert_fitted(
+        session,
+        FittedModelRow(
+            profile_id=profile_id,
+            model_version=fitted.model_version,
+            fit_path=fitted.diagnostics.path,
+            flags=[f.code for f in fitted.diagnostics.flags],
+            model=fitted.model_dump(mode="json"),
+        ),
+    )
+    repo.set_profile_status(session, profile_id, "fitted", None)
+    return row
+
+
+class PredictorCache:
+    """Fitted models are immutable rows, so their prepared predictors can be kept in memory."""
+
+    def __init__(self, size: int = 512) -> None:
+        self._size = size
+        self._items: OrderedDict[str, Predictor] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, row: FittedModelRow) -> Predictor:
+        with self._lock:
+            found = self._items.get(row.id)
+            if found is not None:
+                self._items.move_to_end(row.id)
+                return found
+        predictor = Predictor(FittedModel.model_validate(row.model))
+        with self._lock:
+            self._items[row.id] = predictor
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return predictor
+
+
+# -- recommendations --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecommendInput:
+    workload: str | None
+    bundle: dict[str, Any] | None
+    objective: Objective
+    threshold: float
+    utilization: Utilization | None
+    grid: GridName
+    price_profile: str | None  # "name@version"; None: the default
+
+
+@dataclass(frozen=True)
+class Recommended:
+    row: RecommendationRow
+    recommendation: Recommendation
+    utilization_source: str
+    host_kind_known: bool
+
+
+def recommend_for(
+    session: Session,
+    req: RecommendInput,
+    cache: PredictorCache,
+    utilization: UtilizationReader,
+    enqueue_fit: Callable[[str], None],
+) -> Recommended:
+    if req.bundle is not None:
+        upload = upload_profile(session, req.bundle, enqueue_fit)
+        profile = upload.profile
+    elif req.workload is not None:
+        workload = repo.find_workload(session, req.workload)
+        if workload is None:
+            raise NotFound("workload", req.workload)
+        found = repo.latest_profile(session, workload.id)
+        if found is None:
+            raise ApiError(409, "Not fitted", f"workload {req.workload!r} has no usable profile")
+        profile = found
+    else:
+        raise ApiError(422, "Invalid request", "give a workload (name or id) or an inline bundle")
+
+    # Fitting takes milliseconds: rather than make the caller wait for the task, fit now; the
+    # task will find the fit done.
+    fitted_row = fit_profile(session, profile.id)
+    if fitted_row is None:
+        raise ApiError(
+            422, "Invalid profile bundle", f"the profile cannot be fitted: {profile.error}"
+        )
+    predictor = cache.get(fitted_row)
+
+    host_kind = repo.get_host_kind(session, profile.host_kind)
+    bundle_host = ProfileBundle.model_validate(profile.bundle).host
+    machine = machine_of_kind(host_kind) if host_kind else machine_of_host(bundle_host)
+    grid: Grid = (
+        host_grid(bundle_host.llc_ways, bundle_host.min_llc_ways)
+        if req.grid == "host"
+        else paper_grid()
+    )
+    price_row, prices = resolve_price_profile(session, req.price_profile)
+    if req.utilization is not None:
+        util, source = req.utilization, "request"
+    else:
+        util, source = utilization.current(session)
+
+    rec = recommend(
+        predictor,
+        machine=machine,
+        prices=prices,
+        utilization=util,
+        objective=req.objective,
+        threshold=req.threshold,
+        grid=grid,
+    )
+    repo.mark_price_profile_used(session, price_row.id)
+    chosen = rec.chosen.configuration
+    row = RecommendationRow(
+        workload_id=profile.workload_id,
+        profile_id=profile.id,
+        fitted_model_id=fitted_row.id,
+        bundle_hash=profile.content_hash,
+        model_version=fitted_row.model_version,
+        price_profile_id=price_row.id,
+        objective=rec.objective,
+        threshold=rec.threshold,
+        grid=rec.grid,
+        machine=machine.model_dump(mode="json"),
+        utilization=util.model_dump(mode="json"),
+        utilization_source=source,
+        slow_ratio=chosen.slow_ratio,
+        llc_ways=chosen.llc_ways,
+        result=rec.model_dump(mode="json"),
+    )
+    session.add(row)
+    session.flush()
+    return Recommended(row, rec, source, host_kind is not None)
+
+
+def machine_of_kind(kind: HostKind) -> MachineShape:
+    return MachineShape(
+        cpus=kind.cpus,
+        dram_bytes=kind.dram_bytes,
+        slow_bytes=kind.slow_bytes,
+        llc_ways=kind.llc_ways,
+        slow_pooled=kind.slow_pooled,
+    )
+
+
+# -- price profiles ---------------------------------------------------------------------------
+
+
+def parse_price_key(key: str) -> tuple[str, int]:
+    name, sep, version = key.partition("@")
+    if not sep or not version.isdigit():
+        raise ApiError(422, "Invalid request", f"price profile {key!r} is not name@version")
+    return name, int(version)
+
+
+def resolve_price_profile(
+    session: Session, key: str | None
+) -> tuple[PriceProfileRow, PriceProfile]:
+    if key is None:
+        row = repo.default_price_profile(session) or ensure_default_price_profile(session)
+    else:
+        name, version = parse_price_key(key)
+        found = repo.get_price_profile(session, name, version)
+        if found is None:
+            raise NotFound("price profile", key)
+        row = found
+    return row, PriceProfile.model_validate(row.body)
+
+
+def ensure_default_price_profile(session: Session) -> PriceProfileRow:
+    """The paper's method as the built-in default, created once."""
+    builtin = DEFAULT_PRICE_PROFILE
+    row, _ = repo.insert_price_profile(
+        session,
+        PriceProfileRow(
+            name=builtin.name,
+            version=builtin.version,
+            body=builtin.model_dump(mode="json"),
+            is_default=repo.default_price_profile(session) is None,
+        ),
+    )
+    return row
+
+
+def create_price_profile(session: Session, body: dict[str, Any]) -> PriceProfileRow:
+    """A new version of a named profile; the version number is assigned here."""
+    name = str(body.get("name", ""))
+    version = repo.latest_price_profile_version(session, name) + 1
+    profile = PriceProfile.model_validate({**body, "version": version})
+    row, created = repo.insert_price_profile(
+        session,
+        PriceProfileRow(name=profile.name, version=version, body=profile.model_dump(mode="json")),
+    )
+    if not created:
+        raise Conflict(f"price profile {profile.key} was created concurrently; retry")
+    return row
+
+
+def make_default(session: Session, key: str) -> PriceProfileRow:
+    name, version = parse_price_key(key)
+    row = repo.get_price_profile(session, name, version)
+    if row is None:
+        raise NotFound("price profile", key)
+    repo.make_default_price_profile(session, row)
+    return row
+
+
+# -- cluster ----------------------------------------------------------------------------------
+
+
+def cluster_utilization(session: Session) -> Utilization:
+    return utilization_from_totals(repo.cluster_totals(session))
+
+
+def register_host_kind(session: Session, name: str, machine: MachineShape) -> HostKind:
+    row = repo.get_host_kind(session, name)
+    if row is None:
+        row = HostKind(name=name)
+        session.add(row)
+    row.cpus = machine.cpus
+    row.dram_bytes = machine.dram_bytes
+    row.slow_bytes = machine.slow_bytes
+    row.llc_ways = machine.llc_ways
+    row.slow_pooled = machine.slow_pooled
+    session.flush()
+    return row
+
+
+def register_pool(session: Session, name: str, slow_bytes: int) -> RackPool:
+    row = repo.get_pool(session, name)
+    if row is None:
+        row = RackPool(name=name, slow_bytes=slow_bytes)
+        session.add(row)
+    row.slow_bytes = slow_bytes
+    session.flush()
+    return row
+
+
+def register_node(
+    session: Session,
+    name: str,
+    host_kind: str,
+    *,
+    cpus: int,
+    dram_bytes: int,
+    slow_bytes: int,
+    llc_ways: int,
+    pool_name: str | None,
+) -> Node:
+    if repo.get_host_kind(session, host_kind) is None:
+        raise NotFound("host kind", host_kind)
+    if pool_name is not None and repo.get_pool(session, pool_name) is None:
+        raise NotFound("rack pool", pool_name)
+    row = repo.get_node(session, name)
+    if row is None:
+        row = Node(name=name)
+        session.add(row)
+    row.host_kind = host_kind
+    row.cpus, row.dram_bytes, row.slow_bytes, row.llc_ways = cpus, dram_bytes, slow_bytes, llc_ways
+    row.pool_name = pool_name
+    session.flush()
+    return row

@@ -1,0 +1,56 @@
+"""One Settings object, read from TMC_* environment variables.
+
+Defaults are the embedded mode a newcomer gets from `./dev start`: SQLite, tasks run in-process,
+no Redis. Production sets TMC_DATABASE_URL (PostgreSQL) and TMC_REDIS_URL.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TMC_", extra="ignore")
+
+    environment: Literal["dev", "test", "production"] = "dev"
+    database_url: str = "sqlite:///./tmc-dev.db"
+    redis_url: str | None = None
+    # Celery: with no broker the tasks run in the request's process, after commit.
+    broker_url: str | None = Field(default=None, description="defaults to redis_url")
+    task_visibility_timeout_seconds: int = Field(default=3600, ge=1)
+    utilization_snapshot_seconds: float = Field(default=5.0, gt=0)
+    utilization_max_age_seconds: float = Field(default=60.0, gt=0)
+    max_bundle_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # Fault injection for tests only: a fit task sleeps this long before it writes.
+    fit_task_delay_seconds: float = Field(default=0.0, ge=0)
+    default_threshold: float = Field(default=0.025, ge=0, le=1)
+    bootstrap_operator_token: str | None = Field(
+        default=None, description="dev only: a token created at start-up with the operator role"
+    )
+    demo: bool = False
+
+    @property
+    def effective_broker_url(self) -> str | None:
+        return self.broker_url or self.redis_url
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @model_validator(mode="after")
+    def _no_dev_secrets_in_production(self) -> Settings:
+        if self.environment == "production":
+            if self.bootstrap_operator_token:
+                raise ValueError("TMC_BOOTSTRAP_OPERATOR_TOKEN is for dev only")
+            if self.is_sqlite:
+                raise ValueError("production needs PostgreSQL (TMC_DATABASE_URL)")
+        return self
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,97 @@
+"""Celery tasks. They take ids, are idempotent, acknowledge late and retry with backoff.
+
+Without a broker (the embedded default) they run eagerly, in-process, right after the commit that
+enqueued them.
+
+    celery -A api.tasks worker     # the worker
+    celery -A api.tasks beat       # the periodic utilization snapshot
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from functools import lru_cache
+
+from celery import Celery
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from api import repositories as repo
+from api import services
+from api.db import make_engine, make_session_factory, unit_of_work
+from api.settings import get_settings
+from api.utilization import connect_redis, utilization_from_totals, write_snapshot
+
+log = logging.getLogger("tmc.tasks")
+
+
+def make_celery() -> Celery:
+    settings = get_settings()
+    broker = settings.effective_broker_url
+    app = Celery("tmc", broker=broker or "memory://", backend=None)
+    app.conf.update(
+        task_always_eager=broker is None,
+        task_eager_propagates=True,
+        task_acks_late=True,
+        # A worker killed mid-task must not lose it: the message goes back to the queue.
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": settings.task_visibility_timeout_seconds},
+        beat_schedule={
+            "snapshot-utilization": {
+                "task": "tmc.snapshot_utilization",
+                "schedule": settings.utilization_snapshot_seconds,
+            }
+        },
+    )
+    return app
+
+
+celery_app = make_celery()
+
+
+@lru_cache
+def session_factory() -> sessionmaker[Session]:
+    return make_session_factory(make_engine(get_settings()))
+
+
+@celery_app.task(
+    name="tmc.fit_profile",
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    retry_backoff_max=60,
+    max_retries=8,
+)
+def fit_profile(profile_id: str) -> str:
+    delay = get_settings().fit_task_delay_seconds
+    if delay:
+        time.sleep(delay)
+    with unit_of_work(session_factory()) as session:
+        row = services.fit_profile(session, profile_id)
+    return "fitted" if row is not None else "failed"
+
+
+@celery_app.task(
+    name="tmc.snapshot_utilization",
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=3,
+)
+def snapshot_utilization() -> dict[str, float]:
+    settings = get_settings()
+    with unit_of_work(session_factory()) as session:
+        util = utilization_from_totals(repo.cluster_totals(session))
+    if settings.redis_url:
+        write_snapshot(
+            connect_redis(settings.redis_url),
+            util,
+            ttl_seconds=settings.utilization_max_age_seconds,
+        )
+    return util.model_dump()
+
+
+def enqueue_fit(profile_id: str) -> None:
+    fit_profile.delay(profile_id)

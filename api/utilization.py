@@ -1,0 +1,77 @@
+"""Live cluster utilization for the /recommend hot path.
+
+A periodic task snapshots it into Redis; requests read the snapshot and fall back to computing it
+from PostgreSQL when Redis is down or the snapshot is stale. A failed Redis call opens a short
+circuit so that a dead Redis costs one timeout, not one per request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+import redis
+from sqlalchemy.orm import Session
+
+from api import repositories as repo
+from model import Utilization
+
+log = logging.getLogger("tmc.utilization")
+SNAPSHOT_KEY = "tmc:utilization:v1"
+CIRCUIT_OPEN_SECONDS = 5.0
+
+
+def _share(used: int, capacity: int) -> float:
+    return min(1.0, used / capacity) if capacity > 0 else 0.0
+
+
+def utilization_from_totals(t: repo.ClusterTotals) -> Utilization:
+    return Utilization(
+        cpu=_share(t.reserved_cpus, t.cpus),
+        dram=_share(t.reserved_dram_bytes, t.dram_bytes),
+        slow=_share(t.reserved_slow_bytes, t.slow_bytes),
+        llc=_share(t.reserved_llc_ways, t.llc_ways),
+    )
+
+
+def connect_redis(url: str) -> redis.Redis:
+    # Short timeouts: the hot path would rather fall back to the database than wait.
+    return redis.Redis.from_url(url, socket_timeout=0.05, socket_connect_timeout=0.05)
+
+
+def write_snapshot(client: redis.Redis, util: Utilization, ttl_seconds: float) -> None:
+    payload = json.dumps({"at": time.time(), "utilization": util.model_dump()})
+    client.set(SNAPSHOT_KEY, payload, px=int(ttl_seconds * 1000))
+
+
+class UtilizationReader:
+    def __init__(self, client: redis.Redis | None, max_age_seconds: float) -> None:
+        self._client = client
+        self._max_age = max_age_seconds
+        self._open_until = 0.0
+        self._lock = threading.Lock()
+
+    def from_redis(self) -> Utilization | None:
+        if self._client is None or time.monotonic() < self._open_until:
+            return None
+        try:
+            raw = self._client.get(SNAPSHOT_KEY)
+        except redis.RedisError as exc:
+            with self._lock:
+                self._open_until = time.monotonic() + CIRCUIT_OPEN_SECONDS
+            log.warning("redis unavailable, using the database for utilization: %s", exc)
+            return None
+        if raw is None:
+            return None
+        snapshot = json.loads(raw)
+        if time.time() - float(snapshot["at"]) > self._max_age:
+            return None
+        return Utilization.model_validate(snapshot["utilization"])
+
+    def current(self, session: Session) -> tuple[Utilization, str]:
+        cached = self.from_redis()
+        if cached is not None:
+            return cached, "redis"
+        return utilization_from_totals(repo.cluster_totals(session)), "database"
