@@ -118,6 +118,10 @@ def parse_bundle(data: str | bytes | dict[str, Any]) -> ProfileBundle:
             raise InvalidBundle(
                 [Problem("(body)", f"not JSON: {exc.msg} at line {exc.lineno}")]
             ) from exc
+        except UnicodeDecodeError as exc:
+            raise InvalidBundle([Problem("(body)", "not UTF-8 text")]) from exc
+        except RecursionError as exc:  # hostile nesting must be a 422, not a crash
+            raise InvalidBundle([Problem("(body)", "JSON nested too deeply")]) from exc
     try:
         bundle = ProfileBundle.model_validate(data)
     except ValidationError as exc:

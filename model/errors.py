@@ -23,7 +23,7 @@ class TmcError(Exception):
     title = "Bad request"
 
 
-class InvalidBundle(TmcError):  # noqa: N818 - the domain name reads better than InvalidBundleError
+class InvalidBundle(TmcError):
     """A profile bundle that is malformed or physically impossible."""
 
     status = 422
@@ -34,7 +34,7 @@ class InvalidBundle(TmcError):  # noqa: N818 - the domain name reads better than
         super().__init__("; ".join(str(p) for p in problems))
 
 
-class InvalidRequest(TmcError):  # noqa: N818
+class InvalidRequest(TmcError):
     """A recommendation request the model cannot answer (bad objective, bad utilization...)."""
 
     status = 422
@@ -45,7 +45,7 @@ class InvalidRequest(TmcError):  # noqa: N818
         super().__init__(f"{field}: {message}")
 
 
-class NoFeasibleConfiguration(TmcError):  # noqa: N818
+class NoFeasibleConfiguration(TmcError):
     """No configuration of the grid fits the machine shape (or the objective's constraints)."""
 
     status = 409

@@ -45,7 +45,9 @@ def anchor_curve(
 
     The curve supplies the shape, the reference runs the level: an affine map sends the curve's
     value at w_min to fastmin's miss rate and at w_max to fastmax's. Returns the anchored curve and
-    whether it was flat (no usable shape: then it is only scaled to fastmax).
+    whether it is flat. When the counters say the two way counts miss alike, MAR is held at
+    fastmax's level whatever the curve says (the counters measured the runs themselves); when only
+    the curve is flat, MAR moves linearly between the two counters.
     """
     smooth = np.asarray(nonincreasing_fit(curve_mpi))
     w = np.asarray(ways, dtype=np.float64)
@@ -53,15 +55,14 @@ def anchor_curve(
     c_max = float(np.interp(w_max, w, smooth))
     curve_drop = c_min - c_max
     anchor_drop = mar_at_min - mar_at_max
-    scale_ref = max(c_min, 1e-12)
-    anchor_ref = max(mar_at_min, 1e-12)
-    flat = curve_drop / scale_ref < FLAT_CURVE_DROP or anchor_drop / anchor_ref < FLAT_CURVE_DROP
-    if flat:
-        factor = mar_at_max / c_max if c_max > 0 else 0.0
-        anchored = smooth * factor if c_max > 0 else np.full_like(smooth, mar_at_max)
-    else:
-        anchored = mar_at_max + (smooth - c_max) * (anchor_drop / curve_drop)
-    return [max(0.0, float(v)) for v in anchored], flat
+    if anchor_drop / max(mar_at_min, 1e-12) < FLAT_CURVE_DROP:
+        return [max(0.0, mar_at_max)] * len(smooth), True
+    if curve_drop / max(c_min, 1e-12) < FLAT_CURVE_DROP:
+        position = np.clip((w - w_min) / (w_max - w_min), 0.0, 1.0)
+        anchored = mar_at_min - anchor_drop * position
+        return [max(0.0, float(v)) for v in anchored], True
+    anchored = mar_at_max + (smooth - c_max) * (anchor_drop / curve_drop)
+    return [max(0.0, float(v)) for v in anchored], False
 
 
 def interpolate(ways_query: FloatArray, ways: FloatArray, values: FloatArray) -> FloatArray:

@@ -80,20 +80,29 @@ class Predictor:
         return interpolate(ways, self._curve_w, self._curve_mar)
 
     def curve_position(self, ways: FloatArray) -> FloatArray:
-        """h(w): 1 at fastmin's ways, 0 at fastmax's (and beyond), following the miss curve."""
+        """h(w): 1 at fastmin's ways, 0 at fastmax's, following the miss curve (beyond the two,
+        as far as the curve was measured)."""
         drop = self._mar_min - self._mar_max
         w_min, w_max = self.model.ways_min, self.model.ways_max
         if drop <= 1e-12 * max(self._mar_min, 1e-12):
             # No shape to follow: move between the two tables linearly in ways.
-            h = (w_max - ways) / (w_max - w_min)
-        else:
-            h = (self.mar(ways) - self._mar_max) / drop
-        return np.clip(h, 0.0, 1.0)
+            flat: FloatArray = np.clip((w_max - ways) / (w_max - w_min), 0.0, 1.0)
+            return flat
+        h: FloatArray = (self.mar(ways) - self._mar_max) / drop
+        return h
+
+    def rates_at_position(self, h: float, mar: float) -> FloatArray:
+        """Per-structure rates at curve position h; they always add up to MAR(w)."""
+        rates: FloatArray = self._a_max + (self._a_min - self._a_max) * h
+        if (rates < 0).any():  # past the measured end points a falling rate may cross zero
+            rates = np.maximum(rates, 0.0)
+            total = rates.sum()
+            rates = rates * (mar / total) if total > 0 else rates
+        return rates
 
     def access_rates(self, ways: float) -> FloatArray:
-        h = float(self.curve_position(np.asarray([ways], dtype=np.float64))[0])
-        rates: FloatArray = self._a_max + (self._a_min - self._a_max) * h
-        return rates
+        w = np.asarray([ways], dtype=np.float64)
+        return self.rates_at_position(float(self.curve_position(w)[0]), float(self.mar(w)[0]))
 
     def _coldest_first(self, rates: FloatArray) -> IntArray:
         # Accesses per byte, coldest first; equal hotness keeps the bundle's order (deterministic).
@@ -125,7 +134,7 @@ class Predictor:
         h = self.curve_position(ways_f)
         mar_slow = np.empty((len(ratios), len(ways)), dtype=np.float64)
         for j, hj in enumerate(h):
-            rates = self._a_max + (self._a_min - self._a_max) * hj
+            rates = self.rates_at_position(float(hj), float(mar[j]))
             share = self.slow_bytes_per_structure(rates, slow) / self._sizes_f[None, :]
             mar_slow[:, j] = share @ rates
         cpi = m.cpi_cache + mar[None, :] * m.p_dram + mar_slow * m.p_slow

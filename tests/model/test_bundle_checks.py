@@ -117,24 +117,12 @@ def test_json_that_is_not_an_object_is_rejected_as_the_body(text: str) -> None:
     assert rejected_fields(text) == ["(body)"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnicodeDecodeError,
-    reason="model/bundle.py parse_bundle catches only json.JSONDecodeError; json.loads raises "
-    "UnicodeDecodeError for bytes that are not UTF-8, which escapes as a non-TmcError",
-)
 def test_bytes_that_are_not_utf8_are_rejected_as_the_body() -> None:
     # The CLI hands parse_bundle a file's raw bytes; a binary or Latin-1 file must be a clean 422.
     body = json.dumps(make_bundle()).encode().replace(b'"synthetic"', b'"synth\xe9tic"')
     assert rejected_fields(body) == ["(body)"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="model/bundle.py parse_bundle lets json.loads' RecursionError escape for deeply "
-    "nested text instead of reporting an InvalidBundle",
-)
 def test_deeply_nested_json_is_rejected_as_the_body() -> None:
     # An uploaded body is untrusted: pathological nesting must be a 422, not a 500.
     assert rejected_fields("[" * 100_000) == ["(body)"]

@@ -106,13 +106,6 @@ def test_mar_is_anchored_to_the_reference_counters(distort: Any) -> None:
     assert max(abs(r) for r in model.diagnostics.cpi_residuals.values()) < 1e-9
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="model/misscurve.py anchor_curve (lines 58-61): when fastmin and fastmax miss alike "
-    "but the swept curve slopes, the curve is only scaled to fastmax, so MAR(ways_min) keeps the "
-    "curve's slope and contradicts fastmin's own counter (here 0.02 vs 0.007, residual ~90%)",
-)
 def test_mar_is_anchored_to_flat_counters_even_when_the_curve_slopes() -> None:
     # The counters say ways do not matter; the curve, swept separately, says they do. The
     # affine map to the two anchors is well defined here (the curve drops), and it yields the

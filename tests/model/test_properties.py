@@ -75,14 +75,6 @@ def test_more_ways_never_raise_mar_nor_mar_slow(shape: Shape) -> None:
     assert (p.mar_slow <= p.mar[None, :] * (1.0 + 1e-9) + TINY).all()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="model/predict.py:79-91: outside fastmin..fastmax ways, mar() follows the miss curve "
-    "while curve_position() clips h to [0, 1], holding the per-structure rates (and so MAR_slow) "
-    "at the end tables; with the curve measured beyond the references, MAR_slow(1.0, w) != MAR(w) "
-    "and beyond fastmax MAR_slow exceeds MAR (0.007 slow vs 0.0068 total accesses at 40 ways)",
-)
 def test_all_slow_means_every_access_is_slow_outside_the_profiled_range() -> None:
     # fastmin at 2 ways, fastmax at 28; the swept curve also covers 1 and 40 ways, as a CAT sweep
     # on a 48-way host naturally does. The paper grid asks for 1 way; host grids for 40.
