@@ -45,6 +45,8 @@ def build_state(settings: Settings) -> AppState:
     sessions = make_session_factory(engine)
     client = connect_redis(settings.redis_url) if settings.redis_url else None
     use_celery = settings.effective_broker_url is not None
+    if use_celery:
+        tasks.configure(tasks.celery_app, settings)
     return AppState(
         settings=settings,
         engine=engine,

@@ -17,20 +17,19 @@ from celery import Celery
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from api import repositories as repo
 from api import services
 from api.db import make_engine, make_session_factory, unit_of_work
-from api.settings import get_settings
-from api.utilization import connect_redis, utilization_from_totals, write_snapshot
+from api.settings import Settings, get_settings
+from api.utilization import connect_redis, take_snapshot
 
 log = logging.getLogger("tmc.tasks")
 
 
-def make_celery() -> Celery:
-    settings = get_settings()
+def configure(app: Celery, settings: Settings) -> None:
+    """Point Celery at the settings' broker; without one, tasks run eagerly in-process."""
     broker = settings.effective_broker_url
-    app = Celery("tmc", broker=broker or "memory://", backend=None)
     app.conf.update(
+        broker_url=broker or "memory://",
         task_always_eager=broker is None,
         task_eager_propagates=True,
         task_acks_late=True,
@@ -39,7 +38,16 @@ def make_celery() -> Celery:
         worker_prefetch_multiplier=1,
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": settings.task_visibility_timeout_seconds},
+        broker_connection_timeout=2,
+        broker_transport_options={
+            "visibility_timeout": settings.task_visibility_timeout_seconds,
+            # Sweep for messages a dead worker left unacknowledged at least as often as they
+            # become visible again (kombu's default sweeps only every ~100 s).
+            "unacked_restore_interval": max(
+                1, min(10, settings.task_visibility_timeout_seconds // 2)
+            ),
+            "unacked_restore_throttle": 1,
+        },
         beat_schedule={
             "snapshot-utilization": {
                 "task": "tmc.snapshot_utilization",
@@ -47,10 +55,10 @@ def make_celery() -> Celery:
             }
         },
     )
-    return app
 
 
-celery_app = make_celery()
+celery_app = Celery("tmc")
+configure(celery_app, get_settings())
 
 
 @lru_cache
@@ -82,16 +90,10 @@ def fit_profile(profile_id: str) -> str:
 )
 def snapshot_utilization() -> dict[str, float]:
     settings = get_settings()
+    if not settings.redis_url:
+        return {}
     with unit_of_work(session_factory()) as session:
-        util = utilization_from_totals(repo.cluster_totals(session))
-    if settings.redis_url:
-        write_snapshot(
-            connect_redis(settings.redis_url),
-            util,
-            ttl_seconds=settings.utilization_max_age_seconds,
+        util = take_snapshot(
+            session, connect_redis(settings.redis_url), settings.utilization_max_age_seconds
         )
     return util.model_dump()
-
-
-def enqueue_fit(profile_id: str) -> None:
-    fit_profile.delay(profile_id)

@@ -46,6 +46,13 @@ def write_snapshot(client: redis.Redis, util: Utilization, ttl_seconds: float) -
     client.set(SNAPSHOT_KEY, payload, px=int(ttl_seconds * 1000))
 
 
+def take_snapshot(session: Session, client: redis.Redis, ttl_seconds: float) -> Utilization:
+    """The periodic task's body: compute from the ledger, publish for the hot path."""
+    util = utilization_from_totals(repo.cluster_totals(session))
+    write_snapshot(client, util, ttl_seconds)
+    return util
+
+
 class UtilizationReader:
     def __init__(self, client: redis.Redis | None, max_age_seconds: float) -> None:
         self._client = client

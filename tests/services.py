@@ -1,0 +1,193 @@
+"""Private PostgreSQL, Redis and Celery worker processes for the integration tests.
+
+The tests start their own servers on free ports instead of using the machine's: they must be free
+to stop and restart them (fault tests) without disturbing anything else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+import redis
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_until(check: object, timeout: float, what: str) -> None:
+    assert callable(check)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"{what} not ready after {timeout} s")
+
+
+class PostgresServer:
+    """A throwaway cluster: initdb in a temporary folder, trust auth, fsync off."""
+
+    def __init__(self) -> None:
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
+        if not bins:
+            raise RuntimeError("PostgreSQL is not installed (./dev test installs it)")
+        self.bin = Path(bins[-1])
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="tmc-pg-"))
+        self.data = self.dir / "data"
+        self._as_root = os.geteuid() == 0
+        if self._as_root:  # PostgreSQL refuses to run as root
+            user = pwd.getpwnam("postgres")
+            os.chown(self.dir, user.pw_uid, user.pw_gid)
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+        self.start()
+        with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
+            conn.execute("CREATE DATABASE tmc")
+
+    def _run(self, tool: str, *args: str) -> None:
+        cmd = [str(self.bin / tool), *args]
+        if self._as_root:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        subprocess.run(cmd, check=True, capture_output=True, cwd=self.dir)
+
+    def dsn(self, database: str = "tmc") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/tmc"
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.dir / "log"),
+            "-w",
+            "start",
+        )
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisServer:
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=self.port)
+        wait_until(client.ping, 10, "redis")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+            self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+
+
+class CeleryWorker:
+    """`celery -A api.tasks worker` as a real process, configured through TMC_* variables."""
+
+    def __init__(self, env: dict[str, str], name: str = "w1") -> None:
+        self.env = {**os.environ, **env}
+        self.name = name
+        self.log = Path(tempfile.mkstemp(prefix=f"tmc-celery-{name}-", suffix=".log")[1])
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "api.tasks",
+                "worker",
+                "--loglevel=INFO",
+                "--concurrency=1",
+                "--pool=prefork",
+                "-n",
+                f"{self.name}@%h",
+                "--without-heartbeat",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_until(lambda: "ready." in self.log.read_text(), 60, "celery worker")
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: a crash, not a shutdown."""
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc = None
