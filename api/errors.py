@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from model import TmcError
@@ -83,6 +83,16 @@ def install_handlers(app: FastAPI) -> None:
     async def _db_down(request: Request, exc: OperationalError) -> JSONResponse:
         log.warning("database unavailable: %s", exc.orig)
         return problem(503, "Service unavailable", "the database is unreachable; retry", request)
+
+    @app.exception_handler(DataError)
+    async def _unstorable(request: Request, exc: DataError) -> JSONResponse:
+        # Input the schema allows but the database cannot hold, e.g. text with NUL characters.
+        return problem(
+            422,
+            "Invalid request",
+            f"a value cannot be stored: {str(exc.orig).splitlines()[0]}",
+            request,
+        )
 
     @app.exception_handler(DBAPIError)
     async def _db_error(request: Request, exc: DBAPIError) -> JSONResponse:
