@@ -1,0 +1,155 @@
+"""Load on the production shape: several uvicorn workers on PostgreSQL and Redis, a Celery worker
+and beat snapshotting utilization, driven by `hey` (Debian's Go load generator).
+
+    python -m bench.service_load [--seconds 60] [--rate 200] [--workers 4]
+
+Prints, for POST /recommend at the given rate: p50, p99, requests served and errors; the same
+for GET /healthz as the framework's floor measured in the same run; and upload throughput for
+distinct profile bundles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from api.auth import Role, new_token, token_hash
+from api.db import make_engine, make_session_factory, unit_of_work
+from api.demo import load_demo
+from api.migrate import upgrade_to_head
+from api.orm import ApiToken
+from api.settings import Settings
+from tests.services import ROOT, CeleryWorker, PostgresServer, RedisServer, free_port, wait_until
+
+
+def hey(url: str, seconds: int, rate: int, token: str, body: Path | None) -> dict[str, str]:
+    concurrency = 10
+    cmd = ["hey", "-z", f"{seconds}s", "-c", str(concurrency), "-q", str(max(1, rate // concurrency))]
+    cmd += ["-H", f"Authorization: Bearer {token}"]
+    if body is not None:
+        cmd += ["-m", "POST", "-T", "application/json", "-D", str(body)]
+    out = subprocess.run([*cmd, url], capture_output=True, text=True, check=True).stdout
+    figures = {
+        "requests_per_second": re.search(r"Requests/sec:\s+([\d.]+)", out),
+        "p50_ms": re.search(r"50%+ in ([\d.]+) secs", out),
+        "p99_ms": re.search(r"99%+ in ([\d.]+) secs", out),
+    }
+    result = {k: (m.group(1) if m else "?") for k, m in figures.items()}
+    for key in ("p50_ms", "p99_ms"):
+        if result[key] != "?":
+            result[key] = f"{float(result[key]) * 1000:.1f}"
+    codes = dict(re.findall(r"\[(\d+)\]\s+(\d+) responses", out))
+    result["status_codes"] = json.dumps(codes)
+    errors = re.search(r"Error distribution:(.*)", out, re.S)
+    result["errors"] = errors.group(1).strip() if errors else "none"
+    return result
+
+
+def uploads_per_second(base: str, token: str, count: int) -> float:
+    template = json.loads((ROOT / "examples" / "graph500.json").read_text())
+    bodies = []
+    for i in range(count):  # distinct content: every upload is a real insert and a fit task
+        template["workload"]["version"] = f"load-{i}"
+        bodies.append(json.dumps(template))
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    with httpx.Client(timeout=30) as client:
+
+        def send(body: str) -> int:
+            return client.post(f"{base}/v1/profiles", content=body, headers=headers).status_code
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(8) as pool:
+            codes = list(pool.map(send, bodies))
+        elapsed = time.perf_counter() - start
+    bad = [c for c in codes if c != 201]
+    if bad:
+        print(f"upload errors: {len(bad)} (first: {bad[0]})")
+    return count / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=int, default=60)
+    parser.add_argument("--rate", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--uploads", type=int, default=500)
+    args = parser.parse_args()
+    if shutil.which("hey") is None:
+        sys.exit("hey is not installed (apt-get install hey; ./dev bench does it)")
+
+    postgres, redis_server = PostgresServer(), RedisServer()
+    procs: list[subprocess.Popen[bytes]] = []
+    worker: CeleryWorker | None = None
+    try:
+        upgrade_to_head(postgres.url)
+        settings = Settings(environment="test", database_url=postgres.url, redis_url=redis_server.url)
+        sessions = make_session_factory(make_engine(settings))
+        load_demo(sessions)
+        token = new_token()
+        with unit_of_work(sessions) as session:
+            session.add(ApiToken(name="bench", role=Role.operator, token_hash=token_hash(token)))
+        env = {
+            **os.environ,
+            "TMC_ENVIRONMENT": "test",
+            "TMC_DATABASE_URL": postgres.url,
+            "TMC_REDIS_URL": redis_server.url,
+            "TMC_UTILIZATION_SNAPSHOT_SECONDS": "2",
+        }
+        worker = CeleryWorker(env, name="bench")
+        worker.start()
+        beat_dir = tempfile.mkdtemp(prefix="tmc-beat-")
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "api.tasks", "beat", "--loglevel=WARNING",
+                 "-s", f"{beat_dir}/schedule"],
+                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+        )
+        port = free_port()
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory", "--port",
+                 str(port), "--workers", str(args.workers), "--log-level", "warning",
+                 "--no-access-log"],
+                cwd=ROOT, env=env,
+            )
+        )
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 60, "uvicorn")
+        body = Path(tempfile.mkstemp(suffix=".json")[1])
+        body.write_text(json.dumps({"workload": "graph500"}))
+        hey(f"{base}/recommend", 5, args.rate, token, body)  # warm every worker's caches
+        source = httpx.post(
+            f"{base}/recommend", json={"workload": "graph500"},
+            headers={"Authorization": f"Bearer {token}"},
+        ).json()["utilization_source"]
+        print(f"# service load: {args.workers} uvicorn workers, PostgreSQL, Redis, Celery worker and"
+              f" beat; hey at {args.rate} req/s for {args.seconds} s; utilization from {source}")
+        rec = hey(f"{base}/recommend", args.seconds, args.rate, token, body)
+        print(f"POST /recommend: {rec}")
+        floor = hey(f"{base}/healthz", min(args.seconds, 20), args.rate, token, None)
+        print(f"GET /healthz (floor, same run): {floor}")
+        print(f"profile uploads (distinct, 8 concurrent): {uploads_per_second(base, token, args.uploads):.0f}/s")
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(20)
+        if worker is not None:
+            worker.stop()
+        redis_server.close()
+        postgres.close()
+
+
+if __name__ == "__main__":
+    main()
