@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -53,7 +53,7 @@ def build_state(settings: Settings) -> AppState:
         sessions=sessions,
         redis=client,
         utilization=UtilizationReader(client, settings.utilization_max_age_seconds),
-        predictors=services.PredictorCache(),
+        models=services.ModelCache(),
         metrics=Metrics(),
         enqueue_fit=celery_fit if use_celery else in_process_fit(sessions),
     )
@@ -109,6 +109,35 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+class Observe:
+    """Request counts and latency by route template (pure ASGI: no per-request task overhead)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def record_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, record_status)
+        finally:
+            state: AppState | None = getattr(scope["app"].state, "tmc", None)
+            if state is not None:
+                route = getattr(scope.get("route"), "path", "unmatched")
+                state.metrics.requests.labels(scope["method"], route, status).inc()
+                state.metrics.latency.labels(route).observe(time.perf_counter() - start)
+
+
 class _TooLarge(Exception):
     pass
 
@@ -143,18 +172,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_handlers(app)
 
-    @app.middleware("http")
-    async def observe(request: Request, call_next: Callable[..., object]) -> object:
-        start = time.perf_counter()
-        response = await call_next(request)  # type: ignore[misc]
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        state: AppState | None = getattr(request.app.state, "tmc", None)
-        if state is not None:
-            state.metrics.requests.labels(request.method, path, response.status_code).inc()
-            state.metrics.latency.labels(path).observe(time.perf_counter() - start)
-        return response
-
+    app.add_middleware(Observe)
     app.add_middleware(BodyLimit, max_bytes=settings.max_bundle_bytes)
 
     for module in (ops, profiles, recommendations, cluster, prices):

@@ -60,7 +60,7 @@ class AppState:
     sessions: sessionmaker[Session]
     redis: redis.Redis | None
     utilization: UtilizationReader
-    predictors: services.PredictorCache
+    models: services.ModelCache
     metrics: Metrics
     enqueue_fit: Callable[[str], None]
     tokens: dict[str, tuple[Role | None, float]] = field(default_factory=dict)

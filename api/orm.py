@@ -66,7 +66,8 @@ class Profile(Timestamped, Base):
     version: Mapped[str] = mapped_column(String(128))
     host_kind: Mapped[str] = mapped_column(String(128))
     host_kind_known: Mapped[bool] = mapped_column(Boolean)
-    bundle: Mapped[dict[str, Any]]
+    # Deferred: the hot path never needs the measurements once the model is fitted.
+    bundle: Mapped[dict[str, Any]] = mapped_column(deferred=True)
     status: Mapped[str] = mapped_column(String(16), default="pending")  # pending|fitted|failed
     error: Mapped[str | None] = mapped_column(Text, default=None)
 

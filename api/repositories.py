@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import Select, func, select, update
+from sqlalchemy import Select, String, Table, bindparam, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -289,3 +289,83 @@ def find_token(session: Session, token_hash: str) -> ApiToken | None:
     return session.scalars(
         select(ApiToken).where(ApiToken.token_hash == token_hash, ApiToken.revoked_at.is_(None))
     ).one_or_none()
+
+
+# -- the /recommend hot path: one round trip to resolve everything ----------------------------
+
+
+@dataclass(frozen=True)
+class Resolved:
+    workload_id: str
+    profile_id: str
+    content_hash: str
+    profile_status: str
+    profile_error: str | None
+    fitted_id: str | None
+    model_version: str | None
+    kind: HostKind | None
+    default_price_id: str | None
+
+
+def resolve_for_recommendation(
+    session: Session, *, workload_key: str | None = None, profile_id: str | None = None
+) -> Resolved | None:
+    """Workload (by name or id) or profile -> its newest usable profile, that profile's fit, the
+    cluster's host kind for it, and the default price profile, in a single query."""
+    if profile_id is not None:
+        row = session.execute(_RESOLVE_PROFILE, {"profile_id": profile_id}).first()
+    else:
+        row = session.execute(_RESOLVE_WORKLOAD, {"key": workload_key}).first()
+    return None if row is None else Resolved(*row)
+
+
+def _resolve_statement(by_profile: bool) -> Select[Any]:
+    # Built once at import: composing a statement costs more CPU than running it.
+    default_price = (
+        select(PriceProfileRow.id).where(PriceProfileRow.is_default.is_(True)).scalar_subquery()
+    )
+    columns = (
+        Profile.workload_id,
+        Profile.id,
+        Profile.content_hash,
+        Profile.status,
+        Profile.error,
+        FittedModelRow.id,
+        FittedModelRow.model_version,
+        HostKind,
+        default_price,
+    )
+    if by_profile:
+        query = select(*columns).select_from(Profile).where(Profile.id == bindparam("profile_id"))
+    else:
+        newest = (
+            select(Profile.id)
+            .where(Profile.workload_id == Workload.id, Profile.status != "failed")
+            .order_by(Profile.created_at.desc(), Profile.id)
+            .limit(1)
+            .scalar_subquery()
+            .correlate(Workload)
+        )
+        key = bindparam("key", type_=String)
+        query = (
+            select(*columns)
+            .select_from(Workload)
+            .join(Profile, Profile.id == newest)
+            .where(or_(Workload.name == key, Workload.id == key))
+        )
+    return query.outerjoin(FittedModelRow, FittedModelRow.profile_id == Profile.id).outerjoin(
+        HostKind, HostKind.name == Profile.host_kind
+    )
+
+
+_RESOLVE_PROFILE = _resolve_statement(by_profile=True)
+_RESOLVE_WORKLOAD = _resolve_statement(by_profile=False)
+_INSERT_RECOMMENDATION = cast(Table, RecommendationRow.__table__).insert()
+
+
+def insert_recommendation(session: Session, values: dict[str, object]) -> None:
+    session.connection().execute(_INSERT_RECOMMENDATION, values)
+
+
+def get_price_profile_by_id(session: Session, price_id: str) -> PriceProfileRow | None:
+    return session.get(PriceProfileRow, price_id)

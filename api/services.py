@@ -26,7 +26,8 @@ from api.orm import (
     PriceProfileRow,
     Profile,
     RackPool,
-    RecommendationRow,
+    new_id,
+    utcnow,
 )
 from api.utilization import UtilizationReader, utilization_from_totals
 from model import (
@@ -38,7 +39,6 @@ from model import (
     Predictor,
     PriceProfile,
     ProfileBundle,
-    Recommendation,
     TmcError,
     Utilization,
     fit,
@@ -125,26 +125,57 @@ def fit_profile(session: Session, profile_id: str) -> FittedModelRow | None:
     return row
 
 
-class PredictorCache:
-    """Fitted models are immutable rows, so their prepared predictors can be kept in memory."""
+@dataclass(frozen=True)
+class Prepared:
+    """A fitted model ready for the hot path, with what it needs of its bundle's host."""
+
+    predictor: Predictor
+    bundle_machine: MachineShape
+    host_grid: Grid
+
+
+class ModelCache:
+    """Fitted models and price profile versions are immutable rows, so they are kept in memory,
+    prepared, after the first use."""
 
     def __init__(self, size: int = 512) -> None:
         self._size = size
-        self._items: OrderedDict[str, Predictor] = OrderedDict()
+        self._models: OrderedDict[str, Prepared] = OrderedDict()
+        self._prices: dict[str, PriceProfile] = {}
+        self.prices_known_used: set[str] = set()
         self._lock = threading.Lock()
 
-    def get(self, row: FittedModelRow) -> Predictor:
+    def model(self, session: Session, fitted_id: str) -> Prepared:
         with self._lock:
-            found = self._items.get(row.id)
+            found = self._models.get(fitted_id)
             if found is not None:
-                self._items.move_to_end(row.id)
+                self._models.move_to_end(fitted_id)
                 return found
-        predictor = Predictor(FittedModel.model_validate(row.model))
+        row = repo.get_fitted(session, fitted_id)
+        if row is None:
+            raise NotFound("fitted model", fitted_id)
+        profile = repo.get_profile(session, row.profile_id)
+        assert profile is not None  # a foreign key
+        host = ProfileBundle.model_validate(profile.bundle).host
+        prepared = Prepared(
+            predictor=Predictor(FittedModel.model_validate(row.model)),
+            bundle_machine=machine_of_host(host),
+            host_grid=host_grid(host.llc_ways, host.min_llc_ways),
+        )
         with self._lock:
-            self._items[row.id] = predictor
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-        return predictor
+            self._models[fitted_id] = prepared
+            while len(self._models) > self._size:
+                self._models.popitem(last=False)
+        return prepared
+
+    def price(self, session: Session, price_id: str) -> PriceProfile:
+        found = self._prices.get(price_id)
+        if found is None:
+            row = repo.get_price_profile_by_id(session, price_id)
+            if row is None:
+                raise NotFound("price profile", price_id)
+            found = self._prices[price_id] = PriceProfile.model_validate(row.body)
+        return found
 
 
 # -- recommendations --------------------------------------------------------------------------
@@ -163,58 +194,68 @@ class RecommendInput:
 
 @dataclass(frozen=True)
 class Recommended:
-    row: RecommendationRow
-    recommendation: Recommendation
+    """What the API returns: the decision's id and inputs, and the recommendation (as JSON)."""
+
+    body: dict[str, Any]
+    objective: str
     utilization_source: str
-    host_kind_known: bool
+
+
+PAPER_GRID = paper_grid()
 
 
 def recommend_for(
     session: Session,
     req: RecommendInput,
-    cache: PredictorCache,
+    cache: ModelCache,
     utilization: UtilizationReader,
     enqueue_fit: Callable[[str], None],
 ) -> Recommended:
     if req.bundle is not None:
         upload = upload_profile(session, req.bundle, enqueue_fit)
-        profile = upload.profile
+        resolved = repo.resolve_for_recommendation(session, profile_id=upload.profile.id)
     elif req.workload is not None:
-        workload = repo.find_workload(session, req.workload)
-        if workload is None:
-            raise NotFound("workload", req.workload)
-        found = repo.latest_profile(session, workload.id)
-        if found is None:
+        resolved = repo.resolve_for_recommendation(session, workload_key=req.workload)
+        if resolved is None:
+            if repo.find_workload(session, req.workload) is None:
+                raise NotFound("workload", req.workload)
             raise ApiError(409, "Not fitted", f"workload {req.workload!r} has no usable profile")
-        profile = found
     else:
         raise ApiError(422, "Invalid request", "give a workload (name or id) or an inline bundle")
+    assert resolved is not None
 
-    # Fitting takes milliseconds: rather than make the caller wait for the task, fit now; the
-    # task will find the fit done.
-    fitted_row = fit_profile(session, profile.id)
-    if fitted_row is None:
-        raise ApiError(
-            422, "Invalid profile bundle", f"the profile cannot be fitted: {profile.error}"
-        )
-    predictor = cache.get(fitted_row)
+    fitted_id, model_version = resolved.fitted_id, resolved.model_version
+    if fitted_id is None:
+        # Fitting takes milliseconds: rather than make the caller wait for the task, fit now;
+        # the task will find the fit done.
+        row = fit_profile(session, resolved.profile_id)
+        if row is None:
+            detail = f"the profile cannot be fitted: {resolved.profile_error or 'see its status'}"
+            raise ApiError(422, "Invalid profile bundle", detail)
+        fitted_id, model_version = row.id, row.model_version
+    prepared = cache.model(session, fitted_id)
+    machine = machine_of_kind(resolved.kind) if resolved.kind else prepared.bundle_machine
+    grid = prepared.host_grid if req.grid == "host" else PAPER_GRID
 
-    host_kind = repo.get_host_kind(session, profile.host_kind)
-    bundle_host = ProfileBundle.model_validate(profile.bundle).host
-    machine = machine_of_kind(host_kind) if host_kind else machine_of_host(bundle_host)
-    grid: Grid = (
-        host_grid(bundle_host.llc_ways, bundle_host.min_llc_ways)
-        if req.grid == "host"
-        else paper_grid()
-    )
-    price_row, prices = resolve_price_profile(session, req.price_profile)
+    if req.price_profile is not None:
+        name, version = parse_price_key(req.price_profile)
+        price_row = repo.get_price_profile(session, name, version)
+        if price_row is None:
+            raise NotFound("price profile", req.price_profile)
+        price_id = price_row.id
+    else:
+        price_id = resolved.default_price_id or ensure_default_price_profile(session).id
+    prices = cache.price(session, price_id)
+    if price_id not in cache.prices_known_used:
+        repo.mark_price_profile_used(session, price_id)
+        after_commit(session, lambda: cache.prices_known_used.add(price_id))
+
     if req.utilization is not None:
         util, source = req.utilization, "request"
     else:
         util, source = utilization.current(session)
-
     rec = recommend(
-        predictor,
+        prepared.predictor,
         machine=machine,
         prices=prices,
         utilization=util,
@@ -222,28 +263,41 @@ def recommend_for(
         threshold=req.threshold,
         grid=grid,
     )
-    repo.mark_price_profile_used(session, price_row.id)
+    result = rec.model_dump(mode="json")
     chosen = rec.chosen.configuration
-    row = RecommendationRow(
-        workload_id=profile.workload_id,
-        profile_id=profile.id,
-        fitted_model_id=fitted_row.id,
-        bundle_hash=profile.content_hash,
-        model_version=fitted_row.model_version,
-        price_profile_id=price_row.id,
-        objective=rec.objective,
-        threshold=rec.threshold,
-        grid=rec.grid,
-        machine=machine.model_dump(mode="json"),
-        utilization=util.model_dump(mode="json"),
-        utilization_source=source,
-        slow_ratio=chosen.slow_ratio,
-        llc_ways=chosen.llc_ways,
-        result=rec.model_dump(mode="json"),
-    )
-    session.add(row)
-    session.flush()
-    return Recommended(row, rec, source, host_kind is not None)
+    created_at = utcnow()
+    record = {
+        "id": new_id(),
+        "created_at": created_at,
+        "workload_id": resolved.workload_id,
+        "profile_id": resolved.profile_id,
+        "fitted_model_id": fitted_id,
+        "bundle_hash": resolved.content_hash,
+        "model_version": model_version,
+        "price_profile_id": price_id,
+        "objective": rec.objective,
+        "threshold": rec.threshold,
+        "grid": rec.grid,
+        "machine": result["machine"],
+        "utilization": result["utilization"],
+        "utilization_source": source,
+        "slow_ratio": chosen.slow_ratio,
+        "llc_ways": chosen.llc_ways,
+        "result": result,
+    }
+    repo.insert_recommendation(session, record)
+    body = {
+        "id": record["id"],
+        "created_at": created_at.isoformat(),
+        "workload_id": resolved.workload_id,
+        "profile_id": resolved.profile_id,
+        "fitted_model_id": fitted_id,
+        "bundle_hash": resolved.content_hash,
+        "utilization_source": source,
+        "host_kind_known": resolved.kind is not None,
+        "recommendation": result,
+    }
+    return Recommended(body=body, objective=rec.objective, utilization_source=source)
 
 
 def machine_of_kind(kind: HostKind) -> MachineShape:

@@ -153,7 +153,10 @@ def get_workload_model(
             else paper_grid()
         )
         points = predicted_grid(
-            state.predictors.get(row), machine=machine, prices=prices, grid=chosen_grid
+            state.models.model(session, row.id).predictor,
+            machine=machine,
+            prices=prices,
+            grid=chosen_grid,
         )
         return WorkloadModelOut(
             workload=w.name,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Response
 
 from api import repositories as repo
 from api import services
@@ -36,7 +37,7 @@ def recommendation_out(row: RecommendationRow, known: bool | None = None) -> Rec
     )
 
 
-def _recommend(body: RecommendIn, state: StateDep) -> RecommendationOut:
+def _recommend(body: RecommendIn, state: StateDep) -> Response:
     objective = parse_objective(body.objective)
     threshold = body.threshold if body.threshold is not None else state.settings.default_threshold
     request = services.RecommendInput(
@@ -50,13 +51,11 @@ def _recommend(body: RecommendIn, state: StateDep) -> RecommendationOut:
     )
     with unit_of_work(state.sessions) as session:
         done = services.recommend_for(
-            session, request, state.predictors, state.utilization, state.enqueue_fit
+            session, request, state.models, state.utilization, state.enqueue_fit
         )
-        out = recommendation_out(done.row, done.host_kind_known)
-    state.metrics.recommendations.labels(
-        done.recommendation.objective, done.utilization_source
-    ).inc()
-    return out
+    state.metrics.recommendations.labels(done.objective, done.utilization_source).inc()
+    # Already JSON-shaped and checked by the model's types: serialised once, not re-validated.
+    return Response(json.dumps(done.body), media_type="application/json")
 
 
 @router.post(
@@ -65,12 +64,12 @@ def _recommend(body: RecommendIn, state: StateDep) -> RecommendationOut:
     summary="Recommend a configuration (Algorithm 1) for a workload or an inline bundle",
     responses={404: {"description": "Unknown workload"}, 409: {"description": "Nothing fitted"}},
 )
-def recommend(body: RecommendIn, state: StateDep, _: Recommender) -> RecommendationOut:
+def recommend(body: RecommendIn, state: StateDep, _: Recommender) -> Response:
     return _recommend(body, state)
 
 
-@router.post("/v1/recommend", response_model=RecommendationOut, include_in_schema=True)
-def recommend_v1(body: RecommendIn, state: StateDep, _: Recommender) -> RecommendationOut:
+@router.post("/v1/recommend", response_model=RecommendationOut)
+def recommend_v1(body: RecommendIn, state: StateDep, _: Recommender) -> Response:
     return _recommend(body, state)
 
 
