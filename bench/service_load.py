@@ -33,9 +33,20 @@ from api.settings import Settings
 from tests.services import ROOT, CeleryWorker, PostgresServer, RedisServer, free_port, wait_until
 
 
-def hey(url: str, seconds: int, rate: int, token: str, body: Path | None) -> dict[str, str]:
-    concurrency = 10
-    cmd = ["hey", "-z", f"{seconds}s", "-c", str(concurrency), "-q", str(max(1, rate // concurrency))]
+def hey(
+    url: str, seconds: int, rate: int, token: str, body: Path | None, concurrency: int = 10
+) -> dict[str, str]:
+    # hey paces each of its `concurrency` connections at rate/concurrency; their tickers start
+    # together, so requests arrive in bursts of `concurrency`.
+    cmd = [
+        "hey",
+        "-z",
+        f"{seconds}s",
+        "-c",
+        str(concurrency),
+        "-q",
+        str(max(1, rate // concurrency)),
+    ]
     cmd += ["-H", f"Authorization: Bearer {token}"]
     if body is not None:
         cmd += ["-m", "POST", "-T", "application/json", "-D", str(body)]
@@ -82,8 +93,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--rate", type=int, default=200)
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=2, help="uvicorn workers (2 cores here)")
     parser.add_argument("--uploads", type=int, default=500)
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=[4, 10], help="hey connections (burst size)"
+    )
     args = parser.parse_args()
     if shutil.which("hey") is None:
         sys.exit("hey is not installed (apt-get install hey; ./dev bench does it)")
@@ -93,7 +107,9 @@ def main() -> None:
     worker: CeleryWorker | None = None
     try:
         upgrade_to_head(postgres.url)
-        settings = Settings(environment="test", database_url=postgres.url, redis_url=redis_server.url)
+        settings = Settings(
+            environment="test", database_url=postgres.url, redis_url=redis_server.url
+        )
         sessions = make_session_factory(make_engine(settings))
         load_demo(sessions)
         token = new_token()
@@ -111,18 +127,42 @@ def main() -> None:
         beat_dir = tempfile.mkdtemp(prefix="tmc-beat-")
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "api.tasks", "beat", "--loglevel=WARNING",
-                 "-s", f"{beat_dir}/schedule"],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "api.tasks",
+                    "beat",
+                    "--loglevel=WARNING",
+                    "-s",
+                    f"{beat_dir}/schedule",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
         )
         port = free_port()
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory", "--port",
-                 str(port), "--workers", str(args.workers), "--log-level", "warning",
-                 "--no-access-log"],
-                cwd=ROOT, env=env,
+                [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "api.app:create_app",
+                    "--factory",
+                    "--port",
+                    str(port),
+                    "--workers",
+                    str(args.workers),
+                    "--log-level",
+                    "warning",
+                    "--no-access-log",
+                ],
+                cwd=ROOT,
+                env=env,
             )
         )
         base = f"http://127.0.0.1:{port}"
@@ -131,16 +171,22 @@ def main() -> None:
         body.write_text(json.dumps({"workload": "graph500"}))
         hey(f"{base}/recommend", 5, args.rate, token, body)  # warm every worker's caches
         source = httpx.post(
-            f"{base}/recommend", json={"workload": "graph500"},
+            f"{base}/recommend",
+            json={"workload": "graph500"},
             headers={"Authorization": f"Bearer {token}"},
         ).json()["utilization_source"]
-        print(f"# service load: {args.workers} uvicorn workers, PostgreSQL, Redis, Celery worker and"
-              f" beat; hey at {args.rate} req/s for {args.seconds} s; utilization from {source}")
-        rec = hey(f"{base}/recommend", args.seconds, args.rate, token, body)
-        print(f"POST /recommend: {rec}")
+        print(
+            f"# service load: {args.workers} uvicorn workers, PostgreSQL, Redis, Celery worker and"
+            f" beat; hey at {args.rate} req/s for {args.seconds} s; utilization from {source}"
+        )
+        for concurrency in args.concurrency:
+            rec = hey(f"{base}/recommend", args.seconds, args.rate, token, body, concurrency)
+            print(f"POST /recommend, bursts of {concurrency}: {rec}")
         floor = hey(f"{base}/healthz", min(args.seconds, 20), args.rate, token, None)
         print(f"GET /healthz (floor, same run): {floor}")
-        print(f"profile uploads (distinct, 8 concurrent): {uploads_per_second(base, token, args.uploads):.0f}/s")
+        print(
+            f"profile uploads (distinct, 8 concurrent): {uploads_per_second(base, token, args.uploads):.0f}/s"
+        )
     finally:
         for proc in procs:
             proc.terminate()
