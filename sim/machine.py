@@ -51,9 +51,6 @@ class Host(_Spec):
     llc_ways: int = Field(default=48, ge=1, le=63)
     llc_size_bytes: int = Field(default=12 * MIB, gt=0)
     min_llc_ways: int = Field(default=1, ge=1, le=63)
-    llc_set_divisor: int = Field(
-        default=1, ge=1, description="simulate 1/divisor of the sets (faster, coarser; see docs)"
-    )
     core: Core = Field(default_factory=Core)
     fast_tier: Tier
     slow_tier: Tier
@@ -66,17 +63,16 @@ class Host(_Spec):
         sets = self.llc_size_bytes // (LINE_BYTES * self.llc_ways)
         if sets * LINE_BYTES * self.llc_ways != self.llc_size_bytes:
             raise ValueError("llc_size_bytes must be lines x ways x a whole number of sets")
-        if sets % self.llc_set_divisor or (sets // self.llc_set_divisor) & (
-            sets // self.llc_set_divisor - 1
-        ):
-            raise ValueError("sets / llc_set_divisor must be a power of two")
+        if sets & (sets - 1):
+            raise ValueError("the LLC's number of sets (size / 64 B / ways) must be a power of two")
         if self.min_llc_ways > self.llc_ways:
             raise ValueError("min_llc_ways exceeds llc_ways")
         return self
 
     @property
     def simulated_sets(self) -> int:
-        return self.llc_size_bytes // (LINE_BYTES * self.llc_ways) // self.llc_set_divisor
+        # Every set is simulated: the stack pass costs the same per access whatever the count.
+        return self.llc_size_bytes // (LINE_BYTES * self.llc_ways)
 
     def ns_to_cycles(self, ns: float) -> float:
         return ns * self.cpu_frequency_hz / 1e9
