@@ -20,7 +20,8 @@ from model.resources import GIB
 
 log = logging.getLogger("tmc.demo")
 
-LOCAL_KIND = "xeon-12c-48w-dram24g-optane128g"
+# The simulated §4.1 machine the example bundles were profiled on (sim/make_examples.py).
+LOCAL_KIND = "sim-12c-48w-dram24g-optane128g"
 POOLED_KIND = "xeon-12c-48w-dram24g-cxlpool384"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

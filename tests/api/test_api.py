@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 
 from api.auth import Role
 from model.resources import GIB
+from api.demo import LOCAL_KIND
 from tests.api.conftest import auth, example
 
 OPERATOR = auth(Role.operator)
@@ -61,7 +62,7 @@ def test_unknown_host_kind_is_accepted_but_flagged(client: TestClient) -> None:
         "/v1/cluster/host-kinds",
         headers=OPERATOR,
         json={
-            "name": "xeon-12c-48w-dram24g-optane128g",
+            "name": LOCAL_KIND,
             "machine": {
                 "cpus": 12,
                 "dram_bytes": 24 * GIB,
@@ -186,7 +187,7 @@ def test_live_utilization_from_the_cluster(client: TestClient) -> None:
         "/v1/cluster/host-kinds",
         headers=OPERATOR,
         json={
-            "name": "xeon-12c-48w-dram24g-optane128g",
+            "name": LOCAL_KIND,
             "machine": {
                 "cpus": 12,
                 "dram_bytes": 24 * GIB,
@@ -201,7 +202,7 @@ def test_live_utilization_from_the_cluster(client: TestClient) -> None:
             headers=OPERATOR,
             json={
                 "name": f"n{i}",
-                "host_kind": "xeon-12c-48w-dram24g-optane128g",
+                "host_kind": LOCAL_KIND,
                 "cpus": 12,
                 "dram_bytes": 24 * GIB,
                 "slow_bytes": 128 * GIB,
