@@ -5,6 +5,7 @@ Idempotent: loading twice changes nothing.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -20,8 +21,14 @@ from model.resources import GIB
 
 log = logging.getLogger("tmc.demo")
 
-# The simulated §4.1 machine the example bundles were profiled on (sim/make_examples.py).
-LOCAL_KIND = "sim-12c-48w-dram24g-optane128g"
+
+def example_host_kind() -> str:
+    """The host kind the example bundles were profiled on: the demo's local nodes run it."""
+    first = min(EXAMPLES.glob("*.json"))
+    kind: str = json.loads(first.read_text())["host"]["host_kind"]
+    return kind
+
+
 POOLED_KIND = "xeon-12c-48w-dram24g-cxlpool384"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -38,10 +45,11 @@ DEMO_RESERVATIONS = [
 
 
 def load_demo(sessions: sessionmaker[Session]) -> None:
+    local_kind = example_host_kind()
     with unit_of_work(sessions) as session:
         services.register_host_kind(
             session,
-            LOCAL_KIND,
+            local_kind,
             MachineShape(cpus=12, dram_bytes=24 * GIB, slow_bytes=128 * GIB, llc_ways=48),
         )
         services.register_host_kind(
@@ -56,7 +64,7 @@ def load_demo(sessions: sessionmaker[Session]) -> None:
             services.register_node(
                 session,
                 f"local-{i}",
-                LOCAL_KIND,
+                local_kind,
                 cpus=12,
                 dram_bytes=24 * GIB,
                 slow_bytes=128 * GIB,

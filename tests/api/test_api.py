@@ -9,10 +9,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.auth import Role
+from api.demo import example_host_kind
 from model.resources import GIB
-from api.demo import LOCAL_KIND
 from tests.api.conftest import auth, example
 
+LOCAL_KIND = example_host_kind()
 OPERATOR = auth(Role.operator)
 AGENT = auth(Role.agent)
 VIEWER = auth(Role.viewer)
