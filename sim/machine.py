@@ -1,5 +1,9 @@
 """The simulated host: core, LLC and the two memory tiers, and presets for the paper's machines.
 
+The presets carry the host-kind names the rest of tmc uses for these machines (the cluster's
+node kinds), so that a simulated profile is matched to the nodes it stands in for; `cpu_model`
+says the profile was simulated.
+
 Numbers are the paper's where it gives them (§4.1: 12 cores, 48-way 12 MiB LLC, 24 GiB DRAM at
 100 ns, 3DXP at 3x DRAM latency, CXL +85 ns, 8-node rack pools) and published device figures
 otherwise; docs/sim.md says where each comes from.
@@ -91,7 +95,7 @@ DRAM = Tier(
 def optane_host() -> Host:
     """Paper §4.1's machine: one 128 GiB 3DXP DIMM per server, 3x DRAM latency."""
     return Host(
-        host_kind="sim-12c-48w-dram24g-optane128g",
+        host_kind="xeon-12c-48w-dram24g-optane128g",
         fast_tier=DRAM,
         slow_tier=Tier(
             kind="optane",
@@ -108,7 +112,7 @@ def optane_host() -> Host:
 def cxl_local_host() -> Host:
     """A DRAM-backed CXL expander in the server: DRAM + 85 ns (paper §4.1, after Pond)."""
     return Host(
-        host_kind="sim-12c-48w-dram24g-cxl128g",
+        host_kind="xeon-12c-48w-dram24g-cxl128g",
         fast_tier=DRAM,
         slow_tier=Tier(
             kind="cxl_local",
@@ -134,8 +138,11 @@ def cxl_pool_host(
     """
     media_ns = 300.0 if media == "optane" else DRAM.latency_ns
     read_bw, write_bw = (13.4e9 * 4, 4.6e9 * 4) if media == "optane" else (64e9, 56e9)
+    kind = f"xeon-12c-48w-dram24g-cxlpool{pool_bytes // GIB}"
+    if (nodes, media) != (8, "dram"):
+        kind += f"-{nodes}n-{media}"
     return Host(
-        host_kind=f"sim-12c-48w-dram24g-cxlpool{pool_bytes // GIB}g-{nodes}n-{media}",
+        host_kind=kind,
         fast_tier=DRAM,
         slow_tier=Tier(
             kind="cxl_pool",
