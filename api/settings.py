@@ -7,6 +7,7 @@ no Redis. Production sets TMC_DATABASE_URL (PostgreSQL) and TMC_REDIS_URL.
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -31,7 +32,10 @@ class Settings(BaseSettings):
     bootstrap_operator_token: str | None = Field(
         default=None, description="dev only: a token created at start-up with the operator role"
     )
-    demo: bool = False
+    reports_dir: str = Field(
+        default=str(Path(__file__).resolve().parents[1] / "docs" / "reports"),
+        description="folder of benchmark and simulation reports shown by the dashboard",
+    )
 
     @property
     def effective_broker_url(self) -> str | None:
