@@ -1,0 +1,209 @@
+"""What configuration a pod should get: TMC's recommendation for its workload and objective,
+against the cluster's live utilization, or the documented fallback.
+
+The recommendation is computed **in-process** through the service layer (api.services.
+recommend_for), not over HTTP: the extender already has the database (the ledger lives there),
+the design lets the scheduler use api's persistence layer, and in-process it saves an HTTP hop
+and a second copy of the fitted-model cache, while every decision is still written to the same
+decision log (`/v1/recommendations/{id}`) that the pod's annotation points to.
+
+Utilization is the extender's own live ledger cache (what the next bind will change), passed
+explicitly: fresher than the periodic Redis snapshot. Recommendations are cached per (workload,
+objective) for `ttl` seconds and refreshed in the background after that, and the feeder asks for
+them as soon as it sees a pending pod, so filter rarely computes one itself; when it must (the
+first pod of a workload), it costs one database transaction of a few milliseconds.
+
+**Fallback** (never a scheduling failure): a pod without a workload annotation, or whose workload
+has no usable profile, or for which no configuration is feasible, gets all of its memory request
+in DRAM and every way of the longest free run of LLC ways on its node (at least one), marked
+`"fallback": "<reason>"` in its placement annotation.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from api import services
+from api.db import unit_of_work
+from api.utilization import UtilizationReader
+from model import Objective, TmcError, Utilization, parse_objective
+from model.packing import Ask
+from scheduler.pods import PodAsk
+
+log = logging.getLogger("tmc.scheduler.decisions")
+
+
+@dataclass(frozen=True)
+class Decision:
+    workload: str | None
+    objective: str
+    vcpus: int
+    dram_bytes: int
+    slow_bytes: int
+    slow_ratio: float
+    llc_ways: int | None  # None: the fallback's every way of the longest free run
+    recommendation_id: str | None
+    fallback: str | None  # why the fallback was used; None for a recommendation
+    computed_at: float
+
+    def ask(self) -> Ask:
+        return Ask(self.vcpus, self.dram_bytes, self.slow_bytes, self.llc_ways or 1)
+
+
+def fallback(pod: PodAsk, reason: str) -> Decision:
+    return Decision(
+        workload=pod.workload,
+        objective=pod.objective,
+        vcpus=pod.cpus,
+        dram_bytes=pod.memory_bytes,
+        slow_bytes=0,
+        slow_ratio=0.0,
+        llc_ways=None,
+        recommendation_id=None,
+        fallback=reason,
+        computed_at=time.monotonic(),
+    )
+
+
+@dataclass(frozen=True)
+class Recommended:
+    """A recommendation for a (workload, objective), independent of any one pod."""
+
+    vcpus: int
+    dram_bytes: int
+    slow_bytes: int
+    slow_ratio: float
+    llc_ways: int
+    recommendation_id: str
+    computed_at: float
+
+
+# Why a workload cannot be recommended: a fallback reason (cached like a recommendation).
+Outcome = Recommended | str
+
+
+class Recommender:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        utilization: Callable[[], Utilization],
+        *,
+        ttl_seconds: float = 10.0,
+        threshold: float = 0.025,
+    ) -> None:
+        self._sessions = sessions
+        self._utilization = utilization
+        self._ttl = ttl_seconds
+        self._threshold = threshold
+        self._models = services.ModelCache()
+        self._reader = UtilizationReader(None, 60.0)  # unused: utilization is always explicit
+        self._cache: dict[tuple[str, str], Outcome] = {}
+        self._at: dict[tuple[str, str], float] = {}
+        self._refreshing: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self.computed = 0  # recommendations computed (for tests and metrics)
+
+    def decide(self, pod: PodAsk) -> Decision:
+        if pod.workload is None:
+            return fallback(pod, "the pod names no workload (tmc.dev/workload annotation)")
+        key = (pod.workload, pod.objective)
+        with self._lock:
+            found = self._cache.get(key)
+            age = time.monotonic() - self._at.get(key, 0.0)
+        if found is None:
+            found = self._compute(key)
+        elif age > self._ttl:
+            self._refresh_later(key)
+        if isinstance(found, str):
+            return fallback(pod, found)
+        return Decision(
+            workload=pod.workload,
+            objective=pod.objective,
+            vcpus=found.vcpus,
+            dram_bytes=found.dram_bytes,
+            slow_bytes=found.slow_bytes,
+            slow_ratio=found.slow_ratio,
+            llc_ways=found.llc_ways,
+            recommendation_id=found.recommendation_id,
+            fallback=None,
+            computed_at=found.computed_at,
+        )
+
+    def prefetch(self, pod: PodAsk) -> None:
+        """Warm the cache for a pod the scheduler will soon ask about (called by the feeder)."""
+        if pod.workload is None:
+            return
+        key = (pod.workload, pod.objective)
+        with self._lock:
+            fresh = key in self._cache and time.monotonic() - self._at[key] <= self._ttl
+        if not fresh:
+            self._refresh_later(key)
+
+    def _refresh_later(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            if key in self._refreshing:
+                return
+            self._refreshing.add(key)
+
+        def run() -> None:
+            try:
+                self._compute(key)
+            finally:
+                with self._lock:
+                    self._refreshing.discard(key)
+
+        threading.Thread(target=run, name="tmc-recommend", daemon=True).start()
+
+    def _compute(self, key: tuple[str, str]) -> Outcome:
+        workload, objective = key
+        outcome: Outcome
+        try:
+            parsed = parse_objective(objective)
+        except TmcError as exc:
+            outcome = f"objective {objective!r} is not valid: {exc}"
+        else:
+            outcome = self._recommend(workload, parsed)
+        with self._lock:
+            self._cache[key] = outcome
+            self._at[key] = time.monotonic()
+            self.computed += 1
+        return outcome
+
+    def _recommend(self, workload: str, objective: Objective) -> Outcome:
+        req = services.RecommendInput(
+            workload=workload,
+            bundle=None,
+            objective=objective,
+            threshold=self._threshold,
+            utilization=self._utilization(),
+            grid="paper",
+            price_profile=None,
+        )
+        try:
+            with unit_of_work(self._sessions) as session:
+                rec = services.recommend_for(
+                    session, req, self._models, self._reader, lambda _: None
+                )
+        except TmcError as exc:  # no such workload, no usable profile, nothing feasible
+            log.info("fallback for workload %s: %s", workload, exc)
+            return f"no recommendation for workload {workload!r}: {exc}"
+        except SQLAlchemyError as exc:
+            log.warning("recommendation for %s failed on the database: %s", workload, exc)
+            return "the recommendation service's database is unavailable"
+        chosen = rec.body["recommendation"]["chosen"]["configuration"]
+        return Recommended(
+            vcpus=int(chosen["vcpus"]),
+            dram_bytes=int(chosen["dram_bytes"]),
+            slow_bytes=int(chosen["slow_bytes"]),
+            slow_ratio=float(chosen["slow_ratio"]),
+            llc_ways=int(chosen["llc_ways"]),
+            recommendation_id=str(rec.body["id"]),
+            computed_at=time.monotonic(),
+        )

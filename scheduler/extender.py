@@ -1,0 +1,277 @@
+"""The extender's three verbs, on parsed JSON, in kube-scheduler's wire format.
+
+The envelope types (k8s.io/kube-scheduler/extender/v1) have no JSON tags, so their keys are Go's
+field names in PascalCase; the Pod and Node objects inside are ordinary camelCase API objects.
+Filter answers in the form it was asked: `NodeNames` when the scheduler sent names
+(nodeCacheCapable: true), `Nodes` (a NodeList of the very objects received) when it sent nodes
+(nodeCacheCapable: false); answering names to a nodes request would silently reject every node.
+Errors are the envelope's `Error` field, never problem+json.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.db import unit_of_work
+from scheduler import ledger
+from scheduler.decisions import Decision, Recommender
+from scheduler.kube import Cluster
+from scheduler.pods import (
+    DEFAULT_OPT_IN_RESOURCE,
+    LLC_MASK_ANNOTATION,
+    PLACEMENT_ANNOTATION,
+    BadPod,
+    read_pod,
+)
+from scheduler.state import ClusterState, Held
+
+log = logging.getLogger("tmc.scheduler.extender")
+PLACEMENT_SCHEMA = "tmc.placement/v1"
+
+
+class BadRequest(ValueError):
+    """The request body is not an extender request: answered with `Error`, never a crash."""
+
+
+@dataclass(frozen=True)
+class Args:
+    pod: dict[str, Any]
+    names: list[str]
+    nodes: list[dict[str, Any]] | None  # the Node objects, when the scheduler sent them
+
+
+def parse_args(body: object) -> Args:
+    """ExtenderArgs: {"Pod": {...}, "Nodes": NodeList | null, "NodeNames": [...] | null}."""
+    if not isinstance(body, dict):
+        raise BadRequest("the body is not a JSON object")
+    pod = body.get("Pod")
+    if not isinstance(pod, dict):
+        raise BadRequest("Pod is missing")
+    names = body.get("NodeNames")
+    if names is not None:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise BadRequest("NodeNames is not a list of names")
+        return Args(pod, names, None)
+    nodes = body.get("Nodes")
+    items = nodes.get("items") if isinstance(nodes, dict) else None
+    if items is None:
+        items = []
+    if not isinstance(items, list) or not all(isinstance(n, dict) for n in items):
+        raise BadRequest("Nodes.items is not a list of nodes")
+    try:
+        return Args(pod, [str(n["metadata"]["name"]) for n in items], items)
+    except (KeyError, TypeError) as exc:
+        raise BadRequest("a node in Nodes has no metadata.name") from exc
+
+
+def placement_annotation(decision: Decision, held: Held) -> dict[str, Any]:
+    return {
+        "schema": PLACEMENT_SCHEMA,
+        "node": held.node,
+        "workload": decision.workload,
+        "objective": decision.objective,
+        "configuration": {
+            "vcpus": held.vcpus,
+            "dram_bytes": held.dram_bytes,
+            "slow_bytes": held.slow_bytes,
+            "slow_ratio": decision.slow_ratio,
+            "llc_ways": held.llc_mask.bit_count(),
+        },
+        "llc_mask": hex(held.llc_mask),
+        "slow_from_pool": held.slow_from_pool,
+        # The per-structure placement plan: GET /v1/recommendations/{id} (.recommendation.placement)
+        "recommendation_id": decision.recommendation_id,
+        "fallback": decision.fallback,
+    }
+
+
+def held_from_annotation(pod: dict[str, Any]) -> Held | None:
+    """What a pod's placement annotation says it was given (for reconciliation)."""
+    meta = pod.get("metadata") or {}
+    raw = (meta.get("annotations") or {}).get(PLACEMENT_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        p = json.loads(raw)
+        c = p["configuration"]
+        return Held(
+            pod_uid=str(meta["uid"]),
+            namespace=str(meta.get("namespace") or "default"),
+            pod_name=str(meta["name"]),
+            node=str(p["node"]),
+            vcpus=int(c["vcpus"]),
+            dram_bytes=int(c["dram_bytes"]),
+            slow_bytes=int(c["slow_bytes"]),
+            slow_from_pool=bool(p["slow_from_pool"]),
+            llc_mask=int(str(p["llc_mask"]), 16),
+        )
+    except (ValueError, KeyError, TypeError):
+        log.warning("pod %s has an unreadable placement annotation", meta.get("name"))
+        return None
+
+
+class Extender:
+    def __init__(
+        self,
+        state: ClusterState,
+        recommender: Recommender,
+        sessions: sessionmaker[Session],
+        cluster: Cluster,
+        opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE,
+    ) -> None:
+        self.state = state
+        self.recommender = recommender
+        self.sessions = sessions
+        self.cluster = cluster
+        self.opt_in_resource = opt_in_resource
+        # What filter decided for a pod, for its bind (which names the pod only).
+        self._decisions: OrderedDict[str, Decision] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _decide(self, pod: dict[str, Any]) -> tuple[Decision | None, str]:
+        ask = read_pod(pod, self.opt_in_resource)
+        if not ask.opted_in:
+            return None, ask.uid
+        decision = self.recommender.decide(ask)
+        with self._lock:
+            self._decisions[ask.uid] = decision
+            self._decisions.move_to_end(ask.uid)
+            while len(self._decisions) > 50_000:
+                self._decisions.popitem(last=False)
+        return decision, ask.uid
+
+    def filter(self, body: object) -> dict[str, Any]:
+        try:
+            args = parse_args(body)
+        except BadRequest as exc:
+            return {
+                "Nodes": None,
+                "NodeNames": None,
+                "FailedNodes": {},
+                "FailedAndUnresolvableNodes": {},
+                "Error": f"tmc: {exc}",
+            }
+        try:
+            decision, _ = self._decide(args.pod)
+        except BadPod as exc:
+            return self._filter_answer(args, [], {}, {}, f"tmc: {exc}")
+        if decision is None:  # not opted in (no managedResources configured): no opinion
+            return self._filter_answer(args, args.names, {}, {}, "")
+        verdict = self.state.filter(args.names, decision.ask())
+        return self._filter_answer(args, verdict.fits, verdict.full_now, verdict.never, "")
+
+    @staticmethod
+    def _filter_answer(
+        args: Args, fits: list[str], full: dict[str, str], never: dict[str, str], error: str
+    ) -> dict[str, Any]:
+        answer: dict[str, Any] = {
+            "FailedNodes": full,
+            "FailedAndUnresolvableNodes": never,
+            "Error": error,
+        }
+        if args.nodes is None:
+            answer["Nodes"], answer["NodeNames"] = None, fits
+        else:
+            keep = set(fits)
+            items = [n for n in args.nodes if n["metadata"]["name"] in keep]
+            answer["Nodes"], answer["NodeNames"] = {"metadata": {}, "items": items}, None
+        return answer
+
+    def prioritize(self, body: object) -> list[dict[str, Any]]:
+        """HostPriorityList. It has no Error field and the scheduler ignores prioritize errors,
+        so a pod that cannot be read scores 0 everywhere."""
+        args = parse_args(body)  # BadRequest: the HTTP layer answers 400 with Error
+        try:
+            decision, _ = self._decide(args.pod)
+        except BadPod:
+            decision = None
+        if decision is None:
+            return [{"Host": n, "Score": 0} for n in args.names]
+        scores = self.state.scores(args.names, decision.ask())
+        return [{"Host": n, "Score": scores[n]} for n in args.names]
+
+    def bind(self, body: object) -> dict[str, Any]:
+        """ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node} -> {"Error": ""}.
+
+        Reserve in one transaction (row locks: no double booking), annotate the pod with what it
+        got, then post the Binding. Any failure after the commit releases the reservation."""
+        if not isinstance(body, dict):
+            return {"Error": "tmc: the bind body is not a JSON object"}
+        try:
+            name, namespace = str(body["PodName"]), str(body["PodNamespace"])
+            uid, node = str(body["PodUID"]), str(body["Node"])
+        except KeyError as exc:
+            return {"Error": f"tmc: bind request without {exc.args[0]}"}
+        with self._lock:
+            decision = self._decisions.pop(uid, None)
+        try:
+            if decision is None:  # the extender restarted between filter and bind
+                decision, _ = self._decide(self.cluster.get_pod(namespace, name))
+                with self._lock:
+                    self._decisions.pop(uid, None)
+            if decision is None:
+                return {"Error": f"tmc: pod {namespace}/{name} does not request tiered memory"}
+        except Exception as exc:
+            return {"Error": f"tmc: cannot read pod {namespace}/{name}: {exc}"}
+
+        want = ledger.Want(
+            pod_uid=uid,
+            namespace=namespace,
+            pod_name=name,
+            vcpus=decision.vcpus,
+            dram_bytes=decision.dram_bytes,
+            slow_bytes=decision.slow_bytes,
+            llc_ways=decision.llc_ways,
+            recommendation_id=decision.recommendation_id,
+        )
+        try:
+            with unit_of_work(self.sessions) as session:
+                held = ledger.reserve(session, node, want)
+        except ledger.NoRoom as exc:
+            return {"Error": f"tmc: {exc}"}
+        except SQLAlchemyError as exc:
+            log.warning("bind %s/%s: ledger unavailable: %s", namespace, name, exc)
+            return {"Error": "tmc: the ledger is unavailable; retry"}
+        self.state.hold(held)
+        placement = placement_annotation(decision, held)
+        try:
+            self.cluster.annotate(
+                namespace,
+                name,
+                {
+                    PLACEMENT_ANNOTATION: json.dumps(placement, separators=(",", ":")),
+                    LLC_MASK_ANNOTATION: hex(held.llc_mask),
+                },
+            )
+            self.cluster.bind(namespace, name, uid, node)
+        except Exception as exc:
+            self._undo(uid)
+            log.warning("bind %s/%s to %s failed: %s", namespace, name, node, exc)
+            return {"Error": f"tmc: binding {namespace}/{name} to {node} failed: {_short(exc)}"}
+        return {"Error": ""}
+
+    def _undo(self, uid: str) -> None:
+        self.state.release(uid)
+        for attempt in range(3):
+            try:
+                with unit_of_work(self.sessions) as session:
+                    ledger.release(session, uid)
+                return
+            except SQLAlchemyError:
+                time.sleep(0.1 * (attempt + 1))
+        # The next reconciliation releases it: its pod is not bound.
+        log.error("could not release the reservation of %s; reconciliation will", uid)
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).replace("\n", " ")
+    return text[:300]

@@ -1,0 +1,236 @@
+"""The cluster-state feeder: watches nodes and pods and keeps the ledger and the extender's cache
+in step with the API server (the VPA recommender's input -> state split: this is the input).
+
+* Nodes publish their tiered capacity (the node agent writes it; `node_capacity` reads it):
+  label `tmc.dev/host-kind`; annotations `tmc.dev/dram-bytes`, `tmc.dev/slow-bytes` (node-local,
+  absent or 0 for none), `tmc.dev/llc-ways`, optionally `tmc.dev/cpus` (else allocatable CPU),
+  `tmc.dev/slow-pool` and `tmc.dev/slow-pool-bytes` (the rack pool it draws from, and its size).
+* A deleted or finished pod releases its reservation.
+* A pending opted-in pod warms the recommendation cache before the scheduler asks.
+* `sync` (at start, after a watch breaks, and every `resync_seconds`) lists everything and
+  reconciles the ledger with the live pods: no reservation without a live pod (no leak), and a
+  bound pod whose reservation went missing gets it back from its annotation (no double booking).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.db import unit_of_work
+from scheduler import ledger
+from scheduler.decisions import Recommender
+from scheduler.extender import held_from_annotation
+from scheduler.kube import KubeCluster
+from scheduler.pods import (
+    DEFAULT_OPT_IN_RESOURCE,
+    GROUP,
+    BadPod,
+    parse_quantity,
+    read_pod,
+)
+from scheduler.state import ClusterState, NodeCapacity
+
+log = logging.getLogger("tmc.scheduler.feeder")
+
+HOST_KIND_LABEL = f"{GROUP}/host-kind"
+CPUS = f"{GROUP}/cpus"
+DRAM = f"{GROUP}/dram-bytes"
+SLOW = f"{GROUP}/slow-bytes"
+WAYS = f"{GROUP}/llc-ways"
+POOL = f"{GROUP}/slow-pool"
+POOL_BYTES = f"{GROUP}/slow-pool-bytes"
+
+
+def node_capacity(node: dict[str, Any]) -> tuple[NodeCapacity, int | None] | None:
+    """The tiered capacity a node publishes, or None for a node that is not a tmc node."""
+    meta = node.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    if DRAM not in ann or WAYS not in ann:
+        return None
+    status = node.get("status") or {}
+    try:
+        cpus = (
+            int(ann[CPUS])
+            if CPUS in ann
+            else math.floor(parse_quantity((status.get("allocatable") or {}).get("cpu", "0")))
+        )
+        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+        ready = conditions.get("Ready") == "True" and not (node.get("spec") or {}).get(
+            "unschedulable", False
+        )
+        pool = ann.get(POOL) or None
+        cap = NodeCapacity(
+            name=str(meta["name"]),
+            host_kind=str(labels.get(HOST_KIND_LABEL) or ann.get(HOST_KIND_LABEL) or "unknown"),
+            cpus=max(cpus, 1),
+            dram_bytes=int(ann[DRAM]),
+            slow_bytes=int(ann.get(SLOW) or 0),
+            llc_ways=int(ann[WAYS]),
+            pool=pool,
+            ready=ready,
+        )
+        pool_bytes = int(ann[POOL_BYTES]) if pool and POOL_BYTES in ann else None
+    except (ValueError, KeyError, BadPod) as exc:
+        log.warning("node %s publishes unreadable tiered capacity: %s", meta.get("name"), exc)
+        return None
+    if not 1 <= cap.llc_ways <= 64:
+        log.warning("node %s: %d LLC ways is outside 1..64", cap.name, cap.llc_ways)
+        return None
+    return cap, pool_bytes
+
+
+def _terminal(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+class Feeder:
+    def __init__(
+        self,
+        cluster: KubeCluster,
+        sessions: sessionmaker[Session],
+        state: ClusterState,
+        recommender: Recommender,
+        *,
+        opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE,
+        resync_seconds: float = 300.0,
+        watch_timeout_seconds: int = 240,
+    ) -> None:
+        self.cluster = cluster
+        self.sessions = sessions
+        self.state = state
+        self.recommender = recommender
+        self.opt_in_resource = opt_in_resource
+        self.resync_seconds = resync_seconds
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.synced = threading.Event()
+        self._stop = threading.Event()
+        self._rv: dict[str, str] = {}
+        self._sync_lock = threading.Lock()
+        self.last_reconcile: ledger.Reconciled | None = None
+        self._seen: dict[str, tuple[NodeCapacity, int | None]] = {}
+
+    # -- full sync --------------------------------------------------------------------------
+
+    def sync(self) -> ledger.Reconciled:
+        """List nodes and pods, write capacity, reconcile the ledger, rebuild the cache."""
+        with self._sync_lock:
+            nodes, node_rv = self.cluster.list_nodes()
+            with unit_of_work(self.sessions) as session:
+                for node in nodes:
+                    found = node_capacity(node)
+                    if found is not None:
+                        ledger.upsert_node(session, *found)
+                        self._seen[found[0].name] = found
+            pods, pod_rv = self.cluster.list_pods()
+            live = {}
+            for pod in pods:
+                meta = pod.get("metadata") or {}
+                uid = str(meta.get("uid", ""))
+                live[uid] = ledger.LivePod(
+                    uid=uid,
+                    namespace=str(meta.get("namespace", "")),
+                    name=str(meta.get("name", "")),
+                    node=(pod.get("spec") or {}).get("nodeName"),
+                    terminal=_terminal(pod),
+                    placement=held_from_annotation(pod),
+                )
+            with unit_of_work(self.sessions) as session:
+                report = ledger.reconcile(session, live)
+                loaded = ledger.load(session)
+            self.state.replace_all(*loaded)
+            self._rv = {"node": node_rv, "pod": pod_rv}
+            self.last_reconcile = report
+            self.synced.set()
+            return report
+
+    # -- watches ----------------------------------------------------------------------------
+
+    def start(self) -> list[threading.Thread]:
+        threads = [
+            threading.Thread(target=self._loop, args=(kind,), name=f"tmc-watch-{kind}", daemon=True)
+            for kind in ("node", "pod")
+        ]
+        threads.append(threading.Thread(target=self._resync_loop, name="tmc-resync", daemon=True))
+        for t in threads:
+            t.start()
+        return threads
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _resync_loop(self) -> None:
+        while not self._stop.wait(self.resync_seconds):
+            try:
+                self.sync()
+            except Exception:
+                log.exception("periodic resync failed")
+
+    def _loop(self, kind: str) -> None:
+        handle = self.on_node if kind == "node" else self.on_pod
+        backoff = 0.2
+        while not self._stop.is_set():
+            try:
+                for event, obj in self.cluster.watch(
+                    kind, self._rv.get(kind, ""), self.watch_timeout_seconds
+                ):
+                    rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    if rv:
+                        self._rv[kind] = str(rv)
+                    if event != "BOOKMARK":
+                        handle(event, obj)
+                    if self._stop.is_set():
+                        return
+                backoff = 0.2
+            except Exception as exc:
+                # A broken or expired watch (410 Gone): events may have been missed, so list
+                # everything again and reconcile before watching from the new version.
+                log.warning("%s watch ended (%s); resyncing", kind, exc)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+                try:
+                    self.sync()
+                except Exception:
+                    log.exception("resync after a broken %s watch failed", kind)
+
+    def on_node(self, event: str, node: dict[str, Any]) -> None:
+        name = str((node.get("metadata") or {}).get("name", ""))
+        if event == "DELETED":
+            with unit_of_work(self.sessions) as session:
+                ledger.set_ready(session, name, False)
+            self.state.set_ready(name, False)
+            return
+        found = node_capacity(node)
+        if found is None:
+            return
+        if self._seen.get(name) == found:
+            return  # a heartbeat or a label change: nothing tiered changed
+        cap, pool_bytes = found
+        with unit_of_work(self.sessions) as session:
+            ledger.upsert_node(session, cap, pool_bytes)
+        if cap.pool is not None and pool_bytes is not None:
+            self.state.set_pool(cap.pool, pool_bytes)
+        self.state.upsert_node(cap)
+        self._seen[name] = found
+
+    def on_pod(self, event: str, pod: dict[str, Any]) -> None:
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        if event == "DELETED" or _terminal(pod):
+            if self.state.held(uid) is not None:
+                with unit_of_work(self.sessions) as session:
+                    ledger.release(session, uid)
+                self.state.release(uid)
+            return
+        if not (pod.get("spec") or {}).get("nodeName"):
+            try:
+                ask = read_pod(pod, self.opt_in_resource)
+            except BadPod:
+                return
+            if ask.opted_in:
+                self.recommender.prefetch(ask)

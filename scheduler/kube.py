@@ -1,0 +1,100 @@
+"""The extender's writes to the API server (Binding, annotations) and the reads bind and the
+feeder need, through the official kubernetes client. Responses are read as raw JSON (the same
+camelCase objects the scheduler sends), which also sidesteps the client's model classes: they
+reject the Binding API's empty response body."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from kubernetes import client, config, watch
+
+
+class Cluster(Protocol):
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+
+    def annotate(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None: ...
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+
+def api_client(kubeconfig: str | None) -> client.ApiClient:
+    """In a pod: the service account; elsewhere: the kubeconfig given (or the default one)."""
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            return client.ApiClient()
+        except config.ConfigException:
+            pass
+    cfg = client.Configuration()
+    config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=kubeconfig, client_configuration=cfg
+    )
+    # Binds come in bursts from the scheduler; keep enough pooled connections for them.
+    cfg.connection_pool_maxsize = 32
+    return client.ApiClient(cfg)
+
+
+def _json(response: Any) -> Any:
+    return json.loads(response.data or b"null")
+
+
+class KubeCluster:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            # The UID is a precondition: a pod deleted and re-created under the same name since
+            # the scheduler looked at it is not bound by mistake.
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self.core.create_namespaced_pod_binding(
+            name,
+            namespace,
+            body,  # type: ignore[arg-type]  # the client sends a dict body as it is
+            _preload_content=False,
+        )
+
+    def annotate(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        self.core.patch_namespaced_pod(
+            name, namespace, {"metadata": {"annotations": annotations}}, _preload_content=False
+        )
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = _json(
+            self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+        )
+        return found
+
+    def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
+        body = _json(self.core.list_node(_preload_content=False))
+        return body.get("items") or [], str(body["metadata"].get("resourceVersion", ""))
+
+    def list_pods(self) -> tuple[list[dict[str, Any]], str]:
+        body = _json(self.core.list_pod_for_all_namespaces(_preload_content=False))
+        return body.get("items") or [], str(body["metadata"].get("resourceVersion", ""))
+
+    def watch(
+        self, kind: str, resource_version: str, timeout_seconds: int
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(event type, raw object) from a watch that starts at `resource_version`."""
+        lister = self.core.list_node if kind == "node" else self.core.list_pod_for_all_namespaces
+        w = watch.Watch()  # type: ignore[no-untyped-call]
+        # deserialize=False: plain JSON, no model objects (cheaper, and the same shape as the
+        # scheduler's). The client then raises KeyError instead of ApiException on an ERROR event
+        # (410 Gone): the feeder treats any failure of a watch as "list again and reconcile".
+        for event in w.stream(  # type: ignore[no-untyped-call]
+            lister,
+            resource_version=resource_version,
+            timeout_seconds=timeout_seconds,
+            allow_watch_bookmarks=True,
+            deserialize=False,
+        ):
+            yield str(event.get("type")), event.get("object") or {}

@@ -1,0 +1,283 @@
+"""The tiered-resource ledger: reservations of DRAM, slow memory (node-local or from the node's
+rack pool) and a contiguous run of LLC ways, in the service's database (api.orm's tables).
+
+Every write here runs inside the caller's transaction (api.db.unit_of_work). `reserve` takes row
+locks (SELECT ... FOR UPDATE on PostgreSQL) on the node and, for pooled slow memory, on the rack
+pool, always in that order, then re-reads what is held under the lock: two binds racing for the
+same node, or for the same pool from two nodes, are serialised and neither double-books. SQLite
+(the embedded dev mode) ignores FOR UPDATE but runs one writer at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from api.orm import HostKind, Node, RackPool, Reservation, utcnow
+from model.packing import best_fit_run, free_runs, is_contiguous, run_mask
+from scheduler.state import Held, NodeCapacity
+
+log = logging.getLogger("tmc.scheduler.ledger")
+
+
+class NoRoom(Exception):
+    """The node (or its pool) cannot hold the configuration any more: bind must fail."""
+
+
+def held_of(row: Reservation) -> Held:
+    return Held(
+        pod_uid=row.pod_uid,
+        namespace=row.namespace,
+        pod_name=row.pod_name,
+        node=row.node_name,
+        vcpus=row.vcpus,
+        dram_bytes=row.dram_bytes,
+        slow_bytes=row.slow_bytes,
+        slow_from_pool=row.slow_from_pool,
+        llc_mask=row.llc_mask,
+    )
+
+
+def load(session: Session) -> tuple[list[NodeCapacity], dict[str, int], list[Held]]:
+    """Everything the extender's cache is built from."""
+    nodes = [
+        NodeCapacity(
+            name=n.name,
+            host_kind=n.host_kind,
+            cpus=n.cpus,
+            dram_bytes=n.dram_bytes,
+            slow_bytes=n.slow_bytes,
+            llc_ways=n.llc_ways,
+            pool=n.pool_name,
+            ready=n.ready,
+        )
+        for n in session.scalars(select(Node).order_by(Node.name))
+    ]
+    pools = {p.name: p.slow_bytes for p in session.scalars(select(RackPool))}
+    held = [held_of(r) for r in session.scalars(select(Reservation))]
+    return nodes, pools, held
+
+
+def upsert_node(session: Session, cap: NodeCapacity, pool_bytes: int | None) -> None:
+    """A node as its agent publishes it. An unknown host kind is registered from this node's
+    shape (the first node of a kind defines it; an operator may refine it through the API)."""
+    if session.get(HostKind, cap.host_kind) is None:
+        session.add(
+            HostKind(
+                name=cap.host_kind,
+                cpus=cap.cpus,
+                dram_bytes=cap.dram_bytes,
+                slow_bytes=cap.slow_bytes or (pool_bytes or 0),
+                llc_ways=cap.llc_ways,
+                slow_pooled=cap.pool is not None,
+            )
+        )
+    if cap.pool is not None:
+        pool = session.get(RackPool, cap.pool)
+        if pool is None:
+            session.add(RackPool(name=cap.pool, slow_bytes=pool_bytes or 0))
+        elif pool_bytes is not None:
+            pool.slow_bytes = pool_bytes
+    session.flush()
+    row = session.get(Node, cap.name)
+    if row is None:
+        row = Node(name=cap.name)
+        session.add(row)
+    row.host_kind, row.cpus, row.dram_bytes = cap.host_kind, cap.cpus, cap.dram_bytes
+    row.slow_bytes, row.llc_ways, row.pool_name, row.ready = (
+        cap.slow_bytes,
+        cap.llc_ways,
+        cap.pool,
+        cap.ready,
+    )
+    session.flush()
+
+
+def set_ready(session: Session, name: str, ready: bool) -> None:
+    """A node that left the cluster keeps its row (reservations point at it) but takes no more."""
+    row = session.get(Node, name)
+    if row is not None:
+        row.ready = ready
+
+
+@dataclass(frozen=True)
+class Want:
+    pod_uid: str
+    namespace: str
+    pod_name: str
+    vcpus: int
+    dram_bytes: int
+    slow_bytes: int
+    llc_ways: int | None  # None: the fallback's "all available ways" (the longest free run)
+    recommendation_id: str | None
+
+
+def reserve(session: Session, node_name: str, want: Want) -> Held:
+    """Reserve `want` on `node_name`, or raise NoRoom. Idempotent per pod: a retried bind to the
+    same node gets the reservation it already has; a bind to another node moves it."""
+    existing = session.scalars(
+        select(Reservation).where(Reservation.pod_uid == want.pod_uid).with_for_update()
+    ).one_or_none()
+    if existing is not None:
+        if existing.node_name == node_name:
+            return held_of(existing)
+        session.delete(existing)
+        session.flush()
+
+    node = session.scalars(
+        select(Node).where(Node.name == node_name).with_for_update()
+    ).one_or_none()
+    if node is None:
+        raise NoRoom(f"node {node_name} is not in the ledger")
+    if not node.ready:
+        raise NoRoom(f"node {node_name} is not ready")
+    held = session.scalars(select(Reservation).where(Reservation.node_name == node_name)).all()
+    if node.cpus - sum(r.vcpus for r in held) < want.vcpus:
+        raise NoRoom(f"node {node_name}: not enough free CPUs")
+    if node.dram_bytes - sum(r.dram_bytes for r in held) < want.dram_bytes:
+        raise NoRoom(f"node {node_name}: not enough free DRAM")
+
+    from_pool = False
+    if want.slow_bytes > 0:
+        local_free = node.slow_bytes - sum(r.slow_bytes for r in held if not r.slow_from_pool)
+        if local_free < want.slow_bytes:
+            if node.pool_name is None:
+                raise NoRoom(f"node {node_name}: not enough free slow memory")
+            pool = session.scalars(
+                select(RackPool).where(RackPool.name == node.pool_name).with_for_update()
+            ).one()
+            if pool.slow_bytes - pool_used(session, pool.name) < want.slow_bytes:
+                raise NoRoom(f"rack pool {pool.name}: not enough free slow memory")
+            from_pool = True
+
+    used = 0
+    for r in held:
+        used |= r.llc_mask
+    if want.llc_ways is None:  # fallback: every way of the longest free run
+        runs = free_runs(used, node.llc_ways)
+        start, length = max(runs, key=lambda run: (run[1], -run[0]), default=(0, 0))
+        mask = run_mask(start, length) if length else None
+    else:
+        mask = best_fit_run(used, node.llc_ways, want.llc_ways)
+    if mask is None:
+        raise NoRoom(f"node {node_name}: no free run of {want.llc_ways} contiguous LLC ways")
+
+    row = Reservation(
+        pod_uid=want.pod_uid,
+        namespace=want.namespace,
+        pod_name=want.pod_name,
+        node_name=node_name,
+        vcpus=want.vcpus,
+        dram_bytes=want.dram_bytes,
+        slow_bytes=want.slow_bytes,
+        slow_from_pool=from_pool,
+        llc_mask=mask,
+        recommendation_id=want.recommendation_id,
+    )
+    session.add(row)
+    session.flush()
+    return held_of(row)
+
+
+def pool_used(session: Session, pool: str) -> int:
+    used = session.scalar(
+        select(func.coalesce(func.sum(Reservation.slow_bytes), 0))
+        .join(Node, Node.name == Reservation.node_name)
+        .where(Node.pool_name == pool, Reservation.slow_from_pool.is_(True))
+    )
+    return int(used or 0)
+
+
+def release(session: Session, pod_uid: str) -> bool:
+    result = session.execute(delete(Reservation).where(Reservation.pod_uid == pod_uid))
+    return bool(getattr(result, "rowcount", 0))
+
+
+@dataclass(frozen=True)
+class LivePod:
+    """A pod as the API server has it now, for reconciliation."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str | None
+    terminal: bool
+    placement: Held | None  # what its annotation says bind gave it, if it has one
+
+
+@dataclass
+class Reconciled:
+    released: list[str] = field(default_factory=list)  # reservations without a live pod: leaks
+    restored: list[str] = field(default_factory=list)  # bound pods whose reservation was missing
+    conflicts: list[str] = field(default_factory=list)  # could not be restored without overlap
+
+
+# A reservation of a pod that is still pending may be a bind in flight; past this age it is a
+# bind that died between the commit and the Binding.
+PENDING_GRACE = timedelta(seconds=60)
+
+
+def reconcile(session: Session, live: Mapping[str, LivePod]) -> Reconciled:
+    """Bring the ledger in line with the API server's pods (the truth for who exists and where):
+    release what no live pod holds, restore what a bound pod was given but the ledger lost."""
+    out = Reconciled()
+    now = utcnow()
+    rows = session.scalars(select(Reservation).with_for_update()).all()
+    by_uid = {r.pod_uid: r for r in rows}
+    for row in rows:
+        pod = live.get(row.pod_uid)
+        created = (
+            row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=now.tzinfo)
+        )
+        stale_pending = pod is not None and pod.node is None and now - created > PENDING_GRACE
+        if pod is None or pod.terminal or stale_pending or (pod.node not in (None, row.node_name)):
+            session.delete(row)
+            out.released.append(row.pod_uid)
+    session.flush()
+    for pod in live.values():
+        h = pod.placement
+        if pod.terminal or pod.node is None or h is None or pod.uid in by_uid:
+            continue
+        if h.node != pod.node or not is_contiguous(h.llc_mask):
+            out.conflicts.append(pod.uid)
+            continue
+        node = session.scalars(
+            select(Node).where(Node.name == h.node).with_for_update()
+        ).one_or_none()
+        if node is None:
+            out.conflicts.append(pod.uid)
+            continue
+        used = 0
+        for r in session.scalars(select(Reservation).where(Reservation.node_name == h.node)):
+            used |= r.llc_mask
+        if used & h.llc_mask:
+            out.conflicts.append(pod.uid)
+            continue
+        session.add(
+            Reservation(
+                pod_uid=pod.uid,
+                namespace=pod.namespace,
+                pod_name=pod.name,
+                node_name=h.node,
+                vcpus=h.vcpus,
+                dram_bytes=h.dram_bytes,
+                slow_bytes=h.slow_bytes,
+                slow_from_pool=h.slow_from_pool,
+                llc_mask=h.llc_mask,
+            )
+        )
+        session.flush()
+        out.restored.append(pod.uid)
+    if out.released or out.restored or out.conflicts:
+        log.info(
+            "reconciled: released %d, restored %d, conflicts %d",
+            len(out.released),
+            len(out.restored),
+            len(out.conflicts),
+        )
+    return out

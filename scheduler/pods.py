@@ -1,0 +1,123 @@
+"""What the extender reads off a pod: whether it opted in, its workload and objective, and its
+CPU and memory requests. Pods arrive as plain JSON (the scheduler's informer copies)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+# Annotations a pod sets (workload, objective) and the ones bind writes back.
+GROUP = "tmc.dev"
+WORKLOAD_ANNOTATION = f"{GROUP}/workload"
+OBJECTIVE_ANNOTATION = f"{GROUP}/objective"
+PLACEMENT_ANNOTATION = f"{GROUP}/placement"  # JSON: what bind gave the pod (see docs)
+LLC_MASK_ANNOTATION = f"{GROUP}/llc-mask"  # hex CAT mask, for the node agent's resctrl group
+DEFAULT_OPT_IN_RESOURCE = f"{GROUP}/tiered"
+
+_SUFFIX = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
+}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+
+
+class BadPod(ValueError):
+    """A request whose pod cannot be read: answered with the extender's Error field."""
+
+
+def parse_quantity(value: object) -> Decimal:
+    """A Kubernetes resource quantity ("500m", "64Mi", "1.5G", 2) as a number."""
+    text = str(value).strip()
+    match = _QUANTITY.match(text)
+    if match is None or match.group(2) not in _SUFFIX:
+        raise BadPod(f"not a resource quantity: {text!r}")
+    try:
+        number = Decimal(match.group(1))
+    except InvalidOperation as exc:
+        raise BadPod(f"not a resource quantity: {text!r}") from exc
+    return number * _SUFFIX[match.group(2)]
+
+
+@dataclass(frozen=True)
+class PodAsk:
+    uid: str
+    namespace: str
+    name: str
+    workload: str | None
+    objective: str
+    cpus: int  # whole vCPUs: a configuration's unit
+    memory_bytes: int
+    opted_in: bool
+
+
+def _requests(containers: object, resource: str) -> Decimal:
+    total = Decimal(0)
+    if not isinstance(containers, list):
+        return total
+    for c in containers:
+        if not isinstance(c, dict):
+            raise BadPod("a container is not an object")
+        res = c.get("resources") or {}
+        req = (res.get("requests") or {}).get(resource)
+        if req is None:  # Kubernetes defaults a missing request to the limit
+            req = (res.get("limits") or {}).get(resource)
+        if req is not None:
+            total += parse_quantity(req)
+    return total
+
+
+def read_pod(pod: object, opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE) -> PodAsk:
+    if not isinstance(pod, dict):
+        raise BadPod("Pod is missing or not an object")
+    meta = pod.get("metadata")
+    spec = pod.get("spec")
+    if not isinstance(meta, dict) or not isinstance(spec, dict):
+        raise BadPod("Pod has no metadata or spec")
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        raise BadPod("Pod annotations are not an object")
+    containers = spec.get("containers")
+    # Init containers run before the others, one at a time: the pod needs the larger of the two.
+    init = spec.get("initContainers")
+    cpu = max(_requests(containers, "cpu"), _max_single(init, "cpu"))
+    memory = max(_requests(containers, "memory"), _max_single(init, "memory"))
+    opted = _requests(containers, opt_in_resource) > 0 or _max_single(init, opt_in_resource) > 0
+    workload = annotations.get(WORKLOAD_ANNOTATION)
+    return PodAsk(
+        uid=str(meta.get("uid") or ""),
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        workload=str(workload) if workload else None,
+        objective=str(annotations.get(OBJECTIVE_ANNOTATION) or "cheapest"),
+        cpus=max(1, math.ceil(cpu)),
+        memory_bytes=int(memory),
+        opted_in=opted,
+    )
+
+
+def _max_single(containers: object, resource: str) -> Decimal:
+    if not isinstance(containers, list):
+        return Decimal(0)
+    return max((_requests([c], resource) for c in containers), default=Decimal(0))
+
+
+def annotation_of(pod: dict[str, Any], key: str) -> str | None:
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(key)
+    return None if value is None else str(value)
