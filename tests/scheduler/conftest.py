@@ -1,0 +1,124 @@
+"""Fixtures for the scheduler tests: a real PostgreSQL with migrations applied, empty tables per
+test, and an extender wired to it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.db import make_engine, make_session_factory, unit_of_work
+from api.migrate import upgrade_to_head
+from api.settings import Settings
+from model.resources import GIB
+from scheduler import ledger
+from scheduler.decisions import Recommender
+from scheduler.extender import Extender
+from scheduler.state import ClusterState, NodeCapacity
+from tests.services import PostgresServer
+
+ROOT = Path(__file__).resolve().parents[2]
+WIRE = Path(__file__).resolve().parent / "wire"
+TABLES = (
+    "reservations, recommendations, fitted_models, profiles, workloads, price_profiles, "
+    "nodes, rack_pools, host_kinds, api_tokens"
+)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer()
+    upgrade_to_head(server.url)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def engine(postgres: PostgresServer) -> Iterator[Engine]:
+    eng = make_engine(Settings(environment="test", database_url=postgres.url))
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def sessions(postgres: PostgresServer, engine: Engine) -> sessionmaker[Session]:
+    with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {TABLES} CASCADE")
+    return make_session_factory(engine)
+
+
+class RecordingCluster:
+    """Stands in for the API server's Binding and patch endpoints in the tests that have no
+    control plane (the e2e test has the real one); it records what the extender sent."""
+
+    def __init__(self, pods: dict[str, dict[str, Any]] | None = None) -> None:
+        self.bound: list[tuple[str, str, str, str]] = []
+        self.annotations: dict[str, dict[str, str | None]] = {}
+        self.pods = pods or {}
+        self.fail_bind = False
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        if self.fail_bind:
+            raise RuntimeError("pods/binding: 409 Conflict")
+        self.bound.append((namespace, name, uid, node))
+
+    def annotate(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        self.annotations.setdefault(f"{namespace}/{name}", {}).update(annotations)
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.pods[f"{namespace}/{name}"]
+
+
+LOCAL_KIND = "test-local"
+POOLED_KIND = "test-pooled"
+
+
+def tiered_nodes() -> list[tuple[NodeCapacity, int | None]]:
+    """node-1: local slow tier; node-2: rack pool; node-3: no slow tier; node-4: 8 ways only."""
+    return [
+        (NodeCapacity("node-1", LOCAL_KIND, 12, 24 * GIB, 128 * GIB, 48, None), None),
+        (NodeCapacity("node-2", POOLED_KIND, 12, 24 * GIB, 0, 48, "rack-a"), 256 * GIB),
+        (NodeCapacity("node-3", "dram-only", 12, 24 * GIB, 0, 48, None), None),
+        (NodeCapacity("node-4", "small-llc", 12, 24 * GIB, 128 * GIB, 8, None), None),
+    ]
+
+
+def register(sessions: sessionmaker[Session], state: ClusterState) -> None:
+    with unit_of_work(sessions) as session:
+        for cap, pool_bytes in tiered_nodes():
+            ledger.upsert_node(session, cap, pool_bytes)
+        state.replace_all(*ledger.load(session))
+
+
+@pytest.fixture
+def cluster() -> RecordingCluster:
+    return RecordingCluster()
+
+
+@pytest.fixture
+def extender(sessions: sessionmaker[Session], cluster: RecordingCluster) -> Extender:
+    state = ClusterState()
+    register(sessions, state)
+    recommender = Recommender(sessions, state.utilization, ttl_seconds=60)
+    return Extender(state, recommender, sessions, cluster)
+
+
+def upload_example(sessions: sessionmaker[Session], name: str) -> None:
+    from api import services
+
+    with unit_of_work(sessions) as session:
+        upload = services.upload_profile(
+            session, (ROOT / "examples" / f"{name}.json").read_bytes(), lambda _: None
+        )
+        services.fit_profile(session, upload.profile.id)
+
+
+def wire(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((WIRE / name).read_text())
+    return loaded
