@@ -151,7 +151,8 @@ def test_every_page_renders_with_data(service: tuple[str, str], page: Page) -> N
 
     page.get_by_role("link", name="Nodes").click()
     expect(page.get_by_role("table", name="16 nodes")).to_be_visible()
-    assert page.locator(".bitmap span.on").count() > 0
+    # The demo reserves 28 + 20 + 12 + 32 ways on local-0..3 and 16 + 24 on pooled-0..1.
+    assert page.locator(".bitmap span.on").count() == 28 + 20 + 12 + 32 + 16 + 24
     shot(page, "nodes")
 
     page.get_by_role("link", name="Reports").click()

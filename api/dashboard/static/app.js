@@ -244,7 +244,9 @@ async function pageNodes() {
     const [nodes, pools, reservations] = await Promise.all([api("/v1/cluster/nodes"), api("/v1/cluster/pools"), api("/v1/cluster/reservations")]);
     const bitmap = (n) => {
       const bits = [];
-      for (let i = 0; i < n.llc_ways; i++) bits.push(h("span", { class: (n.llc_mask >> i) & 1 ? "on" : "" }));
+      // BigInt: JavaScript's bit operators wrap at 32 bits and a CAT mask has up to 64.
+      const mask = BigInt(n.llc_mask);
+      for (let i = 0; i < n.llc_ways; i++) bits.push(h("span", { class: (mask >> BigInt(i)) & 1n ? "on" : "" }));
       const used = bits.filter((b) => b.className === "on").length;
       return h("span", { class: "bitmap", role: "img", "aria-label": `${used} of ${n.llc_ways} ways reserved, mask 0x${n.llc_mask.toString(16)}` }, bits);
     };
