@@ -43,6 +43,7 @@ tmc is starting on {base}  (database: {settings.database_url}, tasks: \
 {"Celery via " + settings.effective_broker_url if settings.effective_broker_url else "in-process"})
 
 Operator token (shown once):  {token}
+Dashboard:                    {base}/dashboard/  (sign in with the token)
 
 Try:
   export TMC_TOKEN={token}
