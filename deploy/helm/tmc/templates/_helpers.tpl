@@ -1,0 +1,36 @@
+{{- define "tmc.fullname" -}}
+{{- printf "%s-tmc" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "tmc.labels" -}}
+app.kubernetes.io/name: tmc
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "tmc.selector" -}}
+app.kubernetes.io/name: tmc
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "tmc.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- end -}}
+
+{{- define "tmc.secretName" -}}
+{{- default (include "tmc.fullname" .) .Values.existingSecret -}}
+{{- end -}}
+
+{{/* The service's settings, as TMC_* variables (api/settings.py). */}}
+{{- define "tmc.env" -}}
+- name: TMC_ENVIRONMENT
+  value: production
+- name: TMC_DATABASE_URL
+  valueFrom:
+    secretKeyRef: {name: {{ include "tmc.secretName" . }}, key: database-url}
+- name: TMC_REDIS_URL
+  valueFrom:
+    secretKeyRef: {name: {{ include "tmc.secretName" . }}, key: redis-url}
+{{- end -}}
