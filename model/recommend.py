@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from model.bundle import HostDescription, WorkloadId
 from model.errors import InvalidRequest, NoFeasibleConfiguration
@@ -67,6 +68,10 @@ class Recommendation(BaseModel):
     pareto_frontier: list[ParetoPoint] = Field(description="time vs cost, fastest first")
     placement: list[StructurePlacement]
     fit: FitDiagnostics
+
+
+_CANDIDATES = TypeAdapter(list[Candidate])
+_PARETO = TypeAdapter(list[ParetoPoint])
 
 
 @dataclass(frozen=True)
@@ -166,29 +171,47 @@ def recommend(
 
     cheapest_cost = float(priced.cost[priced.feasible].min())
 
-    def candidate(i: int) -> Candidate:
-        ratio, ways = priced.ratio_and_ways(i)
-        r = i // len(p.llc_ways)
-        d = priced.demand[i]
-        penalty = selection.penalty[i]
-        return Candidate(
-            configuration=Configuration(
-                vcpus=fitted.vcpus,
-                dram_bytes=int(p.dram_bytes[r]),
-                slow_bytes=int(p.slow_bytes[r]),
-                slow_ratio=ratio,
-                llc_ways=ways,
-            ),
-            predicted_seconds=float(p.seconds.ravel()[i]),
-            slowdown=float(slowdown[i]),
-            cost=float(priced.cost[i]),
-            cost_vs_cheapest=float(priced.cost[i] / cheapest_cost - 1.0),
-            packing_penalty=None if np.isnan(penalty) else float(penalty),
-            demand=Demand(cpu=float(d[0]), dram=float(d[1]), slow=float(d[2]), llc=float(d[3])),
-            extrapolated=bool(p.extrapolated[i % len(p.llc_ways)]),
+    def candidates(indices: np.ndarray) -> list[Candidate]:
+        # Gathered with numpy and validated in one call: per-object construction would cost
+        # more than the whole prediction when dozens of candidates lie within T.
+        n_ways = len(p.llc_ways)
+        r, w = indices // n_ways, indices % n_ways
+        columns = zip(
+            p.slow_ratios[r].tolist(),
+            p.llc_ways[w].tolist(),
+            p.dram_bytes[r].tolist(),
+            p.slow_bytes[r].tolist(),
+            p.seconds.ravel()[indices].tolist(),
+            slowdown[indices].tolist(),
+            priced.cost[indices].tolist(),
+            selection.penalty[indices].tolist(),
+            priced.demand[indices].tolist(),
+            p.extrapolated[w].tolist(),
+            strict=True,
+        )
+        return _CANDIDATES.validate_python(
+            [
+                {
+                    "configuration": {
+                        "vcpus": fitted.vcpus,
+                        "dram_bytes": dram,
+                        "slow_bytes": slow,
+                        "slow_ratio": ratio,
+                        "llc_ways": ways,
+                    },
+                    "predicted_seconds": seconds,
+                    "slowdown": sd,
+                    "cost": cost,
+                    "cost_vs_cheapest": cost / cheapest_cost - 1.0,
+                    "packing_penalty": None if math.isnan(penalty) else penalty,
+                    "demand": {"cpu": d[0], "dram": d[1], "slow": d[2], "llc": d[3]},
+                    "extrapolated": ext,
+                }
+                for ratio, ways, dram, slow, seconds, sd, cost, penalty, d, ext in columns
+            ]
         )
 
-    within = [candidate(int(i)) for i in selection.within]
+    within = candidates(selection.within)
     chosen_ratio, chosen_ways = priced.ratio_and_ways(selection.chosen)
     return Recommendation(
         workload=fitted.workload,
@@ -205,7 +228,7 @@ def recommend(
         utilization=util,
         fastmax_seconds=fitted.fastmax_seconds,
         chosen=within[0],
-        best=candidate(selection.best),
+        best=candidates(np.asarray([selection.best]))[0],
         within_threshold=within,
         pareto_frontier=pareto_frontier(priced),
         placement=predictor.placement(chosen_ratio, chosen_ways),
@@ -222,18 +245,20 @@ def pareto_frontier(priced: PricedGrid) -> list[ParetoPoint]:
     best_cost = np.minimum.accumulate(cost[order])
     keep = np.ones(len(order), dtype=bool)
     keep[1:] = cost[order][1:] < best_cost[:-1]
-    points = []
-    for i in idx[order[keep]]:
-        ratio, ways = priced.ratio_and_ways(int(i))
-        points.append(
-            ParetoPoint(
-                slow_ratio=ratio,
-                llc_ways=ways,
-                predicted_seconds=float(priced.prediction.seconds.ravel()[i]),
-                cost=float(priced.cost[i]),
+    kept = idx[order[keep]]
+    n_ways = len(priced.prediction.llc_ways)
+    return _PARETO.validate_python(
+        [
+            {"slow_ratio": ratio, "llc_ways": ways, "predicted_seconds": seconds, "cost": cost}
+            for ratio, ways, seconds, cost in zip(
+                priced.prediction.slow_ratios[kept // n_ways].tolist(),
+                priced.prediction.llc_ways[kept % n_ways].tolist(),
+                priced.prediction.seconds.ravel()[kept].tolist(),
+                priced.cost[kept].tolist(),
+                strict=True,
             )
-        )
-    return points
+        ]
+    )
 
 
 def machine_of_host(host: HostDescription) -> MachineShape:
