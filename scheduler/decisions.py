@@ -136,6 +136,12 @@ class Recommender:
             computed_at=found.computed_at,
         )
 
+    def remember(self, workload: str, objective: str, outcome: Outcome) -> None:
+        """Put an outcome in the cache (benchmarks; an operator's pinned configuration)."""
+        with self._lock:
+            self._cache[(workload, objective)] = outcome
+            self._at[(workload, objective)] = time.monotonic()
+
     def prefetch(self, pod: PodAsk) -> None:
         """Warm the cache for a pod the scheduler will soon ask about (called by the feeder)."""
         if pod.workload is None:

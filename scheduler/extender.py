@@ -16,6 +16,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _quote  # C; escapes like dumps
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -58,7 +59,8 @@ def parse_args(body: object) -> Args:
         raise BadRequest("Pod is missing")
     names = body.get("NodeNames")
     if names is not None:
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        # Each name is checked where it is looked up (state._positions): no second pass here.
+        if not isinstance(names, list):
             raise BadRequest("NodeNames is not a list of names")
         return Args(pod, names, None)
     nodes = body.get("Nodes")
@@ -166,7 +168,10 @@ class Extender:
             return self._filter_answer(args, [], {}, {}, f"tmc: {exc}")
         if decision is None:  # not opted in (no managedResources configured): no opinion
             return self._filter_answer(args, args.names, {}, {}, "")
-        verdict = self.state.filter(args.names, decision.ask())
+        try:
+            verdict = self.state.filter(args.names, decision.ask())
+        except ValueError as exc:
+            return self._filter_answer(args, [], {}, {}, f"tmc: {exc}")
         return self._filter_answer(args, verdict.fits, verdict.full_now, verdict.never, "")
 
     @staticmethod
@@ -189,15 +194,30 @@ class Extender:
     def prioritize(self, body: object) -> list[dict[str, Any]]:
         """HostPriorityList. It has no Error field and the scheduler ignores prioritize errors,
         so a pod that cannot be read scores 0 everywhere."""
+        names, scores = self._priorities(body)
+        return [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
+
+    def prioritize_json(self, body: object) -> bytes:
+        """`prioritize`, serialised directly: for 5,000 nodes, json.dumps of 5,000 small dicts
+        costs more than the scoring itself."""
+        names, scores = self._priorities(body)
+        items = ",".join(
+            [f'{{"Host":{_quote(n)},"Score":{s}}}' for n, s in zip(names, scores, strict=True)]
+        )
+        return f"[{items}]".encode()
+
+    def _priorities(self, body: object) -> tuple[list[str], list[int]]:
         args = parse_args(body)  # BadRequest: the HTTP layer answers 400 with Error
         try:
             decision, _ = self._decide(args.pod)
         except BadPod:
             decision = None
         if decision is None:
-            return [{"Host": n, "Score": 0} for n in args.names]
-        scores = self.state.scores(args.names, decision.ask())
-        return [{"Host": n, "Score": scores[n]} for n in args.names]
+            return args.names, [0] * len(args.names)
+        try:
+            return args.names, self.state.scores(args.names, decision.ask())
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from exc
 
     def bind(self, body: object) -> dict[str, Any]:
         """ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node} -> {"Error": ""}.

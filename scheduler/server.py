@@ -142,7 +142,10 @@ class Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # never crash the extender on one request
             log.exception("%s failed", verb)
             answer, outcome, status = {"Error": f"tmc: internal error: {exc}"}, "error", 500
-        self._json(status, answer)
+        if isinstance(answer, bytes):
+            self._send(status, answer)
+        else:
+            self._json(status, answer)
         metrics.calls.labels(verb, outcome).inc()
         metrics.latency.labels(verb).observe(time.perf_counter() - start)
 
@@ -156,6 +159,6 @@ class Handler(BaseHTTPRequestHandler):
 
 VERBS: dict[str, Callable[[Extender, object], Any]] = {
     "filter": Extender.filter,
-    "prioritize": Extender.prioritize,
+    "prioritize": Extender.prioritize_json,
     "bind": Extender.bind,
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
@@ -79,6 +80,7 @@ class ClusterState:
         self.used_slow_local = np.zeros(n)
         self.used_ways = np.zeros(n, dtype=np.int64)
         self.best_fit = np.zeros((n, MAX_WAYS + 1), dtype=np.int64)
+        self.names = np.empty(n, dtype=object)
 
     def _grow(self) -> None:
         old = self.__dict__.copy()
@@ -98,6 +100,7 @@ class ClusterState:
         ]:
             getattr(self, name)[:n] = old[name][:n]
         self.best_fit[:n] = old["best_fit"][:n]
+        self.names[:n] = old["names"][:n]
 
     def _pool_slot(self, name: str) -> int:
         slot = self._pools.get(name)
@@ -117,7 +120,8 @@ class ClusterState:
 
     def set_pool(self, name: str, slow_bytes: int) -> None:
         with self._lock:
-            self._pool_cap[self._pool_slot(name)] = slow_bytes
+            slot = self._pool_slot(name)  # first: it may grow the arrays
+            self._pool_cap[slot] = slow_bytes
 
     def upsert_node(self, node: NodeCapacity) -> None:
         if not 1 <= node.llc_ways <= MAX_WAYS:
@@ -129,6 +133,7 @@ class ClusterState:
                 if i >= len(self.cpus):
                     self._grow()
                 self._index[node.name] = i
+                self.names[i] = node.name
                 self._nodes.append(node)
                 self._masks.append(0)
             self._nodes[i] = node
@@ -229,16 +234,14 @@ class ClusterState:
                 llc=share(float(self.used_ways[:n][r].sum()), float(self.ways[:n][r].sum())),
             )
 
-    def _split(self, names: Sequence[str]) -> tuple[list[str], np.ndarray, list[str]]:
-        known, idx, unknown = [], [], []
-        for name in names:
-            i = self._index.get(name)
-            if i is None:
-                unknown.append(name)
-            else:
-                known.append(name)
-                idx.append(i)
-        return known, np.asarray(idx, dtype=np.int64), unknown
+    def _positions(self, names: Sequence[str]) -> np.ndarray:
+        """Each name's slot in the arrays, -1 for a node the cache does not know."""
+        try:
+            return np.fromiter(
+                map(self._index.get, names, repeat(-1)), dtype=np.int64, count=len(names)
+            )
+        except TypeError as exc:  # an unhashable "name"
+            raise ValueError("node names must be strings") from exc
 
     def _slow_view(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per node: local slow capacity and use, and its pool's capacity and use (0 if none)."""
@@ -251,12 +254,14 @@ class ClusterState:
 
     def filter(self, names: Sequence[str], ask: Ask) -> Verdict:
         with self._lock:
-            known, idx, unknown = self._split(names)
-            never: dict[str, str] = dict.fromkeys(
-                unknown, "tmc: node publishes no tiered capacity (not a tmc node)"
-            )
+            pos = self._positions(names)
+            idx = pos[pos >= 0]
+            never: dict[str, str] = {
+                names[int(k)]: "tmc: node publishes no tiered capacity (not a tmc node)"
+                for k in np.flatnonzero(pos < 0)
+            }
             full: dict[str, str] = {}
-            if not known:
+            if not len(idx):
                 return Verdict([], full, never)
             local_cap, local_used, pool_cap, pool_used = self._slow_view(idx)
             ways = self.ways[idx]
@@ -290,26 +295,27 @@ class ClusterState:
             ]
             ok = np.ones(len(idx), dtype=bool)
             for bad, why in checks_never:
-                for k in np.flatnonzero(bad & ok):
-                    never[known[k]] = f"tmc: {why}"
+                never.update(dict.fromkeys(self.names[idx[bad & ok]].tolist(), f"tmc: {why}"))
                 ok &= ~bad
             for bad, why in checks_now:
-                for k in np.flatnonzero(bad & ok):
-                    full[known[k]] = f"tmc: {why}"
+                full.update(dict.fromkeys(self.names[idx[bad & ok]].tolist(), f"tmc: {why}"))
                 ok &= ~bad
-            return Verdict([known[k] for k in np.flatnonzero(ok)], full, never)
+            return Verdict(self.names[idx[ok]].tolist(), full, never)
 
-    def scores(self, names: Sequence[str], ask: Ask) -> dict[str, int]:
+    def scores(self, names: Sequence[str], ask: Ask) -> list[int]:
+        """The packing score of each node in `names`, in order; 0 for a node it does not know."""
         with self._lock:
-            known, idx, unknown = self._split(names)
-            out = dict.fromkeys(unknown, 0)
-            if not known:
-                return out
+            pos = self._positions(names)
+            known = pos >= 0
+            idx = pos[known]
+            out = np.zeros(len(names), dtype=np.int64)
+            if not len(idx):
+                return list(out.tolist())
             local_cap, local_used, pool_cap, pool_used = self._slow_view(idx)
             # A node's slow tier is its own when it has one, else its rack pool's.
             use_local = local_cap > 0
             need = min(max(ask.llc_ways, 1), MAX_WAYS)
-            scored = packing_scores(
+            out[known] = packing_scores(
                 self.cpus[idx],
                 self.dram[idx],
                 np.where(use_local, local_cap, pool_cap),
@@ -321,8 +327,7 @@ class ClusterState:
                 self.best_fit[idx, need],
                 Ask(ask.vcpus, ask.dram_bytes, ask.slow_bytes, need),
             )
-            out.update(zip(known, (int(s) for s in scored), strict=True))
-            return out
+            return list(out.tolist())
 
 
 def _replace_ready(node: NodeCapacity, ready: bool) -> NodeCapacity:
