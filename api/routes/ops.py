@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import redis
 from fastapi import APIRouter, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -44,4 +47,9 @@ def readyz(state: StateDep, response: Response) -> dict[str, str]:
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
 def metrics(state: StateDep) -> Response:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Several uvicorn workers: add up what every process wrote, not just this one's.
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

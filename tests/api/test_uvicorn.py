@@ -1,5 +1,5 @@
-"""The OpenAPI schema fuzzed with schemathesis, over HTTP against a real uvicorn process on
-PostgreSQL and Redis: whatever a client sends, no 5xx."""
+"""Against real uvicorn processes on PostgreSQL and Redis: the OpenAPI schema fuzzed with
+schemathesis (whatever a client sends, no 5xx), and metrics across several workers."""
 
 from __future__ import annotations
 
@@ -87,3 +87,47 @@ def test_no_server_errors(server: str, tmp_path: Path) -> None:
     # The run must really have exercised the API, not loaded the schema and stopped.
     passed = re.search(r"(\d+) generated, (\d+) passed", result.stdout)
     assert passed is not None and int(passed.group(2)) >= 500, result.stdout[-3000:]
+
+
+def test_metrics_add_up_across_uvicorn_workers(settings: Settings, tmp_path: Path) -> None:
+    port = free_port()
+    metrics_dir = tmp_path / "prometheus"
+    metrics_dir.mkdir()
+    env = {
+        **os.environ,
+        "TMC_DATABASE_URL": settings.database_url,
+        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "api.app:create_app",
+            "--factory",
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: httpx.get(f"{base}/healthz").status_code == 200, 30, "uvicorn")
+        # New connections each time, so that both workers answer some of them.
+        for _ in range(40):
+            httpx.get(f"{base}/healthz").raise_for_status()
+        text = httpx.get(f"{base}/metrics").text
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    counts = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("tmc_http_requests_total{") and 'route="/healthz"' in line
+    ]
+    assert sum(counts) >= 40, text[:2000]
