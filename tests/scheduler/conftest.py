@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from api import services
 from api.db import make_engine, make_session_factory, unit_of_work
 from api.migrate import upgrade_to_head
 from api.settings import Settings
@@ -110,8 +111,6 @@ def extender(sessions: sessionmaker[Session], cluster: RecordingCluster) -> Exte
 
 
 def upload_example(sessions: sessionmaker[Session], name: str) -> None:
-    from api import services
-
     with unit_of_work(sessions) as session:
         upload = services.upload_profile(
             session, (ROOT / "examples" / f"{name}.json").read_bytes(), lambda _: None

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import helm_python as helm
-import kubernetes_validate
+import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 

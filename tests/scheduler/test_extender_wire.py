@@ -124,7 +124,7 @@ def test_fallback_when_the_workload_has_no_profile(
         {"PodName": "probe-1", "PodNamespace": "default", "PodUID": "uid-1", "Node": "node-4"},
     )
     assert (status, bound) == (200, {"Error": ""})
-    placement = json.loads(cluster.annotations["default/probe-1"][PLACEMENT_ANNOTATION])
+    placement = json.loads(cluster.annotations["default/probe-1"][PLACEMENT_ANNOTATION] or "")
     assert placement["fallback"].startswith("no recommendation for workload 'never-profiled'")
     assert placement["configuration"]["slow_bytes"] == 0
     assert placement["llc_mask"] == hex(0xFF)  # every way of node-4's 8
@@ -149,7 +149,7 @@ def test_bind_reserves_annotates_and_binds(
     assert row.llc_mask.bit_count() == rec.llc_ways
     assert row.recommendation_id == rec.id
     notes = cluster.annotations["default/probe-1"]
-    placement = json.loads(notes[PLACEMENT_ANNOTATION])
+    placement = json.loads(notes[PLACEMENT_ANNOTATION] or "")
     assert notes[LLC_MASK_ANNOTATION] == hex(row.llc_mask) == placement["llc_mask"]
     assert placement["recommendation_id"] == rec.id and placement["fallback"] is None
     assert placement["configuration"]["slow_bytes"] == row.slow_bytes

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import select, update
@@ -17,7 +18,7 @@ from model.resources import GIB
 from scheduler import ledger
 from scheduler.decisions import Recommender
 from scheduler.feeder import Feeder, node_capacity
-from scheduler.state import ClusterState
+from scheduler.state import ClusterState, Held, NodeCapacity
 from tests.scheduler.conftest import register
 
 
@@ -78,8 +79,8 @@ def test_slow_memory_comes_from_the_rack_pool_and_the_pool_runs_out(
             ledger.reserve(session, "node-3", want("d", slow=1))
 
 
-def ledger_node(name: str, pool: str | None) -> ledger.NodeCapacity:
-    return ledger.NodeCapacity(name, "test-pooled", 12, 24 * GIB, 0, 48, pool)
+def ledger_node(name: str, pool: str | None) -> NodeCapacity:
+    return NodeCapacity(name, "test-pooled", 12, 24 * GIB, 0, 48, pool)
 
 
 def test_concurrent_pool_binds_from_two_nodes_never_overbook_the_pool(
@@ -121,7 +122,7 @@ def test_no_room_reasons(sessions: sessionmaker[Session], state: ClusterState) -
             ledger.reserve(session, "node-9", want("c"))
 
 
-def live(uid: str, node: str | None, placement: ledger.Held | None = None) -> ledger.LivePod:
+def live(uid: str, node: str | None, placement: Held | None = None) -> ledger.LivePod:
     return ledger.LivePod(uid, "default", uid, node, False, placement)
 
 
@@ -138,8 +139,8 @@ def test_reconcile_releases_leaks_and_restores_lost_reservations(
             .where(Reservation.pod_uid == "stale")
             .values(created_at=Reservation.created_at - timedelta(minutes=5))
         )
-    lost = ledger.Held("lost", "default", "lost", "node-4", 1, GIB, 0, False, 0b1100)
-    clash = ledger.Held("clash", "default", "clash", "node-1", 1, GIB, 0, False, kept.llc_mask)
+    lost = Held("lost", "default", "lost", "node-4", 1, GIB, 0, False, 0b1100)
+    clash = Held("clash", "default", "clash", "node-1", 1, GIB, 0, False, kept.llc_mask)
     with unit_of_work(sessions) as session:
         report = ledger.reconcile(
             session,
@@ -158,7 +159,7 @@ def test_reconcile_releases_leaks_and_restores_lost_reservations(
     assert gone.pod_uid not in left and stale.pod_uid not in left
 
 
-TIERED_NODE = {
+TIERED_NODE: dict[str, Any] = {
     "metadata": {
         "name": "node-7",
         "labels": {"tmc.dev/host-kind": "test-pooled"},

@@ -49,6 +49,10 @@ if [ ! -f "$STAMP" ]; then
         # fetches it through the proxy, like any module); sample-* repos are not published.
         "$GO" mod download -json "k8s.io/kubernetes@$K8S_VERSION" > download.json || true
         upstream=$GOMODCACHE/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.mod
+        if [ ! -f "$upstream" ]; then
+            log "the Go module proxy is unreachable from this machine: $(grep -o '"Error": *"[^"]*' download.json | head -1 | cut -c1-200)"
+            exit 3
+        fi
         {
             printf 'module tmc.dev/k8sbuild\n\ngo 1.26.0\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$K8S_VERSION"
             grep -E '=> \./staging/src/' "$upstream" | awk '{print $1}' | grep -v 'sample-' |

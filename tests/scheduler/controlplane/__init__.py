@@ -1,0 +1,258 @@
+"""A real Kubernetes control plane on loopback for the extender's end-to-end test: Debian's etcd,
+kube-apiserver and kube-scheduler built from Go modules by build.sh (cached outside the repo), no
+kubelet (nodes are fake API objects; pods are only scheduled, never run)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from ssl import create_default_context
+
+from tests.services import free_port, wait_until
+
+HERE = Path(__file__).resolve().parent
+
+
+class Unavailable(RuntimeError):
+    """The control plane cannot run on this machine (no binaries and no way to build them)."""
+
+
+def binaries() -> Path:
+    """The folder with kube-apiserver and kube-scheduler: $TMC_K8S_BIN, or build.sh's cache."""
+    given = os.environ.get("TMC_K8S_BIN")
+    if given:
+        return Path(given)
+    done = subprocess.run(
+        ["bash", str(HERE / "build.sh")], check=False, capture_output=True, text=True, timeout=1800
+    )
+    if done.returncode != 0:
+        tail = " ".join(done.stderr.strip().splitlines()[-3:])
+        raise Unavailable(f"cannot build the control plane (build.sh): {tail}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+class ControlPlane:
+    def __init__(self) -> None:
+        self.bin = binaries()
+        etcd = shutil.which("etcd")
+        if etcd is None:
+            raise Unavailable("etcd is not installed (Debian's etcd-server; ./dev installs it)")
+        self.etcd_bin = etcd
+        self.dir = Path(tempfile.mkdtemp(prefix="tmc-k8s-"))
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.api_port = free_port()
+        self.admin_token = "admin-" + os.urandom(12).hex()
+        self.scheduler_token = "sched-" + os.urandom(12).hex()
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    def kubeconfig(self, user: str) -> Path:
+        return self.dir / f"{user}.kubeconfig"
+
+    def _pki(self) -> None:
+        d = self.dir
+        _openssl(
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=tmc-test-ca",
+            cwd=d,
+        )
+        (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "apiserver.key",
+            "-out",
+            "apiserver.csr",
+            "-subj",
+            "/CN=kube-apiserver",
+            cwd=d,
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            "apiserver.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "apiserver.crt",
+            cwd=d,
+        )
+        # A front-proxy CA quiets the scheduler's delegated authentication (it wants one).
+        _openssl(
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "proxy-ca.key",
+            "-out",
+            "proxy-ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=tmc-proxy-ca",
+            cwd=d,
+        )
+        _openssl("genrsa", "-out", "sa.key", "2048", cwd=d)
+        _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
+        (d / "tokens.csv").write_text(
+            f'{self.admin_token},tmc-admin,uid-admin,"system:masters"\n'
+            f"{self.scheduler_token},system:kube-scheduler,uid-scheduler\n"
+        )
+        for user, token in (("admin", self.admin_token), ("scheduler", self.scheduler_token)):
+            self.kubeconfig(user).write_text(
+                "apiVersion: v1\nkind: Config\n"
+                f"clusters: [{{name: t, cluster: {{server: '{self.server}', "
+                f"certificate-authority: '{d / 'ca.crt'}'}}}}]\n"
+                f"users: [{{name: u, user: {{token: '{token}'}}}}]\n"
+                "contexts: [{name: t, context: {cluster: t, user: u}}]\ncurrent-context: t\n"
+            )
+
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> None:
+        log = (self.dir / f"{name}.log").open("ab")
+        self.procs[name] = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+
+    def _ready(self, url: str, token: str | None = None) -> bool:
+        req = urllib.request.Request(url)
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        ctx = create_default_context(cafile=str(self.dir / "ca.crt"))
+        with urllib.request.urlopen(
+            req, timeout=2, context=ctx if url.startswith("https") else None
+        ) as r:
+            return bool(r.status == 200)
+
+    def start(self) -> None:
+        started = time.monotonic()
+        self._pki()
+        client, peer = free_port(), free_port()
+        self._spawn(
+            "etcd",
+            [
+                self.etcd_bin,
+                "--name",
+                "t",
+                "--data-dir",
+                str(self.dir / "etcd"),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{client}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{client}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"t=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync",
+            ],
+        )
+        wait_until(lambda: self._ready(f"http://127.0.0.1:{client}/health"), 30, "etcd")
+        d = self.dir
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(self.bin / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{client}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.api_port}",
+                "--advertise-address=127.0.0.1",
+                f"--tls-cert-file={d / 'apiserver.crt'}",
+                f"--tls-private-key-file={d / 'apiserver.key'}",
+                f"--client-ca-file={d / 'ca.crt'}",
+                f"--requestheader-client-ca-file={d / 'proxy-ca.crt'}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--token-auth-file={d / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={d / 'sa.pub'}",
+                f"--service-account-signing-key-file={d / 'sa.key'}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                # The apiserver advertises 127.0.0.1, which the endpoint reconciler rejects.
+                "--endpoint-reconciler-type=none",
+            ],
+        )
+        wait_until(lambda: self._ready(f"{self.server}/readyz", self.admin_token), 90, "apiserver")
+        self.startup_seconds = time.monotonic() - started
+
+    def start_scheduler(self, config: Path) -> None:
+        self.stop_process("kube-scheduler")
+        port = free_port()
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(self.bin / "kube-scheduler"),
+                f"--config={config}",
+                f"--authentication-kubeconfig={self.kubeconfig('scheduler')}",
+                f"--authorization-kubeconfig={self.kubeconfig('scheduler')}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--v=2",
+            ],
+        )
+        wait_until(
+            lambda: (
+                "Successfully acquired lease" in self.log("kube-scheduler")
+                or "Starting Kubernetes Scheduler" in self.log("kube-scheduler")
+            ),
+            60,
+            "kube-scheduler",
+        )
+
+    def log(self, name: str) -> str:
+        path = self.dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop_process(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+    def close(self) -> None:
+        for name in ("kube-scheduler", "kube-apiserver", "etcd"):
+            self.stop_process(name)
+        shutil.rmtree(self.dir, ignore_errors=True)
