@@ -70,3 +70,38 @@ def test_core_install_carries_no_server_stack() -> None:
         for dep in project["dependencies"]
     }
     assert not core & SERVER_STACK
+
+
+def test_core_install_runs_the_model_without_the_server_stack(tmp_path: Path) -> None:
+    # What a node gets for the agent: `pip install .` into an empty virtualenv.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, "-c", str(ROOT / "constraints.txt"), str(ROOT)], check=True)
+    probe = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import importlib.util, model, tmc_agent;"
+            "print(sorted(m for m in ('fastapi', 'sqlalchemy', 'celery', 'redis', 'kubernetes',"
+            " 'numba') if importlib.util.find_spec(m)))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,  # not the checkout: import what was installed
+    )
+    assert probe.stdout.strip() == "[]"
+    cli = subprocess.run(
+        [
+            str(venv / "bin" / "tmc"),
+            "recommend",
+            "--profile",
+            str(ROOT / "examples" / "xsbench.json"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stderr
