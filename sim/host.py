@@ -38,6 +38,7 @@ __all__ = [
     "TierResult",
     "TruthGrid",
     "ground_truth_grid",
+    "run_many",
     "simulate",
 ]
 

@@ -39,6 +39,9 @@ C_N_SLOW = 13
 C_RHO_FAST = 14
 C_RHO_SLOW = 15
 N_COUNTERS = 16
+# The timing pass indexes by tier (0 fast, 1 slow): these pairs must stay adjacent as below.
+assert C_WB_SLOW == C_WB_FAST + 1 and C_RHO_SLOW == C_RHO_FAST + 1
+assert C_LAT_SLOW == C_LAT_FAST + 2 and C_N_SLOW == C_N_FAST + 2
 
 # Columns of the per-structure counters.
 S_MISSES = 0
@@ -234,7 +237,7 @@ def _time_one(
     cap = rob + 2
     rob_instr = np.zeros(cap, dtype=np.int64)
     rob_gate = np.zeros(cap)
-    rob_l3 = np.zeros(cap, dtype=np.bool_)
+    rob_l3 = np.zeros(cap)  # 1.0: a load that missed the LLC
     rob_sid = np.zeros(cap, dtype=np.int64)
     head = 0
     tail_r = 0
@@ -251,39 +254,40 @@ def _time_one(
     t = 0.0
     instr = 0
     frontier = 0.0
-    frontier_l3 = False
+    frontier_l3 = 0.0
     frontier_sid = 0
     last_load_done = 0.0
     producer_done = 0.0
     t_start = 0.0
     instr_start = 0
     for k in range(start, gap.shape[0]):
-        measuring = k >= warmup
         if k == warmup:
+            # Everything before is warm-up: counters restart from here.
             t_start = t
             instr_start = instr
+            acc[:] = 0.0
+            acc_s[:, :] = 0.0
         g = gap[k]
         instr += g
         tn = t + g * c
         # In-order retirement: this instruction dispatches only once the one ROB places older has
         # retired, i.e. once every load up to it has its data.
         while head != tail_r and rob_instr[head] + rob <= instr:
+            # Written as selects rather than branches: which entry sets the pace, and whether
+            # dispatch has to wait for it, is unpredictable and mispredictions dominated here.
             d = rob_gate[head]
-            if d > frontier:
-                frontier = d
-                frontier_l3 = rob_l3[head]
-                frontier_sid = rob_sid[head]
-            cand = frontier + (instr - rob_instr[head] - rob) * c
-            if cand > tn:
-                if measuring:
-                    acc[C_STALL] += cand - tn
-                    if frontier_l3:
-                        acc[C_STALL_L3] += cand - tn
-                    acc_s[frontier_sid, S_STALL] += cand - tn
-                tn = cand
-            head = head + 1
-            if head == cap:
-                head = 0
+            newer = d > frontier
+            frontier = d if newer else frontier
+            frontier_l3 = rob_l3[head] if newer else frontier_l3
+            frontier_sid = rob_sid[head] if newer else frontier_sid
+            wait = frontier + (instr - rob_instr[head] - rob) * c - tn
+            wait = wait if wait > 0.0 else 0.0
+            acc[C_STALL] += wait
+            acc[C_STALL_L3] += wait * frontier_l3
+            acc_s[frontier_sid, S_STALL] += wait
+            tn += wait
+            head += 1
+            head = 0 if head == cap else head
         t = tn
         b = int(t * per_bin)
         if b != cur_bin:
@@ -337,23 +341,16 @@ def _time_one(
             else:
                 busy0 += rcost[0]
             l3 = not is_store
-            if measuring:
-                acc_s[s, S_MISSES] += 1.0
-                if is_store:
-                    acc[C_STORE_MISSES] += 1.0
-                else:
-                    acc[C_LOAD_MISSES] += 1.0
-                    acc_s[s, S_LOAD_MISSES] += 1.0
-                if tier == 1:
-                    acc[C_SLOW_MISSES] += 1.0
-                    acc_s[s, S_SLOW_MISSES] += 1.0
-                    acc[C_LAT_SLOW] += latency
-                    acc[C_N_SLOW] += 1.0
-                    acc[C_RHO_SLOW] += rho
-                else:
-                    acc[C_LAT_FAST] += latency
-                    acc[C_N_FAST] += 1.0
-                    acc[C_RHO_FAST] += rho
+            ld = 0.0 if is_store else 1.0
+            acc_s[s, S_MISSES] += 1.0
+            acc_s[s, S_LOAD_MISSES] += ld
+            acc_s[s, S_SLOW_MISSES] += tier
+            acc[C_LOAD_MISSES] += ld
+            acc[C_STORE_MISSES] += 1.0 - ld
+            acc[C_SLOW_MISSES] += tier
+            acc[C_LAT_FAST + 2 * tier] += latency
+            acc[C_N_FAST + 2 * tier] += 1.0
+            acc[C_RHO_FAST + tier] += rho
         mshr[j] = done
         victim = wb[k]
         if victim >= 0:
@@ -364,22 +361,17 @@ def _time_one(
                 busy1 += wcost[1]
             else:
                 busy0 += wcost[0]
-            if measuring:
-                if vt == 1:
-                    acc[C_WB_SLOW] += 1.0
-                else:
-                    acc[C_WB_FAST] += 1.0
+            acc[C_WB_FAST + vt] += 1.0
         if is_store:
             # A store retires once it holds a fill buffer; its data merges later (store buffer).
             gate = begin
         else:
             gate = done
             last_load_done = done
-        if measuring:
-            acc[C_ACCESSES] += 1.0
+        acc[C_ACCESSES] += 1.0
         rob_instr[tail_r] = instr
         rob_gate[tail_r] = gate
-        rob_l3[tail_r] = l3
+        rob_l3[tail_r] = 1.0 if l3 else 0.0
         rob_sid[tail_r] = s
         tail_r += 1
         if tail_r == cap:
