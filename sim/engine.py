@@ -94,7 +94,7 @@ def stack_pass(
     return depth, [wb[i] for i in range(len(ways))]
 
 
-_memo: OrderedDict[tuple[str, str, int], Prepared] = OrderedDict()
+_memo: OrderedDict[tuple[str, str | None, str, int], Prepared] = OrderedDict()
 
 
 def prepare(workload: Workload, host: Host, seed: int, ways: Sequence[int] = ()) -> Prepared:
@@ -102,7 +102,8 @@ def prepare(workload: Workload, host: Host, seed: int, ways: Sequence[int] = ())
 
     The last few are kept, so that calls for the same workload reuse the trace.
     """
-    key = (workload.model_dump_json(), host.model_dump_json(), seed)
+    # source_dir is not part of the dump but decides which trace files a workload replays.
+    key = (workload.model_dump_json(), workload.source_dir, host.model_dump_json(), seed)
     hit = _memo.get(key)
     if hit is not None:
         _memo.move_to_end(key)

@@ -215,6 +215,15 @@ def _time_one(
     out: np.ndarray,
     out_s: np.ndarray,
 ) -> None:
+    """Time one configuration: `ways` of LLC, `slow_frac` of each structure in the slow tier.
+
+    One core dispatches an instruction every `cpi_core` cycles unless the instruction ROB places
+    older has not retired; retirement is in order. An access issues when dispatched (or when its
+    producer load has its data, if dependent) and a fill buffer is free; a hit takes the LLC's
+    latency, a miss its tier's latency grown by that tier's recent utilisation. Overlap between
+    misses is therefore whatever the window and the fill buffers allow: nothing sets MLP.
+    Counters cover accesses from `warmup` on; `out` and `out_s` receive them.
+    """
     c = params[P_CPI_CORE]
     rob = int(params[P_ROB])
     n_mshr = int(params[P_MSHRS])

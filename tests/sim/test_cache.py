@@ -34,7 +34,9 @@ def reference_lru(
     return hits, evicted
 
 
-def stack(lines: np.ndarray, flags: np.ndarray, n_sets: int, depth_max: int, ways: list[int]):
+def stack(
+    lines: np.ndarray, flags: np.ndarray, n_sets: int, depth_max: int, ways: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
     depth = np.empty(len(lines), dtype=np.uint8)
     wb = np.empty((len(ways), len(lines)), dtype=np.int32)
     kernels.lru_stack_pass(

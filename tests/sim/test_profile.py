@@ -5,13 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from model import fit, parse_bundle
+from model import ProfileBundle, fit, parse_bundle
 from sim.engine import prepare
 from sim.profile import QUIET, NoiseSpec, pebs_samples, reference_bundle, reference_runs
 from tests.sim.support import small_host, workload
 
 
-def bundle(noise: NoiseSpec | None = None, seed: int = 0, sampling_interval: int = 10007):
+def bundle(
+    noise: NoiseSpec | None = None, seed: int = 0, sampling_interval: int = 10007
+) -> ProfileBundle:
     return reference_bundle(
         workload(), small_host(), noise, seed, sampling_interval=sampling_interval
     )

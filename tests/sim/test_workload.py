@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -58,7 +60,7 @@ def test_unknown_catalogue_name() -> None:
         (lambda d: d.update(bogus=1), "bogus"),
     ],
 )
-def test_bad_workloads_are_rejected(change, message: str) -> None:
+def test_bad_workloads_are_rejected(change: Callable[[dict[str, Any]], None], message: str) -> None:
     data = workload().model_dump()
     change(data)
     with pytest.raises(ValidationError, match=message):
