@@ -50,6 +50,6 @@ def metrics(state: StateDep) -> Response:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Several uvicorn workers: add up what every process wrote, not just this one's.
         registry = CollectorRegistry()
-        MultiProcessCollector(registry)
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
