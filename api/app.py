@@ -3,6 +3,7 @@ caches are created in the lifespan, from the Settings given (or read from the en
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -10,6 +11,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import dashboard, services, tasks
@@ -18,7 +20,7 @@ from api.deps import AppState, Metrics
 from api.errors import PROBLEM, install_handlers
 from api.routes import cluster, ops, prices, profiles, recommendations, reports
 from api.settings import Settings, get_settings
-from api.utilization import UtilizationReader, connect_redis
+from api.utilization import UtilizationReader, connect_redis, take_snapshot
 
 log = logging.getLogger("tmc.api")
 
@@ -142,6 +144,23 @@ class _TooLarge(Exception):
     pass
 
 
+def tasks_run_elsewhere(settings: Settings) -> bool:
+    return settings.effective_broker_url is not None
+
+
+async def snapshot_loop(state: AppState) -> None:
+    def snapshot() -> None:
+        with unit_of_work(state.sessions) as session:
+            take_snapshot(session, None, state.settings.utilization_max_age_seconds)
+
+    while True:
+        try:
+            await run_in_threadpool(snapshot)
+        except Exception:  # a failed snapshot must not end the loop; the next one may work
+            log.exception("utilization snapshot failed")
+        await asyncio.sleep(state.settings.utilization_snapshot_seconds)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
 
@@ -151,9 +170,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.tmc = state
         with unit_of_work(state.sessions) as session:
             services.ensure_default_price_profile(session)
+        # Without a broker there is no Celery beat: the API takes the utilization snapshots.
+        snapshots = (
+            None if tasks_run_elsewhere(settings) else asyncio.create_task(snapshot_loop(state))
+        )
         try:
             yield
         finally:
+            if snapshots is not None:
+                snapshots.cancel()
             state.engine.dispose()
             if state.redis is not None:
                 state.redis.close()

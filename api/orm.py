@@ -171,3 +171,14 @@ class ApiToken(Timestamped, Base):
     role: Mapped[str] = mapped_column(String(16))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+
+
+class UtilizationSample(Base):
+    """The cluster's utilization at one moment: the history the dashboard draws."""
+
+    __tablename__ = "utilization_samples"
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    cpu: Mapped[float] = mapped_column(Float)
+    dram: Mapped[float] = mapped_column(Float)
+    slow: Mapped[float] = mapped_column(Float)
+    llc: Mapped[float] = mapped_column(Float)

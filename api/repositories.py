@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import Select, String, Table, bindparam, func, or_, select, update
+from sqlalchemy import Select, String, Table, bindparam, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -22,6 +22,7 @@ from api.orm import (
     RackPool,
     RecommendationRow,
     Reservation,
+    UtilizationSample,
     Workload,
 )
 
@@ -369,3 +370,25 @@ def insert_recommendation(session: Session, values: dict[str, object]) -> None:
 
 def get_price_profile_by_id(session: Session, price_id: str) -> PriceProfileRow | None:
     return session.get(PriceProfileRow, price_id)
+
+
+# -- utilization history --------------------------------------------------------------------
+
+
+def record_utilization(session: Session, sample: UtilizationSample) -> None:
+    session.merge(sample)  # two snapshots in the same instant are one sample
+
+
+def utilization_history(
+    session: Session, since: datetime, limit: int
+) -> Sequence[UtilizationSample]:
+    return session.scalars(
+        select(UtilizationSample)
+        .where(UtilizationSample.at >= since)
+        .order_by(UtilizationSample.at.desc())
+        .limit(limit)
+    ).all()
+
+
+def prune_utilization(session: Session, before: datetime) -> None:
+    session.execute(delete(UtilizationSample).where(UtilizationSample.at < before))

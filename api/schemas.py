@@ -177,3 +177,11 @@ class ReservationOut(BaseModel):
 class UtilizationOut(BaseModel):
     utilization: Utilization
     source: Literal["redis", "database"]
+
+
+class UtilizationPoint(BaseModel):
+    at: datetime
+    cpu: float
+    dram: float
+    slow: float
+    llc: float

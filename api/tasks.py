@@ -90,10 +90,7 @@ def fit_profile(profile_id: str) -> str:
 )
 def snapshot_utilization() -> dict[str, float]:
     settings = get_settings()
-    if not settings.redis_url:
-        return {}
+    client = connect_redis(settings.redis_url) if settings.redis_url else None
     with unit_of_work(session_factory()) as session:
-        util = take_snapshot(
-            session, connect_redis(settings.redis_url), settings.utilization_max_age_seconds
-        )
+        util = take_snapshot(session, client, settings.utilization_max_age_seconds)
     return util.model_dump()

@@ -11,11 +11,13 @@ import json
 import logging
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 
 import redis
 from sqlalchemy.orm import Session
 
 from api import repositories as repo
+from api.orm import UtilizationSample
 from model import Utilization
 
 log = logging.getLogger("tmc.utilization")
@@ -46,10 +48,18 @@ def write_snapshot(client: redis.Redis, util: Utilization, ttl_seconds: float) -
     client.set(SNAPSHOT_KEY, payload, px=int(ttl_seconds * 1000))
 
 
-def take_snapshot(session: Session, client: redis.Redis, ttl_seconds: float) -> Utilization:
-    """The periodic task's body: compute from the ledger, publish for the hot path."""
+HISTORY_RETENTION = timedelta(days=7)
+
+
+def take_snapshot(session: Session, client: redis.Redis | None, ttl_seconds: float) -> Utilization:
+    """The periodic task's body: compute from the ledger, publish it for the hot path (when there
+    is a Redis) and keep it in the history the dashboard draws."""
     util = utilization_from_totals(repo.cluster_totals(session))
-    write_snapshot(client, util, ttl_seconds)
+    now = datetime.now(UTC)
+    repo.record_utilization(session, UtilizationSample(at=now, **util.model_dump()))
+    repo.prune_utilization(session, now - HISTORY_RETENTION)
+    if client is not None:
+        write_snapshot(client, util, ttl_seconds)
     return util
 
 

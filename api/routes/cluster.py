@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 
 from api import repositories as repo
 from api import services
@@ -20,6 +21,7 @@ from api.schemas import (
     PoolOut,
     ReservationOut,
     UtilizationOut,
+    UtilizationPoint,
 )
 from api.utilization import utilization_from_totals
 
@@ -140,6 +142,25 @@ def utilization(state: StateDep, _: Reader) -> UtilizationOut:
     with unit_of_work(state.sessions) as session:
         util, source = state.utilization.current(session)
     return UtilizationOut(utilization=util, source=source)
+
+
+@router.get(
+    "/history",
+    response_model=list[UtilizationPoint],
+    summary="Utilization samples, oldest first (one per snapshot period)",
+)
+def history(
+    state: StateDep,
+    _: Reader,
+    minutes: Annotated[int, Query(ge=1, le=7 * 24 * 60)] = 60,
+) -> list[UtilizationPoint]:
+    since = datetime.now(UTC) - timedelta(minutes=minutes)
+    with unit_of_work(state.sessions) as session:
+        rows = repo.utilization_history(session, since, limit=5000)
+        return [
+            UtilizationPoint(at=r.at, cpu=r.cpu, dram=r.dram, slow=r.slow, llc=r.llc)
+            for r in reversed(rows)
+        ]
 
 
 @router.get("/reservations", response_model=list[ReservationOut])

@@ -9,7 +9,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.auth import Role
+from api.db import make_engine, make_session_factory, unit_of_work
 from api.demo import example_host_kind
+from api.settings import Settings
+from api.utilization import take_snapshot
 from model.resources import GIB
 from tests.api.conftest import auth, example
 
@@ -256,3 +259,16 @@ def test_metrics(client: TestClient) -> None:
     text = client.get("/metrics").text
     assert "tmc_http_requests_total" in text
     assert 'tmc_profile_uploads_total{result="created"} 1.0' in text
+
+
+def test_utilization_history_is_recorded_by_snapshots(
+    client: TestClient, settings: Settings
+) -> None:
+    sessions = make_session_factory(make_engine(settings))
+    for _ in range(3):
+        with unit_of_work(sessions) as session:
+            take_snapshot(session, None, ttl_seconds=60)
+    history = client.get("/v1/cluster/history?minutes=5", headers=VIEWER).json()
+    assert len(history) == 3
+    assert [h["at"] for h in history] == sorted(h["at"] for h in history)
+    assert set(history[0]) == {"at", "cpu", "dram", "slow", "llc"}

@@ -86,16 +86,18 @@ function stranded(u) {
 async function pageCluster() {
   setPage("Cluster", region("cluster-meters"),
     h("div", { class: "grid2" },
-      h("section", {}, h("h3", {}, "Utilization over time"), region("cluster-history"),
+      h("section", {}, h("h3", {}, "Utilization over the last hour"), region("cluster-history"),
         h("p", { class: "legend" }, RESOURCES.map((r) => [h("span", { style: `background:${charts.RESOURCE_COLOURS[r]}` }), r]))),
       h("section", {}, h("h3", {}, "Stranding"), region("cluster-stranding"))),
     h("section", {}, h("h3", {}, "Per-node and per-pool heat map"), region("cluster-heat")));
   state.refreshData = async () => {
-    const [capacity, nodes, pools] = await Promise.all([api("/v1/cluster/capacity"), api("/v1/cluster/nodes"), api("/v1/cluster/pools")]);
+    const [capacity, nodes, pools, history] = await Promise.all([
+      api("/v1/cluster/capacity"), api("/v1/cluster/nodes"), api("/v1/cluster/pools"), api("/v1/cluster/history?minutes=60")]);
     const now = Date.now();
+    // The server's snapshots (one per period, kept for a week), then the value right now.
     for (const r of RESOURCES) {
+      state.history[r] = history.map((p) => [Date.parse(p.at), p[r]]);
       state.history[r].push([now, capacity.utilization[r]]);
-      if (state.history[r].length > 720) state.history[r].shift();
     }
     fill("cluster-meters", h("div", { class: "cards" },
       meter("CPU", capacity.utilization.cpu), meter("DRAM", capacity.utilization.dram),
