@@ -11,6 +11,7 @@ distinct profile bundles.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -30,7 +31,14 @@ from api.demo import load_demo
 from api.migrate import upgrade_to_head
 from api.orm import ApiToken
 from api.settings import Settings
-from tests.services import ROOT, CeleryWorker, PostgresServer, RedisServer, free_port, wait_until
+from tests.services import (
+    ROOT,
+    CeleryWorker,
+    PostgresServer,
+    RedisServer,
+    uvicorn_server,
+    wait_until,
+)
 
 
 def hey(
@@ -105,6 +113,7 @@ def main() -> None:
     postgres, redis_server = PostgresServer(), RedisServer()
     procs: list[subprocess.Popen[bytes]] = []
     worker: CeleryWorker | None = None
+    stack = contextlib.ExitStack()
     try:
         upgrade_to_head(postgres.url)
         settings = Settings(
@@ -144,29 +153,8 @@ def main() -> None:
                 stderr=subprocess.DEVNULL,
             )
         )
-        port = free_port()
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "api.app:create_app",
-                    "--factory",
-                    "--port",
-                    str(port),
-                    "--workers",
-                    str(args.workers),
-                    "--log-level",
-                    "warning",
-                    "--no-access-log",
-                ],
-                cwd=ROOT,
-                env=env,
-            )
-        )
-        base = f"http://127.0.0.1:{port}"
-        wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 60, "uvicorn")
+        base = stack.enter_context(uvicorn_server(env, workers=args.workers))
+        wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 60, "readiness")
         body = Path(tempfile.mkstemp(suffix=".json")[1])
         body.write_text(json.dumps({"workload": "graph500"}))
         hey(f"{base}/recommend", 5, args.rate, token, body)  # warm every worker's caches
@@ -188,6 +176,7 @@ def main() -> None:
             f"profile uploads (distinct, 8 concurrent): {uploads_per_second(base, token, args.uploads):.0f}/s"
         )
     finally:
+        stack.close()
         for proc in procs:
             proc.terminate()
             proc.wait(20)

@@ -17,8 +17,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psycopg
 import redis
 
@@ -191,3 +193,35 @@ class CeleryWorker:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc = None
+
+
+@contextlib.contextmanager
+def uvicorn_server(env: dict[str, str], workers: int = 1) -> Iterator[str]:
+    """The API as `uvicorn api.app:create_app --factory` in its own process(es); yields the base
+    URL once /healthz answers, and stops it on exit."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "api.app:create_app",
+            "--factory",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ],
+        cwd=ROOT,
+        env={**os.environ, **env},
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: httpx.get(f"{base}/healthz").status_code == 200, 60, "uvicorn")
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(20)

@@ -3,7 +3,6 @@ schemathesis (whatever a client sends, no 5xx), and metrics across several worke
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from fastapi.testclient import TestClient
 from api.auth import Role
 from api.settings import Settings
 from tests.api.conftest import TOKENS, auth, example
-from tests.services import ROOT, free_port, wait_until
+from tests.services import uvicorn_server
 
 
 @pytest.fixture
@@ -28,34 +27,14 @@ def server(settings: Settings, client: TestClient) -> Iterator[str]:
         content=example("graph500"),
         headers={**auth(Role.agent), "Content-Type": "application/json"},
     ).raise_for_status()
-    port = free_port()
     assert settings.redis_url is not None
     env = {
-        **os.environ,
         "TMC_ENVIRONMENT": "test",
         "TMC_DATABASE_URL": settings.database_url,
         "TMC_REDIS_URL": settings.redis_url,
     }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "api.app:create_app",
-            "--factory",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
-    base = f"http://127.0.0.1:{port}"
-    wait_until(lambda: httpx.get(f"{base}/healthz").status_code == 200, 30, "uvicorn")
-    yield base
-    proc.terminate()
-    proc.wait(10)
+    with uvicorn_server(env) as base:
+        yield base
 
 
 @pytest.mark.slow
@@ -90,41 +69,14 @@ def test_no_server_errors(server: str, tmp_path: Path) -> None:
 
 
 def test_metrics_add_up_across_uvicorn_workers(settings: Settings, tmp_path: Path) -> None:
-    port = free_port()
     metrics_dir = tmp_path / "prometheus"
     metrics_dir.mkdir()
-    env = {
-        **os.environ,
-        "TMC_DATABASE_URL": settings.database_url,
-        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
-    }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "api.app:create_app",
-            "--factory",
-            "--port",
-            str(port),
-            "--workers",
-            "2",
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: httpx.get(f"{base}/healthz").status_code == 200, 30, "uvicorn")
+    env = {"TMC_DATABASE_URL": settings.database_url, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
+    with uvicorn_server(env, workers=2) as base:
         # New connections each time, so that both workers answer some of them.
         for _ in range(40):
             httpx.get(f"{base}/healthz").raise_for_status()
         text = httpx.get(f"{base}/metrics").text
-    finally:
-        proc.terminate()
-        proc.wait(10)
     counts = [
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from api.demo import ensure_operator_token, load_demo
 from api.migrate import upgrade_to_head
 from api.orm import ApiToken
 from api.settings import Settings
-from tests.services import ROOT, free_port, wait_until
+from tests.services import ROOT, uvicorn_server
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Screenshots are test artefacts; TMC_SCREENSHOTS=docs/screenshots refreshes the committed ones.
@@ -43,26 +41,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     with unit_of_work(sessions) as session:
         session.add(ApiToken(name="viewer", role=Role.viewer, token_hash=token_hash(VIEWER)))
         session.add(ApiToken(name="agent", role=Role.agent, token_hash=token_hash(AGENT)))
-    port = free_port()
-    env = {**os.environ, "TMC_DATABASE_URL": url, "TMC_REPORTS_DIR": str(reports)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "api.app:create_app",
-            "--factory",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: httpx.get(f"{base}/healthz").status_code == 200, 30, "uvicorn")
+    env = {"TMC_DATABASE_URL": url, "TMC_REPORTS_DIR": str(reports)}
+    with uvicorn_server(env) as base:
         for objective in ("cheapest", "slo:5%"):
             httpx.post(
                 f"{base}/recommend",
@@ -70,9 +50,6 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
                 headers={"Authorization": f"Bearer {token}"},
             ).raise_for_status()
         yield base, token
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.fixture(scope="module")
