@@ -158,8 +158,9 @@ async function pageWorkload(name) {
     const ways = [...new Set(model.points.map((p) => p.llc_ways))];
     const at = (i, j) => model.points[i * ways.length + j];
     const cheapest = model.points.filter((p) => p.feasible).reduce((a, b) => (b.cost < a.cost ? b : a));
-    const maxSlow = Math.max(...model.points.map((p) => p.slowdown), 1e-9);
-    const maxCost = Math.max(...model.points.map((p) => p.cost_vs_cheapest), 1e-9);
+    // Colour scales saturate where decisions stop being close: the all-slow corner would
+    // otherwise wash out the few percent that separate the candidates near the optimum.
+    const SLOWDOWN_FULL = 1.0, COST_FULL = 0.3;
     const grid = (valueOf, textOf, what) => charts.heatmap({
       rows: ratios.map((r) => r.toFixed(1)), cols: ways, rowLabel: "slow ratio", colLabel: "LLC ways",
       label: `${what} over slow ratio and LLC ways for ${name}`,
@@ -168,9 +169,9 @@ async function pageWorkload(name) {
         return p.feasible ? { value: valueOf(p), text: textOf(p), title: `ratio ${p.slow_ratio}, ${p.llc_ways} ways: ${what} ${textOf(p)}`, highlight: p === cheapest } : null;
       },
     });
-    fill("w-slowdown", grid((p) => p.slowdown / maxSlow, (p) => `${(p.slowdown * 100).toFixed(0)}%`, "slowdown"));
-    fill("w-cost", grid((p) => p.cost_vs_cheapest / maxCost, (p) => `${(p.cost_vs_cheapest * 100).toFixed(0)}%`, "cost above the cheapest"),
-      h("p", {}, "Outlined: the cheapest configuration."));
+    fill("w-slowdown", grid((p) => Math.min(1, p.slowdown / SLOWDOWN_FULL), (p) => `${(p.slowdown * 100).toFixed(0)}%`, "slowdown"));
+    fill("w-cost", grid((p) => Math.min(1, p.cost_vs_cheapest / COST_FULL), (p) => `${(p.cost_vs_cheapest * 100).toFixed(0)}%`, "cost above the cheapest"),
+      h("p", {}, "Outlined: the cheapest configuration. The colour is full from 30 % above it."));
     let chosenKey = null;
     if (decisions.length) {
       const rec = (await api(`/v1/recommendations/${decisions[0].id}`)).recommendation;
