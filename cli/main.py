@@ -177,6 +177,11 @@ def model_show_cmd(
     guarded(run)
 
 
+# The evaluation against the simulator (needs the sim extra when it runs, not to be listed).
+from bench.command import bench as _bench  # noqa: E402
+
+app.command("bench")(_bench)
+
 # The service's commands need the server extra; a node install (the agent) has only the model.
 if importlib.util.find_spec("fastapi") is not None:
     from cli.server import db_app, server_app, token_app

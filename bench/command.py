@@ -1,0 +1,37 @@
+"""`tmc bench`: the Typer command. Heavy imports (the simulator, matplotlib, BO) happen only
+when it runs, so that `tmc` starts fast and installs without the `sim` extra."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+DEFAULT_OUT = Path("docs/reports")
+
+
+def bench(
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="Seconds, for CI: 4 short workloads, 1 mix, 300 arrivals."),
+    ] = False,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Folder for the JSON, markdown and PNG files.")
+    ] = DEFAULT_OUT,
+) -> None:
+    """Reproduce the paper's evaluation (§4) against the simulator: per-workload cost and search
+    cost, compact cluster size per mix and architecture; writes evaluation[-quick].{json,md,png}."""
+    from rich.console import Console  # noqa: PLC0415
+
+    from bench.evaluation import FULL, QUICK, progress_bar, run_benchmark  # noqa: PLC0415
+
+    settings = QUICK if quick else FULL
+    with progress_bar() as progress:
+        results = run_benchmark(settings, out, progress)
+    s = results["summary"]
+    Console().print(
+        f"tmc cost vs ES {100 * s['tmc_cost_vs_es']:+.1f} %, BO {100 * s['bo_cost_vs_es']:+.1f} %; "
+        f"runs ES/tmc {s['search_es_over_tmc']:.1f}x, BO/tmc {s['search_bo_over_tmc']:.1f}x; "
+        f"{results['duration_seconds']['total']:.0f} s; report in {out}"
+    )
