@@ -1,0 +1,232 @@
+"""The allocator shim from Python: build it, run programs under it, read its region log.
+
+The shim (`alloc/`) is C and built on the node with the machine's compiler; the agent builds it
+into a cache directory on first use. Its region log says which address ranges belong to which
+tag; `RegionMap` turns sampled or traced addresses into tags with one vectorised lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+ALLOC_DIR = Path(__file__).resolve().parents[1] / "alloc"
+UNTAGGED = "(untagged)"
+
+
+class ShimError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ShimBuild:
+    out: Path
+
+    @property
+    def library(self) -> Path:
+        return self.out / "libtmcalloc.so"
+
+    @property
+    def lackey2bin(self) -> Path:
+        return self.out / "lackey2bin"
+
+    def tool(self, name: str) -> Path:
+        return self.out / name
+
+
+def default_build_dir() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return cache / "tmc-agent" / "alloc"
+
+
+def build(
+    out: Path | None = None, targets: tuple[str, ...] = ("all",), cc: str = "gcc"
+) -> ShimBuild:
+    """`make` the shim and its tools into `out` (nothing is written into the source tree)."""
+    out = (out or default_build_dir()).resolve()
+    if shutil.which("make") is None:
+        raise ShimError("make is not installed: apt-get install make gcc")
+    done = subprocess.run(
+        ["make", "-s", "-C", str(ALLOC_DIR), f"OUT={out}", f"CC={cc}", *targets],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise ShimError(f"building the shim failed:\n{done.stdout}{done.stderr}")
+    return ShimBuild(out)
+
+
+def shim_env(
+    build: ShimBuild,
+    region_log: Path,
+    *,
+    auto_tag: bool = False,
+    plan: Path | None = None,
+    base: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    preload = env.get("LD_PRELOAD", "")
+    env["LD_PRELOAD"] = f"{build.library}:{preload}" if preload else str(build.library)
+    env["TMC_REGION_LOG"] = str(region_log)
+    env["TMC_AUTO_TAG"] = "1" if auto_tag else "0"
+    if plan is not None:
+        env["TMC_PLAN"] = str(plan)
+    else:
+        env.pop("TMC_PLAN", None)
+    return env
+
+
+@dataclass(frozen=True)
+class Region:
+    tag: str
+    start: int
+    end: int
+    node: int
+    freed: bool = False
+
+
+@dataclass
+class RegionLog:
+    """What one process's shim logged: its tags, their regions, their peak live bytes."""
+
+    pid: int
+    tags: dict[int, str] = field(default_factory=dict)
+    regions: list[Region] = field(default_factory=list)
+    peak_bytes: dict[str, int] = field(default_factory=dict)
+    mapped_bytes: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def sizes(self) -> dict[str, int]:
+        """Bytes per tag: the peak of live blocks (chunk capacity where the process was killed
+        before its destructor wrote peaks)."""
+        out: dict[str, int] = {}
+        for r in self.regions:
+            out[r.tag] = out.get(r.tag, 0) + (r.end - r.start)
+        for tag, peak in self.peak_bytes.items():
+            if peak > 0:
+                out[tag] = peak
+        return {t: b for t, b in out.items() if b > 0}
+
+
+_LINE = re.compile(r"^([TRUP]) (\d+) (\S+)(?: (\S+))?(?: (-?\d+))?$")
+
+
+def parse_region_log(text: str) -> RegionLog:
+    log = RegionLog(pid=0)
+    for line in text.splitlines():
+        if line.startswith("#"):
+            m = re.match(r"# tmc-regions v1 pid (\d+)", line)
+            if m:
+                log.pid = int(m.group(1))
+            else:
+                log.notes.append(line[2:])
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        kind, tag_id = m.group(1), int(m.group(2))
+        if kind == "T":
+            log.tags[tag_id] = line.split(" ", 2)[2]
+        elif kind == "R":
+            log.regions.append(
+                Region(log.tags[tag_id], int(m.group(3), 16), int(m.group(4), 16), int(m.group(5)))
+            )
+        elif kind == "U":
+            # A freed large run: its region stays, marked (addresses traced before the free
+            # were the tag's); a live region at the same address wins in `RegionMap`.
+            start = int(m.group(3), 16)
+            for i in range(len(log.regions) - 1, -1, -1):
+                r = log.regions[i]
+                if r.start == start and not r.freed:
+                    log.regions[i] = Region(r.tag, r.start, r.end, r.node, True)
+                    break
+        elif kind == "P":
+            log.peak_bytes[log.tags[tag_id]] = int(m.group(3))
+            if m.group(4) is not None:
+                log.mapped_bytes[log.tags[tag_id]] = int(m.group(4))
+    return log
+
+
+def read_region_logs(pattern_dir: Path, prefix: str) -> list[RegionLog]:
+    return [
+        parse_region_log(p.read_text())
+        for p in sorted(pattern_dir.glob(f"{prefix}*"))
+        if p.is_file()
+    ]
+
+
+class RegionMap:
+    """Address -> tag index, over a process's logged regions (later regions win on overlap)."""
+
+    def __init__(self, log: RegionLog) -> None:
+        names = sorted({r.tag for r in log.regions} - {"(overflow)"}) or []
+        self.tags: list[str] = [*names, UNTAGGED]
+        index = {t: i for i, t in enumerate(self.tags)}
+        regions = [r for r in log.regions if r.tag in index]
+        # Live regions last so that, where a freed run's addresses were reused, they win.
+        regions.sort(key=lambda r: (r.start, not r.freed))
+        self.starts: NDArray[np.uint64] = np.asarray([r.start for r in regions], dtype=np.uint64)
+        self.ends: NDArray[np.uint64] = np.asarray([r.end for r in regions], dtype=np.uint64)
+        self.ids: NDArray[np.int64] = np.asarray([index[r.tag] for r in regions], dtype=np.int64)
+        self.untagged = len(self.tags) - 1
+
+    def lookup(self, addresses: NDArray[np.uint64]) -> NDArray[np.int64]:
+        """Tag index of each address; `self.untagged` for addresses in no region."""
+        if self.starts.size == 0:
+            return np.full(addresses.shape, self.untagged, dtype=np.int64)
+        pos = np.searchsorted(self.starts, addresses, side="right") - 1
+        ok = pos >= 0
+        safe = np.where(ok, pos, 0)
+        inside = ok & (addresses < self.ends[safe])
+        return np.where(inside, self.ids[safe], self.untagged).astype(np.int64)
+
+
+def write_plan(path: Path, fast_node: int, slow_node: int, fast_bytes: Mapping[str, int]) -> Path:
+    """The plan file the shim enforces: per-tag bytes allowed on the fast node."""
+    lines = ["# tmc placement plan v1", f"fast_node {fast_node}", f"slow_node {slow_node}"]
+    lines += [f"tag {tag} {int(b)}" for tag, b in sorted(fast_bytes.items())]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    glibc_ns: float
+    shim_ns: float
+    passthrough_ns: float
+
+    @property
+    def ratio(self) -> float:
+        """Shim (every malloc tagged by call site) over glibc, ns per malloc+free pair."""
+        return self.shim_ns / self.glibc_ns
+
+
+def benchmark(build: ShimBuild, ops: int = 5_000_000, repeats: int = 3) -> BenchResult:
+    """The malloc-heavy loop with glibc, with the shim passing through (no tags) and with every
+    allocation tagged by call site; alternated in one run, best of `repeats` each."""
+    tool = str(build.tool("bench_malloc"))
+
+    def once(env: dict[str, str]) -> float:
+        out = subprocess.run(
+            [tool, str(ops)], env=env, capture_output=True, text=True, check=True
+        ).stdout
+        return float(out.split()[0])
+
+    plain = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "TMC_PLAN")}
+    through = {**plain, "LD_PRELOAD": str(build.library), "TMC_AUTO_TAG": "0"}
+    tagged = {**plain, "LD_PRELOAD": str(build.library), "TMC_AUTO_TAG": "1"}
+    g, p, t = [], [], []
+    for _ in range(repeats):
+        g.append(once(plain))
+        p.append(once(through))
+        t.append(once(tagged))
+    return BenchResult(min(g), min(t), min(p))
