@@ -6,8 +6,9 @@ window of requests waiting, both choices can be made together: which of each req
 candidates within T, and which machine, so that the window lands on as few machines as possible
 (then as cheaply as possible). That is a multi-dimensional bin-packing problem with a choice of
 item shapes, solved here with OR-Tools' CP-SAT under a time limit; when CP-SAT has no solution
-in time, every request takes Algorithm 1's choice and the first machine, in the caller's order,
-that holds it.
+in time (or only one that places fewer requests or opens more machines than that), every request
+takes Algorithm 1's choice and the first machine, in the caller's order, that holds it. The
+greedy answer is also given to CP-SAT as a hint to start from.
 
 Pure: numbers in, assignments out. No I/O, no clock other than the solver's own limit.
 
@@ -188,6 +189,15 @@ def solve(
             if terms:
                 model.add(sum(terms) <= int(machines.pool_free[p]))
 
+    # Start from Algorithm 1's answer: CP-SAT then only has to improve on it, and a short time
+    # limit still yields at least the greedy packing.
+    base = greedy(requests, machines)
+    position = {m: i for i, m in enumerate(offered)}
+    for r, a in enumerate(base.assignments):
+        if a is not None and a[1] in position and (r, a[0], a[1]) in x:
+            model.add_hint(x[r, a[0], a[1]], True)
+            model.add_hint(unplaced[r], False)
+
     w_open = cost_weight_max + 1
     w_unplaced = w_open * (len(opened) + 1)
     model.minimize(w_unplaced * sum(unplaced) + w_open * sum(opened) + sum(cost_terms))
@@ -198,7 +208,7 @@ def solve(
     solver.parameters.random_seed = seed
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return greedy(requests, machines)
+        return base
 
     out: list[tuple[int, int] | None] = [None] * len(requests)
     for (r, c, m), v in x.items():
@@ -206,4 +216,10 @@ def solve(
             out[r] = (c, m)
     n_open = sum(int(solver.value(y)) for y in opened)
     cost = sum(float(requests[r].cost[a[0]]) for r, a in enumerate(out) if a is not None)
+    placed = sum(a is not None for a in out)
+    base_placed = sum(a is not None for a in base.assignments)
+    # A solution found in time but worse than the greedy one (fewer placed, or more machines
+    # opened) is no answer: keep Algorithm 1's.
+    if (placed, -n_open) < (base_placed, -base.opened):
+        return base
     return BatchResult(out, "optimal" if status == cp_model.OPTIMAL else "feasible", n_open, cost)
