@@ -50,7 +50,8 @@ struct hdr {
     uint32_t tag;
     uint16_t cls;
     uint16_t magic;
-    uint64_t aux; /* large: run length in bytes; aligned: offset back to the block's user ptr */
+    uint64_t aux; /* requested bytes (a large run's length follows from it); aligned: offset
+                   * back to the block's user pointer */
 };
 
 struct arena {
@@ -60,7 +61,7 @@ struct arena {
     void *free_list[N_CLASS];
     uint64_t fast_limit; /* bytes of this tag allowed on the fast node (plan) */
     uint64_t fast_used;
-    uint64_t live, peak;
+    uint64_t live, peak; /* requested bytes of live blocks: the structure's size */
     uint64_t mapped;
 };
 
@@ -445,6 +446,8 @@ static size_t class_size(unsigned cls) {
     return cls < N_SMALL ? (size_t)(cls + 1) * 16 : (size_t)1 << (cls - N_SMALL + 11);
 }
 
+static size_t large_len(size_t size) { return (size + HDR + CHUNK - 1) & ~(CHUNK - 1); }
+
 static void *arena_alloc(uint32_t tag, size_t size) {
     struct arena *a = &arenas[tag];
     if (size > (size_t)1 << 40) {
@@ -453,11 +456,11 @@ static void *arena_alloc(uint32_t tag, size_t size) {
     }
     size_t total = size + HDR;
     if (total > (size_t)1 << 20) {
-        size_t len = (total + CHUNK - 1) & ~(CHUNK - 1);
+        size_t len = large_len(size);
         pthread_mutex_lock(&a->lock);
         char *run = new_region(tag, len);
         if (run) {
-            a->live += len;
+            a->live += size;
             if (a->live > a->peak) a->peak = a->live;
         }
         pthread_mutex_unlock(&a->lock);
@@ -469,7 +472,7 @@ static void *arena_alloc(uint32_t tag, size_t size) {
         h->tag = tag;
         h->cls = CLS_LARGE;
         h->magic = MAGIC;
-        h->aux = len;
+        h->aux = size;
         return run + HDR;
     }
     unsigned cls = class_of(total);
@@ -492,14 +495,14 @@ static void *arena_alloc(uint32_t tag, size_t size) {
         block = (char *)a->bump;
         a->bump += csize;
     }
-    a->live += csize;
+    a->live += size;
     if (a->live > a->peak) a->peak = a->live;
     pthread_mutex_unlock(&a->lock);
     struct hdr *h = (struct hdr *)block;
     h->tag = tag;
     h->cls = (uint16_t)cls;
     h->magic = MAGIC;
-    h->aux = 0;
+    h->aux = size;
     return block + HDR;
 }
 
@@ -514,9 +517,9 @@ static void arena_free(void *p) {
     struct hdr *h = header_of(p);
     struct arena *a = &arenas[h->tag];
     if (h->cls == CLS_LARGE) {
-        size_t len = (size_t)h->aux;
+        size_t len = large_len((size_t)h->aux);
         pthread_mutex_lock(&a->lock);
-        a->live -= len;
+        a->live -= h->aux;
         a->mapped -= len;
         pthread_mutex_unlock(&a->lock);
         for (uintptr_t c = (uintptr_t)h; c < (uintptr_t)h + len; c += CHUNK) table_remove(c);
@@ -528,13 +531,13 @@ static void arena_free(void *p) {
     pthread_mutex_lock(&a->lock);
     *(void **)((char *)h + HDR) = a->free_list[cls];
     a->free_list[cls] = h;
-    a->live -= class_size(cls);
+    a->live -= h->aux;
     pthread_mutex_unlock(&a->lock);
 }
 
 static size_t usable_of(void *p) {
     struct hdr *h = header_of(p);
-    size_t cap = h->cls == CLS_LARGE ? (size_t)h->aux : class_size(h->cls);
+    size_t cap = h->cls == CLS_LARGE ? large_len((size_t)h->aux) : class_size(h->cls);
     size_t skip = (size_t)((char *)p - (char *)h);
     return cap - skip;
 }

@@ -1,0 +1,377 @@
+"""The hardware backend: real runs on a tiered host with a PMU and L3 CAT.
+
+Per reference run (paper Table 2): a resctrl group holding the run's way mask (the process joins
+it before exec, so every child inherits it), memory bound with numactl to the DRAM node (fastmax,
+fastmin) or the slow node (slowmax), `perf stat` counters, and `perf record` of PEBS
+`mem_load_retired.l3_miss` every 10007 events with data addresses (AMD: IBS op sampling); the
+sampled addresses are attributed to tags through the shim's region log. The miss curve is a
+sweep of way masks, with `perf stat` at each.
+
+Everything that touches the host goes through `Runner` (commands) and `ResctrlFs` (files under a
+configurable root), so it is tested against recorded `perf` outputs and fake resctrl trees; this
+project's machine has neither a PMU nor CAT, so it has never run for real here.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from model.bundle import (
+    HostDescription,
+    MemoryTier,
+    MissCurvePoint,
+    ProfileBundle,
+    ReferenceRun,
+    RunConfiguration,
+    RunName,
+    Structure,
+    WorkloadId,
+    check_bundle,
+)
+from tmc_agent import shim
+from tmc_agent.discover import NodeReport
+from tmc_agent.steps import NoSteps, Steps, step
+
+PEBS_EVENT = "mem_load_retired.l3_miss:pp"
+IBS_EVENT = "ibs_op//"
+SAMPLING_INTERVAL = 10007
+STAT_EVENTS = (
+    "instructions",
+    "cycles",
+    "cycle_activity.stalls_l3_miss",
+    "longest_lat_cache.miss",
+)
+
+
+class HardwareError(RuntimeError):
+    pass
+
+
+# --- perf output ---------------------------------------------------------------------------------
+
+
+def parse_perf_stat(text: str) -> dict[str, int | None]:
+    """`perf stat -x,` output (on stderr): value,unit,event,run-time,percent,...
+
+    `<not supported>` / `<not counted>` become None; event modifiers (`:u`) are dropped.
+    """
+    out: dict[str, int | None] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(",")
+        if len(parts) < 3:
+            continue
+        value, event = parts[0].strip(), parts[2].strip().split(":")[0]
+        if not event:
+            continue
+        if value.startswith("<"):
+            out[event] = None
+            continue
+        try:
+            out[event] = round(float(value))
+        except ValueError:
+            continue
+    return out
+
+
+def parse_perf_script_addrs(text: str) -> NDArray[np.uint64]:
+    """`perf script -F addr`: one hexadecimal data address per sample."""
+    addrs = [int(tok, 16) for tok in re.findall(r"^\s*([0-9a-fA-F]+)\s*$", text, re.M)]
+    return np.asarray(addrs, dtype=np.uint64)
+
+
+# --- resctrl -------------------------------------------------------------------------------------
+
+
+def way_mask(ways: int, cbm_mask: str) -> str:
+    """The lowest `ways` bits of the CAT capacity mask, in hex (masks must be contiguous)."""
+    full = int(cbm_mask, 16)
+    total = bin(full).count("1")
+    if not 1 <= ways <= total:
+        raise HardwareError(f"{ways} ways outside 1..{total}")
+    return f"{(1 << ways) - 1:x}"
+
+
+@dataclass
+class ResctrlFs:
+    root: Path
+
+    def cache_ids(self) -> list[str]:
+        """The L3 domains, from the default group's schemata line `L3:0=7ff;1=7ff`."""
+        text = (self.root / "schemata").read_text()
+        m = re.search(r"^\s*L3:(.+)$", text, re.M)
+        if not m:
+            raise HardwareError("resctrl schemata has no L3 line: no L3 CAT")
+        return [part.split("=")[0] for part in m.group(1).split(";") if "=" in part]
+
+    def cbm_mask(self) -> str:
+        return (self.root / "info" / "L3" / "cbm_mask").read_text().strip()
+
+    def create(self, name: str, ways: int) -> Path:
+        group = self.root / name
+        group.mkdir(exist_ok=True)
+        mask = way_mask(ways, self.cbm_mask())
+        line = "L3:" + ";".join(f"{cid}={mask}" for cid in self.cache_ids())
+        (group / "schemata").write_text(line + "\n")
+        return group
+
+    def remove(self, name: str) -> None:
+        group = self.root / name
+        if group.is_dir():
+            # The kernel removes a group with rmdir (its files go with it); a fake tree needs
+            # its files removed first.
+            for f in group.iterdir():
+                if f.is_file():
+                    f.unlink()
+            group.rmdir()
+
+
+# --- running -----------------------------------------------------------------------------------
+
+
+class Runner(Protocol):
+    def run(self, argv: Sequence[str], env: dict[str, str] | None) -> tuple[int, str, str]: ...
+
+
+class SubprocessRunner:
+    def run(self, argv: Sequence[str], env: dict[str, str] | None) -> tuple[int, str, str]:
+        done = subprocess.run(list(argv), env=env, capture_output=True, text=True, check=False)
+        return done.returncode, done.stdout, done.stderr
+
+
+@dataclass(frozen=True)
+class HardwareOptions:
+    name: str
+    input_label: str = "default"
+    version: str = "unversioned"
+    ways_min: int | None = None  # default: CAT's min_cbm_bits
+    curve_ways: Sequence[int] | None = None  # default: every way count
+    slow_kind: str | None = None  # when discovery cannot name the slow technology
+    slow_latency_ns: float = 300.0
+    fast_latency_ns: float = 100.0
+    cpu_frequency_hz: float = 2.5e9
+    perf: str = "perf"
+    numactl: str = "numactl"
+
+
+@dataclass
+class RunRecord:
+    counters: dict[str, int | None]
+    addresses: NDArray[np.uint64]
+    wall_seconds: float
+    regions: shim.RegionLog | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def wrap(
+    command: Sequence[str],
+    group: Path,
+    membind: int,
+    cpunode: int,
+    perf_prefix: Sequence[str],
+    numactl: str,
+) -> list[str]:
+    """`sh -c 'echo $$ > group/tasks; exec perf ... numactl ... cmd'`: the shell joins the
+    resctrl group before exec, so perf, numactl and the workload all run in it."""
+    inner = [
+        *perf_prefix,
+        numactl,
+        f"--membind={membind}",
+        f"--cpunodebind={cpunode}",
+        "--",
+        *command,
+    ]
+    script = f"echo $$ > {shlex.quote(str(group / 'tasks'))} && exec {shlex.join(inner)}"
+    return ["sh", "-c", script]
+
+
+def measure(
+    runner: Runner,
+    command: Sequence[str],
+    group: Path,
+    membind: int,
+    cpunode: int,
+    opts: HardwareOptions,
+    sample_event: str | None,
+    env: dict[str, str] | None,
+    workdir: Path,
+) -> RunRecord:
+    stat_file = workdir / "stat.csv"
+    events = ",".join(STAT_EVENTS)
+    perf_prefix = [opts.perf, "stat", "-x,", "-o", str(stat_file), "-e", events, "--"]
+    data = workdir / "perf.data"
+    if sample_event is not None:
+        perf_prefix += [
+            opts.perf,
+            "record",
+            "-q",
+            "-e",
+            sample_event,
+            "-c",
+            str(SAMPLING_INTERVAL),
+            "-d",
+            "-o",
+            str(data),
+            "--",
+        ]
+    argv = wrap(command, group, membind, cpunode, perf_prefix, opts.numactl)
+    started = time.monotonic()
+    code, _, err = runner.run(argv, env)
+    wall = time.monotonic() - started
+    if code != 0:
+        raise HardwareError(f"{shlex.join(argv)} failed ({code}): {err[-2000:]}")
+    counters = parse_perf_stat(stat_file.read_text() if stat_file.exists() else err)
+    addrs = np.zeros(0, dtype=np.uint64)
+    if sample_event is not None:
+        code, out, err = runner.run([opts.perf, "script", "-F", "addr", "-i", str(data)], env)
+        if code != 0:
+            raise HardwareError(f"perf script failed: {err[-2000:]}")
+        addrs = parse_perf_script_addrs(out)
+    return RunRecord(counters, addrs, wall)
+
+
+def profile(
+    command: Sequence[str],
+    opts: HardwareOptions,
+    report: NodeReport,
+    steps: Steps | None = None,
+    *,
+    runner: Runner | None = None,
+    resctrl: ResctrlFs | None = None,
+    build: shim.ShimBuild | None = None,
+    workdir: Path | None = None,
+) -> ProfileBundle:
+    steps = steps or NoSteps()
+    runner = runner or SubprocessRunner()
+    if not report.hardware_ready():
+        missing = [c.area for c in report.checks if c.status != "works"]
+        raise HardwareError(f"this node cannot run the hardware backend: {missing} missing")
+    resctrl = resctrl or ResctrlFs(Path("/sys/fs/resctrl"))
+    tmp = workdir or Path(tempfile.mkdtemp(prefix="tmc-hw-"))
+    build = build or shim.build()
+    fast, slow = report.fast_nodes[0], report.slow_nodes[0]
+    ways_max = report.resctrl.ways or 1
+    ways_min = opts.ways_min or report.resctrl.min_cbm_bits or 1
+    sample_event = PEBS_EVENT if report.pmu.pebs else IBS_EVENT
+    plan: dict[RunName, tuple[int, int, float]] = {
+        "fastmax": (ways_max, fast, 0.0),
+        "fastmin": (ways_min, fast, 0.0),
+        "slowmax": (ways_max, slow, 1.0),
+    }
+    records: dict[RunName, RunRecord] = {}
+    group_name = f"tmc-profile-{opts.name}"
+    try:
+        with step(steps, "reference runs (fastmax, fastmin, slowmax)", 3) as s:
+            for run_name, (ways, node, _) in plan.items():
+                group = resctrl.create(group_name, ways)
+                log_dir = tmp / run_name
+                log_dir.mkdir(parents=True, exist_ok=True)
+                env = shim.shim_env(build, log_dir / "regions.%p.log")
+                rec = measure(runner, command, group, node, fast, opts, sample_event, env, log_dir)
+                logs = [shim.parse_region_log(p.read_text()) for p in log_dir.glob("regions.*")]
+                rec.regions = min(logs, key=lambda lg: lg.pid) if logs else None
+                records[run_name] = rec
+                steps.advance(s)
+        curve_ways = sorted(set(opts.curve_ways or range(ways_min, ways_max + 1)))
+        curve_ways = sorted(set(curve_ways) | {ways_min, ways_max})
+        curve: list[MissCurvePoint] = []
+        with step(steps, "miss curve (resctrl way sweep)", len(curve_ways)) as s:
+            for w in curve_ways:
+                group = resctrl.create(group_name, w)
+                rec = measure(runner, command, group, fast, fast, opts, None, None, tmp)
+                instr = rec.counters.get("instructions") or 0
+                misses = rec.counters.get("longest_lat_cache.miss")
+                if not instr or misses is None:
+                    raise HardwareError("perf stat gave no instructions/LLC misses for the sweep")
+                curve.append(MissCurvePoint(llc_ways=w, misses_per_instruction=misses / instr))
+                steps.advance(s)
+    finally:
+        resctrl.remove(group_name)
+    return assemble(records, plan, curve, opts, report)
+
+
+def assemble(
+    records: dict[RunName, RunRecord],
+    plan: dict[RunName, tuple[int, int, float]],
+    curve: list[MissCurvePoint],
+    opts: HardwareOptions,
+    report: NodeReport,
+) -> ProfileBundle:
+    regions = records["fastmax"].regions
+    if regions is None:
+        raise HardwareError("the shim wrote no region log: is the program dynamically linked?")
+    rmap = shim.RegionMap(regions)
+    sizes = regions.sizes()
+    tags = [t for t in rmap.tags if t != shim.UNTAGGED and sizes.get(t, 0) > 0]
+    untagged_bytes = 64 * 1024  # stack, globals, C-library heap: not measurable from samples
+    runs: list[ReferenceRun] = []
+    for run_name, (ways, _, ratio) in plan.items():
+        rec = records[run_name]
+        ids = rmap.lookup(rec.addresses)
+        counts = np.bincount(ids, minlength=len(rmap.tags))
+        c = rec.counters
+        instructions, cycles = c.get("instructions"), c.get("cycles")
+        if not instructions or not cycles:
+            raise HardwareError(f"{run_name}: perf stat gave no instructions or cycles")
+        samples = {t: int(counts[rmap.tags.index(t)]) for t in tags}
+        samples[shim.UNTAGGED] = int(counts[rmap.untagged])
+        runs.append(
+            ReferenceRun(
+                name=run_name,
+                configuration=RunConfiguration(slow_ratio=ratio, llc_ways=ways),
+                instructions=instructions,
+                cycles=cycles,
+                stall_cycles_l3_miss=c.get("cycle_activity.stalls_l3_miss"),
+                llc_misses=min(c.get("longest_lat_cache.miss") or 0, instructions),
+                wall_seconds=rec.wall_seconds,
+                samples=samples,
+            )
+        )
+    structures = [Structure(tag=t, size_bytes=sizes[t]) for t in tags]
+    structures.append(Structure(tag=shim.UNTAGGED, size_bytes=untagged_bytes))
+    fast_node = next(n for n in report.numa if n.node == report.fast_nodes[0])
+    slow_node = next(n for n in report.numa if n.node == report.slow_nodes[0])
+    kind = opts.slow_kind or {"optane": "optane", "cxl": "cxl_local"}.get(slow_node.kind)
+    if kind is None:
+        raise HardwareError("cannot tell the slow tier's technology: pass slow_kind")
+    host = HostDescription(
+        host_kind=f"{report.cpu_model[:60]}-{report.llc_ways}w-{kind}".replace(" ", "_"),
+        cpu_model=report.cpu_model,
+        cpu_frequency_hz=opts.cpu_frequency_hz,
+        cores=max(1, report.cpus),
+        llc_ways=report.resctrl.ways or report.llc_ways or 1,
+        llc_size_bytes=report.llc_size_bytes or 1,
+        min_llc_ways=report.resctrl.min_cbm_bits or 1,
+        fast_tier=MemoryTier(
+            kind="dram", latency_ns=opts.fast_latency_ns, capacity_bytes=fast_node.memory_bytes
+        ),
+        slow_tier=MemoryTier(
+            kind=kind,
+            latency_ns=opts.slow_latency_ns,
+            capacity_bytes=slow_node.memory_bytes,
+        ),
+    )
+    bundle = ProfileBundle(
+        workload=WorkloadId(name=opts.name, input_label=opts.input_label, version=opts.version),
+        host=host,
+        vcpus=1,
+        sampling_interval=SAMPLING_INTERVAL,
+        footprint_bytes=sum(s.size_bytes for s in structures),
+        structures=structures,
+        runs=runs,
+        miss_curve=curve,
+    )
+    check_bundle(bundle)
+    return bundle

@@ -1,0 +1,301 @@
+"""The trace backend: a real program's real accesses, through the simulator's caches and host.
+
+For machines without a PMU or CAT (such as a VM): the program runs once under valgrind's lackey
+with the allocator shim preloaded. Its data accesses go through a private-cache filter (a
+per-core L2, LRU) and what misses there is the LLC access stream; the simulator's way-partitioned
+LRU LLC gives every access's stack depth (hit or miss at every way count), and the simulator's
+host model times the three reference configurations. So the miss curve and the per-tag miss
+counts are measured on the program's own address stream; the timing is the host model's, and the
+bundle says so in `host.cpu_model`.
+
+What the trace cannot tell: which loads depend on earlier ones (lackey records addresses, not
+data flow). `dependent_fraction` marks that share of each tag's LLC loads as pointer-chasing
+(deterministically, every k-th); the default 0 lets all misses overlap, the optimistic end.
+
+This module imports the simulator (and so numba, the `sim` extra); the CLI imports it only when
+the trace backend is chosen, so a node without the extra still discovers and profiles on hardware.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from model.bundle import (
+    MissCurvePoint,
+    ProfileBundle,
+    ReferenceRun,
+    RunConfiguration,
+    RunName,
+    Structure,
+    WorkloadId,
+    check_bundle,
+)
+from model.resources import MIB
+from sim import kernels
+from sim.engine import Prepared, stack_pass
+from sim.host import run_many
+from sim.kernels import DEP_CHAIN, DEP_SHIFT, FLAG_WRITE
+from sim.machine import Host, cxl_local_host, cxl_pool_host, optane_host
+from sim.placement import all_in
+from sim.profile import host_description, load_miss_tags
+from sim.trace import Trace, structure_bases
+from sim.workload import StructureSpec, Uniform, Workload
+from tmc_agent import lackey, shim
+from tmc_agent.steps import NoSteps, Steps, step
+
+LINE = 64
+# A per-core L2 in front of the LLC (Skylake-SP: 1 MiB, 16 ways). The simulator's LLC expects
+# the L2-miss stream, which is what a program's raw accesses become after this filter.
+L2_BYTES = 1 << 20
+L2_WAYS = 16
+RUN_NAMES: tuple[RunName, RunName, RunName] = ("fastmax", "fastmin", "slowmax")
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    name: str
+    input_label: str = "default"
+    version: str = "unversioned"
+    host: str = "optane"  # the simulated host whose timing model is used
+    ways_min: int = 1
+    ways_max: int = 28
+    cpi_core: float = 0.6
+    dependent_fraction: float = 0.0
+    auto_tag: bool = False
+    min_structure_bytes: int = LINE
+
+
+def _host(name: str) -> Host:
+    hosts = {"optane": optane_host, "cxl_local": cxl_local_host, "cxl_pool": cxl_pool_host}
+    if name not in hosts:
+        raise ValueError(f"unknown simulated host {name!r}: one of {sorted(hosts)}")
+    return hosts[name]()
+
+
+@dataclass(frozen=True)
+class Attributed:
+    """The LLC access stream of a recording, attributed to tags."""
+
+    tags: list[str]
+    size_bytes: list[int]
+    gap: NDArray[np.int32]
+    sid: NDArray[np.int16]
+    lines: NDArray[np.int64]  # compact per-tag line ids (structure base added later)
+    is_store: NDArray[np.bool_]
+    instructions: int
+    raw_accesses: int
+
+
+def private_cache_filter(lines: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """True where an access misses the private L2 (an LRU stack pass of the L2's geometry)."""
+    n = lines.shape[0]
+    depth = np.empty(n, dtype=np.uint8)
+    wb = np.empty((0, n), dtype=np.int32)
+    sets = L2_BYTES // (LINE * L2_WAYS)
+    flags = np.zeros(n, dtype=np.uint8)
+    kernels.lru_stack_pass(lines, flags, sets, L2_WAYS, np.zeros(0, dtype=np.int64), depth, wb)
+    miss: NDArray[np.bool_] = depth >= L2_WAYS
+    return miss
+
+
+def attribute(rec: lackey.Recording, min_bytes: int = LINE) -> Attributed:
+    r = rec.records
+    addr = r["addr"]
+    lines_abs = (addr >> np.uint64(6)).astype(np.int64)
+    cum = np.cumsum(r["gap"].astype(np.int64))
+    miss = private_cache_filter(lines_abs)
+    idx = np.flatnonzero(miss)
+    rmap = shim.RegionMap(rec.regions)
+    tag_of = rmap.lookup(addr[idx])
+    # Compact line ids per tag: the simulator numbers a structure's lines from its base, and the
+    # LLC hashes line numbers to sets, so a rank of the distinct lines keeps every reuse.
+    key = tag_of.astype(np.int64) << 42 | lines_abs[idx]
+    uniq, inverse = np.unique(key, return_inverse=True)
+    uniq_tag = (uniq >> 42).astype(np.int64)
+    first_of_tag = np.searchsorted(uniq_tag, np.arange(len(rmap.tags)), side="left")
+    local = inverse - first_of_tag[tag_of]
+    touched = np.bincount(uniq_tag, minlength=len(rmap.tags))
+    sizes_logged = rec.regions.sizes()
+    keep: list[int] = []
+    sizes: list[int] = []
+    for i, tag in enumerate(rmap.tags):
+        size = max(int(touched[i]) * LINE, sizes_logged.get(tag, 0))
+        if tag == shim.UNTAGGED:
+            size = int(touched[i]) * LINE  # stack, globals and the C library's heap, as seen
+        if touched[i] > 0 or size >= min_bytes:
+            keep.append(i)
+            sizes.append(max(size, LINE))
+    remap = np.full(len(rmap.tags), -1, dtype=np.int64)
+    remap[keep] = np.arange(len(keep))
+    sid = remap[tag_of]
+    assert (sid >= 0).all()
+    # Instructions between consecutive LLC accesses (the first counts from the program's start).
+    at = cum[idx]
+    gap = np.diff(at, prepend=0)
+    gap = np.maximum(gap, 1).astype(np.int32)
+    return Attributed(
+        tags=[rmap.tags[i] for i in keep],
+        size_bytes=sizes,
+        gap=gap,
+        sid=sid.astype(np.int16),
+        lines=local.astype(np.int64),
+        is_store=r["kind"][idx] == lackey.KIND_STORE,
+        instructions=max(int(cum[-1]) if cum.size else 0, rec.instructions),
+        raw_accesses=int(r.shape[0]),
+    )
+
+
+def _dependence_flags(
+    sid: NDArray[np.int16], is_store: NDArray[np.bool_], frac: float
+) -> NDArray[np.uint8]:
+    flags = np.where(is_store, FLAG_WRITE, 0).astype(np.uint8)
+    if frac > 0.0:
+        loads = np.flatnonzero(~is_store)
+        # Every k-th load of the stream, spread evenly, waits for the load before it.
+        k = max(1, round(1.0 / frac))
+        chosen = loads[::k]
+        flags[chosen] |= np.uint8(DEP_CHAIN << DEP_SHIFT)
+    return flags
+
+
+def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) -> ProfileBundle:
+    host = _host(opts.host)
+    n_access = int(att.gap.shape[0])
+    if n_access < 1000:
+        raise lackey.TraceError(
+            f"only {n_access} accesses reached the LLC: the program is too small to profile"
+        )
+    counts = np.bincount(att.sid, minlength=len(att.tags))
+    workload = Workload(
+        name=opts.name,
+        input_label=opts.input_label,
+        version=opts.version,
+        vcpus=1,
+        instructions=att.instructions,
+        cpi_core=opts.cpi_core,
+        trace_accesses=max(1000, n_access),
+        warmup_accesses=0,
+        structures=[
+            StructureSpec(
+                tag=tag,
+                size_mib=size / MIB,
+                apki=min(1000.0, 1000.0 * float(c) / att.instructions),
+                pattern=Uniform(),
+                note="traced (valgrind lackey); the pattern is unused: the trace is replayed",
+            )
+            for tag, size, c in zip(att.tags, att.size_bytes, counts, strict=True)
+        ],
+    )
+    base = structure_bases(workload)
+    size_lines = np.asarray([s.lines for s in workload.structures], dtype=np.int64)
+    lines = base[att.sid] + np.minimum(att.lines, size_lines[att.sid] - 1)
+    trace = Trace(
+        gap=att.gap,
+        sid=att.sid,
+        lines=lines,
+        flags=_dependence_flags(att.sid, att.is_store, opts.dependent_fraction),
+        base=base,
+        size_lines=size_lines,
+        phase=np.random.default_rng(0).random(len(att.tags)),
+        warmup=0,
+    )
+    ways = list(range(opts.ways_min, opts.ways_max + 1))
+    with step(steps, "LLC stack pass (every way count)", 1) as s:
+        depth, rows = stack_pass(trace, host, [opts.ways_min, opts.ways_max])
+        prep = Prepared(
+            workload=workload,
+            host=host,
+            seed=0,
+            trace=trace,
+            depth=depth,
+            wb=dict(zip([opts.ways_min, opts.ways_max], rows, strict=True)),
+        )
+        steps.advance(s)
+    configs = {
+        "fastmax": (0.0, opts.ways_max, all_in(workload, "fast")),
+        "fastmin": (0.0, opts.ways_min, all_in(workload, "fast")),
+        "slowmax": (1.0, opts.ways_max, all_in(workload, "slow")),
+    }
+    runs: list[ReferenceRun] = []
+    with step(steps, "reference runs on the host model", 3) as s:
+        for name in RUN_NAMES:
+            (result,) = run_many(prep, [configs[name]])
+            load_tags = load_miss_tags(prep, result.llc_ways, 0.0, np.random.default_rng(0))
+            per_tag = np.bincount(load_tags, minlength=len(att.tags))
+            runs.append(
+                ReferenceRun(
+                    name=name,
+                    configuration=RunConfiguration(
+                        slow_ratio=result.slow_ratio, llc_ways=result.llc_ways
+                    ),
+                    instructions=result.instructions,
+                    cycles=max(1, result.cycles),
+                    stall_cycles_l3_miss=min(result.stall_cycles_l3_miss, result.cycles),
+                    llc_misses=min(result.llc_misses, result.instructions),
+                    wall_seconds=max(result.wall_seconds, 1e-9),
+                    # Every LLC load miss of the trace is "sampled" (interval 1): exact counts.
+                    samples={t: int(c) for t, c in zip(att.tags, per_tag, strict=True)},
+                )
+            )
+            steps.advance(s)
+    per_instruction = prep.misses_by_ways(opts.ways_max) / prep.measured_instructions()
+    curve = [
+        MissCurvePoint(llc_ways=w, misses_per_instruction=float(per_instruction[w - 1]))
+        for w in ways
+    ]
+    desc = host_description(host)
+    cpu = (
+        f"timing: tmc sim host model ({desc.cpu_model}); accesses: valgrind lackey trace of the"
+        f" real program on {platform.machine()} {_cpu_name()}"
+    )[:256]
+    bundle = ProfileBundle(
+        workload=WorkloadId(name=opts.name, input_label=opts.input_label, version=opts.version),
+        host=desc.model_copy(update={"cpu_model": cpu}),
+        vcpus=1,
+        sampling_interval=1,
+        footprint_bytes=workload.footprint_bytes,
+        structures=[Structure(tag=s.tag, size_bytes=s.size_bytes) for s in workload.structures],
+        runs=runs,
+        miss_curve=curve,
+    )
+    check_bundle(bundle)
+    return bundle
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def profile(
+    argv: Sequence[str],
+    opts: TraceOptions,
+    workdir: Path,
+    build: shim.ShimBuild | None = None,
+    steps: Steps | None = None,
+) -> ProfileBundle:
+    steps = steps or NoSteps()
+    with step(steps, "build the allocator shim", 1) as s:
+        build = build or shim.build()
+        steps.advance(s)
+    with step(steps, f"trace {argv[0]} under valgrind lackey", 1) as s:
+        rec = lackey.record(argv, build, workdir, auto_tag=opts.auto_tag)
+        steps.advance(s)
+    with step(steps, "private-cache filter and tag attribution", 1) as s:
+        att = attribute(rec, opts.min_structure_bytes)
+        steps.advance(s)
+    if math.isclose(att.instructions, 0):
+        raise lackey.TraceError("no instructions traced")
+    return bundle_from_attributed(att, opts, steps)
