@@ -1,8 +1,10 @@
-"""`tmc-agent`: the node agent's command line (discover, profile, upload, shim)."""
+"""`tmc-agent`: the node agent's command line (discover, profile, upload, serve, shim)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
@@ -13,6 +15,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from model.bundle import ProfileBundle
+from tmc_agent import serve as serve_mod
 from tmc_agent import shim, upload
 from tmc_agent.discover import discover as run_discover
 from tmc_agent.hostpaths import HostPaths
@@ -224,6 +227,28 @@ def upload_cmd(
         console.print(f"{r.path.name}: HTTP {r.status} after {r.attempts} attempt(s)")
     if any(not r.acknowledged for r in results):
         raise typer.Exit(1)
+
+
+@app.command()
+def serve(
+    node: Annotated[
+        str | None, typer.Option(envvar="TMC_AGENT_NODE_NAME", help="this node's name")
+    ] = None,
+    once: Annotated[bool, typer.Option("--once", help="publish, one pass, then exit")] = False,
+    interval: Annotated[
+        float | None, typer.Option(help="seconds between passes (TMC_AGENT_INTERVAL)")
+    ] = None,
+) -> None:
+    """DaemonSet mode: publish the node's tiered capacity, apply the placements bound here."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        config = serve_mod.ServeConfig.from_env(node)
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    if interval is not None:
+        config = dataclasses.replace(config, interval_seconds=interval)
+    serve_mod.in_cluster_agent(config).run(once=once)
 
 
 shim_app = typer.Typer(no_args_is_help=True, help="The tagging allocator shim (alloc/).")
