@@ -598,15 +598,20 @@ def _json(o: object) -> object:
 
 
 def _norm(rows: list[dict[str, Any]], arch: str, policy: str, key: str) -> list[float]:
-    """Per mix, policy's figure divided by exhaustive search's for the same mix."""
-    es = {
-        tuple(r["mix"]): r[key] for r in rows if r["architecture"] == arch and r["policy"] == "es"
-    }
-    return [
-        r[key] / es[tuple(r["mix"])]
-        for r in rows
-        if r["architecture"] == arch and r["policy"] == policy and tuple(r["mix"]) in es
-    ]
+    """Per mix, policy's figure divided by exhaustive search's for the same mix, over the same
+    seeds (a policy run on fewer seeds is compared with ES's first ones)."""
+    es = {tuple(r["mix"]): r for r in rows if r["architecture"] == arch and r["policy"] == "es"}
+    out = []
+    for r in rows:
+        if r["architecture"] != arch or r["policy"] != policy or tuple(r["mix"]) not in es:
+            continue
+        ref = es[tuple(r["mix"])]
+        if key == "compact_p90":
+            base = float(np.percentile(ref["compact_sizes"][: len(r["compact_sizes"])], 90))
+        else:
+            base = ref[key]
+        out.append(r[key] / base)
+    return out
 
 
 def summarise(results: dict[str, Any], main_arch: str) -> dict[str, Any]:
