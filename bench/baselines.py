@@ -22,13 +22,13 @@ configuration it has already run (its acquisition sees nothing better left).
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 from bayes_opt import BayesianOptimization, acquisition
 from numpy.typing import NDArray
-from scipy.stats import norm
 
 FloatArray = NDArray[np.float64]
 
@@ -43,6 +43,14 @@ class SearchResult:
     chosen: int  # flat index, ratio-major
     runs: int
     run_seconds: float  # wall time of the runs the search made
+
+
+_ERF = np.vectorize(math.erf)
+
+
+def _cdf(z: FloatArray) -> FloatArray:
+    out: FloatArray = 0.5 * (1.0 + _ERF(z / math.sqrt(2.0)))
+    return out
 
 
 def exhaustive(cost: FloatArray, seconds: FloatArray) -> SearchResult:
@@ -81,10 +89,12 @@ def bayesian(
     grid = [{"r": i // n_ways, "w": i % n_ways} for i in range(cost.size)]
     while len(seen) < cost.size:
         best = max(-float(cost[i]) / scale for i in seen)
-        mean, std = opt.predict(grid, return_std=True)
-        mean, std = np.asarray(mean), np.maximum(np.asarray(std), 1e-12)
+        predicted = opt.predict(grid, return_std=True)
+        assert isinstance(predicted, tuple)
+        mean = np.asarray(predicted[0], dtype=np.float64)
+        std = np.maximum(np.asarray(predicted[1], dtype=np.float64), 1e-12)
         a = mean - best - BO_EI * abs(best)
-        ei = a * norm.cdf(a / std) + std * norm.pdf(a / std)
+        ei = a * _cdf(a / std) + std * np.exp(-0.5 * (a / std) ** 2) / math.sqrt(2 * math.pi)
         ei[seen] = 0.0
         if len(seen) >= BO_MIN_FOR_EI_STOP and float(ei.max()) < STOP_EI * abs(best):
             break
