@@ -133,6 +133,13 @@ class Prepared:
     bundle_machine: MachineShape
     host_grid: Grid
 
+    def machine(self, kind: HostKind | None) -> MachineShape:
+        """The cluster's shape for the profile's host kind, else the bundle's own host."""
+        return machine_of_kind(kind) if kind is not None else self.bundle_machine
+
+    def grid(self, name: GridName) -> Grid:
+        return self.host_grid if name == "host" else PAPER_GRID
+
 
 class ModelCache:
     """Fitted models and price profile versions are immutable rows, so they are kept in memory,
@@ -234,8 +241,8 @@ def recommend_for(
             raise ApiError(422, "Invalid profile bundle", detail)
         fitted_id, model_version = row.id, row.model_version
     prepared = cache.model(session, fitted_id)
-    machine = machine_of_kind(resolved.kind) if resolved.kind else prepared.bundle_machine
-    grid = prepared.host_grid if req.grid == "host" else PAPER_GRID
+    machine = prepared.machine(resolved.kind)
+    grid = prepared.grid(req.grid)
 
     if req.price_profile is not None:
         name, version = parse_price_key(req.price_profile)

@@ -421,8 +421,8 @@ def compact(
     for seed in range(seeds):
         arr = poisson_arrivals(settings.arrivals, mix, rate, seed)
 
-        def fits(n: int, arr: Any = arr, seed: int = seed) -> bool:
-            run = run_cluster(
+        def simulate(n: int, stop_on_reject: bool, arr: Any = arr, seed: int = seed) -> Any:
+            return run_cluster(
                 arch,
                 n,
                 arr,
@@ -430,22 +430,13 @@ def compact(
                 policy.make(seed),
                 order_seed=seed,
                 window=policy.window,
+                stop_on_reject=stop_on_reject,
             )
-            return run.rejected == 0
 
         # Upper bound: every VM present at once needs at most its own machine's CPU share.
         upper = max(4, int(settings.concurrency * 1.5 / 2))
-        n = compact_size(fits, upper=upper)
-        run = run_cluster(
-            arch,
-            n,
-            arr,
-            policy.menus,
-            policy.make(seed),
-            order_seed=seed,
-            window=policy.window,
-            stop_on_reject=False,
-        )
+        n = compact_size(lambda k: simulate(k, True).rejected == 0, upper=upper)
+        run = simulate(n, False)
         placed = run.options >= 0
         per_vm = [
             float(policy.costs[int(w)][int(o)])

@@ -16,11 +16,7 @@ from api.errors import ApiError, NotFound
 from api.orm import Profile
 from api.schemas import ProfileOut, WorkloadModelOut, WorkloadOut
 from model import (
-    FittedModel,
     ProfileBundle,
-    host_grid,
-    machine_of_host,
-    paper_grid,
     predicted_grid,
 )
 
@@ -142,21 +138,14 @@ def get_workload_model(
         row = services.fit_profile(session, profile.id)
         if row is None:
             raise ApiError(409, "Not fitted", f"the latest profile failed to fit: {profile.error}")
-        fitted = FittedModel.model_validate(row.model)
-        bundle_host = ProfileBundle.model_validate(profile.bundle).host
-        kind = repo.get_host_kind(session, profile.host_kind)
-        machine = services.machine_of_kind(kind) if kind else machine_of_host(bundle_host)
+        # The prepared model already holds the fit and what it needs of the bundle's host.
+        prepared = state.models.model(session, row.id)
+        fitted = prepared.predictor.model
+        machine = prepared.machine(repo.get_host_kind(session, profile.host_kind))
+        chosen_grid = prepared.grid("host" if grid == "host" else "paper")
         _, prices = services.resolve_price_profile(session, None)
-        chosen_grid = (
-            host_grid(bundle_host.llc_ways, bundle_host.min_llc_ways)
-            if grid == "host"
-            else paper_grid()
-        )
         points = predicted_grid(
-            state.models.model(session, row.id).predictor,
-            machine=machine,
-            prices=prices,
-            grid=chosen_grid,
+            prepared.predictor, machine=machine, prices=prices, grid=chosen_grid
         )
         return WorkloadModelOut(
             workload=w.name,

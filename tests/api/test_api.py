@@ -29,6 +29,23 @@ def upload(client: TestClient, body: bytes, headers: dict[str, str] = AGENT):
     )
 
 
+def register_local_kind(client: TestClient) -> None:
+    """The §4.1 machine the example bundles were profiled on, as a host kind of the cluster."""
+    client.put(
+        "/v1/cluster/host-kinds",
+        headers=OPERATOR,
+        json={
+            "name": LOCAL_KIND,
+            "machine": {
+                "cpus": 12,
+                "dram_bytes": 24 * GIB,
+                "slow_bytes": 128 * GIB,
+                "llc_ways": 48,
+            },
+        },
+    ).raise_for_status()
+
+
 def test_health_and_readiness(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz")
@@ -62,19 +79,7 @@ def test_concurrent_duplicate_uploads_store_one_profile(client: TestClient) -> N
 def test_unknown_host_kind_is_accepted_but_flagged(client: TestClient) -> None:
     created = upload(client, example("xsbench")).json()
     assert created["host_kind_known"] is False
-    client.put(
-        "/v1/cluster/host-kinds",
-        headers=OPERATOR,
-        json={
-            "name": LOCAL_KIND,
-            "machine": {
-                "cpus": 12,
-                "dram_bytes": 24 * GIB,
-                "slow_bytes": 128 * GIB,
-                "llc_ways": 48,
-            },
-        },
-    ).raise_for_status()
+    register_local_kind(client)
     created = upload(client, example("canneal")).json()
     assert created["host_kind_known"] is True
 
@@ -187,19 +192,7 @@ def test_recommend_errors(client: TestClient) -> None:
 
 
 def test_live_utilization_from_the_cluster(client: TestClient) -> None:
-    client.put(
-        "/v1/cluster/host-kinds",
-        headers=OPERATOR,
-        json={
-            "name": LOCAL_KIND,
-            "machine": {
-                "cpus": 12,
-                "dram_bytes": 24 * GIB,
-                "slow_bytes": 128 * GIB,
-                "llc_ways": 48,
-            },
-        },
-    ).raise_for_status()
+    register_local_kind(client)
     for i in range(2):
         client.put(
             "/v1/cluster/nodes",
