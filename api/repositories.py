@@ -210,51 +210,6 @@ def list_reservations(session: Session, node_name: str | None = None) -> Sequenc
     return session.scalars(query).all()
 
 
-@dataclass(frozen=True)
-class ClusterTotals:
-    cpus: int
-    dram_bytes: int
-    slow_bytes: int  # node-local plus pools
-    llc_ways: int
-    reserved_cpus: int
-    reserved_dram_bytes: int
-    reserved_slow_bytes: int
-    reserved_llc_ways: int
-    nodes: int
-
-
-def cluster_totals(session: Session) -> ClusterTotals:
-    cap = session.execute(
-        select(
-            func.coalesce(func.sum(Node.cpus), 0),
-            func.coalesce(func.sum(Node.dram_bytes), 0),
-            func.coalesce(func.sum(Node.slow_bytes), 0),
-            func.coalesce(func.sum(Node.llc_ways), 0),
-            func.count(Node.name),
-        ).where(Node.ready.is_(True))
-    ).one()
-    pooled = session.scalar(select(func.coalesce(func.sum(RackPool.slow_bytes), 0)))
-    used = session.execute(
-        select(
-            func.coalesce(func.sum(Reservation.vcpus), 0),
-            func.coalesce(func.sum(Reservation.dram_bytes), 0),
-            func.coalesce(func.sum(Reservation.slow_bytes), 0),
-        )
-    ).one()
-    masks = session.scalars(select(Reservation.llc_mask)).all()
-    return ClusterTotals(
-        cpus=int(cap[0]),
-        dram_bytes=int(cap[1]),
-        slow_bytes=int(cap[2]) + int(pooled or 0),
-        llc_ways=int(cap[3]),
-        reserved_cpus=int(used[0]),
-        reserved_dram_bytes=int(used[1]),
-        reserved_slow_bytes=int(used[2]),
-        reserved_llc_ways=sum(int(m).bit_count() for m in masks),
-        nodes=int(cap[4]),
-    )
-
-
 # -- recommendations ------------------------------------------------------------------------
 
 

@@ -29,7 +29,8 @@ from api.orm import (
     new_id,
     utcnow,
 )
-from api.utilization import UtilizationReader, utilization_from_totals
+from api.utilization import UtilizationReader
+from ledger import store as ledger
 from model import (
     DEFAULT_PRICE_PROFILE,
     FittedModel,
@@ -39,6 +40,7 @@ from model import (
     Predictor,
     PriceProfile,
     ProfileBundle,
+    Recommendation,
     TmcError,
     Utilization,
     fit,
@@ -206,6 +208,7 @@ class Recommended:
     body: dict[str, Any]
     objective: str
     utilization_source: str
+    recommendation: Recommendation  # the same decision, typed (api.decisions reads this)
 
 
 PAPER_GRID = paper_grid()
@@ -304,7 +307,9 @@ def recommend_for(
         "host_kind_known": resolved.kind is not None,
         "recommendation": result,
     }
-    return Recommended(body=body, objective=rec.objective, utilization_source=source)
+    return Recommended(
+        body=body, objective=rec.objective, utilization_source=source, recommendation=rec
+    )
 
 
 def machine_of_kind(kind: HostKind) -> MachineShape:
@@ -383,7 +388,7 @@ def make_default(session: Session, key: str) -> PriceProfileRow:
 
 
 def cluster_utilization(session: Session) -> Utilization:
-    return utilization_from_totals(repo.cluster_totals(session))
+    return ledger.utilization(session)
 
 
 def register_host_kind(session: Session, name: str, machine: MachineShape) -> HostKind:

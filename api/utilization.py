@@ -18,24 +18,12 @@ from sqlalchemy.orm import Session
 
 from api import repositories as repo
 from api.orm import UtilizationSample
+from ledger import store as ledger
 from model import Utilization
 
 log = logging.getLogger("tmc.utilization")
 SNAPSHOT_KEY = "tmc:utilization:v1"
 CIRCUIT_OPEN_SECONDS = 5.0
-
-
-def _share(used: int, capacity: int) -> float:
-    return min(1.0, used / capacity) if capacity > 0 else 0.0
-
-
-def utilization_from_totals(t: repo.ClusterTotals) -> Utilization:
-    return Utilization(
-        cpu=_share(t.reserved_cpus, t.cpus),
-        dram=_share(t.reserved_dram_bytes, t.dram_bytes),
-        slow=_share(t.reserved_slow_bytes, t.slow_bytes),
-        llc=_share(t.reserved_llc_ways, t.llc_ways),
-    )
 
 
 def connect_redis(url: str) -> redis.Redis:
@@ -54,7 +42,7 @@ HISTORY_RETENTION = timedelta(days=7)
 def take_snapshot(session: Session, client: redis.Redis | None, ttl_seconds: float) -> Utilization:
     """The periodic task's body: compute from the ledger, publish it for the hot path (when there
     is a Redis) and keep it in the history the dashboard draws."""
-    util = utilization_from_totals(repo.cluster_totals(session))
+    util = ledger.utilization(session)
     now = datetime.now(UTC)
     repo.record_utilization(session, UtilizationSample(at=now, **util.model_dump()))
     repo.prune_utilization(session, now - HISTORY_RETENTION)
@@ -91,4 +79,4 @@ class UtilizationReader:
         cached = self.from_redis()
         if cached is not None:
             return cached, "redis"
-        return utilization_from_totals(repo.cluster_totals(session)), "database"
+        return ledger.utilization(session), "database"

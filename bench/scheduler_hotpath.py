@@ -22,12 +22,13 @@ from typing import Any, cast
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from ledger.types import Held, NodeCapacity
 from model.packing import best_fit_run
 from model.resources import GIB
 from scheduler.decisions import Recommended, Recommender
 from scheduler.extender import Extender
 from scheduler.server import ExtenderServer
-from scheduler.state import ClusterState, Held, NodeCapacity
+from scheduler.state import ClusterState
 
 TARGET_P99_MS = 10.0
 

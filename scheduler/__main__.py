@@ -14,7 +14,7 @@ from scheduler.decisions import Recommender
 from scheduler.extender import Extender
 from scheduler.feeder import Feeder
 from scheduler.kube import KubeCluster, api_client
-from scheduler.server import ExtenderServer
+from scheduler.server import ExtenderServer, client_tls_context
 from scheduler.settings import ExtenderSettings
 from scheduler.state import ClusterState
 
@@ -24,6 +24,21 @@ log = logging.getLogger("tmc.scheduler")
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = ExtenderSettings()
+    tls = None
+    if settings.extender_tls_cert_file and settings.extender_tls_key_file:
+        if not settings.extender_client_ca_file:
+            raise SystemExit("tmc extender: TLS needs TMC_EXTENDER_CLIENT_CA_FILE to check callers")
+        tls = client_tls_context(
+            settings.extender_tls_cert_file,
+            settings.extender_tls_key_file,
+            settings.extender_client_ca_file,
+        )
+    elif settings.environment == "production" and not settings.extender_insecure_http:
+        raise SystemExit(
+            "tmc extender: refusing to serve the verbs unauthenticated in production: set "
+            "TMC_EXTENDER_TLS_CERT_FILE, TMC_EXTENDER_TLS_KEY_FILE and TMC_EXTENDER_CLIENT_CA_FILE "
+            "(the chart does), or TMC_EXTENDER_INSECURE_HTTP=true on purpose"
+        )
     sessions = make_session_factory(make_engine(settings))
     state = ClusterState()
     recommender = Recommender(
@@ -56,13 +71,17 @@ def main() -> None:
         extender,
         prefix=settings.extender_prefix,
         ready=feeder.synced.is_set,
+        tls=tls,
+        client_names=settings.extender_client_names,
+        max_body_bytes=settings.extender_max_body_bytes,
     )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     server.serve_in_thread()
     log.info(
-        "extender listening on %s:%d%s",
+        "extender listening on %s://%s:%d%s",
+        "https" if tls else "http",
         settings.extender_host,
         server.port,
         settings.extender_prefix,

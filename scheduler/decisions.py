@@ -1,10 +1,10 @@
 """What configuration a pod should get: TMC's recommendation for its workload and objective,
 against the cluster's live utilization, or the documented fallback.
 
-The recommendation is computed **in-process** through the service layer (api.services.
-recommend_for), not over HTTP: the extender already has the database (the ledger lives there),
-the design lets the scheduler use api's persistence layer, and in-process it saves an HTTP hop
-and a second copy of the fitted-model cache, while every decision is still written to the same
+The recommendation is computed **in-process** through the service's one typed entry point for
+the scheduler (`api.decisions.DecisionService`), not over HTTP: the extender already has the
+database (the ledger lives there), so the API service being down does not stop placement, there
+is no token to manage and no extra hop, while every decision is still written to the same
 decision log (`/v1/recommendations/{id}`) that the pod's annotation points to.
 
 Utilization is the extender's own live ledger cache (what the next bind will change), passed
@@ -27,13 +27,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from api import services
-from api.db import unit_of_work
-from api.utilization import UtilizationReader
-from model import Objective, TmcError, Utilization, parse_objective
+from api.decisions import DecisionRequest, DecisionService, NoDecision
+from model import DEFAULT_THRESHOLD, Objective, TmcError, Utilization, parse_objective
+from model.node_contract import StructurePlan
 from model.packing import Ask
 from scheduler.pods import PodAsk
 
@@ -52,6 +50,7 @@ class Decision:
     recommendation_id: str | None
     fallback: str | None  # why the fallback was used; None for a recommendation
     computed_at: float
+    plan: tuple[StructurePlan, ...] = ()  # per structure; empty for a fallback
 
     def ask(self) -> Ask:
         return Ask(self.vcpus, self.dram_bytes, self.slow_bytes, self.llc_ways or 1)
@@ -83,6 +82,7 @@ class Recommended:
     llc_ways: int
     recommendation_id: str
     computed_at: float
+    plan: tuple[StructurePlan, ...] = ()
 
 
 # Why a workload cannot be recommended: a fallback reason (cached like a recommendation).
@@ -96,14 +96,13 @@ class Recommender:
         utilization: Callable[[], Utilization],
         *,
         ttl_seconds: float = 10.0,
-        threshold: float = 0.025,
+        threshold: float = DEFAULT_THRESHOLD,
     ) -> None:
         self._sessions = sessions
         self._utilization = utilization
         self._ttl = ttl_seconds
         self._threshold = threshold
-        self._models = services.ModelCache()
-        self._reader = UtilizationReader(None, 60.0)  # unused: utilization is always explicit
+        self._service = DecisionService(sessions)
         self._cache: dict[tuple[str, str], Outcome] = {}
         self._at: dict[tuple[str, str], float] = {}
         self._refreshing: set[tuple[str, str]] = set()
@@ -134,6 +133,7 @@ class Recommender:
             recommendation_id=found.recommendation_id,
             fallback=None,
             computed_at=found.computed_at,
+            plan=found.plan,
         )
 
     def remember(self, workload: str, objective: str, outcome: Outcome) -> None:
@@ -183,33 +183,28 @@ class Recommender:
         return outcome
 
     def _recommend(self, workload: str, objective: Objective) -> Outcome:
-        req = services.RecommendInput(
+        req = DecisionRequest(
             workload=workload,
-            bundle=None,
             objective=objective,
             threshold=self._threshold,
             utilization=self._utilization(),
-            grid="paper",
-            price_profile=None,
         )
         try:
-            with unit_of_work(self._sessions) as session:
-                rec = services.recommend_for(
-                    session, req, self._models, self._reader, lambda _: None
-                )
-        except TmcError as exc:  # no such workload, no usable profile, nothing feasible
-            log.info("fallback for workload %s: %s", workload, exc)
-            return f"no recommendation for workload {workload!r}: {exc}"
-        except SQLAlchemyError as exc:
-            log.warning("recommendation for %s failed on the database: %s", workload, exc)
-            return "the recommendation service's database is unavailable"
-        chosen = rec.body["recommendation"]["chosen"]["configuration"]
+            decided = self._service.decide(req)
+        except NoDecision as exc:
+            if exc.transient:
+                log.warning("recommendation for %s: %s", workload, exc.reason)
+            else:
+                log.info("fallback for workload %s: %s", workload, exc.reason)
+            return exc.reason
+        c = decided.configuration
         return Recommended(
-            vcpus=int(chosen["vcpus"]),
-            dram_bytes=int(chosen["dram_bytes"]),
-            slow_bytes=int(chosen["slow_bytes"]),
-            slow_ratio=float(chosen["slow_ratio"]),
-            llc_ways=int(chosen["llc_ways"]),
-            recommendation_id=str(rec.body["id"]),
+            vcpus=c.vcpus,
+            dram_bytes=c.dram_bytes,
+            slow_bytes=c.slow_bytes,
+            slow_ratio=c.slow_ratio,
+            llc_ways=c.llc_ways,
+            recommendation_id=decided.recommendation_id,
             computed_at=time.monotonic(),
+            plan=decided.plan,
         )

@@ -10,7 +10,6 @@ Errors are the envelope's `Error` field, never problem+json.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -19,24 +18,21 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii as _quote  # C; escapes like dumps
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.db import unit_of_work
-from scheduler import ledger
+from ledger import store as ledger
+from ledger.types import Held
+from model.node_contract import ContractError, PlacedConfiguration, Placement
 from scheduler.decisions import Decision, Recommender
 from scheduler.kube import Cluster
-from scheduler.pods import (
-    DEFAULT_OPT_IN_RESOURCE,
-    LLC_MASK_ANNOTATION,
-    PLACEMENT_ANNOTATION,
-    BadPod,
-    read_pod,
-)
-from scheduler.state import ClusterState, Held
+from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, read_pod
+from scheduler.state import ClusterState
 
 log = logging.getLogger("tmc.scheduler.extender")
-PLACEMENT_SCHEMA = "tmc.placement/v1"
+# A bind refused by the ledger reloads the cache at most this often.
+RELOAD_INTERVAL_SECONDS = 0.5
 
 
 class BadRequest(ValueError):
@@ -75,50 +71,49 @@ def parse_args(body: object) -> Args:
         raise BadRequest("a node in Nodes has no metadata.name") from exc
 
 
-def placement_annotation(decision: Decision, held: Held) -> dict[str, Any]:
-    return {
-        "schema": PLACEMENT_SCHEMA,
-        "node": held.node,
-        "workload": decision.workload,
-        "objective": decision.objective,
-        "configuration": {
-            "vcpus": held.vcpus,
-            "dram_bytes": held.dram_bytes,
-            "slow_bytes": held.slow_bytes,
-            "slow_ratio": decision.slow_ratio,
-            "llc_ways": held.llc_mask.bit_count(),
-        },
-        "llc_mask": hex(held.llc_mask),
-        "slow_from_pool": held.slow_from_pool,
-        # The per-structure placement plan: GET /v1/recommendations/{id} (.recommendation.placement)
-        "recommendation_id": decision.recommendation_id,
-        "fallback": decision.fallback,
-    }
+def placement_of(decision: Decision, held: Held) -> Placement:
+    """What the pod was given, as the contract the node agent reads (model.node_contract)."""
+    return Placement(
+        node=held.node,
+        workload=decision.workload,
+        objective=decision.objective,
+        configuration=PlacedConfiguration(
+            vcpus=held.vcpus,
+            dram_bytes=held.dram_bytes,
+            slow_bytes=held.slow_bytes,
+            slow_ratio=decision.slow_ratio,
+            llc_ways=held.llc_mask.bit_count(),
+        ),
+        llc_mask=hex(held.llc_mask),
+        slow_from_pool=held.slow_from_pool,
+        recommendation_id=decision.recommendation_id,
+        fallback=decision.fallback,
+        plan=list(decision.plan),
+    )
 
 
 def held_from_annotation(pod: dict[str, Any]) -> Held | None:
     """What a pod's placement annotation says it was given (for reconciliation)."""
     meta = pod.get("metadata") or {}
-    raw = (meta.get("annotations") or {}).get(PLACEMENT_ANNOTATION)
-    if not raw:
-        return None
     try:
-        p = json.loads(raw)
-        c = p["configuration"]
-        return Held(
-            pod_uid=str(meta["uid"]),
-            namespace=str(meta.get("namespace") or "default"),
-            pod_name=str(meta["name"]),
-            node=str(p["node"]),
-            vcpus=int(c["vcpus"]),
-            dram_bytes=int(c["dram_bytes"]),
-            slow_bytes=int(c["slow_bytes"]),
-            slow_from_pool=bool(p["slow_from_pool"]),
-            llc_mask=int(str(p["llc_mask"]), 16),
-        )
-    except (ValueError, KeyError, TypeError):
-        log.warning("pod %s has an unreadable placement annotation", meta.get("name"))
+        p = Placement.from_annotations(meta.get("annotations"))
+    except ContractError as exc:
+        log.warning("pod %s: %s", meta.get("name"), exc)
         return None
+    if p is None or not meta.get("uid") or not meta.get("name"):
+        return None
+    c = p.configuration
+    return Held(
+        pod_uid=str(meta["uid"]),
+        namespace=str(meta.get("namespace") or "default"),
+        pod_name=str(meta["name"]),
+        node=p.node,
+        vcpus=c.vcpus,
+        dram_bytes=c.dram_bytes,
+        slow_bytes=c.slow_bytes,
+        slow_from_pool=p.slow_from_pool,
+        llc_mask=p.llc_mask_bits,
+    )
 
 
 class Extender:
@@ -138,6 +133,7 @@ class Extender:
         # What filter decided for a pod, for its bind (which names the pod only).
         self._decisions: OrderedDict[str, Decision] = OrderedDict()
         self._lock = threading.Lock()
+        self._reloaded_at = 0.0
 
     def _decide(self, pod: dict[str, Any]) -> tuple[Decision | None, str]:
         ask = read_pod(pod, self.opt_in_resource)
@@ -222,26 +218,45 @@ class Extender:
     def bind(self, body: object) -> dict[str, Any]:
         """ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node} -> {"Error": ""}.
 
-        Reserve in one transaction (row locks: no double booking), annotate the pod with what it
-        got, then post the Binding. Any failure after the commit releases the reservation."""
+        Only an opted-in pod whose uid matches is touched. Reserve in one transaction (row locks:
+        no double booking), annotate the pod with what it got (uid as a precondition), then post
+        the Binding. Idempotent under retries and concurrency: a pod already bound to this node
+        with its reservation is a success that changes nothing, and a failed Binding releases
+        the reservation only when this call created it and the pod is not bound here."""
         if not isinstance(body, dict):
             return {"Error": "tmc: the bind body is not a JSON object"}
         try:
-            name, namespace = str(body["PodName"]), str(body["PodNamespace"])
-            uid, node = str(body["PodUID"]), str(body["Node"])
+            name, namespace = _name(body["PodName"]), _name(body["PodNamespace"])
+            uid, node = _name(body["PodUID"]), _name(body["Node"])
         except KeyError as exc:
             return {"Error": f"tmc: bind request without {exc.args[0]}"}
+        except ValueError as exc:
+            return {"Error": f"tmc: {exc}"}
         with self._lock:
             decision = self._decisions.pop(uid, None)
         try:
-            if decision is None:  # the extender restarted between filter and bind
-                decision, _ = self._decide(self.cluster.get_pod(namespace, name))
+            pod = self.cluster.get_pod(namespace, name)
+        except Exception as exc:
+            return {"Error": f"tmc: cannot read pod {namespace}/{name}: {_short(exc)}"}
+        meta = pod.get("metadata") or {}
+        if str(meta.get("uid") or "") != uid:
+            return {"Error": f"tmc: pod {namespace}/{name} is not the pod {uid}"}
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to == node:
+            # A retry of a bind that succeeded: nothing to change (a lost ledger row is
+            # restored by reconciliation from the pod's annotation).
+            return {"Error": ""}
+        if bound_to:
+            return {"Error": f"tmc: pod {namespace}/{name} is already bound to {bound_to}"}
+        try:
+            if decision is None:  # the extender restarted between filter and bind, or a replica
+                decision, _ = self._decide(pod)
                 with self._lock:
                     self._decisions.pop(uid, None)
-            if decision is None:
-                return {"Error": f"tmc: pod {namespace}/{name} does not request tiered memory"}
-        except Exception as exc:
-            return {"Error": f"tmc: cannot read pod {namespace}/{name}: {exc}"}
+        except BadPod as exc:
+            return {"Error": f"tmc: {exc}"}
+        if decision is None:
+            return {"Error": f"tmc: pod {namespace}/{name} does not request tiered memory"}
 
         want = ledger.Want(
             pod_uid=uid,
@@ -255,41 +270,72 @@ class Extender:
         )
         try:
             with unit_of_work(self.sessions) as session:
-                held = ledger.reserve(session, node, want)
+                held, created = ledger.reserve(session, node, want)
         except ledger.NoRoom as exc:
+            # The cache offered a node the ledger says is full: another replica (or a bind this
+            # cache missed) took it. Reload the cache so that the next filter sees the truth.
+            self._reload_cache()
             return {"Error": f"tmc: {exc}"}
+        except IntegrityError:
+            # A concurrent bind of the same pod to another node committed first.
+            return {"Error": f"tmc: pod {namespace}/{name} is being bound by another attempt"}
         except SQLAlchemyError as exc:
             log.warning("bind %s/%s: ledger unavailable: %s", namespace, name, exc)
             return {"Error": "tmc: the ledger is unavailable; retry"}
         self.state.hold(held)
-        placement = placement_annotation(decision, held)
         try:
-            self.cluster.annotate(
-                namespace,
-                name,
-                {
-                    PLACEMENT_ANNOTATION: json.dumps(placement, separators=(",", ":")),
-                    LLC_MASK_ANNOTATION: hex(held.llc_mask),
-                },
-            )
+            placement = placement_of(decision, held).to_annotations()
+            self.cluster.annotate(namespace, name, uid, dict(placement))
             self.cluster.bind(namespace, name, uid, node)
         except Exception as exc:
-            self._undo(uid)
+            if self._bound_here(namespace, name, uid, node):
+                return {"Error": ""}  # a concurrent attempt bound it: the same outcome
+            if created:
+                self._undo(uid, node)
             log.warning("bind %s/%s to %s failed: %s", namespace, name, node, exc)
             return {"Error": f"tmc: binding {namespace}/{name} to {node} failed: {_short(exc)}"}
         return {"Error": ""}
 
-    def _undo(self, uid: str) -> None:
+    def _bound_here(self, namespace: str, name: str, uid: str, node: str) -> bool:
+        try:
+            pod = self.cluster.get_pod(namespace, name)
+        except Exception:
+            return False
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        return str(meta.get("uid") or "") == uid and spec.get("nodeName") == node
+
+    def _reload_cache(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._reloaded_at < RELOAD_INTERVAL_SECONDS:
+                return
+            self._reloaded_at = now
+        try:
+            with unit_of_work(self.sessions) as session:
+                loaded = ledger.load(session)
+        except SQLAlchemyError as exc:
+            log.warning("cannot reload the cache from the ledger: %s", exc)
+            return
+        self.state.replace_all(*loaded)
+
+    def _undo(self, uid: str, node: str) -> None:
         self.state.release(uid)
         for attempt in range(3):
             try:
                 with unit_of_work(self.sessions) as session:
-                    ledger.release(session, uid)
+                    ledger.release(session, uid, node)
                 return
             except SQLAlchemyError:
                 time.sleep(0.1 * (attempt + 1))
         # The next reconciliation releases it: its pod is not bound.
         log.error("could not release the reservation of %s; reconciliation will", uid)
+
+
+def _name(value: object) -> str:
+    """A Kubernetes name or uid from a bind request: a bounded, plain string."""
+    if not isinstance(value, str) or not 0 < len(value) <= 253:
+        raise ValueError("bind request names must be strings of 1 to 253 characters")
+    return value
 
 
 def _short(exc: Exception) -> str:

@@ -23,67 +23,54 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.db import unit_of_work
-from scheduler import ledger
+from ledger import store as ledger
+from ledger.types import NodeCapacity
+from model import node_contract as contract
+from model.node_contract import PLACEMENT_ANNOTATION
 from scheduler.decisions import Recommender
 from scheduler.extender import held_from_annotation
 from scheduler.kube import KubeCluster
-from scheduler.pods import (
-    DEFAULT_OPT_IN_RESOURCE,
-    GROUP,
-    BadPod,
-    parse_quantity,
-    read_pod,
-)
-from scheduler.state import ClusterState, NodeCapacity
+from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, parse_quantity, read_pod
+from scheduler.state import ClusterState
 
 log = logging.getLogger("tmc.scheduler.feeder")
 
-HOST_KIND_LABEL = f"{GROUP}/host-kind"
-CPUS = f"{GROUP}/cpus"
-DRAM = f"{GROUP}/dram-bytes"
-SLOW = f"{GROUP}/slow-bytes"
-WAYS = f"{GROUP}/llc-ways"
-POOL = f"{GROUP}/slow-pool"
-POOL_BYTES = f"{GROUP}/slow-pool-bytes"
-
 
 def node_capacity(node: dict[str, Any]) -> tuple[NodeCapacity, int | None] | None:
-    """The tiered capacity a node publishes, or None for a node that is not a tmc node."""
+    """The tiered capacity a node publishes (model.node_contract), or None for a node that is
+    not a tmc node or publishes it unreadably (logged)."""
     meta = node.get("metadata") or {}
-    ann = meta.get("annotations") or {}
-    labels = meta.get("labels") or {}
-    if DRAM not in ann or WAYS not in ann:
-        return None
     status = node.get("status") or {}
     try:
-        cpus = (
-            int(ann[CPUS])
-            if CPUS in ann
-            else math.floor(parse_quantity((status.get("allocatable") or {}).get("cpu", "0")))
-        )
-        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-        ready = conditions.get("Ready") == "True" and not (node.get("spec") or {}).get(
-            "unschedulable", False
-        )
-        pool = ann.get(POOL) or None
-        cap = NodeCapacity(
-            name=str(meta["name"]),
-            host_kind=str(labels.get(HOST_KIND_LABEL) or ann.get(HOST_KIND_LABEL) or "unknown"),
-            cpus=max(cpus, 1),
-            dram_bytes=int(ann[DRAM]),
-            slow_bytes=int(ann.get(SLOW) or 0),
-            llc_ways=int(ann[WAYS]),
-            pool=pool,
-            ready=ready,
-        )
-        pool_bytes = int(ann[POOL_BYTES]) if pool and POOL_BYTES in ann else None
-    except (ValueError, KeyError, BadPod) as exc:
+        published = contract.NodeCapacity.from_metadata(meta.get("labels"), meta.get("annotations"))
+        if published is None:
+            return None
+        cpus = published.cpus
+        if cpus is None:
+            allocatable = parse_quantity((status.get("allocatable") or {}).get("cpu", "0"))
+            cpus = min(contract.MAX_CPUS, max(1, math.floor(allocatable)))
+    except (contract.ContractError, BadPod) as exc:
         log.warning("node %s publishes unreadable tiered capacity: %s", meta.get("name"), exc)
         return None
-    if not 1 <= cap.llc_ways <= 64:
-        log.warning("node %s: %d LLC ways is outside 1..64", cap.name, cap.llc_ways)
-        return None
-    return cap, pool_bytes
+    conditions = {
+        c.get("type"): c.get("status")
+        for c in status.get("conditions") or []
+        if isinstance(c, dict)
+    }
+    ready = conditions.get("Ready") == "True" and not (node.get("spec") or {}).get(
+        "unschedulable", False
+    )
+    cap = NodeCapacity(
+        name=str(meta.get("name") or ""),
+        host_kind=published.host_kind,
+        cpus=cpus,
+        dram_bytes=published.dram_bytes,
+        slow_bytes=published.slow_bytes,
+        llc_ways=published.llc_ways,
+        pool=published.slow_pool,
+        ready=ready,
+    )
+    return cap, published.slow_pool_bytes
 
 
 def _terminal(pod: dict[str, Any]) -> bool:
@@ -145,10 +132,31 @@ class Feeder:
                 report = ledger.reconcile(session, live)
                 loaded = ledger.load(session)
             self.state.replace_all(*loaded)
+            by_uid = {str((p.get("metadata") or {}).get("uid", "")): p for p in pods}
+            for uid, mask in report.moved.items():
+                self._move_ways(by_uid[uid], mask)
             self._rv = {"node": node_rv, "pod": pod_rv}
             self.last_reconcile = report
             self.synced.set()
             return report
+
+    def _move_ways(self, pod: dict[str, Any], mask: int) -> None:
+        """Tell a pod (and its node's agent) the ways reconciliation moved it to."""
+        meta = pod.get("metadata") or {}
+        try:
+            old = contract.Placement.from_annotations(meta.get("annotations"))
+            if old is None:
+                return
+            new = old.model_copy(update={"llc_mask": hex(mask)})
+            self.cluster.annotate(
+                str(meta.get("namespace") or "default"),
+                str(meta.get("name")),
+                str(meta.get("uid")),
+                dict(new.to_annotations()),
+            )
+            log.warning("pod %s moved to LLC ways %#x (its own overlapped)", meta.get("name"), mask)
+        except Exception as exc:
+            log.error("pod %s: cannot write its new LLC ways %#x: %s", meta.get("name"), mask, exc)
 
     # -- watches ----------------------------------------------------------------------------
 
@@ -222,15 +230,26 @@ class Feeder:
     def on_pod(self, event: str, pod: dict[str, Any]) -> None:
         uid = str((pod.get("metadata") or {}).get("uid", ""))
         if event == "DELETED" or _terminal(pod):
-            if self.state.held(uid) is not None:
+            # Released whether or not this cache knew it: another replica may have bound it.
+            annotated = PLACEMENT_ANNOTATION in (
+                (pod.get("metadata") or {}).get("annotations") or {}
+            )
+            if self.state.held(uid) is not None or annotated:
                 with unit_of_work(self.sessions) as session:
                     ledger.release(session, uid)
                 self.state.release(uid)
             return
-        if not (pod.get("spec") or {}).get("nodeName"):
-            try:
-                ask = read_pod(pod, self.opt_in_resource)
-            except BadPod:
-                return
-            if ask.opted_in:
-                self.recommender.prefetch(ask)
+        if (pod.get("spec") or {}).get("nodeName"):
+            # Bound, maybe by another replica: its placement annotation says what it holds,
+            # so this cache learns of it without waiting for the next resync.
+            if self.state.held(uid) is None:
+                held = held_from_annotation(pod)
+                if held is not None and self.state.node(held.node) is not None:
+                    self.state.hold(held)
+            return
+        try:
+            ask = read_pod(pod, self.opt_in_resource)
+        except BadPod:
+            return
+        if ask.opted_in:
+            self.recommender.prefetch(ask)

@@ -15,7 +15,9 @@ from kubernetes import client, config, watch
 class Cluster(Protocol):
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
 
-    def annotate(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None: ...
+    def annotate(
+        self, namespace: str, name: str, uid: str, annotations: dict[str, str | None]
+    ) -> None: ...
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
 
@@ -62,10 +64,13 @@ class KubeCluster:
             _preload_content=False,
         )
 
-    def annotate(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
-        self.core.patch_namespaced_pod(
-            name, namespace, {"metadata": {"annotations": annotations}}, _preload_content=False
-        )
+    def annotate(
+        self, namespace: str, name: str, uid: str, annotations: dict[str, str | None]
+    ) -> None:
+        # metadata.uid in the patch is a precondition: the API server refuses the patch when the
+        # pod under this name is another one (deleted and re-created since the scheduler saw it).
+        body = {"metadata": {"uid": uid, "annotations": annotations}}
+        self.core.patch_namespaced_pod(name, namespace, body, _preload_content=False)
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         found: dict[str, Any] = _json(

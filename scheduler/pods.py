@@ -9,13 +9,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-# Annotations a pod sets (workload, objective) and the ones bind writes back.
-GROUP = "tmc.dev"
-WORKLOAD_ANNOTATION = f"{GROUP}/workload"
-OBJECTIVE_ANNOTATION = f"{GROUP}/objective"
-PLACEMENT_ANNOTATION = f"{GROUP}/placement"  # JSON: what bind gave the pod (see docs)
-LLC_MASK_ANNOTATION = f"{GROUP}/llc-mask"  # hex CAT mask, for the node agent's resctrl group
-DEFAULT_OPT_IN_RESOURCE = f"{GROUP}/tiered"
+from model.node_contract import OBJECTIVE_ANNOTATION, WORKLOAD_ANNOTATION
+from model.node_contract import OPT_IN_RESOURCE as DEFAULT_OPT_IN_RESOURCE
 
 _SUFFIX = {
     "n": Decimal("1e-9"),
@@ -42,16 +37,32 @@ class BadPod(ValueError):
     """A request whose pod cannot be read: answered with the extender's Error field."""
 
 
+# Bounds that keep every quantity a small, finite number before Decimal arithmetic sees it:
+# "1e999999" would otherwise take Decimal tens of seconds to scale, and a request beyond these
+# is no real pod. Kubernetes itself caps quantities near 2^63 (milli-units).
+MAX_QUANTITY_TEXT = 64
+MAX_EXPONENT = 24
+MAX_CPUS = Decimal(4096)
+MAX_MEMORY_BYTES = Decimal(2) ** 52
+
+
 def parse_quantity(value: object) -> Decimal:
-    """A Kubernetes resource quantity ("500m", "64Mi", "1.5G", 2) as a number."""
-    text = str(value).strip()
+    """A Kubernetes resource quantity ("500m", "64Mi", "1.5G", 2) as a non-negative number."""
+    text = str(value).strip() if isinstance(value, str | int) else repr(value)
+    if len(text) > MAX_QUANTITY_TEXT:
+        raise BadPod(f"resource quantity too long: {text[:20]!r}...")
     match = _QUANTITY.match(text)
     if match is None or match.group(2) not in _SUFFIX:
         raise BadPod(f"not a resource quantity: {text!r}")
+    exponent = match.group(1).lower().partition("e")[2]
+    if exponent and abs(int(exponent)) > MAX_EXPONENT:
+        raise BadPod(f"resource quantity out of range: {text!r}")
     try:
         number = Decimal(match.group(1))
     except InvalidOperation as exc:
         raise BadPod(f"not a resource quantity: {text!r}") from exc
+    if number < 0:
+        raise BadPod(f"negative resource quantity: {text!r}")
     return number * _SUFFIX[match.group(2)]
 
 
@@ -98,6 +109,8 @@ def read_pod(pod: object, opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE) -> Pod
     init = spec.get("initContainers")
     cpu = max(_requests(containers, "cpu"), _max_single(init, "cpu"))
     memory = max(_requests(containers, "memory"), _max_single(init, "memory"))
+    if cpu > MAX_CPUS or memory > MAX_MEMORY_BYTES:
+        raise BadPod(f"the pod asks for more than a node can hold ({cpu} CPUs, {memory} bytes)")
     opted = _requests(containers, opt_in_resource) > 0 or _max_single(init, opt_in_resource) > 0
     workload = annotations.get(WORKLOAD_ANNOTATION)
     return PodAsk(

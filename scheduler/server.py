@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -29,7 +30,19 @@ from prometheus_client import (
 from scheduler.extender import BadRequest, Extender
 
 log = logging.getLogger("tmc.scheduler.server")
-MAX_BODY_BYTES = 256 * 1024 * 1024  # a nodeCacheCapable=false request carries every Node object
+MAX_BODY_BYTES = 16 * 1024 * 1024  # default; ExtenderSettings.extender_max_body_bytes
+HANDSHAKE_TIMEOUT_SECONDS = 5.0
+
+
+def client_tls_context(cert_file: str, key_file: str, client_ca_file: str) -> ssl.SSLContext:
+    """Server-side TLS that asks every client for a certificate signed by the CA. Optional at the
+    TLS layer (probes and scrapers connect without one); the verbs insist on it."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    ctx.load_verify_locations(client_ca_file)
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx
 
 
 class ExtenderMetrics:
@@ -62,16 +75,51 @@ class ExtenderServer(ThreadingHTTPServer):
         *,
         prefix: str = "/scheduler",
         ready: Callable[[], bool] = lambda: True,
+        tls: ssl.SSLContext | None = None,
+        client_names: Sequence[str] = (),
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self.extender = extender
         self.prefix = "/" + prefix.strip("/")
         self.ready = ready
+        self.tls = tls
+        self.client_names = frozenset(client_names)
+        self.max_body_bytes = max_body_bytes
         self.metrics = ExtenderMetrics()
         super().__init__(address, Handler)
 
     @property
     def port(self) -> int:
         return int(self.server_address[1])
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """With TLS, the handshake runs here, in the connection's own thread: a slow or silent
+        client never holds up accept()."""
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(HANDSHAKE_TIMEOUT_SECONDS)
+        try:
+            wrapped = self.tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as exc:
+            log.info("TLS handshake with %s failed: %s", client_address, exc)
+            return
+        try:
+            super().finish_request(wrapped, client_address)
+        finally:
+            wrapped.close()
+
+    def authorised(self, peer_cert: dict[str, Any] | None) -> str | None:
+        """None when the caller may use the verbs, else why not."""
+        if self.tls is None:
+            return None
+        if not peer_cert:
+            return "tmc: a client certificate is required"
+        if self.client_names:
+            subject = dict(x[0] for x in peer_cert.get("subject", ()))
+            if subject.get("commonName") not in self.client_names:
+                return "tmc: this client certificate may not call the extender"
+        return None
 
     def serve_in_thread(self) -> threading.Thread:
         thread = threading.Thread(target=self.serve_forever, name="tmc-extender", daemon=True)
@@ -82,6 +130,7 @@ class ExtenderServer(ThreadingHTTPServer):
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the scheduler's Go client uses it
     disable_nagle_algorithm = True  # TCP_NODELAY
+    timeout = 60  # seconds a connection may sit idle or trickle a body (slowloris)
     server: ExtenderServer
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -117,11 +166,16 @@ class Handler(BaseHTTPRequestHandler):
             return
         start = time.perf_counter()
         metrics = self.server.metrics
-        try:
-            length = int(self.headers.get("Content-Length", ""))
-        except ValueError:
-            length = -1
-        if not 0 <= length <= MAX_BODY_BYTES:
+        peer = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
+        refused = self.server.authorised(peer)
+        if refused is not None:
+            self.close_connection = True
+            self._json(401, {"Error": refused})
+            metrics.calls.labels(verb, "unauthorised").inc()
+            return
+        text = self.headers.get("Content-Length", "")
+        length = int(text) if text.isascii() and text.isdigit() and len(text) <= 12 else -1
+        if not 0 <= length <= self.server.max_body_bytes:
             self.close_connection = True
             self._json(400 if length < 0 else 413, {"Error": "tmc: bad or missing Content-Length"})
             metrics.calls.labels(verb, "bad_request").inc()
@@ -151,7 +205,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _drain(self) -> None:
         length = self.headers.get("Content-Length", "0")
-        if length.isdigit() and int(length) <= MAX_BODY_BYTES:
+        if length.isascii() and length.isdigit() and int(length) <= self.server.max_body_bytes:
             self.rfile.read(int(length))
         else:
             self.close_connection = True

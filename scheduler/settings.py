@@ -18,3 +18,17 @@ class ExtenderSettings(Settings):
     recommendation_ttl_seconds: float = Field(default=10.0, gt=0)
     resync_seconds: float = Field(default=300.0, gt=0)
     watch_timeout_seconds: int = Field(default=240, ge=1)
+    # Authentication: kube-scheduler presents a client certificate (the extender block's
+    # tlsConfig certFile/keyFile) signed by this CA; verbs without one are refused. Health and
+    # metrics stay open to probes. In production the extender will not start without it unless
+    # extender_insecure_http is set on purpose.
+    extender_tls_cert_file: str | None = None
+    extender_tls_key_file: str | None = None
+    extender_client_ca_file: str | None = None
+    # When set, the client certificate's subject CN must be one of these.
+    extender_client_names: list[str] = Field(default_factory=list)
+    extender_insecure_http: bool = False
+    # The largest request body. With nodeCacheCapable (the chart's default) a filter carries node
+    # names only: ~14 bytes a node, 0.3 MiB at 20,000 nodes. Without it every Node object is sent
+    # (~10 KiB each): raise this, and the extender's memory limit, accordingly.
+    extender_max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=1 << 30)

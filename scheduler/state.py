@@ -14,37 +14,12 @@ from itertools import repeat
 
 import numpy as np
 
+from ledger.types import Held, NodeCapacity
+from ledger.utilization import Totals, utilization_of
 from model import Utilization
 from model.packing import Ask, best_fit_table, packing_scores
 
 MAX_WAYS = 64
-
-
-@dataclass(frozen=True)
-class NodeCapacity:
-    name: str
-    host_kind: str
-    cpus: int
-    dram_bytes: int
-    slow_bytes: int  # node-local slow memory
-    llc_ways: int
-    pool: str | None
-    ready: bool = True
-
-
-@dataclass(frozen=True)
-class Held:
-    """One reservation as the cache keeps it (a row of the ledger)."""
-
-    pod_uid: str
-    namespace: str
-    pod_name: str
-    node: str
-    vcpus: int
-    dram_bytes: int
-    slow_bytes: int
-    slow_from_pool: bool
-    llc_mask: int
 
 
 @dataclass(frozen=True)
@@ -217,21 +192,25 @@ class ClusterState:
             return self._masks[self._index[name]]
 
     def utilization(self) -> Utilization:
-        """The cluster's live utilization over ready nodes (Algorithm 1's U), from the cache."""
+        """The cluster's live utilization (Algorithm 1's U) from the cache, by the ledger's rule
+        (`ledger.utilization`): ready nodes, plus every rack pool."""
         with self._lock:
             n = len(self._nodes)
             r = self.ready[:n]
-
-            def share(used: float, cap: float) -> float:
-                return min(1.0, used / cap) if cap > 0 else 0.0
-
-            slow_cap = float(self.slow_local[:n][r].sum() + self._pool_cap.sum())
-            slow_used = float(self.used_slow_local[:n][r].sum() + self._pool_used.sum())
-            return Utilization(
-                cpu=share(float(self.used_cpus[:n][r].sum()), float(self.cpus[:n][r].sum())),
-                dram=share(float(self.used_dram[:n][r].sum()), float(self.dram[:n][r].sum())),
-                slow=share(slow_used, slow_cap),
-                llc=share(float(self.used_ways[:n][r].sum()), float(self.ways[:n][r].sum())),
+            return utilization_of(
+                Totals(
+                    cpus=int(self.cpus[:n][r].sum()),
+                    dram_bytes=int(self.dram[:n][r].sum()),
+                    slow_bytes=int(self.slow_local[:n][r].sum() + self._pool_cap.sum()),
+                    llc_ways=int(self.ways[:n][r].sum()),
+                    reserved_cpus=int(self.used_cpus[:n][r].sum()),
+                    reserved_dram_bytes=int(self.used_dram[:n][r].sum()),
+                    reserved_slow_bytes=int(
+                        self.used_slow_local[:n][r].sum() + self._pool_used.sum()
+                    ),
+                    reserved_llc_ways=int(self.used_ways[:n][r].sum()),
+                    nodes=int(r.sum()),
+                )
             )
 
     def _positions(self, names: Sequence[str]) -> np.ndarray:

@@ -23,7 +23,8 @@ from api.schemas import (
     UtilizationOut,
     UtilizationPoint,
 )
-from api.utilization import utilization_from_totals
+from ledger import store as ledger
+from ledger.utilization import utilization_of
 
 router = APIRouter(prefix="/v1/cluster", tags=["cluster"])
 Admin = Annotated[object, Depends(require(Permission.admin))]
@@ -122,7 +123,7 @@ def put_pool(body: PoolIn, state: StateDep, _: Admin) -> PoolIn:
 @router.get("/capacity", response_model=CapacityOut)
 def capacity(state: StateDep, _: Reader) -> CapacityOut:
     with unit_of_work(state.sessions) as session:
-        t = repo.cluster_totals(session)
+        t = ledger.totals(session)
     return CapacityOut(
         nodes=t.nodes,
         cpus=t.cpus,
@@ -133,7 +134,7 @@ def capacity(state: StateDep, _: Reader) -> CapacityOut:
         reserved_dram_bytes=t.reserved_dram_bytes,
         reserved_slow_bytes=t.reserved_slow_bytes,
         reserved_llc_ways=t.reserved_llc_ways,
-        utilization=utilization_from_totals(t),
+        utilization=utilization_of(t),
     )
 
 

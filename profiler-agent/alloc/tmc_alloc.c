@@ -214,7 +214,8 @@ static uint64_t hash_name(const char *s) {
 
 static uint32_t tag_by_name_locked(const char *name);
 
-/* Plan lines: "fast_node N", "slow_node N", "default_fast_bytes N", "tag NAME FAST_BYTES". */
+/* Plan lines: "fast_node N", "slow_node N", "default_fast_bytes N", "tag NAME FAST_BYTES" (a
+ * fourth word, the slow bytes the plan expects, is for readers and ignored here). */
 static char plan_buf[1 << 16];
 
 static void parse_plan(void) {

@@ -33,26 +33,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from model import node_contract as contract
 from tmc_agent.discover import NodeReport, discover
 from tmc_agent.hostpaths import HostPaths, read_text
 
 log = logging.getLogger("tmc.agent.serve")
 
-# The names the scheduler uses (scheduler/pods.py, scheduler/feeder.py): kept in step by
-# tests/agent/test_serve.py, which compares them with the scheduler's own constants.
-GROUP = "tmc.dev"
-PLACEMENT_ANNOTATION = f"{GROUP}/placement"
-LLC_MASK_ANNOTATION = f"{GROUP}/llc-mask"
-PLACEMENT_SCHEMA = "tmc.placement/v1"
-HOST_KIND_LABEL = f"{GROUP}/host-kind"
-CPUS = f"{GROUP}/cpus"
-DRAM = f"{GROUP}/dram-bytes"
-SLOW = f"{GROUP}/slow-bytes"
-WAYS = f"{GROUP}/llc-ways"
-POOL = f"{GROUP}/slow-pool"
-POOL_BYTES = f"{GROUP}/slow-pool-bytes"
-# Ours alone: what this node cannot enforce (JSON), for an operator reading `kubectl describe`.
-AGENT_STATUS = f"{GROUP}/agent-status"
+# One definition of what crosses between the scheduler and the node: the names, the node's
+# capacity and the placement (model.node_contract, which installs with the agent).
+AGENT_STATUS = contract.AGENT_STATUS_ANNOTATION
+PLACEMENT_ANNOTATION = contract.PLACEMENT_ANNOTATION
 
 # What the agent owns on disk. The prefix is how a restarted agent tells its own resctrl groups
 # and plan files from anyone else's (e.g. the profiler's `tmc-profile-*` groups).
@@ -125,35 +115,39 @@ def _host_kind(report: NodeReport, config: ServeConfig) -> str:
 
 
 def capacity_patch(report: NodeReport, config: ServeConfig) -> CapacityPatch:
-    """The label and annotations `scheduler.feeder.node_capacity` reads, from discovery."""
+    """The label and annotations the extender reads (model.node_contract.NodeCapacity)."""
     skipped: dict[str, str] = {}
     dram = sum(n.memory_bytes for n in report.numa if n.kind == "dram")
     slow = sum(n.memory_bytes for n in report.numa if n.kind != "dram")
-    ann: dict[str, str] = {DRAM: str(dram)}
-    if config.slow_pool:
-        # Pooled slow memory is accounted on the pool, not the node (feeder: slow-bytes is
-        # node-local); the size comes from configuration because no host can see the whole pool.
-        ann[SLOW] = "0"
-        ann[POOL] = config.slow_pool
-        if config.slow_pool_bytes is not None:
-            ann[POOL_BYTES] = str(config.slow_pool_bytes)
-    else:
-        ann[SLOW] = str(slow)
-    if report.cpus > 0:
-        ann[CPUS] = str(report.cpus)
-    if report.llc_ways is not None and 1 <= report.llc_ways <= 64:
-        ann[WAYS] = str(report.llc_ways)
-    else:
+    ways = report.llc_ways if report.llc_ways is not None and 1 <= report.llc_ways <= 64 else None
+    if ways is None:
         skipped["llc-ways"] = (
             "the LLC's ways are unknown (no resctrl cbm_mask, no cache sysfs): without "
-            f"{WAYS} the scheduler does not treat this node as a tmc node"
+            f"{contract.LLC_WAYS_ANNOTATION} the scheduler does not treat this node as a tmc node"
         )
     if report.resctrl.ways is None:
         skipped["resctrl"] = "no L3 CAT through resctrl: LLC masks are accounted, not enforced"
     if not report.slow_nodes and not config.slow_pool:
         skipped["slow-tier"] = "no slow NUMA node: slow memory cannot be placed here"
+    labels = {contract.HOST_KIND_LABEL: _host_kind(report, config)}
+    ann: dict[str, str] = {}
+    if ways is not None:
+        capacity = contract.NodeCapacity(
+            host_kind=labels[contract.HOST_KIND_LABEL],
+            cpus=min(report.cpus, contract.MAX_CPUS) if report.cpus > 0 else None,
+            dram_bytes=min(dram, contract.MAX_BYTES - 1),
+            # Pooled slow memory is accounted on the pool, not the node (slow-bytes is node-local);
+            # its size comes from configuration because no host can see the whole pool.
+            slow_bytes=0 if config.slow_pool else min(slow, contract.MAX_BYTES - 1),
+            llc_ways=ways,
+            slow_pool=config.slow_pool,
+            slow_pool_bytes=config.slow_pool_bytes if config.slow_pool else None,
+        )
+        labels, ann = capacity.to_metadata()
+    else:
+        ann[contract.DRAM_ANNOTATION] = str(dram)
     ann[AGENT_STATUS] = json.dumps(skipped, sort_keys=True, separators=(",", ":"))
-    return CapacityPatch({HOST_KIND_LABEL: _host_kind(report, config)}, ann, skipped)
+    return CapacityPatch(labels, ann, skipped)
 
 
 # --- the API server, behind two interfaces -------------------------------------------------------
@@ -179,10 +173,14 @@ class InCluster:
     def __init__(
         self,
         base_url: str | None = None,
-        token_path: Path = SA_DIR / "token",
-        ca_path: Path = SA_DIR / "ca.crt",
+        token_path: Path | None = None,
+        ca_path: Path | None = None,
         timeout: float = 15.0,
     ) -> None:
+        # TMC_AGENT_SERVICEACCOUNT_DIR: the credentials of a node agent run outside a pod.
+        sa = Path(os.environ.get("TMC_AGENT_SERVICEACCOUNT_DIR", str(SA_DIR)))
+        token_path = token_path or sa / "token"
+        ca_path = ca_path or sa / "ca.crt"
         if base_url is None:
             host = os.environ.get("KUBERNETES_SERVICE_HOST")
             port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
@@ -251,71 +249,57 @@ class BadPlacement(ValueError):
 
 @dataclass(frozen=True)
 class Placement:
+    """A pod's placement (model.node_contract.Placement) with the pod it belongs to."""
+
     uid: str
     namespace: str
     name: str
-    node: str
-    vcpus: int
-    dram_bytes: int
-    slow_bytes: int
-    llc_mask: int
-    slow_from_pool: bool
+    given: contract.Placement
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @property
+    def node(self) -> str:
+        return self.given.node
+
+    @property
+    def dram_bytes(self) -> int:
+        return self.given.configuration.dram_bytes
+
+    @property
+    def slow_bytes(self) -> int:
+        return self.given.configuration.slow_bytes
+
+    @property
+    def llc_mask(self) -> int:
+        return self.given.llc_mask_bits
+
 
 def _uid(pod: dict[str, Any]) -> str:
     uid = str((pod.get("metadata") or {}).get("uid") or "")
     # The uid names files and directories: never let it climb out of them.
-    if not uid or not all(c.isalnum() or c == "-" for c in uid):
-        raise BadPlacement(f"pod uid {uid!r} is not a Kubernetes uid")
+    if not uid or len(uid) > 64 or not all(c.isalnum() or c == "-" for c in uid):
+        raise BadPlacement(f"pod uid {uid[:70]!r} is not a Kubernetes uid")
     return uid
 
 
 def parse_placement(pod: dict[str, Any]) -> Placement:
-    """The extender's `tmc.placement/v1` annotation (and the `llc-mask` one, which must agree)."""
+    """The extender's placement annotations, read by the contract's own model."""
     meta = pod.get("metadata") or {}
-    ann = meta.get("annotations") or {}
-    raw = ann.get(PLACEMENT_ANNOTATION)
-    if not raw:
+    try:
+        given = contract.Placement.from_annotations(meta.get("annotations"))
+    except contract.ContractError as exc:
+        raise BadPlacement(str(exc)) from exc
+    if given is None:
         raise BadPlacement(f"no {PLACEMENT_ANNOTATION} annotation")
-    try:
-        p = json.loads(raw)
-    except ValueError as exc:
-        raise BadPlacement(f"{PLACEMENT_ANNOTATION} is not JSON: {exc}") from exc
-    if not isinstance(p, dict) or not isinstance(p.get("configuration"), dict):
-        raise BadPlacement(f"{PLACEMENT_ANNOTATION} has no configuration object")
-    schema = p.get("schema", PLACEMENT_SCHEMA)
-    if schema != PLACEMENT_SCHEMA:
-        raise BadPlacement(f"unknown placement schema {schema!r}")
-    c = p["configuration"]
-    try:
-        placement = Placement(
-            uid=_uid(pod),
-            namespace=str(meta.get("namespace") or "default"),
-            name=str(meta.get("name") or ""),
-            node=str(p["node"]),
-            vcpus=int(c["vcpus"]),
-            dram_bytes=int(c["dram_bytes"]),
-            slow_bytes=int(c["slow_bytes"]),
-            llc_mask=int(str(p["llc_mask"]), 16),
-            slow_from_pool=bool(p.get("slow_from_pool", False)),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BadPlacement(f"{PLACEMENT_ANNOTATION}: missing or unreadable {exc}") from exc
-    if placement.dram_bytes < 0 or placement.slow_bytes < 0 or placement.llc_mask <= 0:
-        raise BadPlacement("negative memory or an empty LLC mask")
-    side = ann.get(LLC_MASK_ANNOTATION)
-    if side is not None:
-        try:
-            agree = int(str(side), 16) == placement.llc_mask
-        except ValueError:
-            agree = False
-        if not agree:
-            raise BadPlacement(f"{LLC_MASK_ANNOTATION} {side!r} disagrees with the placement")
-    return placement
+    return Placement(
+        uid=_uid(pod),
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        given=given,
+    )
 
 
 # --- applying on the host ------------------------------------------------------------------------
@@ -370,16 +354,6 @@ def _write_if_changed(path: Path, value: str) -> bool:
 def _contiguous(mask: int) -> bool:
     low = mask & -mask
     return (mask + low) & mask == 0
-
-
-def format_plan(fast_node: int, slow_node: int, fast_bytes: int, who: str) -> str:
-    """The shim's plan format (`parse_plan` in alloc/tmc_alloc.c; `shim.write_plan` writes the
-    per-tag form). Without the per-structure plan every tag may place up to the pod's DRAM share
-    on the fast node, then goes to the slow node."""
-    return (
-        f"# tmc placement plan v1 for {who} (tmc-agent serve)\n"
-        f"fast_node {fast_node}\nslow_node {slow_node}\ndefault_fast_bytes {fast_bytes}\n"
-    )
 
 
 class HostApplier:
@@ -511,7 +485,9 @@ class HostApplier:
         if fast is None or slow is None:
             out.skipped.append("plan: no slow NUMA node, nothing for the shim to place")
             return
-        text = format_plan(fast, slow, p.dram_bytes, f"{p.key} {p.uid}")
+        # Per structure when the placement has a plan (each tag's fast bytes), else the pod's
+        # DRAM share for every tag (a fallback: all of it fits in DRAM anyway).
+        text = contract.render_plan_file(p.given, fast, slow, f"{p.key} {p.uid}")
         path = self.plan_path(p.uid)
         if read_text(path) == text.strip():
             out.applied.append(f"plan {path.name}")

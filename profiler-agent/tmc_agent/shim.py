@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from model.node_contract import plan_file_text
+
 ALLOC_DIR = Path(__file__).resolve().parents[1] / "alloc"
 UNTAGGED = "(untagged)"
 
@@ -192,9 +194,7 @@ class RegionMap:
 
 def write_plan(path: Path, fast_node: int, slow_node: int, fast_bytes: Mapping[str, int]) -> Path:
     """The plan file the shim enforces: per-tag bytes allowed on the fast node."""
-    lines = ["# tmc placement plan v1", f"fast_node {fast_node}", f"slow_node {slow_node}"]
-    lines += [f"tag {tag} {int(b)}" for tag, b in sorted(fast_bytes.items())]
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(plan_file_text(fast_node, slow_node, fast_bytes))
     return path
 
 

@@ -17,11 +17,12 @@ from api import services
 from api.db import make_engine, make_session_factory, unit_of_work
 from api.migrate import upgrade_to_head
 from api.settings import Settings
+from ledger import store as ledger
+from ledger.types import NodeCapacity
 from model.resources import GIB
-from scheduler import ledger
 from scheduler.decisions import Recommender
 from scheduler.extender import Extender
-from scheduler.state import ClusterState, NodeCapacity
+from scheduler.state import ClusterState
 from tests.services import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,15 +66,39 @@ class RecordingCluster:
         self.fail_bind = False
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """As the API server does: one Binding per pod, the uid a precondition."""
         if self.fail_bind:
             raise RuntimeError("pods/binding: 409 Conflict")
+        pod = self.pods.get(f"{namespace}/{name}")
+        if pod is not None:
+            if pod["metadata"].get("uid") != uid:
+                raise RuntimeError("pods/binding: 409 Conflict (uid precondition)")
+            if pod["spec"].get("nodeName"):
+                raise RuntimeError(
+                    f"pods/binding: 409 Conflict: already bound to {pod['spec']['nodeName']}"
+                )
+            pod["spec"]["nodeName"] = node
         self.bound.append((namespace, name, uid, node))
 
-    def annotate(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+    def annotate(
+        self, namespace: str, name: str, uid: str, annotations: dict[str, str | None]
+    ) -> None:
+        pod = self.pods.get(f"{namespace}/{name}")
+        if pod is not None and pod["metadata"].get("uid") != uid:
+            raise RuntimeError("409 Conflict: the uid precondition failed")
         self.annotations.setdefault(f"{namespace}/{name}", {}).update(annotations)
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         return self.pods[f"{namespace}/{name}"]
+
+    def add(self, pod: dict[str, Any]) -> None:
+        """The API server has the pod (the scheduler only asks about pods that exist)."""
+        meta = pod.get("metadata") or {}
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+        if key not in self.pods or self.pods[key]["metadata"].get("uid") != meta.get("uid"):
+            copied = json.loads(json.dumps(pod))
+            copied.setdefault("spec", {}).pop("nodeName", None)
+            self.pods[key] = copied
 
 
 LOCAL_KIND = "test-local"

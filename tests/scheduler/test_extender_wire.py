@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.db import unit_of_work
 from api.orm import RecommendationRow, Reservation
+from model.node_contract import LLC_MASK_ANNOTATION, PLACEMENT_ANNOTATION
 from model.packing import is_contiguous
 from scheduler.extender import Extender
-from scheduler.pods import LLC_MASK_ANNOTATION, PLACEMENT_ANNOTATION
 from scheduler.server import ExtenderServer
 from tests.scheduler.conftest import RecordingCluster, upload_example, wire
 
@@ -53,10 +53,13 @@ def server(extender: Extender) -> Iterator[ExtenderServer]:
 class Client:
     """A keep-alive HTTP/1.1 connection, as kube-scheduler's Go client keeps one."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, cluster: RecordingCluster) -> None:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        self.cluster = cluster
 
     def post(self, verb: str, body: bytes | object) -> tuple[int, Any]:
+        if isinstance(body, dict) and isinstance(body.get("Pod"), dict):
+            self.cluster.add(body["Pod"])
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.conn.request("POST", f"/scheduler/{verb}", data, {"Content-Type": "application/json"})
         resp = self.conn.getresponse()
@@ -64,8 +67,8 @@ class Client:
 
 
 @pytest.fixture
-def client(server: ExtenderServer) -> Client:
-    return Client(server.port)
+def client(server: ExtenderServer, cluster: RecordingCluster) -> Client:
+    return Client(server.port, cluster)
 
 
 def test_nodenames_mode_answers_names_and_says_why_nodes_fail(
@@ -236,11 +239,13 @@ def test_keep_alive_calls_are_not_held_back_by_nagle(client: Client) -> None:
 
 
 def test_concurrent_binds_never_double_book(
-    extender: Extender, sessions: sessionmaker[Session]
+    extender: Extender, sessions: sessionmaker[Session], cluster: RecordingCluster
 ) -> None:
     """16 threads bind fallback pods to the 8-way node at once: each way goes to one pod."""
     for i in range(16):
-        extender.filter(opted_in(wire("filter-nodenames.request.json"), None, f"u{i}", f"p{i}"))
+        request = opted_in(wire("filter-nodenames.request.json"), None, f"u{i}", f"p{i}")
+        cluster.add(request["Pod"])
+        extender.filter(request)
     results: list[dict[str, Any]] = []
     barrier = threading.Barrier(16)
 

@@ -13,12 +13,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.db import unit_of_work
 from api.orm import Node, Reservation
+from ledger import store as ledger
+from ledger.types import Held, NodeCapacity
 from model.packing import Ask, is_contiguous
 from model.resources import GIB
-from scheduler import ledger
 from scheduler.decisions import Recommender
 from scheduler.feeder import Feeder, node_capacity
-from scheduler.state import ClusterState, Held, NodeCapacity
+from scheduler.state import ClusterState
 from tests.scheduler.conftest import register
 
 

@@ -16,6 +16,14 @@ from ssl import create_default_context
 from tests.services import free_port, wait_until
 
 HERE = Path(__file__).resolve().parent
+# The chart installed as release RELEASE in NAMESPACE: its service accounts, by component.
+RELEASE = "e2e"
+NAMESPACE = "tmc-system"
+SERVICE_ACCOUNTS = {
+    "scheduler": f"{RELEASE}-tmc-scheduler",
+    "extender": f"{RELEASE}-tmc-extender",
+    "agent": f"{RELEASE}-tmc-agent",
+}
 
 
 class Unavailable(RuntimeError):
@@ -51,7 +59,10 @@ class ControlPlane:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.api_port = free_port()
         self.admin_token = "admin-" + os.urandom(12).hex()
-        self.scheduler_token = "sched-" + os.urandom(12).hex()
+        # Every component gets the identity it has in a cluster: the chart's service accounts,
+        # whose RBAC (rendered from the chart) the test applies. Static tokens stand in for the
+        # projected service-account tokens a kubelet would mount.
+        self.tokens = {user: f"{user}-{os.urandom(12).hex()}" for user in SERVICE_ACCOUNTS}
 
     @property
     def server(self) -> str:
@@ -59,6 +70,20 @@ class ControlPlane:
 
     def kubeconfig(self, user: str) -> Path:
         return self.dir / f"{user}.kubeconfig"
+
+    @property
+    def extender_tls(self) -> Path:
+        """ca.crt, tls.crt/tls.key (the extender's) and client.crt/client.key (the scheduler's)."""
+        return self.dir / "extender-tls"
+
+    def service_account_dir(self, user: str) -> Path:
+        """What a kubelet mounts at /var/run/secrets/kubernetes.io/serviceaccount."""
+        d = self.dir / f"sa-{user}"
+        d.mkdir(exist_ok=True)
+        (d / "token").write_text(self.tokens[user])
+        (d / "ca.crt").write_bytes((self.dir / "ca.crt").read_bytes())
+        (d / "namespace").write_text(NAMESPACE)
+        return d
 
     def _pki(self) -> None:
         d = self.dir
@@ -127,13 +152,54 @@ class ControlPlane:
             "/CN=tmc-proxy-ca",
             cwd=d,
         )
+        # The extender's mutual TLS, as the chart's Secret holds it: a serving certificate for
+        # 127.0.0.1 and the scheduler's client certificate (CN tmc-scheduler), one CA.
+        tls = d / "extender-tls"
+        tls.mkdir()
+        for cn, name in (("tmc-extender", "tls"), ("tmc-scheduler", "client")):
+            _openssl(
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                f"{name}.key",
+                "-out",
+                f"{name}.csr",
+                "-subj",
+                f"/CN={cn}",
+                cwd=tls,
+            )
+            _openssl(
+                "x509",
+                "-req",
+                "-in",
+                f"{name}.csr",
+                "-CA",
+                "../ca.crt",
+                "-CAkey",
+                "../ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                "../san.ext",
+                "-out",
+                f"{name}.crt",
+                cwd=tls,
+            )
+        (tls / "ca.crt").write_bytes((d / "ca.crt").read_bytes())
         _openssl("genrsa", "-out", "sa.key", "2048", cwd=d)
         _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
-        (d / "tokens.csv").write_text(
-            f'{self.admin_token},tmc-admin,uid-admin,"system:masters"\n'
-            f"{self.scheduler_token},system:kube-scheduler,uid-scheduler\n"
-        )
-        for user, token in (("admin", self.admin_token), ("scheduler", self.scheduler_token)):
+        lines = [f'{self.admin_token},tmc-admin,uid-admin,"system:masters"']
+        for user, token in self.tokens.items():
+            sa = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNTS[user]}"
+            groups = (
+                f"system:serviceaccounts,system:serviceaccounts:{NAMESPACE},system:authenticated"
+            )
+            lines.append(f'{token},{sa},uid-{user},"{groups}"')
+        (d / "tokens.csv").write_text("\n".join(lines) + "\n")
+        for user, token in (("admin", self.admin_token), *self.tokens.items()):
             self.kubeconfig(user).write_text(
                 "apiVersion: v1\nkind: Config\n"
                 f"clusters: [{{name: t, cluster: {{server: '{self.server}', "

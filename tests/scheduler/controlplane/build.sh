@@ -60,7 +60,7 @@ if [ ! -f "$STAMP" ]; then
             printf ')\n'
         } > go.mod
         log "resolving the module graph"
-        "$GO" get k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler
+        "$GO" get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" "k8s.io/kubernetes/cmd/kube-scheduler@$K8S_VERSION"
     fi
     # Version stamping as the release build does, so that the binaries report the real version.
     ldflags="-s -w"

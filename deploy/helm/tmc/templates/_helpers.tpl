@@ -34,3 +34,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   valueFrom:
     secretKeyRef: {name: {{ include "tmc.secretName" . }}, key: redis-url}
 {{- end -}}
+
+{{/* The Secret with the extender's TLS material. */}}
+{{- define "tmc.extenderTLSSecret" -}}
+{{- default (printf "%s-extender-tls" (include "tmc.fullname" .)) .Values.extender.tls.existingSecret -}}
+{{- end -}}

@@ -19,14 +19,30 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from api.orm import HostKind, Node, RackPool, Reservation, utcnow
+from ledger.types import Held, NodeCapacity
+from ledger.utilization import Totals, utilization_of
+from model import Utilization
 from model.packing import best_fit_run, free_runs, is_contiguous, run_mask
-from scheduler.state import Held, NodeCapacity
 
-log = logging.getLogger("tmc.scheduler.ledger")
+log = logging.getLogger("tmc.ledger")
 
 
 class NoRoom(Exception):
     """The node (or its pool) cannot hold the configuration any more: bind must fail."""
+
+
+# CAT masks are up to 64 bits; the column is a signed 64-bit BIGINT. Bit 63 is stored as the
+# sign (two's complement), so a 64-way host's top way round-trips instead of overflowing.
+_BITS64 = (1 << 64) - 1
+
+
+def mask_to_db(mask: int) -> int:
+    mask &= _BITS64
+    return mask - (1 << 64) if mask >> 63 else mask
+
+
+def mask_from_db(value: int) -> int:
+    return int(value) & _BITS64
 
 
 def held_of(row: Reservation) -> Held:
@@ -39,7 +55,7 @@ def held_of(row: Reservation) -> Held:
         dram_bytes=row.dram_bytes,
         slow_bytes=row.slow_bytes,
         slow_from_pool=row.slow_from_pool,
-        llc_mask=row.llc_mask,
+        llc_mask=mask_from_db(row.llc_mask),
     )
 
 
@@ -117,21 +133,32 @@ class Want:
     recommendation_id: str | None
 
 
-def reserve(session: Session, node_name: str, want: Want) -> Held:
-    """Reserve `want` on `node_name`, or raise NoRoom. Idempotent per pod: a retried bind to the
-    same node gets the reservation it already has; a bind to another node moves it."""
-    existing = session.scalars(
-        select(Reservation).where(Reservation.pod_uid == want.pod_uid).with_for_update()
-    ).one_or_none()
-    if existing is not None:
-        if existing.node_name == node_name:
-            return held_of(existing)
-        session.delete(existing)
-        session.flush()
+def existing(session: Session, pod_uid: str) -> Held | None:
+    row = session.scalars(select(Reservation).where(Reservation.pod_uid == pod_uid)).one_or_none()
+    return None if row is None else held_of(row)
 
+
+def reserve(session: Session, node_name: str, want: Want) -> tuple[Held, bool]:
+    """Reserve `want` on `node_name`, or raise NoRoom; says whether the row is new. Idempotent per
+    pod: a retried bind to the same node gets the reservation it already has (not new); a bind to
+    another node moves it.
+
+    The node's row lock comes first, then the pod's reservation is read under it: two binds of
+    one pod to one node (a retry racing the original) serialise on the node and the second finds
+    the first's row. Two binds of one pod to different nodes may both insert; the unique pod_uid
+    makes the later commit fail, and the caller reads what the winner holds."""
     node = session.scalars(
         select(Node).where(Node.name == node_name).with_for_update()
     ).one_or_none()
+    found = session.scalars(
+        select(Reservation).where(Reservation.pod_uid == want.pod_uid).with_for_update()
+    ).one_or_none()
+    if found is not None:
+        if found.node_name == node_name:
+            return held_of(found), False
+        session.delete(found)
+        session.flush()
+
     if node is None:
         raise NoRoom(f"node {node_name} is not in the ledger")
     if not node.ready:
@@ -157,7 +184,7 @@ def reserve(session: Session, node_name: str, want: Want) -> Held:
 
     used = 0
     for r in held:
-        used |= r.llc_mask
+        used |= mask_from_db(r.llc_mask)
     if want.llc_ways is None:  # fallback: every way of the longest free run
         runs = free_runs(used, node.llc_ways)
         start, length = max(runs, key=lambda run: (run[1], -run[0]), default=(0, 0))
@@ -176,12 +203,12 @@ def reserve(session: Session, node_name: str, want: Want) -> Held:
         dram_bytes=want.dram_bytes,
         slow_bytes=want.slow_bytes,
         slow_from_pool=from_pool,
-        llc_mask=mask,
+        llc_mask=mask_to_db(mask),
         recommendation_id=want.recommendation_id,
     )
     session.add(row)
     session.flush()
-    return held_of(row)
+    return held_of(row), True
 
 
 def pool_used(session: Session, pool: str) -> int:
@@ -193,8 +220,13 @@ def pool_used(session: Session, pool: str) -> int:
     return int(used or 0)
 
 
-def release(session: Session, pod_uid: str) -> bool:
-    result = session.execute(delete(Reservation).where(Reservation.pod_uid == pod_uid))
+def release(session: Session, pod_uid: str, node_name: str | None = None) -> bool:
+    """Release the pod's reservation (only the one on `node_name`, when given: a failed bind to
+    one node never releases what another attempt holds elsewhere)."""
+    query = delete(Reservation).where(Reservation.pod_uid == pod_uid)
+    if node_name is not None:
+        query = query.where(Reservation.node_name == node_name)
+    result = session.execute(query)
     return bool(getattr(result, "rowcount", 0))
 
 
@@ -214,7 +246,10 @@ class LivePod:
 class Reconciled:
     released: list[str] = field(default_factory=list)  # reservations without a live pod: leaks
     restored: list[str] = field(default_factory=list)  # bound pods whose reservation was missing
-    conflicts: list[str] = field(default_factory=list)  # could not be restored without overlap
+    # Restored on other ways of the same node because theirs overlap another reservation: uid ->
+    # the new mask, which the caller writes back to the pod for its agent to apply.
+    moved: dict[str, int] = field(default_factory=dict)
+    conflicts: list[str] = field(default_factory=list)  # could not be restored at all
 
 
 # A reservation of a pod that is still pending may be a bind in flight; past this age it is a
@@ -254,10 +289,17 @@ def reconcile(session: Session, live: Mapping[str, LivePod]) -> Reconciled:
             continue
         used = 0
         for r in session.scalars(select(Reservation).where(Reservation.node_name == h.node)):
-            used |= r.llc_mask
-        if used & h.llc_mask:
-            out.conflicts.append(pod.uid)
-            continue
+            used |= mask_from_db(r.llc_mask)
+        mask = h.llc_mask
+        if used & mask:
+            # Its ways went to another pod meanwhile: give it a free run of the same width on
+            # its node rather than leave two pods sharing ways.
+            fresh = best_fit_run(used, node.llc_ways, mask.bit_count())
+            if fresh is None:
+                out.conflicts.append(pod.uid)
+                continue
+            mask = fresh
+            out.moved[pod.uid] = fresh
         session.add(
             Reservation(
                 pod_uid=pod.uid,
@@ -268,16 +310,72 @@ def reconcile(session: Session, live: Mapping[str, LivePod]) -> Reconciled:
                 dram_bytes=h.dram_bytes,
                 slow_bytes=h.slow_bytes,
                 slow_from_pool=h.slow_from_pool,
-                llc_mask=h.llc_mask,
+                llc_mask=mask_to_db(mask),
             )
         )
         session.flush()
         out.restored.append(pod.uid)
     if out.released or out.restored or out.conflicts:
         log.info(
-            "reconciled: released %d, restored %d, conflicts %d",
+            "reconciled: released %d, restored %d (%d on other ways), conflicts %d",
             len(out.released),
             len(out.restored),
+            len(out.moved),
             len(out.conflicts),
         )
+    for uid in out.conflicts:
+        log.error(
+            "pod %s holds ways or memory the ledger cannot give it; it needs rescheduling", uid
+        )
     return out
+
+
+def totals(session: Session) -> Totals:
+    """Capacity and use by `ledger.utilization`'s rule, from the tables."""
+    cap = session.execute(
+        select(
+            func.coalesce(func.sum(Node.cpus), 0),
+            func.coalesce(func.sum(Node.dram_bytes), 0),
+            func.coalesce(func.sum(Node.slow_bytes), 0),
+            func.coalesce(func.sum(Node.llc_ways), 0),
+            func.count(Node.name),
+        ).where(Node.ready.is_(True))
+    ).one()
+    pooled = session.scalar(select(func.coalesce(func.sum(RackPool.slow_bytes), 0)))
+    on_ready = (
+        select(Reservation)
+        .join(Node, Node.name == Reservation.node_name)
+        .where(Node.ready.is_(True))
+        .subquery()
+    )
+    used = session.execute(
+        select(
+            func.coalesce(func.sum(on_ready.c.vcpus), 0),
+            func.coalesce(func.sum(on_ready.c.dram_bytes), 0),
+            func.coalesce(
+                func.sum(on_ready.c.slow_bytes).filter(on_ready.c.slow_from_pool.is_(False)), 0
+            ),
+        )
+    ).one()
+    from_pools = session.scalar(
+        select(func.coalesce(func.sum(Reservation.slow_bytes), 0)).where(
+            Reservation.slow_from_pool.is_(True)
+        )
+    )
+    masks = session.scalars(select(on_ready.c.llc_mask)).all()
+    return Totals(
+        cpus=int(cap[0]),
+        dram_bytes=int(cap[1]),
+        slow_bytes=int(cap[2]) + int(pooled or 0),
+        llc_ways=int(cap[3]),
+        reserved_cpus=int(used[0]),
+        reserved_dram_bytes=int(used[1]),
+        reserved_slow_bytes=int(used[2]) + int(from_pools or 0),
+        reserved_llc_ways=sum(mask_from_db(m).bit_count() for m in masks),
+        nodes=int(cap[4]),
+    )
+
+
+def utilization(session: Session) -> Utilization:
+    """The cluster's U now, from the tables."""
+    return utilization_of(totals(session))

@@ -1,0 +1,32 @@
+"""The ledger's records as plain values: a node's capacity and one reservation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NodeCapacity:
+    name: str
+    host_kind: str
+    cpus: int
+    dram_bytes: int
+    slow_bytes: int  # node-local slow memory
+    llc_ways: int
+    pool: str | None
+    ready: bool = True
+
+
+@dataclass(frozen=True)
+class Held:
+    """One reservation as the cache keeps it (a row of the ledger)."""
+
+    pod_uid: str
+    namespace: str
+    pod_name: str
+    node: str
+    vcpus: int
+    dram_bytes: int
+    slow_bytes: int
+    slow_from_pool: bool
+    llc_mask: int

@@ -1,0 +1,313 @@
+"""What crosses between the scheduler and the node: one definition, imported by both sides.
+
+Three shapes cross that boundary, all as Kubernetes object metadata or a file on the node:
+
+- **Node capacity** (agent -> extender): a label and annotations on the Node object that say what
+  tiered memory and LLC ways the node has (`NodeCapacity`).
+- **Placement** (extender -> agent): the annotations bind writes on the pod, with what the pod was
+  given: its configuration, its CAT mask and the per-structure plan (`Placement`).
+- **Plan file** (agent -> the allocator shim in the pod): per tag, the bytes it may place on the
+  fast node (`render_plan_file`; the shim's parser is `parse_plan` in alloc/tmc_alloc.c).
+
+Every number is bounded so that no annotation, however it was written, can overflow a computation
+downstream: bytes below 2^52 (4 PiB), at most 64 LLC ways (CAT masks are 64-bit at most), at most
+4,096 vCPUs. The extender, the agent and the API all parse with these models and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+GROUP = "tmc.dev"
+
+# A pod opts in by requesting this extended resource (managedResources, ignoredByScheduler).
+OPT_IN_RESOURCE = f"{GROUP}/tiered"
+# Set by whoever writes the pod.
+WORKLOAD_ANNOTATION = f"{GROUP}/workload"
+OBJECTIVE_ANNOTATION = f"{GROUP}/objective"
+# Written by the extender's bind.
+PLACEMENT_ANNOTATION = f"{GROUP}/placement"
+LLC_MASK_ANNOTATION = f"{GROUP}/llc-mask"
+# Written by the node agent on its Node.
+HOST_KIND_LABEL = f"{GROUP}/host-kind"
+CPUS_ANNOTATION = f"{GROUP}/cpus"
+DRAM_ANNOTATION = f"{GROUP}/dram-bytes"
+SLOW_ANNOTATION = f"{GROUP}/slow-bytes"
+LLC_WAYS_ANNOTATION = f"{GROUP}/llc-ways"
+SLOW_POOL_ANNOTATION = f"{GROUP}/slow-pool"
+SLOW_POOL_BYTES_ANNOTATION = f"{GROUP}/slow-pool-bytes"
+# What the node cannot enforce (JSON), for an operator reading `kubectl describe node`.
+AGENT_STATUS_ANNOTATION = f"{GROUP}/agent-status"
+
+PLACEMENT_SCHEMA = "tmc.placement/v2"
+# v1 had no per-structure plan; pods bound by an older extender still carry it.
+PLACEMENT_SCHEMAS = ("tmc.placement/v1", PLACEMENT_SCHEMA)
+PLAN_FILE_VERSION = "tmc placement plan v1"
+
+MAX_BYTES = 1 << 52
+MAX_LLC_WAYS = 64
+MAX_CPUS = 4096
+
+Bytes = Annotated[int, Field(ge=0, lt=MAX_BYTES)]
+# Kubernetes names: DNS subdomains (nodes, pools) at most 253 characters.
+Name = Annotated[
+    str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+]
+# The bundle's tag alphabet (model.bundle.Tag): no whitespace, so a plan-file line splits cleanly.
+Tag = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:/()\[\]<>-]+$")]
+_HEX_MASK = re.compile(r"^0x[0-9a-fA-F]{1,16}$")
+
+
+class ContractError(ValueError):
+    """Metadata that claims to follow the contract but cannot be read; the message says where."""
+
+
+def _short(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "value"
+    return f"{where}: {first['msg']}"
+
+
+def _int_text(ann: dict[str, str], key: str) -> int | None:
+    """A decimal integer annotation, bounded before it is converted (no 10^6-digit strings)."""
+    raw = ann.get(key)
+    if raw is None or raw == "":
+        return None
+    text = str(raw).strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
+        raise ContractError(f"{key}: {text[:40]!r} is not a non-negative integer below 2^63")
+    return int(text)
+
+
+# --- node capacity ------------------------------------------------------------------------------
+
+
+class NodeCapacity(BaseModel):
+    """A node's tiered capacity as its agent publishes it. Pooled slow memory is accounted on the
+    pool (`slow_pool`, `slow_pool_bytes`), never in `slow_bytes`, which is node-local only."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    host_kind: Annotated[str, Field(min_length=1, max_length=63)] = "unknown"
+    cpus: Annotated[int, Field(ge=1, le=MAX_CPUS)] | None = None  # None: the node's allocatable
+    dram_bytes: Bytes
+    slow_bytes: Bytes = 0
+    llc_ways: Annotated[int, Field(ge=1, le=MAX_LLC_WAYS)]
+    slow_pool: Name | None = None
+    slow_pool_bytes: Bytes | None = None
+
+    def to_metadata(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(labels, annotations) for the Node object."""
+        ann = {
+            DRAM_ANNOTATION: str(self.dram_bytes),
+            SLOW_ANNOTATION: str(self.slow_bytes),
+            LLC_WAYS_ANNOTATION: str(self.llc_ways),
+        }
+        if self.cpus is not None:
+            ann[CPUS_ANNOTATION] = str(self.cpus)
+        if self.slow_pool is not None:
+            ann[SLOW_POOL_ANNOTATION] = self.slow_pool
+            if self.slow_pool_bytes is not None:
+                ann[SLOW_POOL_BYTES_ANNOTATION] = str(self.slow_pool_bytes)
+        return {HOST_KIND_LABEL: self.host_kind}, ann
+
+    @classmethod
+    def from_metadata(
+        cls, labels: dict[str, str] | None, annotations: dict[str, str] | None
+    ) -> NodeCapacity | None:
+        """None for a node that publishes no tiered capacity (not a tmc node); ContractError for
+        one that publishes it unreadably."""
+        labels, ann = labels or {}, annotations or {}
+        if DRAM_ANNOTATION not in ann or LLC_WAYS_ANNOTATION not in ann:
+            return None
+        pool = ann.get(SLOW_POOL_ANNOTATION) or None
+        try:
+            return cls(
+                host_kind=str(labels.get(HOST_KIND_LABEL) or ann.get(HOST_KIND_LABEL) or "unknown"),
+                cpus=_int_text(ann, CPUS_ANNOTATION),
+                dram_bytes=_int_text(ann, DRAM_ANNOTATION),
+                slow_bytes=_int_text(ann, SLOW_ANNOTATION) or 0,
+                llc_ways=_int_text(ann, LLC_WAYS_ANNOTATION),
+                slow_pool=pool,
+                slow_pool_bytes=_int_text(ann, SLOW_POOL_BYTES_ANNOTATION) if pool else None,
+            )
+        except ValidationError as exc:
+            raise ContractError(f"node capacity: {_short(exc)}") from exc
+
+
+# --- placement ----------------------------------------------------------------------------------
+
+
+class StructurePlan(BaseModel):
+    """How much of one tagged structure goes to each tier (the paper's §3.4 plan)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    tag: Tag
+    fast_bytes: Bytes
+    slow_bytes: Bytes
+
+
+class PlacedConfiguration(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    vcpus: Annotated[int, Field(ge=1, le=MAX_CPUS)]
+    dram_bytes: Bytes
+    slow_bytes: Bytes
+    slow_ratio: Annotated[float, Field(ge=0.0, le=1.0)]
+    llc_ways: Annotated[int, Field(ge=1, le=MAX_LLC_WAYS)]
+
+
+class Placement(BaseModel):
+    """What bind gave a pod: the `tmc.dev/placement` annotation (JSON) and, redundantly for
+    tools that read one value, `tmc.dev/llc-mask` (hex)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    schema_: Literal["tmc.placement/v1", "tmc.placement/v2"] = Field(
+        default=PLACEMENT_SCHEMA, alias="schema"
+    )
+    node: Annotated[str, Field(min_length=1, max_length=253)]
+    workload: Annotated[str, Field(max_length=253)] | None = None
+    objective: Annotated[str, Field(max_length=64)] = "cheapest"
+    configuration: PlacedConfiguration
+    llc_mask: str  # hex, "0xf0": a contiguous run of ways
+    slow_from_pool: bool = False
+    recommendation_id: Annotated[str, Field(max_length=64)] | None = None
+    fallback: Annotated[str, Field(max_length=512)] | None = None  # why, when it was used
+    # Per structure, fast and slow bytes; empty for a fallback (all of it in DRAM).
+    plan: Annotated[list[StructurePlan], Field(max_length=4096)] = []
+
+    @field_validator("llc_mask")
+    @classmethod
+    def _mask(cls, value: str) -> str:
+        if not _HEX_MASK.match(value):
+            raise ValueError("must be a hex CAT mask such as 0xf0 (at most 64 bits)")
+        mask = int(value, 16)
+        low = mask & -mask
+        if mask == 0 or (mask + low) & mask != 0:
+            raise ValueError("must be a non-empty run of contiguous ways")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Placement:
+        if self.llc_mask_bits.bit_count() != self.configuration.llc_ways:
+            raise ValueError("llc_mask and configuration.llc_ways disagree")
+        if self.plan:
+            fast = sum(s.fast_bytes for s in self.plan)
+            slow = sum(s.slow_bytes for s in self.plan)
+            if fast > self.configuration.dram_bytes or slow > self.configuration.slow_bytes:
+                raise ValueError("the plan places more in a tier than the configuration holds")
+        return self
+
+    @property
+    def llc_mask_bits(self) -> int:
+        return int(self.llc_mask, 16)
+
+    def to_annotations(self) -> dict[str, str]:
+        body = self.model_dump(mode="json", by_alias=True)
+        return {
+            PLACEMENT_ANNOTATION: json.dumps(body, separators=(",", ":")),
+            LLC_MASK_ANNOTATION: self.llc_mask,
+        }
+
+    @classmethod
+    def from_annotations(cls, annotations: dict[str, Any] | None) -> Placement | None:
+        """None when the pod has no placement; ContractError when it has an unreadable one or
+        the two annotations disagree."""
+        ann = annotations or {}
+        raw = ann.get(PLACEMENT_ANNOTATION)
+        if not raw:
+            return None
+        if not isinstance(raw, str) or len(raw) > 256 * 1024:  # the API server's own limit
+            raise ContractError(f"{PLACEMENT_ANNOTATION} is not a JSON string under 256 KiB")
+        try:
+            placement = cls.model_validate_json(raw)
+        except ValidationError as exc:
+            raise ContractError(f"{PLACEMENT_ANNOTATION}: {_short(exc)}") from exc
+        side = ann.get(LLC_MASK_ANNOTATION)
+        if side is not None:
+            text = str(side)
+            if not _HEX_MASK.match(text) or int(text, 16) != placement.llc_mask_bits:
+                raise ContractError(
+                    f"{LLC_MASK_ANNOTATION} {text[:40]!r} disagrees with the placement"
+                )
+        return placement
+
+
+# --- the shim's plan file -----------------------------------------------------------------------
+
+
+def plan_file_text(
+    fast_node: int,
+    slow_node: int,
+    fast_bytes: Mapping[str, int],
+    *,
+    slow_bytes: Mapping[str, int] | None = None,
+    default_fast_bytes: int | None = None,
+    who: str = "",
+) -> str:
+    """The file the allocator shim reads (TMC_PLAN; `parse_plan` in alloc/tmc_alloc.c): the two
+    NUMA nodes, and per tag `tag NAME FAST_BYTES [SLOW_BYTES]`: the bytes it may place on the fast
+    node (the shim enforces this; the rest goes to the slow node) and, for a reader, the bytes
+    the plan expects on the slow node. A tag the file does not name may place
+    `default_fast_bytes` on the fast node (no line: no limit)."""
+    lines = [f"# {PLAN_FILE_VERSION}" + (f" for {who}" if who else "")]
+    lines += [f"fast_node {fast_node}", f"slow_node {slow_node}"]
+    if default_fast_bytes is not None:
+        lines.append(f"default_fast_bytes {default_fast_bytes}")
+    for tag, fast in sorted(fast_bytes.items()):
+        slow = "" if slow_bytes is None or tag not in slow_bytes else f" {int(slow_bytes[tag])}"
+        lines.append(f"tag {tag} {int(fast)}{slow}")
+    return "\n".join(lines) + "\n"
+
+
+def render_plan_file(placement: Placement, fast_node: int, slow_node: int, who: str) -> str:
+    """A placement's plan file: each structure's fast bytes. A tag the plan does not name (an
+    untagged or new allocation site) may use what the plan leaves of the pod's DRAM; without a
+    plan (a fallback, or a v1 placement) every tag may use the pod's whole DRAM share."""
+    dram = placement.configuration.dram_bytes
+    fast = {s.tag: s.fast_bytes for s in placement.plan}
+    slow = {s.tag: s.slow_bytes for s in placement.plan}
+    default = max(0, dram - sum(fast.values())) if fast else dram
+    return plan_file_text(
+        fast_node, slow_node, fast, slow_bytes=slow, default_fast_bytes=default, who=who
+    )
+
+
+class PlanFile(BaseModel):
+    """A plan file read back (tests, `tmc-agent` status): what the shim will enforce."""
+
+    model_config = ConfigDict(frozen=True)
+    fast_node: int
+    slow_node: int
+    default_fast_bytes: int | None = None
+    fast_bytes: dict[str, int] = {}
+    slow_bytes: dict[str, int] = {}
+
+
+def parse_plan_file(text: str) -> PlanFile:
+    """The same grammar as the shim's `parse_plan`: unknown lines are ignored, as it does."""
+    fields: dict[str, int] = {}
+    tags: dict[str, int] = {}
+    slow: dict[str, int] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if len(words) == 2 and words[0] in ("fast_node", "slow_node", "default_fast_bytes"):
+            fields[words[0]] = int(words[1])
+        elif len(words) in (3, 4) and words[0] == "tag":
+            tags[words[1]] = int(words[2])
+            if len(words) == 4:
+                slow[words[1]] = int(words[3])
+    if "fast_node" not in fields or "slow_node" not in fields:
+        raise ContractError("a plan file names fast_node and slow_node")
+    return PlanFile(
+        fast_node=fields["fast_node"],
+        slow_node=fields["slow_node"],
+        default_fast_bytes=fields.get("default_fast_bytes"),
+        fast_bytes=tags,
+        slow_bytes=slow,
+    )

@@ -1,0 +1,521 @@
+# The kubernetes client takes plain dicts for bodies at run time; its stubs say models only.
+# mypy: disable-error-code="arg-type,union-attr,no-untyped-call"
+"""The whole placement path on loopback, every hop a real process: the control plane, the chart's
+RBAC and KubeSchedulerConfiguration, the extender (`python -m scheduler`, one or more replicas)
+on a real PostgreSQL, and a node agent (`tmc-agent serve`) per fake node on a fake host tree
+(sysfs, resctrl, cgroup v2: the only fakes, for hardware this machine lacks).
+
+Used by tests/scheduler/test_e2e.py and bench/scheduler_e2e.py.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import psycopg
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes import utils as k8s_utils
+
+from model.resources import GIB
+from tests.agent import fakehost
+from tests.scheduler.controlplane import NAMESPACE, RELEASE, ControlPlane
+from tests.services import free_port, wait_until
+
+ROOT = Path(__file__).resolve().parents[3]
+CHART = ROOT / "deploy" / "helm" / "tmc"
+EXAMPLE_POD = ROOT / "deploy" / "examples" / "tiered-pod.yaml"
+AGENT = Path(sys.executable).parent / "tmc-agent"
+HOST_KIND = "e2e-optane"
+
+
+def api_client(cp: ControlPlane, user: str = "admin") -> k8s.ApiClient:
+    cfg = k8s.Configuration()
+    k8s_config.load_kube_config(config_file=str(cp.kubeconfig(user)), client_configuration=cfg)
+    return k8s.ApiClient(cfg)
+
+
+def core(cp: ControlPlane, user: str = "admin") -> k8s.CoreV1Api:
+    return k8s.CoreV1Api(api_client(cp, user))
+
+
+def render_chart(values: dict[str, Any]) -> dict[str, str]:
+    with helm.Chart.load(str(CHART)) as chart:
+        rendered: dict[str, str] = chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    return rendered
+
+
+def install_rbac(cp: ControlPlane) -> None:
+    """The chart's service accounts, roles and bindings, as `helm install` would create them."""
+    client = api_client(cp)
+    with_ns = k8s.CoreV1Api(client)
+    with_ns.create_namespace({"metadata": {"name": NAMESPACE}})
+    docs = [d for d in yaml.safe_load_all(render_chart({})["tmc/templates/rbac.yaml"]) if d]
+    for doc in docs:
+        k8s_utils.create_from_dict(client, doc, namespace=NAMESPACE)
+
+
+def scheduler_config(cp: ControlPlane, extender_url: str, **extra: Any) -> Path:
+    """The chart's KubeSchedulerConfiguration (mutual TLS on, as by default), for loopback."""
+    values = {
+        "scheduler": {
+            "extenderURL": extender_url,
+            "kubeconfig": str(cp.kubeconfig("scheduler")),
+            "leaderElect": False,
+            "extenderTLSDir": str(cp.extender_tls),
+            **extra,
+        }
+    }
+    rendered = render_chart(values)
+    config_map = next(
+        d
+        for d in yaml.safe_load_all(rendered["tmc/templates/scheduler.yaml"])
+        if d and d["kind"] == "ConfigMap"
+    )
+    path = cp.dir / f"scheduler-config-{abs(hash(extender_url))}.yaml"
+    path.write_text(config_map["data"]["scheduler-config.yaml"])
+    return path
+
+
+# --- nodes --------------------------------------------------------------------------------------
+
+
+def node_object(name: str, cpus: int = 12) -> dict[str, Any]:
+    """A Node as a kubelet registers it: Ready, no tmc annotations (its agent publishes those)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {
+            "capacity": {"cpu": str(cpus), "memory": "24Gi", "pods": "110"},
+            "allocatable": {"cpu": str(cpus), "memory": "24Gi", "pods": "110"},
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+        },
+    }
+
+
+def register_node(api: k8s.CoreV1Api, body: dict[str, Any]) -> None:
+    api.create_node(body)
+    # No node-lifecycle controller here to lift the admission plugin's not-ready taint.
+    api.patch_node(body["metadata"]["name"], {"spec": {"taints": None}})
+
+
+def tiered_host(root: Path, *, ways: int, dram_gib: int, slow_gib: int) -> None:
+    """A Cascade Lake-like host: 12 CPUs and DRAM on node 0, Optane (CPU-less) on node 1 when
+    slow_gib > 0, `ways` LLC ways with CAT through resctrl, cgroup v2."""
+    w = fakehost.write
+    online = "0-1" if slow_gib else "0"
+    w(root / "sys/devices/system/node/online", online + "\n")
+    fakehost.node(root, 0, "0-11", dram_gib * 2**20)
+    if slow_gib:
+        fakehost.node(root, 1, "", slow_gib * 2**20)
+        fakehost.tiers(root, {4: "0", 22: "1"})
+        w(root / "sys/bus/nd/devices/region0/target_node", "1\n")
+    else:
+        fakehost.tiers(root, {4: "0"})
+    fakehost.llc(root, ways, "36608K")
+    fakehost.resctrl(root, mask=f"{(1 << ways) - 1:x}")
+    w(root / "sys/bus/event_source/devices/cpu/caps/pmu_name", "skylake\n")
+    w(root / "sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory pids\n")
+    mounts = fakehost.UNIFIED_MOUNTS + "resctrl /sys/fs/resctrl resctrl rw 0 0\n"
+    fakehost.proc(root, fakehost.XEON_CPUINFO, mounts, 1, True)
+
+
+class FakeNode:
+    """A node object in the API server plus its agent process on a fake host tree."""
+
+    def __init__(
+        self,
+        cp: ControlPlane,
+        name: str,
+        *,
+        ways: int = 48,
+        dram_gib: int = 24,
+        slow_gib: int = 128,
+        pool: tuple[str, int] | None = None,
+    ) -> None:
+        self.cp = cp
+        self.name = name
+        self.root = cp.dir / "hosts" / name
+        self.plans = self.root / "var/lib/tmc/plans"
+        tiered_host(self.root, ways=ways, dram_gib=dram_gib, slow_gib=0 if pool else slow_gib)
+        self.pool = pool
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = cp.dir / f"agent-{name}.log"
+
+    @property
+    def resctrl(self) -> Path:
+        return self.root / "sys/fs/resctrl"
+
+    def start_agent(self) -> None:
+        env = {
+            **os.environ,
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(self.cp.api_port),
+            "TMC_AGENT_SERVICEACCOUNT_DIR": str(self.cp.service_account_dir("agent")),
+            "TMC_AGENT_NODE_NAME": self.name,
+            "TMC_AGENT_SYS": str(self.root / "sys"),
+            "TMC_AGENT_PROC": str(self.root / "proc"),
+            "TMC_AGENT_PLAN_DIR": str(self.plans),
+            "TMC_AGENT_INTERVAL": "0.5",
+            "TMC_AGENT_HOST_KIND": HOST_KIND,
+        }
+        if self.pool is not None:
+            env["TMC_AGENT_SLOW_POOL"], env["TMC_AGENT_SLOW_POOL_BYTES"] = (
+                self.pool[0],
+                str(self.pool[1]),
+            )
+        self.proc = subprocess.Popen(
+            [str(AGENT), "serve"], env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT
+        )
+
+    def stop_agent(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+            self.proc = None
+
+    def kubelet_starts(self, uid: str, threads: list[int]) -> Path:
+        """What the kubelet does when it starts the pod: its cgroup (systemd driver layout)."""
+        cg = (
+            self.root
+            / "sys/fs/cgroup/kubepods.slice"
+            / f"kubepods-pod{uid.replace('-', '_')}.slice"
+        )
+        cg.mkdir(parents=True, exist_ok=True)
+        (cg / "memory.max").write_text("max\n")
+        (cg / "cpuset.mems").write_text("\n")
+        (cg / "cgroup.procs").write_text("".join(f"{t}\n" for t in threads))
+        return cg
+
+
+# --- the extender --------------------------------------------------------------------------------
+
+
+def probe_tls(tls: Path) -> ssl.SSLContext:
+    """A probe's view: it checks the extender's certificate and presents none of its own."""
+    return ssl.create_default_context(cafile=str(tls / "ca.crt"))
+
+
+def scheduler_tls(tls: Path) -> ssl.SSLContext:
+    """What kube-scheduler presents: the client certificate the extender asks for."""
+    ctx = ssl.create_default_context(cafile=str(tls / "ca.crt"))
+    ctx.load_cert_chain(str(tls / "client.crt"), str(tls / "client.key"))
+    return ctx
+
+
+class ExtenderProcess:
+    """`python -m scheduler` with the extender's own service-account identity."""
+
+    def __init__(self, cp: ControlPlane, database_url: str, name: str = "extender") -> None:
+        self.port = free_port()
+        self.env = {
+            **os.environ,
+            "TMC_DATABASE_URL": database_url,
+            "TMC_KUBECONFIG": str(cp.kubeconfig("extender")),
+            "TMC_EXTENDER_HOST": "127.0.0.1",
+            "TMC_EXTENDER_PORT": str(self.port),
+            "TMC_RESYNC_SECONDS": "3600",
+            "TMC_EXTENDER_TLS_CERT_FILE": str(cp.extender_tls / "tls.crt"),
+            "TMC_EXTENDER_TLS_KEY_FILE": str(cp.extender_tls / "tls.key"),
+            "TMC_EXTENDER_CLIENT_CA_FILE": str(cp.extender_tls / "ca.crt"),
+            "TMC_EXTENDER_CLIENT_NAMES": '["tmc-scheduler"]',
+        }
+        self.tls = cp.extender_tls
+        self.log = cp.dir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}/scheduler"
+
+    def start(self, wait: bool = True) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "scheduler"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+        )
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the extender exited: {self.log.read_text()[-2000:]}")
+            url = f"https://127.0.0.1:{self.port}/readyz"
+            with urllib.request.urlopen(url, timeout=1, context=probe_tls(self.tls)) as r:
+                return bool(r.status == 200)
+
+        wait_until(ready, timeout, "extender")
+
+    def metrics(self) -> str:
+        url = f"https://127.0.0.1:{self.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5, context=probe_tls(self.tls)) as r:
+            return str(r.read().decode())
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+            self.proc = None
+
+
+class RoundRobinService:
+    """A Kubernetes Service in front of extender replicas, as kube-proxy would spread them, but
+    per request (not per connection) so that a filter and its bind usually land on different
+    replicas: the hard case for a shared ledger."""
+
+    def __init__(self, backends: list[int], tls: Path) -> None:
+        self.backends = backends
+        client = scheduler_tls(tls)
+        self.calls = [0] * len(backends)
+        self._next = 0
+        self._lock = threading.Lock()
+        service = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with service._lock:
+                    i = service._next % len(service.backends)
+                    service._next += 1
+                    service.calls[i] += 1
+                conn = http.client.HTTPSConnection(
+                    "127.0.0.1", service.backends[i], timeout=30, context=client
+                )
+                try:
+                    conn.request("POST", self.path, body, {"Content-Type": "application/json"})
+                    resp = conn.getresponse()
+                    data, status = resp.read(), resp.status
+                except OSError:
+                    data, status = b'{"Error":"tmc: replica unreachable"}', 503
+                finally:
+                    conn.close()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        serving.load_cert_chain(str(tls / "tls.crt"), str(tls / "tls.key"))
+        serving.load_verify_locations(str(tls / "ca.crt"))
+        serving.verify_mode = ssl.CERT_REQUIRED
+        self.server.socket = serving.wrap_socket(self.server.socket, server_side=True)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}/scheduler"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# --- pods and the ledger ------------------------------------------------------------------------
+
+
+def example_pod(name: str | None = None, **annotations: str) -> dict[str, Any]:
+    """deploy/examples/tiered-pod.yaml, optionally renamed and re-annotated."""
+    body: dict[str, Any] = yaml.safe_load(EXAMPLE_POD.read_text())
+    if name is not None:
+        body["metadata"]["name"] = name
+    body["metadata"]["annotations"].update(annotations)
+    return body
+
+
+def opted_in_pod(
+    name: str, workload: str | None, *, cpu: str = "1", memory: str = "1Gi"
+) -> dict[str, Any]:
+    ann = {"tmc.dev/workload": workload} if workload else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": ann},
+        "spec": {
+            "schedulerName": "tmc-scheduler",
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {
+                        "requests": {"cpu": cpu, "memory": memory, "tmc.dev/tiered": "1"},
+                        "limits": {"tmc.dev/tiered": "1"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def create_pods(api: k8s.CoreV1Api, bodies: list[dict[str, Any]], namespace: str) -> None:
+    for body in bodies:
+        api.create_namespaced_pod(namespace, body)
+
+
+def bound_pods(
+    api: k8s.CoreV1Api, names: list[str], namespace: str, timeout: float = 90
+) -> dict[str, Any]:
+    pods: dict[str, Any] = {}
+
+    def all_bound() -> bool:
+        listed = {p.metadata.name: p for p in api.list_namespaced_pod(namespace).items}
+        for name in names:
+            p = listed.get(name)
+            if p is None or not p.spec.node_name:
+                return False
+            pods[name] = p
+        return True
+
+    wait_until(all_bound, timeout, f"{len(names)} pods bound in {namespace}")
+    return pods
+
+
+def reservations(dsn: str) -> dict[str, dict[str, Any]]:
+    """The ledger's rows by pod name."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT pod_name, namespace, pod_uid, node_name, vcpus, dram_bytes, slow_bytes,"
+            " slow_from_pool, llc_mask FROM reservations"
+        ).fetchall()
+    keys = ("pod_name", "namespace", "uid", "node", "vcpus", "dram", "slow", "pooled", "mask")
+    return {f"{r[1]}/{r[0]}": dict(zip(keys, r, strict=True)) for r in rows}
+
+
+def capacity_of(dsn: str) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+    with psycopg.connect(dsn) as conn:
+        nodes = conn.execute(
+            "SELECT name, cpus, dram_bytes, slow_bytes, llc_ways, pool_name FROM nodes"
+        ).fetchall()
+        pools = dict(conn.execute("SELECT name, slow_bytes FROM rack_pools").fetchall())
+    keys = ("name", "cpus", "dram", "slow", "ways", "pool")
+    return {n[0]: dict(zip(keys, n, strict=True)) for n in nodes}, pools
+
+
+def overcommitted(dsn: str) -> list[str]:
+    """Every way in which the ledger holds more than a node or pool has: [] when none."""
+    held = reservations(dsn)
+    nodes, pools = capacity_of(dsn)
+    problems: list[str] = []
+    per: dict[str, dict[str, int]] = {}
+    pool_used: dict[str, int] = {}
+    for key, r in held.items():
+        n = per.setdefault(r["node"], {"cpus": 0, "dram": 0, "slow": 0, "mask": 0})
+        if n["mask"] & int(r["mask"]):
+            problems.append(f"{key}: LLC ways {int(r['mask']):#x} overlap on {r['node']}")
+        n["mask"] |= int(r["mask"])
+        n["cpus"] += r["vcpus"]
+        n["dram"] += r["dram"]
+        if r["pooled"]:
+            pool = nodes[r["node"]]["pool"]
+            pool_used[pool] = pool_used.get(pool, 0) + r["slow"]
+        else:
+            n["slow"] += r["slow"]
+    for name, used in per.items():
+        cap = nodes[name]
+        for what in ("cpus", "dram", "slow"):
+            if used[what] > cap[what]:
+                problems.append(f"{name}: {what} {used[what]} > {cap[what]}")
+        if used["mask"] >> cap["ways"]:
+            problems.append(f"{name}: mask {used['mask']:#x} beyond {cap['ways']} ways")
+    for pool, used in pool_used.items():
+        if used > pools[pool]:
+            problems.append(f"pool {pool}: {used} > {pools[pool]}")
+    return problems
+
+
+def default_nodes(cp: ControlPlane) -> list[FakeNode]:
+    """local-1 (Optane-like local slow tier), pooled-1 (rack pool), dram-only, small-llc."""
+    return [
+        FakeNode(cp, "local-1"),
+        FakeNode(cp, "pooled-1", pool=("rack-e2e", 256 * GIB)),
+        FakeNode(cp, "dram-only", slow_gib=0),
+        FakeNode(cp, "small-llc", ways=8),
+    ]
+
+
+def wait_published(api: k8s.CoreV1Api, names: list[str], timeout: float = 60) -> None:
+    def published() -> bool:
+        for name in names:
+            ann = api.read_node(name).metadata.annotations or {}
+            if "tmc.dev/llc-ways" not in ann:
+                return False
+        return True
+
+    wait_until(published, timeout, f"agents publishing {names}")
+
+
+def delete_all_pods(api: k8s.CoreV1Api, namespace: str) -> None:
+    api.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    wait_until(lambda: not api.list_namespaced_pod(namespace).items, 60, "pods deleted")
+
+
+def new_namespace(api: k8s.CoreV1Api, name: str) -> str:
+    api.create_namespace({"metadata": {"name": name}})
+    # The ServiceAccount admission plugin wants the namespace's default account.
+    wait_until(lambda: _has_default_sa(api, name) or _make_default_sa(api, name), 20, "default SA")
+    return name
+
+
+def _has_default_sa(api: k8s.CoreV1Api, ns: str) -> bool:
+    return any(
+        sa.metadata.name == "default" for sa in api.list_namespaced_service_account(ns).items
+    )
+
+
+def _make_default_sa(api: k8s.CoreV1Api, ns: str) -> bool:
+    api.create_namespaced_service_account(ns, {"metadata": {"name": "default"}})
+    return True
+
+
+def dump_logs(cp: ControlPlane, names: list[str]) -> str:
+    out = []
+    for name in names:
+        path = cp.dir / f"{name}.log"
+        if path.exists():
+            out.append(f"--- {name} ---\n{path.read_text(errors='replace')[-3000:]}")
+    return "\n".join(out)

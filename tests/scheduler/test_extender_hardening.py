@@ -1,0 +1,300 @@
+"""The extender against hostile or repeated input: authentication, binds that only touch the pod
+they name, retries and races that lose nothing, and quantities that cannot stall or overflow."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.db import unit_of_work
+from api.orm import Reservation
+from ledger import store as ledger
+from ledger.types import NodeCapacity
+from model.node_contract import LLC_MASK_ANNOTATION
+from model.resources import GIB
+from scheduler.extender import Extender
+from scheduler.server import ExtenderServer, client_tls_context
+from tests.scheduler.conftest import RecordingCluster, wire
+from tests.scheduler.test_extender_wire import opted_in
+
+
+def bind_body(name: str, uid: str, node: str) -> dict[str, str]:
+    return {"PodName": name, "PodNamespace": "default", "PodUID": uid, "Node": node}
+
+
+def filtered(extender: Extender, cluster: RecordingCluster, uid: str, name: str) -> None:
+    request = opted_in(wire("filter-nodenames.request.json"), None, uid, name)
+    cluster.add(request["Pod"])
+    assert extender.filter(request)["Error"] == ""
+
+
+def rows(sessions: sessionmaker[Session]) -> list[Reservation]:
+    with unit_of_work(sessions) as session:
+        return list(session.scalars(select(Reservation)).all())
+
+
+def test_bind_of_a_pod_that_never_opted_in_touches_nothing(
+    extender: Extender, cluster: RecordingCluster, sessions: sessionmaker[Session]
+) -> None:
+    pod = wire("filter-nodenames.request.json")["Pod"]  # requests no tmc.dev/tiered
+    pod["metadata"]["name"], pod["metadata"]["uid"] = "plain", "uid-plain"
+    cluster.add(pod)
+    answer = extender.bind(bind_body("plain", "uid-plain", "node-1"))
+    assert "does not request tiered memory" in answer["Error"]
+    assert cluster.annotations == {} and cluster.bound == [] and rows(sessions) == []
+
+
+def test_bind_whose_uid_is_another_pods_touches_nothing(
+    extender: Extender, cluster: RecordingCluster, sessions: sessionmaker[Session]
+) -> None:
+    filtered(extender, cluster, "uid-a", "a")
+    answer = extender.bind(bind_body("a", "uid-forged", "node-1"))
+    assert "is not the pod" in answer["Error"]
+    assert cluster.annotations == {} and rows(sessions) == []
+
+
+def test_a_bind_for_a_running_pod_does_not_rewrite_its_mask(
+    extender: Extender, cluster: RecordingCluster, sessions: sessionmaker[Session]
+) -> None:
+    filtered(extender, cluster, "uid-a", "a")
+    assert extender.bind(bind_body("a", "uid-a", "node-4"))["Error"] == ""
+    mask = cluster.annotations["default/a"][LLC_MASK_ANNOTATION]
+    # The same bind again (a retry), and one to another node: neither changes what it holds.
+    assert extender.bind(bind_body("a", "uid-a", "node-4")) == {"Error": ""}
+    assert "already bound to node-4" in extender.bind(bind_body("a", "uid-a", "node-1"))["Error"]
+    assert cluster.annotations["default/a"][LLC_MASK_ANNOTATION] == mask
+    held = rows(sessions)
+    assert len(held) == 1 and held[0].node_name == "node-4" and hex(held[0].llc_mask) == mask
+
+
+def test_twenty_parallel_binds_of_one_pod_leave_one_reservation(
+    extender: Extender, cluster: RecordingCluster, sessions: sessionmaker[Session]
+) -> None:
+    filtered(extender, cluster, "uid-a", "a")
+    barrier = threading.Barrier(20)
+    answers: list[dict[str, Any]] = []
+
+    def bind() -> None:
+        barrier.wait()
+        answers.append(extender.bind(bind_body("a", "uid-a", "node-1")))
+
+    threads = [threading.Thread(target=bind) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(a == {"Error": ""} for a in answers), answers
+    assert len(cluster.bound) == 1
+    held = rows(sessions)
+    assert len(held) == 1 and held[0].node_name == "node-1"
+    assert extender.state.held("uid-a") is not None
+
+
+def test_a_failed_binding_never_releases_another_attempts_reservation(
+    extender: Extender, cluster: RecordingCluster, sessions: sessionmaker[Session]
+) -> None:
+    filtered(extender, cluster, "uid-a", "a")
+    assert extender.bind(bind_body("a", "uid-a", "node-1")) == {"Error": ""}
+    cluster.pods["default/a"]["spec"].pop("nodeName")  # as if the Binding were still in flight
+    cluster.fail_bind = True
+    answer = extender.bind(bind_body("a", "uid-a", "node-1"))
+    assert "409" in answer["Error"]
+    assert len(rows(sessions)) == 1, "the retry's failure kept the first attempt's reservation"
+
+
+@pytest.mark.parametrize(
+    "quantity",
+    ["1e999999", "1e1000000", "-1", "-2Gi", "9" * 80, "1e30", "99999999999Ei"],
+)
+def test_absurd_quantities_are_refused_fast(
+    extender: Extender, cluster: RecordingCluster, sessions: sessionmaker[Session], quantity: str
+) -> None:
+    request = opted_in(wire("filter-nodenames.request.json"), None, "uid-q", "q")
+    request["Pod"]["spec"]["initContainers"] = [
+        {"name": "init", "resources": {"requests": {"memory": quantity, "cpu": quantity}}}
+    ]
+    cluster.add(request["Pod"])
+    start = time.perf_counter()
+    answer = extender.filter(request)
+    assert time.perf_counter() - start < 1.0
+    assert answer["Error"].startswith("tmc: ")
+    assert "bound" not in answer["Error"]
+    assert extender.bind(bind_body("q", "uid-q", "node-1"))["Error"]
+    assert rows(sessions) == []
+    # the cluster's numbers are untouched
+    util = extender.state.utilization()
+    assert all(0.0 <= v <= 1.0 for v in util.as_tuple())
+
+
+def test_a_64_way_hosts_top_way_round_trips_through_the_ledger(
+    sessions: sessionmaker[Session],
+) -> None:
+    with unit_of_work(sessions) as session:
+        ledger.upsert_node(session, NodeCapacity("wide", "wide", 64, 24 * GIB, 0, 64, None), None)
+    held = []
+    for i in range(2):
+        want = ledger.Want(f"u{i}", "default", f"p{i}", 1, GIB, 0, 32, None)
+        with unit_of_work(sessions) as session:
+            h, created = ledger.reserve(session, "wide", want)
+        assert created
+        held.append(h.llc_mask)
+    assert sorted(held) == [(1 << 32) - 1, ((1 << 64) - 1) ^ ((1 << 32) - 1)]
+    with unit_of_work(sessions) as session:
+        masks = sorted(h.llc_mask for h in ledger.load(session)[2])
+        totals = ledger.totals(session)
+    assert masks == sorted(held)
+    assert totals.reserved_llc_ways == 64
+
+
+# --- authentication ----------------------------------------------------------------------------
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _pki(d: Path, ca: str) -> None:
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        f"{ca}.key",
+        "-out",
+        f"{ca}.crt",
+        "-days",
+        "1",
+        "-subj",
+        f"/CN={ca}",
+        cwd=d,
+    )
+
+
+def _signed(d: Path, ca: str, name: str, cn: str) -> None:
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.csr",
+        "-subj",
+        f"/CN={cn}",
+        cwd=d,
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        f"{ca}.crt",
+        "-CAkey",
+        f"{ca}.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+        "-out",
+        f"{name}.crt",
+        cwd=d,
+    )
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("pki")
+    _pki(d, "ca")
+    _pki(d, "other-ca")
+    _signed(d, "ca", "server", "tmc-extender")
+    _signed(d, "ca", "scheduler", "tmc-scheduler")
+    _signed(d, "ca", "intruder", "someone-else")
+    _signed(d, "other-ca", "forged", "tmc-scheduler")
+    return d
+
+
+@pytest.fixture
+def tls_server(extender: Extender, pki: Path) -> Iterator[ExtenderServer]:
+    ctx = client_tls_context(str(pki / "server.crt"), str(pki / "server.key"), str(pki / "ca.crt"))
+    srv = ExtenderServer(("127.0.0.1", 0), extender, tls=ctx, client_names=["tmc-scheduler"])
+    srv.serve_in_thread()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _call(
+    port: int, pki: Path, cert: str | None, path: str, body: object = None
+) -> tuple[int, Any]:
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    if cert is not None:
+        ctx.load_cert_chain(str(pki / f"{cert}.crt"), str(pki / f"{cert}.key"))
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=ctx)
+    try:
+        if body is None:
+            conn.request("GET", path)
+        else:
+            conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def test_verbs_need_the_schedulers_client_certificate(
+    tls_server: ExtenderServer,
+    pki: Path,
+    cluster: RecordingCluster,
+    sessions: sessionmaker[Session],
+) -> None:
+    filtered(tls_server.extender, cluster, "uid-a", "a")
+    body = bind_body("a", "uid-a", "node-1")
+    assert _call(tls_server.port, pki, None, "/scheduler/bind", body)[0] == 401
+    assert _call(tls_server.port, pki, "intruder", "/scheduler/bind", body)[0] == 401
+    with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+        _call(tls_server.port, pki, "forged", "/scheduler/bind", body)
+    assert rows(sessions) == [] and cluster.annotations == {}
+    # probes and scrapers need no certificate
+    assert _call(tls_server.port, pki, None, "/healthz") == (200, {"status": "ok"})
+    assert _call(tls_server.port, pki, "scheduler", "/scheduler/bind", body) == (200, {"Error": ""})
+
+
+def test_plain_http_to_a_tls_extender_gets_nothing(tls_server: ExtenderServer) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", tls_server.port, timeout=5)
+    with pytest.raises((http.client.HTTPException, ConnectionError, OSError)):
+        conn.request("POST", "/scheduler/bind", "{}")
+        conn.getresponse().read()
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(
+    extender: Extender,
+) -> None:
+    srv = ExtenderServer(("127.0.0.1", 0), extender, max_body_bytes=64 * 1024)
+    srv.serve_in_thread()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+        conn.putrequest("POST", "/scheduler/filter")
+        conn.putheader("Content-Length", str(48 * 1024 * 1024))
+        conn.endheaders()
+        resp = conn.getresponse()
+        assert resp.status == 413
+    finally:
+        srv.shutdown()
+        srv.server_close()
