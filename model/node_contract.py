@@ -166,7 +166,7 @@ class Placement(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
     schema_: Literal["tmc.placement/v1", "tmc.placement/v2"] = Field(
-        default=PLACEMENT_SCHEMA, alias="schema"
+        default="tmc.placement/v2", alias="schema"
     )
     node: Annotated[str, Field(min_length=1, max_length=253)]
     workload: Annotated[str, Field(max_length=253)] | None = None

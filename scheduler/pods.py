@@ -12,6 +12,8 @@ from typing import Any
 from model.node_contract import OBJECTIVE_ANNOTATION, WORKLOAD_ANNOTATION
 from model.node_contract import OPT_IN_RESOURCE as DEFAULT_OPT_IN_RESOURCE
 
+__all__ = ["DEFAULT_OPT_IN_RESOURCE", "OBJECTIVE_ANNOTATION", "WORKLOAD_ANNOTATION"]
+
 _SUFFIX = {
     "n": Decimal("1e-9"),
     "u": Decimal("1e-6"),

@@ -19,6 +19,7 @@ from tmc_agent.discover import discover
 from tmc_agent.hostpaths import HostPaths
 from typer.testing import CliRunner
 
+from model import node_contract
 from scheduler import feeder as sched_feeder
 from scheduler import pods as sched_pods
 from tests.agent import fakehost
@@ -56,11 +57,12 @@ def placement_pod(
     dram: int = 4 * GiB,
     slow: int = 12 * GiB,
     node: str = NODE,
+    plan: list[dict[str, Any]] | None = None,
     **extra: str,
 ) -> dict[str, Any]:
-    """A pod as the extender leaves it after bind (scheduler/extender.py placement_annotation)."""
+    """A pod as the extender leaves it after bind (scheduler.extender.placement_of)."""
     placement = {
-        "schema": "tmc.placement/v1",
+        "schema": "tmc.placement/v2",
         "node": node,
         "workload": "graph500",
         "objective": "cheapest",
@@ -73,8 +75,9 @@ def placement_pod(
         },
         "llc_mask": hex(mask),
         "slow_from_pool": False,
-        "recommendation_id": 7,
+        "recommendation_id": "7",
         "fallback": None,
+        "plan": plan or [],
     }
     ann = {
         "tmc.dev/workload": "graph500",
@@ -124,21 +127,11 @@ def optane(tmp_path: Path) -> HostPaths:
 # --- names and capacity ---------------------------------------------------------------------------
 
 
-def test_names_are_the_schedulers() -> None:
-    """The agent keeps its own copies (it may not import scheduler): they must not drift."""
-    assert serve.PLACEMENT_ANNOTATION == sched_pods.PLACEMENT_ANNOTATION
-    assert serve.LLC_MASK_ANNOTATION == sched_pods.LLC_MASK_ANNOTATION
-    assert (serve.HOST_KIND_LABEL, serve.DRAM, serve.SLOW, serve.WAYS) == (
-        sched_feeder.HOST_KIND_LABEL,
-        sched_feeder.DRAM,
-        sched_feeder.SLOW,
-        sched_feeder.WAYS,
-    )
-    assert (serve.CPUS, serve.POOL, serve.POOL_BYTES) == (
-        sched_feeder.CPUS,
-        sched_feeder.POOL,
-        sched_feeder.POOL_BYTES,
-    )
+def test_both_sides_use_the_one_contract() -> None:
+    """No copies to drift: the agent and the scheduler read and write through one module."""
+    assert vars(serve)["contract"] is node_contract
+    assert vars(sched_feeder)["contract"] is node_contract
+    assert vars(sched_pods)["WORKLOAD_ANNOTATION"] is node_contract.WORKLOAD_ANNOTATION
 
 
 def node_object(patch: tuple[str, dict[str, str], dict[str, str]]) -> dict[str, Any]:
@@ -197,14 +190,41 @@ def test_publish_without_resctrl_or_slow_tier_says_what_is_missing(tmp_path: Pat
 
 
 def read_plan(path: Path) -> dict[str, int]:
-    """The plan as alloc/tmc_alloc.c's parse_plan reads it (keyword, value; `#` comments)."""
-    out = {}
-    for line in path.read_text().splitlines():
-        words = line.split()
-        if words and not words[0].startswith("#"):
-            assert len(words) == 2 and words[0] in ("fast_node", "slow_node", "default_fast_bytes")
-            out[words[0]] = int(words[1])
+    """The plan's node lines as alloc/tmc_alloc.c's parse_plan reads them."""
+    plan = node_contract.parse_plan_file(path.read_text())
+    out = {"fast_node": plan.fast_node, "slow_node": plan.slow_node}
+    if plan.default_fast_bytes is not None:
+        out["default_fast_bytes"] = plan.default_fast_bytes
     return out
+
+
+def test_the_per_structure_plan_reaches_the_shims_plan_file(
+    optane: HostPaths, tmp_path: Path
+) -> None:
+    """Each tag's fast and slow bytes from the placement, in the grammar the shim parses; an
+    allocation site the plan does not name gets what the plan leaves of the pod's DRAM."""
+    plan = [
+        {"tag": "hash", "fast_bytes": 3 * GiB, "slow_bytes": 0},
+        {"tag": "archive", "fast_bytes": 0, "slow_bytes": 12 * GiB},
+    ]
+    pods = FakePods(placement_pod(UID_A, "join", dram=4 * GiB, slow=12 * GiB, plan=plan))
+    agent = agent_for(optane, tmp_path, pods)
+    assert agent.sync().bad == {}
+    text = (tmp_path / "plans" / f"{UID_A}.plan").read_text()
+    parsed = node_contract.parse_plan_file(text)
+    assert parsed.fast_bytes == {"hash": 3 * GiB, "archive": 0}
+    assert parsed.slow_bytes == {"hash": 0, "archive": 12 * GiB}
+    assert parsed.default_fast_bytes == 1 * GiB
+    # The shim's parser takes the first three words of a tag line.
+    assert f"tag archive 0 {12 * GiB}" in text.splitlines()
+
+
+def test_a_plan_that_overfills_a_tier_is_refused(optane: HostPaths, tmp_path: Path) -> None:
+    plan = [{"tag": "hash", "fast_bytes": 5 * GiB, "slow_bytes": 0}]
+    pods = FakePods(placement_pod(UID_A, "join", dram=4 * GiB, slow=12 * GiB, plan=plan))
+    report = agent_for(optane, tmp_path, pods).sync()
+    assert "more in a tier" in report.bad["default/join"]
+    assert not (tmp_path / "plans" / f"{UID_A}.plan").exists()
 
 
 def test_apply_then_delete(optane: HostPaths, tmp_path: Path) -> None:
@@ -346,11 +366,11 @@ def test_malformed_annotations_are_skipped_with_a_reason(
             "sneaky",
         )
     }
-    assert "is not JSON" in report.bad["default/not-json"]
+    assert "Invalid JSON" in report.bad["default/not-json"]
     assert "disagrees" in report.bad["default/masks-disagree"]
     assert "not on node-a" in report.bad["default/elsewhere"]
     assert "not a Kubernetes uid" in report.bad["default/sneaky"]
-    assert "future-schema: skipped: unknown placement schema" in caplog.text
+    assert "future-schema: skipped: tmc.dev/placement: schema: Input should be" in caplog.text
     # Logged once, not on every pass.
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="tmc.agent.serve"):
@@ -369,9 +389,11 @@ def test_mask_the_hardware_cannot_take_skips_resctrl_only(
         placement_pod(UID_B, "holes", mask=0x5),  # CAT masks must be contiguous
     )
     report = agent_for(optane, tmp_path, pods).sync()
+    (skip,) = report.applied[UID_A].skipped
+    assert skip.startswith("resctrl: mask") and "within cbm_mask" in skip
+    # A mask with holes is not a placement at all (the contract refuses it).
+    assert "contiguous" in report.bad["default/holes"]
     for uid in (UID_A, UID_B):
-        (skip,) = report.applied[uid].skipped
-        assert skip.startswith("resctrl: mask") and "contiguous" in skip
         assert not (optane.resctrl / f"tmc-pod-{uid}").exists()
     assert (cg / "memory.max").read_text() == f"{16 * GiB}\n"
     assert (tmp_path / "plans" / f"{UID_A}.plan").exists()
@@ -484,12 +506,17 @@ def test_http_pod_source_and_node_api(
     assert seen[1]["query"]["continue"] == ["page2"]
 
     token.write_text("sa-token-2\n")  # rotated: the next request carries the new one
-    serve.HttpNodeApi(api).patch_node(NODE, {"tmc.dev/host-kind": "optane"}, {serve.WAYS: "11"})
+    serve.HttpNodeApi(api).patch_node(
+        NODE, {"tmc.dev/host-kind": "optane"}, {node_contract.LLC_WAYS_ANNOTATION: "11"}
+    )
     patch = seen[-1]
     assert patch["path"] == f"/api/v1/nodes/{NODE}"
     assert patch["type"] == "application/merge-patch+json"
     assert patch["body"] == {
-        "metadata": {"labels": {"tmc.dev/host-kind": "optane"}, "annotations": {serve.WAYS: "11"}}
+        "metadata": {
+            "labels": {"tmc.dev/host-kind": "optane"},
+            "annotations": {node_contract.LLC_WAYS_ANNOTATION: "11"},
+        }
     }
     assert [s["auth"] for s in seen] == ["Bearer sa-token-1"] * 2 + ["Bearer sa-token-2"]
 

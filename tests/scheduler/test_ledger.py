@@ -23,6 +23,11 @@ from scheduler.state import ClusterState
 from tests.scheduler.conftest import register
 
 
+def reserve(session: Session, node: str, w: ledger.Want) -> Held:
+    held, _created = ledger.reserve(session, node, w)
+    return held
+
+
 def want(uid: str, ways: int | None = 4, slow: int = 0, dram: int = GIB) -> ledger.Want:
     return ledger.Want(uid, "default", uid, 1, dram, slow, ways, None)
 
@@ -38,14 +43,14 @@ def test_runs_are_best_fit_and_released_ways_are_reused(
     sessions: sessionmaker[Session], state: ClusterState
 ) -> None:
     with unit_of_work(sessions) as session:
-        a = ledger.reserve(session, "node-1", want("a", 4))
-        b = ledger.reserve(session, "node-1", want("b", 2))
-        c = ledger.reserve(session, "node-1", want("c", 4))
+        a = reserve(session, "node-1", want("a", 4))
+        b = reserve(session, "node-1", want("b", 2))
+        c = reserve(session, "node-1", want("c", 4))
     assert (a.llc_mask, b.llc_mask, c.llc_mask) == (0xF, 0x30, 0x3C0)
     with unit_of_work(sessions) as session:
         assert ledger.release(session, "b")
-        d = ledger.reserve(session, "node-1", want("d", 2))
-        e = ledger.reserve(session, "node-1", want("e", 3))
+        d = reserve(session, "node-1", want("d", 2))
+        e = reserve(session, "node-1", want("e", 3))
     assert d.llc_mask == 0x30  # the 2-way hole, not the long free tail
     assert e.llc_mask == 0x1C00
 
@@ -54,9 +59,9 @@ def test_reserve_is_idempotent_per_pod_and_moves_between_nodes(
     sessions: sessionmaker[Session], state: ClusterState
 ) -> None:
     with unit_of_work(sessions) as session:
-        first = ledger.reserve(session, "node-1", want("a"))
-        again = ledger.reserve(session, "node-1", want("a"))
-        moved = ledger.reserve(session, "node-4", want("a"))
+        first = reserve(session, "node-1", want("a"))
+        again = reserve(session, "node-1", want("a"))
+        moved = reserve(session, "node-4", want("a"))
         rows = session.scalars(select(Reservation)).all()
     assert first == again and moved.node == "node-4" and len(rows) == 1
 
@@ -70,14 +75,14 @@ def test_slow_memory_comes_from_the_rack_pool_and_the_pool_runs_out(
             ledger_node("node-5", pool="rack-a"),
             None,
         )
-        a = ledger.reserve(session, "node-2", want("a", slow=200 * GIB))
+        a = reserve(session, "node-2", want("a", slow=200 * GIB))
         assert a.slow_from_pool
         with pytest.raises(ledger.NoRoom, match="rack pool rack-a"):
-            ledger.reserve(session, "node-5", want("b", slow=100 * GIB))
-        local = ledger.reserve(session, "node-1", want("c", slow=100 * GIB))
+            reserve(session, "node-5", want("b", slow=100 * GIB))
+        local = reserve(session, "node-1", want("c", slow=100 * GIB))
         assert not local.slow_from_pool
         with pytest.raises(ledger.NoRoom, match="slow memory"):
-            ledger.reserve(session, "node-3", want("d", slow=1))
+            reserve(session, "node-3", want("d", slow=1))
 
 
 def ledger_node(name: str, pool: str | None) -> NodeCapacity:
@@ -96,9 +101,7 @@ def test_concurrent_pool_binds_from_two_nodes_never_overbook_the_pool(
         barrier.wait()
         try:
             with unit_of_work(sessions) as session:
-                ledger.reserve(
-                    session, ("node-2", "node-5")[i % 2], want(f"p{i}", 1, slow=60 * GIB)
-                )
+                reserve(session, ("node-2", "node-5")[i % 2], want(f"p{i}", 1, slow=60 * GIB))
             ok.append(f"p{i}")
         except ledger.NoRoom:
             pass
@@ -116,11 +119,11 @@ def test_concurrent_pool_binds_from_two_nodes_never_overbook_the_pool(
 def test_no_room_reasons(sessions: sessionmaker[Session], state: ClusterState) -> None:
     with unit_of_work(sessions) as session:
         with pytest.raises(ledger.NoRoom, match="contiguous LLC ways"):
-            ledger.reserve(session, "node-4", want("a", 9))
+            reserve(session, "node-4", want("a", 9))
         with pytest.raises(ledger.NoRoom, match="DRAM"):
-            ledger.reserve(session, "node-1", want("b", 1, dram=25 * GIB))
+            reserve(session, "node-1", want("b", 1, dram=25 * GIB))
         with pytest.raises(ledger.NoRoom, match="not in the ledger"):
-            ledger.reserve(session, "node-9", want("c"))
+            reserve(session, "node-9", want("c"))
 
 
 def live(uid: str, node: str | None, placement: Held | None = None) -> ledger.LivePod:
@@ -131,10 +134,10 @@ def test_reconcile_releases_leaks_and_restores_lost_reservations(
     sessions: sessionmaker[Session], state: ClusterState
 ) -> None:
     with unit_of_work(sessions) as session:
-        gone = ledger.reserve(session, "node-1", want("gone"))
-        kept = ledger.reserve(session, "node-1", want("kept"))
-        stale = ledger.reserve(session, "node-1", want("stale"))
-        ledger.reserve(session, "node-1", want("elsewhere"))
+        gone = reserve(session, "node-1", want("gone"))
+        kept = reserve(session, "node-1", want("kept"))
+        stale = reserve(session, "node-1", want("stale"))
+        reserve(session, "node-1", want("elsewhere"))
         session.execute(
             update(Reservation)
             .where(Reservation.pod_uid == "stale")
@@ -155,8 +158,12 @@ def test_reconcile_releases_leaks_and_restores_lost_reservations(
         )
         left = {r.pod_uid: r.llc_mask for r in session.scalars(select(Reservation))}
     assert sorted(report.released) == sorted(["gone", "stale", "elsewhere"])
-    assert report.restored == ["lost"] and report.conflicts == ["clash"]
-    assert left == {"kept": kept.llc_mask, "lost": 0b1100}
+    # The clash is restored on other ways of its node (and told so), never double-booked.
+    assert sorted(report.restored) == ["clash", "lost"] and report.conflicts == []
+    assert set(report.moved) == {"clash"}
+    assert left["kept"] == kept.llc_mask and left["lost"] == 0b1100
+    assert left["clash"] == report.moved["clash"] and left["clash"] & kept.llc_mask == 0
+    assert left["clash"].bit_count() == kept.llc_mask.bit_count()
     assert gone.pod_uid not in left and stale.pod_uid not in left
 
 
@@ -207,7 +214,7 @@ def test_feeder_events_keep_ledger_and_cache_in_step(
     assert state.node("node-7") is not None
     with unit_of_work(sessions) as session:
         assert session.get(Node, "node-7") is not None
-        held = ledger.reserve(session, "node-7", want("p1", slow=10 * GIB))
+        held = reserve(session, "node-7", want("p1", slow=10 * GIB))
     state.hold(held)
     assert state.utilization().slow > 0
     feeder.on_pod(
@@ -230,6 +237,6 @@ def test_masks_in_the_cache_match_the_ledger(
 ) -> None:
     with unit_of_work(sessions) as session:
         for i in range(5):
-            state.hold(ledger.reserve(session, "node-1", want(f"p{i}", 3)))
+            state.hold(reserve(session, "node-1", want(f"p{i}", 3)))
     assert state.used_mask("node-1") == (1 << 15) - 1
     assert all(is_contiguous(h.llc_mask) for h in state.all_held())

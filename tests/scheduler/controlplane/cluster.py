@@ -431,7 +431,10 @@ def capacity_of(dsn: str) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
         nodes = conn.execute(
             "SELECT name, cpus, dram_bytes, slow_bytes, llc_ways, pool_name FROM nodes"
         ).fetchall()
-        pools = dict(conn.execute("SELECT name, slow_bytes FROM rack_pools").fetchall())
+        pools: dict[str, int] = {
+            str(r[0]): int(r[1])
+            for r in conn.execute("SELECT name, slow_bytes FROM rack_pools").fetchall()
+        }
     keys = ("name", "cpus", "dram", "slow", "ways", "pool")
     return {n[0]: dict(zip(keys, n, strict=True)) for n in nodes}, pools
 
@@ -462,9 +465,9 @@ def overcommitted(dsn: str) -> list[str]:
                 problems.append(f"{name}: {what} {used[what]} > {cap[what]}")
         if used["mask"] >> cap["ways"]:
             problems.append(f"{name}: mask {used['mask']:#x} beyond {cap['ways']} ways")
-    for pool, used in pool_used.items():
-        if used > pools[pool]:
-            problems.append(f"pool {pool}: {used} > {pools[pool]}")
+    for pool, drawn in pool_used.items():
+        if drawn > pools[pool]:
+            problems.append(f"pool {pool}: {drawn} > {pools[pool]}")
     return problems
 
 
