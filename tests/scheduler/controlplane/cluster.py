@@ -394,6 +394,7 @@ def opted_in_pod(
 
 def create_pods(api: k8s.CoreV1Api, bodies: list[dict[str, Any]], namespace: str) -> None:
     for body in bodies:
+        body["metadata"]["namespace"] = namespace
         api.create_namespaced_pod(namespace, body)
 
 
