@@ -125,7 +125,9 @@ class Recommender:
         return Decision(
             workload=pod.workload,
             objective=pod.objective,
-            vcpus=found.vcpus,
+            # CPUs are what the pod requests (its cgroup enforces that); memory, its split and
+            # the ways are the recommendation's, from the workload's profiled footprint.
+            vcpus=pod.cpus,
             dram_bytes=found.dram_bytes,
             slow_bytes=found.slow_bytes,
             slow_ratio=found.slow_ratio,

@@ -139,9 +139,14 @@ def test_the_example_pod_is_placed_and_its_plan_reaches_the_node(stack: Stack, n
     cgroup = node.kubelet_starts(uid, threads=[4242, 4243])
     plan_path = node.plans / f"{uid}.plan"
     group = node.resctrl / f"tmc-pod-{uid}"
-    wait_until(
-        lambda: plan_path.exists() and (group / "schemata").exists(), 30, "the agent applying it"
-    )
+    try:
+        wait_until(
+            lambda: plan_path.exists() and (group / "schemata").exists(),
+            30,
+            "the agent applying it",
+        )
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{stack.logs()}") from exc
     plan = parse_plan_file(plan_path.read_text())
     assert plan.fast_bytes == {s.tag: s.fast_bytes for s in placement.plan}
     assert plan.slow_bytes == {s.tag: s.slow_bytes for s in placement.plan}

@@ -140,7 +140,11 @@ def tiered_host(root: Path, *, ways: int, dram_gib: int, slow_gib: int) -> None:
     w(root / "sys/bus/event_source/devices/cpu/caps/pmu_name", "skylake\n")
     w(root / "sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory pids\n")
     mounts = fakehost.UNIFIED_MOUNTS + "resctrl /sys/fs/resctrl resctrl rw 0 0\n"
-    fakehost.proc(root, fakehost.XEON_CPUINFO, mounts, 1, True)
+    one_cpu = fakehost.XEON_CPUINFO.split("\n\n")[0]
+    cpuinfo = "".join(
+        one_cpu.replace("processor\t: 0", f"processor\t: {i}") + "\n\n" for i in range(12)
+    )
+    fakehost.proc(root, cpuinfo, mounts, 1, True)
 
 
 class FakeNode:
@@ -160,7 +164,8 @@ class FakeNode:
         self.name = name
         self.root = cp.dir / "hosts" / name
         self.plans = self.root / "var/lib/tmc/plans"
-        tiered_host(self.root, ways=ways, dram_gib=dram_gib, slow_gib=0 if pool else slow_gib)
+        # A pooled node sees its share of the rack pool as a CPU-less NUMA node, as a local tier.
+        tiered_host(self.root, ways=ways, dram_gib=dram_gib, slow_gib=slow_gib)
         self.pool = pool
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = cp.dir / f"agent-{name}.log"
@@ -412,7 +417,16 @@ def bound_pods(
             pods[name] = p
         return True
 
-    wait_until(all_bound, timeout, f"{len(names)} pods bound in {namespace}")
+    try:
+        wait_until(all_bound, timeout, f"{len(names)} pods bound in {namespace}")
+    except TimeoutError as exc:
+        unbound = [n for n in names if n not in pods]
+        events = [
+            f"{e.involved_object.name}: {e.reason}: {e.message}"
+            for e in api.list_namespaced_event(namespace).items
+            if e.involved_object.name in unbound
+        ]
+        raise TimeoutError(f"{exc}; unbound {unbound}; events: {events[-10:]}") from exc
     return pods
 
 
