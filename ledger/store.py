@@ -154,8 +154,16 @@ def reserve(session: Session, node_name: str, want: Want) -> tuple[Held, bool]:
         select(Reservation).where(Reservation.pod_uid == want.pod_uid).with_for_update()
     ).one_or_none()
     if found is not None:
-        if found.node_name == node_name:
+        same = (
+            found.vcpus == want.vcpus
+            and found.dram_bytes == want.dram_bytes
+            and found.slow_bytes == want.slow_bytes
+            and (want.llc_ways is None or mask_from_db(found.llc_mask).bit_count() == want.llc_ways)
+        )
+        if found.node_name == node_name and same:
             return held_of(found), False
+        # Another node, or another decision for the pod (a recommendation recomputed since the
+        # first attempt): the old row goes, the pod gets what is asked now.
         session.delete(found)
         session.flush()
 

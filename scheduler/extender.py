@@ -168,6 +168,15 @@ class Extender:
             verdict = self.state.filter(args.names, decision.ask())
         except ValueError as exc:
             return self._filter_answer(args, [], {}, {}, f"tmc: {exc}")
+        if not verdict.fits and verdict.full_now:
+            # Every node is full *by this cache*, which trails the scheduler's own informer by
+            # the time a watch event takes: a pod deleted a moment ago may still be held here.
+            # Rejected as unschedulable, the pod would wait for another cluster event (or five
+            # minutes) even once the release lands; an error makes kube-scheduler retry it with
+            # backoff (1-10 s). The reasons still show in the pod's FailedScheduling event.
+            reasons = "; ".join(f"{n}: {why}" for n, why in sorted(verdict.full_now.items())[:5])
+            error = f"tmc: no node has room for this pod now ({reasons}); retrying"
+            return self._filter_answer(args, [], verdict.full_now, verdict.never, error)
         return self._filter_answer(args, verdict.fits, verdict.full_now, verdict.never, "")
 
     @staticmethod

@@ -140,6 +140,14 @@ class Feeder:
             self.synced.set()
             return report
 
+    def _tmc_pod(self, pod: dict[str, Any]) -> bool:
+        if PLACEMENT_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {}):
+            return True
+        try:
+            return read_pod(pod, self.opt_in_resource).opted_in
+        except BadPod:
+            return False
+
     def _move_ways(self, pod: dict[str, Any], mask: int) -> None:
         """Tell a pod (and its node's agent) the ways reconciliation moved it to."""
         meta = pod.get("metadata") or {}
@@ -230,11 +238,9 @@ class Feeder:
     def on_pod(self, event: str, pod: dict[str, Any]) -> None:
         uid = str((pod.get("metadata") or {}).get("uid", ""))
         if event == "DELETED" or _terminal(pod):
-            # Released whether or not this cache knew it: another replica may have bound it.
-            annotated = PLACEMENT_ANNOTATION in (
-                (pod.get("metadata") or {}).get("annotations") or {}
-            )
-            if self.state.held(uid) is not None or annotated:
+            # Released whether or not this cache knew it: another replica may have reserved it
+            # (even without annotating it yet: a bind cut short).
+            if self.state.held(uid) is not None or self._tmc_pod(pod):
                 with unit_of_work(self.sessions) as session:
                     ledger.release(session, uid)
                 self.state.release(uid)

@@ -16,6 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -100,6 +101,14 @@ def ns(stack: Stack, request: pytest.FixtureRequest) -> Iterator[str]:
     )
 
 
+def placed(stack: Stack, names: list[str], ns: str, timeout: float = 90) -> dict[str, Any]:
+    """The pods once all are bound; on a timeout, the components' logs say why."""
+    try:
+        return c.bound_pods(stack.api, names, ns, timeout)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{stack.logs()}") from exc
+
+
 def node_of(stack: Stack, name: str) -> c.FakeNode:
     return next(n for n in stack.nodes if n.name == name)
 
@@ -111,7 +120,7 @@ def test_the_example_pod_is_placed_and_its_plan_reaches_the_node(stack: Stack, n
     body = c.example_pod()
     c.create_pods(stack.api, [body], ns)
     name = body["metadata"]["name"]
-    pod = c.bound_pods(stack.api, [name], ns)[name]
+    pod = placed(stack, [name], ns)[name]
     placement = Placement.from_annotations(pod.metadata.annotations)
     assert placement is not None
     assert placement.fallback is None, placement.fallback
@@ -176,7 +185,7 @@ def test_fallbacks_and_disjoint_masks(stack: Stack, ns: str) -> None:
         for n in names
     ]
     c.create_pods(stack.api, bodies, ns)
-    pods = c.bound_pods(stack.api, names, ns)
+    pods = placed(stack, names, ns)
     held = c.reservations(stack.dsn)
     assert {k for k in held if k.startswith(ns + "/")} == {f"{ns}/{n}" for n in names}
     assert c.overcommitted(stack.dsn) == []
@@ -214,7 +223,7 @@ def test_extender_killed_mid_burst_and_restarted(stack: Stack, ns: str) -> None:
         conn.execute("DELETE FROM reservations WHERE namespace = %s AND pod_name = %s", (ns, lost))
     stack.extender.start()
     left = [n for n in names if n != gone]
-    pods = c.bound_pods(stack.api, left, ns, timeout=120)
+    pods = placed(stack, left, ns, timeout=120)
     held = {k: v for k, v in c.reservations(stack.dsn).items() if k.startswith(ns + "/")}
     assert set(held) == {f"{ns}/{n}" for n in left}, "no leak, nothing missing"
     for n in left:  # each pod bound once, where its ledger row says
@@ -229,7 +238,7 @@ def test_kube_scheduler_restarted(stack: Stack, ns: str) -> None:
     time.sleep(1)
     assert not any(p.spec.node_name for p in stack.api.list_namespaced_pod(ns).items)
     stack.cp.start_scheduler(c.scheduler_config(stack.cp, stack.extender.url))
-    c.bound_pods(stack.api, [f"s{i}" for i in range(4)], ns)
+    placed(stack, [f"s{i}" for i in range(4)], ns)
     assert c.overcommitted(stack.dsn) == []
 
 
@@ -243,7 +252,7 @@ def test_postgres_restarted(stack: Stack, ns: str) -> None:
         assert not any(p.spec.node_name for p in stack.api.list_namespaced_pod(ns).items)
     finally:
         stack.pg.start()
-    pods = c.bound_pods(stack.api, [f"p{i}" for i in range(4)], ns, timeout=120)
+    pods = placed(stack, [f"p{i}" for i in range(4)], ns, timeout=120)
     held = c.reservations(stack.dsn)
     for name, p in pods.items():
         assert held[f"{ns}/{name}"]["node"] == p.spec.node_name
@@ -255,7 +264,7 @@ def test_api_service_down_does_not_stop_placement(stack: Stack, ns: str) -> None
     pods are not on the placement path: this stack runs none at all, and pods still get
     recommendations (not fallbacks) that land in the decision log."""
     c.create_pods(stack.api, [c.opted_in_pod(f"a{i}", "graph500") for i in range(3)], ns)
-    pods = c.bound_pods(stack.api, [f"a{i}" for i in range(3)], ns)
+    pods = placed(stack, [f"a{i}" for i in range(3)], ns)
     for p in pods.values():
         placement = Placement.from_annotations(p.metadata.annotations)
         assert placement is not None and placement.fallback is None
@@ -318,10 +327,10 @@ def test_pending_pod_waits_for_room_then_binds(stack: Stack, ns: str) -> None:
     when a reservation is released."""
     big = [c.opted_in_pod(f"big{i}", None, cpu="12") for i in range(4)]
     c.create_pods(stack.api, big, ns)
-    c.bound_pods(stack.api, [f"big{i}" for i in range(4)], ns)
+    placed(stack, [f"big{i}" for i in range(4)], ns)
     c.create_pods(stack.api, [c.opted_in_pod("late", None, cpu="12")], ns)
     time.sleep(2)
     assert not stack.api.read_namespaced_pod("late", ns).spec.node_name
     stack.api.delete_namespaced_pod("big0", ns, grace_period_seconds=0)
-    c.bound_pods(stack.api, ["late"], ns, timeout=120)
+    placed(stack, ["late"], ns, timeout=120)
     assert c.overcommitted(stack.dsn) == []

@@ -535,5 +535,5 @@ def dump_logs(cp: ControlPlane, names: list[str]) -> str:
     for name in names:
         path = cp.dir / f"{name}.log"
         if path.exists():
-            out.append(f"--- {name} ---\n{path.read_text(errors='replace')[-3000:]}")
+            out.append(f"--- {name} ---\n{path.read_text(errors='replace')[-6000:]}")
     return "\n".join(out)
