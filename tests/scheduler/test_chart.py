@@ -87,7 +87,14 @@ def test_scheduler_configuration_calls_the_extender_with_known_fields() -> None:
     assert config["profiles"] == [{"schedulerName": "tmc-scheduler"}]
     (extender,) = config["extenders"]
     assert set(extender) <= EXTENDER_FIELDS
-    assert extender["urlPrefix"] == "http://demo-tmc-extender.tmc.svc:8888/scheduler"
+    assert extender["urlPrefix"] == "https://demo-tmc-extender.tmc.svc:8888/scheduler"
+    # Mutual TLS by default: the scheduler presents the chart's client certificate.
+    assert extender["enableHTTPS"] is True
+    assert extender["tlsConfig"] == {
+        "certFile": "/etc/tmc/extender-tls/client.crt",
+        "keyFile": "/etc/tmc/extender-tls/client.key",
+        "caFile": "/etc/tmc/extender-tls/ca.crt",
+    }
     assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]) == (
         "filter",
         "prioritize",
@@ -95,6 +102,44 @@ def test_scheduler_configuration_calls_the_extender_with_known_fields() -> None:
     )
     assert extender["managedResources"] == [{"name": "tmc.dev/tiered", "ignoredByScheduler": True}]
     assert extender["nodeCacheCapable"] is True and extender["ignorable"] is False
+
+
+def test_authentication_is_on_by_default() -> None:
+    """The extender's Secret (a private CA, the serving and the client certificate), the
+    extender reading it, the scheduler mounting its half, and a NetworkPolicy."""
+    docs = render()
+    secret = next(
+        d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-extender-tls")
+    )
+    assert set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key", "client.crt", "client.key"}
+    extender = next(
+        d
+        for d in docs
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == "demo-tmc-extender"
+    )
+    env = {
+        e["name"]: e.get("value")
+        for e in extender["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["TMC_EXTENDER_CLIENT_CA_FILE"] == "/etc/tmc/tls/ca.crt"
+    assert env["TMC_EXTENDER_CLIENT_NAMES"] == '["tmc-scheduler"]'
+    assert "TMC_EXTENDER_INSECURE_HTTP" not in env
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
+    (rule,) = policy["spec"]["ingress"]
+    assert (
+        rule["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "scheduler"
+    )
+    insecure = render({"extender": {"tls": {"enabled": False}}})
+    extender = next(
+        d
+        for d in insecure
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == "demo-tmc-extender"
+    )
+    env = {
+        e["name"]: e.get("value")
+        for e in extender["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["TMC_EXTENDER_INSECURE_HTTP"] == "true"  # said out loud, never silent
 
 
 def test_every_extender_field_is_explained() -> None:

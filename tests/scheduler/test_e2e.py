@@ -310,7 +310,7 @@ def test_two_replicas_share_the_ledger_under_a_burst(stack: Stack, ns: str) -> N
 
 def _stable_bound(stack: Stack, ns: str, quiet_seconds: float) -> bool:
     """True once the number of bound pods has not changed for `quiet_seconds`."""
-    count = sum(1 for p in stack.api.list_namespaced_pod(ns).items if p.spec.node_name)
+    count = len([p for p in stack.api.list_namespaced_pod(ns).items if p.spec.node_name])
     now = time.monotonic()
     last = _seen.get(ns)
     if last is None or last[0] != count:
