@@ -46,6 +46,7 @@ def main() -> None:
         state.utilization,
         ttl_seconds=settings.recommendation_ttl_seconds,
         threshold=settings.default_threshold,
+        budget_seconds=settings.decision_budget_seconds,
     )
     cluster = KubeCluster(api_client(settings.kubeconfig))
     extender = Extender(state, recommender, sessions, cluster, settings.opt_in_resource)

@@ -85,6 +85,10 @@ class Recommended:
     plan: tuple[StructurePlan, ...] = ()
 
 
+class DecisionPending(Exception):
+    """The recommendation is not ready within the verb's budget: answer an error, retry later."""
+
+
 # Why a workload cannot be recommended: a fallback reason (cached like a recommendation).
 Outcome = Recommended | str
 
@@ -97,6 +101,7 @@ class Recommender:
         *,
         ttl_seconds: float = 10.0,
         threshold: float = DEFAULT_THRESHOLD,
+        budget_seconds: float = 2.0,
     ) -> None:
         self._sessions = sessions
         self._utilization = utilization
@@ -105,7 +110,8 @@ class Recommender:
         self._service = DecisionService(sessions)
         self._cache: dict[tuple[str, str], Outcome] = {}
         self._at: dict[tuple[str, str], float] = {}
-        self._refreshing: set[tuple[str, str]] = set()
+        self._refreshing: dict[tuple[str, str], threading.Event] = {}
+        self._budget = budget_seconds
         self._lock = threading.Lock()
         self.computed = 0  # recommendations computed (for tests and metrics)
 
@@ -117,7 +123,18 @@ class Recommender:
             found = self._cache.get(key)
             age = time.monotonic() - self._at.get(key, 0.0)
         if found is None:
-            found = self._compute(key)
+            # The first pod of a workload: computed in the background, waited for within a
+            # budget below kube-scheduler's httpTimeout. A database that hangs cannot hold the
+            # verb past it: the caller answers an error and the scheduler retries the pod.
+            done = self._refresh_later(key)
+            if not done.wait(self._budget):
+                raise DecisionPending(
+                    f"the recommendation for workload {pod.workload!r} is still being computed"
+                )
+            with self._lock:
+                found = self._cache.get(key)
+            if found is None:
+                raise DecisionPending(f"no recommendation for workload {pod.workload!r} yet")
         elif age > self._ttl:
             self._refresh_later(key)
         if isinstance(found, str):
@@ -154,20 +171,24 @@ class Recommender:
         if not fresh:
             self._refresh_later(key)
 
-    def _refresh_later(self, key: tuple[str, str]) -> None:
+    def _refresh_later(self, key: tuple[str, str]) -> threading.Event:
+        """Compute `key` in the background (once at a time); the event is set when it is done."""
         with self._lock:
-            if key in self._refreshing:
-                return
-            self._refreshing.add(key)
+            running = self._refreshing.get(key)
+            if running is not None:
+                return running
+            done = self._refreshing[key] = threading.Event()
 
         def run() -> None:
             try:
                 self._compute(key)
             finally:
                 with self._lock:
-                    self._refreshing.discard(key)
+                    self._refreshing.pop(key, None)
+                done.set()
 
         threading.Thread(target=run, name="tmc-recommend", daemon=True).start()
+        return done
 
     def _compute(self, key: tuple[str, str]) -> Outcome:
         workload, objective = key

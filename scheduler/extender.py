@@ -25,7 +25,7 @@ from api.db import unit_of_work
 from ledger import store as ledger
 from ledger.types import Held
 from model.node_contract import ContractError, PlacedConfiguration, Placement
-from scheduler.decisions import Decision, Recommender
+from scheduler.decisions import Decision, DecisionPending, Recommender
 from scheduler.kube import Cluster
 from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, read_pod
 from scheduler.state import ClusterState
@@ -162,7 +162,7 @@ class Extender:
             }
         try:
             decision, _ = self._decide(args.pod)
-        except BadPod as exc:
+        except (BadPod, DecisionPending) as exc:
             return self._filter_answer(args, [], {}, {}, f"tmc: {exc}")
         if decision is None:  # not opted in (no managedResources configured): no opinion
             return self._filter_answer(args, args.names, {}, {}, "")
@@ -224,7 +224,7 @@ class Extender:
         args = parse_args(body)  # BadRequest: the HTTP layer answers 400 with Error
         try:
             decision, _ = self._decide(args.pod)
-        except BadPod:
+        except (BadPod, DecisionPending):
             decision = None
         if decision is None:
             return args.names, [0] * len(args.names)
@@ -271,7 +271,7 @@ class Extender:
                 decision, _ = self._decide(pod)
                 with self._lock:
                     self._decisions.pop(uid, None)
-        except BadPod as exc:
+        except (BadPod, DecisionPending) as exc:
             return {"Error": f"tmc: {exc}"}
         if decision is None:
             return {"Error": f"tmc: pod {namespace}/{name} does not request tiered memory"}

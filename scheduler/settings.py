@@ -18,6 +18,9 @@ class ExtenderSettings(Settings):
     recommendation_ttl_seconds: float = Field(default=10.0, gt=0)
     resync_seconds: float = Field(default=300.0, gt=0)
     watch_timeout_seconds: int = Field(default=240, ge=1)
+    # How long filter waits for a workload's first recommendation before answering an error
+    # (kube-scheduler then retries the pod): keep it below the extender's httpTimeout (5 s).
+    decision_budget_seconds: float = Field(default=2.0, gt=0, le=30)
     # Authentication: kube-scheduler presents a client certificate (the extender block's
     # tlsConfig certFile/keyFile) signed by this CA; verbs without one are refused. Health and
     # metrics stay open to probes. In production the extender will not start without it unless

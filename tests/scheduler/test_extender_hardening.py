@@ -23,9 +23,11 @@ from ledger import store as ledger
 from ledger.types import NodeCapacity
 from model.node_contract import LLC_MASK_ANNOTATION
 from model.resources import GIB
+from scheduler.decisions import Recommender
 from scheduler.extender import Extender
 from scheduler.server import ExtenderServer, client_tls_context
-from tests.scheduler.conftest import RecordingCluster, wire
+from scheduler.state import ClusterState
+from tests.scheduler.conftest import RecordingCluster, register, upload_example, wire
 from tests.scheduler.test_extender_wire import opted_in
 
 
@@ -298,3 +300,34 @@ def test_an_oversized_body_is_refused_before_it_is_read(
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_recommendation_that_cannot_be_computed_in_time_is_an_error_not_a_hang(
+    sessions: sessionmaker[Session], cluster: RecordingCluster
+) -> None:
+    """A database that hangs cannot hold filter past kube-scheduler's timeout: past the budget
+    the verb answers an error (the scheduler retries), and the answer comes once it is ready."""
+    upload_example(sessions, "graph500")
+    gate = threading.Event()
+
+    def hung_utilization() -> Any:
+        gate.wait(30)  # stands for a statement stuck on a locked or hung database
+        return state.utilization()
+
+    state = ClusterState()
+    register(sessions, state)
+    recommender = Recommender(sessions, hung_utilization, budget_seconds=0.3)
+    extender = Extender(state, recommender, sessions, cluster)
+    request = opted_in(wire("filter-nodenames.request.json"), "graph500")
+    start = time.perf_counter()
+    answer = extender.filter(request)
+    assert time.perf_counter() - start < 1.5
+    assert "still being computed" in answer["Error"]
+    gate.set()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        answer = extender.filter(request)
+        if answer["Error"] == "":
+            break
+        time.sleep(0.1)
+    assert answer["Error"] == "" and answer["NodeNames"]
