@@ -20,13 +20,16 @@ from typing import Any
 
 import psycopg
 import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes import utils as k8s_utils
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.db import make_engine, make_session_factory
 from api.settings import Settings
 from model.node_contract import Placement, parse_plan_file
 from tests.scheduler.conftest import TABLES, upload_example
-from tests.scheduler.controlplane import ControlPlane, Unavailable
+from tests.scheduler.controlplane import NAMESPACE, SERVICE_ACCOUNTS, ControlPlane, Unavailable
 from tests.scheduler.controlplane import cluster as c
 from tests.services import PostgresServer, wait_until
 
@@ -334,3 +337,59 @@ def test_pending_pod_waits_for_room_then_binds(stack: Stack, ns: str) -> None:
     stack.api.delete_namespaced_pod("big0", ns, grace_period_seconds=0)
     placed(stack, ["late"], ns, timeout=120)
     assert c.overcommitted(stack.dsn) == []
+
+
+def test_the_rendered_chart_is_accepted_by_the_real_api_server(stack: Stack) -> None:
+    """Every manifest of the chart (defaults: TLS, NetworkPolicy), created with server-side
+    dry run in the chart's namespace: the API server's own validation and admission accept it.
+    The ServiceMonitor is a CRD this control plane does not have."""
+    client = c.api_client(stack.cp)
+    rendered = c.render_chart({})
+    created = 0
+    for name, text in rendered.items():
+        for doc in yaml.safe_load_all(text):
+            if not doc or doc["kind"] == "ServiceMonitor" or name.endswith("rbac.yaml"):
+                continue
+            k8s_utils.create_from_dict(client, doc, namespace=NAMESPACE, dry_run="All")
+            created += 1
+    assert created >= 10
+
+
+@pytest.mark.parametrize(
+    ("user", "verb", "resource", "subresource", "allowed"),
+    [
+        ("extender", "create", "pods", "binding", True),
+        ("extender", "patch", "pods", "", True),
+        ("extender", "watch", "nodes", "", True),
+        ("extender", "delete", "pods", "", False),
+        ("extender", "patch", "nodes", "", False),
+        ("extender", "get", "secrets", "", False),
+        ("agent", "patch", "nodes", "", True),
+        ("agent", "list", "pods", "", True),
+        ("agent", "patch", "pods", "", False),
+        ("agent", "create", "pods", "binding", False),
+        ("agent", "get", "secrets", "", False),
+    ],
+)
+def test_each_component_may_do_what_its_code_calls_and_no_more(
+    stack: Stack, user: str, verb: str, resource: str, subresource: str, allowed: bool
+) -> None:
+    """The chart's RBAC, asked of the real authorizer for each component's service account."""
+    auth = k8s.AuthorizationV1Api(c.api_client(stack.cp))
+    review = auth.create_subject_access_review(
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNTS[user]}",
+                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"],
+                "resourceAttributes": {
+                    "verb": verb,
+                    "resource": resource,
+                    "subresource": subresource,
+                    "namespace": "default",
+                },
+            },
+        }
+    )
+    assert review.status.allowed is allowed, review.status

@@ -269,6 +269,9 @@ class ControlPlane:
                 "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 f"--token-auth-file={d / 'tokens.csv'}",
                 "--authorization-mode=RBAC",
+                # As kubeadm and managed clusters set it: the node agent's DaemonSet is
+                # privileged (resctrl, cgroups), which the API server's default refuses.
+                "--allow-privileged=true",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={d / 'sa.pub'}",
                 f"--service-account-signing-key-file={d / 'sa.key'}",
