@@ -150,3 +150,10 @@ def test_every_extender_field_is_explained() -> None:
         key = line.strip().lstrip("- ").split(":")[0]
         if key in EXTENDER_FIELDS and key != "urlPrefix":
             assert lines[i - 1].strip().startswith("#"), f"{key} has no comment"
+
+
+def test_the_docs_show_the_tested_example_pod() -> None:
+    """docs/scheduler.md shows deploy/examples/tiered-pod.yaml verbatim (the e2e test creates it)."""
+    root = CHART.parents[2]
+    manifest = (root / "deploy" / "examples" / "tiered-pod.yaml").read_text()
+    assert f"```yaml\n{manifest}```" in (root / "docs" / "scheduler.md").read_text()
