@@ -26,7 +26,15 @@ CIRCUIT_OPEN_SECONDS = 5.0
 
 
 def _share(used: int, capacity: int) -> float:
-    return min(1.0, used / capacity) if capacity > 0 else 0.0
+    """used / capacity within [0, 1]. The ledger should never hold a negative reservation or more
+    than the capacity, but a bad row must not take every recommendation down: it is clamped,
+    and said in the log."""
+    if capacity <= 0:
+        return 0.0
+    share = used / capacity
+    if not 0.0 <= share <= 1.0:
+        log.warning("utilization %s out of [0, 1] (used %d of %d): clamped", share, used, capacity)
+    return min(1.0, max(0.0, share))
 
 
 def utilization_from_totals(t: repo.ClusterTotals) -> Utilization:
@@ -82,10 +90,14 @@ class UtilizationReader:
             return None
         if raw is None:
             return None
-        snapshot = json.loads(raw)
-        if time.time() - float(snapshot["at"]) > self._max_age:
+        try:
+            snapshot = json.loads(raw)
+            if time.time() - float(snapshot["at"]) > self._max_age:
+                return None
+            return Utilization.model_validate(snapshot["utilization"])
+        except (ValueError, TypeError, KeyError) as exc:  # ValidationError is a ValueError
+            log.warning("unusable utilization snapshot in redis, using the database: %s", exc)
             return None
-        return Utilization.model_validate(snapshot["utilization"])
 
     def current(self, session: Session) -> tuple[Utilization, str]:
         cached = self.from_redis()
