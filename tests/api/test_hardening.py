@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import redis
 import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -24,6 +25,7 @@ from api.app import create_app
 from api.auth import Role
 from api.db import make_engine, make_session_factory, unit_of_work
 from api.settings import Settings
+from api.utilization import SNAPSHOT_KEY
 from model.objectives import DEFAULT_THRESHOLD
 from tests.api.conftest import auth, example
 from tests.services import PostgresServer, free_port, wait_until
@@ -207,10 +209,6 @@ def test_bad_ledger_rows_never_yield_a_500(client: TestClient, postgres: Postgre
 def test_a_bad_redis_snapshot_falls_back_to_the_database(
     client: TestClient, settings: Settings
 ) -> None:
-    import redis
-
-    from api.utilization import SNAPSHOT_KEY
-
     assert settings.redis_url is not None
     upload(client, example("graph500")).raise_for_status()
     bad = {"at": time.time(), "utilization": {"cpu": -0.5, "dram": 7, "slow": 0, "llc": 0}}
@@ -287,8 +285,8 @@ def test_one_default_threshold(client: TestClient) -> None:
 def resolve(document: dict[str, Any], ref: str) -> Any:
     assert ref.startswith("#/"), ref
     node: Any = document
-    for part in ref[2:].split("/"):
-        part = part.replace("~1", "/").replace("~0", "~")
+    for escaped in ref[2:].split("/"):
+        part = escaped.replace("~1", "/").replace("~0", "~")
         assert isinstance(node, dict) and part in node, f"{ref} does not resolve"
         node = node[part]
     return node
