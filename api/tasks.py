@@ -42,7 +42,7 @@ def configure(app: Celery, settings: Settings) -> None:
         # An enqueue with the broker down gives up within about a second; the profile stays
         # pending and the sweep enqueues it again.
         task_publish_retry_policy={
-            "max_retries": 2,
+            "max_retries": 1,
             "interval_start": 0,
             "interval_step": 0.2,
             "interval_max": 0.5,

@@ -320,3 +320,35 @@ def test_a_hung_database_answers_503_in_bounded_time(
         wait_until(lambda: hurried.get("/readyz").status_code == 200, 30, "recovery")
         again = hurried.post("/recommend", headers=SCHEDULER, json={"workload": "graph500"})
         assert again.status_code == 200, again.text
+
+
+def test_a_hung_redis_costs_bounded_time(
+    client: TestClient, settings: Settings, redis_server: RedisServer
+) -> None:
+    upload(client, "graph500")
+    assert redis_server.proc is not None
+    pid = redis_server.proc.pid
+    os.kill(pid, signal.SIGSTOP)  # Redis keeps its sockets open and answers nothing
+    try:
+        started = time.monotonic()
+        uploaded = client.post(
+            "/v1/profiles",
+            content=example("memcached"),
+            headers={**AGENT, "Content-Type": "application/json"},
+        )
+        upload_seconds = time.monotonic() - started
+        assert uploaded.status_code == 201, uploaded.text
+        assert uploaded.json()["status"] == "pending"
+        started = time.monotonic()
+        rec = client.post("/recommend", headers=SCHEDULER, json={"workload": "graph500"})
+        assert rec.status_code == 200, rec.text
+        assert rec.json()["utilization_source"] == "database"
+        ready = client.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["redis"].startswith("unreachable")
+        other_seconds = time.monotonic() - started
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    print(f"hung redis: upload {upload_seconds:.1f} s, recommend and readyz {other_seconds:.1f} s")
+    assert upload_seconds < 15
+    assert other_seconds < 5
