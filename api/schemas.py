@@ -26,6 +26,11 @@ class ProfileOut(BaseModel):
     status: Literal["pending", "fitted", "failed"]
     error: str | None
     created_at: datetime
+    live: bool = Field(
+        default=True,
+        description="sent by a role that may upload; only live profiles serve the workload's "
+        "recommendations (an inline bundle from a scheduler is kept for its decision only)",
+    )
 
 
 class WorkloadOut(BaseModel):

@@ -36,6 +36,7 @@ def profile_out(p: Profile, workload: str) -> ProfileOut:
         status=p.status,
         error=p.error,
         created_at=p.created_at,
+        live=p.live,
     )
 
 

@@ -70,6 +70,11 @@ def test_scheduler_inline_profile_never_becomes_the_live_profile(client: TestCli
     model = client.get("/v1/workloads/graph500/model", headers=VIEWER)
     assert model.status_code == 200, model.text
     assert model.json()["profile_id"] == live_id
+    profiles = client.get("/v1/workloads/graph500", headers=VIEWER).json()["profiles"]
+    assert {p["id"]: p["live"] for p in profiles} == {
+        live_id: True,
+        inline.json()["profile_id"]: False,
+    }
 
 
 def test_scheduler_inline_profile_of_a_new_workload_gives_it_no_live_profile(
