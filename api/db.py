@@ -41,11 +41,13 @@ class SocketWatchdog:
         self._lock = threading.Lock()
         self._deadlines: dict[int, tuple[weakref.ref[Any], float]] = {}
         self._thread: threading.Thread | None = None
+        self._pid = 0  # a forked child (a Celery worker) inherits no threads: it starts its own
 
     def arm(self, dbapi_conn: Any, seconds: float) -> None:
         with self._lock:
             self._deadlines[id(dbapi_conn)] = (weakref.ref(dbapi_conn), time.monotonic() + seconds)
-            if self._thread is None:
+            if self._thread is None or self._pid != os.getpid():
+                self._pid = os.getpid()
                 self._thread = threading.Thread(target=self._run, name="tmc-db-watchdog")
                 self._thread.daemon = True
                 self._thread.start()

@@ -19,6 +19,8 @@ import redis
 import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from api import services
 from api.app import create_app
@@ -381,3 +383,20 @@ def test_a_500_keeps_the_connection_alive(failing_server: int) -> None:
         head, body = read_response(sock)
         assert head.startswith(b"HTTP/1.1 200"), head
         assert json.loads(body) == {"status": "ok"}
+
+
+# -- database timeouts ------------------------------------------------------------------------
+
+
+def test_database_sessions_carry_statement_and_lock_timeouts(settings: Settings) -> None:
+    engine = make_engine(settings.model_copy(update={"db_statement_timeout_ms": 500}))
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SHOW statement_timeout")).scalar() == "500ms"
+            assert conn.execute(text("SHOW lock_timeout")).scalar() == "2s"
+            started = time.monotonic()
+            with pytest.raises(OperationalError, match="statement timeout"):
+                conn.execute(text("SELECT pg_sleep(5)"))
+            assert time.monotonic() - started < 4
+    finally:
+        engine.dispose()
