@@ -1,1 +1,1 @@
-"""REST API, persistence and tasks (the service issue builds this room)."""
+"""tmc's service: the REST API, its persistence (PostgreSQL, or SQLite embedded) and its tasks."""

@@ -14,10 +14,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api import dashboard, services, tasks
+from api import dashboard, openapi, services, tasks
 from api.db import make_engine, make_session_factory, unit_of_work
 from api.deps import AppState, Metrics
-from api.errors import PROBLEM, install_handlers
+from api.errors import PROBLEM, ContainUnexpected, install_handlers
 from api.routes import cluster, ops, prices, profiles, recommendations, reports
 from api.settings import Settings, get_settings
 from api.utilization import UtilizationReader, connect_redis, take_snapshot
@@ -39,7 +39,7 @@ def in_process_fit(sessions: sessionmaker[Session]) -> Callable[[str], None]:
 
 
 def celery_fit(profile_id: str) -> None:
-    tasks.fit_profile.delay(profile_id)
+    tasks.enqueue_fit(profile_id)  # never raises: a lost enqueue is swept up later
 
 
 def build_state(settings: Settings) -> AppState:
@@ -152,6 +152,12 @@ async def snapshot_loop(state: AppState) -> None:
     def snapshot() -> None:
         with unit_of_work(state.sessions) as session:
             take_snapshot(session, None, state.settings.utilization_max_age_seconds)
+            # No beat either: fits a crash interrupted are redone here.
+            stale = services.stale_pending_profiles(
+                session, state.settings.fit_requeue_after_seconds
+            )
+        for profile_id in stale:
+            state.enqueue_fit(profile_id)
 
     while True:
         try:
@@ -196,9 +202,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         },
     )
     install_handlers(app)
+    openapi.install(app)
 
     app.add_middleware(Observe)
     app.add_middleware(BodyLimit, max_bytes=settings.max_bundle_bytes)
+    app.add_middleware(ContainUnexpected)  # outermost: a 500 keeps the connection open
 
     for module in (ops, profiles, recommendations, cluster, prices, reports):
         app.include_router(module.router)

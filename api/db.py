@@ -1,24 +1,102 @@
 """Engines and sessions. One transaction per request: commit on success, roll back on error,
-and run after-commit hooks (task enqueues) only once the commit has happened."""
+and run after-commit hooks (task enqueues) only once the commit has happened.
+
+Every wait on the database is bounded. SQLite: the busy timeout. PostgreSQL: libpq's connect
+timeout, the server's statement and lock timeouts, and, for a server that stops answering
+altogether (hung, paused, a half-open connection, where no server-side timeout can fire), a
+watchdog that cuts a connection's socket when a statement has waited too long; the waiting
+call then fails as a lost connection (a 503), instead of waiting forever.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
+import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.settings import Settings
 
+log = logging.getLogger("tmc.db")
 AFTER_COMMIT = "tmc_after_commit"
+
+
+class SocketWatchdog:
+    """Deadlines on checked-out PostgreSQL connections. A connection whose deadline passes has
+    its socket shut down, so that the thread blocked reading from it gets an error at once.
+
+    One thread for all connections; arming and disarming are a dict operation under a lock.
+    """
+
+    def __init__(self, tick_seconds: float = 0.1) -> None:
+        self._tick = tick_seconds
+        self._lock = threading.Lock()
+        self._deadlines: dict[int, tuple[weakref.ref[Any], float]] = {}
+        self._thread: threading.Thread | None = None
+        self._pid = 0  # a forked child (a Celery worker) inherits no threads: it starts its own
+
+    def arm(self, dbapi_conn: Any, seconds: float) -> None:
+        with self._lock:
+            self._deadlines[id(dbapi_conn)] = (weakref.ref(dbapi_conn), time.monotonic() + seconds)
+            if self._thread is None or self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._thread = threading.Thread(target=self._run, name="tmc-db-watchdog")
+                self._thread.daemon = True
+                self._thread.start()
+
+    def disarm(self, dbapi_conn: Any) -> None:
+        with self._lock:
+            self._deadlines.pop(id(dbapi_conn), None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self._tick)
+            now = time.monotonic()
+            with self._lock:
+                late = [
+                    (key, ref) for key, (ref, deadline) in self._deadlines.items() if deadline < now
+                ]
+                for key, _ in late:
+                    del self._deadlines[key]
+            for _, ref in late:
+                conn = ref()
+                if conn is not None:
+                    cut(conn)
+
+
+def cut(dbapi_conn: Any) -> None:
+    """Shut the connection's socket down (both ways); its owner sees a lost connection."""
+    try:
+        fd = dbapi_conn.fileno()
+    except Exception:  # already closed: nothing waits on it
+        return
+    log.warning("the database did not answer in time: cutting the connection")
+    try:
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError as err:
+        log.warning("could not cut the database connection: %s", err)
+
+
+WATCHDOG = SocketWatchdog()
 
 
 def make_engine(settings: Settings) -> Engine:
     if settings.is_sqlite:
         engine = create_engine(
-            settings.database_url, connect_args={"check_same_thread": False, "timeout": 30}
+            settings.database_url,
+            connect_args={
+                "check_same_thread": False,
+                "timeout": settings.sqlite_busy_timeout_seconds,
+            },
         )
 
         @event.listens_for(engine, "connect")
@@ -29,15 +107,51 @@ def make_engine(settings: Settings) -> Engine:
             cur.close()
 
         return engine
-    # pre_ping turns a connection broken by a database restart into a fresh one, not a 500.
-    return create_engine(
+    options = (
+        f"-c statement_timeout={settings.db_statement_timeout_ms}"
+        f" -c lock_timeout={settings.db_lock_timeout_ms}"
+    )
+    engine = create_engine(
         settings.database_url,
-        pool_pre_ping=True,
         pool_size=10,
         max_overflow=10,
         pool_timeout=5,
-        connect_args={"connect_timeout": 3},
+        connect_args={"connect_timeout": settings.db_connect_timeout_seconds, "options": options},
     )
+    guard_connections(engine, settings)
+    return engine
+
+
+def guard_connections(engine: Engine, settings: Settings) -> None:
+    """The watchdog's deadlines, and a pre-ping of our own: SQLAlchemy's (pool_pre_ping) runs
+    before any checkout hook, where no deadline could cover it."""
+    # Past the server's statement timeout, by a margin: the server answers first when it can.
+    hold = settings.db_statement_timeout_ms / 1000 + settings.db_connect_timeout_seconds
+    ping_within = float(settings.db_connect_timeout_seconds)
+
+    @event.listens_for(engine, "checkout")
+    def _ping(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        # A connection broken by a database restart is replaced here, not turned into a 500.
+        WATCHDOG.arm(dbapi_conn, ping_within)
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except Exception as err:
+            WATCHDOG.disarm(dbapi_conn)
+            raise exc.DisconnectionError(f"pre-ping failed: {err}") from err
+        WATCHDOG.arm(dbapi_conn, hold)
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _statement(conn: Any, cursor: Any, *_: Any) -> None:
+        dbapi_conn = conn.connection.dbapi_connection
+        if dbapi_conn is not None:
+            WATCHDOG.arm(dbapi_conn, hold)
+
+    def _release(dbapi_conn: Any, *_: Any) -> None:
+        if dbapi_conn is not None:
+            WATCHDOG.disarm(dbapi_conn)
+
+    for name in ("checkin", "close", "close_detached", "detach", "invalidate"):
+        event.listen(engine, name, _release)
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import redis
 from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -74,9 +75,17 @@ def get_state(request: Request) -> AppState:
 StateDep = Annotated[AppState, Depends(get_state)]
 
 
-def bearer_role(request: Request, state: StateDep) -> Role:
+# Declares the scheme in OpenAPI; the checks (and their problem+json errors) stay ours.
+BEARER = HTTPBearer(auto_error=False, description="An API token: `Authorization: Bearer tmc_...`")
+
+
+def bearer_role(
+    request: Request,
+    state: StateDep,
+    _: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
+) -> Role:
     header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
+    scheme, _sep, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise HTTPException(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
     digest = token_hash(token.strip())

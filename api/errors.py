@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -10,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from model import TmcError
 from model.bundle import field_path
@@ -107,3 +109,53 @@ def install_handlers(app: FastAPI) -> None:
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
         return problem(500, "Internal error", "an unexpected error occurred", request)
+
+
+class ContainUnexpected:
+    """An unexpected error becomes a problem+json 500 here, inside the application.
+
+    Starlette's own last-resort handler answers and then re-raises, and the server closes the
+    connection on a re-raised error: every 500 would cost a client its keep-alive connection.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watch(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception:
+            if started:  # half a response is out: nothing sound can follow on this connection
+                raise
+            log.exception("unhandled error")
+            body = json.dumps(
+                {
+                    "type": "https://tmc.dev/problems/internal-error",
+                    "title": "Internal error",
+                    "status": 500,
+                    "detail": "an unexpected error occurred",
+                    "instance": scope.get("path", ""),
+                }
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [
+                        (b"content-type", PROBLEM.encode()),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})

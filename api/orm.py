@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -32,6 +33,19 @@ NAMING_CONVENTION = {
 
 def new_id() -> str:
     return str(uuid.uuid4())
+
+
+def as_id(key: str) -> str | None:
+    """The id `key` spells (in its canonical form), or None when it is not an id but a name.
+
+    Names that would parse as ids are refused at upload, so a key never means both.
+    """
+    if len(key) > 64:
+        return None
+    try:
+        return str(uuid.UUID(key))
+    except ValueError:
+        return None
 
 
 def utcnow() -> datetime:
@@ -69,6 +83,9 @@ class Profile(Timestamped, Base):
     # Deferred: the hot path never needs the measurements once the model is fitted.
     bundle: Mapped[dict[str, Any]] = mapped_column(deferred=True)
     status: Mapped[str] = mapped_column(String(16), default="pending")  # pending|fitted|failed
+    # Live: sent by a role that may upload, so the workload's recommendations may use it. An
+    # inline bundle from any other role is kept for the decision's audit, never live.
+    live: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     error: Mapped[str | None] = mapped_column(Text, default=None)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
-from sqlalchemy import Select, String, Table, bindparam, delete, func, or_, select, update
+from sqlalchemy import Select, String, Table, bindparam, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -24,6 +24,7 @@ from api.orm import (
     Reservation,
     UtilizationSample,
     Workload,
+    as_id,
 )
 
 R = TypeVar("R", bound=Base)
@@ -60,9 +61,11 @@ def get_or_create_workload(session: Session, name: str) -> Workload:
 
 
 def find_workload(session: Session, key: str) -> Workload | None:
-    return session.scalars(
-        select(Workload).where((Workload.name == key) | (Workload.id == key))
-    ).one_or_none()
+    """A workload by id when `key` is an id, else by name (never both: see `as_id`)."""
+    workload_id = as_id(key)
+    if workload_id is not None:
+        return session.get(Workload, workload_id)
+    return session.scalars(select(Workload).where(Workload.name == key)).one_or_none()
 
 
 def list_workloads(session: Session, limit: int, offset: int) -> Sequence[Workload]:
@@ -85,7 +88,11 @@ def latest_profile(session: Session, workload_id: str) -> Profile | None:
     """The newest profile of a workload that has not failed to fit."""
     return session.scalars(
         select(Profile)
-        .where(Profile.workload_id == workload_id, Profile.status != "failed")
+        .where(
+            Profile.workload_id == workload_id,
+            Profile.status != "failed",
+            Profile.live.is_(True),
+        )
         .order_by(Profile.created_at.desc(), Profile.id)
         .limit(1)
     ).one_or_none()
@@ -113,6 +120,20 @@ def insert_fitted(session: Session, row: FittedModelRow) -> tuple[FittedModelRow
 
 def get_fitted(session: Session, fitted_id: str) -> FittedModelRow | None:
     return session.get(FittedModelRow, fitted_id)
+
+
+def make_profile_live(session: Session, profile_id: str) -> None:
+    session.execute(update(Profile).where(Profile.id == profile_id).values(live=True))
+
+
+def pending_profiles(session: Session, created_before: datetime, limit: int) -> Sequence[str]:
+    """Profiles still waiting for their fit since before `created_before`, oldest first."""
+    return session.scalars(
+        select(Profile.id)
+        .where(Profile.status == "pending", Profile.created_at < created_before)
+        .order_by(Profile.created_at)
+        .limit(limit)
+    ).all()
 
 
 def set_profile_status(session: Session, profile_id: str, status: str, error: str | None) -> None:
@@ -162,10 +183,16 @@ def insert_price_profile(session: Session, row: PriceProfileRow) -> tuple[PriceP
 
 
 def make_default_price_profile(session: Session, row: PriceProfileRow) -> None:
+    """Exactly one default, whatever runs concurrently: every price profile row is locked first,
+    always in the same order (so two callers queue instead of deadlocking), then one statement
+    sets the flag on `row` and clears it everywhere else. The later caller wins, whole."""
+    session.execute(select(PriceProfileRow.id).order_by(PriceProfileRow.id).with_for_update()).all()
     session.execute(
-        update(PriceProfileRow).where(PriceProfileRow.id != row.id).values(is_default=False)
+        update(PriceProfileRow)
+        .values(is_default=PriceProfileRow.id == row.id)
+        .execution_options(synchronize_session=False)
     )
-    row.is_default = True
+    session.refresh(row)
 
 
 def mark_price_profile_used(session: Session, profile_id: str) -> None:
@@ -271,11 +298,16 @@ def resolve_for_recommendation(
     if profile_id is not None:
         row = session.execute(_RESOLVE_PROFILE, {"profile_id": profile_id}).first()
     else:
-        row = session.execute(_RESOLVE_WORKLOAD, {"key": workload_key}).first()
+        assert workload_key is not None
+        workload_id = as_id(workload_key)
+        if workload_id is not None:
+            row = session.execute(_RESOLVE_WORKLOAD_ID, {"key": workload_id}).first()
+        else:
+            row = session.execute(_RESOLVE_WORKLOAD_NAME, {"key": workload_key}).first()
     return None if row is None else Resolved(*row)
 
 
-def _resolve_statement(by_profile: bool) -> Select[Any]:
+def _resolve_statement(by: Literal["profile", "workload_id", "workload_name"]) -> Select[Any]:
     # Built once at import: composing a statement costs more CPU than running it.
     default_price = (
         select(PriceProfileRow.id).where(PriceProfileRow.is_default.is_(True)).scalar_subquery()
@@ -291,12 +323,16 @@ def _resolve_statement(by_profile: bool) -> Select[Any]:
         HostKind,
         default_price,
     )
-    if by_profile:
+    if by == "profile":
         query = select(*columns).select_from(Profile).where(Profile.id == bindparam("profile_id"))
     else:
         newest = (
             select(Profile.id)
-            .where(Profile.workload_id == Workload.id, Profile.status != "failed")
+            .where(
+                Profile.workload_id == Workload.id,
+                Profile.status != "failed",
+                Profile.live.is_(True),
+            )
             .order_by(Profile.created_at.desc(), Profile.id)
             .limit(1)
             .scalar_subquery()
@@ -307,15 +343,16 @@ def _resolve_statement(by_profile: bool) -> Select[Any]:
             select(*columns)
             .select_from(Workload)
             .join(Profile, Profile.id == newest)
-            .where(or_(Workload.name == key, Workload.id == key))
+            .where(Workload.id == key if by == "workload_id" else Workload.name == key)
         )
     return query.outerjoin(FittedModelRow, FittedModelRow.profile_id == Profile.id).outerjoin(
         HostKind, HostKind.name == Profile.host_kind
     )
 
 
-_RESOLVE_PROFILE = _resolve_statement(by_profile=True)
-_RESOLVE_WORKLOAD = _resolve_statement(by_profile=False)
+_RESOLVE_PROFILE = _resolve_statement("profile")
+_RESOLVE_WORKLOAD_ID = _resolve_statement("workload_id")
+_RESOLVE_WORKLOAD_NAME = _resolve_statement("workload_name")
 _INSERT_RECOMMENDATION = cast(Table, RecommendationRow.__table__).insert()
 
 

@@ -26,6 +26,11 @@ class ProfileOut(BaseModel):
     status: Literal["pending", "fitted", "failed"]
     error: str | None
     created_at: datetime
+    live: bool = Field(
+        default=True,
+        description="sent by a role that may upload; only live profiles serve the workload's "
+        "recommendations (an inline bundle from a scheduler is kept for its decision only)",
+    )
 
 
 class WorkloadOut(BaseModel):
@@ -49,9 +54,17 @@ class WorkloadModelOut(BaseModel):
 class RecommendIn(Strict):
     workload: str | None = Field(default=None, description="workload name or id", max_length=128)
     profile: dict[str, Any] | None = Field(
-        default=None, description="an inline profile bundle (tmc.profile/v1)"
+        default=None,
+        description="an inline profile bundle (tmc.profile/v1); it becomes the workload's live "
+        "profile only when the caller may upload (agent, operator), else it is kept for this "
+        "decision's audit only",
     )
-    objective: str = Field(default="cheapest", max_length=64, examples=["cheapest", "slo:5%"])
+    objective: str = Field(
+        default="cheapest",
+        max_length=64,
+        examples=["cheapest", "slo:5%", "least-dram:10%"],
+        description="cheapest, slo:X% or least-dram:X%: the bound is a percentage, with its %",
+    )
     threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     utilization: Utilization | None = Field(
         default=None, description="omit to use the live cluster utilization"

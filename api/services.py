@@ -12,6 +12,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Literal
 
 from sqlalchemy.orm import Session
@@ -26,6 +27,7 @@ from api.orm import (
     PriceProfileRow,
     Profile,
     RackPool,
+    as_id,
     new_id,
     utcnow,
 )
@@ -35,10 +37,12 @@ from model import (
     DEFAULT_PRICE_PROFILE,
     FittedModel,
     Grid,
+    InvalidBundle,
     MachineShape,
     Objective,
     Predictor,
     PriceProfile,
+    Problem,
     ProfileBundle,
     Recommendation,
     TmcError,
@@ -72,9 +76,20 @@ class Upload:
 
 
 def upload_profile(
-    session: Session, body: bytes | dict[str, Any], enqueue_fit: Callable[[str], None]
+    session: Session,
+    body: bytes | dict[str, Any],
+    enqueue_fit: Callable[[str], None],
+    *,
+    live: bool = True,
 ) -> Upload:
+    """Store a bundle once (by content hash) and have it fitted after the commit. `live`: the
+    caller may upload, so the workload's recommendations may use it (see Profile.live)."""
     bundle = parse_bundle(body)
+    if as_id(bundle.workload.name) is not None:
+        # A name spelled like an id would make a workload key mean two workloads.
+        raise InvalidBundle(
+            [Problem("workload.name", "must not have the form of an id (a UUID); name it")]
+        )
     digest = content_hash(bundle)
     workload = repo.get_or_create_workload(session, bundle.workload.name)
     known = repo.get_host_kind(session, bundle.host.host_kind) is not None
@@ -89,11 +104,16 @@ def upload_profile(
             host_kind_known=known,
             bundle=bundle.model_dump(mode="json"),
             status="pending",
+            live=live,
         ),
     )
     if created:
         profile_id = profile.id
         after_commit(session, lambda: enqueue_fit(profile_id))
+    elif live and not profile.live:
+        # Sent inline before by a role that may not upload; now an uploader vouches for it.
+        repo.make_profile_live(session, profile.id)
+        profile.live = True
     return Upload(profile=profile, workload_name=workload.name, created=created)
 
 
@@ -125,6 +145,17 @@ def fit_profile(session: Session, profile_id: str) -> FittedModelRow | None:
     )
     repo.set_profile_status(session, profile_id, "fitted", None)
     return row
+
+
+# At most this many profiles per sweep: a backlog drains over a few sweeps, not in one burst.
+SWEEP_BATCH = 500
+
+
+def stale_pending_profiles(session: Session, older_than_seconds: float) -> list[str]:
+    """Profiles pending for longer than `older_than_seconds`: their fit task was lost (or is
+    slow; fitting twice is harmless, the fit is idempotent)."""
+    cutoff = utcnow() - timedelta(seconds=older_than_seconds)
+    return list(repo.pending_profiles(session, cutoff, SWEEP_BATCH))
 
 
 @dataclass(frozen=True)
@@ -199,6 +230,8 @@ class RecommendInput:
     utilization: Utilization | None
     grid: GridName
     price_profile: str | None  # "name@version"; None: the default
+    # Whether an inline bundle may become the workload's live profile (the caller may upload).
+    may_upload: bool = False
 
 
 @dataclass(frozen=True)
@@ -222,7 +255,7 @@ def recommend_for(
     enqueue_fit: Callable[[str], None],
 ) -> Recommended:
     if req.bundle is not None:
-        upload = upload_profile(session, req.bundle, enqueue_fit)
+        upload = upload_profile(session, req.bundle, enqueue_fit, live=req.may_upload)
         resolved = repo.resolve_for_recommendation(session, profile_id=upload.profile.id)
     elif req.workload is not None:
         resolved = repo.resolve_for_recommendation(session, workload_key=req.workload)

@@ -13,6 +13,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from model.objectives import DEFAULT_THRESHOLD
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TMC_", extra="ignore")
@@ -26,9 +28,21 @@ class Settings(BaseSettings):
     utilization_snapshot_seconds: float = Field(default=5.0, gt=0)
     utilization_max_age_seconds: float = Field(default=60.0, gt=0)
     max_bundle_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # A profile still pending after this long has its fit enqueued again (a lost task: Redis
+    # down at upload, or restarted with the task queued); the sweep runs every fit_sweep_seconds.
+    fit_requeue_after_seconds: float = Field(default=120.0, gt=0)
+    fit_sweep_seconds: float = Field(default=60.0, gt=0)
+    # Every wait is bounded. The database: connecting, one statement, one lock wait, and (for a
+    # server that stops answering altogether) a connection held past db_hold_seconds is cut.
+    db_connect_timeout_seconds: int = Field(default=3, ge=1, le=60)
+    db_statement_timeout_ms: int = Field(default=5000, ge=1, le=600_000)
+    db_lock_timeout_ms: int = Field(default=2000, ge=1, le=600_000)
+    db_hold_seconds: float = Field(default=10.0, gt=0, le=3600)
+    sqlite_busy_timeout_seconds: float = Field(default=5.0, gt=0, le=600)
+    redis_socket_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
     # Fault injection for tests only: a fit task sleeps this long before it writes.
     fit_task_delay_seconds: float = Field(default=0.0, ge=0)
-    default_threshold: float = Field(default=0.025, ge=0, le=1)
+    default_threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0, le=1)
     bootstrap_operator_token: str | None = Field(
         default=None, description="dev only: a token created at start-up with the operator role"
     )

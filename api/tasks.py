@@ -4,7 +4,7 @@ Without a broker (the embedded default) they run eagerly, in-process, right afte
 enqueued them.
 
     celery -A api.tasks worker     # the worker
-    celery -A api.tasks beat       # the periodic utilization snapshot
+    celery -A api.tasks beat       # the periodic utilization snapshot and pending-fit sweep
 """
 
 from __future__ import annotations
@@ -39,8 +39,18 @@ def configure(app: Celery, settings: Settings) -> None:
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
         broker_connection_timeout=2,
+        # An enqueue with the broker down gives up within about a second; the profile stays
+        # pending and the sweep enqueues it again.
+        task_publish_retry_policy={
+            "max_retries": 1,
+            "interval_start": 0,
+            "interval_step": 0.2,
+            "interval_max": 0.5,
+        },
         broker_transport_options={
             "visibility_timeout": settings.task_visibility_timeout_seconds,
+            "socket_timeout": settings.redis_socket_timeout_seconds,
+            "socket_connect_timeout": settings.redis_socket_timeout_seconds,
             # Sweep for messages a dead worker left unacknowledged at least as often as they
             # become visible again (kombu's default sweeps only every ~100 s).
             "unacked_restore_interval": max(
@@ -52,7 +62,11 @@ def configure(app: Celery, settings: Settings) -> None:
             "snapshot-utilization": {
                 "task": "tmc.snapshot_utilization",
                 "schedule": settings.utilization_snapshot_seconds,
-            }
+            },
+            "requeue-pending-fits": {
+                "task": "tmc.requeue_pending_fits",
+                "schedule": settings.fit_sweep_seconds,
+            },
         },
     )
 
@@ -80,6 +94,27 @@ def fit_profile(profile_id: str) -> str:
     with unit_of_work(session_factory()) as session:
         row = services.fit_profile(session, profile_id)
     return "fitted" if row is not None else "failed"
+
+
+def enqueue_fit(profile_id: str) -> None:
+    """Enqueue a fit after the upload's commit. The upload has succeeded whatever happens here:
+    with the broker down the profile stays pending, and the sweep enqueues it again."""
+    try:
+        fit_profile.delay(profile_id)
+    except Exception as exc:  # kombu and redis raise several kinds; none may fail the upload
+        log.warning("fit of %s not enqueued, the sweep will retry: %s", profile_id, exc)
+
+
+@celery_app.task(name="tmc.requeue_pending_fits")
+def requeue_pending_fits() -> int:
+    settings = get_settings()
+    with unit_of_work(session_factory()) as session:
+        pending = services.stale_pending_profiles(session, settings.fit_requeue_after_seconds)
+    for profile_id in pending:
+        enqueue_fit(profile_id)
+    if pending:
+        log.info("enqueued %d pending fits again", len(pending))
+    return len(pending)
 
 
 @celery_app.task(

@@ -70,10 +70,14 @@ class UtilizationReader:
             return None
         if raw is None:
             return None
-        snapshot = json.loads(raw)
-        if time.time() - float(snapshot["at"]) > self._max_age:
+        try:
+            snapshot = json.loads(raw)
+            if time.time() - float(snapshot["at"]) > self._max_age:
+                return None
+            return Utilization.model_validate(snapshot["utilization"])
+        except (ValueError, TypeError, KeyError) as exc:  # ValidationError is a ValueError
+            log.warning("unusable utilization snapshot in redis, using the database: %s", exc)
             return None
-        return Utilization.model_validate(snapshot["utilization"])
 
     def current(self, session: Session) -> tuple[Utilization, str]:
         cached = self.from_redis()

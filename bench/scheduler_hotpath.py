@@ -20,6 +20,7 @@ import statistics
 import time
 from typing import Any, cast
 
+import orjson
 from sqlalchemy.orm import Session, sessionmaker
 
 from ledger.types import Held, NodeCapacity
@@ -30,7 +31,7 @@ from scheduler.extender import Extender
 from scheduler.server import ExtenderServer
 from scheduler.state import ClusterState
 
-TARGET_P99_MS = 10.0
+TARGET_P99_MS = 5.0  # filter + prioritize at 5,000 nodes
 
 
 def build_state(n_nodes: int, seed: int = 1) -> ClusterState:
@@ -145,10 +146,11 @@ def main() -> None:
     def pair() -> float:
         nonlocal kept
         start = time.perf_counter()
-        answer = extender.filter(json.loads(body))
-        json.dumps(answer, separators=(",", ":"))
+        # As the server does it: orjson in, orjson out.
+        answer = extender.filter(orjson.loads(body))
+        orjson.dumps(answer)
         kept = answer["NodeNames"]
-        extender.prioritize_json(json.loads(body))
+        extender.prioritize_json(orjson.loads(body))
         return time.perf_counter() - start
 
     for _ in range(20):

@@ -9,9 +9,12 @@ that somehow holds a negative or an over-committed row yields a usable vector, n
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from model import Utilization
+
+log = logging.getLogger("tmc.ledger")
 
 
 @dataclass(frozen=True)
@@ -28,9 +31,15 @@ class Totals:
 
 
 def share(used: float, capacity: float) -> float:
-    if capacity <= 0 or used <= 0:
+    """used / capacity within [0, 1]. The ledger should never hold a negative reservation or more
+    than the capacity; a bad row must not take every recommendation down, so it is clamped, and
+    said in the log."""
+    if capacity <= 0:
         return 0.0
-    return min(1.0, used / capacity)
+    value = used / capacity
+    if not 0.0 <= value <= 1.0:
+        log.warning("utilization %s out of [0, 1] (used %s of %s): clamped", value, used, capacity)
+    return min(1.0, max(0.0, value))
 
 
 def utilization_of(t: Totals) -> Utilization:

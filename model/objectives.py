@@ -33,28 +33,56 @@ class Objective(BaseModel):
     def __str__(self) -> str:
         if self.max_slowdown is None:
             return self.kind
-        return f"{self.kind.replace('_', '-')}:{self.max_slowdown * 100:g}%"
+        # Fixed-point, so that what is printed parses back (`:g` would write 1e-06%).
+        percent = f"{self.max_slowdown * 100:.6f}".rstrip("0").rstrip(".")
+        return f"{self.kind.replace('_', '-')}:{percent}%"
 
 
 CHEAPEST = Objective()
 
-_SPEC = re.compile(r"^(cheapest|slo|least-dram|least_dram)(?::([0-9]*\.?[0-9]+)(%?))?$")
+# Algorithm 1's threshold T (paper §3.5): candidates within this share of the best score are
+# ranked by packing penalty. The one definition every caller's default comes from.
+DEFAULT_THRESHOLD = 0.025
+
+# A bounded number: at most 5 digits before and 6 after the point (the bound is at most 10000 %).
+_NUMBER = r"[0-9]{1,5}(?:\.[0-9]{1,6})?"
+_STRICT = re.compile(rf"^(cheapest|slo|least-dram|least_dram)(?::({_NUMBER})%)?$")
+_LOOSE = re.compile(r"^(slo|least-dram|least_dram):(.*)$")
 
 
 def parse_objective(spec: str) -> Objective:
-    """`cheapest`, `slo:5%`, `least-dram:10%` (a bare number is a fraction: `slo:0.05`)."""
-    m = _SPEC.match(spec.strip())
+    """`cheapest`, `slo:5%` or `least-dram:10%`. The bound is always a percentage with its `%`:
+    a bare `slo:5` could mean 5 % or 500 %, so it is rejected with the form to write instead."""
+    text = spec.strip()
+    m = _STRICT.match(text)
     if not m:
-        raise InvalidRequest("objective", f"{spec!r} is not cheapest, slo:X% or least-dram:X%")
-    kind, number, percent = m.groups()
+        raise InvalidRequest("objective", _why_not(text))
+    kind, number = m.groups()
     kind = kind.replace("-", "_")
     if kind == "cheapest":
         if number is not None:
-            raise InvalidRequest("objective", "cheapest takes no bound")
+            raise InvalidRequest("objective", "cheapest takes no bound: write cheapest")
         return CHEAPEST
     if number is None:
-        raise InvalidRequest("objective", f"{kind} needs a slowdown bound, e.g. {kind}:5%")
-    bound = float(number) / (100.0 if percent else 1.0)
-    if not 0.0 <= bound <= 100.0:
+        example = kind.replace("_", "-")
+        raise InvalidRequest("objective", f"{kind} needs a slowdown bound, e.g. {example}:5%")
+    bound = float(number) / 100.0
+    if bound > 100.0:
         raise InvalidRequest("objective", "the slowdown bound lies between 0% and 10000%")
     return Objective(kind=kind, max_slowdown=bound)
+
+
+def _why_not(text: str) -> str:
+    shown = text if len(text) <= 40 else text[:40] + "..."
+    loose = _LOOSE.match(text)
+    if loose is not None:
+        kind, bound = loose.groups()
+        if re.fullmatch(_NUMBER, bound):
+            return (
+                f"{shown!r} has no unit: the bound is a percentage, "
+                f"write {kind}:{bound}% for a slowdown of at most {bound} %"
+            )
+        return f"{shown!r}: the bound is a percentage such as {kind}:5% (0% to 10000%)"
+    if text.startswith("cheapest:"):
+        return "cheapest takes no bound: write cheapest"
+    return f"{shown!r} is not cheapest, slo:X% or least-dram:X% (e.g. slo:5%)"

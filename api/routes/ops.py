@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 
 import redis
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.deps import StateDep
+from api.errors import problem
 
 router = APIRouter(tags=["operations"])
 
@@ -24,9 +26,9 @@ def healthz() -> dict[str, str]:
 @router.get(
     "/readyz",
     summary="The database (and Redis, when configured) answer",
-    responses={503: {"description": "A dependency is unreachable"}},
+    responses={503: {"description": "A dependency is unreachable (problem+json, with each check)"}},
 )
-def readyz(state: StateDep, response: Response) -> dict[str, str]:
+def readyz(state: StateDep, request: Request) -> Response:
     checks: dict[str, str] = {}
     try:
         with state.engine.connect() as conn:
@@ -40,9 +42,13 @@ def readyz(state: StateDep, response: Response) -> dict[str, str]:
             checks["redis"] = "ok"
         except redis.RedisError as exc:
             checks["redis"] = f"unreachable: {type(exc).__name__}"
-    ready = all(v == "ok" for v in checks.values())
-    response.status_code = 200 if ready else 503
-    return {"status": "ready" if ready else "not ready", **checks}
+    failing = [f"{name} {value}" for name, value in checks.items() if value != "ok"]
+    if failing:
+        detail = "; ".join(failing)
+        return problem(
+            503, "Service unavailable", detail, request, status_text="not ready", **checks
+        )
+    return JSONResponse({"status": "ready", **checks})
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)

@@ -13,12 +13,10 @@ from api.auth import Permission
 from api.db import unit_of_work
 from api.deps import StateDep, require
 from api.errors import ApiError, NotFound
+from api.openapi import PROFILE_BUNDLE_REF
 from api.orm import Profile
 from api.schemas import ProfileOut, WorkloadModelOut, WorkloadOut
-from model import (
-    ProfileBundle,
-    predicted_grid,
-)
+from model import predicted_grid
 
 router = APIRouter(prefix="/v1", tags=["profiles"])
 Uploader = Annotated[object, Depends(require(Permission.upload))]
@@ -38,6 +36,7 @@ def profile_out(p: Profile, workload: str) -> ProfileOut:
         status=p.status,
         error=p.error,
         created_at=p.created_at,
+        live=p.live,
     )
 
 
@@ -49,7 +48,7 @@ def profile_out(p: Profile, workload: str) -> ProfileOut:
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": ProfileBundle.model_json_schema()}},
+            "content": {"application/json": {"schema": PROFILE_BUNDLE_REF}},
         }
     },
     responses={

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query, Response
 
 from api import repositories as repo
 from api import services
-from api.auth import Permission
+from api.auth import GRANTS, Permission, Role
 from api.db import unit_of_work
 from api.deps import StateDep, require
 from api.errors import NotFound
@@ -19,7 +19,7 @@ from api.schemas import RecommendationOut, RecommendationSummary, RecommendIn
 from model import Recommendation, parse_objective
 
 router = APIRouter(tags=["recommendations"])
-Recommender = Annotated[object, Depends(require(Permission.recommend))]
+Recommender = Annotated[Role, Depends(require(Permission.recommend))]
 Reader = Annotated[object, Depends(require(Permission.read))]
 
 
@@ -37,7 +37,7 @@ def recommendation_out(row: RecommendationRow, known: bool | None = None) -> Rec
     )
 
 
-def _recommend(body: RecommendIn, state: StateDep) -> Response:
+def _recommend(body: RecommendIn, state: StateDep, role: Role) -> Response:
     objective = parse_objective(body.objective)
     threshold = body.threshold if body.threshold is not None else state.settings.default_threshold
     request = services.RecommendInput(
@@ -48,6 +48,7 @@ def _recommend(body: RecommendIn, state: StateDep) -> Response:
         utilization=body.utilization,
         grid=body.grid,
         price_profile=body.price_profile,
+        may_upload=Permission.upload in GRANTS[role],
     )
     with unit_of_work(state.sessions) as session:
         done = services.recommend_for(
@@ -64,13 +65,13 @@ def _recommend(body: RecommendIn, state: StateDep) -> Response:
     summary="Recommend a configuration (Algorithm 1) for a workload or an inline bundle",
     responses={404: {"description": "Unknown workload"}, 409: {"description": "Nothing fitted"}},
 )
-def recommend(body: RecommendIn, state: StateDep, _: Recommender) -> Response:
-    return _recommend(body, state)
+def recommend(body: RecommendIn, state: StateDep, role: Recommender) -> Response:
+    return _recommend(body, state, role)
 
 
 @router.post("/v1/recommend", response_model=RecommendationOut)
-def recommend_v1(body: RecommendIn, state: StateDep, _: Recommender) -> Response:
-    return _recommend(body, state)
+def recommend_v1(body: RecommendIn, state: StateDep, role: Recommender) -> Response:
+    return _recommend(body, state, role)
 
 
 @router.get("/v1/recommendations/{rec_id}", response_model=RecommendationOut)

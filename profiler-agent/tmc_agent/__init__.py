@@ -1,1 +1,1 @@
-"""tmc node profiler agent (the agent issue builds this room). Depends on model types only."""
+"""tmc node profiler agent: profiles workloads and uploads their bundles. Depends on model types only."""

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from api import services
 from api.app import create_app
 from api.auth import token_hash
 from api.db import make_engine, make_session_factory, unit_of_work
@@ -17,6 +18,7 @@ from api.migrate import upgrade_to_head
 from api.orm import ApiToken
 from api.settings import Settings
 from tests.api.conftest import example
+from tests.services import wait_until
 
 
 def test_embedded_service_works_without_postgres_or_redis(tmp_path: Path) -> None:
@@ -74,3 +76,25 @@ def test_token_create_stores_only_a_hash(tmp_path: Path) -> None:
         assert [(r.name, r.role, r.token_hash) for r in rows] == [
             ("ci", "viewer", token_hash(token))
         ]
+
+
+def test_embedded_service_fits_what_a_crash_left_pending(tmp_path: Path) -> None:
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'tmc.db'}",
+        utilization_snapshot_seconds=0.2,
+        fit_requeue_after_seconds=0.1,
+    )
+    upgrade_to_head(settings.database_url)
+    sessions = make_session_factory(make_engine(settings))
+    # Committed, but the process died before its in-process fit ran.
+    with unit_of_work(sessions) as session:
+        profile_id = services.upload_profile(session, example("canneal"), lambda _: None).profile.id
+    token = ensure_operator_token(sessions, None)
+    headers = {"Authorization": f"Bearer {token}"}
+    with TestClient(create_app(settings)) as client:
+
+        def fitted() -> bool:
+            got = client.get(f"/v1/profiles/{profile_id}", headers=headers)
+            return bool(got.json()["status"] == "fitted")
+
+        wait_until(fitted, 20, "the swept-up in-process fit")

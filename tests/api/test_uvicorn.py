@@ -1,5 +1,5 @@
 """Against real uvicorn processes on PostgreSQL and Redis: the OpenAPI schema fuzzed with
-schemathesis (whatever a client sends, no 5xx), and metrics across several workers."""
+schemathesis (whatever a client sends, no 5xx and no hang), and metrics across several workers."""
 
 from __future__ import annotations
 
@@ -48,6 +48,11 @@ def test_no_server_errors(server: str, tmp_path: Path) -> None:
             "not_a_server_error",
             "--max-examples",
             "40",
+            # A hang is a failure too: no request may wait past this.
+            "--request-timeout",
+            "15",
+            "--max-response-time",
+            "10",
             "--seed",
             "1",
             "-H",

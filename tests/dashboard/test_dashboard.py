@@ -102,7 +102,8 @@ def test_every_page_renders_with_data(service: tuple[str, str], page: Page) -> N
     expect(page.get_by_role("heading", name="Cluster")).to_be_visible()
     expect(page.get_by_role("meter", name="DRAM utilization")).to_be_visible()
     expect(page.locator("#cluster-history polyline")).to_have_count(4)
-    assert page.locator("#cluster-heat rect[data-cell]").count() >= 16 * 4
+    # At least 16 nodes x 4 resources: wait until the 64th cell is drawn.
+    expect(page.locator("#cluster-heat rect[data-cell]").nth(16 * 4 - 1)).to_be_attached()
     expect(page.get_by_text("stranding resources")).to_be_visible()
     shot(page, "cluster")
 
@@ -113,7 +114,8 @@ def test_every_page_renders_with_data(service: tuple[str, str], page: Page) -> N
     expect(page.get_by_role("heading", name="Workload graph500")).to_be_visible()
     expect(page.locator("#w-slowdown rect[data-cell]")).to_have_count(77)
     expect(page.locator("#w-cost rect[data-cell]")).to_have_count(77)
-    assert page.locator("#w-pareto circle[data-point]").count() == 77
+    # The charts draw one after another: wait for the points, do not count them mid-draw.
+    expect(page.locator("#w-pareto circle[data-point]")).to_have_count(77)
     expect(page.locator("#w-decision tr.chosen")).to_have_count(1)
     shot(page, "workload")
 
@@ -129,7 +131,7 @@ def test_every_page_renders_with_data(service: tuple[str, str], page: Page) -> N
     page.get_by_role("link", name="Nodes").click()
     expect(page.get_by_role("table", name="16 nodes")).to_be_visible()
     # The demo reserves 28 + 20 + 12 + 32 ways on local-0..3 and 16 + 24 on pooled-0..1.
-    assert page.locator(".bitmap span.on").count() == 28 + 20 + 12 + 32 + 16 + 24
+    expect(page.locator(".bitmap span.on")).to_have_count(28 + 20 + 12 + 32 + 16 + 24)
     shot(page, "nodes")
 
     page.get_by_role("link", name="Reports").click()

@@ -131,9 +131,10 @@ def test_cost_is_hourly_price_times_hours() -> None:
     [
         ("cheapest", "cheapest", None),
         ("slo:5%", "slo", 0.05),
-        ("slo:0.05", "slo", 0.05),
         ("least-dram:10%", "least_dram", 0.10),
-        ("least_dram:0.1", "least_dram", 0.10),
+        ("least_dram:10%", "least_dram", 0.10),
+        ("slo:0%", "slo", 0.0),
+        ("slo:10000%", "slo", 100.0),
         (" slo:12.5% ", "slo", 0.125),
     ],
 )
@@ -155,7 +156,34 @@ def test_parse_objective_rejects(spec: str) -> None:
     assert [p.field for p in info.value.problems] == ["objective"]
 
 
-@pytest.mark.parametrize("spec", ["cheapest", "slo:5%", "least-dram:10%"])
+@pytest.mark.parametrize(
+    ("spec", "shown"),
+    [
+        ("slo:5", "slo:5%"),
+        ("least-dram:10", "least-dram:10%"),
+        ("least_dram:0.1", "least_dram:0.1%"),
+        ("slo:0.05", "slo:0.05%"),
+    ],
+)
+def test_a_bound_without_percent_is_rejected_with_the_right_form(spec: str, shown: str) -> None:
+    # `slo:5` used to be read as a fraction (500 %) without a word; now it is an error that shows
+    # what to write.
+    with pytest.raises(InvalidRequest) as info:
+        parse_objective(spec)
+    assert shown in info.value.problems[0].message
+
+
+@pytest.mark.parametrize(
+    "spec", ["slo:10000.5%", "slo:1" + "0" * 400 + "%", "slo:1e3%", "slo:5%%", "slo:.5%", "slo:5 %"]
+)
+def test_out_of_range_or_malformed_bounds_are_rejected(spec: str) -> None:
+    with pytest.raises(InvalidRequest):
+        parse_objective(spec)
+
+
+@pytest.mark.parametrize(
+    "spec", ["cheapest", "slo:5%", "least-dram:10%", "slo:0.000001%", "slo:12.5%", "slo:10000%"]
+)
 def test_objectives_print_back_as_they_parse(spec: str) -> None:
     # The recommendation records str(objective); it must be re-parseable to audit a decision.
     assert str(parse_objective(spec)) == spec
