@@ -269,6 +269,14 @@ def tick_times(
     return t
 
 
+def roomy_fast_bytes(footprint_bytes: int, page_bytes: int, knobs: Knobs | None = None) -> int:
+    """A fast-tier limit that holds every page with the free watermark still met: the manager
+    runs but never has to demote (the reference a loss is measured against)."""
+    wm = (knobs or Knobs()).demotion_watermark
+    pages = -(-footprint_bytes // page_bytes)
+    return (int(np.ceil(pages / (1.0 - wm))) + 1) * page_bytes
+
+
 def run(
     stream: Stream,
     host: Host,
@@ -285,8 +293,8 @@ def run(
     """
     knobs = knobs or Knobs()
     w = stream.workload
-    if not 0 <= fast_bytes <= w.footprint_bytes:
-        raise ValueError(f"fast_bytes {fast_bytes} outside [0, footprint {w.footprint_bytes}]")
+    if not 0 <= fast_bytes <= 4 * w.footprint_bytes:
+        raise ValueError(f"fast_bytes {fast_bytes} outside [0, 4 x footprint {w.footprint_bytes}]")
     if not 1 <= period_ticks <= w.ticks:
         raise ValueError(f"period_ticks {period_ticks} outside [1, {w.ticks}]")
     page = w.page_bytes
