@@ -19,7 +19,7 @@ from model.errors import InvalidRequest
 from model.tiering.manager_model import predicted_loss
 from model.tiering.profile import TieringProfile
 
-MAX_CANDIDATES = 64
+MAX_CANDIDATES = 32
 
 
 class PeriodTrial(BaseModel):
@@ -33,8 +33,17 @@ class PeriodPlan(BaseModel):
     model_config = ConfigDict(frozen=True)
     dominant_reuse_misses: float
     dominant_reuse_seconds: float
-    trials: list[PeriodTrial]  # in the order to try them
-    candidates: int
+    ladder: list[PeriodTrial]  # every candidate, shortest first
+    start: int  # index in `ladder` of the model's best candidate: the first trial
+    max_trials: int
+
+    @property
+    def trials(self) -> list[PeriodTrial]:
+        """The nominal order: the model's best, then one rung longer, then one rung shorter
+        (`run_trials` follows the rung that improved instead)."""
+        order = [self.start, self.start + 1, self.start - 1]
+        order += [i for i in range(len(self.ladder)) if i not in order]
+        return [self.ladder[i] for i in order if 0 <= i < len(self.ladder)][: self.max_trials]
 
 
 def dominant_reuse(profile: TieringProfile) -> float:
@@ -60,14 +69,17 @@ def period_plan(
     fast_share: float = 1.0,
     max_trials: int = 3,
 ) -> PeriodPlan:
-    if not 1 <= max_trials <= MAX_CANDIDATES:
-        raise InvalidRequest("max_trials", f"{max_trials} is outside 1..{MAX_CANDIDATES}")
+    if not 1 <= max_trials <= 16:
+        raise InvalidRequest("max_trials", f"{max_trials} is outside 1..16")
     knobs = dict(profile.page_manager.knobs) if knobs is None else knobs
     dr = dominant_reuse(profile)
     dr_seconds = dr / profile.misses_per_second
     longest = profile.wall_seconds_fast / 2.0
-    multiples = [k for k in range(1, MAX_CANDIDATES + 1) if k * dr_seconds <= longest] or [1]
-    scored = [
+    # Cori's multiples of the dominant reuse, on a ladder that thins out (x1.5 a rung) so that a
+    # few trials reach from short to long periods rather than stepping between neighbours.
+    rungs = sorted({max(1, round(1.5**j)) for j in range(MAX_CANDIDATES)})
+    multiples = [k for k in rungs if k * dr_seconds <= longest] or [1]
+    ladder = [
         PeriodTrial(
             period_seconds=k * dr_seconds,
             reuse_multiple=k,
@@ -75,28 +87,39 @@ def period_plan(
         )
         for k in multiples
     ]
-    scored.sort(key=lambda t: (round(t.predicted_loss, 4), t.reuse_multiple))
+    start = min(range(len(ladder)), key=lambda i: (round(ladder[i].predicted_loss, 4), i))
     return PeriodPlan(
         dominant_reuse_misses=dr,
         dominant_reuse_seconds=dr_seconds,
-        trials=scored[:max_trials],
-        candidates=len(multiples),
+        ladder=ladder,
+        start=start,
+        max_trials=max_trials,
     )
 
 
 def run_trials(
     plan: PeriodPlan, measure: Callable[[float], float]
 ) -> tuple[PeriodTrial, float, int]:
-    """Try the plan in order (measure returns wall seconds); stop at the first trial slower than
-    the best so far. Returns the best trial, its time and the trials spent."""
-    best: tuple[PeriodTrial, float] | None = None
-    spent = 0
-    for trial in plan.trials:
-        seconds = measure(trial.period_seconds)
-        spent += 1
-        if best is not None and seconds > best[1]:
+    """A line search on the ladder from the model's best rung: try one rung longer, then keep
+    going the way that improved; stop when a step is slower or the trials are spent. `measure`
+    returns wall seconds. Returns the best trial, its time and the trials spent."""
+    ladder = plan.ladder
+    times: dict[int, float] = {plan.start: measure(ladder[plan.start].period_seconds)}
+    best = plan.start
+    step = 1 if plan.start + 1 < len(ladder) else -1
+    turned = False
+    while len(times) < plan.max_trials:
+        nxt = best + step
+        if not 0 <= nxt < len(ladder) or nxt in times:
+            if turned:
+                break
+            step, turned = -step, True
+            continue
+        times[nxt] = measure(ladder[nxt].period_seconds)
+        if times[nxt] < times[best]:
+            best = nxt
+        elif turned or best != plan.start:
             break
-        if best is None or seconds < best[1]:
-            best = (trial, seconds)
-    assert best is not None
-    return best[0], best[1], spent
+        else:
+            step, turned = -step, True
+    return ladder[best], times[best], len(times)

@@ -19,12 +19,12 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from model.bundle import Tag
-
 TIERING_SCHEMA: Literal["tmc.tiering/v1"] = "tmc.tiering/v1"
 PageManagerKind = Literal["hemem", "memtis", "tpp", "hmsdk", "tmc-sim"]
 KnobName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_]*$")]
 Share = Annotated[float, Field(ge=0.0, le=1.0)]
+# The bundle's tag syntax (model.bundle.Tag), restated here: the bundle imports this module.
+Tag = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:/()\[\]<>-]+$")]
 
 
 class _Wire(BaseModel):
