@@ -87,7 +87,12 @@ def advise(profile: TieringProfile, request: TieringRequest | None = None) -> Ti
     request = request or TieringRequest()
     sizing = size_fast_tier(profile, request.loss_target)
     fast_share = sizing.fast_bytes / profile.footprint_bytes
-    plan = period_plan(profile, fast_share=fast_share, max_trials=request.max_period_trials)
+    plan = period_plan(
+        profile,
+        fast_share=fast_share,
+        max_trials=request.max_period_trials,
+        offset=sizing.anchor_offset,
+    )
     space = space_for(profile)
     knobs: KnobAdvice | None = None
     if space is not None:
@@ -134,10 +139,18 @@ def explain(
         )
     if sizing.saved_share == 0:
         lines.append("Nothing can be given up within the target: keep the fast tier as it is.")
+        if sizing.predicted_loss > sizing.loss_target:
+            lines.append(
+                "Even the whole footprint in the fast tier is predicted over the target under"
+                " this page manager and its knobs: tune the knobs first."
+            )
     lines.append(
         f"Migration period: the dominant reuse is {plan.dominant_reuse_seconds * 1e3:.1f} ms;"
-        f" try {', '.join(f'{t.period_seconds * 1e3:.0f} ms' for t in plan.trials)} in this"
-        " order and stop at the first that is slower than the best so far."
+        f" start at {plan.trials[0].period_seconds * 1e3:.0f} ms"
+        f" ({plan.trials[0].reuse_multiple}x), then try the next longer rung"
+        f" ({', '.join(f'{t.period_seconds * 1e3:.0f} ms' for t in plan.trials[1:2]) or 'none'})"
+        " and keep going the way that is faster, at most"
+        f" {plan.max_trials} trials."
     )
     if knobs is None:
         lines.append(f"No knob grid is known for {profile.page_manager.kind}: knobs left as they are.")

@@ -68,7 +68,10 @@ def period_plan(
     knobs: dict[str, float] | None = None,
     fast_share: float = 1.0,
     max_trials: int = 3,
+    offset: float = 0.0,
 ) -> PeriodPlan:
+    """`offset` is the sizing's anchor (measured minus predicted loss), added to each rung's
+    predicted loss so that the two read alike; it does not change the order."""
     if not 1 <= max_trials <= 16:
         raise InvalidRequest("max_trials", f"{max_trials} is outside 1..16")
     knobs = dict(profile.page_manager.knobs) if knobs is None else knobs
@@ -83,7 +86,7 @@ def period_plan(
         PeriodTrial(
             period_seconds=k * dr_seconds,
             reuse_multiple=k,
-            predicted_loss=predicted_loss(profile, knobs, k * dr_seconds, fast_share),
+            predicted_loss=predicted_loss(profile, knobs, k * dr_seconds, fast_share) + offset,
         )
         for k in multiples
     ]
