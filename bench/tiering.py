@@ -94,13 +94,13 @@ def _host(name: str) -> Host:
 
 def _limit(stream: Stream, share: float) -> int:
     w = stream.workload
-    return int(math.floor(share * w.pages + 1e-9)) * w.page_bytes
+    return math.floor(share * w.pages + 1e-9) * w.page_bytes
 
 
 def _knobs(point: dict[str, float]) -> Knobs:
     base = Knobs().model_dump()
     for k, v in point.items():
-        base[k] = v if k == "demotion_watermark" else int(round(v))
+        base[k] = v if k == "demotion_watermark" else round(v)
     return Knobs(**base)
 
 
@@ -112,7 +112,11 @@ def sizing_case(workload: str, host_name: str, seed: int, s: Settings) -> dict[s
     ref = run(truth, host, w.footprint_bytes, managed=False).wall_seconds
 
     def loss(share: float) -> float:
-        return run(truth, host, _limit(truth, share), period_ticks=DEFAULT_PERIOD_TICKS).wall_seconds / ref - 1.0
+        return (
+            run(truth, host, _limit(truth, share), period_ticks=DEFAULT_PERIOD_TICKS).wall_seconds
+            / ref
+            - 1.0
+        )
 
     advice = size_fast_tier(profile, s.loss_target)
     true_loss = loss(advice.fast_bytes / w.footprint_bytes)
@@ -139,7 +143,9 @@ def cold_bo(
 ) -> list[float]:
     """SMAC-like: random initial design, then EI on a random forest's mean and spread across
     trees, with one pick in five at random. Returns the best-so-far after each trial."""
-    from sklearn.ensemble import RandomForestRegressor  # noqa: PLC0415 - bench-only dependency
+    from sklearn.ensemble import (  # type: ignore[import-untyped]  # noqa: PLC0415 - bench only
+        RandomForestRegressor,
+    )
 
     rng = np.random.default_rng(seed)
     n = len(x)
@@ -152,7 +158,7 @@ def cold_bo(
             pick = int(next(i for i in order if i not in seen))
         else:
             idx = np.array(list(seen))
-            forest = RandomForestRegressor(n_estimators=40, random_state=seed + t, n_jobs=1)
+            forest = RandomForestRegressor(n_estimators=30, random_state=seed + t, n_jobs=1)
             forest.fit(x[idx], np.log([seen[i] for i in idx]))
             per_tree = np.stack([tree.predict(x[free]) for tree in forest.estimators_])
             mean, std = per_tree.mean(axis=0), per_tree.std(axis=0) + 1e-9
@@ -188,11 +194,9 @@ def tuning_case(workload: str, host_name: str, seed: int, s: Settings) -> dict[s
     grid = sorted({round(p) for p in np.geomspace(1, w.ticks // 2, s.period_grid_points)})
     sweep_best = min(at_period(k) for k in grid)
     plan = period_plan(profile, fast_share=s.period_fast_share)
-    chosen, plan_seconds, spent = run_trials(
-        plan, lambda sec: at_period(round(sec / tick_seconds))
-    )
+    chosen, plan_seconds, spent = run_trials(plan, lambda sec: at_period(round(sec / tick_seconds)))
     cori = [at_period(round(k * plan.dominant_reuse_seconds / tick_seconds)) for k in (1, 2, 3)]
-    best_period = min(sweep_best, plan_seconds, min(cori))
+    best_period = min(sweep_best, plan_seconds, *cori)
     period = {
         "dominant_reuse_ticks": plan.dominant_reuse_seconds / tick_seconds,
         "plan_ticks": [t.period_seconds / tick_seconds for t in plan.trials],
@@ -206,9 +210,7 @@ def tuning_case(workload: str, host_name: str, seed: int, s: Settings) -> dict[s
 
     # Knobs.
     limit = _limit(truth, s.knob_fast_share)
-    tuner = KnobTuner(
-        profile, s.space, DEFAULT_PERIOD_TICKS * tick_seconds, s.knob_fast_share
-    )
+    tuner = KnobTuner(profile, s.space, DEFAULT_PERIOD_TICKS * tick_seconds, s.knob_fast_share)
     points = tuner.grid
     cache: dict[int, float] = {}
 
@@ -268,7 +270,9 @@ def summarise(sizing: Sequence[dict[str, Any]], tuning: Sequence[dict[str, Any]]
         "tuning_cases": len(tuning),
         "period_gap_mean": float(np.mean([t["period"]["plan_gap"] for t in tuning])),
         "period_gap_max": float(max(t["period"]["plan_gap"] for t in tuning)),
-        "period_within_3pct_share": float(np.mean([t["period"]["plan_gap"] <= 0.03 for t in tuning])),
+        "period_within_3pct_share": float(
+            np.mean([t["period"]["plan_gap"] <= 0.03 for t in tuning])
+        ),
         "period_trials_max": int(max(t["period"]["trials"] for t in tuning)),
         "period_trials_mean": float(np.mean([t["period"]["trials"] for t in tuning])),
         "cori3_gap_mean": float(np.mean([t["period"]["cori3_gap"] for t in tuning])),
@@ -348,7 +352,9 @@ def markdown(data: dict[str, Any]) -> str:
         f"| loss target met | ≥ {_pct(t['loss_met_share'])} of cases | {_pct(s['loss_met_share'])} (worst true loss {_pct(s['true_loss_max'])}) |",
         f"| migration period vs the best of a {data['settings']['period_grid_points']}-period sweep | within 3 % in ≤ 3 trials (Cori: 3 %, 5 trials) | mean gap {_pct(s['period_gap_mean'])}, max {_pct(s['period_gap_max'])}, {_pct(s['period_within_3pct_share'])} of cases within 3 %; at most {s['period_trials_max']} trials (mean {s['period_trials_mean']:.1f}) |",
         f"| knobs: warm BO (≤ {data['settings']['warm_trials']} trials) vs cold BO ({data['settings']['cold_trials']} trials) | at least as good | warm/cold run time {s['warm_over_cold_mean']:.4f} mean, {s['warm_over_cold_max']:.4f} worst; as good or better in {_pct(s['warm_at_least_cold_share'])} of cases |",
-        f"| knobs: speed-up over defaults where defaults are poor (≥ 1.1× off the grid's best) | ≥ 1.1× (000: 1.07–2.09×) | {s['poor_default_cases']} such cases; " + (f"{poor:.3f}× (cold BO {s['poor_default_cold_speedup_mean']:.3f}×)" if poor else "none") + f"; over all cases {s['warm_speedup_over_default_mean']:.3f}× |",
+        f"| knobs: speed-up over defaults where defaults are poor (≥ 1.1× off the grid's best) | ≥ 1.1× (000: 1.07–2.09×) | {s['poor_default_cases']} such cases; "
+        + (f"{poor:.3f}× (cold BO {s['poor_default_cold_speedup_mean']:.3f}×)" if poor else "none")
+        + f"; over all cases {s['warm_speedup_over_default_mean']:.3f}× |",
         "",
         f"Knob settings against exhaustive search: warm {s['warm_over_best_mean']:.4f}×, cold {s['cold_over_best_mean']:.4f}×, defaults {s['default_over_best_mean']:.4f}× the best run time, on average. Period: Cori's first three multiples in order leave {_pct(s['cori3_gap_mean'])} on average, the default period {_pct(s['default_period_gap_mean'])}.",
         "",

@@ -52,7 +52,12 @@ def render_advice(console: Console, advice: TieringAdvice) -> None:
     )
     table = Table("trial", "period", "× dominant reuse", "predicted loss")
     for i, t in enumerate(advice.period.trials, start=1):
-        table.add_row(str(i), f"{t.period_seconds * 1e3:.0f} ms", str(t.reuse_multiple), f"{t.predicted_loss:.1%}")
+        table.add_row(
+            str(i),
+            f"{t.period_seconds * 1e3:.0f} ms",
+            str(t.reuse_multiple),
+            f"{t.predicted_loss:.1%}",
+        )
     console.print(table)
     if advice.knobs is not None:
         k = advice.knobs
@@ -70,7 +75,9 @@ def recommend_cmd(
     profile: Annotated[
         Path, typer.Option("--profile", "-p", help="A tiering profile, or a bundle carrying one.")
     ],
-    loss_target: Annotated[float, typer.Option(help="τ: accepted run-time loss, e.g. 0.05.")] = 0.05,
+    loss_target: Annotated[
+        float, typer.Option(help="τ: accepted run-time loss, e.g. 0.05.")
+    ] = 0.05,
     trials: Annotated[
         Path | None,
         typer.Option(help="JSON list of measured knob trials: [{knobs: {...}, wall_seconds}]"),
@@ -82,9 +89,7 @@ def recommend_cmd(
     from cli.main import guarded  # noqa: PLC0415 - main imports this module
 
     def run() -> None:
-        done = (
-            TypeAdapter(list[Trial]).validate_json(_read(trials)) if trials is not None else []
-        )
+        done = TypeAdapter(list[Trial]).validate_json(_read(trials)) if trials is not None else []
         request = TieringRequest(loss_target=loss_target, knob_budget=budget, trials=done)
         advice = advise(load_tiering_profile(profile), request)
         if as_json:
@@ -97,10 +102,12 @@ def recommend_cmd(
 
 @tiering_app.command("study")
 def study_cmd(
-    quick: Annotated[bool, typer.Option("--quick", help="Seconds: one workload, one host.")] = False,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the JSON and markdown.")] = Path(
-        "docs/reports"
-    ),
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Seconds: one workload, one host.")
+    ] = False,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Folder for the JSON and markdown.")
+    ] = Path("docs/reports"),
 ) -> None:
     """The advisor against the simulator: sizing, period and knobs vs sweeps, exhaustive search,
     cold BO and defaults; writes tiering[-quick].{json,md}."""

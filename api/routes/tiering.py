@@ -43,7 +43,11 @@ def _stored_profile(state: StateDep, name: str) -> TieringProfile:
         try:
             tiering = ProfileBundle.model_validate(row.bundle).tiering
         except ValidationError as exc:  # stored before this version: say so, do not crash
-            raise ApiError(409, "No tiering profile", f"the stored profile cannot be read: {exc.error_count()} errors") from exc
+            raise ApiError(
+                409,
+                "No tiering profile",
+                f"the stored profile cannot be read: {exc.error_count()} errors",
+            ) from exc
     if tiering is None:
         raise ApiError(
             409,
@@ -66,7 +70,9 @@ def _stored_profile(state: StateDep, name: str) -> TieringProfile:
 def recommend_tiering(body: TieringRecommendIn, state: StateDep, _: Advisor) -> TieringAdvice:
     if (body.profile is None) == (body.workload is None):
         raise ApiError(422, "Invalid request", "give exactly one of workload and profile")
-    profile = body.profile if body.profile is not None else _stored_profile(state, str(body.workload))
+    profile = (
+        body.profile if body.profile is not None else _stored_profile(state, str(body.workload))
+    )
     request = TieringRequest(
         loss_target=body.loss_target,
         max_period_trials=body.max_period_trials,

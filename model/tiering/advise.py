@@ -33,9 +33,7 @@ ADVICE_SCHEMA: Literal["tmc.tiering-advice/v1"] = "tmc.tiering-advice/v1"
 # The manager model has no view of them, so their search is guided by measurements alone.
 TPP_SPACE = KnobSpace(
     dimensions=(
-        KnobDimension(
-            name="hot_threshold_ms", values=(250, 500, 1000, 2000, 4000), default=1000
-        ),
+        KnobDimension(name="hot_threshold_ms", values=(250, 500, 1000, 2000, 4000), default=1000),
         KnobDimension(
             name="promote_rate_limit_mbps", values=(64, 256, 1024, 4096, 65536), default=65536
         ),
@@ -153,7 +151,9 @@ def explain(
         f" {plan.max_trials} trials."
     )
     if knobs is None:
-        lines.append(f"No knob grid is known for {profile.page_manager.kind}: knobs left as they are.")
+        lines.append(
+            f"No knob grid is known for {profile.page_manager.kind}: knobs left as they are."
+        )
     else:
         ranked = sorted(knobs.importance.items(), key=lambda kv: -kv[1])
         lines.append(

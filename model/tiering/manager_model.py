@@ -48,7 +48,8 @@ def poisson_below(mean: NDArray[np.float64], k: float) -> NDArray[np.float64]:
     for i in range(min(kk, 400)):
         total += term
         term = term * mean / (i + 1)
-    return np.clip(total, 0.0, 1.0)
+    out: NDArray[np.float64] = np.clip(total, 0.0, 1.0)
+    return out
 
 
 def page_shares(profile: TieringProfile) -> NDArray[np.float64]:
@@ -57,7 +58,8 @@ def page_shares(profile: TieringProfile) -> NDArray[np.float64]:
     x = np.concatenate([[0.0], profile.hotness.page_shares])
     y = np.concatenate([[0.0], profile.hotness.window_miss_share])
     cum = np.interp(np.arange(n + 1) / n, x, y)
-    return np.maximum(np.diff(cum), 0.0)
+    shares: NDArray[np.float64] = np.maximum(np.diff(cum), 0.0)
+    return shares
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
 from model.errors import InvalidRequest
 from model.tiering.manager_model import predicted_loss
@@ -37,6 +37,7 @@ class PeriodPlan(BaseModel):
     start: int  # index in `ladder` of the model's best candidate: the first trial
     max_trials: int
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def trials(self) -> list[PeriodTrial]:
         """The nominal order: the model's best, then one rung longer, then one rung shorter

@@ -114,7 +114,9 @@ class TieringProfile(_Wire):
             raise ValueError("window_seconds exceeds the run (wall_seconds_fast)")
         total = sum(s.size_bytes for s in self.structures)
         if total != self.footprint_bytes:
-            raise ValueError(f"structure sizes add up to {total}, footprint is {self.footprint_bytes}")
+            raise ValueError(
+                f"structure sizes add up to {total}, footprint is {self.footprint_bytes}"
+            )
         if self.counters is not None and self.counters.fast_bytes > self.footprint_bytes:
             raise ValueError("counters.fast_bytes exceeds footprint_bytes")
         return self

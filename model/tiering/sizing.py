@@ -55,7 +55,9 @@ def size_fast_tier(
     if not 0.0 < margin <= 1.0:
         raise InvalidRequest("margin", f"{margin} is outside (0, 1]")
     knobs = dict(profile.page_manager.knobs) if knobs is None else knobs
-    period = profile.page_manager.migration_period_seconds if period_seconds is None else period_seconds
+    period = (
+        profile.page_manager.migration_period_seconds if period_seconds is None else period_seconds
+    )
     offset = 0.0
     c = profile.counters
     if c is not None and c.fast_bytes > 0:

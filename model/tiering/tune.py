@@ -43,7 +43,10 @@ class KnobSpace(BaseModel):
 
     def grid(self) -> list[dict[str, float]]:
         names = [d.name for d in self.dimensions]
-        return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(d.values for d in self.dimensions))]
+        return [
+            dict(zip(names, combo, strict=True))
+            for combo in itertools.product(*(d.values for d in self.dimensions))
+        ]
 
     def default(self) -> dict[str, float]:
         return {d.name: d.default for d in self.dimensions}
@@ -95,9 +98,12 @@ class KnobAdvice(BaseModel):
     predicted_best_loss: float
 
 
-def _kernel(a: NDArray[np.float64], b: NDArray[np.float64], scale: float, length: float) -> NDArray[np.float64]:
+def _kernel(
+    a: NDArray[np.float64], b: NDArray[np.float64], scale: float, length: float
+) -> NDArray[np.float64]:
     d2 = ((a[:, None, :] - b[None, :, :]) ** 2).sum(axis=2)
-    return scale * np.exp(-0.5 * d2 / length**2)
+    out: NDArray[np.float64] = scale * np.exp(-0.5 * d2 / length**2)
+    return out
 
 
 def gp_posterior(
@@ -111,7 +117,7 @@ def gp_posterior(
     best: tuple[float, float, NDArray[np.float64]] | None = None
     for length in LENGTH_SCALES:
         kxx = _kernel(x, x, scale, length) + (NOISE * scale + 1e-9) * np.eye(len(x))
-        chol = np.linalg.cholesky(kxx)
+        chol = np.asarray(np.linalg.cholesky(kxx), dtype=np.float64)
         alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, r))
         loglik = -0.5 * float(r @ alpha) - float(np.log(np.diag(chol)).sum())
         if best is None or loglik > best[0]:
@@ -132,7 +138,8 @@ def expected_improvement(
     z = (best - XI - mean) / std
     cdf = 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
     pdf = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
-    return (best - XI - mean) * cdf + std * pdf
+    ei: NDArray[np.float64] = (best - XI - mean) * cdf + std * pdf
+    return ei
 
 
 class KnobTuner:
@@ -148,9 +155,15 @@ class KnobTuner:
         self.space = space
         self.grid = space.grid()
         self.x = space.encode(self.grid)
-        period = profile.page_manager.migration_period_seconds if period_seconds is None else period_seconds
+        period = (
+            profile.page_manager.migration_period_seconds
+            if period_seconds is None
+            else period_seconds
+        )
         base = {**DEFAULT_KNOBS, **profile.page_manager.knobs}
-        losses = np.array([predicted_loss(profile, {**base, **p}, period, fast_share) for p in self.grid])
+        losses = np.array(
+            [predicted_loss(profile, {**base, **p}, period, fast_share) for p in self.grid]
+        )
         self.prior_loss = losses
         self.prior = np.log(profile.wall_seconds_fast * (1.0 + losses))
         self.default_index = self.index_of(space.default())
@@ -245,7 +258,9 @@ def advise_knobs(
         best=chosen,
         best_wall_seconds=best[1] if best else None,
         default_wall_seconds=math.exp(default) if default is not None else None,
-        speedup_over_default=(math.exp(default) / best[1]) if best and default is not None else None,
+        speedup_over_default=(math.exp(default) / best[1])
+        if best and default is not None
+        else None,
         is_default=tuner.index_of(chosen) == tuner.default_index,
         next_trial=nxt,
         trials_done=len(tuner.measured),

@@ -172,7 +172,9 @@ def runtime_environment(kind: str, settings: TieringSettings) -> dict[str, str]:
     for name, value in sorted(settings.knobs.items()):
         if not ENV_NAME.fullmatch(name):
             raise TieringApplyError(f"bad knob name {name!r}")
-        env[f"TMC_TIERING_{name.upper()}"] = f"{value:g}" if not float(value).is_integer() else str(int(value))
+        env[f"TMC_TIERING_{name.upper()}"] = (
+            f"{value:g}" if not float(value).is_integer() else str(int(value))
+        )
     if settings.migration_period_ms is not None:
         env["TMC_TIERING_MIGRATION_PERIOD_MS"] = str(int(settings.migration_period_ms))
     if settings.fast_bytes is not None:

@@ -1,8 +1,8 @@
 """Dynamic tiering: a page manager migrating pages between tiers while a workload runs.
 
-    draw_stream(workload, seed)                       the accesses of one run
-    run(stream, host, fast_bytes, knobs, period)      its time under the page manager
-    tiering_profile(stream, host, ...)                what an agent would record
+draw_stream(workload, seed)                       the accesses of one run
+run(stream, host, fast_bytes, knobs, period)      its time under the page manager
+tiering_profile(stream, host, ...)                what an agent would record
 """
 
 from sim.tiering.manager import Knobs, TieringRun, run

@@ -86,7 +86,7 @@ def _poisson(mean: float, u: float) -> float:
         # Tukey's lambda approximation of the normal quantile (error < 1 %).
         uc = min(max(u, 1e-9), 1.0 - 1e-9)
         z = 4.91 * (uc**0.14 - (1.0 - uc) ** 0.14)
-        return max(0.0, np.floor(mean + np.sqrt(mean) * z + 0.5))
+        return float(max(0.0, np.floor(mean + np.sqrt(mean) * z + 0.5)))
     p = np.exp(-mean)
     cdf = p
     k = 0.0
@@ -98,15 +98,39 @@ def _poisson(mean: float, u: float) -> float:
 
 
 @njit(cache=True)
-def _manage(  # noqa: PLR0914 - one compiled loop holds the manager's whole state
+def _sample_matrix(
+    misses: NDArray[np.float64], luck: NDArray[np.float64], period: float
+) -> NDArray[np.float64]:
+    out = np.zeros_like(misses)
+    ticks, n = misses.shape
+    for t in range(ticks):
+        for p in range(n):
+            if misses[t, p] > 0.0:
+                out[t, p] = _poisson(misses[t, p] / period, luck[t, p])
+    return out
+
+
+def sampled_counts(
+    stream: Stream, period: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """PEBS-like sampled reads and writes per tick and page at `period` misses per sample."""
+    if period not in stream.sampled:
+        stream.sampled[period] = (
+            _sample_matrix(stream.reads, stream.luck_reads, period),
+            _sample_matrix(stream.writes, stream.luck_writes, period),
+        )
+    return stream.sampled[period]
+
+
+@njit(cache=True)
+def _manage(
     reads: NDArray[np.float64],
     writes: NDArray[np.float64],
-    luck_r: NDArray[np.float64],
-    luck_w: NDArray[np.float64],
+    sampled_r: NDArray[np.float64],
+    sampled_w: NDArray[np.float64],
     first_touch: NDArray[np.int64],
     fast_pages: int,
     managed: bool,
-    sampling_period: float,
     read_hot: float,
     write_hot: float,
     cooling: float,
@@ -145,18 +169,16 @@ def _manage(  # noqa: PLR0914 - one compiled loop holds the manager's whole stat
                 sw += w
             if not managed:
                 continue
-            if r > 0.0:
-                k = _poisson(r / sampling_period, luck_r[t, p])
-                if k > 0:
-                    heat_r[p] += k
-                    recent[p] = True
-                    samples += k
-            if w > 0.0:
-                k = _poisson(w / sampling_period, luck_w[t, p])
-                if k > 0:
-                    heat_w[p] += k
-                    recent[p] = True
-                    samples += k
+            k = sampled_r[t, p]
+            if k > 0:
+                heat_r[p] += k
+                recent[p] = True
+                samples += k
+            k = sampled_w[t, p]
+            if k > 0:
+                heat_w[p] += k
+                recent[p] = True
+                samples += k
             peak = max(peak, heat_r[p] + heat_w[p])
         # HeMem cools by halving every count once one page's count reaches the threshold.
         while peak >= cooling:
@@ -264,9 +286,17 @@ def tick_times(
     for _ in range(12):  # fixed point of time <-> utilisation, damped
         rho_f = host.fast_tier.background_utilization + busy_fast / t
         rho_s = host.slow_tier.background_utilization + busy_slow / t
-        memory = ((fr + fw) * _loaded(host.fast_tier, rho_f) + (sr + sw) * _loaded(host.slow_tier, rho_s)) / in_flight * 1e-9
+        memory = (
+            (
+                (fr + fw) * _loaded(host.fast_tier, rho_f)
+                + (sr + sw) * _loaded(host.slow_tier, rho_s)
+            )
+            / in_flight
+            * 1e-9
+        )
         t = 0.5 * t + 0.5 * np.maximum(compute + overhead + memory, floor)
-    return t
+    seconds: NDArray[np.float64] = t
+    return seconds
 
 
 def roomy_fast_bytes(footprint_bytes: int, page_bytes: int, knobs: Knobs | None = None) -> int:
@@ -299,22 +329,27 @@ def run(
         raise ValueError(f"period_ticks {period_ticks} outside [1, {w.ticks}]")
     page = w.page_bytes
     fast_pages = fast_bytes // page
+    # A region stands for `huge` huge pages that behave alike: the manager's counter for each of
+    # them sees the region's samples divided among them, as it would on real 2 MiB pages.
+    if managed:
+        sr, sw = sampled_counts(
+            stream, float(knobs.sampling_period) * max(1.0, page / HUGE_PAGE_BYTES)
+        )
+    else:
+        sr = sw = np.zeros((1, 1))
     cols = _manage(
         stream.reads,
         stream.writes,
-        stream.luck_reads,
-        stream.luck_writes,
+        sr,
+        sw,
         stream.first_touch,
         int(fast_pages),
         bool(managed),
-        # A region stands for `huge` huge pages that behave alike: the manager's counter for each
-        # of them sees the region's samples divided among them, as it would on real 2 MiB pages.
-        float(knobs.sampling_period) * max(1.0, page / HUGE_PAGE_BYTES),
         float(knobs.read_hot_threshold),
         float(knobs.write_hot_threshold),
         float(knobs.cooling_threshold),
         max(1, knobs.migrate_batch_bytes // page),
-        int(round(knobs.demotion_watermark * fast_pages)),
+        round(knobs.demotion_watermark * fast_pages),
         int(period_ticks),
         bool(adaptive_demotion),
     )

@@ -29,7 +29,9 @@ CURVE_POINTS = 100
 REUSE_BINS = 24
 
 
-def sampled_counts(stream: Stream, period: int, seed: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def sampled_counts(
+    stream: Stream, period: int, seed: int
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """PEBS-like samples per tick and page: Poisson with mean misses / period."""
     rng = np.random.default_rng([stream.seed, seed, 2])
     return rng.poisson(stream.reads / period).astype(float), rng.poisson(

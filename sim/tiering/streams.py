@@ -10,7 +10,7 @@ replays the very same accesses (common random numbers) and settings compare with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 import numpy as np
@@ -125,6 +125,10 @@ class Stream:
     # every knob setting sees the same luck (common random numbers) and compares without noise.
     luck_reads: NDArray[np.float64]
     luck_writes: NDArray[np.float64]
+    # Sampled counts per sampling period, computed once (they depend on nothing else).
+    sampled: dict[float, tuple[NDArray[np.float64], NDArray[np.float64]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @property
     def misses(self) -> NDArray[np.float64]:
@@ -132,8 +136,8 @@ class Stream:
 
 
 def _region(pattern_start: float, span: float, pages: int) -> tuple[int, int]:
-    lo = int(round(pattern_start * pages))
-    n = max(1, int(round(span * pages)))
+    lo = round(pattern_start * pages)
+    n = max(1, round(span * pages))
     return lo, min(n, pages - lo)
 
 
@@ -150,8 +154,8 @@ def _probabilities(
         idx = lo + (np.arange(pos, pos + window) % n)
         p[idx] = 1.0 / window
     else:
-        hot = max(1, int(round(pattern.fraction * n)))
-        offset = int(round(pattern.shift * n)) * (tick_in_phase // pattern.every_ticks)
+        hot = max(1, round(pattern.fraction * n))
+        offset = round(pattern.shift * n) * (tick_in_phase // pattern.every_ticks)
         ranks = np.arange(1, hot + 1, dtype=np.float64) ** -pattern.exponent
         # Popularity ranks are scattered within the window by a fixed permutation.
         members = lo + (offset + np.argsort(perm[:hot])) % n
@@ -224,7 +228,11 @@ def moving_hot() -> TieringWorkload:
                 ticks=456,
                 patterns=[
                     HotSpot(
-                        share=0.85, span=0.75, fraction=0.12, exponent=0.8, shift=0.02,
+                        share=0.85,
+                        span=0.75,
+                        fraction=0.12,
+                        exponent=0.8,
+                        shift=0.02,
                         every_ticks=12,
                     ),
                     Uniform(share=0.15, span=0.75),
@@ -247,7 +255,9 @@ def init_then_lookup() -> TieringWorkload:
         mlp=2.0,
         compute_ns_per_miss=60.0,
         phases=[
-            Phase(ticks=96, patterns=[Sweep(share=1.0, span=1.0, sweep_ticks=96, write_fraction=0.7)]),
+            Phase(
+                ticks=96, patterns=[Sweep(share=1.0, span=1.0, sweep_ticks=96, write_fraction=0.7)]
+            ),
             Phase(
                 ticks=384,
                 patterns=[

@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
@@ -53,7 +54,7 @@ def test_profile_round_trips_and_rides_in_a_bundle(strided_profile: TieringProfi
     ],
 )
 def test_profile_rejects_what_no_agent_could_measure(
-    strided_profile: TieringProfile, path: tuple, value: object, message: str
+    strided_profile: TieringProfile, path: tuple[str | int, ...], value: object, message: str
 ) -> None:
     data = json.loads(strided_profile.model_dump_json())
     node = data
@@ -77,7 +78,10 @@ def ladder_plan(n: int, start: int, max_trials: int = 3) -> PeriodPlan:
     return PeriodPlan(
         dominant_reuse_misses=1.0,
         dominant_reuse_seconds=1.0,
-        ladder=[PeriodTrial(period_seconds=float(i + 1), reuse_multiple=i + 1, predicted_loss=0.0) for i in range(n)],
+        ladder=[
+            PeriodTrial(period_seconds=float(i + 1), reuse_multiple=i + 1, predicted_loss=0.0)
+            for i in range(n)
+        ],
         start=start,
         max_trials=max_trials,
     )
@@ -133,17 +137,17 @@ def test_sizing_anchors_on_the_measured_counters() -> None:
 
 
 def test_gp_interpolates_its_observations() -> None:
-    import numpy as np
-
     x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
     y = np.array([1.0, 2.0, 3.0])
     mean, std = gp_posterior(x, y, x)
     assert mean == pytest.approx(y, abs=0.05)
-    far_mean, far_std = gp_posterior(x, y, np.array([[1.0, 1.0]]))
+    _, far_std = gp_posterior(x, y, np.array([[1.0, 1.0]]))
     assert far_std[0] > std.max()
 
 
-def test_tuner_starts_from_the_default_then_the_models_picks(strided_profile: TieringProfile) -> None:
+def test_tuner_starts_from_the_default_then_the_models_picks(
+    strided_profile: TieringProfile,
+) -> None:
     tuner = KnobTuner(strided_profile)
     first = tuner.ask()
     assert first == HEMEM_SPACE.default()
@@ -158,15 +162,24 @@ def test_the_default_guards_the_advice(strided_profile: TieringProfile) -> None:
     default = HEMEM_SPACE.default()
     worse = {**default, "read_hot_threshold": 1.0}
     advice = advise_knobs(
-        strided_profile, [Trial(knobs=default, wall_seconds=10.0), Trial(knobs=worse, wall_seconds=12.0)]
+        strided_profile,
+        [Trial(knobs=default, wall_seconds=10.0), Trial(knobs=worse, wall_seconds=12.0)],
     )
     assert advice.is_default and advice.best == default and advice.speedup_over_default == 1.0
     better = advise_knobs(
-        strided_profile, [Trial(knobs=default, wall_seconds=10.0), Trial(knobs=worse, wall_seconds=8.0)]
+        strided_profile,
+        [Trial(knobs=default, wall_seconds=10.0), Trial(knobs=worse, wall_seconds=8.0)],
     )
     assert not better.is_default and better.speedup_over_default == pytest.approx(1.25)
-    assert math.isclose(sum(better.importance.values()), 1.0) or sum(better.importance.values()) == 0
-    assert advise_knobs(strided_profile, [Trial(knobs=default, wall_seconds=10.0)], budget=1).next_trial is None
+    assert (
+        math.isclose(sum(better.importance.values()), 1.0) or sum(better.importance.values()) == 0
+    )
+    assert (
+        advise_knobs(
+            strided_profile, [Trial(knobs=default, wall_seconds=10.0)], budget=1
+        ).next_trial
+        is None
+    )
 
 
 def test_trials_must_name_every_knob(strided_profile: TieringProfile) -> None:
@@ -180,10 +193,17 @@ def test_advise_explains_and_picks_the_managers_knob_space(strided_profile: Tier
     assert any("Fast tier" in line for line in advice.explanation)
     assert any("importance" in line for line in advice.explanation)
     tpp = strided_profile.model_copy(
-        update={"page_manager": strided_profile.page_manager.model_copy(update={"kind": "tpp", "knobs": {"hot_threshold_ms": 900.0}})}
+        update={
+            "page_manager": strided_profile.page_manager.model_copy(
+                update={"kind": "tpp", "knobs": {"hot_threshold_ms": 900.0}}
+            )
+        }
     )
     advice = advise(tpp)
-    assert advice.knobs is not None and advice.knobs.next_trial == {"hot_threshold_ms": 1000, "promote_rate_limit_mbps": 65536}
+    assert advice.knobs is not None and advice.knobs.next_trial == {
+        "hot_threshold_ms": 1000,
+        "promote_rate_limit_mbps": 65536,
+    }
     hmsdk = strided_profile.model_copy(
         update={"page_manager": strided_profile.page_manager.model_copy(update={"kind": "hmsdk"})}
     )

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sim.machine import cxl_local_host, optane_host
-from sim.tiering import Knobs, run
+from sim.tiering import Knobs, Stream, run
 from sim.tiering.manager import (
     HUGE_PAGE_BYTES,
     LINE_BYTES,
@@ -25,12 +25,13 @@ from sim.tiering.streams import (
     Uniform,
     draw_stream,
 )
-from tests.tiering.conftest import stream
+from tests.tiering.conftest import profile, stream
 
 
-def half(s, share: float = 0.5) -> int:
+def half(s: Stream, share: float = 0.5) -> int:
     w = s.workload
-    return int(share * w.pages) * w.page_bytes
+    pages: int = int(share * w.pages) * w.page_bytes
+    return pages
 
 
 def test_same_seed_same_stream_and_misses_add_up() -> None:
@@ -88,7 +89,9 @@ def test_first_touch_fills_the_fast_tier_in_touch_order() -> None:
 def test_passes_come_every_period() -> None:
     s = stream("strided")
     for period in (1, 8, 50):
-        assert run(s, optane_host(), half(s), period_ticks=period).passes == s.workload.ticks // period
+        assert (
+            run(s, optane_host(), half(s), period_ticks=period).passes == s.workload.ticks // period
+        )
 
 
 def test_cooling_caps_counts_so_a_threshold_above_it_never_fires() -> None:
@@ -102,7 +105,9 @@ def test_cooling_caps_counts_so_a_threshold_above_it_never_fires() -> None:
 def test_lower_hot_thresholds_promote_more() -> None:
     s = stream("moving-hot")
     counts = [
-        run(s, optane_host(), half(s, 0.6), Knobs(read_hot_threshold=t, cooling_threshold=36)).promotions
+        run(
+            s, optane_host(), half(s, 0.6), Knobs(read_hot_threshold=t, cooling_threshold=36)
+        ).promotions
         for t in (24, 8, 2)
     ]
     assert counts[0] < counts[1] < counts[2]
@@ -157,7 +162,10 @@ def test_time_slow_misses_cost_more_than_fast_ones() -> None:
     fast = _cols()
     slow = _cols()
     slow[:, 2], slow[:, 0] = slow[:, 0], 0.0
-    assert (tick_times(s, host, slow, s.workload.page_bytes) > tick_times(s, host, fast, s.workload.page_bytes)).all()
+    assert (
+        tick_times(s, host, slow, s.workload.page_bytes)
+        > tick_times(s, host, fast, s.workload.page_bytes)
+    ).all()
 
 
 def test_time_charges_samples_shootdowns_and_copies() -> None:
@@ -203,8 +211,6 @@ def test_sweep_reuse_shows_in_the_profile(strided_profile) -> None:
 
 
 def test_profile_curves_window_beats_static_for_a_moving_hot_set() -> None:
-    from tests.tiering.conftest import profile
-
     moving = profile("moving-hot").hotness
     i = 9  # the hottest 10 % of pages
     assert moving.window_miss_share[i] > moving.run_miss_share[i] + 0.05
