@@ -217,3 +217,22 @@ def test_profile_curves_window_beats_static_for_a_moving_hot_set() -> None:
     assert moving.turnover[i] > 0.1
     # Turnover also counts sampling noise among equally warm pages: a measured, not a true, figure.
     assert all(0.0 <= x <= 1.0 for x in moving.turnover)
+
+
+def test_the_simulator_never_imports_the_advisor() -> None:
+    """Ground truth must not be the model in disguise: sim/tiering may use the profile schema
+    (what it emits) and nothing else of model/tiering."""
+    import ast  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    root = Path(__file__).resolve().parents[2] / "sim" / "tiering"
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("model.tiering")
+            ):
+                assert node.module == "model.tiering.profile", f"{path.name} imports {node.module}"
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("model.tiering") for a in node.names), path.name
