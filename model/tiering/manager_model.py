@@ -36,6 +36,16 @@ DEFAULT_KNOBS = {
 }
 
 
+# The knobs the model reads (everything else leaves its prediction unchanged).
+MODEL_KNOBS = (
+    "sampling_period",
+    "read_hot_threshold",
+    "write_hot_threshold",
+    "cooling_threshold",
+    "demotion_watermark",
+)
+
+
 def knob(knobs: dict[str, float], name: str) -> float:
     return float(knobs.get(name, DEFAULT_KNOBS[name]))
 

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
 from model.errors import InvalidRequest
-from model.tiering.manager_model import DEFAULT_KNOBS, predicted_loss
+from model.tiering.manager_model import DEFAULT_KNOBS, MODEL_KNOBS, predicted_loss
 from model.tiering.profile import TieringProfile
 
 MODEL_SEEDS = 3  # trials after the default taken from the model's ranking
@@ -161,9 +161,18 @@ class KnobTuner:
             else period_seconds
         )
         base = {**DEFAULT_KNOBS, **profile.page_manager.knobs}
-        losses = np.array(
-            [predicted_loss(profile, {**base, **p}, period, fast_share) for p in self.grid]
-        )
+        # The model reads only some knobs (not the batch size): settings that differ only in the
+        # others share one prediction.
+        memo: dict[tuple[float, ...], float] = {}
+
+        def loss(point: dict[str, float]) -> float:
+            knobs = {**base, **point}
+            key = tuple(knobs[k] for k in MODEL_KNOBS if k in knobs)
+            if key not in memo:
+                memo[key] = predicted_loss(profile, knobs, period, fast_share)
+            return memo[key]
+
+        losses = np.array([loss(p) for p in self.grid])
         self.prior_loss = losses
         self.prior = np.log(profile.wall_seconds_fast * (1.0 + losses))
         self.default_index = self.index_of(space.default())
