@@ -210,7 +210,9 @@ def tuning_case(workload: str, host_name: str, seed: int, s: Settings) -> dict[s
 
     # Knobs.
     limit = _limit(truth, s.knob_fast_share)
-    tuner = KnobTuner(profile, s.space, DEFAULT_PERIOD_TICKS * tick_seconds, s.knob_fast_share)
+    tuner = KnobTuner(
+        profile, s.space, DEFAULT_PERIOD_TICKS * tick_seconds, s.knob_fast_share, s.warm_trials
+    )
     points = tuner.grid
     cache: dict[int, float] = {}
 

@@ -24,9 +24,11 @@ from model.tiering.manager_model import DEFAULT_KNOBS, MODEL_KNOBS, predicted_lo
 from model.tiering.profile import TieringProfile
 
 MODEL_SEEDS = 3  # trials after the default taken from the model's ranking
-LENGTH_SCALES = (0.2, 0.35, 0.6, 1.0)
+SPREAD_TRIALS = 6  # then settings as far as possible from those tried
+LENGTH_SCALES = (0.2, 0.35, 0.6, 1.0, 3.0)
 NOISE = 1e-3  # of the signal variance
 PRIOR_WEIGHTS = (0.0, 0.5, 1.0)
+LOCAL_TRIALS = 10  # the last trials of the budget search one knob at a time around the best
 XI = 0.002  # EI's exploration margin, in log-seconds
 
 
@@ -99,33 +101,43 @@ class KnobAdvice(BaseModel):
 
 
 def _kernel(
-    a: NDArray[np.float64], b: NDArray[np.float64], scale: float, length: float
+    a: NDArray[np.float64], b: NDArray[np.float64], scale: float, lengths: NDArray[np.float64]
 ) -> NDArray[np.float64]:
-    d2 = ((a[:, None, :] - b[None, :, :]) ** 2).sum(axis=2)
-    out: NDArray[np.float64] = scale * np.exp(-0.5 * d2 / length**2)
+    d2 = (((a[:, None, :] - b[None, :, :]) / lengths) ** 2).sum(axis=2)
+    out: NDArray[np.float64] = scale * np.exp(-0.5 * d2)
     return out
+
+
+def _fit(
+    x: NDArray[np.float64], r: NDArray[np.float64], scale: float, lengths: NDArray[np.float64]
+) -> tuple[float, NDArray[np.float64]]:
+    kxx = _kernel(x, x, scale, lengths) + (NOISE * scale + 1e-9) * np.eye(len(x))
+    chol = np.asarray(np.linalg.cholesky(kxx), dtype=np.float64)
+    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, r))
+    return -0.5 * float(r @ alpha) - float(np.log(np.diag(chol)).sum()), chol
 
 
 def gp_posterior(
     x: NDArray[np.float64], y: NDArray[np.float64], xq: NDArray[np.float64]
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """A constant-mean GP with a squared-exponential kernel (numpy, exact); the length scale is
-    the likeliest of a few."""
+    """A constant-mean GP with a squared-exponential kernel (numpy, exact). Each knob has its own
+    length scale, the likeliest of a few, found one knob at a time: a knob that does not matter
+    gets a long one, so the search stops spending trials on it."""
     mu0 = float(y.mean())
     scale = float(max(y.var(), 1e-6))
     r = y - mu0
-    best: tuple[float, float, NDArray[np.float64]] | None = None
-    for length in LENGTH_SCALES:
-        kxx = _kernel(x, x, scale, length) + (NOISE * scale + 1e-9) * np.eye(len(x))
-        chol = np.asarray(np.linalg.cholesky(kxx), dtype=np.float64)
-        alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, r))
-        loglik = -0.5 * float(r @ alpha) - float(np.log(np.diag(chol)).sum())
-        if best is None or loglik > best[0]:
-            best = (loglik, length, chol)
-    assert best is not None
-    _, length, chol = best
+    lengths = np.full(x.shape[1], LENGTH_SCALES[1])
+    best, chol = _fit(x, r, scale, lengths)
+    for _ in range(2):
+        for j in range(x.shape[1]):
+            for length in LENGTH_SCALES:
+                trial = lengths.copy()
+                trial[j] = length
+                loglik, c = _fit(x, r, scale, trial)
+                if loglik > best + 1e-9:
+                    best, chol, lengths = loglik, c, trial
     alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, r))
-    kq = _kernel(xq, x, scale, length)
+    kq = _kernel(xq, x, scale, lengths)
     mean = mu0 + kq @ alpha
     v = np.linalg.solve(chol, kq.T)
     var = np.maximum(scale - (v * v).sum(axis=0), 1e-12)
@@ -151,8 +163,11 @@ class KnobTuner:
         space: KnobSpace = HEMEM_SPACE,
         period_seconds: float | None = None,
         fast_share: float = 1.0,
+        budget: int = 30,
     ) -> None:
         self.space = space
+        self.budget = budget
+        self.local_trials = LOCAL_TRIALS
         self.grid = space.grid()
         self.x = space.encode(self.grid)
         period = (
@@ -196,15 +211,62 @@ class KnobTuner:
             return None
         if self.default_index not in self.measured:
             return dict(self.grid[self.default_index])
-        seeded = [int(i) for i in np.argsort(self.prior, kind="stable")[: MODEL_SEEDS + 1]]
-        for i in seeded:
-            if i not in self.measured and len(self.measured) <= MODEL_SEEDS:
-                return dict(self.grid[i])
+        if len(self.measured) <= MODEL_SEEDS:
+            for i in self.model_seeds():
+                if i not in self.measured:
+                    return dict(self.grid[i])
+        if len(self.measured) <= MODEL_SEEDS + SPREAD_TRIALS:
+            # A few settings far from everything tried: the model can be wrong about the basin.
+            tried = self.x[list(self.measured)]
+            gap = np.sqrt(((self.x[:, None, :] - tried[None, :, :]) ** 2).sum(axis=2)).min(axis=1)
+            return dict(self.grid[int(np.argmax(gap - 1e-6 * self.prior))])
         mean, std = self.posterior()
         best = min(self.measured.values())
         ei = expected_improvement(mean, std, best)
         ei[list(self.measured)] = -np.inf
+        if len(self.measured) >= self.budget - self.local_trials:
+            # The last trials refine around the best setting: one knob moved at a time.
+            near = [i for i in self.neighbours(self.incumbent()) if i not in self.measured]
+            if near:
+                return dict(self.grid[max(near, key=lambda i: (ei[i], -mean[i]))])
         return dict(self.grid[int(np.argmax(ei))])
+
+    def model_seeds(self) -> list[int]:
+        """The model's best settings, one per setting it can tell apart; knobs it does not read
+        stay at their current values."""
+        default = self.grid[self.default_index]
+        seen: set[tuple[float, ...]] = set()
+        out: list[int] = []
+        for i in np.argsort(self.prior, kind="stable"):
+            point = self.grid[int(i)]
+            if any(point[k] != default[k] for k in point if k not in MODEL_KNOBS):
+                continue
+            key = tuple(point[k] for k in point if k in MODEL_KNOBS)
+            if key not in seen:
+                seen.add(key)
+                out.append(int(i))
+            if len(out) == MODEL_SEEDS:
+                break
+        return out
+
+    def incumbent(self) -> int:
+        return min(self.measured, key=lambda j: self.measured[j])
+
+    def strides(self) -> list[int]:
+        out: list[int] = []
+        stride = 1
+        for d in reversed(self.space.dimensions):
+            out.append(stride)
+            stride *= len(d.values)
+        return out[::-1]
+
+    def neighbours(self, center: int) -> list[int]:
+        """Every grid point that differs from `center` in one knob only."""
+        out = []
+        for d, st in zip(self.space.dimensions, self.strides(), strict=True):
+            pos = (center // st) % len(d.values)
+            out += [center + (v - pos) * st for v in range(len(d.values)) if v != pos]
+        return out
 
     def posterior(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """The GP models the measurements minus w x the prior, w the weight (0, 1/2 or 1) under
@@ -230,14 +292,8 @@ class KnobTuner:
         else:
             mean = self.prior
             center = int(np.argmin(self.prior))
-        strides = []
-        stride = 1
-        for d in reversed(self.space.dimensions):
-            strides.append(stride)
-            stride *= len(d.values)
-        strides.reverse()
         spans = {}
-        for d, st in zip(self.space.dimensions, strides, strict=True):
+        for d, st in zip(self.space.dimensions, self.strides(), strict=True):
             pos = (center // st) % len(d.values)
             line = [center + (v - pos) * st for v in range(len(d.values))]
             spans[d.name] = float(np.ptp(mean[line]))
@@ -256,7 +312,7 @@ def advise_knobs(
     """The best measured setting so far (the default until it is beaten) and the next trial."""
     if not 1 <= budget <= 1000:
         raise InvalidRequest("budget", f"{budget} is outside 1..1000")
-    tuner = KnobTuner(profile, space, period_seconds, fast_share)
+    tuner = KnobTuner(profile, space, period_seconds, fast_share, budget)
     for t in trials:
         tuner.tell(t.knobs, t.wall_seconds)
     best = tuner.best()
