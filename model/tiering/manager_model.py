@@ -46,8 +46,15 @@ MODEL_KNOBS = (
 )
 
 
+# The model works on at most this many pages: a larger footprint is seen as groups of pages that
+# share a rank (the curves carry no finer detail anyway).
+MODEL_PAGES = 2048
+
+
 def knob(knobs: dict[str, float], name: str) -> float:
-    return float(knobs.get(name, DEFAULT_KNOBS[name]))
+    value = float(knobs.get(name, DEFAULT_KNOBS[name]))
+    # Periods and thresholds divide: a zero from a caller must not become a division by zero.
+    return value if name == "demotion_watermark" else max(value, 1e-6)
 
 
 def poisson_below(mean: NDArray[np.float64], k: float) -> NDArray[np.float64]:
@@ -63,8 +70,8 @@ def poisson_below(mean: NDArray[np.float64], k: float) -> NDArray[np.float64]:
 
 
 def page_shares(profile: TieringProfile) -> NDArray[np.float64]:
-    """Each page's share of a window's misses, hottest first (from the window curve)."""
-    n = profile.pages
+    """Each page group's share of a window's misses, hottest first (from the window curve)."""
+    n = min(profile.pages, MODEL_PAGES)
     x = np.concatenate([[0.0], profile.hotness.page_shares])
     y = np.concatenate([[0.0], profile.hotness.window_miss_share])
     cum = np.interp(np.arange(n + 1) / n, x, y)
@@ -79,12 +86,14 @@ class ManagerView:
     p_recent: NDArray[np.float64]
     samples_per_second: float
     detect_seconds: float
+    group: float  # real pages per model page
 
 
 def manager_view(
     profile: TieringProfile, knobs: dict[str, float], period_seconds: float
 ) -> ManagerView:
     a = page_shares(profile)
+    group = profile.pages / a.size
     huge = max(1.0, profile.page_bytes / HUGE_PAGE_BYTES)
     period = knob(knobs, "sampling_period")
     cooling = knob(knobs, "cooling_threshold")
@@ -99,11 +108,11 @@ def manager_view(
     )
     p_hot = 1.0 - p_cold
     rate = profile.misses_per_second / (period * huge)  # samples per second per page, per share
-    p_recent = 1.0 - np.exp(-a * rate * period_seconds)
+    p_recent = 1.0 - np.exp(-a / group * rate * period_seconds)
     hot_mass = float((p_hot * a).sum())
     typical = float((p_hot * a * a).sum() / hot_mass) if hot_mass > 0 else top
-    detect = min(theta_r, cooling) / max(typical * rate, 1e-12) + period_seconds / 2.0
-    return ManagerView(a, p_hot, p_recent, profile.misses_per_second / period, detect)
+    detect = min(theta_r, cooling) / max(typical / group * rate, 1e-12) + period_seconds / 2.0
+    return ManagerView(a, p_hot, p_recent, profile.misses_per_second / period, detect, group)
 
 
 def kept_share(
@@ -140,7 +149,7 @@ def kept_share(
     turnover = float(np.interp(capacity / n, x, np.concatenate([[0.0], profile.hotness.turnover])))
     window = profile.window_seconds
     lost = turnover * min(hot_mass, kept) * min(1.0, view.detect_seconds / window)
-    moved_per_second = 2.0 * turnover * held / window
+    moved_per_second = 2.0 * turnover * held * view.group / window
     return float(np.clip(kept - lost, 0.0, 1.0)), moved_per_second
 
 
@@ -163,4 +172,5 @@ def predicted_loss(
     migration = moved * t0 * seconds_per_moved_page(profile)
     passes = t0 / period_seconds * 200e-6
     sampling = view.samples_per_second * t0 * SAMPLE_SECONDS / profile.threads
-    return (slow_cost + migration + passes + sampling) / t0
+    loss = (slow_cost + migration + passes + sampling) / t0
+    return float(min(loss, 1e6))  # finite whatever the inputs: it goes out as JSON

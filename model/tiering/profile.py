@@ -35,7 +35,7 @@ class PageManagerState(_Wire):
     kind: PageManagerKind
     version: str = Field(default="unversioned", max_length=128)
     knobs: dict[KnobName, Annotated[float, Field(ge=0.0, le=1e15)]] = Field(max_length=64)
-    migration_period_seconds: float = Field(gt=0.0, le=86_400.0)
+    migration_period_seconds: float = Field(ge=1e-4, le=86_400.0)
 
 
 class ManagerCounters(_Wire):
@@ -93,12 +93,12 @@ class TieringProfile(_Wire):
     page_bytes: int = Field(gt=0, le=1 << 40, description="the unit the page manager moves")
     llc_misses: float = Field(gt=0.0, le=1e18, description="of one whole run")
     threads: int = Field(default=1, ge=1, le=4096)
-    wall_seconds_fast: float = Field(gt=0.0, le=1e9, description="everything in the fast tier")
-    wall_seconds_slow: float = Field(gt=0.0, le=1e9, description="everything in the slow tier")
+    wall_seconds_fast: float = Field(ge=1e-3, le=1e9, description="everything in the fast tier")
+    wall_seconds_slow: float = Field(ge=1e-3, le=1e9, description="everything in the slow tier")
     slow_write_bandwidth_bytes_per_second: float | None = Field(default=None, gt=0.0, le=1e13)
     fast_write_bandwidth_bytes_per_second: float | None = Field(default=None, gt=0.0, le=1e13)
     sampling_period: int = Field(ge=1, le=10**9, description="misses per sample while profiling")
-    window_seconds: float = Field(gt=0.0, le=86_400.0)
+    window_seconds: float = Field(ge=1e-4, le=86_400.0)
     hotness: HotnessCurves
     structures: list[StructureReuse] = Field(min_length=1, max_length=4096)
     page_manager: PageManagerState

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from typing import Annotated
 
 import numpy as np
 from numpy.typing import NDArray
@@ -83,8 +84,10 @@ HEMEM_SPACE = KnobSpace(
 
 class Trial(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-    knobs: dict[str, float]
-    wall_seconds: float = Field(gt=0.0, le=1e9)
+    knobs: dict[Annotated[str, Field(max_length=64)], Annotated[float, Field(ge=0.0, le=1e15)]] = (
+        Field(max_length=64)
+    )
+    wall_seconds: float = Field(ge=1e-6, le=1e9)
 
 
 class KnobAdvice(BaseModel):

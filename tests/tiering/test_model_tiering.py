@@ -210,3 +210,26 @@ def test_advise_explains_and_picks_the_managers_knob_space(strided_profile: Tier
     assert advise(hmsdk).knobs is None
     with pytest.raises(InvalidRequest, match="no knob space"):
         advise(hmsdk, TieringRequest(trials=[Trial(knobs={"x": 1.0}, wall_seconds=1.0)]))
+
+
+def test_extreme_but_valid_profiles_get_finite_advice(strided_profile: TieringProfile) -> None:
+    """Whatever the schema admits must come back as finite JSON (the API must not 500)."""
+    big = with_structures(strided_profile, [(1.0, 1), (1e18, 1)]).model_copy(
+        update={"footprint_bytes": 1 << 40, "page_bytes": 1 << 20, "llc_misses": 1e18}
+    )
+    big = big.model_copy(
+        update={
+            "structures": [big.structures[0].model_copy(update={"size_bytes": 1 << 40})],
+            "wall_seconds_fast": 1e-3,
+            "wall_seconds_slow": 1e9,
+            "window_seconds": 1e-4,
+            "counters": None,
+            "page_manager": big.page_manager.model_copy(
+                update={"knobs": dict.fromkeys(big.page_manager.knobs, 0.0)}
+            ),
+        }
+    )
+    advice = advise(TieringProfile.model_validate(big.model_dump()))
+    text = advice.model_dump_json()
+    assert "Infinity" not in text and "NaN" not in text
+    assert 0.0 <= advice.sizing.saved_share <= 1.0
