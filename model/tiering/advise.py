@@ -23,8 +23,8 @@ from model.tiering.tune import (
     KnobDimension,
     KnobSpace,
     Trial,
-    _nearest,
     advise_knobs,
+    nearest_index,
 )
 
 ADVICE_SCHEMA: Literal["tmc.tiering-advice/v1"] = "tmc.tiering-advice/v1"
@@ -75,7 +75,9 @@ def space_for(profile: TieringProfile) -> KnobSpace | None:
         dimensions=tuple(
             d
             if d.name not in current
-            else d.model_copy(update={"default": d.values[_nearest(d.values, current[d.name])]})
+            else d.model_copy(
+                update={"default": d.values[nearest_index(d.values, current[d.name])]}
+            )
             for d in space.dimensions
         )
     )

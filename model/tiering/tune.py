@@ -60,11 +60,11 @@ class KnobSpace(BaseModel):
         for j, d in enumerate(self.dimensions):
             span = max(len(d.values) - 1, 1)
             for i, p in enumerate(points):
-                out[i, j] = _nearest(d.values, p[d.name]) / span
+                out[i, j] = nearest_index(d.values, p[d.name]) / span
         return out
 
 
-def _nearest(values: Sequence[float], x: float) -> int:
+def nearest_index(values: Sequence[float], x: float) -> int:
     return int(np.argmin([abs(math.log(max(v, 1e-12)) - math.log(max(x, 1e-12))) for v in values]))
 
 
@@ -200,7 +200,7 @@ class KnobTuner:
         missing = [d.name for d in self.space.dimensions if d.name not in knobs]
         if missing:
             raise InvalidRequest("trials[].knobs", f"missing {', '.join(missing)}")
-        key = [_nearest(d.values, knobs[d.name]) for d in self.space.dimensions]
+        key = [nearest_index(d.values, knobs[d.name]) for d in self.space.dimensions]
         idx = 0
         for d, pos in zip(self.space.dimensions, key, strict=True):
             idx = idx * len(d.values) + pos
