@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from model.errors import InvalidBundle, Problem
+from model.tiering.profile import TieringProfile
 
 BUNDLE_SCHEMA: Literal["tmc.profile/v1"] = "tmc.profile/v1"
 
@@ -101,6 +102,7 @@ class ProfileBundle(_Wire):
     structures: list[Structure] = Field(min_length=1, max_length=4096)
     runs: list[ReferenceRun] = Field(min_length=3, max_length=3)
     miss_curve: list[MissCurvePoint] = Field(min_length=2, max_length=64)
+    tiering: TieringProfile | None = None
 
     def run(self, name: RunName) -> ReferenceRun:
         for run in self.runs:

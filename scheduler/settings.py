@@ -9,6 +9,11 @@ from scheduler.pods import DEFAULT_OPT_IN_RESOURCE
 
 
 class ExtenderSettings(Settings):
+    # Every verb must answer within kube-scheduler's httpTimeout (5 s): a hung database costs a
+    # bind at most a 1 s connect plus a 2 s statement, and the verb answers an error in time.
+    db_connect_timeout_seconds: int = Field(default=1, ge=1, le=60)
+    db_statement_timeout_ms: int = Field(default=2000, ge=1, le=600_000)
+    db_lock_timeout_ms: int = Field(default=1000, ge=1, le=600_000)
     extender_host: str = "0.0.0.0"
     extender_port: int = Field(default=8888, ge=1, le=65535)
     extender_prefix: str = "/scheduler"

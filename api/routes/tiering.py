@@ -1,0 +1,82 @@
+"""POST /v1/tiering/recommend: dynamic-tiering advice for a workload's stored profile or an
+inline tiering profile (fast-tier size within τ, migration period trials, knob settings)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from api import repositories as repo
+from api.auth import Permission
+from api.db import unit_of_work
+from api.deps import StateDep, require
+from api.errors import PROBLEM, ApiError, NotFound
+from model.bundle import ProfileBundle
+from model.tiering import TieringAdvice, TieringProfile, TieringRequest, Trial, advise
+
+router = APIRouter(tags=["tiering"])
+Advisor = Annotated[object, Depends(require(Permission.recommend))]
+
+
+class TieringRecommendIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    workload: str | None = Field(
+        default=None, max_length=128, description="a workload whose latest profile has tiering"
+    )
+    profile: TieringProfile | None = Field(default=None, description="or an inline profile")
+    loss_target: float = Field(default=0.05, gt=0.0, le=0.5)
+    max_period_trials: int = Field(default=3, ge=1, le=16)
+    knob_budget: int = Field(default=30, ge=1, le=1000)
+    trials: list[Trial] = Field(default_factory=list, max_length=1000)
+
+
+def _stored_profile(state: StateDep, name: str) -> TieringProfile:
+    with unit_of_work(state.sessions) as session:
+        workload = repo.find_workload(session, name)
+        if workload is None:
+            raise NotFound("workload", name)
+        row = repo.latest_profile(session, workload.id)
+        if row is None:
+            raise ApiError(409, "No profile", f"workload {name!r} has no profile yet")
+        try:
+            tiering = ProfileBundle.model_validate(row.bundle).tiering
+        except ValidationError as exc:  # stored before this version: say so, do not crash
+            raise ApiError(
+                409,
+                "No tiering profile",
+                f"the stored profile cannot be read: {exc.error_count()} errors",
+            ) from exc
+    if tiering is None:
+        raise ApiError(
+            409,
+            "No tiering profile",
+            f"the latest profile of {name!r} carries no tiering section; profile it with"
+            " tiering on or send the profile inline",
+        )
+    return tiering
+
+
+@router.post(
+    "/v1/tiering/recommend",
+    response_model=TieringAdvice,
+    summary="Dynamic-tiering advice: fast-tier size within τ, migration period, knob settings",
+    responses={
+        404: {"description": "Unknown workload", "content": {PROBLEM: {}}},
+        409: {"description": "No tiering profile for the workload", "content": {PROBLEM: {}}},
+    },
+)
+def recommend_tiering(body: TieringRecommendIn, state: StateDep, _: Advisor) -> TieringAdvice:
+    if (body.profile is None) == (body.workload is None):
+        raise ApiError(422, "Invalid request", "give exactly one of workload and profile")
+    profile = (
+        body.profile if body.profile is not None else _stored_profile(state, str(body.workload))
+    )
+    request = TieringRequest(
+        loss_target=body.loss_target,
+        max_period_trials=body.max_period_trials,
+        knob_budget=body.knob_budget,
+        trials=body.trials,
+    )
+    return advise(profile, request)

@@ -1,0 +1,179 @@
+"""The dynamic-tiering advice: fast-tier size, migration period trial plan and knob settings.
+
+    advise(request) -> TieringAdvice      one pure function behind the CLI and the API
+
+The request carries the tiering profile and, for knob tuning, the trials measured so far; the
+advice is stateless (the same request gives the same advice), so a caller runs the next trial it
+names and asks again with one more trial.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from model.errors import InvalidRequest
+from model.tiering.period import PeriodPlan, period_plan
+from model.tiering.profile import TieringProfile
+from model.tiering.sizing import SizingAdvice, SizingPoint, size_fast_tier
+from model.tiering.tune import (
+    HEMEM_SPACE,
+    KnobAdvice,
+    KnobDimension,
+    KnobSpace,
+    Trial,
+    advise_knobs,
+    nearest_index,
+)
+
+ADVICE_SCHEMA: Literal["tmc.tiering-advice/v1"] = "tmc.tiering-advice/v1"
+
+# Linux NUMA balancing in tiering mode (TPP): the hot threshold and the promotion rate limit.
+# The manager model has no view of them, so their search is guided by measurements alone.
+TPP_SPACE = KnobSpace(
+    dimensions=(
+        KnobDimension(name="hot_threshold_ms", values=(250, 500, 1000, 2000, 4000), default=1000),
+        KnobDimension(
+            name="promote_rate_limit_mbps", values=(64, 256, 1024, 4096, 65536), default=65536
+        ),
+    )
+)
+SPACES: dict[str, KnobSpace] = {
+    "hemem": HEMEM_SPACE,
+    "memtis": HEMEM_SPACE,
+    "tmc-sim": HEMEM_SPACE,
+    "tpp": TPP_SPACE,
+}
+
+
+class TieringRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    loss_target: float = Field(default=0.05, gt=0.0, le=0.5)
+    max_period_trials: int = Field(default=3, ge=1, le=16)
+    knob_budget: int = Field(default=30, ge=1, le=1000)
+    trials: list[Trial] = Field(default_factory=list, max_length=1000)
+
+
+class TieringAdvice(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    schema_version: Literal["tmc.tiering-advice/v1"] = ADVICE_SCHEMA
+    page_manager: str
+    sizing: SizingAdvice
+    period: PeriodPlan
+    knobs: KnobAdvice | None
+    explanation: list[str]
+
+
+def space_for(profile: TieringProfile) -> KnobSpace | None:
+    """The page manager's knob grid, with its current values as the defaults (the guard)."""
+    space = SPACES.get(profile.page_manager.kind)
+    if space is None:
+        return None
+    current = profile.page_manager.knobs
+    return KnobSpace(
+        dimensions=tuple(
+            d
+            if d.name not in current
+            else d.model_copy(
+                update={"default": d.values[nearest_index(d.values, current[d.name])]}
+            )
+            for d in space.dimensions
+        )
+    )
+
+
+def advise(profile: TieringProfile, request: TieringRequest | None = None) -> TieringAdvice:
+    request = request or TieringRequest()
+    sizing = size_fast_tier(profile, request.loss_target)
+    fast_share = sizing.fast_bytes / profile.footprint_bytes
+    plan = period_plan(
+        profile,
+        fast_share=fast_share,
+        max_trials=request.max_period_trials,
+        offset=sizing.anchor_offset,
+    )
+    space = space_for(profile)
+    knobs: KnobAdvice | None = None
+    if space is not None:
+        knobs = advise_knobs(
+            profile,
+            request.trials,
+            space,
+            plan.trials[0].period_seconds,
+            fast_share,
+            request.knob_budget,
+        )
+    elif request.trials:
+        raise InvalidRequest(
+            "trials", f"no knob space for page manager {profile.page_manager.kind!r}"
+        )
+    # Keep the answer small: the sizing curve every 5 points of the footprint.
+    sizing = sizing.model_copy(update={"curve": _thin(sizing.curve)})
+    return TieringAdvice(
+        page_manager=profile.page_manager.kind,
+        sizing=sizing,
+        period=plan,
+        knobs=knobs,
+        explanation=explain(profile, sizing, plan, knobs),
+    )
+
+
+def _thin(curve: list[SizingPoint]) -> list[SizingPoint]:
+    return [p for i, p in enumerate(curve) if i % 5 == 0]
+
+
+def explain(
+    profile: TieringProfile, sizing: SizingAdvice, plan: PeriodPlan, knobs: KnobAdvice | None
+) -> list[str]:
+    gib = 1 << 30
+    lines = [
+        f"Fast tier: {sizing.fast_bytes / gib:.2f} GiB of {profile.footprint_bytes / gib:.2f} GiB"
+        f" ({sizing.saved_share:.0%} saved); predicted loss {sizing.predicted_loss:.1%} against"
+        f" a target of {sizing.loss_target:.1%} (advised within {sizing.margin:.0%} of it).",
+    ]
+    if sizing.anchor_offset > 0:
+        lines.append(
+            f"The manager's counters at the current size show {sizing.anchor_offset:.1%} more"
+            " loss than the model predicts there; every prediction carries that offset."
+        )
+    if sizing.saved_share == 0:
+        lines.append("Nothing can be given up within the target: keep the fast tier as it is.")
+        if sizing.predicted_loss > sizing.loss_target:
+            lines.append(
+                "Even the whole footprint in the fast tier is predicted over the target under"
+                " this page manager and its knobs: tune the knobs first."
+            )
+    lines.append(
+        f"Migration period: the dominant reuse is {plan.dominant_reuse_seconds * 1e3:.1f} ms;"
+        f" start at {plan.trials[0].period_seconds * 1e3:.0f} ms"
+        f" ({plan.trials[0].reuse_multiple}x), then try the next longer rung"
+        f" ({', '.join(f'{t.period_seconds * 1e3:.0f} ms' for t in plan.trials[1:2]) or 'none'})"
+        " and keep going the way that is faster, at most"
+        f" {plan.max_trials} trials."
+    )
+    if knobs is None:
+        lines.append(
+            f"No knob grid is known for {profile.page_manager.kind}: knobs left as they are."
+        )
+    else:
+        ranked = sorted(knobs.importance.items(), key=lambda kv: -kv[1])
+        lines.append(
+            "Knob importance: " + ", ".join(f"{k} {v:.0%}" for k, v in ranked if v > 0.005) + "."
+        )
+        if knobs.trials_done == 0:
+            lines.append("No trials yet: run the current setting first (it is the guard).")
+        elif knobs.is_default:
+            lines.append(
+                f"After {knobs.trials_done} trials the current setting is still the best: keep it."
+            )
+        else:
+            lines.append(
+                f"After {knobs.trials_done} trials the best setting is"
+                f" {knobs.speedup_over_default or 1.0:.3f}x faster than the current one."
+            )
+        if knobs.next_trial is not None:
+            lines.append(
+                "Next trial: " + ", ".join(f"{k}={v:g}" for k, v in knobs.next_trial.items()) + "."
+            )
+    return lines

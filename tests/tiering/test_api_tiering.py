@@ -1,0 +1,98 @@
+"""POST /v1/tiering/recommend on the real service (PostgreSQL, Redis): auth, inline and stored
+profiles, problem+json errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from api.auth import Role
+from model.tiering import TieringProfile
+from tests.api.conftest import auth
+from tests.tiering.conftest import profile
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+URL = "/v1/tiering/recommend"
+
+
+def inline() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(profile("strided").model_dump_json())
+    return data
+
+
+def test_inline_profile_gets_advice(client: TestClient) -> None:
+    r = client.post(
+        URL, json={"profile": inline(), "loss_target": 0.05}, headers=auth(Role.scheduler)
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["schema_version"] == "tmc.tiering-advice/v1"
+    assert 0.0 <= body["sizing"]["saved_share"] < 1.0
+    assert 1 <= len(body["period"]["trials"]) <= 3
+    assert body["knobs"]["next_trial"]["sampling_period"] == 5000
+    assert body["explanation"]
+
+
+def test_trials_move_the_knob_advice_on(client: TestClient) -> None:
+    first = client.post(URL, json={"profile": inline()}, headers=auth(Role.operator)).json()
+    trial = {"knobs": first["knobs"]["next_trial"], "wall_seconds": 20.0}
+    second = client.post(
+        URL, json={"profile": inline(), "trials": [trial]}, headers=auth(Role.operator)
+    )
+    assert second.status_code == 200, second.text
+    k = second.json()["knobs"]
+    assert k["trials_done"] == 1 and k["is_default"] and k["next_trial"] != trial["knobs"]
+
+
+def test_auth_is_required(client: TestClient) -> None:
+    assert client.post(URL, json={"profile": inline()}).status_code == 401
+    r = client.post(URL, json={"profile": inline()}, headers=auth(Role.viewer))
+    assert r.status_code == 403
+    assert r.headers["content-type"] == "application/problem+json"
+
+
+def test_bad_requests_are_problem_json(client: TestClient) -> None:
+    h = auth(Role.scheduler)
+    neither = client.post(URL, json={}, headers=h)
+    assert neither.status_code == 422 and "exactly one" in neither.json()["detail"]
+    bad = inline()
+    bad["hotness"]["window_miss_share"][3] = 0.0
+    r = client.post(URL, json={"profile": bad}, headers=h)
+    assert r.status_code == 422
+    assert r.headers["content-type"] == "application/problem+json"
+    assert any("hotness" in e["field"] for e in r.json()["errors"])
+    huge = client.post(URL, json={"profile": inline(), "loss_target": 7}, headers=h)
+    assert huge.status_code == 422
+    wrong = client.post(
+        URL,
+        json={
+            "profile": inline(),
+            "trials": [{"knobs": {"sampling_period": 1}, "wall_seconds": 1}],
+        },
+        headers=h,
+    )
+    assert wrong.status_code == 422 and "missing" in wrong.json()["detail"]
+
+
+def test_stored_profile_by_workload_name(client: TestClient) -> None:
+    h = auth(Role.scheduler)
+    assert client.post(URL, json={"workload": "nobody"}, headers=h).status_code == 404
+    plain = json.loads((EXAMPLES / "graph500.json").read_text())
+    assert client.post("/v1/profiles", json=plain, headers=auth(Role.agent)).status_code in (
+        200,
+        201,
+    )
+    r = client.post(URL, json={"workload": plain["workload"]["name"]}, headers=h)
+    assert r.status_code == 409 and "no tiering section" in r.json()["detail"]
+    plain["tiering"] = inline()
+    plain["workload"]["version"] = "with-tiering"
+    up = client.post("/v1/profiles", json=plain, headers=auth(Role.agent))
+    assert up.status_code in (200, 201), up.text
+    r = client.post(URL, json={"workload": plain["workload"]["name"]}, headers=h)
+    assert r.status_code == 200, r.text
+    assert (
+        r.json()["sizing"]["fast_bytes"] % TieringProfile.model_validate(inline()).page_bytes == 0
+    )
