@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,6 +136,8 @@ class Extender:
         self._decisions: OrderedDict[str, Decision] = OrderedDict()
         self._lock = threading.Lock()
         self._reloaded_at = 0.0
+        # Where binds spend their time (the server's /metrics); a no-op without a server.
+        self.observe_bind: Callable[[str, float], None] = lambda _phase, _seconds: None
         self._host_json: dict[str, bytes] = {}
 
     def _decide(self, pod: dict[str, Any]) -> tuple[Decision | None, str]:
@@ -237,8 +240,8 @@ class Extender:
         """ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node} -> {"Error": ""}.
 
         Only an opted-in pod whose uid matches is touched. Reserve in one transaction (row locks:
-        no double booking), annotate the pod with what it got (uid as a precondition), then post
-        the Binding. Idempotent under retries and concurrency: a pod already bound to this node
+        no double booking), then post the Binding with the placement annotations, which the API
+        server writes onto the pod together with the node (uid as a precondition). Idempotent under retries and concurrency: a pod already bound to this node
         with its reservation is a success that changes nothing, and a failed Binding releases
         the reservation only when this call created it and the pod is not bound here."""
         if not isinstance(body, dict):
@@ -252,29 +255,34 @@ class Extender:
             return {"Error": f"tmc: {exc}"}
         with self._lock:
             decision = self._decisions.pop(uid, None)
-        try:
-            pod = self.cluster.get_pod(namespace, name)
-        except Exception as exc:
-            return {"Error": f"tmc: cannot read pod {namespace}/{name}: {_short(exc)}"}
-        meta = pod.get("metadata") or {}
-        if str(meta.get("uid") or "") != uid:
-            return {"Error": f"tmc: pod {namespace}/{name} is not the pod {uid}"}
-        bound_to = (pod.get("spec") or {}).get("nodeName")
-        if bound_to == node:
-            # A retry of a bind that succeeded: nothing to change (a lost ledger row is
-            # restored by reconciliation from the pod's annotation).
-            return {"Error": ""}
-        if bound_to:
-            return {"Error": f"tmc: pod {namespace}/{name} is already bound to {bound_to}"}
-        try:
-            if decision is None:  # the extender restarted between filter and bind, or a replica
+        if decision is None:
+            # Not seen by this replica's filter (a restart, another replica): read the pod, and
+            # touch it only if it is the pod named, unbound and opted in. With a decision from
+            # filter, the pod was read then; the Binding's uid precondition covers the rest.
+            started = time.perf_counter()
+            try:
+                pod = self.cluster.get_pod(namespace, name)
+            except Exception as exc:
+                return {"Error": f"tmc: cannot read pod {namespace}/{name}: {_short(exc)}"}
+            self.observe_bind("read_pod", time.perf_counter() - started)
+            meta = pod.get("metadata") or {}
+            if str(meta.get("uid") or "") != uid:
+                return {"Error": f"tmc: pod {namespace}/{name} is not the pod {uid}"}
+            bound_to = (pod.get("spec") or {}).get("nodeName")
+            if bound_to == node:
+                # A retry of a bind that succeeded: nothing to change (a lost ledger row is
+                # restored by reconciliation from the pod's annotation).
+                return {"Error": ""}
+            if bound_to:
+                return {"Error": f"tmc: pod {namespace}/{name} is already bound to {bound_to}"}
+            try:
                 decision, _ = self._decide(pod)
                 with self._lock:
                     self._decisions.pop(uid, None)
-        except (BadPod, DecisionPending) as exc:
-            return {"Error": f"tmc: {exc}"}
-        if decision is None:
-            return {"Error": f"tmc: pod {namespace}/{name} does not request tiered memory"}
+            except (BadPod, DecisionPending) as exc:
+                return {"Error": f"tmc: {exc}"}
+            if decision is None:
+                return {"Error": f"tmc: pod {namespace}/{name} does not request tiered memory"}
 
         want = ledger.Want(
             pod_uid=uid,
@@ -286,9 +294,11 @@ class Extender:
             llc_ways=decision.llc_ways,
             recommendation_id=decision.recommendation_id,
         )
+        started = time.perf_counter()
         try:
             with unit_of_work(self.sessions) as session:
                 held, created = ledger.reserve(session, node, want)
+            self.observe_bind("ledger", time.perf_counter() - started)
         except ledger.NoRoom as exc:
             # The cache offered a node the ledger says is full: another replica (or a bind this
             # cache missed) took it. Reload the cache so that the next filter sees the truth.
@@ -303,8 +313,9 @@ class Extender:
         self.state.hold(held)
         try:
             placement = placement_of(decision, held).to_annotations()
-            self.cluster.annotate(namespace, name, uid, dict(placement))
-            self.cluster.bind(namespace, name, uid, node)
+            started = time.perf_counter()
+            self.cluster.bind(namespace, name, uid, node, dict(placement))
+            self.observe_bind("binding", time.perf_counter() - started)
         except Exception as exc:
             if self._bound_here(namespace, name, uid, node):
                 return {"Error": ""}  # a concurrent attempt bound it: the same outcome

@@ -13,7 +13,9 @@ from kubernetes import client, config, watch
 
 
 class Cluster(Protocol):
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+    def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> None: ...
 
     def annotate(
         self, namespace: str, name: str, uid: str, annotations: dict[str, str | None]
@@ -48,13 +50,22 @@ class KubeCluster:
         self.api = api
         self.core = client.CoreV1Api(api)
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> None:
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
             # The UID is a precondition: a pod deleted and re-created under the same name since
-            # the scheduler looked at it is not bound by mistake.
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            # the scheduler looked at it is not bound by mistake. The API server copies the
+            # Binding's annotations onto the pod in the same write, so a pod is never bound
+            # without its placement, nor annotated without being bound.
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": uid,
+                "annotations": annotations,
+            },
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         self.core.create_namespaced_pod_binding(

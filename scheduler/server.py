@@ -61,6 +61,14 @@ class ExtenderMetrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=self.registry,
         )
+        self.bind_phase = Histogram(
+            "tmc_extender_bind_phase_seconds",
+            "Where a bind's time goes: reading the pod, the ledger transaction, the annotation "
+            "patch and the Binding",
+            ["phase"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=self.registry,
+        )
 
 
 class ExtenderServer(ThreadingHTTPServer):
@@ -86,6 +94,9 @@ class ExtenderServer(ThreadingHTTPServer):
         self.client_names = frozenset(client_names)
         self.max_body_bytes = max_body_bytes
         self.metrics = ExtenderMetrics()
+        extender.observe_bind = lambda phase, seconds: self.metrics.bind_phase.labels(
+            phase
+        ).observe(seconds)
         super().__init__(address, Handler)
 
     @property

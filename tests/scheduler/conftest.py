@@ -65,8 +65,11 @@ class RecordingCluster:
         self.pods = pods or {}
         self.fail_bind = False
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """As the API server does: one Binding per pod, the uid a precondition."""
+    def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> None:
+        """As the API server does: one Binding per pod, the uid a precondition, the Binding's
+        annotations written onto the pod with the node."""
         if self.fail_bind:
             raise RuntimeError("pods/binding: 409 Conflict")
         pod = self.pods.get(f"{namespace}/{name}")
@@ -78,6 +81,8 @@ class RecordingCluster:
                     f"pods/binding: 409 Conflict: already bound to {pod['spec']['nodeName']}"
                 )
             pod["spec"]["nodeName"] = node
+            pod["metadata"].setdefault("annotations", {}).update(annotations)
+        self.annotations.setdefault(f"{namespace}/{name}", {}).update(annotations)
         self.bound.append((namespace, name, uid, node))
 
     def annotate(
