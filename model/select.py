@@ -62,3 +62,42 @@ def algorithm1(
     return Selection(
         chosen=int(ranked[0]), best=int(idx[best_local]), within=ranked, penalty=penalty
     )
+
+
+def confident_algorithm1(
+    cost: FloatArray,
+    upper_cost: FloatArray,
+    seconds: FloatArray,
+    acceptable: NDArray[np.bool_],
+    demand: FloatArray,
+    utilization: FloatArray,
+    threshold: float,
+) -> Selection | None:
+    """Algorithm 1 that does not overspend T on the model's optimism.
+
+    First round: the cheapest acceptable candidate by predicted cost, and every candidate whose
+    cost is within T of it (as in Algorithm 1) *and* stays so with high confidence: its upper bound (`upper_cost`, e.g.
+    `model.confidence.PredictionInterval.upper`) within (1 + T) x the best's upper bound. A
+    candidate as uncertain as the best passes exactly when plain Algorithm 1 would; one whose
+    prediction leans more on what the model cannot see (slow-memory stalls, interpolated ways)
+    needs a margin for it. Second round: the packing penalty D_i . U weighted by how long the
+    candidate holds its resources against the best (seconds_i / seconds_best): a configuration
+    that saves 10 % of a scarce resource but runs 10 % longer saves nothing. Ties by cost. The
+    returned `penalty` is the plain D_i . U, as in Algorithm 1."""
+    idx = np.flatnonzero(acceptable)
+    if idx.size == 0:
+        return None
+    best_local = int(np.lexsort((upper_cost[idx], cost[idx]))[0])
+    best = int(idx[best_local])
+    ok = (cost[idx] <= cost[best] * (1.0 + threshold)) & (
+        upper_cost[idx] <= upper_cost[best] * (1.0 + threshold)
+    )
+    ok[best_local] = True
+    within = idx[ok]
+    penalty = np.full(cost.shape, np.nan)
+    penalty[within] = packing_penalties(demand[within], utilization)
+    hold = seconds[within] / seconds[best]
+    rounded = np.round(penalty[within] * hold / PENALTY_TIE)
+    order = np.lexsort((within, cost[within], rounded))
+    ranked = within[order]
+    return Selection(chosen=int(ranked[0]), best=best, within=ranked, penalty=penalty)
