@@ -294,7 +294,7 @@ class Pod:
     slow_bytes: int
     llc_ways: int
     way_start: int  # first way of its contiguous CAT run on its node
-    movable: bool = True
+    movable: bool = True  # may change node; every pod's CAT run may be re-laid on its node
 
 
 @dataclass(frozen=True)
