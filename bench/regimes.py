@@ -106,6 +106,7 @@ class MapSettings:
     seeds: int = 2
     processes: int = 2
     confidence: float = DEFAULT_CONFIDENCE
+    planning: bool = True  # also measure the OR-Tools planners (bench/planning.py)
     quick: bool = False
 
     def regimes(self) -> list[Regime]:
@@ -428,6 +429,12 @@ def run_map(
     results["map"] = summarise(rows, regimes)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = "regimes-quick" if settings.quick else "regimes"
+    if settings.planning:
+        say("regime map: capacity planner and rebalancer against greedy")
+        from bench.planning import run_planning  # noqa: PLC0415
+
+        results["planning"] = run_planning(studies, out_dir, settings.quick, stem)
+    results["duration_seconds"]["total"] = time.monotonic() - started
     (out_dir / f"{stem}.json").write_text(json.dumps(results, indent=1, default=_json))
     from bench.regimes_report import write_regime_report  # noqa: PLC0415 (matplotlib)
 

@@ -67,6 +67,9 @@ def write_regime_report(results: dict[str, Any], out_dir: Path, stem: str) -> No
             f" {verdict(conf, t) if conf else '-'} |"
         )
     lines.append("")
+    planning = out_dir / f"{stem}-planning.md"
+    if "planning" in results and planning.is_file():
+        lines += [planning.read_text(), ""]
     (out_dir / f"{stem}.md").write_text("\n".join(lines))
 
 
