@@ -122,7 +122,7 @@ def _simulated_size(
         counter = {"i": 0}
 
         def choose(w: int, u: Any, draws: list[int] = draws, counter: Any = counter) -> int:
-            k = draws[counter["i"]]
+            k = int(draws[counter["i"]])
             counter["i"] += 1
             return k
 
