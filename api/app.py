@@ -18,7 +18,7 @@ from api import dashboard, services, tasks
 from api.db import make_engine, make_session_factory, unit_of_work
 from api.deps import AppState, Metrics
 from api.errors import PROBLEM, install_handlers
-from api.routes import cluster, ops, prices, profiles, recommendations, reports
+from api.routes import cluster, ops, planner, prices, profiles, recommendations, reports
 from api.settings import Settings, get_settings
 from api.utilization import UtilizationReader, connect_redis, take_snapshot
 
@@ -200,7 +200,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(Observe)
     app.add_middleware(BodyLimit, max_bytes=settings.max_bundle_bytes)
 
-    for module in (ops, profiles, recommendations, cluster, prices, reports):
+    for module in (ops, profiles, recommendations, cluster, prices, reports, planner):
         app.include_router(module.router)
     dashboard.mount(app)
     return app
