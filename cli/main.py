@@ -182,6 +182,10 @@ from bench.command import bench as _bench  # noqa: E402
 
 app.command("bench")(_bench)
 
+from cli.planner import plan_app  # noqa: E402
+
+app.add_typer(plan_app, name="plan")
+
 # The service's commands need the server extra; a node install (the agent) has only the model.
 if importlib.util.find_spec("fastapi") is not None:
     from cli.server import db_app, server_app, token_app
