@@ -25,7 +25,7 @@ def bench(
 ) -> None:
     """Reproduce the paper's evaluation (§4) against the simulator: per-workload cost and search
     cost, compact cluster size per mix and architecture; writes evaluation[-quick].{json,md,png},
-    and the regime map of where packing pays, regimes[-quick].{json,md} and its plot."""
+    and the regime map of where packing pays in regimes/."""
     from rich.console import Console  # noqa: PLC0415
 
     from bench.evaluation import FULL, QUICK, progress_bar, run_benchmark  # noqa: PLC0415

@@ -427,6 +427,8 @@ def run_map(
         "duration_seconds": {"studies": t_studies, "total": time.monotonic() - started},
     }
     results["map"] = summarise(rows, regimes)
+    # A folder of its own beside the evaluation's files.
+    out_dir = out_dir / "regimes"
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = "regimes-quick" if settings.quick else "regimes"
     if settings.planning:
