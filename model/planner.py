@@ -311,7 +311,7 @@ class RebalancePlan:
     nodes_before: int
     nodes_after: int
     freed: list[str]
-    status: Literal["optimal", "feasible", "unchanged"]
+    status: Literal["optimal", "feasible", "unchanged", "greedy"]
     placement: list[tuple[int, int]] = field(default_factory=list)  # per pod: (node, way_start)
     remaps: list[Move] = field(default_factory=list)  # pods that stay, on a new CAT run
 
@@ -344,7 +344,8 @@ def rebalance(
     time_limit_seconds: float = 5.0,
     workers: int = 1,
 ) -> RebalancePlan:
-    """A dry-run plan that frees as many nodes as it can with the fewest moves (CP-SAT)."""
+    """A dry-run plan that frees as many nodes as it can with the fewest moves (CP-SAT, started
+    from the greedy drain's plan; status "greedy" when CP-SAT found nothing better in time)."""
     _check_cluster(nodes, pods, pools)
     used_before = sorted({p.node for p in pods})
     model = cp_model.CpModel()
@@ -402,13 +403,15 @@ def rebalance(
         remapped.append(r)
     if max_moves is not None:
         model.add(sum(moved) <= max_moves)
-    # Start from the cluster as it is: a valid answer, so the time limit always yields a plan.
-    for pi, p in enumerate(pods):
+    # Start from the greedy drain's answer (valid, and usually good): CP-SAT then only has to
+    # improve on it, and whatever the time limit, the plan is never worse than greedy's.
+    greedy = greedy_rebalance(nodes, pods, pools)
+    for pi, (gi, gs) in enumerate(greedy.placement):
         for ni in range(len(nodes)):
             if (pi, ni) in assign:
-                model.add_hint(assign[pi, ni], ni == p.node)
-        if (pi, p.node) in start:
-            model.add_hint(start[pi, p.node], p.way_start)
+                model.add_hint(assign[pi, ni], ni == gi)
+        if (pi, gi) in start:
+            model.add_hint(start[pi, gi], gs)
     model.minimize(
         (2 * len(pods) + 1) * (len(pods) + 1) * sum(used)
         + (2 * len(pods) + 1) * sum(moved)
@@ -419,7 +422,11 @@ def rebalance(
     solver.parameters.num_workers = workers
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return _unchanged(nodes, pods, used_before)
+        return (
+            greedy
+            if greedy.nodes_after < len(used_before)
+            else _unchanged(nodes, pods, used_before)
+        )
     placement = []
     moves, remaps = [], []
     for pi, p in enumerate(pods):
@@ -433,6 +440,10 @@ def rebalance(
     after = sorted({ni for ni, _ in placement})
     if len(after) >= len(used_before):
         return _unchanged(nodes, pods, used_before)
+    if greedy.nodes_after < len(after) or (
+        greedy.nodes_after == len(after) and len(greedy.moves) < len(moves)
+    ):
+        return greedy  # the time limit stopped CP-SAT before it caught up with its hint
     return RebalancePlan(
         moves=moves,
         nodes_before=len(used_before),
@@ -536,6 +547,6 @@ def greedy_rebalance(
         nodes_before=len(used_before),
         nodes_after=len(after),
         freed=[nodes[i].name for i in used_before if i not in set(after)],
-        status="unchanged" if not moves else "feasible",
+        status="unchanged" if not moves else "greedy",
         placement=where,
     )
