@@ -8,9 +8,10 @@ misses waits for its slowest one. Those errors are systematic (the same configur
 same way every time), so they do not average out over VMs; the interval must cover them.
 
 For candidate i, with phi_i the share of its predicted time spent on slow-memory stalls
-(1 - seconds at ratio 0 / seconds at ratio r, same ways) and psi_i the share gained or lost by the
-LLC ways against the profiled fastmax (|1 - seconds(0, w) / seconds(0, w_max)|), the relative
-standard deviation of its predicted time is
+(1 - seconds at ratio 0 / seconds at ratio r, same ways) and psi_i how far its way count's time
+lies from the nearer profiled way count (fastmin or fastmax, where the miss curve is measured:
+min over both of |1 - seconds(0, w) / seconds(0, w_profiled)|), the relative standard deviation
+of its predicted time is
 
     sigma_i^2 = noise^2 + (SLOW_PENALTY_SPREAD * phi_i)^2 + (phi_i / sqrt(n_samples))^2
                 + (MISS_CURVE_SPREAD * psi_i)^2
@@ -70,11 +71,13 @@ def slow_stall_share(prediction: GridPrediction) -> FloatArray:
 
 
 def cache_share(prediction: GridPrediction) -> FloatArray:
-    """psi: the relative time gained or lost by each way count against the most ways profiled."""
-    row = prediction.seconds[:1, :]
-    ref = row[:, -1:]
-    psi = np.abs(1.0 - row / ref)
-    out: FloatArray = np.broadcast_to(psi, prediction.seconds.shape).copy()
+    """psi: how far each way count's predicted time lies from the nearer of the two profiled way
+    counts (fastmin and fastmax, measured, so psi is 0 there); past them, from the nearer end."""
+    row = prediction.seconds[0, :]
+    inside = np.flatnonzero(~prediction.extrapolated)
+    lo, hi = (inside[0], inside[-1]) if inside.size else (0, len(row) - 1)
+    psi = np.minimum(np.abs(1.0 - row / row[lo]), np.abs(1.0 - row / row[hi]))
+    out: FloatArray = np.broadcast_to(psi[None, :], prediction.seconds.shape).copy()
     return out
 
 
