@@ -22,6 +22,9 @@ def bench(
     part: Annotated[
         str, typer.Option("--part", help="all, evaluation, or regimes (the regime map only).")
     ] = "all",
+    reduced: Annotated[
+        bool, typer.Option("--reduced", help="Regime map: the ten committed regimes, one seed.")
+    ] = False,
 ) -> None:
     """Reproduce the paper's evaluation (§4) against the simulator: per-workload cost and search
     cost, compact cluster size per mix and architecture; writes evaluation[-quick].{json,md,png},
@@ -33,9 +36,10 @@ def bench(
     if part not in ("all", "evaluation", "regimes"):
         raise typer.BadParameter("expected all, evaluation or regimes", param_hint="--part")
     if part in ("all", "regimes"):
-        from bench.regimes import FULL_MAP, QUICK_MAP, run_map  # noqa: PLC0415
+        from bench.regimes import FULL_MAP, QUICK_MAP, REDUCED_MAP, run_map  # noqa: PLC0415
 
-        regimes = run_map(QUICK_MAP if quick else FULL_MAP, out, Console().print)
+        chosen = QUICK_MAP if quick else REDUCED_MAP if reduced else FULL_MAP
+        regimes = run_map(chosen, out, Console().print)
         Console().print(f"regime map: {regimes['duration_seconds']['total']:.0f} s")
         if part == "regimes":
             return

@@ -107,6 +107,7 @@ class MapSettings:
     processes: int = 2
     confidence: float = DEFAULT_CONFIDENCE
     planning: bool = True  # also measure the OR-Tools planners (bench/planning.py)
+    selected: tuple[str, ...] = ()  # regime keys; empty: every combination
     quick: bool = False
 
     def regimes(self) -> list[Regime]:
@@ -119,6 +120,8 @@ class MapSettings:
             for life in self.lifetimes:
                 if life == "run" or slow == self.slow_ratios[0]:
                     out.append(Regime(src, llc, slow, shape, life))
+        if self.selected:
+            out = [r for r in out if r.key in self.selected]
         return out
 
 
@@ -136,6 +139,27 @@ QUICK_MAP = MapSettings(
     seeds=1,
     processes=1,
     quick=True,
+)
+
+
+# The ten regimes that tell where packing pays, on the evaluation's trace length, one seed: what
+# fits the time budget on a shared two-core machine (docs/evaluation.md).
+REDUCED_MAP = MapSettings(
+    trace_accesses=None,
+    seeds=1,
+    slow_ratios=(0.4, 0.2),
+    selected=(
+        "gce-n1/llc0.2/slow0.4/paper/run",
+        "gce-n1/llc0.03/slow0.4/paper/run",
+        "msv2-lsq/llc0.2/slow0.4/memory-heavy/run",
+        "msv2-lsq/llc0.03/slow0.4/memory-heavy/run",
+        "msv2-lsq/llc0.2/slow0.4/paper/run",
+        "gce-n1/llc0.2/slow0.4/memory-heavy/run",
+        "msv2-lsq/llc0.2/slow0.4/memory-heavy/fixed",
+        "gce-n1/llc0.03/slow0.4/paper/fixed",
+        "gce-n1/llc0.2/slow0.2/memory-heavy/run",
+        "msv2-lsq/llc0.03/slow0.4/paper/run",
+    ),
 )
 
 
@@ -359,6 +383,10 @@ def _compact_job(job: tuple[Regime, tuple[int, ...], str]) -> dict[str, Any]:
     }
 
 
+def _run_twin(r: Regime) -> str:
+    return Regime(r.source, r.llc_share, r.slow_to_dram, r.shape, "run").key
+
+
 def _arch(name: str) -> Architecture:
     dram, slow = name.split("G-")
     return architecture(int(dram), slow)
@@ -396,6 +424,7 @@ def run_map(
     n = len(settings.workloads)
     mixes = list(itertools.combinations(range(n), min(4, n)))[:: settings.mix_stride]
     regimes = settings.regimes()
+    keys = {r.key for r in regimes}
     # Exhaustive search's VMs hold their resources for their run time under either lifetime
     # model (the fixed lifetime is that very time), so its compaction is run once.
     cjobs = [
@@ -403,7 +432,7 @@ def run_map(
         for r in regimes
         for m in mixes
         for p in POLICIES
-        if not (p == "es" and r.lifetime != "run" and "run" in settings.lifetimes)
+        if not (p == "es" and r.lifetime != "run" and _run_twin(r) in keys)
     ]
     say(f"regime map: {len(cjobs)} compactions")
     rows = _pool_map(_compact_job, cjobs, settings.processes)
@@ -458,7 +487,7 @@ def summarise(rows: list[dict[str, Any]], regimes: Sequence[Regime]) -> list[dic
     """Per regime and policy, mean over mixes of size and cost relative to ES on the same mix."""
     out = []
     for r in regimes:
-        es_key = Regime(r.source, r.llc_share, r.slow_to_dram, r.shape, "run").key
+        es_key = _run_twin(r)
         es = {
             tuple(x["mix"]): x
             for x in rows
