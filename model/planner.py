@@ -186,13 +186,16 @@ def plan_kind(
             x[ci, oi] = solver.NumVar(0.0, c.arrivals_per_hour if usable else 0.0, f"x{ci}_{oi}")
         solver.Add(sum(x[ci, oi] for oi in range(len(c.options))) == c.arrivals_per_hour)
     for r in range(4):
+        if cap[r] <= 0:
+            continue  # no such resource: the options that need it are bounded to 0 above
+        # In machines' worth of the resource: coefficients near 1, not bytes (LP numerics).
         solver.Add(
             sum(
-                x[ci, oi] * _held(c, o)[r]
+                x[ci, oi] * (_held(c, o)[r] / cap[r])
                 for ci, c in enumerate(classes)
                 for oi, o in enumerate(c.options)
             )
-            <= fill * cap[r] * m
+            <= fill * m
         )
     price = kind.hourly_price(prices)
     tenant = sum(
