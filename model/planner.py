@@ -7,9 +7,10 @@ rack pool) and how many machines cost least? In steady state the VMs of class c 
 option o at once are x_co x t_co (Little's law, x_co the arrivals per hour given o), so the
 resources held at once are linear in x, and the plan is a small mixed-integer program:
 
-    minimise   M x machine_price + EPSILON x sum x_co cost_co         (machines first)
+    minimise   M x price + BALANCE x price x peak + EPSILON x price x sum x_co cost_co
     subject to sum_o x_co = rate_c                                     (every arrival is served)
-               sum x_co t_co d_cor <= fill x M x capacity_r, each r    (CPU, DRAM, slow, ways)
+               sum x_co t_co d_cor / capacity_r <= fill x M, and <= peak, each r
+                                                              (CPU, DRAM, slow, ways)
 
 with M integer. `fill` (< 1) leaves room for first fit's fragmentation and for the arrivals'
 fluctuation; whether it is enough is checked by simulation (`bench/planning.py`). The greedy
@@ -41,7 +42,8 @@ from model.packing import best_fit_run, run_mask
 from model.pricing import PriceProfile
 from model.resources import GIB
 
-EPSILON = 1e-6  # tenant cost only breaks ties between plans with as many machines
+BALANCE = 1e-3  # the busiest resource's load, in machines: second to the machine count
+EPSILON = 1e-7  # tenant cost only breaks ties between plans with as many machines
 DEFAULT_FILL = 0.85
 RESOURCES = ("cpu", "dram", "slow", "llc")
 
@@ -185,23 +187,26 @@ def plan_kind(
             usable = all(d <= k or d == 0 for d, k in zip(o.demand(), cap, strict=True))
             x[ci, oi] = solver.NumVar(0.0, c.arrivals_per_hour if usable else 0.0, f"x{ci}_{oi}")
         solver.Add(sum(x[ci, oi] for oi in range(len(c.options))) == c.arrivals_per_hour)
+    peak = solver.NumVar(0.0, solver.infinity(), "peak")
     for r in range(4):
         if cap[r] <= 0:
             continue  # no such resource: the options that need it are bounded to 0 above
         # In machines' worth of the resource: coefficients near 1, not bytes (LP numerics).
-        solver.Add(
-            sum(
-                x[ci, oi] * (_held(c, o)[r] / cap[r])
-                for ci, c in enumerate(classes)
-                for oi, o in enumerate(c.options)
-            )
-            <= fill * m
+        held = sum(
+            x[ci, oi] * (_held(c, o)[r] / cap[r])
+            for ci, c in enumerate(classes)
+            for oi, o in enumerate(c.options)
         )
+        solver.Add(held <= fill * m)
+        solver.Add(held <= peak)
     price = kind.hourly_price(prices)
     tenant = sum(
         x[ci, oi] * o.cost for ci, c in enumerate(classes) for oi, o in enumerate(c.options)
     )
-    solver.Minimize(m * price + EPSILON * price * tenant)
+    # Machines first; then the most loaded resource as light as possible (headroom for first
+    # fit's fragmentation and the arrivals' peaks, which the fluid count does not see); then the
+    # tenants' cost.
+    solver.Minimize(m * price + BALANCE * price * peak + EPSILON * price * tenant)
     status = solver.Solve()
     greedy = greedy_machines(classes, kind, fill)
     if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
