@@ -173,9 +173,10 @@ def plan_kind(
     *,
     fill: float = DEFAULT_FILL,
     time_limit_seconds: float = 5.0,
+    backend: Literal["SCIP", "CBC"] = "SCIP",
 ) -> KindPlan:
     _check_classes(classes)
-    solver = pywraplp.Solver.CreateSolver("SCIP") or pywraplp.Solver.CreateSolver("CBC")
+    solver = pywraplp.Solver.CreateSolver(backend)
     if solver is None:  # pragma: no cover - both ship with OR-Tools' wheels
         raise RuntimeError("no MIP solver in this OR-Tools build")
     solver.SetTimeLimit(int(time_limit_seconds * 1000))
@@ -208,6 +209,16 @@ def plan_kind(
     # tenants' cost.
     solver.Minimize(m * price + BALANCE * price * peak + EPSILON * price * tenant)
     status = solver.Solve()
+    if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE) and backend == "SCIP":
+        # SCIP gives up on rare numerical trouble in an LP; CBC solves the same program.
+        return plan_kind(
+            classes,
+            kind,
+            prices,
+            fill=fill,
+            time_limit_seconds=time_limit_seconds,
+            backend="CBC",
+        )
     greedy = greedy_machines(classes, kind, fill)
     if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
         return KindPlan(kind.name, -1, price, math.inf, math.inf, {}, {}, "-", greedy, "infeasible")
