@@ -18,7 +18,16 @@ from api import dashboard, openapi, services, tasks
 from api.db import make_engine, make_session_factory, unit_of_work
 from api.deps import AppState, Metrics
 from api.errors import PROBLEM, ContainUnexpected, install_handlers
-from api.routes import cluster, ops, prices, profiles, recommendations, reports, tiering
+from api.routes import (
+    cluster,
+    ops,
+    planner,
+    prices,
+    profiles,
+    recommendations,
+    reports,
+    tiering,
+)
 from api.settings import Settings, get_settings
 from api.utilization import UtilizationReader, connect_redis, take_snapshot
 
@@ -208,7 +217,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_bundle_bytes)
     app.add_middleware(ContainUnexpected)  # outermost: a 500 keeps the connection open
 
-    for module in (ops, profiles, recommendations, cluster, prices, reports, tiering):
+    for module in (ops, profiles, recommendations, cluster, prices, reports, tiering, planner):
         app.include_router(module.router)
     dashboard.mount(app)
     return app

@@ -19,13 +19,30 @@ def bench(
     out: Annotated[
         Path, typer.Option("--out", "-o", help="Folder for the JSON, markdown and PNG files.")
     ] = DEFAULT_OUT,
+    part: Annotated[
+        str, typer.Option("--part", help="all, evaluation, or regimes (the regime map only).")
+    ] = "all",
+    reduced: Annotated[
+        bool, typer.Option("--reduced", help="Regime map: the ten committed regimes, one seed.")
+    ] = False,
 ) -> None:
     """Reproduce the paper's evaluation (§4) against the simulator: per-workload cost and search
-    cost, compact cluster size per mix and architecture; writes evaluation[-quick].{json,md,png}."""
+    cost, compact cluster size per mix and architecture; writes evaluation[-quick].{json,md,png},
+    and the regime map of where packing pays in regimes/."""
     from rich.console import Console  # noqa: PLC0415
 
     from bench.evaluation import FULL, QUICK, progress_bar, run_benchmark  # noqa: PLC0415
 
+    if part not in ("all", "evaluation", "regimes"):
+        raise typer.BadParameter("expected all, evaluation or regimes", param_hint="--part")
+    if part in ("all", "regimes"):
+        from bench.regimes import FULL_MAP, QUICK_MAP, REDUCED_MAP, run_map  # noqa: PLC0415
+
+        chosen = QUICK_MAP if quick else REDUCED_MAP if reduced else FULL_MAP
+        regimes = run_map(chosen, out, Console().print)
+        Console().print(f"regime map: {regimes['duration_seconds']['total']:.0f} s")
+        if part == "regimes":
+            return
     settings = QUICK if quick else FULL
     with progress_bar() as progress:
         results = run_benchmark(settings, out, progress)

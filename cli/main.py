@@ -186,6 +186,10 @@ from cli.tiering import tiering_app  # noqa: E402
 
 app.add_typer(tiering_app, name="tiering")
 
+from cli.planner import plan_app  # noqa: E402
+
+app.add_typer(plan_app, name="plan")
+
 # The service's commands need the server extra; a node install (the agent) has only the model.
 if importlib.util.find_spec("fastapi") is not None:
     from cli.server import db_app, server_app, token_app

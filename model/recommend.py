@@ -9,6 +9,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from model.bundle import HostDescription, WorkloadId
+from model.confidence import DEFAULT_CONFIDENCE, prediction_interval
 from model.errors import InvalidRequest, NoFeasibleConfiguration
 from model.fit import FitDiagnostics, FittedModel
 from model.grid import Grid, paper_grid
@@ -17,7 +18,7 @@ from model.objectives import CHEAPEST, Objective
 from model.predict import GridPrediction, Predictor, StructurePlacement
 from model.pricing import DEFAULT_PRICE_PROFILE, PriceProfile
 from model.resources import GIB, Configuration, Demand, MachineShape, Utilization
-from model.select import DEFAULT_THRESHOLD, algorithm1
+from model.select import DEFAULT_THRESHOLD, algorithm1, confident_algorithm1
 
 RECOMMENDATION_SCHEMA = "tmc.recommendation/v1"
 
@@ -133,11 +134,19 @@ def recommend(
     objective: Objective = CHEAPEST,
     threshold: float = DEFAULT_THRESHOLD,
     grid: Grid | None = None,
+    confidence: float | None = DEFAULT_CONFIDENCE,
 ) -> Recommendation:
     """Recommend a configuration for one workload. Without utilization the cluster is taken as
-    idle, every penalty is 0, and the choice is the objective's best."""
+    idle, every penalty is 0, and the choice is the objective's best.
+
+    With `confidence` (the default), a cost objective keeps only candidates within T of the best
+    with that confidence (`model.select.confident_algorithm1`, intervals from
+    `model.confidence`) and weighs packing gains by how long a candidate holds its resources;
+    `confidence=None` is the paper's Algorithm 1 as published."""
     if not 0.0 <= threshold <= 1.0:
         raise InvalidRequest("threshold", "must lie between 0 and 1")
+    if confidence is not None and not 0.5 <= confidence < 1.0:
+        raise InvalidRequest("confidence", "must lie in [0.5, 1)")
     predictor = model if isinstance(model, Predictor) else Predictor(model)
     fitted = predictor.model
     grid = grid or paper_grid()
@@ -156,15 +165,27 @@ def recommend(
     else:
         score, relative = priced.cost, True
 
-    selection = algorithm1(
-        score,
-        priced.cost,
-        acceptable,
-        priced.demand,
-        np.asarray(util.as_tuple()),
-        threshold,
-        relative=relative,
-    )
+    if confidence is not None and relative:
+        interval = prediction_interval(p, fitted.diagnostics, confidence=confidence)
+        selection = confident_algorithm1(
+            priced.cost,
+            interval.upper(priced.cost.reshape(p.seconds.shape)).ravel(),
+            p.seconds.ravel(),
+            acceptable,
+            priced.demand,
+            np.asarray(util.as_tuple()),
+            threshold,
+        )
+    else:
+        selection = algorithm1(
+            score,
+            priced.cost,
+            acceptable,
+            priced.demand,
+            np.asarray(util.as_tuple()),
+            threshold,
+            relative=relative,
+        )
     if selection is None:
         why = "fits the machine" if not priced.feasible.any() else f"meets {objective}"
         raise NoFeasibleConfiguration(f"no configuration of grid {grid.name} {why}")

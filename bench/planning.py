@@ -1,0 +1,347 @@
+"""OR-Tools in the product, measured: the capacity planner and the rebalancer against greedy.
+
+**Capacity planner** (`model.planner.plan_capacity`). Per regime and mix, each workload class
+offers the candidates the confident Algorithm 1 keeps within T on an idle cluster, with tmc's
+predicted run times and costs (what the product knows). The planner's machine count (fill 0.85)
+is compared with the greedy answer (every class in its predicted-cheapest option, same fill),
+and both are *checked against simulation*: the arrivals are replayed in `sim.cluster`, each VM
+given an option drawn from the plan's mix (the greedy plan: its cheapest), held for its
+simulated run time, and the cluster compacted as in the evaluation. The planner also names the
+cheapest machine kind of the Fig. 9 family for the mix.
+
+**Rebalancer** (`model.planner.rebalance`). Live clusters are made by replaying arrivals of a
+mix's exhaustive-search configurations on 24G-128L machines, first fit with best-fit CAT runs,
+VMs leaving after their simulated run time; the snapshot is the cluster at the last arrival
+(fragmented by departures). CP-SAT (10 s, one worker) and the greedy drain plan moves on it; the
+figure is the machines in use after each plan.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from bench.regimes import Regime, Study, hourly
+from model.packing import best_fit_run, run_mask
+from model.planner import (
+    MachineKind,
+    Node,
+    Option,
+    Pod,
+    WorkloadClass,
+    greedy_rebalance,
+    paper_machine_kinds,
+    plan_capacity,
+    plan_kind,
+    rebalance,
+)
+from model.price_profiles import price_profile
+from model.select import confident_algorithm1
+from sim.cluster import Menu, architecture, compact_size, online_placer, poisson_arrivals
+from sim.cluster import run_cluster as sim_run
+
+THRESHOLD = 0.025
+FILL = 0.85
+Z95 = NormalDist().inv_cdf(0.95)
+REGIMES = (
+    Regime("msv2-lsq", 0.2, 0.4, "memory-heavy", "run"),
+    Regime("msv2-lsq", 0.03, 0.4, "memory-heavy", "run"),
+    Regime("gce-n1", 0.03, 0.4, "paper", "run"),
+    Regime("gce-n1", 0.2, 0.4, "paper", "run"),
+)
+
+
+def _candidates(s: Study, regime: Regime, confidence: float = 0.95) -> tuple[np.ndarray, Any]:
+    prices = price_profile(
+        regime.source, llc_area_share=regime.llc_share, slow_to_dram=regime.slow_to_dram
+    )
+    h = hourly(s, prices)
+    pred = h * s.predicted_seconds / 3600.0
+    upper = pred * (1.0 + NormalDist().inv_cdf(confidence) * s.sigma)
+    n = len(pred)
+    sel = confident_algorithm1(
+        pred, upper, s.predicted_seconds, np.ones(n, bool), np.zeros((n, 4)), np.zeros(4), THRESHOLD
+    )
+    assert sel is not None
+    return np.sort(sel.within), h
+
+
+def _classes(
+    studies: Sequence[Study], mix: Sequence[int], regime: Regime, rate_per_hour: float
+) -> tuple[list[WorkloadClass], list[np.ndarray]]:
+    classes, idxs = [], []
+    for i in mix:
+        s = studies[i]
+        within, h = _candidates(s, regime)
+        options = tuple(
+            Option(
+                vcpus=s.vcpus,
+                dram_bytes=int(s.dram_bytes[k]),
+                slow_bytes=int(s.slow_bytes[k]),
+                llc_ways=int(s.ways[k]),
+                # The upper bound of the run time: a plan on the model's optimistic times
+                # under-counts the machines (its VMs hold them longer than predicted).
+                seconds=float(s.predicted_seconds[k] * (1.0 + Z95 * s.sigma[k])),
+                cost=float(h[k] * s.predicted_seconds[k] / 3600.0),
+            )
+            for k in within
+        )
+        classes.append(WorkloadClass(s.name, rate_per_hour / len(mix), options))
+        idxs.append(within)
+    return classes, idxs
+
+
+def _simulated_size(
+    studies: Sequence[Study],
+    mix: Sequence[int],
+    idxs: Sequence[np.ndarray],
+    shares: Sequence[np.ndarray],
+    rate: float,
+    arrivals: int,
+    seeds: int,
+) -> float:
+    """Compact cluster when each VM of class c takes option o with probability shares[c][o]."""
+    arch = architecture(24, "128L")
+    menus = []
+    for s in studies:
+        n = len(s.ways)
+        demand = np.stack([np.full(n, s.vcpus), s.dram_bytes, s.slow_bytes, s.ways], axis=1)
+        menus.append(Menu(demand.astype(np.int64), s.tmc_seconds))
+    position = {w: j for j, w in enumerate(mix)}
+    sizes = []
+    for seed in range(seeds):
+        arr = poisson_arrivals(arrivals, mix, rate, seed)
+        rng = np.random.default_rng(500 + seed)
+        draws = [
+            int(rng.choice(idxs[position[int(w)]], p=shares[position[int(w)]]))
+            for w in arr.workloads
+        ]
+        counter = {"i": 0}
+
+        def choose(w: int, u: Any, draws: list[int] = draws, counter: Any = counter) -> int:
+            k = int(draws[counter["i"]])
+            counter["i"] += 1
+            return k
+
+        def fits(n: int, arr: Any = arr, seed: int = seed, counter: Any = counter) -> bool:
+            counter["i"] = 0
+            run = sim_run(arch, n, arr, menus, online_placer(choose), order_seed=seed)
+            return run.rejected == 0
+
+        sizes.append(compact_size(fits, upper=200))
+    return float(np.percentile(sizes, 90))
+
+
+def capacity_study(
+    studies: dict[str, list[Study]],
+    arrivals: int,
+    seeds: int,
+    concurrency: float,
+    mix_stride: int,
+    regimes: Sequence[Regime] = REGIMES,
+) -> list[dict[str, Any]]:
+    rows = []
+    kind = MachineKind("24G-128L")
+    for regime in regimes:
+        sts = studies.get(regime.shape)
+        if not sts:
+            continue
+        mixes = list(itertools.combinations(range(len(sts)), min(4, len(sts))))[::mix_stride]
+        prices = price_profile(
+            regime.source, llc_area_share=regime.llc_share, slow_to_dram=regime.slow_to_dram
+        )
+        for mix in mixes:
+            es_idx = [int(np.argmin(hourly(sts[i], prices) * sts[i].truth_seconds)) for i in mix]
+            es_seconds = float(
+                np.mean([sts[i].truth_seconds[k] for i, k in zip(mix, es_idx, strict=True)])
+            )
+            rate = concurrency / es_seconds  # per second, as in the cluster study
+            classes, idxs = _classes(sts, mix, regime, rate * 3600.0)
+            plan = plan_kind(classes, kind, prices, fill=FILL)
+            shares = []
+            for c in classes:
+                x = np.asarray(plan.mix[c.name])
+                shares.append(x / x.sum())
+            greedy_shares = []
+            for c in classes:
+                g = np.zeros(len(c.options))
+                g[int(np.argmin([o.cost for o in c.options]))] = 1.0
+                greedy_shares.append(g)
+            planned_sim = _simulated_size(sts, mix, idxs, shares, rate, arrivals, seeds)
+            greedy_sim = _simulated_size(sts, mix, idxs, greedy_shares, rate, arrivals, seeds)
+            best_kind = plan_capacity(classes, paper_machine_kinds(), prices, fill=FILL).best
+            # The plan's true cost per VM against exhaustive search's, on the plan's mix.
+            true_cost = []
+            for i, within, sh in zip(mix, idxs, shares, strict=True):
+                s = sts[i]
+                h = hourly(s, prices)
+                es = float((h * s.truth_seconds).min())
+                true_cost.append(float(np.dot(sh, h[within] * s.tmc_seconds[within])) / es)
+            rows.append(
+                {
+                    "regime": regime.key,
+                    "mix": [sts[i].name for i in mix],
+                    "planned_machines": plan.machines,
+                    "greedy_machines": plan.greedy_machines,
+                    "planned_simulated": planned_sim,
+                    "greedy_simulated": greedy_sim,
+                    "binding": plan.binding,
+                    "planned_cost_vs_es": float(np.mean(true_cost)) - 1.0,
+                    "best_kind": best_kind.kind,
+                    "best_kind_machines": best_kind.machines,
+                }
+            )
+    return rows
+
+
+def live_cluster(
+    studies: Sequence[Study],
+    mix: Sequence[int],
+    regime: Regime,
+    machines: int,
+    arrivals: int,
+    seed: int,
+) -> tuple[list[Node], list[Pod]]:
+    """Replay a mix's ES configurations with CAT runs; the cluster left at the last arrival."""
+    prices = price_profile(
+        regime.source, llc_area_share=regime.llc_share, slow_to_dram=regime.slow_to_dram
+    )
+    es = {i: int(np.argmin(hourly(studies[i], prices) * studies[i].truth_seconds)) for i in mix}
+    es_seconds = float(np.mean([studies[i].truth_seconds[es[i]] for i in mix]))
+    arr = poisson_arrivals(arrivals, mix, 0.7 * machines * 3 / es_seconds, seed)
+    nodes = [Node(f"n{i}", 12, 24 << 30, 128 << 30, 48) for i in range(machines)]
+    free = [[12, 24 << 30, 128 << 30] for _ in nodes]
+    masks = [0] * machines
+    live: dict[int, tuple[int, int, int, float]] = {}  # arrival -> (workload, node, start, end)
+    order = np.random.default_rng(seed).permutation(machines)
+    for a, (t, w) in enumerate(zip(arr.times, arr.workloads, strict=True)):
+        for k in [k for k, v in live.items() if v[3] <= t]:
+            wk, ni, start, _ = live.pop(k)
+            s, i = studies[wk], es[wk]
+            free[ni][0] += s.vcpus
+            free[ni][1] += int(s.dram_bytes[i])
+            free[ni][2] += int(s.slow_bytes[i])
+            masks[ni] &= ~run_mask(start, int(s.ways[i]))
+        s, i = studies[int(w)], es[int(w)]
+        need = (s.vcpus, int(s.dram_bytes[i]), int(s.slow_bytes[i]))
+        for ni in order:
+            mask = best_fit_run(masks[ni], 48, int(s.ways[i]))
+            if mask is None or any(n > f for n, f in zip(need, free[ni], strict=True)):
+                continue
+            for r in range(3):
+                free[ni][r] -= need[r]
+            masks[ni] |= mask
+            start = (mask & -mask).bit_length() - 1
+            live[a] = (int(w), int(ni), start, float(t + s.truth_seconds[i]))
+            break
+    pods = []
+    for k, (wk, ni, start, _) in live.items():
+        s, i = studies[wk], es[wk]
+        pods.append(
+            Pod(
+                f"{s.name}-{k}",
+                ni,
+                s.vcpus,
+                int(s.dram_bytes[i]),
+                int(s.slow_bytes[i]),
+                int(s.ways[i]),
+                start,
+            )
+        )
+    return nodes, pods
+
+
+def rebalance_study(
+    studies: dict[str, list[Study]], snapshots: int, machines: int, time_limit: float
+) -> list[dict[str, Any]]:
+    rows = []
+    for regime in (REGIMES[2], REGIMES[0]):
+        sts = studies.get(regime.shape)
+        if not sts:
+            continue
+        mix = tuple(range(min(4, len(sts))))
+        for seed in range(snapshots):
+            nodes, pods = live_cluster(sts, mix, regime, machines, 600, seed)
+            t0 = time.monotonic()
+            plan = rebalance(nodes, pods, time_limit_seconds=time_limit)
+            solve_s = time.monotonic() - t0
+            greedy = greedy_rebalance(nodes, pods)
+            rows.append(
+                {
+                    "regime": regime.key,
+                    "snapshot": seed,
+                    "pods": len(pods),
+                    "in_use": plan.nodes_before,
+                    "cp_sat_after": plan.nodes_after,
+                    "cp_sat_moves": len(plan.moves),
+                    "cp_sat_remaps": len(plan.remaps),
+                    "cp_sat_status": plan.status,
+                    "cp_sat_seconds": solve_s,
+                    "greedy_after": greedy.nodes_after,
+                    "greedy_moves": len(greedy.moves),
+                }
+            )
+    return rows
+
+
+def planning_markdown(capacity: list[dict[str, Any]], moves: list[dict[str, Any]]) -> str:
+    lines = [
+        "## OR-Tools planners against greedy",
+        "",
+        "Capacity planner (`model.planner.plan_kind`, 24G-128L, fill 0.85): machines planned"
+        " and, in brackets, the compact cluster when the plan's option mix is replayed in the"
+        " simulator; greedy gives every class its predicted-cheapest option. Method:"
+        " `bench/planning.py`.",
+        "",
+        "| regime | mix | binds | planner | greedy | planner vs greedy (simulated) |"
+        " plan's true cost vs ES | cheapest kind (machines) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in capacity:
+        gain = r["planned_simulated"] / r["greedy_simulated"] - 1.0
+        lines.append(
+            f"| {r['regime']} | {'+'.join(r['mix'])} | {r['binding']} |"
+            f" {r['planned_machines']} ({r['planned_simulated']:g}) |"
+            f" {r['greedy_machines']} ({r['greedy_simulated']:g}) | {100 * gain:+.1f} % |"
+            f" {100 * r['planned_cost_vs_es']:+.1f} % | {r['best_kind']} ({r['best_kind_machines']}) |"
+        )
+    lines += [
+        "",
+        "Rebalancer (`model.planner.rebalance`, CP-SAT with CAT runs as non-overlapping intervals)"
+        " against the greedy drain, on live clusters left by departures:",
+        "",
+        "| regime | snapshot | pods | machines in use | CP-SAT after (moves, remaps, s) |"
+        " greedy after (moves) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in moves:
+        lines.append(
+            f"| {r['regime']} | {r['snapshot']} | {r['pods']} | {r['in_use']} |"
+            f" {r['cp_sat_after']} ({r['cp_sat_moves']}, {r['cp_sat_remaps']},"
+            f" {r['cp_sat_seconds']:.1f}) | {r['greedy_after']} ({r['greedy_moves']}) |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def run_planning(
+    studies: dict[str, list[Study]], out_dir: Path, quick: bool, stem: str
+) -> dict[str, Any]:
+    started = time.monotonic()
+    if quick:
+        capacity = capacity_study(
+            studies, arrivals=300, seeds=1, concurrency=30.0, mix_stride=100, regimes=REGIMES[:1]
+        )
+        moves = rebalance_study(studies, snapshots=1, machines=8, time_limit=2.0)
+    else:
+        capacity = capacity_study(studies, arrivals=1500, seeds=2, concurrency=120.0, mix_stride=5)
+        moves = rebalance_study(studies, snapshots=2, machines=30, time_limit=10.0)
+    md = planning_markdown(capacity, moves)
+    (out_dir / f"{stem}-planning.md").write_text(md)
+    return {"capacity": capacity, "rebalance": moves, "seconds": time.monotonic() - started}

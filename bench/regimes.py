@@ -1,0 +1,519 @@
+"""The regime map: where packing (Algorithm 1 at T > 0) shrinks the cluster, and at what true cost.
+
+Whether trading a little cost for a lighter configuration frees machines depends on which resource
+binds, and that depends on prices and VM shapes, not on the model. The map replays the cluster
+study (`sim.cluster`, compaction by bisection, first fit in a random node order) over:
+
+- the price source: `gce-n1` (the default profile) and `msv2-lsq` (the paper's least-squares fit
+  over Azure's Msv2 list prices, `model.price_profiles`);
+- the LLC-way price, through the LLC's die-area share (0.2, and 0.03: ways ~7x cheaper);
+- the slow:DRAM price ratio per GiB (0.4 as the paper, and 0.2);
+- the VM shape: the paper's workloads as they are, and memory-heavy ones (one vCPU running the
+  same per-vCPU program on inputs twice as large, re-simulated: 3-9 GiB per vCPU);
+- the lifetime model: a VM holds its resources for its true run time in its configuration (a
+  batch job: slowness is paid in occupancy), or for a fixed time, its workload's run time under
+  exhaustive search (a service: slowness costs its owner, not the cluster's capacity).
+
+Per regime and policy: the compact cluster and the mean true cost per VM against exhaustive
+search on the same arrivals and node orders, the share of decisions whose true cost is within T of
+exhaustive search's, and the binding resource (highest mean utilization at the compact size).
+Policies: `es` (the true cost optimum, oracle placement), `tmc-2.5` (the paper's Algorithm 1 on
+predicted costs), `tmc-2.5c` (`model.select.confident_algorithm1` with the model's prediction
+intervals, `model.confidence`). tmc's VMs run with tmc's own placement plan; every cost and
+duration is the simulator's.
+
+Per workload the model is fitted once (profile seed 100), which is what one tenant would see; the
+map varies prices and shapes, not the profiling noise (the evaluation's per-workload study does).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from model.confidence import DEFAULT_CONFIDENCE, prediction_interval
+from model.fit import fit
+from model.grid import paper_grid
+from model.predict import Predictor
+from model.price_profiles import price_profile
+from model.pricing import PriceProfile
+from model.resources import GIB, split_memory
+from model.select import algorithm1, confident_algorithm1
+from sim.catalog import TABLE5, workload
+from sim.cluster import (
+    Architecture,
+    Menu,
+    architecture,
+    compact_size,
+    online_placer,
+    poisson_arrivals,
+    run_cluster,
+)
+from sim.engine import prepare
+from sim.host import ground_truth_grid, run_many
+from sim.machine import optane_host
+from sim.profile import NoiseSpec, reference_bundle
+from sim.workload import Workload
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+RESOURCES = ("cpu", "dram", "slow", "llc")
+THRESHOLD = 0.025
+POLICIES = ("es", "tmc-2.5", "tmc-2.5c")
+
+
+@dataclass(frozen=True)
+class Regime:
+    source: str
+    llc_share: float
+    slow_to_dram: float
+    shape: str
+    lifetime: str
+
+    @property
+    def key(self) -> str:
+        return (
+            f"{self.source}/llc{self.llc_share:g}/slow{self.slow_to_dram:g}/"
+            f"{self.shape}/{self.lifetime}"
+        )
+
+
+@dataclass(frozen=True)
+class MapSettings:
+    workloads: tuple[str, ...] = TABLE5
+    # Shorter traces than the evaluation's 2 M accesses (the time budget: 12 re-simulated
+    # workloads); the same length for every policy, so the comparison is like for like.
+    trace_accesses: int | None = 600_000
+    sources: tuple[str, ...] = ("gce-n1", "msv2-lsq")
+    llc_shares: tuple[float, ...] = (0.2, 0.03)
+    slow_ratios: tuple[float, ...] = (0.4, 0.2)
+    shapes: tuple[str, ...] = ("paper", "memory-heavy")
+    lifetimes: tuple[str, ...] = ("run", "fixed")
+    architecture: str = "24G-128L"
+    arrivals: int = 1500
+    concurrency: float = 120.0
+    mix_stride: int = 3  # every third of the C(6, 4) = 15 mixes
+    seeds: int = 2
+    processes: int = 2
+    confidence: float = DEFAULT_CONFIDENCE
+    planning: bool = True  # also measure the OR-Tools planners (bench/planning.py)
+    selected: tuple[str, ...] = ()  # regime keys; empty: every combination
+    quick: bool = False
+
+    def regimes(self) -> list[Regime]:
+        """Every combination with the run-time lifetime; the fixed lifetime (which changes only
+        how long tmc's VMs hold their resources) at the first slow:DRAM ratio only."""
+        out = []
+        for src, llc, slow, shape in itertools.product(
+            self.sources, self.llc_shares, self.slow_ratios, self.shapes
+        ):
+            for life in self.lifetimes:
+                if life == "run" or slow == self.slow_ratios[0]:
+                    out.append(Regime(src, llc, slow, shape, life))
+        if self.selected:
+            out = [r for r in out if r.key in self.selected]
+        return out
+
+
+FULL_MAP = MapSettings()
+QUICK_MAP = MapSettings(
+    workloads=("graph500", "memcached", "canneal", "xsbench"),
+    trace_accesses=60_000,
+    llc_shares=(0.2, 0.03),
+    slow_ratios=(0.4,),
+    sources=("msv2-lsq",),
+    lifetimes=("run",),
+    arrivals=300,
+    concurrency=30.0,
+    mix_stride=1,
+    seeds=1,
+    processes=1,
+    quick=True,
+)
+
+
+# The ten regimes that tell where packing pays, on the evaluation's trace length, one seed: what
+# fits the time budget on a shared two-core machine (docs/evaluation.md).
+REDUCED_MAP = MapSettings(
+    trace_accesses=None,
+    seeds=1,
+    slow_ratios=(0.4, 0.2),
+    selected=(
+        "gce-n1/llc0.2/slow0.4/paper/run",
+        "gce-n1/llc0.03/slow0.4/paper/run",
+        "msv2-lsq/llc0.2/slow0.4/memory-heavy/run",
+        "msv2-lsq/llc0.03/slow0.4/memory-heavy/run",
+        "msv2-lsq/llc0.2/slow0.4/paper/run",
+        "gce-n1/llc0.2/slow0.4/memory-heavy/run",
+        "msv2-lsq/llc0.2/slow0.4/memory-heavy/fixed",
+        "gce-n1/llc0.03/slow0.4/paper/fixed",
+        "gce-n1/llc0.2/slow0.2/memory-heavy/run",
+        "msv2-lsq/llc0.03/slow0.4/paper/run",
+    ),
+)
+
+
+# -- VM shapes and per-workload ground truth ----------------------------------------------------
+
+
+def reshape(w: Workload, shape: str) -> Workload:
+    """`paper`: as given. `memory-heavy`: one vCPU running the same per-vCPU share of the program
+    on data structures twice as large (e.g. a bigger input of the same code)."""
+    if shape == "paper":
+        return w
+    if shape != "memory-heavy":
+        raise ValueError(f"unknown VM shape {shape!r}")
+    return w.model_copy(
+        update={
+            "vcpus": 1,
+            "instructions": max(1, w.instructions // w.vcpus),
+            "structures": [
+                s.model_copy(update={"size_mib": 2.0 * s.size_mib}) for s in w.structures
+            ],
+        }
+    )
+
+
+@dataclass
+class Study:
+    """One workload in one shape: times over the 77 configurations, independent of prices."""
+
+    name: str
+    vcpus: int
+    footprint_bytes: int
+    truth_seconds: FloatArray  # oracle placement
+    tmc_seconds: FloatArray  # tmc's own placement plan, simulated
+    predicted_seconds: FloatArray
+    sigma: FloatArray  # relative standard deviation of the predicted time
+    dram_bytes: IntArray
+    slow_bytes: IntArray
+    ways: IntArray
+
+
+def study(name: str, shape: str, trace_accesses: int | None) -> Study:
+    host = optane_host()
+    w = reshape(workload(name), shape)
+    if trace_accesses is not None:
+        w = w.model_copy(
+            update={
+                "trace_accesses": trace_accesses,
+                "warmup_accesses": max(trace_accesses // 5, 1000),
+            }
+        )
+    grid = paper_grid()
+    ratios, ways = np.asarray(grid.slow_ratios), np.asarray(grid.llc_ways, dtype=np.int64)
+    truth = ground_truth_grid(w, host, seed=0)
+    bundle = reference_bundle(w, host, NoiseSpec(), seed=100)
+    model = fit(bundle)
+    predictor = Predictor(model)
+    pred = predictor.predict(ratios, ways)
+    interval = prediction_interval(pred, model.diagnostics)
+    prep = prepare(w, host, 0, list(ways))
+    runs = run_many(
+        prep, [(float(r), int(k), predictor.placement(r, k)) for r in ratios for k in ways]
+    )
+    splits = [split_memory(w.footprint_bytes, float(r)) for r in ratios]
+    n_w = len(ways)
+    return Study(
+        name=w.name,
+        vcpus=w.vcpus,
+        footprint_bytes=w.footprint_bytes,
+        truth_seconds=truth.seconds.ravel(),
+        tmc_seconds=np.asarray([x.wall_seconds for x in runs]),
+        predicted_seconds=pred.seconds.ravel(),
+        sigma=interval.sigma.ravel(),
+        dram_bytes=np.repeat(np.asarray([d for d, _ in splits], dtype=np.int64), n_w),
+        slow_bytes=np.repeat(np.asarray([s for _, s in splits], dtype=np.int64), n_w),
+        ways=np.tile(ways, len(ratios)),
+    )
+
+
+def hourly(s: Study, prices: PriceProfile) -> FloatArray:
+    out: FloatArray = (
+        s.vcpus * prices.vcpu_hour
+        + s.dram_bytes / GIB * prices.dram_gib_hour
+        + s.slow_bytes / GIB * prices.slow_gib_hour
+        + s.ways * prices.llc_way_hour
+    )
+    return out
+
+
+# -- policies -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Policy:
+    menus: list[Menu]
+    true_cost: list[FloatArray]  # per workload, per menu option
+    choose: Callable[[int, FloatArray], int]
+
+
+def _demand(s: Study) -> IntArray:
+    n = len(s.ways)
+    return np.stack([np.full(n, s.vcpus), s.dram_bytes, s.slow_bytes, s.ways], axis=1).astype(
+        np.int64
+    )
+
+
+def build_policy(
+    name: str, studies: Sequence[Study], regime: Regime, arch: Architecture, confidence: float
+) -> Policy:
+    prices = price_profile(
+        regime.source, llc_area_share=regime.llc_share, slow_to_dram=regime.slow_to_dram
+    )
+    cap = arch.capacity().astype(np.float64)
+    menus, costs, choosers = [], [], []
+    z = NormalDist().inv_cdf(confidence)
+    for s in studies:
+        h = hourly(s, prices)
+        truth = h * s.truth_seconds / 3600.0
+        es = int(np.argmin(truth))
+        fixed = np.full(len(h), s.truth_seconds[es])
+        if name == "es":
+            seconds = s.truth_seconds if regime.lifetime == "run" else fixed
+            menus.append(Menu(_demand(s)[[es]], seconds[[es]]))
+            costs.append(truth[[es]])
+            choosers.append(lambda u: 0)
+            continue
+        seconds = s.tmc_seconds if regime.lifetime == "run" else fixed
+        menus.append(Menu(_demand(s), seconds))
+        costs.append(h * s.tmc_seconds / 3600.0)
+        pred = h * s.predicted_seconds / 3600.0
+        frac = _demand(s) / cap
+        ok = np.ones(len(h), dtype=bool)
+        if name == "tmc-2.5":
+            choosers.append(_classic(pred, ok, frac))
+        elif name == "tmc-2.5c":
+            upper = pred * (1.0 + z * s.sigma)
+            choosers.append(_confident(pred, upper, s.predicted_seconds, ok, frac))
+        else:
+            raise ValueError(name)
+    return Policy(menus, costs, lambda w, u: choosers[w](u))
+
+
+def _classic(pred: FloatArray, ok: NDArray[np.bool_], frac: FloatArray) -> Callable[..., int]:
+    def choose(u: FloatArray) -> int:
+        sel = algorithm1(pred, pred, ok, frac, u, THRESHOLD)
+        assert sel is not None
+        return sel.chosen
+
+    return choose
+
+
+def _confident(
+    pred: FloatArray,
+    upper: FloatArray,
+    seconds: FloatArray,
+    ok: NDArray[np.bool_],
+    frac: FloatArray,
+) -> Callable[..., int]:
+    def choose(u: FloatArray) -> int:
+        sel = confident_algorithm1(pred, upper, seconds, ok, frac, u, THRESHOLD)
+        assert sel is not None
+        return sel.chosen
+
+    return choose
+
+
+# -- compaction ---------------------------------------------------------------------------------
+
+_CONTEXT: dict[str, Any] = {}
+
+
+def _compact_job(job: tuple[Regime, tuple[int, ...], str]) -> dict[str, Any]:
+    regime, mix, pol = job
+    settings: MapSettings = _CONTEXT["settings"]
+    studies: list[Study] = _CONTEXT["studies"][regime.shape]
+    arch = _arch(settings.architecture)
+    policy = build_policy(pol, studies, regime, arch, settings.confidence)
+    es = build_policy("es", studies, regime, arch, settings.confidence)
+    es_seconds = float(np.mean([es.menus[i].seconds[0] for i in mix]))
+    rate = settings.concurrency / es_seconds
+    es_cost = [float(es.true_cost[i][0]) for i in range(len(studies))]
+    sizes, costs, within, util = [], [], [], []
+    for seed in range(settings.seeds):
+        arr = poisson_arrivals(settings.arrivals, mix, rate, seed)
+
+        def simulate(n: int, stop: bool, arr: Any = arr, seed: int = seed) -> Any:
+            return run_cluster(
+                arch,
+                n,
+                arr,
+                policy.menus,
+                online_placer(policy.choose),
+                order_seed=seed,
+                stop_on_reject=stop,
+            )
+
+        upper = max(4, int(settings.concurrency))
+        n = compact_size(lambda k: simulate(k, True).rejected == 0, upper=upper)
+        run = simulate(n, False)
+        placed = run.options >= 0
+        ws = arrivals_w = arr.workloads[placed]
+        opts = run.options[placed]
+        vm_cost = np.asarray(
+            [policy.true_cost[int(w)][int(o)] for w, o in zip(ws, opts, strict=True)]
+        )
+        ref = np.asarray([es_cost[int(w)] for w in arrivals_w])
+        sizes.append(n)
+        costs.append(float(vm_cost.mean()))
+        within.append(float(np.mean(vm_cost <= ref * (1.0 + THRESHOLD) + 1e-12)))
+        util.append(run.mean_utilization.tolist())
+    mean_util = np.mean(np.asarray(util), axis=0)
+    return {
+        "regime": regime.key,
+        "mix": list(mix),
+        "policy": pol,
+        "compact_sizes": sizes,
+        "compact_p90": float(np.percentile(sizes, 90)),
+        "mean_cost": float(np.mean(costs)),
+        "within_t_share": float(np.mean(within)),
+        "utilization": mean_util.tolist(),
+        "binding": RESOURCES[int(np.argmax(mean_util))],
+    }
+
+
+def _run_twin(r: Regime) -> str:
+    return Regime(r.source, r.llc_share, r.slow_to_dram, r.shape, "run").key
+
+
+def _arch(name: str) -> Architecture:
+    dram, slow = name.split("G-")
+    return architecture(int(dram), slow)
+
+
+def _study_job(job: tuple[str, str]) -> tuple[str, Study]:
+    name, shape = job
+    settings: MapSettings = _CONTEXT["settings"]
+    return shape, study(name, shape, settings.trace_accesses)
+
+
+def _pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], processes: int) -> list[Any]:
+    if processes <= 1:
+        return [fn(j) for j in jobs]
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(processes) as pool:
+        return list(pool.imap(fn, jobs))
+
+
+def run_map(
+    settings: MapSettings, out_dir: Path, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    started = time.monotonic()
+    _CONTEXT["settings"] = settings
+    say = progress or (lambda _: None)
+    say("regime map: per-workload ground truth and fits")
+    jobs = [(n, sh) for sh in settings.shapes for n in settings.workloads]
+    done = _pool_map(_study_job, jobs, settings.processes)
+    studies: dict[str, list[Study]] = {sh: [] for sh in settings.shapes}
+    for shape, st in done:
+        studies[shape].append(st)
+    _CONTEXT["studies"] = studies
+    t_studies = time.monotonic() - started
+
+    n = len(settings.workloads)
+    mixes = list(itertools.combinations(range(n), min(4, n)))[:: settings.mix_stride]
+    regimes = settings.regimes()
+    keys = {r.key for r in regimes}
+    # Exhaustive search's VMs hold their resources for their run time under either lifetime
+    # model (the fixed lifetime is that very time), so its compaction is run once.
+    cjobs = [
+        (r, m, p)
+        for r in regimes
+        for m in mixes
+        for p in POLICIES
+        if not (p == "es" and r.lifetime != "run" and _run_twin(r) in keys)
+    ]
+    say(f"regime map: {len(cjobs)} compactions")
+    rows = _pool_map(_compact_job, cjobs, settings.processes)
+    results: dict[str, Any] = {
+        "schema": "tmc.bench-regimes/v1",
+        "quick": settings.quick,
+        "settings": {k: v for k, v in settings.__dict__.items()},
+        "threshold": THRESHOLD,
+        "workloads": {
+            sh: [
+                {
+                    "name": s.name,
+                    "vcpus": s.vcpus,
+                    "footprint_gib": s.footprint_bytes / GIB,
+                }
+                for s in sts
+            ]
+            for sh, sts in studies.items()
+        },
+        "rows": rows,
+        "duration_seconds": {"studies": t_studies, "total": time.monotonic() - started},
+    }
+    results["map"] = summarise(rows, regimes)
+    # A folder of its own beside the evaluation's files.
+    out_dir = out_dir / "regimes"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = "regimes-quick" if settings.quick else "regimes"
+    if settings.planning:
+        say("regime map: capacity planner and rebalancer against greedy")
+        from bench.planning import run_planning  # noqa: PLC0415
+
+        results["planning"] = run_planning(studies, out_dir, settings.quick, stem)
+    results["duration_seconds"]["total"] = time.monotonic() - started
+    (out_dir / f"{stem}.json").write_text(json.dumps(results, indent=1, default=_json))
+    from bench.regimes_report import write_regime_report  # noqa: PLC0415 (matplotlib)
+
+    write_regime_report(results, out_dir, stem)
+    return results
+
+
+def _json(o: object) -> object:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, tuple):
+        return list(o)
+    return str(o)
+
+
+def summarise(rows: list[dict[str, Any]], regimes: Sequence[Regime]) -> list[dict[str, Any]]:
+    """Per regime and policy, mean over mixes of size and cost relative to ES on the same mix."""
+    out = []
+    for r in regimes:
+        es_key = _run_twin(r)
+        es = {
+            tuple(x["mix"]): x
+            for x in rows
+            if x["regime"] in (r.key, es_key) and x["policy"] == "es"
+        }
+        entry: dict[str, Any] = {"regime": r.key, **r.__dict__, "policies": {}}
+        for pol in POLICIES:
+            mine = (
+                list(es.values())
+                if pol == "es"
+                else [x for x in rows if x["regime"] == r.key and x["policy"] == pol]
+            )
+            if not mine:
+                continue
+            size = [x["compact_p90"] / es[tuple(x["mix"])]["compact_p90"] - 1.0 for x in mine]
+            cost = [x["mean_cost"] / es[tuple(x["mix"])]["mean_cost"] - 1.0 for x in mine]
+            binding = [x["binding"] for x in mine]
+            entry["policies"][pol] = {
+                "compact_vs_es": float(np.mean(size)),
+                "compact_vs_es_range": [float(np.min(size)), float(np.max(size))],
+                "cost_vs_es": float(np.mean(cost)),
+                "cost_vs_es_max": float(np.max(cost)),
+                "within_t_share": float(np.mean([x["within_t_share"] for x in mine])),
+                "within_t_share_min": float(np.min([x["within_t_share"] for x in mine])),
+                "binding": max(set(binding), key=binding.count),
+                "mixes": len(mine),
+            }
+        out.append(entry)
+    return out

@@ -1,0 +1,129 @@
+"""The regime map's markdown and plot (matplotlib, headless)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+PAYS = -0.05  # a cluster at least 5 % smaller than exhaustive search's counts as "packing pays"
+PLOTTED = (("tmc-2.5", "Algorithm 1 (paper), T = 2.5 %"), ("tmc-2.5c", "confident Algorithm 1"))
+
+
+def _kind(results: dict[str, Any]) -> str:
+    if results["quick"]:
+        return "quick"
+    return "reduced" if results["settings"].get("selected") else "full"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f} %"
+
+
+def verdict(p: dict[str, Any], threshold: float) -> str:
+    over = p["cost_vs_es"] > threshold or p["within_t_share_min"] < 0.95
+    if over:
+        return "overspends T"
+    if p["compact_vs_es"] <= PAYS:
+        return "packing pays"
+    if p["compact_vs_es"] > 0.005:
+        return "larger than ES"
+    return "no gain"
+
+
+def write_regime_report(results: dict[str, Any], out_dir: Path, stem: str) -> None:
+    t = float(results["threshold"])
+    entries = results["map"]
+    png = f"{stem}-map.png"
+    _plot(entries, out_dir / png, t)
+    lines = [
+        f"# Regime map: where packing pays ({_kind(results)} run)",
+        "",
+        "Compact cluster and mean true cost per VM against exhaustive search (ES), per regime, at"
+        f" T = {100 * t:g} %; `within T` is the share of decisions whose true cost is at most"
+        " (1 + T) x ES's for the workload (worst mix in brackets); `binds` is the resource with the"
+        " highest mean utilization at the compact size. Method: `bench/regimes.py`."
+        f" Duration {results['duration_seconds']['total']:.0f} s.",
+        "",
+        f"![regime map]({png})",
+        "",
+        "| regime (source / LLC share / slow:DRAM / shape / lifetime) | ES binds |"
+        " Algorithm 1: size, cost, within T | confident: size, cost, within T | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    for e in entries:
+        pols = e["policies"]
+        cells = []
+        for name in ("tmc-2.5", "tmc-2.5c"):
+            p = pols.get(name)
+            cells.append(
+                "-"
+                if p is None
+                else f"{_pct(p['compact_vs_es'])}, {_pct(p['cost_vs_es'])},"
+                f" {100 * p['within_t_share']:.0f} % ({100 * p['within_t_share_min']:.0f} %)"
+            )
+        conf = pols.get("tmc-2.5c")
+        lines.append(
+            f"| {e['regime']} | {pols['es']['binding']} | {cells[0]} | {cells[1]} |"
+            f" {verdict(conf, t) if conf else '-'} |"
+        )
+    lines.append("")
+    planning = out_dir / f"{stem}-planning.md"
+    if "planning" in results and planning.is_file():
+        lines += [planning.read_text(), ""]
+    (out_dir / f"{stem}.md").write_text("\n".join(lines))
+
+
+def _plot(entries: list[dict[str, Any]], path: Path, t: float) -> None:
+    rows = sorted({(e["shape"], e["lifetime"]) for e in entries})
+    cols = sorted(
+        {(e["source"], e["llc_share"], e["slow_to_dram"]) for e in entries},
+        key=lambda c: (c[0], -c[1], -c[2]),
+    )
+    index = {
+        (e["shape"], e["lifetime"], e["source"], e["llc_share"], e["slow_to_dram"]): e
+        for e in entries
+    }
+    fig, axes = plt.subplots(
+        len(PLOTTED), 1, figsize=(1.35 * len(cols) + 2.6, 1.0 * len(rows) * len(PLOTTED) + 1.8)
+    )
+    axes = np.atleast_1d(axes)
+    for ax, (policy, title) in zip(axes, PLOTTED, strict=True):
+        grid = np.full((len(rows), len(cols)), np.nan)
+        for i, (shape, life) in enumerate(rows):
+            for j, (src, llc, slow) in enumerate(cols):
+                e = index.get((shape, life, src, llc, slow))
+                p = e["policies"].get(policy) if e else None
+                if p is None:
+                    continue
+                grid[i, j] = 100 * p["compact_vs_es"]
+                over = p["cost_vs_es"] > t or p["within_t_share_min"] < 0.95
+                text = f"{100 * p['compact_vs_es']:+.0f}%\n{100 * p['cost_vs_es']:+.1f}% $"
+                ax.text(
+                    j,
+                    i,
+                    text + (" ✗" if over else ""),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="darkred" if over else "black",
+                    fontweight="bold" if over else "normal",
+                )
+        ax.imshow(grid, cmap="RdYlGn_r", vmin=-40, vmax=40, aspect="auto")
+        ax.set_xticks(range(len(cols)))
+        ax.set_xticklabels([f"{s}\nLLC {llc:g}\nslow {sl:g}x" for s, llc, sl in cols], fontsize=7)
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([f"{sh}\n{life} lifetime" for sh, life in rows], fontsize=8)
+        ax.set_title(
+            f"{title}: cluster size vs exhaustive search (green = smaller), true cost $;"
+            " ✗ = over T (mean, or in > 5 % of decisions)",
+            fontsize=9,
+        )
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

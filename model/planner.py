@@ -1,0 +1,571 @@
+"""Capacity planning and rebalancing with OR-Tools: packing decisions made for many VMs at once.
+
+**Capacity planner.** For a workload mix (per class: arrival rate and the configurations it may
+be given, e.g. the candidates Algorithm 1 keeps within T, each with its demand, run time and
+cost), which machine kind (the paper's Fig. 9 family: DRAM per machine, local slow memory or a
+rack pool) and how many machines cost least? In steady state the VMs of class c that run in
+option o at once are x_co x t_co (Little's law, x_co the arrivals per hour given o), so the
+resources held at once are linear in x, and the plan is a small mixed-integer program:
+
+    minimise   M x price + BALANCE x price x peak + EPSILON x price x sum x_co cost_co
+    subject to sum_o x_co = rate_c                                     (every arrival is served)
+               sum x_co t_co d_cor / capacity_r <= fill x M, and <= peak, each r
+                                                              (CPU, DRAM, slow, ways)
+
+with M integer. `fill` (< 1) leaves room for first fit's fragmentation and for the arrivals'
+fluctuation; whether it is enough is checked by simulation (`bench/planning.py`). The greedy
+answer it is measured against gives every class its cheapest option (Algorithm 1 at T = 0) and
+as many machines as the most loaded resource needs.
+
+**Rebalancer.** For a live cluster, which pods to move where so that machines are freed, as a
+dry-run plan: CP-SAT over (pod, node) assignments, each with its LLC ways as an interval on the
+node's way axis (CAT gives a class of service a *contiguous* run of ways, so the intervals of one
+node must not overlap), node capacities, rack-pool capacities, and pods that must stay. Objective:
+fewest machines in use, then fewest moves. The greedy answer it is measured against drains the
+emptiest machines one at a time, first fit with best-fit way runs, and keeps a drain only if
+every pod found a place.
+
+Pure: numbers in, plans out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ortools.linear_solver import pywraplp  # type: ignore[import-untyped]
+from ortools.sat.python import cp_model
+
+from model.packing import best_fit_run, run_mask
+from model.pricing import PriceProfile
+from model.resources import GIB
+
+BALANCE = 1e-3  # the busiest resource's load, in machines: second to the machine count
+EPSILON = 1e-7  # tenant cost only breaks ties between plans with as many machines
+DEFAULT_FILL = 0.85
+RESOURCES = ("cpu", "dram", "slow", "llc")
+
+
+# -- capacity planning --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Option:
+    """One configuration a class may be given: demand (vCPUs, DRAM bytes, slow bytes, ways), how
+    long a VM holds it (seconds) and what a VM costs its tenant in it."""
+
+    vcpus: int
+    dram_bytes: int
+    slow_bytes: int
+    llc_ways: int
+    seconds: float
+    cost: float
+
+    def demand(self) -> tuple[float, float, float, float]:
+        return (float(self.vcpus), float(self.dram_bytes), float(self.slow_bytes), self.llc_ways)
+
+
+@dataclass(frozen=True)
+class WorkloadClass:
+    name: str
+    arrivals_per_hour: float
+    options: tuple[Option, ...]
+
+
+@dataclass(frozen=True)
+class MachineKind:
+    """A machine of the paper's family; slow memory is local or a pool shared by a rack."""
+
+    name: str
+    cpus: int = 12
+    dram_bytes: int = 24 * GIB
+    local_slow_bytes: int = 128 * GIB
+    pool_bytes: int = 0
+    rack_nodes: int = 8
+    llc_ways: int = 48
+
+    @property
+    def slow_share_bytes(self) -> float:
+        return self.pool_bytes / self.rack_nodes if self.pool_bytes else self.local_slow_bytes
+
+    def capacity(self) -> tuple[float, float, float, float]:
+        return (float(self.cpus), float(self.dram_bytes), self.slow_share_bytes, self.llc_ways)
+
+    def hourly_price(self, prices: PriceProfile) -> float:
+        """What the machine's resources cost per hour at the profile's unit prices."""
+        return (
+            self.cpus * prices.vcpu_hour
+            + self.dram_bytes / GIB * prices.dram_gib_hour
+            + self.slow_share_bytes / GIB * prices.slow_gib_hour
+            + self.llc_ways * prices.llc_way_hour
+        )
+
+
+def paper_machine_kinds() -> list[MachineKind]:
+    """Fig. 9's twelve: 24 or 48 GiB DRAM x 128L, 256L, 128P, 384P, 640P, 896P."""
+    out = []
+    for dram in (24, 48):
+        for slow in ("128L", "256L", "128P", "384P", "640P", "896P"):
+            size, kind = int(slow[:-1]), slow[-1]
+            out.append(
+                MachineKind(
+                    name=f"{dram}G-{slow}",
+                    dram_bytes=dram * GIB,
+                    local_slow_bytes=size * GIB if kind == "L" else 0,
+                    pool_bytes=size * GIB if kind == "P" else 0,
+                )
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class KindPlan:
+    kind: str
+    machines: int
+    machine_hour: float
+    total_hour: float  # machines x machine price
+    tenant_hour: float  # sum over arrivals of their cost, per hour
+    load: dict[str, float]  # per resource: held at once / (machines x capacity)
+    mix: dict[str, list[float]]  # per class: arrivals per hour given each option
+    binding: str
+    greedy_machines: int
+    status: str
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    best: KindPlan
+    kinds: list[KindPlan]
+    fill: float
+
+
+def _held(c: WorkloadClass, o: Option) -> list[float]:
+    hours = o.seconds / 3600.0
+    return [hours * d for d in o.demand()]
+
+
+def greedy_machines(classes: Sequence[WorkloadClass], kind: MachineKind, fill: float) -> int:
+    """Every class in its cheapest option; machines for the most loaded resource."""
+    held = [0.0] * 4
+    for c in classes:
+        o = min(c.options, key=lambda o: o.cost)
+        for r, h in enumerate(_held(c, o)):
+            held[r] += c.arrivals_per_hour * h
+    return _machines_for(held, kind, fill)
+
+
+def _machines_for(held: Sequence[float], kind: MachineKind, fill: float) -> int:
+    need = 0.0
+    for h, cap in zip(held, kind.capacity(), strict=True):
+        if h > 0:
+            need = max(need, h / (fill * cap)) if cap > 0 else math.inf
+    if math.isinf(need):
+        return -1
+    return max(1, math.ceil(need - 1e-9))
+
+
+def plan_kind(
+    classes: Sequence[WorkloadClass],
+    kind: MachineKind,
+    prices: PriceProfile,
+    *,
+    fill: float = DEFAULT_FILL,
+    time_limit_seconds: float = 5.0,
+    backend: Literal["SCIP", "CBC"] = "SCIP",
+) -> KindPlan:
+    _check_classes(classes)
+    solver = pywraplp.Solver.CreateSolver(backend)
+    if solver is None:  # pragma: no cover - both ship with OR-Tools' wheels
+        raise RuntimeError("no MIP solver in this OR-Tools build")
+    solver.SetTimeLimit(int(time_limit_seconds * 1000))
+    cap = kind.capacity()
+    m = solver.IntVar(0, solver.infinity(), "machines")
+    x: dict[tuple[int, int], pywraplp.Variable] = {}
+    for ci, c in enumerate(classes):
+        for oi, o in enumerate(c.options):
+            usable = all(d <= k or d == 0 for d, k in zip(o.demand(), cap, strict=True))
+            x[ci, oi] = solver.NumVar(0.0, c.arrivals_per_hour if usable else 0.0, f"x{ci}_{oi}")
+        solver.Add(sum(x[ci, oi] for oi in range(len(c.options))) == c.arrivals_per_hour)
+    peak = solver.NumVar(0.0, solver.infinity(), "peak")
+    for r in range(4):
+        if cap[r] <= 0:
+            continue  # no such resource: the options that need it are bounded to 0 above
+        # In machines' worth of the resource: coefficients near 1, not bytes (LP numerics).
+        held = sum(
+            x[ci, oi] * (_held(c, o)[r] / cap[r])
+            for ci, c in enumerate(classes)
+            for oi, o in enumerate(c.options)
+        )
+        solver.Add(held <= fill * m)
+        solver.Add(held <= peak)
+    price = kind.hourly_price(prices)
+    tenant = sum(
+        x[ci, oi] * o.cost for ci, c in enumerate(classes) for oi, o in enumerate(c.options)
+    )
+    # Machines first; then the most loaded resource as light as possible (headroom for first
+    # fit's fragmentation and the arrivals' peaks, which the fluid count does not see); then the
+    # tenants' cost.
+    solver.Minimize(m * price + BALANCE * price * peak + EPSILON * price * tenant)
+    status = solver.Solve()
+    if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE) and backend == "SCIP":
+        # SCIP gives up on rare numerical trouble in an LP; CBC solves the same program.
+        return plan_kind(
+            classes,
+            kind,
+            prices,
+            fill=fill,
+            time_limit_seconds=time_limit_seconds,
+            backend="CBC",
+        )
+    greedy = greedy_machines(classes, kind, fill)
+    if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
+        return KindPlan(kind.name, -1, price, math.inf, math.inf, {}, {}, "-", greedy, "infeasible")
+    machines = round(m.solution_value())
+    mix = {
+        c.name: [max(0.0, x[ci, oi].solution_value()) for oi in range(len(c.options))]
+        for ci, c in enumerate(classes)
+    }
+    held = [0.0] * 4
+    tenant_hour = 0.0
+    for c in classes:
+        for oi, o in enumerate(c.options):
+            rate = mix[c.name][oi]
+            tenant_hour += rate * o.cost
+            for r, h in enumerate(_held(c, o)):
+                held[r] += rate * h
+    load = {
+        RESOURCES[r]: (held[r] / (machines * cap[r]) if machines and cap[r] else 0.0)
+        for r in range(4)
+    }
+    binding = max(load, key=lambda k: load[k])
+    return KindPlan(
+        kind=kind.name,
+        machines=machines,
+        machine_hour=price,
+        total_hour=machines * price,
+        tenant_hour=tenant_hour,
+        load=load,
+        mix=mix,
+        binding=binding,
+        greedy_machines=greedy,
+        status="optimal" if status == pywraplp.Solver.OPTIMAL else "feasible",
+    )
+
+
+def plan_capacity(
+    classes: Sequence[WorkloadClass],
+    kinds: Sequence[MachineKind],
+    prices: PriceProfile,
+    *,
+    fill: float = DEFAULT_FILL,
+    time_limit_seconds: float = 5.0,
+) -> CapacityPlan:
+    """The cheapest machine kind and count for the mix (ties: fewer machines)."""
+    if not kinds:
+        raise ValueError("no machine kind to plan for")
+    if not 0.1 <= fill <= 1.0:
+        raise ValueError("fill lies in [0.1, 1]")
+    plans = [
+        plan_kind(classes, k, prices, fill=fill, time_limit_seconds=time_limit_seconds)
+        for k in kinds
+    ]
+    feasible = [p for p in plans if p.status != "infeasible"]
+    if not feasible:
+        raise ValueError("no machine kind can host every class")
+    best = min(feasible, key=lambda p: (p.total_hour, p.machines))
+    return CapacityPlan(best=best, kinds=plans, fill=fill)
+
+
+def _check_classes(classes: Sequence[WorkloadClass]) -> None:
+    if not classes:
+        raise ValueError("the mix has no workload class")
+    for c in classes:
+        if not c.options:
+            raise ValueError(f"{c.name}: no option")
+        if not (c.arrivals_per_hour >= 0 and math.isfinite(c.arrivals_per_hour)):
+            raise ValueError(f"{c.name}: arrivals per hour must be finite and not negative")
+        for o in c.options:
+            if o.seconds <= 0 or not math.isfinite(o.seconds) or o.cost < 0:
+                raise ValueError(f"{c.name}: an option's seconds or cost is out of range")
+
+
+# -- rebalancing --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    cpus: int
+    dram_bytes: int
+    slow_bytes: int  # local slow memory; 0 when the node draws on a pool
+    llc_ways: int
+    pool: int = -1  # index into the pools' capacities, -1: none
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    node: int
+    vcpus: int
+    dram_bytes: int
+    slow_bytes: int
+    llc_ways: int
+    way_start: int  # first way of its contiguous CAT run on its node
+    movable: bool = True  # may change node; every pod's CAT run may be re-laid on its node
+
+
+@dataclass(frozen=True)
+class Move:
+    pod: str
+    source: str
+    target: str
+    way_start: int  # the pod's CAT run on the target: ways way_start ... way_start + ways - 1
+
+
+@dataclass(frozen=True)
+class RebalancePlan:
+    moves: list[Move]
+    nodes_before: int
+    nodes_after: int
+    freed: list[str]
+    status: Literal["optimal", "feasible", "unchanged", "greedy"]
+    placement: list[tuple[int, int]] = field(default_factory=list)  # per pod: (node, way_start)
+    remaps: list[Move] = field(default_factory=list)  # pods that stay, on a new CAT run
+
+
+def _check_cluster(nodes: Sequence[Node], pods: Sequence[Pod], pools: Sequence[int]) -> None:
+    for p in pods:
+        if not 0 <= p.node < len(nodes):
+            raise ValueError(f"pod {p.name}: node index {p.node} out of range")
+        n = nodes[p.node]
+        if p.llc_ways < 1 or p.way_start < 0 or p.way_start + p.llc_ways > n.llc_ways:
+            raise ValueError(f"pod {p.name}: its ways lie outside node {n.name}'s")
+    for n in nodes:
+        if n.pool >= len(pools):
+            raise ValueError(f"node {n.name}: pool {n.pool} does not exist")
+
+
+def _fits_statically(p: Pod, n: Node, pools: Sequence[int]) -> bool:
+    slow_ok = p.slow_bytes <= (pools[n.pool] if n.pool >= 0 else n.slow_bytes)
+    return (
+        p.vcpus <= n.cpus and p.dram_bytes <= n.dram_bytes and p.llc_ways <= n.llc_ways and slow_ok
+    )
+
+
+def rebalance(
+    nodes: Sequence[Node],
+    pods: Sequence[Pod],
+    pools: Sequence[int] = (),
+    *,
+    max_moves: int | None = None,
+    time_limit_seconds: float = 5.0,
+    workers: int = 1,
+) -> RebalancePlan:
+    """A dry-run plan that frees as many nodes as it can with the fewest moves (CP-SAT, started
+    from the greedy drain's plan; status "greedy" when CP-SAT found nothing better in time)."""
+    _check_cluster(nodes, pods, pools)
+    used_before = sorted({p.node for p in pods})
+    model = cp_model.CpModel()
+    assign: dict[tuple[int, int], cp_model.IntVar] = {}
+    start: dict[tuple[int, int], cp_model.IntVar] = {}
+    per_node: dict[int, list[tuple[int, cp_model.IntVar]]] = {i: [] for i in range(len(nodes))}
+    intervals: dict[int, list[cp_model.IntervalVar]] = {i: [] for i in range(len(nodes))}
+    for pi, p in enumerate(pods):
+        options = []
+        targets = [p.node] if not p.movable else range(len(nodes))
+        for ni in targets:
+            n = nodes[ni]
+            if not _fits_statically(p, n, pools):
+                continue
+            a = model.new_bool_var(f"a{pi}_{ni}")
+            s = model.new_int_var(0, n.llc_ways - p.llc_ways, f"s{pi}_{ni}")
+            iv = model.new_optional_fixed_size_interval_var(s, p.llc_ways, a, f"w{pi}_{ni}")
+            assign[pi, ni], start[pi, ni] = a, s
+            per_node[ni].append((pi, a))
+            intervals[ni].append(iv)
+            options.append(a)
+        model.add_exactly_one(options)
+    used = []
+    for ni, n in enumerate(nodes):
+        items = per_node[ni]
+        if not items:
+            continue
+        model.add_no_overlap(intervals[ni])
+        model.add(sum(pods[pi].vcpus * a for pi, a in items) <= n.cpus)
+        model.add(sum(pods[pi].dram_bytes * a for pi, a in items) <= n.dram_bytes)
+        if n.pool < 0:
+            model.add(sum(pods[pi].slow_bytes * a for pi, a in items) <= n.slow_bytes)
+        y = model.new_bool_var(f"used{ni}")
+        for _, a in items:
+            model.add_implication(a, y)
+        used.append(y)
+    for k, capacity in enumerate(pools):
+        terms = [
+            pods[pi].slow_bytes * a
+            for ni, n in enumerate(nodes)
+            if n.pool == k
+            for pi, a in per_node[ni]
+        ]
+        if terms:
+            model.add(sum(terms) <= capacity)
+    moved = [1 - assign[pi, p.node] for pi, p in enumerate(pods) if (pi, p.node) in assign]
+    # A pod that stays keeps its CAT run unless moving the run frees room (remaps are cheap,
+    # but not free: the cache lines of the old ways are lost).
+    remapped = []
+    for pi, p in enumerate(pods):
+        if (pi, p.node) not in assign:
+            continue
+        r = model.new_bool_var(f"remap{pi}")
+        model.add(start[pi, p.node] == p.way_start).only_enforce_if([assign[pi, p.node], r.Not()])
+        remapped.append(r)
+    if max_moves is not None:
+        model.add(sum(moved) <= max_moves)
+    # Start from the greedy drain's answer (valid, and usually good): CP-SAT then only has to
+    # improve on it, and whatever the time limit, the plan is never worse than greedy's.
+    greedy = greedy_rebalance(nodes, pods, pools)
+    for pi, (gi, gs) in enumerate(greedy.placement):
+        for ni in range(len(nodes)):
+            if (pi, ni) in assign:
+                model.add_hint(assign[pi, ni], ni == gi)
+        if (pi, gi) in start:
+            model.add_hint(start[pi, gi], gs)
+    model.minimize(
+        (2 * len(pods) + 1) * (len(pods) + 1) * sum(used)
+        + (2 * len(pods) + 1) * sum(moved)
+        + sum(remapped)
+    )
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_seconds
+    solver.parameters.num_workers = workers
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return (
+            greedy
+            if greedy.nodes_after < len(used_before)
+            else _unchanged(nodes, pods, used_before)
+        )
+    placement = []
+    moves, remaps = [], []
+    for pi, p in enumerate(pods):
+        ni = next(n for n in range(len(nodes)) if (pi, n) in assign and solver.value(assign[pi, n]))
+        first = int(solver.value(start[pi, ni]))
+        placement.append((ni, first))
+        if ni != p.node:
+            moves.append(Move(p.name, nodes[p.node].name, nodes[ni].name, first))
+        elif first != p.way_start:
+            remaps.append(Move(p.name, nodes[ni].name, nodes[ni].name, first))
+    after = sorted({ni for ni, _ in placement})
+    if len(after) >= len(used_before):
+        return _unchanged(nodes, pods, used_before)
+    if greedy.nodes_after < len(after) or (
+        greedy.nodes_after == len(after) and len(greedy.moves) < len(moves)
+    ):
+        return greedy  # the time limit stopped CP-SAT before it caught up with its hint
+    return RebalancePlan(
+        moves=moves,
+        nodes_before=len(used_before),
+        nodes_after=len(after),
+        freed=[nodes[i].name for i in used_before if i not in set(after)],
+        status="optimal" if status == cp_model.OPTIMAL else "feasible",
+        placement=placement,
+        remaps=remaps,
+    )
+
+
+def _unchanged(nodes: Sequence[Node], pods: Sequence[Pod], used: list[int]) -> RebalancePlan:
+    return RebalancePlan(
+        moves=[],
+        nodes_before=len(used),
+        nodes_after=len(used),
+        freed=[],
+        status="unchanged",
+        placement=[(p.node, p.way_start) for p in pods],
+    )
+
+
+def greedy_rebalance(
+    nodes: Sequence[Node], pods: Sequence[Pod], pools: Sequence[int] = ()
+) -> RebalancePlan:
+    """Drain the emptiest nodes one at a time; a drain holds only if all its pods found room
+    (first fit over the other used nodes, best-fit CAT runs)."""
+    _check_cluster(nodes, pods, pools)
+    where = [(p.node, p.way_start) for p in pods]
+    free = [[n.cpus, n.dram_bytes, n.slow_bytes] for n in nodes]
+    masks = [0] * len(nodes)
+    pool_free = list(pools)
+    for p in pods:
+        free[p.node][0] -= p.vcpus
+        free[p.node][1] -= p.dram_bytes
+        if nodes[p.node].pool >= 0:
+            pool_free[nodes[p.node].pool] -= p.slow_bytes
+        else:
+            free[p.node][2] -= p.slow_bytes
+        masks[p.node] |= run_mask(p.way_start, p.llc_ways)
+    used_before = sorted({p.node for p in pods})
+    live = set(used_before)
+
+    def load(ni: int) -> float:
+        n = nodes[ni]
+        return (n.cpus - free[ni][0]) / n.cpus + (n.dram_bytes - free[ni][1]) / n.dram_bytes
+
+    for ni in sorted(used_before, key=load):
+        mine = [pi for pi, (at, _) in enumerate(where) if at == ni]
+        if any(not pods[pi].movable for pi in mine):
+            continue
+        state = ([f.copy() for f in free], masks.copy(), pool_free.copy(), where.copy())
+        ok = True
+        for pi in sorted(mine, key=lambda i: -pods[i].vcpus):
+            p = pods[pi]
+            target = None
+            for ti in sorted(live - {ni}):
+                t = nodes[ti]
+                slow_room = (
+                    pool_free[t.pool] + (p.slow_bytes if t.pool == nodes[ni].pool else 0)
+                    if t.pool >= 0
+                    else free[ti][2]
+                )
+                if p.vcpus > free[ti][0] or p.dram_bytes > free[ti][1] or p.slow_bytes > slow_room:
+                    continue
+                mask = best_fit_run(masks[ti], t.llc_ways, p.llc_ways)
+                if mask is None:
+                    continue
+                target = (ti, mask)
+                break
+            if target is None:
+                ok = False
+                break
+            ti, mask = target
+            free[ti][0] -= p.vcpus
+            free[ti][1] -= p.dram_bytes
+            src = nodes[ni]
+            if src.pool >= 0:
+                pool_free[src.pool] += p.slow_bytes
+            else:
+                free[ni][2] += p.slow_bytes
+            if nodes[ti].pool >= 0:
+                pool_free[nodes[ti].pool] -= p.slow_bytes
+            else:
+                free[ti][2] -= p.slow_bytes
+            masks[ti] |= mask
+            where[pi] = (ti, (mask & -mask).bit_length() - 1)
+        if ok:
+            live.discard(ni)
+            masks[ni] = 0
+        else:
+            free, masks, pool_free, where = state
+    moves = [
+        Move(p.name, nodes[p.node].name, nodes[where[pi][0]].name, where[pi][1])
+        for pi, p in enumerate(pods)
+        if where[pi][0] != p.node
+    ]
+    after = sorted({ni for ni, _ in where})
+    return RebalancePlan(
+        moves=moves,
+        nodes_before=len(used_before),
+        nodes_after=len(after),
+        freed=[nodes[i].name for i in used_before if i not in set(after)],
+        status="unchanged" if not moves else "greedy",
+        placement=where,
+    )

@@ -1,0 +1,205 @@
+"""Planner requests as the API and the CLI take them: bounded inputs, plain-JSON answers.
+
+Both plans are dry runs (`model.planner`): nothing is stored or moved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from model.errors import InvalidRequest
+from model.planner import (
+    MachineKind,
+    Node,
+    Option,
+    Pod,
+    WorkloadClass,
+    greedy_rebalance,
+    paper_machine_kinds,
+    plan_capacity,
+    rebalance,
+)
+from model.price_profiles import price_profile
+from model.recommend import Recommendation
+
+MAX_BYTES = 1 << 44  # 16 TiB: above any machine's memory
+MAX_OPTIONS = 2000
+MAX_PAIRS = 100_000
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class OptionIn(_In):
+    vcpus: int = Field(ge=1, le=1024)
+    dram_bytes: int = Field(ge=0, le=MAX_BYTES)
+    slow_bytes: int = Field(ge=0, le=MAX_BYTES)
+    llc_ways: int = Field(ge=1, le=64)
+    seconds: float = Field(gt=0, le=1e9, description="how long a VM holds it")
+    cost: float = Field(ge=0, le=1e9, description="a VM's cost to its tenant in it")
+
+
+class ClassIn(_In):
+    name: str = Field(min_length=1, max_length=128)
+    arrivals_per_hour: float = Field(ge=0, le=1e7)
+    options: list[OptionIn] = Field(min_length=1, max_length=128)
+
+
+class KindIn(_In):
+    name: str = Field(min_length=1, max_length=64)
+    cpus: int = Field(ge=1, le=4096)
+    dram_bytes: int = Field(gt=0, le=MAX_BYTES)
+    local_slow_bytes: int = Field(default=0, ge=0, le=MAX_BYTES)
+    pool_bytes: int = Field(default=0, ge=0, le=MAX_BYTES)
+    rack_nodes: int = Field(default=8, ge=1, le=1024)
+    llc_ways: int = Field(ge=1, le=64)
+
+
+class CapacityIn(_In):
+    classes: list[ClassIn] = Field(min_length=1, max_length=64)
+    kinds: list[KindIn] | None = Field(
+        default=None, max_length=16, description="default: the paper's twelve (Fig. 9)"
+    )
+    prices: Literal["gce-n1", "msv2-lsq"] = "gce-n1"
+    llc_area_share: float = Field(default=0.2, ge=0.0, lt=1.0)
+    slow_to_dram: float = Field(default=0.4, ge=0.0, le=10.0)
+    fill: float = Field(default=0.85, ge=0.1, le=1.0)
+    time_limit_seconds: float = Field(
+        default=5.0, gt=0.0, le=20.0, description="for all machine kinds together"
+    )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> CapacityIn:
+        if sum(len(c.options) for c in self.classes) > MAX_OPTIONS:
+            raise ValueError(f"at most {MAX_OPTIONS} options over all classes")
+        return self
+
+
+class NodeIn(_In):
+    name: str = Field(min_length=1, max_length=253)
+    cpus: int = Field(ge=1, le=4096)
+    dram_bytes: int = Field(gt=0, le=MAX_BYTES)
+    slow_bytes: int = Field(default=0, ge=0, le=MAX_BYTES)
+    llc_ways: int = Field(ge=1, le=64)
+    pool: int = Field(default=-1, ge=-1, le=4096)
+
+
+class PodIn(_In):
+    name: str = Field(min_length=1, max_length=253)
+    node: int = Field(ge=0, le=100_000, description="index into nodes")
+    vcpus: int = Field(ge=1, le=1024)
+    dram_bytes: int = Field(ge=0, le=MAX_BYTES)
+    slow_bytes: int = Field(default=0, ge=0, le=MAX_BYTES)
+    llc_ways: int = Field(ge=1, le=64)
+    way_start: int = Field(ge=0, le=63)
+    movable: bool = True
+
+
+class RebalanceIn(_In):
+    nodes: list[NodeIn] = Field(min_length=1, max_length=500)
+    pods: list[PodIn] = Field(max_length=5000)
+    pools: list[Annotated[int, Field(ge=0, le=MAX_BYTES)]] = Field(
+        default_factory=list, max_length=4096
+    )
+    max_moves: int | None = Field(default=None, ge=0, le=5000)
+    time_limit_seconds: float = Field(default=5.0, gt=0.0, le=20.0)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> RebalanceIn:
+        # CP-SAT gets one Boolean and one interval per (pod, node): bound the model's size.
+        if len(self.nodes) * len(self.pods) > MAX_PAIRS:
+            raise ValueError(f"nodes x pods is at most {MAX_PAIRS}")
+        return self
+
+
+def capacity_plan(body: CapacityIn) -> dict[str, Any]:
+    classes = [
+        WorkloadClass(
+            c.name,
+            c.arrivals_per_hour,
+            tuple(Option(**o.model_dump()) for o in c.options),
+        )
+        for c in body.classes
+    ]
+    kinds = (
+        [MachineKind(**k.model_dump()) for k in body.kinds] if body.kinds else paper_machine_kinds()
+    )
+    prices = price_profile(
+        body.prices, llc_area_share=body.llc_area_share, slow_to_dram=body.slow_to_dram
+    )
+    try:
+        plan = plan_capacity(
+            classes,
+            kinds,
+            prices,
+            fill=body.fill,
+            time_limit_seconds=body.time_limit_seconds / len(kinds),
+        )
+    except ValueError as exc:
+        raise InvalidRequest("classes", str(exc)) from exc
+    out = dataclasses.asdict(plan)
+    out["price_profile"] = prices.key
+    out["dry_run"] = True
+    finite: dict[str, Any] = _finite(out)
+    return finite
+
+
+def rebalance_plan(body: RebalanceIn) -> dict[str, Any]:
+    nodes = [Node(**n.model_dump()) for n in body.nodes]
+    pods = [Pod(**p.model_dump()) for p in body.pods]
+    try:
+        plan = rebalance(
+            nodes,
+            pods,
+            body.pools,
+            max_moves=body.max_moves,
+            time_limit_seconds=body.time_limit_seconds,
+        )
+        greedy = greedy_rebalance(nodes, pods, body.pools)
+    except ValueError as exc:
+        raise InvalidRequest("pods", str(exc)) from exc
+    return {
+        "dry_run": True,
+        "plan": dataclasses.asdict(plan),
+        "greedy": {
+            "nodes_after": greedy.nodes_after,
+            "moves": len(greedy.moves),
+            "freed": greedy.freed,
+        },
+    }
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no infinity: a kind that cannot host the mix has no total (null)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def class_from_recommendation(name: str, arrivals_per_hour: float, rec: Recommendation) -> ClassIn:
+    """A workload class whose options are a recommendation's candidates within T (what
+    `model.recommend` keeps, confident by default), with their predicted time and cost."""
+    return ClassIn(
+        name=name,
+        arrivals_per_hour=arrivals_per_hour,
+        options=[
+            OptionIn(
+                vcpus=c.configuration.vcpus,
+                dram_bytes=c.configuration.dram_bytes,
+                slow_bytes=c.configuration.slow_bytes,
+                llc_ways=c.configuration.llc_ways,
+                seconds=c.predicted_seconds,
+                cost=c.cost,
+            )
+            for c in rec.within_threshold[:128]
+        ],
+    )

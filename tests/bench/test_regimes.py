@@ -1,0 +1,64 @@
+"""`tmc bench --quick --part regimes`: the regime map and the planners' comparison run end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bench.regimes import QUICK_MAP, Regime, reshape, summarise
+from cli.main import app
+from sim.catalog import workload
+
+
+def test_quick_regime_map_writes_json_markdown_and_plot(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["bench", "--quick", "--part", "regimes", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "regimes"
+    data = json.loads((folder / "regimes-quick.json").read_text())
+    assert data["schema"] == "tmc.bench-regimes/v1" and data["quick"] is True
+    assert len(data["map"]) == len(QUICK_MAP.regimes())
+    for entry in data["map"]:
+        assert set(entry["policies"]) == {"es", "tmc-2.5", "tmc-2.5c"}
+        es = entry["policies"]["es"]
+        assert es["compact_vs_es"] == 0.0 and es["within_t_share"] == 1.0
+        for p in entry["policies"].values():
+            assert p["binding"] in {"cpu", "dram", "slow", "llc"}
+            assert 0.0 <= p["within_t_share"] <= 1.0
+    planning = data["planning"]
+    assert planning["capacity"] and planning["rebalance"]
+    for row in planning["capacity"]:
+        assert row["planned_machines"] <= row["greedy_machines"]
+    for row in planning["rebalance"]:
+        assert row["cp_sat_after"] <= row["in_use"]
+    md = (folder / "regimes-quick.md").read_text()
+    assert "regimes-quick-map.png" in md and "OR-Tools planners against greedy" in md
+    png = folder / "regimes-quick-map.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size < 300_000
+
+
+def test_memory_heavy_shape_is_one_vcpu_with_structures_twice_as_large() -> None:
+    w = workload("graph500")
+    heavy = reshape(w, "memory-heavy")
+    assert heavy.vcpus == 1 and heavy.instructions == w.instructions // w.vcpus
+    assert abs(heavy.footprint_bytes - 2 * w.footprint_bytes) <= 64 * len(w.structures)
+    assert reshape(w, "paper") == w
+
+
+def test_summary_is_relative_to_exhaustive_search_on_the_same_mix() -> None:
+    r = Regime("gce-n1", 0.2, 0.4, "paper", "run")
+    base = {"regime": r.key, "binding": "cpu", "within_t_share": 1.0}
+    rows = [
+        {**base, "mix": [0], "policy": "es", "compact_p90": 10.0, "mean_cost": 1.0},
+        {**base, "mix": [1], "policy": "es", "compact_p90": 20.0, "mean_cost": 2.0},
+        {**base, "mix": [0], "policy": "tmc-2.5", "compact_p90": 9.0, "mean_cost": 1.01},
+        {**base, "mix": [1], "policy": "tmc-2.5", "compact_p90": 16.0, "mean_cost": 2.04},
+    ]
+    out = summarise(rows, [r])[0]["policies"]["tmc-2.5"]
+    assert abs(out["compact_vs_es"] - (-0.15)) < 1e-12  # mean of -10 % and -20 %
+    assert out["cost_vs_es"] == pytest.approx(0.015)
+    assert out["compact_vs_es_range"] == pytest.approx([-0.2, -0.1])

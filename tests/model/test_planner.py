@@ -1,0 +1,175 @@
+"""The OR-Tools capacity planner and the CAT-aware rebalancer (model/planner.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from model.packing import run_mask
+from model.planner import (
+    MachineKind,
+    Node,
+    Option,
+    Pod,
+    WorkloadClass,
+    greedy_machines,
+    greedy_rebalance,
+    paper_machine_kinds,
+    plan_capacity,
+    rebalance,
+)
+from model.pricing import DEFAULT_PRICE_PROFILE
+from model.resources import GIB
+
+HOUR = 3600.0
+
+
+def _memory_heavy_mix() -> list[WorkloadClass]:
+    """Two classes whose cheapest options both lean on DRAM; each has a slow-memory option 2 %
+    dearer that frees most of it."""
+    a = WorkloadClass(
+        "a", 60, (Option(1, 8 * GIB, 0, 2, HOUR, 1.0), Option(1, 2 * GIB, 6 * GIB, 2, HOUR, 1.02))
+    )
+    b = WorkloadClass(
+        "b", 60, (Option(1, 6 * GIB, 0, 2, HOUR, 1.0), Option(1, 1 * GIB, 5 * GIB, 2, HOUR, 1.02))
+    )
+    return [a, b]
+
+
+def test_the_planner_frees_dram_where_greedy_strands_cpu() -> None:
+    kind = MachineKind("24G-128L")
+    plan = plan_capacity(_memory_heavy_mix(), [kind], DEFAULT_PRICE_PROFILE, fill=1.0)
+    best = plan.best
+    # Greedy: 60 x 8 + 60 x 6 = 840 GiB of DRAM held at once, 35 machines of 24 GiB.
+    assert greedy_machines(_memory_heavy_mix(), kind, 1.0) == 35
+    # Planner: CPU binds at 120 vCPUs / 12 = 10 machines, DRAM moved to slow memory.
+    assert best.machines == 10 and best.binding == "cpu"
+    assert best.load["dram"] <= 1.0 + 1e-9 and best.load["slow"] <= 1.0 + 1e-9
+    assert sum(best.mix["a"]) == pytest.approx(60) and sum(best.mix["b"]) == pytest.approx(60)
+
+
+def test_the_planner_picks_the_cheapest_kind_and_reports_every_kind() -> None:
+    plan = plan_capacity(_memory_heavy_mix(), paper_machine_kinds(), DEFAULT_PRICE_PROFILE)
+    assert len(plan.kinds) == 12
+    assert plan.best.total_hour == min(k.total_hour for k in plan.kinds)
+    for k in plan.kinds:
+        assert k.machines <= k.greedy_machines
+
+
+def test_a_class_no_kind_can_host_is_refused() -> None:
+    huge = WorkloadClass("huge", 1, (Option(64, GIB, 0, 1, HOUR, 1.0),))
+    with pytest.raises(ValueError, match="no machine kind"):
+        plan_capacity([huge], [MachineKind("24G-128L")], DEFAULT_PRICE_PROFILE)
+    with pytest.raises(ValueError, match="no option"):
+        plan_capacity([WorkloadClass("x", 1, ())], paper_machine_kinds(), DEFAULT_PRICE_PROFILE)
+    bad = WorkloadClass("x", float("nan"), (Option(1, GIB, 0, 1, HOUR, 1.0),))
+    with pytest.raises(ValueError, match="finite"):
+        plan_capacity([bad], paper_machine_kinds(), DEFAULT_PRICE_PROFILE)
+
+
+def _node(i: int, pool: int = -1) -> Node:
+    return Node(f"n{i}", 12, 24 * GIB, 0 if pool >= 0 else 128 * GIB, 48, pool)
+
+
+def _check(
+    plan_nodes: list[Node], pods: list[Pod], placement: list[tuple[int, int]], pools: list[int]
+) -> None:
+    """Capacities, pool capacities and contiguous, non-overlapping CAT runs hold."""
+    masks = [0] * len(plan_nodes)
+    cpu = [0] * len(plan_nodes)
+    pool_used = [0] * len(pools)
+    for p, (ni, start) in zip(pods, placement, strict=True):
+        m = run_mask(start, p.llc_ways)
+        assert masks[ni] & m == 0, "overlapping CAT runs"
+        assert start + p.llc_ways <= plan_nodes[ni].llc_ways
+        masks[ni] |= m
+        cpu[ni] += p.vcpus
+        if plan_nodes[ni].pool >= 0:
+            pool_used[plan_nodes[ni].pool] += p.slow_bytes
+    assert all(c <= n.cpus for c, n in zip(cpu, plan_nodes, strict=True))
+    assert all(u <= c for u, c in zip(pool_used, pools, strict=True))
+
+
+def test_rebalance_frees_nodes_with_contiguous_way_runs() -> None:
+    nodes = [_node(i) for i in range(4)]
+    pods = [
+        Pod("p0", 0, 4, 4 * GIB, 0, 4, 0),
+        Pod("p1", 1, 4, 4 * GIB, 0, 4, 10),
+        Pod("p2", 2, 4, 4 * GIB, 0, 30, 0),
+        Pod("p3", 3, 2, 2 * GIB, 0, 20, 5),
+    ]
+    plan = rebalance(nodes, pods, time_limit_seconds=5)
+    assert plan.nodes_before == 4 and plan.nodes_after == 2 and len(plan.freed) == 2
+    assert len(plan.moves) == 2  # two moves suffice
+    _check(nodes, pods, plan.placement, [])
+    greedy = greedy_rebalance(nodes, pods)
+    _check(nodes, pods, greedy.placement, [])
+    assert greedy.nodes_after >= plan.nodes_after
+
+
+def test_contiguity_can_block_a_drain_that_counts_alone_would_allow() -> None:
+    nodes = [_node(0), _node(1)]
+    # Node 0's pods must stay on it, and leave 36 free ways only in runs of 12: the 20-way pod
+    # of node 1 fits by count but not as one contiguous run, unless their runs are re-laid (a
+    # remap on the same node, which the CP-SAT plan may do and greedy does not).
+    pods = [
+        Pod("a", 0, 1, GIB, 0, 4, 12, movable=False),
+        Pod("b", 0, 1, GIB, 0, 4, 28, movable=False),
+        Pod("c", 0, 1, GIB, 0, 4, 44, movable=False),
+        Pod("big", 1, 1, GIB, 0, 20, 0),
+    ]
+    greedy = greedy_rebalance(nodes, pods)
+    assert greedy.nodes_after == 2
+    plan = rebalance(nodes, pods, time_limit_seconds=5)
+    assert plan.nodes_after == 1 and plan.remaps and plan.freed == ["n1"]
+    assert [m.pod for m in plan.moves] == ["big"]
+    _check(nodes, pods, plan.placement, [])
+
+
+def test_pods_that_must_stay_and_pools_are_respected() -> None:
+    nodes = [_node(0, pool=0), _node(1, pool=0), _node(2, pool=1)]
+    pools = [40 * GIB, 40 * GIB]
+    pods = [
+        Pod("a", 0, 2, GIB, 30 * GIB, 2, 0),
+        Pod("b", 1, 2, GIB, 5 * GIB, 2, 0, movable=False),
+        Pod("c", 2, 2, GIB, 20 * GIB, 2, 0),
+    ]
+    plan = rebalance(nodes, pods, pools, time_limit_seconds=5)
+    where = {p.name: plan.placement[i][0] for i, p in enumerate(pods)}
+    assert where["b"] == 1
+    # c's 20 GiB of slow memory cannot join pool 0 (30 + 5 + 20 > 40); a joins b's node.
+    assert where["a"] == 1 and where["c"] == 2 and plan.nodes_after == 2
+    _check(nodes, pods, plan.placement, pools)
+
+
+def test_an_already_tight_cluster_is_left_unchanged_and_bad_input_is_refused() -> None:
+    nodes = [_node(0), _node(1)]
+    pods = [Pod("a", 0, 12, GIB, 0, 1, 0), Pod("b", 1, 12, GIB, 0, 1, 0)]
+    assert rebalance(nodes, pods, time_limit_seconds=2).status == "unchanged"
+    assert greedy_rebalance(nodes, pods).moves == []
+    with pytest.raises(ValueError, match="ways lie outside"):
+        rebalance(nodes, [Pod("a", 0, 1, GIB, 0, 8, 44)])
+    with pytest.raises(ValueError, match="out of range"):
+        rebalance(nodes, [Pod("a", 5, 1, GIB, 0, 1, 0)])
+
+
+def test_cp_sat_frees_at_least_as_many_nodes_as_greedy_on_random_clusters() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        nodes = [_node(i) for i in range(8)]
+        pods: list[Pod] = []
+        masks = [0] * 8
+        for i in range(14):
+            ni = int(rng.integers(0, 8))
+            ways = int(rng.choice([1, 2, 4, 12]))
+            free = [s for s in range(48 - ways + 1) if masks[ni] & run_mask(s, ways) == 0]
+            if not free or sum(p.vcpus for p in pods if p.node == ni) + 2 > 12:
+                continue
+            start = int(rng.choice(free))
+            masks[ni] |= run_mask(start, ways)
+            pods.append(Pod(f"p{i}", ni, 2, 3 * GIB, GIB, ways, start))
+        plan = rebalance(nodes, pods, time_limit_seconds=5)
+        greedy = greedy_rebalance(nodes, pods)
+        _check(nodes, pods, plan.placement, [])
+        _check(nodes, pods, greedy.placement, [])
+        assert plan.nodes_after <= greedy.nodes_after
