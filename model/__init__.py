@@ -7,7 +7,7 @@ from model.bundle import BUNDLE_SCHEMA, ProfileBundle, check_bundle, parse_bundl
 from model.errors import InvalidBundle, InvalidRequest, NoFeasibleConfiguration, Problem, TmcError
 from model.fit import MODEL_VERSION, FitDiagnostics, FittedModel, Flag, fit
 from model.grid import Grid, host_grid, paper_grid
-from model.objectives import CHEAPEST, Objective, parse_objective
+from model.objectives import CHEAPEST, DEFAULT_THRESHOLD, Objective, parse_objective
 from model.predict import Predictor, StructurePlacement
 from model.pricing import DEFAULT_PRICE_PROFILE, PriceProfile, paper_price_profile
 from model.recommend import (
@@ -27,7 +27,7 @@ from model.resources import (
     demand,
     packing_penalty,
 )
-from model.select import DEFAULT_THRESHOLD, algorithm1
+from model.select import algorithm1
 
 __all__ = [
     "BUNDLE_SCHEMA",

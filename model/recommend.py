@@ -14,11 +14,11 @@ from model.errors import InvalidRequest, NoFeasibleConfiguration
 from model.fit import FitDiagnostics, FittedModel
 from model.grid import Grid, paper_grid
 from model.misscurve import FloatArray
-from model.objectives import CHEAPEST, Objective
+from model.objectives import CHEAPEST, DEFAULT_THRESHOLD, Objective
 from model.predict import GridPrediction, Predictor, StructurePlacement
 from model.pricing import DEFAULT_PRICE_PROFILE, PriceProfile
 from model.resources import GIB, Configuration, Demand, MachineShape, Utilization
-from model.select import DEFAULT_THRESHOLD, algorithm1, confident_algorithm1
+from model.select import algorithm1, confident_algorithm1
 
 RECOMMENDATION_SCHEMA = "tmc.recommendation/v1"
 

@@ -11,8 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from model.misscurve import FloatArray
-# One default threshold T, defined with the objectives.
-from model.objectives import DEFAULT_THRESHOLD as DEFAULT_THRESHOLD
+
 # Penalties closer than this are a tie, broken by cost: float noise must not pick a dearer config.
 PENALTY_TIE = 1e-9
 
