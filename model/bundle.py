@@ -399,7 +399,10 @@ def _check_structure_measurements(b: ProfileBundle) -> list[Problem]:
         if run.run in names and names.count(run.run) == 1:
             ref = b.run(run.run)
             sampled = sum(run.stall_samples.values()) + run.unattributed_stall_samples
-            if sampled * m.stall_sample_period_cycles > ref.cycles * 1.1 + m.stall_sample_period_cycles:
+            if (
+                sampled * m.stall_sample_period_cycles
+                > ref.cycles * 1.1 + m.stall_sample_period_cycles
+            ):
                 out.append(
                     Problem(
                         f"structure_measurements.runs[{i}].stall_samples",

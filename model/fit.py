@@ -15,6 +15,7 @@ paths fit them:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,6 +25,7 @@ from model.bundle import (
     MemoryTier,
     ProfileBundle,
     ReferenceRun,
+    RunName,
     StructureMeasurements,
     WorkloadId,
 )
@@ -56,6 +58,7 @@ MIN_STRUCTURE_SAMPLES = 30
 # 300 -> 400 ns at ~80 % of peak bandwidth); U is capped where the formula stops being a model.
 QUEUE_KAPPA = 1.0 / 12.0
 QUEUE_UTILIZATION_CAP = 0.95
+WINDOW_MLP_MAX = 12.0
 
 
 class Flag(BaseModel):
@@ -141,6 +144,10 @@ class FittedModel(BaseModel):
         default=None, description="per tag, extra cycles per slow access at slowmax's load"
     )
     slow_queue: SlowQueue | None = None
+    window_mlp_by_structure: list[float] | None = Field(
+        default=None,
+        description="per tag, slow misses in flight together (extra latency / P_slow), 1..12",
+    )
 
     def cpi(self, mar: float, mar_slow: float) -> float:
         """The paper's Eq. 3 with the workload-level penalties."""
@@ -150,7 +157,8 @@ class FittedModel(BaseModel):
     def fastmax_cpi(self) -> float:
         if self.p_dram_by_structure is not None:
             return self.cpi_cache + sum(
-                a * p for a, p in zip(self.access_rate_at_max, self.p_dram_by_structure, strict=True)
+                a * p
+                for a, p in zip(self.access_rate_at_max, self.p_dram_by_structure, strict=True)
             )
         return self.cpi(self.curve_mar_at(self.ways_max), 0.0)
 
@@ -204,7 +212,9 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
     rates_min = _access_rates(fastmin, tags, sizes, mar_min, flags)
     rates_max = _access_rates(fastmax, tags, sizes, mar_max, flags)
     unsampled = [
-        i for i, tag in enumerate(tags) if fastmin.samples.get(tag, 0) == 0 and fastmax.samples.get(tag, 0) == 0
+        i
+        for i, tag in enumerate(tags)
+        if fastmin.samples.get(tag, 0) == 0 and fastmax.samples.get(tag, 0) == 0
     ]
     if unsampled:
         flags.append(_unsampled_flag(tags, sizes, unsampled))
@@ -249,7 +259,13 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
             reason = "per-structure measurements present; the paper's path was asked for"
         else:
             per, reason = _per_structure_penalties(
-                bundle, bundle.structure_measurements, cpi_cache, p_dram, p_slow, rates_min, rates_max
+                bundle,
+                bundle.structure_measurements,
+                cpi_cache,
+                p_dram,
+                p_slow,
+                rates_min,
+                rates_max,
             )
     queue = None
     if per is not None:
@@ -321,6 +337,7 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
         p_dram_by_structure=per[0] if per is not None else None,
         p_slow_by_structure=per[1] if per is not None else None,
         slow_queue=queue,
+        window_mlp_by_structure=_window_mlp(bundle, per[1], queue) if per is not None else None,
         diagnostics=FitDiagnostics(
             path=path,
             penalty_path=penalty_path,
@@ -444,7 +461,9 @@ def _unsampled_flag(tags: list[str], sizes: list[int], idx: list[int]) -> Flag:
     """One line for all structures without samples, however many there are."""
     footprint = sum(sizes)
     share = sum(sizes[i] for i in idx) / footprint
-    shown = ", ".join(tags[i] for i in idx[:3]) + (f" and {len(idx) - 3} more" if len(idx) > 3 else "")
+    shown = ", ".join(tags[i] for i in idx[:3]) + (
+        f" and {len(idx) - 3} more" if len(idx) > 3 else ""
+    )
     return Flag(
         code="structure_without_samples",
         message=f"{len(idx)} of {len(tags)} structures ({share:.0%} of the footprint) had no PEBS"
@@ -471,11 +490,11 @@ def _per_structure_penalties(
     slowmax's minus the DRAM one. Tags with too few samples keep the workload's penalties.
     """
     tags = [s.tag for s in bundle.structures]
-    names = ("fastmax", "fastmin", "slowmax")
+    names: tuple[RunName, ...] = ("fastmax", "fastmin", "slowmax")
     stall_pi: dict[str, list[float]] = {}
     for name in names:
-        ref = bundle.run(name)  # type: ignore[arg-type]
-        meas = m.run(name)  # type: ignore[arg-type]
+        ref = bundle.run(name)
+        meas = m.run(name)
         attributed = sum(meas.stall_samples.values())
         if attributed == 0:
             return None, f"{name} has no memory-stall samples attributed to any structure"
@@ -519,6 +538,23 @@ def _per_structure_penalties(
     return (pd, ps), reason
 
 
+def _window_mlp(bundle: ProfileBundle, p_slow: list[float], queue: SlowQueue | None) -> list[float]:
+    """How many of a structure's slow misses overlap: the extra latency they waited (declared,
+    loaded as measured) over the extra stall each cost. On-core work cannot hide this part (it
+    already hides what it can of the DRAM latency), so unlike L_dram / P_dram it is not inflated
+    by overlap with computation. Bounded by the line fill buffers (12 on Skylake-SP)."""
+    h = bundle.host
+    load = (
+        queue.loaded(queue.background_utilization + queue.own_utilization_at_slowmax)
+        if queue
+        else 1.0
+    )
+    extra = (
+        max(h.slow_tier.latency_ns * load - h.fast_tier.latency_ns, 0.0) * h.cpu_frequency_hz / 1e9
+    )
+    return [min(max(extra / p, 1.0), WINDOW_MLP_MAX) if p > 0 else 1.0 for p in p_slow]
+
+
 def _utilization(tier: MemoryTier, read_bytes: float, write_bytes: float, seconds: float) -> float:
     read_bw = tier.read_bandwidth_bytes_per_second or tier.bandwidth_bytes_per_second
     write_bw = tier.write_bandwidth_bytes_per_second or read_bw
@@ -529,7 +565,9 @@ def _utilization(tier: MemoryTier, read_bytes: float, write_bytes: float, second
 def _slow_queue(bundle: ProfileBundle, m: StructureMeasurements | None) -> SlowQueue | None:
     """The slow tier's load in slowmax, split into this workload's and everyone else's."""
     tier = bundle.host.slow_tier
-    if m is None or (tier.bandwidth_bytes_per_second is None and tier.read_bandwidth_bytes_per_second is None):
+    if m is None or (
+        tier.bandwidth_bytes_per_second is None and tier.read_bandwidth_bytes_per_second is None
+    ):
         return None
     traffic = m.run("slowmax").slow_tier
     slowmax = bundle.run("slowmax")
@@ -551,8 +589,8 @@ def _slow_queue(bundle: ProfileBundle, m: StructureMeasurements | None) -> SlowQ
 
 def _diagnose(
     bundle: ProfileBundle,
-    residuals: dict[str, float],
-    coverage: dict[str, float],
+    residuals: Mapping[RunName, float],
+    coverage: Mapping[RunName, float],
     mlp: float | None,
     extra_ns: float | None,
     queue: SlowQueue | None,
@@ -593,10 +631,14 @@ def _diagnose(
         )
     if mlp is not None and extra_ns is not None:
         declared = bundle.host.slow_tier.latency_ns - bundle.host.fast_tier.latency_ns
-        loaded = queue.loaded(queue.background_utilization + queue.own_utilization_at_slowmax) if queue else 1.0
+        loaded = (
+            queue.loaded(queue.background_utilization + queue.own_utilization_at_slowmax)
+            if queue
+            else 1.0
+        )
         expected = bundle.host.slow_tier.latency_ns * loaded - bundle.host.fast_tier.latency_ns
-        low, high = SLOW_LATENCY_BAND
-        if declared > 0 and not low * expected <= extra_ns <= high * expected:
+        below, above = SLOW_LATENCY_BAND
+        if declared > 0 and not below * expected <= extra_ns <= above * expected:
             out.append(
                 Flag(
                     code="slow_latency_mismatch",

@@ -37,6 +37,7 @@ IntArray = NDArray[np.int64]
 # Fixed-point steps between a configuration's slow-tier load and its run time (converges in a
 # handful: the load moves the time by at most the loaded-latency ratio).
 QUEUE_ITERATIONS = 12
+WINDOW_EFFECT = True
 
 
 class StructurePlacement(BaseModel):
@@ -85,6 +86,8 @@ class Predictor:
         self._per_structure = model.p_dram_by_structure is not None
         self._pd = np.asarray(model.p_dram_by_structure or [model.p_dram] * len(self._sizes))
         self._ps = np.asarray(model.p_slow_by_structure or [model.p_slow] * len(self._sizes))
+        mlp = model.window_mlp_by_structure if WINDOW_EFFECT else None
+        self._mlp = None if mlp is None else np.asarray(mlp, dtype=np.float64)
 
     # -- MAR and per-structure rates ---------------------------------------------------------
 
@@ -179,7 +182,8 @@ class Predictor:
 
     def _slow_stall(self, share: FloatArray, rates: FloatArray) -> FloatArray:
         """Extra stall cycles per instruction of the slow shares [ratios, n] at their load."""
-        linear: FloatArray = share @ (rates * self._ps)
+        exposed = share if self._mlp is None else 1.0 - (1.0 - share) ** self._mlp[None, :]
+        linear: FloatArray = exposed @ (rates * self._ps)
         q = self.model.slow_queue
         if q is None:
             return linear
@@ -194,7 +198,7 @@ class Predictor:
             own = own * (q.slowmax_cpi / cpi)
             factor = np.asarray([q.loaded(q.background_utilization + u) for u in own]) / at_slowmax
             per_access = np.maximum(total[None, :] * factor[:, None] - self._pd[None, :], 0.0)
-            new = (share * per_access) @ rates
+            new = (exposed * per_access) @ rates
             stall = 0.5 * stall + 0.5 * new  # damped: the load and the time feed each other
         out: FloatArray = stall
         return out

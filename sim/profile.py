@@ -186,7 +186,9 @@ def tier_traffic(result: RunResult, tier: Tier, slow: bool) -> TierTraffic:
     """What the tier's controller counts in a run: this VM's fills and write-backs, and the other
     users' traffic (`background_utilization`, counted as reads)."""
     t = result.slow_tier if slow else result.fast_tier
-    others = tier.background_utilization * tier.read_bandwidth_bytes_per_second * result.wall_seconds
+    others = (
+        tier.background_utilization * tier.read_bandwidth_bytes_per_second * result.wall_seconds
+    )
     return TierTraffic(
         read_bytes=round(t.misses * LINE_BYTES + others), write_bytes=t.writebacks * LINE_BYTES
     )

@@ -34,7 +34,10 @@ def per_structure_bundle(
     total_min = dict(s.curve)[s.w_min]
     total_max = dict(s.curve)[s.w_max]
     rates = {
-        name: {t: parts[col] * (total_min if col == 1 else total_max) for t, parts in s.structures.items()}
+        name: {
+            t: parts[col] * (total_min if col == 1 else total_max)
+            for t, parts in s.structures.items()
+        }
         for name, col in (("fastmax", 2), ("fastmin", 1), ("slowmax", 2))
     }
     runs = []

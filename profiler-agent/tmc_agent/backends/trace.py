@@ -253,8 +253,7 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
                 RunStructureMeasurement(
                     run=name,
                     stall_samples={
-                        x.tag: min(x.stall_cycles_l3_miss, result.cycles)
-                        for x in result.structures
+                        x.tag: min(x.stall_cycles_l3_miss, result.cycles) for x in result.structures
                     },
                     fast_tier=tier_traffic(result, host.fast_tier, False),
                     slow_tier=tier_traffic(result, host.slow_tier, True),
