@@ -144,6 +144,12 @@ class FittedModel(BaseModel):
         default=None, description="per tag, extra cycles per slow access at slowmax's load"
     )
     slow_queue: SlowQueue | None = None
+    dram_latency_cycles: float | None = Field(
+        default=None, description="declared idle DRAM latency (per_structure path)"
+    )
+    slow_latency_cycles: float | None = Field(
+        default=None, description="declared idle slow-tier latency (per_structure path)"
+    )
     window_mlp_by_structure: list[float] | None = Field(
         default=None,
         description="per tag, slow misses in flight together (extra latency / P_slow), 1..12",
@@ -338,6 +344,12 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
         p_slow_by_structure=per[1] if per is not None else None,
         slow_queue=queue,
         window_mlp_by_structure=_window_mlp(bundle, per[1], queue) if per is not None else None,
+        dram_latency_cycles=bundle.host.fast_tier.latency_ns * freq_ghz
+        if per is not None
+        else None,
+        slow_latency_cycles=bundle.host.slow_tier.latency_ns * freq_ghz
+        if per is not None
+        else None,
         diagnostics=FitDiagnostics(
             path=path,
             penalty_path=penalty_path,

@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 
-from model.fit import FittedModel
+from model.fit import WINDOW_MLP_MAX, FittedModel
 from model.misscurve import FloatArray, interpolate
 from model.resources import MIB, split_memory
 
@@ -181,27 +181,46 @@ class Predictor:
         )
 
     def _slow_stall(self, share: FloatArray, rates: FloatArray) -> FloatArray:
-        """Extra stall cycles per instruction of the slow shares [ratios, n] at their load."""
+        """Extra stall cycles per instruction of the slow shares [ratios, n] at their load.
+
+        Three corrections to the linear per-structure charge (docs/model.md, "Prediction"):
+        a structure's slow misses overlapping in one window wait for the slowest (`exposed`);
+        the slow tier's latency follows its load (`factor`, a fixed point with the run time);
+        and a structure whose slow misses were hidden behind other structures' slow misses in
+        slowmax is charged at least ΔL / WINDOW_MLP_MAX per slow miss when the others are not
+        slow (`uncovered`).
+        """
+        m = self.model
         exposed = share if self._mlp is None else 1.0 - (1.0 - share) ** self._mlp[None, :]
-        linear: FloatArray = exposed @ (rates * self._ps)
-        q = self.model.slow_queue
-        if q is None:
-            return linear
         total = self._pd + self._ps  # per slow access, at slowmax's load
-        at_slowmax = q.loaded(q.background_utilization + q.own_utilization_at_slowmax)
+        # Share of the memory stall that is on the slow tier (1 in slowmax).
+        slow_part = (share * total[None, :]) @ rates
+        all_part = rates @ self._pd + (share * self._ps[None, :]) @ rates
+        covered = np.divide(slow_part, all_part, out=np.ones_like(slow_part), where=all_part > 0)
+        q = m.slow_queue
+        at_slowmax = q.loaded(q.background_utilization + q.own_utilization_at_slowmax) if q else 1.0
         slow_rate = share @ rates
-        base = self.model.cpi_cache + rates @ self._pd
-        stall = linear
-        for _ in range(QUEUE_ITERATIONS):
-            cpi = np.maximum(base + stall, 1e-12)
-            own = q.own_utilization_at_slowmax * (slow_rate / max(q.slowmax_mpi, 1e-300))
-            own = own * (q.slowmax_cpi / cpi)
-            factor = np.asarray([q.loaded(q.background_utilization + u) for u in own]) / at_slowmax
+        base = m.cpi_cache + rates @ self._pd
+        factor = np.ones(len(share))
+        stall: FloatArray = exposed @ (rates * self._ps)
+        for _ in range(QUEUE_ITERATIONS if q is not None else 1):
+            if q is not None:
+                cpi = np.maximum(base + stall, 1e-12)
+                own = q.own_utilization_at_slowmax * (slow_rate / max(q.slowmax_mpi, 1e-300))
+                own = own * (q.slowmax_cpi / cpi)
+                factor = (
+                    np.asarray([q.loaded(q.background_utilization + u) for u in own]) / at_slowmax
+                )
             per_access = np.maximum(total[None, :] * factor[:, None] - self._pd[None, :], 0.0)
+            if m.slow_latency_cycles is not None and m.dram_latency_cycles is not None:
+                extra = m.slow_latency_cycles * at_slowmax * factor - m.dram_latency_cycles
+                floor = np.maximum(extra, 0.0)[:, None] / WINDOW_MLP_MAX
+                uncovered = (1.0 - np.clip(covered, 0.0, 1.0))[:, None]
+                per_access = per_access + np.maximum(floor - per_access, 0.0) * uncovered
             new = (exposed * per_access) @ rates
-            stall = 0.5 * stall + 0.5 * new  # damped: the load and the time feed each other
-        out: FloatArray = stall
-        return out
+            # Damped: the load and the time feed each other.
+            stall = new if q is None else 0.5 * stall + 0.5 * new
+        return stall
 
     def predict_one(self, slow_ratio: float, llc_ways: int) -> tuple[float, float]:
         """(predicted seconds, slowdown against fastmax) of one configuration."""
