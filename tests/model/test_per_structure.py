@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from model import Predictor, fit, parse_bundle
-from model.fit import CPI_RESIDUAL_FLAG, QUEUE_KAPPA
+from model.fit import CPI_RESIDUAL_FLAG, QUEUE_KAPPA, WINDOW_MLP_MAX, FittedModel
 from tests.factories import GHZ, Shape, make_bundle
 
 # tag -> (DRAM penalty, extra slow penalty), cycles per miss. "chain" is a dependent pointer
@@ -116,8 +116,19 @@ def test_per_structure_penalties_are_recovered() -> None:
     assert max(abs(r) for r in model.diagnostics.cpi_residuals.values()) < 0.005
 
 
+def linear_only(model: FittedModel) -> FittedModel:
+    """The per-structure model without the window and cover corrections."""
+    return model.model_copy(
+        update={
+            "window_mlp_by_structure": None,
+            "dram_latency_cycles": None,
+            "slow_latency_cycles": None,
+        }
+    )
+
+
 def test_per_structure_prediction_charges_each_structure_its_own_penalty() -> None:
-    model = fit(parse_bundle(per_structure_bundle()))
+    model = linear_only(fit(parse_bundle(per_structure_bundle())))
     pred = Predictor(model)
     plan = pred.placement(0.5, 28)
     rates = pred.access_rates(28.0)
@@ -134,6 +145,48 @@ def test_per_structure_prediction_charges_each_structure_its_own_penalty() -> No
     paper = fit(parse_bundle(per_structure_bundle()), penalties="paper")
     p_cpi = Predictor(paper).predict(np.asarray([0.5]), np.asarray([28], dtype=np.int64)).cpi
     assert abs(p_cpi[0, 0] / got - 1.0) > 0.01
+
+
+def test_slow_misses_in_one_window_wait_for_the_slowest() -> None:
+    model = fit(parse_bundle(per_structure_bundle()))
+    mlp = model.window_mlp_by_structure
+    assert mlp is not None and all(1.0 <= m <= WINDOW_MLP_MAX for m in mlp)
+    # ΔL / P_slow: 200 ns at 2.5 GHz = 500 cycles over each structure's slow penalty.
+    expected = [min(max(500.0 / PENALTIES[t][1], 1.0), 12.0) for t in model.tags]
+    assert mlp == pytest.approx(expected, rel=0.01)
+    plain = Predictor(model.model_copy(update={"dram_latency_cycles": None}))
+    pred_lin = Predictor(linear_only(model))
+    ways = np.asarray([28], dtype=np.int64)
+    ratios = np.asarray([0.0, 0.2, 0.5, 1.0])
+    with_window = plain.predict(ratios, ways).cpi[:, 0]
+    linear = pred_lin.predict(ratios, ways).cpi[:, 0]
+    assert with_window[0] == pytest.approx(linear[0]) and with_window[3] == pytest.approx(linear[3])
+    assert (with_window[1:3] > linear[1:3]).all()  # a partly slow structure costs more than linear
+
+
+def test_a_structure_hidden_behind_others_in_slowmax_is_charged_its_own_latency() -> None:
+    # "warm" streams (5 extra cycles per slow miss in slowmax, hidden behind "hot"'s chain);
+    # alone on the slow tier its misses cannot overlap more than the fill buffers allow.
+    pen = {"hot": (200.0, 400.0), "warm": (4.0, 5.0), "cold": (60.0, 100.0)}
+    model = fit(parse_bundle(per_structure_bundle(pen)))
+    assert model.slow_latency_cycles == pytest.approx(750.0)
+    assert model.dram_latency_cycles == pytest.approx(250.0)
+    no_window = model.model_copy(update={"window_mlp_by_structure": None})
+    covered = Predictor(no_window)
+    naive = Predictor(linear_only(model))
+    ways = np.asarray([28], dtype=np.int64)
+    only_warm = 0.2  # the slow share holds "warm" (cheapest per byte) and nothing else
+    plan = covered.placement(only_warm, 28)
+    assert {p.tag for p in plan if p.slow_bytes} == {"warm"}
+    got = covered.predict(np.asarray([only_warm, 1.0]), ways).cpi[:, 0]
+    lin = naive.predict(np.asarray([only_warm, 1.0]), ways).cpi[:, 0]
+    floor = (750.0 - 250.0) / WINDOW_MLP_MAX
+    i = model.tags.index("warm")
+    share = next(p.slow_bytes / p.size_bytes for p in plan if p.tag == "warm")
+    rate = covered.access_rates(28.0)[i]
+    # Nearly all the stall is on DRAM ("hot" and "cold"): the floor applies almost in full.
+    assert got[0] - lin[0] == pytest.approx(share * rate * (floor - 5.0), rel=0.05)
+    assert got[1] == pytest.approx(lin[1], rel=1e-9)  # in slowmax it was measured: no change
 
 
 def test_placement_sends_the_cheapest_stall_per_byte_slow_first() -> None:
@@ -182,8 +235,8 @@ def test_slow_penalties_follow_the_loaded_latency() -> None:
     assert q.own_utilization_at_slowmax == pytest.approx(own, rel=1e-9)
     assert q.background_utilization == pytest.approx(0.0, abs=1e-12)
 
-    pred = Predictor(model)
-    linear = Predictor(fit(parse_bundle(per_structure_bundle())))
+    pred = Predictor(linear_only(model))
+    linear = Predictor(linear_only(fit(parse_bundle(per_structure_bundle()))))
     ways = np.asarray([28], dtype=np.int64)
     ratios = np.asarray([0.0, 0.5, 1.0])
     queued, plain = pred.predict(ratios, ways).cpi[:, 0], linear.predict(ratios, ways).cpi[:, 0]
