@@ -90,8 +90,10 @@ def test_examples_profiled_uploaded_and_recommended(
             # The host model's stall attribution rides along: per-structure penalties.
             m = bundle.structure_measurements
             assert m is not None and m.source == "trace" and m.stall_sample_period_cycles == 1
-            stalled = m.run("slowmax").stall_samples
-            assert 0 < sum(stalled.values()) <= bundle.run("slowmax").cycles
+            for run in bundle.runs:
+                assert sum(m.run(run.name).stall_samples.values()) <= run.cycles
+            # With one way the program's own structures miss, and stall the window.
+            stalled = m.run("fastmin").stall_samples
             assert sum(stalled[t] for t in want[name]) > 0
             rec = httpx.post(
                 f"{base}/recommend",
