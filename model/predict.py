@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 
-from model.fit import WINDOW_MLP_MAX, FittedModel
+from model.fit import QUEUE_UTILIZATION_CAP, WINDOW_MLP_MAX, FittedModel
 from model.misscurve import FloatArray, interpolate
 from model.resources import MIB, split_memory
 
@@ -208,9 +208,8 @@ class Predictor:
                 cpi = np.maximum(base + stall, 1e-12)
                 own = q.own_utilization_at_slowmax * (slow_rate / max(q.slowmax_mpi, 1e-300))
                 own = own * (q.slowmax_cpi / cpi)
-                factor = (
-                    np.asarray([q.loaded(q.background_utilization + u) for u in own]) / at_slowmax
-                )
+                u = np.clip(q.background_utilization + own, 0.0, QUEUE_UTILIZATION_CAP)
+                factor = (1.0 + q.kappa * u / (1.0 - u)) / at_slowmax  # SlowQueue.loaded
             per_access = np.maximum(total[None, :] * factor[:, None] - self._pd[None, :], 0.0)
             if m.slow_latency_cycles is not None and m.dram_latency_cycles is not None:
                 extra = m.slow_latency_cycles * at_slowmax * factor - m.dram_latency_cycles
