@@ -5,6 +5,11 @@ noise, several seeds), fits, and recommends; its choice is run with its own plac
 priced by the ground truth. Against it: exhaustive search (77 runs, oracle placement), random
 (no runs, the expected cost of a uniform pick), and Bayesian optimisation (bench.baselines).
 
+Both of the model's penalty paths are studied per workload (the paper's one pair per workload and
+the per-structure penalties the bundle's stall samples allow), on the Optane-like host, local CXL
+and the rack pool, with two workloads written to put structures of different memory parallelism
+side by side (`sim.catalog.MIXED_PARALLELISM`); the cluster study uses the per-structure path.
+
 Per workload mix and architecture (§4.3-4.5): `sim.cluster` replays 5,000 arrivals with each
 policy and compacts the cluster; tmc's policy calls Algorithm 1 (`model.select.algorithm1`, the
 function `model.recommend` uses) with the cluster's live utilization at each arrival, and the
@@ -30,14 +35,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench.baselines import bayesian, exhaustive
 from model.batch import BatchRequest, Machines, solve
-from model.fit import fit
+from model.fit import PenaltyChoice, fit
 from model.grid import paper_grid
 from model.predict import Predictor
 from model.pricing import DEFAULT_PRICE_PROFILE, PriceProfile
 from model.recommend import price_grid
 from model.resources import GIB, MachineShape, split_memory
 from model.select import algorithm1
-from sim.catalog import TABLE5, workload
+from sim.catalog import MIXED_PARALLELISM, TABLE5, workload
 from sim.cluster import (
     PAPER_ARCHITECTURES,
     Architecture,
@@ -52,7 +57,7 @@ from sim.cluster import (
 )
 from sim.engine import prepare
 from sim.host import ground_truth_grid, run_many
-from sim.machine import Host, cxl_pool_host, optane_host
+from sim.machine import Host, cxl_local_host, cxl_pool_host, optane_host
 from sim.profile import NoiseSpec, reference_bundle
 from sim.workload import Workload
 
@@ -96,6 +101,11 @@ class Settings:
     pool_profile_seeds: int = 2
     pool_bo_repeats: int = 2
     processes: int = 2
+    # Both penalty paths side by side, per host kind, over Table 5 and the mixed-parallelism
+    # workloads (the Table 5 studies above are reused where they ran on the same host).
+    paths_workloads: tuple[str, ...] = TABLE5 + MIXED_PARALLELISM
+    paths_hosts: tuple[str, ...] = ("local", "cxl_local", "pool")
+    paths_profile_seeds: int = 3
     quick: bool = False
 
 
@@ -118,8 +128,13 @@ QUICK = Settings(
     pool_profile_seeds=1,
     pool_bo_repeats=1,
     processes=1,
+    paths_workloads=("hashjoin",),
+    paths_hosts=("cxl_local",),
+    paths_profile_seeds=1,
     quick=True,
 )
+# The targets of the per-workload study, for every host kind.
+PATH_TARGETS = {"cost_mean": 0.005, "cost_worst": 0.03, "mape": 0.04, "max_error": 0.10}
 FULL = Settings()
 
 
@@ -149,7 +164,11 @@ def _hosts() -> dict[str, Host]:
     # Local slow memory is Optane-like (§4.1); the rack pools hold the paper's 3DXP media behind
     # CXL (+85 ns). Pool size changes capacity, not a VM's speed (same background traffic), so
     # one pool host stands for 128P-896P.
-    return {"local": optane_host(), "pool": cxl_pool_host(media="optane")}
+    return {
+        "local": optane_host(),
+        "cxl_local": cxl_local_host(),
+        "pool": cxl_pool_host(media="optane"),
+    }
 
 
 def _trim(w: Workload, accesses: int | None) -> Workload:
@@ -189,46 +208,79 @@ def study_workload(
     es_cost = float(cost[es.chosen])
 
     prep = prepare(w, host, 0, list(ways))
-    tmc_costs, tmc_runs_s, chosen_list = [], [], []
+    tmc_runs_s: list[float] = []
+    paths: dict[str, dict[str, Any]] = {}
     tmc_seconds = tmc_cost = predicted_cost = np.zeros(0)
-    mape = max_err = mar_err = 0.0
+    # "auto" is what tmc does (per-structure penalties when the bundle allows them); "paper" the
+    # paper's path on the same bundles.
+    choices: tuple[PenaltyChoice, ...] = ("auto", "paper")
+    costs: dict[str, list[float]] = {c: [] for c in choices}
+    chosen: dict[str, list[tuple[float, int]]] = {c: [] for c in choices}
+    taken: dict[str, str] = {}
+    errors: dict[str, tuple[float, float, float]] = {}
     for s in range(profile_seeds):
         bundle = reference_bundle(w, host, NoiseSpec(), seed=100 + s)
-        predictor = Predictor(fit(bundle))
-        priced = price_grid(predictor, prices, grid, machine)
-        sel = algorithm1(priced.cost, priced.cost, priced.feasible, priced.demand, np.zeros(4), 0.0)
-        assert sel is not None
-        r, k = priced.ratio_and_ways(sel.chosen)
-        if s == 0:
-            # All 77 with the model's own placement: its prediction error, and the durations
-            # and costs tmc's VMs have in the cluster study.
-            runs = run_many(
-                prep,
-                [(float(rr), int(kk), predictor.placement(rr, kk)) for rr in ratios for kk in ways],
-            )
-            tmc_seconds = np.asarray([x.wall_seconds for x in runs])
-            tmc_cost = hourly * tmc_seconds / 3600.0
-            predicted_cost = priced.cost
-            pred_s = priced.prediction.seconds.ravel()
-            err = np.abs(pred_s / tmc_seconds - 1.0)
-            mape, max_err = float(err.mean()), float(err.max())
-            true_mar_slow = np.asarray([x.slow_misses / x.instructions for x in runs])
-            pred_mar_slow = priced.prediction.mar_slow.ravel()
-            has = true_mar_slow > 0
-            mar_err = float(
-                np.abs(pred_mar_slow[has] - true_mar_slow[has]).sum() / true_mar_slow[has].sum()
-            )
-            chosen_seconds = float(tmc_seconds[sel.chosen])
-        else:
-            chosen_seconds = run_many(prep, [(r, k, predictor.placement(r, k))])[0].wall_seconds
-        tmc_costs.append(float(hourly[sel.chosen]) * chosen_seconds / 3600.0)
         tmc_runs_s.append(sum(run.wall_seconds for run in bundle.runs))
-        chosen_list.append((r, k))
+        for choice in choices:
+            fitted = fit(bundle, penalties=choice)
+            taken[choice] = fitted.penalty_path
+            predictor = Predictor(fitted)
+            priced = price_grid(predictor, prices, grid, machine)
+            sel = algorithm1(
+                priced.cost, priced.cost, priced.feasible, priced.demand, np.zeros(4), 0.0
+            )
+            assert sel is not None
+            r, k = priced.ratio_and_ways(sel.chosen)
+            if s == 0:
+                # All 77 with the model's own placement: its prediction error, and the
+                # durations and costs tmc's VMs have in the cluster study.
+                runs = run_many(
+                    prep,
+                    [
+                        (float(rr), int(kk), predictor.placement(rr, kk))
+                        for rr in ratios
+                        for kk in ways
+                    ],
+                )
+                own_seconds = np.asarray([x.wall_seconds for x in runs])
+                pred_s = priced.prediction.seconds.ravel()
+                err = np.abs(pred_s / own_seconds - 1.0)
+                true_mar_slow = np.asarray([x.slow_misses / x.instructions for x in runs])
+                pred_mar_slow = priced.prediction.mar_slow.ravel()
+                has = true_mar_slow > 0
+                mar_err = float(
+                    np.abs(pred_mar_slow[has] - true_mar_slow[has]).sum()
+                    / max(true_mar_slow[has].sum(), 1e-300)
+                )
+                errors[choice] = (float(err.mean()), float(err.max()), mar_err)
+                if choice == "auto":
+                    tmc_seconds = own_seconds
+                    tmc_cost = hourly * tmc_seconds / 3600.0
+                    predicted_cost = priced.cost
+                chosen_seconds = float(own_seconds[sel.chosen])
+            else:
+                chosen_seconds = run_many(prep, [(r, k, predictor.placement(r, k))])[0].wall_seconds
+            costs[choice].append(float(hourly[sel.chosen]) * chosen_seconds / 3600.0)
+            chosen[choice].append((r, k))
+    for choice in choices:
+        mape_c, max_c, mar_c = errors[choice]
+        paths["per_structure" if choice == "auto" else "paper"] = {
+            "penalty_path": taken[choice],
+            "configs": [list(c) for c in chosen[choice]],
+            "cost_vs_es": float(np.mean(costs[choice])) / es_cost - 1.0,
+            "cost_vs_es_max": float(np.max(costs[choice])) / es_cost - 1.0,
+            "prediction_mape": mape_c,
+            "prediction_max_error": max_c,
+            "slow_access_rate_error": mar_c,
+        }
+    mape, max_err, mar_err = errors["auto"]
+    tmc_costs, chosen_list = costs["auto"], chosen["auto"]
 
     bo = [bayesian(cost, seconds, len(ratios), n_w, seed=s) for s in range(bo_repeats)]
     report = {
         "workload": w.name,
         "host": host.host_kind,
+        "paths": paths,
         "prediction_mape": mape,
         "prediction_max_error": max_err,
         "slow_access_rate_error": mar_err,
@@ -249,7 +301,9 @@ def study_workload(
             "cost_vs_es": float(np.mean([cost[b.chosen] for b in bo])) / es_cost - 1.0,
             "runs": float(np.mean([b.runs for b in bo])),
             "run_seconds": float(np.mean([b.run_seconds for b in bo])),
-        },
+        }
+        if bo
+        else None,
         "rand": {"cost_vs_es": float(cost.mean()) / es_cost - 1.0, "runs": 0, "run_seconds": 0.0},
     }
     return WorkloadData(
@@ -520,6 +574,7 @@ def run_benchmark(
             )
             data[kind].append(study_workload(w, hosts[kind], prices, seeds, bo))
             step()
+    paths = paths_study(settings, data, prices, hosts, task)
     t_workloads = time.monotonic() - started
 
     mixes = mixes_of(names, settings.mixes)
@@ -564,6 +619,7 @@ def run_benchmark(
         "settings": {k: v for k, v in settings.__dict__.items()},
         "price_profile": prices.key,
         "workloads": {kind: [d.report for d in ds] for kind, ds in data.items()},
+        "paths": paths,
         "cluster": cluster,
         "duration_seconds": {
             "workloads": t_workloads,
@@ -577,7 +633,100 @@ def run_benchmark(
     from bench.report import write_report  # noqa: PLC0415 (matplotlib loads only here)
 
     write_report(results, out_dir, stem)
+    (out_dir / f"{stem}-paths.md").write_text(paths_markdown(results))
     return results
+
+
+def paths_study(
+    settings: Settings,
+    data: dict[str, list[WorkloadData]],
+    prices: PriceProfile,
+    hosts: dict[str, Host],
+    task: Callable[[str, int], Callable[[], None]],
+) -> dict[str, list[dict[str, Any]]]:
+    """Per host kind, both penalty paths of every workload in `paths_workloads`; the studies
+    already run for the cluster are reused (same host, more seeds)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    todo = [
+        (kind, n)
+        for kind in settings.paths_hosts
+        for n in settings.paths_workloads
+        if not any(d.name == n for d in data.get(kind, []))
+    ]
+    step = task("penalty paths (extra workloads and hosts)", len(todo))
+    for kind in settings.paths_hosts:
+        known = {d.name: d.report for d in data.get(kind, [])}
+        rows = []
+        for n in settings.paths_workloads:
+            if n in known:
+                rows.append(known[n])
+                continue
+            w = _trim(workload(n), settings.trace_accesses)
+            rows.append(
+                study_workload(w, hosts[kind], prices, settings.paths_profile_seeds, 0).report
+            )
+            step()
+        out[kind] = rows
+    return out
+
+
+def paths_summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per path: mean and worst cost against exhaustive search, mean MAPE and worst error."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in ("paper", "per_structure"):
+        p = [r["paths"][path] for r in rows]
+        fig: dict[str, Any] = {
+            "cost_mean": float(np.mean([x["cost_vs_es"] for x in p])),
+            "cost_worst": float(np.max([x["cost_vs_es"] for x in p])),
+            "cost_worst_seed": float(np.max([x["cost_vs_es_max"] for x in p])),
+            "mape": float(np.mean([x["prediction_mape"] for x in p])),
+            "max_error": float(np.max([x["prediction_max_error"] for x in p])),
+        }
+        fig["meets"] = {k: fig[k] <= v for k, v in PATH_TARGETS.items()}
+        out[path] = fig
+    return out
+
+
+def paths_markdown(results: dict[str, Any]) -> str:
+    """The per-workload study of both penalty paths, as a markdown page."""
+    lines = [
+        "# Penalty paths: the paper's pair per workload against per-structure penalties",
+        "",
+        "Cost of the chosen configuration against exhaustive search (mean over profile seeds),"
+        " and run-time prediction error over the 77 configurations with the model's own"
+        " placement (seed 0). Targets: cost within "
+        f"{PATH_TARGETS['cost_mean']:.1%} on average and {PATH_TARGETS['cost_worst']:.0%} in the"
+        f" worst workload; MAPE ≤ {PATH_TARGETS['mape']:.0%}, max ≤"
+        f" {PATH_TARGETS['max_error']:.0%}.",
+        "",
+    ]
+    for kind, rows in results["paths"].items():
+        host = rows[0]["host"] if rows else kind
+        lines += [
+            f"## {kind} (`{host}`)",
+            "",
+            "| workload | paper: cost vs ES | per-structure: cost vs ES | paper: MAPE / max"
+            " | per-structure: MAPE / max |",
+            "|---|---|---|---|---|",
+        ]
+        for r in rows:
+            a, b = r["paths"]["paper"], r["paths"]["per_structure"]
+            lines.append(
+                f"| {r['workload']} | {a['cost_vs_es']:+.2%} | {b['cost_vs_es']:+.2%}"
+                f" | {a['prediction_mape']:.1%} / {a['prediction_max_error']:.1%}"
+                f" | {b['prediction_mape']:.1%} / {b['prediction_max_error']:.1%} |"
+            )
+        summ = results["summary"]["paths"][kind]
+        for path in ("paper", "per_structure"):
+            f = summ[path]
+            missed = [k for k, ok in f["meets"].items() if not ok]
+            lines.append(
+                f"| **{path}** | mean {f['cost_mean']:+.2%}, worst {f['cost_worst']:+.2%} | |"
+                f" MAPE {f['mape']:.1%}, max {f['max_error']:.1%} |"
+                f" {'meets all targets' if not missed else 'misses: ' + ', '.join(missed)} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
 
 
 def _json(o: object) -> object:
@@ -628,6 +777,7 @@ def summarise(results: dict[str, Any], main_arch: str) -> dict[str, Any]:
     main = cluster.get(main_arch, {})
     t25 = main.get("tmc-2.5", {})
     return {
+        "paths": {kind: paths_summary(rows) for kind, rows in results.get("paths", {}).items()},
         "tmc_cost_vs_es": tmc_cost,
         "bo_cost_vs_es": bo_cost,
         "rand_cost_vs_es": float(np.mean([w["rand"]["cost_vs_es"] for w in local])),

@@ -26,6 +26,21 @@ MISS_CURVE_NOISE = 0.10
 INSTRUCTION_SPREAD_LIMIT = 0.25
 INSTRUCTION_SPREAD_FLAG = 0.02
 
+# Bounds that keep every later computation finite and exact: byte counts stay far below 2^63 even
+# when added up over every structure (4096 x 2^50 = 2^62) or multiplied by a ratio in float64, and
+# counter values below 10^18 keep per-instruction ratios and their products well inside float64.
+MAX_BYTES = 1 << 50  # 1 PiB: no single machine's memory, structure or footprint is larger
+MAX_COUNT = 10**18  # instructions, cycles, misses over one run (~10 years at 3 GHz)
+MAX_SAMPLES = 10**12
+MAX_SECONDS = 1e7  # ~116 days for one reference run
+MAX_BANDWIDTH = 1e13  # 10 TB/s per tier
+
+STRUCTURE_MEASUREMENTS_SCHEMA: Literal["tmc.structure-measurements/v1"] = (
+    "tmc.structure-measurements/v1"
+)
+# Where per-structure stall samples came from (docs/model.md, "Per-structure measurements").
+StallSource = Literal["simulator", "trace", "pebs_ldlat_ip", "ibs_op"]
+
 RunName = Literal["fastmax", "fastmin", "slowmax"]
 TierKind = Literal["dram", "optane", "cxl_local", "cxl_pool"]
 Tag = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:/()\[\]<>-]+$")]
@@ -44,9 +59,15 @@ class WorkloadId(_Wire):
 class MemoryTier(_Wire):
     kind: TierKind
     latency_ns: float = Field(gt=0, le=100_000)
-    bandwidth_bytes_per_second: float | None = Field(default=None, gt=0)
+    bandwidth_bytes_per_second: float | None = Field(default=None, gt=0, le=MAX_BANDWIDTH)
     capacity_bytes: int = Field(
-        ge=0, description="Capacity on one machine (a pool: its per-node share)"
+        ge=0, le=MAX_BYTES, description="Capacity on one machine (a pool: its per-node share)"
+    )
+    read_bandwidth_bytes_per_second: float | None = Field(
+        default=None, gt=0, le=MAX_BANDWIDTH, description="peak read bandwidth, when known"
+    )
+    write_bandwidth_bytes_per_second: float | None = Field(
+        default=None, gt=0, le=MAX_BANDWIDTH, description="peak write bandwidth, when known"
     )
 
 
@@ -58,7 +79,7 @@ class HostDescription(_Wire):
     cpu_frequency_hz: float = Field(gt=1e7, le=1e11)
     cores: int = Field(ge=1, le=4096)
     llc_ways: int = Field(ge=1, le=64)
-    llc_size_bytes: int = Field(gt=0)
+    llc_size_bytes: int = Field(gt=0, le=1 << 36)
     min_llc_ways: int = Field(default=1, ge=1, le=64, description="CAT's min_cbm_bits")
     fast_tier: MemoryTier
     slow_tier: MemoryTier
@@ -66,7 +87,7 @@ class HostDescription(_Wire):
 
 class Structure(_Wire):
     tag: Tag
-    size_bytes: int = Field(gt=0)
+    size_bytes: int = Field(gt=0, le=MAX_BYTES)
 
 
 class RunConfiguration(_Wire):
@@ -77,13 +98,13 @@ class RunConfiguration(_Wire):
 class ReferenceRun(_Wire):
     name: RunName
     configuration: RunConfiguration
-    instructions: int = Field(gt=0)
-    cycles: int = Field(gt=0)
-    stall_cycles_l3_miss: int | None = Field(default=None, ge=0)
-    llc_misses: int = Field(ge=0)
-    wall_seconds: float = Field(gt=0)
-    samples: dict[Tag, Annotated[int, Field(ge=0)]] = Field(
-        description="PEBS LLC-miss samples attributed to each tag"
+    instructions: int = Field(gt=0, le=MAX_COUNT)
+    cycles: int = Field(gt=0, le=MAX_COUNT)
+    stall_cycles_l3_miss: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    llc_misses: int = Field(ge=0, le=MAX_COUNT)
+    wall_seconds: float = Field(gt=0, le=MAX_SECONDS)
+    samples: dict[Tag, Annotated[int, Field(ge=0, le=MAX_SAMPLES)]] = Field(
+        description="PEBS LLC-miss samples attributed to each tag", max_length=4096
     )
 
 
@@ -92,16 +113,59 @@ class MissCurvePoint(_Wire):
     misses_per_instruction: float = Field(ge=0.0, le=10.0)
 
 
+class TierTraffic(_Wire):
+    """Bytes a memory tier's controller moved during one run (all its users, not only this VM)."""
+
+    read_bytes: int = Field(ge=0, le=MAX_BYTES * 1024)
+    write_bytes: int = Field(ge=0, le=MAX_BYTES * 1024)
+
+
+class RunStructureMeasurement(_Wire):
+    """One reference run's memory-stall samples per tag, and its tiers' traffic when measured."""
+
+    run: RunName
+    stall_samples: dict[Tag, Annotated[int, Field(ge=0, le=MAX_SAMPLES)]] = Field(
+        max_length=4096,
+        description="samples of cycles in which retirement waited on an LLC-missing load,"
+        " attributed to the tag of that load's data address",
+    )
+    unattributed_stall_samples: int = Field(
+        default=0, ge=0, le=MAX_SAMPLES, description="stall samples no tag could be found for"
+    )
+    fast_tier: TierTraffic | None = None
+    slow_tier: TierTraffic | None = None
+
+
+class StructureMeasurements(_Wire):
+    """Optional per-structure measurements taken during the three reference runs (no extra run).
+
+    With them the fit charges each structure its own penalties; without them it keeps one DRAM
+    and one slow penalty per workload, as the paper does.
+    """
+
+    schema_version: Literal["tmc.structure-measurements/v1"] = STRUCTURE_MEASUREMENTS_SCHEMA
+    source: StallSource
+    stall_sample_period_cycles: int = Field(ge=1, le=10**9)
+    runs: list[RunStructureMeasurement] = Field(min_length=3, max_length=3)
+
+    def run(self, name: RunName) -> RunStructureMeasurement:
+        for run in self.runs:
+            if run.run == name:
+                return run
+        raise KeyError(name)
+
+
 class ProfileBundle(_Wire):
     schema_version: Literal["tmc.profile/v1"] = BUNDLE_SCHEMA
     workload: WorkloadId
     host: HostDescription
     vcpus: int = Field(ge=1, le=4096)
     sampling_interval: int = Field(default=10007, ge=1, le=10**9)
-    footprint_bytes: int = Field(gt=0)
+    footprint_bytes: int = Field(gt=0, le=MAX_BYTES)
     structures: list[Structure] = Field(min_length=1, max_length=4096)
     runs: list[ReferenceRun] = Field(min_length=3, max_length=3)
     miss_curve: list[MissCurvePoint] = Field(min_length=2, max_length=64)
+    structure_measurements: StructureMeasurements | None = None
     tiering: TieringProfile | None = None
 
     def run(self, name: RunName) -> ReferenceRun:
@@ -122,6 +186,8 @@ def parse_bundle(data: str | bytes | dict[str, Any]) -> ProfileBundle:
             ) from exc
         except UnicodeDecodeError as exc:
             raise InvalidBundle([Problem("(body)", "not UTF-8 text")]) from exc
+        except ValueError as exc:  # an integer literal past Python's digit limit
+            raise InvalidBundle([Problem("(body)", f"unreadable number: {exc}")]) from exc
         except RecursionError as exc:  # hostile nesting must be a 422, not a crash
             raise InvalidBundle([Problem("(body)", "JSON nested too deeply")]) from exc
     try:
@@ -153,6 +219,7 @@ def check_bundle(bundle: ProfileBundle) -> None:
     problems += _check_structures(bundle)
     problems += _check_runs(bundle)
     problems += _check_miss_curve(bundle)
+    problems += _check_structure_measurements(bundle)
     if problems:
         raise InvalidBundle(problems)
 
@@ -304,4 +371,45 @@ def _check_miss_curve(b: ProfileBundle) -> list[Problem]:
                 )
             )
         lowest = min(lowest, mpi)
+    return out
+
+
+def _check_structure_measurements(b: ProfileBundle) -> list[Problem]:
+    m = b.structure_measurements
+    if m is None:
+        return []
+    out: list[Problem] = []
+    names = [r.run for r in m.runs]
+    for want in ("fastmax", "fastmin", "slowmax"):
+        if names.count(want) != 1:
+            out.append(
+                Problem(
+                    "structure_measurements.runs[].run",
+                    f"need exactly one {want} entry, got {names.count(want)}",
+                )
+            )
+    tags = {s.tag for s in b.structures}
+    for i, run in enumerate(m.runs):
+        for tag in run.stall_samples:
+            if tag not in tags:
+                out.append(
+                    Problem(
+                        f"structure_measurements.runs[{i}].stall_samples.{tag}",
+                        "stall samples for a tag with no structure",
+                    )
+                )
+        if run.run in names and names.count(run.run) == 1:
+            ref = b.run(run.run)
+            sampled = sum(run.stall_samples.values()) + run.unattributed_stall_samples
+            if (
+                sampled * m.stall_sample_period_cycles
+                > ref.cycles * 1.1 + m.stall_sample_period_cycles
+            ):
+                out.append(
+                    Problem(
+                        f"structure_measurements.runs[{i}].stall_samples",
+                        f"{sampled} samples every {m.stall_sample_period_cycles} cycles exceed"
+                        f" the run's {ref.cycles} cycles",
+                    )
+                )
     return out

@@ -15,18 +15,50 @@ paths fit them:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from model.bundle import INSTRUCTION_SPREAD_FLAG, ProfileBundle, ReferenceRun, WorkloadId
+from model.bundle import (
+    INSTRUCTION_SPREAD_FLAG,
+    MemoryTier,
+    ProfileBundle,
+    ReferenceRun,
+    RunName,
+    StructureMeasurements,
+    WorkloadId,
+)
 from model.misscurve import anchor_curve
 
 MODEL_VERSION = "tmc-model/1"
 
 FitPath = Literal["stall_counters", "eq4"]
+# "paper": one DRAM and one slow penalty for the whole workload (Eq. 3-4). "per_structure": each
+# structure's own penalties, from memory-stall samples attributed to it in the reference runs.
+PenaltyPath = Literal["paper", "per_structure"]
+PenaltyChoice = Literal["auto", "paper"]
 # A slow tier whose fitted penalty is below this share of the DRAM penalty is "no slower than DRAM".
 NEGLIGIBLE_SLOW_PENALTY = 0.01
+
+# Diagnostics thresholds (docs/model.md, "Diagnostics").
+# Three points, three or more parameters: a sound fit explains them (clean simulated profiles stay
+# within 3.3 %); past this the runs disagree with the model or with each other.
+CPI_RESIDUAL_FLAG = 0.05
+# Implied extra slow-tier latency against the declared one (loaded at slowmax's measured traffic).
+# On-core work hides part of the DRAM latency, so P_slow / P_dram overstates the latency ratio by
+# design (up to 3.5x in the simulator); below half or above four times, something else is wrong.
+SLOW_LATENCY_BAND = (0.5, 4.0)
+LOW_PEBS_COVERAGE = 0.5  # samples x interval explain less than half the LLC-miss counter
+MLP_PLAUSIBLE = (0.8, 32.0)  # one core cannot have fewer than ~1 or more than ~32 misses in flight
+UNSAMPLED_SHARE_FLAG = 0.25  # of the structures, or of the footprint
+# A structure with fewer PEBS samples than this over the three runs keeps the workload's penalties.
+MIN_STRUCTURE_SAMPLES = 30
+# Loaded latency: idle x (1 + KAPPA x U / (1 - U)). KAPPA = 1/12 is the paper's 3DXP knee (§3.6:
+# 300 -> 400 ns at ~80 % of peak bandwidth); U is capped where the formula stops being a model.
+QUEUE_KAPPA = 1.0 / 12.0
+QUEUE_UTILIZATION_CAP = 0.95
+WINDOW_MLP_MAX = 12.0
 
 
 class Flag(BaseModel):
@@ -54,6 +86,30 @@ class FitDiagnostics(BaseModel):
     slow_extra_latency_ns_estimate: float | None = Field(
         default=None, description="P_slow x MLP, to compare with the host's nominal latencies"
     )
+    penalty_path: PenaltyPath = Field(
+        default="paper",
+        description="paper: one penalty pair per workload; per_structure: each tag's own",
+    )
+    penalty_path_reason: str = Field(default="the bundle has no per-structure measurements")
+    slow_utilization_at_slowmax: float | None = Field(
+        default=None, description="slow tier's bandwidth utilisation in slowmax, when measured"
+    )
+
+
+class SlowQueue(BaseModel):
+    """What bandwidth-aware prediction needs about the slow tier (docs/model.md, "Queueing")."""
+
+    model_config = ConfigDict(frozen=True)
+    kappa: float
+    background_utilization: float = Field(description="others' share of the tier's bandwidth")
+    own_utilization_at_slowmax: float
+    slowmax_cpi: float
+    slowmax_mpi: float
+
+    def loaded(self, utilization: float) -> float:
+        """Loaded latency relative to idle."""
+        u = min(max(utilization, 0.0), QUEUE_UTILIZATION_CAP)
+        return 1.0 + self.kappa * u / (1.0 - u)
 
 
 class FittedModel(BaseModel):
@@ -80,12 +136,36 @@ class FittedModel(BaseModel):
     instructions: float
     fastmax_seconds: float
     diagnostics: FitDiagnostics
+    penalty_path: PenaltyPath = "paper"
+    p_dram_by_structure: list[float] | None = Field(
+        default=None, description="per tag, cycles per LLC miss served by DRAM (per_structure)"
+    )
+    p_slow_by_structure: list[float] | None = Field(
+        default=None, description="per tag, extra cycles per slow access at slowmax's load"
+    )
+    slow_queue: SlowQueue | None = None
+    dram_latency_cycles: float | None = Field(
+        default=None, description="declared idle DRAM latency (per_structure path)"
+    )
+    slow_latency_cycles: float | None = Field(
+        default=None, description="declared idle slow-tier latency (per_structure path)"
+    )
+    window_mlp_by_structure: list[float] | None = Field(
+        default=None,
+        description="per tag, slow misses in flight together (extra latency / P_slow), 1..12",
+    )
 
     def cpi(self, mar: float, mar_slow: float) -> float:
+        """The paper's Eq. 3 with the workload-level penalties."""
         return self.cpi_cache + mar * self.p_dram + mar_slow * self.p_slow
 
     @property
     def fastmax_cpi(self) -> float:
+        if self.p_dram_by_structure is not None:
+            return self.cpi_cache + sum(
+                a * p
+                for a, p in zip(self.access_rate_at_max, self.p_dram_by_structure, strict=True)
+            )
         return self.cpi(self.curve_mar_at(self.ways_max), 0.0)
 
     def curve_mar_at(self, ways: int) -> float:
@@ -101,8 +181,13 @@ def _mpi(run: ReferenceRun) -> float:
     return run.llc_misses / run.instructions
 
 
-def fit(bundle: ProfileBundle) -> FittedModel:
-    """Fit a checked bundle. Borderline data is handled and reported in ``diagnostics.flags``."""
+def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel:
+    """Fit a checked bundle. Borderline data is handled and reported in ``diagnostics.flags``.
+
+    ``penalties="auto"`` fits per-structure penalties when the bundle carries per-structure
+    measurements and the paper's workload-level pair otherwise; ``"paper"`` always takes the
+    paper's path (for comparison).
+    """
     flags: list[Flag] = []
     fastmax, fastmin, slowmax = bundle.run("fastmax"), bundle.run("fastmin"), bundle.run("slowmax")
     w_max, w_min = fastmax.configuration.llc_ways, fastmin.configuration.llc_ways
@@ -132,15 +217,13 @@ def fit(bundle: ProfileBundle) -> FittedModel:
     tags = [s.tag for s in bundle.structures]
     rates_min = _access_rates(fastmin, tags, sizes, mar_min, flags)
     rates_max = _access_rates(fastmax, tags, sizes, mar_max, flags)
-    for tag in tags:
-        if fastmin.samples.get(tag, 0) == 0 and fastmax.samples.get(tag, 0) == 0:
-            flags.append(
-                Flag(
-                    code="structure_without_samples",
-                    message=f"{tag}: no PEBS samples in fastmin or fastmax; treated as the coldest"
-                    " data (a longer run or a smaller sampling interval would tell)",
-                )
-            )
+    unsampled = [
+        i
+        for i, tag in enumerate(tags)
+        if fastmin.samples.get(tag, 0) == 0 and fastmax.samples.get(tag, 0) == 0
+    ]
+    if unsampled:
+        flags.append(_unsampled_flag(tags, sizes, unsampled))
 
     # 3. Penalties and on-core CPI.
     runs = (fastmax, fastmin, slowmax)
@@ -175,6 +258,26 @@ def fit(bundle: ProfileBundle) -> FittedModel:
             )
         )
 
+    per = None
+    reason = "the bundle has no per-structure measurements"
+    if bundle.structure_measurements is not None:
+        if penalties == "paper":
+            reason = "per-structure measurements present; the paper's path was asked for"
+        else:
+            per, reason = _per_structure_penalties(
+                bundle,
+                bundle.structure_measurements,
+                cpi_cache,
+                p_dram,
+                p_slow,
+                rates_min,
+                rates_max,
+            )
+    queue = None
+    if per is not None:
+        queue = _slow_queue(bundle, bundle.structure_measurements)
+    penalty_path: PenaltyPath = "per_structure" if per is not None else "paper"
+
     instructions = [r.instructions for r in runs]
     spread = max(instructions) / min(instructions) - 1.0
     if spread > INSTRUCTION_SPREAD_FLAG:
@@ -189,11 +292,20 @@ def fit(bundle: ProfileBundle) -> FittedModel:
     def model_cpi(mar: float, mar_slow: float) -> float:
         return cpi_cache + mar * p_dram + mar_slow * p_slow
 
-    predicted = {
-        "fastmax": model_cpi(mar_max, 0.0),
-        "fastmin": model_cpi(mar_min, 0.0),
-        "slowmax": model_cpi(mar_max, mar_max),
-    }
+    if per is not None:
+        pd, ps = per
+        predicted = {
+            "fastmax": cpi_cache + sum(a * p for a, p in zip(rates_max, pd, strict=True)),
+            "fastmin": cpi_cache + sum(a * p for a, p in zip(rates_min, pd, strict=True)),
+            "slowmax": cpi_cache
+            + sum(a * (p + q) for a, p, q in zip(rates_max, pd, ps, strict=True)),
+        }
+    else:
+        predicted = {
+            "fastmax": model_cpi(mar_max, 0.0),
+            "fastmin": model_cpi(mar_min, 0.0),
+            "slowmax": model_cpi(mar_max, mar_max),
+        }
     residuals = {r.name: predicted[r.name] / _cpi(r) - 1.0 for r in runs}
     coverage = {
         r.name: (sum(r.samples.values()) * bundle.sampling_interval / r.llc_misses)
@@ -207,6 +319,7 @@ def fit(bundle: ProfileBundle) -> FittedModel:
     if p_dram > 0:
         mlp = bundle.host.fast_tier.latency_ns * freq_ghz / p_dram
         extra_ns = p_slow * mlp / freq_ghz
+    flags += _diagnose(bundle, residuals, coverage, mlp, extra_ns, queue)
 
     return FittedModel(
         workload=bundle.workload,
@@ -226,8 +339,26 @@ def fit(bundle: ProfileBundle) -> FittedModel:
         p_slow=p_slow,
         instructions=sum(instructions) / 3.0,
         fastmax_seconds=fastmax.wall_seconds,
+        penalty_path=penalty_path,
+        p_dram_by_structure=per[0] if per is not None else None,
+        p_slow_by_structure=per[1] if per is not None else None,
+        slow_queue=queue,
+        window_mlp_by_structure=_window_mlp(bundle, per[1], queue) if per is not None else None,
+        dram_latency_cycles=bundle.host.fast_tier.latency_ns * freq_ghz
+        if per is not None
+        else None,
+        slow_latency_cycles=bundle.host.slow_tier.latency_ns * freq_ghz
+        if per is not None
+        else None,
         diagnostics=FitDiagnostics(
             path=path,
+            penalty_path=penalty_path,
+            penalty_path_reason=reason,
+            slow_utilization_at_slowmax=(
+                queue.background_utilization + queue.own_utilization_at_slowmax
+                if queue is not None
+                else None
+            ),
             flags=flags,
             cpi_residuals=residuals,
             pebs_coverage=coverage,
@@ -336,3 +467,198 @@ def _clamp_slow(p_slow: float, flags: list[Flag]) -> float:
         )
         return 0.0
     return p_slow
+
+
+def _unsampled_flag(tags: list[str], sizes: list[int], idx: list[int]) -> Flag:
+    """One line for all structures without samples, however many there are."""
+    footprint = sum(sizes)
+    share = sum(sizes[i] for i in idx) / footprint
+    shown = ", ".join(tags[i] for i in idx[:3]) + (
+        f" and {len(idx) - 3} more" if len(idx) > 3 else ""
+    )
+    return Flag(
+        code="structure_without_samples",
+        message=f"{len(idx)} of {len(tags)} structures ({share:.0%} of the footprint) had no PEBS"
+        f" samples in fastmin or fastmax ({shown}); they are treated as the coldest data and go"
+        " slow first. If that matters, profile again with a smaller sampling interval or a"
+        " longer run",
+    )
+
+
+def _per_structure_penalties(
+    bundle: ProfileBundle,
+    m: StructureMeasurements,
+    cpi_cache: float,
+    p_dram: float,
+    p_slow: float,
+    rates_min: list[float],
+    rates_max: list[float],
+) -> tuple[tuple[list[float], list[float]] | None, str]:
+    """Each structure's DRAM and slow penalties from its share of the memory-stall samples.
+
+    In each run, the run's memory stall per instruction T (the stall counter, or CPI - CPI_cache
+    without one) is split over tags by their stall samples; a tag's penalty is its stall per
+    instruction over its miss rate. DRAM penalties pool fastmax and fastmin; the slow penalty is
+    slowmax's minus the DRAM one. Tags with too few samples keep the workload's penalties.
+    """
+    tags = [s.tag for s in bundle.structures]
+    names: tuple[RunName, ...] = ("fastmax", "fastmin", "slowmax")
+    stall_pi: dict[str, list[float]] = {}
+    for name in names:
+        ref = bundle.run(name)
+        meas = m.run(name)
+        attributed = sum(meas.stall_samples.values())
+        if attributed == 0:
+            return None, f"{name} has no memory-stall samples attributed to any structure"
+        if ref.stall_cycles_l3_miss is not None:
+            total = ref.stall_cycles_l3_miss / ref.instructions
+        else:
+            total = max(0.0, _cpi(ref) - cpi_cache)
+        stall_pi[name] = [total * meas.stall_samples.get(t, 0) / attributed for t in tags]
+    slowmax = bundle.run("slowmax")
+    slow_total = sum(slowmax.samples.values())
+    rates_slow = (
+        [_mpi(slowmax) * slowmax.samples.get(t, 0) / slow_total for t in tags]
+        if slow_total
+        else list(rates_max)
+    )
+    fastmax, fastmin = bundle.run("fastmax"), bundle.run("fastmin")
+    pd: list[float] = []
+    ps: list[float] = []
+    kept = 0
+    for i, t in enumerate(tags):
+        samples = fastmax.samples.get(t, 0) + fastmin.samples.get(t, 0) + slowmax.samples.get(t, 0)
+        fast_rate = rates_max[i] + rates_min[i]
+        if samples < MIN_STRUCTURE_SAMPLES or fast_rate <= 0 or rates_slow[i] <= 0:
+            pd.append(p_dram)
+            ps.append(p_slow)
+            kept += 1
+            continue
+        d = (stall_pi["fastmax"][i] + stall_pi["fastmin"][i]) / fast_rate
+        total = stall_pi["slowmax"][i] / rates_slow[i]
+        pd.append(d)
+        ps.append(max(0.0, total - d))
+    fitted = len(tags) - kept
+    if fitted == 0:
+        return None, "no structure has enough samples for its own penalties"
+    reason = (
+        f"per-structure penalties for {fitted} of {len(tags)} structures from"
+        f" {m.source} stall samples ({m.schema_version})"
+    )
+    if kept:
+        reason += f"; {kept} with fewer than {MIN_STRUCTURE_SAMPLES} samples keep the workload's"
+    return (pd, ps), reason
+
+
+def _window_mlp(bundle: ProfileBundle, p_slow: list[float], queue: SlowQueue | None) -> list[float]:
+    """How many of a structure's slow misses overlap: the extra latency they waited (declared,
+    loaded as measured) over the extra stall each cost. On-core work cannot hide this part (it
+    already hides what it can of the DRAM latency), so unlike L_dram / P_dram it is not inflated
+    by overlap with computation. Bounded by the line fill buffers (12 on Skylake-SP)."""
+    h = bundle.host
+    load = (
+        queue.loaded(queue.background_utilization + queue.own_utilization_at_slowmax)
+        if queue
+        else 1.0
+    )
+    extra = (
+        max(h.slow_tier.latency_ns * load - h.fast_tier.latency_ns, 0.0) * h.cpu_frequency_hz / 1e9
+    )
+    return [min(max(extra / p, 1.0), WINDOW_MLP_MAX) if p > 0 else 1.0 for p in p_slow]
+
+
+def _utilization(tier: MemoryTier, read_bytes: float, write_bytes: float, seconds: float) -> float:
+    read_bw = tier.read_bandwidth_bytes_per_second or tier.bandwidth_bytes_per_second
+    write_bw = tier.write_bandwidth_bytes_per_second or read_bw
+    assert read_bw is not None and write_bw is not None
+    return (read_bytes / read_bw + write_bytes / write_bw) / seconds
+
+
+def _slow_queue(bundle: ProfileBundle, m: StructureMeasurements | None) -> SlowQueue | None:
+    """The slow tier's load in slowmax, split into this workload's and everyone else's."""
+    tier = bundle.host.slow_tier
+    if m is None or (
+        tier.bandwidth_bytes_per_second is None and tier.read_bandwidth_bytes_per_second is None
+    ):
+        return None
+    traffic = m.run("slowmax").slow_tier
+    slowmax = bundle.run("slowmax")
+    if traffic is None or slowmax.llc_misses == 0:
+        return None
+    seconds = slowmax.wall_seconds
+    own_read = min(float(traffic.read_bytes), slowmax.llc_misses * 64.0)
+    # Reads beyond this workload's own fills are other users'; write-backs are taken as its own.
+    others = _utilization(tier, traffic.read_bytes - own_read, 0.0, seconds)
+    own = _utilization(tier, own_read, traffic.write_bytes, seconds)
+    return SlowQueue(
+        kappa=QUEUE_KAPPA,
+        background_utilization=min(others, QUEUE_UTILIZATION_CAP),
+        own_utilization_at_slowmax=own,
+        slowmax_cpi=_cpi(slowmax),
+        slowmax_mpi=_mpi(slowmax),
+    )
+
+
+def _diagnose(
+    bundle: ProfileBundle,
+    residuals: Mapping[RunName, float],
+    coverage: Mapping[RunName, float],
+    mlp: float | None,
+    extra_ns: float | None,
+    queue: SlowQueue | None,
+) -> list[Flag]:
+    out: list[Flag] = []
+    worst = max(residuals, key=lambda k: abs(residuals[k]))
+    if abs(residuals[worst]) > CPI_RESIDUAL_FLAG:
+        out.append(
+            Flag(
+                code="cpi_residual",
+                message=f"the model misses {worst}'s measured CPI by {residuals[worst]:+.1%}"
+                f" (threshold {CPI_RESIDUAL_FLAG:.0%}): predictions between the reference runs"
+                " are less certain. Check that the three runs ran the same input on a quiet"
+                " machine, then profile again",
+            )
+        )
+    low = {k: v for k, v in coverage.items() if 0 < v < LOW_PEBS_COVERAGE}
+    if low:
+        shown = ", ".join(f"{k} {v:.0%}" for k, v in low.items())
+        out.append(
+            Flag(
+                code="low_pebs_coverage",
+                message=f"PEBS samples explain little of the LLC-miss counter ({shown}): stores"
+                " or shadowed loads go unsampled, so the placement may rank write-heavy"
+                " structures colder than they are. Keep structures that are mostly written in"
+                " DRAM, or profile with a store-sampling event where the PMU has one",
+            )
+        )
+    if mlp is not None and not MLP_PLAUSIBLE[0] <= mlp <= MLP_PLAUSIBLE[1]:
+        out.append(
+            Flag(
+                code="implausible_mlp",
+                message=f"the fitted DRAM penalty implies {mlp:.1f} misses in flight with the"
+                f" declared {bundle.host.fast_tier.latency_ns:g} ns DRAM latency (plausible:"
+                f" {MLP_PLAUSIBLE[0]:g}-{MLP_PLAUSIBLE[1]:g}). Check the host's declared DRAM"
+                " latency and that fastmin really ran with fewer ways",
+            )
+        )
+    if mlp is not None and extra_ns is not None:
+        declared = bundle.host.slow_tier.latency_ns - bundle.host.fast_tier.latency_ns
+        loaded = (
+            queue.loaded(queue.background_utilization + queue.own_utilization_at_slowmax)
+            if queue
+            else 1.0
+        )
+        expected = bundle.host.slow_tier.latency_ns * loaded - bundle.host.fast_tier.latency_ns
+        below, above = SLOW_LATENCY_BAND
+        if declared > 0 and not below * expected <= extra_ns <= above * expected:
+            out.append(
+                Flag(
+                    code="slow_latency_mismatch",
+                    message=f"slowmax implies {extra_ns:.0f} ns more per miss than DRAM, but the"
+                    f" host declares {declared:.0f} ns (with the measured load: {expected:.0f} ns)."
+                    " Check that slowmax was bound to the slow tier and the host's declared"
+                    " latencies; if they are right, the workload's parallelism changes on the slow"
+                    " tier and predictions at mixed placements are less certain",
+                )
+            )
+    return out

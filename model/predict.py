@@ -13,6 +13,12 @@ For a fixed placement, MAR_slow(r, w) = sum of x_s * a_s(w) is then exactly Fig.
 of the miss curve between the two known end points. Applying it per structure also lets the
 placement follow a change of hotness order between few and many ways, where the paper's curve
 would silently keep the fastmin or fastmax order.
+
+With per-structure penalties (``FittedModel.penalty_path == "per_structure"``) each structure's
+misses cost its own DRAM penalty, its slow share its own slow penalty, and the slow share is filled
+by the least extra stall per byte (a_s x P_slow_s / size_s) rather than by accesses per byte. When
+the slow tier's load was measured, the slow penalties follow the tier's loaded latency at each
+configuration (docs/model.md, "Queueing"): a fixed point, since the load depends on the run time.
 """
 
 from __future__ import annotations
@@ -23,11 +29,15 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 
-from model.fit import FittedModel
+from model.fit import QUEUE_UTILIZATION_CAP, WINDOW_MLP_MAX, FittedModel
 from model.misscurve import FloatArray, interpolate
 from model.resources import MIB, split_memory
 
 IntArray = NDArray[np.int64]
+# Fixed-point steps between a configuration's slow-tier load and its run time (converges in a
+# handful: the load moves the time by at most the loaded-latency ratio).
+QUEUE_ITERATIONS = 12
+WINDOW_EFFECT = True
 
 
 class StructurePlacement(BaseModel):
@@ -73,6 +83,11 @@ class Predictor:
         self._mar_min = model.curve_mar_at(model.ways_min)
         self._mar_max = model.curve_mar_at(model.ways_max)
         self._fastmax_cpi = max(model.fastmax_cpi, 1e-12)
+        self._per_structure = model.p_dram_by_structure is not None
+        self._pd = np.asarray(model.p_dram_by_structure or [model.p_dram] * len(self._sizes))
+        self._ps = np.asarray(model.p_slow_by_structure or [model.p_slow] * len(self._sizes))
+        mlp = model.window_mlp_by_structure if WINDOW_EFFECT else None
+        self._mlp = None if mlp is None else np.asarray(mlp, dtype=np.float64)
 
     # -- MAR and per-structure rates ---------------------------------------------------------
 
@@ -106,7 +121,12 @@ class Predictor:
 
     def _coldest_first(self, rates: FloatArray) -> IntArray:
         # Accesses per byte, coldest first; equal hotness keeps the bundle's order (deterministic).
-        order: IntArray = np.lexsort((self._order_key, rates / self._sizes_f))
+        # With per-structure penalties, the extra stall a byte costs when slow decides first.
+        per_byte = rates / self._sizes_f
+        if self._per_structure:
+            order: IntArray = np.lexsort((self._order_key, per_byte, per_byte * self._ps))
+            return order
+        order = np.lexsort((self._order_key, per_byte))
         return order
 
     def slow_bytes_per_structure(self, rates: FloatArray, slow_bytes: IntArray) -> IntArray:
@@ -133,11 +153,19 @@ class Predictor:
         mar = self.mar(ways_f)
         h = self.curve_position(ways_f)
         mar_slow = np.empty((len(ratios), len(ways)), dtype=np.float64)
-        for j, hj in enumerate(h):
-            rates = self.rates_at_position(float(hj), float(mar[j]))
-            share = self.slow_bytes_per_structure(rates, slow) / self._sizes_f[None, :]
-            mar_slow[:, j] = share @ rates
-        cpi = m.cpi_cache + mar[None, :] * m.p_dram + mar_slow * m.p_slow
+        if not self._per_structure:
+            for j, hj in enumerate(h):
+                rates = self.rates_at_position(float(hj), float(mar[j]))
+                share = self.slow_bytes_per_structure(rates, slow) / self._sizes_f[None, :]
+                mar_slow[:, j] = share @ rates
+            cpi = m.cpi_cache + mar[None, :] * m.p_dram + mar_slow * m.p_slow
+        else:
+            cpi = np.empty_like(mar_slow)
+            for j, hj in enumerate(h):
+                rates = self.rates_at_position(float(hj), float(mar[j]))
+                share = self.slow_bytes_per_structure(rates, slow) / self._sizes_f[None, :]
+                mar_slow[:, j] = share @ rates
+                cpi[:, j] = m.cpi_cache + rates @ self._pd + self._slow_stall(share, rates)
         slowdown = cpi / self._fastmax_cpi - 1.0
         return GridPrediction(
             slow_ratios=ratios,
@@ -151,6 +179,47 @@ class Predictor:
             slowdown=slowdown,
             extrapolated=(ways < m.ways_min) | (ways > m.ways_max),
         )
+
+    def _slow_stall(self, share: FloatArray, rates: FloatArray) -> FloatArray:
+        """Extra stall cycles per instruction of the slow shares [ratios, n] at their load.
+
+        Three corrections to the linear per-structure charge (docs/model.md, "Prediction"):
+        a structure's slow misses overlapping in one window wait for the slowest (`exposed`);
+        the slow tier's latency follows its load (`factor`, a fixed point with the run time);
+        and a structure whose slow misses were hidden behind other structures' slow misses in
+        slowmax is charged at least ΔL / WINDOW_MLP_MAX per slow miss when the others are not
+        slow (`uncovered`).
+        """
+        m = self.model
+        exposed = share if self._mlp is None else 1.0 - (1.0 - share) ** self._mlp[None, :]
+        total = self._pd + self._ps  # per slow access, at slowmax's load
+        # Share of the memory stall that is on the slow tier (1 in slowmax).
+        slow_part = (share * total[None, :]) @ rates
+        all_part = rates @ self._pd + (share * self._ps[None, :]) @ rates
+        covered = np.divide(slow_part, all_part, out=np.ones_like(slow_part), where=all_part > 0)
+        q = m.slow_queue
+        at_slowmax = q.loaded(q.background_utilization + q.own_utilization_at_slowmax) if q else 1.0
+        slow_rate = share @ rates
+        base = m.cpi_cache + rates @ self._pd
+        factor = np.ones(len(share))
+        stall: FloatArray = exposed @ (rates * self._ps)
+        for _ in range(QUEUE_ITERATIONS if q is not None else 1):
+            if q is not None:
+                cpi = np.maximum(base + stall, 1e-12)
+                own = q.own_utilization_at_slowmax * (slow_rate / max(q.slowmax_mpi, 1e-300))
+                own = own * (q.slowmax_cpi / cpi)
+                u = np.clip(q.background_utilization + own, 0.0, QUEUE_UTILIZATION_CAP)
+                factor = (1.0 + q.kappa * u / (1.0 - u)) / at_slowmax  # SlowQueue.loaded
+            per_access = np.maximum(total[None, :] * factor[:, None] - self._pd[None, :], 0.0)
+            if m.slow_latency_cycles is not None and m.dram_latency_cycles is not None:
+                extra = m.slow_latency_cycles * at_slowmax * factor - m.dram_latency_cycles
+                floor = np.maximum(extra, 0.0)[:, None] / WINDOW_MLP_MAX
+                uncovered = (1.0 - np.clip(covered, 0.0, 1.0))[:, None]
+                per_access = per_access + np.maximum(floor - per_access, 0.0) * uncovered
+            new = (exposed * per_access) @ rates
+            # Damped: the load and the time feed each other.
+            stall = new if q is None else 0.5 * stall + 0.5 * new
+        return stall
 
     def predict_one(self, slow_ratio: float, llc_ways: int) -> tuple[float, float]:
         """(predicted seconds, slowdown against fastmax) of one configuration."""

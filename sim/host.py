@@ -56,6 +56,7 @@ class StructureResult(_Out):
     llc_load_misses: int
     slow_misses: int
     stall_cycles: int  # cycles the window stood still waiting on this structure's access
+    stall_cycles_l3_miss: int  # of which the access had missed the LLC
 
 
 class TierResult(_Out):
@@ -166,6 +167,7 @@ def result_of(
                 llc_load_misses=round(ps[kern.S_LOAD_MISSES] * scale),
                 slow_misses=round(ps[kern.S_SLOW_MISSES] * scale),
                 stall_cycles=round(ps[kern.S_STALL] * scale),
+                stall_cycles_l3_miss=round(ps[kern.S_STALL_L3] * scale),
             )
             for p, ps in zip(plans, per_structure, strict=True)
         ],

@@ -48,7 +48,8 @@ S_MISSES = 0
 S_LOAD_MISSES = 1
 S_SLOW_MISSES = 2
 S_STALL = 3
-N_STRUCT_COUNTERS = 4
+S_STALL_L3 = 4  # the part of S_STALL in which the access holding retirement missed the LLC
+N_STRUCT_COUNTERS = 5
 
 # Columns of the timing parameter vector (cycles, lines and bytes already converted).
 P_CPI_CORE = 0
@@ -294,6 +295,7 @@ def _time_one(
             acc[C_STALL] += wait
             acc[C_STALL_L3] += wait * frontier_l3
             acc_s[frontier_sid, S_STALL] += wait
+            acc_s[frontier_sid, S_STALL_L3] += wait * frontier_l3
             tn += wait
             head += 1
             head = 0 if head == cap else head

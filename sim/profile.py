@@ -23,7 +23,10 @@ from model.bundle import (
     ReferenceRun,
     RunConfiguration,
     RunName,
+    RunStructureMeasurement,
     Structure,
+    StructureMeasurements,
+    TierTraffic,
     WorkloadId,
     check_bundle,
 )
@@ -32,9 +35,11 @@ from sim.host import RunResult, run_many
 from sim.kernels import FLAG_WRITE
 from sim.machine import Host, Tier
 from sim.placement import Layout, all_in
-from sim.workload import Workload
+from sim.workload import LINE_BYTES, Workload
 
 DEFAULT_SAMPLING_INTERVAL = 10007
+# One memory-stall sample per this many stall cycles (a prime, as perf's periods usually are).
+DEFAULT_STALL_SAMPLE_PERIOD = 100_003
 
 
 class NoiseSpec(BaseModel):
@@ -72,6 +77,8 @@ def _tier(t: Tier) -> MemoryTier:
         latency_ns=t.latency_ns,
         bandwidth_bytes_per_second=t.read_bandwidth_bytes_per_second,
         capacity_bytes=t.capacity_bytes,
+        read_bandwidth_bytes_per_second=t.read_bandwidth_bytes_per_second,
+        write_bandwidth_bytes_per_second=t.write_bandwidth_bytes_per_second,
     )
 
 
@@ -175,6 +182,39 @@ def _reference_run(
     )
 
 
+def tier_traffic(result: RunResult, tier: Tier, slow: bool) -> TierTraffic:
+    """What the tier's controller counts in a run: this VM's fills and write-backs, and the other
+    users' traffic (`background_utilization`, counted as reads)."""
+    t = result.slow_tier if slow else result.fast_tier
+    others = (
+        tier.background_utilization * tier.read_bandwidth_bytes_per_second * result.wall_seconds
+    )
+    return TierTraffic(
+        read_bytes=round(t.misses * LINE_BYTES + others), write_bytes=t.writebacks * LINE_BYTES
+    )
+
+
+def structure_measurement(
+    name: RunName,
+    result: RunResult,
+    host: Host,
+    period: int,
+    noisy: bool,
+    scale: float,
+    rng: np.random.Generator,
+) -> RunStructureMeasurement:
+    """Memory-stall samples per tag: one every `period` cycles in which retirement waited on an
+    LLC-missing load, attributed to that load's structure (Poisson counts when `noisy`)."""
+    expected = np.asarray([s.stall_cycles_l3_miss * scale / period for s in result.structures])
+    counts = rng.poisson(expected) if noisy else np.rint(expected)
+    return RunStructureMeasurement(
+        run=name,
+        stall_samples={s.tag: int(c) for s, c in zip(result.structures, counts, strict=True)},
+        fast_tier=tier_traffic(result, host.fast_tier, False),
+        slow_tier=tier_traffic(result, host.slow_tier, True),
+    )
+
+
 def reference_runs(
     prep: Prepared, ways_min: int, ways_max: int, layout: Layout = "interleave"
 ) -> dict[RunName, RunResult]:
@@ -198,11 +238,15 @@ def reference_bundle(
     ways_max: int = 28,
     curve_ways: Sequence[int] | None = None,
     layout: Layout = "interleave",
+    structure_measurements: bool = True,
+    stall_sample_period: int = DEFAULT_STALL_SAMPLE_PERIOD,
 ) -> ProfileBundle:
     """The bundle an agent would upload after profiling `workload` on `host`.
 
     `noise=None` uses the default `NoiseSpec()`; pass `QUIET` for exact counters. The trace comes
     from `seed`, and so does the noise, so one seed gives one bundle.
+    With `structure_measurements` (default), the bundle also carries memory-stall samples per tag
+    and the tiers' traffic in each run (`tmc.structure-measurements/v1`).
     """
     noise = NoiseSpec() if noise is None else noise
     if not 1 <= ways_min < ways_max <= host.llc_ways:
@@ -227,6 +271,27 @@ def reference_bundle(
         )
         for w in ways
     ]
+    extra = None
+    if structure_measurements:
+        # A separate stream, so that bundles with and without these fields agree on the rest.
+        srng = np.random.default_rng(np.random.SeedSequence([seed, 0x7374616C6C]))
+        noisy = noise != QUIET
+        extra = StructureMeasurements(
+            source="simulator",
+            stall_sample_period_cycles=stall_sample_period,
+            runs=[
+                structure_measurement(
+                    run.name,
+                    runs[run.name],
+                    host,
+                    stall_sample_period,
+                    noisy,
+                    run.cycles / max(runs[run.name].cycles, 1),
+                    srng,
+                )
+                for run in measured
+            ],
+        )
     bundle = ProfileBundle(
         workload=WorkloadId(
             name=workload.name, input_label=workload.input_label, version=workload.version
@@ -238,6 +303,7 @@ def reference_bundle(
         structures=[Structure(tag=s.tag, size_bytes=s.size_bytes) for s in workload.structures],
         runs=measured,
         miss_curve=curve,
+        structure_measurements=extra,
     )
     check_bundle(bundle)
     return bundle

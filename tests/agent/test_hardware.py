@@ -48,6 +48,56 @@ def test_parse_perf_script_addresses() -> None:
     ]
 
 
+# `perf script -F event,addr,weight,ip` of a session recording the PEBS miss event, load-latency
+# records (-d -W) and CYCLE_ACTIVITY.STALLS_L3_MISS: perf right-aligns the event names to the
+# longest and prints address, weight (decimal), then IP, whatever order -F names them. Written in
+# that layout by hand (no PMU here), not recorded on hardware.
+STALL = "cpu/event=0xa3,umask=0x06,cmask=6,period=100003/"
+LDLAT = "cpu/mem-loads,ldlat=128,period=1009/P"
+MISS = "mem_load_retired.l3_miss:pp"
+W = max(len(STALL), len(LDLAT), len(MISS))
+PERF_SCRIPT_STALLS = "\n".join(
+    [
+        f"{MISS:>{W}}:     7f3a2c000040                0     55d0c0a01234",
+        f"{LDLAT:>{W}}:     7f3a2c000080              412     55d0c0a01234",
+        f"{LDLAT:>{W}}:     7f3a2c200080              150     55d0c0a01234",
+        f"{LDLAT:>{W}}:     7f3a2c200100              200     55d0c0a05678",
+        f"{STALL:>{W}}:                0                0     55d0c0a01234",
+        f"{STALL:>{W}}:                0                0     55d0c0a01234",
+        f"{STALL:>{W}}:                0                0     55d0c0a05678",
+        f"{STALL:>{W}}:                0                0     55d0c0a09999",
+        "garbage line that perf never prints",
+    ]
+)
+
+
+def test_parse_perf_script_samples_by_event() -> None:
+    s = hardware.parse_perf_script_samples(PERF_SCRIPT_STALLS)
+    assert s.miss_addrs.tolist() == [0x7F3A2C000040]
+    assert s.ldlat_ips.tolist() == [0x55D0C0A01234] * 2 + [0x55D0C0A05678]
+    assert s.ldlat_addrs.tolist() == [0x7F3A2C000080, 0x7F3A2C200080, 0x7F3A2C200100]
+    assert s.ldlat_weights.tolist() == [412.0, 150.0, 200.0]
+    assert s.stall_ips.tolist() == [0x55D0C0A01234] * 2 + [0x55D0C0A05678, 0x55D0C0A09999]
+
+
+def test_stall_samples_follow_the_latency_of_the_loads_at_their_ip() -> None:
+    s = hardware.parse_perf_script_samples(PERF_SCRIPT_STALLS)
+    # Tag 0 below 0x7f3a2c200000, tag 1 above; the IP 0x...1234 reaches both.
+    tags = (s.ldlat_addrs >= np.uint64(0x7F3A2C200000)).astype(np.int64)
+    per_tag, unattributed = hardware.attribute_stalls(
+        s.stall_ips, s.ldlat_ips, tags, s.ldlat_weights, 2
+    )
+    # Two stalls at 0x...1234 split 412 : 150; one at 0x...5678 goes to tag 1; one is unknown.
+    assert per_tag[0] == pytest.approx(2 * 412 / 562)
+    assert per_tag[1] == pytest.approx(2 * 150 / 562 + 1)
+    assert unattributed == 1
+    empty = np.zeros(0, dtype=np.uint64)
+    none, lost = hardware.attribute_stalls(
+        s.stall_ips, empty, np.zeros(0, dtype=np.int64), np.zeros(0), 2
+    )
+    assert none.tolist() == [0.0, 0.0] and lost == 4
+
+
 def test_way_masks_are_contiguous_low_bits() -> None:
     assert hardware.way_mask(1, "7ff") == "1"
     assert hardware.way_mask(11, "7ff") == "7ff"
@@ -76,9 +126,19 @@ class FakePerf:
     def run(self, argv: Sequence[str], env: dict[str, str] | None) -> tuple[int, str, str]:
         self.calls.append(list(argv))
         if argv[:2] == ["perf", "script"]:
-            hot = [f"{self.start + 64 * i:x}" for i in range(30)]
-            cold = [f"{self.start + (2 << 20) + 64 * i:x}" for i in range(5)]
-            return 0, "\n".join(hot + cold + ["1000"]) + "\n", ""
+            hot = [self.start + 64 * i for i in range(30)]
+            cold = [self.start + (2 << 20) + 64 * i for i in range(5)]
+            if argv[argv.index("-F") + 1] == "addr":
+                return 0, "\n".join([f"{a:x}" for a in hot + cold] + ["1000"]) + "\n", ""
+            # The hot structure is a pointer chase at one IP (long latencies, most stall
+            # samples); the cold one is streamed at another.
+            lines = [f"{MISS}: {a:16x} {0:16d} {0x401000:16x}" for a in hot + cold + [0x1000]]
+            lines += [f"{LDLAT}: {a:16x} {400:16d} {0x401100:16x}" for a in hot]
+            lines += [f"{LDLAT}: {a:16x} {150:16d} {0x401200:16x}" for a in cold]
+            lines += [f"{STALL}: {0:16x} {0:16d} {0x401100:16x}"] * 60
+            lines += [f"{STALL}: {0:16x} {0:16d} {0x401200:16x}"] * 6
+            lines += [f"{STALL}: {0:16x} {0:16d} {0x409999:16x}"] * 2
+            return 0, "\n".join(lines) + "\n", ""
         script = argv[2]
         stat = re.search(r"-o (\S+)", script)
         ways = 0
@@ -131,6 +191,31 @@ def test_hardware_profile_end_to_end_on_a_fake_optane_host(tmp_path: Path) -> No
     runs = [c for c in runner.calls if c[0] == "sh"]
     assert "--membind=0" in runs[0][2] and "--membind=2" in runs[2][2]
     assert "mem_load_retired.l3_miss:pp" in runs[0][2] and "-c 10007" in runs[0][2]
+    # Stall and load-latency samples in the same session, joined by IP to the tags.
+    assert hardware.STALL_EVENT in runs[0][2] and "-W" in runs[0][2]
+    m = bundle.structure_measurements
+    assert m is not None and m.source == "pebs_ldlat_ip"
+    assert m.stall_sample_period_cycles == hardware.STALL_SAMPLE_PERIOD
+    stalls = m.run("fastmax")
+    assert stalls.stall_samples["hot"] == 60 and stalls.stall_samples["cold"] == 6
+    assert stalls.unattributed_stall_samples == 2
+
+
+def test_hardware_profile_without_stall_sampling_keeps_the_paper_fields(tmp_path: Path) -> None:
+    paths = fakehost.optane_host(tmp_path / "host")
+    runner = FakePerf(0x7F0000000000)
+    bundle = hardware.profile(
+        ["./bench"],
+        hardware.HardwareOptions(name="bench", structure_stalls=False),
+        discover(paths),
+        runner=runner,
+        resctrl=hardware.ResctrlFs(paths.resctrl),
+        build=shim.ShimBuild(tmp_path / "build"),
+        workdir=tmp_path / "work",
+    )
+    assert bundle.structure_measurements is None
+    assert bundle.run("fastmax").samples["hot"] == 30
+    assert not any(hardware.STALL_EVENT in " ".join(c) for c in runner.calls)
     assert not (paths.resctrl / "tmc-profile-bench").exists()  # the group is cleaned up
 
 

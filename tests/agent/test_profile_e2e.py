@@ -87,6 +87,14 @@ def test_examples_profiled_uploaded_and_recommended(
             assert curve[0] > curve[-1] > 0  # the traced program's own miss curve
             fastmin = bundle.run("fastmin")
             assert sum(fastmin.samples[t] for t in want[name]) > 0
+            # The host model's stall attribution rides along: per-structure penalties.
+            m = bundle.structure_measurements
+            assert m is not None and m.source == "trace" and m.stall_sample_period_cycles == 1
+            for run in bundle.runs:
+                assert sum(m.run(run.name).stall_samples.values()) <= run.cycles
+            # With one way the program's own structures miss, and stall the window.
+            stalled = m.run("fastmin").stall_samples
+            assert sum(stalled[t] for t in want[name]) > 0
             rec = httpx.post(
                 f"{base}/recommend",
                 headers={"Authorization": f"Bearer {operator}"},
@@ -103,3 +111,6 @@ def test_examples_profiled_uploaded_and_recommended(
 def test_sim_backend_profiles_a_synthetic_workload() -> None:
     bundle = simulated.profile("memcached", "cxl_local")
     assert bundle.host.slow_tier.kind == "cxl_local" and bundle.workload.name == "memcached"
+    m = bundle.structure_measurements
+    assert m is not None and m.source == "simulator"
+    assert {r.run for r in m.runs} == {"fastmax", "fastmin", "slowmax"}

@@ -103,3 +103,38 @@ def test_a_workload_too_big_for_the_host_is_refused() -> None:
     )
     with pytest.raises(Exception, match="footprint_bytes"):
         reference_bundle(huge, small_host())
+
+
+def test_structure_measurements_are_the_simulated_stalls_and_traffic() -> None:
+    b = bundle(QUIET, seed=1)
+    m = b.structure_measurements
+    assert m is not None and m.source == "simulator"
+    runs = reference_runs(prepare(workload(), small_host(), 1), 1, 28)
+    for name in ("fastmax", "fastmin", "slowmax"):
+        truth = runs[name]
+        got = m.run(name)
+        for s in truth.structures:
+            expect = s.stall_cycles_l3_miss / m.stall_sample_period_cycles
+            assert abs(got.stall_samples[s.tag] - expect) <= 0.5
+        # Every stall sample is a stall cycle in which an LLC-missing load held retirement.
+        sampled = sum(got.stall_samples.values()) * m.stall_sample_period_cycles
+        assert sampled == pytest.approx(truth.stall_cycles_l3_miss, rel=0.01)
+        assert got.slow_tier is not None and got.fast_tier is not None
+        assert got.slow_tier.read_bytes == truth.slow_tier.misses * 64
+        assert got.fast_tier.write_bytes == truth.fast_tier.writebacks * 64
+    assert b.host.slow_tier.write_bandwidth_bytes_per_second == (
+        small_host().slow_tier.write_bandwidth_bytes_per_second
+    )
+
+
+def test_bundles_without_measurements_agree_on_everything_else() -> None:
+    w, host = workload(), small_host()
+    with_m = reference_bundle(w, host, NoiseSpec(), 5)
+    without = reference_bundle(w, host, NoiseSpec(), 5, structure_measurements=False)
+    assert without.structure_measurements is None
+    assert with_m.model_copy(update={"structure_measurements": None}) == without
+    # The paper's path on the richer bundle is the fit of the plain one, number for number.
+    a, b = fit(with_m, penalties="paper"), fit(without)
+    assert (a.cpi_cache, a.p_dram, a.p_slow) == (b.cpi_cache, b.p_dram, b.p_slow)
+    assert b.diagnostics.penalty_path == "paper"
+    assert fit(with_m).diagnostics.penalty_path == "per_structure"

@@ -7,6 +7,24 @@ fastmin) or the slow node (slowmax), `perf stat` counters, and `perf record` of 
 sampled addresses are attributed to tags through the shim's region log. The miss curve is a
 sweep of way masks, with `perf stat` at each.
 
+Per-structure penalties (bundle field `structure_measurements`, source `pebs_ldlat_ip`), on Intel
+with PEBS, in the same `perf record` session (no extra run):
+
+- `cpu/event=0xa3,umask=0x06,cmask=6,period=100003/`: CYCLE_ACTIVITY.STALLS_L3_MISS (Skylake-SP
+  and later encoding), sampled every 100003 stall cycles. It is not a precise event, but while
+  retirement waits the interrupted IP is the oldest unretired instruction: the load it waits for.
+- `cpu/mem-loads,ldlat=128,period=1009/P`: PEBS load-latency records (MEM_TRANS_RETIRED.
+  LOAD_LATENCY_GT_128): each gives the load's IP, its data address (`-d`) and its latency in
+  cycles as the sample weight (`-W`).
+- `perf script -F event,addr,weight,ip` prints, per sample, `<event>: <addr hex> <weight> <ip hex>`
+  (perf's own field order, whatever order -F names them). A stall sample's IP is joined to the
+  tags that the load-latency samples of the same IP touched, each weighted by its latency, so a
+  load that reaches two structures charges the slower one more; stall samples at IPs with no
+  load-latency sample are reported as unattributed.
+
+The tiers' traffic (uncore memory-controller counters) is not collected yet, so bundles from this
+backend carry no `fast_tier` / `slow_tier` traffic and the fit does not predict queueing for them.
+
 Everything that touches the host goes through `Runner` (commands) and `ResctrlFs` (files under a
 configurable root), so it is tested against recorded `perf` outputs and fake resctrl trees; this
 project's machine has neither a PMU nor CAT, so it has never run for real here.
@@ -35,7 +53,9 @@ from model.bundle import (
     ReferenceRun,
     RunConfiguration,
     RunName,
+    RunStructureMeasurement,
     Structure,
+    StructureMeasurements,
     WorkloadId,
     check_bundle,
 )
@@ -46,6 +66,9 @@ from tmc_agent.steps import NoSteps, Steps, step
 PEBS_EVENT = "mem_load_retired.l3_miss:pp"
 IBS_EVENT = "ibs_op//"
 SAMPLING_INTERVAL = 10007
+STALL_SAMPLE_PERIOD = 100003
+STALL_EVENT = f"cpu/event=0xa3,umask=0x06,cmask=6,period={STALL_SAMPLE_PERIOD}/"
+LDLAT_EVENT = "cpu/mem-loads,ldlat=128,period=1009/P"
 STAT_EVENTS = (
     "instructions",
     "cycles",
@@ -90,6 +113,77 @@ def parse_perf_script_addrs(text: str) -> NDArray[np.uint64]:
     """`perf script -F addr`: one hexadecimal data address per sample."""
     addrs = [int(tok, 16) for tok in re.findall(r"^\s*([0-9a-fA-F]+)\s*$", text, re.M)]
     return np.asarray(addrs, dtype=np.uint64)
+
+
+@dataclass(frozen=True)
+class ScriptSamples:
+    """`perf script -F event,addr,weight,ip` split by event."""
+
+    miss_addrs: NDArray[np.uint64]  # the PEBS LLC-miss samples' data addresses
+    ldlat_ips: NDArray[np.uint64]
+    ldlat_addrs: NDArray[np.uint64]
+    ldlat_weights: NDArray[np.float64]  # load latency, cycles
+    stall_ips: NDArray[np.uint64]
+
+
+_SCRIPT_LINE = re.compile(r"^\s*(\S+):\s+([0-9a-fA-F]+)\s+(\d+)\s+([0-9a-fA-F]+)\s*$")
+
+
+def parse_perf_script_samples(text: str) -> ScriptSamples:
+    """Lines `<event>: <addr> <weight> <ip>`; lines of any other shape are skipped."""
+    miss, ld_ip, ld_addr, ld_w, stall = [], [], [], [], []
+    for line in text.splitlines():
+        m = _SCRIPT_LINE.match(line)
+        if m is None:
+            continue
+        event, addr, weight, ip = (
+            m.group(1),
+            int(m.group(2), 16),
+            int(m.group(3)),
+            int(m.group(4), 16),
+        )
+        if "mem-loads" in event or "ldlat" in event:
+            ld_ip.append(ip)
+            ld_addr.append(addr)
+            ld_w.append(float(weight))
+        elif "0xa3" in event or "stalls_l3_miss" in event:
+            stall.append(ip)
+        else:
+            miss.append(addr)
+    u64 = np.uint64
+    return ScriptSamples(
+        miss_addrs=np.asarray(miss, dtype=u64),
+        ldlat_ips=np.asarray(ld_ip, dtype=u64),
+        ldlat_addrs=np.asarray(ld_addr, dtype=u64),
+        ldlat_weights=np.asarray(ld_w, dtype=np.float64),
+        stall_ips=np.asarray(stall, dtype=u64),
+    )
+
+
+def attribute_stalls(
+    stall_ips: NDArray[np.uint64],
+    ldlat_ips: NDArray[np.uint64],
+    ldlat_tags: NDArray[np.int64],
+    ldlat_weights: NDArray[np.float64],
+    n_tags: int,
+) -> tuple[NDArray[np.float64], int]:
+    """Stall samples per tag: each stall sample's IP split over the tags its load-latency samples
+    touched, in proportion to their summed latency. Returns (per tag, unattributed count)."""
+    out = np.zeros(n_tags, dtype=np.float64)
+    if stall_ips.size == 0:
+        return out, 0
+    known, ip_index = np.unique(ldlat_ips, return_inverse=True)
+    mix = np.zeros((known.size, n_tags), dtype=np.float64)
+    np.add.at(mix, (ip_index, ldlat_tags), np.maximum(ldlat_weights, 1.0))
+    totals = mix.sum(axis=1, keepdims=True)
+    mix = np.divide(mix, totals, out=np.zeros_like(mix), where=totals > 0)
+    ips, counts = np.unique(stall_ips, return_counts=True)
+    if known.size == 0:
+        return out, int(counts.sum())
+    pos = np.minimum(np.searchsorted(known, ips), known.size - 1)
+    found = known[pos] == ips
+    out += (mix[pos[found]] * counts[found, None]).sum(axis=0)
+    return out, int(counts[~found].sum())
 
 
 # --- resctrl -------------------------------------------------------------------------------------
@@ -164,6 +258,7 @@ class HardwareOptions:
     cpu_frequency_hz: float = 2.5e9
     perf: str = "perf"
     numactl: str = "numactl"
+    structure_stalls: bool = True  # stall and load-latency samples for per-structure penalties
 
 
 @dataclass
@@ -173,6 +268,7 @@ class RunRecord:
     wall_seconds: float
     regions: shim.RegionLog | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    samples: ScriptSamples | None = None  # with stall and load-latency samples (Intel PEBS)
 
 
 def wrap(
@@ -212,6 +308,7 @@ def measure(
     events = ",".join(STAT_EVENTS)
     perf_prefix = [opts.perf, "stat", "-x,", "-o", str(stat_file), "-e", events, "--"]
     data = workdir / "perf.data"
+    stalls = sample_event == PEBS_EVENT and opts.structure_stalls
     if sample_event is not None:
         perf_prefix += [
             opts.perf,
@@ -222,10 +319,10 @@ def measure(
             "-c",
             str(SAMPLING_INTERVAL),
             "-d",
-            "-o",
-            str(data),
-            "--",
         ]
+        if stalls:
+            perf_prefix += ["-W", "-e", LDLAT_EVENT, "-e", STALL_EVENT]
+        perf_prefix += ["-o", str(data), "--"]
     argv = wrap(command, group, membind, cpunode, perf_prefix, opts.numactl)
     started = time.monotonic()
     code, _, err = runner.run(argv, env)
@@ -234,12 +331,18 @@ def measure(
         raise HardwareError(f"{shlex.join(argv)} failed ({code}): {err[-2000:]}")
     counters = parse_perf_stat(stat_file.read_text() if stat_file.exists() else err)
     addrs = np.zeros(0, dtype=np.uint64)
+    samples = None
     if sample_event is not None:
-        code, out, err = runner.run([opts.perf, "script", "-F", "addr", "-i", str(data)], env)
+        fields = "event,addr,weight,ip" if stalls else "addr"
+        code, out, err = runner.run([opts.perf, "script", "-F", fields, "-i", str(data)], env)
         if code != 0:
             raise HardwareError(f"perf script failed: {err[-2000:]}")
-        addrs = parse_perf_script_addrs(out)
-    return RunRecord(counters, addrs, wall)
+        if stalls:
+            samples = parse_perf_script_samples(out)
+            addrs = samples.miss_addrs
+        else:
+            addrs = parse_perf_script_addrs(out)
+    return RunRecord(counters, addrs, wall, samples=samples)
 
 
 def profile(
@@ -317,8 +420,26 @@ def assemble(
     tags = [t for t in rmap.tags if t != shim.UNTAGGED and sizes.get(t, 0) > 0]
     untagged_bytes = 64 * 1024  # stack, globals, C-library heap: not measurable from samples
     runs: list[ReferenceRun] = []
+    measurements: list[RunStructureMeasurement] = []
     for run_name, (ways, _, ratio) in plan.items():
         rec = records[run_name]
+        if rec.samples is not None:
+            per_tag, unattributed = attribute_stalls(
+                rec.samples.stall_ips,
+                rec.samples.ldlat_ips,
+                rmap.lookup(rec.samples.ldlat_addrs).astype(np.int64),
+                rec.samples.ldlat_weights,
+                len(rmap.tags),
+            )
+            stall_samples = {t: round(float(per_tag[rmap.tags.index(t)])) for t in tags}
+            stall_samples[shim.UNTAGGED] = round(float(per_tag[rmap.untagged]))
+            measurements.append(
+                RunStructureMeasurement(
+                    run=run_name,
+                    stall_samples=stall_samples,
+                    unattributed_stall_samples=unattributed,
+                )
+            )
         ids = rmap.lookup(rec.addresses)
         counts = np.bincount(ids, minlength=len(rmap.tags))
         c = rec.counters
@@ -372,6 +493,13 @@ def assemble(
         structures=structures,
         runs=runs,
         miss_curve=curve,
+        structure_measurements=StructureMeasurements(
+            source="pebs_ldlat_ip",
+            stall_sample_period_cycles=STALL_SAMPLE_PERIOD,
+            runs=measurements,
+        )
+        if len(measurements) == 3
+        else None,
     )
     check_bundle(bundle)
     return bundle

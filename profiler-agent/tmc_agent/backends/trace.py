@@ -33,7 +33,9 @@ from model.bundle import (
     ReferenceRun,
     RunConfiguration,
     RunName,
+    RunStructureMeasurement,
     Structure,
+    StructureMeasurements,
     WorkloadId,
     check_bundle,
 )
@@ -44,7 +46,7 @@ from sim.host import run_many
 from sim.kernels import DEP_CHAIN, DEP_SHIFT, FLAG_WRITE
 from sim.machine import Host, cxl_local_host, cxl_pool_host, optane_host
 from sim.placement import all_in
-from sim.profile import host_description, load_miss_tags
+from sim.profile import host_description, load_miss_tags, tier_traffic
 from sim.trace import Trace, structure_bases
 from sim.workload import StructureSpec, Uniform, Workload
 from tmc_agent import lackey, shim
@@ -224,6 +226,7 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
         "slowmax": (1.0, opts.ways_max, all_in(workload, "slow")),
     }
     runs: list[ReferenceRun] = []
+    measurements: list[RunStructureMeasurement] = []
     with step(steps, "reference runs on the host model", 3) as s:
         for name in RUN_NAMES:
             (result,) = run_many(prep, [configs[name]])
@@ -242,6 +245,18 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
                     wall_seconds=max(result.wall_seconds, 1e-9),
                     # Every LLC load miss of the trace is "sampled" (interval 1): exact counts.
                     samples={t: int(c) for t, c in zip(att.tags, per_tag, strict=True)},
+                )
+            )
+            # The host model knows which structure's miss held retirement in every stalled
+            # cycle: every cycle is "sampled" (period 1).
+            measurements.append(
+                RunStructureMeasurement(
+                    run=name,
+                    stall_samples={
+                        x.tag: min(x.stall_cycles_l3_miss, result.cycles) for x in result.structures
+                    },
+                    fast_tier=tier_traffic(result, host.fast_tier, False),
+                    slow_tier=tier_traffic(result, host.slow_tier, True),
                 )
             )
             steps.advance(s)
@@ -264,6 +279,9 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
         structures=[Structure(tag=s.tag, size_bytes=s.size_bytes) for s in workload.structures],
         runs=runs,
         miss_curve=curve,
+        structure_measurements=StructureMeasurements(
+            source="trace", stall_sample_period_cycles=1, runs=measurements
+        ),
     )
     check_bundle(bundle)
     return bundle
