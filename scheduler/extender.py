@@ -57,8 +57,7 @@ def parse_args(body: object) -> Args:
         raise BadRequest("Pod is missing")
     names = body.get("NodeNames")
     if names is not None:
-        # Each name is checked where it is looked up (state._positions): no second pass here.
-        if not isinstance(names, list):
+        if not isinstance(names, list) or not all(type(n) is str for n in names):
             raise BadRequest("NodeNames is not a list of names")
         return Args(pod, names, None)
     nodes = body.get("Nodes")

@@ -13,11 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.db import unit_of_work
+from api.db import make_session_factory, unit_of_work
 from api.orm import Reservation
 from ledger import store as ledger
 from ledger.types import NodeCapacity
@@ -27,7 +30,7 @@ from scheduler.decisions import Recommender
 from scheduler.extender import Extender
 from scheduler.server import ExtenderServer, client_tls_context
 from scheduler.state import ClusterState
-from tests.scheduler.conftest import RecordingCluster, register, upload_example, wire
+from tests.scheduler.conftest import TABLES, RecordingCluster, register, upload_example, wire
 from tests.scheduler.test_extender_wire import opted_in
 
 
@@ -331,3 +334,106 @@ def test_a_recommendation_that_cannot_be_computed_in_time_is_an_error_not_a_hang
             break
         time.sleep(0.1)
     assert answer["Error"] == "" and answer["NodeNames"]
+
+
+# --- a bounded fuzz of the verbs over HTTP -------------------------------------------------------
+
+_json_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False),
+    st.text(max_size=30),
+    st.sampled_from(["1e999999", "-1", "64Mi", "node-1", "0xff", "tmc.dev/tiered"]),
+)
+_json_value = st.recursive(
+    _json_leaf,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def _mutated_request(base: dict[str, Any], path: list[str], value: object) -> dict[str, Any]:
+    req: dict[str, Any] = json.loads(json.dumps(base))
+    target: Any = req
+    for key in path[:-1]:
+        target = target.setdefault(key, {}) if isinstance(target, dict) else target
+    if isinstance(target, dict):
+        target[path[-1]] = value
+    return req
+
+
+_PATHS = [
+    ["Pod"],
+    ["NodeNames"],
+    ["Nodes"],
+    ["Pod", "metadata"],
+    ["Pod", "spec"],
+    ["Pod", "metadata", "annotations"],
+    ["Pod", "spec", "containers"],
+    ["Pod", "spec", "initContainers"],
+    ["PodUID"],
+    ["Node"],
+]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    verb=st.sampled_from(["filter", "prioritize", "bind"]),
+    path=st.sampled_from(_PATHS),
+    value=_json_value,
+)
+def test_fuzzed_verbs_never_answer_5xx_nor_hang(
+    fuzz_server: ExtenderServer, verb: str, path: list[str], value: object
+) -> None:
+    base = opted_in(wire("filter-nodenames.request.json"), "graph500")
+    if verb == "bind":
+        base = dict(bind_body("probe-1", "uid-1", "node-1"))
+    body = _mutated_request(base, path, value)
+    conn = http.client.HTTPConnection("127.0.0.1", fuzz_server.port, timeout=10)
+    try:
+        start = time.perf_counter()
+        conn.request(
+            "POST", f"/scheduler/{verb}", json.dumps(body), {"Content-Type": "application/json"}
+        )
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status < 500, (verb, path, value)
+        assert time.perf_counter() - start < 5.0
+    finally:
+        conn.close()
+
+
+def test_a_huge_node_list_is_answered_in_bounded_time(fuzz_server: ExtenderServer) -> None:
+    """200,000 names (most unknown), ~3 MiB: answered, not a 5xx, within seconds."""
+    body = opted_in(wire("filter-nodenames.request.json"), None)
+    body["NodeNames"] = [f"node-{i}" for i in range(200_000)]
+    conn = http.client.HTTPConnection("127.0.0.1", fuzz_server.port, timeout=30)
+    start = time.perf_counter()
+    conn.request(
+        "POST", "/scheduler/filter", json.dumps(body), {"Content-Type": "application/json"}
+    )
+    resp = conn.getresponse()
+    answer = json.loads(resp.read())
+    assert resp.status == 200 and time.perf_counter() - start < 20
+    assert len(answer["FailedAndUnresolvableNodes"]) >= 199_996
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(postgres: Any, engine: Any) -> Iterator[ExtenderServer]:
+    """One extender for the whole fuzz (hypothesis runs many examples per test)."""
+    sessions = make_session_factory(engine)
+    with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {TABLES} CASCADE")
+    state = ClusterState()
+    register(sessions, state)
+    upload_example(sessions, "graph500")
+    cluster = RecordingCluster()
+    recommender = Recommender(sessions, state.utilization, ttl_seconds=60)
+    srv = ExtenderServer(("127.0.0.1", 0), Extender(state, recommender, sessions, cluster))
+    srv.serve_in_thread()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
