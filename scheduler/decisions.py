@@ -190,7 +190,7 @@ class Recommender:
         threading.Thread(target=run, name="tmc-recommend", daemon=True).start()
         return done
 
-    def _compute(self, key: tuple[str, str]) -> Outcome:
+    def _compute(self, key: tuple[str, str]) -> Outcome | None:
         workload, objective = key
         outcome: Outcome
         try:
@@ -198,7 +198,10 @@ class Recommender:
         except TmcError as exc:
             outcome = f"objective {objective!r} is not valid: {exc}"
         else:
-            outcome = self._recommend(workload, parsed)
+            try:
+                outcome = self._recommend(workload, parsed)
+            except NoDecision:
+                return None  # transient (the database): nothing cached, asked again next time
         with self._lock:
             self._cache[key] = outcome
             self._at[key] = time.monotonic()
@@ -216,9 +219,10 @@ class Recommender:
             decided = self._service.decide(req)
         except NoDecision as exc:
             if exc.transient:
+                # Not a verdict on the workload: nothing is cached, the pod is retried.
                 log.warning("recommendation for %s: %s", workload, exc.reason)
-            else:
-                log.info("fallback for workload %s: %s", workload, exc.reason)
+                raise
+            log.info("fallback for workload %s: %s", workload, exc.reason)
             return exc.reason
         c = decided.configuration
         return Recommended(
