@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
+import orjson
 from sqlalchemy.orm import Session
 
 from api import repositories as repo
@@ -239,6 +240,7 @@ class Recommended:
     """What the API returns: the decision's id and inputs, and the recommendation (as JSON)."""
 
     body: dict[str, Any]
+    encoded: bytes  # body as JSON, encoded once: the response sends these bytes
     objective: str
     utilization_source: str
     recommendation: Recommendation  # the same decision, typed (api.decisions reads this)
@@ -341,7 +343,11 @@ def recommend_for(
         "recommendation": result,
     }
     return Recommended(
-        body=body, objective=rec.objective, utilization_source=source, recommendation=rec
+        body=body,
+        encoded=orjson.dumps(body),
+        objective=rec.objective,
+        utilization_source=source,
+        recommendation=rec,
     )
 
 

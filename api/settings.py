@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     redis_socket_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
     # Fault injection for tests only: a fit task sleeps this long before it writes.
     fit_task_delay_seconds: float = Field(default=0.0, ge=0)
+    # Allocations between two young collections (CPython's default is 700). The API allocates
+    # a few thousand objects per /recommend; with start-up's objects frozen, a larger first
+    # generation means fewer and not longer pauses. 0 keeps the interpreter's thresholds.
+    gc_gen0_threshold: int = Field(default=10_000, ge=0, le=1_000_000)
     default_threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0, le=1)
     bootstrap_operator_token: str | None = Field(
         default=None, description="dev only: a token created at start-up with the operator role"

@@ -3,9 +3,10 @@ and beat snapshotting utilization, driven by `hey` (Debian's Go load generator).
 
     python -m bench.service_load [--seconds 60] [--rate 200] [--workers 4]
 
-Prints, for POST /recommend at the given rate: p50, p99, requests served and errors; the same
-for GET /healthz as the framework's floor measured in the same run; and upload throughput for
-distinct profile bundles.
+Prints, for POST /recommend at the given rate: p50, p99, requests served and errors, and per
+uvicorn worker the requests it served, the CPU it used and the garbage-collection pauses it saw
+(from each worker's /metrics); the same for GET /healthz as the framework's floor measured in the
+same run; and upload throughput for distinct profile bundles.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from api.auth import Role, new_token, token_hash
 from api.db import make_engine, make_session_factory, unit_of_work
@@ -73,6 +75,65 @@ def hey(
     errors = re.search(r"Error distribution:(.*)", out, re.S)
     result["errors"] = errors.group(1).strip() if errors else "none"
     return result
+
+
+WorkerFigures = dict[str, float]
+
+
+def worker_metrics(base: str, workers: int, tries: int = 200) -> dict[int, WorkerFigures]:
+    """Each worker's counters, keyed by pid: every scrape on a new connection lands on whichever
+    worker accepts it, so scrape until all workers have answered."""
+    seen: dict[int, WorkerFigures] = {}
+    for _ in range(tries):
+        if len(seen) == workers:
+            break
+        text = httpx.get(f"{base}/metrics", timeout=10).text
+        figures: WorkerFigures = {}
+        pid = 0
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = sample.labels
+                if sample.name == "tmc_worker_pid":
+                    pid = int(sample.value)
+                elif sample.name == "tmc_http_requests_total" and labels["route"] == "/recommend":
+                    figures["recommend"] = figures.get("recommend", 0.0) + sample.value
+                elif sample.name == "process_cpu_seconds_total":
+                    figures["cpu_s"] = sample.value
+                elif sample.name in ("tmc_gc_pause_seconds_count", "tmc_gc_pause_seconds_sum"):
+                    kind = "n" if sample.name.endswith("count") else "s"
+                    figures[f"gc{labels['generation']}_{kind}"] = sample.value
+                elif sample.name == "tmc_gc_pause_seconds_bucket":
+                    figures[f"gc{labels['generation']}_le{labels['le']}"] = sample.value
+        if pid:
+            seen[pid] = figures
+    return seen
+
+
+def per_worker(
+    before: dict[int, WorkerFigures], after: dict[int, WorkerFigures], seconds: float
+) -> str:
+    parts = []
+    for pid in sorted(after):
+        a, b = after[pid], before.get(pid, {})
+        served = a.get("recommend", 0.0) - b.get("recommend", 0.0)
+        cpu = (a.get("cpu_s", 0.0) - b.get("cpu_s", 0.0)) / seconds * 100
+        gcs = []
+        for gen in "012":
+            n = a.get(f"gc{gen}_n", 0.0) - b.get(f"gc{gen}_n", 0.0)
+            if n:
+                total = (a.get(f"gc{gen}_s", 0.0) - b.get(f"gc{gen}_s", 0.0)) * 1000
+                # the smallest bucket that holds every pause of the run bounds the longest
+                longest = min(
+                    float(key.rpartition("_le")[2]) * 1000
+                    for key in a
+                    if key.startswith(f"gc{gen}_le") and a[key] - b.get(key, 0.0) >= n
+                )
+                gcs.append(f"gen{gen} {n:.0f}x mean {total / n:.2f} ms (all <= {longest:g} ms)")
+        parts.append(
+            f"  worker {pid}: {served:.0f} requests, CPU {cpu:.0f}% of a core;"
+            f" GC {'; '.join(gcs) or 'none'}"
+        )
+    return "\n".join(parts)
 
 
 def uploads_per_second(base: str, token: str, count: int) -> float:
@@ -168,8 +229,11 @@ def main() -> None:
             f" beat; hey at {args.rate} req/s for {args.seconds} s; utilization from {source}"
         )
         for concurrency in args.concurrency:
+            before = worker_metrics(base, args.workers)
             rec = hey(f"{base}/recommend", args.seconds, args.rate, token, body, concurrency)
+            after = worker_metrics(base, args.workers)
             print(f"POST /recommend, bursts of {concurrency}: {rec}")
+            print(per_worker(before, after, args.seconds))
         floor = hey(f"{base}/healthz", min(args.seconds, 20), args.rate, token, None)
         print(f"GET /healthz (floor, same run): {floor}")
         print(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Annotated
 
@@ -55,8 +54,8 @@ def _recommend(body: RecommendIn, state: StateDep, role: Role) -> Response:
             session, request, state.models, state.utilization, state.enqueue_fit
         )
     state.metrics.recommendations.labels(done.objective, done.utilization_source).inc()
-    # Already JSON-shaped and checked by the model's types: serialised once, not re-validated.
-    return Response(json.dumps(done.body), media_type="application/json")
+    # Already JSON-shaped and checked by the model's types: sent as encoded, not re-validated.
+    return Response(done.encoded, media_type="application/json")
 
 
 @router.post(

@@ -1,0 +1,91 @@
+"""The server's latency settings: collection tuned while the app runs (and undone after), its
+pauses in /metrics, and a recommendation encoded once per request."""
+
+from __future__ import annotations
+
+import gc
+import os
+from typing import Any
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import ValidationError
+
+from api import services
+from api.app import create_app
+from api.auth import Role
+from api.settings import Settings
+from tests.api.conftest import auth, example
+
+
+def samples(client: TestClient, name: str) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == name:
+                found[sample.labels.get("generation", "")] = sample.value
+    return found
+
+
+def test_collection_is_tuned_while_the_app_runs_and_restored_after(settings: Settings) -> None:
+    before = gc.get_threshold()
+    frozen_before = gc.get_freeze_count()
+    tuned = settings.model_copy(update={"gc_gen0_threshold": 12_345})
+    with TestClient(create_app(tuned)) as client:
+        assert gc.get_threshold() == (12_345, before[1], before[2])
+        assert gc.get_freeze_count() > frozen_before  # start-up's objects are out of collections
+        gc.collect()
+        pauses = samples(client, "tmc_gc_pause_seconds_count")
+        assert pauses.get("2", 0) >= 1
+        assert samples(client, "tmc_worker_pid") == {"": os.getpid()}
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == frozen_before
+
+
+def test_zero_keeps_the_interpreters_thresholds(settings: Settings) -> None:
+    before = gc.get_threshold()
+    with TestClient(create_app(settings.model_copy(update={"gc_gen0_threshold": 0}))):
+        assert gc.get_threshold() == before
+
+
+@pytest.mark.parametrize("value", ["-1", "1000001", "lots"])
+def test_the_threshold_is_bounded(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMC_GC_GEN0_THRESHOLD", value)
+    with pytest.raises(ValidationError, match="gc_gen0_threshold"):
+        Settings()
+
+
+def test_a_recommendation_is_encoded_once(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client.post(
+        "/v1/profiles",
+        content=example("graph500"),
+        headers={**auth(Role.agent), "Content-Type": "application/json"},
+    ).raise_for_status()
+    made: list[services.Recommended] = []
+    encodings: list[object] = []
+    recommend_for = services.recommend_for
+    dumps = orjson.dumps
+
+    def spy(*args: Any, **kwargs: Any) -> services.Recommended:
+        done = recommend_for(*args, **kwargs)
+        made.append(done)
+        return done
+
+    def counted(value: object, *args: Any, **kwargs: Any) -> bytes:
+        encodings.append(value)
+        return dumps(value, *args, **kwargs)
+
+    monkeypatch.setattr(services, "recommend_for", spy)
+    monkeypatch.setattr(orjson, "dumps", counted)
+    response = client.post(
+        "/recommend", json={"workload": "graph500"}, headers=auth(Role.scheduler)
+    )
+    assert response.status_code == 200, response.text
+    assert len(made) == 1
+    assert [e for e in encodings if isinstance(e, dict) and "recommendation" in e] == [made[0].body]
+    assert response.content == made[0].encoded  # the bytes sent are the one encoding
+    assert response.json() == made[0].body
