@@ -20,7 +20,9 @@ from sqlalchemy import (
     UniqueConstraint,
     true,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -29,6 +31,24 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+class CatMask(TypeDecorator[int]):
+    """A CAT capacity bitmask (up to 64 bits) in a signed 64-bit BIGINT: bit 63 is stored as the
+    sign (two's complement), so a 64-way host's top way round-trips instead of overflowing, and
+    every reader gets the unsigned mask back."""
+
+    impl = BigInteger
+    cache_ok = True
+
+    def process_bind_param(self, value: int | None, dialect: Dialect) -> int | None:
+        if value is None:
+            return None
+        value &= (1 << 64) - 1
+        return value - (1 << 64) if value >> 63 else value
+
+    def process_result_value(self, value: int | None, dialect: Dialect) -> int | None:
+        return None if value is None else int(value) & ((1 << 64) - 1)
 
 
 def new_id() -> str:
@@ -153,7 +173,7 @@ class Reservation(Timestamped, Base):
     dram_bytes: Mapped[int] = mapped_column(BigInteger)
     slow_bytes: Mapped[int] = mapped_column(BigInteger)
     slow_from_pool: Mapped[bool] = mapped_column(Boolean, default=False)
-    llc_mask: Mapped[int] = mapped_column(BigInteger, doc="CAT capacity bitmask, contiguous")
+    llc_mask: Mapped[int] = mapped_column(CatMask, doc="CAT capacity bitmask, contiguous")
     recommendation_id: Mapped[str | None] = mapped_column(
         ForeignKey("recommendations.id"), default=None
     )

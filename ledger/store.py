@@ -31,20 +31,6 @@ class NoRoom(Exception):
     """The node (or its pool) cannot hold the configuration any more: bind must fail."""
 
 
-# CAT masks are up to 64 bits; the column is a signed 64-bit BIGINT. Bit 63 is stored as the
-# sign (two's complement), so a 64-way host's top way round-trips instead of overflowing.
-_BITS64 = (1 << 64) - 1
-
-
-def mask_to_db(mask: int) -> int:
-    mask &= _BITS64
-    return mask - (1 << 64) if mask >> 63 else mask
-
-
-def mask_from_db(value: int) -> int:
-    return int(value) & _BITS64
-
-
 def held_of(row: Reservation) -> Held:
     return Held(
         pod_uid=row.pod_uid,
@@ -55,7 +41,7 @@ def held_of(row: Reservation) -> Held:
         dram_bytes=row.dram_bytes,
         slow_bytes=row.slow_bytes,
         slow_from_pool=row.slow_from_pool,
-        llc_mask=mask_from_db(row.llc_mask),
+        llc_mask=row.llc_mask,
     )
 
 
@@ -158,7 +144,7 @@ def reserve(session: Session, node_name: str, want: Want) -> tuple[Held, bool]:
             found.vcpus == want.vcpus
             and found.dram_bytes == want.dram_bytes
             and found.slow_bytes == want.slow_bytes
-            and (want.llc_ways is None or mask_from_db(found.llc_mask).bit_count() == want.llc_ways)
+            and (want.llc_ways is None or found.llc_mask.bit_count() == want.llc_ways)
         )
         if found.node_name == node_name and same:
             return held_of(found), False
@@ -192,7 +178,7 @@ def reserve(session: Session, node_name: str, want: Want) -> tuple[Held, bool]:
 
     used = 0
     for r in held:
-        used |= mask_from_db(r.llc_mask)
+        used |= r.llc_mask
     if want.llc_ways is None:  # fallback: every way of the longest free run
         runs = free_runs(used, node.llc_ways)
         start, length = max(runs, key=lambda run: (run[1], -run[0]), default=(0, 0))
@@ -211,7 +197,7 @@ def reserve(session: Session, node_name: str, want: Want) -> tuple[Held, bool]:
         dram_bytes=want.dram_bytes,
         slow_bytes=want.slow_bytes,
         slow_from_pool=from_pool,
-        llc_mask=mask_to_db(mask),
+        llc_mask=mask,
         recommendation_id=want.recommendation_id,
     )
     session.add(row)
@@ -297,7 +283,7 @@ def reconcile(session: Session, live: Mapping[str, LivePod]) -> Reconciled:
             continue
         used = 0
         for r in session.scalars(select(Reservation).where(Reservation.node_name == h.node)):
-            used |= mask_from_db(r.llc_mask)
+            used |= r.llc_mask
         mask = h.llc_mask
         if used & mask:
             # Its ways went to another pod meanwhile: give it a free run of the same width on
@@ -318,7 +304,7 @@ def reconcile(session: Session, live: Mapping[str, LivePod]) -> Reconciled:
                 dram_bytes=h.dram_bytes,
                 slow_bytes=h.slow_bytes,
                 slow_from_pool=h.slow_from_pool,
-                llc_mask=mask_to_db(mask),
+                llc_mask=mask,
             )
         )
         session.flush()
@@ -379,7 +365,7 @@ def totals(session: Session) -> Totals:
         reserved_cpus=int(used[0]),
         reserved_dram_bytes=int(used[1]),
         reserved_slow_bytes=int(used[2]) + int(from_pools or 0),
-        reserved_llc_ways=sum(mask_from_db(m).bit_count() for m in masks),
+        reserved_llc_ways=sum(m.bit_count() for m in masks),
         nodes=int(cap[4]),
     )
 

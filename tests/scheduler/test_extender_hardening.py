@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from scheduler.extender import Extender
 from scheduler.server import ExtenderServer, client_tls_context
 from scheduler.state import ClusterState
 from tests.scheduler.conftest import TABLES, RecordingCluster, register, upload_example, wire
+from tests.scheduler.controlplane import openssl
 from tests.scheduler.test_extender_wire import opted_in
 
 
@@ -165,12 +165,8 @@ def test_a_64_way_hosts_top_way_round_trips_through_the_ledger(
 # --- authentication ----------------------------------------------------------------------------
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
 def _pki(d: Path, ca: str) -> None:
-    _openssl(
+    openssl(
         "req",
         "-x509",
         "-newkey",
@@ -190,7 +186,7 @@ def _pki(d: Path, ca: str) -> None:
 
 def _signed(d: Path, ca: str, name: str, cn: str) -> None:
     (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    _openssl(
+    openssl(
         "req",
         "-newkey",
         "rsa:2048",
@@ -203,7 +199,7 @@ def _signed(d: Path, ca: str, name: str, cn: str) -> None:
         f"/CN={cn}",
         cwd=d,
     )
-    _openssl(
+    openssl(
         "x509",
         "-req",
         "-in",

@@ -44,7 +44,7 @@ def binaries() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-def _openssl(*args: str, cwd: Path) -> None:
+def openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
@@ -87,7 +87,7 @@ class ControlPlane:
 
     def _pki(self) -> None:
         d = self.dir
-        _openssl(
+        openssl(
             "req",
             "-x509",
             "-newkey",
@@ -104,7 +104,7 @@ class ControlPlane:
             cwd=d,
         )
         (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-        _openssl(
+        openssl(
             "req",
             "-newkey",
             "rsa:2048",
@@ -117,7 +117,7 @@ class ControlPlane:
             "/CN=kube-apiserver",
             cwd=d,
         )
-        _openssl(
+        openssl(
             "x509",
             "-req",
             "-in",
@@ -136,7 +136,7 @@ class ControlPlane:
             cwd=d,
         )
         # A front-proxy CA quiets the scheduler's delegated authentication (it wants one).
-        _openssl(
+        openssl(
             "req",
             "-x509",
             "-newkey",
@@ -157,7 +157,7 @@ class ControlPlane:
         tls = d / "extender-tls"
         tls.mkdir()
         for cn, name in (("tmc-extender", "tls"), ("tmc-scheduler", "client")):
-            _openssl(
+            openssl(
                 "req",
                 "-newkey",
                 "rsa:2048",
@@ -170,7 +170,7 @@ class ControlPlane:
                 f"/CN={cn}",
                 cwd=tls,
             )
-            _openssl(
+            openssl(
                 "x509",
                 "-req",
                 "-in",
@@ -189,8 +189,8 @@ class ControlPlane:
                 cwd=tls,
             )
         (tls / "ca.crt").write_bytes((d / "ca.crt").read_bytes())
-        _openssl("genrsa", "-out", "sa.key", "2048", cwd=d)
-        _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
+        openssl("genrsa", "-out", "sa.key", "2048", cwd=d)
+        openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
         lines = [f'{self.admin_token},tmc-admin,uid-admin,"system:masters"']
         for user, token in self.tokens.items():
             sa = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNTS[user]}"
