@@ -1,19 +1,21 @@
-"""Extender filter + prioritize over 5,000 nodes in NodeNames mode (nodeCacheCapable: true).
+"""Extender filter + prioritize over 5,000 and 20,000 nodes in NodeNames mode (nodeCacheCapable).
 
-    python -m bench.scheduler_hotpath [--nodes 5000] [--repeats 500] [--quick]
+    python -m bench.scheduler_hotpath [--nodes 5000 20000] [--repeats 500] [--quick]
 
 A 5,000-node cluster in the extender's cache (local-slow and rack-pooled nodes, a third of their
 LLC ways already reserved in random contiguous runs), one opted-in pod whose recommendation is
-cached (as the feeder leaves it). Each sample is one filter and one prioritize call as the HTTP
-handler does them: the request bytes parsed, the verb run, the answer serialised. A second figure
-is the same pair over a keep-alive loopback connection to the real server. Target: p99 <= 10 ms.
+cached (as the feeder leaves it). Each sample is one filter and one prioritize call (prioritize
+over the nodes filter kept, as the scheduler sends them): from the request's bytes to the answer's.
+Three figures: the full parse into Python objects (the baseline, measured in the same run), the
+node list read as bytes (what the server runs), and the same pair over a keep-alive loopback
+connection to the real server. Targets (p99 over HTTP): 5 ms at 5,000 nodes, 10 ms at 20,000.
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
-import json
+import os
 import platform
 import random
 import statistics
@@ -31,7 +33,7 @@ from scheduler.extender import Extender
 from scheduler.server import ExtenderServer
 from scheduler.state import ClusterState
 
-TARGET_P99_MS = 5.0  # filter + prioritize at 5,000 nodes
+TARGET_P99_MS = {5000: 5.0, 20000: 10.0}  # filter + prioritize over HTTP, p99
 
 
 def build_state(n_nodes: int, seed: int = 1) -> ClusterState:
@@ -104,31 +106,25 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def report(label: str, samples: list[float]) -> None:
+def report(label: str, samples: list[float], target_ms: float) -> float:
     ms = [s * 1000 for s in samples]
     p99 = percentile(ms, 0.99)
+    verdict = "meets" if p99 <= target_ms else "MISSES"
     print(
-        f"{label:<44} median {statistics.median(ms):6.2f} ms   p99 {p99:6.2f} ms   "
-        f"max {max(ms):6.2f} ms   {'meets' if p99 <= TARGET_P99_MS else 'MISSES'} p99 <= {TARGET_P99_MS:g} ms"
+        f"  {label:<42} median {statistics.median(ms):6.2f} ms   p99 {p99:6.2f} ms   "
+        f"max {max(ms):6.2f} ms   {verdict} p99 <= {target_ms:g} ms"
     )
+    return statistics.median(ms)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--nodes", type=int, default=5000)
-    ap.add_argument("--repeats", type=int, default=500)
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    repeats = 50 if args.quick else args.repeats
-    print(
-        f"machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}"
-    )
+def run(n_nodes: int, repeats: int) -> None:
+    target = TARGET_P99_MS[n_nodes] if n_nodes in TARGET_P99_MS else max(TARGET_P99_MS.values())
     t0 = time.perf_counter()
-    state = build_state(args.nodes)
+    state = build_state(n_nodes)
     print(
-        f"{args.nodes} nodes, {len(state.all_held())} reservations, cache built in {time.perf_counter() - t0:.2f} s"
+        f"{n_nodes} nodes, {len(state.all_held())} reservations, "
+        f"cache built in {time.perf_counter() - t0:.2f} s"
     )
-
     no_db = cast(sessionmaker[Session], None)  # the recommendation is cached: no database needed
     recommender = Recommender(no_db, state.utilization, ttl_seconds=3600)
     recommender.remember(
@@ -138,25 +134,35 @@ def main() -> None:
     )
     extender = Extender(state, recommender, no_db, cluster=None)  # type: ignore[arg-type]
     names = state.node_names()
-    body = json.dumps({"Pod": pod(), "Nodes": None, "NodeNames": names}).encode()
-    print(f"request: {len(body) / 1024:.0f} KiB")
+    # As kube-scheduler's Go encoder writes it: compact, the node list last.
+    body = orjson.dumps({"Pod": pod(), "Nodes": None, "NodeNames": names})
+    kept = orjson.loads(extender.filter_bytes(body)[0])["NodeNames"]
+    # Prioritize gets the nodes filter kept, as the scheduler sends them.
+    body_kept = orjson.dumps({"Pod": pod(), "Nodes": None, "NodeNames": kept})
+    print(f"  request: {len(body) / 1024:.0f} KiB; filter keeps {len(kept)} of {len(names)} nodes")
 
-    kept: list[str] = []
-
-    def pair() -> float:
-        nonlocal kept
+    def full_parse() -> float:
         start = time.perf_counter()
-        # As the server does it: orjson in, orjson out.
-        answer = extender.filter(orjson.loads(body))
-        orjson.dumps(answer)
-        kept = answer["NodeNames"]
-        extender.prioritize_json(orjson.loads(body))
+        orjson.dumps(extender.filter(orjson.loads(body)))
+        extender.prioritize_json(orjson.loads(body_kept))
         return time.perf_counter() - start
 
-    for _ in range(20):
-        pair()
-    report("filter + prioritize, in the handler", [pair() for _ in range(repeats)])
-    print(f"  filter kept {len(kept)} of {len(names)} nodes")
+    def byte_path() -> float:
+        start = time.perf_counter()
+        extender.filter_bytes(body)
+        extender.prioritize_bytes(body_kept)
+        return time.perf_counter() - start
+
+    for sample in (full_parse, byte_path):
+        for _ in range(20):
+            sample()
+    baseline = report(
+        "full parse (baseline), in the handler", [full_parse() for _ in range(repeats)], target
+    )
+    fast = report(
+        "node list as bytes, in the handler", [byte_path() for _ in range(repeats)], target
+    )
+    print(f"  median ratio bytes / full parse: {fast / baseline:.2f}")
 
     server = ExtenderServer(("127.0.0.1", 0), extender)
     server.serve_in_thread()
@@ -164,8 +170,8 @@ def main() -> None:
 
     def over_http() -> float:
         start = time.perf_counter()
-        for verb in ("filter", "prioritize"):
-            conn.request("POST", f"/scheduler/{verb}", body, {"Content-Type": "application/json"})
+        for verb, data in (("filter", body), ("prioritize", body_kept)):
+            conn.request("POST", f"/scheduler/{verb}", data, {"Content-Type": "application/json"})
             resp = conn.getresponse()
             resp.read()
             assert resp.status == 200
@@ -173,8 +179,26 @@ def main() -> None:
 
     for _ in range(20):
         over_http()
-    report("filter + prioritize, over HTTP (keep-alive)", [over_http() for _ in range(repeats)])
+    report(
+        "over HTTP (keep-alive), as the server runs", [over_http() for _ in range(repeats)], target
+    )
     server.shutdown()
+    server.server_close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, nargs="+", default=[5000, 20000])
+    ap.add_argument("--repeats", type=int, default=500)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    repeats = 50 if args.quick else args.repeats
+    print(
+        f"machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
+        f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
+    for n_nodes in args.nodes:
+        run(n_nodes, repeats)
 
 
 if __name__ == "__main__":

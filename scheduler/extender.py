@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -28,6 +29,7 @@ from ledger.types import Held
 from model.node_contract import ContractError, PlacedConfiguration, Placement
 from scheduler.decisions import Decision, DecisionPending, Recommender
 from scheduler.kube import Cluster
+from scheduler.nodelist import NodeNames, padded_table, split_request
 from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, read_pod
 from scheduler.state import ClusterState
 
@@ -137,6 +139,7 @@ class Extender:
         self._reloaded_at = 0.0
         # Where binds spend their time (the server's /metrics); a no-op without a server.
         self.observe_bind: Callable[[str, float], None] = lambda _phase, _seconds: None
+        self.observe_node_list: Callable[[str], None] = lambda _read: None
         self._host_json: dict[str, bytes] = {}
 
     def _decide(self, pod: dict[str, Any]) -> tuple[Decision | None, str]:
@@ -206,6 +209,63 @@ class Extender:
         names, scores = self._priorities(body)
         return [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
 
+    def filter_bytes(self, raw: bytes) -> tuple[bytes, bool]:
+        """`filter` from the request's bytes to the answer's, and whether it is an error. A body
+        in kube-scheduler's own layout keeps its node list as bytes (`scheduler.nodelist`); any
+        other is parsed in full. Raises orjson.JSONDecodeError for a body that is not JSON."""
+        split = split_request(raw)
+        head = split[0] if split is not None else None
+        if split is None or not isinstance(head, dict) or not isinstance(head.get("Pod"), dict):
+            self.observe_node_list("parsed")
+            answer = self.filter(orjson.loads(raw))  # the full path also words any error
+            return orjson.dumps(answer), bool(answer["Error"])
+        self.observe_node_list("bytes")
+        answer_bytes, error = self._filter_names(head["Pod"], split[1])
+        return answer_bytes, bool(error)
+
+    def _filter_names(self, pod: dict[str, Any], names: NodeNames) -> tuple[bytes, str]:
+        try:
+            decision, _ = self._decide(pod)
+        except (BadPod, DecisionPending) as exc:
+            return _names_answer(b"[]", b"{}", b"{}", f"tmc: {exc}")
+        if decision is None:  # not opted in: no opinion
+            return _names_answer(names.listed.tobytes(), b"{}", b"{}", "")
+        judgement = self.state.judge(self.state.name_table().positions(names), decision.ask())
+        codes = judgement.codes
+        reasons = padded_table([orjson.dumps(r) for r in judgement.reasons])
+        never_codes = np.flatnonzero(judgement.never)
+        failed = codes >= 0
+        never = failed & np.isin(codes, never_codes)
+        full = failed & ~never
+        fits = ~failed
+        full_json = names.object_json(np.flatnonzero(full), reasons[codes[full]])
+        never_json = names.object_json(np.flatnonzero(never), reasons[codes[never]])
+        if full.any() and not fits.any():
+            # As in `filter`: every node full by this cache is an error, so the pod is retried.
+            which = np.flatnonzero(full)
+            shown = sorted(
+                dict(zip(names.texts(which), codes[which].tolist(), strict=True)).items()
+            )
+            listed = "; ".join(f"{n}: {judgement.reasons[c]}" for n, c in shown[:5])
+            error = f"tmc: no node has room for this pod now ({listed}); retrying"
+            return _names_answer(b"[]", full_json, never_json, error)
+        return _names_answer(names.list_json(fits), full_json, never_json, "")
+
+    def prioritize_bytes(self, raw: bytes) -> bytes:
+        """`prioritize` from the request's bytes to the answer's (see `filter_bytes`)."""
+        split = split_request(raw)
+        pod = split[0].get("Pod") if split is not None else None
+        if split is None or not isinstance(pod, dict):  # the full path also words any error
+            self.observe_node_list("parsed")
+            return self.prioritize_json(orjson.loads(raw))
+        self.observe_node_list("bytes")
+        names = split[1]
+        decision = self._decision_or_none(pod)
+        if decision is None:
+            return names.priorities_json(np.zeros(names.count, dtype=np.int64))
+        pos = self.state.name_table().positions(names)
+        return names.priorities_json(self.state.scores_at(pos, decision.ask()))
+
     def prioritize_json(self, body: object) -> bytes:
         """`prioritize`, serialised directly: for 5,000 nodes, encoding 5,000 small objects costs
         more than the scoring itself. Each node's `{"Host":"<name>","Score":` is encoded once
@@ -222,12 +282,16 @@ class Extender:
             parts.append(prefix + _SCORE_SUFFIX[score])
         return b"[" + b",".join(parts) + b"]"
 
+    def _decision_or_none(self, pod: dict[str, Any]) -> Decision | None:
+        try:
+            decision, _ = self._decide(pod)
+        except (BadPod, DecisionPending):
+            return None
+        return decision
+
     def _priorities(self, body: object) -> tuple[list[str], list[int]]:
         args = parse_args(body)  # BadRequest: the HTTP layer answers 400 with Error
-        try:
-            decision, _ = self._decide(args.pod)
-        except (BadPod, DecisionPending):
-            decision = None
+        decision = self._decision_or_none(args.pod)
         if decision is None:
             return args.names, [0] * len(args.names)
         try:
@@ -357,6 +421,24 @@ class Extender:
                 time.sleep(0.1 * (attempt + 1))
         # The next reconciliation releases it: its pod is not bound.
         log.error("could not release the reservation of %s; reconciliation will", uid)
+
+
+def _names_answer(fits: bytes, full: bytes, never: bytes, error: str) -> tuple[bytes, str]:
+    """ExtenderFilterResult in NodeNames form, from parts already encoded."""
+    encoded = b"".join(
+        [
+            b'{"FailedNodes":',
+            full,
+            b',"FailedAndUnresolvableNodes":',
+            never,
+            b',"Error":',
+            orjson.dumps(error),
+            b',"Nodes":null,"NodeNames":',
+            fits,
+            b"}",
+        ]
+    )
+    return encoded, error
 
 
 def _name(value: object) -> str:

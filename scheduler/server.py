@@ -61,6 +61,13 @@ class ExtenderMetrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=self.registry,
         )
+        self.node_lists = Counter(
+            "tmc_extender_node_lists_total",
+            "Node lists read by filter and prioritize: as bytes (kube-scheduler's own encoding) "
+            "or parsed in full (any other body; slower per node)",
+            ["read"],
+            registry=self.registry,
+        )
         self.bind_phase = Histogram(
             "tmc_extender_bind_phase_seconds",
             "Where a bind's time goes: reading the pod, the ledger transaction, the annotation "
@@ -94,6 +101,7 @@ class ExtenderServer(ThreadingHTTPServer):
         self.client_names = frozenset(client_names)
         self.max_body_bytes = max_body_bytes
         self.metrics = ExtenderMetrics()
+        extender.observe_node_list = lambda read: self.metrics.node_lists.labels(read).inc()
         extender.observe_bind = lambda phase, seconds: self.metrics.bind_phase.labels(
             phase
         ).observe(seconds)
@@ -193,17 +201,14 @@ class Handler(BaseHTTPRequestHandler):
             return
         raw = self.rfile.read(length)
         try:
-            body = orjson.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            self._json(400, {"Error": f"tmc: the body is not JSON: {exc}"})
-            metrics.calls.labels(verb, "bad_request").inc()
-            return
-        try:
-            answer = VERBS[verb](self.server.extender, body)
-            outcome = "error" if isinstance(answer, dict) and answer.get("Error") else "ok"
+            answer, failed = VERBS[verb](self.server.extender, raw)
+            outcome = "error" if failed else "ok"
             status = 200
         except BadRequest as exc:
             answer, outcome, status = {"Error": f"tmc: {exc}"}, "bad_request", 400
+        except (orjson.JSONDecodeError, UnicodeDecodeError) as exc:
+            answer = {"Error": f"tmc: the body is not JSON: {exc}"}
+            outcome, status = "bad_request", 400
         except Exception as exc:  # never crash the extender on one request
             log.exception("%s failed", verb)
             answer, outcome, status = {"Error": f"tmc: internal error: {exc}"}, "error", 500
@@ -222,8 +227,19 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
-VERBS: dict[str, Callable[[Extender, object], Any]] = {
-    "filter": Extender.filter,
-    "prioritize": Extender.prioritize_json,
-    "bind": Extender.bind,
+def _bind(extender: Extender, raw: bytes) -> tuple[dict[str, Any], bool]:
+    answer = extender.bind(orjson.loads(raw))
+    return answer, bool(answer.get("Error"))
+
+
+def _prioritize(extender: Extender, raw: bytes) -> tuple[bytes, bool]:
+    return extender.prioritize_bytes(raw), False  # HostPriorityList has no Error
+
+
+# Each verb takes the request's bytes (filter and prioritize read kube-scheduler's node list
+# without parsing it into strings: scheduler.nodelist) and says whether it answered an error.
+VERBS: dict[str, Callable[[Extender, bytes], tuple[Any, bool]]] = {
+    "filter": Extender.filter_bytes,
+    "prioritize": _prioritize,
+    "bind": _bind,
 }

@@ -18,6 +18,7 @@ from ledger.types import Held, NodeCapacity
 from ledger.utilization import Totals, utilization_of
 from model import Utilization
 from model.packing import Ask, best_fit_table, packing_scores
+from scheduler.nodelist import NameTable
 
 MAX_WAYS = 64
 
@@ -39,6 +40,7 @@ class ClusterState:
         self._pool_used = np.zeros(0, dtype=np.float64)
         self._held: dict[str, Held] = {}
         self._masks: list[int] = []
+        self._name_table: NameTable | None = None
         self._alloc(0)
 
     # -- layout -------------------------------------------------------------------------------
@@ -55,7 +57,6 @@ class ClusterState:
         self.used_slow_local = np.zeros(n)
         self.used_ways = np.zeros(n, dtype=np.int64)
         self.best_fit = np.zeros((n, MAX_WAYS + 1), dtype=np.int64)
-        self.names = np.empty(n, dtype=object)
 
     def _grow(self) -> None:
         old = self.__dict__.copy()
@@ -75,7 +76,6 @@ class ClusterState:
         ]:
             getattr(self, name)[:n] = old[name][:n]
         self.best_fit[:n] = old["best_fit"][:n]
-        self.names[:n] = old["names"][:n]
 
     def _pool_slot(self, name: str) -> int:
         slot = self._pools.get(name)
@@ -108,7 +108,7 @@ class ClusterState:
                 if i >= len(self.cpus):
                     self._grow()
                 self._index[node.name] = i
-                self.names[i] = node.name
+                self._name_table = None
                 self._nodes.append(node)
                 self._masks.append(0)
             self._nodes[i] = node
@@ -231,65 +231,87 @@ class ClusterState:
         pool_used = np.where(has_pool, self._pool_used[safe] if len(self._pool_used) else 0.0, 0.0)
         return self.slow_local[idx], self.used_slow_local[idx], pool_cap, pool_used
 
-    def filter(self, names: Sequence[str], ask: Ask) -> Verdict:
+    def name_table(self) -> NameTable:
+        """The known names for byte-level lookups (`scheduler.nodelist`), rebuilt after the
+        node set changes (rare: a node joins, or the cache is reloaded)."""
         with self._lock:
-            pos = self._positions(names)
-            idx = pos[pos >= 0]
-            never: dict[str, str] = {
-                names[int(k)]: "tmc: node publishes no tiered capacity (not a tmc node)"
-                for k in np.flatnonzero(pos < 0)
-            }
-            full: dict[str, str] = {}
-            if not len(idx):
-                return Verdict([], full, never)
-            local_cap, local_used, pool_cap, pool_used = self._slow_view(idx)
-            ways = self.ways[idx]
+            if self._name_table is None:
+                self._name_table = NameTable(list(self._index), list(self._index.values()))
+            return self._name_table
+
+    def judge(self, pos: np.ndarray, ask: Ask) -> Judgement:
+        """Whether each node (by slot, -1 for unknown) can take `ask`: a reason code per node,
+        -1 where it fits. Checks run in order; a node fails on the first that rejects it."""
+        with self._lock:
+            known = pos >= 0
+            idx = pos[known]
+            codes = np.full(len(pos), -1, dtype=np.int64)
+            codes[~known] = 0
             need = min(max(ask.llc_ways, 1), MAX_WAYS)
-            checks_never = [
-                (self.cpus[idx] < ask.vcpus, f"node has fewer than {ask.vcpus:g} CPUs"),
-                (self.dram[idx] < ask.dram_bytes, "node has less DRAM than the configuration"),
-                (ways < ask.llc_ways, f"node has fewer than {ask.llc_ways} LLC ways"),
-                (
-                    (local_cap + pool_cap == 0) & (ask.slow_bytes > 0),
-                    "node has no slow memory tier",
-                ),
-                (
-                    (local_cap < ask.slow_bytes) & (pool_cap < ask.slow_bytes),
-                    "node's slow tier (local or pool) is smaller than the configuration's",
-                ),
+            reasons = [
+                ("node publishes no tiered capacity (not a tmc node)", True),
+                (f"node has fewer than {ask.vcpus:g} CPUs", True),
+                ("node has less DRAM than the configuration", True),
+                (f"node has fewer than {ask.llc_ways} LLC ways", True),
+                ("node has no slow memory tier", True),
+                ("node's slow tier (local or pool) is smaller than the configuration's", True),
+                ("node is not ready", False),
+                ("not enough free CPUs", False),
+                ("not enough free DRAM", False),
+                ("not enough free slow memory (local or rack pool)", False),
+                (f"no free run of {need} contiguous LLC ways (CAT)", False),
             ]
-            checks_now = [
-                (~self.ready[idx], "node is not ready"),
-                (self.cpus[idx] - self.used_cpus[idx] < ask.vcpus, "not enough free CPUs"),
-                (self.dram[idx] - self.used_dram[idx] < ask.dram_bytes, "not enough free DRAM"),
-                (
-                    (local_cap - local_used < ask.slow_bytes)
-                    & (pool_cap - pool_used < ask.slow_bytes),
-                    "not enough free slow memory (local or rack pool)",
-                ),
-                (
-                    self.best_fit[idx, need] == 0,
-                    f"no free run of {need} contiguous LLC ways (CAT)",
-                ),
+            judgement = Judgement(
+                codes, [f"tmc: {why}" for why, _ in reasons], [never for _, never in reasons]
+            )
+            if not len(idx):
+                return judgement
+            local_cap, local_used, pool_cap, pool_used = self._slow_view(idx)
+            checks = [
+                self.cpus[idx] < ask.vcpus,
+                self.dram[idx] < ask.dram_bytes,
+                self.ways[idx] < ask.llc_ways,
+                (local_cap + pool_cap == 0) & (ask.slow_bytes > 0),
+                (local_cap < ask.slow_bytes) & (pool_cap < ask.slow_bytes),
+                ~self.ready[idx],
+                self.cpus[idx] - self.used_cpus[idx] < ask.vcpus,
+                self.dram[idx] - self.used_dram[idx] < ask.dram_bytes,
+                (local_cap - local_used < ask.slow_bytes) & (pool_cap - pool_used < ask.slow_bytes),
+                self.best_fit[idx, need] == 0,
             ]
-            ok = np.ones(len(idx), dtype=bool)
-            for bad, why in checks_never:
-                never.update(dict.fromkeys(self.names[idx[bad & ok]].tolist(), f"tmc: {why}"))
-                ok &= ~bad
-            for bad, why in checks_now:
-                full.update(dict.fromkeys(self.names[idx[bad & ok]].tolist(), f"tmc: {why}"))
-                ok &= ~bad
-            return Verdict(self.names[idx[ok]].tolist(), full, never)
+            sub = np.full(len(idx), -1, dtype=np.int64)
+            for code, bad in enumerate(checks, start=1):
+                sub[(sub < 0) & bad] = code
+            codes[known] = sub
+            return judgement
+
+    def filter(self, names: Sequence[str], ask: Ask) -> Verdict:
+        judgement = self.judge(self._positions(names), ask)
+        codes = judgement.codes.tolist()
+        fits: list[str] = []
+        full: dict[str, str] = {}
+        never: dict[str, str] = {}
+        for name, code in zip(names, codes, strict=True):
+            if code < 0:
+                fits.append(name)
+            elif judgement.never[code]:
+                never[name] = judgement.reasons[code]
+            else:
+                full[name] = judgement.reasons[code]
+        return Verdict(fits, full, never)
 
     def scores(self, names: Sequence[str], ask: Ask) -> list[int]:
         """The packing score of each node in `names`, in order; 0 for a node it does not know."""
+        return list(self.scores_at(self._positions(names), ask).tolist())
+
+    def scores_at(self, pos: np.ndarray, ask: Ask) -> np.ndarray:
+        """The packing score of each node by slot (-1: unknown, scores 0)."""
         with self._lock:
-            pos = self._positions(names)
             known = pos >= 0
             idx = pos[known]
-            out = np.zeros(len(names), dtype=np.int64)
+            out = np.zeros(len(pos), dtype=np.int64)
             if not len(idx):
-                return list(out.tolist())
+                return out
             local_cap, local_used, pool_cap, pool_used = self._slow_view(idx)
             # A node's slow tier is its own when it has one, else its rack pool's.
             use_local = local_cap > 0
@@ -306,7 +328,14 @@ class ClusterState:
                 self.best_fit[idx, need],
                 Ask(ask.vcpus, ask.dram_bytes, ask.slow_bytes, need),
             )
-            return list(out.tolist())
+            return out
+
+
+@dataclass(frozen=True)
+class Judgement:
+    codes: np.ndarray  # per node: -1 fits, else an index into `reasons`
+    reasons: list[str]
+    never: list[bool]  # per reason: FailedAndUnresolvable (True) or Failed, may fit later
 
 
 def _replace_ready(node: NodeCapacity, ready: bool) -> NodeCapacity:

@@ -145,6 +145,10 @@ def test_the_example_pod_is_placed_and_its_plan_reaches_the_node(stack: Stack, n
             (placement.recommendation_id,),
         ).fetchone()
     assert row is not None and row[1] == conf.llc_ways
+    # kube-scheduler's requests were read as bytes, never parsed name by name.
+    metrics = stack.extender.metrics()
+    assert 'tmc_extender_node_lists_total{read="bytes"}' in metrics
+    assert 'tmc_extender_node_lists_total{read="parsed"}' not in metrics
 
     node = node_of(stack, placement.node)
     uid = pod.metadata.uid
