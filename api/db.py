@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -89,10 +90,29 @@ def cut(dbapi_conn: Any) -> None:
 WATCHDOG = SocketWatchdog()
 
 
+class EncodedJSON(bytes):
+    """A JSON column value already encoded (a decision's explanation is encoded once, for the
+    response; the insert stores the same bytes instead of encoding ~15 KB again)."""
+
+
+def _json_bytes(value: object) -> bytes:
+    if isinstance(value, EncodedJSON):
+        return bytes(value)
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+
+
+def _json_text(value: object) -> str:  # SQLite binds JSON as text
+    return _json_bytes(value).decode()
+
+
 def make_engine(settings: Settings) -> Engine:
+    # orjson for every JSON column: an order of magnitude faster than the standard library on
+    # the decision log's explanations, and psycopg takes its bytes as they are.
     if settings.is_sqlite:
         engine = create_engine(
             settings.database_url,
+            json_serializer=_json_text,
+            json_deserializer=orjson.loads,
             connect_args={
                 "check_same_thread": False,
                 "timeout": settings.sqlite_busy_timeout_seconds,
@@ -113,6 +133,8 @@ def make_engine(settings: Settings) -> Engine:
     )
     engine = create_engine(
         settings.database_url,
+        json_serializer=_json_bytes,
+        json_deserializer=orjson.loads,
         pool_size=10,
         max_overflow=10,
         pool_timeout=5,

@@ -19,7 +19,7 @@ import orjson
 from sqlalchemy.orm import Session
 
 from api import repositories as repo
-from api.db import after_commit
+from api.db import EncodedJSON, after_commit
 from api.errors import ApiError, Conflict, NotFound
 from api.orm import (
     FittedModelRow,
@@ -309,6 +309,8 @@ def recommend_for(
         grid=grid,
     )
     result = rec.model_dump(mode="json")
+    # Encoded once: the decision log stores these bytes and the response embeds them.
+    result_json = EncodedJSON(orjson.dumps(result))
     chosen = rec.chosen.configuration
     created_at = utcnow()
     record = {
@@ -328,10 +330,10 @@ def recommend_for(
         "utilization_source": source,
         "slow_ratio": chosen.slow_ratio,
         "llc_ways": chosen.llc_ways,
-        "result": result,
+        "result": result_json,
     }
     repo.insert_recommendation(session, record)
-    body = {
+    head = {
         "id": record["id"],
         "created_at": created_at.isoformat(),
         "workload_id": resolved.workload_id,
@@ -340,11 +342,10 @@ def recommend_for(
         "bundle_hash": resolved.content_hash,
         "utilization_source": source,
         "host_kind_known": resolved.kind is not None,
-        "recommendation": result,
     }
     return Recommended(
-        body=body,
-        encoded=orjson.dumps(body),
+        body={**head, "recommendation": result},
+        encoded=orjson.dumps(head)[:-1] + b',"recommendation":' + result_json + b"}",
         objective=rec.objective,
         utilization_source=source,
         recommendation=rec,

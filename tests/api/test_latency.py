@@ -4,6 +4,7 @@ pauses in /metrics, and a recommendation encoded once per request."""
 from __future__ import annotations
 
 import gc
+import json
 import os
 from typing import Any
 
@@ -60,6 +61,8 @@ def test_the_threshold_is_bounded(value: str, monkeypatch: pytest.MonkeyPatch) -
 def test_a_recommendation_is_encoded_once(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The explanation (~15 KB) is encoded once per request: the decision log stores the same
+    bytes the response sends, and the standard library's encoder never sees it."""
     client.post(
         "/v1/profiles",
         content=example("graph500"),
@@ -68,7 +71,7 @@ def test_a_recommendation_is_encoded_once(
     made: list[services.Recommended] = []
     encodings: list[object] = []
     recommend_for = services.recommend_for
-    dumps = orjson.dumps
+    dumps, std_dumps = orjson.dumps, json.dumps
 
     def spy(*args: Any, **kwargs: Any) -> services.Recommended:
         done = recommend_for(*args, **kwargs)
@@ -79,13 +82,23 @@ def test_a_recommendation_is_encoded_once(
         encodings.append(value)
         return dumps(value, *args, **kwargs)
 
+    def std_counted(value: object, *args: Any, **kwargs: Any) -> str:
+        encodings.append(value)
+        return std_dumps(value, *args, **kwargs)
+
     monkeypatch.setattr(services, "recommend_for", spy)
     monkeypatch.setattr(orjson, "dumps", counted)
+    monkeypatch.setattr(json, "dumps", std_counted)
     response = client.post(
         "/recommend", json={"workload": "graph500"}, headers=auth(Role.scheduler)
     )
     assert response.status_code == 200, response.text
     assert len(made) == 1
-    assert [e for e in encodings if isinstance(e, dict) and "recommendation" in e] == [made[0].body]
+    explanation = made[0].body["recommendation"]
+    assert [e for e in encodings if e is explanation] == [explanation]
+    assert not [e for e in encodings if isinstance(e, dict) and "recommendation" in e]
     assert response.content == made[0].encoded  # the bytes sent are the one encoding
+    logged = client.get(f"/v1/recommendations/{made[0].body['id']}", headers=auth(Role.viewer))
+    assert logged.status_code == 200, logged.text
+    assert logged.json()["recommendation"] == explanation  # the log has every input
     assert response.json() == made[0].body
