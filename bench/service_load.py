@@ -1,12 +1,15 @@
 """Load on the production shape: several uvicorn workers on PostgreSQL and Redis, a Celery worker
 and beat snapshotting utilization, driven by `hey` (Debian's Go load generator).
 
-    python -m bench.service_load [--seconds 60] [--rate 200] [--workers 4]
+    python -m bench.service_load [--seconds 60] [--rate 200] [--workers 2]
+                                 [--spread shared reuseport] [--concurrency 4 10]
 
 Prints, for POST /recommend at the given rate: p50, p99, requests served and errors, and per
 uvicorn worker the requests it served, the CPU it used and the garbage-collection pauses it saw
 (from each worker's /metrics); the same for GET /healthz as the framework's floor measured in the
-same run; and upload throughput for distinct profile bundles.
+same run; and upload throughput for distinct profile bundles. Each way of spreading connections
+over the workers runs in turn on the same stack: "shared" (uvicorn --workers: one listening
+socket, the baseline) and "reuseport" (python -m api.workers: a socket per worker).
 """
 
 from __future__ import annotations
@@ -167,6 +170,9 @@ def main() -> None:
     parser.add_argument(
         "--concurrency", type=int, nargs="+", default=[4, 10], help="hey connections (burst size)"
     )
+    parser.add_argument(
+        "--spread", nargs="+", default=["shared", "reuseport"], choices=["shared", "reuseport"]
+    )
     args = parser.parse_args()
     if shutil.which("hey") is None:
         sys.exit("hey is not installed (apt-get install hey; ./dev bench does it)")
@@ -214,31 +220,45 @@ def main() -> None:
                 stderr=subprocess.DEVNULL,
             )
         )
-        base = stack.enter_context(uvicorn_server(env, workers=args.workers))
-        wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 60, "readiness")
         body = Path(tempfile.mkstemp(suffix=".json")[1])
         body.write_text(json.dumps({"workload": "graph500"}))
-        hey(f"{base}/recommend", 5, args.rate, token, body)  # warm every worker's caches
-        source = httpx.post(
-            f"{base}/recommend",
-            json={"workload": "graph500"},
-            headers={"Authorization": f"Bearer {token}"},
-        ).json()["utilization_source"]
         print(
             f"# service load: {args.workers} uvicorn workers, PostgreSQL, Redis, Celery worker and"
-            f" beat; hey at {args.rate} req/s for {args.seconds} s; utilization from {source}"
+            f" beat; hey at {args.rate} req/s for {args.seconds} s; "
+            f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
         )
-        for concurrency in args.concurrency:
-            before = worker_metrics(base, args.workers)
-            rec = hey(f"{base}/recommend", args.seconds, args.rate, token, body, concurrency)
-            after = worker_metrics(base, args.workers)
-            print(f"POST /recommend, bursts of {concurrency}: {rec}")
-            print(per_worker(before, after, args.seconds))
-        floor = hey(f"{base}/healthz", min(args.seconds, 20), args.rate, token, None)
-        print(f"GET /healthz (floor, same run): {floor}")
-        print(
-            f"profile uploads (distinct, 8 concurrent): {uploads_per_second(base, token, args.uploads):.0f}/s"
-        )
+        p99: dict[tuple[str, int], float] = {}
+        for spread in args.spread:
+            with uvicorn_server(env, workers=args.workers, spread=spread) as base:
+                wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 60, "readiness")
+                hey(f"{base}/recommend", 5, args.rate, token, body)  # warm every worker's caches
+                source = httpx.post(
+                    f"{base}/recommend",
+                    json={"workload": "graph500"},
+                    headers={"Authorization": f"Bearer {token}"},
+                ).json()["utilization_source"]
+                print(f"## connections spread: {spread}; utilization from {source}")
+                for concurrency in args.concurrency:
+                    before = worker_metrics(base, args.workers)
+                    rec = hey(
+                        f"{base}/recommend", args.seconds, args.rate, token, body, concurrency
+                    )
+                    after = worker_metrics(base, args.workers)
+                    p99[spread, concurrency] = float(rec["p99_ms"]) if rec["p99_ms"] != "?" else 0.0
+                    print(f"POST /recommend, bursts of {concurrency}: {rec}")
+                    print(per_worker(before, after, args.seconds))
+                if spread == args.spread[0]:
+                    floor = hey(f"{base}/healthz", min(args.seconds, 20), args.rate, token, None)
+                    print(f"GET /healthz (floor, same run): {floor}")
+                    print(
+                        f"profile uploads (distinct, 8 concurrent): "
+                        f"{uploads_per_second(base, token, args.uploads):.0f}/s"
+                    )
+        if {"shared", "reuseport"} <= set(args.spread):
+            for concurrency in args.concurrency:
+                shared = p99["shared", concurrency]
+                ratio = p99["reuseport", concurrency] / shared if shared else float("nan")
+                print(f"p99 reuseport / shared, bursts of {concurrency}: {ratio:.2f}")
     finally:
         stack.close()
         for proc in procs:

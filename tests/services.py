@@ -196,28 +196,18 @@ class CeleryWorker:
 
 
 @contextlib.contextmanager
-def uvicorn_server(env: dict[str, str], workers: int = 1) -> Iterator[str]:
-    """The API as `uvicorn api.app:create_app --factory` in its own process(es); yields the base
-    URL once /healthz answers, and stops it on exit."""
+def uvicorn_server(env: dict[str, str], workers: int = 1, spread: str = "shared") -> Iterator[str]:
+    """The API in its own process(es); yields the base URL once /healthz answers, and stops it
+    on exit. `spread`: "shared" is `uvicorn --workers` (one listening socket for all workers),
+    "reuseport" is `python -m api.workers` (a socket per worker, the kernel spreads connections)."""
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "api.app:create_app",
-            "--factory",
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ],
-        cwd=ROOT,
-        env={**os.environ, **env},
-    )
+    quiet = ["--port", str(port), "--workers", str(workers), "--log-level", "warning"]
+    if spread == "reuseport":
+        command = [sys.executable, "-m", "api.workers", *quiet, "--no-access-log"]
+    else:
+        command = [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory"]
+        command += [*quiet, "--no-access-log"]
+    proc = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env})
     base = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: httpx.get(f"{base}/healthz").status_code == 200, 60, "uvicorn")

@@ -1,0 +1,116 @@
+"""`python -m api.workers` against real processes on PostgreSQL: connections opened together are
+spread over the workers (uvicorn's shared socket gives them mostly to one), a worker that dies is
+replaced, SIGTERM stops them all, and a port that is taken is a one-line error."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from api.settings import Settings
+from tests.services import ROOT, free_port, uvicorn_server, wait_until
+
+
+def pid_of_connection(client: httpx.Client, base: str) -> int:
+    """The pid of the worker holding this keep-alive connection (from its /metrics)."""
+    for line in client.get(f"{base}/metrics", timeout=10).text.splitlines():
+        if line.startswith("tmc_worker_pid "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no tmc_worker_pid in /metrics")
+
+
+def pids_of_connections(base: str, connections: int) -> list[int]:
+    """Open `connections` keep-alive connections at once, as a load generator does."""
+    clients = [httpx.Client() for _ in range(connections)]
+    try:
+        with ThreadPoolExecutor(connections) as pool:
+            return list(pool.map(lambda c: pid_of_connection(c, base), clients))
+    finally:
+        for c in clients:
+            c.close()
+
+
+@pytest.fixture
+def env(settings: Settings) -> dict[str, str]:
+    return {"TMC_ENVIRONMENT": "test", "TMC_DATABASE_URL": settings.database_url}
+
+
+@pytest.fixture
+def spread_server(env: dict[str, str]) -> Iterator[str]:
+    with uvicorn_server(env, workers=2, spread="reuseport") as base:
+        yield base
+
+
+def test_connections_opened_together_reach_every_worker(spread_server: str) -> None:
+    # 24 connections: the kernel's hash sends them all to one of two sockets with odds 2^-23.
+    pids = pids_of_connections(spread_server, 24)
+    assert len(set(pids)) == 2, pids
+    assert min(pids.count(p) for p in set(pids)) >= 4, pids  # not 20:4; odds of failing ~1e-4
+
+
+def test_a_dead_worker_is_replaced(env: dict[str, str]) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "api.workers", "--port", str(port), "--workers", "2"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: httpx.get(f"{base}/healthz").status_code == 200, 60, "workers")
+        first = set(pids_of_connections(base, 24))
+        assert len(first) == 2
+        victim = min(first)
+        os.kill(victim, signal.SIGKILL)
+
+        def replaced() -> bool:
+            try:
+                now = set(pids_of_connections(base, 24))
+            except httpx.HTTPError:
+                return False
+            return len(now) == 2 and victim not in now
+
+        wait_until(replaced, 30, "a new worker")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    # Every worker is gone with the supervisor: nothing listens on the port any more (the
+    # probe allows the closed connections' TIME_WAIT, not a listener).
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("127.0.0.1", port))
+
+
+def test_a_taken_port_is_a_one_line_error(env: dict[str, str]) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        started = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "api.workers", "--port", str(port)],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "--port" in result.stderr
+    assert time.monotonic() - started < 30
