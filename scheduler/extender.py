@@ -10,6 +10,7 @@ Errors are the envelope's `Error` field, never problem+json.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -232,7 +234,7 @@ class Extender:
             return _names_answer(names.listed.tobytes(), b"{}", b"{}", "")
         judgement = self.state.judge(self.state.name_table().positions(names), decision.ask())
         codes = judgement.codes
-        reasons = padded_table([orjson.dumps(r) for r in judgement.reasons])
+        reasons = _reason_rows(tuple(judgement.reasons))
         never_codes = np.flatnonzero(judgement.never)
         failed = codes >= 0
         never = failed & np.isin(codes, never_codes)
@@ -421,6 +423,14 @@ class Extender:
                 time.sleep(0.1 * (attempt + 1))
         # The next reconciliation releases it: its pod is not bound.
         log.error("could not release the reservation of %s; reconciliation will", uid)
+
+
+@functools.lru_cache(maxsize=256)
+def _reason_rows(reasons: tuple[str, ...]) -> npt.NDArray[np.uint8]:
+    """The reasons as JSON strings in padded rows; they vary only with the pod's ask."""
+    rows = padded_table([orjson.dumps(r) for r in reasons])
+    rows.flags.writeable = False  # shared between requests
+    return rows
 
 
 def _names_answer(fits: bytes, full: bytes, never: bytes, error: str) -> tuple[bytes, str]:
