@@ -235,9 +235,8 @@ class Extender:
         judgement = self.state.judge(self.state.name_table().positions(names), decision.ask())
         codes = judgement.codes
         reasons = _reason_rows(tuple(judgement.reasons))
-        never_codes = np.flatnonzero(judgement.never)
         failed = codes >= 0
-        never = failed & np.isin(codes, never_codes)
+        never = failed & np.array(judgement.never)[np.maximum(codes, 0)]
         full = failed & ~never
         fits = ~failed
         full_json = names.object_json(np.flatnonzero(full), reasons[codes[full]])
