@@ -24,13 +24,20 @@ function heatColour(t) {
   return `rgb(${r},${g},${b})`;
 }
 
-// rows x cols grid; cell(r, c) returns {value: 0..1 for the colour, text, title} or null.
+// Outlines drawn over a heat-map cell: the decision's pick solid, the cheapest dashed.
+const MARK_STYLES = {
+  chosen: { stroke: "#e69f00", "stroke-width": 4, inset: 1.5 },
+  cheapest: { stroke: "#111", "stroke-width": 2, "stroke-dasharray": "5 3", inset: 5 },
+};
+
+// rows x cols grid; cell(r, c) returns {value: 0..1 for the colour, text, title, marks: ["chosen", "cheapest"]} or null.
 function heatmap({ rows, cols, cell, label, rowLabel, colLabel, cellW = 44, cellH = 22 }) {
   const left = 70, top = 34;
   const svg = svgRoot(left + cols.length * cellW + 10, top + rows.length * cellH + 10, label);
   svg.appendChild(svgEl("text", { x: left, y: 12 }, colLabel));
   svg.appendChild(svgEl("text", { x: 2, y: 12 }, rowLabel));
   cols.forEach((c, j) => svg.appendChild(svgEl("text", { x: left + j * cellW + cellW / 2, y: top - 6, "text-anchor": "middle" }, String(c))));
+  const overlays = [];
   rows.forEach((r, i) => {
     svg.appendChild(svgEl("text", { x: left - 6, y: top + i * cellH + cellH * 0.68, "text-anchor": "end" }, String(r)));
     cols.forEach((c, j) => {
@@ -40,7 +47,12 @@ function heatmap({ rows, cols, cell, label, rowLabel, colLabel, cellW = 44, cell
         x: left + j * cellW, y: top + i * cellH, width: cellW - 1, height: cellH - 1,
         fill: v ? heatColour(v.value) : "#f0f0f0", "data-cell": "1",
       });
-      if (v && v.highlight) { rect.setAttribute("stroke", "#e69f00"); rect.setAttribute("stroke-width", "3"); }
+      for (const mark of (v && v.marks) || []) {
+        rect.setAttribute(`data-${mark}`, "1");
+        const { inset, ...style } = MARK_STYLES[mark];
+        overlays.push(svgEl("rect", { ...style, fill: "none", "data-mark": mark,
+          x: left + j * cellW + inset, y: top + i * cellH + inset, width: cellW - 1 - 2 * inset, height: cellH - 1 - 2 * inset }));
+      }
       g.appendChild(rect);
       if (v) {
         g.appendChild(svgEl("title", {}, v.title));
@@ -52,6 +64,8 @@ function heatmap({ rows, cols, cell, label, rowLabel, colLabel, cellW = 44, cell
       svg.appendChild(g);
     });
   });
+  // Drawn last, so a neighbouring cell never covers an outline.
+  for (const o of overlays) svg.appendChild(o);
   return svg;
 }
 
@@ -79,31 +93,70 @@ function lineChart({ series, label, width = 560, height = 200 }) {
   return svg;
 }
 
-// points: [{x, y, label, onFrontier, chosen}], time (s) against cost.
-function scatter({ points, label, xLabel, yLabel, width = 560, height = 300 }) {
-  const left = 64, right = 14, top = 12, bottom = 36;
+const tickText = new Intl.NumberFormat("en-US", { maximumFractionDigits: 6 });
+const OFF_SCALE_QUANTILE = 0.9;
+
+// The upper end of an axis: the points that matter (frontier, chosen) and most of the rest; the
+// few beyond it are outliers that would squash the frontier against one side.
+function clippedMax(values, mustShow) {
+  const sorted = [...values].sort((a, b) => a - b);
+  const q = sorted[Math.floor(OFF_SCALE_QUANTILE * (sorted.length - 1))];
+  return Math.min(sorted[sorted.length - 1], Math.max(q, ...mustShow));
+}
+
+// points: [{x, y, label, onFrontier, chosen}]: time (s) against cost (in `currency`). Both axes
+// have ticks and units; points beyond the clipped range are drawn as arrows at the edge.
+function scatter({ points, label, xLabel, xUnit, yLabel, currency, width = 620, height = 330 }) {
+  const left = 70, right = 30, top = 24, bottom = 44;
   const svg = svgRoot(width, height, label);
+  const must = points.filter((p) => p.onFrontier || p.chosen);
   const xs = points.map((p) => p.x), ys = points.map((p) => p.y);
-  const [x0, x1] = [Math.min(...xs), Math.max(...xs)], [y0, y1] = [Math.min(...ys), Math.max(...ys)];
-  const sx = (v) => left + ((v - x0) / (x1 - x0 || 1)) * (width - left - right);
-  const sy = (v) => top + (1 - (v - y0) / (y1 - y0 || 1)) * (height - top - bottom);
-  svg.appendChild(svgEl("line", { x1: left, x2: width - right, y1: height - bottom, y2: height - bottom, stroke: "#888" }));
-  svg.appendChild(svgEl("line", { x1: left, x2: left, y1: top, y2: height - bottom, stroke: "#888" }));
-  svg.appendChild(svgEl("text", { x: (left + width) / 2, y: height - 6, "text-anchor": "middle" }, xLabel));
-  svg.appendChild(svgEl("text", { x: 4, y: top + 8 }, yLabel));
-  svg.appendChild(svgEl("text", { x: left, y: height - bottom + 14 }, x0.toPrecision(3)));
-  svg.appendChild(svgEl("text", { x: width - right, y: height - bottom + 14, "text-anchor": "end" }, x1.toPrecision(3)));
+  const x0 = Math.min(...xs), y0 = Math.min(...ys);
+  const x1 = clippedMax(xs, must.map((p) => p.x)), y1 = clippedMax(ys, must.map((p) => p.y));
+  const padX = (x1 - x0) * 0.04 || Math.abs(x0) * 0.05 || 1, padY = (y1 - y0) * 0.04 || Math.abs(y0) * 0.05 || 1;
+  const [lx, hx, ly, hy] = [x0 - padX, x1 + padX, y0 - padY, y1 + padY];
+  const plotR = width - right, plotB = height - bottom;
+  const sx = (v) => left + ((Math.min(v, hx) - lx) / (hx - lx)) * (plotR - left);
+  const sy = (v) => top + (1 - (Math.min(v, hy) - ly) / (hy - ly)) * (plotB - top);
+  const [yScale, yPrefix] = window.fmt.moneyPrefix(hy);
+  svg.appendChild(svgEl("line", { x1: left, x2: plotR, y1: plotB, y2: plotB, stroke: "#888" }));
+  svg.appendChild(svgEl("line", { x1: left, x2: left, y1: top, y2: plotB, stroke: "#888" }));
+  for (const t of window.fmt.niceTicks(lx, hx, 6)) {
+    svg.appendChild(svgEl("line", { x1: sx(t), x2: sx(t), y1: plotB, y2: plotB + 5, stroke: "#888" }));
+    svg.appendChild(svgEl("text", { x: sx(t), y: plotB + 17, "text-anchor": "middle", class: "tick-x" }, tickText.format(t)));
+  }
+  for (const t of window.fmt.niceTicks(ly / yScale, hy / yScale, 5)) {
+    svg.appendChild(svgEl("line", { x1: left - 5, x2: plotR, y1: sy(t * yScale), y2: sy(t * yScale), stroke: "#e3e3e3" }));
+    svg.appendChild(svgEl("text", { x: left - 8, y: sy(t * yScale) + 4, "text-anchor": "end", class: "tick-y" }, tickText.format(t)));
+  }
+  svg.appendChild(svgEl("text", { x: (left + plotR) / 2, y: height - 6, "text-anchor": "middle", class: "axis-x" }, `${xLabel} (${xUnit})`));
+  svg.appendChild(svgEl("text", { x: 14, y: (top + plotB) / 2, "text-anchor": "middle", transform: `rotate(-90 14 ${(top + plotB) / 2})`, class: "axis-y" },
+    `${yLabel} (${yPrefix}${currency})`));
   const frontier = points.filter((p) => p.onFrontier).sort((a, b) => a.x - b.x);
   if (frontier.length > 1) {
     svg.appendChild(svgEl("polyline", { points: frontier.map((p) => `${sx(p.x)},${sy(p.y)}`).join(" "), fill: "none", stroke: "#b45f06", "stroke-width": 2 }));
   }
-  for (const p of points) {
-    const c = svgEl("circle", {
-      cx: sx(p.x), cy: sy(p.y), r: p.chosen ? 7 : p.onFrontier ? 4.5 : 3,
-      fill: p.chosen ? "#e69f00" : p.onFrontier ? "#b45f06" : "#9fb7d0", stroke: p.chosen ? "#111" : "none", "data-point": "1",
-    });
-    c.appendChild(svgEl("title", {}, p.label));
-    svg.appendChild(c);
+  let offScale = 0;
+  // Chosen last, so it is drawn on top of the rest.
+  for (const p of [...points].sort((a, b) => Number(a.chosen) - Number(b.chosen))) {
+    const cx = sx(p.x), cy = sy(p.y), off = p.x > hx || p.y > hy;
+    const fill = p.chosen ? "#e69f00" : p.onFrontier ? "#b45f06" : "#9fb7d0";
+    let mark;
+    if (off) {
+      offScale++;
+      // An arrow at the edge, pointing the way the point lies.
+      const angle = p.x > hx && p.y > hy ? -45 : p.x > hx ? 0 : -90;
+      mark = svgEl("path", { d: "M -5 -5 L 6 0 L -5 5 Z", transform: `translate(${cx} ${cy}) rotate(${angle})`, fill: "#5b7fa6", "data-point": "1", "data-offscale": "1" });
+    } else {
+      mark = svgEl("circle", { cx, cy, r: p.chosen ? 7 : p.onFrontier ? 4.5 : 3, fill, stroke: p.chosen ? "#111" : "none", "data-point": "1" });
+    }
+    if (p.chosen) mark.setAttribute("data-chosen", "1");
+    mark.appendChild(svgEl("title", {}, p.label + (off ? " (off scale)" : "")));
+    svg.appendChild(mark);
+  }
+  if (offScale) {
+    svg.appendChild(svgEl("text", { x: plotR, y: 14, "text-anchor": "end", class: "offscale-note" },
+      `${offScale} point(s) beyond the ${Math.round(OFF_SCALE_QUANTILE * 100)}th percentile drawn at the edge (▶)`));
   }
   return svg;
 }

@@ -1,0 +1,64 @@
+// Numbers a person can read: sizes in the largest binary unit that keeps them at least 1, money and
+// times to a fixed number of significant figures with their unit, never an exponent. A number and
+// its unit are joined by a no-break space so a table cell never wraps between them.
+"use strict";
+
+const NBSP = "\u00a0";
+const SIGNIFICANT = 3;
+const BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+// Metric prefixes for small amounts of money: a run costs well under a cent.
+const MONEY_PREFIXES = [[1, ""], [1e-3, "m"], [1e-6, "µ"], [1e-9, "n"], [1e-12, "p"]];
+const sig = new Intl.NumberFormat("en-US", { maximumSignificantDigits: SIGNIFICANT, minimumSignificantDigits: SIGNIFICANT });
+const plain = new Intl.NumberFormat("en-US", { maximumSignificantDigits: SIGNIFICANT });
+
+function sigFigs(x) { return sig.format(x); }
+
+function bytes(b) {
+  if (b === null || b === undefined || !Number.isFinite(b)) return "—";
+  let v = Math.abs(b), i = 0;
+  while (v >= 1024 && i < BYTE_UNITS.length - 1) { v /= 1024; i++; }
+  const text = i === 0 ? String(Math.round(v)) : plain.format(v);
+  return `${b < 0 ? "-" : ""}${text}${NBSP}${BYTE_UNITS[i]}`;
+}
+
+// [scale, prefix]: none down to a cent, then the prefix that keeps |x| / scale at least 1.
+function moneyPrefix(x) {
+  const a = Math.abs(x);
+  if (a >= 0.01) return MONEY_PREFIXES[0];
+  for (const [scale, prefix] of MONEY_PREFIXES) if (a >= scale * 0.9995) return [scale, prefix];
+  return MONEY_PREFIXES[MONEY_PREFIXES.length - 1];
+}
+
+// 7.177e-07 USD -> "718 nUSD"; 0.0452 USD -> "0.0452 USD"; 12.3 -> "12.3 USD". `per` adds "/h" etc.
+function money(x, currency = "USD", per = "") {
+  if (x === null || x === undefined || !Number.isFinite(x)) return "—";
+  if (x === 0) return `0${NBSP}${currency}${per}`;
+  const [scale, prefix] = moneyPrefix(x);
+  return `${sigFigs(x / scale)}${NBSP}${prefix}${currency}${per}`;
+}
+
+function seconds(s) {
+  if (s === null || s === undefined || !Number.isFinite(s)) return "—";
+  const a = Math.abs(s);
+  if (a < 1e-3) return `${sigFigs(s * 1e6)}${NBSP}µs`;
+  if (a < 1) return `${sigFigs(s * 1e3)}${NBSP}ms`;
+  if (a < 120) return `${sigFigs(s)}${NBSP}s`;
+  if (a < 7200) return `${sigFigs(s / 60)}${NBSP}min`;
+  return `${sigFigs(s / 3600)}${NBSP}h`;
+}
+
+const percent = (x) => `${(x * 100).toFixed(1)}${NBSP}%`;
+const signedPercent = (x) => `${x >= 0 ? "+" : "−"}${(Math.abs(x) * 100).toFixed(1)}${NBSP}%`;
+
+// Evenly spaced round tick values (1, 2 or 5 times a power of ten) covering [lo, hi].
+function niceTicks(lo, hi, count = 5) {
+  if (!(hi > lo)) return [lo];
+  const raw = (hi - lo) / count;
+  const power = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw) || 10 * power;
+  const ticks = [];
+  for (let v = Math.ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) ticks.push(Number(v.toPrecision(12)));
+  return ticks;
+}
+
+window.fmt = { NBSP, bytes, money, moneyPrefix, seconds, percent, signedPercent, sigFigs, niceTicks };
