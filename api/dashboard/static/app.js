@@ -347,19 +347,13 @@ async function pageNodes() {
   };
 }
 
-async function pageReports() {
-  setPage("Reports", region("report-list"), region("report-body"));
-  state.refreshData = async () => {
-    const reports = await api("/v1/reports");
-    fill("report-list", reports.length
-      ? h("ul", {}, reports.map((r) => h("li", {}, h("a", { href: "#", onclick: async (e) => { e.preventDefault(); const body = await api(`/v1/reports/${encodeURIComponent(r.name)}`); fill("report-body", h("h3", {}, r.name), h("pre", {}, body.text)); } }, r.name), ` (${new Date(r.modified).toLocaleString()})`)))
-      : h("p", {}, "No reports yet: run ./dev bench."));
-  };
-}
-
 // -- routing, login, refresh ----------------------------------------------------------------
 
-const ROUTES = { cluster: pageCluster, workloads: pageWorkloads, workload: pageWorkload, decisions: pageDecisions, nodes: pageNodes, reports: pageReports };
+// reports.js and planner.js load after this file: looked up when the page is shown.
+const ROUTES = {
+  cluster: pageCluster, workloads: pageWorkloads, workload: pageWorkload, decisions: pageDecisions, nodes: pageNodes,
+  planner: () => window.plannerPage(), reports: () => window.reportPages.list(), report: (name) => window.reportPages.page(name),
+};
 
 async function refresh() {
   if (!state.refreshData) return;
@@ -377,7 +371,8 @@ async function route() {
   const [page, arg] = (location.hash.replace(/^#\//, "") || "cluster").split("/");
   const render = ROUTES[page] || pageCluster;
   for (const a of document.querySelectorAll("nav a")) {
-    if (a.dataset.page === (page === "workload" ? "workloads" : page)) a.setAttribute("aria-current", "page");
+    const section = { workload: "workloads", report: "reports" }[page] || page;
+    if (a.dataset.page === section) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
   state.refreshData = null;

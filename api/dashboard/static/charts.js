@@ -24,10 +24,11 @@ function heatColour(t) {
   return `rgb(${r},${g},${b})`;
 }
 
-// Outlines drawn over a heat-map cell: the decision's pick solid, the cheapest dashed.
+// Outlines drawn over a heat-map cell: the decision's pick solid, the cheapest dashed (on the
+// same cell the dashes alternate with the solid colour).
 const MARK_STYLES = {
   chosen: { stroke: "#e69f00", "stroke-width": 4, inset: 1.5 },
-  cheapest: { stroke: "#111", "stroke-width": 2, "stroke-dasharray": "5 3", inset: 5 },
+  cheapest: { stroke: "#111", "stroke-width": 2, "stroke-dasharray": "5 3", inset: 1.5 },
 };
 
 // rows x cols grid; cell(r, c) returns {value: 0..1 for the colour, text, title, marks: ["chosen", "cheapest"]} or null.
@@ -96,12 +97,14 @@ function lineChart({ series, label, width = 560, height = 200 }) {
 const tickText = new Intl.NumberFormat("en-US", { maximumFractionDigits: 6 });
 const OFF_SCALE_QUANTILE = 0.9;
 
-// The upper end of an axis: the points that matter (frontier, chosen) and most of the rest; the
-// few beyond it are outliers that would squash the frontier against one side.
+// The upper end of an axis: the points that matter (frontier, chosen) fill at least half of it;
+// beyond that, at most 90 % of the rest. The others are outliers that would squash the frontier
+// into a corner: they are drawn at the edge instead.
 function clippedMax(values, mustShow) {
   const sorted = [...values].sort((a, b) => a - b);
+  const lo = sorted[0], focus = Math.max(...mustShow);
   const q = sorted[Math.floor(OFF_SCALE_QUANTILE * (sorted.length - 1))];
-  return Math.min(sorted[sorted.length - 1], Math.max(q, ...mustShow));
+  return Math.min(sorted[sorted.length - 1], Math.max(focus, Math.min(q, lo + 2 * (focus - lo))));
 }
 
 // points: [{x, y, label, onFrontier, chosen}]: time (s) against cost (in `currency`). Both axes
@@ -156,9 +159,45 @@ function scatter({ points, label, xLabel, xUnit, yLabel, currency, width = 620, 
   }
   if (offScale) {
     svg.appendChild(svgEl("text", { x: plotR, y: 14, "text-anchor": "end", class: "offscale-note" },
-      `${offScale} point(s) beyond the ${Math.round(OFF_SCALE_QUANTILE * 100)}th percentile drawn at the edge (▶)`));
+      `axes clipped around the frontier: ${offScale} point(s) beyond, drawn at the edge (▶)`));
   }
   return svg;
 }
 
-window.charts = { heatmap, lineChart, scatter, heatColour, RESOURCE_COLOURS };
+const BAR_COLOURS = ["#0b5394", "#e69f00", "#38761d", "#a40000"];
+
+// Horizontal grouped bars: a row per group, a bar per series, a value axis with ticks and its
+// unit in `axis`. series: [{name, values: [one per group]}]; format(value) labels ticks and bars.
+function bars({ groups, series, label, axis, format, width = 640 }) {
+  const left = 170, right = 64, top = 8, bottom = 42, barH = 10, gap = 8;
+  const groupH = series.length * barH + gap;
+  const height = top + groups.length * groupH + bottom;
+  const svg = svgRoot(width, height, label);
+  svg.dataset.series = series.map((s) => s.name).join(",");
+  const all = series.flatMap((s) => s.values).filter(Number.isFinite);
+  const ticks = window.fmt.niceTicks(Math.min(0, ...all), Math.max(0, ...all) || 1, 5);
+  const lo = Math.min(ticks[0], 0, ...all), hi = Math.max(ticks[ticks.length - 1], ...all);
+  const sx = (v) => left + ((v - lo) / (hi - lo || 1)) * (width - left - right);
+  const plotB = height - bottom;
+  for (const t of ticks) {
+    svg.appendChild(svgEl("line", { x1: sx(t), x2: sx(t), y1: top, y2: plotB + 4, stroke: t === 0 ? "#888" : "#e3e3e3" }));
+    svg.appendChild(svgEl("text", { x: sx(t), y: plotB + 16, "text-anchor": "middle", class: "tick-x" }, format(t)));
+  }
+  svg.appendChild(svgEl("text", { x: (left + width - right) / 2, y: height - 6, "text-anchor": "middle", class: "axis-x" }, axis));
+  groups.forEach((g, i) => {
+    const y = top + i * groupH;
+    svg.appendChild(svgEl("text", { x: left - 8, y: y + (series.length * barH) / 2 + 4, "text-anchor": "end" }, g));
+    series.forEach((s, k) => {
+      const v = s.values[i];
+      if (!Number.isFinite(v)) return;
+      const x0 = sx(Math.min(0, v)), x1 = sx(Math.max(0, v));
+      const bar = svgEl("rect", { x: x0, y: y + k * barH, width: Math.max(1, x1 - x0), height: barH - 1, fill: BAR_COLOURS[k % BAR_COLOURS.length], "data-bar": s.name });
+      bar.appendChild(svgEl("title", {}, `${g}, ${s.name}: ${format(v)}`));
+      svg.appendChild(bar);
+      svg.appendChild(svgEl("text", { x: x1 + 4, y: y + k * barH + barH - 2, class: "bar-value" }, format(v)));
+    });
+  });
+  return svg;
+}
+
+window.charts = { heatmap, lineChart, scatter, bars, heatColour, RESOURCE_COLOURS, BAR_COLOURS };

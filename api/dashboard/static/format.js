@@ -3,6 +3,8 @@
 // its unit are joined by a no-break space so a table cell never wraps between them.
 "use strict";
 
+(() => {
+
 const NBSP = "\u00a0";
 const SIGNIFICANT = 3;
 const BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -50,15 +52,23 @@ function seconds(s) {
 const percent = (x) => `${(x * 100).toFixed(1)}${NBSP}%`;
 const signedPercent = (x) => `${x >= 0 ? "+" : "−"}${(Math.abs(x) * 100).toFixed(1)}${NBSP}%`;
 
-// Evenly spaced round tick values (1, 2 or 5 times a power of ten) covering [lo, hi].
+// Evenly spaced round tick values (1, 2 or 5 times a power of ten) covering [lo, hi]: about
+// `count` of them, and at least three.
 function niceTicks(lo, hi, count = 5) {
   if (!(hi > lo)) return [lo];
-  const raw = (hi - lo) / count;
-  const power = 10 ** Math.floor(Math.log10(raw));
-  const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw) || 10 * power;
-  const ticks = [];
-  for (let v = Math.ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) ticks.push(Number(v.toPrecision(12)));
-  return ticks;
+  const steps = [];
+  for (let power = 10 ** Math.floor(Math.log10((hi - lo) / count)) * 10; steps.length < 8; power /= 10) steps.push(5 * power, 2 * power, power);
+  const ticksOf = (step) => {
+    const ticks = [];
+    for (let v = Math.ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) ticks.push(Number(v.toPrecision(12)));
+    return ticks;
+  };
+  for (const step of steps) {
+    const ticks = ticksOf(step);
+    if (ticks.length >= Math.max(3, Math.floor(count * 0.6))) return ticks;
+  }
+  return ticksOf(steps[steps.length - 1]);
 }
 
 window.fmt = { NBSP, bytes, money, moneyPrefix, seconds, percent, signedPercent, sigFigs, niceTicks };
+})();
