@@ -14,6 +14,8 @@ const sig = new Intl.NumberFormat("en-US", { maximumSignificantDigits: SIGNIFICA
 const plain = new Intl.NumberFormat("en-US", { maximumSignificantDigits: SIGNIFICANT });
 
 function sigFigs(x) { return sig.format(x); }
+// Up to three significant figures without trailing zeros: counts and axis ticks ("1", "2.5").
+function number(x) { return plain.format(x); }
 
 function bytes(b) {
   if (b === null || b === undefined || !Number.isFinite(b)) return "—";
@@ -49,8 +51,9 @@ function seconds(s) {
   return `${sigFigs(s / 3600)}${NBSP}h`;
 }
 
-const percent = (x) => `${(x * 100).toFixed(1)}${NBSP}%`;
-const signedPercent = (x) => `${x >= 0 ? "+" : "−"}${(Math.abs(x) * 100).toFixed(1)}${NBSP}%`;
+// Rounded to a tenth of a percent; a value that rounds to zero has no sign ("0.0 %", not "-0.0 %").
+const percent = (x) => `${Math.abs(x) < 0.0005 ? "0.0" : (x * 100).toFixed(1)}${NBSP}%`;
+const signedPercent = (x) => (Math.abs(x) < 0.0005 ? `0.0${NBSP}%` : `${x >= 0 ? "+" : "−"}${(Math.abs(x) * 100).toFixed(1)}${NBSP}%`);
 
 // Evenly spaced round tick values (1, 2 or 5 times a power of ten) covering [lo, hi]: about
 // `count` of them, and at least three.
@@ -70,5 +73,5 @@ function niceTicks(lo, hi, count = 5) {
   return ticksOf(steps[steps.length - 1]);
 }
 
-window.fmt = { NBSP, bytes, money, moneyPrefix, seconds, percent, signedPercent, sigFigs, niceTicks };
+window.fmt = { NBSP, number, bytes, money, moneyPrefix, seconds, percent, signedPercent, sigFigs, niceTicks };
 })();

@@ -6,6 +6,7 @@
 (() => {
   const MAX_OPTIONS = 128; // per class, as the API bounds them
   const MAX_RATE = 1e7;
+  const DEFAULT_RATE = 3600;
   let rowSeq = 0;
 
   async function plan(body) {
@@ -62,14 +63,14 @@
       table(`Machine kinds, cheapest first (${kinds.length})`, ["kind", "machines", "greedy", "per machine", "total", "tenants pay", "binding", "load at the plan", "status"],
         kinds.map((k) => [k.kind, k.machines, k.greedy_machines, money(k.machine_hour), money(k.total_hour), money(k.tenant_hour), k.binding, load(k), k.status]),
         (i) => (kinds[i].kind === best.kind ? { class: "chosen" } : {})),
-      h("figure", { class: "data-plot" }, charts.bars({
-        label: "Machines per kind: the plan against the greedy rule",
-        groups: hostable.map((k) => k.kind), axis: "machines",
-        series: [{ name: "planned", values: hostable.map((k) => k.machines) }, { name: "greedy", values: hostable.map((k) => k.greedy_machines) }],
-        format: (x) => fmt.sigFigs(x),
-      }), h("figcaption", { class: "legend" }, ["planned", "greedy"].map((s, k) => [h("span", { style: `background:${charts.BAR_COLOURS[k]}` }), s]))),
+      h("figure", { class: "data-plot" }, h("figcaption", {}, "What the mix costs per hour on each machine kind (the plan's machines × their price)"), charts.bars({
+        label: "Total price per hour of the plan on each machine kind",
+        groups: hostable.map((k) => `${k.machines} × ${k.kind}`), axis: `total per hour (${currency})`,
+        series: [{ name: "plan", values: hostable.map((k) => k.total_hour) }],
+        format: fmt.number,
+      })),
       table(`Mix on ${best.kind}: arrivals per hour given each option (options as in the decision, lowest packing penalty first)`,
-        ["workload", "per option"], Object.entries(best.mix).map(([name, rates]) => [name, rates.map((r) => fmt.sigFigs(r)).join(" · ")])),
+        ["workload", "per option"], Object.entries(best.mix).map(([name, rates]) => [name, rates.map((r) => fmt.number(r)).join(" · ")])),
     ];
   }
 
@@ -81,13 +82,13 @@
       setPage("Capacity planner", h("p", {}, "No workload has a decision yet: the planner needs each workload's candidates (tmc recommend)."));
       return;
     }
-    const rows = h("div", { id: "mix-rows" }, mixRow(names, names[0], 60));
+    const rows = h("div", { id: "mix-rows" }, mixRow(names, names[0], DEFAULT_RATE));
     // Checked here rather than by the browser, so every bad value gets the same clear message.
     const form = h("form", { id: "planner-form", "aria-label": "Workload mix", novalidate: true },
       h("p", {}, "Which machine kind, and how many, cost least for a mix of workloads arriving at these rates. Each workload's options are its latest decision's candidates within T."),
       rows,
       h("p", {},
-        h("button", { type: "button", id: "p-add", onclick: () => rows.append(mixRow(names, names[Math.min(rows.children.length, names.length - 1)], 60)) }, "Add workload"),
+        h("button", { type: "button", id: "p-add", onclick: () => rows.append(mixRow(names, names[Math.min(rows.children.length, names.length - 1)], DEFAULT_RATE)) }, "Add workload"),
         " ", h("label", { for: "p-prices" }, "Prices"),
         h("select", { id: "p-prices" }, h("option", { value: "gce-n1" }, "gce-n1"), h("option", { value: "msv2-lsq" }, "msv2-lsq")),
         h("label", { for: "p-fill" }, " Fill"),

@@ -119,7 +119,7 @@
 
   // -- plots drawn from the data of the report kinds tmc writes --------------------------------
 
-  const pctAxis = (x) => `${(x * 100).toFixed(1)}${fmt.NBSP}%`;
+  const pctAxis = fmt.percent;
 
   const KNOWN = {
     "tmc.bench/v1": (d) => Object.entries(d.workloads || {}).flatMap(([host, rows]) => [
@@ -132,7 +132,7 @@
         label: `Profiling runs to decide per workload, ${host} host: tmc, BO and ES`,
         groups: rows.map((r) => r.workload), axis: "profiling runs",
         series: [{ name: "tmc", values: rows.map((r) => r.tmc.runs) }, { name: "BO", values: rows.map((r) => r.bo.runs) }, { name: "ES", values: rows.map((r) => r.es.runs) }],
-        format: (x) => fmt.sigFigs(x),
+        format: fmt.number,
       }),
     ]),
     "tmc.bench.tiering/v1": (d) => {
@@ -153,8 +153,9 @@
     const draw = data && KNOWN[data.schema];
     if (!draw) return [];
     try {
-      return draw(data).map((svg) => h("figure", { class: "data-plot" }, svg,
-        h("figcaption", { class: "legend" }, svg.dataset.series.split(",").map((s, k) => [h("span", { style: `background:${charts.BAR_COLOURS[k]}` }), s]))));
+      return draw(data).map((svg) => h("figure", { class: "data-plot" },
+        h("figcaption", {}, svg.getAttribute("aria-label"), h("span", { class: "legend" },
+          svg.dataset.series.split(",").map((s, k) => [h("span", { style: `background:${charts.BAR_COLOURS[k]}` }), s]))), svg));
     } catch (err) {
       // A report of a newer shape: the text still renders, without these plots.
       return [h("p", { class: "flag" }, `The plots could not be drawn from ${data.schema}: ${err.message}`)];
