@@ -176,6 +176,9 @@ function bars({ groups, series, label, axis, format, width = 640 }) {
   svg.dataset.series = series.map((s) => s.name).join(",");
   const all = series.flatMap((s) => s.values).filter(Number.isFinite);
   const ticks = window.fmt.niceTicks(Math.min(0, ...all), Math.max(0, ...all) || 1, 5);
+  // The axis ends on a tick beyond the longest bar.
+  const step = ticks.length > 1 ? ticks[1] - ticks[0] : 1;
+  while (ticks[ticks.length - 1] < Math.max(...all)) ticks.push(Number((ticks[ticks.length - 1] + step).toPrecision(12)));
   const lo = Math.min(ticks[0], 0, ...all), hi = Math.max(ticks[ticks.length - 1], ...all);
   const sx = (v) => left + ((v - lo) / (hi - lo || 1)) * (width - left - right);
   const plotB = height - bottom;

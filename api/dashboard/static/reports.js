@@ -177,7 +177,11 @@
       const page = markdown(body.text, ctx);
       const companion = name.replace(/\.md$/, ".json");
       const plots = known.has(companion) ? dataPlots(await jsonOf(companion)) : [];
-      if (plots.length) parts.push(h("section", { class: "report-plots" }, h("h3", {}, "Plots from the report's data"), plots));
+      if (plots.length) {
+        // After the report's title and introduction, before its first section.
+        const at = page.findIndex((el, k) => k > 0 && el.tagName === "H4");
+        page.splice(at < 0 ? page.length : at, 0, h("section", { class: "report-plots" }, h("h4", {}, "Plots from the report's data"), plots));
+      }
       parts.push(h("article", { class: "report" }, page));
       // Plots the text links to (rather than embeds) are shown at the end, in the order linked.
       const linked = ctx.plots.filter((p) => !page.some((el) => el.querySelector && el.querySelector(`[data-report-image="${CSS.escape(p.name)}"]`)));
