@@ -274,6 +274,11 @@ def test_a_report_renders_as_a_page_with_plots(service: tuple[str, str], page: P
         ".every((i) => i.complete && i.naturalWidth > 0)"
     )
     assert '"schema"' not in report.inner_text()
+    # A link to a plot scrolls to it on the same page.
+    page.get_by_role("link", name="run-time prediction error per workload").click()
+    expect(page.get_by_role("heading", name="Report evaluation.md")).to_be_visible()
+    assert page.evaluate("location.hash") == "#/report/evaluation.md"
+    page.wait_for_function("() => window.scrollY > 0")
     # Report tables are the benchmark's own words; still, none of their cells wraps.
     assert page.evaluate(WRAPPED_CELLS) == []
     shot(page, "report", full_page=False)

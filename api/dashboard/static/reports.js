@@ -51,9 +51,11 @@
     if (/^https?:\/\//.test(target)) return h("a", { href: target, rel: "noopener noreferrer" }, text);
     const name = resolve(ctx.name, target.split("#")[0]);
     if (/\.png$/i.test(name) && ctx.known.has(name)) {
-      ctx.plots.push({ name, alt: text || name });
-      if (isImage) return plotImage(name, text || name);
-      return h("a", { href: `#plot-${ctx.plots.length}` }, text);
+      const plot = { id: `plot-${ctx.plots.length + 1}`, name, alt: text || name, embedded: isImage };
+      ctx.plots.push(plot);
+      if (isImage) return plotImage(name, plot.alt);
+      // The plot is shown at the end of the page; the link scrolls there (a hash would change page).
+      return h("a", { href: "#", onclick: (e) => { e.preventDefault(); document.getElementById(plot.id)?.scrollIntoView(); } }, text);
     }
     if (ctx.known.has(name)) return h("a", { href: reportHref(name) }, text);
     return h("span", { title: target }, text); // a file outside the reports: named, not linked
@@ -184,8 +186,8 @@
       }
       parts.push(h("article", { class: "report" }, page));
       // Plots the text links to (rather than embeds) are shown at the end, in the order linked.
-      const linked = ctx.plots.filter((p) => !page.some((el) => el.querySelector && el.querySelector(`[data-report-image="${CSS.escape(p.name)}"]`)));
-      if (linked.length) parts.push(h("section", { class: "report-plots" }, h("h3", {}, "Plots"), linked.map((p, k) => h("div", { id: `plot-${k + 1}` }, plotImage(p.name, p.alt)))));
+      const linked = ctx.plots.filter((p) => !p.embedded);
+      if (linked.length) parts.push(h("section", { class: "report-plots" }, h("h3", {}, "Plots"), linked.map((p) => h("div", { id: p.id }, plotImage(p.name, p.alt)))));
     } else if (body.format === "json") {
       let data = null;
       try { data = JSON.parse(body.text); } catch (_) { /* shown as text below */ }
