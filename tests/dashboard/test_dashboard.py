@@ -289,6 +289,14 @@ def test_a_report_renders_as_a_page_with_plots(service: tuple[str, str], page: P
     assert page.evaluate(WRAPPED_CELLS) == []
     shot(page, "report", full_page=False)
 
+    # The dynamic-tiering study: its saved-memory plot from tiering.json, per workload and host.
+    page.goto(f"{base}/dashboard/#/report/tiering.md")
+    expect(page.get_by_role("heading", name="Dynamic tiering study")).to_be_visible()
+    tiering = page.locator("#report-body .report-plots svg")
+    expect(tiering).to_have_count(1)
+    expect(tiering.locator("text.axis-x")).to_have_text("fast memory saved (% of the footprint)")
+    assert tiering.locator("rect[data-bar=oracle]").count() >= 5
+
     # A report in a sub-folder with an embedded plot.
     page.goto(f"{base}/dashboard/#/report/{quote('regimes/regimes.md', safe='')}")
     expect(page.locator("#report-body figure img[data-report-image]")).to_have_count(1)
