@@ -419,6 +419,10 @@ def test_viewer_reads_agent_is_refused(service: tuple[str, str], page: Page) -> 
     base, _ = service
     sign_in(page, base, VIEWER)
     expect(page.locator("#cluster-history polyline")).to_have_count(4)
+    # A viewer reads the planner page, but asking it to plan is an operator's right.
+    page.get_by_role("link", name="Planner").click()
+    page.get_by_role("button", name="Plan").click()
+    expect(page.get_by_role("alert")).to_contain_text("may not ask the planner")
     page.get_by_role("button", name="Sign out").click()
     page.get_by_label("API token (operator or viewer)").fill(AGENT)
     page.get_by_role("button", name="Sign in").click()
