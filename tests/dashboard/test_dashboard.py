@@ -4,12 +4,16 @@ through every page of a running service loaded with demo data."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
+from PIL import Image
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from api.auth import Role, token_hash
@@ -34,6 +38,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     reports = tmp / "reports"
     reports.mkdir()
     (reports / "bench-latency.md").write_text("# Recommendation latency\n\npaper-77: 0.55 ms\n")
+    # The real reports, as the benchmarks write them: markdown, its data and its PNG plots.
+    shutil.copytree(ROOT / "docs" / "reports", reports, dirs_exist_ok=True)
     upgrade_to_head(url)
     sessions = make_session_factory(make_engine(Settings(database_url=url)))
     load_demo(sessions)
@@ -43,10 +49,14 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
         session.add(ApiToken(name="agent", role=Role.agent, token_hash=token_hash(AGENT)))
     env = {"TMC_DATABASE_URL": url, "TMC_REPORTS_DIR": str(reports)}
     with uvicorn_server(env) as base:
-        for objective in ("cheapest", "slo:5%"):
+        for workload, objective in (
+            ("memcached", "cheapest"),
+            ("graph500", "cheapest"),
+            ("graph500", "slo:5%"),
+        ):
             httpx.post(
                 f"{base}/recommend",
-                json={"workload": "graph500", "objective": objective},
+                json={"workload": workload, "objective": objective},
                 headers={"Authorization": f"Bearer {token}"},
             ).raise_for_status()
         yield base, token
@@ -90,9 +100,54 @@ def sign_in(page: Page, base: str, token: str) -> None:
     expect(page.get_by_role("navigation", name="Pages")).to_be_visible()
 
 
-def shot(page: Page, name: str) -> None:
+def shot(page: Page, name: str, full_page: bool = True) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    if not full_page:
+        page.evaluate("window.scrollTo(0, 0)")
+    path = SHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=full_page)
+    if "TMC_SCREENSHOTS" in os.environ:
+        # The committed ones: a 128-colour palette keeps them a third of the size, still crisp.
+        small = Image.open(path).convert("RGB").quantize(128, dither=Image.Dither.NONE)
+        small.save(path, optimize=True)
+
+
+# Cells whose text runs over more than one line: the distinct line tops of the text's boxes.
+WRAPPED_CELLS = """() => [...document.querySelectorAll('#page td:not(.prose)')].filter((td) => {
+    const range = document.createRange();
+    range.selectNodeContents(td);
+    const tops = new Set([...range.getClientRects()].filter((r) => r.width > 0)
+        .map((r) => Math.round(r.top)));
+    return tops.size > 1;
+}).map((td) => td.textContent)"""
+# An exponent ("7.177e-07") or a size below one in its unit ("0.02 GiB") is unreadable.
+UNREADABLE = r"(?<![0-9a-f-])\d\.?\d*e[-+]\d|\b0\.\d+\s?[KMGTP]iB"
+
+
+# Tables wider than the page at 1280 px: they scroll rather than wrap, but the dashboard's own fit.
+OVERFLOWING_TABLES = """() => [...document.querySelectorAll('#page .table-wrap')]
+    .filter((w) => w.scrollWidth > w.clientWidth + 1).map((w) => w.querySelector('caption')?.textContent)"""
+
+
+def assert_readable(page: Page) -> None:
+    """No table value wraps, no table overflows the page, and no number is written with an
+    exponent or as a fraction of a unit."""
+    assert page.evaluate(WRAPPED_CELLS) == []
+    assert page.evaluate(OVERFLOWING_TABLES) == []
+    text = page.locator("#page").inner_text()
+    assert re.search(UNREADABLE, text) is None, re.search(UNREADABLE, text)
+
+
+def latest_decision(base: str, token: str, workload: str) -> dict[str, Any]:
+    auth = {"Authorization": f"Bearer {token}"}
+    listed = httpx.get(
+        f"{base}/v1/recommendations", params={"workload": workload, "limit": 1}, headers=auth
+    )
+    listed.raise_for_status()
+    full = httpx.get(f"{base}/v1/recommendations/{listed.json()[0]['id']}", headers=auth)
+    full.raise_for_status()
+    decision: dict[str, Any] = full.json()["recommendation"]
+    return decision
 
 
 def test_every_page_renders_with_data(service: tuple[str, str], page: Page) -> None:
@@ -105,39 +160,241 @@ def test_every_page_renders_with_data(service: tuple[str, str], page: Page) -> N
     # At least 16 nodes x 4 resources: wait until the 64th cell is drawn.
     expect(page.locator("#cluster-heat rect[data-cell]").nth(16 * 4 - 1)).to_be_attached()
     expect(page.get_by_text("stranding resources")).to_be_visible()
+    assert_readable(page)
     shot(page, "cluster")
 
     page.get_by_role("link", name="Workloads").click()
     expect(page.get_by_role("link", name="graph500")).to_be_visible()
+    assert_readable(page)
     shot(page, "workloads")
     page.get_by_role("link", name="graph500").click()
     expect(page.get_by_role("heading", name="Workload graph500")).to_be_visible()
     expect(page.locator("#w-slowdown rect[data-cell]")).to_have_count(77)
     expect(page.locator("#w-cost rect[data-cell]")).to_have_count(77)
     # The charts draw one after another: wait for the points, do not count them mid-draw.
-    expect(page.locator("#w-pareto circle[data-point]")).to_have_count(77)
+    expect(page.locator("#w-pareto [data-point]")).to_have_count(77)
     expect(page.locator("#w-decision tr.chosen")).to_have_count(1)
+    # The heat maps outline the decision's pick (solid) and the cheapest (dashed), each once.
+    chosen = latest_decision(base, token, "graph500")["chosen"]["configuration"]
+    for heat in ("#w-slowdown", "#w-cost"):
+        expect(page.locator(f"{heat} rect[data-chosen]")).to_have_count(1)
+        expect(page.locator(f"{heat} rect[data-cheapest]")).to_have_count(1)
+        expect(page.locator(f"{heat} rect[data-mark=chosen]")).to_have_count(1)
+        title = page.locator(f"{heat} rect[data-chosen] + title").text_content()
+        assert title is not None
+        assert title.startswith(f"ratio {chosen['slow_ratio']}, {chosen['llc_ways']} ways"), title
+        assert "chosen" in title
+    expect(page.locator("#heat-legend")).to_contain_text("chosen by the latest decision (slo:5%)")
+    expect(page.locator("#heat-legend")).to_contain_text("cheapest")
+    # The Pareto chart has ticks on both axes, axis titles with units, and outliers off scale.
+    assert page.locator("#w-pareto text.tick-x").count() >= 3
+    assert page.locator("#w-pareto text.tick-y").count() >= 3
+    expect(page.locator("#w-pareto text.axis-x")).to_have_text("predicted run time (s)")
+    expect(page.locator("#w-pareto text.axis-y")).to_contain_text("USD)")
+    expect(page.locator("#w-pareto [data-chosen]")).to_have_count(1)
+    off = page.locator("#w-pareto [data-offscale]").count()
+    assert 0 < off < 77 // 2
+    expect(page.locator("#w-pareto text.offscale-note")).to_contain_text(f"{off} point(s) beyond")
+    # The frontier spans most of the plot instead of a corner of it.
+    spread = page.evaluate(
+        """() => {
+        const box = document.querySelector('#w-pareto polyline').getBBox();
+        const svg = document.querySelector('#w-pareto svg');
+        return [box.width / svg.width.baseVal.value, box.height / svg.height.baseVal.value];
+    }"""
+    )
+    assert spread[0] > 0.3 and spread[1] > 0.3, spread
+    assert_readable(page)
     shot(page, "workload")
 
     page.get_by_role("link", name="Decisions").click()
-    expect(page.get_by_text("2 decision(s)")).to_be_visible()
+    expect(page.get_by_text("3 decision(s)")).to_be_visible()
     page.get_by_label("Objective").fill("slo:5%")
     page.get_by_role("button", name="Apply").click()
     expect(page.get_by_text("1 decision(s)")).to_be_visible()
     page.locator("#decision-list summary").first.click()
     expect(page.get_by_role("table", name="Inputs")).to_be_visible()
+    # The expanded decision: predicted slowdown, the fast/slow split and the per-structure plan.
+    decision = latest_decision(base, token, "graph500")
+    assert decision["objective"] == "slo:5%"
+    slowdown = f"{'+' if decision['chosen']['slowdown'] >= 0 else '−'}"
+    slowdown += f"{abs(decision['chosen']['slowdown']) * 100:.1f}\u00a0%"
+    prediction = page.get_by_role("table", name="Prediction")
+    expect(prediction.locator("tr", has_text="slowdown vs fastmax")).to_contain_text(slowdown)
+    split = page.get_by_role("table", name="Memory split")
+    expect(split.locator("tr", has_text="fast (DRAM)")).to_contain_text("iB")
+    expect(split.locator("tr", has_text="slow")).to_contain_text("iB")
+    expect(page.get_by_role("img", name=re.compile("memory split: .* fast"))).to_be_visible()
+    plan = page.get_by_role("table", name=re.compile("^Placement plan"))
+    expect(plan.locator("tbody tr")).to_have_count(len(decision["placement"]))
+    tiers = {p["tag"]: p for p in decision["placement"]}
+    for tag, p in tiers.items():
+        tier = "fast" if p["slow_bytes"] == 0 else "slow" if p["fast_bytes"] == 0 else "split"
+        expect(plan.locator("tr", has_text=tag).locator("td").nth(2)).to_contain_text(tier)
+    # Kept open across the page's periodic refresh, which replaces the list.
+    before = page.locator("#decision-list details").first.element_handle()
+    page.wait_for_function("(el) => !el.isConnected", arg=before, timeout=20_000)
+    expect(plan).to_be_visible()
+    assert_readable(page)
     shot(page, "decisions")
 
     page.get_by_role("link", name="Nodes").click()
     expect(page.get_by_role("table", name="16 nodes")).to_be_visible()
     # The demo reserves 28 + 20 + 12 + 32 ways on local-0..3 and 16 + 24 on pooled-0..1.
     expect(page.locator(".bitmap span.on")).to_have_count(28 + 20 + 12 + 32 + 16 + 24)
+    assert_readable(page)
     shot(page, "nodes")
 
     page.get_by_role("link", name="Reports").click()
     page.get_by_role("link", name="bench-latency.md").click()
-    expect(page.locator("#report-body pre")).to_contain_text("0.55 ms")
+    expect(page.get_by_role("heading", name="Recommendation latency")).to_be_visible()
+    expect(page.locator("#report-body article p")).to_have_text("paper-77: 0.55 ms")
+    page.get_by_role("link", name="← all reports").click()
+    expect(page.get_by_role("link", name="evaluation.md")).to_be_visible()
     shot(page, "reports")
+
+
+def test_a_report_renders_as_a_page_with_plots(service: tuple[str, str], page: Page) -> None:
+    base, token = service
+    sign_in(page, base, token)
+    page.get_by_role("link", name="Reports").click()
+    page.get_by_role("link", name="evaluation.md").click()
+    report = page.locator("#report-body")
+    expect(
+        page.get_by_role("heading", name="tmc bench: the paper's evaluation in simulation")
+    ).to_be_visible()
+    expect(page.get_by_role("heading", name="Against the targets")).to_be_visible()
+    assert report.locator("article table").count() >= 5
+    expect(report.locator("article table").first.locator("th").first).to_have_text("target")
+    # SVG plots drawn from evaluation.json (cost over ES and runs, per host), with ticks and units.
+    plots = report.locator(".report-plots svg")
+    expect(plots).to_have_count(4)
+    assert plots.first.locator("text.tick-x").count() >= 3
+    expect(plots.first.locator("text.axis-x")).to_have_text("cost over ES (%)")
+    assert plots.first.locator("rect[data-bar=tmc]").count() == 6
+    # The PNG plots the text links to are shown, loaded through the API with the token.
+    images = report.locator("img[data-report-image]")
+    expect(images).to_have_count(4)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('img[data-report-image]')]"
+        ".every((i) => i.complete && i.naturalWidth > 0)"
+    )
+    assert '"schema"' not in report.inner_text()
+    # A link to a plot scrolls to it on the same page.
+    page.get_by_role("link", name="run-time prediction error per workload").click()
+    expect(page.get_by_role("heading", name="Report evaluation.md")).to_be_visible()
+    assert page.evaluate("location.hash") == "#/report/evaluation.md"
+    page.wait_for_function("() => window.scrollY > 0")
+    # Report tables are the benchmark's own words; still, none of their cells wraps.
+    assert page.evaluate(WRAPPED_CELLS) == []
+    shot(page, "report", full_page=False)
+
+    # The dynamic-tiering study: its saved-memory plot from tiering.json, per workload and host.
+    page.goto(f"{base}/dashboard/#/report/tiering.md")
+    expect(page.get_by_role("heading", name="Dynamic tiering study")).to_be_visible()
+    tiering = page.locator("#report-body .report-plots svg")
+    expect(tiering).to_have_count(1)
+    expect(tiering.locator("text.axis-x")).to_have_text("fast memory saved (% of the footprint)")
+    assert tiering.locator("rect[data-bar=oracle]").count() >= 5
+
+    # A report in a sub-folder with an embedded plot.
+    page.goto(f"{base}/dashboard/#/report/{quote('regimes/regimes.md', safe='')}")
+    expect(page.locator("#report-body figure img[data-report-image]")).to_have_count(1)
+    page.wait_for_function(
+        "() => { const i = document.querySelector('img[data-report-image]');"
+        " return i && i.complete && i.naturalWidth > 0; }"
+    )
+
+
+def test_reports_api_serves_listed_files_only(service: tuple[str, str]) -> None:
+    base, token = service
+    auth = {"Authorization": f"Bearer {token}"}
+    listed = {r["name"]: r for r in httpx.get(f"{base}/v1/reports", headers=auth).json()}
+    assert listed["evaluation.md"]["format"] == "markdown"
+    assert listed["regimes/regimes-map.png"]["format"] == "image"
+    png = httpx.get(f"{base}/v1/reports/regimes/regimes-map.png", headers=auth)
+    assert png.status_code == 200 and png.headers["content-type"] == "image/png"
+    assert png.content.startswith(b"\x89PNG")
+    body = httpx.get(f"{base}/v1/reports/evaluation.json", headers=auth).json()
+    assert body["format"] == "json" and body["text"].startswith("{")
+    for name in ("../tmc.db", "%2e%2e/tmc.db", "regimes/../../tmc.db", "nope.md", ".hidden.md"):
+        r = httpx.get(f"{base}/v1/reports/{name}", headers=auth)
+        assert r.status_code == 404, (name, r.status_code)
+        assert r.headers["content-type"] == "application/problem+json"
+    assert httpx.get(f"{base}/v1/reports/evaluation.md").status_code == 401
+
+
+def test_the_capacity_planner_answers(service: tuple[str, str], page: Page) -> None:
+    base, token = service
+    sign_in(page, base, token)
+    page.get_by_role("link", name="Planner").click()
+    expect(page.get_by_role("heading", name="Capacity planner")).to_be_visible()
+    # Only the workloads with a decision are offered: their candidates are the options.
+    expect(page.get_by_label("Workload", exact=True).first.locator("option")).to_have_count(2)
+    page.get_by_label("Workload", exact=True).first.select_option("graph500")
+    page.get_by_label("arrivals per hour").first.fill("20000")
+    page.get_by_role("button", name="Add workload").click()
+    page.get_by_label("Workload", exact=True).nth(1).select_option("memcached")
+    page.get_by_label("arrivals per hour").nth(1).fill("30000")
+    page.get_by_role("button", name="Plan").click()
+    expect(page.locator("#plan-best")).to_contain_text("×", timeout=30_000)
+    # The same mix asked of the API directly gives the same answer.
+    classes = []
+    for workload, rate in (("graph500", 20000), ("memcached", 30000)):
+        decision = latest_decision(base, token, workload)
+        options = [
+            {
+                "vcpus": c["configuration"]["vcpus"],
+                "dram_bytes": c["configuration"]["dram_bytes"],
+                "slow_bytes": c["configuration"]["slow_bytes"],
+                "llc_ways": c["configuration"]["llc_ways"],
+                "seconds": c["predicted_seconds"],
+                "cost": c["cost"],
+            }
+            for c in decision["within_threshold"]
+        ]
+        classes.append({"name": workload, "arrivals_per_hour": rate, "options": options})
+    asked = httpx.post(
+        f"{base}/v1/planner/capacity",
+        json={"classes": classes},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=60,
+    )
+    asked.raise_for_status()
+    best = asked.json()["best"]
+    # CP-SAT under a time limit: only a proven optimum is the same answer twice.
+    if best["status"] == "optimal":
+        expect(page.locator("#plan-best")).to_contain_text(f"{best['machines']} × {best['kind']}")
+    kinds = page.get_by_role("table", name=re.compile("^Machine kinds, cheapest first"))
+    expect(kinds.locator("tbody tr")).to_have_count(len(asked.json()["kinds"]))
+    if best["status"] == "optimal":
+        expect(kinds.locator("tr.chosen td").first).to_have_text(best["kind"])
+    chart = page.locator("#plan-answer svg")
+    expect(chart).to_have_count(1)
+    hostable = [k for k in asked.json()["kinds"] if k["total_hour"] is not None]
+    expect(chart.locator("rect[data-bar=plan]")).to_have_count(len(hostable))
+    assert chart.locator("text.tick-x").count() >= 2
+    assert_readable(page)
+    shot(page, "planner")
+
+    # A bad rate is refused with a clear message, before anything is asked.
+    page.get_by_label("arrivals per hour").first.fill("-3")
+    page.get_by_role("button", name="Plan").click()
+    expect(page.get_by_role("alert")).to_contain_text("arrival rate must be between 0")
+
+
+def test_sign_in_page_has_no_navigation(service: tuple[str, str], page: Page) -> None:
+    base, token = service
+    page.goto(f"{base}/dashboard/")
+    expect(page.get_by_label("API token (operator or viewer)")).to_be_visible()
+    expect(page.get_by_role("navigation", name="Pages")).to_be_hidden()
+    expect(page.get_by_role("button", name="Sign out")).to_be_hidden()
+    expect(page.get_by_role("link", name="Cluster")).to_be_hidden()
+    shot(page, "sign-in")
+    sign_in(page, base, token)
+    expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_role("navigation", name="Pages")).to_be_hidden()
 
 
 def test_keyboard_only_navigation(service: tuple[str, str], page: Page) -> None:
@@ -162,6 +419,10 @@ def test_viewer_reads_agent_is_refused(service: tuple[str, str], page: Page) -> 
     base, _ = service
     sign_in(page, base, VIEWER)
     expect(page.locator("#cluster-history polyline")).to_have_count(4)
+    # A viewer reads the planner page, but asking it to plan is an operator's right.
+    page.get_by_role("link", name="Planner").click()
+    page.get_by_role("button", name="Plan").click()
+    expect(page.get_by_role("alert")).to_contain_text("may not ask the planner")
     page.get_by_role("button", name="Sign out").click()
     page.get_by_label("API token (operator or viewer)").fill(AGENT)
     page.get_by_role("button", name="Sign in").click()

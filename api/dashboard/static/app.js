@@ -3,7 +3,6 @@
 
 const REFRESH_MS = 5000;
 const RESOURCES = ["cpu", "dram", "slow", "llc"];
-const GIB = 2 ** 30;
 const state = {
   token: sessionStorage.getItem("tmc.token"),
   history: { cpu: [], dram: [], slow: [], llc: [] },
@@ -22,9 +21,9 @@ function h(tag, attrs, ...children) {
   for (const c of children.flat(Infinity)) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   return el;
 }
-const pct = (x) => `${(x * 100).toFixed(1)}%`;
-const gib = (b) => `${(b / GIB).toFixed(2)} GiB`;
-const signedPct = (x) => `${x >= 0 ? "+" : ""}${(x * 100).toFixed(1)}%`;
+const pct = fmt.percent;
+const signedPct = fmt.signedPercent;
+const bytes = fmt.bytes;
 
 class Unauthorized extends Error {}
 
@@ -39,11 +38,15 @@ async function api(path) {
   return response.json();
 }
 
+// A cell is text or a node; prose(text) marks one that may wrap (a sentence, not a value).
+const prose = (text) => ({ prose: text });
+
 function table(caption, headers, rows, rowAttrs) {
-  return h("table", {},
+  const cell = (c) => (c && c.prose !== undefined ? h("td", { class: "prose" }, c.prose) : h("td", {}, c));
+  return h("div", { class: "table-wrap" }, h("table", {},
     h("caption", {}, caption),
     h("thead", {}, h("tr", {}, headers.map((x) => h("th", { scope: "col" }, x)))),
-    h("tbody", {}, rows.map((r, i) => h("tr", rowAttrs ? rowAttrs(i) : {}, r.map((c) => h("td", {}, c))))));
+    h("tbody", {}, rows.map((r, i) => h("tr", rowAttrs ? rowAttrs(i) : {}, r.map(cell))))));
 }
 
 function meter(label, value) {
@@ -102,7 +105,7 @@ async function pageCluster() {
     fill("cluster-meters", h("div", { class: "cards" },
       meter("CPU", capacity.utilization.cpu), meter("DRAM", capacity.utilization.dram),
       meter("Slow memory", capacity.utilization.slow), meter("LLC ways", capacity.utilization.llc)),
-      h("p", {}, `${capacity.nodes} nodes: ${capacity.cpus} CPUs, ${gib(capacity.dram_bytes)} DRAM, ${gib(capacity.slow_bytes)} slow memory, ${capacity.llc_ways} LLC ways.`));
+      h("p", {}, `${capacity.nodes} nodes: ${capacity.cpus} CPUs, ${bytes(capacity.dram_bytes)} DRAM, ${bytes(capacity.slow_bytes)} slow memory, ${capacity.llc_ways} LLC ways.`));
     const series = Object.fromEntries(RESOURCES.map((r) => [r, state.history[r].length > 1 ? state.history[r] : [[now - 1000, state.history[r][0][1]], ...state.history[r]]]));
     fill("cluster-history", charts.lineChart({ series, label: "Cluster utilization per resource over time" }));
     const perNode = nodes.map((n) => ({ n, u: nodeUtilization(n, pools) }));
@@ -135,6 +138,21 @@ async function pageWorkloads() {
   };
 }
 
+const configKey = (ratio, ways) => `${Number(ratio).toFixed(3)}/${ways}`;
+const currencyCache = {};
+
+// The currency of a price profile (costs are in it); fetched once per profile.
+async function currencyOf(priceProfile) {
+  if (!(priceProfile in currencyCache)) {
+    try { currencyCache[priceProfile] = (await api(`/v1/prices/${encodeURIComponent(priceProfile)}`)).profile.currency || "USD"; }
+    catch (err) { if (err instanceof Unauthorized) throw err; currencyCache[priceProfile] = "USD"; }
+  }
+  return currencyCache[priceProfile];
+}
+
+// Hourly price of a candidate: Eq. 1's cost is the hourly price times the predicted hours.
+const hourly = (c) => c.cost / (c.predicted_seconds / 3600);
+
 async function pageWorkload(name) {
   setPage(`Workload ${name}`, h("p", {}, h("a", { href: "#/workloads" }, "← all workloads")),
     h("div", { class: "grid2" }, h("section", {}, h("h3", {}, "Fitted model"), region("w-model")),
@@ -142,22 +160,30 @@ async function pageWorkload(name) {
     h("div", { class: "grid2" },
       h("section", {}, h("h3", {}, "Predicted slowdown vs fastmax"), region("w-slowdown")),
       h("section", {}, h("h3", {}, "Cost vs the cheapest (Eq. 1)"), region("w-cost"))),
+    region("w-heat-legend"),
     h("section", {}, h("h3", {}, "Time vs cost, Pareto frontier"), region("w-pareto")));
   state.refreshData = async () => {
     const key = encodeURIComponent(name);
-    const [model, decisions] = await Promise.all([api(`/v1/workloads/${key}/model`), api(`/v1/recommendations?workload=${key}&limit=1`)]);
+    const decisions = await api(`/v1/recommendations?workload=${key}&limit=1`);
+    const rec = decisions.length ? (await api(`/v1/recommendations/${decisions[0].id}`)).recommendation : null;
+    // Draw the grid the decision searched, so its pick is one of the cells.
+    const model = await api(`/v1/workloads/${key}/model?grid=${rec && rec.grid.startsWith("host") ? "host" : "paper"}`);
+    const currency = rec && rec.price_profile === model.price_profile ? rec.currency : await currencyOf(model.price_profile);
     const m = model.model, d = model.diagnostics;
     fill("w-model", table("Parameters", ["parameter", "value"], [
-      ["fit path", d.path], ["CPI_cache (on-core)", m.cpi_cache.toFixed(4)],
-      ["P_dram = L_dram/MLP (cycles/miss)", m.p_dram.toFixed(2)], ["P_slow = ΔL/MLP (cycles/access)", m.p_slow.toFixed(2)],
-      ["MLP (from nominal latency)", d.mlp_estimate ? d.mlp_estimate.toFixed(2) : "—"],
-      ["footprint", `${gib(m.footprint_bytes)} in ${m.tags.length} structures`], ["fastmax time", `${m.fastmax_seconds.toPrecision(4)} s`],
+      ["fit path", d.path], ["CPI_cache (on-core)", fmt.sigFigs(m.cpi_cache)],
+      ["P_dram = L_dram/MLP (cycles/miss)", fmt.sigFigs(m.p_dram)], ["P_slow = ΔL/MLP (cycles/access)", fmt.sigFigs(m.p_slow)],
+      ["MLP (from nominal latency)", d.mlp_estimate ? fmt.sigFigs(d.mlp_estimate) : "—"],
+      ["footprint", `${bytes(m.footprint_bytes)} in ${m.tags.length} structures`], ["fastmax time", fmt.seconds(m.fastmax_seconds)],
       ["largest CPI residual", pct(Math.max(...Object.values(d.cpi_residuals).map(Math.abs)))],
     ]), d.flags.length ? h("ul", { "aria-label": "fit flags" }, d.flags.map((f) => h("li", { class: "flag" }, `${f.code}: ${f.message}`))) : h("p", {}, "No fit flags."));
     const ratios = [...new Set(model.points.map((p) => p.slow_ratio))];
     const ways = [...new Set(model.points.map((p) => p.llc_ways))];
     const at = (i, j) => model.points[i * ways.length + j];
-    const cheapest = model.points.filter((p) => p.feasible).reduce((a, b) => (b.cost < a.cost ? b : a));
+    const feasible = model.points.filter((p) => p.feasible);
+    const cheapest = feasible.reduce((a, b) => (b.cost < a.cost ? b : a));
+    const chosenKey = rec ? configKey(rec.chosen.configuration.slow_ratio, rec.chosen.configuration.llc_ways) : null;
+    const chosenPoint = chosenKey ? model.points.find((p) => configKey(p.slow_ratio, p.llc_ways) === chosenKey) : null;
     // Colour scales saturate where decisions stop being close: the all-slow corner would
     // otherwise wash out the few percent that separate the candidates near the optimum.
     const SLOWDOWN_FULL = 1.0, COST_FULL = 0.3;
@@ -166,37 +192,102 @@ async function pageWorkload(name) {
       label: `${what} over slow ratio and LLC ways for ${name}`,
       cell: (i, j) => {
         const p = at(i, j);
-        return p.feasible ? { value: valueOf(p), text: textOf(p), title: `ratio ${p.slow_ratio}, ${p.llc_ways} ways: ${what} ${textOf(p)}`, highlight: p === cheapest } : null;
+        if (!p.feasible) return null;
+        const marks = [p === chosenPoint ? "chosen" : null, p === cheapest ? "cheapest" : null].filter(Boolean);
+        return { value: valueOf(p), text: textOf(p), marks,
+          title: `ratio ${p.slow_ratio}, ${p.llc_ways} ways: ${what} ${textOf(p)}${marks.length ? ` (${marks.join(" and ")})` : ""}` };
       },
     });
     fill("w-slowdown", grid((p) => Math.min(1, p.slowdown / SLOWDOWN_FULL), (p) => `${(p.slowdown * 100).toFixed(0)}%`, "slowdown"));
-    fill("w-cost", grid((p) => Math.min(1, p.cost_vs_cheapest / COST_FULL), (p) => `${(p.cost_vs_cheapest * 100).toFixed(0)}%`, "cost above the cheapest"),
-      h("p", {}, "Outlined: the cheapest configuration. The colour is full from 30 % above it."));
-    let chosenKey = null;
-    if (decisions.length) {
-      const rec = (await api(`/v1/recommendations/${decisions[0].id}`)).recommendation;
-      const c = rec.chosen.configuration;
-      chosenKey = `${c.slow_ratio}/${c.llc_ways}`;
-      fill("w-decision", h("p", {}, `${rec.objective}, T = ${pct(rec.threshold)}, ${new Date(decisions[0].created_at).toLocaleString()}`),
-        table("Chosen and runners-up within T (lowest packing penalty first)", ["slow ratio", "ways", "DRAM", "slow", "slowdown", "cost vs cheapest", "penalty"],
-          rec.within_threshold.map((x) => [x.configuration.slow_ratio.toFixed(1), x.configuration.llc_ways, gib(x.configuration.dram_bytes), gib(x.configuration.slow_bytes), signedPct(x.slowdown), signedPct(x.cost_vs_cheapest), (x.packing_penalty ?? 0).toFixed(4)]),
+    fill("w-cost", grid((p) => Math.min(1, p.cost_vs_cheapest / COST_FULL), (p) => `${(p.cost_vs_cheapest * 100).toFixed(0)}%`, "cost above the cheapest"));
+    const cheapestText = `ratio ${cheapest.slow_ratio.toFixed(1)}, ${cheapest.llc_ways} ways, ${fmt.money(cheapest.cost, currency)} per run`;
+    fill("w-heat-legend", h("p", { class: "legend", id: "heat-legend" },
+      h("span", { class: "mark-chosen" }),
+      chosenPoint ? `chosen by the latest decision (${rec.objective}): ratio ${chosenPoint.slow_ratio.toFixed(1)}, ${chosenPoint.llc_ways} ways`
+        : rec ? "the latest decision's pick is not on this grid" : "no decision yet",
+      h("span", { class: "mark-cheapest" }),
+      chosenPoint === cheapest ? `cheapest: the same cell (${cheapestText})` : `cheapest: ${cheapestText}`,
+      ". Slowdown colour is full from 100 %, cost colour from 30 % above the cheapest."));
+    if (rec) {
+      const c = rec.chosen;
+      fill("w-decision", h("p", {}, `${rec.objective}, T = ${pct(rec.threshold)}, ${new Date(decisions[0].created_at).toLocaleString()}: `,
+        h("strong", {}, `predicted slowdown ${signedPct(c.slowdown)}`), `, ${fmt.money(c.cost, rec.currency)} per run, ${fmt.money(hourly(c), rec.currency, "/h")}.`),
+        table("Chosen and runners-up within T (lowest packing penalty first)", ["slow ratio", "ways", "DRAM", "slow", "slowdown", "cost per run", "vs cheapest", "penalty"],
+          rec.within_threshold.map((x) => [x.configuration.slow_ratio.toFixed(1), x.configuration.llc_ways, bytes(x.configuration.dram_bytes), bytes(x.configuration.slow_bytes),
+            signedPct(x.slowdown), fmt.money(x.cost, rec.currency), signedPct(x.cost_vs_cheapest), fmt.sigFigs(x.packing_penalty ?? 0)]),
           (i) => (i === 0 ? { class: "chosen" } : {})));
     } else {
       fill("w-decision", h("p", {}, "No recommendation has been made for this workload yet."));
     }
     const frontier = new Set();
-    const sorted = model.points.filter((p) => p.feasible).sort((a, b) => a.predicted_seconds - b.predicted_seconds || a.cost - b.cost);
+    const sorted = [...feasible].sort((a, b) => a.predicted_seconds - b.predicted_seconds || a.cost - b.cost);
     let best = Infinity;
     for (const p of sorted) if (p.cost < best) { frontier.add(p); best = p.cost; }
     fill("w-pareto", charts.scatter({
-      points: model.points.filter((p) => p.feasible).map((p) => ({
-        x: p.predicted_seconds, y: p.cost, onFrontier: frontier.has(p), chosen: `${p.slow_ratio}/${p.llc_ways}` === chosenKey,
-        label: `ratio ${p.slow_ratio}, ${p.llc_ways} ways: ${p.predicted_seconds.toPrecision(4)} s, ${p.cost.toPrecision(3)}`,
+      points: feasible.map((p) => ({
+        x: p.predicted_seconds, y: p.cost, onFrontier: frontier.has(p), chosen: p === chosenPoint,
+        label: `ratio ${p.slow_ratio}, ${p.llc_ways} ways: ${fmt.seconds(p.predicted_seconds)}, ${fmt.money(p.cost, currency)} per run`,
       })),
-      label: `Predicted time against cost for every configuration of ${name}; the frontier and the chosen one marked`,
-      xLabel: "predicted time (s)", yLabel: "cost",
-    }), h("p", { class: "legend" }, h("span", { style: "background:#b45f06" }), "Pareto frontier", h("span", { style: "background:#e69f00" }), "chosen", h("span", { style: "background:#9fb7d0" }), "other"));
+      label: `Predicted time against cost per run for every configuration of ${name}; the frontier and the chosen one marked`,
+      xLabel: "predicted run time", xUnit: "s", yLabel: "cost per run", currency,
+    }), h("p", { class: "legend" }, h("span", { style: "background:#b45f06" }), "Pareto frontier", h("span", { style: "background:#e69f00" }), "chosen",
+      h("span", { style: "background:#9fb7d0" }), "other", h("span", { class: "mark-off" }, "▶"), "off scale, drawn at the edge"));
   };
+}
+
+// Where each tagged structure goes: all fast, all slow, or split with its fast share.
+function tierOf(p) {
+  if (p.slow_bytes === 0) return "fast";
+  if (p.fast_bytes === 0) return "slow";
+  return `split (${pct(p.fast_bytes / p.size_bytes)} fast)`;
+}
+
+// A bar of the fast/slow split of the memory a configuration gives.
+function splitBar(fast, slow) {
+  const share = fast + slow ? fast / (fast + slow) : 1;
+  return h("div", { class: "split", role: "img", "aria-label": `memory split: ${bytes(fast)} fast (DRAM), ${bytes(slow)} slow` },
+    h("span", { class: "fast", style: `width:${(share * 100).toFixed(1)}%` }), h("span", { class: "slow", style: `width:${((1 - share) * 100).toFixed(1)}%` }));
+}
+
+// The expanded decision: why, what it predicts, how memory is split and where each structure goes.
+function decisionDetail(full, r) {
+  const rec = full.recommendation, u = rec.utilization, c = rec.chosen, conf = c.configuration;
+  const cur = rec.currency;
+  const why = conf.slow_ratio === rec.best.configuration.slow_ratio && conf.llc_ways === rec.best.configuration.llc_ways
+    ? "The objective's best configuration also had the lowest packing penalty."
+    : `Within T of the best, it had the lowest packing penalty (${fmt.sigFigs(c.packing_penalty ?? 0)} against ${fmt.sigFigs(rec.best.packing_penalty ?? 0)} for the best, costing ${signedPct(c.cost_vs_cheapest)} over the cheapest).`;
+  const placement = [...rec.placement].sort((a, b) => b.hotness_per_mib - a.hotness_per_mib);
+  const planned = placement.reduce((acc, p) => ({ fast: acc.fast + p.fast_bytes, slow: acc.slow + p.slow_bytes }), { fast: 0, slow: 0 });
+  return [
+    h("p", {}, why),
+    h("div", { class: "grid2" },
+      h("div", {},
+        table("Prediction", ["predicted", "value"], [
+          ["slowdown vs fastmax", signedPct(c.slowdown)], ["run time", fmt.seconds(c.predicted_seconds)],
+          ["fastmax run time", fmt.seconds(rec.fastmax_seconds)], ["cost per run", fmt.money(c.cost, cur)],
+          ["price per hour", fmt.money(hourly(c), cur, "/h")], ["cost vs the cheapest", signedPct(c.cost_vs_cheapest)],
+        ])),
+      h("div", {},
+        table("Memory split", ["tier", "size", "share"], [
+          ["fast (DRAM)", bytes(conf.dram_bytes), pct(1 - conf.slow_ratio)], ["slow", bytes(conf.slow_bytes), pct(conf.slow_ratio)],
+          ["LLC ways", conf.llc_ways, ""], ["vCPUs", conf.vcpus, ""],
+        ]),
+        splitBar(conf.dram_bytes, conf.slow_bytes))),
+    placement.length
+      ? table(`Placement plan: ${placement.length} structures, ${bytes(planned.fast)} fast and ${bytes(planned.slow)} slow (hottest first)`,
+        // Per thousand instructions (and per GiB for hotness): the raw rates are small fractions.
+        ["structure", "size", "tier", "fast", "slow", "accesses per 1000 instructions", "hotness (accesses per 1000 instructions per GiB)"],
+        placement.map((p) => [p.tag, bytes(p.size_bytes), tierOf(p), bytes(p.fast_bytes), bytes(p.slow_bytes), fmt.sigFigs(p.accesses_per_instruction * 1000), fmt.sigFigs(p.hotness_per_mib * 1024 * 1000)]),
+        (i) => ({ "data-tier": tierOf(placement[i]).split(" ")[0] }))
+      : h("p", {}, "No tagged structures: the allocator places memory by the ratio alone."),
+    table("Inputs", ["input", "value"], [
+      ["id", r.id], ["bundle hash", full.bundle_hash.slice(0, 16) + "…"], ["model version", rec.model_version],
+      ["price profile", rec.price_profile], ["grid", `${rec.grid} (${rec.feasible_count}/${rec.grid_size} feasible)`],
+      ["utilization", `cpu ${pct(u.cpu)}, dram ${pct(u.dram)}, slow ${pct(u.slow)}, llc ${pct(u.llc)} (${full.utilization_source})`],
+      ["machine", `${rec.machine.cpus} CPUs, ${bytes(rec.machine.dram_bytes)} DRAM, ${bytes(rec.machine.slow_bytes)} slow, ${rec.machine.llc_ways} ways`],
+      ["fit", prose(`${rec.fit.path}; flags: ${rec.fit.flags.map((f) => f.code).join(", ") || "none"}`)],
+    ]),
+  ];
 }
 
 async function pageDecisions() {
@@ -209,6 +300,7 @@ async function pageDecisions() {
     h("button", { type: "submit" }, "Apply"));
   form.addEventListener("submit", (e) => { e.preventDefault(); state.refreshData(); });
   setPage("Decisions", form, region("decision-list"));
+  const opened = new Map(); // id -> the full decision, for the ones the reader has expanded
   state.refreshData = async () => {
     const params = new URLSearchParams({ limit: "200" });
     const w = document.getElementById("f-workload").value, o = document.getElementById("f-objective").value.trim();
@@ -221,21 +313,15 @@ async function pageDecisions() {
       const details = h("details", { "data-id": r.id },
         h("summary", {}, `${new Date(r.created_at).toLocaleString()} — ${names[r.workload_id] || r.workload_id}: ratio ${r.slow_ratio.toFixed(1)}, ${r.llc_ways} ways (${r.objective}, T ${pct(r.threshold)}, utilization from ${r.utilization_source})`));
       details.addEventListener("toggle", async () => {
-        if (!details.open || details.dataset.loaded) return;
+        if (!details.open) { opened.delete(r.id); return; }
+        if (details.dataset.loaded) return;
         details.dataset.loaded = "1";
-        const full = await api(`/v1/recommendations/${r.id}`);
-        const rec = full.recommendation, u = rec.utilization;
-        const why = rec.chosen.configuration.slow_ratio === rec.best.configuration.slow_ratio && rec.chosen.configuration.llc_ways === rec.best.configuration.llc_ways
-          ? "The objective's best configuration also had the lowest packing penalty."
-          : `Within T of the best, it had the lowest packing penalty (${(rec.chosen.packing_penalty ?? 0).toFixed(4)} against ${(rec.best.packing_penalty ?? 0).toFixed(4)} for the best, costing ${signedPct(rec.chosen.cost_vs_cheapest)}).`;
-        details.append(h("p", {}, why), table("Inputs", ["input", "value"], [
-          ["id", r.id], ["bundle hash", full.bundle_hash.slice(0, 16) + "…"], ["model version", rec.model_version],
-          ["price profile", rec.price_profile], ["grid", `${rec.grid} (${rec.feasible_count}/${rec.grid_size} feasible)`],
-          ["utilization", `cpu ${pct(u.cpu)}, dram ${pct(u.dram)}, slow ${pct(u.slow)}, llc ${pct(u.llc)} (${full.utilization_source})`],
-          ["machine", `${rec.machine.cpus} CPUs, ${gib(rec.machine.dram_bytes)} DRAM, ${gib(rec.machine.slow_bytes)} slow, ${rec.machine.llc_ways} ways`],
-          ["fit", `${rec.fit.path}; flags: ${rec.fit.flags.map((f) => f.code).join(", ") || "none"}`],
-        ]));
+        // A decision never changes: fetched once, and kept open across the periodic refresh.
+        if (!opened.has(r.id)) opened.set(r.id, null);
+        if (!opened.get(r.id)) opened.set(r.id, await api(`/v1/recommendations/${r.id}`));
+        details.append(...decisionDetail(opened.get(r.id), r));
       });
+      if (opened.has(r.id)) details.open = true;
       return details;
     })));
   };
@@ -254,27 +340,21 @@ async function pageNodes() {
       return h("span", { class: "bitmap", role: "img", "aria-label": `${used} of ${n.llc_ways} ways reserved, mask 0x${n.llc_mask.toString(16)}` }, bits);
     };
     fill("node-list", table(`${nodes.length} nodes`, ["node", "host kind", "CPUs used", "DRAM used", "slow used", "pool", "LLC ways (CAT bitmap)"],
-      nodes.map((n) => [n.name, n.host_kind, `${n.reserved_cpus}/${n.cpus}`, `${gib(n.reserved_dram_bytes)} / ${gib(n.dram_bytes)}`,
-        `${gib(n.reserved_slow_bytes)} / ${n.pool ? "pool" : gib(n.slow_bytes)}`, n.pool || "local", bitmap(n)])),
-    table(`${pools.length} rack pools`, ["pool", "capacity", "reserved", "nodes"], pools.map((p) => [p.name, gib(p.slow_bytes), gib(p.reserved_slow_bytes), p.nodes.length])),
+      nodes.map((n) => [n.name, n.host_kind, `${n.reserved_cpus}/${n.cpus}`, `${bytes(n.reserved_dram_bytes)} / ${bytes(n.dram_bytes)}`,
+        `${bytes(n.reserved_slow_bytes)} / ${n.pool ? "pool" : bytes(n.slow_bytes)}`, n.pool || "local", bitmap(n)])),
+    table(`${pools.length} rack pools`, ["pool", "capacity", "reserved", "nodes"], pools.map((p) => [p.name, bytes(p.slow_bytes), bytes(p.reserved_slow_bytes), p.nodes.length])),
     table(`${reservations.length} reservations`, ["pod", "node", "vCPUs", "DRAM", "slow", "ways mask"],
-      reservations.map((r) => [`${r.namespace}/${r.pod_name}`, r.node_name, r.vcpus, gib(r.dram_bytes), gib(r.slow_bytes) + (r.slow_from_pool ? " (pool)" : ""), `0x${r.llc_mask.toString(16)}`])));
-  };
-}
-
-async function pageReports() {
-  setPage("Reports", region("report-list"), region("report-body"));
-  state.refreshData = async () => {
-    const reports = await api("/v1/reports");
-    fill("report-list", reports.length
-      ? h("ul", {}, reports.map((r) => h("li", {}, h("a", { href: "#", onclick: async (e) => { e.preventDefault(); const body = await api(`/v1/reports/${encodeURIComponent(r.name)}`); fill("report-body", h("h3", {}, r.name), h("pre", {}, body.text)); } }, r.name), ` (${new Date(r.modified).toLocaleString()})`)))
-      : h("p", {}, "No reports yet: run ./dev bench."));
+      reservations.map((r) => [`${r.namespace}/${r.pod_name}`, r.node_name, r.vcpus, bytes(r.dram_bytes), bytes(r.slow_bytes) + (r.slow_from_pool ? " (pool)" : ""), `0x${r.llc_mask.toString(16)}`])));
   };
 }
 
 // -- routing, login, refresh ----------------------------------------------------------------
 
-const ROUTES = { cluster: pageCluster, workloads: pageWorkloads, workload: pageWorkload, decisions: pageDecisions, nodes: pageNodes, reports: pageReports };
+// reports.js and planner.js load after this file: looked up when the page is shown.
+const ROUTES = {
+  cluster: pageCluster, workloads: pageWorkloads, workload: pageWorkload, decisions: pageDecisions, nodes: pageNodes,
+  planner: () => window.plannerPage(), reports: () => window.reportPages.list(), report: (name) => window.reportPages.page(name),
+};
 
 async function refresh() {
   if (!state.refreshData) return;
@@ -292,7 +372,8 @@ async function route() {
   const [page, arg] = (location.hash.replace(/^#\//, "") || "cluster").split("/");
   const render = ROUTES[page] || pageCluster;
   for (const a of document.querySelectorAll("nav a")) {
-    if (a.dataset.page === (page === "workload" ? "workloads" : page)) a.setAttribute("aria-current", "page");
+    const section = { workload: "workloads", report: "reports" }[page] || page;
+    if (a.dataset.page === section) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
   state.refreshData = null;

@@ -1,6 +1,6 @@
 // The workload page's dynamic-tiering panel: the advice of POST /v1/tiering/recommend for the
 // workload's latest profile (fast-tier size within τ, migration period trials, knob importance).
-// It relies on app.js's globals (state, h, table, pct, gib) and adds itself after the page renders.
+// It relies on app.js's globals (state, h, table, pct, bytes) and adds itself after the page renders.
 "use strict";
 
 const TIERING_LOSS_TARGET = 0.05;
@@ -19,10 +19,10 @@ async function tieringAdvice(name) {
 function tieringPanel(advice) {
   const s = advice.sizing, p = advice.period, k = advice.knobs;
   const parts = [
-    h("p", {}, h("strong", {}, `Fast tier ${gib(s.fast_bytes)}`),
+    h("p", {}, h("strong", {}, `Fast tier ${bytes(s.fast_bytes)}`),
       ` (${pct(s.saved_share)} saved), predicted loss ${pct(s.predicted_loss)} against τ = ${pct(s.loss_target)}.`),
     table("Migration period trials, in order", ["trial", "period", "× dominant reuse", "predicted loss"],
-      p.trials.map((t, i) => [i + 1, `${(t.period_seconds * 1000).toFixed(0)} ms`, t.reuse_multiple, pct(t.predicted_loss)])),
+      p.trials.map((t, i) => [i + 1, fmt.seconds(t.period_seconds), t.reuse_multiple, pct(t.predicted_loss)])),
   ];
   if (k) {
     const names = Object.keys(k.best);
