@@ -58,7 +58,9 @@ def parse_spec(text: str) -> TokenSpec:
         role = Role(role_text)
     except ValueError:
         roles = ", ".join(r.value for r in Role)
-        raise BootstrapError(f"--token {text!r}: unknown role {role_text!r} (one of {roles})")
+        raise BootstrapError(
+            f"--token {text!r}: unknown role {role_text!r} (one of {roles})"
+        ) from None
     if len(name) > MAX_NAME_CHARS:
         raise BootstrapError(f"--token {text!r}: the name is over {MAX_NAME_CHARS} characters")
     return TokenSpec(role, name, Path(path))

@@ -14,6 +14,11 @@ import helm_python as helm
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
+
+from api.app import tune_collection
+from api.deps import Metrics
+from scheduler.server import ExtenderMetrics
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "tmc"
 K8S_VERSION = "1.36.0"
@@ -285,12 +290,6 @@ PROMQL_WORDS = {
 def exported_metrics() -> dict[str, set[str]]:
     """Every metric the API's and the extender's /metrics expose, with its label names, taken
     from the very registries the code builds."""
-    from prometheus_client import CollectorRegistry
-
-    from api.app import tune_collection
-    from api.deps import Metrics
-    from scheduler.server import ExtenderMetrics
-
     registries = [Metrics().registry, ExtenderMetrics().registry]
     api_process = CollectorRegistry()
     undo = tune_collection(api_process, 0)
@@ -300,7 +299,7 @@ def exported_metrics() -> dict[str, set[str]]:
     for registry in registries:
         for metric in registry.collect():
             labels: set[str] = set()
-            for collector, names in registry._collector_to_names.items():  # noqa: SLF001
+            for collector, names in registry._collector_to_names.items():
                 if metric.name in names or any(n.startswith(metric.name) for n in names):
                     labels |= set(getattr(collector, "_labelnames", ()))
             suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
