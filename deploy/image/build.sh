@@ -31,6 +31,10 @@ fi
 # rather than silently making another image.
 PACKAGES=$(grep -v '^#' "$HERE/packages.txt" | grep -v '^$' | paste -sd, -)
 
+# pip inside the chroot trusts what pip on this machine trusts (a proxy's CA, if any), for the
+# build only: the file is removed before the image is packed.
+BUILD_CA=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
+
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/tmc-image.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 git -C "$ROOT" archive --format=tar HEAD > "$WORK/src.tar"
@@ -41,7 +45,9 @@ log "root filesystem: Debian $SUITE + $PACKAGES, tmc $VERSION at $REVISION (epoc
 mmdebstrap --variant=minbase --mode=root --include="$PACKAGES" \
     --customize-hook="mkdir -p \"\$1/app\" && tar -C \"\$1/app\" -xf $WORK/src.tar" \
     --customize-hook='chroot "$1" python3 -m venv /opt/tmc' \
-    --customize-hook='chroot "$1" env PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 PIP_CONSTRAINT=/app/constraints.txt /opt/tmc/bin/pip install -q --no-compile -e "/app[server]"' \
+    --customize-hook="cp $BUILD_CA \"\$1/tmp/build-ca.crt\"" \
+    --customize-hook='chroot "$1" env -i PATH=/usr/bin:/bin HOME=/root PIP_CERT=/tmp/build-ca.crt PIP_DEFAULT_TIMEOUT=180 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 PIP_CONSTRAINT=/app/constraints.txt /opt/tmc/bin/pip install -q --no-compile -e "/app[server]"' \
+    --customize-hook='rm -f "$1/tmp/build-ca.crt"' \
     --customize-hook='echo "tmc:x:10001:10001:tmc:/nonexistent:/usr/sbin/nologin" >> "$1/etc/passwd"; echo "tmc:x:10001:" >> "$1/etc/group"' \
     --customize-hook='for c in "tmc --help" "tmc-agent --help" "python -m api.bootstrap --help"; do chroot "$1" env PYTHONDONTWRITEBYTECODE=1 /opt/tmc/bin/$c >/dev/null || exit 1; done' \
     --customize-hook='chroot "$1" env PYTHONDONTWRITEBYTECODE=1 /opt/tmc/bin/python -c "import api.app, scheduler.server, scheduler.__main__, api.tasks, tmc_agent.serve"' \
