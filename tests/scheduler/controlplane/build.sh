@@ -16,8 +16,12 @@ STAMP=$BIN/.complete
 
 log() { printf '[controlplane] %s\n' "$*" >&2; }
 
-# kubectl came later than the other two: a cache built before it gets it on the next run.
-if [ -f "$STAMP" ] && [ -x "$BIN/kubectl" ]; then echo "$BIN"; exit 0; fi
+# kubectl only on request (`./dev cluster up` asks, for docs/install.md's checks): the tests
+# do not need it and it is another few minutes cold.
+WITH_KUBECTL=${TMC_K8S_KUBECTL:-0}
+if [ -f "$STAMP" ] && { [ "$WITH_KUBECTL" != 1 ] || [ -x "$BIN/kubectl" ]; }; then
+    echo "$BIN"; exit 0
+fi
 rm -f "$STAMP"
 mkdir -p "$BIN"
 
@@ -63,7 +67,7 @@ if [ ! -f "$STAMP" ]; then
         log "resolving the module graph"
         "$GO" get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" "k8s.io/kubernetes/cmd/kube-scheduler@$K8S_VERSION"
     fi
-    if [ ! -x "$BIN/kubectl" ]; then
+    if [ "$WITH_KUBECTL" = 1 ] && [ ! -x "$BIN/kubectl" ]; then
         # kubectl (for docs/install.md's checks on this machine) needs a few more modules.
         "$GO" get "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION"
     fi
@@ -73,7 +77,9 @@ if [ ! -f "$STAMP" ]; then
         ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
         ldflags+=" -X $pkg.gitTreeState=clean"
     done
-    for cmd in kube-scheduler kube-apiserver kubectl; do
+    cmds="kube-scheduler kube-apiserver"
+    [ "$WITH_KUBECTL" = 1 ] && cmds="$cmds kubectl"
+    for cmd in $cmds; do
         [ -x "$BIN/$cmd" ] && continue  # go build writes the output only when it succeeds
         log "building $cmd $K8S_VERSION (kube-apiserver takes ~3.5 min cold)"
         start=$(date +%s)
