@@ -68,7 +68,7 @@ def normalised_layer(rootfs: Path, out: Path, epoch: int) -> tuple[dict[str, Any
             # mtime=0 and no file name: the gzip header carries nothing of this build.
             with gzip.GzipFile(fileobj=compressed, mode="wb", compresslevel=6, mtime=0) as gz:
                 uncompressed = _Digest(gz)  # type: ignore[arg-type]
-                with tarfile.open(fileobj=uncompressed, mode="w:", format=tarfile.PAX_FORMAT) as t:
+                with tarfile.open(fileobj=uncompressed, mode="w|", format=tarfile.PAX_FORMAT) as t:
                     for m in members:
                         name = m.name.lstrip("./")
                         if m.ischr() or m.isblk() or (name.startswith("dev/") and not m.isdir()):

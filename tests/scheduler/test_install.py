@@ -127,7 +127,7 @@ def test_generated_tokens_and_certificates_survive_an_upgrade(installed: Install
             assert re.fullmatch(r"tmc_[A-Za-z0-9]{43}", value)
     values = {**installed.state.values, "api": {"replicas": 1, "workers": 3}}
     release = dc.upgrade_chart(installed.state.kubeconfig, values)
-    assert release["version"] == 2
+    assert release["revision"] == 2 and release["status"] == "deployed"
     after = {(name, key): installed.secret(name, key) for name, key in before}
     assert after == before
     spec = dc.api_pod_spec(installed.client)
