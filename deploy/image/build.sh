@@ -21,11 +21,12 @@ log() { printf '[image] %s\n' "$*" >&2; }
 [ "$(id -u)" -eq 0 ] || { log "needs root (mmdebstrap --mode=root uses chroot)"; exit 1; }
 command -v mmdebstrap >/dev/null || { log "needs Debian's mmdebstrap (apt-get install mmdebstrap)"; exit 1; }
 
-export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$ROOT" log -1 --format=%ct)}
-REVISION=$(git -C "$ROOT" rev-parse HEAD)
-VERSION=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$ROOT/deploy/helm/tmc/Chart.yaml")
-if ! git -C "$ROOT" diff --quiet HEAD -- . ':!build'; then
-    log "note: uncommitted changes are not in the image (it is built from HEAD $REVISION)"
+# The commit to build (TMC_IMAGE_REV, default HEAD): a release is rebuilt from its tag.
+REVISION=$(git -C "$ROOT" rev-parse "${TMC_IMAGE_REV:-HEAD}^{commit}")
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$ROOT" log -1 --format=%ct "$REVISION")}
+VERSION=$(git -C "$ROOT" show "$REVISION:deploy/helm/tmc/Chart.yaml" | sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p')
+if ! git -C "$ROOT" diff --quiet "$REVISION" -- . ':!build'; then
+    log "note: uncommitted changes are not in the image (it is built from $REVISION)"
 fi
 # Debian packages, each pinned to a version: a mirror that no longer has it fails the build
 # rather than silently making another image.
@@ -37,7 +38,7 @@ BUILD_CA=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/tmc-image.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-git -C "$ROOT" archive --format=tar HEAD > "$WORK/src.tar"
+git -C "$ROOT" archive --format=tar "$REVISION" > "$WORK/src.tar"
 
 log "root filesystem: Debian $SUITE + $PACKAGES, tmc $VERSION at $REVISION (epoch $SOURCE_DATE_EPOCH)"
 # PIP_*: no byte-code (its files would carry build times), no cache, no version check; the
