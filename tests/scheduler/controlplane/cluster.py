@@ -174,7 +174,7 @@ class FakeNode:
     def resctrl(self) -> Path:
         return self.root / "sys/fs/resctrl"
 
-    def start_agent(self) -> None:
+    def start_agent(self, extra_env: dict[str, str] | None = None) -> None:
         env = {
             **os.environ,
             "KUBERNETES_SERVICE_HOST": "127.0.0.1",
@@ -186,6 +186,7 @@ class FakeNode:
             "TMC_AGENT_PLAN_DIR": str(self.plans),
             "TMC_AGENT_INTERVAL": "0.5",
             "TMC_AGENT_HOST_KIND": HOST_KIND,
+            **(extra_env or {}),
         }
         if self.pool is not None:
             env["TMC_AGENT_SLOW_POOL"], env["TMC_AGENT_SLOW_POOL_BYTES"] = (
@@ -517,6 +518,12 @@ def new_namespace(api: k8s.CoreV1Api, name: str) -> str:
     # The ServiceAccount admission plugin wants the namespace's default account.
     wait_until(lambda: _has_default_sa(api, name) or _make_default_sa(api, name), 20, "default SA")
     return name
+
+
+def ensure_default_account(api: k8s.CoreV1Api, ns: str) -> None:
+    """The namespace's `default` service account, which the controller-manager (absent here)
+    would make and the ServiceAccount admission plugin wants for every pod."""
+    wait_until(lambda: _has_default_sa(api, ns) or _make_default_sa(api, ns), 20, "default SA")
 
 
 def _has_default_sa(api: k8s.CoreV1Api, ns: str) -> bool:

@@ -15,8 +15,13 @@ app.kubernetes.io/name: tmc
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The one image (./dev image builds it); a digest, when given, pins it exactly. */}}
 {{- define "tmc.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
 {{- end -}}
 
 {{- define "tmc.secretName" -}}
@@ -38,4 +43,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* The Secret with the extender's TLS material. */}}
 {{- define "tmc.extenderTLSSecret" -}}
 {{- default (printf "%s-extender-tls" (include "tmc.fullname" .)) .Values.extender.tls.existingSecret -}}
+{{- end -}}
+
+{{/* The Secret with the first operator token (key operator-token). */}}
+{{- define "tmc.bootstrapSecret" -}}
+{{- default (printf "%s-bootstrap" (include "tmc.fullname" .)) .Values.bootstrap.existingSecret -}}
+{{- end -}}
+
+{{/* The Secret with the node agents' API token (key token). */}}
+{{- define "tmc.agentTokenSecret" -}}
+{{- default (printf "%s-agent-token" (include "tmc.fullname" .)) .Values.agent.token.existingSecret -}}
 {{- end -}}

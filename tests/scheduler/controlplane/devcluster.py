@@ -1,0 +1,317 @@
+# The kubernetes client takes plain dicts for bodies at run time; its stubs say models only.
+# mypy: disable-error-code="arg-type,union-attr,no-untyped-call"
+"""`./dev cluster up|down`: docs/install.md's install, done on this machine's test control plane.
+
+`up` starts etcd, kube-apiserver, a private PostgreSQL, `helm install`s the chart (Helm's Go SDK)
+into the real API server, then runs what the chart's pods would run, as local processes with the
+chart's service-account identities (there is no kubelet here): the API's init containers
+(`tmc db upgrade`, `python -m api.bootstrap` with the tokens read back from the chart's Secrets)
+and the API, the extender, kube-scheduler on the chart's KubeSchedulerConfiguration, and a node
+agent per fake node. It writes a state file naming every process it started, and returns.
+`down` stops exactly those processes (by pid) and removes the state. tests/scheduler/test_install.py
+runs the same functions and follows the document's steps to a placed pod.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import httpx
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from tests.scheduler.controlplane import NAMESPACE, RELEASE, ControlPlane, binaries
+from tests.scheduler.controlplane import cluster as c
+from tests.services import PostgresServer, free_port, wait_until
+
+ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_STATE = Path(os.environ.get("TMC_CLUSTER_STATE", "/tmp/tmc-cluster/state.json"))
+FULLNAME = f"{RELEASE}-tmc"
+
+
+def chart_values(pg: PostgresServer) -> dict[str, Any]:
+    """The values of docs/install.md, pointed at this machine's PostgreSQL; no Redis (the API
+    runs tasks in-process without it)."""
+    return {
+        "database": {"url": pg.url},
+        "redis": {"url": "redis://127.0.0.1:6379/0"},
+        "api": {"replicas": 1},
+    }
+
+
+@dataclass
+class State:
+    """What `up` started: enough for `down` to stop it and for a reader to use it."""
+
+    dir: str
+    kubeconfig: str
+    api_url: str
+    extender_url: str
+    pg_bin: str
+    pg_data: str
+    token_dir: str
+    values: dict[str, Any] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> State:
+        return cls(**json.loads(path.read_text()))
+
+
+def helm_config(kubeconfig: str) -> helm.Config:
+    return helm.Config(kubeconfig_path=kubeconfig, namespace=NAMESPACE)
+
+
+def install_chart(kubeconfig: str, values: dict[str, Any]) -> dict[str, Any]:
+    """`helm install e2e deploy/helm/tmc -n tmc-system --create-namespace -f values`: real
+    objects in the real API server (no --wait: without a kubelet no pod ever runs)."""
+    with helm_config(kubeconfig) as cfg, helm.Chart.load(str(c.CHART)) as chart:
+        release: dict[str, Any] = cfg.install(
+            chart, RELEASE, values, namespace=NAMESPACE, create_namespace=True, timeout=120
+        )
+    return release
+
+
+def upgrade_chart(kubeconfig: str, values: dict[str, Any]) -> dict[str, Any]:
+    with helm_config(kubeconfig) as cfg, helm.Chart.load(str(c.CHART)) as chart:
+        release: dict[str, Any] = cfg.upgrade(
+            chart, RELEASE, values, namespace=NAMESPACE, timeout=120
+        )
+    return release
+
+
+def secret_value(api: k8s.CoreV1Api, name: str, key: str) -> str:
+    """`kubectl -n tmc-system get secret NAME -o jsonpath='{.data.KEY}' | base64 -d`."""
+    data = api.read_namespaced_secret(name, NAMESPACE).data or {}
+    return base64.b64decode(data[key]).decode()
+
+
+def mount_secret(api: k8s.CoreV1Api, volume: dict[str, Any], into: Path) -> Path:
+    """What the kubelet does for a secret volume: each item's key written as its path."""
+    into.mkdir(parents=True, exist_ok=True)
+    secret = volume["secret"]
+    for item in secret["items"]:
+        (into / item["path"]).write_text(secret_value(api, secret["secretName"], item["key"]))
+    return into
+
+
+def admin_client(kubeconfig: str) -> k8s.ApiClient:
+    cfg = k8s.Configuration()
+    k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    return k8s.ApiClient(cfg)
+
+
+def api_pod_spec(client: k8s.ApiClient) -> dict[str, Any]:
+    """The API Deployment's pod template as the API server stored it."""
+    apps = k8s.AppsV1Api(client)
+    raw = apps.read_namespaced_deployment(f"{FULLNAME}-api", NAMESPACE, _preload_content=False)
+    body = json.loads(raw.data)  # type: ignore[attr-defined]
+    spec: dict[str, Any] = body["spec"]["template"]["spec"]
+    return spec
+
+
+def run_init_containers(client: k8s.ApiClient, env: dict[str, str], token_dir: Path) -> None:
+    """The API pod's init containers, in order, their commands as the Deployment says, with
+    the Secret volumes mounted under token_dir."""
+    api = k8s.CoreV1Api(client)
+    spec = api_pod_spec(client)
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    for init in spec["initContainers"]:
+        command = list(init["command"])
+        for mount in init.get("volumeMounts", []):
+            local = mount_secret(api, volumes[mount["name"]], token_dir / mount["name"])
+            command = [a.replace(mount["mountPath"], str(local)) for a in command]
+        program = shutil.which(command[0], path=str(Path(sys.executable).parent))
+        done = subprocess.run(
+            [program or command[0], *command[1:]],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"init container {init['name']} failed: {done.stderr[-2000:]}")
+
+
+def start_api(cp: ControlPlane, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    """The API container's uvicorn, one worker, on a free loopback port."""
+    port = free_port()
+    log = (cp.dir / "api.log").open("ab")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "api.app:create_app",
+            "--factory",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: httpx.get(f"{url}/readyz", timeout=2).status_code == 200, 60, "the API")
+    return proc, url
+
+
+def up(state_path: Path = DEFAULT_STATE) -> State:
+    if state_path.exists():
+        raise RuntimeError(f"a cluster is up already ({state_path}): ./dev cluster down first")
+    cp = ControlPlane()
+    started: list[Any] = []
+    pg: PostgresServer | None = None
+    try:
+        cp.start()
+        pg = PostgresServer()
+        values = chart_values(pg)
+        install_chart(str(cp.kubeconfig("admin")), values)
+        api = c.core(cp)
+        # No controller-manager here: the default namespace's service account is made by hand.
+        c.ensure_default_account(api, "default")
+        env = {"TMC_DATABASE_URL": pg.url, "TMC_ENVIRONMENT": "production"}
+        token_dir = cp.dir / "mounted"
+        run_init_containers(c.api_client(cp), env, token_dir)
+        api_proc, api_url = start_api(cp, env)
+        started.append(api_proc)
+        agent_token = token_dir / "agent-token" / "token"
+        nodes = c.default_nodes(cp)
+        for node in nodes:
+            c.register_node(api, c.node_object(node.name))
+            node.start_agent(
+                {"TMC_AGENT_SERVICE_URL": api_url, "TMC_AGENT_TOKEN_FILE": str(agent_token)}
+            )
+            started.append(node.proc)
+        c.wait_published(api, [n.name for n in nodes])
+        extender = c.ExtenderProcess(cp, pg.url)
+        extender.start()
+        started.append(extender.proc)
+        cp.start_scheduler(c.scheduler_config(cp, extender.url))
+        pids = {name: p.pid for name, p in cp.procs.items()}
+        pids["api"] = api_proc.pid
+        pids["extender"] = extender.proc.pid
+        pids.update({f"agent-{n.name}": n.proc.pid for n in nodes if n.proc is not None})
+        state = State(
+            dir=str(cp.dir),
+            kubeconfig=str(cp.kubeconfig("admin")),
+            api_url=api_url,
+            extender_url=extender.url,
+            pg_bin=str(pg.bin),
+            pg_data=str(pg.data),
+            token_dir=str(token_dir),
+            values=values,
+            pids=pids,
+        )
+        state.save(state_path)
+        return state
+    except BaseException:
+        for proc in started:
+            with contextlib.suppress(Exception):
+                proc.kill()
+        cp.close()
+        if pg is not None:
+            pg.close()
+        raise
+
+
+def _stop(pid: int, timeout: float = 15) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)  # our child (tests): reap it
+            if done:
+                return
+        except ChildProcessError:
+            pass  # started by an earlier `up`: not ours to reap
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def down(state_path: Path = DEFAULT_STATE) -> None:
+    if not state_path.exists():
+        print(f"no cluster is up ({state_path} does not exist)", file=sys.stderr)
+        return
+    state = State.load(state_path)
+    order = ["kube-scheduler", "extender", "api"] + [n for n in state.pids if n.startswith("agent")]
+    for name in [*order, "kube-apiserver", "etcd"]:
+        if name in state.pids:
+            _stop(state.pids[name])
+    pg_dir = Path(state.pg_data).parent
+    cmd = [str(Path(state.pg_bin) / "pg_ctl"), "-D", state.pg_data, "-m", "fast", "-w", "stop"]
+    if os.geteuid() == 0:
+        cmd = ["runuser", "-u", "postgres", "--", *cmd]
+    subprocess.run(cmd, capture_output=True, check=False, timeout=60, cwd=pg_dir)
+    shutil.rmtree(pg_dir, ignore_errors=True)
+    shutil.rmtree(state.dir, ignore_errors=True)
+    state_path.unlink()
+
+
+def describe(state: State) -> str:
+    kubectl = binaries() / "kubectl"
+    return f"""tmc is installed (release {RELEASE}, namespace {NAMESPACE}) on a local control plane.
+
+  export KUBECONFIG={state.kubeconfig}
+  export PATH={kubectl.parent}:$PATH      # kube-apiserver, kube-scheduler, kubectl
+  export TMC_API={state.api_url}
+
+Next steps (docs/install.md, "Try it on this machine"):
+  kubectl -n {NAMESPACE} get deploy,ds,secret
+  export TMC_TOKEN=$(kubectl -n {NAMESPACE} get secret {FULLNAME}-bootstrap -o jsonpath='{{.data.operator-token}}' | base64 -d)
+  kubectl apply -f deploy/examples/tiered-pod.yaml
+Logs: {state.dir}/*.log      Stop everything: ./dev cluster down
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="./dev cluster")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--state", type=Path, default=DEFAULT_STATE)
+    args = p.parse_args(argv)
+    if args.action == "up":
+        print(describe(up(args.state)))
+    elif args.action == "down":
+        down(args.state)
+    elif not args.state.exists():
+        print("down")
+        return 1
+    else:
+        state = State.load(args.state)
+        for name, pid in state.pids.items():
+            alive = Path(f"/proc/{pid}").exists()
+            print(f"{name:24} pid {pid:>7}  {'running' if alive else 'EXITED'}")
+        print(describe(state))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
