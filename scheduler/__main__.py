@@ -5,9 +5,14 @@ the watches, then serve (/readyz says "ready" once the first sync is done)."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 import threading
+from importlib import metadata
+
+from kubernetes import config
+from pydantic import ValidationError
 
 from api.db import make_engine, make_session_factory
 from scheduler.decisions import Recommender
@@ -21,9 +26,39 @@ from scheduler.state import ClusterState
 log = logging.getLogger("tmc.scheduler")
 
 
+def parse_args() -> argparse.Namespace:
+    settings = "\n".join(
+        f"  TMC_{name.upper():<36} default {field.get_default(call_default_factory=True)!r}"
+        for name, field in ExtenderSettings.model_fields.items()
+        if name.startswith(("extender_", "opt_in", "kubeconfig", "decision", "database", "db_"))
+    )
+    parser = argparse.ArgumentParser(
+        prog="python -m scheduler",
+        description="The tmc scheduler extender (filter, prioritize, bind), its feeder and server.",
+        epilog="Configured by environment variables (docs/scheduler.md), among them:\n" + settings,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"tmc {_version()}")
+    return parser.parse_args()
+
+
+def _version() -> str:
+    try:
+        return metadata.version("tmc")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def main() -> None:
+    parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    settings = ExtenderSettings()
+    try:
+        settings = ExtenderSettings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"TMC_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
+        )
+        raise SystemExit(f"tmc extender: bad setting: {problems}") from None
     tls = None
     if settings.extender_tls_cert_file and settings.extender_tls_key_file:
         if not settings.extender_client_ca_file:
@@ -48,7 +83,13 @@ def main() -> None:
         threshold=settings.default_threshold,
         budget_seconds=settings.decision_budget_seconds,
     )
-    cluster = KubeCluster(api_client(settings.kubeconfig))
+    try:
+        cluster = KubeCluster(api_client(settings.kubeconfig))
+    except (config.ConfigException, OSError) as exc:
+        raise SystemExit(
+            f"tmc extender: no Kubernetes API to talk to ({exc}); run it in a pod with its "
+            "service account, or set TMC_KUBECONFIG"
+        ) from None
     extender = Extender(state, recommender, sessions, cluster, settings.opt_in_resource)
     feeder = Feeder(
         cluster,

@@ -117,7 +117,7 @@ def test_the_layout_is_the_same_whatever_the_order_and_times_of_the_rootfs(tmp_p
 BUILT = Path(os.environ.get("TMC_IMAGE_DIR", str(ROOT / "build" / "image")))
 
 
-@pytest.mark.skipif(not (BUILT / "index.json").exists(), reason="no image built (./dev image)")
+@pytest.mark.built_image
 def test_the_built_image_holds_the_commands_and_nothing_of_the_build() -> None:
     entry, config, layer = read_layout(BUILT)
     version = yaml.safe_load((ROOT / "deploy/helm/tmc/Chart.yaml").read_text())["appVersion"]
