@@ -6,15 +6,20 @@ Every failure is one line on stderr and exit status 2; results go to stdout (a t
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import StrEnum
+from importlib import metadata
 from pathlib import Path
-from typing import Annotated, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+from typer.core import TyperGroup
+from typer.exceptions import Abort
 
 from cli.render import render_model, render_recommendation
 from model import (
@@ -37,11 +42,53 @@ from model import (
 )
 from model.bundle import problems_from_validation
 
+
+class OneLineErrors(TyperGroup):
+    """The root command: a usage error or an unexpected failure ends as one line on stderr, never
+    a traceback or a framed panel. Usage errors exit 2 like every other user error; an unexpected
+    failure exits 1 and says how to see its traceback (TMC_DEBUG=1)."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except NoArgsIsHelpError as exc:
+            typer.echo(exc.ctx.get_help() if exc.ctx else "", err=True)
+            sys.exit(exc.exit_code)
+        except ClickException as exc:
+            where = exc.ctx.command_path if isinstance(exc, UsageError) and exc.ctx else "tmc"
+            typer.echo(f"error: {exc.format_message()} (see `{where} --help`)", err=True)
+            sys.exit(2 if isinstance(exc, UsageError) else exc.exit_code)
+        except Abort:
+            typer.echo("error: interrupted", err=True)
+            sys.exit(130)
+        except Exception as exc:
+            if os.environ.get("TMC_DEBUG"):
+                raise
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            typer.echo(
+                f"error: unexpected {type(exc).__name__}: {detail} "
+                "(run again with TMC_DEBUG=1 for the traceback, and report it)",
+                err=True,
+            )
+            sys.exit(1)
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
     name="tmc",
     help="tmc, the tiered-memory configurator: how much slow memory and how many LLC ways.",
     no_args_is_help=True,
     add_completion=False,
+    cls=OneLineErrors,
 )
 model_app = typer.Typer(help="Inspect the fitted TMC model of a profile.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
@@ -67,6 +114,31 @@ PricesOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
+def tmc_version() -> str:
+    try:
+        return metadata.version("tmc")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"tmc {tmc_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """tmc, the tiered-memory configurator: how much slow memory and how many LLC ways."""
+
+
 def fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
@@ -80,6 +152,12 @@ def guarded(action: Callable[[], T]) -> T:
         fail(str(exc))
     except ValidationError as exc:
         fail("; ".join(str(p) for p in problems_from_validation(exc)))
+    except FileNotFoundError as exc:
+        fail(f"{exc.filename}: no such file (check the path)")
+    except IsADirectoryError as exc:
+        fail(f"{exc.filename}: is a folder, not a file (give the file's path)")
+    except PermissionError as exc:
+        fail(f"{exc.filename}: permission denied (check the file's mode or run as its owner)")
     except OSError as exc:
         fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
 
