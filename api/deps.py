@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -20,9 +19,6 @@ from api.auth import GRANTS, Permission, Role, token_hash
 from api.db import unit_of_work
 from api.settings import Settings
 from api.utilization import UtilizationReader
-
-# A revoked token keeps working for at most this long on each API process.
-TOKEN_CACHE_SECONDS = 30.0
 
 
 @dataclass
@@ -64,7 +60,6 @@ class AppState:
     models: services.ModelCache
     metrics: Metrics
     enqueue_fit: Callable[[str], None]
-    tokens: dict[str, tuple[Role | None, float]] = field(default_factory=dict)
 
 
 def get_state(request: Request) -> AppState:
@@ -88,16 +83,11 @@ def bearer_role(
     scheme, _sep, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise HTTPException(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
-    digest = token_hash(token.strip())
-    now = time.monotonic()
-    cached = state.tokens.get(digest)
-    if cached is not None and cached[1] > now:
-        role = cached[0]
-    else:
-        with unit_of_work(state.sessions) as session:
-            row = repo.find_token(session, digest)
-            role = Role(row.role) if row is not None else None
-        state.tokens[digest] = (role, now + TOKEN_CACHE_SECONDS)
+    # Looked up on every request (one indexed read, no cache): a revoked token is refused from
+    # the next request on, by every API process.
+    with unit_of_work(state.sessions) as session:
+        row = repo.find_token(session, token_hash(token.strip()))
+        role = Role(row.role) if row is not None else None
     if role is None:
         raise HTTPException(401, "unknown or revoked token", {"WWW-Authenticate": "Bearer"})
     return role

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from enum import StrEnum
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -21,6 +21,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 from typer.core import TyperGroup
 from typer.exceptions import Abort
 
+from cli import errors
 from cli.render import render_model, render_recommendation
 from model import (
     DEFAULT_PRICE_PROFILE,
@@ -139,9 +140,7 @@ def root(
     """tmc, the tiered-memory configurator: how much slow memory and how many LLC ways."""
 
 
-def fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
+fail = errors.fail  # the commands in other modules import it from here
 
 
 def guarded(action: Callable[[], T]) -> T:
@@ -270,7 +269,11 @@ app.add_typer(plan_app, name="plan")
 
 # The service's commands need the server extra; a node install (the agent) has only the model.
 if importlib.util.find_spec("fastapi") is not None:
-    from cli.server import db_app, server_app, token_app
+    try:
+        from cli.server import db_app, server_app, token_app
+    except ValidationError as exc:  # the service's modules read TMC_* settings on import
+        typer.echo(f"error: {errors.settings_problem(exc)}", err=True)
+        sys.exit(2)
 
     app.registered_commands += server_app.registered_commands
     app.add_typer(token_app, name="token")

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from typing import Any
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -207,3 +211,40 @@ def _grid_table(
             row.append(f"[bold green]{text}[/]" if p is best else text)
         table.add_row(*row)
     return table
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+def print_rows(
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[str],
+    output: OutputFormat,
+    *,
+    title: str,
+    cells: dict[str, Callable[[Any], str]] | None = None,
+) -> None:
+    """Rows as `kubectl get` shows them: a table (readable units, `-` for nothing), or every
+    field as JSON or YAML (raw numbers, for scripts)."""
+    if output is OutputFormat.json:
+        sys.stdout.write(json.dumps(list(rows), indent=2) + "\n")
+        return
+    if output is OutputFormat.yaml:
+        sys.stdout.write(yaml.safe_dump(list(rows), sort_keys=False, allow_unicode=True))
+        return
+    console = Console()
+    if not rows:
+        console.print(f"No {title.lower()}.")
+        return
+    table = Table(title=title, title_justify="left", box=None, header_style="bold")
+    for col in columns:
+        table.add_column(col.upper().replace("_", " "), no_wrap=True)
+    shown = cells or {}
+    for row in rows:
+        table.add_row(
+            *("-" if row.get(col) is None else shown.get(col, str)(row[col]) for col in columns)
+        )
+    console.print(table)

@@ -73,3 +73,24 @@ def test_the_installed_command_prints_no_traceback(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"TMC_ENVIRONMENT": "prod"}, "TMC_ENVIRONMENT"),
+        ({"TMC_ENVIRONMENT": "production"}, "production needs PostgreSQL"),
+    ],
+)
+def test_a_bad_environment_is_one_line(env: dict[str, str], says: str) -> None:
+    tmc = Path(sys.executable).parent / "tmc"
+    done = subprocess.run(
+        [str(tmc), "token", "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", **env},
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and says in done.stderr
