@@ -24,6 +24,7 @@ from api.errors import PROBLEM, ContainUnexpected, install_handlers
 from api.routes import (
     cluster,
     ops,
+    placements,
     planner,
     prices,
     profiles,
@@ -268,7 +269,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_bundle_bytes)
     app.add_middleware(ContainUnexpected)  # outermost: a 500 keeps the connection open
 
-    for module in (ops, profiles, recommendations, cluster, prices, reports, tiering, planner):
+    for module in (
+        ops,
+        profiles,
+        recommendations,
+        cluster,
+        placements,
+        prices,
+        reports,
+        tiering,
+        planner,
+    ):
         app.include_router(module.router)
     dashboard.mount(app)
     return app

@@ -171,21 +171,31 @@ def load_prices(path: Path | None) -> PriceProfile:
     return PriceProfile.model_validate_json(path.read_bytes())
 
 
-def parse_utilization(spec: str | None) -> Utilization | None:
-    """`cpu=0.7,dram=0.5,slow=0.2,llc=0.4`; resources left out are taken as idle."""
+RESOURCES = ("cpu", "dram", "slow", "llc")
+
+
+def parse_utilization(spec: str | None) -> tuple[Utilization | None, list[str]]:
+    """`cpu=0.7,dram=0.5,slow=0.2,llc=0.4`. A resource left out is taken as idle (0), and is
+    returned in the second element so that the output can say so."""
     if spec is None:
-        return None
+        return None, []
     values: dict[str, float] = {}
     for part in spec.split(","):
         key, sep, raw = part.partition("=")
         key = key.strip()
-        if not sep or key not in Utilization.model_fields:
-            raise InvalidRequest("utilization", f"{part!r} is not one of cpu=, dram=, slow=, llc=")
+        if not sep or key not in RESOURCES:
+            raise InvalidRequest(
+                "utilization",
+                f"{part!r} is not one of cpu=, dram=, slow=, llc= "
+                "(e.g. --utilization cpu=0.7,dram=0.5,slow=0.2,llc=0.4)",
+            )
+        if key in values:
+            raise InvalidRequest("utilization", f"{key} is given twice")
         try:
             values[key] = float(raw)
         except ValueError:
             raise InvalidRequest("utilization", f"{key}={raw!r} is not a number") from None
-    return Utilization(**values)
+    return Utilization(**values), [r for r in RESOURCES if r not in values]
 
 
 def choose_grid(choice: GridChoice, bundle: ProfileBundle) -> Grid:
@@ -213,11 +223,16 @@ def recommend_cmd(
 
     def run() -> None:
         bundle = load_bundle(profile)
+        given, assumed = parse_utilization(utilization)
+        if assumed:
+            typer.echo(
+                f"note: utilization of {', '.join(assumed)} not given: taken as 0 (idle)", err=True
+            )
         result = recommend(
             fit(bundle),
             machine=machine_of_host(bundle.host),
             prices=load_prices(prices),
-            utilization=parse_utilization(utilization),
+            utilization=given,
             objective=parse_objective(objective),
             threshold=threshold,
             grid=choose_grid(grid, bundle),
@@ -225,7 +240,7 @@ def recommend_cmd(
         if as_json:
             sys.stdout.write(result.model_dump_json(indent=2) + "\n")
         else:
-            render_recommendation(Console(), result)
+            render_recommendation(Console(), result, assumed)
 
     guarded(run)
 

@@ -12,6 +12,7 @@ from pydantic import TypeAdapter
 from rich.console import Console
 from rich.table import Table
 
+from cli.render import size
 from model.bundle import ProfileBundle
 from model.errors import InvalidRequest
 from model.tiering import TieringAdvice, TieringProfile, TieringRequest, Trial, advise
@@ -44,10 +45,9 @@ def load_tiering_profile(path: Path) -> TieringProfile:
 
 
 def render_advice(console: Console, advice: TieringAdvice) -> None:
-    gib = 1 << 30
     s = advice.sizing
     console.print(
-        f"[bold]Fast tier[/bold] {s.fast_bytes / gib:.2f} GiB ({s.saved_share:.0%} saved), "
+        f"[bold]Fast tier[/bold] {size(s.fast_bytes)} ({s.saved_share:.0%} saved), "
         f"predicted loss {s.predicted_loss:.1%} (target {s.loss_target:.1%})"
     )
     table = Table("trial", "period", "× dominant reuse", "predicted loss")
