@@ -282,6 +282,10 @@ from cli.planner import plan_app  # noqa: E402
 
 app.add_typer(plan_app, name="plan")
 
+from cli.get import get_app  # noqa: E402
+
+app.add_typer(get_app, name="get")
+
 # The service's commands need the server extra; a node install (the agent) has only the model.
 if importlib.util.find_spec("fastapi") is not None:
     try:

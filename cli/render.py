@@ -285,24 +285,26 @@ def print_rows(
     title: str,
     cells: dict[str, Callable[[Any], str]] | None = None,
 ) -> None:
-    """Rows as `kubectl get` shows them: a table (readable units, `-` for nothing), or every
-    field as JSON or YAML (raw numbers, for scripts)."""
+    """Rows as `kubectl get` shows them: a table (readable units), or every field as JSON or
+    YAML (raw numbers, for scripts)."""
     if output is OutputFormat.json:
         sys.stdout.write(json.dumps(list(rows), indent=2) + "\n")
         return
     if output is OutputFormat.yaml:
         sys.stdout.write(yaml.safe_dump(list(rows), sort_keys=False, allow_unicode=True))
         return
-    console = Console()
     if not rows:
-        console.print(f"No {title.lower()}.")
+        sys.stderr.write(f"No {title.lower()} found.\n")
         return
-    table = Table(title=title, title_justify="left", box=None, header_style="bold")
-    for col in columns:
-        table.add_column(col.upper().replace("_", " "), no_wrap=True)
+    # Plain aligned columns, as kubectl prints them: never truncated or wrapped, and easy to
+    # cut or awk; a cell with nothing in it is "-".
     shown = cells or {}
-    for row in rows:
-        table.add_row(
-            *("-" if row.get(col) is None else shown.get(col, str)(row[col]) for col in columns)
-        )
-    console.print(table)
+    header = [col.upper().replace("_", " ") for col in columns]
+    body = [
+        ["-" if row.get(col) is None else shown.get(col, str)(row[col]) for col in columns]
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(columns))]
+    for line in [header, *body]:
+        sys.stdout.write("   ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+        sys.stdout.write("\n")
