@@ -161,14 +161,34 @@ def guarded(action: Callable[[], T]) -> T:
         fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
 
 
+class FileProblem(TmcError):
+    """A file that does not parse, named in the message (the parsers know only its bytes)."""
+
+
+MAX_FILE_BYTES = 16 << 20
+
+
+def from_file(path: Path, parse: Callable[[bytes], T]) -> T:
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise FileProblem(f"{path}: larger than {MAX_FILE_BYTES} bytes (is it the right file?)")
+    data = path.read_bytes()
+    try:
+        return parse(data)
+    except ValidationError as exc:
+        problems = "; ".join(str(p) for p in problems_from_validation(exc))
+    except TmcError as exc:
+        problems = str(exc)
+    raise FileProblem(f"{path}: {problems.replace('(body): ', '')}")
+
+
 def load_bundle(path: Path) -> ProfileBundle:
-    return parse_bundle(path.read_bytes())
+    return from_file(path, parse_bundle)
 
 
 def load_prices(path: Path | None) -> PriceProfile:
     if path is None:
         return DEFAULT_PRICE_PROFILE
-    return PriceProfile.model_validate_json(path.read_bytes())
+    return from_file(path, PriceProfile.model_validate_json)
 
 
 RESOURCES = ("cpu", "dram", "slow", "llc")

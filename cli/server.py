@@ -297,7 +297,10 @@ def token_list(
 
 @token_app.command("revoke")
 def token_revoke(
-    name_or_id: Annotated[str, typer.Argument(help="The token's id, or its name if unique.")],
+    name_or_id: Annotated[
+        str,
+        typer.Argument(metavar="NAME-OR-ID", help="The token's id, or its name if unique."),
+    ],
     database: DatabaseOpt = None,
 ) -> None:
     """Revoke a token: the API refuses it from the next request on."""

@@ -86,10 +86,11 @@ def recommend_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Advise the fast-tier size, the migration period trials and the knob settings."""
-    from cli.main import guarded  # noqa: PLC0415 - main imports this module
+    from cli.main import from_file, guarded  # noqa: PLC0415 - main imports this module
 
     def run() -> None:
-        done = TypeAdapter(list[Trial]).validate_json(_read(trials)) if trials is not None else []
+        trial_list = TypeAdapter(list[Trial]).validate_json
+        done = from_file(trials, trial_list) if trials is not None else []
         request = TieringRequest(loss_target=loss_target, knob_budget=budget, trials=done)
         advice = advise(load_tiering_profile(profile), request)
         if as_json:

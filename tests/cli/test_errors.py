@@ -94,3 +94,18 @@ def test_a_bad_environment_is_one_line(env: dict[str, str], says: str) -> None:
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and says in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["recommend", "-p", BUNDLE, "--prices", "{bad}"],
+        ["model", "show", "-p", "{bad}"],
+        ["tiering", "recommend", "-p", BUNDLE, "--trials", "{bad}"],
+    ],
+)
+def test_a_file_that_does_not_parse_is_named(args: list[str], tmp_path: Path) -> None:
+    bad = tmp_path / "not-json.txt"
+    bad.write_text("hello")
+    line = one_line_error([a.replace("{bad}", str(bad)) for a in args])
+    assert line.startswith(f"error: {bad}: ") and "JSON" in line
