@@ -24,6 +24,7 @@ from api.errors import PROBLEM, ContainUnexpected, install_handlers
 from api.routes import (
     cluster,
     ops,
+    placements,
     planner,
     prices,
     profiles,
@@ -251,6 +252,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         summary="Tiered-memory configurator: slow-memory ratio and LLC ways by performance per TCO",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc: served by openapi.install_docs, without a CDN
+        redoc_url=None,
         responses={
             401: {"description": "No or unknown bearer token", "content": {PROBLEM: {}}},
             403: {"description": "The token's role may not do this", "content": {PROBLEM: {}}},
@@ -260,12 +263,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_handlers(app)
     openapi.install(app)
+    openapi.install_docs(app)
 
     app.add_middleware(Observe)
     app.add_middleware(BodyLimit, max_bytes=settings.max_bundle_bytes)
     app.add_middleware(ContainUnexpected)  # outermost: a 500 keeps the connection open
 
-    for module in (ops, profiles, recommendations, cluster, prices, reports, tiering, planner):
+    for module in (
+        ops,
+        profiles,
+        recommendations,
+        cluster,
+        placements,
+        prices,
+        reports,
+        tiering,
+        planner,
+    ):
         app.include_router(module.router)
     dashboard.mount(app)
     return app

@@ -6,16 +6,22 @@ Every failure is one line on stderr and exit status 2; results go to stdout (a t
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import StrEnum
+from importlib import metadata
 from pathlib import Path
-from typing import Annotated, NoReturn, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+from typer.core import TyperGroup
+from typer.exceptions import Abort
 
+from cli import errors
 from cli.render import render_model, render_recommendation
 from model import (
     DEFAULT_PRICE_PROFILE,
@@ -37,11 +43,53 @@ from model import (
 )
 from model.bundle import problems_from_validation
 
+
+class OneLineErrors(TyperGroup):
+    """The root command: a usage error or an unexpected failure ends as one line on stderr, never
+    a traceback or a framed panel. Usage errors exit 2 like every other user error; an unexpected
+    failure exits 1 and says how to see its traceback (TMC_DEBUG=1)."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except NoArgsIsHelpError as exc:
+            typer.echo(exc.ctx.get_help() if exc.ctx else "", err=True)
+            sys.exit(exc.exit_code)
+        except ClickException as exc:
+            where = exc.ctx.command_path if isinstance(exc, UsageError) and exc.ctx else "tmc"
+            typer.echo(f"error: {exc.format_message()} (see `{where} --help`)", err=True)
+            sys.exit(2 if isinstance(exc, UsageError) else exc.exit_code)
+        except Abort:
+            typer.echo("error: interrupted", err=True)
+            sys.exit(130)
+        except Exception as exc:
+            if os.environ.get("TMC_DEBUG"):
+                raise
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            typer.echo(
+                f"error: unexpected {type(exc).__name__}: {detail} "
+                "(run again with TMC_DEBUG=1 for the traceback, and report it)",
+                err=True,
+            )
+            sys.exit(1)
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
     name="tmc",
     help="tmc, the tiered-memory configurator: how much slow memory and how many LLC ways.",
     no_args_is_help=True,
     add_completion=False,
+    cls=OneLineErrors,
 )
 model_app = typer.Typer(help="Inspect the fitted TMC model of a profile.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
@@ -67,9 +115,32 @@ PricesOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
-def fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
+def tmc_version() -> str:
+    try:
+        return metadata.version("tmc")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"tmc {tmc_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """tmc, the tiered-memory configurator: how much slow memory and how many LLC ways."""
+
+
+fail = errors.fail  # the commands in other modules import it from here
 
 
 def guarded(action: Callable[[], T]) -> T:
@@ -80,35 +151,71 @@ def guarded(action: Callable[[], T]) -> T:
         fail(str(exc))
     except ValidationError as exc:
         fail("; ".join(str(p) for p in problems_from_validation(exc)))
+    except FileNotFoundError as exc:
+        fail(f"{exc.filename}: no such file (check the path)")
+    except IsADirectoryError as exc:
+        fail(f"{exc.filename}: is a folder, not a file (give the file's path)")
+    except PermissionError as exc:
+        fail(f"{exc.filename}: permission denied (check the file's mode or run as its owner)")
     except OSError as exc:
         fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
 
 
+class FileProblem(TmcError):
+    """A file that does not parse, named in the message (the parsers know only its bytes)."""
+
+
+MAX_FILE_BYTES = 16 << 20
+
+
+def from_file(path: Path, parse: Callable[[bytes], T]) -> T:
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise FileProblem(f"{path}: larger than {MAX_FILE_BYTES} bytes (is it the right file?)")
+    data = path.read_bytes()
+    try:
+        return parse(data)
+    except ValidationError as exc:
+        problems = "; ".join(str(p) for p in problems_from_validation(exc))
+    except TmcError as exc:
+        problems = str(exc)
+    raise FileProblem(f"{path}: {problems.replace('(body): ', '')}")
+
+
 def load_bundle(path: Path) -> ProfileBundle:
-    return parse_bundle(path.read_bytes())
+    return from_file(path, parse_bundle)
 
 
 def load_prices(path: Path | None) -> PriceProfile:
     if path is None:
         return DEFAULT_PRICE_PROFILE
-    return PriceProfile.model_validate_json(path.read_bytes())
+    return from_file(path, PriceProfile.model_validate_json)
 
 
-def parse_utilization(spec: str | None) -> Utilization | None:
-    """`cpu=0.7,dram=0.5,slow=0.2,llc=0.4`; resources left out are taken as idle."""
+RESOURCES = ("cpu", "dram", "slow", "llc")
+
+
+def parse_utilization(spec: str | None) -> tuple[Utilization | None, list[str]]:
+    """`cpu=0.7,dram=0.5,slow=0.2,llc=0.4`. A resource left out is taken as idle (0), and is
+    returned in the second element so that the output can say so."""
     if spec is None:
-        return None
+        return None, []
     values: dict[str, float] = {}
     for part in spec.split(","):
         key, sep, raw = part.partition("=")
         key = key.strip()
-        if not sep or key not in Utilization.model_fields:
-            raise InvalidRequest("utilization", f"{part!r} is not one of cpu=, dram=, slow=, llc=")
+        if not sep or key not in RESOURCES:
+            raise InvalidRequest(
+                "utilization",
+                f"{part!r} is not one of cpu=, dram=, slow=, llc= "
+                "(e.g. --utilization cpu=0.7,dram=0.5,slow=0.2,llc=0.4)",
+            )
+        if key in values:
+            raise InvalidRequest("utilization", f"{key} is given twice")
         try:
             values[key] = float(raw)
         except ValueError:
             raise InvalidRequest("utilization", f"{key}={raw!r} is not a number") from None
-    return Utilization(**values)
+    return Utilization(**values), [r for r in RESOURCES if r not in values]
 
 
 def choose_grid(choice: GridChoice, bundle: ProfileBundle) -> Grid:
@@ -136,11 +243,16 @@ def recommend_cmd(
 
     def run() -> None:
         bundle = load_bundle(profile)
+        given, assumed = parse_utilization(utilization)
+        if assumed:
+            typer.echo(
+                f"note: utilization of {', '.join(assumed)} not given: taken as 0 (idle)", err=True
+            )
         result = recommend(
             fit(bundle),
             machine=machine_of_host(bundle.host),
             prices=load_prices(prices),
-            utilization=parse_utilization(utilization),
+            utilization=given,
             objective=parse_objective(objective),
             threshold=threshold,
             grid=choose_grid(grid, bundle),
@@ -148,7 +260,7 @@ def recommend_cmd(
         if as_json:
             sys.stdout.write(result.model_dump_json(indent=2) + "\n")
         else:
-            render_recommendation(Console(), result)
+            render_recommendation(Console(), result, assumed)
 
     guarded(run)
 
@@ -190,9 +302,17 @@ from cli.planner import plan_app  # noqa: E402
 
 app.add_typer(plan_app, name="plan")
 
+from cli.get import get_app  # noqa: E402
+
+app.add_typer(get_app, name="get")
+
 # The service's commands need the server extra; a node install (the agent) has only the model.
 if importlib.util.find_spec("fastapi") is not None:
-    from cli.server import db_app, server_app, token_app
+    try:
+        from cli.server import db_app, server_app, token_app
+    except ValidationError as exc:  # the service's modules read TMC_* settings on import
+        typer.echo(f"error: {errors.settings_problem(exc)}", err=True)
+        sys.exit(2)
 
     app.registered_commands += server_app.registered_commands
     app.add_typer(token_app, name="token")

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from typing import Any
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -18,17 +22,36 @@ from model import (
     MachineShape,
     PriceProfile,
     Recommendation,
+    Utilization,
     predicted_grid,
 )
-from model.resources import GIB, MIB
+
+UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
-def gib(n: int) -> str:
-    return f"{n / GIB:.2f} GiB"
+def significant(x: float, digits: int = 3) -> str:
+    """`x` with `digits` significant figures, written out (never 7.177e-07)."""
+    if x == 0 or not math.isfinite(x):
+        return "0" if x == 0 else str(x)
+    decimals = max(digits - 1 - math.floor(math.log10(abs(x))), 0)
+    text = f"{x:,.{decimals}f}"
+    # Rounding may carry into a new digit (9.996 -> 10.00): one decimal too many then.
+    if decimals and len(text.replace(",", "").replace(".", "").lstrip("-0")) > digits:
+        text = f"{x:,.{decimals - 1}f}"
+    return text
 
 
-def mib(n: int) -> str:
-    return f"{n / MIB:,.0f} MiB"
+def size(n: float) -> str:
+    """Bytes in the largest binary unit that keeps at least 1 of it, to 3 significant figures:
+    20.0 MiB rather than 0.02 GiB, 4.38 GiB rather than 4484 MiB."""
+    value = float(n)
+    unit = 0
+    while abs(value) >= 1024 and unit < len(UNITS) - 1:
+        value /= 1024
+        unit += 1
+    if unit == 0:
+        return f"{int(value)} B"
+    return f"{significant(value)} {UNITS[unit]}"
 
 
 def pct(x: float) -> str:
@@ -36,10 +59,35 @@ def pct(x: float) -> str:
 
 
 def money(x: float, currency: str) -> str:
-    return f"{x:.4g} {currency}"
+    return f"{significant(x)} {currency}"
 
 
-def render_recommendation(console: Console, rec: Recommendation) -> None:
+def seconds(x: float) -> str:
+    if x >= 3600:
+        return f"{significant(x / 3600)} h"
+    if x >= 1:
+        return f"{significant(x)} s"
+    return f"{significant(x * 1000)} ms"
+
+
+def hourly(cost: float, predicted_seconds: float) -> float:
+    """Eq. 1's price per hour, back from the cost of one run and its predicted time."""
+    return cost / (predicted_seconds / 3600) if predicted_seconds > 0 else 0.0
+
+
+def utilization_text(u: Utilization, assumed: Sequence[str] = ()) -> str:
+    parts = []
+    for name, value in zip(("cpu", "dram", "slow", "llc"), u.as_tuple(), strict=True):
+        parts.append(f"{name} {value:.2f}" + ("*" if name in assumed else ""))
+    text = "  ".join(parts)
+    if assumed:
+        text += "  (* not given: taken as idle)"
+    return text
+
+
+def render_recommendation(
+    console: Console, rec: Recommendation, assumed: Sequence[str] = ()
+) -> None:
     c = rec.chosen.configuration
     console.print(
         f"[bold]{rec.workload.name}[/] ({rec.workload.input_label}, {rec.workload.version}) on"
@@ -53,34 +101,47 @@ def render_recommendation(console: Console, rec: Recommendation) -> None:
     summary.add_row("slow ratio", f"{c.slow_ratio:.2f}")
     summary.add_row("LLC ways", str(c.llc_ways))
     summary.add_row("vCPUs", str(c.vcpus))
-    summary.add_row("DRAM", gib(c.dram_bytes))
-    summary.add_row("slow memory", gib(c.slow_bytes))
-    summary.add_row("predicted time", f"{rec.chosen.predicted_seconds:.4g} s")
+    summary.add_row("DRAM", size(c.dram_bytes))
+    summary.add_row("slow memory", size(c.slow_bytes))
+    summary.add_row("predicted time", seconds(rec.chosen.predicted_seconds))
     summary.add_row("slowdown vs fastmax", pct(rec.chosen.slowdown))
-    summary.add_row("cost (Eq. 1)", money(rec.chosen.cost, rec.currency))
-    summary.add_row("cost vs cheapest", pct(rec.chosen.cost_vs_cheapest))
-    summary.add_row("packing penalty", f"{rec.chosen.packing_penalty or 0.0:.4f}")
-    u = rec.utilization
     summary.add_row(
-        "utilization used",
-        f"cpu {u.cpu:.2f}  dram {u.dram:.2f}  slow {u.slow:.2f}  llc {u.llc:.2f}",
+        "price (Eq. 1)",
+        f"{money(hourly(rec.chosen.cost, rec.chosen.predicted_seconds), rec.currency)} per hour",
     )
+    summary.add_row("cost of one run", money(rec.chosen.cost, rec.currency))
+    summary.add_row("cost vs cheapest", pct(rec.chosen.cost_vs_cheapest))
+    summary.add_row("packing penalty", _penalty_path(rec.chosen, rec.utilization))
+    summary.add_row("utilization used", utilization_text(rec.utilization, assumed))
     console.print(summary)
 
     console.print(_candidates_table("Within the threshold (lowest packing penalty first)", rec))
     console.print(_placement_table(rec))
     frontier = Table(title="Time vs cost Pareto frontier", title_justify="left")
-    for col in ("slow ratio", "ways", "time (s)", f"cost ({rec.currency})"):
+    for col in ("slow ratio", "ways", "time", f"cost of one run ({rec.currency})"):
         frontier.add_column(col, justify="right")
     for pt in rec.pareto_frontier:
         frontier.add_row(
             f"{pt.slow_ratio:.2f}",
             str(pt.llc_ways),
-            f"{pt.predicted_seconds:.4g}",
-            f"{pt.cost:.4g}",
+            seconds(pt.predicted_seconds),
+            significant(pt.cost),
         )
     console.print(frontier)
     _print_flags(console, rec.fit)
+
+
+def _penalty_path(cand: Candidate, u: Utilization) -> str:
+    """Algorithm 1's D_i · U, term by term: which resource makes the penalty."""
+    terms = [
+        f"{name} {d:.2f}×{x:.2f}"
+        for name, d, x in zip(
+            ("cpu", "dram", "slow", "llc"), cand.demand.as_tuple(), u.as_tuple(), strict=True
+        )
+        if d and x
+    ]
+    total = f"{cand.packing_penalty or 0.0:.4f}"
+    return f"{total} = " + " + ".join(terms) if terms else total
 
 
 def _candidates_table(title: str, rec: Recommendation) -> Table:
@@ -107,8 +168,8 @@ def _candidate_cells(cand: Candidate, chosen: bool) -> list[str]:
         "→" if chosen else "",
         f"{c.slow_ratio:.2f}",
         str(c.llc_ways) + ("*" if cand.extrapolated else ""),
-        gib(c.dram_bytes),
-        gib(c.slow_bytes),
+        size(c.dram_bytes),
+        size(c.slow_bytes),
         pct(cand.slowdown),
         pct(cand.cost_vs_cheapest),
         f"{cand.packing_penalty or 0.0:.4f}",
@@ -117,16 +178,17 @@ def _candidate_cells(cand: Candidate, chosen: bool) -> list[str]:
 
 def _placement_table(rec: Recommendation) -> Table:
     table = Table(title="Placement plan (coldest structures go slow)", title_justify="left")
-    for col in ("tag", "size", "fast", "slow", "accesses/instr", "hotness /MiB"):
+    # Per thousand instructions, and per million instructions per MiB: numbers a person reads.
+    for col in ("tag", "size", "fast", "slow", "acc/kinstr", "acc/Minstr/MiB"):
         table.add_column(col, justify="right")
     for p in sorted(rec.placement, key=lambda p: p.hotness_per_mib, reverse=True):
         table.add_row(
             p.tag,
-            mib(p.size_bytes),
-            mib(p.fast_bytes),
-            mib(p.slow_bytes),
-            f"{p.accesses_per_instruction:.3g}",
-            f"{p.hotness_per_mib:.3g}",
+            size(p.size_bytes),
+            size(p.fast_bytes),
+            size(p.slow_bytes),
+            significant(p.accesses_per_instruction * 1000),
+            significant(p.hotness_per_mib * 1e6),
         )
     return table
 
@@ -176,8 +238,8 @@ def render_model(
         f"{fitted.curve_mar_at(fitted.ways_min):.4g} / {fitted.curve_mar_at(fitted.ways_max):.4g}"
         " misses/instr",
     )
-    params.add_row("footprint", f"{gib(fitted.footprint_bytes)} in {len(fitted.tags)} structures")
-    params.add_row("fastmax time", f"{fitted.fastmax_seconds:.4g} s")
+    params.add_row("footprint", f"{size(fitted.footprint_bytes)} in {len(fitted.tags)} structures")
+    params.add_row("fastmax time", seconds(fitted.fastmax_seconds))
     coverage = ", ".join(f"{k} {v:.2f}" for k, v in fitted.diagnostics.pebs_coverage.items())
     params.add_row("PEBS coverage", coverage)
     console.print(params)
@@ -207,3 +269,42 @@ def _grid_table(
             row.append(f"[bold green]{text}[/]" if p is best else text)
         table.add_row(*row)
     return table
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+def print_rows(
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[str],
+    output: OutputFormat,
+    *,
+    title: str,
+    cells: dict[str, Callable[[Any], str]] | None = None,
+) -> None:
+    """Rows as `kubectl get` shows them: a table (readable units), or every field as JSON or
+    YAML (raw numbers, for scripts)."""
+    if output is OutputFormat.json:
+        sys.stdout.write(json.dumps(list(rows), indent=2) + "\n")
+        return
+    if output is OutputFormat.yaml:
+        sys.stdout.write(yaml.safe_dump(list(rows), sort_keys=False, allow_unicode=True))
+        return
+    if not rows:
+        sys.stderr.write(f"No {title.lower()} found.\n")
+        return
+    # Plain aligned columns, as kubectl prints them: never truncated or wrapped, and easy to
+    # cut or awk; a cell with nothing in it is "-".
+    shown = cells or {}
+    header = [col.upper().replace("_", " ") for col in columns]
+    body = [
+        ["-" if row.get(col) is None else shown.get(col, str)(row[col]) for col in columns]
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(columns))]
+    for line in [header, *body]:
+        sys.stdout.write("   ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+        sys.stdout.write("\n")

@@ -12,6 +12,7 @@ from pydantic import TypeAdapter
 from rich.console import Console
 from rich.table import Table
 
+from cli.render import size
 from model.bundle import ProfileBundle
 from model.errors import InvalidRequest
 from model.tiering import TieringAdvice, TieringProfile, TieringRequest, Trial, advise
@@ -44,10 +45,9 @@ def load_tiering_profile(path: Path) -> TieringProfile:
 
 
 def render_advice(console: Console, advice: TieringAdvice) -> None:
-    gib = 1 << 30
     s = advice.sizing
     console.print(
-        f"[bold]Fast tier[/bold] {s.fast_bytes / gib:.2f} GiB ({s.saved_share:.0%} saved), "
+        f"[bold]Fast tier[/bold] {size(s.fast_bytes)} ({s.saved_share:.0%} saved), "
         f"predicted loss {s.predicted_loss:.1%} (target {s.loss_target:.1%})"
     )
     table = Table("trial", "period", "× dominant reuse", "predicted loss")
@@ -86,10 +86,11 @@ def recommend_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Advise the fast-tier size, the migration period trials and the knob settings."""
-    from cli.main import guarded  # noqa: PLC0415 - main imports this module
+    from cli.main import from_file, guarded  # noqa: PLC0415 - main imports this module
 
     def run() -> None:
-        done = TypeAdapter(list[Trial]).validate_json(_read(trials)) if trials is not None else []
+        trial_list = TypeAdapter(list[Trial]).validate_json
+        done = from_file(trials, trial_list) if trials is not None else []
         request = TieringRequest(loss_target=loss_target, knob_budget=budget, trials=done)
         advice = advise(load_tiering_profile(profile), request)
         if as_json:

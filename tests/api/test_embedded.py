@@ -54,6 +54,7 @@ def test_embedded_service_works_without_postgres_or_redis(tmp_path: Path) -> Non
 
 def test_token_create_stores_only_a_hash(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'tmc.db'}"
+    upgrade_to_head(url)  # token create never creates a database (tmc db upgrade does)
     result = subprocess.run(
         [
             str(Path(sys.executable).with_name("tmc")),

@@ -1,0 +1,128 @@
+"""Placements per pod, read-only (`tmc get placements`): the tiered resources each pod holds on
+its node, and the decision they came from."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query
+from pydantic import BaseModel, Field
+from sqlalchemy import RowMapping
+
+from api import placements
+from api.auth import Permission
+from api.db import unit_of_work
+from api.deps import StateDep, require
+from api.errors import NotFound
+from api.orm import Reservation
+from model import Recommendation
+from model.node_contract import StructurePlan
+
+router = APIRouter(prefix="/v1", tags=["placements"])
+Reader = Annotated[object, Depends(require(Permission.read))]
+Name = Annotated[str, Query(min_length=1, max_length=253)]
+
+
+class PlacementOut(BaseModel):
+    pod_uid: str
+    namespace: str
+    pod: str
+    node: str
+    workload: str | None = Field(description="null: the pod was placed without a decision")
+    objective: str | None
+    slow_ratio: float | None
+    llc_ways: int | None = Field(description="ways the decision chose")
+    vcpus: int
+    dram_bytes: int
+    slow_bytes: int
+    slow_from_pool: bool
+    llc_mask: int = Field(description="the contiguous CAT mask reserved on the node")
+    recommendation_id: str | None
+    created_at: datetime
+
+
+class PlacementDetailOut(PlacementOut):
+    predicted_slowdown: float | None = Field(description="against fastmax, by the model")
+    predicted_seconds: float | None
+    cost: float | None = Field(description="Eq. 1 cost of one run, in `currency`")
+    currency: str | None
+    plan: list[StructurePlan] = Field(description="per tagged structure: fast and slow bytes")
+
+
+def _placement(row: RowMapping) -> dict[str, Any]:
+    r: Reservation = row[Reservation]
+    return {
+        "pod_uid": r.pod_uid,
+        "namespace": r.namespace,
+        "pod": r.pod_name,
+        "node": r.node_name,
+        "workload": row["workload"],
+        "objective": row["objective"],
+        "slow_ratio": row["slow_ratio"],
+        "llc_ways": row["llc_ways"],
+        "vcpus": r.vcpus,
+        "dram_bytes": r.dram_bytes,
+        "slow_bytes": r.slow_bytes,
+        "slow_from_pool": r.slow_from_pool,
+        "llc_mask": r.llc_mask,
+        "recommendation_id": r.recommendation_id,
+        "created_at": r.created_at,
+    }
+
+
+@router.get(
+    "/placements",
+    response_model=list[PlacementOut],
+    summary="What each pod holds, on which node, from which decision",
+)
+def list_placements(
+    state: StateDep,
+    _: Reader,
+    node: Name | None = None,
+    namespace: Name | None = None,
+) -> list[PlacementOut]:
+    with unit_of_work(state.sessions) as session:
+        rows = placements.list_placements(session, node=node, namespace=namespace)
+        return [PlacementOut(**_placement(row)) for row in rows]
+
+
+@router.get(
+    "/placements/{namespace}/{pod}",
+    response_model=PlacementDetailOut,
+    summary="One pod's placement with its predicted slowdown and per-structure plan",
+    responses={404: {"description": "No placement for this pod"}},
+)
+def get_placement(
+    state: StateDep,
+    _: Reader,
+    namespace: Annotated[str, Path(max_length=253)],
+    pod: Annotated[str, Path(max_length=253)],
+) -> PlacementDetailOut:
+    with unit_of_work(state.sessions) as session:
+        row = placements.find_placement(session, namespace, pod)
+        if row is None:
+            raise NotFound("placement", f"{namespace}/{pod}")
+        fields = _placement(row)
+    result = row["result"]
+    if result is None:
+        return PlacementDetailOut(
+            **fields,
+            predicted_slowdown=None,
+            predicted_seconds=None,
+            cost=None,
+            currency=None,
+            plan=[],
+        )
+    rec = Recommendation.model_validate(result)
+    return PlacementDetailOut(
+        **fields,
+        predicted_slowdown=rec.chosen.slowdown,
+        predicted_seconds=rec.chosen.predicted_seconds,
+        cost=rec.chosen.cost,
+        currency=rec.currency,
+        plan=[
+            StructurePlan(tag=p.tag, fast_bytes=p.fast_bytes, slow_bytes=p.slow_bytes)
+            for p in rec.placement
+        ],
+    )

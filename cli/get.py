@@ -1,0 +1,309 @@
+"""`tmc get nodes|placements|decisions|workloads`: the service's state the way `kubectl get`
+shows a cluster's, read over the HTTP API with a viewer token.
+
+A table by default (readable units), `-o json|yaml` for every field as the API sends it.
+The server and token come from `--server`/`TMC_SERVER` and `--token`/`TMC_TOKEN`; every request
+has a timeout. Only the standard library speaks HTTP here, so that a node's install (no server
+extra) has these commands too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from cli.errors import fail
+from cli.render import OutputFormat, print_rows, render_recommendation, significant, size
+from model import Recommendation
+
+get_app = typer.Typer(
+    help="Show nodes, placements per pod, decisions and workloads from a running service.",
+    no_args_is_help=True,
+)
+
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+MAX_RESPONSE_BYTES = 64 << 20
+
+ServerOpt = Annotated[
+    str,
+    typer.Option("--server", envvar="TMC_SERVER", show_envvar=True, help="The tmc API's base URL."),
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="TMC_TOKEN",
+        show_envvar=True,
+        show_default=False,
+        help="A viewer (or operator) token.",
+    ),
+]
+TimeoutOpt = Annotated[
+    float,
+    typer.Option(min=0.1, max=300, help="Seconds to wait for the API, per request."),
+]
+OutputOpt = Annotated[OutputFormat, typer.Option("--output", "-o", help="table | json | yaml")]
+
+
+@dataclass(frozen=True)
+class Api:
+    server: str
+    token: str | None
+    timeout: float
+
+    def get(self, path: str, **query: str | None) -> Any:
+        if not self.token:
+            fail("no token: set TMC_TOKEN or give --token (a viewer token: tmc token create)")
+        params = {k: v for k, v in query.items() if v is not None}
+        url = self.server.rstrip("/") + path
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            fail(f"--server {self.server!r} is not an http(s) URL (e.g. {DEFAULT_SERVER})")
+        request = urllib.request.Request(
+            url, headers={"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                body = response.read(MAX_RESPONSE_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            fail(self._refusal(exc))
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            fail(
+                f"cannot reach the tmc API at {self.server}: {reason} (start it with ./dev start "
+                "or tmc serve, or point --server / TMC_SERVER at it)"
+            )
+        if len(body) > MAX_RESPONSE_BYTES:
+            fail(f"the API's answer is larger than {MAX_RESPONSE_BYTES} bytes")
+        try:
+            return json.loads(body)
+        except json.JSONDecodeError:
+            fail(f"{self.server} did not answer JSON: is it the tmc API? (check --server)")
+
+    def _refusal(self, exc: urllib.error.HTTPError) -> str:
+        detail = ""
+        with contextlib.suppress(ValueError, AttributeError, OSError):
+            detail = str(json.loads(exc.read(65536)).get("detail") or "")
+        if exc.code == 401:
+            return (
+                f"the API refused the token: {detail or 'unknown or revoked token'} (set TMC_TOKEN "
+                "to a live token; see tmc token list, tmc token create --role viewer)"
+            )
+        if exc.code == 403:
+            return f"the token's role may not read this: {detail} (use a viewer or operator token)"
+        if exc.code == 404:
+            return f"{detail or 'not found'} (see tmc get --help for what can be listed)"
+        return f"the API answered {exc.code}: {detail or exc.reason} (see the service's log)"
+
+
+def _api(server: str, token: str | None, timeout: float) -> Api:
+    return Api(server=server, token=token, timeout=timeout)
+
+
+def _emit(data: Any, output: OutputFormat) -> bool:
+    """Print `data` as JSON or YAML when asked; False when a table is wanted."""
+    if output is OutputFormat.json:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return True
+    if output is OutputFormat.yaml:
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        return True
+    return False
+
+
+def ways_of(mask: int) -> str:
+    """A CAT mask as the ways it holds: 12 ways (0-11)."""
+    if not mask:
+        return "-"
+    bits = [i for i in range(mask.bit_length()) if mask >> i & 1]
+    return f"{len(bits)} ({bits[0]}-{bits[-1]})" if len(bits) > 1 else f"1 ({bits[0]})"
+
+
+@get_app.command("nodes")
+def get_nodes(
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    timeout: TimeoutOpt = 10.0,
+    output: OutputOpt = OutputFormat.table,
+) -> None:
+    """Nodes with their tiered capacity, what is reserved on each, and how many pods hold it."""
+    api = _api(server, token, timeout)
+    nodes = api.get("/v1/cluster/nodes")
+    if _emit(nodes, output):
+        return
+    pods: dict[str, int] = {}
+    for p in api.get("/v1/placements"):
+        pods[p["node"]] = pods.get(p["node"], 0) + 1
+    rows = [
+        {
+            "name": n["name"],
+            "ready": "yes" if n["ready"] else "no",
+            "pods": pods.get(n["name"], 0),
+            "cpu": f"{n['reserved_cpus']}/{n['cpus']}",
+            "dram": f"{size(n['reserved_dram_bytes'])} / {size(n['dram_bytes'])}",
+            "slow": f"{size(n['reserved_slow_bytes'])} / "
+            + (f"pool {n['pool']}" if n["pool"] else size(n["slow_bytes"])),
+            "llc_ways": f"{bin(n['llc_mask']).count('1')}/{n['llc_ways']}",
+            "host_kind": n["host_kind"],
+        }
+        for n in nodes
+    ]
+    cols = ["name", "ready", "pods", "cpu", "dram", "slow", "llc_ways", "host_kind"]
+    print_rows(rows, cols, output, title="Nodes")
+
+
+@get_app.command("placements")
+def get_placements(
+    pod: Annotated[
+        str | None,
+        typer.Argument(help="NAMESPACE/POD: one pod, with its predicted slowdown and plan."),
+    ] = None,
+    node: Annotated[str | None, typer.Option(help="Only the pods on this node.")] = None,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Only this namespace.")
+    ] = None,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    timeout: TimeoutOpt = 10.0,
+    output: OutputOpt = OutputFormat.table,
+) -> None:
+    """What each pod holds on its node (DRAM, slow memory, LLC ways) and the decision behind it."""
+    api = _api(server, token, timeout)
+    if pod is not None:
+        ns, sep, name = pod.partition("/")
+        if not sep or not ns or not name:
+            fail(f"{pod!r}: name one pod as NAMESPACE/POD (e.g. default/web-0)")
+        path = "/v1/placements/" + urllib.parse.quote(ns, safe="") + "/"
+        detail = api.get(path + urllib.parse.quote(name, safe=""))
+        if not _emit(detail, output):
+            _print_placement(detail)
+        return
+    found = api.get("/v1/placements", node=node, namespace=namespace)
+    if _emit(found, output):
+        return
+    rows = [
+        {
+            "pod": f"{p['namespace']}/{p['pod']}",
+            "node": p["node"],
+            "workload": p["workload"],
+            "objective": p["objective"],
+            "slow_ratio": p["slow_ratio"],
+            "vcpus": p["vcpus"],
+            "dram": size(p["dram_bytes"]),
+            "slow": size(p["slow_bytes"]) + (" (pool)" if p["slow_from_pool"] else ""),
+            "llc_ways": ways_of(p["llc_mask"]),
+        }
+        for p in found
+    ]
+    cols = ["pod", "node", "workload", "objective", "slow_ratio"]
+    cols += ["vcpus", "dram", "slow", "llc_ways"]
+    print_rows(rows, cols, output, title="Placements", cells={"slow_ratio": lambda r: f"{r:.2f}"})
+
+
+def _print_placement(p: dict[str, Any]) -> None:
+    console = Console()
+    table = Table(
+        title=f"Placement of {p['namespace']}/{p['pod']}", show_header=False, title_justify="left"
+    )
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    table.add_row("node", p["node"])
+    table.add_row("workload", p["workload"] or "- (placed without a decision)")
+    table.add_row("objective", p["objective"] or "-")
+    table.add_row("vCPUs", str(p["vcpus"]))
+    table.add_row("DRAM", size(p["dram_bytes"]))
+    table.add_row("slow memory", size(p["slow_bytes"]) + (" (pool)" if p["slow_from_pool"] else ""))
+    table.add_row("LLC ways", ways_of(p["llc_mask"]))
+    if p["predicted_slowdown"] is not None:
+        table.add_row("predicted slowdown", f"{p['predicted_slowdown'] * 100:+.1f}% vs fastmax")
+        table.add_row("cost of one run", f"{significant(p['cost'])} {p['currency']}")
+    table.add_row("decision", p["recommendation_id"] or "-")
+    console.print(table)
+    if p["plan"]:
+        plan = Table(title="Per-structure plan", title_justify="left")
+        for col in ("tag", "fast", "slow"):
+            plan.add_column(col, justify="right")
+        for s in p["plan"]:
+            plan.add_row(s["tag"], size(s["fast_bytes"]), size(s["slow_bytes"]))
+        console.print(plan)
+
+
+@get_app.command("decisions")
+def get_decisions(
+    decision: Annotated[
+        str | None, typer.Argument(help="One decision's id: the whole recommendation.")
+    ] = None,
+    workload: Annotated[str | None, typer.Option(help="Only this workload's.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="At most this many.")] = 50,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    timeout: TimeoutOpt = 10.0,
+    output: OutputOpt = OutputFormat.table,
+) -> None:
+    """The decision log, newest first: workload, objective, configuration chosen."""
+    api = _api(server, token, timeout)
+    if decision is not None:
+        found = api.get("/v1/recommendations/" + urllib.parse.quote(decision, safe=""))
+        if not _emit(found, output):
+            rec = Recommendation.model_validate(found["recommendation"])
+            render_recommendation(Console(), rec)
+        return
+    listed = api.get("/v1/recommendations", workload=workload, limit=str(limit))
+    if _emit(listed, output):
+        return
+    names = {w["id"]: w["name"] for w in api.get("/v1/workloads", limit="500")}
+    rows = [
+        {
+            "id": d["id"],
+            "created": d["created_at"][:19].replace("T", " "),
+            "workload": names.get(d["workload_id"], d["workload_id"]),
+            "objective": d["objective"],
+            "threshold": f"{d['threshold']:.1%}",
+            "slow_ratio": f"{d['slow_ratio']:.2f}",
+            "llc_ways": d["llc_ways"],
+            "utilization": d["utilization_source"],
+        }
+        for d in listed
+    ]
+    cols = ["id", "created", "workload", "objective", "threshold", "slow_ratio", "llc_ways"]
+    print_rows(rows, [*cols, "utilization"], output, title="Decisions")
+
+
+@get_app.command("workloads")
+def get_workloads(
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    timeout: TimeoutOpt = 10.0,
+    output: OutputOpt = OutputFormat.table,
+) -> None:
+    """Workloads with their latest profile's state and host kind."""
+    found = _api(server, token, timeout).get("/v1/workloads", limit="500")
+    if _emit(found, output):
+        return
+    rows = []
+    for w in found:
+        latest = max(w["profiles"], key=lambda p: p["created_at"], default=None)
+        rows.append(
+            {
+                "name": w["name"],
+                "profiles": len(w["profiles"]),
+                "latest": latest["status"] if latest else None,
+                "input": latest["input_label"] if latest else None,
+                "host_kind": latest["host_kind"] if latest else None,
+                "created": w["created_at"][:19].replace("T", " "),
+            }
+        )
+    cols = ["name", "profiles", "latest", "input", "host_kind", "created"]
+    print_rows(rows, cols, output, title="Workloads")
