@@ -28,6 +28,7 @@ from sqlalchemy import Engine, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from api import tokens
+from api import workers as api_workers
 from api.app import create_app
 from api.auth import Role
 from api.db import make_engine, make_session_factory, unit_of_work
@@ -216,7 +217,10 @@ def serve(
     demo: Annotated[
         bool, typer.Option(help="Load the demo cluster and example workloads.")
     ] = False,
-    workers: Annotated[int, typer.Option(min=1, max=64, help="uvicorn worker processes.")] = 1,
+    workers: Annotated[
+        int,
+        typer.Option(min=1, max=64, help="API processes, each with its own socket on the port."),
+    ] = 1,
     database: DatabaseOpt = None,
     create: Annotated[
         bool, typer.Option("--create", help="Create the SQLite database if it does not exist.")
@@ -239,10 +243,11 @@ def serve(
         sock.close()
         raise
     if workers > 1:
-        # Each worker builds its app from the environment: it must name the same database.
+        # Each worker builds its app from the environment: it must name the same database. Each
+        # has its own SO_REUSEPORT socket, so the kernel spreads connections over them (api.workers).
         sock.close()
         os.environ["TMC_DATABASE_URL"] = settings.database_url
-        uvicorn.run("api.app:create_app", factory=True, host=host, port=port, workers=workers)
+        raise typer.Exit(api_workers.serve(host, port, workers))
     else:
         config = uvicorn.Config(create_app(settings), host=host, port=port)
         uvicorn.Server(config).run(sockets=[sock])

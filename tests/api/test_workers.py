@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -114,3 +115,27 @@ def test_a_taken_port_is_a_one_line_error(env: dict[str, str]) -> None:
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "--port" in result.stderr
     assert time.monotonic() - started < 30
+
+
+def test_tmc_serve_with_workers_spreads_connections(env: dict[str, str], tmp_path: Path) -> None:
+    """`tmc serve --workers 2` runs the same supervisor: both workers answer connections opened
+    together, and SIGTERM stops them all."""
+    port = free_port()
+    tmc = Path(sys.executable).with_name("tmc")
+    proc = subprocess.Popen(
+        [str(tmc), "serve", "--port", str(port), "--workers", "2"],
+        cwd=tmp_path,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: httpx.get(f"{base}/healthz").status_code == 200, 60, "tmc serve")
+        assert len(set(pids_of_connections(base, 24))) == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
