@@ -1,13 +1,14 @@
 """OR-Tools in the product, measured: the capacity planner and the rebalancer against greedy.
 
-**Capacity planner** (`model.planner.plan_capacity`). Per regime and mix, each workload class
-offers the candidates the confident Algorithm 1 keeps within T on an idle cluster, with tmc's
-predicted run times and costs (what the product knows). The planner's machine count (fill 0.85)
-is compared with the greedy answer (every class in its predicted-cheapest option, same fill),
-and both are *checked against simulation*: the arrivals are replayed in `sim.cluster`, each VM
-given an option drawn from the plan's mix (the greedy plan: its cheapest), held for its
-simulated run time, and the cluster compacted as in the evaluation. The planner also names the
-cheapest machine kind of the Fig. 9 family for the mix.
+**Capacity planner** (`model.planner.plan_kind`, bin packing over whole machines with CP-SAT).
+Per regime and mix, each workload class offers the candidates the confident Algorithm 1 keeps
+within T on an idle cluster, with tmc's predicted run times (upper bounds) and costs (what the
+product knows). The planner's machine count is compared with the greedy answer in the same call
+(every class in its predicted-cheapest option, the peak's VMs packed first fit decreasing), and
+both are *checked against simulation*: the arrivals are replayed in `sim.cluster`, each VM given
+an option drawn from the plan's mix (greedy's: its cheapest), held for its simulated run time,
+and the cluster compacted as in the evaluation. The planner also names the cheapest machine kind
+of the Fig. 9 family for the mix.
 
 **Rebalancer** (`model.planner.rebalance`). Live clusters are made by replaying arrivals of a
 mix's exhaustive-search configurations on 24G-128L machines, first fit with best-fit CAT runs,
@@ -42,13 +43,13 @@ from model.planner import (
     rebalance,
 )
 from model.price_profiles import price_profile
+from model.confidence import DEFAULT_CONFIDENCE
 from model.select import confident_algorithm1
 from sim.cluster import Menu, architecture, compact_size, online_placer, poisson_arrivals
 from sim.cluster import run_cluster as sim_run
 
 THRESHOLD = 0.025
-FILL = 0.85
-Z95 = NormalDist().inv_cdf(0.95)
+PLAN_SECONDS = 10.0  # CP-SAT time limit per plan (one worker)
 REGIMES = (
     Regime("msv2-lsq", 0.2, 0.4, "memory-heavy", "run"),
     Regime("msv2-lsq", 0.03, 0.4, "memory-heavy", "run"),
@@ -57,7 +58,9 @@ REGIMES = (
 )
 
 
-def _candidates(s: Study, regime: Regime, confidence: float = 0.95) -> tuple[np.ndarray, Any]:
+def _candidates(
+    s: Study, regime: Regime, confidence: float = DEFAULT_CONFIDENCE
+) -> tuple[np.ndarray, Any]:
     prices = price_profile(
         regime.source, llc_area_share=regime.llc_share, slow_to_dram=regime.slow_to_dram
     )
@@ -76,6 +79,7 @@ def _classes(
     studies: Sequence[Study], mix: Sequence[int], regime: Regime, rate_per_hour: float
 ) -> tuple[list[WorkloadClass], list[np.ndarray]]:
     classes, idxs = [], []
+    z = NormalDist().inv_cdf(DEFAULT_CONFIDENCE)
     for i in mix:
         s = studies[i]
         within, h = _candidates(s, regime)
@@ -87,7 +91,7 @@ def _classes(
                 llc_ways=int(s.ways[k]),
                 # The upper bound of the run time: a plan on the model's optimistic times
                 # under-counts the machines (its VMs hold them longer than predicted).
-                seconds=float(s.predicted_seconds[k] * (1.0 + Z95 * s.sigma[k])),
+                seconds=float(s.predicted_seconds[k] * (1.0 + z * s.sigma[k])),
                 cost=float(h[k] * s.predicted_seconds[k] / 3600.0),
             )
             for k in within
@@ -163,7 +167,9 @@ def capacity_study(
             )
             rate = concurrency / es_seconds  # per second, as in the cluster study
             classes, idxs = _classes(sts, mix, regime, rate * 3600.0)
-            plan = plan_kind(classes, kind, prices, fill=FILL)
+            t0 = time.monotonic()
+            plan = plan_kind(classes, kind, prices, time_limit_seconds=PLAN_SECONDS)
+            plan_s = time.monotonic() - t0
             shares = []
             for c in classes:
                 x = np.asarray(plan.mix[c.name])
@@ -175,7 +181,9 @@ def capacity_study(
                 greedy_shares.append(g)
             planned_sim = _simulated_size(sts, mix, idxs, shares, rate, arrivals, seeds)
             greedy_sim = _simulated_size(sts, mix, idxs, greedy_shares, rate, arrivals, seeds)
-            best_kind = plan_capacity(classes, paper_machine_kinds(), prices, fill=FILL).best
+            best_kind = plan_capacity(
+                classes, paper_machine_kinds(), prices, time_limit_seconds=1.0
+            ).best
             # The plan's true cost per VM against exhaustive search's, on the plan's mix.
             true_cost = []
             for i, within, sh in zip(mix, idxs, shares, strict=True):
@@ -192,6 +200,10 @@ def capacity_study(
                     "planned_simulated": planned_sim,
                     "greedy_simulated": greedy_sim,
                     "binding": plan.binding,
+                    "status": plan.status,
+                    "note": plan.note,
+                    "lower_bound": plan.lower_bound,
+                    "plan_seconds": plan_s,
                     "planned_cost_vs_es": float(np.mean(true_cost)) - 1.0,
                     "best_kind": best_kind.kind,
                     "best_kind_machines": best_kind.machines,
@@ -294,21 +306,26 @@ def planning_markdown(capacity: list[dict[str, Any]], moves: list[dict[str, Any]
     lines = [
         "## OR-Tools planners against greedy",
         "",
-        "Capacity planner (`model.planner.plan_kind`, 24G-128L, fill 0.85): machines planned"
-        " and, in brackets, the compact cluster when the plan's option mix is replayed in the"
-        " simulator; greedy gives every class its predicted-cheapest option. Method:"
-        " `bench/planning.py`.",
+        "Capacity planner (`model.planner.plan_kind`: whole machines, CP-SAT bin packing of"
+        " each class's 95th-percentile count of VMs at once, 24G-128L): machines planned (CP-SAT's"
+        " lower bound, status) and, in brackets, the compact cluster when the plan's option mix"
+        " is replayed in the simulator; greedy gives every class its predicted-cheapest option,"
+        " first fit decreasing, in the same call; when CP-SAT does not beat it the plan is"
+        " greedy's (status `greedy`). Method: `bench/planning.py`.",
         "",
-        "| regime | mix | binds | planner | greedy | planner vs greedy (simulated) |"
-        " plan's true cost vs ES | cheapest kind (machines) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| regime | mix | binds | planner (bound, status) | greedy | planned vs greedy |"
+        " simulated vs greedy | plan's true cost vs ES | cheapest kind (machines) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in capacity:
         gain = r["planned_simulated"] / r["greedy_simulated"] - 1.0
+        planned_gain = r["planned_machines"] / r["greedy_machines"] - 1.0
         lines.append(
             f"| {r['regime']} | {'+'.join(r['mix'])} | {r['binding']} |"
-            f" {r['planned_machines']} ({r['planned_simulated']:g}) |"
-            f" {r['greedy_machines']} ({r['greedy_simulated']:g}) | {100 * gain:+.1f} % |"
+            f" {r['planned_machines']} ({r.get('lower_bound', 0)}, {r.get('status', '-')})"
+            f" ({r['planned_simulated']:g}) |"
+            f" {r['greedy_machines']} ({r['greedy_simulated']:g}) | {100 * planned_gain:+.1f} % |"
+            f" {100 * gain:+.1f} % |"
             f" {100 * r['planned_cost_vs_es']:+.1f} % | {r['best_kind']} ({r['best_kind_machines']}) |"
         )
     lines += [
@@ -340,7 +357,7 @@ def run_planning(
         )
         moves = rebalance_study(studies, snapshots=1, machines=8, time_limit=2.0)
     else:
-        capacity = capacity_study(studies, arrivals=1500, seeds=2, concurrency=120.0, mix_stride=5)
+        capacity = capacity_study(studies, arrivals=1200, seeds=1, concurrency=120.0, mix_stride=5)
         moves = rebalance_study(studies, snapshots=2, machines=30, time_limit=10.0)
     md = planning_markdown(capacity, moves)
     (out_dir / f"{stem}-planning.md").write_text(md)
