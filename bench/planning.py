@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from bench.regimes import Regime, Study, hourly
+from model.confidence import DEFAULT_CONFIDENCE
 from model.packing import best_fit_run, run_mask
 from model.planner import (
     MachineKind,
@@ -43,7 +44,6 @@ from model.planner import (
     rebalance,
 )
 from model.price_profiles import price_profile
-from model.confidence import DEFAULT_CONFIDENCE
 from model.select import confident_algorithm1
 from sim.cluster import Menu, architecture, compact_size, online_placer, poisson_arrivals
 from sim.cluster import run_cluster as sim_run

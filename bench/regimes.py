@@ -528,7 +528,9 @@ def summarise(rows: list[dict[str, Any]], regimes: Sequence[Regime]) -> list[dic
                 "cost_vs_es_max": float(np.max(cost)),
                 "within_t_share": float(np.mean([x["within_t_share"] for x in mine])),
                 "within_t_share_min": float(np.min([x["within_t_share"] for x in mine])),
-                "model_floor_share": float(np.mean([x.get("model_floor_share", 0.0) for x in mine])),
+                "model_floor_share": float(
+                    np.mean([x.get("model_floor_share", 0.0) for x in mine])
+                ),
                 "binding": max(set(binding), key=binding.count),
                 "mixes": len(mine),
             }
@@ -589,9 +591,7 @@ def calibrate_confidence(
     over the true optimum unless the cheapest predicted already is (leave one workload out: the
     level a workload is judged with never saw its ground truth)."""
     names = sorted({s.name for sts in studies.values() for s in sts})
-    cases = [
-        (s, regime_prices(r)) for r in regimes for s in studies.get(r.shape, [])
-    ]
+    cases = [(s, regime_prices(r)) for r in regimes for s in studies.get(r.shape, [])]
     out = {}
     for test in names:
         train = [(s, p) for s, p in cases if s.name != test]

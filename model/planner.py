@@ -3,19 +3,20 @@
 **Capacity planner.** For a workload mix (per class: arrival rate and the configurations it may
 be given, e.g. the candidates Algorithm 1 keeps within T, each with its demand, run time and
 cost), which machine kind (the paper's Fig. 9 family: DRAM per machine, local slow memory or a
-rack pool) and how many machines cost least? In steady state the VMs of class c that run in
-option o at once are x_co x t_co (Little's law, x_co the arrivals per hour given o), so the
-resources held at once are linear in x, and the plan is a small mixed-integer program:
-
-    minimise   M x price + BALANCE x price x peak + EPSILON x price x sum x_co cost_co
-    subject to sum_o x_co = rate_c                                     (every arrival is served)
-               sum x_co t_co d_cor / capacity_r <= fill x M, and <= peak, each r
-                                                              (CPU, DRAM, slow, ways)
-
-with M integer. `fill` (< 1) leaves room for first fit's fragmentation and for the arrivals'
-fluctuation; whether it is enough is checked by simulation (`bench/planning.py`). The greedy
-answer it is measured against gives every class its cheapest option (Algorithm 1 at T = 0) and
-as many machines as the most loaded resource needs.
+rack pool) and how many *whole* machines? In steady state a class whose VMs hold option o for
+t_o hours has rate x t_o of them present on average (Little's law); the count is Poisson, and the
+plan holds room for its `peak_quantile` (about mean + z sqrt(mean)). Machines are counted as bins,
+not as average use: a VM taking 28 of 48 ways leaves no room for a second one, whatever the
+ways' average load says. CP-SAT chooses how many VMs of each class run in each option at the
+peak (a mix of options serves the class when its shares of each option's own peak add up to one)
+and on which machine each one runs, every machine within its CPUs, DRAM, slow memory and ways
+(a pool within its rack's machines); fewest machines first, then the tenants' extra cost. On a
+fresh machine the ways of its VMs are laid out as consecutive runs, so CAT's contiguity needs no
+constraint of its own (it does in the rebalancer, where runs are already placed). The greedy
+answer it is measured against, in the same call, gives every class its cheapest option
+(Algorithm 1 at T = 0) and packs the peak first fit decreasing; it is CP-SAT's starting point,
+and the answer when CP-SAT does not find fewer machines within its time limit (`status`
+"greedy", with a note). Whether the plan holds is checked by simulation (`bench/planning.py`).
 
 **Rebalancer.** For a live cluster, which pods to move where so that machines are freed, as a
 dry-run plan: CP-SAT over (pod, node) assignments, each with its LLC ways as an interval on the
@@ -31,9 +32,9 @@ Pure: numbers in, plans out.
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Literal
 
 from ortools.sat.python import cp_model
@@ -388,7 +389,7 @@ def plan_kind(
         model.add_hint(v, placed[key])
     for (ci, oi), v in count.items():
         model.add_hint(v, sum(placed[ci, oi, k] for k in range(n_greedy)))
-    for k, u in enumerate(used):
+    for u in used:
         model.add_hint(u, True)
     # Any plan's tie-break total is below one machine's weight.
     weight = 1 + sum(t * top[key] for key, t in tie.items())
@@ -489,6 +490,7 @@ def plan_capacity(
     prices: PriceProfile,
     *,
     fill: float = DEFAULT_FILL,
+    peak_quantile: float = DEFAULT_PEAK_QUANTILE,
     time_limit_seconds: float = 5.0,
 ) -> CapacityPlan:
     """The cheapest machine kind and count for the mix (ties: fewer machines)."""
@@ -496,15 +498,24 @@ def plan_capacity(
         raise ValueError("no machine kind to plan for")
     if not 0.1 <= fill <= 1.0:
         raise ValueError("fill lies in [0.1, 1]")
+    if not 0.5 <= peak_quantile < 1.0:
+        raise ValueError("peak_quantile lies in [0.5, 1)")
     plans = [
-        plan_kind(classes, k, prices, fill=fill, time_limit_seconds=time_limit_seconds)
+        plan_kind(
+            classes,
+            k,
+            prices,
+            fill=fill,
+            peak_quantile=peak_quantile,
+            time_limit_seconds=time_limit_seconds,
+        )
         for k in kinds
     ]
     feasible = [p for p in plans if p.status != "infeasible"]
     if not feasible:
         raise ValueError("no machine kind can host every class")
     best = min(feasible, key=lambda p: (p.total_hour, p.machines))
-    return CapacityPlan(best=best, kinds=plans, fill=fill)
+    return CapacityPlan(best=best, kinds=plans, fill=fill, peak_quantile=peak_quantile)
 
 
 def _check_classes(classes: Sequence[WorkloadClass]) -> None:
