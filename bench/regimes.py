@@ -291,18 +291,32 @@ def build_policy(
             choosers.append(lambda u: 0)
             continue
         seconds = s.tmc_seconds if regime.lifetime == "run" else fixed
-        menus.append(Menu(_demand(s), seconds))
-        costs.append(h * s.tmc_seconds / 3600.0)
         pred = h * s.predicted_seconds / 3600.0
         frac = _demand(s) / cap
-        ok = np.ones(len(h), dtype=bool)
+        n = len(h)
+        ok = np.ones(n, dtype=bool)
         if name == "tmc-2.5":
-            choosers.append(_classic(pred, ok, frac))
+            first = algorithm1(pred, pred, ok, frac, np.zeros(4), THRESHOLD)
         elif name == "tmc-2.5c":
             upper = pred * (1.0 + z * s.sigma)
-            choosers.append(_confident(pred, upper, s.predicted_seconds, ok, frac))
+            first = confident_algorithm1(
+                pred, upper, s.predicted_seconds, ok, frac, np.zeros(4), THRESHOLD
+            )
         else:
             raise ValueError(name)
+        assert first is not None
+        # The first round does not depend on the cluster: the menu is the candidates it keeps
+        # (the cheapest predicted among them), and each arrival runs the second round over them.
+        keep = np.sort(first.within)
+        menus.append(Menu(_demand(s)[keep], seconds[keep]))
+        costs.append((h * s.tmc_seconds / 3600.0)[keep])
+        sub_ok = np.ones(len(keep), dtype=bool)
+        if name == "tmc-2.5":
+            choosers.append(_classic(pred[keep], sub_ok, frac[keep]))
+        else:
+            choosers.append(
+                _confident(pred[keep], upper[keep], s.predicted_seconds[keep], sub_ok, frac[keep])
+            )
     return Policy(menus, costs, lambda w, u: choosers[w](u))
 
 
