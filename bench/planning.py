@@ -79,7 +79,6 @@ def _classes(
     studies: Sequence[Study], mix: Sequence[int], regime: Regime, rate_per_hour: float
 ) -> tuple[list[WorkloadClass], list[np.ndarray]]:
     classes, idxs = [], []
-    z = NormalDist().inv_cdf(DEFAULT_CONFIDENCE)
     for i in mix:
         s = studies[i]
         within, h = _candidates(s, regime)
@@ -89,9 +88,10 @@ def _classes(
                 dram_bytes=int(s.dram_bytes[k]),
                 slow_bytes=int(s.slow_bytes[k]),
                 llc_ways=int(s.ways[k]),
-                # The upper bound of the run time: a plan on the model's optimistic times
-                # under-counts the machines (its VMs hold them longer than predicted).
-                seconds=float(s.predicted_seconds[k] * (1.0 + z * s.sigma[k])),
+                # The predicted run time: the candidates are already those whose bound is
+                # within T, and the peak quantile covers the count's fluctuation; upper bounds
+                # (up to +70 % at high slow ratios) would plan for VMs that are not there.
+                seconds=float(s.predicted_seconds[k]),
                 cost=float(h[k] * s.predicted_seconds[k] / 3600.0),
             )
             for k in within

@@ -4,8 +4,9 @@
 be given, e.g. the candidates Algorithm 1 keeps within T, each with its demand, run time and
 cost), which machine kind (the paper's Fig. 9 family: DRAM per machine, local slow memory or a
 rack pool) and how many *whole* machines? In steady state a class whose VMs hold option o for
-t_o hours has rate x t_o of them present on average (Little's law); the count is Poisson, and the
-plan holds room for its `peak_quantile` (about mean + z sqrt(mean)). Machines are counted as bins,
+t_o hours has rate x t_o of them present on average (Little's law); the cluster's count is
+Poisson, and the plan holds room for its `peak_quantile` (about M + z sqrt(M) for a total mean M,
+shared by the classes in proportion to their means). Machines are counted as bins,
 not as average use: a VM taking 28 of 48 ways leaves no room for a second one, whatever the
 ways' average load says. CP-SAT chooses how many VMs of each class run in each option at the
 peak (a mix of options serves the class when its shares of each option's own peak add up to one)
@@ -153,13 +154,32 @@ class CapacityPlan:
 
 
 def peak_vms(mean: float, quantile: float) -> int:
-    """VMs of a class present at once that the plan holds room for: Little's law gives the mean
-    (arrivals per hour x hours held); the count is Poisson, so its `quantile` is about
-    mean + z sqrt(mean)."""
+    """VMs present at once that a Poisson count with this mean stays within with probability
+    `quantile` (about mean + z sqrt(mean))."""
     if mean <= 0:
         return 0
     z = NormalDist().inv_cdf(quantile)
     return max(1, math.ceil(mean + z * math.sqrt(mean) - 1e-9))
+
+
+def peak_factor(classes: Sequence[WorkloadClass], quantile: float) -> float:
+    """The headroom the plan holds over each class's mean count of VMs (Little's law: arrivals
+    per hour x hours held, in its cheapest option). The cluster's count is Poisson with the
+    classes' total mean M, so its `quantile` is about M + z sqrt(M); every class gets the same
+    share of that headroom. (Each class's own quantile, summed, would plan for all classes
+    peaking together: with four equal classes, twice the headroom.)"""
+    total = sum(
+        c.arrivals_per_hour * min(c.options, key=lambda o: (o.cost, o.seconds)).seconds / 3600.0
+        for c in classes
+    )
+    if total <= 0:
+        return 1.0
+    return peak_vms(total, quantile) / total
+
+
+def planned_vms(mean: float, factor: float) -> int:
+    """VMs of a class the plan holds room for, given its mean count and the peak factor."""
+    return 0 if mean <= 0 else max(1, math.ceil(mean * factor - 1e-9))
 
 
 def _usable(o: Option, kind: MachineKind, fill: float) -> bool:
@@ -266,10 +286,11 @@ def _first_fit_decreasing(
 def _peak_items(
     classes: Sequence[WorkloadClass], choice: Sequence[int], quantile: float
 ) -> list[tuple[int, int]]:
+    factor = peak_factor(classes, quantile)
     items = []
     for ci, (c, oi) in enumerate(zip(classes, choice, strict=True)):
         o = c.options[oi]
-        items += [(ci, oi)] * peak_vms(c.arrivals_per_hour * o.seconds / 3600.0, quantile)
+        items += [(ci, oi)] * planned_vms(c.arrivals_per_hour * o.seconds / 3600.0, factor)
     return items
 
 
@@ -341,6 +362,7 @@ def plan_kind(
     on: dict[tuple[int, int, int], cp_model.IntVar] = {}
     tie: dict[tuple[int, int], int] = {}
     top: dict[tuple[int, int], int] = {}
+    factor = peak_factor(classes, peak_quantile)
     for ci, c in enumerate(classes):
         rate_terms = []
         best_cost = min(c.options[oi].cost for oi in keep[ci])
@@ -348,7 +370,7 @@ def plan_kind(
             o = c.options[oi]
             # The class's peak if every arrival took this option: a plan mixing options serves
             # the class when its shares of those peaks add up to at least one.
-            full = peak_vms(c.arrivals_per_hour * o.seconds / 3600.0, peak_quantile)
+            full = planned_vms(c.arrivals_per_hour * o.seconds / 3600.0, factor)
             count[ci, oi] = model.new_int_var(0, full, f"n{ci}_{oi}")
             top[ci, oi] = full
             for k in range(n_greedy):

@@ -57,8 +57,8 @@ def test_capacity_plan_needs_a_token_and_beats_greedy(client: TestClient) -> Non
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["dry_run"] is True and body["price_profile"] == "paper-3dxp@1"
-    # 60 VMs at once on average, room for 73 (95th percentile): 7 machines of 12 CPUs; greedy
-    # puts them in 8 GiB of DRAM each, three to a machine: 25 whole machines.
+    # One class, 60 VMs at once on average, room for 73 (95th percentile): 7 machines of 12
+    # CPUs; greedy puts them in 8 GiB of DRAM each, three to a machine: 25 whole machines.
     assert body["best"]["machines"] == 7 and body["best"]["greedy_machines"] == 25
     assert body["best"]["status"] == "optimal" and body["peak_quantile"] == 0.95
 
