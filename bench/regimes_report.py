@@ -136,7 +136,8 @@ def _plot(entries: list[dict[str, Any]], path: Path, t: float) -> None:
                     ha="center",
                     va="center",
                     fontsize=8,
-                    color="darkred" if over else "black",
+                    # white on the darkest cells, where dark red would not read
+                    color="white" if abs(grid[i, j]) > 25 else "darkred" if over else "black",
                     fontweight="bold" if over else "normal",
                 )
         ax.imshow(grid, cmap="RdYlGn_r", vmin=-40, vmax=40, aspect="auto")
