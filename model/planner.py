@@ -49,6 +49,7 @@ DEFAULT_PEAK_QUANTILE = 0.95  # the plan holds room for this quantile of each cl
 MAX_PACKED_OPTIONS = 12  # per class, the cheapest non-dominated options CP-SAT may mix
 MAX_PACKED_MACHINES = 200  # above this, CP-SAT's model grows too large: greedy's answer
 RATE_SCALE = 1_000_000
+MAX_PLANNED_VMS = 100_000  # VMs at once over all classes: beyond, whole-machine packing is refused
 RESOURCES = ("cpu", "dram", "slow", "llc")
 
 
@@ -174,12 +175,18 @@ def peak_factor(classes: Sequence[WorkloadClass], quantile: float) -> float:
     )
     if total <= 0:
         return 1.0
-    return peak_vms(total, quantile) / total
+    # A vanishing total (e.g. runs of a few nanoseconds) needs one VM per class, not 1 / total.
+    return peak_vms(total, quantile) / max(total, 1e-9)
 
 
 def planned_vms(mean: float, factor: float) -> int:
     """VMs of a class the plan holds room for, given its mean count and the peak factor."""
-    return 0 if mean <= 0 else max(1, math.ceil(mean * factor - 1e-9))
+    if mean <= 0:
+        return 0
+    want = mean * factor
+    if not math.isfinite(want) or want > MAX_PLANNED_VMS:
+        return MAX_PLANNED_VMS + 1  # refused by the caller, without building a huge plan
+    return max(1, math.ceil(want - 1e-9))
 
 
 def _usable(o: Option, kind: MachineKind, fill: float) -> bool:
@@ -287,10 +294,18 @@ def _peak_items(
     classes: Sequence[WorkloadClass], choice: Sequence[int], quantile: float
 ) -> list[tuple[int, int]]:
     factor = peak_factor(classes, quantile)
+    counts = [
+        planned_vms(c.arrivals_per_hour * c.options[oi].seconds / 3600.0, factor)
+        for c, oi in zip(classes, choice, strict=True)
+    ]
+    if sum(counts) > MAX_PLANNED_VMS:
+        raise ValueError(
+            f"the mix holds {sum(counts):,} VMs at once, more than a plan of whole machines"
+            f" takes ({MAX_PLANNED_VMS:,})"
+        )
     items = []
-    for ci, (c, oi) in enumerate(zip(classes, choice, strict=True)):
-        o = c.options[oi]
-        items += [(ci, oi)] * planned_vms(c.arrivals_per_hour * o.seconds / 3600.0, factor)
+    for ci, (oi, n) in enumerate(zip(choice, counts, strict=True)):
+        items += [(ci, oi)] * n
     return items
 
 

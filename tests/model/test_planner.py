@@ -222,3 +222,17 @@ def test_cp_sat_frees_at_least_as_many_nodes_as_greedy_on_random_clusters() -> N
         _check(nodes, pods, plan.placement, [])
         _check(nodes, pods, greedy.placement, [])
         assert plan.nodes_after <= greedy.nodes_after
+
+
+def test_extreme_mixes_get_an_answer_or_a_clear_refusal() -> None:
+    kind = MachineKind("24G-128L")
+    # Runs of 5e-324 s at ten million arrivals per hour: no VM is ever present for long; the
+    # plan still holds room for one (no division by a vanishing total).
+    tiny = [WorkloadClass("t", 9_999_999.0, (Option(1, 0, 0, 1, 5e-324, 0.0),))]
+    plan = plan_kind(tiny, kind, DEFAULT_PRICE_PROFILE)
+    assert plan.machines == 1 and plan.vms["t"] == [1]
+    # Ten million arrivals per hour held for 1e9 s: ~2.8e12 VMs at once. Refused before any
+    # VM is listed (listing them would exhaust memory).
+    huge = [WorkloadClass("h", 1e7, (Option(1, GIB, 0, 1, 1e9, 1.0),))]
+    with pytest.raises(ValueError, match="VMs at once"):
+        plan_kind(huge, kind, DEFAULT_PRICE_PROFILE)
