@@ -19,8 +19,11 @@ search on the same arrivals and node orders, the share of decisions whose true c
 exhaustive search's, and the binding resource (highest mean utilization at the compact size).
 Policies: `es` (the true cost optimum, oracle placement), `tmc-2.5` (the paper's Algorithm 1 on
 predicted costs), `tmc-2.5c` (`model.select.confident_algorithm1` with the model's prediction
-intervals, `model.confidence`). tmc's VMs run with tmc's own placement plan; every cost and
-duration is the simulator's.
+intervals, `model.confidence`, at the confidence level learnt for each workload on the *other*
+workloads: `calibrate_confidence`). tmc's VMs run with tmc's own placement plan; every cost and
+duration is the simulator's. Per regime the map also gives the model floor: the share of
+decisions for workloads whose cheapest predicted configuration is already more than T over the
+true optimum (`model_floor`).
 
 Per workload the model is fitted once (profile seed 100), which is what one tenant would see; the
 map varies prices and shapes, not the profiling noise (the evaluation's per-workload study does).
@@ -105,6 +108,8 @@ class MapSettings:
     mix_stride: int = 3  # every third of the C(6, 4) = 15 mixes
     seeds: int = 1
     processes: int = 2
+    # the held-out levels (`calibrate_confidence`) are used; this one only by callers of
+    # build_policy that pass no per-workload levels
     confidence: float = DEFAULT_CONFIDENCE
     planning: bool = True  # also measure the OR-Tools planners (bench/planning.py)
     selected: tuple[str, ...] = ()  # regime keys; empty: every combination
