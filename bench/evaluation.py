@@ -24,7 +24,7 @@ import itertools
 import json
 import multiprocessing
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -550,7 +550,6 @@ def run_benchmark(
 ) -> dict[str, Any]:
     started = time.monotonic()
     prices = DEFAULT_PRICE_PROFILE
-    hosts = _hosts()
     names = list(settings.workloads)
     archs = [architecture(int(a.split("G-")[0]), a.split("G-")[1]) for a in settings.architectures]
     kinds_needed = {"pool" if a.pooled else "local" for a in archs} | {"local"}
@@ -561,20 +560,33 @@ def run_benchmark(
         t = progress.add_task(label, total=total)
         return lambda: progress.advance(t)
 
-    data: dict[str, list[WorkloadData]] = {}
-    step = task("workloads (ground truth, profiles, BO)", len(names) * len(kinds_needed))
+    # Every per-workload study (the cluster's, and the penalty paths' extra workloads and hosts)
+    # is independent: one process per core, longest first.
+    study_jobs: list[tuple[str, str, int, int]] = []
     for kind in sorted(kinds_needed):
-        data[kind] = []
         for n in names:
-            w = _trim(workload(n), settings.trace_accesses)
             seeds, bo = (
                 (settings.profile_seeds, settings.bo_repeats)
                 if kind == "local"
                 else (settings.pool_profile_seeds, settings.pool_bo_repeats)
             )
-            data[kind].append(study_workload(w, hosts[kind], prices, seeds, bo))
-            step()
-    paths = paths_study(settings, data, prices, hosts, task)
+            study_jobs.append((kind, n, seeds, bo))
+    study_jobs += [
+        (kind, n, settings.paths_profile_seeds, 0)
+        for kind in settings.paths_hosts
+        for n in settings.paths_workloads
+        if not (kind in kinds_needed and n in names)
+    ]
+    step = task("workloads (ground truth, profiles, BO)", len(study_jobs))
+    _JOB_CONTEXT["study"] = ({}, [], settings)
+    studied: dict[tuple[str, str], WorkloadData] = {}
+    for key, d in _map(_study_job, study_jobs, settings.processes):
+        studied[key] = d
+        step()
+    data: dict[str, list[WorkloadData]] = {
+        kind: [studied[kind, n] for n in names] for kind in sorted(kinds_needed)
+    }
+    paths = paths_study(settings, data, studied)
     t_workloads = time.monotonic() - started
 
     mixes = mixes_of(names, settings.mixes)
@@ -640,34 +652,35 @@ def run_benchmark(
 def paths_study(
     settings: Settings,
     data: dict[str, list[WorkloadData]],
-    prices: PriceProfile,
-    hosts: dict[str, Host],
-    task: Callable[[str, int], Callable[[], None]],
+    studied: dict[tuple[str, str], WorkloadData],
 ) -> dict[str, list[dict[str, Any]]]:
     """Per host kind, both penalty paths of every workload in `paths_workloads`; the studies
     already run for the cluster are reused (same host, more seeds)."""
     out: dict[str, list[dict[str, Any]]] = {}
-    todo = [
-        (kind, n)
-        for kind in settings.paths_hosts
-        for n in settings.paths_workloads
-        if not any(d.name == n for d in data.get(kind, []))
-    ]
-    step = task("penalty paths (extra workloads and hosts)", len(todo))
     for kind in settings.paths_hosts:
         known = {d.name: d.report for d in data.get(kind, [])}
-        rows = []
-        for n in settings.paths_workloads:
-            if n in known:
-                rows.append(known[n])
-                continue
-            w = _trim(workload(n), settings.trace_accesses)
-            rows.append(
-                study_workload(w, hosts[kind], prices, settings.paths_profile_seeds, 0).report
-            )
-            step()
-        out[kind] = rows
+        out[kind] = [
+            known[n] if n in known else studied[kind, n].report for n in settings.paths_workloads
+        ]
     return out
+
+
+def _study_job(job: tuple[str, str, int, int]) -> tuple[tuple[str, str], WorkloadData]:
+    kind, name, seeds, bo = job
+    settings = _JOB_CONTEXT["study"][2]
+    w = _trim(workload(name), settings.trace_accesses)
+    return (kind, name), study_workload(w, _hosts()[kind], DEFAULT_PRICE_PROFILE, seeds, bo)
+
+
+def _map(fn: Callable[[Any], Any], jobs: Sequence[Any], processes: int) -> Iterator[Any]:
+    """fn over jobs, in one process per core when processes > 1 (forked: the workers inherit
+    the module's context); results as they come."""
+    if processes <= 1:
+        yield from (fn(j) for j in jobs)
+        return
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(processes) as pool:
+        yield from pool.imap_unordered(fn, jobs)
 
 
 def paths_summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -1,13 +1,14 @@
 """OR-Tools in the product, measured: the capacity planner and the rebalancer against greedy.
 
-**Capacity planner** (`model.planner.plan_capacity`). Per regime and mix, each workload class
-offers the candidates the confident Algorithm 1 keeps within T on an idle cluster, with tmc's
-predicted run times and costs (what the product knows). The planner's machine count (fill 0.85)
-is compared with the greedy answer (every class in its predicted-cheapest option, same fill),
-and both are *checked against simulation*: the arrivals are replayed in `sim.cluster`, each VM
-given an option drawn from the plan's mix (the greedy plan: its cheapest), held for its
-simulated run time, and the cluster compacted as in the evaluation. The planner also names the
-cheapest machine kind of the Fig. 9 family for the mix.
+**Capacity planner** (`model.planner.plan_kind`, bin packing over whole machines with CP-SAT).
+Per regime and mix, each workload class offers the candidates the confident Algorithm 1 keeps
+within T on an idle cluster, with tmc's predicted run times (upper bounds) and costs (what the
+product knows). The planner's machine count is compared with the greedy answer in the same call
+(every class in its predicted-cheapest option, the peak's VMs packed first fit decreasing), and
+both are *checked against simulation*: the arrivals are replayed in `sim.cluster`, each VM given
+an option drawn from the plan's mix (greedy's: its cheapest), held for its simulated run time,
+and the cluster compacted as in the evaluation. The planner also names the cheapest machine kind
+of the Fig. 9 family for the mix.
 
 **Rebalancer** (`model.planner.rebalance`). Live clusters are made by replaying arrivals of a
 mix's exhaustive-search configurations on 24G-128L machines, first fit with best-fit CAT runs,
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from bench.regimes import Regime, Study, hourly
+from model.confidence import DEFAULT_CONFIDENCE
 from model.packing import best_fit_run, run_mask
 from model.planner import (
     MachineKind,
@@ -35,6 +37,7 @@ from model.planner import (
     Option,
     Pod,
     WorkloadClass,
+    greedy_plan,
     greedy_rebalance,
     paper_machine_kinds,
     plan_capacity,
@@ -43,12 +46,19 @@ from model.planner import (
 )
 from model.price_profiles import price_profile
 from model.select import confident_algorithm1
-from sim.cluster import Menu, architecture, compact_size, online_placer, poisson_arrivals
+from sim.cluster import (
+    ClusterState,
+    Menu,
+    Placer,
+    architecture,
+    compact_size,
+    online_placer,
+    poisson_arrivals,
+)
 from sim.cluster import run_cluster as sim_run
 
 THRESHOLD = 0.025
-FILL = 0.85
-Z95 = NormalDist().inv_cdf(0.95)
+PLAN_SECONDS = 10.0  # CP-SAT time limit per plan (one worker)
 REGIMES = (
     Regime("msv2-lsq", 0.2, 0.4, "memory-heavy", "run"),
     Regime("msv2-lsq", 0.03, 0.4, "memory-heavy", "run"),
@@ -57,7 +67,9 @@ REGIMES = (
 )
 
 
-def _candidates(s: Study, regime: Regime, confidence: float = 0.95) -> tuple[np.ndarray, Any]:
+def _candidates(
+    s: Study, regime: Regime, confidence: float = DEFAULT_CONFIDENCE
+) -> tuple[np.ndarray, Any]:
     prices = price_profile(
         regime.source, llc_area_share=regime.llc_share, slow_to_dram=regime.slow_to_dram
     )
@@ -85,9 +97,10 @@ def _classes(
                 dram_bytes=int(s.dram_bytes[k]),
                 slow_bytes=int(s.slow_bytes[k]),
                 llc_ways=int(s.ways[k]),
-                # The upper bound of the run time: a plan on the model's optimistic times
-                # under-counts the machines (its VMs hold them longer than predicted).
-                seconds=float(s.predicted_seconds[k] * (1.0 + Z95 * s.sigma[k])),
+                # The predicted run time: the candidates are already those whose bound is
+                # within T, and the peak quantile covers the count's fluctuation; upper bounds
+                # (up to +70 % at high slow ratios) would plan for VMs that are not there.
+                seconds=float(s.predicted_seconds[k]),
                 cost=float(h[k] * s.predicted_seconds[k] / 3600.0),
             )
             for k in within
@@ -138,6 +151,91 @@ def _simulated_size(
     return float(np.percentile(sizes, 90))
 
 
+def pattern_placer(
+    patterns: Sequence[Sequence[tuple[int, int]]], fallback: Sequence[Sequence[int]]
+) -> Placer:
+    """First fit that follows a plan's machines: an arrival of workload w goes, in the cluster's
+    node order, to the first machine whose planned pattern holds a VM of w in some option and
+    that has room for it in that option (machines past the plan's count repeat its patterns);
+    when none has, plain first fit in w's most planned option that fits anywhere
+    (`fallback[w]`: w's options by how often the plan uses them)."""
+    cache: dict[int, dict[tuple[int, int], np.ndarray]] = {}
+
+    def masks(n: int) -> dict[tuple[int, int], np.ndarray]:
+        if n not in cache:
+            out: dict[tuple[int, int], np.ndarray] = {}
+            for k in range(n):
+                for key in set(patterns[k % len(patterns)]):
+                    out.setdefault(key, np.zeros(n, dtype=bool))[k] = True
+            cache[n] = out
+        return cache[n]
+
+    def place(pending: Sequence[int], state: ClusterState) -> list[tuple[int, int] | None]:
+        got: list[tuple[int, int] | None] = []
+        planned = masks(state.machines)
+        for w in pending:
+            menu = state.menus[w]
+            choice = None
+            for o in fallback[w]:
+                mine = planned.get((w, o))
+                if mine is None:
+                    continue
+                ok = (state.fits(menu.demand[o]) & mine)[state.order]
+                i = int(np.argmax(ok))
+                if ok[i]:
+                    choice = (o, int(state.order[i]))
+                    break
+            if choice is None:
+                for o in fallback[w]:
+                    m = state.first_fit(menu.demand[o])
+                    if m is not None:
+                        choice = (o, m)
+                        break
+            if choice is not None:
+                state.place(choice[1], menu.demand[choice[0]])
+            got.append(choice)
+        return got
+
+    return place
+
+
+def _pattern_size(
+    studies: Sequence[Study],
+    mix: Sequence[int],
+    patterns: Sequence[Sequence[tuple[int, int]]],
+    rate: float,
+    arrivals: int,
+    seeds: int,
+) -> float:
+    """Compact cluster when VMs are placed following the plan's machines (`pattern_placer`);
+    patterns hold (workload index, option index in the workload's 77-point menu)."""
+    arch = architecture(24, "128L")
+    menus = []
+    for s in studies:
+        n = len(s.ways)
+        demand = np.stack([np.full(n, s.vcpus), s.dram_bytes, s.slow_bytes, s.ways], axis=1)
+        menus.append(Menu(demand.astype(np.int64), s.tmc_seconds))
+    counts: dict[int, dict[int, int]] = {}
+    for p in patterns:
+        for w, o in p:
+            counts.setdefault(w, {})
+            counts[w][o] = counts[w].get(o, 0) + 1
+    fallback: list[list[int]] = []
+    for w in range(len(studies)):
+        c = counts.get(w, {})
+        fallback.append(sorted(c, key=c.__getitem__, reverse=True))
+    placer = pattern_placer(patterns, fallback)
+    sizes = []
+    for seed in range(seeds):
+        arr = poisson_arrivals(arrivals, mix, rate, seed)
+
+        def fits(n: int, arr: Any = arr, seed: int = seed) -> bool:
+            return sim_run(arch, n, arr, menus, placer, order_seed=seed).rejected == 0
+
+        sizes.append(compact_size(fits, upper=200))
+    return float(np.percentile(sizes, 90))
+
+
 def capacity_study(
     studies: dict[str, list[Study]],
     arrivals: int,
@@ -163,7 +261,9 @@ def capacity_study(
             )
             rate = concurrency / es_seconds  # per second, as in the cluster study
             classes, idxs = _classes(sts, mix, regime, rate * 3600.0)
-            plan = plan_kind(classes, kind, prices, fill=FILL)
+            t0 = time.monotonic()
+            plan = plan_kind(classes, kind, prices, time_limit_seconds=PLAN_SECONDS)
+            plan_s = time.monotonic() - t0
             shares = []
             for c in classes:
                 x = np.asarray(plan.mix[c.name])
@@ -175,7 +275,25 @@ def capacity_study(
                 greedy_shares.append(g)
             planned_sim = _simulated_size(sts, mix, idxs, shares, rate, arrivals, seeds)
             greedy_sim = _simulated_size(sts, mix, idxs, greedy_shares, rate, arrivals, seeds)
-            best_kind = plan_capacity(classes, paper_machine_kinds(), prices, fill=FILL).best
+            # The same arrivals placed following each plan's machines.
+            by_name = {c.name: (ci, c) for ci, c in enumerate(classes)}
+            planned_patterns = []
+            for m in plan.machines_content:
+                pattern = []
+                for key, count in m.items():
+                    name, oi = key.rsplit("#", 1)
+                    ci, _ = by_name[name]
+                    pattern += [(mix[ci], int(idxs[ci][int(oi)]))] * count
+                planned_patterns.append(pattern)
+            greedy_content = greedy_plan(classes, kind, 1.0, 0.95) or []
+            greedy_patterns = [
+                [(mix[ci], int(idxs[ci][oi])) for ci, oi in m] for m in greedy_content
+            ]
+            planned_follow = _pattern_size(sts, mix, planned_patterns, rate, arrivals, seeds)
+            greedy_follow = _pattern_size(sts, mix, greedy_patterns, rate, arrivals, seeds)
+            best_kind = plan_capacity(
+                classes, paper_machine_kinds(), prices, time_limit_seconds=1.0
+            ).best
             # The plan's true cost per VM against exhaustive search's, on the plan's mix.
             true_cost = []
             for i, within, sh in zip(mix, idxs, shares, strict=True):
@@ -191,7 +309,13 @@ def capacity_study(
                     "greedy_machines": plan.greedy_machines,
                     "planned_simulated": planned_sim,
                     "greedy_simulated": greedy_sim,
+                    "planned_followed": planned_follow,
+                    "greedy_followed": greedy_follow,
                     "binding": plan.binding,
+                    "status": plan.status,
+                    "note": plan.note,
+                    "lower_bound": plan.lower_bound,
+                    "plan_seconds": plan_s,
                     "planned_cost_vs_es": float(np.mean(true_cost)) - 1.0,
                     "best_kind": best_kind.kind,
                     "best_kind_machines": best_kind.machines,
@@ -294,21 +418,30 @@ def planning_markdown(capacity: list[dict[str, Any]], moves: list[dict[str, Any]
     lines = [
         "## OR-Tools planners against greedy",
         "",
-        "Capacity planner (`model.planner.plan_kind`, 24G-128L, fill 0.85): machines planned"
-        " and, in brackets, the compact cluster when the plan's option mix is replayed in the"
-        " simulator; greedy gives every class its predicted-cheapest option. Method:"
-        " `bench/planning.py`.",
+        "Capacity planner (`model.planner.plan_kind`: whole machines, CP-SAT bin packing of"
+        " each class's 95th-percentile count of VMs at once, 24G-128L): machines planned (CP-SAT's"
+        " lower bound, status) and, in brackets, the compact cluster when the plan's option mix"
+        " is replayed in the simulator; greedy gives every class its predicted-cheapest option,"
+        " first fit decreasing, in the same call; when CP-SAT does not beat it the plan is"
+        " greedy's (status `greedy`). `following the plans`: the compact cluster when each"
+        " arrival is placed on a machine whose planned pattern holds its workload (first fit"
+        " otherwise). Method: `bench/planning.py`.",
         "",
-        "| regime | mix | binds | planner | greedy | planner vs greedy (simulated) |"
-        " plan's true cost vs ES | cheapest kind (machines) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| regime | mix | binds | planner (bound, status) | greedy | planned vs greedy |"
+        " simulated vs greedy | following the plans: planner, greedy | plan's true cost vs ES |"
+        " cheapest kind (machines) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in capacity:
         gain = r["planned_simulated"] / r["greedy_simulated"] - 1.0
+        planned_gain = r["planned_machines"] / r["greedy_machines"] - 1.0
         lines.append(
             f"| {r['regime']} | {'+'.join(r['mix'])} | {r['binding']} |"
-            f" {r['planned_machines']} ({r['planned_simulated']:g}) |"
-            f" {r['greedy_machines']} ({r['greedy_simulated']:g}) | {100 * gain:+.1f} % |"
+            f" {r['planned_machines']} ({r.get('lower_bound', 0)}, {r.get('status', '-')})"
+            f" ({r['planned_simulated']:g}) |"
+            f" {r['greedy_machines']} ({r['greedy_simulated']:g}) | {100 * planned_gain:+.1f} % |"
+            f" {100 * gain:+.1f} % |"
+            f" {r.get('planned_followed', float('nan')):g}, {r.get('greedy_followed', float('nan')):g} |"
             f" {100 * r['planned_cost_vs_es']:+.1f} % | {r['best_kind']} ({r['best_kind_machines']}) |"
         )
     lines += [
@@ -340,7 +473,7 @@ def run_planning(
         )
         moves = rebalance_study(studies, snapshots=1, machines=8, time_limit=2.0)
     else:
-        capacity = capacity_study(studies, arrivals=1500, seeds=2, concurrency=120.0, mix_stride=5)
+        capacity = capacity_study(studies, arrivals=1200, seeds=1, concurrency=120.0, mix_stride=5)
         moves = rebalance_study(studies, snapshots=2, machines=30, time_limit=10.0)
     md = planning_markdown(capacity, moves)
     (out_dir / f"{stem}-planning.md").write_text(md)

@@ -19,8 +19,11 @@ search on the same arrivals and node orders, the share of decisions whose true c
 exhaustive search's, and the binding resource (highest mean utilization at the compact size).
 Policies: `es` (the true cost optimum, oracle placement), `tmc-2.5` (the paper's Algorithm 1 on
 predicted costs), `tmc-2.5c` (`model.select.confident_algorithm1` with the model's prediction
-intervals, `model.confidence`). tmc's VMs run with tmc's own placement plan; every cost and
-duration is the simulator's.
+intervals, `model.confidence`, at the confidence level learnt for each workload on the *other*
+workloads: `calibrate_confidence`). tmc's VMs run with tmc's own placement plan; every cost and
+duration is the simulator's. Per regime the map also gives the model floor: the share of
+decisions for workloads whose cheapest predicted configuration is already more than T over the
+true optimum (`model_floor`).
 
 Per workload the model is fitted once (profile seed 100), which is what one tenant would see; the
 map varies prices and shapes, not the profiling noise (the evaluation's per-workload study does).
@@ -100,11 +103,13 @@ class MapSettings:
     shapes: tuple[str, ...] = ("paper", "memory-heavy")
     lifetimes: tuple[str, ...] = ("run", "fixed")
     architecture: str = "24G-128L"
-    arrivals: int = 1500
+    arrivals: int = 1200
     concurrency: float = 120.0
     mix_stride: int = 3  # every third of the C(6, 4) = 15 mixes
-    seeds: int = 2
+    seeds: int = 1
     processes: int = 2
+    # the held-out levels (`calibrate_confidence`) are used; this one only by callers of
+    # build_policy that pass no per-workload levels
     confidence: float = DEFAULT_CONFIDENCE
     planning: bool = True  # also measure the OR-Tools planners (bench/planning.py)
     selected: tuple[str, ...] = ()  # regime keys; empty: every combination
@@ -266,15 +271,20 @@ def _demand(s: Study) -> IntArray:
 
 
 def build_policy(
-    name: str, studies: Sequence[Study], regime: Regime, arch: Architecture, confidence: float
+    name: str,
+    studies: Sequence[Study],
+    regime: Regime,
+    arch: Architecture,
+    confidence: float | dict[str, float],
 ) -> Policy:
     prices = price_profile(
         regime.source, llc_area_share=regime.llc_share, slow_to_dram=regime.slow_to_dram
     )
     cap = arch.capacity().astype(np.float64)
     menus, costs, choosers = [], [], []
-    z = NormalDist().inv_cdf(confidence)
     for s in studies:
+        level = confidence if isinstance(confidence, float) else confidence[s.name]
+        z = NormalDist().inv_cdf(level)
         h = hourly(s, prices)
         truth = h * s.truth_seconds / 3600.0
         es = int(np.argmin(truth))
@@ -286,18 +296,32 @@ def build_policy(
             choosers.append(lambda u: 0)
             continue
         seconds = s.tmc_seconds if regime.lifetime == "run" else fixed
-        menus.append(Menu(_demand(s), seconds))
-        costs.append(h * s.tmc_seconds / 3600.0)
         pred = h * s.predicted_seconds / 3600.0
         frac = _demand(s) / cap
-        ok = np.ones(len(h), dtype=bool)
+        n = len(h)
+        ok = np.ones(n, dtype=bool)
         if name == "tmc-2.5":
-            choosers.append(_classic(pred, ok, frac))
+            first = algorithm1(pred, pred, ok, frac, np.zeros(4), THRESHOLD)
         elif name == "tmc-2.5c":
             upper = pred * (1.0 + z * s.sigma)
-            choosers.append(_confident(pred, upper, s.predicted_seconds, ok, frac))
+            first = confident_algorithm1(
+                pred, upper, s.predicted_seconds, ok, frac, np.zeros(4), THRESHOLD
+            )
         else:
             raise ValueError(name)
+        assert first is not None
+        # The first round does not depend on the cluster: the menu is the candidates it keeps
+        # (the cheapest predicted among them), and each arrival runs the second round over them.
+        keep = np.sort(first.within)
+        menus.append(Menu(_demand(s)[keep], seconds[keep]))
+        costs.append((h * s.tmc_seconds / 3600.0)[keep])
+        sub_ok = np.ones(len(keep), dtype=bool)
+        if name == "tmc-2.5":
+            choosers.append(_classic(pred[keep], sub_ok, frac[keep]))
+        else:
+            choosers.append(
+                _confident(pred[keep], upper[keep], s.predicted_seconds[keep], sub_ok, frac[keep])
+            )
     return Policy(menus, costs, lambda w, u: choosers[w](u))
 
 
@@ -334,13 +358,15 @@ def _compact_job(job: tuple[Regime, tuple[int, ...], str]) -> dict[str, Any]:
     regime, mix, pol = job
     settings: MapSettings = _CONTEXT["settings"]
     studies: list[Study] = _CONTEXT["studies"][regime.shape]
+    levels: dict[str, float] = _CONTEXT["confidence"]
     arch = _arch(settings.architecture)
-    policy = build_policy(pol, studies, regime, arch, settings.confidence)
-    es = build_policy("es", studies, regime, arch, settings.confidence)
+    policy = build_policy(pol, studies, regime, arch, levels)
+    es = build_policy("es", studies, regime, arch, levels)
+    floor = model_floor(studies, regime)
     es_seconds = float(np.mean([es.menus[i].seconds[0] for i in mix]))
     rate = settings.concurrency / es_seconds
     es_cost = [float(es.true_cost[i][0]) for i in range(len(studies))]
-    sizes, costs, within, util = [], [], [], []
+    sizes, costs, within, util, floors = [], [], [], [], []
     for seed in range(settings.seeds):
         arr = poisson_arrivals(settings.arrivals, mix, rate, seed)
 
@@ -368,6 +394,7 @@ def _compact_job(job: tuple[Regime, tuple[int, ...], str]) -> dict[str, Any]:
         sizes.append(n)
         costs.append(float(vm_cost.mean()))
         within.append(float(np.mean(vm_cost <= ref * (1.0 + THRESHOLD) + 1e-12)))
+        floors.append(float(np.mean([floor[int(w)] for w in arrivals_w])))
         util.append(run.mean_utilization.tolist())
     mean_util = np.mean(np.asarray(util), axis=0)
     return {
@@ -378,6 +405,9 @@ def _compact_job(job: tuple[Regime, tuple[int, ...], str]) -> dict[str, Any]:
         "compact_p90": float(np.percentile(sizes, 90)),
         "mean_cost": float(np.mean(costs)),
         "within_t_share": float(np.mean(within)),
+        # decisions of workloads whose cheapest *predicted* configuration is itself more than T
+        # over the true optimum: no selection anchored on the prediction brings those within T
+        "model_floor_share": float(np.mean(floors)),
         "utilization": mean_util.tolist(),
         "binding": RESOURCES[int(np.argmax(mean_util))],
     }
@@ -420,10 +450,13 @@ def run_map(
         studies[shape].append(st)
     _CONTEXT["studies"] = studies
     t_studies = time.monotonic() - started
+    regimes = settings.regimes()
+    levels = calibrate_confidence(studies, regimes)
+    _CONTEXT["confidence"] = levels
+    say(f"regime map: confidence per held-out workload {levels}")
 
     n = len(settings.workloads)
     mixes = list(itertools.combinations(range(n), min(4, n)))[:: settings.mix_stride]
-    regimes = settings.regimes()
     keys = {r.key for r in regimes}
     # Exhaustive search's VMs hold their resources for their run time under either lifetime
     # model (the fixed lifetime is that very time), so its compaction is run once.
@@ -453,6 +486,8 @@ def run_map(
             for sh, sts in studies.items()
         },
         "rows": rows,
+        "confidence": levels,
+        "calibration": calibration_table(studies, regimes, levels),
         "duration_seconds": {"studies": t_studies, "total": time.monotonic() - started},
     }
     results["map"] = summarise(rows, regimes)
@@ -512,8 +547,103 @@ def summarise(rows: list[dict[str, Any]], regimes: Sequence[Regime]) -> list[dic
                 "cost_vs_es_max": float(np.max(cost)),
                 "within_t_share": float(np.mean([x["within_t_share"] for x in mine])),
                 "within_t_share_min": float(np.min([x["within_t_share"] for x in mine])),
+                "model_floor_share": float(
+                    np.mean([x.get("model_floor_share", 0.0) for x in mine])
+                ),
                 "binding": max(set(binding), key=binding.count),
                 "mixes": len(mine),
             }
         out.append(entry)
+    return out
+
+
+# -- the confidence level, learnt on held-out workloads ---------------------------------------
+
+CONFIDENCE_LADDER = (0.8, 0.9, 0.95, 0.99, 0.999, 0.9999)
+
+
+def model_floor(studies: Sequence[Study], regime: Regime) -> list[bool]:
+    """Per workload: is the cheapest predicted configuration (Algorithm 1 at T = 0), run with
+    tmc's placement, more than T over the true optimum? Then no selection anchored on the
+    prediction is within T for it, whatever its margin."""
+    prices = regime_prices(regime)
+    out = []
+    for s in studies:
+        h = hourly(s, prices)
+        pred = h * s.predicted_seconds
+        best = int(np.argmin(pred))
+        es = float((h * s.truth_seconds).min())
+        out.append(bool(h[best] * s.tmc_seconds[best] > es * (1.0 + THRESHOLD) + 1e-12))
+    return out
+
+
+def regime_prices(regime: Regime) -> PriceProfile:
+    return price_profile(
+        regime.source, llc_area_share=regime.llc_share, slow_to_dram=regime.slow_to_dram
+    )
+
+
+def overspends(s: Study, prices: PriceProfile, confidence: float) -> tuple[bool, bool, int]:
+    """For one workload under one price profile: does any candidate the confident Algorithm 1
+    keeps (on any utilization) cost more than T over the true optimum; does the cheapest
+    predicted; and how many candidates are kept."""
+    h = hourly(s, prices)
+    pred = h * s.predicted_seconds
+    upper = pred * (1.0 + NormalDist().inv_cdf(confidence) * s.sigma)
+    n = len(pred)
+    sel = confident_algorithm1(
+        pred, upper, s.predicted_seconds, np.ones(n, bool), np.zeros((n, 4)), np.zeros(4), THRESHOLD
+    )
+    assert sel is not None
+    truth = h * s.tmc_seconds
+    limit = float((h * s.truth_seconds).min()) * (1.0 + THRESHOLD) + 1e-12
+    return bool(truth[sel.within].max() > limit), bool(truth[sel.best] > limit), len(sel.within)
+
+
+def calibrate_confidence(
+    studies: dict[str, list[Study]],
+    regimes: Sequence[Regime],
+    ladder: Sequence[float] = CONFIDENCE_LADDER,
+) -> dict[str, float]:
+    """Per workload, the lowest confidence level at which, on every *other* workload (both
+    shapes, every regime of the map), the confident Algorithm 1 keeps no candidate more than T
+    over the true optimum unless the cheapest predicted already is (leave one workload out: the
+    level a workload is judged with never saw its ground truth)."""
+    names = sorted({s.name for sts in studies.values() for s in sts})
+    cases = [(s, regime_prices(r)) for r in regimes for s in studies.get(r.shape, [])]
+    out = {}
+    for test in names:
+        train = [(s, p) for s, p in cases if s.name != test]
+        level = ladder[-1]
+        for c in ladder:
+            if not any(w and not b for w, b, _ in (overspends(s, p, c) for s, p in train)):
+                level = c
+                break
+        out[test] = level
+    return out
+
+
+def calibration_table(
+    studies: dict[str, list[Study]], regimes: Sequence[Regime], levels: dict[str, float]
+) -> list[dict[str, Any]]:
+    """Per regime: workloads (cells) whose kept candidates overspend T, those whose cheapest
+    predicted already does, and the mean number kept; at the held-out levels and at 0.95."""
+    out = []
+    for r in regimes:
+        prices = regime_prices(r)
+        sts = studies.get(r.shape, [])
+        held = [overspends(s, prices, levels[s.name]) for s in sts]
+        fixed = [overspends(s, prices, 0.95) for s in sts]
+        out.append(
+            {
+                "regime": r.key,
+                "workloads": len(sts),
+                "kept_over_t": sum(w for w, _, _ in held),
+                "cheapest_over_t": sum(b for _, b, _ in held),
+                "kept_over_t_at_095": sum(w for w, _, _ in fixed),
+                "kept": float(np.mean([k for _, _, k in held])) if held else 0.0,
+                "kept_at_095": float(np.mean([k for _, _, k in fixed])) if fixed else 0.0,
+                "over_t": [s.name for s, (w, _, _) in zip(sts, held, strict=True) if w],
+            }
+        )
     return out

@@ -39,7 +39,7 @@ def verdict(p: dict[str, Any], threshold: float) -> str:
 def write_regime_report(results: dict[str, Any], out_dir: Path, stem: str) -> None:
     t = float(results["threshold"])
     entries = results["map"]
-    png = f"{stem}-map.png"
+    png = f"{stem}-map.svg"
     _plot(entries, out_dir / png, t)
     lines = [
         f"# Regime map: where packing pays ({_kind(results)} run)",
@@ -47,14 +47,18 @@ def write_regime_report(results: dict[str, Any], out_dir: Path, stem: str) -> No
         "Compact cluster and mean true cost per VM against exhaustive search (ES), per regime, at"
         f" T = {100 * t:g} %; `within T` is the share of decisions whose true cost is at most"
         " (1 + T) x ES's for the workload (worst mix in brackets); `binds` is the resource with the"
-        " highest mean utilization at the compact size. Method: `bench/regimes.py`."
+        " highest mean utilization at the compact size; `model floor` is the share of decisions"
+        " for workloads whose cheapest *predicted* configuration is already more than T over the"
+        " true optimum (no selection anchored on the prediction can bring those within T)."
+        " Method: `bench/regimes.py`."
         f" Duration {results['duration_seconds']['total']:.0f} s.",
         "",
         f"![regime map]({png})",
         "",
         "| regime (source / LLC share / slow:DRAM / shape / lifetime) | ES binds |"
-        " Algorithm 1: size, cost, within T | confident: size, cost, within T | verdict |",
-        "|---|---|---|---|---|",
+        " Algorithm 1: size, cost, within T | confident: size, cost, within T | model floor |"
+        " verdict |",
+        "|---|---|---|---|---|---|",
     ]
     for e in entries:
         pols = e["policies"]
@@ -70,9 +74,30 @@ def write_regime_report(results: dict[str, Any], out_dir: Path, stem: str) -> No
         conf = pols.get("tmc-2.5c")
         lines.append(
             f"| {e['regime']} | {pols['es']['binding']} | {cells[0]} | {cells[1]} |"
+            f" {100 * conf.get('model_floor_share', 0.0) if conf else 0:.0f} % |"
             f" {verdict(conf, t) if conf else '-'} |"
         )
     lines.append("")
+    calibration = results.get("calibration")
+    if calibration:
+        lines += [
+            "Confidence level per held-out workload (learnt on the other workloads, every regime):"
+            f" {results.get('confidence')}. Per regime, workloads whose kept candidates include"
+            " one more than T over the true optimum, at those levels and at 0.95, against those"
+            " whose cheapest predicted already is:",
+            "",
+            "| regime | kept > T (held-out level) | kept > T (0.95) | cheapest predicted > T |"
+            " candidates kept (held-out, 0.95) | workloads |",
+            "|---|---|---|---|---|---|",
+        ]
+        for c in calibration:
+            lines.append(
+                f"| {c['regime']} | {c['kept_over_t']}/{c['workloads']} |"
+                f" {c['kept_over_t_at_095']}/{c['workloads']} |"
+                f" {c['cheapest_over_t']}/{c['workloads']} |"
+                f" {c['kept']:.1f}, {c['kept_at_095']:.1f} | {', '.join(c['over_t'])} |"
+            )
+        lines.append("")
     planning = out_dir / f"{stem}-planning.md"
     if "planning" in results and planning.is_file():
         lines += [planning.read_text(), ""]
@@ -111,7 +136,8 @@ def _plot(entries: list[dict[str, Any]], path: Path, t: float) -> None:
                     ha="center",
                     va="center",
                     fontsize=8,
-                    color="darkred" if over else "black",
+                    # white on the darkest cells, where dark red would not read
+                    color="white" if abs(grid[i, j]) > 25 else "darkred" if over else "black",
                     fontweight="bold" if over else "normal",
                 )
         ax.imshow(grid, cmap="RdYlGn_r", vmin=-40, vmax=40, aspect="auto")

@@ -81,16 +81,27 @@ def capacity_cmd(
 
 
 def _render_capacity(out: dict[str, Any]) -> None:
-    table = Table(title=f"Capacity plan (fill {out['fill']:g}, prices {out['price_profile']})")
-    for col in ("kind", "machines", "greedy", "binds", "USD/h"):
+    table = Table(
+        title=f"Capacity plan (whole machines, room for the {out['peak_quantile']:g} quantile of"
+        f" VMs at once, fill {out['fill']:g}, prices {out['price_profile']})"
+    )
+    for col in ("kind", "machines", "greedy", "bound", "status", "binds", "USD/h"):
         table.add_column(col)
     for k in sorted(out["kinds"], key=lambda k: (k["total_hour"] is None, k["total_hour"])):
         mark = " *" if k["kind"] == out["best"]["kind"] else ""
         total = "-" if k["total_hour"] is None else f"{k['total_hour']:.2f}"
         table.add_row(
-            k["kind"] + mark, str(k["machines"]), str(k["greedy_machines"]), k["binding"], total
+            k["kind"] + mark,
+            str(k["machines"]),
+            str(k["greedy_machines"]),
+            str(k["lower_bound"]),
+            k["status"],
+            k["binding"],
+            total,
         )
     Console().print(table)
+    if out["best"]["note"]:
+        Console().print(f"{out['best']['kind']}: {out['best']['note']}")
 
 
 @plan_app.command("rebalance")

@@ -42,7 +42,7 @@ from model.predict import GridPrediction
 
 SLOW_PENALTY_SPREAD = 0.5
 MISS_CURVE_SPREAD = 0.25
-DEFAULT_CONFIDENCE = 0.95
+DEFAULT_CONFIDENCE = 0.99  # learnt on held-out workloads (bench.regimes.calibrate_confidence)
 
 
 @dataclass(frozen=True)

@@ -3,19 +3,21 @@
 **Capacity planner.** For a workload mix (per class: arrival rate and the configurations it may
 be given, e.g. the candidates Algorithm 1 keeps within T, each with its demand, run time and
 cost), which machine kind (the paper's Fig. 9 family: DRAM per machine, local slow memory or a
-rack pool) and how many machines cost least? In steady state the VMs of class c that run in
-option o at once are x_co x t_co (Little's law, x_co the arrivals per hour given o), so the
-resources held at once are linear in x, and the plan is a small mixed-integer program:
-
-    minimise   M x price + BALANCE x price x peak + EPSILON x price x sum x_co cost_co
-    subject to sum_o x_co = rate_c                                     (every arrival is served)
-               sum x_co t_co d_cor / capacity_r <= fill x M, and <= peak, each r
-                                                              (CPU, DRAM, slow, ways)
-
-with M integer. `fill` (< 1) leaves room for first fit's fragmentation and for the arrivals'
-fluctuation; whether it is enough is checked by simulation (`bench/planning.py`). The greedy
-answer it is measured against gives every class its cheapest option (Algorithm 1 at T = 0) and
-as many machines as the most loaded resource needs.
+rack pool) and how many *whole* machines? In steady state a class whose VMs hold option o for
+t_o hours has rate x t_o of them present on average (Little's law); the cluster's count is
+Poisson, and the plan holds room for its `peak_quantile` (about M + z sqrt(M) for a total mean M,
+shared by the classes in proportion to their means). Machines are counted as bins,
+not as average use: a VM taking 28 of 48 ways leaves no room for a second one, whatever the
+ways' average load says. CP-SAT chooses how many VMs of each class run in each option at the
+peak (a mix of options serves the class when its shares of each option's own peak add up to one)
+and on which machine each one runs, every machine within its CPUs, DRAM, slow memory and ways
+(a pool within its rack's machines); fewest machines first, then the tenants' extra cost. On a
+fresh machine the ways of its VMs are laid out as consecutive runs, so CAT's contiguity needs no
+constraint of its own (it does in the rebalancer, where runs are already placed). The greedy
+answer it is measured against, in the same call, gives every class its cheapest option
+(Algorithm 1 at T = 0) and packs the peak first fit decreasing; it is CP-SAT's starting point,
+and the answer when CP-SAT does not find fewer machines within its time limit (`status`
+"greedy", with a note). Whether the plan holds is checked by simulation (`bench/planning.py`).
 
 **Rebalancer.** For a live cluster, which pods to move where so that machines are freed, as a
 dry-run plan: CP-SAT over (pod, node) assignments, each with its LLC ways as an interval on the
@@ -33,18 +35,21 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Literal
 
-from ortools.linear_solver import pywraplp  # type: ignore[import-untyped]
 from ortools.sat.python import cp_model
 
 from model.packing import best_fit_run, run_mask
 from model.pricing import PriceProfile
 from model.resources import GIB
 
-BALANCE = 1e-3  # the busiest resource's load, in machines: second to the machine count
-EPSILON = 1e-7  # tenant cost only breaks ties between plans with as many machines
-DEFAULT_FILL = 0.85
+DEFAULT_FILL = 1.0  # share of a machine's resources the plan may fill
+DEFAULT_PEAK_QUANTILE = 0.95  # the plan holds room for this quantile of each class's VMs at once
+MAX_PACKED_OPTIONS = 12  # per class, the cheapest non-dominated options CP-SAT may mix
+MAX_PACKED_MACHINES = 200  # above this, CP-SAT's model grows too large: greedy's answer
+RATE_SCALE = 1_000_000
+MAX_PLANNED_VMS = 100_000  # VMs at once over all classes: beyond, whole-machine packing is refused
 RESOURCES = ("cpu", "dram", "slow", "llc")
 
 
@@ -122,16 +127,23 @@ def paper_machine_kinds() -> list[MachineKind]:
 
 @dataclass(frozen=True)
 class KindPlan:
+    """The plan for one machine kind: whole machines, each VM of the peak on a machine."""
+
     kind: str
-    machines: int
+    machines: int  # what the plan asks for: CP-SAT's count, or greedy's when CP-SAT did not beat it
     machine_hour: float
     total_hour: float  # machines x machine price
     tenant_hour: float  # sum over arrivals of their cost, per hour
-    load: dict[str, float]  # per resource: held at once / (machines x capacity)
+    load: dict[str, float]  # per resource: held at the peak / (machines x capacity)
     mix: dict[str, list[float]]  # per class: arrivals per hour given each option
     binding: str
-    greedy_machines: int
-    status: str
+    greedy_machines: int  # first fit decreasing, every class in its cheapest option
+    status: str  # "optimal", "feasible", "greedy" (CP-SAT did not beat it), "infeasible"
+    lower_bound: int = 0  # no plan of these options needs fewer machines (CP-SAT's bound)
+    vms: dict[str, list[int]] = field(default_factory=dict)  # per class: VMs at the peak per option
+    # per machine: VMs at the peak by "class#option"
+    machines_content: list[dict[str, int]] = field(default_factory=list)
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -139,31 +151,184 @@ class CapacityPlan:
     best: KindPlan
     kinds: list[KindPlan]
     fill: float
+    peak_quantile: float = 0.95
 
 
-def _held(c: WorkloadClass, o: Option) -> list[float]:
-    hours = o.seconds / 3600.0
-    return [hours * d for d in o.demand()]
+def peak_vms(mean: float, quantile: float) -> int:
+    """VMs present at once that a Poisson count with this mean stays within with probability
+    `quantile` (about mean + z sqrt(mean))."""
+    if mean <= 0:
+        return 0
+    z = NormalDist().inv_cdf(quantile)
+    return max(1, math.ceil(mean + z * math.sqrt(mean) - 1e-9))
 
 
-def greedy_machines(classes: Sequence[WorkloadClass], kind: MachineKind, fill: float) -> int:
-    """Every class in its cheapest option; machines for the most loaded resource."""
-    held = [0.0] * 4
+def peak_factor(classes: Sequence[WorkloadClass], quantile: float) -> float:
+    """The headroom the plan holds over each class's mean count of VMs (Little's law: arrivals
+    per hour x hours held, in its cheapest option). The cluster's count is Poisson with the
+    classes' total mean M, so its `quantile` is about M + z sqrt(M); every class gets the same
+    share of that headroom. (Each class's own quantile, summed, would plan for all classes
+    peaking together: with four equal classes, twice the headroom.)"""
+    total = sum(
+        c.arrivals_per_hour * min(c.options, key=lambda o: (o.cost, o.seconds)).seconds / 3600.0
+        for c in classes
+    )
+    if total <= 0:
+        return 1.0
+    # A vanishing total (e.g. runs of a few nanoseconds) needs one VM per class, not 1 / total.
+    return peak_vms(total, quantile) / max(total, 1e-9)
+
+
+def planned_vms(mean: float, factor: float) -> int:
+    """VMs of a class the plan holds room for, given its mean count and the peak factor."""
+    if mean <= 0:
+        return 0
+    want = mean * factor
+    if not math.isfinite(want) or want > MAX_PLANNED_VMS:
+        return MAX_PLANNED_VMS + 1  # refused by the caller, without building a huge plan
+    return max(1, math.ceil(want - 1e-9))
+
+
+def _usable(o: Option, kind: MachineKind, fill: float) -> bool:
+    cap = _per_machine(kind, fill)
+    return all(d <= c for d, c in zip(_units(o), cap, strict=True))
+
+
+# Integer units for CP-SAT and first fit: vCPUs, MiB, MiB, ways.
+_MIB = 1 << 20
+
+
+def _units(o: Option) -> tuple[int, int, int, int]:
+    return (o.vcpus, -(-o.dram_bytes // _MIB), -(-o.slow_bytes // _MIB), o.llc_ways)
+
+
+def _per_machine(kind: MachineKind, fill: float) -> tuple[int, int, int, int]:
+    """What one machine offers. A pooled machine may lend a VM the whole pool; the pool's own
+    capacity is a per-rack constraint."""
+    slow = kind.pool_bytes if kind.pool_bytes else kind.local_slow_bytes
+    return (
+        math.floor(kind.cpus * fill + 1e-9),
+        int(kind.dram_bytes * fill) // _MIB,
+        int(slow * fill) // _MIB,
+        math.floor(kind.llc_ways * fill + 1e-9),
+    )
+
+
+def _pareto(c: WorkloadClass, kind: MachineKind, fill: float) -> list[int]:
+    """The options worth packing: usable on the kind, and not dominated (another option at most
+    as large in every resource, held no longer and no dearer)."""
+    ok = [i for i, o in enumerate(c.options) if _usable(o, kind, fill)]
+    keep = []
+    for i in ok:
+        a = c.options[i]
+        ua = _units(a)
+        dominated = False
+        for j in ok:
+            if j == i:
+                continue
+            b = c.options[j]
+            ub = _units(b)
+            no_worse = (
+                all(x <= y for x, y in zip(ub, ua, strict=True))
+                and b.seconds <= a.seconds
+                and b.cost <= a.cost
+            )
+            if no_worse and (ub != ua or b.seconds != a.seconds or b.cost != a.cost or j < i):
+                dominated = True
+                break
+        if not dominated:
+            keep.append(i)
+    keep.sort(key=lambda i: c.options[i].cost)
+    return keep[:MAX_PACKED_OPTIONS]
+
+
+def _first_fit_decreasing(
+    items: Sequence[tuple[int, int]],
+    classes: Sequence[WorkloadClass],
+    kind: MachineKind,
+    fill: float,
+) -> list[list[tuple[int, int]]] | None:
+    """Whole machines for the VMs (class, option), largest dominant share first; a machine's
+    ways are handed out as consecutive runs (a fresh machine's CAT runs are then contiguous).
+    None when the pool of a rack cannot hold its machines' slow memory."""
+    cap = _per_machine(kind, fill)
+
+    def share(it: tuple[int, int]) -> float:
+        u = _units(classes[it[0]].options[it[1]])
+        return max(d / c if c else (math.inf if d else 0.0) for d, c in zip(u, cap, strict=True))
+
+    machines: list[list[tuple[int, int]]] = []
+    free: list[list[int]] = []
+    pool_free: list[int] = []
+    pool = int(kind.pool_bytes * fill) // _MIB
+    for it in sorted(items, key=share, reverse=True):
+        u = _units(classes[it[0]].options[it[1]])
+        placed = False
+        for k, f in enumerate(free):
+            rack = k // kind.rack_nodes
+            if all(d <= x for d, x in zip(u, f, strict=True)) and (
+                not kind.pool_bytes or u[2] <= pool_free[rack]
+            ):
+                for r in range(4):
+                    f[r] -= u[r]
+                if kind.pool_bytes:
+                    pool_free[rack] -= u[2]
+                machines[k].append(it)
+                placed = True
+                break
+        if not placed:
+            k = len(machines)
+            if kind.pool_bytes and k % kind.rack_nodes == 0:
+                pool_free.append(pool)
+            rack = k // kind.rack_nodes
+            if kind.pool_bytes and u[2] > pool_free[rack]:
+                return None
+            machines.append([it])
+            free.append([c - d for c, d in zip(cap, u, strict=True)])
+            if kind.pool_bytes:
+                pool_free[rack] -= u[2]
+    return machines
+
+
+def _peak_items(
+    classes: Sequence[WorkloadClass], choice: Sequence[int], quantile: float
+) -> list[tuple[int, int]]:
+    factor = peak_factor(classes, quantile)
+    counts = [
+        planned_vms(c.arrivals_per_hour * c.options[oi].seconds / 3600.0, factor)
+        for c, oi in zip(classes, choice, strict=True)
+    ]
+    if sum(counts) > MAX_PLANNED_VMS:
+        raise ValueError(
+            f"the mix holds {sum(counts):,} VMs at once, more than a plan of whole machines"
+            f" takes ({MAX_PLANNED_VMS:,})"
+        )
+    items = []
+    for ci, (oi, n) in enumerate(zip(choice, counts, strict=True)):
+        items += [(ci, oi)] * n
+    return items
+
+
+def greedy_plan(
+    classes: Sequence[WorkloadClass], kind: MachineKind, fill: float, quantile: float
+) -> list[list[tuple[int, int]]] | None:
+    """Every class in its cheapest usable option (Algorithm 1 at T = 0), its peak of VMs packed
+    first fit decreasing. None when some class has no usable option."""
+    choice = []
     for c in classes:
-        o = min(c.options, key=lambda o: o.cost)
-        for r, h in enumerate(_held(c, o)):
-            held[r] += c.arrivals_per_hour * h
-    return _machines_for(held, kind, fill)
+        ok = [i for i, o in enumerate(c.options) if _usable(o, kind, fill)]
+        if not ok:
+            return None
+        choice.append(min(ok, key=lambda i: (c.options[i].cost, i)))
+    return _first_fit_decreasing(_peak_items(classes, choice, quantile), classes, kind, fill)
 
 
-def _machines_for(held: Sequence[float], kind: MachineKind, fill: float) -> int:
-    need = 0.0
-    for h, cap in zip(held, kind.capacity(), strict=True):
-        if h > 0:
-            need = max(need, h / (fill * cap)) if cap > 0 else math.inf
-    if math.isinf(need):
-        return -1
-    return max(1, math.ceil(need - 1e-9))
+def greedy_machines(
+    classes: Sequence[WorkloadClass], kind: MachineKind, fill: float, quantile: float = 0.95
+) -> int:
+    """Whole machines of the greedy plan; -1 when it cannot host the mix."""
+    g = greedy_plan(classes, kind, fill, quantile)
+    return -1 if g is None else len(g)
 
 
 def plan_kind(
@@ -172,74 +337,164 @@ def plan_kind(
     prices: PriceProfile,
     *,
     fill: float = DEFAULT_FILL,
+    peak_quantile: float = DEFAULT_PEAK_QUANTILE,
     time_limit_seconds: float = 5.0,
-    backend: Literal["SCIP", "CBC"] = "SCIP",
+    workers: int = 1,
 ) -> KindPlan:
+    """Bin packing over whole machines with CP-SAT: how many VMs of each class run in each
+    option at the peak (every class's arrivals served: sum over options of VMs / hours held is
+    at least its arrival rate with peak headroom), which machine each VM is on, every machine
+    within its CPUs, DRAM, slow memory and ways, a pool within its rack. Fewest machines first,
+    then the tenants' cost. Started from greedy's plan; when CP-SAT does not find fewer machines
+    within its time limit the answer is greedy's, and `status` and `note` say so."""
     _check_classes(classes)
-    solver = pywraplp.Solver.CreateSolver(backend)
-    if solver is None:  # pragma: no cover - both ship with OR-Tools' wheels
-        raise RuntimeError("no MIP solver in this OR-Tools build")
-    solver.SetTimeLimit(int(time_limit_seconds * 1000))
-    cap = kind.capacity()
-    m = solver.IntVar(0, solver.infinity(), "machines")
-    x: dict[tuple[int, int], pywraplp.Variable] = {}
-    for ci, c in enumerate(classes):
-        for oi, o in enumerate(c.options):
-            usable = all(d <= k or d == 0 for d, k in zip(o.demand(), cap, strict=True))
-            x[ci, oi] = solver.NumVar(0.0, c.arrivals_per_hour if usable else 0.0, f"x{ci}_{oi}")
-        solver.Add(sum(x[ci, oi] for oi in range(len(c.options))) == c.arrivals_per_hour)
-    peak = solver.NumVar(0.0, solver.infinity(), "peak")
-    for r in range(4):
-        if cap[r] <= 0:
-            continue  # no such resource: the options that need it are bounded to 0 above
-        # In machines' worth of the resource: coefficients near 1, not bytes (LP numerics).
-        held = sum(
-            x[ci, oi] * (_held(c, o)[r] / cap[r])
-            for ci, c in enumerate(classes)
-            for oi, o in enumerate(c.options)
-        )
-        solver.Add(held <= fill * m)
-        solver.Add(held <= peak)
     price = kind.hourly_price(prices)
-    tenant = sum(
-        x[ci, oi] * o.cost for ci, c in enumerate(classes) for oi, o in enumerate(c.options)
-    )
-    # Machines first; then the most loaded resource as light as possible (headroom for first
-    # fit's fragmentation and the arrivals' peaks, which the fluid count does not see); then the
-    # tenants' cost.
-    solver.Minimize(m * price + BALANCE * price * peak + EPSILON * price * tenant)
-    status = solver.Solve()
-    if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE) and backend == "SCIP":
-        # SCIP gives up on rare numerical trouble in an LP; CBC solves the same program.
-        return plan_kind(
-            classes,
-            kind,
-            prices,
-            fill=fill,
-            time_limit_seconds=time_limit_seconds,
-            backend="CBC",
+    greedy = greedy_plan(classes, kind, fill, peak_quantile)
+    if greedy is None:
+        return KindPlan(
+            kind.name, -1, price, math.inf, math.inf, {}, {}, "-", -1, "infeasible",
+            note="some class has no option that fits this machine kind",
+        )  # fmt: skip
+    n_greedy = len(greedy)
+    cap = _per_machine(kind, fill)
+    greedy_choice = {(ci, oi) for m in greedy for ci, oi in m}
+    keep = [_pareto(c, kind, fill) for c in classes]
+    for ci, oi in greedy_choice:
+        if oi not in keep[ci]:
+            keep[ci].append(oi)
+    if n_greedy > MAX_PACKED_MACHINES or n_greedy <= 1:
+        why = (
+            f"greedy needs {n_greedy} machines, more than CP-SAT is given ({MAX_PACKED_MACHINES})"
+            if n_greedy > 1
+            else "one machine: nothing to pack"
         )
-    greedy = greedy_machines(classes, kind, fill)
-    if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
-        return KindPlan(kind.name, -1, price, math.inf, math.inf, {}, {}, "-", greedy, "infeasible")
-    machines = round(m.solution_value())
-    mix = {
-        c.name: [max(0.0, x[ci, oi].solution_value()) for oi in range(len(c.options))]
-        for ci, c in enumerate(classes)
-    }
-    held = [0.0] * 4
+        return _kind_plan(classes, kind, price, greedy, n_greedy, "greedy", n_greedy, why)
+    model = cp_model.CpModel()
+    used = [model.new_bool_var(f"used{k}") for k in range(n_greedy)]
+    for k in range(n_greedy - 1):
+        model.add_implication(used[k + 1], used[k])
+    count: dict[tuple[int, int], cp_model.IntVar] = {}
+    on: dict[tuple[int, int, int], cp_model.IntVar] = {}
+    tie: dict[tuple[int, int], int] = {}
+    top: dict[tuple[int, int], int] = {}
+    factor = peak_factor(classes, peak_quantile)
+    for ci, c in enumerate(classes):
+        rate_terms = []
+        best_cost = min(c.options[oi].cost for oi in keep[ci])
+        for oi in keep[ci]:
+            o = c.options[oi]
+            # The class's peak if every arrival took this option: a plan mixing options serves
+            # the class when its shares of those peaks add up to at least one.
+            full = planned_vms(c.arrivals_per_hour * o.seconds / 3600.0, factor)
+            count[ci, oi] = model.new_int_var(0, full, f"n{ci}_{oi}")
+            top[ci, oi] = full
+            for k in range(n_greedy):
+                on[ci, oi, k] = model.new_int_var(0, full, f"y{ci}_{oi}_{k}")
+            model.add(sum(on[ci, oi, k] for k in range(n_greedy)) == count[ci, oi])
+            if full:
+                rate_terms.append(-(-RATE_SCALE // full) * count[ci, oi])
+            # Extra tenant cost per VM, in tenths of a percent: second to the machine count.
+            extra = o.cost / best_cost - 1.0 if best_cost > 0 else 0.0
+            tie[ci, oi] = round(1000 * max(0.0, extra))
+        if rate_terms and c.arrivals_per_hour > 0:
+            model.add(sum(rate_terms) >= RATE_SCALE)
+    for k in range(n_greedy):
+        for r in range(4):
+            terms = [
+                _units(classes[ci].options[oi])[r] * v
+                for (ci, oi, kk), v in on.items()
+                if kk == k and _units(classes[ci].options[oi])[r]
+            ]
+            if terms:
+                model.add(sum(terms) <= cap[r] * used[k])
+    if kind.pool_bytes:
+        pool = int(kind.pool_bytes * fill) // _MIB
+        for first in range(0, n_greedy, kind.rack_nodes):
+            rack = range(first, min(first + kind.rack_nodes, n_greedy))
+            terms = [
+                _units(classes[ci].options[oi])[2] * v
+                for (ci, oi, kk), v in on.items()
+                if kk in rack
+            ]
+            model.add(sum(terms) <= pool)
+    # Greedy's plan as the hint: CP-SAT only has to improve on it.
+    placed = {key: 0 for key in on}
+    for k, m in enumerate(greedy):
+        for ci, oi in m:
+            placed[ci, oi, k] += 1
+    for key, v in on.items():
+        model.add_hint(v, placed[key])
+    for (ci, oi), v in count.items():
+        model.add_hint(v, sum(placed[ci, oi, k] for k in range(n_greedy)))
+    for u in used:
+        model.add_hint(u, True)
+    # Any plan's tie-break total is below one machine's weight.
+    weight = 1 + sum(t * top[key] for key, t in tie.items())
+    model.minimize(weight * sum(used) + sum(t * count[key] for key, t in tie.items()))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_seconds
+    solver.parameters.num_workers = workers
+    status = solver.solve(model)
+    bound = max(0, math.ceil(solver.best_objective_bound / weight - 1e-9))
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return _kind_plan(
+            classes, kind, price, greedy, n_greedy, "greedy", bound,
+            "CP-SAT found no plan within its time limit: greedy's",
+        )  # fmt: skip
+    content = [
+        [(ci, oi) for (ci, oi, kk), v in on.items() if kk == k for _ in range(solver.value(v))]
+        for k in range(n_greedy)
+        if solver.value(used[k])
+    ]
+    content = [m for m in content if m]
+    if len(content) >= n_greedy:
+        return _kind_plan(
+            classes, kind, price, greedy, n_greedy, "greedy", bound,
+            "CP-SAT found no plan with fewer machines than greedy's within its time limit"
+            if status != cp_model.OPTIMAL
+            else "greedy's machine count is optimal for these options",
+        )  # fmt: skip
+    return _kind_plan(
+        classes, kind, price, content, n_greedy,
+        "optimal" if status == cp_model.OPTIMAL else "feasible", bound, "",
+    )  # fmt: skip
+
+
+def _kind_plan(
+    classes: Sequence[WorkloadClass],
+    kind: MachineKind,
+    price: float,
+    content: Sequence[Sequence[tuple[int, int]]],
+    n_greedy: int,
+    status: str,
+    bound: int,
+    note: str,
+) -> KindPlan:
+    vms = {c.name: [0] * len(c.options) for c in classes}
+    for m in content:
+        for ci, oi in m:
+            vms[classes[ci].name][oi] += 1
+    # Arrivals per hour given each option: the class's rate shared in proportion to the
+    # throughput its VMs at the peak give (VMs / hours held).
+    mix: dict[str, list[float]] = {}
     tenant_hour = 0.0
     for c in classes:
-        for oi, o in enumerate(c.options):
-            rate = mix[c.name][oi]
-            tenant_hour += rate * o.cost
-            for r, h in enumerate(_held(c, o)):
-                held[r] += rate * h
+        thr = [n * 3600.0 / o.seconds for n, o in zip(vms[c.name], c.options, strict=True)]
+        total = sum(thr)
+        share = [t / total if total else 0.0 for t in thr]
+        mix[c.name] = [c.arrivals_per_hour * s for s in share]
+        tenant_hour += sum(x * o.cost for x, o in zip(mix[c.name], c.options, strict=True))
+    cap = kind.capacity()
+    held = [0.0] * 4
+    for c in classes:
+        for n, o in zip(vms[c.name], c.options, strict=True):
+            for r, d in enumerate(o.demand()):
+                held[r] += n * d
+    machines = len(content)
     load = {
         RESOURCES[r]: (held[r] / (machines * cap[r]) if machines and cap[r] else 0.0)
         for r in range(4)
     }
-    binding = max(load, key=lambda k: load[k])
     return KindPlan(
         kind=kind.name,
         machines=machines,
@@ -248,10 +503,22 @@ def plan_kind(
         tenant_hour=tenant_hour,
         load=load,
         mix=mix,
-        binding=binding,
-        greedy_machines=greedy,
-        status="optimal" if status == pywraplp.Solver.OPTIMAL else "feasible",
+        binding=max(load, key=lambda k: load[k]),
+        greedy_machines=n_greedy,
+        status=status,
+        lower_bound=min(bound, machines),
+        vms=vms,
+        machines_content=[_tally(classes, m) for m in content],
+        note=note,
     )
+
+
+def _tally(classes: Sequence[WorkloadClass], m: Sequence[tuple[int, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for ci, oi in m:
+        key = f"{classes[ci].name}#{oi}"
+        out[key] = out.get(key, 0) + 1
+    return out
 
 
 def plan_capacity(
@@ -260,6 +527,7 @@ def plan_capacity(
     prices: PriceProfile,
     *,
     fill: float = DEFAULT_FILL,
+    peak_quantile: float = DEFAULT_PEAK_QUANTILE,
     time_limit_seconds: float = 5.0,
 ) -> CapacityPlan:
     """The cheapest machine kind and count for the mix (ties: fewer machines)."""
@@ -267,15 +535,24 @@ def plan_capacity(
         raise ValueError("no machine kind to plan for")
     if not 0.1 <= fill <= 1.0:
         raise ValueError("fill lies in [0.1, 1]")
+    if not 0.5 <= peak_quantile < 1.0:
+        raise ValueError("peak_quantile lies in [0.5, 1)")
     plans = [
-        plan_kind(classes, k, prices, fill=fill, time_limit_seconds=time_limit_seconds)
+        plan_kind(
+            classes,
+            k,
+            prices,
+            fill=fill,
+            peak_quantile=peak_quantile,
+            time_limit_seconds=time_limit_seconds,
+        )
         for k in kinds
     ]
     feasible = [p for p in plans if p.status != "infeasible"]
     if not feasible:
         raise ValueError("no machine kind can host every class")
     best = min(feasible, key=lambda p: (p.total_hour, p.machines))
-    return CapacityPlan(best=best, kinds=plans, fill=fill)
+    return CapacityPlan(best=best, kinds=plans, fill=fill, peak_quantile=peak_quantile)
 
 
 def _check_classes(classes: Sequence[WorkloadClass]) -> None:

@@ -68,7 +68,15 @@ class CapacityIn(_In):
     prices: Literal["gce-n1", "msv2-lsq"] = "gce-n1"
     llc_area_share: float = Field(default=0.2, ge=0.0, lt=1.0)
     slow_to_dram: float = Field(default=0.4, ge=0.0, le=10.0)
-    fill: float = Field(default=0.85, ge=0.1, le=1.0)
+    fill: float = Field(
+        default=1.0, ge=0.1, le=1.0, description="share of a machine's resources a plan may fill"
+    )
+    peak_quantile: float = Field(
+        default=0.95,
+        ge=0.5,
+        le=0.9999,
+        description="the plan holds room for this quantile of each class's VMs present at once",
+    )
     time_limit_seconds: float = Field(
         default=5.0, gt=0.0, le=20.0, description="for all machine kinds together"
     )
@@ -138,6 +146,7 @@ def capacity_plan(body: CapacityIn) -> dict[str, Any]:
             kinds,
             prices,
             fill=body.fill,
+            peak_quantile=body.peak_quantile,
             time_limit_seconds=body.time_limit_seconds / len(kinds),
         )
     except ValueError as exc:

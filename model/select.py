@@ -74,26 +74,26 @@ def confident_algorithm1(
 ) -> Selection | None:
     """Algorithm 1 that does not overspend T on the model's optimism.
 
-    First round, as in Algorithm 1, the candidates whose predicted cost is within T of the
-    cheapest; of those, only the ones whose upper cost bound (`upper_cost`, e.g.
+    First round: the candidates whose predicted cost is within T of the cheapest predicted
+    (`best`) *and* whose upper cost bound (`upper_cost`, e.g.
     `model.confidence.PredictionInterval.upper`: the cost the model is confident not to exceed)
-    is also within (1 + T) x the cheapest's. A candidate as uncertain as the cheapest passes when
-    its cost is within T of it; one whose prediction leans more on what the model cannot see
-    (slow-memory stalls, interpolated ways) needs a margin for it. Second round: the packing
-    penalty D_i . U weighted by how long the candidate holds its resources against the cheapest
+    is within (1 + T) x the cheapest's predicted cost; `best` itself always qualifies. A
+    candidate is kept only if it stays within T of the predicted optimum even when the model
+    has been as optimistic about it as its interval allows. (Anchoring on the cheapest's own
+    bound instead lets candidates that lean on the same blind spot through, e.g. a neighbouring
+    slow ratio; anchoring on the lowest bound drifts to the configurations the model knows best,
+    e.g. the profiled 28 ways, which may hog a resource.) Second round: the packing penalty
+    D_i . U weighted by how long the candidate holds its resources against the cheapest
     (seconds_i / seconds_best): a configuration that saves 10 % of a scarce resource but runs
-    10 % longer saves nothing. Ties by cost. `best` is the cheapest predicted and `penalty` the
-    plain D_i . U, as in Algorithm 1."""
+    10 % longer saves nothing. Ties by cost. `penalty` is the plain D_i . U, as in Algorithm 1."""
     idx = np.flatnonzero(acceptable)
     if idx.size == 0:
         return None
     best_local = int(np.lexsort((upper_cost[idx], cost[idx]))[0])
     best = int(idx[best_local])
-    near = idx[cost[idx] <= cost[best] * (1.0 + threshold)]
-    # Bounds are compared with the cheapest's: anchoring on the lowest bound instead drifts to
-    # the configurations the model knows best (e.g. the profiled 28 ways), which may hog a
-    # resource and leave nothing else within T of it.
-    within = near[upper_cost[near] <= upper_cost[best] * (1.0 + threshold)]
+    limit = cost[best] * (1.0 + threshold)
+    near = idx[cost[idx] <= limit]
+    within = near[(upper_cost[near] <= limit) | (near == best)]
     penalty = np.full(cost.shape, np.nan)
     penalty[within] = packing_penalties(demand[within], utilization)
     hold = seconds[within] / seconds[best]

@@ -11,7 +11,9 @@ from cli.main import app
 
 
 def test_bench_quick_writes_json_markdown_and_plots(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["bench", "--quick", "--out", str(tmp_path)])
+    result = CliRunner().invoke(
+        app, ["bench", "--quick", "--part", "evaluation", "--out", str(tmp_path)]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "evaluation-quick.json").read_text())
     assert data["schema"] == "tmc.bench/v1" and data["quick"] is True

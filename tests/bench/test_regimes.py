@@ -36,9 +36,13 @@ def test_quick_regime_map_writes_json_markdown_and_plot(tmp_path: Path) -> None:
     for row in planning["rebalance"]:
         assert row["cp_sat_after"] <= row["in_use"]
     md = (folder / "regimes-quick.md").read_text()
-    assert "regimes-quick-map.png" in md and "OR-Tools planners against greedy" in md
-    png = folder / "regimes-quick-map.png"
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size < 300_000
+    assert "regimes-quick-map.svg" in md and "OR-Tools planners against greedy" in md
+    svg = folder / "regimes-quick-map.svg"
+    assert b"<svg" in svg.read_bytes()[:1000] and svg.stat().st_size < 1_000_000
+    # the confidence level of every workload was learnt without it
+    assert set(data["confidence"]) == {w["name"] for w in data["workloads"]["paper"]}
+    for c in data["calibration"]:
+        assert 0 <= c["cheapest_over_t"] <= c["workloads"]
 
 
 def test_memory_heavy_shape_is_one_vcpu_with_structures_twice_as_large() -> None:

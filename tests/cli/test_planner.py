@@ -22,6 +22,7 @@ def test_capacity_from_profiles_and_rates() -> None:
     assert out["best"]["machines"] <= out["best"]["greedy_machines"]
     table = CliRunner().invoke(app, [*args, "--prices", "msv2-lsq"])
     assert table.exit_code == 0 and "msv2-lsq@1" in table.output
+    assert "status" in table.output and "whole machines" in table.output
 
 
 def test_rebalance_from_a_cluster_file(tmp_path: Path) -> None:

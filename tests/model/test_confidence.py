@@ -43,7 +43,7 @@ def test_confidence_outside_its_range_is_refused() -> None:
 
 def test_an_uncertain_candidate_needs_a_margin_a_certain_one_does_not() -> None:
     cost = np.asarray([1.00, 1.02, 1.02])
-    upper = np.asarray([1.05, 1.07, 1.30])  # the third leans on what the model cannot see
+    upper = np.asarray([1.01, 1.024, 1.30])  # the third leans on what the model cannot see
     seconds = np.asarray([10.0, 10.0, 10.0])
     demand = np.asarray([[0.5, 0.5, 0, 0], [0.5, 0.2, 0.1, 0], [0.5, 0.1, 0.2, 0]])
     util = np.asarray([0.0, 0.9, 0.0, 0.0])  # DRAM is scarce: plain Algorithm 1 takes the third
@@ -56,7 +56,7 @@ def test_an_uncertain_candidate_needs_a_margin_a_certain_one_does_not() -> None:
 
 def test_a_packing_gain_that_lengthens_the_run_loses_to_one_that_does_not() -> None:
     cost = np.asarray([1.00, 1.01, 1.01])
-    upper = cost * 1.05
+    upper = cost * 1.01
     seconds = np.asarray([10.0, 13.0, 10.0])  # the second frees DRAM but holds it 30 % longer
     demand = np.asarray([[0.5, 0.6, 0, 0], [0.5, 0.3, 0.3, 0], [0.5, 0.35, 0.25, 0]])
     util = np.asarray([0.0, 0.9, 0.0, 0.0])
@@ -64,6 +64,23 @@ def test_a_packing_gain_that_lengthens_the_run_loses_to_one_that_does_not() -> N
     assert plain is not None and plain.chosen == 1  # 0.27 < 0.315: the lighter one
     sel = confident_algorithm1(cost, upper, seconds, np.ones(3, bool), demand, util, 0.025)
     assert sel is not None and sel.chosen == 2  # 0.27 x 1.3 > 0.315 x 1.0
+
+
+def test_a_candidate_is_kept_only_if_its_bound_stays_within_t_of_the_predicted_optimum() -> None:
+    # Both neighbours of the optimum are as uncertain as it is (bounds 4 % above their
+    # predictions); anchoring on the optimum's own bound would keep them, but their bounds lie
+    # 4.0-4.5 % over the predicted optimum: with T = 2.5 %, only the optimum is safe.
+    cost = np.asarray([1.00, 1.005, 1.02])
+    upper = cost * 1.04
+    seconds = np.full(3, 10.0)
+    demand = np.asarray([[0.5, 0.6, 0, 0], [0.5, 0.3, 0.3, 0], [0.5, 0.2, 0.4, 0]])
+    util = np.asarray([0.0, 0.9, 0.0, 0.0])
+    sel = confident_algorithm1(cost, upper, seconds, np.ones(3, bool), demand, util, 0.025)
+    assert sel is not None and sel.within.tolist() == [0] and sel.chosen == 0
+    narrower = confident_algorithm1(
+        cost, cost * 1.004, seconds, np.ones(3, bool), demand, util, 0.025
+    )
+    assert narrower is not None and set(narrower.within.tolist()) == {0, 1, 2}
 
 
 def test_nothing_acceptable_is_none() -> None:

@@ -15,7 +15,10 @@ from model.planner import (
     greedy_machines,
     greedy_rebalance,
     paper_machine_kinds,
+    peak_factor,
+    peak_vms,
     plan_capacity,
+    plan_kind,
     rebalance,
 )
 from model.pricing import DEFAULT_PRICE_PROFILE
@@ -40,12 +43,58 @@ def test_the_planner_frees_dram_where_greedy_strands_cpu() -> None:
     kind = MachineKind("24G-128L")
     plan = plan_capacity(_memory_heavy_mix(), [kind], DEFAULT_PRICE_PROFILE, fill=1.0)
     best = plan.best
-    # Greedy: 60 x 8 + 60 x 6 = 840 GiB of DRAM held at once, 35 machines of 24 GiB.
-    assert greedy_machines(_memory_heavy_mix(), kind, 1.0) == 35
-    # Planner: CPU binds at 120 vCPUs / 12 = 10 machines, DRAM moved to slow memory.
-    assert best.machines == 10 and best.binding == "cpu"
-    assert best.load["dram"] <= 1.0 + 1e-9 and best.load["slow"] <= 1.0 + 1e-9
+    # 120 VMs at once on average; the cluster's 95th percentile is 139 (120 + 1.645 sqrt(120)),
+    # so each class gets room for 60 x 139 / 120 = 69.5 -> 70.
+    assert peak_vms(120.0, 0.95) == 139
+    assert peak_factor(_memory_heavy_mix(), 0.95) == pytest.approx(139 / 120)
+    # Greedy, whole machines: 70 VMs of 8 GiB three to a machine (24), 70 of 6 GiB four to a
+    # machine (17.5, the last machine shared by first fit decreasing): 41 machines of 24 GiB.
+    assert greedy_machines(_memory_heavy_mix(), kind, 1.0) == 41
+    assert best.greedy_machines == 41
+    # Planner: CPU binds at 140 vCPUs / 12 = 12 machines, DRAM moved to slow memory; CP-SAT
+    # proves it.
+    assert best.machines == 12 and best.status == "optimal" and best.lower_bound == 12
+    assert best.binding in ("cpu", "dram")
+    assert sum(best.vms["a"]) >= 70 and sum(best.vms["b"]) >= 70
     assert sum(best.mix["a"]) == pytest.approx(60) and sum(best.mix["b"]) == pytest.approx(60)
+    _check_machines(_memory_heavy_mix(), kind, best.machines_content)
+
+
+def _check_machines(
+    classes: list[WorkloadClass], kind: MachineKind, content: list[dict[str, int]]
+) -> None:
+    """Every machine of a plan holds its VMs within its CPUs, DRAM, slow memory and ways."""
+    by_name = {c.name: c for c in classes}
+    for m in content:
+        used = [0.0, 0.0, 0.0, 0.0]
+        for key, n in m.items():
+            name, oi = key.rsplit("#", 1)
+            for r, d in enumerate(by_name[name].options[int(oi)].demand()):
+                used[r] += n * d
+        assert all(u <= c + 1e-6 for u, c in zip(used, kind.capacity(), strict=True)), m
+
+
+def test_the_plan_falls_back_to_greedy_when_cp_sat_does_not_beat_it() -> None:
+    kind = MachineKind("24G-128L")
+    # One option per class: nothing to trade, greedy's count is the answer and says so.
+    only = [WorkloadClass("a", 60, (Option(1, 8 * GIB, 0, 2, HOUR, 1.0),))]
+    plan = plan_kind(only, kind, DEFAULT_PRICE_PROFILE)
+    assert plan.status == "greedy" and plan.machines == plan.greedy_machines == 25  # 73 / 3
+    assert "greedy" in plan.note
+    # A time limit too short to search: never more machines than greedy's.
+    rushed = plan_kind(_memory_heavy_mix(), kind, DEFAULT_PRICE_PROFILE, time_limit_seconds=1e-3)
+    assert rushed.machines <= rushed.greedy_machines == 41
+    if rushed.status == "greedy":
+        assert rushed.note
+
+
+def test_whole_machines_not_average_use() -> None:
+    """A VM taking 28 of 48 ways leaves room for no other such VM: average use (0.58 of a
+    machine each) would plan half the machines needed."""
+    kind = MachineKind("24G-128L")
+    wide = [WorkloadClass("w", 10, (Option(1, GIB, 0, 28, HOUR, 1.0),))]
+    plan = plan_kind(wide, kind, DEFAULT_PRICE_PROFILE)
+    assert plan.machines == peak_vms(10.0, 0.95) == 16
 
 
 def test_the_planner_picks_the_cheapest_kind_and_reports_every_kind() -> None:
@@ -173,3 +222,17 @@ def test_cp_sat_frees_at_least_as_many_nodes_as_greedy_on_random_clusters() -> N
         _check(nodes, pods, plan.placement, [])
         _check(nodes, pods, greedy.placement, [])
         assert plan.nodes_after <= greedy.nodes_after
+
+
+def test_extreme_mixes_get_an_answer_or_a_clear_refusal() -> None:
+    kind = MachineKind("24G-128L")
+    # Runs of 5e-324 s at ten million arrivals per hour: no VM is ever present for long; the
+    # plan still holds room for one (no division by a vanishing total).
+    tiny = [WorkloadClass("t", 9_999_999.0, (Option(1, 0, 0, 1, 5e-324, 0.0),))]
+    plan = plan_kind(tiny, kind, DEFAULT_PRICE_PROFILE)
+    assert plan.machines == 1 and plan.vms["t"] == [1]
+    # Ten million arrivals per hour held for 1e9 s: ~2.8e12 VMs at once. Refused before any
+    # VM is listed (listing them would exhaust memory).
+    huge = [WorkloadClass("h", 1e7, (Option(1, GIB, 0, 1, 1e9, 1.0),))]
+    with pytest.raises(ValueError, match="VMs at once"):
+        plan_kind(huge, kind, DEFAULT_PRICE_PROFILE)

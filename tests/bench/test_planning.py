@@ -1,0 +1,38 @@
+"""The plan-following placer of the planners' comparison (bench/planning.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench.planning import pattern_placer
+from sim.cluster import ClusterState, Menu, architecture
+
+GIB = 1 << 30
+
+
+def _menus() -> list[Menu]:
+    # Two workloads, two options each: (1 vCPU, 8 GiB DRAM, 2 ways) and (1 vCPU, 2 GiB, 20 ways).
+    demand = np.asarray([[1, 8 * GIB, 0, 2], [1, 2 * GIB, 0, 20]], dtype=np.int64)
+    return [Menu(demand, np.ones(2)), Menu(demand, np.ones(2))]
+
+
+def test_arrivals_go_to_the_machines_planned_for_them_in_the_planned_option() -> None:
+    arch = architecture(24, "128L")
+    for seed in range(4):  # whatever the node order
+        state = ClusterState(arch, 2, seed, _menus())
+        # Machine 0 is planned for workload 0 in option 0, machine 1 for workload 1 in option 1.
+        place = pattern_placer([[(0, 0)], [(1, 1)]], fallback=[[0], [1]])
+        assert place([1, 0, 1], state) == [(1, 1), (0, 0), (1, 1)]
+
+
+def test_when_no_planned_machine_has_room_first_fit_takes_over() -> None:
+    arch = architecture(24, "128L")
+    state = ClusterState(arch, 2, 0, _menus())
+    place = pattern_placer([[(0, 1)], [(0, 1)]], fallback=[[1, 0], [0]])
+    # Four 20-way VMs, two per machine, leave 8 of each machine's 48 ways: the fifth 20-way one
+    # fits nowhere, so it falls back to option 0 (2 ways) by first fit; workload 1 is in no
+    # pattern and takes its fallback option by first fit.
+    got = place([0, 0, 0, 0, 0, 1], state)
+    assert all(g is not None and g[0] == 1 for g in got[:4])
+    assert got[4] is not None and got[4][0] == 0
+    assert got[5] is not None and got[5][0] == 0
