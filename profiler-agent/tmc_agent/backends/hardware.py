@@ -259,6 +259,7 @@ class HardwareOptions:
     perf: str = "perf"
     numactl: str = "numactl"
     structure_stalls: bool = True  # stall and load-latency samples for per-structure penalties
+    target_exe: Path | None = None  # whose allocations count (default: the command's program)
 
 
 @dataclass
@@ -364,6 +365,7 @@ def profile(
     resctrl = resctrl or ResctrlFs(Path("/sys/fs/resctrl"))
     tmp = workdir or Path(tempfile.mkdtemp(prefix="tmc-hw-"))
     build = build or shim.build()
+    target = opts.target_exe or shim.target_executable(command[0])
     fast, slow = report.fast_nodes[0], report.slow_nodes[0]
     ways_max = report.resctrl.ways or 1
     ways_min = opts.ways_min or report.resctrl.min_cbm_bits or 1
@@ -381,10 +383,11 @@ def profile(
                 group = resctrl.create(group_name, ways)
                 log_dir = tmp / run_name
                 log_dir.mkdir(parents=True, exist_ok=True)
-                env = shim.shim_env(build, log_dir / "regions.%p.log")
+                # sh, perf and numactl run before the program and inherit the preload: only
+                # the program's own image logs (the shim checks /proc/self/exe).
+                env = shim.shim_env(build, log_dir / "regions.%p.log", target=target)
                 rec = measure(runner, command, group, node, fast, opts, sample_event, env, log_dir)
-                logs = [shim.parse_region_log(p.read_text()) for p in log_dir.glob("regions.*")]
-                rec.regions = min(logs, key=lambda lg: lg.pid) if logs else None
+                rec.regions = shim.program_log(log_dir, target)
                 records[run_name] = rec
                 steps.advance(s)
         curve_ways = sorted(set(opts.curve_ways or range(ways_min, ways_max + 1)))
