@@ -44,6 +44,14 @@ class TraceError(RuntimeError):
     pass
 
 
+class TooSmall(TraceError):
+    """The run did too little to profile (e.g. `false`, or a program that failed at once)."""
+
+    def __init__(self, message: str, returncode: int = 0) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+
+
 @dataclass(frozen=True)
 class Recording:
     records: np.ndarray  # RECORD per data access (or per private-cache miss), in program order
@@ -53,6 +61,7 @@ class Recording:
     wall_seconds: float
     raw_accesses: int = -1  # data accesses before the private-cache filter
     l2_filtered: bool = False  # records are the private cache's misses only
+    trace_bytes: int = 0  # what the recorder moved: lackey's text file, or tmctrace's stream
 
 
 @dataclass(frozen=True)
@@ -156,6 +165,7 @@ def record(
         wall_seconds=wall,
         raw_accesses=raw,
         l2_filtered=l2 is not None,
+        trace_bytes=len(data),
     )
 
 
@@ -232,6 +242,7 @@ def record_lackey(
             capture_output=True,
             check=False,
         )
+        text_bytes = text_path.stat().st_size if text_path.exists() else 0
     finally:
         text_path.unlink(missing_ok=True)
     wall = time.monotonic() - started
@@ -252,4 +263,5 @@ def record_lackey(
         wall_seconds=wall,
         raw_accesses=int(m.group(2)),
         l2_filtered=False,
+        trace_bytes=text_bytes,
     )

@@ -270,6 +270,7 @@ class RunRecord:
     regions: shim.RegionLog | None = None
     extra: dict[str, str] = field(default_factory=dict)
     samples: ScriptSamples | None = None  # with stall and load-latency samples (Intel PEBS)
+    returncode: int = 0  # the program's exit status in this run
 
 
 def wrap(
@@ -328,9 +329,12 @@ def measure(
     started = time.monotonic()
     code, _, err = runner.run(argv, env)
     wall = time.monotonic() - started
-    if code != 0:
+    stat_text = stat_file.read_text() if stat_file.exists() else ""
+    counters = parse_perf_stat(stat_text or err)
+    if code != 0 and not counters.get("instructions"):
+        # perf stat passes the program's exit status on: with its counters written, a
+        # non-zero status is the program's own (grep without a match) and the run stands.
         raise HardwareError(f"{shlex.join(argv)} failed ({code}): {err[-2000:]}")
-    counters = parse_perf_stat(stat_file.read_text() if stat_file.exists() else err)
     addrs = np.zeros(0, dtype=np.uint64)
     samples = None
     if sample_event is not None:
@@ -343,7 +347,7 @@ def measure(
             addrs = samples.miss_addrs
         else:
             addrs = parse_perf_script_addrs(out)
-    return RunRecord(counters, addrs, wall, samples=samples)
+    return RunRecord(counters, addrs, wall, samples=samples, returncode=code)
 
 
 def profile(
@@ -356,6 +360,7 @@ def profile(
     resctrl: ResctrlFs | None = None,
     build: shim.ShimBuild | None = None,
     workdir: Path | None = None,
+    result: HardwareResult | None = None,
 ) -> ProfileBundle:
     steps = steps or NoSteps()
     runner = runner or SubprocessRunner()
@@ -405,7 +410,19 @@ def profile(
                 steps.advance(s)
     finally:
         resctrl.remove(group_name)
-    return assemble(records, plan, curve, opts, report)
+    bundle = assemble(records, plan, curve, opts, report)
+    if result is not None:
+        result.bundle = bundle
+        result.returncode = next((r.returncode for r in records.values() if r.returncode), 0)
+    return bundle
+
+
+@dataclass
+class HardwareResult:
+    """What `profile` gives besides the bundle: the program's exit status (non-zero in any run)."""
+
+    bundle: ProfileBundle | None = None
+    returncode: int = 0
 
 
 def assemble(

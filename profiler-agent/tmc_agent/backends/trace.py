@@ -177,7 +177,7 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
     host = _host(opts.host)
     n_access = int(att.gap.shape[0])
     if n_access < 1000:
-        raise lackey.TraceError(
+        raise lackey.TooSmall(
             f"only {n_access} accesses reached the LLC: the program is too small to profile"
         )
     counts = np.bincount(att.sid, minlength=len(att.tags))
@@ -337,8 +337,11 @@ def profile_run(
         att = attribute(rec, opts.min_structure_bytes)
         steps.advance(s)
     if math.isclose(att.instructions, 0):
-        raise lackey.TraceError("no instructions traced")
-    bundle = bundle_from_attributed(att, opts, steps)
+        raise lackey.TooSmall("no instructions traced", rec.returncode)
+    try:
+        bundle = bundle_from_attributed(att, opts, steps)
+    except lackey.TooSmall as exc:
+        raise lackey.TooSmall(str(exc), rec.returncode) from None
     return TraceResult(bundle, rec.returncode, rec.wall_seconds, att.raw_accesses)
 
 
