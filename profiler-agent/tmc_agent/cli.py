@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -23,6 +22,7 @@ from tmc_agent import serve as serve_mod
 from tmc_agent import shim, upload
 from tmc_agent.discover import discover as run_discover
 from tmc_agent.hostpaths import HostPaths
+from tmc_agent.settings import AgentSettings, SettingsError, read_token
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False
@@ -240,11 +240,9 @@ def profile(
 
 def agent_token() -> str | None:
     """The agent's bearer token: TMC_AGENT_TOKEN_FILE (a mounted Secret) or TMC_AGENT_TOKEN."""
-    from tmc_agent.settings import read_token  # noqa: PLC0415
-
     try:
         return read_token(os.environ)
-    except ValueError as exc:
+    except SettingsError as exc:
         fail(str(exc), "point TMC_AGENT_TOKEN_FILE at the mounted token file")
 
 
@@ -408,17 +406,27 @@ def serve(
     interval: Annotated[
         float | None, typer.Option(help="seconds between passes (TMC_AGENT_INTERVAL)")
     ] = None,
+    service: Annotated[
+        str | None,
+        typer.Option(help="tmc's service for spooled profiles (TMC_AGENT_SERVICE_URL)"),
+    ] = None,
 ) -> None:
     """DaemonSet mode: publish the node's tiered capacity, apply the placements bound here."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
-        config = serve_mod.ServeConfig.from_env(node)
-    except ValueError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from exc
-    if interval is not None:
-        config = dataclasses.replace(config, interval_seconds=interval)
-    serve_mod.in_cluster_agent(config).run(once=once)
+        config = AgentSettings.from_env(
+            node_name=node, interval_seconds=interval, service_url=service
+        )
+    except SettingsError as exc:
+        fail(str(exc), "see `tmc-agent serve --help` and docs/agent.md for the settings")
+    try:
+        agent = serve_mod.in_cluster_agent(config)
+    except RuntimeError as exc:
+        fail(
+            str(exc),
+            "run in a pod, or set KUBERNETES_SERVICE_HOST and TMC_AGENT_SERVICEACCOUNT_DIR",
+        )
+    agent.run(once=once)
 
 
 shim_app = typer.Typer(no_args_is_help=True, help="The tagging allocator shim (alloc/).")

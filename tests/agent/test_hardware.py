@@ -12,6 +12,7 @@ import pytest
 from tmc_agent import shim
 from tmc_agent.backends import hardware
 from tmc_agent.discover import discover
+from tmc_agent.resctrl import ResctrlError
 
 from tests.agent import fakehost
 
@@ -105,7 +106,7 @@ def test_way_masks_are_contiguous_low_bits() -> None:
     assert hardware.way_mask(1, "7ff") == "1"
     assert hardware.way_mask(11, "7ff") == "7ff"
     assert hardware.way_mask(4, "fffff") == "f"
-    with pytest.raises(hardware.HardwareError):
+    with pytest.raises(ResctrlError):
         hardware.way_mask(12, "7ff")
 
 

@@ -59,6 +59,7 @@ from model.bundle import (
     WorkloadId,
     check_bundle,
 )
+from tmc_agent import resctrl as resctrl_fs
 from tmc_agent import shim
 from tmc_agent.discover import NodeReport
 from tmc_agent.steps import NoSteps, Steps, step
@@ -186,50 +187,10 @@ def attribute_stalls(
     return out, int(counts[~found].sum())
 
 
-# --- resctrl -------------------------------------------------------------------------------------
+# --- resctrl: the agent's one executor (tmc_agent.resctrl), shared with discovery and serve ---
 
-
-def way_mask(ways: int, cbm_mask: str) -> str:
-    """The lowest `ways` bits of the CAT capacity mask, in hex (masks must be contiguous)."""
-    full = int(cbm_mask, 16)
-    total = bin(full).count("1")
-    if not 1 <= ways <= total:
-        raise HardwareError(f"{ways} ways outside 1..{total}")
-    return f"{(1 << ways) - 1:x}"
-
-
-@dataclass
-class ResctrlFs:
-    root: Path
-
-    def cache_ids(self) -> list[str]:
-        """The L3 domains, from the default group's schemata line `L3:0=7ff;1=7ff`."""
-        text = (self.root / "schemata").read_text()
-        m = re.search(r"^\s*L3:(.+)$", text, re.M)
-        if not m:
-            raise HardwareError("resctrl schemata has no L3 line: no L3 CAT")
-        return [part.split("=")[0] for part in m.group(1).split(";") if "=" in part]
-
-    def cbm_mask(self) -> str:
-        return (self.root / "info" / "L3" / "cbm_mask").read_text().strip()
-
-    def create(self, name: str, ways: int) -> Path:
-        group = self.root / name
-        group.mkdir(exist_ok=True)
-        mask = way_mask(ways, self.cbm_mask())
-        line = "L3:" + ";".join(f"{cid}={mask}" for cid in self.cache_ids())
-        (group / "schemata").write_text(line + "\n")
-        return group
-
-    def remove(self, name: str) -> None:
-        group = self.root / name
-        if group.is_dir():
-            # The kernel removes a group with rmdir (its files go with it); a fake tree needs
-            # its files removed first.
-            for f in group.iterdir():
-                if f.is_file():
-                    f.unlink()
-            group.rmdir()
+ResctrlFs = resctrl_fs.ResctrlFs
+way_mask = resctrl_fs.way_mask
 
 
 # --- running -----------------------------------------------------------------------------------
@@ -371,6 +332,28 @@ def profile(
     tmp = workdir or Path(tempfile.mkdtemp(prefix="tmc-hw-"))
     build = build or shim.build()
     target = opts.target_exe or shim.target_executable(command[0])
+    group_name = f"tmc-profile-{opts.name}"
+    try:
+        return _profile_runs(
+            runner, command, opts, report, steps, resctrl, build, tmp, target, result, group_name
+        )
+    except resctrl_fs.ResctrlError as exc:
+        raise HardwareError(f"resctrl: {exc}") from exc
+
+
+def _profile_runs(
+    runner: Runner,
+    command: Sequence[str],
+    opts: HardwareOptions,
+    report: NodeReport,
+    steps: Steps,
+    resctrl: ResctrlFs,
+    build: shim.ShimBuild,
+    tmp: Path,
+    target: Path,
+    result: HardwareResult | None,
+    group_name: str,
+) -> ProfileBundle:
     fast, slow = report.fast_nodes[0], report.slow_nodes[0]
     ways_max = report.resctrl.ways or 1
     ways_min = opts.ways_min or report.resctrl.min_cbm_bits or 1
@@ -381,7 +364,6 @@ def profile(
         "slowmax": (ways_max, slow, 1.0),
     }
     records: dict[RunName, RunRecord] = {}
-    group_name = f"tmc-profile-{opts.name}"
     try:
         with step(steps, "reference runs (fastmax, fastmin, slowmax)", 3) as s:
             for run_name, (ways, node, _) in plan.items():
