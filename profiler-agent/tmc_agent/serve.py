@@ -20,9 +20,10 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from tmc_agent import upload
+from tmc_agent import shim, upload
 from tmc_agent.capacity import CapacityPatch, capacity_patch
 from tmc_agent.discover import NodeReport, discover
 from tmc_agent.host import Applied, HostApplier
@@ -109,10 +110,26 @@ class Agent:
             log.info("pod %s is gone: removed %s", uid, out.removed[uid])
         return out
 
+    def install_shim(self) -> Path | None:
+        """Build the allocator shim with this node's compiler and put it in TMC_AGENT_SHIM_DIR,
+        the host directory tiered pods mount to preload it. Without a compiler the pods' own
+        copy (built into their image) is used; placement applies either way."""
+        if self.config.shim_dir is None:
+            return None
+        try:
+            built = shim.build()
+            path = shim.install(built, self.config.shim_dir)
+        except (shim.ShimError, OSError) as exc:
+            log.warning("allocator shim not installed in %s: %s", self.config.shim_dir, exc)
+            return None
+        log.info("allocator shim installed: %s", path)
+        return path
+
     def run(self, once: bool = False) -> None:
         """Publish, then a pass every `interval_seconds` (capacity again every `publish_every`
         passes, and on the next pass after a failed publication)."""
         passes, published = 0, False
+        self.install_shim()
         while True:
             if not published or passes % self.config.publish_every == 0:
                 try:

@@ -16,6 +16,7 @@ them); numbers are parsed with bounds, and a bad value is one clear error naming
 | TMC_AGENT_TOKEN_FILE             | file holding the agent's bearer token (a Secret)     |
 | TMC_AGENT_TOKEN                  | the token itself, when there is no file              |
 | TMC_AGENT_SPOOL                  | profiles waiting for upload                          |
+| TMC_AGENT_SHIM_DIR               | host directory the shim is installed into for pods   |
 | TMC_AGENT_SYS/PROC/RESCTRL/CGROUP| host roots (`HostPaths.from_env`)                    |
 """
 
@@ -100,6 +101,8 @@ class AgentSettings:
     token_file: Path | None = None
     token: str | None = None  # only when there is no token file
     spool_dir: Path | None = None
+    # Host directory pods mount read-only to preload the allocator shim (`<dir>/libtmcalloc.so`).
+    shim_dir: Path | None = None
 
     def service_token(self) -> str | None:
         """The token for uploads, read now (a mounted Secret may have been rotated)."""
@@ -136,6 +139,7 @@ class AgentSettings:
             raise SettingsError(f"TMC_AGENT_SERVICE_URL={url[:60]!r} is not an http(s) URL")
         token_file = env.get("TMC_AGENT_TOKEN_FILE") or None
         spool = env.get("TMC_AGENT_SPOOL") or None
+        shim_dir = env.get("TMC_AGENT_SHIM_DIR") or None
         return cls(
             node_name=name,
             paths=HostPaths.from_env(),
@@ -152,4 +156,5 @@ class AgentSettings:
             token_file=Path(token_file) if token_file else None,
             token=env.get("TMC_AGENT_TOKEN") or None,
             spool_dir=Path(spool) if spool else None,
+            shim_dir=Path(shim_dir) if shim_dir else None,
         )

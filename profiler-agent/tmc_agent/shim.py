@@ -91,6 +91,21 @@ def target_executable(program: str, search_path: str | None = None) -> Path:
     return path
 
 
+def install(build: ShimBuild, directory: Path) -> Path:
+    """Put the shim where pods mount it (`<directory>/libtmcalloc.so`): replaced atomically and
+    only when it differs, so a process starting in a pod maps either the old or the new file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    dest = directory / build.library.name
+    data = build.library.read_bytes()
+    if dest.is_file() and dest.read_bytes() == data:
+        return dest
+    tmp = directory / f".{dest.name}.tmp"
+    tmp.write_bytes(data)
+    tmp.chmod(0o755)
+    os.replace(tmp, dest)
+    return dest
+
+
 def shim_env(
     build: ShimBuild,
     region_log: Path,
