@@ -5,6 +5,7 @@ the DaemonSet uses to upload the profiles spooled on its node (against the real 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -125,3 +126,30 @@ class _NoNode:
 class _NoPods:
     def pods(self) -> list[dict[str, object]]:
         return []
+
+
+def test_the_daemonset_installs_the_shim_for_pods(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("gcc") is None or shutil.which("make") is None:
+        pytest.skip("no gcc/make to build the shim")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    paths = fakehost.optane_host(tmp_path / "host")
+    settings = AgentSettings.from_env(
+        {"TMC_AGENT_NODE_NAME": "node-1", "TMC_AGENT_SHIM_DIR": str(tmp_path / "lib")}
+    )
+    agent = serve.Agent(settings, _NoNode(), _NoPods(), discover(paths))
+    installed = agent.install_shim()
+    assert installed == tmp_path / "lib" / "libtmcalloc.so"
+    built = tmp_path / "cache" / "tmc-agent" / "alloc" / "libtmcalloc.so"
+    assert installed.read_bytes() == built.read_bytes()
+    before = installed.stat().st_ino
+    assert agent.install_shim() == installed and installed.stat().st_ino == before  # unchanged
+    # A program preloading the installed copy runs (what a tiered pod does).
+    done = subprocess.run(
+        ["sort", "--version"],
+        env={**os.environ, "LD_PRELOAD": str(installed)},
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 0
