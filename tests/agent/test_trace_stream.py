@@ -113,3 +113,17 @@ def test_target_executable_resolves_like_the_kernel(tmp_path: Path) -> None:
     os.chmod(plain, 0o644)
     with pytest.raises(shim.ShimError, match="not executable"):
         shim.target_executable(str(plain))
+
+
+def test_a_program_that_forks_keeps_one_clean_stream(
+    shim_build: shim.ShimBuild, tmp_path: Path
+) -> None:
+    """A shell pipeline: the traced shell forks children (which run under Valgrind until they
+    exec); only the shell's own accesses reach the stream, which still ends with its trailer."""
+    data = sort_input(tmp_path / "in.txt", 2_000)
+    argv = ["sh", "-c", f"sort {data} | head -3 > /dev/null; exit 3"]
+    rec = lackey.record(argv, shim_build, tmp_path / "w", l2=None, target=None)
+    assert rec.returncode == 3  # the status comes back, the trace stands
+    assert rec.records.shape[0] == rec.raw_accesses > 0
+    assert set(np.unique(rec.records["kind"])) <= {0, 1, 2}
+    assert int(rec.records["gap"].astype(np.int64).sum()) <= rec.instructions
