@@ -160,6 +160,8 @@ def profile(
         fail("no program given", "put the program and its arguments after --")
     if backend not in ("auto", "hardware", "trace", "sim"):
         fail(f"unknown backend {backend!r}", "use --backend auto, hardware, trace or sim")
+    if backend in ("auto", "trace", "sim") and host not in ("optane", "cxl_local", "cxl_pool"):
+        fail(f"unknown simulated host {host!r}", "--host optane, cxl_local or cxl_pool")
     if not 0.0 <= dependent_fraction <= 1.0:
         fail("--dependent-fraction must be between 0 and 1", "e.g. --dependent-fraction 0.3")
     if upload_url is not None:

@@ -103,3 +103,10 @@ def test_a_program_that_exits_non_zero_by_design_is_profiled(tmp_path: Path) -> 
     assert run["exit_status"] == 1 and run["command"][:3] == ["grep", "-c", "zebra"]
     assert run["target_exe"] == str(Path(shutil.which("grep") or "grep").resolve())
     assert json.loads(bundle.read_text())["workload"]["name"] == "grep"
+
+
+def test_bad_options_are_refused_before_anything_runs() -> None:
+    code, _, err = agent("profile", "--backend", "trace", "--host", "mars", "--", "true")
+    assert code == 2 and "--host optane, cxl_local or cxl_pool" in one_line_error(err)
+    code, _, err = agent("profile", "--dependent-fraction", "1.5", "--", "true")
+    assert code == 2 and "between 0 and 1" in one_line_error(err)
