@@ -48,7 +48,15 @@ def main(argv: list[str] | None = None) -> int:
         and np.array_equal(a.lines, b.lines)
     )
     print(f"program: {' '.join(command)} (exit status {new.returncode})")
-    print(f"instructions {new.instructions:,}, data accesses {new.raw_accesses:,}")
+    print(
+        f"lackey:   instructions {old.instructions:,}, data accesses {old.raw_accesses:,}, "
+        f"LLC accesses {a.gap.shape[0]:,}"
+    )
+    print(
+        f"tmctrace: instructions {new.instructions:,}, data accesses {new.raw_accesses:,}, "
+        f"LLC accesses {b.gap.shape[0]:,}"
+    )
+    print(f"same tags and sizes: {a.tags == b.tags and a.size_bytes == b.size_bytes}")
     print(
         f"lackey text (reference): {old.wall_seconds:8.2f} s, "
         f"{old.trace_bytes / 1e6:10.1f} MB of trace text written to disk"
@@ -58,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{new.trace_bytes / 1e6:10.1f} MB streamed through a FIFO "
         f"({new.records.shape[0]:,} LLC accesses)"
     )
-    print(f"speed-up {old.wall_seconds / new.wall_seconds:.1f}x; same LLC stream and tags: {same}")
+    print(f"speed-up {old.wall_seconds / new.wall_seconds:.1f}x; identical LLC streams: {same}")
     print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} (1, 5 min)")
     return 0 if same else 1
 

@@ -71,6 +71,9 @@ def test_auto_tag_counts_only_the_program_not_its_wrappers(
     # The largest structure is sort's own line buffer.
     sizes = rec.regions.sizes()
     assert max(sizes, key=lambda t: sizes[t]).startswith("site:sort:")
+    # The bundle's structures: sort's call sites (in sort and in the C library) only.
+    att = trace.attribute(rec)
+    assert set(att.tags) - {shim.UNTAGGED} <= tags
 
 
 def test_the_shim_serves_only_its_target_under_a_shell(
