@@ -57,6 +57,16 @@ def main(argv: list[str] | None = None) -> int:
         f"LLC accesses {b.gap.shape[0]:,}"
     )
     print(f"same tags and sizes: {a.tags == b.tags and a.size_bytes == b.size_bytes}")
+    if a.tags == b.tags and a.gap.shape == b.gap.shape:
+        per_tag_a = np.bincount(a.sid, minlength=len(a.tags))
+        per_tag_b = np.bincount(b.sid, minlength=len(b.tags))
+        gaps = np.abs(a.gap.astype(np.int64) - b.gap.astype(np.int64))
+        print(
+            f"LLC accesses per structure equal: {bool((per_tag_a == per_tag_b).all())}; "
+            f"same structure at every position: {bool((a.sid == b.sid).all())}; "
+            f"instruction gaps differ at {int((gaps > 0).sum())} of {gaps.shape[0]:,} "
+            f"positions, by at most {int(gaps.max()) if gaps.size else 0}"
+        )
     print(
         f"lackey text (reference): {old.wall_seconds:8.2f} s, "
         f"{old.trace_bytes / 1e6:10.1f} MB of trace text written to disk"
