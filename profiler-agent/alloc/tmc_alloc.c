@@ -93,6 +93,7 @@ static uint32_t name_tags[NAME_SIZE];
 
 static int auto_tag;
 static int log_fd = -1;
+static char self_exe[512]; /* this process image's executable, for the log and the target test */
 static int plan_active;
 static int fast_node = -1, slow_node = -1;
 static int nodes_ok; /* both plan nodes are online: mbind is applied */
@@ -639,18 +640,27 @@ static void ensure_init(void) {
         return;
     }
     init_real();
+    ssize_t n_exe = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
+    self_exe[n_exe > 0 ? n_exe : 0] = 0;
+    /* A wrapper (a shell, a launcher script, valgrind's own front end) inherits LD_PRELOAD and
+     * often the pid of the program it execs: only the image named by TMC_TARGET_EXE logs, tags
+     * and places, so the wrapper's allocations never mix into the program's. */
+    const char *target = getenv("TMC_TARGET_EXE");
+    int is_target = !target || !*target || !strcmp(target, self_exe);
     const char *a = getenv("TMC_AUTO_TAG");
-    auto_tag = a && *a && *a != '0';
-    open_log();
-    char head[160];
+    auto_tag = is_target && a && *a && *a != '0';
+    if (is_target) open_log();
+    char head[160 + sizeof self_exe];
     char *p = put_str(head, "# tmc-regions v1 pid ");
     p = put_dec(p, getpid());
-    p = put_str(p, a && auto_tag ? " auto\n" : "\n");
+    p = put_str(p, auto_tag ? " auto exe " : " exe ");
+    p = put_str(p, self_exe[0] ? self_exe : "?");
+    *p++ = '\n';
     log_write(head, (size_t)(p - head));
     pthread_mutex_lock(&global_lock);
     new_tag_locked("(overflow)");
     const char *plan = getenv("TMC_PLAN");
-    if (plan && *plan && read_file(plan, plan_buf, sizeof plan_buf)) {
+    if (is_target && plan && *plan && read_file(plan, plan_buf, sizeof plan_buf)) {
         parse_plan();
         plan_active = fast_node >= 0;
         nodes_ok = plan_active && node_online(fast_node) && node_online(slow_node);

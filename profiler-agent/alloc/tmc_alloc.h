@@ -14,6 +14,9 @@
  *   TMC_REGION_LOG=path   write the region log there ("%p" is replaced by the pid)
  *   TMC_AUTO_TAG=1        tag plain malloc/calloc/realloc by call site ("site:<object>:0x<offset>")
  *   TMC_PLAN=path         placement plan: per-tag fast-memory limits, fast and slow node
+ *   TMC_TARGET_EXE=path   only the process image running this executable (its /proc/self/exe)
+ *                         logs, auto-tags and follows the plan; wrappers that inherit the
+ *                         preload pass every call through to the C library
  */
 #ifndef TMC_ALLOC_H
 #define TMC_ALLOC_H

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
+import os
+import sys
 import tempfile
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -19,14 +22,44 @@ from tmc_agent import serve as serve_mod
 from tmc_agent import shim, upload
 from tmc_agent.discover import discover as run_discover
 from tmc_agent.hostpaths import HostPaths
+from tmc_agent.settings import AgentSettings, SettingsError, read_token
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False
+)
 console = Console(stderr=True)
+USER_ERROR = 2  # bad input or a node that cannot do what was asked: the message names the fix
+
+
+def version_text() -> str:
+    try:
+        return f"tmc-agent {metadata.version('tmc')}"
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "tmc-agent (not installed)"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit()
 
 
 @app.callback()
-def _group() -> None:
+def _group(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="print the version and exit"
+        ),
+    ] = False,
+) -> None:
     """tmc's node agent: preflight, profiling, the allocator shim."""
+
+
+def fail(message: str, fix: str, code: int = USER_ERROR) -> NoReturn:
+    """One line on stderr: what went wrong and what to do about it; no traceback."""
+    console.print(f"[red]error:[/red] {message.strip()} [dim]-[/dim] fix: {fix}", soft_wrap=True)
+    raise typer.Exit(code)
 
 
 _STYLE = {"works": "green", "degraded": "yellow", "missing": "red"}
@@ -78,6 +111,16 @@ class RichSteps:
 Backend = Literal["auto", "hardware", "trace", "sim"]
 
 
+@dataclass(frozen=True)
+class ProfileOutcome:
+    """A profile and what the bundle cannot carry: the program's exit status and how it ran."""
+
+    bundle: ProfileBundle
+    returncode: int
+    backend: str
+    target_exe: str | None
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def profile(
     command: Annotated[list[str], typer.Argument(help="-- the program and its arguments")],
@@ -89,23 +132,56 @@ def profile(
         str, typer.Option(help="trace/sim: simulated host model (optane|cxl_local|cxl_pool)")
     ] = "optane",
     auto_tag: Annotated[bool, typer.Option(help="also tag plain mallocs by call site")] = False,
+    target_exe: Annotated[
+        str | None,
+        typer.Option(
+            help="the executable whose allocations count (default: the command's own; name the "
+            "real program when the command is a wrapper script)"
+        ),
+    ] = None,
     dependent_fraction: Annotated[
         float, typer.Option(help="trace: share of LLC loads treated as pointer chasing")
     ] = 0.0,
     out: Annotated[Path | None, typer.Option(help="write the bundle here")] = None,
-    upload_url: Annotated[str | None, typer.Option("--upload", help="service base URL")] = None,
+    run_info: Annotated[
+        Path | None,
+        typer.Option(help="write the run's metadata (exit status, command) here [<out>.run.json]"),
+    ] = None,
+    upload_url: Annotated[
+        str | None,
+        typer.Option("--upload", envvar="TMC_AGENT_SERVICE_URL", help="service base URL"),
+    ] = None,
     token: Annotated[str | None, typer.Option(envvar="TMC_TOKEN", help="agent token")] = None,
     spool_dir: Annotated[Path | None, typer.Option("--spool", help="spool directory")] = None,
     workdir: Annotated[Path | None, typer.Option(help="keep traces and logs here")] = None,
 ) -> None:
     """Profile a workload: the three reference runs, a checked bundle, optionally uploaded."""
     if not command:
-        raise typer.BadParameter("give the command after --")
+        fail("no program given", "put the program and its arguments after --")
+    if backend not in ("auto", "hardware", "trace", "sim"):
+        fail(f"unknown backend {backend!r}", "use --backend auto, hardware, trace or sim")
+    if backend in ("auto", "trace", "sim") and host not in ("optane", "cxl_local", "cxl_pool"):
+        fail(f"unknown simulated host {host!r}", "--host optane, cxl_local or cxl_pool")
+    if not 0.0 <= dependent_fraction <= 1.0:
+        fail("--dependent-fraction must be between 0 and 1", "e.g. --dependent-fraction 0.3")
+    if upload_url is not None:
+        token = token or agent_token()
+        if not token:
+            fail(
+                "--upload needs a token",
+                "pass --token, or set TMC_TOKEN, TMC_AGENT_TOKEN or TMC_AGENT_TOKEN_FILE",
+            )
     chosen = backend
     if backend == "auto":
         chosen = run_discover(HostPaths.from_env()).backend()
         console.print(f"backend auto: [bold]{chosen}[/bold]")
     workload_name = name or Path(command[0]).name.replace("_", "-")
+    target: Path | None = None
+    if chosen != "sim":
+        try:
+            target = shim.target_executable(target_exe or command[0])
+        except shim.ShimError as exc:
+            fail(str(exc), "check the command after -- (a path, or a program on PATH)")
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -114,7 +190,7 @@ def profile(
         console=console,
     ) as progress:
         steps = RichSteps(progress)
-        bundle = _run_backend(
+        outcome = _run_backend(
             chosen,
             command,
             workload_name,
@@ -122,20 +198,33 @@ def profile(
             version,
             host,
             auto_tag,
+            target,
             dependent_fraction,
             workdir,
             steps,
         )
+    bundle = outcome.bundle
     text = bundle.model_dump_json(indent=2)
+    if out is not None:
+        run_info = run_info or out.with_name(out.stem + ".run.json")
+    if outcome.returncode != 0:
+        kept = f"recorded in {run_info}" if run_info else "pass --run-info FILE to record it"
+        console.print(
+            f"[yellow]warning:[/yellow] {command[0]} exited with status {outcome.returncode}; "
+            f"the profile stands (programs such as grep end non-zero by design); {kept}",
+            soft_wrap=True,
+        )
     if out is not None:
         out.write_text(text + "\n")
         console.print(f"bundle written to {out}")
     elif upload_url is None:
         typer.echo(text)
+    if run_info is not None:
+        run_info.write_text(json.dumps(run_metadata(outcome, command), indent=2) + "\n")
+        console.print(f"run metadata written to {run_info}")
     _summary(bundle)
     if upload_url is not None:
-        if not token:
-            raise typer.BadParameter("--upload needs --token (or TMC_TOKEN)")
+        assert token is not None
         path = upload.spool(bundle, spool_dir or upload.default_spool())
         result = upload.upload_file(path, upload_url, token)
         if result.acknowledged:
@@ -151,6 +240,28 @@ def profile(
             raise typer.Exit(1)
 
 
+def agent_token() -> str | None:
+    """The agent's bearer token: TMC_AGENT_TOKEN_FILE (a mounted Secret) or TMC_AGENT_TOKEN."""
+    try:
+        return read_token(os.environ)
+    except SettingsError as exc:
+        fail(str(exc), "point TMC_AGENT_TOKEN_FILE at the mounted token file")
+
+
+def run_metadata(outcome: ProfileOutcome, command: list[str]) -> dict[str, object]:
+    """What the bundle has no field for: how the program ran."""
+    b = outcome.bundle
+    return {
+        "schema": "tmc.agent-run/v1",
+        "workload": b.workload.model_dump(),
+        "command": command,
+        "target_exe": outcome.target_exe,
+        "backend": outcome.backend,
+        "exit_status": outcome.returncode,
+        "agent": version_text(),
+    }
+
+
 def _run_backend(
     chosen: str,
     command: list[str],
@@ -159,17 +270,24 @@ def _run_backend(
     version: str,
     host: str,
     auto_tag: bool,
+    target: Path | None,
     dependent_fraction: float,
     workdir: Path | None,
     steps: RichSteps,
-) -> ProfileBundle:
+) -> ProfileOutcome:
+    target_text = str(target) if target is not None else None
     if chosen == "sim":
         # Backends load on demand: trace and sim need the simulator (numba), hardware does not.
         from tmc_agent.backends import simulated  # noqa: PLC0415
 
-        return simulated.profile(command[0], host)
+        try:
+            bundle = simulated.profile(command[0], host)
+        except (KeyError, ValueError) as exc:
+            fail(f"sim: {exc}", "name one of the simulator's workloads (see sim/) or --host")
+        return ProfileOutcome(bundle, 0, chosen, None)
     if chosen == "trace":
         # Backends load on demand: trace and sim need the simulator (numba), hardware does not.
+        from tmc_agent import lackey  # noqa: PLC0415
         from tmc_agent.backends import trace  # noqa: PLC0415
 
         opts = trace.TraceOptions(
@@ -179,20 +297,64 @@ def _run_backend(
             host=host,
             auto_tag=auto_tag,
             dependent_fraction=dependent_fraction,
+            target_exe=target,
         )
-        if workdir is not None:
-            return trace.profile(command, opts, workdir, steps=steps)
-        with tempfile.TemporaryDirectory(prefix="tmc-trace-") as tmp:
-            return trace.profile(command, opts, Path(tmp), steps=steps)
+        try:
+            if workdir is not None:
+                res = trace.profile_run(command, opts, workdir, steps=steps)
+            else:
+                with tempfile.TemporaryDirectory(prefix="tmc-trace-") as tmp:
+                    res = trace.profile_run(command, opts, Path(tmp), steps=steps)
+        except lackey.TooSmall as exc:
+            status = f" (it exited with status {exc.returncode})" if exc.returncode else ""
+            fail(
+                f"{command[0]}: {exc}{status}",
+                "profile a run that does real work: a larger input, or the real command",
+            )
+        except (lackey.TraceError, shim.ShimError) as exc:
+            fail(f"trace: {exc}", _trace_fix(str(exc)))
+        except ValueError as exc:
+            fail(str(exc), "--host optane, cxl_local or cxl_pool")
+        return ProfileOutcome(res.bundle, res.returncode, chosen, target_text)
     if chosen == "hardware":
         # Backends load on demand: trace and sim need the simulator (numba), hardware does not.
         from tmc_agent.backends import hardware  # noqa: PLC0415
 
         report = run_discover(HostPaths.from_env())
-        return hardware.profile(
-            command, hardware.HardwareOptions(name=name, input_label=input_label), report, steps
-        )
-    raise typer.BadParameter(f"unknown backend {chosen!r}")
+        result = hardware.HardwareResult()
+        try:
+            bundle = hardware.profile(
+                command,
+                hardware.HardwareOptions(name=name, input_label=input_label, target_exe=target),
+                report,
+                steps,
+                result=result,
+            )
+        except hardware.HardwareError as exc:
+            missing = [c.area for c in report.checks if c.status != "works"]
+            fix = (
+                f"`tmc-agent discover` shows how to enable {', '.join(missing)}; "
+                "without them use --backend trace"
+                if missing
+                else "see `tmc-agent discover`"
+            )
+            fail(f"hardware: {exc}", fix)
+        except shim.ShimError as exc:
+            fail(str(exc), "install make and gcc (the shim is built on the node)")
+        return ProfileOutcome(bundle, result.returncode, chosen, target_text)
+    fail(f"unknown backend {chosen!r}", "use --backend auto, hardware, trace or sim")
+
+
+def _trace_fix(message: str) -> str:
+    if "not found" in message and "valgrind" in message:
+        return "apt-get install valgrind (or use --backend hardware on a node with a PMU)"
+    if "make" in message or "building" in message:
+        return "install make and gcc; tmctrace also needs valgrind's static libraries"
+    if "dynamically linked" in message:
+        return "profile a dynamically linked build, or tag with tmc_malloc in the program"
+    if "time limit" in message:
+        return "profile a shorter run (a smaller input)"
+    return "see the message; run with --workdir DIR to keep valgrind's output"
 
 
 def _summary(bundle: ProfileBundle) -> None:
@@ -217,11 +379,19 @@ def _summary(bundle: ProfileBundle) -> None:
 
 @app.command("upload")
 def upload_cmd(
-    url: Annotated[str, typer.Option("--url", help="service base URL")],
-    token: Annotated[str, typer.Option(envvar="TMC_TOKEN", help="agent token")],
+    url: Annotated[
+        str | None,
+        typer.Option("--url", "--service", envvar="TMC_AGENT_SERVICE_URL", help="service base URL"),
+    ] = None,
+    token: Annotated[str | None, typer.Option(envvar="TMC_TOKEN", help="agent token")] = None,
     spool_dir: Annotated[Path | None, typer.Option("--spool", help="spool directory")] = None,
 ) -> None:
     """Upload every spooled bundle the service has not acknowledged yet."""
+    if not url:
+        fail("no service URL", "pass --url or set TMC_AGENT_SERVICE_URL")
+    token = token or agent_token()
+    if not token:
+        fail("no agent token", "pass --token, or set TMC_AGENT_TOKEN_FILE or TMC_AGENT_TOKEN")
     results = upload.flush(spool_dir or upload.default_spool(), url, token)
     for r in results:
         console.print(f"{r.path.name}: HTTP {r.status} after {r.attempts} attempt(s)")
@@ -238,17 +408,27 @@ def serve(
     interval: Annotated[
         float | None, typer.Option(help="seconds between passes (TMC_AGENT_INTERVAL)")
     ] = None,
+    service: Annotated[
+        str | None,
+        typer.Option(help="tmc's service for spooled profiles (TMC_AGENT_SERVICE_URL)"),
+    ] = None,
 ) -> None:
     """DaemonSet mode: publish the node's tiered capacity, apply the placements bound here."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
-        config = serve_mod.ServeConfig.from_env(node)
-    except ValueError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from exc
-    if interval is not None:
-        config = dataclasses.replace(config, interval_seconds=interval)
-    serve_mod.in_cluster_agent(config).run(once=once)
+        config = AgentSettings.from_env(
+            node_name=node, interval_seconds=interval, service_url=service
+        )
+    except SettingsError as exc:
+        fail(str(exc), "see `tmc-agent serve --help` and docs/agent.md for the settings")
+    try:
+        agent = serve_mod.in_cluster_agent(config)
+    except RuntimeError as exc:
+        fail(
+            str(exc),
+            "run in a pod, or set KUBERNETES_SERVICE_HOST and TMC_AGENT_SERVICEACCOUNT_DIR",
+        )
+    agent.run(once=once)
 
 
 shim_app = typer.Typer(no_args_is_help=True, help="The tagging allocator shim (alloc/).")
@@ -280,4 +460,15 @@ def shim_bench(
 
 
 def main() -> None:
-    app()
+    """Every failure is one line; TMC_AGENT_DEBUG=1 shows the traceback of an unexpected one."""
+    try:
+        app()
+    except Exception as exc:
+        if os.environ.get("TMC_AGENT_DEBUG"):
+            raise
+        console.print(
+            f"[red]error:[/red] {type(exc).__name__}: {exc} [dim]-[/dim] fix: rerun with "
+            "TMC_AGENT_DEBUG=1 for the traceback and report it",
+            soft_wrap=True,
+        )
+        sys.exit(1)

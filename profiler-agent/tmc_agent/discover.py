@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tmc_agent.hostpaths import HostPaths, parse_list, read_text
+from tmc_agent.resctrl import ResctrlFs
 
 Status = Literal["works", "degraded", "missing"]
 SlowKind = Literal["optane", "cxl", "unknown"]
@@ -235,22 +236,13 @@ def probe_resctrl(paths: HostPaths, flags: set[str]) -> Resctrl:
     filesystems = read_text(paths.proc / "filesystems") or ""
     kernel = "resctrl" in filesystems.split()
     cpu = bool(flags & {"cat_l3", "rdt_a"})
-    info = paths.resctrl / "info" / "L3"
-    mounted = any(fs == "resctrl" for _, fs in _mounts(paths)) or info.is_dir()
-    if not info.is_dir():
+    fs = ResctrlFs(paths.resctrl)
+    mounted = any(kind == "resctrl" for _, kind in _mounts(paths)) or fs.has_cat()
+    if not fs.has_cat():
         return Resctrl(kernel, cpu, mounted)
-    mask = read_text(info / "cbm_mask")
-    min_bits = read_text(info / "min_cbm_bits")
-    closids = read_text(info / "num_closids")
-    ways = bin(int(mask, 16)).count("1") if mask else None
+    info = fs.info()
     return Resctrl(
-        kernel,
-        cpu,
-        mounted,
-        mask,
-        int(min_bits) if min_bits else None,
-        int(closids) if closids else None,
-        ways,
+        kernel, cpu, mounted, info.cbm_mask, info.min_cbm_bits, info.num_closids, info.ways
     )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from tmc_agent.shim import ALLOC_DIR
 
 EXAMPLES_DIR = ALLOC_DIR.parent / "examples"
-# Small inputs: lackey writes a line per instruction, so a few million instructions take seconds.
+# Small inputs: the tests also trace them with lackey (the reference), ~1 us per instruction.
 DEFAULT_ARGS: dict[str, list[str]] = {"bfs": ["15", "4", "1"], "hashjoin": ["40000", "120000"]}
 
 

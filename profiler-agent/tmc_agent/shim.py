@@ -67,19 +67,66 @@ def build(
     return ShimBuild(out)
 
 
+def target_executable(program: str, search_path: str | None = None) -> Path:
+    """The executable the shim should serve: `program` found as the shell would (a name without
+    a slash through PATH), with every symlink resolved, as the kernel shows it in
+    /proc/<pid>/exe. A script counts as its interpreter (that is the image the kernel runs), so
+    a script wrapping the real program needs that program named (`--target-exe`)."""
+    found = program if "/" in program else shutil.which(program, path=search_path)
+    if found is None or not Path(found).is_file():
+        raise ShimError(f"{program}: no such program (give a path, or put it on PATH)")
+    path = Path(found).resolve()
+    if not os.access(path, os.X_OK):
+        raise ShimError(f"{program}: not executable (chmod +x {path})")
+    with path.open("rb") as fh:
+        head = fh.read(256)
+    if head.startswith(b"#!"):
+        words = head[2:].split(b"\n", 1)[0].split()
+        if not words:
+            raise ShimError(f"{program}: a script with an empty #! line")
+        interpreter = words[0].decode()
+        if Path(interpreter).name == "env" and len(words) > 1:
+            return target_executable(words[1].decode(), search_path)
+        return target_executable(interpreter, search_path)
+    return path
+
+
+def install(build: ShimBuild, directory: Path) -> Path:
+    """Put the shim where pods mount it (`<directory>/libtmcalloc.so`): replaced atomically and
+    only when it differs, so a process starting in a pod maps either the old or the new file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    dest = directory / build.library.name
+    data = build.library.read_bytes()
+    if dest.is_file() and dest.read_bytes() == data:
+        return dest
+    tmp = directory / f".{dest.name}.tmp"
+    tmp.write_bytes(data)
+    tmp.chmod(0o755)
+    os.replace(tmp, dest)
+    return dest
+
+
 def shim_env(
     build: ShimBuild,
     region_log: Path,
     *,
     auto_tag: bool = False,
     plan: Path | None = None,
+    target: Path | None = None,
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
+    """The environment that preloads the shim. With `target`, only the process image running
+    that executable logs, tags and places: wrappers between the agent and the program (a
+    shell, valgrind's launcher, perf, numactl) inherit the preload but stay out of the log."""
     env = dict(os.environ if base is None else base)
     preload = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = f"{build.library}:{preload}" if preload else str(build.library)
     env["TMC_REGION_LOG"] = str(region_log)
     env["TMC_AUTO_TAG"] = "1" if auto_tag else "0"
+    if target is not None:
+        env["TMC_TARGET_EXE"] = str(target)
+    else:
+        env.pop("TMC_TARGET_EXE", None)
     if plan is not None:
         env["TMC_PLAN"] = str(plan)
     else:
@@ -101,6 +148,7 @@ class RegionLog:
     """What one process's shim logged: its tags, their regions, their peak live bytes."""
 
     pid: int
+    exe: str = ""
     tags: dict[int, str] = field(default_factory=dict)
     regions: list[Region] = field(default_factory=list)
     peak_bytes: dict[str, int] = field(default_factory=dict)
@@ -120,15 +168,51 @@ class RegionLog:
 
 
 _LINE = re.compile(r"^([TRUP]) (\d+) (\S+)(?: (\S+))?(?: (-?\d+))?$")
+_HEAD = re.compile(r"# tmc-regions v1 pid (\d+)(?: auto)?(?: exe (.*))?$")
+
+
+def split_region_log(text: str) -> list[RegionLog]:
+    """Every process image that wrote to one log file, in order. An image that execs another
+    keeps its pid, so one `regions.<pid>.log` may hold several sections, each opened by its
+    own header line."""
+    logs: list[RegionLog] = []
+    lines: list[str] = []
+    for line in text.splitlines():
+        if _HEAD.match(line) and lines:
+            logs.append(parse_region_log("\n".join(lines)))
+            lines = []
+        lines.append(line)
+    if lines:
+        logs.append(parse_region_log("\n".join(lines)))
+    return logs
+
+
+def program_log(log_dir: Path, target: Path | None, pid: int | None = None) -> RegionLog | None:
+    """The region log of the profiled program among everything written to `log_dir`: the
+    sections whose executable is `target` (any, when no target is named), the one with the
+    program's own pid if present, else the first-started (lowest pid) such process."""
+    sections = [
+        log
+        for p in sorted(log_dir.glob("regions.*.log"))
+        if p.is_file()
+        for log in split_region_log(p.read_text(errors="replace"))
+    ]
+    if target is not None:
+        sections = [log for log in sections if log.exe in ("", str(target))]
+    if not sections:
+        return None
+    own = [log for log in sections if log.pid == pid]
+    return (own or sorted(sections, key=lambda log: log.pid))[-1 if own else 0]
 
 
 def parse_region_log(text: str) -> RegionLog:
     log = RegionLog(pid=0)
     for line in text.splitlines():
         if line.startswith("#"):
-            m = re.match(r"# tmc-regions v1 pid (\d+)", line)
+            m = _HEAD.match(line)
             if m:
                 log.pid = int(m.group(1))
+                log.exe = m.group(2) or ""
             else:
                 log.notes.append(line[2:])
             continue

@@ -10,4 +10,4 @@ from tmc_agent import shim
 def shim_build(tmp_path_factory: pytest.TempPathFactory) -> shim.ShimBuild:
     if shutil.which("gcc") is None or shutil.which("make") is None:
         pytest.skip("no gcc/make to build the shim")
-    return shim.build(tmp_path_factory.mktemp("alloc"), ("all", "asan", "memcheck"))
+    return shim.build(tmp_path_factory.mktemp("alloc"), ("all", "asan", "memcheck", "tmctrace"))

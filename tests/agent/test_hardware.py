@@ -12,8 +12,12 @@ import pytest
 from tmc_agent import shim
 from tmc_agent.backends import hardware
 from tmc_agent.discover import discover
+from tmc_agent.resctrl import ResctrlError
 
 from tests.agent import fakehost
+
+# The profiled program as the shim names it (the fake runner never executes it).
+BENCH_EXE = Path("/opt/tmc/bench")
 
 # `perf stat -x, -e instructions,cycles,cycle_activity.stalls_l3_miss,longest_lat_cache.miss`
 PERF_STAT = """# started on Mon Nov  4 10:00:00 2024
@@ -102,7 +106,7 @@ def test_way_masks_are_contiguous_low_bits() -> None:
     assert hardware.way_mask(1, "7ff") == "1"
     assert hardware.way_mask(11, "7ff") == "7ff"
     assert hardware.way_mask(4, "fffff") == "f"
-    with pytest.raises(hardware.HardwareError):
+    with pytest.raises(ResctrlError):
         hardware.way_mask(12, "7ff")
 
 
@@ -155,8 +159,12 @@ class FakePerf:
         )
         if env is not None and "TMC_REGION_LOG" in env:
             log = Path(env["TMC_REGION_LOG"].replace("%p", "4242"))
+            # A wrapper that exec'd the program (same pid, same file) logged first, as an
+            # older shim without the target check would: it must not count.
             log.write_text(
-                "# tmc-regions v1 pid 4242\nT 0 (overflow)\nT 1 hot\nT 2 cold\n"
+                "# tmc-regions v1 pid 4242 auto exe /usr/bin/dash\nT 0 (overflow)\n"
+                "T 1 site:dash:0x1c2f0\nR 1 0x7f0000000000 0x7f0000800000 -1\nP 1 7000000 8388608\n"
+                "# tmc-regions v1 pid 4242 exe /opt/tmc/bench\nT 0 (overflow)\nT 1 hot\nT 2 cold\n"
                 f"R 1 {self.start:#x} {self.start + (2 << 20):#x} -1\n"
                 f"R 2 {self.start + (2 << 20):#x} {self.start + (4 << 20):#x} -1\n"
                 "P 1 1500000 2097152\nP 2 2000000 2097152\n"
@@ -170,7 +178,7 @@ def test_hardware_profile_end_to_end_on_a_fake_optane_host(tmp_path: Path) -> No
     runner = FakePerf(0x7F0000000000)
     bundle = hardware.profile(
         ["./bench", "--size", "1"],
-        hardware.HardwareOptions(name="bench"),
+        hardware.HardwareOptions(name="bench", target_exe=BENCH_EXE),
         report,
         runner=runner,
         resctrl=hardware.ResctrlFs(paths.resctrl),
@@ -184,6 +192,7 @@ def test_hardware_profile_end_to_end_on_a_fake_optane_host(tmp_path: Path) -> No
     assert bundle.run("slowmax").configuration.slow_ratio == 1.0
     assert bundle.sampling_interval == 10007
     assert {s.tag: s.size_bytes for s in bundle.structures}["hot"] == 1_500_000
+    assert not any(s.tag.startswith("site:dash") for s in bundle.structures)  # the wrapper's
     assert bundle.host.slow_tier.kind == "optane" and bundle.host.min_llc_ways == 1
     mpi = [p.misses_per_instruction for p in bundle.miss_curve]
     assert len(mpi) == 11 and mpi == sorted(mpi, reverse=True)
@@ -206,7 +215,7 @@ def test_hardware_profile_without_stall_sampling_keeps_the_paper_fields(tmp_path
     runner = FakePerf(0x7F0000000000)
     bundle = hardware.profile(
         ["./bench"],
-        hardware.HardwareOptions(name="bench", structure_stalls=False),
+        hardware.HardwareOptions(name="bench", structure_stalls=False, target_exe=BENCH_EXE),
         discover(paths),
         runner=runner,
         resctrl=hardware.ResctrlFs(paths.resctrl),

@@ -76,7 +76,7 @@ def test_examples_profiled_uploaded_and_recommended(
             assert done.returncode == 0, done.stdout + done.stderr
             assert "uploaded: HTTP 201" in done.stderr
             bundle = parse_bundle(bundle_path.read_text())
-            assert "valgrind lackey" in bundle.host.cpu_model
+            assert "valgrind trace (tmctrace)" in bundle.host.cpu_model
             tags = {s.tag for s in bundle.structures}
             want = {
                 "bfs": {"bfs_parent", "csr_adjacency", "edge_list"},

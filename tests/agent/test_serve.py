@@ -13,10 +13,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from tmc_agent import serve
+from tmc_agent import capacity, host, kube, placement, serve
 from tmc_agent.cli import app
 from tmc_agent.discover import discover
 from tmc_agent.hostpaths import HostPaths
+from tmc_agent.settings import AgentSettings
 from typer.testing import CliRunner
 
 from model import node_contract
@@ -111,8 +112,8 @@ def pod_cgroup(paths: HostPaths, uid: str, threads: list[int], controllers: bool
     return pod
 
 
-def config(paths: HostPaths, tmp: Path, **kw: Any) -> serve.ServeConfig:
-    return serve.ServeConfig(node_name=NODE, paths=paths, plan_dir=tmp / "plans", **kw)
+def config(paths: HostPaths, tmp: Path, **kw: Any) -> AgentSettings:
+    return AgentSettings(node_name=NODE, paths=paths, plan_dir=tmp / "plans", **kw)
 
 
 def agent_for(paths: HostPaths, tmp: Path, pods: FakePods, **kw: Any) -> serve.Agent:
@@ -129,7 +130,8 @@ def optane(tmp_path: Path) -> HostPaths:
 
 def test_both_sides_use_the_one_contract() -> None:
     """No copies to drift: the agent and the scheduler read and write through one module."""
-    assert vars(serve)["contract"] is node_contract
+    for agent_side in (capacity, placement, host):
+        assert vars(agent_side)["contract"] is node_contract
     assert vars(sched_feeder)["contract"] is node_contract
     assert vars(sched_pods)["WORKLOAD_ANNOTATION"] is node_contract.WORKLOAD_ANNOTATION
 
@@ -171,19 +173,19 @@ def test_publish_pooled_cxl_node(tmp_path: Path) -> None:
         384 * GiB,
         0,
     )
-    local = serve.capacity_patch(discover(paths), config(paths, tmp_path))
+    local = capacity.capacity_patch(discover(paths), config(paths, tmp_path))
     assert local.labels["tmc.dev/host-kind"] == "cxl_local"
     assert local.annotations["tmc.dev/slow-bytes"] == str(128 * GiB)
 
 
 def test_publish_without_resctrl_or_slow_tier_says_what_is_missing(tmp_path: Path) -> None:
     paths = fakehost.this_machine(tmp_path / "host")
-    patch = serve.capacity_patch(discover(paths), config(paths, tmp_path))
+    patch = capacity.capacity_patch(discover(paths), config(paths, tmp_path))
     # Ways from the cache's sysfs: still a schedulable tmc node, masks accounted, not enforced.
     assert patch.annotations["tmc.dev/llc-ways"] == "16"
     assert patch.labels["tmc.dev/host-kind"] == "dram"
     assert set(patch.skipped) == {"resctrl", "slow-tier"}
-    assert json.loads(patch.annotations[serve.AGENT_STATUS]) == patch.skipped
+    assert json.loads(patch.annotations[capacity.AGENT_STATUS]) == patch.skipped
 
 
 # --- apply, delete, restart ---------------------------------------------------------------------
@@ -498,15 +500,15 @@ def test_http_pod_source_and_node_api(
     url, seen = apiserver
     token = tmp_path / "token"
     token.write_text("sa-token-1\n")
-    api = serve.InCluster(url, token_path=token, ca_path=tmp_path / "no-ca.crt")
-    pods = serve.PollingPodSource(api, NODE, page=1).pods()
+    api = kube.InCluster(url, token_path=token, ca_path=tmp_path / "no-ca.crt")
+    pods = kube.PollingPodSource(api, NODE, page=1).pods()
     assert [p["metadata"]["uid"] for p in pods] == [UID_A, UID_B]
     assert seen[0]["path"] == "/api/v1/pods"
     assert seen[0]["query"]["fieldSelector"] == [f"spec.nodeName={NODE}"]
     assert seen[1]["query"]["continue"] == ["page2"]
 
     token.write_text("sa-token-2\n")  # rotated: the next request carries the new one
-    serve.HttpNodeApi(api).patch_node(
+    kube.HttpNodeApi(api).patch_node(
         NODE, {"tmc.dev/host-kind": "optane"}, {node_contract.LLC_WAYS_ANNOTATION: "11"}
     )
     patch = seen[-1]

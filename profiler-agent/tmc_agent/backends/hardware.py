@@ -59,6 +59,7 @@ from model.bundle import (
     WorkloadId,
     check_bundle,
 )
+from tmc_agent import resctrl as resctrl_fs
 from tmc_agent import shim
 from tmc_agent.discover import NodeReport
 from tmc_agent.steps import NoSteps, Steps, step
@@ -186,50 +187,10 @@ def attribute_stalls(
     return out, int(counts[~found].sum())
 
 
-# --- resctrl -------------------------------------------------------------------------------------
+# --- resctrl: the agent's one executor (tmc_agent.resctrl), shared with discovery and serve ---
 
-
-def way_mask(ways: int, cbm_mask: str) -> str:
-    """The lowest `ways` bits of the CAT capacity mask, in hex (masks must be contiguous)."""
-    full = int(cbm_mask, 16)
-    total = bin(full).count("1")
-    if not 1 <= ways <= total:
-        raise HardwareError(f"{ways} ways outside 1..{total}")
-    return f"{(1 << ways) - 1:x}"
-
-
-@dataclass
-class ResctrlFs:
-    root: Path
-
-    def cache_ids(self) -> list[str]:
-        """The L3 domains, from the default group's schemata line `L3:0=7ff;1=7ff`."""
-        text = (self.root / "schemata").read_text()
-        m = re.search(r"^\s*L3:(.+)$", text, re.M)
-        if not m:
-            raise HardwareError("resctrl schemata has no L3 line: no L3 CAT")
-        return [part.split("=")[0] for part in m.group(1).split(";") if "=" in part]
-
-    def cbm_mask(self) -> str:
-        return (self.root / "info" / "L3" / "cbm_mask").read_text().strip()
-
-    def create(self, name: str, ways: int) -> Path:
-        group = self.root / name
-        group.mkdir(exist_ok=True)
-        mask = way_mask(ways, self.cbm_mask())
-        line = "L3:" + ";".join(f"{cid}={mask}" for cid in self.cache_ids())
-        (group / "schemata").write_text(line + "\n")
-        return group
-
-    def remove(self, name: str) -> None:
-        group = self.root / name
-        if group.is_dir():
-            # The kernel removes a group with rmdir (its files go with it); a fake tree needs
-            # its files removed first.
-            for f in group.iterdir():
-                if f.is_file():
-                    f.unlink()
-            group.rmdir()
+ResctrlFs = resctrl_fs.ResctrlFs
+way_mask = resctrl_fs.way_mask
 
 
 # --- running -----------------------------------------------------------------------------------
@@ -259,6 +220,7 @@ class HardwareOptions:
     perf: str = "perf"
     numactl: str = "numactl"
     structure_stalls: bool = True  # stall and load-latency samples for per-structure penalties
+    target_exe: Path | None = None  # whose allocations count (default: the command's program)
 
 
 @dataclass
@@ -269,6 +231,7 @@ class RunRecord:
     regions: shim.RegionLog | None = None
     extra: dict[str, str] = field(default_factory=dict)
     samples: ScriptSamples | None = None  # with stall and load-latency samples (Intel PEBS)
+    returncode: int = 0  # the program's exit status in this run
 
 
 def wrap(
@@ -327,9 +290,12 @@ def measure(
     started = time.monotonic()
     code, _, err = runner.run(argv, env)
     wall = time.monotonic() - started
-    if code != 0:
+    stat_text = stat_file.read_text() if stat_file.exists() else ""
+    counters = parse_perf_stat(stat_text or err)
+    if code != 0 and not counters.get("instructions"):
+        # perf stat passes the program's exit status on: with its counters written, a
+        # non-zero status is the program's own (grep without a match) and the run stands.
         raise HardwareError(f"{shlex.join(argv)} failed ({code}): {err[-2000:]}")
-    counters = parse_perf_stat(stat_file.read_text() if stat_file.exists() else err)
     addrs = np.zeros(0, dtype=np.uint64)
     samples = None
     if sample_event is not None:
@@ -342,7 +308,7 @@ def measure(
             addrs = samples.miss_addrs
         else:
             addrs = parse_perf_script_addrs(out)
-    return RunRecord(counters, addrs, wall, samples=samples)
+    return RunRecord(counters, addrs, wall, samples=samples, returncode=code)
 
 
 def profile(
@@ -355,6 +321,7 @@ def profile(
     resctrl: ResctrlFs | None = None,
     build: shim.ShimBuild | None = None,
     workdir: Path | None = None,
+    result: HardwareResult | None = None,
 ) -> ProfileBundle:
     steps = steps or NoSteps()
     runner = runner or SubprocessRunner()
@@ -364,6 +331,29 @@ def profile(
     resctrl = resctrl or ResctrlFs(Path("/sys/fs/resctrl"))
     tmp = workdir or Path(tempfile.mkdtemp(prefix="tmc-hw-"))
     build = build or shim.build()
+    target = opts.target_exe or shim.target_executable(command[0])
+    group_name = f"tmc-profile-{opts.name}"
+    try:
+        return _profile_runs(
+            runner, command, opts, report, steps, resctrl, build, tmp, target, result, group_name
+        )
+    except resctrl_fs.ResctrlError as exc:
+        raise HardwareError(f"resctrl: {exc}") from exc
+
+
+def _profile_runs(
+    runner: Runner,
+    command: Sequence[str],
+    opts: HardwareOptions,
+    report: NodeReport,
+    steps: Steps,
+    resctrl: ResctrlFs,
+    build: shim.ShimBuild,
+    tmp: Path,
+    target: Path,
+    result: HardwareResult | None,
+    group_name: str,
+) -> ProfileBundle:
     fast, slow = report.fast_nodes[0], report.slow_nodes[0]
     ways_max = report.resctrl.ways or 1
     ways_min = opts.ways_min or report.resctrl.min_cbm_bits or 1
@@ -374,17 +364,17 @@ def profile(
         "slowmax": (ways_max, slow, 1.0),
     }
     records: dict[RunName, RunRecord] = {}
-    group_name = f"tmc-profile-{opts.name}"
     try:
         with step(steps, "reference runs (fastmax, fastmin, slowmax)", 3) as s:
             for run_name, (ways, node, _) in plan.items():
                 group = resctrl.create(group_name, ways)
                 log_dir = tmp / run_name
                 log_dir.mkdir(parents=True, exist_ok=True)
-                env = shim.shim_env(build, log_dir / "regions.%p.log")
+                # sh, perf and numactl run before the program and inherit the preload: only
+                # the program's own image logs (the shim checks /proc/self/exe).
+                env = shim.shim_env(build, log_dir / "regions.%p.log", target=target)
                 rec = measure(runner, command, group, node, fast, opts, sample_event, env, log_dir)
-                logs = [shim.parse_region_log(p.read_text()) for p in log_dir.glob("regions.*")]
-                rec.regions = min(logs, key=lambda lg: lg.pid) if logs else None
+                rec.regions = shim.program_log(log_dir, target)
                 records[run_name] = rec
                 steps.advance(s)
         curve_ways = sorted(set(opts.curve_ways or range(ways_min, ways_max + 1)))
@@ -402,7 +392,19 @@ def profile(
                 steps.advance(s)
     finally:
         resctrl.remove(group_name)
-    return assemble(records, plan, curve, opts, report)
+    bundle = assemble(records, plan, curve, opts, report)
+    if result is not None:
+        result.bundle = bundle
+        result.returncode = next((r.returncode for r in records.values() if r.returncode), 0)
+    return bundle
+
+
+@dataclass
+class HardwareResult:
+    """What `profile` gives besides the bundle: the program's exit status (non-zero in any run)."""
+
+    bundle: ProfileBundle | None = None
+    returncode: int = 0
 
 
 def assemble(

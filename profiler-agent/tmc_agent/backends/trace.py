@@ -72,6 +72,10 @@ class TraceOptions:
     dependent_fraction: float = 0.0
     auto_tag: bool = False
     min_structure_bytes: int = LINE
+    target_exe: Path | None = None  # whose allocations count (default: the command's program)
+
+
+L2 = lackey.L2Geometry(sets=L2_BYTES // (LINE * L2_WAYS), ways=L2_WAYS)
 
 
 def _host(name: str) -> Host:
@@ -112,8 +116,10 @@ def attribute(rec: lackey.Recording, min_bytes: int = LINE) -> Attributed:
     addr = r["addr"]
     lines_abs = (addr >> np.uint64(6)).astype(np.int64)
     cum = np.cumsum(r["gap"].astype(np.int64))
-    miss = private_cache_filter(lines_abs)
-    idx = np.flatnonzero(miss)
+    if rec.l2_filtered:
+        idx = np.arange(r.shape[0])  # the recorder kept only the private cache's misses
+    else:
+        idx = np.flatnonzero(private_cache_filter(lines_abs))
     rmap = shim.RegionMap(rec.regions)
     tag_of = rmap.lookup(addr[idx])
     # Compact line ids per tag: the simulator numbers a structure's lines from its base, and the
@@ -150,7 +156,7 @@ def attribute(rec: lackey.Recording, min_bytes: int = LINE) -> Attributed:
         lines=local.astype(np.int64),
         is_store=r["kind"][idx] == lackey.KIND_STORE,
         instructions=max(int(cum[-1]) if cum.size else 0, rec.instructions),
-        raw_accesses=int(r.shape[0]),
+        raw_accesses=rec.raw_accesses if rec.raw_accesses >= 0 else int(r.shape[0]),
     )
 
 
@@ -171,7 +177,7 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
     host = _host(opts.host)
     n_access = int(att.gap.shape[0])
     if n_access < 1000:
-        raise lackey.TraceError(
+        raise lackey.TooSmall(
             f"only {n_access} accesses reached the LLC: the program is too small to profile"
         )
     counts = np.bincount(att.sid, minlength=len(att.tags))
@@ -190,7 +196,7 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
                 size_mib=size / MIB,
                 apki=min(1000.0, 1000.0 * float(c) / att.instructions),
                 pattern=Uniform(),
-                note="traced (valgrind lackey); the pattern is unused: the trace is replayed",
+                note="traced (valgrind tmctrace); the pattern is unused: the trace is replayed",
             )
             for tag, size, c in zip(att.tags, att.size_bytes, counts, strict=True)
         ],
@@ -267,7 +273,7 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
     ]
     desc = host_description(host)
     cpu = (
-        f"timing: tmc sim host model ({desc.cpu_model}); accesses: valgrind lackey trace of the"
+        f"timing: tmc sim host model ({desc.cpu_model}); accesses: valgrind trace (tmctrace) of the"
         f" real program on {platform.machine()} {_cpu_name()}"
     )[:256]
     bundle = ProfileBundle(
@@ -297,6 +303,48 @@ def _cpu_name() -> str:
     return "unknown CPU"
 
 
+@dataclass(frozen=True)
+class TraceResult:
+    bundle: ProfileBundle
+    returncode: int  # the profiled program's exit status (its trace counts either way)
+    wall_seconds: float
+    raw_accesses: int
+
+
+def record(
+    argv: Sequence[str], opts: TraceOptions, workdir: Path, build: shim.ShimBuild
+) -> lackey.Recording:
+    target = opts.target_exe or shim.target_executable(argv[0])
+    return lackey.record(argv, build, workdir, l2=L2, auto_tag=opts.auto_tag, target=target)
+
+
+def profile_run(
+    argv: Sequence[str],
+    opts: TraceOptions,
+    workdir: Path,
+    build: shim.ShimBuild | None = None,
+    steps: Steps | None = None,
+) -> TraceResult:
+    """Trace the program once and build its bundle; the program's exit status comes back too."""
+    steps = steps or NoSteps()
+    with step(steps, "build the allocator shim and tmctrace", 1) as s:
+        build = build or shim.build(targets=("all", "tmctrace"))
+        steps.advance(s)
+    with step(steps, f"trace {argv[0]} under valgrind (tmctrace, streamed)", 1) as s:
+        rec = record(argv, opts, workdir, build)
+        steps.advance(s)
+    with step(steps, "tag attribution", 1) as s:
+        att = attribute(rec, opts.min_structure_bytes)
+        steps.advance(s)
+    if math.isclose(att.instructions, 0):
+        raise lackey.TooSmall("no instructions traced", rec.returncode)
+    try:
+        bundle = bundle_from_attributed(att, opts, steps)
+    except lackey.TooSmall as exc:
+        raise lackey.TooSmall(str(exc), rec.returncode) from None
+    return TraceResult(bundle, rec.returncode, rec.wall_seconds, att.raw_accesses)
+
+
 def profile(
     argv: Sequence[str],
     opts: TraceOptions,
@@ -304,16 +352,4 @@ def profile(
     build: shim.ShimBuild | None = None,
     steps: Steps | None = None,
 ) -> ProfileBundle:
-    steps = steps or NoSteps()
-    with step(steps, "build the allocator shim", 1) as s:
-        build = build or shim.build()
-        steps.advance(s)
-    with step(steps, f"trace {argv[0]} under valgrind lackey", 1) as s:
-        rec = lackey.record(argv, build, workdir, auto_tag=opts.auto_tag)
-        steps.advance(s)
-    with step(steps, "private-cache filter and tag attribution", 1) as s:
-        att = attribute(rec, opts.min_structure_bytes)
-        steps.advance(s)
-    if math.isclose(att.instructions, 0):
-        raise lackey.TraceError("no instructions traced")
-    return bundle_from_attributed(att, opts, steps)
+    return profile_run(argv, opts, workdir, build, steps).bundle
