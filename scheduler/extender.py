@@ -31,7 +31,7 @@ from ledger.types import Held
 from model.node_contract import ContractError, PlacedConfiguration, Placement
 from scheduler.decisions import Decision, DecisionPending, Recommender
 from scheduler.kube import Cluster
-from scheduler.nodelist import NodeNames, padded_table, split_request
+from scheduler.nodelist import NameTable, NodeNames, padded_table, split_head, split_request
 from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, read_pod
 from scheduler.state import ClusterState
 
@@ -39,6 +39,19 @@ log = logging.getLogger("tmc.scheduler.extender")
 _SCORE_SUFFIX = [f"{score}}}".encode() for score in range(11)]
 # A bind refused by the ledger reloads the cache at most this often.
 RELOAD_INTERVAL_SECONDS = 0.5
+
+
+KEPT_LISTS = 16  # filter answers kept for prioritize (each ~16 bytes a node)
+
+
+@dataclass(frozen=True)
+class KeptNodes:
+    """What filter answered for a pod, for its prioritize: the names and their cache slots,
+    valid while the cache's node set (its name table) is the same."""
+
+    names: NodeNames
+    positions: npt.NDArray[np.int64]
+    table: NameTable
 
 
 class BadRequest(ValueError):
@@ -143,6 +156,7 @@ class Extender:
         self.observe_bind: Callable[[str, float], None] = lambda _phase, _seconds: None
         self.observe_node_list: Callable[[str], None] = lambda _read: None
         self._host_json: dict[str, bytes] = {}
+        self._kept: OrderedDict[str, KeptNodes] = OrderedDict()
 
     def _decide(self, pod: dict[str, Any]) -> tuple[Decision | None, str]:
         ask = read_pod(pod, self.opt_in_resource)
@@ -227,12 +241,14 @@ class Extender:
 
     def _filter_names(self, pod: dict[str, Any], names: NodeNames) -> tuple[bytes, str]:
         try:
-            decision, _ = self._decide(pod)
+            decision, uid = self._decide(pod)
         except (BadPod, DecisionPending) as exc:
             return _names_answer(b"[]", b"{}", b"{}", f"tmc: {exc}")
         if decision is None:  # not opted in: no opinion
             return _names_answer(names.listed.tobytes(), b"{}", b"{}", "")
-        judgement = self.state.judge(self.state.name_table().positions(names), decision.ask())
+        table = self.state.name_table()
+        positions = table.positions(names)
+        judgement = self.state.judge(positions, decision.ask())
         codes = judgement.codes
         reasons = _reason_rows(tuple(judgement.reasons))
         failed = codes >= 0
@@ -250,18 +266,48 @@ class Extender:
             listed = "; ".join(f"{n}: {judgement.reasons[c]}" for n, c in shown[:5])
             error = f"tmc: no node has room for this pod now ({listed}); retrying"
             return _names_answer(b"[]", full_json, never_json, error)
-        return _names_answer(names.list_json(fits), full_json, never_json, "")
+        kept = names.subset(fits)
+        self._remember_kept(uid, KeptNodes(kept, positions[fits], table))
+        return _names_answer(kept.listed.tobytes(), full_json, never_json, "")
+
+    def _remember_kept(self, uid: str, kept: KeptNodes) -> None:
+        # kube-scheduler sends prioritize the nodes that passed every filter: with tmc as its
+        # last filter, the very list this filter answered. Kept for a few pods, so that
+        # prioritize neither parses nor looks the names up again.
+        with self._lock:
+            self._kept[uid] = kept
+            self._kept.move_to_end(uid)
+            while len(self._kept) > KEPT_LISTS:
+                self._kept.popitem(last=False)
+
+    def _kept_for(self, uid: str, listed: npt.NDArray[np.uint8]) -> KeptNodes | None:
+        with self._lock:
+            kept = self._kept.get(uid)
+        if kept is None or kept.table is not self.state.name_table():  # the nodes changed
+            return None
+        same = len(kept.names.listed) == len(listed) and np.array_equal(kept.names.listed, listed)
+        return kept if same else None
 
     def prioritize_bytes(self, raw: bytes) -> bytes:
         """`prioritize` from the request's bytes to the answer's (see `filter_bytes`)."""
-        split = split_request(raw)
-        pod = split[0].get("Pod") if split is not None else None
-        if split is None or not isinstance(pod, dict):  # the full path also words any error
+        cut = split_head(raw)
+        pod = cut[0].get("Pod") if cut is not None else None
+        if cut is None or not isinstance(pod, dict):  # the full path also words any error
+            self.observe_node_list("parsed")
+            return self.prioritize_json(orjson.loads(raw))
+        try:
+            decision, uid = self._decide(pod)
+        except (BadPod, DecisionPending):
+            decision, uid = None, ""
+        kept = self._kept_for(uid, cut[1]) if decision is not None else None
+        if decision is not None and kept is not None:  # filter's answer, already checked
+            self.observe_node_list("bytes")
+            return kept.names.priorities_json(self.state.scores_at(kept.positions, decision.ask()))
+        names = NodeNames.parse(cut[1])
+        if names is None:
             self.observe_node_list("parsed")
             return self.prioritize_json(orjson.loads(raw))
         self.observe_node_list("bytes")
-        names = split[1]
-        decision = self._decision_or_none(pod)
         if decision is None:
             return names.priorities_json(np.zeros(names.count, dtype=np.int64))
         pos = self.state.name_table().positions(names)

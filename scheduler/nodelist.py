@@ -33,23 +33,29 @@ _WORD = 8  # bytes per comparison word
 
 def split_request(raw: bytes) -> tuple[dict[str, Any], NodeNames] | None:
     """The request without its node list, and the list as bytes; None when the body is not in
-    the encoder's exact layout (the caller then parses it in full).
+    the encoder's exact layout (the caller then parses it in full)."""
+    cut = split_head(raw)
+    if cut is None:
+        return None
+    head, listed = cut
+    names = NodeNames.parse(listed)
+    return None if names is None else (head, names)
+
+
+def split_head(raw: bytes) -> tuple[dict[str, Any], Bytes] | None:
+    """The request without its node list (parsed), and the list's bytes (not yet checked).
 
     The list is the body's last member. Cutting at the last `,"NodeNames":[` is safe because the
-    head must then parse as a non-empty object on its own and the tail as a list of plain names:
-    a cut inside a string or a nested object leaves one of them malformed, and then the whole
-    body goes to the full parser. Duplicate keys resolve as in a full parse (the last wins)."""
+    head must then parse as a non-empty object on its own and the tail as a list of plain names
+    (`NodeNames.parse`): a cut inside a string or a nested object leaves one of them malformed,
+    and then the whole body goes to the full parser. Duplicate keys resolve as in a full parse
+    (the last wins)."""
     if not raw.endswith(b"]}"):
         return None
     cut = raw.rfind(_KEY)
     if cut < 0:
         return None
     start = cut + len(_KEY) - 1  # at '['
-    names = NodeNames.parse(
-        np.frombuffer(raw, dtype=np.uint8, count=len(raw) - 1 - start, offset=start)
-    )
-    if names is None:
-        return None
     try:
         head = orjson.loads(raw[:cut] + b"}")
     except orjson.JSONDecodeError:
@@ -57,7 +63,7 @@ def split_request(raw: bytes) -> tuple[dict[str, Any], NodeNames] | None:
     if not isinstance(head, dict) or not head:  # `{` + `,"NodeNames"` would not be JSON
         return None
     head.pop("NodeNames", None)
-    return head, names
+    return head, np.frombuffer(raw, dtype=np.uint8, count=len(raw) - 1 - start, offset=start)
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,11 @@ class NodeNames:
             return None
         lengths = (closes - opens - 1).astype(np.int64)
         return NodeNames(_rows_at(inner, opens + 1, lengths), lengths, listed)
+
+    def subset(self, keep: npt.NDArray[np.bool_]) -> NodeNames:
+        """The names where `keep` is true, listed as `list_json(keep)` writes them."""
+        listed = np.frombuffer(self.list_json(keep), dtype=np.uint8)
+        return NodeNames(self.rows[keep], self.lengths[keep], listed)
 
     def texts(self, which: Ints) -> list[str]:
         """The names at `which`, as strings (for the few a caller needs one by one)."""

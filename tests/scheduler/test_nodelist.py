@@ -85,6 +85,13 @@ def both_ways(extender: Extender, request: dict[str, Any]) -> None:
     assert orjson.loads(extender.prioritize_bytes(raw)) == orjson.loads(
         extender.prioritize_json(orjson.loads(raw))
     )
+    # Prioritize over the nodes filter kept, as kube-scheduler sends it (the filter's answer is
+    # reused then): the same scores as the full parse.
+    kept = {**request, "NodeNames": orjson.loads(fast)["NodeNames"] or []}
+    raw_kept = orjson.dumps(kept)
+    assert orjson.loads(extender.prioritize_bytes(raw_kept)) == orjson.loads(
+        extender.prioritize_json(orjson.loads(raw_kept))
+    )
 
 
 names_st = st.text(DNS_CHARS, min_size=1, max_size=40)
@@ -220,3 +227,23 @@ def test_a_node_that_joins_is_found_by_the_byte_path() -> None:
     extender.state.replace_all([node("b", 1)], {}, [])
     last, _ = extender.filter_bytes(orjson.dumps(request))
     assert orjson.loads(last)["NodeNames"] == ["b"]
+
+
+def test_prioritize_reuses_filters_answer_only_while_the_nodes_are_the_same() -> None:
+    extender = extender_for([node("a", 1), node("b", 2)], [])
+    request = {"Pod": pod(), "Nodes": None, "NodeNames": ["a", "b", "zz"]}
+    answer, _ = extender.filter_bytes(orjson.dumps(request))
+    kept = orjson.loads(answer)["NodeNames"]
+    assert kept == ["a", "b"]
+    prioritize = orjson.dumps({**request, "NodeNames": kept})
+    first = orjson.loads(extender.prioritize_bytes(prioritize))
+    # The cache is rebuilt with other slots for the same names: the kept slots are stale, and
+    # prioritize must look the names up again.
+    extender.state.replace_all([node("c", 0), node("b", 2), node("a", 1)], {}, [])
+    again = orjson.loads(extender.prioritize_bytes(prioritize))
+    assert again == first == orjson.loads(extender.prioritize_json(orjson.loads(prioritize)))
+    # A list another filter narrowed further is not the kept one.
+    narrowed = orjson.dumps({**request, "NodeNames": ["b"]})
+    assert orjson.loads(extender.prioritize_bytes(narrowed)) == [
+        {"Host": "b", "Score": first[1]["Score"]}
+    ]
