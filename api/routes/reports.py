@@ -22,7 +22,9 @@ FORMATS: dict[str, Literal["markdown", "json", "text", "image"]] = {
     ".json": "json",
     ".txt": "text",
     ".png": "image",
+    ".svg": "image",
 }
+IMAGE_TYPES = {".png": "image/png", ".svg": "image/svg+xml"}
 MAX_DEPTH = 2  # docs/reports/<study>/<file>: one level of sub-folders
 MAX_TEXT_CHARS = 2_000_000
 MAX_IMAGE_BYTES = 8 << 20
@@ -75,8 +77,11 @@ def list_reports(state: StateDep, _: Reader) -> list[ReportOut]:
 @router.get(
     "/{name:path}",
     response_model=ReportBody,
-    summary="A report's text, or a plot's PNG bytes",
-    responses={200: {"content": {"image/png": {}}}, 404: {"description": "Not a listed report"}},
+    summary="A report's text, or a plot's PNG or SVG bytes",
+    responses={
+        200: {"content": {"image/png": {}, "image/svg+xml": {}}},
+        404: {"description": "Not a listed report"},
+    },
 )
 def get_report(name: str, state: StateDep, _: Reader) -> ReportBody | Response:
     # Only names listed in the folder are served: no path from the request reaches the disk.
@@ -89,7 +94,12 @@ def get_report(name: str, state: StateDep, _: Reader) -> ReportBody | Response:
             data = f.read(MAX_IMAGE_BYTES + 1)
         if len(data) > MAX_IMAGE_BYTES:
             raise ApiError(409, "Report too large", f"{name} is over {MAX_IMAGE_BYTES >> 20} MiB")
-        return Response(data, media_type="image/png", headers={"Cache-Control": "private"})
+        # An SVG opened on its own is a document of this origin: it may run nothing.
+        headers = {
+            "Cache-Control": "private",
+            "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
+        }
+        return Response(data, media_type=IMAGE_TYPES[path.suffix], headers=headers)
     with path.open(errors="replace") as f:
         text = f.read(MAX_TEXT_CHARS)
     return ReportBody(name=name, text=text, format=kind)

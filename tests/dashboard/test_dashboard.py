@@ -311,10 +311,15 @@ def test_reports_api_serves_listed_files_only(service: tuple[str, str]) -> None:
     auth = {"Authorization": f"Bearer {token}"}
     listed = {r["name"]: r for r in httpx.get(f"{base}/v1/reports", headers=auth).json()}
     assert listed["evaluation.md"]["format"] == "markdown"
-    assert listed["regimes/regimes-map.png"]["format"] == "image"
-    png = httpx.get(f"{base}/v1/reports/regimes/regimes-map.png", headers=auth)
+    assert listed["evaluation-packing.png"]["format"] == "image"
+    png = httpx.get(f"{base}/v1/reports/evaluation-packing.png", headers=auth)
     assert png.status_code == 200 and png.headers["content-type"] == "image/png"
     assert png.content.startswith(b"\x89PNG")
+    assert listed["regimes/regimes-map.svg"]["format"] == "image"
+    svg = httpx.get(f"{base}/v1/reports/regimes/regimes-map.svg", headers=auth)
+    assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
+    assert b"<svg" in svg.content[:400]
+    assert "default-src 'none'" in svg.headers["content-security-policy"]
     body = httpx.get(f"{base}/v1/reports/evaluation.json", headers=auth).json()
     assert body["format"] == "json" and body["text"].startswith("{")
     for name in ("../tmc.db", "%2e%2e/tmc.db", "regimes/../../tmc.db", "nope.md", ".hidden.md"):

@@ -50,7 +50,7 @@
   function link(isImage, text, target, ctx) {
     if (/^https?:\/\//.test(target)) return h("a", { href: target, rel: "noopener noreferrer" }, text);
     const name = resolve(ctx.name, target.split("#")[0]);
-    if (/\.png$/i.test(name) && ctx.known.has(name)) {
+    if (/\.(png|svg)$/i.test(name) && ctx.known.has(name)) {
       const plot = { id: `plot-${ctx.plots.length + 1}`, name, alt: text || name, embedded: isImage };
       ctx.plots.push(plot);
       if (isImage) return plotImage(name, plot.alt);
