@@ -58,6 +58,18 @@ from sim.cluster import (
 from sim.cluster import run_cluster as sim_run
 
 THRESHOLD = 0.025
+
+
+def tmc_menus(studies: Sequence[Study]) -> list[Menu]:
+    """Each workload's menu: per grid option its demand (vCPUs, DRAM, slow, ways) and run time."""
+    menus = []
+    for s in studies:
+        n = len(s.ways)
+        demand = np.stack([np.full(n, s.vcpus), s.dram_bytes, s.slow_bytes, s.ways], axis=1)
+        menus.append(Menu(demand.astype(np.int64), s.tmc_seconds))
+    return menus
+
+
 PLAN_SECONDS = 10.0  # CP-SAT time limit per plan (one worker)
 REGIMES = (
     Regime("msv2-lsq", 0.2, 0.4, "memory-heavy", "run"),
@@ -121,11 +133,7 @@ def _simulated_size(
 ) -> float:
     """Compact cluster when each VM of class c takes option o with probability shares[c][o]."""
     arch = architecture(24, "128L")
-    menus = []
-    for s in studies:
-        n = len(s.ways)
-        demand = np.stack([np.full(n, s.vcpus), s.dram_bytes, s.slow_bytes, s.ways], axis=1)
-        menus.append(Menu(demand.astype(np.int64), s.tmc_seconds))
+    menus = tmc_menus(studies)
     position = {w: j for j, w in enumerate(mix)}
     sizes = []
     for seed in range(seeds):
@@ -210,11 +218,7 @@ def _pattern_size(
     """Compact cluster when VMs are placed following the plan's machines (`pattern_placer`);
     patterns hold (workload index, option index in the workload's 77-point menu)."""
     arch = architecture(24, "128L")
-    menus = []
-    for s in studies:
-        n = len(s.ways)
-        demand = np.stack([np.full(n, s.vcpus), s.dram_bytes, s.slow_bytes, s.ways], axis=1)
-        menus.append(Menu(demand.astype(np.int64), s.tmc_seconds))
+    menus = tmc_menus(studies)
     counts: dict[int, dict[int, int]] = {}
     for p in patterns:
         for w, o in p:

@@ -15,7 +15,6 @@ socket, the baseline) and "reuseport" (python -m api.workers: a socket per worke
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -180,7 +179,6 @@ def main() -> None:
     postgres, redis_server = PostgresServer(), RedisServer()
     procs: list[subprocess.Popen[bytes]] = []
     worker: CeleryWorker | None = None
-    stack = contextlib.ExitStack()
     try:
         upgrade_to_head(postgres.url)
         settings = Settings(
@@ -260,7 +258,6 @@ def main() -> None:
                 ratio = p99["reuseport", concurrency] / shared if shared else float("nan")
                 print(f"p99 reuseport / shared, bursts of {concurrency}: {ratio:.2f}")
     finally:
-        stack.close()
         for proc in procs:
             proc.terminate()
             proc.wait(20)

@@ -4,6 +4,7 @@ replaced, SIGTERM stops them all, and a port that is taken is a one-line error."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -13,12 +14,19 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import pytest
 
 from api.settings import Settings
 from tests.services import ROOT, free_port, uvicorn_server, wait_until
+
+
+class Supervised(NamedTuple):
+    proc: subprocess.Popen[bytes]
+    base: str
+    port: int
 
 
 def pid_of_connection(client: httpx.Client, base: str) -> int:
@@ -58,18 +66,30 @@ def test_connections_opened_together_reach_every_worker(spread_server: str) -> N
     assert min(pids.count(p) for p in set(pids)) >= 4, pids  # not 20:4; odds of failing ~1e-4
 
 
-def test_a_dead_worker_is_replaced(env: dict[str, str]) -> None:
+@contextlib.contextmanager
+def supervisor(command: list[str], cwd: Path, env: dict[str, str]) -> Iterator[Supervised]:
+    """Two workers under `command` on a free port, up once /healthz answers; killed on exit if
+    the test did not stop them."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "api.workers", "--port", str(port), "--workers", "2"],
-        cwd=ROOT,
+        [*command, "--port", str(port), "--workers", "2"],
+        cwd=cwd,
         env={**os.environ, **env},
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: httpx.get(f"{base}/healthz").status_code == 200, 60, "workers")
+        wait_until(lambda: httpx.get(f"{base}/healthz").status_code == 200, 60, command[-1])
+        yield Supervised(proc, base, port)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_a_dead_worker_is_replaced(env: dict[str, str]) -> None:
+    with supervisor([sys.executable, "-m", "api.workers"], ROOT, env) as (proc, base, port):
         first = set(pids_of_connections(base, 24))
         assert len(first) == 2
         victim = min(first)
@@ -85,10 +105,6 @@ def test_a_dead_worker_is_replaced(env: dict[str, str]) -> None:
         wait_until(replaced, 30, "a new worker")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
     # Every worker is gone with the supervisor: nothing listens on the port any more (the
     # probe allows the closed connections' TIME_WAIT, not a listener).
     with socket.socket() as probe:
@@ -120,22 +136,8 @@ def test_a_taken_port_is_a_one_line_error(env: dict[str, str]) -> None:
 def test_tmc_serve_with_workers_spreads_connections(env: dict[str, str], tmp_path: Path) -> None:
     """`tmc serve --workers 2` runs the same supervisor: both workers answer connections opened
     together, and SIGTERM stops them all."""
-    port = free_port()
-    tmc = Path(sys.executable).with_name("tmc")
-    proc = subprocess.Popen(
-        [str(tmc), "serve", "--port", str(port), "--workers", "2"],
-        cwd=tmp_path,
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: httpx.get(f"{base}/healthz").status_code == 200, 60, "tmc serve")
+    tmc = str(Path(sys.executable).with_name("tmc"))
+    with supervisor([tmc, "serve"], tmp_path, env) as (proc, base, _port):
         assert len(set(pids_of_connections(base, 24))) == 2
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
