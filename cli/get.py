@@ -63,17 +63,26 @@ class Api:
     timeout: float
 
     def get(self, path: str, **query: str | None) -> Any:
+        params = {k: v for k, v in query.items() if v is not None}
+        return self._call(path, params, None)
+
+    def post(self, path: str, body: object) -> Any:
+        """A JSON request body, e.g. a planner's dry run (the token needs the operator's or
+        scheduler's role)."""
+        return self._call(path, {}, json.dumps(body).encode())
+
+    def _call(self, path: str, params: dict[str, str], payload: bytes | None) -> Any:
         if not self.token:
             fail("no token: set TMC_TOKEN or give --token (a viewer token: tmc token create)")
-        params = {k: v for k, v in query.items() if v is not None}
         url = self.server.rstrip("/") + path
         if params:
             url += "?" + urllib.parse.urlencode(params)
         if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
             fail(f"--server {self.server!r} is not an http(s) URL (e.g. {DEFAULT_SERVER})")
-        request = urllib.request.Request(
-            url, headers={"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
-        )
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        if payload is not None:
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(url, data=payload, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 body = response.read(MAX_RESPONSE_BYTES + 1)
@@ -102,7 +111,7 @@ class Api:
                 "to a live token; see tmc token list, tmc token create --role viewer)"
             )
         if exc.code == 403:
-            return f"the token's role may not read this: {detail} (use a viewer or operator token)"
+            return f"the token's role may not do this: {detail} (use a viewer or operator token)"
         if exc.code == 404:
             return f"{detail or 'not found'} (see tmc get --help for what can be listed)"
         return f"the API answered {exc.code}: {detail or exc.reason} (see the service's log)"

@@ -1,7 +1,8 @@
 """`tmc plan capacity` and `tmc plan rebalance`: the OR-Tools planners from the command line.
 
 Both print a dry-run plan; nothing is changed. The inputs are the API's request bodies
-(`POST /v1/planner/...`), or, for capacity, profile bundles with their arrival rates.
+(`POST /v1/planner/...`), or, for capacity, profile bundles with their arrival rates; a
+rebalance of the live cluster (`--live`) asks the running service, which reads its ledger.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli.get import DEFAULT_SERVER, Api, ServerOpt, TokenOpt
 from cli.main import JsonOpt, fail, guarded, load_bundle
 from model import fit, machine_of_host, recommend
 from model.planning_requests import (
     CapacityIn,
+    LiveRebalanceIn,
     RebalanceIn,
     capacity_plan,
     class_from_recommendation,
@@ -106,13 +109,43 @@ def _render_capacity(out: dict[str, Any]) -> None:
 
 @plan_app.command("rebalance")
 def rebalance_cmd(
-    cluster: Annotated[Path, typer.Argument(help="A rebalance request JSON (the API's body).")],
+    cluster: Annotated[
+        Path | None,
+        typer.Argument(help="A rebalance request JSON (the API's body); omit with --live."),
+    ] = None,
+    live: Annotated[
+        bool, typer.Option("--live", help="Plan the cluster in the running service's ledger.")
+    ] = False,
+    node: Annotated[
+        list[str] | None, typer.Option("--node", help="--live: plan only these nodes.")
+    ] = None,
+    pin_namespace: Annotated[
+        list[str] | None,
+        typer.Option("--pin-namespace", help="--live: pods in this namespace never move."),
+    ] = None,
+    max_moves: Annotated[int | None, typer.Option(min=0, max=5000)] = None,
+    time_limit: Annotated[float, typer.Option(min=0.1, max=20.0, help="CP-SAT seconds.")] = 5.0,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Which pods to move where to free machines (CAT runs stay contiguous); a dry run."""
 
     def run() -> None:
-        out = rebalance_plan(RebalanceIn.model_validate_json(cluster.read_bytes()))
+        if live == (cluster is not None):
+            fail("give a rebalance request file, or --live for the service's cluster (not both)")
+        if cluster is not None:
+            body = RebalanceIn.model_validate_json(cluster.read_bytes())
+            out = rebalance_plan(body.model_copy(update={"time_limit_seconds": time_limit}))
+        else:
+            request = LiveRebalanceIn(
+                nodes=node or None,
+                pinned_namespaces=pin_namespace or [],
+                max_moves=max_moves,
+                time_limit_seconds=time_limit,
+            )
+            api = Api(server, token, timeout=time_limit + 30.0)
+            out = api.post("/v1/planner/rebalance/live", request.model_dump())
         if as_json:
             sys.stdout.write(json.dumps(out, indent=2) + "\n")
             return
@@ -130,5 +163,7 @@ def rebalance_cmd(
             console.print(f"re-lay {m['pod']} on {m['source']}: ways from {m['way_start']}")
         if plan["freed"]:
             console.print("freed: " + ", ".join(plan["freed"]))
+        for s in out.get("cluster", {}).get("skipped", []):
+            console.print(f"left out {s['pod']} on {s['node']}: {s['reason']}")
 
     guarded(run)

@@ -158,18 +158,49 @@ def capacity_plan(body: CapacityIn) -> dict[str, Any]:
     return finite
 
 
+class LiveRebalanceIn(_In):
+    """A plan for the cluster the service's ledger holds (`POST /v1/planner/rebalance/live`)."""
+
+    nodes: list[Annotated[str, Field(min_length=1, max_length=253)]] | None = Field(
+        default=None,
+        max_length=500,
+        description="plan only these nodes (their pods move among them); default: every ready node",
+    )
+    pinned_namespaces: list[Annotated[str, Field(min_length=1, max_length=63)]] = Field(
+        default_factory=list, max_length=256, description="pods in these namespaces never move"
+    )
+    max_moves: int | None = Field(default=None, ge=0, le=5000)
+    time_limit_seconds: float = Field(default=5.0, gt=0.0, le=20.0)
+
+
 def rebalance_plan(body: RebalanceIn) -> dict[str, Any]:
     nodes = [Node(**n.model_dump()) for n in body.nodes]
     pods = [Pod(**p.model_dump()) for p in body.pods]
+    return plan_moves(nodes, pods, body.pools, body.max_moves, body.time_limit_seconds)
+
+
+def plan_moves(
+    nodes: list[Node],
+    pods: list[Pod],
+    pools: list[int],
+    max_moves: int | None,
+    time_limit_seconds: float,
+) -> dict[str, Any]:
+    """The CP-SAT plan and the greedy drain's answer beside it, as plain JSON."""
+    if len(nodes) * len(pods) > MAX_PAIRS:
+        raise InvalidRequest(
+            "nodes",
+            f"{len(nodes)} nodes x {len(pods)} pods is over {MAX_PAIRS}: plan fewer nodes at once",
+        )
     try:
         plan = rebalance(
             nodes,
             pods,
-            body.pools,
-            max_moves=body.max_moves,
-            time_limit_seconds=body.time_limit_seconds,
+            pools,
+            max_moves=max_moves,
+            time_limit_seconds=time_limit_seconds,
         )
-        greedy = greedy_rebalance(nodes, pods, body.pools)
+        greedy = greedy_rebalance(nodes, pods, pools)
     except ValueError as exc:
         raise InvalidRequest("pods", str(exc)) from exc
     return {

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
+from api import services
 from api.auth import Role
+from api.db import make_engine, make_session_factory, unit_of_work
+from api.settings import Settings
+from ledger import store as ledger
+from ledger.store import Want
+from ledger.types import NodeCapacity
 from tests.api.conftest import auth
 
 GIB = 1 << 30
@@ -126,3 +132,78 @@ def test_rebalance_is_a_dry_run_with_the_greedy_answer_beside_it(client: TestCli
     bad = {**body, "pods": [{**body["pods"][0], "way_start": 46}]}
     r = client.post("/v1/planner/rebalance", json=bad, headers=auth(Role.scheduler))
     assert r.status_code == 422 and "ways lie outside" in r.text
+
+
+def ledger_cluster(settings: Settings) -> None:
+    """Three ready nodes (two on a rack pool), one not ready, and pods reserved by the ledger's
+    own code: the first node is nearly empty, the others have room for its pods."""
+    with unit_of_work(make_session_factory(make_engine(settings))) as session:
+        services.register_pool(session, "rack-1", 256 * GIB)
+        for name, pool, local in (("n0", "rack-1", 0), ("n1", "rack-1", 0), ("n2", None, 128)):
+            ledger.upsert_node(
+                session,
+                NodeCapacity(name, "pooled", 12, 24 * GIB, local * GIB, 48, pool),
+                256 * GIB if pool else None,
+            )
+        ledger.upsert_node(session, NodeCapacity("down", "pooled", 12, 24 * GIB, 0, 48, None), None)
+        ledger.set_ready(session, "down", False)
+        wants = [
+            ("n0", "web", "a", 4 * GIB, 6),
+            ("n1", "web", "b", 2 * GIB, 20),
+            ("n2", "kube-system", "dns", 0, 2),
+            ("n2", "web", "c", 8 * GIB, 12),
+            ("down", "web", "lost", 0, 1),
+        ]
+        for where, ns, pod, slow, ways in wants:
+            ledger.set_ready(session, "down", True)  # reserve refuses a node that is not ready
+            ledger.reserve(
+                session, where, Want(f"uid-{pod}", ns, pod, 4, 4 * GIB, slow, ways, None)
+            )
+            ledger.set_ready(session, "down", False)
+
+
+def test_the_live_cluster_is_planned_from_the_ledger(
+    client: TestClient, settings: Settings
+) -> None:
+    ledger_cluster(settings)
+    url = "/v1/planner/rebalance/live"
+    assert client.post(url, json={}).status_code == 401
+    assert client.post(url, json={}, headers=auth(Role.viewer)).status_code == 403
+    r = client.post(url, json={"pinned_namespaces": ["kube-system"]}, headers=auth(Role.operator))
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["dry_run"] is True
+    cluster = out["cluster"]
+    assert (cluster["source"], cluster["nodes"], cluster["pods"]) == ("ledger", 3, 4)
+    assert cluster["pinned"] == 1 and cluster["pools"] == {"rack-1": 256 * GIB}
+    assert cluster["skipped"] == [
+        {"pod": "web/lost", "node": "down", "reason": "its node is not ready or not in the ledger"}
+    ]
+    plan = out["plan"]
+    assert plan["nodes_before"] == 3 and plan["nodes_after"] <= out["greedy"]["nodes_after"]
+    assert plan["nodes_after"] == 2 and "n2" not in plan["freed"]
+    assert all(m["pod"] != "kube-system/dns" for m in plan["moves"])
+    # Nothing was stored or moved: the ledger still holds every pod where it was.
+    again = client.post(url, json={}, headers=auth(Role.scheduler)).json()
+    assert again["plan"]["nodes_before"] == 3
+
+
+def test_the_live_plan_refuses_unknown_nodes_and_bounds_its_input(
+    client: TestClient, settings: Settings
+) -> None:
+    ledger_cluster(settings)
+    url = "/v1/planner/rebalance/live"
+    r = client.post(url, json={"nodes": ["n0", "nope"]}, headers=auth(Role.operator))
+    assert r.status_code == 422 and "not in the ledger: nope" in r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    refused: list[dict[str, object]] = [
+        {"time_limit_seconds": 1e9},
+        {"max_moves": -1},
+        {"extra": 1},
+        {"nodes": []},
+    ]
+    for bad in refused:
+        r = client.post(url, json=bad, headers=auth(Role.operator))
+        assert r.status_code == 422, bad
+    only = client.post(url, json={"nodes": ["n0", "n1"]}, headers=auth(Role.operator)).json()
+    assert only["cluster"]["nodes"] == 2 and only["plan"]["nodes_after"] == 1

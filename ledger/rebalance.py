@@ -1,0 +1,108 @@
+"""The live cluster as the rebalancer sees it: the ledger's nodes, pools and reservations turned
+into `model.planner` nodes and pods.
+
+What the planner cannot express is kept conservative rather than guessed:
+
+- Only ready nodes take part. A pod on a node that is not ready is left out (listed in
+  `skipped`): no plan may move pods onto that node, and moving pods off it is the drain's job.
+- A planner node draws its slow memory either from its own DIMMs or from its rack pool. A node
+  with a pool is planned on the pool; a pod that holds the node's *local* slow memory there is
+  pinned to its node and its local bytes are not charged to the pool (they stay its own), so no
+  plan overcommits either.
+- A reservation whose CAT mask is not one contiguous run (the ledger never writes one) is pinned
+  and charged its whole span.
+- Pods in a pinned namespace never move; their CAT runs may still be re-laid on their node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ledger.types import Held, NodeCapacity
+from model.planner import Node, Pod
+
+
+@dataclass(frozen=True)
+class SkippedPod:
+    pod: str  # namespace/name
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class LiveCluster:
+    nodes: list[Node]
+    pods: list[Pod]
+    pools: list[int]  # capacity per pool index, bytes
+    pool_names: list[str]
+    skipped: list[SkippedPod] = field(default_factory=list)
+
+
+def _run_of(mask: int) -> tuple[int, int, bool]:
+    """(first way, way count, contiguous) of a CAT mask; the span when not contiguous."""
+    start = (mask & -mask).bit_length() - 1
+    span = mask.bit_length() - start
+    return start, span, mask >> start == (1 << span) - 1
+
+
+def live_cluster(
+    nodes: Sequence[NodeCapacity],
+    pools: Mapping[str, int],
+    held: Sequence[Held],
+    pinned_namespaces: Collection[str] = (),
+) -> LiveCluster:
+    ready = [n for n in nodes if n.ready]
+    index = {n.name: i for i, n in enumerate(ready)}
+    pool_names = sorted({n.pool for n in ready if n.pool is not None and n.pool in pools})
+    pool_index = {name: i for i, name in enumerate(pool_names)}
+    planner_nodes = [
+        Node(
+            name=n.name,
+            cpus=n.cpus,
+            dram_bytes=n.dram_bytes,
+            slow_bytes=0 if n.pool in pool_index else n.slow_bytes,
+            llc_ways=n.llc_ways,
+            pool=pool_index.get(n.pool, -1) if n.pool is not None else -1,
+        )
+        for n in ready
+    ]
+    pods: list[Pod] = []
+    skipped: list[SkippedPod] = []
+    for h in sorted(held, key=lambda h: (h.node, h.namespace, h.pod_name)):
+        name = f"{h.namespace}/{h.pod_name}"
+        ni = index.get(h.node)
+        if ni is None:
+            skipped.append(SkippedPod(name, h.node, "its node is not ready or not in the ledger"))
+            continue
+        if h.llc_mask <= 0:
+            skipped.append(SkippedPod(name, h.node, "it holds no LLC ways"))
+            continue
+        start, span, contiguous = _run_of(h.llc_mask)
+        if start + span > ready[ni].llc_ways:
+            skipped.append(SkippedPod(name, h.node, "its CAT mask lies outside the node's ways"))
+            continue
+        local_on_pool_node = (
+            h.slow_bytes > 0 and not h.slow_from_pool and planner_nodes[ni].pool >= 0
+        )
+        pods.append(
+            Pod(
+                name=name,
+                node=ni,
+                vcpus=h.vcpus,
+                dram_bytes=h.dram_bytes,
+                slow_bytes=0 if local_on_pool_node else h.slow_bytes,
+                llc_ways=span,
+                way_start=start,
+                movable=contiguous
+                and not local_on_pool_node
+                and h.namespace not in pinned_namespaces,
+            )
+        )
+    return LiveCluster(
+        nodes=planner_nodes,
+        pods=pods,
+        pools=[pools[name] for name in pool_names],
+        pool_names=pool_names,
+        skipped=skipped,
+    )
