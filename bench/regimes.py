@@ -35,6 +35,7 @@ import itertools
 import json
 import multiprocessing
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ from model.price_profiles import price_profile
 from model.pricing import PriceProfile
 from model.resources import GIB, split_memory
 from model.select import algorithm1, confident_algorithm1
+from model.verification import RUN_NOISE, corrected_sigma, correction, next_run
 from sim.catalog import TABLE5, workload
 from sim.cluster import (
     Architecture,
@@ -72,7 +74,7 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 RESOURCES = ("cpu", "dram", "slow", "llc")
 THRESHOLD = 0.025
-POLICIES = ("es", "tmc-2.5", "tmc-2.5c")
+POLICIES = ("es", "tmc-2.5", "tmc-2.5c", "tmc-2.5v")
 
 
 @dataclass(frozen=True)
@@ -300,12 +302,20 @@ def build_policy(
         frac = _demand(s) / cap
         n = len(h)
         ok = np.ones(n, dtype=bool)
+        predicted_seconds = s.predicted_seconds
         if name == "tmc-2.5":
             first = algorithm1(pred, pred, ok, frac, np.zeros(4), THRESHOLD)
         elif name == "tmc-2.5c":
             upper = pred * (1.0 + z * s.sigma)
             first = confident_algorithm1(
                 pred, upper, s.predicted_seconds, ok, frac, np.zeros(4), THRESHOLD
+            )
+        elif name == "tmc-2.5v":
+            predicted_seconds, sigma, _ = verified(s, h, z, regime)
+            pred = h * predicted_seconds / 3600.0
+            upper = pred * (1.0 + z * sigma)
+            first = confident_algorithm1(
+                pred, upper, predicted_seconds, ok, frac, np.zeros(4), THRESHOLD
             )
         else:
             raise ValueError(name)
@@ -320,9 +330,52 @@ def build_policy(
             choosers.append(_classic(pred[keep], sub_ok, frac[keep]))
         else:
             choosers.append(
-                _confident(pred[keep], upper[keep], s.predicted_seconds[keep], sub_ok, frac[keep])
+                _confident(pred[keep], upper[keep], predicted_seconds[keep], sub_ok, frac[keep])
             )
     return Policy(menus, costs, lambda w, u: choosers[w](u))
+
+
+def verified(
+    s: Study, hourly_price: FloatArray, z: float, regime: Regime
+) -> tuple[FloatArray, FloatArray, int]:
+    """The confident policy with verification runs (`model.verification`): measure the cost
+    optimum's configuration, correct, repeat while the optimum moves to an unmeasured slow ratio
+    (at most the budget). A run's time is the simulated time of tmc's placement there with one
+    run's noise (`RUN_NOISE`, seeded per regime and workload). Returns the corrected predicted
+    times, their relative standard deviations, and the number of runs."""
+    grid = paper_grid()
+    ratios = np.asarray(grid.slow_ratios)
+    shape = (len(grid.slow_ratios), len(grid.llc_ways))
+    rng = np.random.default_rng(zlib.crc32(f"{regime.key}/{s.name}".encode()))
+    n = len(s.predicted_seconds)
+    rows: list[int | None] = []
+    predicted: list[float] = []
+    measured: list[float] = []
+    fix = None
+    while True:
+        if fix is None:
+            seconds, sigma = s.predicted_seconds, s.sigma
+        else:
+            seconds = (s.predicted_seconds.reshape(shape) * fix.factor[:, None]).ravel()
+            sigma = corrected_sigma(s.sigma.reshape(shape).copy(), fix).ravel()
+        cost = hourly_price * seconds
+        sel = confident_algorithm1(
+            cost,
+            cost * (1.0 + z * sigma),
+            seconds,
+            np.ones(n, dtype=bool),
+            np.zeros((n, 4)),
+            np.zeros(4),
+            THRESHOLD,
+        )
+        assert sel is not None
+        row = sel.best // shape[1]
+        if not next_run(fix, row):
+            return seconds, sigma, 0 if fix is None else fix.observations
+        rows.append(row)
+        predicted.append(float(s.predicted_seconds[sel.best]))
+        measured.append(float(s.tmc_seconds[sel.best] * (1.0 + RUN_NOISE * rng.standard_normal())))
+        fix = correction(ratios, rows, predicted, measured)
 
 
 def _classic(pred: FloatArray, ok: NDArray[np.bool_], frac: FloatArray) -> Callable[..., int]:

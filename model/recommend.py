@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from model.bundle import HostDescription, WorkloadId
-from model.confidence import DEFAULT_CONFIDENCE, prediction_interval
+from model.confidence import DEFAULT_CONFIDENCE, PredictionInterval, prediction_interval
 from model.errors import InvalidRequest, NoFeasibleConfiguration
 from model.fit import FitDiagnostics, FittedModel
 from model.grid import Grid, paper_grid
@@ -19,6 +20,16 @@ from model.predict import GridPrediction, Predictor, StructurePlacement
 from model.pricing import DEFAULT_PRICE_PROFILE, PriceProfile
 from model.resources import GIB, Configuration, Demand, MachineShape, Utilization
 from model.select import algorithm1, confident_algorithm1
+from model.verification import (
+    Correction,
+    Observation,
+    VerificationState,
+    VerifiedRatio,
+    corrected,
+    corrected_sigma,
+    next_run,
+    observed,
+)
 
 RECOMMENDATION_SCHEMA = "tmc.recommendation/v1"
 
@@ -69,6 +80,11 @@ class Recommendation(BaseModel):
     pareto_frontier: list[ParetoPoint] = Field(description="time vs cost, fastest first")
     placement: list[StructurePlacement]
     fit: FitDiagnostics
+    verification: VerificationState | None = Field(
+        default=None,
+        description="verification runs used, and the configuration to measure next (cost "
+        "objectives with a confidence level)",
+    )
 
 
 _CANDIDATES = TypeAdapter(list[Candidate])
@@ -84,6 +100,7 @@ class PricedGrid:
     cost: FloatArray
     feasible: np.ndarray
     demand: FloatArray  # [n, 4]
+    correction: Correction | None = None  # from verification runs, already applied
 
     def ratio_and_ways(self, i: int) -> tuple[float, int]:
         n_ways = len(self.prediction.llc_ways)
@@ -93,10 +110,17 @@ class PricedGrid:
 
 
 def price_grid(
-    predictor: Predictor, prices: PriceProfile, grid: Grid, machine: MachineShape
+    predictor: Predictor,
+    prices: PriceProfile,
+    grid: Grid,
+    machine: MachineShape,
+    observations: Sequence[Observation] = (),
 ) -> PricedGrid:
     m = predictor.model
     p = predictor.predict(np.asarray(grid.slow_ratios), np.asarray(grid.llc_ways, dtype=np.int64))
+    fix = observed(predictor, p.slow_ratios, observations) if observations else None
+    if fix is not None:
+        p = corrected(p, fix)
     dram_gib = p.dram_bytes / GIB
     slow_gib = p.slow_bytes / GIB
     memory_hour = dram_gib * prices.dram_gib_hour + slow_gib * prices.slow_gib_hour
@@ -122,7 +146,7 @@ def price_grid(
         ],
         axis=-1,
     ).reshape(-1, 4)
-    return PricedGrid(p, hourly.ravel(), cost.ravel(), feasible.ravel(), demand)
+    return PricedGrid(p, hourly.ravel(), cost.ravel(), feasible.ravel(), demand, fix)
 
 
 def recommend(
@@ -135,6 +159,7 @@ def recommend(
     threshold: float = DEFAULT_THRESHOLD,
     grid: Grid | None = None,
     confidence: float | None = DEFAULT_CONFIDENCE,
+    observations: Sequence[Observation] = (),
 ) -> Recommendation:
     """Recommend a configuration for one workload. Without utilization the cluster is taken as
     idle, every penalty is 0, and the choice is the objective's best.
@@ -142,7 +167,10 @@ def recommend(
     With `confidence` (the default), a cost objective keeps only candidates within T of the best
     with that confidence (`model.select.confident_algorithm1`, intervals from
     `model.confidence`) and weighs packing gains by how long a candidate holds its resources;
-    `confidence=None` is the paper's Algorithm 1 as published."""
+    `confidence=None` is the paper's Algorithm 1 as published.
+
+    `observations` are verification runs (`model.verification`): the predictions are corrected
+    where they were measured, and the answer names the configuration to measure next."""
     if not 0.0 <= threshold <= 1.0:
         raise InvalidRequest("threshold", "must lie between 0 and 1")
     if confidence is not None and not 0.5 <= confidence < 1.0:
@@ -151,7 +179,10 @@ def recommend(
     fitted = predictor.model
     grid = grid or paper_grid()
     util = utilization or Utilization()
-    priced = price_grid(predictor, prices, grid, machine)
+    try:
+        priced = price_grid(predictor, prices, grid, machine, observations)
+    except ValueError as exc:
+        raise InvalidRequest("observations", str(exc)) from exc
     p = priced.prediction
     slowdown = p.slowdown.ravel()
 
@@ -165,8 +196,13 @@ def recommend(
     else:
         score, relative = priced.cost, True
 
+    confident = confidence is not None and relative
     if confidence is not None and relative:
         interval = prediction_interval(p, fitted.diagnostics, confidence=confidence)
+        if priced.correction is not None:
+            interval = PredictionInterval(
+                corrected_sigma(interval.sigma, priced.correction), interval.confidence
+            )
         selection = confident_algorithm1(
             priced.cost,
             interval.upper(priced.cost.reshape(p.seconds.shape)).ravel(),
@@ -234,6 +270,9 @@ def recommend(
 
     within = candidates(selection.within)
     chosen_ratio, chosen_ways = priced.ratio_and_ways(selection.chosen)
+    verification = None
+    if confident:
+        verification = _verification(priced, selection.best)
     return Recommendation(
         workload=fitted.workload,
         host_kind=fitted.host_kind,
@@ -254,6 +293,34 @@ def recommend(
         pareto_frontier=pareto_frontier(priced),
         placement=predictor.placement(chosen_ratio, chosen_ways),
         fit=fitted.diagnostics,
+        verification=verification,
+    )
+
+
+def _verification(priced: PricedGrid, best: int) -> VerificationState:
+    c = priced.correction
+    ratios = priced.prediction.slow_ratios
+    n_ways = len(priced.prediction.llc_ways)
+    ratio, ways = priced.ratio_and_ways(best)
+    wanted = next_run(c, best // n_ways)
+    verified = (
+        []
+        if c is None
+        else [
+            VerifiedRatio(
+                slow_ratio=float(ratios[i]),
+                runs=int(c.runs[i]),
+                measured_over_predicted=float(c.factor[i]),
+            )
+            for i in np.flatnonzero(c.measured)
+        ]
+    )
+    return VerificationState(
+        runs=0 if c is None else c.observations,
+        verified=verified,
+        largest_error=0.0 if c is None else c.largest_error,
+        next_slow_ratio=ratio if wanted else None,
+        next_llc_ways=ways if wanted else None,
     )
 
 
