@@ -201,6 +201,20 @@ class RecommendationRow(Timestamped, Base):
     result: Mapped[dict[str, Any]]
 
 
+class VerificationRunRow(Timestamped, Base):
+    """One measured run of a workload in a configuration tmc chose (`model.verification`),
+    against the profile whose model it checks. Idempotent per (profile, run_id)."""
+
+    __tablename__ = "verification_runs"
+    __table_args__ = (UniqueConstraint("profile_id", "run_id"),)
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    profile_id: Mapped[str] = mapped_column(ForeignKey("profiles.id"), index=True)
+    run_id: Mapped[str] = mapped_column(String(128))
+    slow_ratio: Mapped[float] = mapped_column(Float)
+    llc_ways: Mapped[int] = mapped_column(Integer)
+    seconds: Mapped[float] = mapped_column(Float)
+
+
 class ApiToken(Timestamped, Base):
     __tablename__ = "api_tokens"
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)

@@ -11,6 +11,7 @@ from sqlalchemy import Select, String, Table, bindparam, delete, func, select, u
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from api.errors import Conflict
 from api.orm import (
     ApiToken,
     Base,
@@ -23,6 +24,7 @@ from api.orm import (
     RecommendationRow,
     Reservation,
     UtilizationSample,
+    VerificationRunRow,
     Workload,
     as_id,
 )
@@ -384,3 +386,37 @@ def utilization_history(
 
 def prune_utilization(session: Session, before: datetime) -> None:
     session.execute(delete(UtilizationSample).where(UtilizationSample.at < before))
+
+
+# -- verification runs --------------------------------------------------------------------------
+
+
+def verification_runs(session: Session, profile_id: str, limit: int) -> list[VerificationRunRow]:
+    """A profile's newest `limit` verification runs, oldest first."""
+    rows = session.scalars(
+        select(VerificationRunRow)
+        .where(VerificationRunRow.profile_id == profile_id)
+        .order_by(VerificationRunRow.created_at.desc(), VerificationRunRow.id)
+        .limit(limit)
+    ).all()
+    return list(reversed(rows))
+
+
+def add_verification_run(
+    session: Session, row: VerificationRunRow, limit: int
+) -> tuple[VerificationRunRow, bool]:
+    """Insert a run, or return the one stored under the same (profile, run_id); a profile holds
+    at most `limit` runs."""
+    existing = select(VerificationRunRow).where(
+        VerificationRunRow.profile_id == row.profile_id,
+        VerificationRunRow.run_id == row.run_id,
+    )
+    found = session.scalars(existing).one_or_none()
+    if found is not None:
+        return found, False
+    stored = session.scalar(
+        select(func.count()).where(VerificationRunRow.profile_id == row.profile_id)
+    )
+    if (stored or 0) >= limit:
+        raise Conflict(f"the profile already has {limit} verification runs")
+    return insert_once(session, row, existing)

@@ -40,6 +40,32 @@ class WorkloadOut(BaseModel):
     profiles: list[ProfileOut]
 
 
+class VerificationRunIn(Strict):
+    """A measured run of the workload with tmc's placement plan, in the configuration a
+    recommendation named under `verification.next_*` (or any other), on the profiled input."""
+
+    run_id: str = Field(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9._:/-]+$",
+        description="the caller's id for the run (e.g. a pod uid): posting it again is a no-op",
+    )
+    slow_ratio: float = Field(ge=0.0, le=1.0)
+    llc_ways: int = Field(ge=1, le=64)
+    seconds: float = Field(gt=0.0, le=1e9, description="wall time of the whole run")
+
+
+class VerificationRunOut(BaseModel):
+    id: str
+    workload: str
+    profile_id: str
+    run_id: str
+    slow_ratio: float
+    llc_ways: int
+    seconds: float
+    created_at: datetime
+
+
 class WorkloadModelOut(BaseModel):
     workload: str
     profile_id: str

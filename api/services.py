@@ -28,6 +28,7 @@ from api.orm import (
     PriceProfileRow,
     Profile,
     RackPool,
+    VerificationRunRow,
     as_id,
     new_id,
     utcnow,
@@ -55,6 +56,7 @@ from model import (
     parse_bundle,
     recommend,
 )
+from model.verification import MAX_OBSERVATIONS, Observation
 
 GridName = Literal["paper", "host"]
 
@@ -281,6 +283,10 @@ def recommend_for(
     prepared = cache.model(session, fitted_id)
     machine = prepared.machine(resolved.kind)
     grid = prepared.grid(req.grid)
+    observations = [
+        Observation(slow_ratio=r.slow_ratio, llc_ways=r.llc_ways, seconds=r.seconds)
+        for r in repo.verification_runs(session, resolved.profile_id, MAX_OBSERVATIONS)
+    ]
 
     if req.price_profile is not None:
         name, version = parse_price_key(req.price_profile)
@@ -307,6 +313,7 @@ def recommend_for(
         objective=req.objective,
         threshold=req.threshold,
         grid=grid,
+        observations=observations,
     )
     result = rec.model_dump(mode="json")
     # Encoded once: the decision log stores these bytes and the response embeds them.
@@ -350,6 +357,47 @@ def recommend_for(
         utilization_source=source,
         recommendation=rec,
     )
+
+
+# -- verification runs ------------------------------------------------------------------------
+
+# Runs kept per profile: recommendations use the newest MAX_OBSERVATIONS; the rest is history,
+# bounded so that a looping caller cannot grow the table without end.
+MAX_STORED_RUNS = 256
+
+
+def add_verification_run(
+    session: Session,
+    workload_key: str,
+    run_id: str,
+    slow_ratio: float,
+    llc_ways: int,
+    seconds: float,
+) -> tuple[VerificationRunRow, str, bool]:
+    """Store a measured run against the profile the workload's recommendations use now.
+    Returns the row, the workload's name, and whether it is new; the same run_id with other
+    values is a conflict."""
+    workload = repo.find_workload(session, workload_key)
+    if workload is None:
+        raise NotFound("workload", workload_key)
+    resolved = repo.resolve_for_recommendation(session, workload_key=workload.id)
+    if resolved is None:
+        raise ApiError(409, "Not fitted", f"workload {workload.name!r} has no usable profile")
+    wanted = VerificationRunRow(
+        profile_id=resolved.profile_id,
+        run_id=run_id,
+        slow_ratio=slow_ratio,
+        llc_ways=llc_ways,
+        seconds=seconds,
+    )
+    row, created = repo.add_verification_run(session, wanted, MAX_STORED_RUNS)
+    if not created and (row.slow_ratio, row.llc_ways, row.seconds) != (
+        slow_ratio,
+        llc_ways,
+        seconds,
+    ):
+        raise Conflict(f"run {run_id!r} is stored with other values")
+    return row, workload.name, created
 
 
 def machine_of_kind(kind: HostKind) -> MachineShape:

@@ -14,9 +14,16 @@ from api.db import unit_of_work
 from api.deps import StateDep, require
 from api.errors import ApiError, NotFound
 from api.openapi import PROFILE_BUNDLE_REF
-from api.orm import Profile
-from api.schemas import ProfileOut, WorkloadModelOut, WorkloadOut
+from api.orm import Profile, VerificationRunRow
+from api.schemas import (
+    ProfileOut,
+    VerificationRunIn,
+    VerificationRunOut,
+    WorkloadModelOut,
+    WorkloadOut,
+)
 from model import predicted_grid
+from model.verification import MAX_OBSERVATIONS
 
 router = APIRouter(prefix="/v1", tags=["profiles"])
 Uploader = Annotated[object, Depends(require(Permission.upload))]
@@ -156,3 +163,55 @@ def get_workload_model(
             price_profile=prices.key,
             points=points,
         )
+
+
+def run_out(r: VerificationRunRow, workload: str) -> VerificationRunOut:
+    return VerificationRunOut(
+        id=r.id,
+        workload=workload,
+        profile_id=r.profile_id,
+        run_id=r.run_id,
+        slow_ratio=r.slow_ratio,
+        llc_ways=r.llc_ways,
+        seconds=r.seconds,
+        created_at=r.created_at,
+    )
+
+
+@router.post(
+    "/workloads/{key}/verification-runs",
+    status_code=201,
+    response_model=VerificationRunOut,
+    summary="Record a measured run in a configuration (idempotent by run_id)",
+    description="The run checks the model of the profile the workload's recommendations use "
+    "now: they are corrected at its slow ratio (model/verification.py). A recommendation names "
+    "the run it wants under `verification.next_slow_ratio` / `next_llc_ways`. 200 with the "
+    "stored run when its run_id was posted before with the same values, 409 with others.",
+)
+def add_verification_run(
+    key: str, body: VerificationRunIn, response: Response, state: StateDep, _: Uploader
+) -> VerificationRunOut:
+    with unit_of_work(state.sessions) as session:
+        row, name, created = services.add_verification_run(
+            session, key, body.run_id, body.slow_ratio, body.llc_ways, body.seconds
+        )
+        if not created:
+            response.status_code = 200
+        return run_out(row, name)
+
+
+@router.get(
+    "/workloads/{key}/verification-runs",
+    response_model=list[VerificationRunOut],
+    summary="The runs the workload's recommendations are corrected with (newest last)",
+)
+def list_verification_runs(key: str, state: StateDep, _: Reader) -> list[VerificationRunOut]:
+    with unit_of_work(state.sessions) as session:
+        w = repo.find_workload(session, key)
+        if w is None:
+            raise NotFound("workload", key)
+        resolved = repo.resolve_for_recommendation(session, workload_key=w.id)
+        if resolved is None:
+            return []
+        rows = repo.verification_runs(session, resolved.profile_id, MAX_OBSERVATIONS)
+        return [run_out(r, w.name) for r in rows]

@@ -21,7 +21,7 @@ from tests.services import PostgresServer, RedisServer
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TABLES = (
     "reservations, recommendations, fitted_models, profiles, workloads, price_profiles, "
-    "nodes, rack_pools, host_kinds, api_tokens, utilization_samples"
+    "nodes, rack_pools, host_kinds, api_tokens, utilization_samples, verification_runs"
 )
 
 
