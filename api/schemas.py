@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from model import FitDiagnostics, FittedModel, GridPoint, MachineShape, Recommendation, Utilization
+from model.verification import MeasuredRun
 
 
 class Strict(BaseModel):
@@ -40,19 +41,7 @@ class WorkloadOut(BaseModel):
     profiles: list[ProfileOut]
 
 
-class VerificationRunIn(Strict):
-    """A measured run of the workload with tmc's placement plan, in the configuration a
-    recommendation named under `verification.next_*` (or any other), on the profiled input."""
-
-    run_id: str = Field(
-        min_length=1,
-        max_length=128,
-        pattern=r"^[A-Za-z0-9._:/-]+$",
-        description="the caller's id for the run (e.g. a pod uid): posting it again is a no-op",
-    )
-    slow_ratio: float = Field(ge=0.0, le=1.0)
-    llc_ways: int = Field(ge=1, le=64)
-    seconds: float = Field(gt=0.0, le=1e9, description="wall time of the whole run")
+VerificationRunIn = MeasuredRun
 
 
 class VerificationRunOut(BaseModel):

@@ -43,6 +43,9 @@ SLOW_POOL_ANNOTATION = f"{GROUP}/slow-pool"
 SLOW_POOL_BYTES_ANNOTATION = f"{GROUP}/slow-pool-bytes"
 # What the node cannot enforce (JSON), for an operator reading `kubectl describe node`.
 AGENT_STATUS_ANNOTATION = f"{GROUP}/agent-status"
+# "true" on a pod that runs the workload's profiled input: when it succeeds, the node agent reports
+# its run time as a verification run (model/verification.py).
+VERIFICATION_RUN_ANNOTATION = f"{GROUP}/verification-run"
 
 PLACEMENT_SCHEMA = "tmc.placement/v2"
 # v1 had no per-structure plan; pods bound by an older extender still carry it.

@@ -58,6 +58,23 @@ class Observation(BaseModel):
     seconds: float = Field(gt=0.0, le=1e9, description="wall time of the whole run")
 
 
+class MeasuredRun(BaseModel):
+    """A verification run as the agent (or an operator) reports it to the service
+    (`POST /v1/workloads/{key}/verification-runs`): the workload's run with tmc's placement plan
+    in a configuration, on the profiled input."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    run_id: str = Field(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9._:/-]+$",
+        description="the caller's id for the run (e.g. a pod uid): posting it again is a no-op",
+    )
+    slow_ratio: float = Field(ge=0.0, le=1.0)
+    llc_ways: int = Field(ge=1, le=64)
+    seconds: float = Field(gt=0.0, le=1e9, description="wall time of the whole run")
+
+
 class VerifiedRatio(BaseModel):
     model_config = ConfigDict(frozen=True)
     slow_ratio: float

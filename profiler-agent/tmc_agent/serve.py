@@ -10,7 +10,8 @@ On every tiered node the agent
 3. removes what it made for pods that are gone or finished, and on every pass (so also right after
    a restart) compares what is on disk with the pods bound now: leftovers removed, missing pieces
    re-applied. Every step is idempotent, so a pass may be repeated any number of times;
-4. uploads the profiles spooled on the node to the service, when one is configured.
+4. uploads the profiles spooled on the node to the service, when one is configured, and reports
+   the run time of every succeeded pod that opted in as a verification run (`verification`).
 
 Its configuration is one `settings.AgentSettings`, read once from flags and the environment.
 """
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tmc_agent import shim, upload
+from tmc_agent import shim, upload, verification
 from tmc_agent.capacity import CapacityPatch, capacity_patch
 from tmc_agent.discover import NodeReport, discover
 from tmc_agent.host import Applied, HostApplier
@@ -39,6 +40,7 @@ class PassReport:
     applied: dict[str, Applied] = field(default_factory=dict)  # uid -> result
     bad: dict[str, str] = field(default_factory=dict)  # pod key -> why it was skipped
     removed: dict[str, list[str]] = field(default_factory=dict)  # uid -> what
+    finished: list[dict[str, Any]] = field(default_factory=list)  # opted-in pods that ended
 
 
 def _terminal(pod: dict[str, Any]) -> bool:
@@ -59,6 +61,7 @@ class Agent:
         self.report = report if report is not None else discover(config.paths)
         self.host = HostApplier(config.paths, self.report, config.plan_dir)
         self._said: dict[str, str] = {}  # what was last logged per pod: log changes only
+        self._reported: dict[str, str] = {}  # pod uid -> outcome, for runs already settled
         self._stop = threading.Event()
 
     def publish(self) -> CapacityPatch:
@@ -84,6 +87,8 @@ class Agent:
                 continue  # not a tmc pod
             key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
             if _terminal(pod) or meta.get("deletionTimestamp"):
+                if verification.wants_report(pod):
+                    out.finished.append(pod)
                 continue  # finished or going: its leftovers are removed below
             try:
                 p = parse_placement(pod)
@@ -140,7 +145,8 @@ class Agent:
                     log.exception("publishing the node's capacity failed")
                     published = False
             try:
-                self.sync()
+                report = self.sync()
+                self.report_runs(report.finished)
             except Exception:
                 log.exception("pass failed; the next one retries")
             if passes % self.config.publish_every == 0:
@@ -148,6 +154,51 @@ class Agent:
             passes += 1
             if once or self._stop.wait(self.config.interval_seconds):
                 return
+
+    def report_runs(self, finished: list[dict[str, Any]]) -> dict[str, str]:
+        """Post each succeeded opted-in pod's run time once; what the service did not answer is
+        tried again on the next pass. Returns the outcome per pod key (this pass only)."""
+        url = self.config.service_url
+        out: dict[str, str] = {}
+        if not url or not finished:
+            return out
+        try:
+            token = self.config.service_token()
+        except ValueError as exc:
+            log.warning("verification runs not reported: %s", exc)
+            return out
+        if not token:
+            log.warning("verification runs not reported: no agent token")
+            return out
+        for pod in finished:
+            meta = pod.get("metadata") or {}
+            uid = str(meta.get("uid") or "")
+            key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+            if not uid or uid in self._reported:
+                continue
+            try:
+                workload, run = verification.measured_run(pod, self.config.node_name)
+            except verification.NotARun as exc:
+                self._settle(uid, key, f"not a verification run: {exc}", out)
+                continue
+            status, body = verification.post_run(url, token, workload, run)
+            if status in (200, 201):
+                self._settle(uid, key, f"verification run of {run.seconds:.3f} s reported", out)
+            elif status is None or status in upload.RETRYABLE:
+                out[key] = f"not reported yet ({status or body[:120]}); retried next pass"
+                self._say(key, out[key], logging.WARNING)
+            else:
+                why = verification.detail(body)
+                self._settle(uid, key, f"verification run refused ({status}): {why}", out)
+        return out
+
+    def _settle(self, uid: str, key: str, outcome: str, out: dict[str, str]) -> None:
+        out[key] = outcome
+        self._reported[uid] = outcome
+        # Bounded: the oldest settled pods are long gone from the API server.
+        while len(self._reported) > 10_000:
+            self._reported.pop(next(iter(self._reported)))
+        self._say(key, outcome)
 
     def upload_spooled(self) -> list[upload.UploadResult]:
         """Profiles written on this node (a profiling Job's spool, a hostPath) go to the service

@@ -1,0 +1,114 @@
+"""Verification runs from the node: a tmc pod that ran the workload's profiled input, measured.
+
+A pod opts in with the annotation `tmc.dev/verification-run: "true"` (its owner says it runs the
+input the workload was profiled on, e.g. a Job made from deploy/examples/verify-job.yaml). When
+it has succeeded on this node in its extender placement (not a fallback), its run time is the
+span from its containers' first start to their last finish, as the kubelet recorded them. The
+agent posts it to the service once (the service is idempotent by the pod's uid, so a repeat after
+a restart is harmless); the service corrects the workload's model with it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from model.node_contract import VERIFICATION_RUN_ANNOTATION
+from model.verification import MeasuredRun
+from tmc_agent.placement import BadPlacement, parse_placement
+
+log = logging.getLogger("tmc.agent.verification")
+
+
+class NotARun(ValueError):
+    """The pod opted in but cannot count as a run; the reason says why."""
+
+
+def wants_report(pod: dict[str, Any]) -> bool:
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    return isinstance(ann, dict) and str(ann.get(VERIFICATION_RUN_ANNOTATION, "")).lower() == "true"
+
+
+def _when(value: object) -> datetime:
+    if not isinstance(value, str):
+        raise NotARun("a container has no start or finish time")
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise NotARun(f"unreadable container time {value[:40]!r}") from exc
+
+
+def measured_run(pod: dict[str, Any], node: str) -> tuple[str, MeasuredRun]:
+    """(workload, run) of a pod that opted in and succeeded here; NotARun says why not."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Succeeded":
+        raise NotARun(f"phase {status.get('phase')!r}, not Succeeded")
+    try:
+        p = parse_placement(pod)
+    except BadPlacement as exc:
+        raise NotARun(str(exc)) from exc
+    if p.node != node:
+        raise NotARun(f"placed on {p.node}, not on {node}")
+    placement = p.given
+    if placement.fallback is not None:
+        raise NotARun(f"placed by the fallback ({placement.fallback}), not by a recommendation")
+    if not placement.workload:
+        raise NotARun("the placement names no workload")
+    raw = [(c.get("state") or {}).get("terminated") for c in status.get("containerStatuses", [])]
+    states: list[dict[str, Any]] = [t for t in raw if isinstance(t, dict)]
+    if not states or len(states) != len(raw):
+        raise NotARun("not every container has terminated")
+    if any(t.get("exitCode") != 0 for t in states):
+        raise NotARun("a container exited with an error")
+    start = min(_when(t.get("startedAt")) for t in states)
+    finish = max(_when(t.get("finishedAt")) for t in states)
+    seconds = (finish - start).total_seconds()
+    try:
+        run = MeasuredRun(
+            run_id=p.uid,
+            slow_ratio=placement.configuration.slow_ratio,
+            llc_ways=placement.configuration.llc_ways,
+            seconds=seconds,
+        )
+    except ValidationError as exc:
+        raise NotARun(f"not a valid run ({seconds:.3g} s): {exc.errors()[0]['msg']}") from exc
+    return placement.workload, run
+
+
+def post_run(
+    service_url: str, token: str, workload: str, run: MeasuredRun, timeout: float = 10.0
+) -> tuple[int | None, str]:
+    """POST the run; (status, body), status None when the service did not answer."""
+    url = (
+        service_url.rstrip("/")
+        + "/v1/workloads/"
+        + urllib.parse.quote(workload, safe="")
+        + "/verification-runs"
+    )
+    req = urllib.request.Request(
+        url,
+        data=run.model_dump_json().encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return int(resp.status), resp.read(65536).decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read(65536).decode(errors="replace")
+    except (urllib.error.URLError, OSError) as exc:
+        return None, str(exc)
+
+
+def detail(body: str) -> str:
+    try:
+        return str(json.loads(body).get("detail") or body)[:200]
+    except (ValueError, AttributeError):
+        return body[:200]
