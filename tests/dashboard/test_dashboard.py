@@ -231,6 +231,13 @@ def test_every_page_renders_with_data(service: tuple[str, str], page: Page) -> N
     for tag, p in tiers.items():
         tier = "fast" if p["slow_bytes"] == 0 else "slow" if p["fast_bytes"] == 0 else "split"
         expect(plan.locator("tr", has_text=tag).locator("td").nth(2)).to_contain_text(tier)
+    # The verification runs behind it (none yet) and the run it asks for next.
+    v = decision["verification"]
+    assert v is not None and v["runs"] == 0
+    expect(page.locator("#verification")).to_contain_text("Verification runs: none yet (up to 3)")
+    expect(page.locator("#verification")).to_contain_text(
+        f"Next run: slow ratio {v['next_slow_ratio']:.1f}, {v['next_llc_ways']} ways"
+    )
     # Kept open across the page's periodic refresh, which replaces the list.
     before = page.locator("#decision-list details").first.element_handle()
     page.wait_for_function("(el) => !el.isConnected", arg=before, timeout=20_000)

@@ -280,6 +280,7 @@ function decisionDetail(full, r) {
         placement.map((p) => [p.tag, bytes(p.size_bytes), tierOf(p), bytes(p.fast_bytes), bytes(p.slow_bytes), fmt.sigFigs(p.accesses_per_instruction * 1000), fmt.sigFigs(p.hotness_per_mib * 1024 * 1000)]),
         (i) => ({ "data-tier": tierOf(placement[i]).split(" ")[0] }))
       : h("p", {}, "No tagged structures: the allocator places memory by the ratio alone."),
+    verificationOf(rec),
     table("Inputs", ["input", "value"], [
       ["id", r.id], ["bundle hash", full.bundle_hash.slice(0, 16) + "…"], ["model version", rec.model_version],
       ["price profile", rec.price_profile], ["grid", `${rec.grid} (${rec.feasible_count}/${rec.grid_size} feasible)`],
@@ -288,6 +289,21 @@ function decisionDetail(full, r) {
       ["fit", prose(`${rec.fit.path}; flags: ${rec.fit.flags.map((f) => f.code).join(", ") || "none"}`)],
     ]),
   ];
+}
+
+// What verification runs told the model, and the run it asks for next (model/verification.py).
+function verificationOf(rec) {
+  const v = rec.verification;
+  if (!v) return h("p", {}, "No verification: this objective does not use prediction intervals.");
+  const next = v.next_slow_ratio === null || v.next_slow_ratio === undefined
+    ? (v.runs >= v.budget ? `none: the budget of ${v.budget} runs is spent` : "none: the optimum's slow ratio is measured")
+    : `slow ratio ${v.next_slow_ratio.toFixed(1)}, ${v.next_llc_ways} ways (a run of the profiled input there, annotated tmc.dev/verification-run)`;
+  const runs = v.runs
+    ? table(`Verification runs: ${v.runs} of ${v.budget}, largest error ${pct(v.largest_error)}`,
+      ["slow ratio", "runs", "measured vs predicted"],
+      v.verified.map((x) => [x.slow_ratio.toFixed(1), x.runs, signedPct(x.measured_over_predicted - 1)]))
+    : h("p", {}, h("strong", {}, "Verification runs: "), `none yet (up to ${v.budget}); the prediction is the model's alone.`);
+  return h("div", { id: "verification" }, runs, h("p", {}, h("strong", {}, "Next run: "), next));
 }
 
 async function pageDecisions() {
