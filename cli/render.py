@@ -85,6 +85,19 @@ def utilization_text(u: Utilization, assumed: Sequence[str] = ()) -> str:
     return text
 
 
+def _verification_text(rec: Recommendation) -> str:
+    v = rec.verification
+    assert v is not None
+    done = (
+        f"{v.runs} of {v.budget} runs, largest error {pct(v.largest_error)}"
+        if v.runs
+        else f"none yet (up to {v.budget})"
+    )
+    if v.next_slow_ratio is None:
+        return f"{done}; no further run needed"
+    return f"{done}; next run: slow ratio {v.next_slow_ratio:.2f}, {v.next_llc_ways} ways"
+
+
 def render_recommendation(
     console: Console, rec: Recommendation, assumed: Sequence[str] = ()
 ) -> None:
@@ -113,6 +126,8 @@ def render_recommendation(
     summary.add_row("cost vs cheapest", pct(rec.chosen.cost_vs_cheapest))
     summary.add_row("packing penalty", _penalty_path(rec.chosen, rec.utilization))
     summary.add_row("utilization used", utilization_text(rec.utilization, assumed))
+    if rec.verification is not None:
+        summary.add_row("verification", _verification_text(rec))
     console.print(summary)
 
     console.print(_candidates_table("Within the threshold (lowest packing penalty first)", rec))
