@@ -41,7 +41,7 @@ from model.misscurve import FloatArray
 from model.predict import GridPrediction, Predictor
 
 MAX_OBSERVATIONS = 32
-VERIFICATION_BUDGET = 3  # runs tmc asks for, per workload and host kind
+VERIFICATION_BUDGET = 4  # runs tmc asks for, per workload profile
 # Relative standard deviation of one measured run's wall time (PMU cycle counts and wall time
 # vary by about 1 % between runs of the same input on a quiet host).
 RUN_NOISE = 0.01

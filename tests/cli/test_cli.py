@@ -27,7 +27,7 @@ def test_recommend_table(bundle: Path) -> None:
     assert "Recommended configuration" in result.output
     assert "Placement plan" in result.output
     assert "Pareto frontier" in result.output
-    assert "none yet (up to 3); next run: slow ratio" in " ".join(result.output.split())
+    assert "none yet (up to 4); next run: slow ratio" in " ".join(result.output.split())
 
 
 @pytest.mark.parametrize("bundle", EXAMPLES, ids=lambda p: p.stem)

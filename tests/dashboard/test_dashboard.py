@@ -234,7 +234,7 @@ def test_every_page_renders_with_data(service: tuple[str, str], page: Page) -> N
     # The verification runs behind it (none yet) and the run it asks for next.
     v = decision["verification"]
     assert v is not None and v["runs"] == 0
-    expect(page.locator("#verification")).to_contain_text("Verification runs: none yet (up to 3)")
+    expect(page.locator("#verification")).to_contain_text("Verification runs: none yet (up to 4)")
     expect(page.locator("#verification")).to_contain_text(
         f"Next run: slow ratio {v['next_slow_ratio']:.1f}, {v['next_llc_ways']} ways"
     )

@@ -15,6 +15,7 @@ from model.grid import paper_grid
 from model.verification import (
     MAX_OBSERVATIONS,
     RUN_NOISE,
+    VERIFICATION_BUDGET,
     Observation,
     corrected_sigma,
     correction,
@@ -51,11 +52,12 @@ def test_impossible_observations_are_refused() -> None:
 
 
 def test_the_budget_and_a_measured_optimum_end_the_runs() -> None:
+    assert VERIFICATION_BUDGET == 4
     assert next_run(None, 4)
     one = correction(RATIOS, [4], [10.0], [11.0])
     assert not next_run(one, 4) and next_run(one, 5)
-    three = correction(RATIOS, [1, 2, 3], [1.0] * 3, [1.0] * 3)
-    assert not next_run(three, 5)
+    spent = correction(RATIOS, [1, 2, 3, 6], [1.0] * 4, [1.0] * 4)
+    assert not next_run(spent, 5) and next_run(spent, 5, budget=5)
 
 
 @settings(max_examples=50, deadline=None)
