@@ -23,12 +23,16 @@ def test_quick_regime_map_writes_json_markdown_and_plot(tmp_path: Path) -> None:
     assert data["schema"] == "tmc.bench-regimes/v1" and data["quick"] is True
     assert len(data["map"]) == len(QUICK_MAP.regimes())
     for entry in data["map"]:
-        assert set(entry["policies"]) == {"es", "tmc-2.5", "tmc-2.5c"}
+        assert set(entry["policies"]) == {"es", "tmc-2.5", "tmc-2.5c", "tmc-2.5v"}
         es = entry["policies"]["es"]
         assert es["compact_vs_es"] == 0.0 and es["within_t_share"] == 1.0
         for p in entry["policies"].values():
             assert p["binding"] in {"cpu", "dram", "slow", "llc"}
             assert 0.0 <= p["within_t_share"] <= 1.0
+        # Verification runs keep every mix's decisions within T, where the model alone does not.
+        verified, confident = entry["policies"]["tmc-2.5v"], entry["policies"]["tmc-2.5c"]
+        assert verified["within_t_share_min"] >= 0.95
+        assert verified["within_t_share_min"] >= confident["within_t_share_min"]
     planning = data["planning"]
     assert planning["capacity"] and planning["rebalance"]
     for row in planning["capacity"]:
