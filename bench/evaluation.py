@@ -36,12 +36,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from bench.baselines import bayesian, exhaustive
 from model.batch import BatchRequest, Machines, solve
 from model.fit import PenaltyChoice, fit
-from model.grid import paper_grid
+from model.grid import Grid, paper_grid
 from model.predict import Predictor
 from model.pricing import DEFAULT_PRICE_PROFILE, PriceProfile
-from model.recommend import price_grid
+from model.recommend import price_grid, recommend
 from model.resources import GIB, MachineShape, split_memory
 from model.select import algorithm1
+from model.verification import RUN_NOISE, Observation
 from sim.catalog import MIXED_PARALLELISM, TABLE5, workload
 from sim.cluster import (
     PAPER_ARCHITECTURES,
@@ -218,6 +219,7 @@ def study_workload(
     chosen: dict[str, list[tuple[float, int]]] = {c: [] for c in choices}
     taken: dict[str, str] = {}
     errors: dict[str, tuple[float, float, float]] = {}
+    verified: list[Verified] = []
     for s in range(profile_seeds):
         bundle = reference_bundle(w, host, NoiseSpec(), seed=100 + s)
         tmc_runs_s.append(sum(run.wall_seconds for run in bundle.runs))
@@ -262,6 +264,10 @@ def study_workload(
                 chosen_seconds = run_many(prep, [(r, k, predictor.placement(r, k))])[0].wall_seconds
             costs[choice].append(float(hourly[sel.chosen]) * chosen_seconds / 3600.0)
             chosen[choice].append((r, k))
+            if choice == "auto":
+                verified.append(
+                    verified_choice(predictor, prices, grid, machine, prep, hourly, seed=s)
+                )
     for choice in choices:
         mape_c, max_c, mar_c = errors[choice]
         paths["per_structure" if choice == "auto" else "paper"] = {
@@ -297,6 +303,14 @@ def study_workload(
             "runs": 3,
             "run_seconds": float(np.mean(tmc_runs_s)),
         },
+        "tmc_verified": {
+            "configs": [list(v.config) for v in verified],
+            "cost_vs_es": float(np.mean([v.cost for v in verified])) / es_cost - 1.0,
+            "cost_vs_es_max": float(np.max([v.cost for v in verified])) / es_cost - 1.0,
+            "runs": 3 + float(np.mean([v.runs for v in verified])),
+            "run_seconds": float(np.mean(tmc_runs_s))
+            + float(np.mean([v.run_seconds for v in verified])),
+        },
         "bo": {
             "cost_vs_es": float(np.mean([cost[b.chosen] for b in bo])) / es_cost - 1.0,
             "runs": float(np.mean([b.runs for b in bo])),
@@ -320,6 +334,62 @@ def study_workload(
         slow_bytes=slow,
         ways=way_col,
         report=report,
+    )
+
+
+@dataclass(frozen=True)
+class Verified:
+    config: tuple[float, int]
+    cost: float  # true cost of the final choice, tmc's placement
+    runs: int
+    run_seconds: float
+
+
+def verified_choice(
+    predictor: Predictor,
+    prices: PriceProfile,
+    grid: Grid,
+    machine: MachineShape,
+    prep: Any,
+    hourly: FloatArray,
+    seed: int,
+) -> Verified:
+    """tmc with verification runs (`model.verification`), idle cluster, T = 0: run the workload
+    where each recommendation asks (the simulated time of tmc's placement there, with one run's
+    noise), until it asks for nothing more; the true cost of the final choice."""
+    rng = np.random.default_rng(1000 + seed)
+    observations: list[Observation] = []
+    spent = 0.0
+
+    def run(r: float, k: int) -> float:
+        return float(run_many(prep, [(r, k, predictor.placement(r, k))])[0].wall_seconds)
+
+    while True:
+        rec = recommend(
+            predictor,
+            machine=machine,
+            prices=prices,
+            grid=grid,
+            threshold=0.0,
+            observations=observations,
+        )
+        v = rec.verification
+        if v is None or v.next_slow_ratio is None or v.next_llc_ways is None:
+            break
+        seconds = run(v.next_slow_ratio, v.next_llc_ways) * (
+            1.0 + RUN_NOISE * rng.standard_normal()
+        )
+        spent += seconds
+        observations.append(
+            Observation(slow_ratio=v.next_slow_ratio, llc_ways=v.next_llc_ways, seconds=seconds)
+        )
+    c = rec.chosen.configuration
+    i = grid.slow_ratios.index(c.slow_ratio) * len(grid.llc_ways) + grid.llc_ways.index(c.llc_ways)
+    return Verified(
+        (c.slow_ratio, c.llc_ways),
+        float(hourly[i]) * run(c.slow_ratio, c.llc_ways) / 3600.0,
+        len(observations),
+        spent,
     )
 
 
@@ -772,6 +842,7 @@ def summarise(results: dict[str, Any], main_arch: str) -> dict[str, Any]:
     tmc_cost = float(np.mean([w["tmc"]["cost_vs_es"] for w in local]))
     bo_cost = float(np.mean([w["bo"]["cost_vs_es"] for w in local]))
     tmc_runs = float(np.mean([w["tmc"]["runs"] for w in local]))
+    verified = [w["tmc_verified"] for w in local if "tmc_verified" in w]
     bo_runs = float(np.mean([w["bo"]["runs"] for w in local]))
     es_runs = float(np.mean([w["es"]["runs"] for w in local]))
     rows = results["cluster"]
@@ -799,6 +870,13 @@ def summarise(results: dict[str, Any], main_arch: str) -> dict[str, Any]:
         "es_runs": es_runs,
         "search_es_over_tmc": es_runs / tmc_runs,
         "search_bo_over_tmc": bo_runs / tmc_runs,
+        "tmc_verified_cost_vs_es": float(np.mean([v["cost_vs_es"] for v in verified]))
+        if verified
+        else None,
+        "tmc_verified_cost_vs_es_max": float(np.max([v["cost_vs_es_max"] for v in verified]))
+        if verified
+        else None,
+        "tmc_verified_runs": float(np.mean([v["runs"] for v in verified])) if verified else None,
         "cluster": cluster,
         "targets": {
             "cost_within_2pct": tmc_cost <= 0.02,
