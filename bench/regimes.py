@@ -20,7 +20,8 @@ exhaustive search's, and the binding resource (highest mean utilization at the c
 Policies: `es` (the true cost optimum, oracle placement), `tmc-2.5` (the paper's Algorithm 1 on
 predicted costs), `tmc-2.5c` (`model.select.confident_algorithm1` with the model's prediction
 intervals, `model.confidence`, at the confidence level learnt for each workload on the *other*
-workloads: `calibrate_confidence`). tmc's VMs run with tmc's own placement plan; every cost and
+workloads: `calibrate_confidence`), `tmc-2.5v` (the same after verification runs,
+`model.verification`: `verified`). tmc's VMs run with tmc's own placement plan; every cost and
 duration is the simulator's. Per regime the map also gives the model floor: the share of
 decisions for workloads whose cheapest predicted configuration is already more than T over the
 true optimum (`model_floor`).
@@ -378,6 +379,21 @@ def verified(
         fix = correction(ratios, rows, predicted, measured)
 
 
+def verification_runs(
+    studies: dict[str, list[Study]], regimes: Sequence[Regime], levels: dict[str, float]
+) -> dict[str, float]:
+    """Per regime, the mean number of verification runs a workload takes (policy tmc-2.5v)."""
+    out = {}
+    for r in regimes:
+        prices = regime_prices(r)
+        runs = [
+            verified(s, hourly(s, prices), NormalDist().inv_cdf(levels[s.name]), r)[2]
+            for s in studies.get(r.shape, [])
+        ]
+        out[r.key] = float(np.mean(runs)) if runs else 0.0
+    return out
+
+
 def _classic(pred: FloatArray, ok: NDArray[np.bool_], frac: FloatArray) -> Callable[..., int]:
     def choose(u: FloatArray) -> int:
         sel = algorithm1(pred, pred, ok, frac, u, THRESHOLD)
@@ -541,6 +557,7 @@ def run_map(
         "rows": rows,
         "confidence": levels,
         "calibration": calibration_table(studies, regimes, levels),
+        "verification_runs": verification_runs(studies, regimes, levels),
         "duration_seconds": {"studies": t_studies, "total": time.monotonic() - started},
     }
     results["map"] = summarise(rows, regimes)
