@@ -124,7 +124,9 @@ def _plot(entries: list[dict[str, Any]], path: Path, t: float) -> None:
         for e in entries
     }
     fig, axes = plt.subplots(
-        len(PLOTTED), 1, figsize=(1.35 * len(cols) + 2.6, 1.0 * len(rows) * len(PLOTTED) + 1.8)
+        len(PLOTTED),
+        1,
+        figsize=(1.35 * len(cols) + 2.6, (1.0 * len(rows) + 0.7) * len(PLOTTED) + 1.2),
     )
     axes = np.atleast_1d(axes)
     for ax, (policy, title) in zip(axes, PLOTTED, strict=True):
@@ -155,8 +157,7 @@ def _plot(entries: list[dict[str, Any]], path: Path, t: float) -> None:
         ax.set_yticks(range(len(rows)))
         ax.set_yticklabels([f"{sh}\n{life} lifetime" for sh, life in rows], fontsize=8)
         ax.set_title(
-            f"{title}: cluster size vs exhaustive search (green = smaller), true cost $;"
-            " ✗ = over T (mean, or in > 5 % of decisions)",
+            f"{title}\ncluster size vs ES (green = smaller), true cost $; ✗ = over T",
             fontsize=9,
         )
     fig.tight_layout()
