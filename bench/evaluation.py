@@ -50,7 +50,7 @@ from sim.cluster import (
     Menu,
     Placer,
     architecture,
-    compact_size,
+    compact_run,
     online_placer,
     poisson_arrivals,
     run_cluster,
@@ -489,8 +489,7 @@ def compact(
 
         # Upper bound: every VM present at once needs at most its own machine's CPU share.
         upper = max(4, int(settings.concurrency * 1.5 / 2))
-        n = compact_size(lambda k: simulate(k, True).rejected == 0, upper=upper)
-        run = simulate(n, False)
+        n, run = compact_run(simulate, upper=upper)
         placed = run.options >= 0
         per_vm = [
             float(policy.costs[int(w)][int(o)])

@@ -57,7 +57,7 @@ from sim.cluster import (
     Architecture,
     Menu,
     architecture,
-    compact_size,
+    compact_run,
     online_placer,
     poisson_arrivals,
     run_cluster,
@@ -381,9 +381,7 @@ def _compact_job(job: tuple[Regime, tuple[int, ...], str]) -> dict[str, Any]:
                 stop_on_reject=stop,
             )
 
-        upper = max(4, int(settings.concurrency))
-        n = compact_size(lambda k: simulate(k, True).rejected == 0, upper=upper)
-        run = simulate(n, False)
+        n, run = compact_run(simulate, upper=max(4, int(settings.concurrency)))
         placed = run.options >= 0
         ws = arrivals_w = arr.workloads[placed]
         opts = run.options[placed]

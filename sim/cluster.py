@@ -337,3 +337,23 @@ def compact_size(fits: Callable[[int], bool], upper: int, lower: int = 1) -> int
         else:
             lo = mid
     return hi
+
+
+def compact_run(
+    simulate: Callable[[int, bool], ClusterRun], upper: int, lower: int = 1
+) -> tuple[int, ClusterRun]:
+    """`compact_size` over `simulate(machines, stop_on_reject)`, and the whole run at that size.
+
+    A run without a rejection never stops early, so the probe that found the compact size to
+    fit is already that run: it is kept rather than replayed."""
+    last: dict[int, ClusterRun] = {}
+
+    def fits(k: int) -> bool:
+        run = simulate(k, True)
+        if run.rejected == 0:
+            last.clear()
+            last[k] = run
+        return run.rejected == 0
+
+    n = compact_size(fits, upper=upper, lower=lower)
+    return n, last[n] if n in last else simulate(n, False)

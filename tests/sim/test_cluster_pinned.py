@@ -15,6 +15,7 @@ from sim.cluster import (
     Menu,
     Placer,
     architecture,
+    compact_run,
     compact_size,
     online_placer,
     poisson_arrivals,
@@ -94,3 +95,17 @@ def test_compaction_is_pinned() -> None:
         return run_cluster(a, n, arrivals, menus, _policy(menus), order_seed=4).rejected == 0
 
     assert compact_size(fits, upper=40) == 29
+
+
+def test_compact_run_keeps_the_probe_that_fit() -> None:
+    menus = _menus()
+    a = architecture(24, "128L")
+    arrivals = poisson_arrivals(800, (0, 1, 2, 3), 0.35, seed=4)
+
+    def simulate(n: int, stop: bool) -> ClusterRun:
+        return run_cluster(a, n, arrivals, menus, _policy(menus), order_seed=4, stop_on_reject=stop)
+
+    n, run = compact_run(simulate, upper=40)
+    again = simulate(n, False)
+    assert n == 29 and run.rejected == 0
+    assert _digest(run) == _digest(again)
