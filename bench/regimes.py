@@ -497,7 +497,9 @@ def run_map(
         say("regime map: capacity planner and rebalancer against greedy")
         from bench.planning import run_planning  # noqa: PLC0415
 
-        results["planning"] = run_planning(studies, out_dir, settings.quick, stem)
+        results["planning"] = run_planning(
+            studies, out_dir, settings.quick, stem, settings.processes
+        )
     results["duration_seconds"]["total"] = time.monotonic() - started
     (out_dir / f"{stem}.json").write_text(json.dumps(results, indent=1, default=_json))
     from bench.regimes_report import write_regime_report  # noqa: PLC0415 (matplotlib)
