@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from bench.study_cache import cached
 from model.confidence import DEFAULT_CONFIDENCE, prediction_interval
 from model.fit import fit
 from model.grid import paper_grid
@@ -423,7 +424,10 @@ def _arch(name: str) -> Architecture:
 def _study_job(job: tuple[str, str]) -> tuple[str, Study]:
     name, shape = job
     settings: MapSettings = _CONTEXT["settings"]
-    return shape, study(name, shape, settings.trace_accesses)
+    parts = ("regimes", workload(name).model_dump_json(), shape, str(settings.trace_accesses))
+    return shape, cached(
+        _CONTEXT.get("cache"), parts, lambda: study(name, shape, settings.trace_accesses)
+    )
 
 
 def _pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], processes: int) -> list[Any]:
@@ -435,10 +439,16 @@ def _pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], processes: int) -> 
 
 
 def run_map(
-    settings: MapSettings, out_dir: Path, progress: Callable[[str], None] | None = None
+    settings: MapSettings,
+    out_dir: Path,
+    progress: Callable[[str], None] | None = None,
+    cache: Path | None = None,
 ) -> dict[str, Any]:
+    """The regime map; with `cache`, per-workload studies are read from (and written to) that
+    folder (`bench.study_cache`), and the JSON says so."""
     started = time.monotonic()
     _CONTEXT["settings"] = settings
+    _CONTEXT["cache"] = cache
     say = progress or (lambda _: None)
     say("regime map: per-workload ground truth and fits")
     jobs = [(n, sh) for sh in settings.shapes for n in settings.workloads]
@@ -472,6 +482,7 @@ def run_map(
         "quick": settings.quick,
         "settings": {k: v for k, v in settings.__dict__.items()},
         "threshold": THRESHOLD,
+        "study_cache": None if cache is None else str(cache),
         "workloads": {
             sh: [
                 {
