@@ -629,6 +629,7 @@ def run_benchmark(
         for job in jobs:
             cluster.append(_cluster_job(job))
             step()
+    t_cluster = time.monotonic() - started - t_workloads
     order = {(j[0].name, tuple(names[i] for i in j[1]), j[2]): k for k, j in enumerate(jobs)}
     cluster.sort(key=lambda r: order[(r["architecture"], tuple(r["mix"]), r["policy"])])
 
@@ -643,6 +644,7 @@ def run_benchmark(
         "cluster": cluster,
         "duration_seconds": {
             "workloads": t_workloads,
+            "cluster": t_cluster,
             "total": time.monotonic() - started,
         },
     }

@@ -461,6 +461,7 @@ def run_map(
     regimes = settings.regimes()
     levels = calibrate_confidence(studies, regimes)
     _CONTEXT["confidence"] = levels
+    t_calibration = time.monotonic() - started - t_studies
     say(f"regime map: confidence per held-out workload {levels}")
 
     n = len(settings.workloads)
@@ -476,7 +477,9 @@ def run_map(
         if not (p == "es" and r.lifetime != "run" and _run_twin(r) in keys)
     ]
     say(f"regime map: {len(cjobs)} compactions")
+    t0 = time.monotonic()
     rows = _pool_map(_compact_job, cjobs, settings.processes)
+    t_compactions = time.monotonic() - t0
     results: dict[str, Any] = {
         "schema": "tmc.bench-regimes/v1",
         "quick": settings.quick,
@@ -497,7 +500,12 @@ def run_map(
         "rows": rows,
         "confidence": levels,
         "calibration": calibration_table(studies, regimes, levels),
-        "duration_seconds": {"studies": t_studies, "total": time.monotonic() - started},
+        "duration_seconds": {
+            "studies": t_studies,
+            "calibration": t_calibration,
+            "compactions": t_compactions,
+            "total": time.monotonic() - started,
+        },
     }
     results["map"] = summarise(rows, regimes)
     # A folder of its own beside the evaluation's files.
