@@ -25,6 +25,14 @@ def bench(
     reduced: Annotated[
         bool, typer.Option("--reduced", help="Regime map: the ten committed regimes, one seed.")
     ] = False,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache",
+            help="Folder of per-workload studies kept between runs (keyed by workload, host,"
+            " seeds and code); off by default.",
+        ),
+    ] = None,
 ) -> None:
     """Reproduce the paper's evaluation (§4) against the simulator: per-workload cost and search
     cost, compact cluster size per mix and architecture; writes evaluation[-quick].{json,md,png},
@@ -39,13 +47,13 @@ def bench(
         from bench.regimes import FULL_MAP, QUICK_MAP, REDUCED_MAP, run_map  # noqa: PLC0415
 
         chosen = QUICK_MAP if quick else REDUCED_MAP if reduced else FULL_MAP
-        regimes = run_map(chosen, out, Console().print)
+        regimes = run_map(chosen, out, Console().print, cache)
         Console().print(f"regime map: {regimes['duration_seconds']['total']:.0f} s")
         if part == "regimes":
             return
     settings = QUICK if quick else FULL
     with progress_bar() as progress:
-        results = run_benchmark(settings, out, progress)
+        results = run_benchmark(settings, out, progress, cache)
     s = results["summary"]
     Console().print(
         f"tmc cost vs ES {100 * s['tmc_cost_vs_es']:+.1f} %, BO {100 * s['bo_cost_vs_es']:+.1f} %; "

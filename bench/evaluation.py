@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench.baselines import bayesian, exhaustive
+from bench.study_cache import cached
 from model.batch import BatchRequest, Machines, solve
 from model.fit import PenaltyChoice, fit
 from model.grid import Grid, paper_grid
@@ -51,7 +52,7 @@ from sim.cluster import (
     Menu,
     Placer,
     architecture,
-    compact_size,
+    compact_run,
     online_placer,
     poisson_arrivals,
     run_cluster,
@@ -559,8 +560,7 @@ def compact(
 
         # Upper bound: every VM present at once needs at most its own machine's CPU share.
         upper = max(4, int(settings.concurrency * 1.5 / 2))
-        n = compact_size(lambda k: simulate(k, True).rejected == 0, upper=upper)
-        run = simulate(n, False)
+        n, run = compact_run(simulate, upper=upper)
         placed = run.options >= 0
         per_vm = [
             float(policy.costs[int(w)][int(o)])
@@ -594,6 +594,7 @@ def build_policies(
 # -- the whole benchmark ------------------------------------------------------------------------
 
 _JOB_CONTEXT: dict[str, tuple[dict[str, list[WorkloadData]], list[str], Settings]] = {}
+_CACHE: dict[str, Path | None] = {}
 
 
 def _cluster_job(job: tuple[Architecture, tuple[int, ...], str, int]) -> dict[str, Any]:
@@ -616,9 +617,15 @@ def _cluster_job(job: tuple[Architecture, tuple[int, ...], str, int]) -> dict[st
 
 
 def run_benchmark(
-    settings: Settings, out_dir: Path, progress: Progress | None = None
+    settings: Settings,
+    out_dir: Path,
+    progress: Progress | None = None,
+    cache: Path | None = None,
 ) -> dict[str, Any]:
+    """The whole evaluation; with `cache`, per-workload studies are read from (and written to)
+    that folder (`bench.study_cache`), and the JSON says so."""
     started = time.monotonic()
+    _CACHE["folder"] = cache
     prices = DEFAULT_PRICE_PROFILE
     names = list(settings.workloads)
     archs = [architecture(int(a.split("G-")[0]), a.split("G-")[1]) for a in settings.architectures]
@@ -692,6 +699,7 @@ def run_benchmark(
         for job in jobs:
             cluster.append(_cluster_job(job))
             step()
+    t_cluster = time.monotonic() - started - t_workloads
     order = {(j[0].name, tuple(names[i] for i in j[1]), j[2]): k for k, j in enumerate(jobs)}
     cluster.sort(key=lambda r: order[(r["architecture"], tuple(r["mix"]), r["policy"])])
 
@@ -700,11 +708,13 @@ def run_benchmark(
         "quick": settings.quick,
         "settings": {k: v for k, v in settings.__dict__.items()},
         "price_profile": prices.key,
+        "study_cache": None if cache is None else str(cache),
         "workloads": {kind: [d.report for d in ds] for kind, ds in data.items()},
         "paths": paths,
         "cluster": cluster,
         "duration_seconds": {
             "workloads": t_workloads,
+            "cluster": t_cluster,
             "total": time.monotonic() - started,
         },
     }
@@ -739,7 +749,19 @@ def _study_job(job: tuple[str, str, int, int]) -> tuple[tuple[str, str], Workloa
     kind, name, seeds, bo = job
     settings = _JOB_CONTEXT["study"][2]
     w = _trim(workload(name), settings.trace_accesses)
-    return (kind, name), study_workload(w, _hosts()[kind], DEFAULT_PRICE_PROFILE, seeds, bo)
+    host = _hosts()[kind]
+    parts = (
+        "evaluation",
+        w.model_dump_json(),
+        host.model_dump_json(),
+        repr(DEFAULT_PRICE_PROFILE),
+        f"{seeds} {bo}",
+    )
+    return (kind, name), cached(
+        _CACHE.get("folder"),
+        parts,
+        lambda: study_workload(w, host, DEFAULT_PRICE_PROFILE, seeds, bo),
+    )
 
 
 def _map(fn: Callable[[Any], Any], jobs: Sequence[Any], processes: int) -> Iterator[Any]:

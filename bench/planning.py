@@ -22,13 +22,14 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
-from bench.regimes import Regime, Study, hourly
+from bench.regimes import Regime, Study, _pool_map, hourly
 from model.confidence import DEFAULT_CONFIDENCE
 from model.packing import best_fit_run, run_mask
 from model.planner import (
@@ -240,6 +241,20 @@ def _pattern_size(
     return float(np.percentile(sizes, 90))
 
 
+def capacity_jobs(
+    studies: dict[str, list[Study]], mix_stride: int, regimes: Sequence[Regime] = REGIMES
+) -> list[tuple[Regime, tuple[int, ...]]]:
+    """The (regime, mix) pairs the capacity study plans for."""
+    jobs = []
+    for regime in regimes:
+        sts = studies.get(regime.shape)
+        if not sts:
+            continue
+        for mix in list(itertools.combinations(range(len(sts)), min(4, len(sts))))[::mix_stride]:
+            jobs.append((regime, mix))
+    return jobs
+
+
 def capacity_study(
     studies: dict[str, list[Study]],
     arrivals: int,
@@ -248,84 +263,83 @@ def capacity_study(
     mix_stride: int,
     regimes: Sequence[Regime] = REGIMES,
 ) -> list[dict[str, Any]]:
-    rows = []
+    return [
+        capacity_row(studies[regime.shape], regime, mix, arrivals, seeds, concurrency)
+        for regime, mix in capacity_jobs(studies, mix_stride, regimes)
+    ]
+
+
+def capacity_row(
+    sts: Sequence[Study],
+    regime: Regime,
+    mix: tuple[int, ...],
+    arrivals: int,
+    seeds: int,
+    concurrency: float,
+) -> dict[str, Any]:
+    """One mix in one regime: the planner against greedy, both checked against simulation."""
     kind = MachineKind("24G-128L")
-    for regime in regimes:
-        sts = studies.get(regime.shape)
-        if not sts:
-            continue
-        mixes = list(itertools.combinations(range(len(sts)), min(4, len(sts))))[::mix_stride]
-        prices = price_profile(
-            regime.source, llc_area_share=regime.llc_share, slow_to_dram=regime.slow_to_dram
-        )
-        for mix in mixes:
-            es_idx = [int(np.argmin(hourly(sts[i], prices) * sts[i].truth_seconds)) for i in mix]
-            es_seconds = float(
-                np.mean([sts[i].truth_seconds[k] for i, k in zip(mix, es_idx, strict=True)])
-            )
-            rate = concurrency / es_seconds  # per second, as in the cluster study
-            classes, idxs = _classes(sts, mix, regime, rate * 3600.0)
-            t0 = time.monotonic()
-            plan = plan_kind(classes, kind, prices, time_limit_seconds=PLAN_SECONDS)
-            plan_s = time.monotonic() - t0
-            shares = []
-            for c in classes:
-                x = np.asarray(plan.mix[c.name])
-                shares.append(x / x.sum())
-            greedy_shares = []
-            for c in classes:
-                g = np.zeros(len(c.options))
-                g[int(np.argmin([o.cost for o in c.options]))] = 1.0
-                greedy_shares.append(g)
-            planned_sim = _simulated_size(sts, mix, idxs, shares, rate, arrivals, seeds)
-            greedy_sim = _simulated_size(sts, mix, idxs, greedy_shares, rate, arrivals, seeds)
-            # The same arrivals placed following each plan's machines.
-            by_name = {c.name: (ci, c) for ci, c in enumerate(classes)}
-            planned_patterns = []
-            for m in plan.machines_content:
-                pattern = []
-                for key, count in m.items():
-                    name, oi = key.rsplit("#", 1)
-                    ci, _ = by_name[name]
-                    pattern += [(mix[ci], int(idxs[ci][int(oi)]))] * count
-                planned_patterns.append(pattern)
-            greedy_content = greedy_plan(classes, kind, 1.0, 0.95) or []
-            greedy_patterns = [
-                [(mix[ci], int(idxs[ci][oi])) for ci, oi in m] for m in greedy_content
-            ]
-            planned_follow = _pattern_size(sts, mix, planned_patterns, rate, arrivals, seeds)
-            greedy_follow = _pattern_size(sts, mix, greedy_patterns, rate, arrivals, seeds)
-            best_kind = plan_capacity(
-                classes, paper_machine_kinds(), prices, time_limit_seconds=1.0
-            ).best
-            # The plan's true cost per VM against exhaustive search's, on the plan's mix.
-            true_cost = []
-            for i, within, sh in zip(mix, idxs, shares, strict=True):
-                s = sts[i]
-                h = hourly(s, prices)
-                es = float((h * s.truth_seconds).min())
-                true_cost.append(float(np.dot(sh, h[within] * s.tmc_seconds[within])) / es)
-            rows.append(
-                {
-                    "regime": regime.key,
-                    "mix": [sts[i].name for i in mix],
-                    "planned_machines": plan.machines,
-                    "greedy_machines": plan.greedy_machines,
-                    "planned_simulated": planned_sim,
-                    "greedy_simulated": greedy_sim,
-                    "planned_followed": planned_follow,
-                    "greedy_followed": greedy_follow,
-                    "binding": plan.binding,
-                    "status": plan.status,
-                    "note": plan.note,
-                    "lower_bound": plan.lower_bound,
-                    "plan_seconds": plan_s,
-                    "planned_cost_vs_es": float(np.mean(true_cost)) - 1.0,
-                    "best_kind": best_kind.kind,
-                    "best_kind_machines": best_kind.machines,
-                }
-            )
-    return rows
+    prices = price_profile(
+        regime.source, llc_area_share=regime.llc_share, slow_to_dram=regime.slow_to_dram
+    )
+    es_idx = [int(np.argmin(hourly(sts[i], prices) * sts[i].truth_seconds)) for i in mix]
+    es_seconds = float(np.mean([sts[i].truth_seconds[k] for i, k in zip(mix, es_idx, strict=True)]))
+    rate = concurrency / es_seconds  # per second, as in the cluster study
+    classes, idxs = _classes(sts, mix, regime, rate * 3600.0)
+    t0 = time.monotonic()
+    plan = plan_kind(classes, kind, prices, time_limit_seconds=PLAN_SECONDS)
+    plan_s = time.monotonic() - t0
+    shares = []
+    for c in classes:
+        x = np.asarray(plan.mix[c.name])
+        shares.append(x / x.sum())
+    greedy_shares = []
+    for c in classes:
+        g = np.zeros(len(c.options))
+        g[int(np.argmin([o.cost for o in c.options]))] = 1.0
+        greedy_shares.append(g)
+    planned_sim = _simulated_size(sts, mix, idxs, shares, rate, arrivals, seeds)
+    greedy_sim = _simulated_size(sts, mix, idxs, greedy_shares, rate, arrivals, seeds)
+    # The same arrivals placed following each plan's machines.
+    by_name = {c.name: (ci, c) for ci, c in enumerate(classes)}
+    planned_patterns = []
+    for m in plan.machines_content:
+        pattern = []
+        for key, count in m.items():
+            name, oi = key.rsplit("#", 1)
+            ci, _ = by_name[name]
+            pattern += [(mix[ci], int(idxs[ci][int(oi)]))] * count
+        planned_patterns.append(pattern)
+    greedy_content = greedy_plan(classes, kind, 1.0, 0.95) or []
+    greedy_patterns = [[(mix[ci], int(idxs[ci][oi])) for ci, oi in m] for m in greedy_content]
+    planned_follow = _pattern_size(sts, mix, planned_patterns, rate, arrivals, seeds)
+    greedy_follow = _pattern_size(sts, mix, greedy_patterns, rate, arrivals, seeds)
+    best_kind = plan_capacity(classes, paper_machine_kinds(), prices, time_limit_seconds=1.0).best
+    # The plan's true cost per VM against exhaustive search's, on the plan's mix.
+    true_cost = []
+    for i, within, sh in zip(mix, idxs, shares, strict=True):
+        s = sts[i]
+        h = hourly(s, prices)
+        es = float((h * s.truth_seconds).min())
+        true_cost.append(float(np.dot(sh, h[within] * s.tmc_seconds[within])) / es)
+    return {
+        "regime": regime.key,
+        "mix": [sts[i].name for i in mix],
+        "planned_machines": plan.machines,
+        "greedy_machines": plan.greedy_machines,
+        "planned_simulated": planned_sim,
+        "greedy_simulated": greedy_sim,
+        "planned_followed": planned_follow,
+        "greedy_followed": greedy_follow,
+        "binding": plan.binding,
+        "status": plan.status,
+        "note": plan.note,
+        "lower_bound": plan.lower_bound,
+        "plan_seconds": plan_s,
+        "planned_cost_vs_es": float(np.mean(true_cost)) - 1.0,
+        "best_kind": best_kind.kind,
+        "best_kind_machines": best_kind.machines,
+    }
 
 
 def live_cluster(
@@ -385,37 +399,56 @@ def live_cluster(
     return nodes, pods
 
 
-def rebalance_study(
-    studies: dict[str, list[Study]], snapshots: int, machines: int, time_limit: float
-) -> list[dict[str, Any]]:
-    rows = []
+def rebalance_jobs(
+    studies: dict[str, list[Study]], snapshots: int
+) -> list[tuple[Regime, tuple[int, ...], int]]:
+    """The (regime, mix, snapshot seed) live clusters the rebalancer plans moves on."""
+    jobs = []
     for regime in (REGIMES[2], REGIMES[0]):
         sts = studies.get(regime.shape)
         if not sts:
             continue
         mix = tuple(range(min(4, len(sts))))
-        for seed in range(snapshots):
-            nodes, pods = live_cluster(sts, mix, regime, machines, 600, seed)
-            t0 = time.monotonic()
-            plan = rebalance(nodes, pods, time_limit_seconds=time_limit)
-            solve_s = time.monotonic() - t0
-            greedy = greedy_rebalance(nodes, pods)
-            rows.append(
-                {
-                    "regime": regime.key,
-                    "snapshot": seed,
-                    "pods": len(pods),
-                    "in_use": plan.nodes_before,
-                    "cp_sat_after": plan.nodes_after,
-                    "cp_sat_moves": len(plan.moves),
-                    "cp_sat_remaps": len(plan.remaps),
-                    "cp_sat_status": plan.status,
-                    "cp_sat_seconds": solve_s,
-                    "greedy_after": greedy.nodes_after,
-                    "greedy_moves": len(greedy.moves),
-                }
-            )
-    return rows
+        jobs += [(regime, mix, seed) for seed in range(snapshots)]
+    return jobs
+
+
+def rebalance_study(
+    studies: dict[str, list[Study]], snapshots: int, machines: int, time_limit: float
+) -> list[dict[str, Any]]:
+    return [
+        rebalance_row(studies[regime.shape], regime, mix, seed, machines, time_limit)
+        for regime, mix, seed in rebalance_jobs(studies, snapshots)
+    ]
+
+
+def rebalance_row(
+    sts: Sequence[Study],
+    regime: Regime,
+    mix: tuple[int, ...],
+    seed: int,
+    machines: int,
+    time_limit: float,
+) -> dict[str, Any]:
+    """One live cluster: CP-SAT's moves against the greedy drain's."""
+    nodes, pods = live_cluster(sts, mix, regime, machines, 600, seed)
+    t0 = time.monotonic()
+    plan = rebalance(nodes, pods, time_limit_seconds=time_limit)
+    solve_s = time.monotonic() - t0
+    greedy = greedy_rebalance(nodes, pods)
+    return {
+        "regime": regime.key,
+        "snapshot": seed,
+        "pods": len(pods),
+        "in_use": plan.nodes_before,
+        "cp_sat_after": plan.nodes_after,
+        "cp_sat_moves": len(plan.moves),
+        "cp_sat_remaps": len(plan.remaps),
+        "cp_sat_status": plan.status,
+        "cp_sat_seconds": solve_s,
+        "greedy_after": greedy.nodes_after,
+        "greedy_moves": len(greedy.moves),
+    }
 
 
 def planning_markdown(capacity: list[dict[str, Any]], moves: list[dict[str, Any]]) -> str:
@@ -467,18 +500,57 @@ def planning_markdown(capacity: list[dict[str, Any]], moves: list[dict[str, Any]
     return "\n".join(lines)
 
 
-def run_planning(
-    studies: dict[str, list[Study]], out_dir: Path, quick: bool, stem: str
-) -> dict[str, Any]:
-    started = time.monotonic()
-    if quick:
-        capacity = capacity_study(
-            studies, arrivals=300, seeds=1, concurrency=30.0, mix_stride=100, regimes=REGIMES[:1]
+@dataclass(frozen=True)
+class PlanningSettings:
+    arrivals: int
+    seeds: int
+    concurrency: float
+    mix_stride: int
+    regimes: tuple[Regime, ...]
+    snapshots: int
+    machines: int
+    rebalance_seconds: float
+
+
+FULL_PLANNING = PlanningSettings(1200, 1, 120.0, 5, REGIMES, 2, 30, 10.0)
+QUICK_PLANNING = PlanningSettings(300, 1, 30.0, 100, REGIMES[:1], 1, 8, 2.0)
+
+_CONTEXT: dict[str, Any] = {}
+
+
+def _planning_job(job: tuple[str, tuple[Any, ...]]) -> dict[str, Any]:
+    what, args = job
+    studies: dict[str, list[Study]] = _CONTEXT["studies"]
+    p: PlanningSettings = _CONTEXT["settings"]
+    if what == "rebalance":
+        regime, mix, seed = args
+        return rebalance_row(
+            studies[regime.shape], regime, mix, seed, p.machines, p.rebalance_seconds
         )
-        moves = rebalance_study(studies, snapshots=1, machines=8, time_limit=2.0)
-    else:
-        capacity = capacity_study(studies, arrivals=1200, seeds=1, concurrency=120.0, mix_stride=5)
-        moves = rebalance_study(studies, snapshots=2, machines=30, time_limit=10.0)
+    regime, mix = args
+    return capacity_row(studies[regime.shape], regime, mix, p.arrivals, p.seeds, p.concurrency)
+
+
+def run_planning(
+    studies: dict[str, list[Study]],
+    out_dir: Path,
+    quick: bool,
+    stem: str,
+    processes: int = 1,
+) -> dict[str, Any]:
+    """Both studies; their rows are independent, so they run in `processes` processes, the
+    rebalancer's (each a fixed CP-SAT time limit) first so that the pool does not idle at the
+    end."""
+    started = time.monotonic()
+    p = QUICK_PLANNING if quick else FULL_PLANNING
+    moves_jobs = rebalance_jobs(studies, p.snapshots)
+    cap_jobs = capacity_jobs(studies, p.mix_stride, p.regimes)
+    jobs: list[tuple[str, tuple[Any, ...]]] = [("rebalance", j) for j in moves_jobs]
+    jobs += [("capacity", j) for j in cap_jobs]
+    _CONTEXT["studies"] = studies
+    _CONTEXT["settings"] = p
+    rows = _pool_map(_planning_job, jobs, processes)
+    moves, capacity = rows[: len(moves_jobs)], rows[len(moves_jobs) :]
     md = planning_markdown(capacity, moves)
     (out_dir / f"{stem}-planning.md").write_text(md)
     return {"capacity": capacity, "rebalance": moves, "seconds": time.monotonic() - started}

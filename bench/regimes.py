@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from bench.study_cache import cached
 from model.confidence import DEFAULT_CONFIDENCE, prediction_interval
 from model.fit import fit
 from model.grid import paper_grid
@@ -60,7 +61,7 @@ from sim.cluster import (
     Architecture,
     Menu,
     architecture,
-    compact_size,
+    compact_run,
     online_placer,
     poisson_arrivals,
     run_cluster,
@@ -450,9 +451,7 @@ def _compact_job(job: tuple[Regime, tuple[int, ...], str]) -> dict[str, Any]:
                 stop_on_reject=stop,
             )
 
-        upper = max(4, int(settings.concurrency))
-        n = compact_size(lambda k: simulate(k, True).rejected == 0, upper=upper)
-        run = simulate(n, False)
+        n, run = compact_run(simulate, upper=max(4, int(settings.concurrency)))
         placed = run.options >= 0
         ws = arrivals_w = arr.workloads[placed]
         opts = run.options[placed]
@@ -494,7 +493,10 @@ def _arch(name: str) -> Architecture:
 def _study_job(job: tuple[str, str]) -> tuple[str, Study]:
     name, shape = job
     settings: MapSettings = _CONTEXT["settings"]
-    return shape, study(name, shape, settings.trace_accesses)
+    parts = ("regimes", workload(name).model_dump_json(), shape, str(settings.trace_accesses))
+    return shape, cached(
+        _CONTEXT.get("cache"), parts, lambda: study(name, shape, settings.trace_accesses)
+    )
 
 
 def _pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], processes: int) -> list[Any]:
@@ -506,10 +508,16 @@ def _pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], processes: int) -> 
 
 
 def run_map(
-    settings: MapSettings, out_dir: Path, progress: Callable[[str], None] | None = None
+    settings: MapSettings,
+    out_dir: Path,
+    progress: Callable[[str], None] | None = None,
+    cache: Path | None = None,
 ) -> dict[str, Any]:
+    """The regime map; with `cache`, per-workload studies are read from (and written to) that
+    folder (`bench.study_cache`), and the JSON says so."""
     started = time.monotonic()
     _CONTEXT["settings"] = settings
+    _CONTEXT["cache"] = cache
     say = progress or (lambda _: None)
     say("regime map: per-workload ground truth and fits")
     jobs = [(n, sh) for sh in settings.shapes for n in settings.workloads]
@@ -522,6 +530,7 @@ def run_map(
     regimes = settings.regimes()
     levels = calibrate_confidence(studies, regimes)
     _CONTEXT["confidence"] = levels
+    t_calibration = time.monotonic() - started - t_studies
     say(f"regime map: confidence per held-out workload {levels}")
 
     n = len(settings.workloads)
@@ -537,12 +546,15 @@ def run_map(
         if not (p == "es" and r.lifetime != "run" and _run_twin(r) in keys)
     ]
     say(f"regime map: {len(cjobs)} compactions")
+    t0 = time.monotonic()
     rows = _pool_map(_compact_job, cjobs, settings.processes)
+    t_compactions = time.monotonic() - t0
     results: dict[str, Any] = {
         "schema": "tmc.bench-regimes/v1",
         "quick": settings.quick,
         "settings": {k: v for k, v in settings.__dict__.items()},
         "threshold": THRESHOLD,
+        "study_cache": None if cache is None else str(cache),
         "workloads": {
             sh: [
                 {
@@ -558,7 +570,12 @@ def run_map(
         "confidence": levels,
         "calibration": calibration_table(studies, regimes, levels),
         "verification_runs": verification_runs(studies, regimes, levels),
-        "duration_seconds": {"studies": t_studies, "total": time.monotonic() - started},
+        "duration_seconds": {
+            "studies": t_studies,
+            "calibration": t_calibration,
+            "compactions": t_compactions,
+            "total": time.monotonic() - started,
+        },
     }
     results["map"] = summarise(rows, regimes)
     # A folder of its own beside the evaluation's files.
@@ -569,7 +586,9 @@ def run_map(
         say("regime map: capacity planner and rebalancer against greedy")
         from bench.planning import run_planning  # noqa: PLC0415
 
-        results["planning"] = run_planning(studies, out_dir, settings.quick, stem)
+        results["planning"] = run_planning(
+            studies, out_dir, settings.quick, stem, settings.processes
+        )
     results["duration_seconds"]["total"] = time.monotonic() - started
     (out_dir / f"{stem}.json").write_text(json.dumps(results, indent=1, default=_json))
     from bench.regimes_report import write_regime_report  # noqa: PLC0415 (matplotlib)

@@ -57,7 +57,7 @@ def write_regime_report(results: dict[str, Any], out_dir: Path, stem: str) -> No
         " `verified` is the confident policy after verification runs (`model.verification`), with"
         " the mean number of runs per workload; the verdict is on it."
         " Method: `bench/regimes.py`."
-        f" Duration {results['duration_seconds']['total']:.0f} s.",
+        f" Duration {results['duration_seconds']['total']:.0f} s{_phases(results)}.",
         "",
         f"![regime map]({png})",
         "",
@@ -163,3 +163,16 @@ def _plot(entries: list[dict[str, Any]], path: Path, t: float) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def _phases(results: dict[str, Any]) -> str:
+    """Per phase, where the run recorded them: studies, compactions, planners."""
+    d = results["duration_seconds"]
+    parts = [
+        f"{name} {d[key]:.0f} s"
+        for key, name in (("studies", "studies"), ("compactions", "compactions"))
+        if key in d
+    ]
+    if "planning" in results:
+        parts.append(f"planners {results['planning']['seconds']:.0f} s")
+    return f" ({', '.join(parts)})" if parts else ""

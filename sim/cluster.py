@@ -118,7 +118,12 @@ def poisson_arrivals(n: int, mix: Sequence[int], rate_per_second: float, seed: i
 
 
 class ClusterState:
-    """Free capacity of every machine (and rack pool), and the cluster's utilization."""
+    """Free capacity of every machine (and rack pool), and the cluster's utilization.
+
+    The replay asks for the utilization and a first fit at every arrival, on four resources
+    and a few hundred machines: the cluster-wide sums are kept as Python floats (the same
+    IEEE additions, in the same order, as on an array), and a machine's fit is its four
+    comparisons read as one 32-bit word."""
 
     def __init__(
         self, arch: Architecture, machines: int, order_seed: int, menus: Sequence[Menu] = ()
@@ -144,26 +149,42 @@ class ClusterState:
             [cap[CPU] * machines, cap[DRAM] * machines, slow_total, cap[LLC] * machines],
             dtype=np.float64,
         )
-        self.used = np.zeros(4, dtype=np.float64)
+        self._total = [float(t) for t in self.total]
+        self._used = [0.0, 0.0, 0.0, 0.0]
+        self._in_use = 0  # machines holding at least one VM
         self.vms = np.zeros(machines, dtype=np.int64)
         # First fit in a random node order (§4.1), fixed for the run: a permutation of the
         # machines, and each machine's rank in it.
         self.order = np.random.default_rng(order_seed).permutation(machines)
+        self._pooled = arch.pooled
+        self._not_slow = np.asarray([1, 1, 0, 1], dtype=np.int64)
+
+    @property
+    def used(self) -> FloatArray:
+        """Resources held by the VMs, cluster-wide."""
+        return np.asarray(self._used, dtype=np.float64)
 
     def utilization(self) -> FloatArray:
-        out: FloatArray = np.divide(self.used, self.total, out=np.zeros(4), where=self.total > 0)
-        return np.minimum(out, 1.0)
+        return np.asarray(self.utilization_list(), dtype=np.float64)
+
+    def utilization_list(self) -> list[float]:
+        """`utilization()` as Python floats: used / total where total > 0, at most 1."""
+        return [
+            (min(u / t, 1.0) if t > 0 else 0.0)
+            for u, t in zip(self._used, self._total, strict=True)
+        ]
 
     def fits(self, demand: IntArray) -> NDArray[np.bool_]:
         """Per machine: can it hold `demand` [4] now?"""
-        ok = (self.free >= demand).all(axis=1)
-        if self.arch.pooled:
+        # The four comparisons of a row are four contiguous bytes: all true is 0x01010101.
+        ok: NDArray[np.bool_] = (self.free >= demand).view(np.uint32).ravel() == _ALL_FOUR
+        if self._pooled:
             ok &= self.pool_free[self.rack] >= demand[SLOW]
-        return np.asarray(ok, dtype=np.bool_)
+        return ok
 
     def first_fit(self, demand: IntArray) -> int | None:
         ok = self.fits(demand)[self.order]
-        i = int(np.argmax(ok))
+        i = int(ok.argmax())
         return int(self.order[i]) if ok[i] else None
 
     def place(self, machine: int, demand: IntArray) -> None:
@@ -173,18 +194,28 @@ class ClusterState:
         self._take(machine, demand, -1)
 
     def _take(self, machine: int, demand: IntArray, sign: int) -> None:
-        if self.arch.pooled:
-            d = demand.copy()
-            d[SLOW] = 0
-            self.free[machine] -= sign * d
-            self.pool_free[self.rack[machine]] -= sign * int(demand[SLOW])
+        d = demand.tolist()
+        if self._pooled:
+            self.free[machine] -= sign * demand * self._not_slow
+            self.pool_free[self.rack[machine]] -= sign * int(d[SLOW])
         else:
             self.free[machine] -= sign * demand
-        self.used += sign * demand
-        self.vms[machine] += sign
+        used = self._used
+        for r in range(4):
+            used[r] += float(sign * d[r])
+        before = int(self.vms[machine])
+        self.vms[machine] = before + sign
+        if before == 0:
+            self._in_use += 1
+        elif before + sign == 0:
+            self._in_use -= 1
 
     def machines_in_use(self) -> int:
-        return int((self.vms > 0).sum())
+        return self._in_use
+
+
+# A machine's four resource comparisons, all true, read as one native-endian 32-bit word.
+_ALL_FOUR = np.ones(4, dtype=np.bool_).view(np.uint32)[0]
 
 
 # A policy: (workload index, the cluster's utilization [4]) -> option index in its menu.
@@ -243,20 +274,25 @@ def run_cluster(
     that finds no room ends the run (all compaction needs to know)."""
     state = ClusterState(arch, machines, order_seed, menus)
     departures: list[tuple[float, int, int, int]] = []  # (time, seq, machine, arrival)
-    options = np.full(len(arrivals.times), -1, dtype=np.int64)
+    times: list[float] = arrivals.times.tolist()
+    workloads: list[int] = arrivals.workloads.tolist()
+    demands = [m.demand for m in menus]
+    seconds = [m.seconds.tolist() for m in menus]
+    options = [-1] * len(times)
     placed = rejected = peak = 0
     first_rejection: int | None = None
-    util_sum = np.zeros(4)
-    n = len(arrivals.times)
+    util_sum = [0.0, 0.0, 0.0, 0.0]
+    n = len(times)
     for start in range(0, n, window):
         stop = min(start + window, n)
-        now = float(arrivals.times[stop - 1])
+        now = times[stop - 1]
         while departures and departures[0][0] <= now:
             _, _, m, a = heapq.heappop(departures)
-            w = int(arrivals.workloads[a])
-            state.release(m, menus[w].demand[options[a]])
-        util_sum += state.utilization() * (stop - start)
-        pending = [int(x) for x in arrivals.workloads[start:stop]]
+            state.release(m, demands[workloads[a]][options[a]])
+        count = stop - start
+        for r, u in enumerate(state.utilization_list()):
+            util_sum[r] += u * count
+        pending = workloads[start:stop]
         for offset, got in enumerate(placer(pending, state)):
             a = start + offset
             if got is None:
@@ -267,19 +303,20 @@ def run_cluster(
             option, m = got
             options[a] = option
             placed += 1
-            done = now + float(menus[pending[offset]].seconds[option])
+            done = now + seconds[pending[offset]][option]
             heapq.heappush(departures, (done, a, m, a))
         peak = max(peak, state.machines_in_use())
         if stop_on_reject and rejected:
             break
+    total = max(1, placed + rejected)
     return ClusterRun(
         machines=machines,
         placed=placed,
         rejected=rejected,
         first_rejection=first_rejection,
-        options=options,
+        options=np.asarray(options, dtype=np.int64),
         peak_machines_in_use=peak,
-        mean_utilization=util_sum / max(1, placed + rejected),
+        mean_utilization=np.asarray([x / total for x in util_sum], dtype=np.float64),
     )
 
 
@@ -300,3 +337,23 @@ def compact_size(fits: Callable[[int], bool], upper: int, lower: int = 1) -> int
         else:
             lo = mid
     return hi
+
+
+def compact_run(
+    simulate: Callable[[int, bool], ClusterRun], upper: int, lower: int = 1
+) -> tuple[int, ClusterRun]:
+    """`compact_size` over `simulate(machines, stop_on_reject)`, and the whole run at that size.
+
+    A run without a rejection never stops early, so the probe that found the compact size to
+    fit is already that run: it is kept rather than replayed."""
+    last: dict[int, ClusterRun] = {}
+
+    def fits(k: int) -> bool:
+        run = simulate(k, True)
+        if run.rejected == 0:
+            last.clear()
+            last[k] = run
+        return run.rejected == 0
+
+    n = compact_size(fits, upper=upper, lower=lower)
+    return n, last[n] if n in last else simulate(n, False)
