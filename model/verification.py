@@ -10,8 +10,9 @@ runs sees this. One run in the chosen configuration does.
 
 So tmc asks for verification runs:
 
-1. Recommend as usual. `next_run` names the configuration to measure: the cost optimum
-   (`Selection.best`), unless its slow ratio was already measured.
+1. Recommend as usual. The recommendation names the configuration to measure
+   (`VerificationState.next_*`): the cost optimum (`Selection.best`), unless its slow ratio was
+   already measured (`next_run`).
 2. The workload runs once there, with tmc's placement plan, on the same input as profiled. Its
    wall time is an `Observation`.
 3. Recommend again with the observations. At a measured slow ratio every way count's predicted
