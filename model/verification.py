@@ -23,8 +23,8 @@ So tmc asks for verification runs:
    checked than where it was.
 4. Repeat while the optimum moves to an unmeasured ratio, at most `VERIFICATION_BUDGET` runs.
 
-Against exhaustive search on the simulator this takes 1.6 runs per workload on average (3 + 1.6
-against ES's 77). It keeps every decision within T in every regime of the map
+On the simulator this takes 1.2-2.2 runs per workload in the regime map, and keeps every decision
+within T in all 24 of its regimes, where the model alone keeps 68-80 % in 10 of them
 (docs/evaluation.md).
 """
 
