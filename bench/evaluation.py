@@ -362,8 +362,15 @@ def verified_choice(
     observations: list[Observation] = []
     spent = 0.0
 
+    simulated: dict[tuple[float, int], float] = {}
+
     def run(r: float, k: int) -> float:
-        return float(run_many(prep, [(r, k, predictor.placement(r, k))])[0].wall_seconds)
+        # The simulator is deterministic: a configuration measured during the loop and chosen at
+        # its end is simulated once.
+        if (r, k) not in simulated:
+            placed = run_many(prep, [(r, k, predictor.placement(r, k))])[0]
+            simulated[(r, k)] = float(placed.wall_seconds)
+        return simulated[(r, k)]
 
     while True:
         rec = recommend(

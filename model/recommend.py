@@ -196,8 +196,9 @@ def recommend(
     else:
         score, relative = priced.cost, True
 
-    confident = confidence is not None and relative
+    confident = False
     if confidence is not None and relative:
+        confident = True
         interval = prediction_interval(p, fitted.diagnostics, confidence=confidence)
         if priced.correction is not None:
             interval = PredictionInterval(

@@ -174,8 +174,7 @@ def corrected_sigma(sigma: FloatArray, c: Correction) -> FloatArray:
     measured = c.measured
     noise = c.run_noise / np.sqrt(np.maximum(c.runs, 1))
     out[measured, :] = noise[measured, None]
-    result: FloatArray = out
-    return result
+    return out
 
 
 def next_run(c: Correction | None, best_row: int, budget: int = VERIFICATION_BUDGET) -> bool:

@@ -146,7 +146,6 @@ def ledger_cluster(settings: Settings) -> None:
                 256 * GIB if pool else None,
             )
         ledger.upsert_node(session, NodeCapacity("down", "pooled", 12, 24 * GIB, 0, 48, None), None)
-        ledger.set_ready(session, "down", False)
         wants = [
             ("n0", "web", "a", 4 * GIB, 6),
             ("n1", "web", "b", 2 * GIB, 20),
@@ -155,11 +154,11 @@ def ledger_cluster(settings: Settings) -> None:
             ("down", "web", "lost", 0, 1),
         ]
         for where, ns, pod, slow, ways in wants:
-            ledger.set_ready(session, "down", True)  # reserve refuses a node that is not ready
             ledger.reserve(
                 session, where, Want(f"uid-{pod}", ns, pod, 4, 4 * GIB, slow, ways, None)
             )
-            ledger.set_ready(session, "down", False)
+        # Reserve refuses a node that is not ready: "down" goes down once its pod is placed.
+        ledger.set_ready(session, "down", False)
 
 
 def test_the_live_cluster_is_planned_from_the_ledger(
