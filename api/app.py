@@ -17,10 +17,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api import dashboard, openapi, services, tasks
-from api.db import make_engine, make_session_factory, unit_of_work
+from api import dashboard, openapi, tasks
 from api.deps import AppState, Metrics
-from api.errors import PROBLEM, ContainUnexpected, install_handlers
+from api.errors import PROBLEM
+from api.problems import ContainUnexpected, install_handlers
 from api.routes import (
     cluster,
     ops,
@@ -32,8 +32,12 @@ from api.routes import (
     reports,
     tiering,
 )
+from api.services import prices as price_service
+from api.services import profiles as profile_service
+from api.services.models import ModelCache
 from api.settings import Settings, get_settings
 from api.utilization import UtilizationReader, connect_redis, take_snapshot
+from store.db import make_engine, make_session_factory, unit_of_work
 
 log = logging.getLogger("tmc.api")
 
@@ -44,7 +48,7 @@ def in_process_fit(sessions: sessionmaker[Session]) -> Callable[[str], None]:
     def run(profile_id: str) -> None:
         try:
             with unit_of_work(sessions) as session:
-                services.fit_profile(session, profile_id)
+                profile_service.fit_profile(session, profile_id)
         except Exception:  # the upload has succeeded; a later /recommend fits again
             log.exception("in-process fit of %s failed", profile_id)
 
@@ -68,7 +72,7 @@ def build_state(settings: Settings) -> AppState:
         sessions=sessions,
         redis=client,
         utilization=UtilizationReader(client, settings.utilization_max_age_seconds),
-        models=services.ModelCache(),
+        models=ModelCache(),
         metrics=Metrics(),
         enqueue_fit=celery_fit if use_celery else in_process_fit(sessions),
     )
@@ -208,7 +212,7 @@ async def snapshot_loop(state: AppState) -> None:
         with unit_of_work(state.sessions) as session:
             take_snapshot(session, None, state.settings.utilization_max_age_seconds)
             # No beat either: fits a crash interrupted are redone here.
-            stale = services.stale_pending_profiles(
+            stale = profile_service.stale_pending_profiles(
                 session, state.settings.fit_requeue_after_seconds
             )
         for profile_id in stale:
@@ -230,7 +234,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         state = build_state(settings)
         app.state.tmc = state
         with unit_of_work(state.sessions) as session:
-            services.ensure_default_price_profile(session)
+            price_service.ensure_default_price_profile(session)
         # Without a broker there is no Celery beat: the API takes the utilization snapshots.
         snapshots = (
             None if tasks_run_elsewhere(settings) else asyncio.create_task(snapshot_loop(state))

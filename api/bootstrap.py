@@ -24,9 +24,9 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.auth import TOKEN_PREFIX, Role, token_hash
-from api.db import make_engine, make_session_factory, unit_of_work
-from api.orm import ApiToken
 from api.settings import Settings
+from store.db import make_engine, make_session_factory, unit_of_work
+from store.orm import ApiToken
 
 log = logging.getLogger("tmc.bootstrap")
 

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from api import services
-from api.db import unit_of_work
-from api.errors import ApiError
-from api.utilization import UtilizationReader
+from api.services.models import ModelCache
+from api.services.recommendations import DecisionInput, decide
 from model import Configuration, Objective, TmcError, Utilization
 from model.node_contract import StructurePlan
+from store.db import unit_of_work
 
 
 @dataclass(frozen=True)
@@ -50,39 +49,31 @@ class DecisionService:
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sessions = sessions
-        self._models = services.ModelCache()
-        self._unused_reader = UtilizationReader(None, 60.0)  # utilization is always given
+        self._models = ModelCache()
 
     def decide(self, req: DecisionRequest) -> WorkloadDecision:
-        query = services.RecommendInput(
+        query = DecisionInput(
             workload=req.workload,
             bundle=None,
             objective=req.objective,
             threshold=req.threshold,
             utilization=req.utilization,
-            grid="paper",
-            price_profile=None,
+            utilization_source="request",  # the extender's own live ledger cache
         )
         try:
             with unit_of_work(self._sessions) as session:
-                rec = services.recommend_for(
-                    session, query, self._models, self._unused_reader, _no_enqueue
-                )
-        except (TmcError, ApiError) as exc:  # no such workload, no usable profile, infeasible
+                record = decide(session, query, self._models)
+        except TmcError as exc:  # no such workload, no usable profile, nothing feasible
             raise NoDecision(f"no recommendation for workload {req.workload!r}: {exc}") from exc
         except SQLAlchemyError as exc:
             raise NoDecision(
                 "the recommendation service's database is unavailable", transient=True
             ) from exc
-        r = rec.recommendation
+        r = record.recommendation
         plan = tuple(
             StructurePlan(tag=p.tag, fast_bytes=p.fast_bytes, slow_bytes=p.slow_bytes)
             for p in r.placement
         )
         return WorkloadDecision(
-            recommendation_id=str(rec.body["id"]), configuration=r.chosen.configuration, plan=plan
+            recommendation_id=record.id, configuration=r.chosen.configuration, plan=plan
         )
-
-
-def _no_enqueue(_profile_id: str) -> None:
-    """Decisions never upload: there is no fit task to enqueue."""

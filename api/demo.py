@@ -12,12 +12,16 @@ from pathlib import Path
 from sqlalchemy.orm import Session, sessionmaker
 
 from api import repositories as repo
-from api import services
 from api.auth import Role, new_token, token_hash
-from api.db import unit_of_work
-from api.orm import ApiToken, Reservation
+from api.services import profiles
+from ledger import nodes as ledger_nodes
+from ledger import store as ledger
+from ledger.store import Want
+from ledger.types import NodeCapacity
 from model import InvalidBundle, MachineShape
 from model.resources import GIB
+from store.db import unit_of_work
+from store.orm import ApiToken
 
 log = logging.getLogger("tmc.demo")
 
@@ -32,77 +36,62 @@ def example_host_kind() -> str:
 POOLED_KIND = "xeon-12c-48w-dram24g-cxlpool384"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
-# (node, vCPUs, DRAM GiB, slow GiB, first way, ways): a cluster already partly busy, so that
-# packing penalties differ between candidates.
+# (node, vCPUs, DRAM GiB, slow GiB, ways): a cluster already partly busy, so that packing
+# penalties differ between candidates.
 DEMO_RESERVATIONS = [
-    ("local-0", 8, 18, 10, 0, 28),
-    ("local-1", 6, 20, 4, 0, 20),
-    ("local-2", 4, 12, 30, 0, 12),
-    ("local-3", 10, 22, 0, 0, 32),
-    ("pooled-0", 6, 16, 24, 0, 16),
-    ("pooled-1", 8, 20, 40, 0, 24),
+    ("local-0", 8, 18, 10, 28),
+    ("local-1", 6, 20, 4, 20),
+    ("local-2", 4, 12, 30, 12),
+    ("local-3", 10, 22, 0, 32),
+    ("pooled-0", 6, 16, 24, 16),
+    ("pooled-1", 8, 20, 40, 24),
 ]
 
 
 def load_demo(sessions: sessionmaker[Session]) -> None:
+    """The cluster through the ledger (the same rules as a node agent's capacity and a bind),
+    then the example workloads, uploaded and fitted as the fit task would."""
     local_kind = example_host_kind()
     with unit_of_work(sessions) as session:
-        services.register_host_kind(
+        ledger_nodes.register_host_kind(
             session,
             local_kind,
             MachineShape(cpus=12, dram_bytes=24 * GIB, slow_bytes=128 * GIB, llc_ways=48),
         )
-        services.register_host_kind(
+        ledger_nodes.register_host_kind(
             session,
             POOLED_KIND,
             MachineShape(
                 cpus=12, dram_bytes=24 * GIB, slow_bytes=48 * GIB, llc_ways=48, slow_pooled=True
             ),
         )
-        services.register_pool(session, "rack-b", 384 * GIB)
+        ledger_nodes.register_pool(session, "rack-b", 384 * GIB)
         for i in range(8):
-            services.register_node(
-                session,
-                f"local-{i}",
-                local_kind,
-                cpus=12,
-                dram_bytes=24 * GIB,
-                slow_bytes=128 * GIB,
-                llc_ways=48,
-                pool_name=None,
+            ledger_nodes.register_node(
+                session, NodeCapacity(f"local-{i}", local_kind, 12, 24 * GIB, 128 * GIB, 48, None)
             )
-            services.register_node(
-                session,
-                f"pooled-{i}",
-                POOLED_KIND,
-                cpus=12,
-                dram_bytes=24 * GIB,
-                slow_bytes=0,
-                llc_ways=48,
-                pool_name="rack-b",
+            ledger_nodes.register_node(
+                session, NodeCapacity(f"pooled-{i}", POOLED_KIND, 12, 24 * GIB, 0, 48, "rack-b")
             )
-        for node, vcpus, dram, slow, first, ways in DEMO_RESERVATIONS:
-            uid = f"demo-{node}"
-            if any(r.pod_uid == uid for r in repo.list_reservations(session, node)):
-                continue
-            session.add(
-                Reservation(
-                    pod_uid=uid,
-                    namespace="demo",
-                    pod_name=f"batch-{node}",
-                    node_name=node,
-                    vcpus=vcpus,
-                    dram_bytes=dram * GIB,
-                    slow_bytes=slow * GIB,
-                    slow_from_pool=node.startswith("pooled"),
-                    llc_mask=((1 << ways) - 1) << first,
-                )
+        for node, vcpus, dram, slow, ways in DEMO_RESERVATIONS:
+            # Idempotent: reserve gives a pod that holds its reservation what it has.
+            want = Want(
+                pod_uid=f"demo-{node}",
+                namespace="demo",
+                pod_name=f"batch-{node}",
+                vcpus=vcpus,
+                dram_bytes=dram * GIB,
+                slow_bytes=slow * GIB,
+                llc_ways=ways,
+                recommendation_id=None,
             )
+            ledger.reserve(session, node, want)
     for path in sorted(EXAMPLES.glob("*.json")):
         try:
             with unit_of_work(sessions) as session:
-                upload = services.upload_profile(session, path.read_bytes(), lambda _: None)
-                services.fit_profile(session, upload.profile.id)
+                upload = profiles.upload_profile(session, path.read_bytes(), None)
+            with unit_of_work(sessions) as session:
+                profiles.fit_profile(session, upload.profile.id)
         except InvalidBundle as exc:
             log.warning("example %s skipped: %s", path.name, exc)
 

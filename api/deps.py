@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -16,11 +16,11 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from api import repositories as repo
-from api import services
 from api.auth import GRANTS, Permission, Role, token_hash
-from api.db import unit_of_work
+from api.services.models import ModelCache
 from api.settings import Settings
 from api.utilization import UtilizationReader
+from store.db import abandon, commit, unit_of_work
 
 # A revoked token keeps working for at most this long on each API process; the cache spares a
 # database read per request.
@@ -64,7 +64,7 @@ class AppState:
     sessions: sessionmaker[Session]
     redis: redis.Redis | None
     utilization: UtilizationReader
-    models: services.ModelCache
+    models: ModelCache
     metrics: Metrics
     enqueue_fit: Callable[[str], None]
     tokens: dict[str, tuple[Role | None, float]] = field(default_factory=dict)
@@ -78,6 +78,30 @@ async def get_state(request: Request) -> AppState:
 
 
 StateDep = Annotated[AppState, Depends(get_state)]
+
+# Methods that never change state: their transaction is rolled back, whatever the route did.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+async def transaction(request: Request, state: StateDep) -> AsyncIterator[Session]:
+    """The request's one transaction: committed when the route returns (before the response is
+    sent, so that a failed commit is the response), rolled back when it raises. A GET's is
+    always rolled back: reading never writes. Opening a session does no I/O; the commit or
+    rollback, which may block on the database, runs in the thread pool in one hop."""
+    session = state.sessions()
+    try:
+        yield session
+    except BaseException:
+        await run_in_threadpool(abandon, session)
+        raise
+    if request.method in SAFE_METHODS:
+        await run_in_threadpool(abandon, session)
+    else:
+        await run_in_threadpool(commit, session)
+
+
+# scope="function": the transaction ends when the route returns, not after the response is sent.
+SessionDep = Annotated[Session, Depends(transaction, scope="function")]
 
 
 # Declares the scheme in OpenAPI; the checks (and their problem+json errors) stay ours.

@@ -1,22 +1,13 @@
-"""RFC 9457 problem+json for every error the API returns (extender verbs excepted)."""
+"""The service's domain errors. Each carries the HTTP status it maps to; api.problems renders
+them as RFC 9457 problem+json, in one place. Nothing here imports a web framework: the extender
+process meets these errors too."""
 
 from __future__ import annotations
 
-import json
-import logging
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, DBAPIError, OperationalError
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
 from model import TmcError
-from model.bundle import field_path
 
-log = logging.getLogger("tmc.api")
 PROBLEM = "application/problem+json"
 
 
@@ -41,121 +32,13 @@ class Conflict(ApiError):
         super().__init__(409, "Conflict", detail)
 
 
-def problem(status: int, title: str, detail: str, request: Request, **extra: Any) -> JSONResponse:
-    body = {
-        "type": f"https://tmc.dev/problems/{title.lower().replace(' ', '-')}",
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "instance": request.url.path,
-        **extra,
-    }
-    headers = {"Retry-After": "5"} if status == 503 else None
-    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+class NotFitted(ApiError):
+    """The workload has no profile that a recommendation can use (none yet, or none fitted)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(409, "Not fitted", detail)
 
 
-def install_handlers(app: FastAPI) -> None:
-    @app.exception_handler(TmcError)
-    async def _tmc(request: Request, exc: TmcError) -> JSONResponse:
-        if isinstance(exc, ApiError):
-            return problem(exc.status, exc.title, exc.detail, request, **exc.extra)
-        problems = getattr(exc, "problems", None)
-        extra: dict[str, Any] = {}
-        if problems:
-            extra["errors"] = [{"field": p.field, "message": p.message} for p in problems]
-        return problem(exc.status, exc.title, str(exc), request, **extra)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"field": field_path(tuple(e["loc"])), "message": e["msg"]} for e in exc.errors()]
-        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
-        return problem(422, "Invalid request", detail, request, errors=errors)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        title = {401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed"}
-        resp = problem(
-            exc.status_code, title.get(exc.status_code, "Error"), str(exc.detail), request
-        )
-        if exc.headers:
-            resp.headers.update(exc.headers)
-        return resp
-
-    @app.exception_handler(OperationalError)
-    async def _db_down(request: Request, exc: OperationalError) -> JSONResponse:
-        log.warning("database unavailable: %s", exc.orig)
-        return problem(503, "Service unavailable", "the database is unreachable; retry", request)
-
-    @app.exception_handler(DataError)
-    async def _unstorable(request: Request, exc: DataError) -> JSONResponse:
-        # Input the schema allows but the database cannot hold, e.g. text with NUL characters.
-        return problem(
-            422,
-            "Invalid request",
-            f"a value cannot be stored: {str(exc.orig).splitlines()[0]}",
-            request,
-        )
-
-    @app.exception_handler(DBAPIError)
-    async def _db_error(request: Request, exc: DBAPIError) -> JSONResponse:
-        if exc.connection_invalidated:
-            return problem(
-                503, "Service unavailable", "the database connection was lost; retry", request
-            )
-        log.exception("database error")
-        return problem(500, "Internal error", "a database error occurred", request)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error")
-        return problem(500, "Internal error", "an unexpected error occurred", request)
-
-
-class ContainUnexpected:
-    """An unexpected error becomes a problem+json 500 here, inside the application.
-
-    Starlette's own last-resort handler answers and then re-raises, and the server closes the
-    connection on a re-raised error: every 500 would cost a client its keep-alive connection.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def watch(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, receive, watch)
-        except Exception:
-            if started:  # half a response is out: nothing sound can follow on this connection
-                raise
-            log.exception("unhandled error")
-            body = json.dumps(
-                {
-                    "type": "https://tmc.dev/problems/internal-error",
-                    "title": "Internal error",
-                    "status": 500,
-                    "detail": "an unexpected error occurred",
-                    "instance": scope.get("path", ""),
-                }
-            ).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 500,
-                    "headers": [
-                        (b"content-type", PROBLEM.encode()),
-                        (b"content-length", str(len(body)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+class InvalidInput(ApiError):
+    def __init__(self, detail: str) -> None:
+        super().__init__(422, "Invalid request", detail)

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import RowMapping, Select, select
 from sqlalchemy.orm import Session
 
-from api.orm import RecommendationRow, Reservation, Workload
+from store.orm import RecommendationRow, Reservation, Workload
 
 
 def _statement(*extra: Any) -> Select[Any]:

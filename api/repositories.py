@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from api.errors import Conflict
-from api.orm import (
+from store.orm import (
     ApiToken,
     Base,
     FittedModelRow,

@@ -145,6 +145,9 @@ class NodeIn(Strict):
     slow_bytes: int = Field(ge=0, le=2**50, description="node-local slow memory")
     llc_ways: int = Field(ge=1, le=64)
     pool: str | None = Field(default=None, max_length=128)
+    pool_slow_bytes: int | None = Field(
+        default=None, ge=0, le=2**50, description="the rack pool's size, when it is new"
+    )
 
 
 class NodeOut(BaseModel):

@@ -8,19 +8,16 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from model.objectives import DEFAULT_THRESHOLD
+from store.settings import DatabaseSettings
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="TMC_", extra="ignore")
+class Settings(DatabaseSettings):
+    """The API's and its tasks': the database's (store.settings) and their own."""
 
-    environment: Literal["dev", "test", "production"] = "dev"
-    database_url: str = "sqlite:///./tmc-dev.db"
     redis_url: str | None = None
     # Celery: with no broker the tasks run in the request's process, after commit.
     broker_url: str | None = Field(default=None, description="defaults to redis_url")
@@ -32,13 +29,6 @@ class Settings(BaseSettings):
     # down at upload, or restarted with the task queued); the sweep runs every fit_sweep_seconds.
     fit_requeue_after_seconds: float = Field(default=120.0, gt=0)
     fit_sweep_seconds: float = Field(default=60.0, gt=0)
-    # Every wait is bounded. The database: connecting, one statement, one lock wait, and (for a
-    # server that stops answering altogether) a connection held past db_hold_seconds is cut.
-    db_connect_timeout_seconds: int = Field(default=3, ge=1, le=60)
-    db_statement_timeout_ms: int = Field(default=5000, ge=1, le=600_000)
-    db_lock_timeout_ms: int = Field(default=2000, ge=1, le=600_000)
-    db_hold_seconds: float = Field(default=10.0, gt=0, le=3600)
-    sqlite_busy_timeout_seconds: float = Field(default=5.0, gt=0, le=600)
     redis_socket_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
     # Fault injection for tests only: a fit task sleeps this long before it writes.
     fit_task_delay_seconds: float = Field(default=0.0, ge=0)
@@ -58,10 +48,6 @@ class Settings(BaseSettings):
     @property
     def effective_broker_url(self) -> str | None:
         return self.broker_url or self.redis_url
-
-    @property
-    def is_sqlite(self) -> bool:
-        return self.database_url.startswith("sqlite")
 
     @model_validator(mode="after")
     def _no_dev_secrets_in_production(self) -> Settings:

@@ -17,10 +17,10 @@ from celery import Celery
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from api import services
-from api.db import make_engine, make_session_factory, unit_of_work
+from api.services import profiles
 from api.settings import Settings, get_settings
 from api.utilization import connect_redis, take_snapshot
+from store.db import make_engine, make_session_factory, unit_of_work
 
 log = logging.getLogger("tmc.tasks")
 
@@ -92,7 +92,7 @@ def fit_profile(profile_id: str) -> str:
     if delay:
         time.sleep(delay)
     with unit_of_work(session_factory()) as session:
-        row = services.fit_profile(session, profile_id)
+        row = profiles.fit_profile(session, profile_id)
     return "fitted" if row is not None else "failed"
 
 
@@ -109,7 +109,7 @@ def enqueue_fit(profile_id: str) -> None:
 def requeue_pending_fits() -> int:
     settings = get_settings()
     with unit_of_work(session_factory()) as session:
-        pending = services.stale_pending_profiles(session, settings.fit_requeue_after_seconds)
+        pending = profiles.stale_pending_profiles(session, settings.fit_requeue_after_seconds)
     for profile_id in pending:
         enqueue_fit(profile_id)
     if pending:

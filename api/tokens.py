@@ -11,7 +11,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from api.auth import Role, new_token, token_hash
-from api.orm import ApiToken, utcnow
+from store.orm import ApiToken, utcnow
 
 
 @dataclass(frozen=True)

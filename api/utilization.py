@@ -17,9 +17,9 @@ import redis
 from sqlalchemy.orm import Session
 
 from api import repositories as repo
-from api.orm import UtilizationSample
 from ledger import store as ledger
 from model import Utilization
+from store.orm import UtilizationSample
 
 log = logging.getLogger("tmc.utilization")
 SNAPSHOT_KEY = "tmc:utilization:v1"

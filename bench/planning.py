@@ -1,6 +1,6 @@
 """OR-Tools in the product, measured: the capacity planner and the rebalancer against greedy.
 
-**Capacity planner** (`model.planner.plan_kind`, bin packing over whole machines with CP-SAT).
+**Capacity planner** (`model.capacity.plan_kind`, bin packing over whole machines with CP-SAT).
 Per regime and mix, each workload class offers the candidates the confident Algorithm 1 keeps
 within T on an idle cluster, with tmc's predicted run times (upper bounds) and costs (what the
 product knows). The planner's machine count is compared with the greedy answer in the same call
@@ -10,7 +10,7 @@ an option drawn from the plan's mix (greedy's: its cheapest), held for its simul
 and the cluster compacted as in the evaluation. The planner also names the cheapest machine kind
 of the Fig. 9 family for the mix.
 
-**Rebalancer** (`model.planner.rebalance`). Live clusters are made by replaying arrivals of a
+**Rebalancer** (`model.rebalancer.rebalance`). Live clusters are made by replaying arrivals of a
 mix's exhaustive-search configurations on 24G-128L machines, first fit with best-fit CAT runs,
 VMs leaving after their simulated run time; the snapshot is the cluster at the last arrival
 (fragmented by departures). CP-SAT (10 s, one worker) and the greedy drain plan moves on it; the
@@ -29,23 +29,20 @@ from typing import Any
 
 import numpy as np
 
-from bench.regimes import Regime, Study, _pool_map, hourly
-from model.confidence import DEFAULT_CONFIDENCE
-from model.packing import best_fit_run, run_mask
-from model.planner import (
+from bench.studies import Regime, Study, hourly, pool_map
+from model.capacity import (
     MachineKind,
-    Node,
     Option,
-    Pod,
     WorkloadClass,
     greedy_plan,
-    greedy_rebalance,
     paper_machine_kinds,
     plan_capacity,
     plan_kind,
-    rebalance,
 )
+from model.confidence import DEFAULT_CONFIDENCE
+from model.packing import best_fit_run, run_mask
 from model.price_profiles import price_profile
+from model.rebalancer import Node, Pod, greedy_rebalance, rebalance
 from model.select import confident_algorithm1
 from sim.cluster import (
     ClusterState,
@@ -455,7 +452,7 @@ def planning_markdown(capacity: list[dict[str, Any]], moves: list[dict[str, Any]
     lines = [
         "## OR-Tools planners against greedy",
         "",
-        "Capacity planner (`model.planner.plan_kind`: whole machines, CP-SAT bin packing of"
+        "Capacity planner (`model.capacity.plan_kind`: whole machines, CP-SAT bin packing of"
         " each class's 95th-percentile count of VMs at once, 24G-128L): machines planned (CP-SAT's"
         " lower bound, status) and, in brackets, the compact cluster when the plan's option mix"
         " is replayed in the simulator; greedy gives every class its predicted-cheapest option,"
@@ -483,7 +480,7 @@ def planning_markdown(capacity: list[dict[str, Any]], moves: list[dict[str, Any]
         )
     lines += [
         "",
-        "Rebalancer (`model.planner.rebalance`, CP-SAT with CAT runs as non-overlapping intervals)"
+        "Rebalancer (`model.rebalancer.rebalance`, CP-SAT with CAT runs as non-overlapping intervals)"
         " against the greedy drain, on live clusters left by departures:",
         "",
         "| regime | snapshot | pods | machines in use | CP-SAT after (moves, remaps, s) |"
@@ -549,7 +546,7 @@ def run_planning(
     jobs += [("capacity", j) for j in cap_jobs]
     _CONTEXT["studies"] = studies
     _CONTEXT["settings"] = p
-    rows = _pool_map(_planning_job, jobs, processes)
+    rows = pool_map(_planning_job, jobs, processes)
     moves, capacity = rows[: len(moves_jobs)], rows[len(moves_jobs) :]
     md = planning_markdown(capacity, moves)
     (out_dir / f"{stem}-planning.md").write_text(md)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -46,6 +45,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from bench.studies import Regime, Study, hourly, pool_map
 from bench.study_cache import cached
 from model.confidence import DEFAULT_CONFIDENCE, prediction_interval
 from model.fit import fit
@@ -77,22 +77,6 @@ IntArray = NDArray[np.int64]
 RESOURCES = ("cpu", "dram", "slow", "llc")
 THRESHOLD = 0.025
 POLICIES = ("es", "tmc-2.5", "tmc-2.5c", "tmc-2.5v")
-
-
-@dataclass(frozen=True)
-class Regime:
-    source: str
-    llc_share: float
-    slow_to_dram: float
-    shape: str
-    lifetime: str
-
-    @property
-    def key(self) -> str:
-        return (
-            f"{self.source}/llc{self.llc_share:g}/slow{self.slow_to_dram:g}/"
-            f"{self.shape}/{self.lifetime}"
-        )
 
 
 @dataclass(frozen=True)
@@ -193,22 +177,6 @@ def reshape(w: Workload, shape: str) -> Workload:
     )
 
 
-@dataclass
-class Study:
-    """One workload in one shape: times over the 77 configurations, independent of prices."""
-
-    name: str
-    vcpus: int
-    footprint_bytes: int
-    truth_seconds: FloatArray  # oracle placement
-    tmc_seconds: FloatArray  # tmc's own placement plan, simulated
-    predicted_seconds: FloatArray
-    sigma: FloatArray  # relative standard deviation of the predicted time
-    dram_bytes: IntArray
-    slow_bytes: IntArray
-    ways: IntArray
-
-
 def study(name: str, shape: str, trace_accesses: int | None) -> Study:
     host = optane_host()
     w = reshape(workload(name), shape)
@@ -245,16 +213,6 @@ def study(name: str, shape: str, trace_accesses: int | None) -> Study:
         slow_bytes=np.repeat(np.asarray([s for _, s in splits], dtype=np.int64), n_w),
         ways=np.tile(ways, len(ratios)),
     )
-
-
-def hourly(s: Study, prices: PriceProfile) -> FloatArray:
-    out: FloatArray = (
-        s.vcpus * prices.vcpu_hour
-        + s.dram_bytes / GIB * prices.dram_gib_hour
-        + s.slow_bytes / GIB * prices.slow_gib_hour
-        + s.ways * prices.llc_way_hour
-    )
-    return out
 
 
 # -- policies -----------------------------------------------------------------------------------
@@ -499,14 +457,6 @@ def _study_job(job: tuple[str, str]) -> tuple[str, Study]:
     )
 
 
-def _pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], processes: int) -> list[Any]:
-    if processes <= 1:
-        return [fn(j) for j in jobs]
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(processes) as pool:
-        return list(pool.imap(fn, jobs))
-
-
 def run_map(
     settings: MapSettings,
     out_dir: Path,
@@ -521,7 +471,7 @@ def run_map(
     say = progress or (lambda _: None)
     say("regime map: per-workload ground truth and fits")
     jobs = [(n, sh) for sh in settings.shapes for n in settings.workloads]
-    done = _pool_map(_study_job, jobs, settings.processes)
+    done = pool_map(_study_job, jobs, settings.processes)
     studies: dict[str, list[Study]] = {sh: [] for sh in settings.shapes}
     for shape, st in done:
         studies[shape].append(st)
@@ -547,7 +497,7 @@ def run_map(
     ]
     say(f"regime map: {len(cjobs)} compactions")
     t0 = time.monotonic()
-    rows = _pool_map(_compact_job, cjobs, settings.processes)
+    rows = pool_map(_compact_job, cjobs, settings.processes)
     t_compactions = time.monotonic() - t0
     results: dict[str, Any] = {
         "schema": "tmc.bench-regimes/v1",

@@ -29,11 +29,11 @@ import psycopg
 import yaml
 from kubernetes import watch as k8s_watch
 
-from api.db import make_engine, make_session_factory
 from api.migrate import upgrade_to_head
 from api.settings import Settings
 from model.node_contract import NodeCapacity
 from model.resources import GIB
+from store.db import make_engine, make_session_factory
 from tests.scheduler.conftest import TABLES, upload_example
 from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c

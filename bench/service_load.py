@@ -30,11 +30,11 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.auth import Role, new_token, token_hash
-from api.db import make_engine, make_session_factory, unit_of_work
 from api.demo import load_demo
 from api.migrate import upgrade_to_head
-from api.orm import ApiToken
 from api.settings import Settings
+from store.db import make_engine, make_session_factory, unit_of_work
+from store.orm import ApiToken
 from tests.services import (
     ROOT,
     CeleryWorker,

@@ -23,7 +23,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from cli.errors import fail
+from cli.common import fail
 from cli.render import OutputFormat, print_rows, render_recommendation, significant, size
 from model import Recommendation
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from enum import StrEnum
 from importlib import metadata
 from pathlib import Path
@@ -21,27 +21,22 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 from typer.core import TyperGroup
 from typer.exceptions import Abort
 
-from cli import errors
+from cli.common import JsonOpt, guarded, load_bundle, load_prices, settings_problem
 from cli.render import render_model, render_recommendation
 from model import (
-    DEFAULT_PRICE_PROFILE,
     DEFAULT_THRESHOLD,
     FittedModel,
     Grid,
     InvalidRequest,
-    PriceProfile,
     ProfileBundle,
-    TmcError,
     Utilization,
     fit,
     host_grid,
     machine_of_host,
     paper_grid,
-    parse_bundle,
     parse_objective,
     recommend,
 )
-from model.bundle import problems_from_validation
 
 
 class OneLineErrors(TyperGroup):
@@ -112,7 +107,6 @@ GridOpt = Annotated[
 PricesOpt = Annotated[
     Path | None, typer.Option("--prices", help="Price profile JSON (default: the paper's method).")
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
 def tmc_version() -> str:
@@ -138,57 +132,6 @@ def root(
     ] = False,
 ) -> None:
     """tmc, the tiered-memory configurator: how much slow memory and how many LLC ways."""
-
-
-fail = errors.fail  # the commands in other modules import it from here
-
-
-def guarded(action: Callable[[], T]) -> T:
-    """Run a command body, turning every expected failure into one clear line."""
-    try:
-        return action()
-    except TmcError as exc:
-        fail(str(exc))
-    except ValidationError as exc:
-        fail("; ".join(str(p) for p in problems_from_validation(exc)))
-    except FileNotFoundError as exc:
-        fail(f"{exc.filename}: no such file (check the path)")
-    except IsADirectoryError as exc:
-        fail(f"{exc.filename}: is a folder, not a file (give the file's path)")
-    except PermissionError as exc:
-        fail(f"{exc.filename}: permission denied (check the file's mode or run as its owner)")
-    except OSError as exc:
-        fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
-
-
-class FileProblem(TmcError):
-    """A file that does not parse, named in the message (the parsers know only its bytes)."""
-
-
-MAX_FILE_BYTES = 16 << 20
-
-
-def from_file(path: Path, parse: Callable[[bytes], T]) -> T:
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise FileProblem(f"{path}: larger than {MAX_FILE_BYTES} bytes (is it the right file?)")
-    data = path.read_bytes()
-    try:
-        return parse(data)
-    except ValidationError as exc:
-        problems = "; ".join(str(p) for p in problems_from_validation(exc))
-    except TmcError as exc:
-        problems = str(exc)
-    raise FileProblem(f"{path}: {problems.replace('(body): ', '')}")
-
-
-def load_bundle(path: Path) -> ProfileBundle:
-    return from_file(path, parse_bundle)
-
-
-def load_prices(path: Path | None) -> PriceProfile:
-    if path is None:
-        return DEFAULT_PRICE_PROFILE
-    return from_file(path, PriceProfile.model_validate_json)
 
 
 RESOURCES = ("cpu", "dram", "slow", "llc")
@@ -311,7 +254,7 @@ if importlib.util.find_spec("fastapi") is not None:
     try:
         from cli.server import db_app, server_app, token_app
     except ValidationError as exc:  # the service's modules read TMC_* settings on import
-        typer.echo(f"error: {errors.settings_problem(exc)}", err=True)
+        typer.echo(f"error: {settings_problem(exc)}", err=True)
         sys.exit(2)
 
     app.registered_commands += server_app.registered_commands

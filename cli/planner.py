@@ -16,8 +16,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli.common import JsonOpt, fail, guarded, load_bundle
 from cli.get import DEFAULT_SERVER, Api, ServerOpt, TokenOpt
-from cli.main import JsonOpt, fail, guarded, load_bundle
 from model import fit, machine_of_host, recommend
 from model.planning_requests import (
     CapacityIn,

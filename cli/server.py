@@ -31,12 +31,12 @@ from api import tokens
 from api import workers as api_workers
 from api.app import create_app
 from api.auth import Role
-from api.db import make_engine, make_session_factory, unit_of_work
 from api.demo import ensure_operator_token, load_demo
 from api.migrate import alembic_config, upgrade_to_head
 from api.settings import Settings
-from cli.errors import fail, settings_problem
+from cli.common import fail, settings_problem
 from cli.render import OutputFormat, print_rows
+from store.db import make_engine, make_session_factory, unit_of_work
 
 server_app = typer.Typer(add_completion=False)
 token_app = typer.Typer(help="API tokens (stored hashed; shown once).", no_args_is_help=True)

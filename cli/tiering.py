@@ -12,6 +12,7 @@ from pydantic import TypeAdapter
 from rich.console import Console
 from rich.table import Table
 
+from cli.common import from_file, guarded
 from cli.render import size
 from model.bundle import ProfileBundle
 from model.errors import InvalidRequest
@@ -86,7 +87,6 @@ def recommend_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Advise the fast-tier size, the migration period trials and the knob settings."""
-    from cli.main import from_file, guarded  # noqa: PLC0415 - main imports this module
 
     def run() -> None:
         trial_list = TypeAdapter(list[Trial]).validate_json

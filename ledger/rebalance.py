@@ -1,5 +1,5 @@
 """The live cluster as the rebalancer sees it: the ledger's nodes, pools and reservations turned
-into `model.planner` nodes and pods.
+into `model.rebalancer` nodes and pods.
 
 What the planner cannot express is kept conservative rather than guessed:
 
@@ -20,7 +20,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ledger.types import Held, NodeCapacity
-from model.planner import Node, Pod
+from model.rebalancer import Node, Pod
 
 
 @dataclass(frozen=True)

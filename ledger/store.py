@@ -1,7 +1,7 @@
 """The tiered-resource ledger: reservations of DRAM, slow memory (node-local or from the node's
-rack pool) and a contiguous run of LLC ways, in the service's database (api.orm's tables).
+rack pool) and a contiguous run of LLC ways, in the service's database (store.orm's tables).
 
-Every write here runs inside the caller's transaction (api.db.unit_of_work). `reserve` takes row
+Every write here runs inside the caller's transaction (store.db.unit_of_work). `reserve` takes row
 locks (SELECT ... FOR UPDATE on PostgreSQL) on the node and, for pooled slow memory, on the rack
 pool, always in that order, then re-reads what is held under the lock: two binds racing for the
 same node, or for the same pool from two nodes, are serialised and neither double-books. SQLite
@@ -18,11 +18,11 @@ from datetime import timedelta
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from api.orm import HostKind, Node, RackPool, Reservation, utcnow
 from ledger.types import Held, NodeCapacity
 from ledger.utilization import Totals, utilization_of
 from model import Utilization
 from model.packing import best_fit_run, free_runs, is_contiguous, run_mask
+from store.orm import Node, RackPool, Reservation, utcnow
 
 log = logging.getLogger("tmc.ledger")
 
@@ -63,48 +63,6 @@ def load(session: Session) -> tuple[list[NodeCapacity], dict[str, int], list[Hel
     pools = {p.name: p.slow_bytes for p in session.scalars(select(RackPool))}
     held = [held_of(r) for r in session.scalars(select(Reservation))]
     return nodes, pools, held
-
-
-def upsert_node(session: Session, cap: NodeCapacity, pool_bytes: int | None) -> None:
-    """A node as its agent publishes it. An unknown host kind is registered from this node's
-    shape (the first node of a kind defines it; an operator may refine it through the API)."""
-    if session.get(HostKind, cap.host_kind) is None:
-        session.add(
-            HostKind(
-                name=cap.host_kind,
-                cpus=cap.cpus,
-                dram_bytes=cap.dram_bytes,
-                slow_bytes=cap.slow_bytes or (pool_bytes or 0),
-                llc_ways=cap.llc_ways,
-                slow_pooled=cap.pool is not None,
-            )
-        )
-    if cap.pool is not None:
-        pool = session.get(RackPool, cap.pool)
-        if pool is None:
-            session.add(RackPool(name=cap.pool, slow_bytes=pool_bytes or 0))
-        elif pool_bytes is not None:
-            pool.slow_bytes = pool_bytes
-    session.flush()
-    row = session.get(Node, cap.name)
-    if row is None:
-        row = Node(name=cap.name)
-        session.add(row)
-    row.host_kind, row.cpus, row.dram_bytes = cap.host_kind, cap.cpus, cap.dram_bytes
-    row.slow_bytes, row.llc_ways, row.pool_name, row.ready = (
-        cap.slow_bytes,
-        cap.llc_ways,
-        cap.pool,
-        cap.ready,
-    )
-    session.flush()
-
-
-def set_ready(session: Session, name: str, ready: bool) -> None:
-    """A node that left the cluster keeps its row (reservations point at it) but takes no more."""
-    row = session.get(Node, name)
-    if row is not None:
-        row.ready = ready
 
 
 @dataclass(frozen=True)

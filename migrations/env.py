@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from api.orm import Base
 from api.settings import Settings
+from store.orm import Base
 
 config = context.config
 url = config.get_main_option("sqlalchemy.url") or Settings().database_url

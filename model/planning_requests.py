@@ -1,6 +1,6 @@
 """Planner requests as the API and the CLI take them: bounded inputs, plain-JSON answers.
 
-Both plans are dry runs (`model.planner`): nothing is stored or moved.
+Both plans are dry runs (`model.capacity`, `model.rebalancer`): nothing is stored or moved.
 """
 
 from __future__ import annotations
@@ -11,19 +11,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from model.capacity import MachineKind, Option, WorkloadClass, paper_machine_kinds, plan_capacity
 from model.errors import InvalidRequest
-from model.planner import (
-    MachineKind,
-    Node,
-    Option,
-    Pod,
-    WorkloadClass,
-    greedy_rebalance,
-    paper_machine_kinds,
-    plan_capacity,
-    rebalance,
-)
 from model.price_profiles import price_profile
+from model.rebalancer import Node, Pod, greedy_rebalance, rebalance
 from model.recommend import Recommendation
 
 MAX_BYTES = 1 << 44  # 16 TiB: above any machine's memory

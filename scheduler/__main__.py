@@ -14,7 +14,6 @@ from importlib import metadata
 from kubernetes import config
 from pydantic import ValidationError
 
-from api.db import make_engine, make_session_factory
 from scheduler.decisions import Recommender
 from scheduler.extender import Extender
 from scheduler.feeder import Feeder
@@ -22,6 +21,7 @@ from scheduler.kube import KubeCluster, api_client
 from scheduler.server import ExtenderServer, client_tls_context
 from scheduler.settings import ExtenderSettings
 from scheduler.state import ClusterState
+from store.db import make_engine, make_session_factory
 
 log = logging.getLogger("tmc.scheduler")
 

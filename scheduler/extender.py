@@ -25,7 +25,6 @@ import orjson
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.db import unit_of_work
 from ledger import store as ledger
 from ledger.types import Held
 from model.node_contract import ContractError, PlacedConfiguration, Placement
@@ -34,6 +33,7 @@ from scheduler.kube import Cluster
 from scheduler.nodelist import NameTable, NodeNames, padded_table, split_head, split_request
 from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, read_pod
 from scheduler.state import ClusterState
+from store.db import unit_of_work
 
 log = logging.getLogger("tmc.scheduler.extender")
 _SCORE_SUFFIX = [f"{score}}}".encode() for score in range(11)]

@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.db import unit_of_work
+from ledger import nodes as ledger_nodes
 from ledger import store as ledger
 from ledger.types import NodeCapacity
 from model import node_contract as contract
@@ -32,6 +32,7 @@ from scheduler.extender import held_from_annotation
 from scheduler.kube import KubeCluster
 from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, parse_quantity, read_pod
 from scheduler.state import ClusterState
+from store.db import unit_of_work
 
 log = logging.getLogger("tmc.scheduler.feeder")
 
@@ -113,7 +114,7 @@ class Feeder:
                 for node in nodes:
                     found = node_capacity(node)
                     if found is not None:
-                        ledger.upsert_node(session, *found)
+                        ledger_nodes.register_node(session, *found)
                         self._seen[found[0].name] = found
             pods, pod_rv = self.cluster.list_pods()
             live = {}
@@ -219,7 +220,7 @@ class Feeder:
         name = str((node.get("metadata") or {}).get("name", ""))
         if event == "DELETED":
             with unit_of_work(self.sessions) as session:
-                ledger.set_ready(session, name, False)
+                ledger_nodes.set_ready(session, name, False)
             self.state.set_ready(name, False)
             return
         found = node_capacity(node)
@@ -229,7 +230,7 @@ class Feeder:
             return  # a heartbeat or a label change: nothing tiered changed
         cap, pool_bytes = found
         with unit_of_work(self.sessions) as session:
-            ledger.upsert_node(session, cap, pool_bytes)
+            ledger_nodes.register_node(session, cap, pool_bytes)
         if cap.pool is not None and pool_bytes is not None:
             self.state.set_pool(cap.pool, pool_bytes)
         self.state.upsert_node(cap)

@@ -1,19 +1,24 @@
-"""The extender's settings: the service's (database, ...) plus its own, from TMC_* variables."""
+"""The extender's settings: the database's (store.settings) plus its own, from TMC_* variables.
+
+They do not inherit the API's: the extender runs no HTTP API, no Celery and no Redis."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from api.settings import Settings
+from model.objectives import DEFAULT_THRESHOLD
 from scheduler.pods import DEFAULT_OPT_IN_RESOURCE
+from store.settings import DatabaseSettings
 
 
-class ExtenderSettings(Settings):
+class ExtenderSettings(DatabaseSettings):
     # Every verb must answer within kube-scheduler's httpTimeout (5 s): a hung database costs a
     # bind at most a 1 s connect plus a 2 s statement, and the verb answers an error in time.
     db_connect_timeout_seconds: int = Field(default=1, ge=1, le=60)
     db_statement_timeout_ms: int = Field(default=2000, ge=1, le=600_000)
     db_lock_timeout_ms: int = Field(default=1000, ge=1, le=600_000)
+    # Algorithm 1's cost threshold T for the decisions the extender asks for.
+    default_threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0, le=1)
     extender_host: str = "0.0.0.0"
     extender_port: int = Field(default=8888, ge=1, le=65535)
     extender_prefix: str = "/scheduler"

@@ -105,3 +105,29 @@ def test_core_install_runs_the_model_without_the_server_stack(tmp_path: Path) ->
         check=False,
     )
     assert cli.returncode == 0, cli.stderr
+
+
+def test_no_route_opens_a_transaction_by_hand() -> None:
+    # A request's one transaction comes from api.deps.SessionDep (committed or rolled back in one
+    # place); a route that opened its own would commit apart from it.
+    offenders = [
+        path.name
+        for path in sorted((ROOT / "api" / "routes").glob("*.py"))
+        if "unit_of_work" in path.read_text() or ".sessions(" in path.read_text()
+    ]
+    assert offenders == []
+
+
+def test_the_extender_process_loads_no_web_framework_or_task_queue() -> None:
+    # What the import contract says statically, checked on the running interpreter: everything
+    # the extender's entry point imports, and nothing of the API's stack among it.
+    probe = (
+        "import sys, scheduler.__main__, scheduler.extender, scheduler.feeder;"
+        "print(','.join(sorted(m for m in ('fastapi', 'starlette', 'uvicorn', 'celery',"
+        " 'kombu', 'redis') if m in sys.modules)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""

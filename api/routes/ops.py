@@ -13,7 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.deps import StateDep
-from api.errors import problem
+from api.problems import problem
 
 router = APIRouter(tags=["operations"])
 

@@ -12,12 +12,11 @@ from sqlalchemy import RowMapping
 
 from api import placements
 from api.auth import Permission
-from api.db import unit_of_work
-from api.deps import StateDep, require
+from api.deps import SessionDep, require
 from api.errors import NotFound
-from api.orm import Reservation
 from model import Recommendation
 from model.node_contract import StructurePlan
+from store.orm import Reservation
 
 router = APIRouter(prefix="/v1", tags=["placements"])
 Reader = Annotated[object, Depends(require(Permission.read))]
@@ -77,14 +76,13 @@ def _placement(row: RowMapping) -> dict[str, Any]:
     summary="What each pod holds, on which node, from which decision",
 )
 def list_placements(
-    state: StateDep,
+    session: SessionDep,
     _: Reader,
     node: Name | None = None,
     namespace: Name | None = None,
 ) -> list[PlacementOut]:
-    with unit_of_work(state.sessions) as session:
-        rows = placements.list_placements(session, node=node, namespace=namespace)
-        return [PlacementOut(**_placement(row)) for row in rows]
+    rows = placements.list_placements(session, node=node, namespace=namespace)
+    return [PlacementOut(**_placement(row)) for row in rows]
 
 
 @router.get(
@@ -94,16 +92,15 @@ def list_placements(
     responses={404: {"description": "No placement for this pod"}},
 )
 def get_placement(
-    state: StateDep,
+    session: SessionDep,
     _: Reader,
     namespace: Annotated[str, Path(max_length=253)],
     pod: Annotated[str, Path(max_length=253)],
 ) -> PlacementDetailOut:
-    with unit_of_work(state.sessions) as session:
-        row = placements.find_placement(session, namespace, pod)
-        if row is None:
-            raise NotFound("placement", f"{namespace}/{pod}")
-        fields = _placement(row)
+    row = placements.find_placement(session, namespace, pod)
+    if row is None:
+        raise NotFound("placement", f"{namespace}/{pod}")
+    fields = _placement(row)
     result = row["result"]
     if result is None:
         return PlacementDetailOut(

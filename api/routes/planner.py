@@ -12,11 +12,11 @@ import dataclasses
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import Permission
-from api.db import unit_of_work
-from api.deps import AppState, StateDep, require
+from api.deps import SessionDep, require
 from ledger import store as ledger
 from ledger.rebalance import live_cluster
 from model.errors import InvalidRequest
@@ -50,13 +50,14 @@ async def rebalance(body: RebalanceIn, _: Planner) -> dict[str, Any]:
     "held) are planned as `/rebalance` plans a given cluster. Pods the planner cannot move "
     "safely are pinned or listed under `cluster.skipped` with the reason.",
 )
-async def rebalance_live(body: LiveRebalanceIn, state: StateDep, _: Planner) -> dict[str, Any]:
-    return await run_in_threadpool(_rebalance_live, body, state)
+async def rebalance_live(body: LiveRebalanceIn, session: SessionDep, _: Planner) -> dict[str, Any]:
+    return await run_in_threadpool(_rebalance_live, body, session)
 
 
-def _rebalance_live(body: LiveRebalanceIn, state: AppState) -> dict[str, Any]:
-    with unit_of_work(state.sessions) as session:
-        nodes, pools, held = ledger.load(session)
+def _rebalance_live(body: LiveRebalanceIn, session: Session) -> dict[str, Any]:
+    nodes, pools, held = ledger.load(session)
+    # A dry run writes nothing: the connection goes back to the pool before the solver runs.
+    session.close()
     if body.nodes is not None:
         unknown = sorted(set(body.nodes) - {n.name for n in nodes})
         if unknown:

@@ -7,13 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 
 from api import repositories as repo
-from api import services
 from api.auth import Permission
-from api.db import unit_of_work
-from api.deps import StateDep, require
+from api.deps import SessionDep, require
 from api.errors import NotFound
-from api.orm import PriceProfileRow
 from api.schemas import PriceProfileIn, PriceProfileOut
+from api.services import prices as price_profiles
+from store.orm import PriceProfileRow
 
 router = APIRouter(prefix="/v1/price-profiles", tags=["price profiles"])
 Admin = Annotated[object, Depends(require(Permission.admin))]
@@ -31,28 +30,24 @@ def price_out(row: PriceProfileRow) -> PriceProfileOut:
 
 
 @router.post("", status_code=201, response_model=PriceProfileOut, summary="Create a new version")
-def create(body: PriceProfileIn, state: StateDep, _: Admin) -> PriceProfileOut:
-    with unit_of_work(state.sessions) as session:
-        return price_out(services.create_price_profile(session, body.model_dump()))
+def create(body: PriceProfileIn, session: SessionDep, _: Admin) -> PriceProfileOut:
+    return price_out(price_profiles.create_price_profile(session, body.model_dump()))
 
 
 @router.get("", response_model=list[PriceProfileOut])
-def list_all(state: StateDep, _: Reader) -> list[PriceProfileOut]:
-    with unit_of_work(state.sessions) as session:
-        return [price_out(r) for r in repo.list_price_profiles(session)]
+def list_all(session: SessionDep, _: Reader) -> list[PriceProfileOut]:
+    return [price_out(r) for r in repo.list_price_profiles(session)]
 
 
 @router.get("/{key}", response_model=PriceProfileOut, summary="A profile by name@version")
-def get(key: str, state: StateDep, _: Reader) -> PriceProfileOut:
-    with unit_of_work(state.sessions) as session:
-        name, version = services.parse_price_key(key)
-        row = repo.get_price_profile(session, name, version)
-        if row is None:
-            raise NotFound("price profile", key)
-        return price_out(row)
+def get(key: str, session: SessionDep, _: Reader) -> PriceProfileOut:
+    name, version = price_profiles.parse_price_key(key)
+    row = repo.get_price_profile(session, name, version)
+    if row is None:
+        raise NotFound("price profile", key)
+    return price_out(row)
 
 
 @router.post("/{key}/default", response_model=PriceProfileOut, summary="Make it the default")
-def make_default(key: str, state: StateDep, _: Admin) -> PriceProfileOut:
-    with unit_of_work(state.sessions) as session:
-        return price_out(services.make_default(session, key))
+def make_default(key: str, session: SessionDep, _: Admin) -> PriceProfileOut:
+    return price_out(price_profiles.make_default(session, key))

@@ -8,13 +8,10 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from api import repositories as repo
-from api import services
 from api.auth import Permission
-from api.db import unit_of_work
-from api.deps import StateDep, require
-from api.errors import ApiError, NotFound
+from api.deps import SessionDep, StateDep, require
+from api.errors import NotFitted, NotFound
 from api.openapi import PROFILE_BUNDLE_REF
-from api.orm import Profile, VerificationRunRow
 from api.schemas import (
     ProfileOut,
     VerificationRunIn,
@@ -22,8 +19,11 @@ from api.schemas import (
     WorkloadModelOut,
     WorkloadOut,
 )
+from api.services import prices as price_profiles
+from api.services import profiles, verification
 from model import predicted_grid
 from model.verification import MAX_OBSERVATIONS
+from store.orm import Profile, VerificationRunRow
 
 router = APIRouter(prefix="/v1", tags=["profiles"])
 Uploader = Annotated[object, Depends(require(Permission.upload))]
@@ -64,63 +64,55 @@ def profile_out(p: Profile, workload: str) -> ProfileOut:
     },
 )
 async def upload_profile(
-    request: Request, response: Response, state: StateDep, _: Uploader
+    request: Request, response: Response, state: StateDep, session: SessionDep, _: Uploader
 ) -> ProfileOut:
     body = await request.body()
-
-    def work() -> ProfileOut:
-        with unit_of_work(state.sessions) as session:
-            upload = services.upload_profile(session, body, state.enqueue_fit)
-            out = profile_out(upload.profile, upload.workload_name)
-        state.metrics.uploads.labels("created" if upload.created else "duplicate").inc()
-        if not upload.created:
-            response.status_code = 200
-        return out
-
-    return await run_in_threadpool(work)
+    # The fit is enqueued once the request's transaction has committed.
+    upload = await run_in_threadpool(profiles.upload_profile, session, body, state.enqueue_fit)
+    state.metrics.uploads.labels("created" if upload.created else "duplicate").inc()
+    if not upload.created:
+        response.status_code = 200
+    return profile_out(upload.profile, upload.workload_name)
 
 
 @router.get("/profiles/{profile_id}", response_model=ProfileOut)
-def get_profile(profile_id: str, state: StateDep, _: Reader) -> ProfileOut:
-    with unit_of_work(state.sessions) as session:
-        p = repo.get_profile(session, profile_id)
-        if p is None:
-            raise NotFound("profile", profile_id)
-        workload = repo.find_workload(session, p.workload_id)
-        return profile_out(p, workload.name if workload else "")
+def get_profile(profile_id: str, session: SessionDep, _: Reader) -> ProfileOut:
+    p = repo.get_profile(session, profile_id)
+    if p is None:
+        raise NotFound("profile", profile_id)
+    workload = repo.find_workload(session, p.workload_id)
+    return profile_out(p, workload.name if workload else "")
 
 
 @router.get("/workloads", response_model=list[WorkloadOut])
 def list_workloads(
-    state: StateDep,
+    session: SessionDep,
     _: Reader,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
 ) -> list[WorkloadOut]:
-    with unit_of_work(state.sessions) as session:
-        return [
-            WorkloadOut(
-                id=w.id,
-                name=w.name,
-                created_at=w.created_at,
-                profiles=[profile_out(p, w.name) for p in repo.profiles_of(session, w.id)],
-            )
-            for w in repo.list_workloads(session, limit, offset)
-        ]
-
-
-@router.get("/workloads/{key}", response_model=WorkloadOut, summary="A workload by name or id")
-def get_workload(key: str, state: StateDep, _: Reader) -> WorkloadOut:
-    with unit_of_work(state.sessions) as session:
-        w = repo.find_workload(session, key)
-        if w is None:
-            raise NotFound("workload", key)
-        return WorkloadOut(
+    return [
+        WorkloadOut(
             id=w.id,
             name=w.name,
             created_at=w.created_at,
             profiles=[profile_out(p, w.name) for p in repo.profiles_of(session, w.id)],
         )
+        for w in repo.list_workloads(session, limit, offset)
+    ]
+
+
+@router.get("/workloads/{key}", response_model=WorkloadOut, summary="A workload by name or id")
+def get_workload(key: str, session: SessionDep, _: Reader) -> WorkloadOut:
+    w = repo.find_workload(session, key)
+    if w is None:
+        raise NotFound("workload", key)
+    return WorkloadOut(
+        id=w.id,
+        name=w.name,
+        created_at=w.created_at,
+        profiles=[profile_out(p, w.name) for p in repo.profiles_of(session, w.id)],
+    )
 
 
 @router.get(
@@ -131,38 +123,37 @@ def get_workload(key: str, state: StateDep, _: Reader) -> WorkloadOut:
 def get_workload_model(
     key: str,
     state: StateDep,
+    session: SessionDep,
     _: Reader,
     grid: Annotated[str, Query(pattern="^(paper|host)$")] = "paper",
 ) -> WorkloadModelOut:
-    with unit_of_work(state.sessions) as session:
-        w = repo.find_workload(session, key)
-        if w is None:
-            raise NotFound("workload", key)
-        profile = repo.latest_profile(session, w.id)
-        if profile is None:
-            raise ApiError(409, "Not fitted", f"workload {key!r} has no usable profile")
-        row = services.fit_profile(session, profile.id)
-        if row is None:
-            raise ApiError(409, "Not fitted", f"the latest profile failed to fit: {profile.error}")
-        # The prepared model already holds the fit and what it needs of the bundle's host.
-        prepared = state.models.model(session, row.id)
-        fitted = prepared.predictor.model
-        machine = prepared.machine(repo.get_host_kind(session, profile.host_kind))
-        chosen_grid = prepared.grid("host" if grid == "host" else "paper")
-        _, prices = services.resolve_price_profile(session, None)
-        points = predicted_grid(
-            prepared.predictor, machine=machine, prices=prices, grid=chosen_grid
-        )
-        return WorkloadModelOut(
-            workload=w.name,
-            profile_id=profile.id,
-            fitted_model_id=row.id,
-            model=fitted,
-            diagnostics=fitted.diagnostics,
-            grid=chosen_grid.name,
-            price_profile=prices.key,
-            points=points,
-        )
+    w = repo.find_workload(session, key)
+    if w is None:
+        raise NotFound("workload", key)
+    profile = repo.latest_profile(session, w.id)
+    if profile is None:
+        raise NotFitted(f"workload {key!r} has no usable profile")
+    # Reading never fits: the fit task (or a first recommendation) does.
+    row = repo.fitted_for_profile(session, profile.id)
+    if row is None:
+        raise NotFitted(f"the latest profile of {key!r} is not fitted yet; retry shortly")
+    # The prepared model already holds the fit and what it needs of the bundle's host.
+    prepared = state.models.model(session, row.id)
+    fitted = prepared.predictor.model
+    machine = prepared.machine(repo.get_host_kind(session, profile.host_kind))
+    chosen_grid = prepared.grid("host" if grid == "host" else "paper")
+    _, prices = price_profiles.resolve_price_profile(session, None)
+    points = predicted_grid(prepared.predictor, machine=machine, prices=prices, grid=chosen_grid)
+    return WorkloadModelOut(
+        workload=w.name,
+        profile_id=profile.id,
+        fitted_model_id=row.id,
+        model=fitted,
+        diagnostics=fitted.diagnostics,
+        grid=chosen_grid.name,
+        price_profile=prices.key,
+        points=points,
+    )
 
 
 def run_out(r: VerificationRunRow, workload: str) -> VerificationRunOut:
@@ -189,15 +180,18 @@ def run_out(r: VerificationRunRow, workload: str) -> VerificationRunOut:
     "stored run when its run_id was posted before with the same values, 409 with others.",
 )
 def add_verification_run(
-    key: str, body: VerificationRunIn, response: Response, state: StateDep, _: Uploader
+    key: str,
+    body: VerificationRunIn,
+    response: Response,
+    session: SessionDep,
+    _: Uploader,
 ) -> VerificationRunOut:
-    with unit_of_work(state.sessions) as session:
-        row, name, created = services.add_verification_run(
-            session, key, body.run_id, body.slow_ratio, body.llc_ways, body.seconds
-        )
-        if not created:
-            response.status_code = 200
-        return run_out(row, name)
+    row, name, created = verification.add_verification_run(
+        session, key, body.run_id, body.slow_ratio, body.llc_ways, body.seconds
+    )
+    if not created:
+        response.status_code = 200
+    return run_out(row, name)
 
 
 @router.get(
@@ -205,13 +199,12 @@ def add_verification_run(
     response_model=list[VerificationRunOut],
     summary="The runs the workload's recommendations are corrected with (newest last)",
 )
-def list_verification_runs(key: str, state: StateDep, _: Reader) -> list[VerificationRunOut]:
-    with unit_of_work(state.sessions) as session:
-        w = repo.find_workload(session, key)
-        if w is None:
-            raise NotFound("workload", key)
-        resolved = repo.resolve_for_recommendation(session, workload_key=w.id)
-        if resolved is None:
-            return []
-        rows = repo.verification_runs(session, resolved.profile_id, MAX_OBSERVATIONS)
-        return [run_out(r, w.name) for r in rows]
+def list_verification_runs(key: str, session: SessionDep, _: Reader) -> list[VerificationRunOut]:
+    w = repo.find_workload(session, key)
+    if w is None:
+        raise NotFound("workload", key)
+    resolved = repo.resolve_for_recommendation(session, workload_key=w.id)
+    if resolved is None:
+        return []
+    rows = repo.verification_runs(session, resolved.profile_id, MAX_OBSERVATIONS)
+    return [run_out(r, w.name) for r in rows]

@@ -5,17 +5,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
+import orjson
 from fastapi import APIRouter, Depends, Query, Response
+from sqlalchemy.orm import Session
 
 from api import repositories as repo
-from api import services
 from api.auth import GRANTS, Permission, Role
-from api.db import unit_of_work
-from api.deps import StateDep, require
+from api.deps import AppState, SessionDep, StateDep, require
 from api.errors import NotFound
-from api.orm import RecommendationRow
 from api.schemas import RecommendationOut, RecommendationSummary, RecommendIn
+from api.services import recommendations as decisions
+from api.services.recommendations import DecisionInput, RecommendationRecord
 from model import Recommendation, parse_objective
+from store.orm import RecommendationRow
 
 router = APIRouter(tags=["recommendations"])
 Recommender = Annotated[Role, Depends(require(Permission.recommend))]
@@ -36,26 +38,48 @@ def recommendation_out(row: RecommendationRow, known: bool | None = None) -> Rec
     )
 
 
-def _recommend(body: RecommendIn, state: StateDep, role: Role) -> Response:
+def _recommend(body: RecommendIn, state: AppState, session: Session, role: Role) -> Response:
     objective = parse_objective(body.objective)
     threshold = body.threshold if body.threshold is not None else state.settings.default_threshold
-    request = services.RecommendInput(
-        workload=body.workload,
-        bundle=body.profile,
-        objective=objective,
-        threshold=threshold,
-        utilization=body.utilization,
-        grid=body.grid,
-        price_profile=body.price_profile,
-        may_upload=Permission.upload in GRANTS[role],
+    if body.utilization is not None:
+        utilization, source = body.utilization, "request"
+    else:
+        utilization, source = state.utilization.current(session)
+    record = decisions.decide(
+        session,
+        DecisionInput(
+            workload=body.workload,
+            bundle=body.profile,
+            objective=objective,
+            threshold=threshold,
+            utilization=utilization,
+            utilization_source=source,
+            grid=body.grid,
+            price_profile=body.price_profile,
+            may_upload=Permission.upload in GRANTS[role],
+        ),
+        state.models,
     )
-    with unit_of_work(state.sessions) as session:
-        done = services.recommend_for(
-            session, request, state.models, state.utilization, state.enqueue_fit
-        )
-    state.metrics.recommendations.labels(done.objective, done.utilization_source).inc()
-    # Already JSON-shaped and checked by the model's types: sent as encoded, not re-validated.
-    return Response(done.encoded, media_type="application/json")
+    state.metrics.recommendations.labels(record.recommendation.objective, source).inc()
+    return Response(encode_record(record), media_type="application/json")
+
+
+def encode_record(record: RecommendationRecord) -> bytes:
+    """RecommendationOut as JSON. The recommendation is embedded as the bytes the decision log
+    stored: checked by the model's types already, it is neither re-validated nor re-encoded."""
+    head = orjson.dumps(
+        {
+            "id": record.id,
+            "created_at": record.created_at.isoformat(),
+            "workload_id": record.workload_id,
+            "profile_id": record.profile_id,
+            "fitted_model_id": record.fitted_model_id,
+            "bundle_hash": record.bundle_hash,
+            "utilization_source": record.utilization_source,
+            "host_kind_known": record.host_kind_known,
+        }
+    )
+    return head[:-1] + b',"recommendation":' + record.recommendation_json + b"}"
 
 
 @router.post(
@@ -64,27 +88,30 @@ def _recommend(body: RecommendIn, state: StateDep, role: Role) -> Response:
     summary="Recommend a configuration (Algorithm 1) for a workload or an inline bundle",
     responses={404: {"description": "Unknown workload"}, 409: {"description": "Nothing fitted"}},
 )
-def recommend(body: RecommendIn, state: StateDep, role: Recommender) -> Response:
-    return _recommend(body, state, role)
+def recommend(
+    body: RecommendIn, state: StateDep, session: SessionDep, role: Recommender
+) -> Response:
+    return _recommend(body, state, session, role)
 
 
 @router.post("/v1/recommend", response_model=RecommendationOut)
-def recommend_v1(body: RecommendIn, state: StateDep, role: Recommender) -> Response:
-    return _recommend(body, state, role)
+def recommend_v1(
+    body: RecommendIn, state: StateDep, session: SessionDep, role: Recommender
+) -> Response:
+    return _recommend(body, state, session, role)
 
 
 @router.get("/v1/recommendations/{rec_id}", response_model=RecommendationOut)
-def get_recommendation(rec_id: str, state: StateDep, _: Reader) -> RecommendationOut:
-    with unit_of_work(state.sessions) as session:
-        row = repo.get_recommendation(session, rec_id)
-        if row is None:
-            raise NotFound("recommendation", rec_id)
-        return recommendation_out(row)
+def get_recommendation(rec_id: str, session: SessionDep, _: Reader) -> RecommendationOut:
+    row = repo.get_recommendation(session, rec_id)
+    if row is None:
+        raise NotFound("recommendation", rec_id)
+    return recommendation_out(row)
 
 
 @router.get("/v1/recommendations", response_model=list[RecommendationSummary])
 def list_recommendations(
-    state: StateDep,
+    session: SessionDep,
     _: Reader,
     workload: Annotated[str | None, Query(max_length=128)] = None,
     objective: Annotated[str | None, Query(max_length=64)] = None,
@@ -92,31 +119,30 @@ def list_recommendations(
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
 ) -> list[RecommendationSummary]:
-    with unit_of_work(state.sessions) as session:
-        workload_id = None
-        if workload is not None:
-            w = repo.find_workload(session, workload)
-            if w is None:
-                raise NotFound("workload", workload)
-            workload_id = w.id
-        rows = repo.list_recommendations(
-            session,
-            workload_id=workload_id,
-            objective=objective,
-            since=since,
-            limit=limit,
-            offset=offset,
+    workload_id = None
+    if workload is not None:
+        w = repo.find_workload(session, workload)
+        if w is None:
+            raise NotFound("workload", workload)
+        workload_id = w.id
+    rows = repo.list_recommendations(
+        session,
+        workload_id=workload_id,
+        objective=objective,
+        since=since,
+        limit=limit,
+        offset=offset,
+    )
+    return [
+        RecommendationSummary(
+            id=r.id,
+            created_at=r.created_at,
+            workload_id=r.workload_id,
+            objective=r.objective,
+            threshold=r.threshold,
+            slow_ratio=r.slow_ratio,
+            llc_ways=r.llc_ways,
+            utilization_source=r.utilization_source,
         )
-        return [
-            RecommendationSummary(
-                id=r.id,
-                created_at=r.created_at,
-                workload_id=r.workload_id,
-                objective=r.objective,
-                threshold=r.threshold,
-                slow_ratio=r.slow_ratio,
-                llc_ways=r.llc_ways,
-                utilization_source=r.utilization_source,
-            )
-            for r in rows
-        ]
+        for r in rows
+    ]

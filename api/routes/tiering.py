@@ -7,11 +7,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy.orm import Session
 
 from api import repositories as repo
 from api.auth import Permission
-from api.db import unit_of_work
-from api.deps import StateDep, require
+from api.deps import SessionDep, require
 from api.errors import PROBLEM, ApiError, NotFound
 from model.bundle import ProfileBundle
 from model.tiering import TieringAdvice, TieringProfile, TieringRequest, Trial, advise
@@ -32,22 +32,21 @@ class TieringRecommendIn(BaseModel):
     trials: list[Trial] = Field(default_factory=list, max_length=1000)
 
 
-def _stored_profile(state: StateDep, name: str) -> TieringProfile:
-    with unit_of_work(state.sessions) as session:
-        workload = repo.find_workload(session, name)
-        if workload is None:
-            raise NotFound("workload", name)
-        row = repo.latest_profile(session, workload.id)
-        if row is None:
-            raise ApiError(409, "No profile", f"workload {name!r} has no profile yet")
-        try:
-            tiering = ProfileBundle.model_validate(row.bundle).tiering
-        except ValidationError as exc:  # stored before this version: say so, do not crash
-            raise ApiError(
-                409,
-                "No tiering profile",
-                f"the stored profile cannot be read: {exc.error_count()} errors",
-            ) from exc
+def _stored_profile(session: Session, name: str) -> TieringProfile:
+    workload = repo.find_workload(session, name)
+    if workload is None:
+        raise NotFound("workload", name)
+    row = repo.latest_profile(session, workload.id)
+    if row is None:
+        raise ApiError(409, "No profile", f"workload {name!r} has no profile yet")
+    try:
+        tiering = ProfileBundle.model_validate(row.bundle).tiering
+    except ValidationError as exc:  # stored before this version: say so, do not crash
+        raise ApiError(
+            409,
+            "No tiering profile",
+            f"the stored profile cannot be read: {exc.error_count()} errors",
+        ) from exc
     if tiering is None:
         raise ApiError(
             409,
@@ -67,11 +66,11 @@ def _stored_profile(state: StateDep, name: str) -> TieringProfile:
         409: {"description": "No tiering profile for the workload", "content": {PROBLEM: {}}},
     },
 )
-def recommend_tiering(body: TieringRecommendIn, state: StateDep, _: Advisor) -> TieringAdvice:
+def recommend_tiering(body: TieringRecommendIn, session: SessionDep, _: Advisor) -> TieringAdvice:
     if (body.profile is None) == (body.workload is None):
         raise ApiError(422, "Invalid request", "give exactly one of workload and profile")
     profile = (
-        body.profile if body.profile is not None else _stored_profile(state, str(body.workload))
+        body.profile if body.profile is not None else _stored_profile(session, str(body.workload))
     )
     request = TieringRequest(
         loss_target=body.loss_target,

@@ -20,7 +20,7 @@ from tmc_agent.settings import AgentSettings
 from model.node_contract import VERIFICATION_RUN_ANNOTATION
 from tests.agent import fakehost
 from tests.agent.test_serve import NODE, FakeNodeApi, FakePods, placement_pod
-from tests.api.conftest import example
+from tests.fixtures.service import example
 from tests.services import free_port, uvicorn_server
 
 BIN = Path(sys.executable).parent

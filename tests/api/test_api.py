@@ -9,12 +9,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.auth import Role
-from api.db import make_engine, make_session_factory, unit_of_work
 from api.demo import example_host_kind
 from api.settings import Settings
 from api.utilization import take_snapshot
 from model.resources import GIB
-from tests.api.conftest import auth, example
+from store.db import make_engine, make_session_factory, unit_of_work
+from tests.fixtures.service import auth, example
 
 LOCAL_KIND = example_host_kind()
 OPERATOR = auth(Role.operator)
@@ -242,6 +242,12 @@ def test_price_profiles_are_versioned(client: TestClient) -> None:
 
 def test_workload_model_and_grid(client: TestClient) -> None:
     upload(client, example("graph500")).raise_for_status()
+    # No worker runs here: the fit is queued, and reading the model never fits it.
+    pending = client.get("/v1/workloads/graph500/model", headers=VIEWER)
+    assert pending.status_code == 409, pending.text
+    assert pending.json()["title"] == "Not fitted"
+    # The first decision fits the profile (as the task would).
+    client.post("/recommend", headers=SCHEDULER, json={"workload": "graph500"}).raise_for_status()
     model = client.get("/v1/workloads/graph500/model", headers=VIEWER).json()
     assert len(model["points"]) == 77
     assert model["diagnostics"]["path"] in {"stall_counters", "eq4"}

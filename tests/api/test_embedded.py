@@ -9,15 +9,15 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from api import services
 from api.app import create_app
 from api.auth import token_hash
-from api.db import make_engine, make_session_factory, unit_of_work
 from api.demo import ensure_operator_token, load_demo
 from api.migrate import upgrade_to_head
-from api.orm import ApiToken
+from api.services import profiles
 from api.settings import Settings
-from tests.api.conftest import example
+from store.db import make_engine, make_session_factory, unit_of_work
+from store.orm import ApiToken
+from tests.fixtures.service import example
 from tests.services import wait_until
 
 
@@ -89,7 +89,7 @@ def test_embedded_service_fits_what_a_crash_left_pending(tmp_path: Path) -> None
     sessions = make_session_factory(make_engine(settings))
     # Committed, but the process died before its in-process fit ran.
     with unit_of_work(sessions) as session:
-        profile_id = services.upload_profile(session, example("canneal"), lambda _: None).profile.id
+        profile_id = profiles.upload_profile(session, example("canneal"), None).profile.id
     token = ensure_operator_token(sessions, None)
     headers = {"Authorization": f"Bearer {token}"}
     with TestClient(create_app(settings)) as client:

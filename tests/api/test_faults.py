@@ -21,10 +21,10 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.auth import Role
-from api.db import make_engine, make_session_factory, unit_of_work
 from api.settings import Settings
 from api.utilization import SNAPSHOT_KEY, take_snapshot
-from tests.api.conftest import auth, example
+from store.db import make_engine, make_session_factory, unit_of_work
+from tests.fixtures.service import auth, example
 from tests.services import ROOT, CeleryWorker, PostgresServer, RedisServer, wait_until
 
 AGENT = auth(Role.agent)

@@ -22,14 +22,14 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from api import services
 from api.app import create_app
 from api.auth import Role
-from api.db import make_engine, make_session_factory, unit_of_work
+from api.services import prices
 from api.settings import Settings
 from api.utilization import SNAPSHOT_KEY
 from model.objectives import DEFAULT_THRESHOLD
-from tests.api.conftest import auth, example
+from store.db import make_engine, make_session_factory, unit_of_work
+from tests.fixtures.service import auth, example
 from tests.services import PostgresServer, free_port, wait_until
 
 OPERATOR = auth(Role.operator)
@@ -247,7 +247,7 @@ def test_concurrent_make_default_leaves_exactly_one_default(
         barrier.wait()
         try:
             with unit_of_work(sessions) as session:
-                services.make_default(session, key)
+                prices.make_default(session, key)
             return "ok"
         except Exception as exc:
             return type(exc).__name__

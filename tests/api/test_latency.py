@@ -14,11 +14,12 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from api import services
 from api.app import create_app
 from api.auth import Role
+from api.services import recommendations as decisions
+from api.services.recommendations import RecommendationRecord
 from api.settings import Settings
-from tests.api.conftest import auth, example
+from tests.fixtures.service import auth, example
 
 
 def samples(client: TestClient, name: str) -> dict[str, float]:
@@ -68,13 +69,13 @@ def test_a_recommendation_is_encoded_once(
         content=example("graph500"),
         headers={**auth(Role.agent), "Content-Type": "application/json"},
     ).raise_for_status()
-    made: list[services.Recommended] = []
+    made: list[RecommendationRecord] = []
     encodings: list[object] = []
-    recommend_for = services.recommend_for
+    decide = decisions.decide
     dumps, std_dumps = orjson.dumps, json.dumps
 
-    def spy(*args: Any, **kwargs: Any) -> services.Recommended:
-        done = recommend_for(*args, **kwargs)
+    def spy(*args: Any, **kwargs: Any) -> RecommendationRecord:
+        done = decide(*args, **kwargs)
         made.append(done)
         return done
 
@@ -86,7 +87,7 @@ def test_a_recommendation_is_encoded_once(
         encodings.append(value)
         return std_dumps(value, *args, **kwargs)
 
-    monkeypatch.setattr(services, "recommend_for", spy)
+    monkeypatch.setattr(decisions, "decide", spy)
     monkeypatch.setattr(orjson, "dumps", counted)
     monkeypatch.setattr(json, "dumps", std_counted)
     response = client.post(
@@ -94,11 +95,15 @@ def test_a_recommendation_is_encoded_once(
     )
     assert response.status_code == 200, response.text
     assert len(made) == 1
-    explanation = made[0].body["recommendation"]
-    assert [e for e in encodings if e is explanation] == [explanation]
+    # The recommendation is encoded once (as the decision log stores it), and the response
+    # embeds those bytes: no encoder ever sees a dict that holds the recommendation.
+    stored = made[0].recommendation_json
+    assert stored in response.content
+    assert len([e for e in encodings if isinstance(e, dict) and "chosen" in e]) == 1
     assert not [e for e in encodings if isinstance(e, dict) and "recommendation" in e]
-    assert response.content == made[0].encoded  # the bytes sent are the one encoding
-    logged = client.get(f"/v1/recommendations/{made[0].body['id']}", headers=auth(Role.viewer))
+    logged = client.get(f"/v1/recommendations/{made[0].id}", headers=auth(Role.viewer))
     assert logged.status_code == 200, logged.text
-    assert logged.json()["recommendation"] == explanation  # the log has every input
-    assert response.json() == made[0].body
+    # The log has every input, and what it says is what the response said.
+    assert logged.json()["recommendation"] == orjson.loads(stored)
+    assert response.json()["recommendation"] == orjson.loads(stored)
+    assert response.json()["id"] == made[0].id

@@ -9,7 +9,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine
 
 from api.migrate import alembic_config, upgrade_to_head
-from api.orm import Base
+from store.orm import Base
 from tests.services import PostgresServer
 
 

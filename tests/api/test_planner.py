@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from api import services
 from api.auth import Role
-from api.db import make_engine, make_session_factory, unit_of_work
 from api.settings import Settings
+from ledger import nodes as ledger_nodes
 from ledger import store as ledger
 from ledger.store import Want
 from ledger.types import NodeCapacity
-from tests.api.conftest import auth
+from store.db import make_engine, make_session_factory, unit_of_work
+from tests.fixtures.service import auth
 
 GIB = 1 << 30
 
@@ -138,14 +138,16 @@ def ledger_cluster(settings: Settings) -> None:
     """Three ready nodes (two on a rack pool), one not ready, and pods reserved by the ledger's
     own code: the first node is nearly empty, the others have room for its pods."""
     with unit_of_work(make_session_factory(make_engine(settings))) as session:
-        services.register_pool(session, "rack-1", 256 * GIB)
+        ledger_nodes.register_pool(session, "rack-1", 256 * GIB)
         for name, pool, local in (("n0", "rack-1", 0), ("n1", "rack-1", 0), ("n2", None, 128)):
-            ledger.upsert_node(
+            ledger_nodes.register_node(
                 session,
                 NodeCapacity(name, "pooled", 12, 24 * GIB, local * GIB, 48, pool),
                 256 * GIB if pool else None,
             )
-        ledger.upsert_node(session, NodeCapacity("down", "pooled", 12, 24 * GIB, 0, 48, None), None)
+        ledger_nodes.register_node(
+            session, NodeCapacity("down", "pooled", 12, 24 * GIB, 0, 48, None), None
+        )
         wants = [
             ("n0", "web", "a", 4 * GIB, 6),
             ("n1", "web", "b", 2 * GIB, 20),
@@ -158,7 +160,7 @@ def ledger_cluster(settings: Settings) -> None:
                 session, where, Want(f"uid-{pod}", ns, pod, 4, 4 * GIB, slow, ways, None)
             )
         # Reserve refuses a node that is not ready: "down" goes down once its pod is placed.
-        ledger.set_ready(session, "down", False)
+        ledger_nodes.set_ready(session, "down", False)
 
 
 def test_the_live_cluster_is_planned_from_the_ledger(

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from api.auth import Role
 from api.settings import Settings
-from tests.api.conftest import TOKENS, auth, example
+from tests.fixtures.service import TOKENS, auth, example
 from tests.services import uvicorn_server
 
 

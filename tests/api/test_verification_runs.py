@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api import services
 from api.auth import Role
-from tests.api.conftest import auth, example
+from api.services import verification
+from tests.fixtures.service import auth, example
 
 AGENT = {**auth(Role.agent), "Content-Type": "application/json"}
 URL = "/v1/workloads/graph500/verification-runs"
@@ -112,7 +112,7 @@ def test_concurrent_posts_of_one_run_store_it_once(client: TestClient) -> None:
 def test_a_profile_holds_a_bounded_number_of_runs(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(services, "MAX_STORED_RUNS", 3)
+    monkeypatch.setattr(verification, "MAX_STORED_RUNS", 3)
     assert client.post("/v1/profiles", content=example("graph500"), headers=AGENT).is_success
     for i in range(3):
         run = {"run_id": f"r{i}", "slow_ratio": 0.1 * i, "llc_ways": 4, "seconds": 10.0}

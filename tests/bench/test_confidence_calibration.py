@@ -5,13 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from bench.regimes import (
-    Regime,
-    Study,
     calibrate_confidence,
     model_floor,
     overspends,
     regime_prices,
 )
+from bench.studies import Regime, Study
 
 GIB = 1 << 30
 REGIME = Regime("gce-n1", 0.2, 0.4, "paper", "run")

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bench.regimes import QUICK_MAP, Regime, reshape, summarise
+from bench.regimes import QUICK_MAP, reshape, summarise
+from bench.studies import Regime
 from cli.main import app
 from sim.catalog import workload
 

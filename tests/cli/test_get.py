@@ -13,13 +13,13 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from api.auth import Role
-from api.db import make_engine, make_session_factory, unit_of_work
 from api.demo import example_host_kind
-from api.orm import Reservation
 from api.settings import Settings
 from cli.main import app
 from model.resources import GIB
-from tests.api.conftest import TOKENS, auth, example
+from store.db import make_engine, make_session_factory, unit_of_work
+from store.orm import Reservation
+from tests.fixtures.service import TOKENS, auth, example
 from tests.services import free_port, uvicorn_server
 
 runner = CliRunner()

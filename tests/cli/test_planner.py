@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from api.auth import Role
 from api.settings import Settings
 from cli.main import app
-from tests.api.conftest import TOKENS
 from tests.api.test_planner import ledger_cluster
+from tests.fixtures.service import TOKENS
 from tests.services import uvicorn_server
 
 runner = CliRunner()

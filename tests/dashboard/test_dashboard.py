@@ -17,11 +17,11 @@ from PIL import Image
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from api.auth import Role, token_hash
-from api.db import make_engine, make_session_factory, unit_of_work
 from api.demo import ensure_operator_token, load_demo
 from api.migrate import upgrade_to_head
-from api.orm import ApiToken
 from api.settings import Settings
+from store.db import make_engine, make_session_factory, unit_of_work
+from store.orm import ApiToken
 from tests.services import ROOT, uvicorn_server
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

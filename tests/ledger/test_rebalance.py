@@ -7,7 +7,7 @@ import itertools
 
 from ledger.rebalance import live_cluster
 from ledger.types import Held, NodeCapacity
-from model.planner import rebalance
+from model.rebalancer import rebalance
 
 GIB = 1 << 30
 

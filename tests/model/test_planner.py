@@ -1,27 +1,24 @@
-"""The OR-Tools capacity planner and the CAT-aware rebalancer (model/planner.py)."""
+"""The OR-Tools capacity planner and the CAT-aware rebalancer (model/capacity.py, model/rebalancer.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from model.packing import run_mask
-from model.planner import (
+from model.capacity import (
     MachineKind,
-    Node,
     Option,
-    Pod,
     WorkloadClass,
     greedy_machines,
-    greedy_rebalance,
     paper_machine_kinds,
     peak_factor,
     peak_vms,
     plan_capacity,
     plan_kind,
-    rebalance,
 )
+from model.packing import run_mask
 from model.pricing import DEFAULT_PRICE_PROFILE
+from model.rebalancer import Node, Pod, greedy_rebalance, rebalance
 from model.resources import GIB
 
 HOUR = 3600.0

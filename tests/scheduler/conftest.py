@@ -8,37 +8,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from api import services
-from api.db import make_engine, make_session_factory, unit_of_work
-from api.migrate import upgrade_to_head
+from api.services import profiles
 from api.settings import Settings
+from ledger import nodes as ledger_nodes
 from ledger import store as ledger
 from ledger.types import NodeCapacity
 from model.resources import GIB
 from scheduler.decisions import Recommender
 from scheduler.extender import Extender
 from scheduler.state import ClusterState
+from store.db import make_engine, make_session_factory, unit_of_work
+from tests.fixtures.database import empty_tables
 from tests.services import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[2]
 WIRE = Path(__file__).resolve().parent / "wire"
-TABLES = (
-    "reservations, recommendations, fitted_models, profiles, workloads, price_profiles, "
-    "nodes, rack_pools, host_kinds, api_tokens"
-)
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresServer]:
-    server = PostgresServer()
-    upgrade_to_head(server.url)
-    yield server
-    server.close()
 
 
 @pytest.fixture(scope="session")
@@ -50,8 +38,7 @@ def engine(postgres: PostgresServer) -> Iterator[Engine]:
 
 @pytest.fixture
 def sessions(postgres: PostgresServer, engine: Engine) -> sessionmaker[Session]:
-    with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {TABLES} CASCADE")
+    empty_tables(postgres.dsn())
     return make_session_factory(engine)
 
 
@@ -123,7 +110,7 @@ def tiered_nodes() -> list[tuple[NodeCapacity, int | None]]:
 def register(sessions: sessionmaker[Session], state: ClusterState) -> None:
     with unit_of_work(sessions) as session:
         for cap, pool_bytes in tiered_nodes():
-            ledger.upsert_node(session, cap, pool_bytes)
+            ledger_nodes.register_node(session, cap, pool_bytes)
         state.replace_all(*ledger.load(session))
 
 
@@ -142,10 +129,10 @@ def extender(sessions: sessionmaker[Session], cluster: RecordingCluster) -> Exte
 
 def upload_example(sessions: sessionmaker[Session], name: str) -> None:
     with unit_of_work(sessions) as session:
-        upload = services.upload_profile(
-            session, (ROOT / "examples" / f"{name}.json").read_bytes(), lambda _: None
+        upload = profiles.upload_profile(
+            session, (ROOT / "examples" / f"{name}.json").read_bytes(), None
         )
-        services.fit_profile(session, upload.profile.id)
+        profiles.fit_profile(session, upload.profile.id)
 
 
 def wire(name: str) -> dict[str, Any]:

@@ -25,10 +25,11 @@ from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.db import make_engine, make_session_factory
 from api.settings import Settings
 from model.node_contract import Placement, parse_plan_file
-from tests.scheduler.conftest import TABLES, upload_example
+from store.db import make_engine, make_session_factory
+from tests.fixtures.database import empty_tables
+from tests.scheduler.conftest import upload_example
 from tests.scheduler.controlplane import NAMESPACE, SERVICE_ACCOUNTS, ControlPlane, Unavailable
 from tests.scheduler.controlplane import cluster as c
 from tests.services import PostgresServer, wait_until
@@ -74,8 +75,7 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(plane: ControlPlane, postgres: PostgresServer) -> Iterator[Stack]:
-    with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {TABLES} CASCADE")
+    empty_tables(postgres.dsn())
     s = Stack(plane, postgres)
     for node in s.nodes:
         c.register_node(s.api, c.node_object(node.name))

@@ -12,15 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.db import make_session_factory, unit_of_work
-from api.orm import Reservation
+from ledger import nodes as ledger_nodes
 from ledger import store as ledger
 from ledger.types import NodeCapacity
 from model.node_contract import LLC_MASK_ANNOTATION
@@ -29,7 +27,10 @@ from scheduler.decisions import Recommender
 from scheduler.extender import Extender
 from scheduler.server import ExtenderServer, client_tls_context
 from scheduler.state import ClusterState
-from tests.scheduler.conftest import TABLES, RecordingCluster, register, upload_example, wire
+from store.db import make_session_factory, unit_of_work
+from store.orm import Reservation
+from tests.fixtures.database import empty_tables
+from tests.scheduler.conftest import RecordingCluster, register, upload_example, wire
 from tests.scheduler.controlplane import openssl
 from tests.scheduler.test_extender_wire import opted_in
 
@@ -146,7 +147,9 @@ def test_a_64_way_hosts_top_way_round_trips_through_the_ledger(
     sessions: sessionmaker[Session],
 ) -> None:
     with unit_of_work(sessions) as session:
-        ledger.upsert_node(session, NodeCapacity("wide", "wide", 64, 24 * GIB, 0, 64, None), None)
+        ledger_nodes.register_node(
+            session, NodeCapacity("wide", "wide", 64, 24 * GIB, 0, 64, None), None
+        )
     held = []
     for i in range(2):
         want = ledger.Want(f"u{i}", "default", f"p{i}", 1, GIB, 0, 32, None)
@@ -421,8 +424,7 @@ def test_a_huge_node_list_is_answered_in_bounded_time(fuzz_server: ExtenderServe
 def fuzz_server(postgres: Any, engine: Any) -> Iterator[ExtenderServer]:
     """One extender for the whole fuzz (hypothesis runs many examples per test)."""
     sessions = make_session_factory(engine)
-    with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {TABLES} CASCADE")
+    empty_tables(postgres.dsn())
     state = ClusterState()
     register(sessions, state)
     upload_example(sessions, "graph500")

@@ -15,12 +15,12 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.db import unit_of_work
-from api.orm import RecommendationRow, Reservation
 from model.node_contract import LLC_MASK_ANNOTATION, PLACEMENT_ANNOTATION
 from model.packing import is_contiguous
 from scheduler.extender import Extender
 from scheduler.server import ExtenderServer
+from store.db import unit_of_work
+from store.orm import RecommendationRow, Reservation
 from tests.scheduler.conftest import RecordingCluster, upload_example, wire
 
 FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}

@@ -11,8 +11,7 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.db import unit_of_work
-from api.orm import Node, Reservation
+from ledger import nodes as ledger_nodes
 from ledger import store as ledger
 from ledger.types import Held, NodeCapacity
 from model.packing import Ask, is_contiguous
@@ -20,6 +19,8 @@ from model.resources import GIB
 from scheduler.decisions import Recommender
 from scheduler.feeder import Feeder, node_capacity
 from scheduler.state import ClusterState
+from store.db import unit_of_work
+from store.orm import Node, Reservation
 from tests.scheduler.conftest import register
 
 
@@ -70,7 +71,7 @@ def test_slow_memory_comes_from_the_rack_pool_and_the_pool_runs_out(
     sessions: sessionmaker[Session], state: ClusterState
 ) -> None:
     with unit_of_work(sessions) as session:
-        ledger.upsert_node(
+        ledger_nodes.register_node(
             session,
             ledger_node("node-5", pool="rack-a"),
             None,
@@ -93,7 +94,7 @@ def test_concurrent_pool_binds_from_two_nodes_never_overbook_the_pool(
     sessions: sessionmaker[Session], state: ClusterState
 ) -> None:
     with unit_of_work(sessions) as session:
-        ledger.upsert_node(session, ledger_node("node-5", "rack-a"), None)
+        ledger_nodes.register_node(session, ledger_node("node-5", "rack-a"), None)
     ok: list[str] = []
     barrier = threading.Barrier(8)
 

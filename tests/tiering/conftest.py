@@ -8,7 +8,6 @@ import pytest
 from model.tiering.profile import TieringProfile
 from sim.machine import cxl_local_host, optane_host
 from sim.tiering import STUDY_WORKLOADS, Stream, draw_stream, tiering_profile
-from tests.api.conftest import client, postgres, redis_server, settings  # noqa: F401
 
 _STREAMS: dict[tuple[str, int], Stream] = {}
 _PROFILES: dict[tuple[str, str], TieringProfile] = {}

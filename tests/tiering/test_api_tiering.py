@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from api.auth import Role
 from model.tiering import TieringProfile
-from tests.api.conftest import auth
+from tests.fixtures.service import auth
 from tests.tiering.conftest import profile
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

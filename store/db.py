@@ -24,7 +24,7 @@ import orjson
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.settings import Settings
+from store.settings import DatabaseSettings
 
 log = logging.getLogger("tmc.db")
 AFTER_COMMIT = "tmc_after_commit"
@@ -105,7 +105,7 @@ def _json_text(value: object) -> str:  # SQLite binds JSON as text
     return _json_bytes(value).decode()
 
 
-def make_engine(settings: Settings) -> Engine:
+def make_engine(settings: DatabaseSettings) -> Engine:
     # orjson for every JSON column: an order of magnitude faster than the standard library on
     # the decision log's explanations, and psycopg takes its bytes as they are.
     if settings.is_sqlite:
@@ -144,7 +144,7 @@ def make_engine(settings: Settings) -> Engine:
     return engine
 
 
-def guard_connections(engine: Engine, settings: Settings) -> None:
+def guard_connections(engine: Engine, settings: DatabaseSettings) -> None:
     """The watchdog's deadlines, and a pre-ping of our own: SQLAlchemy's (pool_pre_ping) runs
     before any checkout hook, where no deadline could cover it."""
     # Past the server's statement timeout, by a margin: the server answers first when it can.
@@ -185,17 +185,35 @@ def after_commit(session: Session, action: Callable[[], None]) -> None:
     session.info.setdefault(AFTER_COMMIT, []).append(action)
 
 
+def commit(session: Session) -> None:
+    """Commit, close, then run the after-commit actions; roll back (and raise) on failure."""
+    try:
+        session.commit()
+    except BaseException:
+        abandon(session)
+        raise
+    session.close()
+    for action in session.info.pop(AFTER_COMMIT, []):
+        action()
+
+
+def abandon(session: Session) -> None:
+    """Roll back and close; the after-commit actions never run."""
+    try:
+        session.rollback()
+    finally:
+        session.info.pop(AFTER_COMMIT, None)
+        session.close()
+
+
 @contextmanager
 def unit_of_work(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """One transaction outside a request (tasks, the extender, start-up): commit on success,
+    roll back on error. Requests get theirs from api.deps.SessionDep."""
     session = factory()
     try:
         yield session
-        session.commit()
     except BaseException:
-        session.rollback()
-        session.info.pop(AFTER_COMMIT, None)
+        abandon(session)
         raise
-    finally:
-        session.close()
-    for action in session.info.pop(AFTER_COMMIT, []):
-        action()
+    commit(session)

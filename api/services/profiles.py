@@ -1,0 +1,116 @@
+"""Profiles: a bundle stored once by its content, and fitted once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from api import repositories as repo
+from api.errors import NotFound
+from model import InvalidBundle, Problem, ProfileBundle, TmcError, fit, parse_bundle
+from store.db import after_commit
+from store.orm import FittedModelRow, Profile, as_id, utcnow
+
+
+def content_hash(bundle: ProfileBundle) -> str:
+    """Hash of the bundle's canonical JSON: the same measurements always hash alike, however the
+    agent spaced or ordered its keys."""
+    canonical = json.dumps(bundle.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Upload:
+    profile: Profile
+    workload_name: str
+    created: bool
+
+
+def upload_profile(
+    session: Session,
+    body: bytes | dict[str, Any],
+    enqueue_fit: Callable[[str], None] | None,
+    *,
+    live: bool = True,
+) -> Upload:
+    """Store a bundle once (by content hash) and, with `enqueue_fit`, have it fitted after the
+    commit (None: the caller fits it in this transaction itself). `live`: the caller may upload,
+    so the workload's recommendations may use it (see Profile.live)."""
+    bundle = parse_bundle(body)
+    if as_id(bundle.workload.name) is not None:
+        # A name spelled like an id would make a workload key mean two workloads.
+        raise InvalidBundle(
+            [Problem("workload.name", "must not have the form of an id (a UUID); name it")]
+        )
+    digest = content_hash(bundle)
+    workload = repo.get_or_create_workload(session, bundle.workload.name)
+    known = repo.get_host_kind(session, bundle.host.host_kind) is not None
+    profile, created = repo.insert_profile(
+        session,
+        Profile(
+            workload_id=workload.id,
+            content_hash=digest,
+            input_label=bundle.workload.input_label,
+            version=bundle.workload.version,
+            host_kind=bundle.host.host_kind,
+            host_kind_known=known,
+            bundle=bundle.model_dump(mode="json"),
+            status="pending",
+            live=live,
+        ),
+    )
+    if created and enqueue_fit is not None:
+        profile_id = profile.id
+        after_commit(session, lambda: enqueue_fit(profile_id))
+    elif live and not profile.live:
+        # Sent inline before by a role that may not upload; now an uploader vouches for it.
+        repo.make_profile_live(session, profile.id)
+        profile.live = True
+    return Upload(profile=profile, workload_name=workload.name, created=created)
+
+
+def fit_profile(session: Session, profile_id: str) -> FittedModelRow | None:
+    """Fit a stored profile once. Idempotent: a second call (a retried or redelivered task, or a
+    recommendation that got there first) returns the existing fit. None if the fit failed."""
+    existing = repo.fitted_for_profile(session, profile_id)
+    if existing is not None:
+        return existing
+    profile = repo.get_profile(session, profile_id)
+    if profile is None:
+        raise NotFound("profile", profile_id)
+    if profile.status == "failed":
+        return None
+    try:
+        fitted = fit(ProfileBundle.model_validate(profile.bundle))
+    except (TmcError, ValueError) as exc:
+        repo.set_profile_status(session, profile_id, "failed", str(exc))
+        return None
+    row, _ = repo.insert_fitted(
+        session,
+        FittedModelRow(
+            profile_id=profile_id,
+            model_version=fitted.model_version,
+            fit_path=fitted.diagnostics.path,
+            flags=[f.code for f in fitted.diagnostics.flags],
+            model=fitted.model_dump(mode="json"),
+        ),
+    )
+    repo.set_profile_status(session, profile_id, "fitted", None)
+    return row
+
+
+# At most this many profiles per sweep: a backlog drains over a few sweeps, not in one burst.
+SWEEP_BATCH = 500
+
+
+def stale_pending_profiles(session: Session, older_than_seconds: float) -> list[str]:
+    """Profiles pending for longer than `older_than_seconds`: their fit task was lost (or is
+    slow; fitting twice is harmless, the fit is idempotent)."""
+    cutoff = utcnow() - timedelta(seconds=older_than_seconds)
+    return list(repo.pending_profiles(session, cutoff, SWEEP_BATCH))

@@ -1,0 +1,155 @@
+"""Decisions: Algorithm 1 for a workload (or an inline bundle), recorded in the decision log.
+
+`decide` is the one use case behind `POST /recommend` and the scheduler's decisions. It takes
+everything it needs explicitly (the utilization vector and where it came from included) and
+returns a typed record; encoding it for HTTP is the route's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from sqlalchemy.orm import Session
+
+from api import repositories as repo
+from api.errors import InvalidInput, NotFitted, NotFound
+from api.services.models import GridName, ModelCache
+from api.services.prices import ensure_default_price_profile, parse_price_key
+from api.services.profiles import fit_profile, upload_profile
+from model import Objective, Recommendation, Utilization, recommend
+from model.verification import MAX_OBSERVATIONS, Observation
+from store.db import EncodedJSON, after_commit
+from store.orm import new_id, utcnow
+
+
+@dataclass(frozen=True)
+class DecisionInput:
+    workload: str | None  # a name or an id; or
+    bundle: bytes | dict[str, Any] | None  # an inline profile bundle
+    objective: Objective
+    threshold: float
+    utilization: Utilization
+    utilization_source: str  # "request" (given by the caller), "redis" or "database"
+    grid: GridName = "paper"
+    price_profile: str | None = None  # "name@version"; None: the default
+    # Whether an inline bundle may become the workload's live profile (the caller may upload).
+    may_upload: bool = False
+
+
+@dataclass(frozen=True)
+class RecommendationRecord:
+    """A decision as the decision log holds it: its inputs' identities and the recommendation."""
+
+    id: str
+    created_at: datetime
+    workload_id: str
+    profile_id: str
+    fitted_model_id: str
+    bundle_hash: str
+    utilization_source: str
+    host_kind_known: bool
+    recommendation: Recommendation
+    # The recommendation as JSON, encoded once: the decision log stores these bytes, and the
+    # HTTP response may embed them as they are.
+    recommendation_json: bytes
+
+
+def decide(session: Session, req: DecisionInput, cache: ModelCache) -> RecommendationRecord:
+    """Recommend and record. Raises NotFound (no such workload or price profile), NotFitted (no
+    usable profile), InvalidInput or the model's errors (an invalid bundle, nothing feasible)."""
+    if req.bundle is not None:
+        # An inline bundle is fitted below, in this transaction: no fit task is wanted.
+        upload = upload_profile(session, req.bundle, None, live=req.may_upload)
+        resolved = repo.resolve_for_recommendation(session, profile_id=upload.profile.id)
+    elif req.workload is not None:
+        resolved = repo.resolve_for_recommendation(session, workload_key=req.workload)
+        if resolved is None:
+            if repo.find_workload(session, req.workload) is None:
+                raise NotFound("workload", req.workload)
+            raise NotFitted(f"workload {req.workload!r} has no usable profile")
+    else:
+        raise InvalidInput("give a workload (name or id) or an inline bundle")
+    assert resolved is not None
+
+    fitted_id, model_version = resolved.fitted_id, resolved.model_version
+    if fitted_id is None:
+        # The first decision for a profile whose fit task has not run yet: fitting takes
+        # milliseconds, so it is done here rather than make the caller wait; the task will find
+        # the fit done.
+        row = fit_profile(session, resolved.profile_id)
+        if row is None:
+            reason = resolved.profile_error or "see its status"
+            raise NotFitted(f"the profile cannot be fitted: {reason}")
+        fitted_id, model_version = row.id, row.model_version
+    prepared = cache.model(session, fitted_id)
+    machine = prepared.machine(resolved.kind)
+    grid = prepared.grid(req.grid)
+    observations = [
+        Observation(slow_ratio=r.slow_ratio, llc_ways=r.llc_ways, seconds=r.seconds)
+        for r in repo.verification_runs(session, resolved.profile_id, MAX_OBSERVATIONS)
+    ]
+
+    if req.price_profile is not None:
+        name, version = parse_price_key(req.price_profile)
+        price_row = repo.get_price_profile(session, name, version)
+        if price_row is None:
+            raise NotFound("price profile", req.price_profile)
+        price_id = price_row.id
+    else:
+        price_id = resolved.default_price_id or ensure_default_price_profile(session).id
+    prices = cache.price(session, price_id)
+    if price_id not in cache.prices_known_used:
+        repo.mark_price_profile_used(session, price_id)
+        after_commit(session, lambda: cache.prices_known_used.add(price_id))
+
+    rec = recommend(
+        prepared.predictor,
+        machine=machine,
+        prices=prices,
+        utilization=req.utilization,
+        objective=req.objective,
+        threshold=req.threshold,
+        grid=grid,
+        observations=observations,
+    )
+    result = rec.model_dump(mode="json")
+    encoded = EncodedJSON(orjson.dumps(result))
+    chosen = rec.chosen.configuration
+    record = RecommendationRecord(
+        id=new_id(),
+        created_at=utcnow(),
+        workload_id=resolved.workload_id,
+        profile_id=resolved.profile_id,
+        fitted_model_id=fitted_id,
+        bundle_hash=resolved.content_hash,
+        utilization_source=req.utilization_source,
+        host_kind_known=resolved.kind is not None,
+        recommendation=rec,
+        recommendation_json=encoded,
+    )
+    repo.insert_recommendation(
+        session,
+        {
+            "id": record.id,
+            "created_at": record.created_at,
+            "workload_id": record.workload_id,
+            "profile_id": record.profile_id,
+            "fitted_model_id": fitted_id,
+            "bundle_hash": record.bundle_hash,
+            "model_version": model_version,
+            "price_profile_id": price_id,
+            "objective": rec.objective,
+            "threshold": rec.threshold,
+            "grid": rec.grid,
+            "machine": result["machine"],
+            "utilization": result["utilization"],
+            "utilization_source": req.utilization_source,
+            "slow_ratio": chosen.slow_ratio,
+            "llc_ways": chosen.llc_ways,
+            "result": encoded,
+        },
+    )
+    return record

@@ -1,0 +1,69 @@
+"""What the regime map and the planners' benchmark share: a regime (prices, shapes, lifetimes),
+a workload's study over the 77 configurations, its hourly price, and the process pool."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from model.pricing import PriceProfile
+from model.resources import GIB
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Regime:
+    source: str
+    llc_share: float
+    slow_to_dram: float
+    shape: str
+    lifetime: str
+
+    @property
+    def key(self) -> str:
+        return (
+            f"{self.source}/llc{self.llc_share:g}/slow{self.slow_to_dram:g}/"
+            f"{self.shape}/{self.lifetime}"
+        )
+
+
+@dataclass
+class Study:
+    """One workload in one shape: times over the 77 configurations, independent of prices."""
+
+    name: str
+    vcpus: int
+    footprint_bytes: int
+    truth_seconds: FloatArray  # oracle placement
+    tmc_seconds: FloatArray  # tmc's own placement plan, simulated
+    predicted_seconds: FloatArray
+    sigma: FloatArray  # relative standard deviation of the predicted time
+    dram_bytes: IntArray
+    slow_bytes: IntArray
+    ways: IntArray
+
+
+def hourly(s: Study, prices: PriceProfile) -> FloatArray:
+    out: FloatArray = (
+        s.vcpus * prices.vcpu_hour
+        + s.dram_bytes / GIB * prices.dram_gib_hour
+        + s.slow_bytes / GIB * prices.slow_gib_hour
+        + s.ways * prices.llc_way_hour
+    )
+    return out
+
+
+def pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], processes: int) -> list[Any]:
+    """`fn` over `jobs` in `processes` forked workers (in this process when 1), in order."""
+    if processes <= 1:
+        return [fn(j) for j in jobs]
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(processes) as pool:
+        return list(pool.imap(fn, jobs))

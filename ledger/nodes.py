@@ -1,0 +1,176 @@
+"""The cluster's shape in the ledger: host kinds, rack pools and nodes, and what each holds.
+
+One registration rule for every writer (an operator through the API, a node agent through the
+feeder, the demo): a node of an unknown host kind registers that kind from its own shape, and a
+node on an unknown rack pool registers the pool with the size it publishes (zero when it
+publishes none, until an operator sizes it). Every write runs inside the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ledger.types import NodeCapacity
+from model import MachineShape
+from store.orm import HostKind, Node, RackPool, Reservation
+
+
+def shape_of_kind(kind: HostKind) -> MachineShape:
+    return MachineShape(
+        cpus=kind.cpus,
+        dram_bytes=kind.dram_bytes,
+        slow_bytes=kind.slow_bytes,
+        llc_ways=kind.llc_ways,
+        slow_pooled=kind.slow_pooled,
+    )
+
+
+def register_host_kind(session: Session, name: str, machine: MachineShape) -> HostKind:
+    """Define a host kind, or redefine it (an operator refining what a first node implied)."""
+    row = session.get(HostKind, name)
+    if row is None:
+        row = HostKind(name=name)
+        session.add(row)
+    row.cpus = machine.cpus
+    row.dram_bytes = machine.dram_bytes
+    row.slow_bytes = machine.slow_bytes
+    row.llc_ways = machine.llc_ways
+    row.slow_pooled = machine.slow_pooled
+    session.flush()
+    return row
+
+
+def register_pool(session: Session, name: str, slow_bytes: int) -> RackPool:
+    row = session.get(RackPool, name)
+    if row is None:
+        row = RackPool(name=name, slow_bytes=slow_bytes)
+        session.add(row)
+    row.slow_bytes = slow_bytes
+    session.flush()
+    return row
+
+
+@dataclass(frozen=True)
+class Registered:
+    node: Node
+    new_host_kind: bool  # the node's kind was unknown and was registered from its shape
+    new_pool: bool
+
+
+def register_node(session: Session, cap: NodeCapacity, pool_bytes: int | None = None) -> Registered:
+    """A node as its agent publishes it, or as an operator declares it. `pool_bytes`: the rack
+    pool's size when the publisher knows it (a known pool is resized to it)."""
+    new_kind = session.get(HostKind, cap.host_kind) is None
+    if new_kind:
+        session.add(
+            HostKind(
+                name=cap.host_kind,
+                cpus=cap.cpus,
+                dram_bytes=cap.dram_bytes,
+                slow_bytes=cap.slow_bytes or (pool_bytes or 0),
+                llc_ways=cap.llc_ways,
+                slow_pooled=cap.pool is not None,
+            )
+        )
+    new_pool = False
+    if cap.pool is not None:
+        pool = session.get(RackPool, cap.pool)
+        if pool is None:
+            new_pool = True
+            session.add(RackPool(name=cap.pool, slow_bytes=pool_bytes or 0))
+        elif pool_bytes is not None:
+            pool.slow_bytes = pool_bytes
+    session.flush()
+    row = session.get(Node, cap.name)
+    if row is None:
+        row = Node(name=cap.name)
+        session.add(row)
+    row.host_kind, row.cpus, row.dram_bytes = cap.host_kind, cap.cpus, cap.dram_bytes
+    row.slow_bytes, row.llc_ways, row.pool_name, row.ready = (
+        cap.slow_bytes,
+        cap.llc_ways,
+        cap.pool,
+        cap.ready,
+    )
+    session.flush()
+    return Registered(node=row, new_host_kind=new_kind, new_pool=new_pool)
+
+
+def set_ready(session: Session, name: str, ready: bool) -> None:
+    """A node that left the cluster keeps its row (reservations point at it) but takes no more."""
+    row = session.get(Node, name)
+    if row is not None:
+        row.ready = ready
+
+
+@dataclass(frozen=True)
+class NodeUse:
+    """A node and what is reserved on it."""
+
+    node: Node
+    reserved_cpus: int
+    reserved_dram_bytes: int
+    reserved_slow_bytes: int  # local and from its pool
+    reserved_pool_bytes: int  # of which from its rack pool
+    llc_mask: int  # the union of the reserved CAT masks
+
+
+def node_use(session: Session) -> list[NodeUse]:
+    """Every node with its reserved sums, in one query (nodes without reservations included)."""
+    rows = session.execute(
+        select(
+            Node,
+            Reservation.vcpus,
+            Reservation.dram_bytes,
+            Reservation.slow_bytes,
+            Reservation.slow_from_pool,
+            Reservation.llc_mask,
+        )
+        .outerjoin(Reservation, Reservation.node_name == Node.name)
+        .order_by(Node.name)
+    ).all()
+    out: list[NodeUse] = []
+    sums: dict[str, list[int]] = {}
+    nodes: dict[str, Node] = {}
+    for node, vcpus, dram, slow, from_pool, mask in rows:
+        acc = sums.get(node.name)
+        if acc is None:
+            acc = sums[node.name] = [0, 0, 0, 0, 0]
+            nodes[node.name] = node
+        if vcpus is None:  # the outer join's row for a node that holds nothing
+            continue
+        acc[0] += vcpus
+        acc[1] += dram
+        acc[2] += slow
+        acc[3] += slow if from_pool else 0
+        acc[4] |= mask
+    for name, node in nodes.items():
+        cpus, dram, slow, pooled, mask = sums[name]
+        out.append(NodeUse(node, cpus, dram, slow, pooled, mask))
+    return out
+
+
+@dataclass(frozen=True)
+class PoolUse:
+    pool: RackPool
+    reserved_slow_bytes: int
+    nodes: list[str]
+
+
+def pool_use(session: Session) -> list[PoolUse]:
+    """Every rack pool with its member nodes and what they reserved from it."""
+    by_node = node_use(session)
+    out = []
+    for pool in session.scalars(select(RackPool).order_by(RackPool.name)):
+        members = [u for u in by_node if u.node.pool_name == pool.name]
+        out.append(
+            PoolUse(
+                pool=pool,
+                reserved_slow_bytes=sum(u.reserved_pool_bytes for u in members),
+                nodes=[u.node.name for u in members],
+            )
+        )
+    return out

@@ -1,0 +1,3 @@
+"""The suite's shared fixtures live in tests/fixtures/, registered here once for every folder."""
+
+pytest_plugins = ("tests.fixtures.database", "tests.fixtures.service")
