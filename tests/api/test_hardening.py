@@ -141,12 +141,12 @@ def test_a_workload_named_after_another_workloads_id_breaks_nothing(
     got = client.get(f"/v1/workloads/{key}", headers=VIEWER)
     assert got.status_code == 200, got.text
     assert got.json()["name"] == "graph500"
-    model = client.get(f"/v1/workloads/{key}/model", headers=VIEWER)
-    assert model.status_code == 200, model.text
-    assert model.json()["workload"] == "graph500"
     rec = client.post("/recommend", headers=SCHEDULER, json={"workload": key})
     assert rec.status_code == 200, rec.text
     assert rec.json()["profile_id"] == victim["id"]
+    model = client.get(f"/v1/workloads/{key}/model", headers=VIEWER)
+    assert model.status_code == 200, model.text
+    assert model.json()["workload"] == "graph500"
     listed = client.get("/v1/recommendations", headers=VIEWER, params={"workload": key})
     assert listed.status_code == 200, listed.text
     assert [r["id"] for r in listed.json()] == [rec.json()["id"]]

@@ -104,6 +104,6 @@ def test_a_recommendation_is_encoded_once(
     logged = client.get(f"/v1/recommendations/{made[0].id}", headers=auth(Role.viewer))
     assert logged.status_code == 200, logged.text
     # The log has every input, and what it says is what the response said.
-    assert logged.json()["recommendation"] == orjson.loads(stored)
-    assert response.json()["recommendation"] == orjson.loads(stored)
+    assert logged.json()["recommendation"] == orjson.loads(bytes(stored))
+    assert response.json()["recommendation"] == orjson.loads(bytes(stored))
     assert response.json()["id"] == made[0].id
