@@ -290,6 +290,10 @@ class Resolved:
     model_version: str | None
     kind: HostKind | None
     default_price_id: str | None
+    # The profile's verification runs: how many, and the newest's id. Together they say whether
+    # a cached copy of the runs is still current, without reading the runs.
+    run_count: int
+    newest_run_id: str | None
 
 
 def resolve_for_recommendation(
@@ -314,6 +318,20 @@ def _resolve_statement(by: Literal["profile", "workload_id", "workload_name"]) -
     default_price = (
         select(PriceProfileRow.id).where(PriceProfileRow.is_default.is_(True)).scalar_subquery()
     )
+    run_count = (
+        select(func.count())
+        .where(VerificationRunRow.profile_id == Profile.id)
+        .scalar_subquery()
+        .correlate(Profile)
+    )
+    newest_run = (
+        select(VerificationRunRow.id)
+        .where(VerificationRunRow.profile_id == Profile.id)
+        .order_by(VerificationRunRow.created_at.desc(), VerificationRunRow.id)
+        .limit(1)
+        .scalar_subquery()
+        .correlate(Profile)
+    )
     columns = (
         Profile.workload_id,
         Profile.id,
@@ -324,6 +342,8 @@ def _resolve_statement(by: Literal["profile", "workload_id", "workload_name"]) -
         FittedModelRow.model_version,
         HostKind,
         default_price,
+        run_count,
+        newest_run,
     )
     if by == "profile":
         query = select(*columns).select_from(Profile).where(Profile.id == bindparam("profile_id"))

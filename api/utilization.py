@@ -51,14 +51,35 @@ def take_snapshot(session: Session, client: redis.Redis | None, ttl_seconds: flo
     return util
 
 
+# A snapshot read from Redis serves this process's requests for this long: the snapshot itself is
+# taken every few seconds, so a request-by-request read would only repeat the same answer.
+READ_CACHE_SECONDS = 1.0
+
+
 class UtilizationReader:
-    def __init__(self, client: redis.Redis | None, max_age_seconds: float) -> None:
+    def __init__(
+        self,
+        client: redis.Redis | None,
+        max_age_seconds: float,
+        cache_seconds: float = READ_CACHE_SECONDS,
+    ) -> None:
         self._client = client
         self._max_age = max_age_seconds
+        self._cache_seconds = cache_seconds
         self._open_until = 0.0
+        self._cached: tuple[float, Utilization] | None = None
         self._lock = threading.Lock()
 
     def from_redis(self) -> Utilization | None:
+        now = time.monotonic()
+        cached = self._cached
+        if cached is not None and now - cached[0] < self._cache_seconds:
+            return cached[1]
+        found = self._read_redis()
+        self._cached = None if found is None else (now, found)
+        return found
+
+    def _read_redis(self) -> Utilization | None:
         if self._client is None or time.monotonic() < self._open_until:
             return None
         try:

@@ -3,18 +3,26 @@ and beat snapshotting utilization, driven by `hey` (Debian's Go load generator).
 
     python -m bench.service_load [--seconds 60] [--rate 200] [--workers 2]
                                  [--spread shared reuseport] [--concurrency 4 10]
+                                 [--baseline DIR]
 
-Prints, for POST /recommend at the given rate: p50, p99, requests served and errors, and per
-uvicorn worker the requests it served, the CPU it used and the garbage-collection pauses it saw
-(from each worker's /metrics); the same for GET /healthz as the framework's floor measured in the
-same run; and upload throughput for distinct profile bundles. Each way of spreading connections
-over the workers runs in turn on the same stack: "shared" (uvicorn --workers: one listening
-socket, the baseline) and "reuseport" (python -m api.workers: a socket per worker).
+Prints, for POST /recommend at the given rate: p50, p99, requests served and errors, the worker
+CPU spent per request (milliseconds of CPU over all uvicorn workers, divided by the requests they
+served), and per uvicorn worker the requests it served, the CPU it used and the garbage-collection
+pauses it saw (from each worker's /metrics); the same for GET /healthz as the framework's floor
+measured in the same run; and upload throughput for distinct profile bundles. Each way of
+spreading connections over the workers runs in turn on the same stack: "shared" (uvicorn
+--workers: one listening socket, the baseline) and "reuseport" (python -m api.workers: a socket
+per worker).
+
+With --baseline DIR (another source tree of tmc, e.g. `git worktree add DIR <release>`), every
+row is measured twice in a row on the same PostgreSQL, Redis and Celery: this tree, then DIR;
+the last lines give this tree's CPU per request and p99 as ratios of the baseline's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -111,6 +119,18 @@ def worker_metrics(base: str, workers: int, tries: int = 200) -> dict[int, Worke
     return seen
 
 
+def cpu_per_request_ms(before: dict[int, WorkerFigures], after: dict[int, WorkerFigures]) -> float:
+    """Worker CPU over all workers per /recommend served, in milliseconds."""
+    cpu = sum(
+        a.get("cpu_s", 0.0) - before.get(pid, {}).get("cpu_s", 0.0) for pid, a in after.items()
+    )
+    served = sum(
+        a.get("recommend", 0.0) - before.get(pid, {}).get("recommend", 0.0)
+        for pid, a in after.items()
+    )
+    return cpu / served * 1000 if served else float("nan")
+
+
 def per_worker(
     before: dict[int, WorkerFigures], after: dict[int, WorkerFigures], seconds: float
 ) -> str:
@@ -131,8 +151,10 @@ def per_worker(
                     if key.startswith(f"gc{gen}_le") and a[key] - b.get(key, 0.0) >= n
                 )
                 gcs.append(f"gen{gen} {n:.0f}x mean {total / n:.2f} ms (all <= {longest:g} ms)")
+        per_request = (a.get("cpu_s", 0.0) - b.get("cpu_s", 0.0)) / served * 1000 if served else 0
         parts.append(
-            f"  worker {pid}: {served:.0f} requests, CPU {cpu:.0f}% of a core;"
+            f"  worker {pid}: {served:.0f} requests, CPU {cpu:.0f}% of a core"
+            f" ({per_request:.2f} ms a request);"
             f" GC {'; '.join(gcs) or 'none'}"
         )
     return "\n".join(parts)
@@ -172,7 +194,13 @@ def main() -> None:
     parser.add_argument(
         "--spread", nargs="+", default=["shared", "reuseport"], choices=["shared", "reuseport"]
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another source tree of tmc, measured row by row beside this one",
+    )
     args = parser.parse_args()
+    trees = [("this", ROOT)] + ([("baseline", args.baseline.resolve())] if args.baseline else [])
     if shutil.which("hey") is None:
         sys.exit("hey is not installed (apt-get install hey; ./dev bench does it)")
 
@@ -225,27 +253,43 @@ def main() -> None:
             f" beat; hey at {args.rate} req/s for {args.seconds} s; "
             f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
         )
-        p99: dict[tuple[str, int], float] = {}
+        p99: dict[tuple[str, str, int], float] = {}
+        cpu_ms: dict[tuple[str, str, int], float] = {}
         for spread in args.spread:
-            with uvicorn_server(env, workers=args.workers, spread=spread) as base:
-                wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 60, "readiness")
-                hey(f"{base}/recommend", 5, args.rate, token, body)  # warm every worker's caches
+            with contextlib.ExitStack() as servers:
+                bases = {
+                    label: servers.enter_context(
+                        uvicorn_server(env, workers=args.workers, spread=spread, source=tree)
+                    )
+                    for label, tree in trees
+                }
+                for base in bases.values():
+                    wait_until(
+                        lambda b=base: httpx.get(f"{b}/readyz").status_code == 200, 60, "readiness"
+                    )
+                    hey(f"{base}/recommend", 5, args.rate, token, body)  # warm every worker
                 source = httpx.post(
-                    f"{base}/recommend",
+                    f"{bases['this']}/recommend",
                     json={"workload": "graph500"},
                     headers={"Authorization": f"Bearer {token}"},
                 ).json()["utilization_source"]
                 print(f"## connections spread: {spread}; utilization from {source}")
                 for concurrency in args.concurrency:
-                    before = worker_metrics(base, args.workers)
-                    rec = hey(
-                        f"{base}/recommend", args.seconds, args.rate, token, body, concurrency
-                    )
-                    after = worker_metrics(base, args.workers)
-                    p99[spread, concurrency] = float(rec["p99_ms"]) if rec["p99_ms"] != "?" else 0.0
-                    print(f"POST /recommend, bursts of {concurrency}: {rec}")
-                    print(per_worker(before, after, args.seconds))
+                    for label, base in bases.items():
+                        before = worker_metrics(base, args.workers)
+                        rec = hey(
+                            f"{base}/recommend", args.seconds, args.rate, token, body, concurrency
+                        )
+                        after = worker_metrics(base, args.workers)
+                        key = (label, spread, concurrency)
+                        p99[key] = float(rec["p99_ms"]) if rec["p99_ms"] != "?" else 0.0
+                        cpu_ms[key] = cpu_per_request_ms(before, after)
+                        tree = "" if len(bases) == 1 else f" [{label}]"
+                        print(f"POST /recommend{tree}, bursts of {concurrency}: {rec}")
+                        print(f"  worker CPU per request: {cpu_ms[key]:.2f} ms")
+                        print(per_worker(before, after, args.seconds))
                 if spread == args.spread[0]:
+                    base = bases["this"]
                     floor = hey(f"{base}/healthz", min(args.seconds, 20), args.rate, token, None)
                     print(f"GET /healthz (floor, same run): {floor}")
                     print(
@@ -254,9 +298,20 @@ def main() -> None:
                     )
         if {"shared", "reuseport"} <= set(args.spread):
             for concurrency in args.concurrency:
-                shared = p99["shared", concurrency]
-                ratio = p99["reuseport", concurrency] / shared if shared else float("nan")
+                shared = p99["this", "shared", concurrency]
+                ratio = p99["this", "reuseport", concurrency] / shared if shared else float("nan")
                 print(f"p99 reuseport / shared, bursts of {concurrency}: {ratio:.2f}")
+        if args.baseline:
+            for spread in args.spread:
+                for concurrency in args.concurrency:
+                    this, base_ = ("this", spread, concurrency), ("baseline", spread, concurrency)
+                    print(
+                        f"ratio this / baseline, {spread}, bursts of {concurrency}:"
+                        f" CPU per request {cpu_ms[this] / cpu_ms[base_]:.2f}"
+                        f" ({cpu_ms[this]:.2f} / {cpu_ms[base_]:.2f} ms),"
+                        f" p99 {p99[this] / p99[base_] if p99[base_] else float('nan'):.2f}"
+                        f" ({p99[this]:.1f} / {p99[base_]:.1f} ms)"
+                    )
     finally:
         for proc in procs:
             proc.terminate()

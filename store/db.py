@@ -28,6 +28,9 @@ from store.settings import DatabaseSettings
 
 log = logging.getLogger("tmc.db")
 AFTER_COMMIT = "tmc_after_commit"
+USED_AT = "tmc_used_at"
+# A connection checked in less than this long ago is not pinged when it is checked out again.
+PING_IDLE_SECONDS = 1.0
 
 
 class SocketWatchdog:
@@ -153,7 +156,15 @@ def guard_connections(engine: Engine, settings: DatabaseSettings) -> None:
 
     @event.listens_for(engine, "checkout")
     def _ping(dbapi_conn: Any, record: Any, proxy: Any) -> None:
-        # A connection broken by a database restart is replaced here, not turned into a 500.
+        # A connection broken by a database restart is replaced here, not turned into a 500. One
+        # that was in use a moment ago is not pinged: under load that would double the round
+        # trips of a short transaction. Should the database restart within that moment, the
+        # statement fails as a lost connection (a 503 with Retry-After), and SQLAlchemy then
+        # replaces every connection of the pool opened before it.
+        used_at = record.info.get(USED_AT)
+        if used_at is not None and time.monotonic() - used_at < PING_IDLE_SECONDS:
+            WATCHDOG.arm(dbapi_conn, hold)
+            return
         WATCHDOG.arm(dbapi_conn, ping_within)
         try:
             engine.dialect.do_ping(dbapi_conn)
@@ -171,6 +182,14 @@ def guard_connections(engine: Engine, settings: DatabaseSettings) -> None:
     def _release(dbapi_conn: Any, *_: Any) -> None:
         if dbapi_conn is not None:
             WATCHDOG.disarm(dbapi_conn)
+
+    @event.listens_for(engine, "checkin")
+    def _used(dbapi_conn: Any, record: Any) -> None:
+        record.info[USED_AT] = time.monotonic()
+
+    @event.listens_for(engine, "invalidate")
+    def _forget(dbapi_conn: Any, record: Any, *_: Any) -> None:
+        record.info.pop(USED_AT, None)
 
     for name in ("checkin", "close", "close_detached", "detach", "invalidate"):
         event.listen(engine, name, _release)

@@ -196,10 +196,13 @@ class CeleryWorker:
 
 
 @contextlib.contextmanager
-def uvicorn_server(env: dict[str, str], workers: int = 1, spread: str = "shared") -> Iterator[str]:
+def uvicorn_server(
+    env: dict[str, str], workers: int = 1, spread: str = "shared", source: Path = ROOT
+) -> Iterator[str]:
     """The API in its own process(es); yields the base URL once /healthz answers, and stops it
     on exit. `spread`: "shared" is `uvicorn --workers` (one listening socket for all workers),
-    "reuseport" is `python -m api.workers` (a socket per worker, the kernel spreads connections)."""
+    "reuseport" is `python -m api.workers` (a socket per worker, the kernel spreads connections).
+    `source`: the source tree to run (another release's, for a comparison in the same run)."""
     port = free_port()
     quiet = ["--port", str(port), "--workers", str(workers), "--log-level", "warning"]
     if spread == "reuseport":
@@ -207,7 +210,10 @@ def uvicorn_server(env: dict[str, str], workers: int = 1, spread: str = "shared"
     else:
         command = [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory"]
         command += [*quiet, "--no-access-log"]
-    proc = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env})
+    run_env = {**os.environ, **env}
+    if source != ROOT:  # its packages first on the path, ahead of this tree's installed ones
+        run_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(command, cwd=source, env=run_env)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: httpx.get(f"{base}/healthz").status_code == 200, 60, "uvicorn")

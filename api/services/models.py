@@ -24,6 +24,7 @@ from model import (
     machine_of_host,
     paper_grid,
 )
+from model.verification import MAX_OBSERVATIONS, Observation
 from store.orm import HostKind
 
 GridName = Literal["paper", "host"]
@@ -55,6 +56,9 @@ class ModelCache:
         self._models: OrderedDict[str, Prepared] = OrderedDict()
         self._prices: dict[str, PriceProfile] = {}
         self.prices_known_used: set[str] = set()
+        self._runs: OrderedDict[tuple[str, int, str | None], tuple[Observation, ...]] = (
+            OrderedDict()
+        )
         self._lock = threading.Lock()
 
     def model(self, session: Session, fitted_id: str) -> Prepared:
@@ -88,3 +92,25 @@ class ModelCache:
                 raise NotFound("price profile", price_id)
             found = self._prices[price_id] = PriceProfile.model_validate(row.body)
         return found
+
+    def observations(
+        self, session: Session, profile_id: str, count: int, newest: str | None
+    ) -> tuple[Observation, ...]:
+        """The verification runs a decision uses, read again only when the profile's count of
+        runs or its newest run changed (most profiles have none: no read at all)."""
+        if count == 0:
+            return ()
+        key = (profile_id, count, newest)
+        with self._lock:
+            found = self._runs.get(key)
+        if found is not None:
+            return found
+        runs = tuple(
+            Observation(slow_ratio=r.slow_ratio, llc_ways=r.llc_ways, seconds=r.seconds)
+            for r in repo.verification_runs(session, profile_id, MAX_OBSERVATIONS)
+        )
+        with self._lock:
+            self._runs[key] = runs
+            while len(self._runs) > self._size:
+                self._runs.popitem(last=False)
+        return runs

@@ -20,7 +20,6 @@ from api.services.models import GridName, ModelCache
 from api.services.prices import ensure_default_price_profile, parse_price_key
 from api.services.profiles import fit_profile, upload_profile
 from model import Objective, Recommendation, Utilization, recommend
-from model.verification import MAX_OBSERVATIONS, Observation
 from store.db import EncodedJSON, after_commit
 from store.orm import new_id, utcnow
 
@@ -87,10 +86,9 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
     prepared = cache.model(session, fitted_id)
     machine = prepared.machine(resolved.kind)
     grid = prepared.grid(req.grid)
-    observations = [
-        Observation(slow_ratio=r.slow_ratio, llc_ways=r.llc_ways, seconds=r.seconds)
-        for r in repo.verification_runs(session, resolved.profile_id, MAX_OBSERVATIONS)
-    ]
+    observations = list(
+        cache.observations(session, resolved.profile_id, resolved.run_count, resolved.newest_run_id)
+    )
 
     if req.price_profile is not None:
         name, version = parse_price_key(req.price_profile)

@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.auth import Role
 from api.settings import Settings
-from api.utilization import SNAPSHOT_KEY, take_snapshot
+from api.utilization import READ_CACHE_SECONDS, SNAPSHOT_KEY, take_snapshot
 from store.db import make_engine, make_session_factory, unit_of_work
 from tests.fixtures.service import auth, example
 from tests.services import ROOT, CeleryWorker, PostgresServer, RedisServer, wait_until
@@ -120,6 +120,11 @@ def test_recommend_survives_redis_stopping(
     assert first.json()["utilization_source"] == "redis"
 
     redis_server.stop()
+    # Within READ_CACHE_SECONDS the snapshot just read still serves; past it Redis is asked.
+    cached = client.post("/recommend", headers=SCHEDULER, json={"workload": "xsbench"})
+    assert cached.status_code == 200, cached.text
+    assert cached.json()["utilization_source"] == "redis"
+    time.sleep(READ_CACHE_SECONDS)
     started = time.monotonic()
     second = client.post("/recommend", headers=SCHEDULER, json={"workload": "xsbench"})
     assert second.status_code == 200, second.text
