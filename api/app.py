@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api import dashboard, openapi, tasks
 from api.deps import AppState, Metrics
 from api.errors import PROBLEM
-from api.problems import ContainUnexpected, install_handlers
+from api.problems import ContainUnexpected, install_handlers, send_problem
 from api.routes import (
     cluster,
     ops,
@@ -92,7 +92,7 @@ class BodyLimit:
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            await self._reject(send)
+            await self._reject(send, scope.get("path", ""))
             return
         seen = 0
 
@@ -108,24 +108,11 @@ class BodyLimit:
         try:
             await self.app(scope, counted, send)
         except _TooLarge:
-            await self._reject(send)
+            await self._reject(send, scope.get("path", ""))
 
-    async def _reject(self, send: Send) -> None:
-        body = (
-            b'{"type":"https://tmc.dev/problems/payload-too-large","title":"Payload too large",'
-            b'"status":413,"detail":"the body exceeds ' + str(self.max_bytes).encode() + b' bytes"}'
-        )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", PROBLEM.encode()),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+    async def _reject(self, send: Send, instance: str) -> None:
+        detail = f"the body exceeds {self.max_bytes} bytes"
+        await send_problem(send, 413, "Payload too large", detail, instance)
 
 
 class Observe:

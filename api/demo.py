@@ -85,7 +85,7 @@ def load_demo(sessions: sessionmaker[Session]) -> None:
                 llc_ways=ways,
                 recommendation_id=None,
             )
-            ledger.reserve(session, node, want)
+            ledger.reserve(session, node, want, attempt="demo")
     for path in sorted(EXAMPLES.glob("*.json")):
         try:
             with unit_of_work(sessions) as session:

@@ -119,23 +119,31 @@ class ContainUnexpected:
             if started:  # half a response is out: nothing sound can follow on this connection
                 raise
             log.exception("unhandled error")
-            body = json.dumps(
-                {
-                    "type": "https://tmc.dev/problems/internal-error",
-                    "title": "Internal error",
-                    "status": 500,
-                    "detail": "an unexpected error occurred",
-                    "instance": scope.get("path", ""),
-                }
-            ).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 500,
-                    "headers": [
-                        (b"content-type", PROBLEM.encode()),
-                        (b"content-length", str(len(body)).encode()),
-                    ],
-                }
+            await send_problem(
+                send, 500, "Internal error", "an unexpected error occurred", scope.get("path", "")
             )
-            await send({"type": "http.response.body", "body": body})
+
+
+async def send_problem(send: Send, status: int, title: str, detail: str, instance: str) -> None:
+    """A problem+json response sent as raw ASGI messages, for middleware that answers before (or
+    instead of) the application."""
+    body = json.dumps(
+        {
+            "type": f"https://tmc.dev/problems/{title.lower().replace(' ', '-')}",
+            "title": title,
+            "status": status,
+            "detail": detail,
+            "instance": instance,
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", PROBLEM.encode()),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

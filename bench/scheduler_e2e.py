@@ -25,7 +25,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import yaml
 from kubernetes import watch as k8s_watch
 
@@ -34,7 +33,8 @@ from api.settings import Settings
 from model.node_contract import NodeCapacity
 from model.resources import GIB
 from store.db import make_engine, make_session_factory
-from tests.scheduler.conftest import TABLES, upload_example
+from tests.fixtures.database import empty_tables
+from tests.scheduler.conftest import upload_example
 from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
 from tests.services import PostgresServer
@@ -171,8 +171,7 @@ def one_size(nodes: int, pods: int) -> None:
     ext = None
     try:
         upgrade_to_head(postgres.url)
-        with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
-            conn.execute(f"TRUNCATE {TABLES} CASCADE")
+        empty_tables(postgres.dsn())
         cp.start()
         c.install_rbac(cp)
         api = c.core(cp)

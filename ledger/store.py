@@ -31,6 +31,16 @@ class NoRoom(Exception):
     """The node (or its pool) cannot hold the configuration any more: bind must fail."""
 
 
+class HeldElsewhere(Exception):
+    """The pod holds a reservation on another node: a bind attempt there is in flight."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__(
+            f"the pod holds a reservation on {node}: another bind attempt is in flight"
+        )
+        self.node = node
+
+
 def held_of(row: Reservation) -> Held:
     return Held(
         pod_uid=row.pod_uid,
@@ -82,15 +92,17 @@ def existing(session: Session, pod_uid: str) -> Held | None:
     return None if row is None else held_of(row)
 
 
-def reserve(session: Session, node_name: str, want: Want) -> tuple[Held, bool]:
-    """Reserve `want` on `node_name`, or raise NoRoom; says whether the row is new. Idempotent per
-    pod: a retried bind to the same node gets the reservation it already has (not new); a bind to
-    another node moves it.
+def reserve(session: Session, node_name: str, want: Want, attempt: str) -> Held:
+    """Reserve `want` on `node_name` for the bind attempt `attempt`, or raise NoRoom or
+    HeldElsewhere. Idempotent per pod and node: a retried bind to the same node gets the
+    reservation the pod already has there (then owned by no single attempt, see `release`), or a
+    fresh one when the decision changed. A reservation on another node is never touched here: it
+    belongs to a bind in flight there, or to a bind that died (reconciliation releases those).
 
     The node's row lock comes first, then the pod's reservation is read under it: two binds of
     one pod to one node (a retry racing the original) serialise on the node and the second finds
     the first's row. Two binds of one pod to different nodes may both insert; the unique pod_uid
-    makes the later commit fail, and the caller reads what the winner holds."""
+    makes the later commit fail, and the caller answers that another attempt is binding it."""
     node = session.scalars(
         select(Node).where(Node.name == node_name).with_for_update()
     ).one_or_none()
@@ -98,16 +110,22 @@ def reserve(session: Session, node_name: str, want: Want) -> tuple[Held, bool]:
         select(Reservation).where(Reservation.pod_uid == want.pod_uid).with_for_update()
     ).one_or_none()
     if found is not None:
+        if found.node_name != node_name:
+            raise HeldElsewhere(found.node_name)
         same = (
             found.vcpus == want.vcpus
             and found.dram_bytes == want.dram_bytes
             and found.slow_bytes == want.slow_bytes
             and (want.llc_ways is None or found.llc_mask.bit_count() == want.llc_ways)
         )
-        if found.node_name == node_name and same:
-            return held_of(found), False
-        # Another node, or another decision for the pod (a recommendation recomputed since the
-        # first attempt): the old row goes, the pod gets what is asked now.
+        if same:
+            # Two attempts now rely on this row: neither may release it alone. Should both
+            # fail, reconciliation releases it (a pending pod's row past PENDING_GRACE).
+            found.attempt = None
+            session.flush()
+            return held_of(found)
+        # Another decision for the pod on the same node (recomputed since the first attempt):
+        # the old row goes, the pod gets what is asked now.
         session.delete(found)
         session.flush()
 
@@ -157,10 +175,11 @@ def reserve(session: Session, node_name: str, want: Want) -> tuple[Held, bool]:
         slow_from_pool=from_pool,
         llc_mask=mask,
         recommendation_id=want.recommendation_id,
+        attempt=attempt,
     )
     session.add(row)
     session.flush()
-    return held_of(row), True
+    return held_of(row)
 
 
 def pool_used(session: Session, pool: str) -> int:
@@ -172,12 +191,17 @@ def pool_used(session: Session, pool: str) -> int:
     return int(used or 0)
 
 
-def release(session: Session, pod_uid: str, node_name: str | None = None) -> bool:
-    """Release the pod's reservation (only the one on `node_name`, when given: a failed bind to
-    one node never releases what another attempt holds elsewhere)."""
+def release(
+    session: Session, pod_uid: str, node_name: str | None = None, attempt: str | None = None
+) -> bool:
+    """Release the pod's reservation: only the one on `node_name`, when given (a failed bind to
+    one node never releases what another attempt holds elsewhere), and only while `attempt` owns
+    it, when given (a failed attempt never releases a row that another attempt also relies on)."""
     query = delete(Reservation).where(Reservation.pod_uid == pod_uid)
     if node_name is not None:
         query = query.where(Reservation.node_name == node_name)
+    if attempt is not None:
+        query = query.where(Reservation.attempt == attempt)
     result = session.execute(query)
     return bool(getattr(result, "rowcount", 0))
 

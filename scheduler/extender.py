@@ -14,6 +14,7 @@ import functools
 import logging
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -349,11 +350,14 @@ class Extender:
     def bind(self, body: object) -> dict[str, Any]:
         """ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node} -> {"Error": ""}.
 
-        Only an opted-in pod whose uid matches is touched. Reserve in one transaction (row locks:
-        no double booking), then post the Binding with the placement annotations, which the API
-        server writes onto the pod together with the node (uid as a precondition). Idempotent under retries and concurrency: a pod already bound to this node
-        with its reservation is a success that changes nothing, and a failed Binding releases
-        the reservation only when this call created it and the pod is not bound here."""
+        The API server is the truth for who the pod is and where it runs: bind reads the pod
+        there, whatever a filter request carried, and touches only the pod named, with that uid,
+        opted in and not yet bound. A pod already bound to the node is a success that changes
+        nothing; one bound elsewhere is an error that changes nothing. Otherwise: reserve in one
+        transaction (row locks: no double booking), then post the Binding with the placement
+        annotations, which the API server writes onto the pod together with the node (uid as a
+        precondition). A Binding that fails releases the reservation only while this attempt
+        still owns it and the pod is not bound here."""
         if not isinstance(body, dict):
             return {"Error": "tmc: the bind body is not a JSON object"}
         try:
@@ -364,35 +368,31 @@ class Extender:
         except ValueError as exc:
             return {"Error": f"tmc: {exc}"}
         with self._lock:
-            decision = self._decisions.pop(uid, None)
+            self._decisions.pop(uid, None)  # what filter saw is not what bind trusts
+        started = time.perf_counter()
+        try:
+            pod = self.cluster.get_pod(namespace, name)
+        except Exception as exc:
+            return {"Error": f"tmc: cannot read pod {namespace}/{name}: {_short(exc)}"}
+        self.observe_bind("read_pod", time.perf_counter() - started)
+        meta = pod.get("metadata") or {}
+        if str(meta.get("uid") or "") != uid:
+            return {"Error": f"tmc: pod {namespace}/{name} is not the pod {uid}"}
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to == node:
+            # A retry of a bind that succeeded: nothing to change (a lost ledger row is restored
+            # by reconciliation from the pod's annotation).
+            return {"Error": ""}
+        if bound_to:
+            return {"Error": f"tmc: pod {namespace}/{name} is already bound to {bound_to}"}
+        try:
+            decision, _ = self._decide(pod)
+            with self._lock:
+                self._decisions.pop(uid, None)
+        except (BadPod, DecisionPending) as exc:
+            return {"Error": f"tmc: {exc}"}
         if decision is None:
-            # Not seen by this replica's filter (a restart, another replica): read the pod, and
-            # touch it only if it is the pod named, unbound and opted in. With a decision from
-            # filter, the pod was read then; the Binding's uid precondition covers the rest.
-            started = time.perf_counter()
-            try:
-                pod = self.cluster.get_pod(namespace, name)
-            except Exception as exc:
-                return {"Error": f"tmc: cannot read pod {namespace}/{name}: {_short(exc)}"}
-            self.observe_bind("read_pod", time.perf_counter() - started)
-            meta = pod.get("metadata") or {}
-            if str(meta.get("uid") or "") != uid:
-                return {"Error": f"tmc: pod {namespace}/{name} is not the pod {uid}"}
-            bound_to = (pod.get("spec") or {}).get("nodeName")
-            if bound_to == node:
-                # A retry of a bind that succeeded: nothing to change (a lost ledger row is
-                # restored by reconciliation from the pod's annotation).
-                return {"Error": ""}
-            if bound_to:
-                return {"Error": f"tmc: pod {namespace}/{name} is already bound to {bound_to}"}
-            try:
-                decision, _ = self._decide(pod)
-                with self._lock:
-                    self._decisions.pop(uid, None)
-            except (BadPod, DecisionPending) as exc:
-                return {"Error": f"tmc: {exc}"}
-            if decision is None:
-                return {"Error": f"tmc: pod {namespace}/{name} does not request tiered memory"}
+            return {"Error": f"tmc: pod {namespace}/{name} does not request tiered memory"}
 
         want = ledger.Want(
             pod_uid=uid,
@@ -404,18 +404,19 @@ class Extender:
             llc_ways=decision.llc_ways,
             recommendation_id=decision.recommendation_id,
         )
+        attempt = str(uuid.uuid4())
         started = time.perf_counter()
         try:
             with unit_of_work(self.sessions) as session:
-                held, created = ledger.reserve(session, node, want)
+                held = ledger.reserve(session, node, want, attempt)
             self.observe_bind("ledger", time.perf_counter() - started)
         except ledger.NoRoom as exc:
             # The cache offered a node the ledger says is full: another replica (or a bind this
             # cache missed) took it. Reload the cache so that the next filter sees the truth.
             self._reload_cache()
             return {"Error": f"tmc: {exc}"}
-        except IntegrityError:
-            # A concurrent bind of the same pod to another node committed first.
+        except (ledger.HeldElsewhere, IntegrityError):
+            # A concurrent bind of the same pod to another node holds (or just took) its row.
             return {"Error": f"tmc: pod {namespace}/{name} is being bound by another attempt"}
         except SQLAlchemyError as exc:
             log.warning("bind %s/%s: ledger unavailable: %s", namespace, name, exc)
@@ -429,8 +430,7 @@ class Extender:
         except Exception as exc:
             if self._bound_here(namespace, name, uid, node):
                 return {"Error": ""}  # a concurrent attempt bound it: the same outcome
-            if created:
-                self._undo(uid, node)
+            self._undo(uid, node, attempt)
             log.warning("bind %s/%s to %s failed: %s", namespace, name, node, exc)
             return {"Error": f"tmc: binding {namespace}/{name} to {node} failed: {_short(exc)}"}
         return {"Error": ""}
@@ -457,15 +457,16 @@ class Extender:
             return
         self.state.replace_all(*loaded)
 
-    def _undo(self, uid: str, node: str) -> None:
-        self.state.release(uid)
-        for attempt in range(3):
+    def _undo(self, uid: str, node: str, attempt: str) -> None:
+        for retry in range(3):
             try:
                 with unit_of_work(self.sessions) as session:
-                    ledger.release(session, uid, node)
+                    released = ledger.release(session, uid, node, attempt)
+                if released:
+                    self.state.release(uid)
                 return
             except SQLAlchemyError:
-                time.sleep(0.1 * (attempt + 1))
+                time.sleep(0.1 * (retry + 1))
         # The next reconciliation releases it: its pod is not bound.
         log.error("could not release the reservation of %s; reconciliation will", uid)
 

@@ -177,6 +177,9 @@ class Reservation(Timestamped, Base):
     recommendation_id: Mapped[str | None] = mapped_column(
         ForeignKey("recommendations.id"), default=None
     )
+    # The bind attempt that made the row, while it is the only one relying on it (None: reused
+    # by a retry, or made by reconciliation).
+    attempt: Mapped[str | None] = mapped_column(String(36), default=None)
 
 
 class RecommendationRow(Timestamped, Base):

@@ -157,7 +157,7 @@ def ledger_cluster(settings: Settings) -> None:
         ]
         for where, ns, pod, slow, ways in wants:
             ledger.reserve(
-                session, where, Want(f"uid-{pod}", ns, pod, 4, 4 * GIB, slow, ways, None)
+                session, where, Want(f"uid-{pod}", ns, pod, 4, 4 * GIB, slow, ways, None), "test"
             )
         # Reserve refuses a node that is not ready: "down" goes down once its pod is placed.
         ledger_nodes.set_ready(session, "down", False)

@@ -4,6 +4,7 @@ test, and an extender wired to it."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ class RecordingCluster:
         self.annotations: dict[str, dict[str, str | None]] = {}
         self.pods = pods or {}
         self.fail_bind = False
+        self._lock = threading.Lock()  # the API server writes one Binding at a time per pod
 
     def bind(
         self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
@@ -59,6 +61,12 @@ class RecordingCluster:
         annotations written onto the pod with the node."""
         if self.fail_bind:
             raise RuntimeError("pods/binding: 409 Conflict")
+        with self._lock:
+            self._bind(namespace, name, uid, node, annotations)
+
+    def _bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> None:
         pod = self.pods.get(f"{namespace}/{name}")
         if pod is not None:
             if pod["metadata"].get("uid") != uid:

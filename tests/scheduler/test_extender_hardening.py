@@ -119,6 +119,93 @@ def test_a_failed_binding_never_releases_another_attempts_reservation(
     assert len(rows(sessions)) == 1, "the retry's failure kept the first attempt's reservation"
 
 
+def test_a_retried_bind_to_another_node_keeps_the_live_reservation(
+    extender: Extender, cluster: RecordingCluster, sessions: sessionmaker[Session]
+) -> None:
+    # Filter, bind to node-1; the same filter again (kube-scheduler had not seen the Binding),
+    # then a bind to node-2: the API server refuses it, and node-1's reservation must stay.
+    upload_example(sessions, "graph500")
+    request = opted_in(wire("filter-nodenames.request.json"), "graph500", "uid-a", "a")
+    cluster.add(request["Pod"])
+    assert extender.filter(request)["Error"] == ""
+    assert extender.bind(bind_body("a", "uid-a", "node-1")) == {"Error": ""}
+    assert extender.filter(request)["Error"] == ""
+    answer = extender.bind(bind_body("a", "uid-a", "node-2"))
+    assert "already bound to node-1" in answer["Error"]
+    held = rows(sessions)
+    assert [(r.pod_uid, r.node_name) for r in held] == [("uid-a", "node-1")]
+    cached = extender.state.held("uid-a")
+    assert cached is not None and cached.node == "node-1"
+    # A new pod on node-1 gets ways the running pod does not hold.
+    second = opted_in(wire("filter-nodenames.request.json"), "graph500", "uid-b", "b")
+    cluster.add(second["Pod"])
+    assert extender.filter(second)["Error"] == ""
+    assert extender.bind(bind_body("b", "uid-b", "node-1")) == {"Error": ""}
+    masks = {r.pod_uid: r.llc_mask for r in rows(sessions)}
+    assert masks["uid-a"] & masks["uid-b"] == 0
+
+
+def test_parallel_binds_to_two_nodes_leave_the_bound_pod_its_reservation(
+    extender: Extender, cluster: RecordingCluster, sessions: sessionmaker[Session]
+) -> None:
+    filtered(extender, cluster, "uid-a", "a")
+    barrier = threading.Barrier(20)
+    answers: list[dict[str, Any]] = []
+
+    def bind(node: str) -> None:
+        # Each attempt as kube-scheduler makes it: a filter, then a bind.
+        request = opted_in(wire("filter-nodenames.request.json"), None, "uid-a", "a")
+        barrier.wait()
+        extender.filter(request)
+        answers.append(extender.bind(bind_body("a", "uid-a", node)))
+
+    threads = [
+        threading.Thread(target=bind, args=("node-1" if i % 2 else "node-2",)) for i in range(20)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(cluster.bound) == 1, cluster.bound
+    bound_to = cluster.bound[0][3]
+    assert any(a == {"Error": ""} for a in answers)
+    held = rows(sessions)
+    assert [(r.pod_uid, r.node_name) for r in held] == [("uid-a", bound_to)]
+    cached = extender.state.held("uid-a")
+    assert cached is not None and cached.node == bound_to
+
+
+def test_a_filter_carrying_a_forged_copy_cannot_bind_a_pod_that_never_opted_in(
+    extender: Extender, cluster: RecordingCluster, sessions: sessionmaker[Session]
+) -> None:
+    plain = wire("filter-nodenames.request.json")["Pod"]  # requests no tmc.dev/tiered
+    plain["metadata"]["name"], plain["metadata"]["uid"] = "plain", "uid-plain"
+    cluster.add(plain)
+    # The filter request says the pod opted in; the API server's pod does not.
+    forged = opted_in(wire("filter-nodenames.request.json"), None, "uid-plain", "plain")
+    assert extender.filter(forged)["Error"] == ""
+    answer = extender.bind(bind_body("plain", "uid-plain", "node-1"))
+    assert "does not request tiered memory" in answer["Error"]
+    assert cluster.bound == [] and rows(sessions) == []
+
+
+def test_a_forged_filter_cannot_rewrite_a_running_pods_reservation(
+    extender: Extender, cluster: RecordingCluster, sessions: sessionmaker[Session]
+) -> None:
+    upload_example(sessions, "graph500")
+    request = opted_in(wire("filter-nodenames.request.json"), "graph500", "uid-a", "a")
+    cluster.add(request["Pod"])
+    assert extender.filter(request)["Error"] == ""
+    assert extender.bind(bind_body("a", "uid-a", "node-1")) == {"Error": ""}
+    before = [(r.node_name, r.llc_mask, r.dram_bytes) for r in rows(sessions)]
+    # The copy names a workload with no profile: its decision would be the fallback, every way of
+    # the longest free run.
+    forged = opted_in(wire("filter-nodenames.request.json"), "unknown", "uid-a", "a")
+    extender.filter(forged)
+    assert extender.bind(bind_body("a", "uid-a", "node-1")) == {"Error": ""}
+    assert [(r.node_name, r.llc_mask, r.dram_bytes) for r in rows(sessions)] == before
+
+
 @pytest.mark.parametrize(
     "quantity",
     ["1e999999", "1e1000000", "-1", "-2Gi", "9" * 80, "1e30", "99999999999Ei"],
@@ -154,8 +241,7 @@ def test_a_64_way_hosts_top_way_round_trips_through_the_ledger(
     for i in range(2):
         want = ledger.Want(f"u{i}", "default", f"p{i}", 1, GIB, 0, 32, None)
         with unit_of_work(sessions) as session:
-            h, created = ledger.reserve(session, "wide", want)
-        assert created
+            h = ledger.reserve(session, "wide", want, attempt="test")
         held.append(h.llc_mask)
     assert sorted(held) == [(1 << 32) - 1, ((1 << 64) - 1) ^ ((1 << 32) - 1)]
     with unit_of_work(sessions) as session:

@@ -25,8 +25,7 @@ from tests.scheduler.conftest import register
 
 
 def reserve(session: Session, node: str, w: ledger.Want) -> Held:
-    held, _created = ledger.reserve(session, node, w)
-    return held
+    return ledger.reserve(session, node, w, attempt="test")
 
 
 def want(uid: str, ways: int | None = 4, slow: int = 0, dram: int = GIB) -> ledger.Want:
@@ -56,15 +55,36 @@ def test_runs_are_best_fit_and_released_ways_are_reused(
     assert e.llc_mask == 0x1C00
 
 
-def test_reserve_is_idempotent_per_pod_and_moves_between_nodes(
+def test_reserve_is_idempotent_per_pod_and_never_takes_another_nodes_row(
     sessions: sessionmaker[Session], state: ClusterState
 ) -> None:
     with unit_of_work(sessions) as session:
         first = reserve(session, "node-1", want("a"))
         again = reserve(session, "node-1", want("a"))
-        moved = reserve(session, "node-4", want("a"))
+        # A bind of the same pod elsewhere is another attempt in flight: it is refused, and the
+        # row stays where it is until its own attempt (or reconciliation) releases it.
+        with pytest.raises(ledger.HeldElsewhere, match="node-1"):
+            reserve(session, "node-4", want("a"))
         rows = session.scalars(select(Reservation)).all()
-    assert first == again and moved.node == "node-4" and len(rows) == 1
+        assert first == again and [r.node_name for r in rows] == ["node-1"]
+        assert ledger.release(session, "a", "node-1")
+        moved = reserve(session, "node-4", want("a"))
+    assert moved.node == "node-4"
+
+
+def test_a_failed_attempt_releases_only_a_row_no_other_attempt_relies_on(
+    sessions: sessionmaker[Session], state: ClusterState
+) -> None:
+    with unit_of_work(sessions) as session:
+        ledger.reserve(session, "node-1", want("a"), attempt="first")
+        assert not ledger.release(session, "a", "node-1", attempt="other")
+        ledger.reserve(session, "node-1", want("a"), attempt="retry")  # relies on the same row
+        assert not ledger.release(session, "a", "node-1", attempt="first")
+        assert not ledger.release(session, "a", "node-1", attempt="retry")
+        ledger.reserve(session, "node-1", want("b"), attempt="alone")
+        assert ledger.release(session, "b", "node-1", attempt="alone")
+        kept = session.scalars(select(Reservation.pod_uid)).all()
+    assert kept == ["a"]
 
 
 def test_slow_memory_comes_from_the_rack_pool_and_the_pool_runs_out(
