@@ -25,12 +25,14 @@ Pure: numbers in, plans out.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from ortools.sat.python import cp_model
 
+from model.errors import TmcError
 from model.pricing import PriceProfile
 from model.resources import GIB
 
@@ -232,52 +234,92 @@ def _pareto(c: WorkloadClass, kind: MachineKind, fill: float) -> list[int]:
     return keep[:MAX_PACKED_OPTIONS]
 
 
+class PlanningTimeLimit(TmcError):
+    """The plan could not be made within the time it was given."""
+
+    status = 422
+    title = "Time limit too short"
+
+
+def _check_deadline(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise PlanningTimeLimit(
+            "the plan did not finish within time_limit_seconds: give it more time, or plan"
+            " fewer VMs (a lower arrival rate or shorter runs)"
+        )
+
+
 def _first_fit_decreasing(
     items: Sequence[tuple[int, int]],
     classes: Sequence[WorkloadClass],
     kind: MachineKind,
     fill: float,
+    deadline: float | None = None,
 ) -> list[list[tuple[int, int]]] | None:
     """Whole machines for the VMs (class, option), largest dominant share first; a machine's
     ways are handed out as consecutive runs (a fresh machine's CAT runs are then contiguous).
-    None when the pool of a rack cannot hold its machines' slow memory."""
+    None when the pool of a rack cannot hold its machines' slow memory.
+
+    VMs of one (class, option) are alike, so they are placed as a run: each machine, in order,
+    takes as many of them as still fit, and new machines are opened full. That is what placing
+    them one at a time, each on the first machine with room, gives (a machine that had no room
+    for one of them never gains room), in time linear in the machines per run, not per VM."""
     cap = _per_machine(kind, fill)
 
     def share(it: tuple[int, int]) -> float:
         u = _units(classes[it[0]].options[it[1]])
         return max(d / c if c else (math.inf if d else 0.0) for d, c in zip(u, cap, strict=True))
 
+    runs: dict[tuple[int, int], int] = {}
+    for it in items:  # dict order: first appearance, which a stable sort keeps among equals
+        runs[it] = runs.get(it, 0) + 1
     machines: list[list[tuple[int, int]]] = []
     free: list[list[int]] = []
     pool_free: list[int] = []
     pool = int(kind.pool_bytes * fill) // _MIB
-    for it in sorted(items, key=share, reverse=True):
+    for it in sorted(runs, key=share, reverse=True):
+        _check_deadline(deadline)
         u = _units(classes[it[0]].options[it[1]])
-        placed = False
+        left = runs[it]
         for k, f in enumerate(free):
-            rack = k // kind.rack_nodes
-            if all(d <= x for d, x in zip(u, f, strict=True)) and (
-                not kind.pool_bytes or u[2] <= pool_free[rack]
-            ):
-                for r in range(4):
-                    f[r] -= u[r]
-                if kind.pool_bytes:
-                    pool_free[rack] -= u[2]
-                machines[k].append(it)
-                placed = True
+            if not left:
                 break
-        if not placed:
+            room = _room(u, f, pool_free[k // kind.rack_nodes] if kind.pool_bytes else None)
+            if room <= 0:
+                continue
+            take = min(room, left)
+            for r in range(4):
+                f[r] -= take * u[r]
+            if kind.pool_bytes:
+                pool_free[k // kind.rack_nodes] -= take * u[2]
+            machines[k].extend([it] * take)
+            left -= take
+        while left:
             k = len(machines)
             if kind.pool_bytes and k % kind.rack_nodes == 0:
                 pool_free.append(pool)
             rack = k // kind.rack_nodes
             if kind.pool_bytes and u[2] > pool_free[rack]:
                 return None
-            machines.append([it])
-            free.append([c - d for c, d in zip(cap, u, strict=True)])
+            # A new machine takes at least one (an option is usable on the kind, so it fits).
+            room = max(1, _room(u, cap, pool_free[rack] if kind.pool_bytes else None))
+            take = min(room, left)
+            machines.append([it] * take)
+            free.append([c - take * d for c, d in zip(cap, u, strict=True)])
             if kind.pool_bytes:
-                pool_free[rack] -= u[2]
+                pool_free[rack] -= take * u[2]
+            left -= take
     return machines
+
+
+def _room(u: Sequence[int], free: Sequence[int], pool_free: int | None) -> int:
+    """How many VMs of demand `u` fit in `free` (and in the rack pool's `pool_free`)."""
+    if min(free) < 0:  # overfilled by a VM larger than the machine: nothing more fits
+        return 0
+    room = min((x // d for d, x in zip(u, free, strict=True) if d), default=1 << 62)
+    if pool_free is not None and u[2]:
+        room = min(room, pool_free // u[2])
+    return room
 
 
 def _peak_items(
@@ -300,7 +342,11 @@ def _peak_items(
 
 
 def greedy_plan(
-    classes: Sequence[WorkloadClass], kind: MachineKind, fill: float, quantile: float
+    classes: Sequence[WorkloadClass],
+    kind: MachineKind,
+    fill: float,
+    quantile: float,
+    deadline: float | None = None,
 ) -> list[list[tuple[int, int]]] | None:
     """Every class in its cheapest usable option (Algorithm 1 at T = 0), its peak of VMs packed
     first fit decreasing. None when some class has no usable option."""
@@ -310,7 +356,8 @@ def greedy_plan(
         if not ok:
             return None
         choice.append(min(ok, key=lambda i: (c.options[i].cost, i)))
-    return _first_fit_decreasing(_peak_items(classes, choice, quantile), classes, kind, fill)
+    items = _peak_items(classes, choice, quantile)
+    return _first_fit_decreasing(items, classes, kind, fill, deadline)
 
 
 def greedy_machines(
@@ -330,16 +377,18 @@ def plan_kind(
     peak_quantile: float = DEFAULT_PEAK_QUANTILE,
     time_limit_seconds: float = 5.0,
     workers: int = 1,
+    deadline: float | None = None,
 ) -> KindPlan:
     """Bin packing over whole machines with CP-SAT: how many VMs of each class run in each
     option at the peak (every class's arrivals served: sum over options of VMs / hours held is
     at least its arrival rate with peak headroom), which machine each VM is on, every machine
     within its CPUs, DRAM, slow memory and ways, a pool within its rack. Fewest machines first,
     then the tenants' cost. Started from greedy's plan; when CP-SAT does not find fewer machines
-    within its time limit the answer is greedy's, and `status` and `note` say so."""
+    within its time limit the answer is greedy's, and `status` and `note` say so. `deadline`
+    (time.monotonic()) bounds the whole call, greedy included: past it, PlanningTimeLimit."""
     _check_classes(classes)
     price = kind.hourly_price(prices)
-    greedy = greedy_plan(classes, kind, fill, peak_quantile)
+    greedy = greedy_plan(classes, kind, fill, peak_quantile, deadline)
     if greedy is None:
         return KindPlan(
             kind.name, -1, price, math.inf, math.inf, {}, {}, "-", -1, "infeasible",
@@ -422,7 +471,9 @@ def plan_kind(
     weight = 1 + sum(t * top[key] for key, t in tie.items())
     model.minimize(weight * sum(used) + sum(t * count[key] for key, t in tie.items()))
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_seconds
+    _check_deadline(deadline)
+    left = time_limit_seconds if deadline is None else deadline - time.monotonic()
+    solver.parameters.max_time_in_seconds = max(0.01, min(time_limit_seconds, left))
     solver.parameters.num_workers = workers
     status = solver.solve(model)
     bound = max(0, math.ceil(solver.best_objective_bound / weight - 1e-9))
@@ -519,8 +570,10 @@ def plan_capacity(
     fill: float = DEFAULT_FILL,
     peak_quantile: float = DEFAULT_PEAK_QUANTILE,
     time_limit_seconds: float = 5.0,
+    deadline: float | None = None,
 ) -> CapacityPlan:
-    """The cheapest machine kind and count for the mix (ties: fewer machines)."""
+    """The cheapest machine kind and count for the mix (ties: fewer machines). CP-SAT gets
+    `time_limit_seconds` per kind; `deadline` (time.monotonic()) bounds the whole call."""
     if not kinds:
         raise ValueError("no machine kind to plan for")
     if not 0.1 <= fill <= 1.0:
@@ -535,6 +588,7 @@ def plan_capacity(
             fill=fill,
             peak_quantile=peak_quantile,
             time_limit_seconds=time_limit_seconds,
+            deadline=deadline,
         )
         for k in kinds
     ]

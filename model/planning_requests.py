@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -116,6 +117,10 @@ class RebalanceIn(_In):
         return self
 
 
+# What a plan may take beyond its time limit: building the models around the solver's runs.
+DEADLINE_MARGIN_SECONDS = 1.0
+
+
 def capacity_plan(body: CapacityIn) -> dict[str, Any]:
     classes = [
         WorkloadClass(
@@ -139,6 +144,9 @@ def capacity_plan(body: CapacityIn) -> dict[str, Any]:
             fill=body.fill,
             peak_quantile=body.peak_quantile,
             time_limit_seconds=body.time_limit_seconds / len(kinds),
+            # Every stage, greedy included, within the request's limit (and a margin for
+            # building CP-SAT's model after the last greedy).
+            deadline=time.monotonic() + body.time_limit_seconds + DEADLINE_MARGIN_SECONDS,
         )
     except ValueError as exc:
         raise InvalidRequest("classes", str(exc)) from exc
