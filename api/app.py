@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api import dashboard, openapi, tasks
 from api.deps import AppState, Metrics
 from api.errors import PROBLEM
+from api.planning import PlanRunner
 from api.problems import ContainUnexpected, install_handlers, send_problem
 from api.routes import (
     cluster,
@@ -66,6 +67,7 @@ def build_state(settings: Settings) -> AppState:
     use_celery = settings.effective_broker_url is not None
     if use_celery:
         tasks.configure(tasks.celery_app, settings)
+    metrics = Metrics()
     return AppState(
         settings=settings,
         engine=engine,
@@ -73,7 +75,13 @@ def build_state(settings: Settings) -> AppState:
         redis=client,
         utilization=UtilizationReader(client, settings.utilization_max_age_seconds),
         models=ModelCache(),
-        metrics=Metrics(),
+        planner=PlanRunner(
+            settings.planner_processes,
+            settings.planner_queue,
+            settings.planner_memory_mib << 20,
+            lambda outcome: metrics.plans.labels(outcome).inc(),
+        ),
+        metrics=metrics,
         enqueue_fit=celery_fit if use_celery else in_process_fit(sessions),
     )
 

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api import repositories as repo
 from api.auth import GRANTS, Permission, Role, token_hash
+from api.planning import PlanRunner
 from api.services.models import ModelCache
 from api.settings import Settings
 from api.utilization import UtilizationReader
@@ -52,6 +53,13 @@ class Metrics:
             ["objective", "utilization_source"],
             registry=self.registry,
         )
+        self.plans = Counter(
+            "tmc_plans_total",
+            "Planner requests by outcome (answered, refused_by_planner, refused: the queue was"
+            " full, client_left, overran, crashed)",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.uploads = Counter(
             "tmc_profile_uploads_total", "Profile uploads", ["result"], registry=self.registry
         )
@@ -65,6 +73,7 @@ class AppState:
     redis: redis.Redis | None
     utilization: UtilizationReader
     models: ModelCache
+    planner: PlanRunner
     metrics: Metrics
     enqueue_fit: Callable[[str], None]
     tokens: dict[str, tuple[Role | None, float]] = field(default_factory=dict)

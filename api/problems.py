@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import PROBLEM, ApiError
+from api.planning import ClientGone
 from model import TmcError
 from model.bundle import field_path
 
@@ -44,6 +45,11 @@ def install_handlers(app: FastAPI) -> None:
         if problems:
             extra["errors"] = [{"field": p.field, "message": p.message} for p in problems]
         return problem(exc.status, exc.title, str(exc), request, **extra)
+
+    @app.exception_handler(ClientGone)
+    async def _gone(request: Request, exc: ClientGone) -> JSONResponse:
+        # Nobody reads this answer; it closes the exchange for the logs and the metrics.
+        return problem(499, "Client closed request", "the client left before the answer", request)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

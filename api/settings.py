@@ -37,6 +37,11 @@ class Settings(DatabaseSettings):
     # generation means fewer and not longer pauses. 0 keeps the interpreter's thresholds.
     gc_gen0_threshold: int = Field(default=10_000, ge=0, le=1_000_000)
     default_threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0, le=1)
+    # Plans (OR-Tools) run in child processes: at most this many at once per API worker, this
+    # many more waiting (beyond: 503), each allowed this much memory beyond its start.
+    planner_processes: int = Field(default=1, ge=1, le=64)
+    planner_queue: int = Field(default=64, ge=0, le=10_000)
+    planner_memory_mib: int = Field(default=768, ge=64, le=65_536)
     bootstrap_operator_token: str | None = Field(
         default=None, description="dev only: a token created at start-up with the operator role"
     )

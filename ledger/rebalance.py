@@ -16,10 +16,14 @@ What the planner cannot express is kept conservative rather than guessed:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ledger.types import Held, NodeCapacity
+from model.errors import InvalidRequest
+from model.planning_requests import LiveRebalanceIn, plan_moves
 from model.rebalancer import Node, Pod
 
 
@@ -106,3 +110,30 @@ def live_cluster(
         pool_names=pool_names,
         skipped=skipped,
     )
+
+
+def plan_live_moves(
+    body: LiveRebalanceIn, nodes: list[NodeCapacity], pools: dict[str, int], held: list[Held]
+) -> dict[str, Any]:
+    """`POST /v1/planner/rebalance/live`'s plan, from what the ledger holds (read by the caller):
+    the nodes asked for (default every ready one), their pods, the greedy drain beside it."""
+    if body.nodes is not None:
+        unknown = sorted(set(body.nodes) - {n.name for n in nodes})
+        if unknown:
+            raise InvalidRequest("nodes", f"not in the ledger: {', '.join(unknown[:10])}")
+        chosen = set(body.nodes)
+        nodes = [n for n in nodes if n.name in chosen]
+        held = [h for h in held if h.node in chosen]
+    live = live_cluster(nodes, pools, held, set(body.pinned_namespaces))
+    if not live.nodes:
+        raise InvalidRequest("nodes", "no ready node to plan")
+    out = plan_moves(live.nodes, live.pods, live.pools, body.max_moves, body.time_limit_seconds)
+    out["cluster"] = {
+        "source": "ledger",
+        "nodes": len(live.nodes),
+        "pods": len(live.pods),
+        "pinned": sum(not p.movable for p in live.pods),
+        "pools": dict(zip(live.pool_names, live.pools, strict=True)),
+        "skipped": [dataclasses.asdict(s) for s in live.skipped],
+    }
+    return out
