@@ -135,8 +135,17 @@ class ExtenderServer(ThreadingHTTPServer):
         if not peer_cert:
             return "tmc: a client certificate is required"
         if self.client_names:
-            subject = dict(x[0] for x in peer_cert.get("subject", ()))
-            if subject.get("commonName") not in self.client_names:
+            # Every commonName of the subject, from every RDN: a subject that names several
+            # (`/CN=someone-else/CN=tmc-scheduler`) is refused, whichever one comes last.
+            names = [
+                value
+                for rdn in peer_cert.get("subject", ())
+                for key, value in rdn
+                if key == "commonName"
+            ]
+            if len(names) != 1:
+                return "tmc: the client certificate's subject must name exactly one CN"
+            if names[0] not in self.client_names:
                 return "tmc: this client certificate may not call the extender"
         return None
 

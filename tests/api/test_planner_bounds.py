@@ -152,3 +152,35 @@ def test_recommend_stays_fast_while_forty_plans_run(server: str) -> None:
     assert answers.count(200) == 40, answers
     p99 = statistics.quantiles(latencies, n=100)[98]
     assert p99 < 0.100, f"/recommend p99 {p99 * 1000:.1f} ms while plans ran"
+
+
+def resident_bytes(base: str) -> float:
+    text = httpx.get(f"{base}/metrics", timeout=10).text
+    return next(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "process_resident_memory_bytes"
+    )
+
+
+def test_the_largest_rebalance_does_not_grow_the_api_worker(server: str) -> None:
+    # 500 nodes x 200 pods, the most the request takes: once this grew a worker by 1.3 GB.
+    node = {"cpus": 12, "dram_bytes": 24 * GIB, "slow_bytes": 128 * GIB, "llc_ways": 48}
+    pod = {"vcpus": 1, "dram_bytes": GIB, "llc_ways": 2}
+    body = {
+        "nodes": [{"name": f"n{i}", **node} for i in range(500)],
+        "pods": [
+            {"name": f"p{j}", "node": j % 500, "way_start": 2 * (j // 500), **pod}
+            for j in range(200)
+        ],
+        "time_limit_seconds": 2,
+    }
+    before = resident_bytes(server)
+    r = httpx.post(
+        f"{server}/v1/planner/rebalance", json=body, headers=auth(Role.scheduler), timeout=60
+    )
+    assert r.status_code in (200, 413, 422), r.text
+    grown = resident_bytes(server) - before
+    print(f"API worker resident memory grew by {grown / 2**20:.1f} MiB")
+    assert grown < 64 * 2**20

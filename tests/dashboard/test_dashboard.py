@@ -454,3 +454,32 @@ def test_every_form_control_has_a_label(service: tuple[str, str], page: Page) ->
             .filter(el => !el.labels || el.labels.length === 0).map(el => el.id)"""
     )
     assert unlabelled == []
+
+
+def test_the_dashboard_cannot_be_framed_and_loads_only_its_own_assets(
+    service: tuple[str, str], page: Page
+) -> None:
+    base, token = service
+    refused: list[str] = []
+    page.on(
+        "console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None
+    )
+    answer = page.goto(f"{base}/dashboard/")
+    assert answer is not None
+    policy = answer.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in policy and "script-src 'self'" in policy
+    # Every page renders under the policy: nothing it needs is refused.
+    sign_in(page, base, token)
+    for name in ("Cluster", "Workloads", "Decisions", "Nodes", "Planner", "Reports"):
+        page.get_by_role("navigation", name="Pages").get_by_role("link", name=name).click()
+        expect(page.locator("#page h1, #page h2").first).to_be_visible()
+    assert refused == []
+    # Another page that frames the dashboard gets nothing of it.
+    framer = page.context.new_page()
+    framer.on("console", lambda m: refused.append(m.text))
+    framer.set_content(f'<iframe id="f" src="{base}/dashboard/" width="600" height="400"></iframe>')
+    framer.wait_for_timeout(1000)
+    expect(framer.frame_locator("#f").get_by_label("API token (operator or viewer)")).to_have_count(
+        0
+    )
+    assert any("frame-ancestors" in m for m in refused), refused

@@ -273,7 +273,7 @@ def _pki(d: Path, ca: str) -> None:
     )
 
 
-def _signed(d: Path, ca: str, name: str, cn: str) -> None:
+def _signed(d: Path, ca: str, name: str, cn: str, subject: str | None = None) -> None:
     (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
     openssl(
         "req",
@@ -285,7 +285,7 @@ def _signed(d: Path, ca: str, name: str, cn: str) -> None:
         "-out",
         f"{name}.csr",
         "-subj",
-        f"/CN={cn}",
+        subject or f"/CN={cn}",
         cwd=d,
     )
     openssl(
@@ -317,6 +317,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _signed(d, "ca", "scheduler", "tmc-scheduler")
     _signed(d, "ca", "intruder", "someone-else")
     _signed(d, "other-ca", "forged", "tmc-scheduler")
+    # Two commonNames, the allowed one last: a check that reads the last CN would let it in.
+    _signed(d, "ca", "two-names", "", subject="/CN=someone-else/CN=tmc-scheduler")
     return d
 
 
@@ -358,6 +360,8 @@ def test_verbs_need_the_schedulers_client_certificate(
     body = bind_body("a", "uid-a", "node-1")
     assert _call(tls_server.port, pki, None, "/scheduler/bind", body)[0] == 401
     assert _call(tls_server.port, pki, "intruder", "/scheduler/bind", body)[0] == 401
+    status, answer = _call(tls_server.port, pki, "two-names", "/scheduler/bind", body)
+    assert status == 401 and "exactly one CN" in answer["Error"]
     with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
         _call(tls_server.port, pki, "forged", "/scheduler/bind", body)
     assert rows(sessions) == [] and cluster.annotations == {}

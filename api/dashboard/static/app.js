@@ -16,6 +16,8 @@ function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (k === "onclick") el.addEventListener("click", v);
+    // Through the CSSOM: the Content-Security-Policy refuses style attributes, not this.
+    else if (k === "style") el.style.cssText = v;
     else if (v !== null && v !== undefined && v !== false) el.setAttribute(k, v === true ? "" : v);
   }
   for (const c of children.flat(Infinity)) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
