@@ -15,6 +15,7 @@ its requests, as uvicorn does on SIGTERM), and gives up if processes keep dying 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import multiprocessing
 import signal
@@ -52,9 +53,34 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
 
 
 def check_port(host: str, port: int) -> None:
-    """Raise OSError if the port is taken by anything but our own workers. The probe binds but
-    never listens, so it is never handed a connection."""
+    """Raise OSError if anything serves host:port already. SO_REUSEPORT lets any process of the
+    same user join a port's group, so binding alone cannot tell: a connection is tried too (a
+    listener answers it), and the bind probe (never listening, so never handed a connection)
+    catches a holder that does not share the port."""
+    target = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    try:
+        with socket.create_connection((target, port), timeout=0.5):
+            pass
+    except OSError:
+        pass  # nobody listens: as it should be
+    else:
+        raise OSError(errno.EADDRINUSE, "another server already listens there")
     reuseport_socket(host, port).close()
+
+
+def claim_port(host: str, port: int) -> socket.socket:
+    """The supervisor's claim on host:port, held for as long as it runs: a name in Linux's
+    abstract socket namespace, which only one process can bind and the kernel frees when that
+    process ends. A second supervisor for the same port (and the same network namespace) fails
+    here before any of its workers joins the port, even when the first is still starting."""
+    claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        claim.bind(f"\0tmc-api:{host}:{port}")
+    except OSError as exc:
+        claim.close()
+        raise OSError(errno.EADDRINUSE, "another tmc API supervisor serves this port") from exc
+    check_port(host, port)
+    return claim
 
 
 def _serve(host: str, port: int, log_level: str, access_log: bool) -> None:
@@ -123,8 +149,8 @@ def serve(
     host: str, port: int, workers: int, log_level: str = "info", access_log: bool = True
 ) -> int:
     """Run `workers` API processes on host:port until SIGTERM/SIGINT; the exit status."""
-    check_port(host, port)
-    return Supervisor(host, port, workers, log_level, access_log).run()
+    with claim_port(host, port):
+        return Supervisor(host, port, workers, log_level, access_log).run()
 
 
 def main() -> None:
@@ -137,12 +163,14 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     try:
-        check_port(args.host, args.port)
+        claim = claim_port(args.host, args.port)
     except OSError as exc:
         sys.exit(f"tmc: cannot listen on {args.host}:{args.port}: {exc.strerror}; choose --port")
-    sys.exit(
-        Supervisor(args.host, args.port, args.workers, args.log_level, not args.no_access_log).run()
-    )
+    with claim:
+        supervisor = Supervisor(
+            args.host, args.port, args.workers, args.log_level, not args.no_access_log
+        )
+        sys.exit(supervisor.run())
 
 
 if __name__ == "__main__":

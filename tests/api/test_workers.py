@@ -141,3 +141,45 @@ def test_tmc_serve_with_workers_spreads_connections(env: dict[str, str], tmp_pat
         assert len(set(pids_of_connections(base, 24))) == 2
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
+
+
+def test_a_second_instance_cannot_join_a_running_ones_port(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    # Another instance on the same port and another database: once, it started silently and the
+    # kernel split the connections between both (tokens of one unknown to the other: 401s).
+    other = {**env, "TMC_DATABASE_URL": f"sqlite:///{tmp_path / 'other.db'}"}
+    with supervisor([sys.executable, "-m", "api.workers"], ROOT, env) as (proc, base, port):
+        second = subprocess.run(
+            [sys.executable, "-m", "api.workers", "--port", str(port)],
+            cwd=ROOT,
+            env={**os.environ, **other},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert second.returncode == 1, second.stderr
+        assert f"cannot listen on 127.0.0.1:{port}" in second.stderr
+        assert len(set(pids_of_connections(base, 24))) == 2  # still only the first's workers
+        assert proc.poll() is None
+
+
+def test_a_stranger_sharing_the_port_is_refused(env: dict[str, str]) -> None:
+    # A program of the same user that listens with SO_REUSEPORT: binding alone cannot see it.
+    with socket.socket() as stranger:
+        stranger.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        stranger.bind(("127.0.0.1", 0))
+        stranger.listen(1)
+        port = stranger.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "api.workers", "--port", str(port)],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 1, result.stderr
+    assert "another server already listens there" in result.stderr
