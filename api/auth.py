@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -28,6 +29,15 @@ GRANTS: dict[Role, frozenset[Permission]] = {
     Role.operator: frozenset(Permission),
     Role.viewer: frozenset({Permission.read}),
 }
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who presented a token: its role, and the node an agent's token speaks for (None: any)."""
+
+    role: Role
+    node: str | None = None
+
 
 TOKEN_PREFIX = "tmc_"
 

@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from api import repositories as repo
-from api.auth import GRANTS, Permission, Role, token_hash
+from api.auth import GRANTS, Caller, Permission, Role, token_hash
 from api.planning import PlanRunner
 from api.services.models import ModelCache
 from api.settings import Settings
@@ -76,7 +76,7 @@ class AppState:
     planner: PlanRunner
     metrics: Metrics
     enqueue_fit: Callable[[str], None]
-    tokens: dict[str, tuple[Role | None, float]] = field(default_factory=dict)
+    tokens: dict[str, tuple[Caller | None, float]] = field(default_factory=dict)
 
 
 # Dependencies that do no blocking work are `async def`: FastAPI runs a plain `def` dependency in
@@ -117,11 +117,11 @@ SessionDep = Annotated[Session, Depends(transaction, scope="function")]
 BEARER = HTTPBearer(auto_error=False, description="An API token: `Authorization: Bearer tmc_...`")
 
 
-async def bearer_role(
+async def bearer_caller(
     request: Request,
     state: StateDep,
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
-) -> Role:
+) -> Caller:
     header = request.headers.get("authorization", "")
     scheme, _sep, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
@@ -130,22 +130,26 @@ async def bearer_role(
     now = time.monotonic()
     cached = state.tokens.get(digest)
     if cached is not None and cached[1] > now:
-        role = cached[0]
+        caller = cached[0]
     else:
         # The database read blocks: it runs in the thread pool, as a sync route would.
-        role = await run_in_threadpool(_role_of, state, digest)
+        caller = await run_in_threadpool(_caller_of, state, digest)
         if len(state.tokens) >= TOKEN_CACHE_ENTRIES:  # random tokens must not grow it unbounded
             state.tokens.clear()
-        state.tokens[digest] = (role, now + TOKEN_CACHE_SECONDS)
-    if role is None:
+        state.tokens[digest] = (caller, now + TOKEN_CACHE_SECONDS)
+    if caller is None:
         raise HTTPException(401, "unknown or revoked token", {"WWW-Authenticate": "Bearer"})
-    return role
+    return caller
 
 
-def _role_of(state: AppState, digest: str) -> Role | None:
+async def bearer_role(caller: Annotated[Caller, Depends(bearer_caller)]) -> Role:
+    return caller.role
+
+
+def _caller_of(state: AppState, digest: str) -> Caller | None:
     with unit_of_work(state.sessions) as session:
         row = repo.find_token(session, digest)
-        return Role(row.role) if row is not None else None
+        return Caller(Role(row.role), row.node) if row is not None else None
 
 
 def require(permission: Permission) -> Callable[..., Awaitable[Role]]:
@@ -153,5 +157,16 @@ def require(permission: Permission) -> Callable[..., Awaitable[Role]]:
         if permission not in GRANTS[role]:
             raise HTTPException(403, f"the {role} role may not {permission}")
         return role
+
+    return check
+
+
+def require_caller(permission: Permission) -> Callable[..., Awaitable[Caller]]:
+    """As `require`, for routes that need the token's node too."""
+
+    async def check(caller: Annotated[Caller, Depends(bearer_caller)]) -> Caller:
+        if permission not in GRANTS[caller.role]:
+            raise HTTPException(403, f"the {caller.role} role may not {permission}")
+        return caller
 
     return check

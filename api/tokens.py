@@ -21,6 +21,7 @@ class TokenInfo:
     role: str
     created_at: datetime
     revoked_at: datetime | None
+    node: str | None = None
 
 
 class TokenNotFound(LookupError):
@@ -32,13 +33,16 @@ class AmbiguousToken(LookupError):
 
 
 def _info(row: ApiToken) -> TokenInfo:
-    return TokenInfo(row.id, row.name, row.role, row.created_at, row.revoked_at)
+    return TokenInfo(row.id, row.name, row.role, row.created_at, row.revoked_at, row.node)
 
 
-def mint(session: Session, role: Role, name: str) -> tuple[TokenInfo, str]:
-    """A new token: its row (hash only) and the token itself, to be shown once."""
+def mint(session: Session, role: Role, name: str, node: str | None = None) -> tuple[TokenInfo, str]:
+    """A new token: its row (hash only) and the token itself, to be shown once. `node`: an agent
+    token that speaks for that node only."""
+    if node is not None and role is not Role.agent:
+        raise ValueError("only an agent token speaks for a node")
     token = new_token()
-    row = ApiToken(name=name, role=role.value, token_hash=token_hash(token))
+    row = ApiToken(name=name, role=role.value, token_hash=token_hash(token), node=node)
     session.add(row)
     session.flush()
     return _info(row), token

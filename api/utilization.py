@@ -37,6 +37,8 @@ def write_snapshot(client: redis.Redis, util: Utilization, ttl_seconds: float) -
 
 
 HISTORY_RETENTION = timedelta(days=7)
+# A verification run is checked against its pod's placement: kept this long after the pod ends.
+PLACEMENT_RETENTION = timedelta(days=30)
 
 
 def take_snapshot(session: Session, client: redis.Redis | None, ttl_seconds: float) -> Utilization:
@@ -46,6 +48,7 @@ def take_snapshot(session: Session, client: redis.Redis | None, ttl_seconds: flo
     now = datetime.now(UTC)
     repo.record_utilization(session, UtilizationSample(at=now, **util.model_dump()))
     repo.prune_utilization(session, now - HISTORY_RETENTION)
+    ledger.prune_placement_log(session, now - PLACEMENT_RETENTION)
     if client is not None:
         write_snapshot(client, util, ttl_seconds)
     return util

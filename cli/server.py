@@ -260,13 +260,21 @@ def serve(
 def token_create(
     role: Annotated[Role, typer.Option(help="agent | scheduler | operator | viewer")],
     name: Annotated[str, typer.Option(help="Who or what holds it.")] = "unnamed",
+    node: Annotated[
+        str | None,
+        typer.Option(
+            help="An agent token for this node only: it reports the runs of that node's pods."
+        ),
+    ] = None,
     database: DatabaseOpt = None,
 ) -> None:
     """Mint a token; only its hash is stored, so this is the only time it is shown."""
+    if node is not None and role is not Role.agent:
+        fail("--node is for agent tokens only (--role agent)")
 
     def create(engine: Engine, _settings: Settings) -> str:
         with unit_of_work(make_session_factory(engine)) as session:
-            _info, token = tokens.mint(session, role, name)
+            _info, token = tokens.mint(session, role, name, node)
         return token
 
     typer.echo(with_database(database, create))
@@ -292,12 +300,14 @@ def token_list(
                 "role": t.role,
                 "created_at": t.created_at.isoformat(timespec="seconds"),
                 "revoked_at": t.revoked_at.isoformat(timespec="seconds") if t.revoked_at else None,
+                "node": t.node,
             }
             for t in found
         ]
 
     rows = with_database(database, listed)
-    print_rows(rows, ["id", "name", "role", "created_at", "revoked_at"], output, title="Tokens")
+    columns = ["id", "name", "role", "node", "created_at", "revoked_at"]
+    print_rows(rows, columns, output, title="Tokens")
 
 
 @token_app.command("revoke")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
@@ -22,7 +22,7 @@ from ledger.types import Held, NodeCapacity
 from ledger.utilization import Totals, utilization_of
 from model import Utilization
 from model.packing import best_fit_run, free_runs, is_contiguous, run_mask
-from store.orm import Node, RackPool, Reservation, utcnow
+from store.orm import Node, PlacementRecord, RackPool, Reservation, utcnow
 
 log = logging.getLogger("tmc.ledger")
 
@@ -85,6 +85,7 @@ class Want:
     slow_bytes: int
     llc_ways: int | None  # None: the fallback's "all available ways" (the longest free run)
     recommendation_id: str | None
+    slow_ratio: float = 0.0  # the decision's, for the placement log
 
 
 def existing(session: Session, pod_uid: str) -> Held | None:
@@ -178,8 +179,30 @@ def reserve(session: Session, node_name: str, want: Want, attempt: str) -> Held:
         attempt=attempt,
     )
     session.add(row)
+    _log_placement(session, row, want.slow_ratio)
     session.flush()
     return held_of(row)
+
+
+def _log_placement(session: Session, row: Reservation, slow_ratio: float) -> None:
+    """The placement, as the evidence a verification run of this pod is checked against."""
+    found = session.get(PlacementRecord, row.pod_uid)
+    if found is None:
+        found = PlacementRecord(pod_uid=row.pod_uid)
+        session.add(found)
+    found.namespace, found.pod_name, found.node_name = row.namespace, row.pod_name, row.node_name
+    found.recommendation_id = row.recommendation_id
+    found.slow_ratio, found.llc_ways = slow_ratio, row.llc_mask.bit_count()
+
+
+def prune_placement_log(session: Session, before: datetime) -> None:
+    """Forget placements made before `before` whose pods hold nothing any more."""
+    held = select(Reservation.pod_uid)
+    session.execute(
+        delete(PlacementRecord).where(
+            PlacementRecord.created_at < before, PlacementRecord.pod_uid.not_in(held)
+        )
+    )
 
 
 def pool_used(session: Session, pool: str) -> int:

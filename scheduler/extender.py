@@ -403,6 +403,7 @@ class Extender:
             slow_bytes=decision.slow_bytes,
             llc_ways=decision.llc_ways,
             recommendation_id=decision.recommendation_id,
+            slow_ratio=decision.slow_ratio,
         )
         attempt = str(uuid.uuid4())
         started = time.perf_counter()

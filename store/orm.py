@@ -225,6 +225,22 @@ class ApiToken(Timestamped, Base):
     role: Mapped[str] = mapped_column(String(16))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    # An agent token may speak for one node only (its verification runs are that node's pods').
+    node: Mapped[str | None] = mapped_column(String(253), default=None)
+
+
+class PlacementRecord(Timestamped, Base):
+    """A pod tmc placed: where, from which decision, in which configuration. Kept after the
+    reservation is released, as the evidence a verification run is checked against."""
+
+    __tablename__ = "placement_log"
+    pod_uid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(253))
+    pod_name: Mapped[str] = mapped_column(String(253))
+    node_name: Mapped[str] = mapped_column(String(253))
+    recommendation_id: Mapped[str | None] = mapped_column(String(36), default=None)
+    slow_ratio: Mapped[float] = mapped_column(Float)
+    llc_ways: Mapped[int] = mapped_column(Integer)
 
 
 class UtilizationSample(Base):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from api import repositories as repo
-from api.auth import Permission
-from api.deps import SessionDep, StateDep, require
+from api.auth import Caller, Permission
+from api.deps import SessionDep, StateDep, require, require_caller
 from api.errors import NotFitted, NotFound
 from api.openapi import PROFILE_BUNDLE_REF
 from api.schemas import (
@@ -27,6 +27,8 @@ from store.orm import Profile, VerificationRunRow
 
 router = APIRouter(prefix="/v1", tags=["profiles"])
 Uploader = Annotated[object, Depends(require(Permission.upload))]
+UploadingCaller = Annotated[Caller, Depends(require_caller(Permission.upload))]
+Admin = Annotated[object, Depends(require(Permission.admin))]
 Reader = Annotated[object, Depends(require(Permission.read))]
 
 
@@ -177,21 +179,41 @@ def run_out(r: VerificationRunRow, workload: str) -> VerificationRunOut:
     description="The run checks the model of the profile the workload's recommendations use "
     "now: they are corrected at its slow ratio (model/verification.py). A recommendation names "
     "the run it wants under `verification.next_slow_ratio` / `next_llc_ways`. 200 with the "
-    "stored run when its run_id was posted before with the same values, 409 with others.",
+    "stored run when its run_id was posted before with the same values, 409 with others. An "
+    "agent reports runs of pods tmc placed only: the run_id is the pod's uid, the workload and "
+    "configuration must be the placement's, and an agent token made for one node (`tmc token "
+    "create --role agent --node NAME`) speaks for that node's pods only (403 otherwise). An "
+    "operator may record any run.",
+    responses={403: {"description": "The caller may not speak for this run"}},
 )
 def add_verification_run(
     key: str,
     body: VerificationRunIn,
     response: Response,
     session: SessionDep,
-    _: Uploader,
+    caller: UploadingCaller,
 ) -> VerificationRunOut:
     row, name, created = verification.add_verification_run(
-        session, key, body.run_id, body.slow_ratio, body.llc_ways, body.seconds
+        session, caller, key, body.run_id, body.slow_ratio, body.llc_ways, body.seconds
     )
     if not created:
         response.status_code = 200
     return run_out(row, name)
+
+
+@router.delete(
+    "/workloads/{key}/verification-runs/{run_id}",
+    status_code=204,
+    summary="Delete a verification run (operator): it no longer corrects the workload's model",
+)
+def delete_verification_run(
+    key: str,
+    run_id: Annotated[str, Path(min_length=1, max_length=128)],
+    session: SessionDep,
+    _: Admin,
+) -> Response:
+    verification.delete_verification_run(session, key, run_id)
+    return Response(status_code=204)
 
 
 @router.get(

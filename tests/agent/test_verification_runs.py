@@ -17,7 +17,12 @@ from tmc_agent import serve, verification
 from tmc_agent.discover import discover
 from tmc_agent.settings import AgentSettings
 
+from ledger import nodes as ledger_nodes
+from ledger import store as ledger
+from ledger.types import NodeCapacity
 from model.node_contract import VERIFICATION_RUN_ANNOTATION
+from store.db import make_engine, make_session_factory, unit_of_work
+from store.settings import DatabaseSettings
 from tests.agent import fakehost
 from tests.agent.test_serve import NODE, FakeNodeApi, FakePods, placement_pod
 from tests.fixtures.service import example
@@ -97,6 +102,23 @@ def test_a_succeeded_opted_in_pod_becomes_one_verification_run(tmp_path: Path) -
         httpx.post(
             f"{base}/v1/profiles", content=example("graph500"), headers=headers
         ).raise_for_status()
+        scheduler = tmc("token", "create", "--role", "scheduler", "--name", "s")
+        decision = httpx.post(
+            f"{base}/recommend",
+            json={"workload": "graph500"},
+            headers={"Authorization": f"Bearer {scheduler}"},
+        ).json()["id"]
+        # The pod that ran, as the extender placed it (its placement record is the evidence
+        # the service checks the run against).
+        with unit_of_work(
+            make_session_factory(make_engine(DatabaseSettings(database_url=db)))
+        ) as session:
+            cap = NodeCapacity(NODE, "k", 12, 24 << 30, 128 << 30, 48, None)
+            ledger_nodes.register_node(session, cap)
+            want = ledger.Want(
+                "0000-good", "default", "verify-graph500", 1, 4 << 30, 12 << 30, 4, decision, 0.75
+            )
+            ledger.reserve(session, NODE, want, attempt="test")
 
         def agent(url: str) -> serve.Agent:
             settings = AgentSettings(
@@ -139,9 +161,7 @@ def test_a_succeeded_opted_in_pod_becomes_one_verification_run(tmp_path: Path) -
         rec = httpx.post(
             f"{base}/recommend",
             json={"workload": "graph500"},
-            headers={
-                "Authorization": f"Bearer {tmc('token', 'create', '--role', 'scheduler', '--name', 's')}"
-            },
+            headers={"Authorization": f"Bearer {scheduler}"},
         ).json()["recommendation"]
         assert rec["verification"]["runs"] == 1
 

@@ -9,19 +9,52 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api.auth import Role
+from api.auth import Role, token_hash
 from api.services import verification
+from api.settings import Settings
+from ledger import nodes as ledger_nodes
+from ledger import store as ledger
+from ledger.types import NodeCapacity
+from model.resources import GIB
+from store.db import make_engine, make_session_factory, unit_of_work
+from store.orm import ApiToken
 from tests.fixtures.service import auth, example
 
 AGENT = {**auth(Role.agent), "Content-Type": "application/json"}
+OPERATOR = auth(Role.operator)
 URL = "/v1/workloads/graph500/verification-runs"
 
 
-def _recommend(client: TestClient) -> dict[str, Any]:
-    r = client.post("/recommend", headers=auth(Role.scheduler), json={"workload": "graph500"})
+def _recommend(client: TestClient, workload: str = "graph500") -> dict[str, Any]:
+    r = client.post("/recommend", headers=auth(Role.scheduler), json={"workload": workload})
     assert r.status_code == 200, r.text
     out: dict[str, Any] = r.json()["recommendation"]
+    out["decision_id"] = r.json()["id"]
     return out
+
+
+def place(
+    settings: Settings,
+    uid: str,
+    decision_id: str | None,
+    slow_ratio: float,
+    ways: int,
+    node: str = "n1",
+) -> None:
+    """A pod placed by the ledger, as a bind does: its reservation and its placement record."""
+    with unit_of_work(make_session_factory(make_engine(settings))) as session:
+        for name in ("n1", "n2"):
+            cap = NodeCapacity(name, "k", 64, 1024 * GIB, 1024 * GIB, 64, None)
+            ledger_nodes.register_node(session, cap)
+        want = ledger.Want(uid, "default", uid, 1, GIB, 0, ways, decision_id, slow_ratio)
+        ledger.reserve(session, node, want, attempt="test")
+
+
+def node_token(settings: Settings, node: str) -> dict[str, str]:
+    token = f"tmc_test_agent_{node}"
+    with unit_of_work(make_session_factory(make_engine(settings))) as session:
+        session.add(ApiToken(name=node, role="agent", token_hash=token_hash(token), node=node))
+    return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
 
 def _run(rec: dict[str, Any], run_id: str, factor: float) -> dict[str, Any]:
@@ -36,12 +69,15 @@ def _run(rec: dict[str, Any], run_id: str, factor: float) -> dict[str, Any]:
     }
 
 
-def test_a_measured_run_corrects_the_next_recommendation(client: TestClient) -> None:
+def test_a_measured_run_corrects_the_next_recommendation(
+    client: TestClient, settings: Settings
+) -> None:
     assert client.post("/v1/profiles", content=example("graph500"), headers=AGENT).is_success
     first = _recommend(client)
     v = first["verification"]
     assert v["runs"] == 0 and v["next_slow_ratio"] == first["best"]["configuration"]["slow_ratio"]
     run = _run(first, "pod-uid-1", 1.25)
+    place(settings, "pod-uid-1", first["decision_id"], run["slow_ratio"], run["llc_ways"])
     created = client.post(URL, json=run, headers=AGENT)
     assert created.status_code == 201, created.text
     assert created.json()["run_id"] == "pod-uid-1" and created.json()["workload"] == "graph500"
@@ -98,8 +134,9 @@ def test_bad_runs_are_422_and_store_nothing(client: TestClient, bad: dict[str, A
     assert client.get(URL, headers=auth(Role.viewer)).json() == []
 
 
-def test_concurrent_posts_of_one_run_store_it_once(client: TestClient) -> None:
+def test_concurrent_posts_of_one_run_store_it_once(client: TestClient, settings: Settings) -> None:
     assert client.post("/v1/profiles", content=example("graph500"), headers=AGENT).is_success
+    place(settings, "same", _recommend(client)["decision_id"], 0.3, 4)
     run = {"run_id": "same", "slow_ratio": 0.3, "llc_ways": 4, "seconds": 12.5}
     with ThreadPoolExecutor(8) as pool:
         codes = sorted(
@@ -116,7 +153,68 @@ def test_a_profile_holds_a_bounded_number_of_runs(
     assert client.post("/v1/profiles", content=example("graph500"), headers=AGENT).is_success
     for i in range(3):
         run = {"run_id": f"r{i}", "slow_ratio": 0.1 * i, "llc_ways": 4, "seconds": 10.0}
-        assert client.post(URL, json=run, headers=AGENT).status_code == 201
+        assert client.post(URL, json=run, headers=OPERATOR).status_code == 201
+    # At the bound the oldest run goes: a full table never refuses the run that corrects it.
     over = {"run_id": "r9", "slow_ratio": 0.5, "llc_ways": 4, "seconds": 10.0}
-    r = client.post(URL, json=over, headers=AGENT)
-    assert r.status_code == 409 and "already has 3" in r.text
+    assert client.post(URL, json=over, headers=OPERATOR).status_code == 201
+    listed = client.get(URL, headers=auth(Role.viewer)).json()
+    assert [x["run_id"] for x in listed] == ["r1", "r2", "r9"]
+
+
+# -- who may speak for a run ------------------------------------------------------------------
+
+
+def test_an_agent_cannot_report_a_run_of_no_placed_pod(client: TestClient) -> None:
+    for name in ("graph500", "xsbench"):
+        assert client.post("/v1/profiles", content=example(name), headers=AGENT).is_success
+    # What once made every graph500 decision a 422, and what once steered xsbench to ratio 0.9.
+    poison = {"run_id": "x", "slow_ratio": 0.5, "llc_ways": 4, "seconds": 5e-324}
+    steer = {"run_id": "y", "slow_ratio": 0.9, "llc_ways": 1, "seconds": 0.05}
+    for url, run in ((URL, poison), ("/v1/workloads/xsbench/verification-runs", steer)):
+        r = client.post(url, json=run, headers=AGENT)
+        assert r.status_code == 403, r.text
+        assert "no pod tmc placed" in r.json()["detail"]
+    assert client.get(URL, headers=auth(Role.viewer)).json() == []
+    assert _recommend(client)["verification"]["runs"] == 0
+
+
+def test_a_node_token_speaks_for_its_own_nodes_pods_only(
+    client: TestClient, settings: Settings
+) -> None:
+    assert client.post("/v1/profiles", content=example("graph500"), headers=AGENT).is_success
+    decision = _recommend(client)["decision_id"]
+    place(settings, "pod-on-n1", decision, 0.3, 4, node="n1")
+    run = {"run_id": "pod-on-n1", "slow_ratio": 0.3, "llc_ways": 4, "seconds": 12.0}
+    other = client.post(URL, json=run, headers=node_token(settings, "n2"))
+    assert other.status_code == 403 and "speaks for node n2" in other.json()["detail"]
+    own = client.post(URL, json=run, headers=node_token(settings, "n1"))
+    assert own.status_code == 201, own.text
+
+
+def test_a_run_must_be_its_placements_workload_and_configuration(
+    client: TestClient, settings: Settings
+) -> None:
+    for name in ("graph500", "xsbench"):
+        assert client.post("/v1/profiles", content=example(name), headers=AGENT).is_success
+    place(settings, "pod-a", _recommend(client)["decision_id"], 0.3, 4)
+    elsewhere = {"run_id": "pod-a", "slow_ratio": 0.9, "llc_ways": 1, "seconds": 12.0}
+    r = client.post(URL, json=elsewhere, headers=AGENT)
+    assert r.status_code == 422 and "placed at slow ratio 0.3 with 4" in r.json()["detail"]
+    right = {**elsewhere, "slow_ratio": 0.3, "llc_ways": 4}
+    r = client.post("/v1/workloads/xsbench/verification-runs", json=right, headers=AGENT)
+    assert r.status_code == 422 and "not placed for this workload" in r.json()["detail"]
+    place(settings, "pod-fallback", None, 0.0, 4)
+    fallback = {**right, "run_id": "pod-fallback", "slow_ratio": 0.0}
+    assert client.post(URL, json=fallback, headers=AGENT).status_code == 422
+
+
+def test_an_operator_records_any_run_and_deletes_one(client: TestClient) -> None:
+    assert client.post("/v1/profiles", content=example("graph500"), headers=AGENT).is_success
+    run = {"run_id": "bench-1", "slow_ratio": 0.2, "llc_ways": 12, "seconds": 30.0}
+    assert client.post(URL, json=run, headers=OPERATOR).status_code == 201
+    assert client.delete(f"{URL}/bench-1", headers=auth(Role.agent)).status_code == 403
+    assert client.delete(f"{URL}/bench-1", headers=OPERATOR).status_code == 204
+    assert client.get(URL, headers=auth(Role.viewer)).json() == []
+    missing = client.delete(f"{URL}/bench-1", headers=OPERATOR)
+    assert missing.status_code == 404
+    assert missing.headers["content-type"].startswith("application/problem+json")
