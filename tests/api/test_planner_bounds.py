@@ -7,38 +7,23 @@ import socket
 import statistics
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.auth import Role
-from api.settings import Settings
 from model.resources import GIB
-from tests.fixtures.service import auth, example
-from tests.services import uvicorn_server, wait_until
+from tests.fixtures.service import auth
+from tests.services import wait_until
 
 HOUR = 3600.0
 
 
 @pytest.fixture
-def server(settings: Settings, client: TestClient) -> Iterator[str]:
-    client.post(
-        "/v1/profiles",
-        content=example("graph500"),
-        headers={**auth(Role.agent), "Content-Type": "application/json"},
-    ).raise_for_status()
-    assert settings.redis_url is not None
-    env = {
-        "TMC_ENVIRONMENT": "test",
-        "TMC_DATABASE_URL": settings.database_url,
-        "TMC_REDIS_URL": settings.redis_url,
-    }
-    with uvicorn_server(env) as base:
-        yield base
+def server(served: str) -> str:
+    return served
 
 
 def big_mix(time_limit: float) -> dict[str, Any]:

@@ -6,35 +6,20 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 
 from api.auth import Role
 from api.settings import Settings
-from tests.fixtures.service import TOKENS, auth, example
+from tests.fixtures.service import TOKENS
 from tests.services import uvicorn_server
 
 
 @pytest.fixture
-def server(settings: Settings, client: TestClient) -> Iterator[str]:
-    # `client` seeded the tokens; the workload gives /recommend something real to find.
-    client.post(
-        "/v1/profiles",
-        content=example("graph500"),
-        headers={**auth(Role.agent), "Content-Type": "application/json"},
-    ).raise_for_status()
-    assert settings.redis_url is not None
-    env = {
-        "TMC_ENVIRONMENT": "test",
-        "TMC_DATABASE_URL": settings.database_url,
-        "TMC_REDIS_URL": settings.redis_url,
-    }
-    with uvicorn_server(env) as base:
-        yield base
+def server(served: str) -> str:
+    return served
 
 
 @pytest.mark.slow

@@ -112,21 +112,26 @@ def test_a_dead_worker_is_replaced(env: dict[str, str]) -> None:
         probe.bind(("127.0.0.1", port))
 
 
+def start_workers(port: int, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`python -m api.workers` on `port`, for a test that expects it to refuse and exit."""
+    return subprocess.run(
+        [sys.executable, "-m", "api.workers", "--port", str(port)],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def test_a_taken_port_is_a_one_line_error(env: dict[str, str]) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen(1)
         port = holder.getsockname()[1]
         started = time.monotonic()
-        result = subprocess.run(
-            [sys.executable, "-m", "api.workers", "--port", str(port)],
-            cwd=ROOT,
-            env={**os.environ, **env},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        result = start_workers(port, env)
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "--port" in result.stderr
@@ -150,15 +155,7 @@ def test_a_second_instance_cannot_join_a_running_ones_port(
     # kernel split the connections between both (tokens of one unknown to the other: 401s).
     other = {**env, "TMC_DATABASE_URL": f"sqlite:///{tmp_path / 'other.db'}"}
     with supervisor([sys.executable, "-m", "api.workers"], ROOT, env) as (proc, base, port):
-        second = subprocess.run(
-            [sys.executable, "-m", "api.workers", "--port", str(port)],
-            cwd=ROOT,
-            env={**os.environ, **other},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        second = start_workers(port, other)
         assert second.returncode == 1, second.stderr
         assert f"cannot listen on 127.0.0.1:{port}" in second.stderr
         assert len(set(pids_of_connections(base, 24))) == 2  # still only the first's workers
@@ -172,14 +169,6 @@ def test_a_stranger_sharing_the_port_is_refused(env: dict[str, str]) -> None:
         stranger.bind(("127.0.0.1", 0))
         stranger.listen(1)
         port = stranger.getsockname()[1]
-        result = subprocess.run(
-            [sys.executable, "-m", "api.workers", "--port", str(port)],
-            cwd=ROOT,
-            env={**os.environ, **env},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        result = start_workers(port, env)
     assert result.returncode == 1, result.stderr
     assert "another server already listens there" in result.stderr

@@ -8,7 +8,7 @@ import json
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,23 @@ def filtered(extender: Extender, cluster: RecordingCluster, uid: str, name: str)
     request = opted_in(wire("filter-nodenames.request.json"), None, uid, name)
     cluster.add(request["Pod"])
     assert extender.filter(request)["Error"] == ""
+
+
+def all_at_once(n: int, attempt: Callable[[int], dict[str, Any]]) -> list[dict[str, Any]]:
+    """`attempt(0..n-1)` in n threads released together; their answers."""
+    barrier = threading.Barrier(n)
+    answers: list[dict[str, Any]] = []
+
+    def run(i: int) -> None:
+        barrier.wait()
+        answers.append(attempt(i))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return answers
 
 
 def rows(sessions: sessionmaker[Session]) -> list[Reservation]:
@@ -88,18 +105,11 @@ def test_twenty_parallel_binds_of_one_pod_leave_one_reservation(
     extender: Extender, cluster: RecordingCluster, sessions: sessionmaker[Session]
 ) -> None:
     filtered(extender, cluster, "uid-a", "a")
-    barrier = threading.Barrier(20)
-    answers: list[dict[str, Any]] = []
 
-    def bind() -> None:
-        barrier.wait()
-        answers.append(extender.bind(bind_body("a", "uid-a", "node-1")))
+    def bind(_: int) -> dict[str, Any]:
+        return extender.bind(bind_body("a", "uid-a", "node-1"))
 
-    threads = [threading.Thread(target=bind) for _ in range(20)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    answers = all_at_once(20, bind)
     assert all(a == {"Error": ""} for a in answers), answers
     assert len(cluster.bound) == 1
     held = rows(sessions)
@@ -149,23 +159,14 @@ def test_parallel_binds_to_two_nodes_leave_the_bound_pod_its_reservation(
     extender: Extender, cluster: RecordingCluster, sessions: sessionmaker[Session]
 ) -> None:
     filtered(extender, cluster, "uid-a", "a")
-    barrier = threading.Barrier(20)
-    answers: list[dict[str, Any]] = []
+    request = opted_in(wire("filter-nodenames.request.json"), None, "uid-a", "a")
 
-    def bind(node: str) -> None:
-        # Each attempt as kube-scheduler makes it: a filter, then a bind.
-        request = opted_in(wire("filter-nodenames.request.json"), None, "uid-a", "a")
-        barrier.wait()
+    def bind(i: int) -> dict[str, Any]:
+        # Each attempt as kube-scheduler makes it: a filter, then a bind; half to each node.
         extender.filter(request)
-        answers.append(extender.bind(bind_body("a", "uid-a", node)))
+        return extender.bind(bind_body("a", "uid-a", "node-1" if i % 2 else "node-2"))
 
-    threads = [
-        threading.Thread(target=bind, args=("node-1" if i % 2 else "node-2",)) for i in range(20)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    answers = all_at_once(20, bind)
     assert len(cluster.bound) == 1, cluster.bound
     bound_to = cluster.bound[0][3]
     assert any(a == {"Error": ""} for a in answers)
