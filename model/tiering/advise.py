@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from model.errors import InvalidRequest
+from model.tiering.budget import Budget, BudgetReport
 from model.tiering.period import PeriodPlan, period_plan
 from model.tiering.profile import TieringProfile
 from model.tiering.sizing import SizingAdvice, SizingPoint, size_fast_tier
@@ -53,6 +54,9 @@ class TieringRequest(BaseModel):
     max_period_trials: int = Field(default=3, ge=1, le=16)
     knob_budget: int = Field(default=30, ge=1, le=1000)
     trials: list[Trial] = Field(default_factory=list, max_length=1000)
+    time_budget_seconds: float = Field(
+        default=2.0, gt=0.0, le=60.0, description="CPU seconds the advice may take at most"
+    )
 
 
 class TieringAdvice(BaseModel):
@@ -62,6 +66,7 @@ class TieringAdvice(BaseModel):
     sizing: SizingAdvice
     period: PeriodPlan
     knobs: KnobAdvice | None
+    budget: BudgetReport
     explanation: list[str]
 
 
@@ -85,6 +90,7 @@ def space_for(profile: TieringProfile) -> KnobSpace | None:
 
 def advise(profile: TieringProfile, request: TieringRequest | None = None) -> TieringAdvice:
     request = request or TieringRequest()
+    cpu = Budget(request.time_budget_seconds)
     sizing = size_fast_tier(profile, request.loss_target)
     fast_share = sizing.fast_bytes / profile.footprint_bytes
     plan = period_plan(
@@ -103,6 +109,7 @@ def advise(profile: TieringProfile, request: TieringRequest | None = None) -> Ti
             plan.trials[0].period_seconds,
             fast_share,
             request.knob_budget,
+            cpu,
         )
     elif request.trials:
         raise InvalidRequest(
@@ -115,8 +122,17 @@ def advise(profile: TieringProfile, request: TieringRequest | None = None) -> Ti
         sizing=sizing,
         period=plan,
         knobs=knobs,
-        explanation=explain(profile, sizing, plan, knobs),
+        budget=cpu.report(),
+        explanation=explain(profile, sizing, plan, knobs) + _budget_lines(cpu),
     )
+
+
+def _budget_lines(cpu: Budget) -> list[str]:
+    if not cpu.cut:
+        return []
+    return [
+        f"The advice stopped at its CPU budget of {cpu.seconds:g} s: " + "; ".join(cpu.cut) + "."
+    ]
 
 
 def _thin(curve: list[SizingPoint]) -> list[SizingPoint]:

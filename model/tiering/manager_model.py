@@ -26,6 +26,10 @@ HUGE_PAGE_BYTES = 2 << 20
 STEADY_COUNT = 0.75  # a count's mean position between two coolings, as a share of κ
 SAMPLE_SECONDS = 200e-9  # a PEBS assist per sample (the same figure docs/tiering.md cites)
 SHOOTDOWN_SECONDS = 4e-6  # per migrated huge page
+PASS_SECONDS = 200e-6  # a migration pass's wake-up and list walk
+# The shortest migration period the profile schema admits; a shorter one (from a tiny reuse) is
+# read as this, so that passes per second stay finite.
+MIN_PERIOD_SECONDS = 1e-4
 DEFAULT_KNOBS = {
     "sampling_period": 5000.0,
     "read_hot_threshold": 8.0,
@@ -170,7 +174,7 @@ def predicted_loss(
     t0 = profile.wall_seconds_fast
     slow_cost = (profile.wall_seconds_slow - t0) * (1.0 - kept)
     migration = moved * t0 * seconds_per_moved_page(profile)
-    passes = t0 / period_seconds * 200e-6
+    passes = t0 / max(period_seconds, MIN_PERIOD_SECONDS) * PASS_SECONDS
     sampling = view.samples_per_second * t0 * SAMPLE_SECONDS / profile.threads
     loss = (slow_cost + migration + passes + sampling) / t0
     return float(min(loss, 1e6))  # finite whatever the inputs: it goes out as JSON

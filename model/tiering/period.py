@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from model.errors import InvalidRequest
-from model.tiering.manager_model import predicted_loss
+from model.tiering.manager_model import MIN_PERIOD_SECONDS, predicted_loss
 from model.tiering.profile import TieringProfile
 
 MAX_CANDIDATES = 32
@@ -77,12 +77,15 @@ def period_plan(
         raise InvalidRequest("max_trials", f"{max_trials} is outside 1..16")
     knobs = dict(profile.page_manager.knobs) if knobs is None else knobs
     dr = dominant_reuse(profile)
-    dr_seconds = dr / profile.misses_per_second
+    # The schema keeps both above zero; the floor keeps a quotient that underflows finite too.
+    dr_seconds = max(dr / max(profile.misses_per_second, 1e-300), 1e-12)
     longest = profile.wall_seconds_fast / 2.0
     # Cori's multiples of the dominant reuse, on a ladder that thins out (x1.5 a rung) so that a
     # few trials reach from short to long periods rather than stepping between neighbours.
     rungs = sorted({max(1, round(1.5**j)) for j in range(MAX_CANDIDATES)})
-    multiples = [k for k in rungs if k * dr_seconds <= longest] or [1]
+    multiples = [k for k in rungs if MIN_PERIOD_SECONDS <= k * dr_seconds <= longest] or [
+        max(1, min(rungs[-1], round(MIN_PERIOD_SECONDS / dr_seconds)))
+    ]
     ladder = [
         PeriodTrial(
             period_seconds=k * dr_seconds,

@@ -96,3 +96,24 @@ def test_stored_profile_by_workload_name(client: TestClient) -> None:
     assert (
         r.json()["sizing"]["fast_bytes"] % TieringProfile.model_validate(inline()).page_bytes == 0
     )
+
+
+def test_inputs_at_the_bounds_are_422_never_500(client: TestClient) -> None:
+    h = auth(Role.scheduler)
+    for path in (("llc_misses",), ("structures", 0, "reuse", 0, "reuse_misses")):
+        bad = inline()
+        node: Any = bad
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = 5e-324
+        r = client.post(URL, json={"profile": bad}, headers=h)
+        assert r.status_code == 422, r.text
+        assert r.headers["content-type"] == "application/problem+json"
+        assert any(path[-1] in e["field"] for e in r.json()["errors"])
+    # In a bundle, the same value is refused at upload, so no stored profile can carry it.
+    bundle = json.loads((EXAMPLES / "graph500.json").read_text())
+    bundle["workload"]["name"] = "subnormal-misses"
+    bundle["tiering"] = inline()
+    bundle["tiering"]["llc_misses"] = 5e-324
+    up = client.post("/v1/profiles", json=bundle, headers=auth(Role.agent))
+    assert up.status_code == 422, up.text
