@@ -53,7 +53,7 @@ def _stored_profile(state: StateDep, name: str) -> TieringProfile:
             409,
             "No tiering profile",
             f"the latest profile of {name!r} carries no tiering section; profile it with"
-            " tiering on or send the profile inline",
+            " `tmc-agent profile --backend trace --tiering` or send the profile inline",
         )
     return tiering
 

@@ -48,7 +48,7 @@ async function showTiering() {
   const { status, body } = await tieringAdvice(name);
   if (status === 200) region.replaceChildren(...tieringPanel(body));
   else if (status === 403) region.replaceChildren(h("p", {}, "Your token's role may not ask for tiering advice."));
-  else if (status === 409) region.replaceChildren(h("p", {}, "No tiering profile for this workload: profile it with tiering on to get advice."));
+  else if (status === 409) region.replaceChildren(h("p", {}, "No tiering profile for this workload: profile it with `tmc-agent profile --backend trace --tiering -- <program>` to get advice."));
   else region.replaceChildren(h("p", { class: "error" }, `Tiering advice failed: ${status} ${(body && body.detail) || ""}`));
 }
 
