@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from api import repositories as repo
 from api.auth import Permission
@@ -14,22 +14,20 @@ from api.db import unit_of_work
 from api.deps import StateDep, require
 from api.errors import PROBLEM, ApiError, NotFound
 from model.bundle import ProfileBundle
-from model.tiering import TieringAdvice, TieringProfile, TieringRequest, Trial, advise
+from model.tiering import TieringAdvice, TieringProfile, TieringRequest, advise
 
 router = APIRouter(tags=["tiering"])
 Advisor = Annotated[object, Depends(require(Permission.recommend))]
 
 
-class TieringRecommendIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+class TieringRecommendIn(TieringRequest):
+    """The advice request (`model.tiering.TieringRequest`) and whose profile it is about."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
     workload: str | None = Field(
         default=None, max_length=128, description="a workload whose latest profile has tiering"
     )
     profile: TieringProfile | None = Field(default=None, description="or an inline profile")
-    loss_target: float = Field(default=0.05, gt=0.0, le=0.5)
-    max_period_trials: int = Field(default=3, ge=1, le=16)
-    knob_budget: int = Field(default=30, ge=1, le=1000)
-    trials: list[Trial] = Field(default_factory=list, max_length=1000)
 
 
 def _stored_profile(state: StateDep, name: str) -> TieringProfile:
@@ -73,10 +71,5 @@ def recommend_tiering(body: TieringRecommendIn, state: StateDep, _: Advisor) -> 
     profile = (
         body.profile if body.profile is not None else _stored_profile(state, str(body.workload))
     )
-    request = TieringRequest(
-        loss_target=body.loss_target,
-        max_period_trials=body.max_period_trials,
-        knob_budget=body.knob_budget,
-        trials=body.trials,
-    )
+    request = TieringRequest.model_validate(body.model_dump(exclude={"workload", "profile"}))
     return advise(profile, request)

@@ -37,6 +37,7 @@ DEFAULT_KNOBS = {
     "cooling_threshold": 18.0,
     "migrate_batch_bytes": float(1 << 30),
     "demotion_watermark": 0.02,
+    "migration_rate_limit_mbps": 65536.0,
 }
 
 
@@ -47,6 +48,7 @@ MODEL_KNOBS = (
     "write_hot_threshold",
     "cooling_threshold",
     "demotion_watermark",
+    "migration_rate_limit_mbps",
 )
 
 
@@ -171,6 +173,16 @@ def predicted_loss(
     """The model's run-time loss against all-fast with no memory pressure."""
     view = manager_view(profile, knobs, period_seconds)
     kept, moved = kept_share(profile, view, fast_share, knob(knobs, "demotion_watermark"))
+    # A rate limit below what chasing needs leaves that share of the moves undone, and the pages
+    # they would have brought up stay slow.
+    cap = knob(knobs, "migration_rate_limit_mbps") * 1e6 / profile.page_bytes
+    if moved > cap:
+        x = np.concatenate([[0.0], profile.hotness.page_shares])
+        turnover = float(
+            np.interp(fast_share, x, np.concatenate([[0.0], profile.hotness.turnover]))
+        )
+        kept = max(0.0, kept - turnover * kept * (1.0 - cap / moved))
+        moved = cap
     t0 = profile.wall_seconds_fast
     slow_cost = (profile.wall_seconds_slow - t0) * (1.0 - kept)
     migration = moved * t0 * seconds_per_moved_page(profile)

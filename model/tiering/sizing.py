@@ -3,9 +3,10 @@
 The loss at each fast-tier share comes from the manager model (model/tiering/manager_model.py):
 misses the manager cannot keep fast, priced at the measured slow-tier cost of a miss, plus the
 migrations, samples and passes it spends. When the profile carries the manager's counters from a
-run at some fast-tier size, the model is anchored there: the measured loss minus the predicted
-one is added everywhere (never subtracted, so an anchor cannot make the advice bolder). The
-smallest share whose loss stays within `margin` × τ is advised.
+run at some fast-tier size, the model is corrected there, either way: the measured loss minus the
+predicted one is added everywhere (a model that over-predicts is brought down as much as one that
+under-predicts is brought up; no loss goes below zero). The smallest share whose loss stays
+within `margin` × τ is advised.
 """
 
 from __future__ import annotations
@@ -63,13 +64,15 @@ def size_fast_tier(
     if c is not None and c.fast_bytes > 0:
         measured = c.wall_seconds / profile.wall_seconds_fast - 1.0
         share = min(1.0, c.fast_bytes / profile.footprint_bytes)
-        offset = max(0.0, measured - predicted_loss(profile, knobs, period, share))
+        offset = measured - predicted_loss(profile, knobs, period, share)
     shares = np.round(np.arange(1.0, -1e-9, -STEP), 4)
     curve = [
         SizingPoint(
             fast_share=float(s),
             fast_bytes=_bytes(profile, float(s)),
-            predicted_loss=float(predicted_loss(profile, knobs, period, float(s)) + offset),
+            predicted_loss=max(
+                0.0, float(predicted_loss(profile, knobs, period, float(s)) + offset)
+            ),
         )
         for s in shares
     ]

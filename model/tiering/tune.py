@@ -18,7 +18,7 @@ from typing import Annotated
 
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from model.errors import InvalidRequest
 from model.tiering.budget import Budget, unlimited
@@ -38,15 +38,29 @@ MAX_GP_TRIALS = 200
 
 
 class KnobDimension(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    name: str
-    values: tuple[float, ...] = Field(min_length=1)
-    default: float
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_]*$")]
+    values: tuple[Annotated[float, Field(ge=0.0, le=1e15)], ...] = Field(
+        min_length=1, max_length=32
+    )
+    default: float = Field(ge=0.0, le=1e15)
+
+
+MAX_GRID = 20_000  # grid points a knob space may have: the prior is computed on each
 
 
 class KnobSpace(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    dimensions: tuple[KnobDimension, ...]
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    dimensions: tuple[KnobDimension, ...] = Field(min_length=1, max_length=16)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> KnobSpace:
+        names = [d.name for d in self.dimensions]
+        if len(set(names)) != len(names):
+            raise ValueError("knob names repeat")
+        if math.prod(len(d.values) for d in self.dimensions) > MAX_GRID:
+            raise ValueError(f"the knob grid has more than {MAX_GRID} points")
+        return self
 
     def grid(self) -> list[dict[str, float]]:
         names = [d.name for d in self.dimensions]
@@ -82,6 +96,10 @@ HEMEM_SPACE = KnobSpace(
         KnobDimension(
             name="migrate_batch_bytes", values=(1 << 28, 1 << 30, 1 << 32), default=1 << 30
         ),
+        # The migration-rate limit (MB/s of pages moved, both ways); the largest is no limit.
+        KnobDimension(
+            name="migration_rate_limit_mbps", values=(512, 2048, 8192, 65536), default=65536
+        ),
     )
 )
 
@@ -97,6 +115,9 @@ class Trial(BaseModel):
 class KnobAdvice(BaseModel):
     model_config = ConfigDict(frozen=True)
     best: dict[str, float]
+    in_use_wall_seconds: float | None = Field(
+        default=None, description="the configuration in use, measured: the guard of the advice"
+    )
     best_wall_seconds: float | None
     default_wall_seconds: float | None
     speedup_over_default: float | None
@@ -353,8 +374,12 @@ def advise_knobs(
     fast_share: float = 1.0,
     budget: int = 30,
     cpu: Budget | None = None,
+    in_use_wall_seconds: float | None = None,
 ) -> KnobAdvice:
-    """The best measured setting so far (the default until it is beaten) and the next trial."""
+    """The best measured setting so far (the default until it is beaten) and the next trial.
+
+    `in_use_wall_seconds` is the configuration in use as measured (its knobs at its own period
+    and fast size): a setting is advised only if it was measured faster than that too."""
     if not 1 <= budget <= 1000:
         raise InvalidRequest("budget", f"{budget} is outside 1..1000")
     tuner = KnobTuner(profile, space, period_seconds, fast_share, budget, cpu)
@@ -364,12 +389,19 @@ def advise_knobs(
     default = tuner.measured.get(tuner.default_index)
     nxt = tuner.ask() if len(tuner.measured) < budget else None
     chosen = best[0] if best else dict(tuner.grid[tuner.default_index])
+    guard = [math.exp(default)] if default is not None else []
+    if in_use_wall_seconds is not None:
+        guard.append(in_use_wall_seconds)
+    reference = min(guard) if guard else None
+    if best is not None and reference is not None and best[1] >= reference:
+        chosen = dict(tuner.grid[tuner.default_index])  # nothing beat what runs now: keep it
     return KnobAdvice(
         best=chosen,
+        in_use_wall_seconds=in_use_wall_seconds,
         best_wall_seconds=best[1] if best else None,
         default_wall_seconds=math.exp(default) if default is not None else None,
-        speedup_over_default=(math.exp(default) / best[1])
-        if best and default is not None
+        speedup_over_default=(reference / min(best[1], reference))
+        if best and reference is not None
         else None,
         is_default=tuner.index_of(chosen) == tuner.default_index,
         next_trial=nxt,
