@@ -41,7 +41,7 @@ from sim.machine import PRESETS
 from sim.tiering.heldout import HELD_OUT_WORKLOADS
 from sim.tiering.manager import Knobs, run
 from sim.tiering.profile import tiering_profile
-from sim.tiering.streams import Stream, draw_stream
+from sim.tiering.streams import STUDY_WORKLOADS, Stream, TieringWorkload, draw_stream
 from sim.tiering.tpp import TppKnobs, run_tpp, tpp_profile
 
 TARGETS = {
@@ -124,8 +124,14 @@ def profile_for(kind: str, stream: Stream, host_name: str) -> TieringProfile:
     return tpp_profile(stream, host, scan_ticks=IN_USE_PERIOD_TICKS)
 
 
+def shape(name: str) -> TieringWorkload:
+    """A held-out shape, or one of the study's (the shapes the advisor was made on)."""
+    make = HELD_OUT_WORKLOADS.get(name) or STUDY_WORKLOADS[name]
+    return make()
+
+
 def case(kind: str, workload: str, host_name: str, seed: int, s: Settings) -> dict[str, Any]:
-    w = HELD_OUT_WORKLOADS[workload]()
+    w = shape(workload)
     profile = profile_for(kind, draw_stream(w, seed), host_name)
     truth = draw_stream(w, seed + EVAL_SEED_OFFSET)
     judge = Judge(kind, truth, host_name)
@@ -208,6 +214,9 @@ def case(kind: str, workload: str, host_name: str, seed: int, s: Settings) -> di
             "predicted_loss": advice.sizing.predicted_loss,
             "true_loss": true_loss,
             "met": true_loss <= s.loss_target + 1e-12,
+            # Some size meets τ at all (else the manager's own overhead at a full fast tier is
+            # over τ, and no advice can meet it).
+            "feasible": bool(within),
             "oracle_saved_share": oracle_saved,
             "correction": advice.sizing.anchor_offset,
             "all_fast_loss": sweep[0][1],
@@ -248,9 +257,14 @@ def summarise(cases: Sequence[dict[str, Any]]) -> dict[str, Any]:
         pe = [r["period"] for r in rows]
         kn = [r["knobs"] for r in rows]
         ranks = [p["rank_correlation"] for p in pe if p["rank_correlation"] is not None]
+        feasible = [x for x in sz if x["feasible"]]
         return {
             "cases": len(rows),
             "loss_met_share": float(np.mean([x["met"] for x in sz])),
+            "infeasible_cases": len(sz) - len(feasible),
+            "loss_met_where_feasible_share": (
+                float(np.mean([x["met"] for x in feasible])) if feasible else None
+            ),
             "true_loss_max": float(max(x["true_loss"] for x in sz)),
             "saved_share_mean": float(np.mean([x["saved_share"] for x in sz])),
             "oracle_saved_share_mean": float(np.mean([x["oracle_saved_share"] for x in sz])),
@@ -303,6 +317,8 @@ def run_judges(s: Settings, out: Path | None = None, quick: bool = False) -> dic
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         stem = "tiering-judges-quick" if quick else "tiering-judges"
+        if set(s.workloads) <= set(STUDY_WORKLOADS):
+            stem += "-study-shapes"
         (out / f"{stem}.json").write_text(json.dumps(data, indent=2) + "\n")
         (out / f"{stem}.md").write_text(markdown(data))
     return data
@@ -317,7 +333,7 @@ def markdown(data: dict[str, Any]) -> str:
     lines = [
         f"# Tiering advice against two judges{' (quick)' if data['quick'] else ''}",
         "",
-        f"Held-out shapes ({', '.join(data['settings']['workloads'])}) on"
+        f"Shapes ({', '.join(data['settings']['workloads'])}) on"
         f" {', '.join(data['settings']['hosts'])}, seeds {data['settings']['seeds']}; profile"
         f" from one run, judged on another (seed + {EVAL_SEED_OFFSET}). τ ="
         f" {_pct(data['settings']['loss_target'])}. {data['wall_seconds']:.0f} s wall, load"
@@ -338,6 +354,14 @@ def markdown(data: dict[str, Any]) -> str:
         "τ met",
         f"≥ {_pct(t['loss_met_share'])}",
         lambda x: f"{_pct(x['loss_met_share'])} (worst {_pct(x['true_loss_max'])})",
+    )
+    row(
+        "τ met where some size meets it",
+        f"≥ {_pct(t['loss_met_share'])}",
+        lambda x: (
+            f"{_pct(x['loss_met_where_feasible_share'])}"
+            f" ({x['infeasible_cases']} cases where none does)"
+        ),
     )
     row(
         "DRAM saved, mean",
@@ -406,14 +430,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="one case per judge, seconds")
     parser.add_argument("--out", type=Path, default=Path("docs/reports"))
     parser.add_argument("--processes", type=int, default=None)
+    parser.add_argument(
+        "--study-shapes",
+        action="store_true",
+        help="the study's shapes (the advisor's making) instead of the held-out ones",
+    )
     args = parser.parse_args(argv)
     s = QUICK if args.quick else FULL
     if args.processes is not None:
         s = Settings(**{**asdict(s), "processes": args.processes})
+    if args.study_shapes:
+        s = Settings(**{**asdict(s), "workloads": tuple(STUDY_WORKLOADS)})
     data = run_judges(s, args.out, quick=args.quick)
     for judge, x in data["summary"].items():
         print(
-            f"{judge}: τ met {_pct(x['loss_met_share'])}, saved {_pct(x['saved_share_mean'])}"
+            f"{judge}: τ met {_pct(x['loss_met_share'])}"
+            f" ({_pct(x['loss_met_where_feasible_share'])} where feasible), saved {_pct(x['saved_share_mean'])}"
             f" (oracle {_pct(x['oracle_saved_share_mean'])}), period regret"
             f" {_pct(x['period_regret_mean'])} mean / {_pct(x['period_regret_max'])} worst,"
             f" knobs never slower {_pct(x['knobs_never_slower_share'])}"
