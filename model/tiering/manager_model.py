@@ -151,12 +151,29 @@ def kept_share(
         q = float(np.clip(q_in - q_out, 0.0, 1.0))
         kept = hot_mass + q * good + (1.0 - q) * at_random
         held = hot_pages
-    x = np.concatenate([[0.0], profile.hotness.page_shares])
-    turnover = float(np.interp(capacity / n, x, np.concatenate([[0.0], profile.hotness.turnover])))
+    turnover = moving_turnover(profile, capacity / n)
     window = profile.window_seconds
     lost = turnover * min(hot_mass, kept) * min(1.0, view.detect_seconds / window)
     moved_per_second = 2.0 * turnover * held * view.group / window
     return float(np.clip(kept - lost, 0.0, 1.0)), moved_per_second
+
+
+def moving_turnover(profile: TieringProfile, x_share: float) -> float:
+    """The turnover of the hottest `x_share` that is the hot set moving, not sampling noise.
+
+    Measured turnover also counts equally warm pages that trade ranks between windows by sampling
+    noise alone; a manager with a hot threshold does not chase those, and they cost nothing if
+    it did. What a moving hot set costs shows as the gap between the window curve and the run
+    curve: the misses a perfect mover keeps fast and a static placement does not. The turnover
+    is read only up to that gap's share of the window's misses."""
+    h = profile.hotness
+    x = np.concatenate([[0.0], h.page_shares])
+    turnover = float(np.interp(x_share, x, np.concatenate([[0.0], h.turnover])))
+    window = float(np.interp(x_share, x, np.concatenate([[0.0], h.window_miss_share])))
+    run = float(np.interp(x_share, x, np.concatenate([[0.0], h.run_miss_share])))
+    if window <= 0.0:
+        return 0.0
+    return min(turnover, max(0.0, window - run) / window)
 
 
 def seconds_per_moved_page(profile: TieringProfile) -> float:
@@ -177,10 +194,7 @@ def predicted_loss(
     # they would have brought up stay slow.
     cap = knob(knobs, "migration_rate_limit_mbps") * 1e6 / profile.page_bytes
     if moved > cap:
-        x = np.concatenate([[0.0], profile.hotness.page_shares])
-        turnover = float(
-            np.interp(fast_share, x, np.concatenate([[0.0], profile.hotness.turnover]))
-        )
+        turnover = moving_turnover(profile, fast_share)
         kept = max(0.0, kept - turnover * kept * (1.0 - cap / moved))
         moved = cap
     t0 = profile.wall_seconds_fast
