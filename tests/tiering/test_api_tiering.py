@@ -117,3 +117,21 @@ def test_inputs_at_the_bounds_are_422_never_500(client: TestClient) -> None:
     bundle["tiering"]["llc_misses"] = 5e-324
     up = client.post("/v1/profiles", json=bundle, headers=auth(Role.agent))
     assert up.status_code == 422, up.text
+
+
+def test_a_real_programs_agent_bundle_gets_advice_by_name(client: TestClient) -> None:
+    """examples/tiering/bfs.json is `tmc-agent profile --backend trace --tiering` of a real C
+    program: uploaded as the agent does, advised by the workload's name."""
+    bundle = json.loads((EXAMPLES / "tiering" / "bfs.json").read_text())
+    up = client.post("/v1/profiles", json=bundle, headers=auth(Role.agent))
+    assert up.status_code in (200, 201), up.text
+    r = client.post(
+        URL,
+        json={"workload": bundle["workload"]["name"], "time_budget_seconds": 1.0},
+        headers=auth(Role.scheduler),
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["sizing"]["fast_bytes"] % bundle["tiering"]["page_bytes"] == 0
+    assert body["period"]["trials"][0]["in_use"]
+    assert body["budget"]["cpu_seconds_allowed"] == 1.0
