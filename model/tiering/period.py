@@ -5,11 +5,11 @@ reuse up: bin i of N weighs (N - i) x its count, so frequent and short reuses do
 Eq. 1), and its multiples are Cori's candidates (Eq. 2). A period shorter than the reuse "breaks"
 it (a page still in use looks idle at a pass and may be demoted); a longer one chases a moving hot
 set late. Which side wins depends on the workload and the manager, so the ladder reaches both
-ways: powers of two times the dominant reuse, from a sixteenth of it to half the run, with the
-period in use on it.
+ways: powers of four times the dominant reuse, from a sixteenth of it to half the run, with the
+period in use on it (a rung of ×4 lets three trials reach ×16 either way).
 
 The first trial is the period in use (the guard: the advice is the fastest *measured* period, so
-never slower than what runs now). The second is the rung the manager model prefers, at most four
+never slower than what runs now). The second is the rung the manager model prefers, at most two
 rungs away; the third goes one rung further the same way if the second was faster, else one rung
 the other way from the period in use.
 """
@@ -26,9 +26,10 @@ from model.errors import InvalidRequest
 from model.tiering.manager_model import MIN_PERIOD_SECONDS, predicted_loss
 from model.tiering.profile import TieringProfile
 
-# The ladder: the dominant reuse times 2^j for j in this range (both ways), clipped to the run.
-LADDER_EXPONENTS = range(-4, 13)
-MAX_JUMP = 4  # rungs the model may move the second trial away from the period in use
+# The ladder: the dominant reuse times RATIO^j for j in this range (both ways), clipped to the run.
+LADDER_EXPONENTS = range(-2, 7)
+MAX_JUMP = 2  # rungs the model may move the second trial away from the period in use
+RATIO = 4.0  # between rungs
 SAME = 0.05  # periods within 5 % of each other are one rung
 
 
@@ -138,7 +139,7 @@ def period_plan(
     # The schema keeps both above zero; the floor keeps a quotient that underflows finite too.
     dr_seconds = max(dr / max(profile.misses_per_second, 1e-300), 1e-12)
     longest = max(profile.wall_seconds_fast / 2.0, MIN_PERIOD_SECONDS)
-    periods = [dr_seconds * 2.0**j for j in LADDER_EXPONENTS]
+    periods = [dr_seconds * RATIO**j for j in LADDER_EXPONENTS]
     periods = [p for p in periods if MIN_PERIOD_SECONDS <= p <= longest]
     periods = [p for p in periods if abs(math.log(p / current)) > math.log1p(SAME)]
     periods = sorted([*periods, current])

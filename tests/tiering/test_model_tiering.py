@@ -137,7 +137,7 @@ def test_period_plan_reaches_both_sides_of_the_dominant_reuse(
     for t in plan.ladder:
         assert t.period_seconds == pytest.approx(t.reuse_multiple * plan.dominant_reuse_seconds)
         assert t.period_seconds <= strided_profile.wall_seconds_fast / 2 or t.in_use
-    assert abs(plan.start - plan.current) <= 4 and plan.start != plan.current
+    assert abs(plan.start - plan.current) <= 2 and plan.start != plan.current
     # Stateless: given the trials so far, the plan names the next and the best.
     first = plan.trials[0].period_seconds
     again = period_plan(
