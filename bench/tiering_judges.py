@@ -319,16 +319,24 @@ def run_judges(s: Settings, out: Path | None = None, quick: bool = False) -> dic
         stem = "tiering-judges-quick" if quick else "tiering-judges"
         if set(s.workloads) <= set(STUDY_WORKLOADS):
             stem += "-study-shapes"
-        (out / f"{stem}.json").write_text(json.dumps(data, indent=2) + "\n")
-        (out / f"{stem}.md").write_text(markdown(data))
+        write_report(data, out, stem)
     return data
+
+
+def write_report(data: dict[str, Any], out: Path, stem: str) -> None:
+    """The JSON, the markdown and the figure (`<stem>.png`, linked from the markdown)."""
+    from bench.tiering_judges_plot import write_plot  # noqa: PLC0415 - matplotlib loads here
+
+    (out / f"{stem}.json").write_text(json.dumps(data, indent=2) + "\n")
+    write_plot(data, out / f"{stem}.png")
+    (out / f"{stem}.md").write_text(markdown(data, f"{stem}.png"))
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
 
-def markdown(data: dict[str, Any]) -> str:
+def markdown(data: dict[str, Any], figure: str | None = None) -> str:
     t = data["targets"]
     lines = [
         f"# Tiering advice against two judges{' (quick)' if data['quick'] else ''}",
@@ -407,6 +415,12 @@ def markdown(data: dict[str, Any]) -> str:
         lambda x: f"{x['knobs_speedup_mean']:.3f}× / {x['knobs_speedup_max']:.3f}×",
     )
     row("advice CPU per request, worst", "", lambda x: f"{x['advice_cpu_seconds_max']:.2f} s")
+    if figure is not None:
+        lines += [
+            "",
+            f"![Advised against oracle saving per case, and period regret against the period in"
+            f" use, per judge]({figure})",
+        ]
     lines += [
         "",
         "## Cases",
@@ -431,11 +445,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/reports"))
     parser.add_argument("--processes", type=int, default=None)
     parser.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        help="rewrite the markdown and the figure of a report already run",
+    )
+    parser.add_argument(
         "--study-shapes",
         action="store_true",
         help="the study's shapes (the advisor's making) instead of the held-out ones",
     )
     args = parser.parse_args(argv)
+    if args.from_json is not None:
+        data = json.loads(args.from_json.read_text())
+        write_report(data, args.from_json.parent, args.from_json.stem)
+        return
     s = QUICK if args.quick else FULL
     if args.processes is not None:
         s = Settings(**{**asdict(s), "processes": args.processes})
