@@ -65,7 +65,7 @@ def size_fast_tier(
         measured = c.wall_seconds / profile.wall_seconds_fast - 1.0
         share = min(1.0, c.fast_bytes / profile.footprint_bytes)
         offset = measured - predicted_loss(profile, knobs, period, share)
-    shares = np.round(np.arange(1.0, -1e-9, -STEP), 4)
+    shares = np.abs(np.round(np.arange(1.0, -1e-9, -STEP), 4))  # no "-0.0" in the answer
     curve = [
         SizingPoint(
             fast_share=float(s),

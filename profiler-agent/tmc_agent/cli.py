@@ -197,10 +197,10 @@ def profile(
     if backend == "auto":
         chosen = run_discover(HostPaths.from_env()).backend()
         console.print(f"backend auto: [bold]{chosen}[/bold]")
-    if tiering and chosen != "trace":
+    if tiering and chosen not in ("trace", "hardware"):
         fail(
-            f"--tiering is recorded by the trace backend only (not {chosen})",
-            "profile with --backend trace --tiering",
+            f"--tiering is recorded by the trace and hardware backends (not {chosen})",
+            "profile a real program with --backend trace --tiering",
         )
     manager = None
     if tiering:
@@ -372,7 +372,14 @@ def _run_backend(
         try:
             bundle = hardware.profile(
                 command,
-                hardware.HardwareOptions(name=name, input_label=input_label, target_exe=target),
+                hardware.HardwareOptions(
+                    name=name,
+                    input_label=input_label,
+                    target_exe=target,
+                    tiering=tiering.record,
+                    tiering_page_bytes=tiering.page_bytes,
+                    page_manager=tiering.manager,
+                ),
                 report,
                 steps,
                 result=result,

@@ -82,12 +82,16 @@ class PageSamples:
 
 
 def hotness_curves(
-    window_of: NDArray[np.int64], page: NDArray[np.int64], points: int = CURVE_POINTS
+    window_of: NDArray[np.int64],
+    page: NDArray[np.int64],
+    points: int = CURVE_POINTS,
+    pages: int | None = None,
 ) -> HotnessCurves:
-    """The window, run and turnover curves over `points` shares of the touched pages.
+    """The window, run and turnover curves over `points` shares of the pages.
 
-    `page` is a dense page index (0..n-1) per sample, `window_of` its window."""
-    n = int(page.max()) + 1
+    `page` is a dense page index (0..n-1) per sample, `window_of` its window; `pages` counts the
+    pages no sample fell on too (sparse sampling), which are the coldest."""
+    n = max(int(page.max()) + 1, pages or 0)
     shares = np.arange(1, points + 1) / points
     ks = np.maximum(1, np.ceil(shares * n - 1e-9).astype(np.int64))
     window_curve = np.zeros(points)
@@ -158,8 +162,12 @@ def build_profile(
     fast_write_bandwidth: float | None = None,
     counters: ManagerCounters | None = None,
     windows: int = WINDOWS,
+    structure_bytes: Mapping[str, int] | None = None,
 ) -> TieringProfile:
-    """The profile from the samples of one run and the reference runs' times."""
+    """The profile from the samples of one run and the reference runs' times.
+
+    `structure_bytes`: the structures' allocated sizes (the shim's region log) where sampling is
+    sparse: a structure then counts its allocated pages, the unsampled ones as the coldest."""
     # A window is at least the schema's shortest (0.1 ms); a short run gets fewer of them.
     windows = min(windows, int(wall_seconds_fast / MIN_WINDOW_SECONDS))
     if windows < 2:
@@ -185,11 +193,15 @@ def build_profile(
     owner = by_page_tag.argmax(axis=1)
     structures: list[StructureReuse] = []
     total = float(samples.seconds.size)
+    all_pages = 0
     for t, name in enumerate(samples.tags):
         mine = owner[dense] == t
         n_pages = int(np.count_nonzero(owner == t))
+        if structure_bytes is not None and name in structure_bytes:
+            n_pages = max(n_pages, -(-int(structure_bytes[name]) // page_bytes))
         if n_pages == 0:
             continue
+        all_pages += n_pages
         hits = int(np.count_nonzero(mine))
         structures.append(
             StructureReuse(
@@ -203,7 +215,7 @@ def build_profile(
     try:
         return _profile(
             samples,
-            pages,
+            all_pages,
             dense,
             window_of,
             window_seconds,
@@ -225,7 +237,7 @@ def build_profile(
 
 def _profile(
     samples: PageSamples,
-    pages: NDArray[np.int64],
+    pages: int,
     dense: NDArray[np.int64],
     window_of: NDArray[np.int64],
     window_seconds: float,
@@ -243,7 +255,7 @@ def _profile(
     counters: ManagerCounters | None,
 ) -> TieringProfile:
     return TieringProfile(
-        footprint_bytes=int(pages.size) * page_bytes,
+        footprint_bytes=pages * page_bytes,
         page_bytes=page_bytes,
         llc_misses=max(1.0, float(llc_misses)),
         threads=threads,
@@ -253,7 +265,7 @@ def _profile(
         fast_write_bandwidth_bytes_per_second=fast_write_bandwidth,
         sampling_period=sampling_period,
         window_seconds=window_seconds,
-        hotness=hotness_curves(window_of, dense),
+        hotness=hotness_curves(window_of, dense, pages=pages),
         structures=structures,
         page_manager=manager,
         counters=counters,

@@ -242,7 +242,7 @@ def test_a_real_program_profiled_with_tiering_gets_advice(
         text=True,
         timeout=120,
     )
-    assert refused.returncode == 2 and "trace backend" in refused.stderr
+    assert refused.returncode == 2 and "trace and hardware backends" in refused.stderr
 
 
 def test_example_tiering_bundles_parse_and_get_advice() -> None:
