@@ -24,6 +24,7 @@ from model.tiering import (
     advise,
 )
 from model.tiering.period import PeriodMeasurement
+from model.tiering.sizing import SizeMeasurement
 
 tiering_app = typer.Typer(
     help="Dynamic tiering: fast-tier size, migration period and page-manager knobs.",
@@ -110,6 +111,10 @@ def recommend_cmd(
         Path | None,
         typer.Option(help="JSON list of measured periods: [{period_seconds, wall_seconds}]"),
     ] = None,
+    size_trials: Annotated[
+        Path | None,
+        typer.Option(help="JSON list of runs at other fast sizes: [{fast_bytes, wall_seconds}]"),
+    ] = None,
     time_budget: Annotated[
         float, typer.Option(help="CPU seconds the advice may take (it says where it stopped).")
     ] = 2.0,
@@ -126,6 +131,11 @@ def recommend_cmd(
             if period_trials is not None
             else []
         )
+        sizes = (
+            from_file(size_trials, TypeAdapter(list[SizeMeasurement]).validate_json)
+            if size_trials is not None
+            else []
+        )
         space = (
             from_file(knob_space, KnobSpace.model_validate_json) if knob_space is not None else None
         )
@@ -139,6 +149,7 @@ def recommend_cmd(
                 "manager_kind": manager,
                 "knob_space": space,
                 "period_trials": periods,
+                "size_trials": sizes,
                 "time_budget_seconds": time_budget,
             }
         )

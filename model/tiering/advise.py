@@ -17,7 +17,7 @@ from model.errors import InvalidRequest
 from model.tiering.budget import Budget, BudgetReport
 from model.tiering.period import PeriodMeasurement, PeriodPlan, period_plan
 from model.tiering.profile import PageManagerKind, TieringProfile
-from model.tiering.sizing import SizingAdvice, SizingPoint, size_fast_tier
+from model.tiering.sizing import SizeMeasurement, SizingAdvice, SizingPoint, size_fast_tier
 from model.tiering.tune import (
     HEMEM_SPACE,
     KnobAdvice,
@@ -73,6 +73,11 @@ class TieringRequest(BaseModel):
     period_trials: list[PeriodMeasurement] = Field(
         default_factory=list, max_length=16, description="runs at other periods, so far"
     )
+    size_trials: list[SizeMeasurement] = Field(
+        default_factory=list,
+        max_length=16,
+        description="runs at other fast-tier sizes (e.g. at the size advised before)",
+    )
     in_use_wall_seconds: float | None = Field(
         default=None,
         ge=1e-6,
@@ -122,7 +127,7 @@ def advise(profile: TieringProfile, request: TieringRequest | None = None) -> Ti
                 )
             }
         )
-    sizing = size_fast_tier(profile, request.loss_target)
+    sizing = size_fast_tier(profile, request.loss_target, measured=request.size_trials)
     # Periods and knobs are tried where the workload runs: the fast size in use, else the one
     # the counters were measured at, else the advised one.
     in_use = request.current_fast_bytes
@@ -171,7 +176,8 @@ def advise(profile: TieringProfile, request: TieringRequest | None = None) -> Ti
         period=plan,
         knobs=knobs,
         budget=cpu.report(),
-        explanation=explain(profile, sizing, plan, knobs) + _budget_lines(cpu),
+        explanation=explain(profile, sizing, plan, knobs, len(request.size_trials))
+        + _budget_lines(cpu),
     )
 
 
@@ -203,7 +209,11 @@ def _thin(curve: list[SizingPoint]) -> list[SizingPoint]:
 
 
 def explain(
-    profile: TieringProfile, sizing: SizingAdvice, plan: PeriodPlan, knobs: KnobAdvice | None
+    profile: TieringProfile,
+    sizing: SizingAdvice,
+    plan: PeriodPlan,
+    knobs: KnobAdvice | None,
+    size_trials: int = 0,
 ) -> list[str]:
     lines = [
         f"Fast tier: {_size(sizing.fast_bytes)} of {_size(profile.footprint_bytes)}"
@@ -215,6 +225,16 @@ def explain(
             f"The manager's counters at the current size show {abs(sizing.anchor_offset):.1%}"
             f" {'more' if sizing.anchor_offset > 0 else 'less'} loss than the model predicts"
             " there; every prediction carries that correction."
+        )
+    if size_trials:
+        lines.append(
+            f"{size_trials} run(s) at other fast-tier sizes correct the curve at their sizes"
+            " (the correction interpolated between them)."
+        )
+    else:
+        lines.append(
+            "Run once at the advised size and send it as a size trial: the curve is then"
+            " corrected there, and the advice moves up if the loss was under-predicted."
         )
     if sizing.saved_share == 0:
         lines.append("Nothing can be given up within the target: keep the fast tier as it is.")

@@ -15,6 +15,7 @@ from cli.main import app
 from model.tiering import HEMEM_SPACE, KnobSpace, TieringProfile, TieringRequest, Trial, advise
 from model.tiering.manager_model import predicted_loss
 from model.tiering.period import PeriodMeasurement
+from model.tiering.sizing import SizeMeasurement
 from tests.tiering.conftest import profile
 
 
@@ -101,6 +102,8 @@ def test_cli_takes_the_operator_inputs(tmp_path: Path) -> None:
     bare.write_text(profile("strided").model_dump_json())
     periods = tmp_path / "periods.json"
     periods.write_text(json.dumps([{"period_seconds": 0.02, "wall_seconds": 3.0}]))
+    sizes = tmp_path / "sizes.json"
+    sizes.write_text(json.dumps([{"fast_bytes": 1 << 32, "wall_seconds": 3.5}]))
     r = CliRunner().invoke(
         app,
         [
@@ -116,6 +119,8 @@ def test_cli_takes_the_operator_inputs(tmp_path: Path) -> None:
             "tpp",
             "--period-trials",
             str(periods),
+            "--size-trials",
+            str(sizes),
             "--time-budget",
             "1",
             "--json",
@@ -127,5 +132,32 @@ def test_cli_takes_the_operator_inputs(tmp_path: Path) -> None:
     assert advice["period"]["best_period_seconds"] == 0.02
     assert advice["period"]["next_period_seconds"] is not None
     assert advice["budget"]["cpu_seconds_allowed"] == 1.0
+    assert any("run(s) at other fast-tier sizes" in line for line in advice["explanation"])
     bad = CliRunner().invoke(app, ["tiering", "recommend", "-p", str(bare), "--manager", "nope"])
     assert bad.exit_code == 2 and "manager_kind" in bad.stderr
+
+
+def test_a_run_at_the_advised_size_corrects_the_advice_there() -> None:
+    p = profile("init-lookup")
+    first = advise(p).sizing
+    assert first.saved_share > 0
+    at = first.fast_bytes
+
+    def again(loss: float) -> float:
+        trial = SizeMeasurement(fast_bytes=at, wall_seconds=p.wall_seconds_fast * (1 + loss))
+        return advise(p, TieringRequest(size_trials=[trial])).sizing.fast_share
+
+    # Measured over the target at the advised size: the advice moves up, above that size.
+    assert again(0.08) > first.fast_share
+    # Measured right at the prediction: nothing changes.
+    assert again(first.predicted_loss) == pytest.approx(first.fast_share, abs=0.011)
+    # Measured well under it: the curve comes down at that size, but below it no further than
+    # the counters alone say, so the advice does not go below the first advice.
+    assert again(0.0) == pytest.approx(first.fast_share, abs=0.011)
+    explained = advise(
+        p,
+        TieringRequest(
+            size_trials=[SizeMeasurement(fast_bytes=at, wall_seconds=p.wall_seconds_fast)]
+        ),
+    )
+    assert any("run(s) at other fast-tier sizes" in line for line in explained.explanation)
