@@ -231,7 +231,7 @@ def explain(
             f"{size_trials} run(s) at other fast-tier sizes correct the curve at their sizes"
             " (the correction interpolated between them)."
         )
-    else:
+    elif sizing.saved_share > 0:
         lines.append(
             "Run once at the advised size and send it as a size trial: the curve is then"
             " corrected there, and the advice moves up if the loss was under-predicted."
