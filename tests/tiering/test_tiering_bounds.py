@@ -216,3 +216,34 @@ def test_advice_stops_at_its_cpu_budget_and_says_so() -> None:
     assert used < 1.5
     roomy = advise(profile, TieringRequest(trials=trials[:10], time_budget_seconds=30.0))
     assert not roomy.budget.exhausted and roomy.budget.cpu_seconds_used < 30.0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    walls=st.lists(st.sampled_from([1e-6, 1e-3, 1.0, 1e9]), min_size=1, max_size=12),
+    knob_value=st.sampled_from([0.0, SUBNORMAL, 1.0, 1e15]),
+    period=st.sampled_from([1e-4, 1.0, 86_400.0]),
+    fast=st.sampled_from([1, 1 << 20, 1 << 50]),
+)
+def test_measured_runs_at_their_bounds_are_answered(
+    walls: list[float], knob_value: float, period: float, fast: int
+) -> None:
+    """Knob, period and size trials at the bounds of their schemas: finite advice."""
+    profile = TieringProfile.model_validate(base_profile())
+    grid = HEMEM_SPACE.grid()
+    trials = [Trial(knobs=grid[i * 37 % len(grid)], wall_seconds=w) for i, w in enumerate(walls)]
+    odd = {name: knob_value for name in HEMEM_SPACE.default()}
+    trials.append(Trial(knobs=odd, wall_seconds=walls[0]))
+    request = TieringRequest.model_validate(
+        {
+            "trials": trials,
+            "knob_budget": 20,
+            "period_trials": [{"period_seconds": period, "wall_seconds": w} for w in walls[:3]],
+            "size_trials": [{"fast_bytes": fast, "wall_seconds": w} for w in walls[:3]],
+            "in_use_wall_seconds": walls[-1],
+            "current_period_seconds": period,
+            "current_fast_bytes": fast,
+        }
+    )
+    text = advise(profile, request).model_dump_json()
+    assert "NaN" not in text and "Infinity" not in text
