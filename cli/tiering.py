@@ -16,7 +16,16 @@ from cli.common import from_file, guarded
 from cli.render import size
 from model.bundle import ProfileBundle
 from model.errors import InvalidRequest
-from model.tiering import TieringAdvice, TieringProfile, TieringRequest, Trial, advise
+from model.tiering import (
+    KnobSpace,
+    TieringAdvice,
+    TieringProfile,
+    TieringRequest,
+    Trial,
+    advise,
+)
+from model.tiering.period import PeriodMeasurement
+from model.tiering.sizing import SizeMeasurement
 
 tiering_app = typer.Typer(
     help="Dynamic tiering: fast-tier size, migration period and page-manager knobs.",
@@ -54,9 +63,9 @@ def render_advice(console: Console, advice: TieringAdvice) -> None:
     table = Table("trial", "period", "× dominant reuse", "predicted loss")
     for i, t in enumerate(advice.period.trials, start=1):
         table.add_row(
-            str(i),
-            f"{t.period_seconds * 1e3:.0f} ms",
-            str(t.reuse_multiple),
+            str(i) + (" (in use)" if t.in_use else ""),
+            f"{t.period_seconds * 1e3:.3g} ms",
+            f"{t.reuse_multiple:.3g}",
             f"{t.predicted_loss:.1%}",
         )
     console.print(table)
@@ -84,6 +93,32 @@ def recommend_cmd(
         typer.Option(help="JSON list of measured knob trials: [{knobs: {...}, wall_seconds}]"),
     ] = None,
     budget: Annotated[int, typer.Option(help="Knob trials to spend at most.")] = 30,
+    fast_bytes: Annotated[
+        int | None,
+        typer.Option(help="The fast-tier size in use, in bytes (default: the profile's)."),
+    ] = None,
+    period: Annotated[
+        float | None, typer.Option(help="The migration period in use, in seconds.")
+    ] = None,
+    manager: Annotated[
+        str | None,
+        typer.Option(help="The page manager in use: hemem, memtis, tpp, hmsdk, tmc-sim."),
+    ] = None,
+    knob_space: Annotated[
+        Path | None,
+        typer.Option(help="JSON knob space: {dimensions: [{name, values, default}, ...]}"),
+    ] = None,
+    period_trials: Annotated[
+        Path | None,
+        typer.Option(help="JSON list of measured periods: [{period_seconds, wall_seconds}]"),
+    ] = None,
+    size_trials: Annotated[
+        Path | None,
+        typer.Option(help="JSON list of runs at other fast sizes: [{fast_bytes, wall_seconds}]"),
+    ] = None,
+    time_budget: Annotated[
+        float, typer.Option(help="CPU seconds the advice may take (it says where it stopped).")
+    ] = 2.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Advise the fast-tier size, the migration period trials and the knob settings."""
@@ -91,7 +126,33 @@ def recommend_cmd(
     def run() -> None:
         trial_list = TypeAdapter(list[Trial]).validate_json
         done = from_file(trials, trial_list) if trials is not None else []
-        request = TieringRequest(loss_target=loss_target, knob_budget=budget, trials=done)
+        periods = (
+            from_file(period_trials, TypeAdapter(list[PeriodMeasurement]).validate_json)
+            if period_trials is not None
+            else []
+        )
+        sizes = (
+            from_file(size_trials, TypeAdapter(list[SizeMeasurement]).validate_json)
+            if size_trials is not None
+            else []
+        )
+        space = (
+            from_file(knob_space, KnobSpace.model_validate_json) if knob_space is not None else None
+        )
+        request = TieringRequest.model_validate(
+            {
+                "loss_target": loss_target,
+                "knob_budget": budget,
+                "trials": done,
+                "current_fast_bytes": fast_bytes,
+                "current_period_seconds": period,
+                "manager_kind": manager,
+                "knob_space": space,
+                "period_trials": periods,
+                "size_trials": sizes,
+                "time_budget_seconds": time_budget,
+            }
+        )
         advice = advise(load_tiering_profile(profile), request)
         if as_json:
             sys.stdout.write(advice.model_dump_json(indent=2) + "\n")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 from sqlalchemy.orm import Session
 
 from api import repositories as repo
@@ -14,22 +14,20 @@ from api.auth import Permission
 from api.deps import SessionDep, require
 from api.errors import PROBLEM, ApiError, NotFound
 from model.bundle import ProfileBundle
-from model.tiering import TieringAdvice, TieringProfile, TieringRequest, Trial, advise
+from model.tiering import TieringAdvice, TieringProfile, TieringRequest, advise
 
 router = APIRouter(tags=["tiering"])
 Advisor = Annotated[object, Depends(require(Permission.recommend))]
 
 
-class TieringRecommendIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+class TieringRecommendIn(TieringRequest):
+    """The advice request (`model.tiering.TieringRequest`) and whose profile it is about."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
     workload: str | None = Field(
         default=None, max_length=128, description="a workload whose latest profile has tiering"
     )
     profile: TieringProfile | None = Field(default=None, description="or an inline profile")
-    loss_target: float = Field(default=0.05, gt=0.0, le=0.5)
-    max_period_trials: int = Field(default=3, ge=1, le=16)
-    knob_budget: int = Field(default=30, ge=1, le=1000)
-    trials: list[Trial] = Field(default_factory=list, max_length=1000)
 
 
 def _stored_profile(session: Session, name: str) -> TieringProfile:
@@ -52,7 +50,7 @@ def _stored_profile(session: Session, name: str) -> TieringProfile:
             409,
             "No tiering profile",
             f"the latest profile of {name!r} carries no tiering section; profile it with"
-            " tiering on or send the profile inline",
+            " `tmc-agent profile --backend trace --tiering` or send the profile inline",
         )
     return tiering
 
@@ -72,10 +70,5 @@ def recommend_tiering(body: TieringRecommendIn, session: SessionDep, _: Advisor)
     profile = (
         body.profile if body.profile is not None else _stored_profile(session, str(body.workload))
     )
-    request = TieringRequest(
-        loss_target=body.loss_target,
-        max_period_trials=body.max_period_trials,
-        knob_budget=body.knob_budget,
-        trials=body.trials,
-    )
+    request = TieringRequest.model_validate(body.model_dump(exclude={"workload", "profile"}))
     return advise(profile, request)

@@ -14,9 +14,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from model.errors import InvalidRequest
-from model.tiering.period import PeriodPlan, period_plan
-from model.tiering.profile import TieringProfile
-from model.tiering.sizing import SizingAdvice, SizingPoint, size_fast_tier
+from model.tiering.budget import Budget, BudgetReport
+from model.tiering.period import PeriodMeasurement, PeriodPlan, period_plan
+from model.tiering.profile import PageManagerKind, TieringProfile
+from model.tiering.sizing import SizeMeasurement, SizingAdvice, SizingPoint, size_fast_tier
 from model.tiering.tune import (
     HEMEM_SPACE,
     KnobAdvice,
@@ -53,6 +54,36 @@ class TieringRequest(BaseModel):
     max_period_trials: int = Field(default=3, ge=1, le=16)
     knob_budget: int = Field(default=30, ge=1, le=1000)
     trials: list[Trial] = Field(default_factory=list, max_length=1000)
+    time_budget_seconds: float = Field(
+        default=2.0, gt=0.0, le=60.0, description="CPU seconds the advice may take at most"
+    )
+    # What the operator runs now (by default, what the profile says).
+    current_fast_bytes: int | None = Field(
+        default=None, ge=0, le=1 << 50, description="the fast-tier size in use"
+    )
+    current_period_seconds: float | None = Field(
+        default=None, ge=1e-4, le=86_400.0, description="the migration period in use"
+    )
+    manager_kind: PageManagerKind | None = Field(
+        default=None, description="the page manager in use, if not the profile's"
+    )
+    knob_space: KnobSpace | None = Field(
+        default=None, description="the knobs to search and their values (default: the manager's)"
+    )
+    period_trials: list[PeriodMeasurement] = Field(
+        default_factory=list, max_length=16, description="runs at other periods, so far"
+    )
+    size_trials: list[SizeMeasurement] = Field(
+        default_factory=list,
+        max_length=16,
+        description="runs at other fast-tier sizes (e.g. at the size advised before)",
+    )
+    in_use_wall_seconds: float | None = Field(
+        default=None,
+        ge=1e-6,
+        le=1e9,
+        description="the configuration in use, measured (else the period trial at its period)",
+    )
 
 
 class TieringAdvice(BaseModel):
@@ -62,12 +93,14 @@ class TieringAdvice(BaseModel):
     sizing: SizingAdvice
     period: PeriodPlan
     knobs: KnobAdvice | None
+    budget: BudgetReport
     explanation: list[str]
 
 
-def space_for(profile: TieringProfile) -> KnobSpace | None:
-    """The page manager's knob grid, with its current values as the defaults (the guard)."""
-    space = SPACES.get(profile.page_manager.kind)
+def space_for(profile: TieringProfile, given: KnobSpace | None = None) -> KnobSpace | None:
+    """The page manager's knob grid (or the operator's), with its current values as the
+    defaults (the guard)."""
+    space = given or SPACES.get(profile.page_manager.kind)
     if space is None:
         return None
     current = profile.page_manager.knobs
@@ -85,24 +118,51 @@ def space_for(profile: TieringProfile) -> KnobSpace | None:
 
 def advise(profile: TieringProfile, request: TieringRequest | None = None) -> TieringAdvice:
     request = request or TieringRequest()
-    sizing = size_fast_tier(profile, request.loss_target)
-    fast_share = sizing.fast_bytes / profile.footprint_bytes
+    cpu = Budget(request.time_budget_seconds)
+    if request.manager_kind is not None:
+        profile = profile.model_copy(
+            update={
+                "page_manager": profile.page_manager.model_copy(
+                    update={"kind": request.manager_kind}
+                )
+            }
+        )
+    sizing = size_fast_tier(profile, request.loss_target, measured=request.size_trials)
+    # Periods and knobs are tried where the workload runs: the fast size in use, else the one
+    # the counters were measured at, else the advised one.
+    in_use = request.current_fast_bytes
+    if in_use is None and profile.counters is not None and profile.counters.fast_bytes > 0:
+        in_use = profile.counters.fast_bytes
+    search_bytes = sizing.fast_bytes if in_use is None else min(in_use, profile.footprint_bytes)
+    fast_share = search_bytes / profile.footprint_bytes
     plan = period_plan(
         profile,
         fast_share=fast_share,
         max_trials=request.max_period_trials,
         offset=sizing.anchor_offset,
+        current_period_seconds=request.current_period_seconds,
+        measured=request.period_trials,
     )
-    space = space_for(profile)
+    in_use_seconds = request.in_use_wall_seconds
+    if in_use_seconds is None:
+        at_current = [
+            m.wall_seconds
+            for m in request.period_trials
+            if abs(m.period_seconds / plan.ladder[plan.current].period_seconds - 1.0) < 0.05
+        ]
+        in_use_seconds = min(at_current) if at_current else None
+    space = space_for(profile, request.knob_space)
     knobs: KnobAdvice | None = None
     if space is not None:
         knobs = advise_knobs(
             profile,
             request.trials,
             space,
-            plan.trials[0].period_seconds,
+            plan.best_period_seconds,
             fast_share,
             request.knob_budget,
+            cpu,
+            in_use_seconds,
         )
     elif request.trials:
         raise InvalidRequest(
@@ -115,8 +175,33 @@ def advise(profile: TieringProfile, request: TieringRequest | None = None) -> Ti
         sizing=sizing,
         period=plan,
         knobs=knobs,
-        explanation=explain(profile, sizing, plan, knobs),
+        budget=cpu.report(),
+        explanation=explain(profile, sizing, plan, knobs, len(request.size_trials))
+        + _budget_lines(cpu),
     )
+
+
+def _budget_lines(cpu: Budget) -> list[str]:
+    if not cpu.cut:
+        return []
+    return [
+        f"The advice stopped at its CPU budget of {cpu.seconds:g} s: " + "; ".join(cpu.cut) + "."
+    ]
+
+
+def _seconds(x: float) -> str:
+    if x >= 1.0:
+        return f"{x:.3g} s"
+    if x >= 1e-3:
+        return f"{x * 1e3:.3g} ms"
+    return f"{x * 1e6:.3g} µs"
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
 
 
 def _thin(curve: list[SizingPoint]) -> list[SizingPoint]:
@@ -124,18 +209,32 @@ def _thin(curve: list[SizingPoint]) -> list[SizingPoint]:
 
 
 def explain(
-    profile: TieringProfile, sizing: SizingAdvice, plan: PeriodPlan, knobs: KnobAdvice | None
+    profile: TieringProfile,
+    sizing: SizingAdvice,
+    plan: PeriodPlan,
+    knobs: KnobAdvice | None,
+    size_trials: int = 0,
 ) -> list[str]:
-    gib = 1 << 30
     lines = [
-        f"Fast tier: {sizing.fast_bytes / gib:.2f} GiB of {profile.footprint_bytes / gib:.2f} GiB"
+        f"Fast tier: {_size(sizing.fast_bytes)} of {_size(profile.footprint_bytes)}"
         f" ({sizing.saved_share:.0%} saved); predicted loss {sizing.predicted_loss:.1%} against"
         f" a target of {sizing.loss_target:.1%} (advised within {sizing.margin:.0%} of it).",
     ]
-    if sizing.anchor_offset > 0:
+    if sizing.anchor_offset != 0:
         lines.append(
-            f"The manager's counters at the current size show {sizing.anchor_offset:.1%} more"
-            " loss than the model predicts there; every prediction carries that offset."
+            f"The manager's counters at the current size show {abs(sizing.anchor_offset):.1%}"
+            f" {'more' if sizing.anchor_offset > 0 else 'less'} loss than the model predicts"
+            " there; every prediction carries that correction."
+        )
+    if size_trials:
+        lines.append(
+            f"{size_trials} run(s) at other fast-tier sizes correct the curve at their sizes"
+            " (the correction interpolated between them)."
+        )
+    elif sizing.saved_share > 0:
+        lines.append(
+            "Run once at the advised size and send it as a size trial: the curve is then"
+            " corrected there, and the advice moves up if the loss was under-predicted."
         )
     if sizing.saved_share == 0:
         lines.append("Nothing can be given up within the target: keep the fast tier as it is.")
@@ -144,14 +243,22 @@ def explain(
                 "Even the whole footprint in the fast tier is predicted over the target under"
                 " this page manager and its knobs: tune the knobs first."
             )
+    cur = plan.ladder[plan.current]
     lines.append(
-        f"Migration period: the dominant reuse is {plan.dominant_reuse_seconds * 1e3:.1f} ms;"
-        f" start at {plan.trials[0].period_seconds * 1e3:.0f} ms"
-        f" ({plan.trials[0].reuse_multiple}x), then try the next longer rung"
-        f" ({', '.join(f'{t.period_seconds * 1e3:.0f} ms' for t in plan.trials[1:2]) or 'none'})"
-        " and keep going the way that is faster, at most"
-        f" {plan.max_trials} trials."
+        f"Migration period: the dominant reuse is {_seconds(plan.dominant_reuse_seconds)}; the"
+        f" period in use ({_seconds(cur.period_seconds)}) is the first trial and the guard, then"
+        f" {', '.join(_seconds(t.period_seconds) for t in plan.trials[1:]) or 'none'}"
+        f" (at most {plan.max_trials} trials; the fastest measured is kept)."
     )
+    if plan.measured:
+        lines.append(
+            f"Best period measured so far: {_seconds(plan.best_period_seconds)}"
+            + (
+                f"; next trial {_seconds(plan.next_period_seconds)}."
+                if plan.next_period_seconds is not None
+                else "; no trial left."
+            )
+        )
     if knobs is None:
         lines.append(
             f"No knob grid is known for {profile.page_manager.kind}: knobs left as they are."

@@ -26,6 +26,10 @@ HUGE_PAGE_BYTES = 2 << 20
 STEADY_COUNT = 0.75  # a count's mean position between two coolings, as a share of κ
 SAMPLE_SECONDS = 200e-9  # a PEBS assist per sample (the same figure docs/tiering.md cites)
 SHOOTDOWN_SECONDS = 4e-6  # per migrated huge page
+PASS_SECONDS = 200e-6  # a migration pass's wake-up and list walk
+# The shortest migration period the profile schema admits; a shorter one (from a tiny reuse) is
+# read as this, so that passes per second stay finite.
+MIN_PERIOD_SECONDS = 1e-4
 DEFAULT_KNOBS = {
     "sampling_period": 5000.0,
     "read_hot_threshold": 8.0,
@@ -33,6 +37,7 @@ DEFAULT_KNOBS = {
     "cooling_threshold": 18.0,
     "migrate_batch_bytes": float(1 << 30),
     "demotion_watermark": 0.02,
+    "migration_rate_limit_mbps": 65536.0,
 }
 
 
@@ -43,6 +48,7 @@ MODEL_KNOBS = (
     "write_hot_threshold",
     "cooling_threshold",
     "demotion_watermark",
+    "migration_rate_limit_mbps",
 )
 
 
@@ -145,12 +151,29 @@ def kept_share(
         q = float(np.clip(q_in - q_out, 0.0, 1.0))
         kept = hot_mass + q * good + (1.0 - q) * at_random
         held = hot_pages
-    x = np.concatenate([[0.0], profile.hotness.page_shares])
-    turnover = float(np.interp(capacity / n, x, np.concatenate([[0.0], profile.hotness.turnover])))
+    turnover = moving_turnover(profile, capacity / n)
     window = profile.window_seconds
     lost = turnover * min(hot_mass, kept) * min(1.0, view.detect_seconds / window)
     moved_per_second = 2.0 * turnover * held * view.group / window
     return float(np.clip(kept - lost, 0.0, 1.0)), moved_per_second
+
+
+def moving_turnover(profile: TieringProfile, x_share: float) -> float:
+    """The turnover of the hottest `x_share` that is the hot set moving, not sampling noise.
+
+    Measured turnover also counts equally warm pages that trade ranks between windows by sampling
+    noise alone; a manager with a hot threshold does not chase those, and they cost nothing if
+    it did. What a moving hot set costs shows as the gap between the window curve and the run
+    curve: the misses a perfect mover keeps fast and a static placement does not. The turnover
+    is read only up to that gap's share of the window's misses."""
+    h = profile.hotness
+    x = np.concatenate([[0.0], h.page_shares])
+    turnover = float(np.interp(x_share, x, np.concatenate([[0.0], h.turnover])))
+    window = float(np.interp(x_share, x, np.concatenate([[0.0], h.window_miss_share])))
+    run = float(np.interp(x_share, x, np.concatenate([[0.0], h.run_miss_share])))
+    if window <= 0.0:
+        return 0.0
+    return min(turnover, max(0.0, window - run) / window)
 
 
 def seconds_per_moved_page(profile: TieringProfile) -> float:
@@ -167,10 +190,17 @@ def predicted_loss(
     """The model's run-time loss against all-fast with no memory pressure."""
     view = manager_view(profile, knobs, period_seconds)
     kept, moved = kept_share(profile, view, fast_share, knob(knobs, "demotion_watermark"))
+    # A rate limit below what chasing needs leaves that share of the moves undone, and the pages
+    # they would have brought up stay slow.
+    cap = knob(knobs, "migration_rate_limit_mbps") * 1e6 / profile.page_bytes
+    if moved > cap:
+        turnover = moving_turnover(profile, fast_share)
+        kept = max(0.0, kept - turnover * kept * (1.0 - cap / moved))
+        moved = cap
     t0 = profile.wall_seconds_fast
     slow_cost = (profile.wall_seconds_slow - t0) * (1.0 - kept)
     migration = moved * t0 * seconds_per_moved_page(profile)
-    passes = t0 / period_seconds * 200e-6
+    passes = t0 / max(period_seconds, MIN_PERIOD_SECONDS) * PASS_SECONDS
     sampling = view.samples_per_second * t0 * SAMPLE_SECONDS / profile.threads
     loss = (slow_cost + migration + passes + sampling) / t0
     return float(min(loss, 1e6))  # finite whatever the inputs: it goes out as JSON

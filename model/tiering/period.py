@@ -1,32 +1,52 @@
-"""The migration period from the dominant reuse (Cori) and a short, ordered trial plan.
+"""The migration period: a few trials either way from the period in use, guarded by it.
 
 Cori's dominant reuse is a weighted mean of the reuse histogram's bins, sorted from the shortest
 reuse up: bin i of N weighs (N - i) x its count, so frequent and short reuses dominate (Cori,
-Eq. 1). Candidate periods are its multiples up to half the run (Eq. 2). A period shorter than the
-reuse "breaks" it: a page still in use looks idle at a pass and may be demoted. Cori tries the
-candidates from the shortest; tmc orders them by the manager model's predicted loss instead and
-tries at most `max_trials`, stopping as soon as a trial is slower than the best so far.
+Eq. 1), and its multiples are Cori's candidates (Eq. 2). A period shorter than the reuse "breaks"
+it (a page still in use looks idle at a pass and may be demoted); a longer one chases a moving hot
+set late. Which side wins depends on the workload and the manager, so the ladder reaches both
+ways: powers of four times the dominant reuse, from a sixteenth of it to half the run, with the
+period in use on it (a rung of ×4 lets three trials reach ×16 either way).
+
+The first trial is the period in use (the guard: the advice is the fastest *measured* period, so
+never slower than what runs now). The second is the rung the manager model prefers, at most two
+rungs away; the third goes one rung further the same way if the second was faster, else one rung
+the other way from the period in use.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from pydantic import BaseModel, ConfigDict, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from model.errors import InvalidRequest
-from model.tiering.manager_model import predicted_loss
+from model.tiering.manager_model import MIN_PERIOD_SECONDS, predicted_loss
 from model.tiering.profile import TieringProfile
 
-MAX_CANDIDATES = 32
+# The ladder: the dominant reuse times RATIO^j for j in this range (both ways), clipped to the run.
+LADDER_EXPONENTS = range(-2, 7)
+MAX_JUMP = 2  # rungs the model may move the second trial away from the period in use
+RATIO = 4.0  # between rungs
+SAME = 0.05  # periods within 5 % of each other are one rung
 
 
 class PeriodTrial(BaseModel):
     model_config = ConfigDict(frozen=True)
     period_seconds: float
-    reuse_multiple: int
+    reuse_multiple: float = Field(description="the period over the dominant reuse")
     predicted_loss: float
+    in_use: bool = False
+
+
+class PeriodMeasurement(BaseModel):
+    """A run at one migration period (the rest of the configuration as in use)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    period_seconds: float = Field(ge=1e-4, le=86_400.0)
+    wall_seconds: float = Field(ge=1e-6, le=1e9)
 
 
 class PeriodPlan(BaseModel):
@@ -34,17 +54,48 @@ class PeriodPlan(BaseModel):
     dominant_reuse_misses: float
     dominant_reuse_seconds: float
     ladder: list[PeriodTrial]  # every candidate, shortest first
-    start: int  # index in `ladder` of the model's best candidate: the first trial
+    current: int  # index in `ladder` of the period in use: the first trial and the guard
+    start: int  # index of the model's preferred rung: the second trial
     max_trials: int
+    measured: list[PeriodMeasurement] = Field(default_factory=list)
+    best_period_seconds: float = Field(description="the fastest measured, else the one in use")
+    next_period_seconds: float | None = Field(description="the next trial to run, if any")
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def trials(self) -> list[PeriodTrial]:
-        """The nominal order: the model's best, then one rung longer, then one rung shorter
-        (`run_trials` follows the rung that improved instead)."""
-        order = [self.start, self.start + 1, self.start - 1]
-        order += [i for i in range(len(self.ladder)) if i not in order]
-        return [self.ladder[i] for i in order if 0 <= i < len(self.ladder)][: self.max_trials]
+        """The nominal order: the period in use, the model's rung, then the rung beyond it
+        (`run_trials` takes the other side instead when the model's rung was slower)."""
+        step = 1 if self.start >= self.current else -1
+        order = [self.current, self.start, self.start + step]
+        seen: list[int] = []
+        for i in order:
+            if 0 <= i < len(self.ladder) and i not in seen:
+                seen.append(i)
+        return [self.ladder[i] for i in seen][: self.max_trials]
+
+
+def _rung(ladder: Sequence[PeriodTrial], period: float) -> int:
+    return min(range(len(ladder)), key=lambda i: abs(math.log(ladder[i].period_seconds / period)))
+
+
+def next_trial(plan: PeriodPlan, times: dict[int, float]) -> int | None:
+    """The ladder index to measure next, given the times measured so far (by index)."""
+    if len(times) >= plan.max_trials:
+        return None
+    if plan.current not in times:
+        return plan.current
+    if plan.start not in times and plan.start != plan.current:
+        return plan.start
+    step = 1 if plan.start >= plan.current else -1
+    if times.get(plan.start, math.inf) < times[plan.current]:
+        candidates = [plan.start + step, plan.current - step]  # further, else the other side
+    else:
+        candidates = [plan.current - step, plan.start + step]
+    for i in candidates:
+        if 0 <= i < len(plan.ladder) and i not in times:
+            return i
+    return None
 
 
 def dominant_reuse(profile: TieringProfile) -> float:
@@ -70,60 +121,85 @@ def period_plan(
     fast_share: float = 1.0,
     max_trials: int = 3,
     offset: float = 0.0,
+    current_period_seconds: float | None = None,
+    measured: Sequence[PeriodMeasurement] = (),
 ) -> PeriodPlan:
-    """`offset` is the sizing's anchor (measured minus predicted loss), added to each rung's
-    predicted loss so that the two read alike; it does not change the order."""
+    """`offset` is the sizing's correction (measured minus predicted loss), added to each rung's
+    predicted loss so that the two read alike; it does not change the order. `measured` are the
+    period trials run so far: the plan names the next one and the best so far."""
     if not 1 <= max_trials <= 16:
         raise InvalidRequest("max_trials", f"{max_trials} is outside 1..16")
     knobs = dict(profile.page_manager.knobs) if knobs is None else knobs
+    current = (
+        profile.page_manager.migration_period_seconds
+        if current_period_seconds is None
+        else current_period_seconds
+    )
     dr = dominant_reuse(profile)
-    dr_seconds = dr / profile.misses_per_second
-    longest = profile.wall_seconds_fast / 2.0
-    # Cori's multiples of the dominant reuse, on a ladder that thins out (x1.5 a rung) so that a
-    # few trials reach from short to long periods rather than stepping between neighbours.
-    rungs = sorted({max(1, round(1.5**j)) for j in range(MAX_CANDIDATES)})
-    multiples = [k for k in rungs if k * dr_seconds <= longest] or [1]
-    ladder = [
-        PeriodTrial(
-            period_seconds=k * dr_seconds,
-            reuse_multiple=k,
-            predicted_loss=predicted_loss(profile, knobs, k * dr_seconds, fast_share) + offset,
+    # The schema keeps both above zero; the floor keeps a quotient that underflows finite too.
+    dr_seconds = max(dr / max(profile.misses_per_second, 1e-300), 1e-12)
+    longest = max(profile.wall_seconds_fast / 2.0, MIN_PERIOD_SECONDS)
+    periods = [dr_seconds * RATIO**j for j in LADDER_EXPONENTS]
+    periods = [p for p in periods if MIN_PERIOD_SECONDS <= p <= longest]
+    periods = [p for p in periods if abs(math.log(p / current)) > math.log1p(SAME)]
+    periods = sorted([*periods, current])
+
+    def rung(period: float) -> PeriodTrial:
+        return PeriodTrial(
+            period_seconds=period,
+            reuse_multiple=period / dr_seconds,
+            predicted_loss=predicted_loss(profile, knobs, period, fast_share) + offset,
+            in_use=period == current,
         )
-        for k in multiples
-    ]
-    start = min(range(len(ladder)), key=lambda i: (round(ladder[i].predicted_loss, 4), i))
-    return PeriodPlan(
+
+    ladder = [rung(p) for p in periods]
+    at = periods.index(current)
+    near = [i for i in range(len(ladder)) if i != at and abs(i - at) <= MAX_JUMP]
+    # The model's preferred rung; ties (a flat prediction) go to the rung nearer the dominant
+    # reuse, Cori's anchor.
+    start = (
+        min(
+            near,
+            key=lambda i: (
+                round(ladder[i].predicted_loss, 4),
+                abs(math.log(ladder[i].period_seconds / dr_seconds)),
+            ),
+        )
+        if near
+        else at
+    )
+    times: dict[int, float] = {}
+    for m in measured:
+        i = _rung(ladder, m.period_seconds)
+        times[i] = min(times.get(i, math.inf), m.wall_seconds)
+    draft = PeriodPlan(
         dominant_reuse_misses=dr,
         dominant_reuse_seconds=dr_seconds,
         ladder=ladder,
+        current=at,
         start=start,
         max_trials=max_trials,
+        measured=list(measured),
+        best_period_seconds=current,
+        next_period_seconds=None,
+    )
+    best = min(times, key=lambda i: (times[i], i != at)) if times else at
+    nxt = next_trial(draft, times)
+    return draft.model_copy(
+        update={
+            "best_period_seconds": ladder[best].period_seconds,
+            "next_period_seconds": None if nxt is None else ladder[nxt].period_seconds,
+        }
     )
 
 
 def run_trials(
     plan: PeriodPlan, measure: Callable[[float], float]
 ) -> tuple[PeriodTrial, float, int]:
-    """A line search on the ladder from the model's best rung: try one rung longer, then keep
-    going the way that improved; stop when a step is slower or the trials are spent. `measure`
-    returns wall seconds. Returns the best trial, its time and the trials spent."""
-    ladder = plan.ladder
-    times: dict[int, float] = {plan.start: measure(ladder[plan.start].period_seconds)}
-    best = plan.start
-    step = 1 if plan.start + 1 < len(ladder) else -1
-    turned = False
-    while len(times) < plan.max_trials:
-        nxt = best + step
-        if not 0 <= nxt < len(ladder) or nxt in times:
-            if turned:
-                break
-            step, turned = -step, True
-            continue
-        times[nxt] = measure(ladder[nxt].period_seconds)
-        if times[nxt] < times[best]:
-            best = nxt
-        elif turned or best != plan.start:
-            break
-        else:
-            step, turned = -step, True
-    return ladder[best], times[best], len(times)
+    """Run the plan: `measure` returns wall seconds at a period. Returns the fastest measured
+    trial (the period in use unless another was faster), its time and the trials spent."""
+    times: dict[int, float] = {}
+    while (i := next_trial(plan, times)) is not None:
+        times[i] = measure(plan.ladder[i].period_seconds)
+    best = min(times, key=lambda i: (times[i], i != plan.current))
+    return plan.ladder[best], times[best], len(times)

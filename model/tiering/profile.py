@@ -50,7 +50,8 @@ class ManagerCounters(_Wire):
 
 
 class ReuseBin(_Wire):
-    reuse_misses: float = Field(gt=0.0, le=1e18, description="bin centre: misses between reuses")
+    # Two samples of one page are at least one miss apart: a centre under one miss is no reuse.
+    reuse_misses: float = Field(ge=1.0, le=1e18, description="bin centre: misses between reuses")
     count: int = Field(ge=0, le=1 << 50)
 
 
@@ -91,7 +92,8 @@ class TieringProfile(_Wire):
     schema_version: Literal["tmc.tiering/v1"] = TIERING_SCHEMA
     footprint_bytes: int = Field(gt=0, le=1 << 50)
     page_bytes: int = Field(gt=0, le=1 << 40, description="the unit the page manager moves")
-    llc_misses: float = Field(gt=0.0, le=1e18, description="of one whole run")
+    # At least one miss: the rate of misses divides the reuse into seconds.
+    llc_misses: float = Field(ge=1.0, le=1e18, description="of one whole run")
     threads: int = Field(default=1, ge=1, le=4096)
     wall_seconds_fast: float = Field(ge=1e-3, le=1e9, description="everything in the fast tier")
     wall_seconds_slow: float = Field(ge=1e-3, le=1e9, description="everything in the slow tier")

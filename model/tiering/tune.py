@@ -18,9 +18,10 @@ from typing import Annotated
 
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from model.errors import InvalidRequest
+from model.tiering.budget import Budget, unlimited
 from model.tiering.manager_model import DEFAULT_KNOBS, MODEL_KNOBS, predicted_loss
 from model.tiering.profile import TieringProfile
 
@@ -31,18 +32,35 @@ NOISE = 1e-3  # of the signal variance
 PRIOR_WEIGHTS = (0.0, 0.5, 1.0)
 LOCAL_TRIALS = 10  # the last trials of the budget search one knob at a time around the best
 XI = 0.002  # EI's exploration margin, in log-seconds
+# The GP is exact (cubic in its trials): it models at most this many, the fastest measured, which
+# are the ones that decide where the optimum lies.
+MAX_GP_TRIALS = 200
 
 
 class KnobDimension(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    name: str
-    values: tuple[float, ...] = Field(min_length=1)
-    default: float
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_]*$")]
+    values: tuple[Annotated[float, Field(ge=0.0, le=1e15)], ...] = Field(
+        min_length=1, max_length=32
+    )
+    default: float = Field(ge=0.0, le=1e15)
+
+
+MAX_GRID = 20_000  # grid points a knob space may have: the prior is computed on each
 
 
 class KnobSpace(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    dimensions: tuple[KnobDimension, ...]
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    dimensions: tuple[KnobDimension, ...] = Field(min_length=1, max_length=16)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> KnobSpace:
+        names = [d.name for d in self.dimensions]
+        if len(set(names)) != len(names):
+            raise ValueError("knob names repeat")
+        if math.prod(len(d.values) for d in self.dimensions) > MAX_GRID:
+            raise ValueError(f"the knob grid has more than {MAX_GRID} points")
+        return self
 
     def grid(self) -> list[dict[str, float]]:
         names = [d.name for d in self.dimensions]
@@ -78,6 +96,10 @@ HEMEM_SPACE = KnobSpace(
         KnobDimension(
             name="migrate_batch_bytes", values=(1 << 28, 1 << 30, 1 << 32), default=1 << 30
         ),
+        # The migration-rate limit (MB/s of pages moved, both ways); the largest is no limit.
+        KnobDimension(
+            name="migration_rate_limit_mbps", values=(512, 2048, 8192, 65536), default=65536
+        ),
     )
 )
 
@@ -93,6 +115,9 @@ class Trial(BaseModel):
 class KnobAdvice(BaseModel):
     model_config = ConfigDict(frozen=True)
     best: dict[str, float]
+    in_use_wall_seconds: float | None = Field(
+        default=None, description="the configuration in use, measured: the guard of the advice"
+    )
     best_wall_seconds: float | None
     default_wall_seconds: float | None
     speedup_over_default: float | None
@@ -121,7 +146,10 @@ def _fit(
 
 
 def gp_posterior(
-    x: NDArray[np.float64], y: NDArray[np.float64], xq: NDArray[np.float64]
+    x: NDArray[np.float64],
+    y: NDArray[np.float64],
+    xq: NDArray[np.float64],
+    budget: Budget | None = None,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """A constant-mean GP with a squared-exponential kernel (numpy, exact). Each knob has its own
     length scale, the likeliest of a few, found one knob at a time: a knob that does not matter
@@ -131,8 +159,12 @@ def gp_posterior(
     r = y - mu0
     lengths = np.full(x.shape[1], LENGTH_SCALES[1])
     best, chol = _fit(x, r, scale, lengths)
+    budget = budget or unlimited()
     for _ in range(2):
         for j in range(x.shape[1]):
+            if budget.spent():
+                budget.note("GP length scales: the search stopped at the CPU budget")
+                break
             for length in LENGTH_SCALES:
                 trial = lengths.copy()
                 trial[j] = length
@@ -167,9 +199,12 @@ class KnobTuner:
         period_seconds: float | None = None,
         fast_share: float = 1.0,
         budget: int = 30,
+        cpu: Budget | None = None,
     ) -> None:
         self.space = space
         self.budget = budget
+        self.cpu = cpu or unlimited()
+        self._posterior: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None
         self.local_trials = LOCAL_TRIALS
         self.grid = space.grid()
         self.x = space.encode(self.grid)
@@ -190,7 +225,16 @@ class KnobTuner:
                 memo[key] = predicted_loss(profile, knobs, period, fast_share)
             return memo[key]
 
-        losses = np.array([loss(p) for p in self.grid])
+        flat = predicted_loss(profile, base, period, fast_share)
+        losses = np.empty(len(self.grid))
+        for i, p in enumerate(self.grid):
+            if self.cpu.spent():
+                # Out of CPU: the rest of the grid gets the current setting's prediction (a flat
+                # prior there, so measurements alone steer the search).
+                self.cpu.note("knob prior: part of the grid left flat at the CPU budget")
+                losses[i:] = flat
+                break
+            losses[i] = loss(p)
         self.prior_loss = losses
         self.prior = np.log(profile.wall_seconds_fast * (1.0 + losses))
         self.default_index = self.index_of(space.default())
@@ -208,6 +252,7 @@ class KnobTuner:
 
     def tell(self, knobs: dict[str, float], wall_seconds: float) -> None:
         self.measured[self.index_of(knobs)] = math.log(wall_seconds)
+        self._posterior = None
 
     def ask(self) -> dict[str, float] | None:
         if len(self.measured) >= len(self.grid):
@@ -223,6 +268,14 @@ class KnobTuner:
             tried = self.x[list(self.measured)]
             gap = np.sqrt(((self.x[:, None, :] - tried[None, :, :]) ** 2).sum(axis=2)).min(axis=1)
             return dict(self.grid[int(np.argmax(gap - 1e-6 * self.prior))])
+        if self.cpu.spent():
+            # No CPU left for the GP: the cheapest sound step is one knob moved from the best.
+            self.cpu.note("next trial: a neighbour of the best, without the GP")
+            near = [i for i in self.neighbours(self.incumbent()) if i not in self.measured]
+            if near:
+                return dict(self.grid[min(near, key=lambda i: self.prior[i])])
+            free = [i for i in range(len(self.grid)) if i not in self.measured]
+            return dict(self.grid[min(free, key=lambda i: self.prior[i])])
         mean, std = self.posterior()
         best = min(self.measured.values())
         ei = expected_improvement(mean, std, best)
@@ -275,11 +328,16 @@ class KnobTuner:
         """The GP models the measurements minus w x the prior, w the weight (0, 1/2 or 1) under
         which the residuals are smallest: a model that ranks badly for this workload stops
         steering the search once the trials contradict it."""
-        idx = np.array(list(self.measured))
+        if self._posterior is not None:
+            return self._posterior
+        idx = np.array(sorted(self.measured, key=lambda j: self.measured[j])[:MAX_GP_TRIALS])
+        if len(self.measured) > MAX_GP_TRIALS:
+            self.cpu.note(f"GP: the {MAX_GP_TRIALS} fastest trials only")
         y = np.array([self.measured[i] for i in idx])
         weight = min(PRIOR_WEIGHTS, key=lambda w: float(np.var(y - w * self.prior[idx])))
-        mean, std = gp_posterior(self.x[idx], y - weight * self.prior[idx], self.x)
-        return weight * self.prior + mean, std
+        mean, std = gp_posterior(self.x[idx], y - weight * self.prior[idx], self.x, self.cpu)
+        self._posterior = (weight * self.prior + mean, std)
+        return self._posterior
 
     def best(self) -> tuple[dict[str, float], float] | None:
         if not self.measured:
@@ -289,7 +347,11 @@ class KnobTuner:
 
     def importance(self) -> dict[str, float]:
         """How far the posterior (or, before any trial, the prior) moves per knob around the best."""
-        if self.measured:
+        if self.measured and self.cpu.spent() and self._posterior is None:
+            self.cpu.note("importance: from the prior, not the GP")
+            mean = self.prior
+            center = min(self.measured, key=lambda j: self.measured[j])
+        elif self.measured:
             mean, _ = self.posterior()
             center = min(self.measured, key=lambda j: self.measured[j])
         else:
@@ -311,23 +373,35 @@ def advise_knobs(
     period_seconds: float | None = None,
     fast_share: float = 1.0,
     budget: int = 30,
+    cpu: Budget | None = None,
+    in_use_wall_seconds: float | None = None,
 ) -> KnobAdvice:
-    """The best measured setting so far (the default until it is beaten) and the next trial."""
+    """The best measured setting so far (the default until it is beaten) and the next trial.
+
+    `in_use_wall_seconds` is the configuration in use as measured (its knobs at its own period
+    and fast size): a setting is advised only if it was measured faster than that too."""
     if not 1 <= budget <= 1000:
         raise InvalidRequest("budget", f"{budget} is outside 1..1000")
-    tuner = KnobTuner(profile, space, period_seconds, fast_share, budget)
+    tuner = KnobTuner(profile, space, period_seconds, fast_share, budget, cpu)
     for t in trials:
         tuner.tell(t.knobs, t.wall_seconds)
     best = tuner.best()
     default = tuner.measured.get(tuner.default_index)
     nxt = tuner.ask() if len(tuner.measured) < budget else None
     chosen = best[0] if best else dict(tuner.grid[tuner.default_index])
+    guard = [math.exp(default)] if default is not None else []
+    if in_use_wall_seconds is not None:
+        guard.append(in_use_wall_seconds)
+    reference = min(guard) if guard else None
+    if best is not None and reference is not None and best[1] >= reference:
+        chosen = dict(tuner.grid[tuner.default_index])  # nothing beat what runs now: keep it
     return KnobAdvice(
         best=chosen,
+        in_use_wall_seconds=in_use_wall_seconds,
         best_wall_seconds=best[1] if best else None,
         default_wall_seconds=math.exp(default) if default is not None else None,
-        speedup_over_default=(math.exp(default) / best[1])
-        if best and default is not None
+        speedup_over_default=(reference / min(best[1], reference))
+        if best and reference is not None
         else None,
         is_default=tuner.index_of(chosen) == tuner.default_index,
         next_trial=nxt,

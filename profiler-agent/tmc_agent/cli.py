@@ -18,6 +18,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from model.bundle import ProfileBundle
+from model.tiering.profile import PageManagerState
 from tmc_agent import serve as serve_mod
 from tmc_agent import shim, upload
 from tmc_agent.discover import discover as run_discover
@@ -154,6 +155,23 @@ def profile(
     token: Annotated[str | None, typer.Option(envvar="TMC_TOKEN", help="agent token")] = None,
     spool_dir: Annotated[Path | None, typer.Option("--spool", help="spool directory")] = None,
     workdir: Annotated[Path | None, typer.Option(help="keep traces and logs here")] = None,
+    tiering: Annotated[
+        bool,
+        typer.Option(
+            "--tiering",
+            help="also record a tiering profile (page samples per window, reuse, page manager)",
+        ),
+    ] = False,
+    page_manager: Annotated[
+        str,
+        typer.Option(
+            help="--tiering: the page manager the profile is for (auto: the kernel's tiering if "
+            "it runs, else HeMem-like defaults; hemem; tpp)"
+        ),
+    ] = "auto",
+    tiering_page_bytes: Annotated[
+        int, typer.Option(help="--tiering: the unit the page manager moves (4096 or 2097152)")
+    ] = 4096,
 ) -> None:
     """Profile a workload: the three reference runs, a checked bundle, optionally uploaded."""
     if not command:
@@ -162,6 +180,10 @@ def profile(
         fail(f"unknown backend {backend!r}", "use --backend auto, hardware, trace or sim")
     if backend in ("auto", "trace", "sim") and host not in ("optane", "cxl_local", "cxl_pool"):
         fail(f"unknown simulated host {host!r}", "--host optane, cxl_local or cxl_pool")
+    if tiering and page_manager not in ("auto", "hemem", "tpp"):
+        fail(f"unknown page manager {page_manager!r}", "--page-manager auto, hemem or tpp")
+    if tiering and tiering_page_bytes not in (4096, 2 << 20):
+        fail("--tiering-page-bytes must be 4096 or 2097152", "base or huge pages")
     if not 0.0 <= dependent_fraction <= 1.0:
         fail("--dependent-fraction must be between 0 and 1", "e.g. --dependent-fraction 0.3")
     if upload_url is not None:
@@ -175,6 +197,16 @@ def profile(
     if backend == "auto":
         chosen = run_discover(HostPaths.from_env()).backend()
         console.print(f"backend auto: [bold]{chosen}[/bold]")
+    if tiering and chosen not in ("trace", "hardware"):
+        fail(
+            f"--tiering is recorded by the trace and hardware backends (not {chosen})",
+            "profile a real program with --backend trace --tiering",
+        )
+    manager = None
+    if tiering:
+        from tmc_agent import tiering_collect  # noqa: PLC0415
+
+        manager = tiering_collect.page_manager(HostPaths.from_env(), page_manager)
     workload_name = name or Path(command[0]).name.replace("_", "-")
     target: Path | None = None
     if chosen != "sim":
@@ -202,6 +234,7 @@ def profile(
             dependent_fraction,
             workdir,
             steps,
+            TieringChoice(tiering, tiering_page_bytes, manager),
         )
     bundle = outcome.bundle
     text = bundle.model_dump_json(indent=2)
@@ -262,6 +295,13 @@ def run_metadata(outcome: ProfileOutcome, command: list[str]) -> dict[str, objec
     }
 
 
+@dataclass(frozen=True)
+class TieringChoice:
+    record: bool = False
+    page_bytes: int = 4096
+    manager: PageManagerState | None = None
+
+
 def _run_backend(
     chosen: str,
     command: list[str],
@@ -274,7 +314,9 @@ def _run_backend(
     dependent_fraction: float,
     workdir: Path | None,
     steps: RichSteps,
+    tiering: TieringChoice | None = None,
 ) -> ProfileOutcome:
+    tiering = tiering or TieringChoice()
     target_text = str(target) if target is not None else None
     if chosen == "sim":
         # Backends load on demand: trace and sim need the simulator (numba), hardware does not.
@@ -287,7 +329,7 @@ def _run_backend(
         return ProfileOutcome(bundle, 0, chosen, None)
     if chosen == "trace":
         # Backends load on demand: trace and sim need the simulator (numba), hardware does not.
-        from tmc_agent import lackey  # noqa: PLC0415
+        from tmc_agent import lackey, tiering_collect  # noqa: PLC0415
         from tmc_agent.backends import trace  # noqa: PLC0415
 
         opts = trace.TraceOptions(
@@ -298,6 +340,9 @@ def _run_backend(
             auto_tag=auto_tag,
             dependent_fraction=dependent_fraction,
             target_exe=target,
+            tiering=tiering.record,
+            tiering_page_bytes=tiering.page_bytes,
+            page_manager=tiering.manager,
         )
         try:
             if workdir is not None:
@@ -313,6 +358,8 @@ def _run_backend(
             )
         except (lackey.TraceError, shim.ShimError) as exc:
             fail(f"trace: {exc}", _trace_fix(str(exc)))
+        except tiering_collect.TieringCollectError as exc:
+            fail(f"tiering: {exc}", "profile a run that touches more memory, or drop --tiering")
         except ValueError as exc:
             fail(str(exc), "--host optane, cxl_local or cxl_pool")
         return ProfileOutcome(res.bundle, res.returncode, chosen, target_text)
@@ -325,7 +372,14 @@ def _run_backend(
         try:
             bundle = hardware.profile(
                 command,
-                hardware.HardwareOptions(name=name, input_label=input_label, target_exe=target),
+                hardware.HardwareOptions(
+                    name=name,
+                    input_label=input_label,
+                    target_exe=target,
+                    tiering=tiering.record,
+                    tiering_page_bytes=tiering.page_bytes,
+                    page_manager=tiering.manager,
+                ),
                 report,
                 steps,
                 result=result,
@@ -375,6 +429,14 @@ def _summary(bundle: ProfileBundle) -> None:
             f"{1000 * r.llc_misses / r.instructions:.2f}",
         )
     console.print(table)
+    t = bundle.tiering
+    if t is not None:
+        console.print(
+            f"tiering: {t.footprint_bytes >> 10:,} KiB in {t.pages:,} pages of {t.page_bytes:,} B,"
+            f" {t.llc_misses:,.0f} sampled misses in windows of {t.window_seconds * 1e3:.2f} ms;"
+            f" page manager {t.page_manager.kind} ({t.page_manager.version})"
+            + ("; counters from /proc/vmstat" if t.counters is not None else "")
+        )
 
 
 @app.command("upload")

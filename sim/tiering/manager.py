@@ -59,6 +59,8 @@ class Knobs(_Spec):
     cooling_threshold: int = Field(default=18, ge=1, le=10_000)
     migrate_batch_bytes: int = Field(default=1 << 30, ge=1, le=1 << 44)
     demotion_watermark: float = Field(default=0.02, ge=0.0, le=0.5)
+    # Pages moved per second, both ways, at most (MB/s); the default is no limit in practice.
+    migration_rate_limit_mbps: float = Field(default=65536.0, ge=1.0, le=1e9)
 
 
 @dataclass(frozen=True)
@@ -299,6 +301,32 @@ def tick_times(
     return seconds
 
 
+def nominal_tick_seconds(stream: Stream, host: Host) -> float:
+    """A tick's length with everything fast and no manager: the clock that converts the
+    managers' per-second knobs (rate limits, thresholds in ms) into ticks."""
+    key = f"tick:{host.model_dump_json()}"
+    if key not in stream.memo:
+        w = stream.workload
+        cols = _manage(
+            stream.reads,
+            stream.writes,
+            np.zeros((1, 1)),
+            np.zeros((1, 1)),
+            stream.first_touch,
+            int(w.pages),
+            False,
+            1.0,
+            1.0,
+            1.0,
+            1,
+            0,
+            1,
+            False,
+        )
+        stream.memo[key] = float(tick_times(stream, host, cols, w.page_bytes).sum()) / w.ticks
+    return stream.memo[key]
+
+
 def roomy_fast_bytes(footprint_bytes: int, page_bytes: int, knobs: Knobs | None = None) -> int:
     """A fast-tier limit that holds every page with the free watermark still met: the manager
     runs but never has to demote (the reference a loss is measured against)."""
@@ -329,6 +357,16 @@ def run(
         raise ValueError(f"period_ticks {period_ticks} outside [1, {w.ticks}]")
     page = w.page_bytes
     fast_pages = fast_bytes // page
+    batch_pages = max(1, knobs.migrate_batch_bytes // page)
+    if managed and knobs.migration_rate_limit_mbps < 65536.0:
+        # The rate limit caps each pass's moves at what the limit allows over one period.
+        allowed = (
+            knobs.migration_rate_limit_mbps
+            * 1e6
+            * period_ticks
+            * nominal_tick_seconds(stream, host)
+        )
+        batch_pages = max(1, min(batch_pages, int(allowed // page)))
     # A region stands for `huge` huge pages that behave alike: the manager's counter for each of
     # them sees the region's samples divided among them, as it would on real 2 MiB pages.
     if managed:
@@ -348,7 +386,7 @@ def run(
         float(knobs.read_hot_threshold),
         float(knobs.write_hot_threshold),
         float(knobs.cooling_threshold),
-        max(1, knobs.migrate_batch_bytes // page),
+        int(batch_pages),
         round(knobs.demotion_watermark * fast_pages),
         int(period_ticks),
         bool(adaptive_demotion),

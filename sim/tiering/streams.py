@@ -129,6 +129,8 @@ class Stream:
     sampled: dict[float, tuple[NDArray[np.float64], NDArray[np.float64]]] = field(
         default_factory=dict, repr=False, compare=False
     )
+    # Other values that depend on the stream alone (per host), computed once.
+    memo: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def misses(self) -> NDArray[np.float64]:

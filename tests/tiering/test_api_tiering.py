@@ -96,3 +96,42 @@ def test_stored_profile_by_workload_name(client: TestClient) -> None:
     assert (
         r.json()["sizing"]["fast_bytes"] % TieringProfile.model_validate(inline()).page_bytes == 0
     )
+
+
+def test_inputs_at_the_bounds_are_422_never_500(client: TestClient) -> None:
+    h = auth(Role.scheduler)
+    for path in (("llc_misses",), ("structures", 0, "reuse", 0, "reuse_misses")):
+        bad = inline()
+        node: Any = bad
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = 5e-324
+        r = client.post(URL, json={"profile": bad}, headers=h)
+        assert r.status_code == 422, r.text
+        assert r.headers["content-type"] == "application/problem+json"
+        assert any(path[-1] in e["field"] for e in r.json()["errors"])
+    # In a bundle, the same value is refused at upload, so no stored profile can carry it.
+    bundle = json.loads((EXAMPLES / "graph500.json").read_text())
+    bundle["workload"]["name"] = "subnormal-misses"
+    bundle["tiering"] = inline()
+    bundle["tiering"]["llc_misses"] = 5e-324
+    up = client.post("/v1/profiles", json=bundle, headers=auth(Role.agent))
+    assert up.status_code == 422, up.text
+
+
+def test_a_real_programs_agent_bundle_gets_advice_by_name(client: TestClient) -> None:
+    """examples/tiering/bfs.json is `tmc-agent profile --backend trace --tiering` of a real C
+    program: uploaded as the agent does, advised by the workload's name."""
+    bundle = json.loads((EXAMPLES / "tiering" / "bfs.json").read_text())
+    up = client.post("/v1/profiles", json=bundle, headers=auth(Role.agent))
+    assert up.status_code in (200, 201), up.text
+    r = client.post(
+        URL,
+        json={"workload": bundle["workload"]["name"], "time_budget_seconds": 1.0},
+        headers=auth(Role.scheduler),
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["sizing"]["fast_bytes"] % bundle["tiering"]["page_bytes"] == 0
+    assert body["period"]["trials"][0]["in_use"]
+    assert body["budget"]["cpu_seconds_allowed"] == 1.0

@@ -32,6 +32,23 @@ def test_workload_page_shows_tiering_advice(service: tuple[str, str], page: Page
     expect(page.locator("#w-tiering")).to_contain_text("No tiering profile", timeout=20_000)
 
 
+def test_a_real_programs_agent_bundle_shows_tiering_advice(
+    service: tuple[str, str],  # noqa: F811
+    page: Page,  # noqa: F811
+) -> None:
+    """examples/tiering/hashjoin.json: the agent's `--tiering` profile of a real C program."""
+    base, token = service
+    bundle = json.loads((EXAMPLES / "tiering" / "hashjoin.json").read_text())
+    httpx.post(
+        f"{base}/v1/profiles", json=bundle, headers={"Authorization": f"Bearer {token}"}
+    ).raise_for_status()
+    sign_in(page, base, token)
+    page.goto(f"{base}/dashboard/#/workload/{bundle['workload']['name']}")
+    panel = page.locator("#w-tiering")
+    expect(panel).to_contain_text("Fast tier", timeout=20_000)
+    expect(panel.get_by_role("table").first).to_contain_text("(in use)")
+
+
 def test_viewer_is_told_it_may_not_ask(service: tuple[str, str], page: Page) -> None:  # noqa: F811
     base, _ = service
     sign_in(page, base, VIEWER)

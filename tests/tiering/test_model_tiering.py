@@ -13,7 +13,14 @@ from pydantic import ValidationError
 from model.bundle import parse_bundle
 from model.errors import InvalidRequest
 from model.tiering import TieringProfile, TieringRequest, Trial, advise
-from model.tiering.period import PeriodPlan, PeriodTrial, dominant_reuse, period_plan, run_trials
+from model.tiering.period import (
+    PeriodMeasurement,
+    PeriodPlan,
+    PeriodTrial,
+    dominant_reuse,
+    period_plan,
+    run_trials,
+)
 from model.tiering.profile import ReuseBin, StructureReuse
 from model.tiering.sizing import size_fast_tier
 from model.tiering.tune import HEMEM_SPACE, KnobTuner, advise_knobs, gp_posterior
@@ -74,39 +81,78 @@ def test_dominant_reuse_is_coris_equation_1(strided_profile: TieringProfile) -> 
         dominant_reuse(with_structures(strided_profile, []))
 
 
-def ladder_plan(n: int, start: int, max_trials: int = 3) -> PeriodPlan:
+def ladder_plan(n: int, current: int, start: int, max_trials: int = 3) -> PeriodPlan:
     return PeriodPlan(
         dominant_reuse_misses=1.0,
         dominant_reuse_seconds=1.0,
         ladder=[
-            PeriodTrial(period_seconds=float(i + 1), reuse_multiple=i + 1, predicted_loss=0.0)
+            PeriodTrial(
+                period_seconds=float(i + 1),
+                reuse_multiple=i + 1,
+                predicted_loss=0.0,
+                in_use=i == current,
+            )
             for i in range(n)
         ],
+        current=current,
         start=start,
         max_trials=max_trials,
+        best_period_seconds=float(current + 1),
+        next_period_seconds=None,
     )
 
 
-@pytest.mark.parametrize(("start", "best"), [(3, 5), (3, 2), (3, 3)])
-def test_period_trials_walk_towards_the_faster_side(start: int, best: int) -> None:
+@pytest.mark.parametrize(
+    ("current", "start", "best", "found"),
+    [
+        (3, 4, 5, 5),  # the model's side is right: one rung further
+        (3, 4, 1, 2),  # the model's side is wrong: one rung the other way
+        (3, 1, 0, 0),  # the model says shorter, and shorter still is better
+        (3, 4, 3, 3),  # the period in use is best: it is kept (the guard)
+    ],
+)
+def test_period_trials_go_either_way_from_the_period_in_use(
+    current: int, start: int, best: int, found: int
+) -> None:
     seen: list[float] = []
 
     def measure(period: float) -> float:
         seen.append(period)
         return 10.0 + abs(period - (best + 1))
 
-    trial, seconds, spent = run_trials(ladder_plan(8, start), measure)
-    assert spent <= 3 and spent == len(seen)
-    assert trial.period_seconds == best + 1 and seconds == 10.0
+    trial, seconds, spent = run_trials(ladder_plan(8, current, start), measure)
+    assert spent == len(seen) <= 3 and seen[0] == current + 1
+    assert trial.period_seconds == found + 1
+    assert seconds <= 10.0 + abs(current - best)  # never slower than the period in use
 
 
-def test_period_plan_uses_multiples_of_the_dominant_reuse(strided_profile: TieringProfile) -> None:
+def test_period_plan_reaches_both_sides_of_the_dominant_reuse(
+    strided_profile: TieringProfile,
+) -> None:
     plan = period_plan(strided_profile)
-    assert len(plan.trials) == 3
+    assert len(plan.trials) <= 3 and plan.trials[0].in_use
+    assert plan.trials[0].period_seconds == strided_profile.page_manager.migration_period_seconds
+    multiples = [t.reuse_multiple for t in plan.ladder]
+    assert min(multiples) < 1.0 < max(multiples)
     for t in plan.ladder:
         assert t.period_seconds == pytest.approx(t.reuse_multiple * plan.dominant_reuse_seconds)
-        assert t.period_seconds <= strided_profile.wall_seconds_fast / 2
-    assert plan.trials[0] == plan.ladder[plan.start]
+        assert t.period_seconds <= strided_profile.wall_seconds_fast / 2 or t.in_use
+    assert abs(plan.start - plan.current) <= 2 and plan.start != plan.current
+    # Stateless: given the trials so far, the plan names the next and the best.
+    first = plan.trials[0].period_seconds
+    again = period_plan(
+        strided_profile, measured=[PeriodMeasurement(period_seconds=first, wall_seconds=10.0)]
+    )
+    assert again.next_period_seconds == plan.trials[1].period_seconds
+    assert again.best_period_seconds == first
+    faster = period_plan(
+        strided_profile,
+        measured=[
+            PeriodMeasurement(period_seconds=first, wall_seconds=10.0),
+            PeriodMeasurement(period_seconds=plan.trials[1].period_seconds, wall_seconds=9.0),
+        ],
+    )
+    assert faster.best_period_seconds == plan.trials[1].period_seconds
     with pytest.raises(InvalidRequest):
         period_plan(strided_profile, max_trials=0)
 
@@ -124,16 +170,24 @@ def test_sizing_saves_more_for_a_looser_target_and_stays_within_margin() -> None
         size_fast_tier(p, 0.0)
 
 
-def test_sizing_anchors_on_the_measured_counters() -> None:
+def test_sizing_corrects_both_ways_on_the_measured_counters() -> None:
     p = profile("moving-hot", "optane")
     assert p.counters is not None
     advice = size_fast_tier(p, 0.05)
     measured = p.counters.wall_seconds / p.wall_seconds_fast - 1.0
-    at_full = advice.curve[0]
-    assert at_full.fast_share == 1.0
-    assert at_full.predicted_loss == pytest.approx(max(measured, at_full.predicted_loss), rel=1e-6)
-    no_counters = size_fast_tier(p.model_copy(update={"counters": None}), 0.05)
-    assert no_counters.anchor_offset == 0.0 and no_counters.saved_share >= advice.saved_share
+    share = p.counters.fast_bytes / p.footprint_bytes
+    at = min(advice.curve, key=lambda c: abs(c.fast_share - share))
+    assert at.predicted_loss == pytest.approx(max(0.0, measured), abs=0.01)
+    # Counters that show less loss than predicted bring the curve down, and save more.
+    lucky = p.model_copy(
+        update={
+            "counters": p.counters.model_copy(update={"wall_seconds": p.wall_seconds_fast * 1.001})
+        }
+    )
+    bold = size_fast_tier(lucky, 0.05)
+    assert bold.anchor_offset < advice.anchor_offset
+    assert bold.saved_share >= advice.saved_share
+    assert all(c.predicted_loss >= 0.0 for c in bold.curve)
 
 
 def test_gp_interpolates_its_observations() -> None:
@@ -154,8 +208,13 @@ def test_tuner_starts_from_the_default_then_the_models_picks(
     tuner.tell(first, 10.0)
     second = tuner.ask()
     assert second is not None and second != first
-    ranked = sorted(range(len(tuner.grid)), key=lambda i: tuner.prior[i])
-    assert tuner.index_of(second) in ranked[:2]
+    # The model's best setting among those that keep the knobs it does not read (the batch).
+    batch = first["migrate_batch_bytes"]
+    ranked = sorted(
+        (i for i, p in enumerate(tuner.grid) if p["migrate_batch_bytes"] == batch),
+        key=lambda i: tuner.prior[i],
+    )
+    assert tuner.index_of(second) == ranked[0]
 
 
 def test_the_default_guards_the_advice(strided_profile: TieringProfile) -> None:

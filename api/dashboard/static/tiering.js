@@ -21,8 +21,10 @@ function tieringPanel(advice) {
   const parts = [
     h("p", {}, h("strong", {}, `Fast tier ${bytes(s.fast_bytes)}`),
       ` (${pct(s.saved_share)} saved), predicted loss ${pct(s.predicted_loss)} against τ = ${pct(s.loss_target)}.`),
-    table("Migration period trials, in order", ["trial", "period", "× dominant reuse", "predicted loss"],
-      p.trials.map((t, i) => [i + 1, fmt.seconds(t.period_seconds), t.reuse_multiple, pct(t.predicted_loss)])),
+    table("Migration period trials, in order (the period in use first: it is the guard)",
+      ["trial", "period", "× dominant reuse", "predicted loss"],
+      p.trials.map((t, i) => [t.in_use ? `${i + 1} (in use)` : i + 1, fmt.seconds(t.period_seconds),
+        Number(t.reuse_multiple.toPrecision(3)), pct(t.predicted_loss)])),
   ];
   if (k) {
     const names = Object.keys(k.best);
@@ -48,7 +50,7 @@ async function showTiering() {
   const { status, body } = await tieringAdvice(name);
   if (status === 200) region.replaceChildren(...tieringPanel(body));
   else if (status === 403) region.replaceChildren(h("p", {}, "Your token's role may not ask for tiering advice."));
-  else if (status === 409) region.replaceChildren(h("p", {}, "No tiering profile for this workload: profile it with tiering on to get advice."));
+  else if (status === 409) region.replaceChildren(h("p", {}, "No tiering profile for this workload: profile it with `tmc-agent profile --backend trace --tiering -- <program>` to get advice."));
   else region.replaceChildren(h("p", { class: "error" }, `Tiering advice failed: ${status} ${(body && body.detail) || ""}`));
 }
 

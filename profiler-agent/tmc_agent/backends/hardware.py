@@ -59,9 +59,11 @@ from model.bundle import (
     WorkloadId,
     check_bundle,
 )
+from model.tiering.profile import PageManagerState, TieringProfile
 from tmc_agent import resctrl as resctrl_fs
-from tmc_agent import shim
+from tmc_agent import shim, tiering_collect
 from tmc_agent.discover import NodeReport
+from tmc_agent.hostpaths import HostPaths
 from tmc_agent.steps import NoSteps, Steps, step
 
 PEBS_EVENT = "mem_load_retired.l3_miss:pp"
@@ -221,6 +223,12 @@ class HardwareOptions:
     numactl: str = "numactl"
     structure_stalls: bool = True  # stall and load-latency samples for per-structure penalties
     target_exe: Path | None = None  # whose allocations count (default: the command's program)
+    # The tiering profile: a fourth run under the host's page manager, PEBS samples with time
+    # stamps, /proc/vmstat read around it (docs/agent.md, "Tiering profile").
+    tiering: bool = False
+    tiering_page_bytes: int = 4096
+    page_manager: PageManagerState | None = None  # default: read from the host
+    host_paths: HostPaths | None = None  # where /proc/vmstat and the manager's knobs are read
 
 
 @dataclass
@@ -390,13 +398,137 @@ def _profile_runs(
                     raise HardwareError("perf stat gave no instructions/LLC misses for the sweep")
                 curve.append(MissCurvePoint(llc_ways=w, misses_per_instruction=misses / instr))
                 steps.advance(s)
+        managed: ManagedRun | None = None
+        if opts.tiering:
+            with step(steps, "managed run (page manager on, timed PEBS samples)", 1) as s:
+                group = resctrl.create(group_name, ways_max)
+                log_dir = tmp / "managed"
+                log_dir.mkdir(parents=True, exist_ok=True)
+                env = shim.shim_env(build, log_dir / "regions.%p.log", target=target)
+                managed = managed_run(
+                    runner, command, group, fast, opts, sample_event, env, log_dir
+                )
+                managed.regions = shim.program_log(log_dir, target)
+                steps.advance(s)
     finally:
         resctrl.remove(group_name)
     bundle = assemble(records, plan, curve, opts, report)
+    if managed is not None:
+        bundle = bundle.model_copy(
+            update={"tiering": tiering_from_pebs(managed, records, bundle, opts, report)}
+        )
+        check_bundle(bundle)
     if result is not None:
         result.bundle = bundle
         result.returncode = next((r.returncode for r in records.values() if r.returncode), 0)
     return bundle
+
+
+@dataclass
+class ManagedRun:
+    """The run under the page manager: timed samples, wall time, /proc/vmstat around it."""
+
+    seconds: NDArray[np.float64]
+    addresses: NDArray[np.uint64]
+    wall_seconds: float
+    vmstat_before: dict[str, int]
+    vmstat_after: dict[str, int]
+    regions: shim.RegionLog | None = None
+
+
+def managed_run(
+    runner: Runner,
+    command: Sequence[str],
+    group: Path,
+    fast: int,
+    opts: HardwareOptions,
+    sample_event: str,
+    env: dict[str, str] | None,
+    workdir: Path,
+) -> ManagedRun:
+    """The program once more, on the fast node's CPUs, memory preferred there (it spills to the
+    slow node when full) so the kernel's tiering places and moves its pages; `perf record -T`
+    keeps each sample's time stamp."""
+    paths = opts.host_paths or HostPaths.from_env()
+    data = workdir / "perf.data"
+    inner = [
+        opts.perf,
+        "record",
+        "-q",
+        "-T",
+        "-e",
+        sample_event,
+        "-c",
+        str(SAMPLING_INTERVAL),
+        "-d",
+        "-o",
+        str(data),
+        "--",
+        opts.numactl,
+        f"--preferred={fast}",
+        f"--cpunodebind={fast}",
+        "--",
+        *command,
+    ]
+    script = f"echo $$ > {shlex.quote(str(group / 'tasks'))} && exec {shlex.join(inner)}"
+    before = tiering_collect.read_vmstat(paths)
+    started = time.monotonic()
+    code, _, err = runner.run(["sh", "-c", script], env)
+    wall = time.monotonic() - started
+    after = tiering_collect.read_vmstat(paths)
+    code_s, out, err_s = runner.run([opts.perf, "script", "-F", "time,addr", "-i", str(data)], env)
+    if code_s != 0:
+        raise HardwareError(
+            f"perf script failed after the managed run (status {code}, {err[-1000:]}):"
+            f" {err_s[-1000:]}"
+        )
+    seconds, addrs = tiering_collect.parse_perf_script_timed(out)
+    return ManagedRun(seconds, addrs, wall, before, after)
+
+
+def tiering_from_pebs(
+    managed: ManagedRun,
+    records: dict[RunName, RunRecord],
+    bundle: ProfileBundle,
+    opts: HardwareOptions,
+    report: NodeReport,
+) -> TieringProfile:
+    """The tiering profile from the managed run's PEBS samples (every SAMPLING_INTERVAL-th LLC
+    miss; loads only, so no write share) and the reference runs' times."""
+    if managed.regions is None:
+        raise HardwareError("the managed run wrote no region log")
+    rmap = shim.RegionMap(managed.regions)
+    shift = int(opts.tiering_page_bytes).bit_length() - 1
+    samples = tiering_collect.PageSamples(
+        seconds=managed.seconds,
+        page=(managed.addresses >> np.uint64(shift)).astype(np.int64),
+        tag=rmap.lookup(managed.addresses).astype(np.int64),
+        is_write=np.zeros(managed.addresses.shape[0], dtype=np.bool_),
+        tags=list(rmap.tags),
+    )
+    paths = opts.host_paths or HostPaths.from_env()
+    fast_node = next(n for n in report.numa if n.node == report.fast_nodes[0])
+    footprint = bundle.footprint_bytes
+    misses = records["fastmax"].counters.get("longest_lat_cache.miss") or 1
+    try:
+        return tiering_collect.build_profile(
+            samples,
+            page_bytes=opts.tiering_page_bytes,
+            llc_misses=float(misses),
+            sampling_period=SAMPLING_INTERVAL,
+            wall_seconds_fast=records["fastmax"].wall_seconds,
+            wall_seconds_slow=records["slowmax"].wall_seconds,
+            manager=opts.page_manager or tiering_collect.page_manager(paths, "auto"),
+            counters=tiering_collect.counters_from_vmstat(
+                managed.vmstat_before,
+                managed.vmstat_after,
+                min(footprint, fast_node.memory_bytes),
+                max(managed.wall_seconds, 1e-3),
+            ),
+            structure_bytes={s.tag: s.size_bytes for s in bundle.structures},
+        )
+    except tiering_collect.TieringCollectError as exc:
+        raise HardwareError(f"tiering: {exc}") from exc
 
 
 @dataclass

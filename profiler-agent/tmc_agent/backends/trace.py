@@ -40,6 +40,7 @@ from model.bundle import (
     check_bundle,
 )
 from model.resources import MIB
+from model.tiering.profile import PageManagerState, TieringProfile
 from sim import kernels
 from sim.engine import Prepared, stack_pass
 from sim.host import run_many
@@ -49,7 +50,7 @@ from sim.placement import all_in
 from sim.profile import host_description, load_miss_tags, tier_traffic
 from sim.trace import Trace, structure_bases
 from sim.workload import StructureSpec, Uniform, Workload
-from tmc_agent import lackey, shim
+from tmc_agent import lackey, shim, tiering_collect
 from tmc_agent.steps import NoSteps, Steps, step
 
 LINE = 64
@@ -73,6 +74,10 @@ class TraceOptions:
     auto_tag: bool = False
     min_structure_bytes: int = LINE
     target_exe: Path | None = None  # whose allocations count (default: the command's program)
+    # The tiering profile: every LLC miss of the trace is a sample (period 1), pages of this size.
+    tiering: bool = False
+    tiering_page_bytes: int = 4096
+    page_manager: PageManagerState | None = None  # default: a HeMem-like manager's defaults
 
 
 L2 = lackey.L2Geometry(sets=L2_BYTES // (LINE * L2_WAYS), ways=L2_WAYS)
@@ -97,6 +102,7 @@ class Attributed:
     is_store: NDArray[np.bool_]
     instructions: int
     raw_accesses: int
+    addr: NDArray[np.uint64] | None = None  # each LLC access's data address (for pages)
 
 
 def private_cache_filter(lines: NDArray[np.int64]) -> NDArray[np.bool_]:
@@ -157,6 +163,7 @@ def attribute(rec: lackey.Recording, min_bytes: int = LINE) -> Attributed:
         is_store=r["kind"][idx] == lackey.KIND_STORE,
         instructions=max(int(cum[-1]) if cum.size else 0, rec.instructions),
         raw_accesses=rec.raw_accesses if rec.raw_accesses >= 0 else int(r.shape[0]),
+        addr=addr[idx],
     )
 
 
@@ -289,8 +296,50 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
             source="trace", stall_sample_period_cycles=1, runs=measurements
         ),
     )
+    if opts.tiering:
+        with step(steps, "tiering profile (page samples per window, reuse)", 1) as s:
+            tiering = tiering_from_trace(att, depth, opts, host, runs)
+            bundle = bundle.model_copy(update={"tiering": tiering})
+            steps.advance(s)
     check_bundle(bundle)
     return bundle
+
+
+def tiering_from_trace(
+    att: Attributed,
+    depth: NDArray[np.uint8],
+    opts: TraceOptions,
+    host: Host,
+    runs: Sequence[ReferenceRun],
+) -> TieringProfile:
+    """Every LLC miss of the all-fast run, all ways (depth at or past the way count), is a
+    sample: its page, its structure, load or store, and its time on the host model's clock."""
+    if att.addr is None:
+        raise tiering_collect.TieringCollectError("the recording kept no addresses")
+    fast = next(r for r in runs if r.name == "fastmax")
+    slow = next(r for r in runs if r.name == "slowmax")
+    miss = depth >= opts.ways_max
+    instructions_at = np.cumsum(att.gap.astype(np.int64))
+    per_instruction = fast.wall_seconds / max(int(instructions_at[-1]), 1)
+    shift = int(opts.tiering_page_bytes).bit_length() - 1
+    samples = tiering_collect.PageSamples(
+        seconds=instructions_at[miss].astype(np.float64) * per_instruction,
+        page=(att.addr[miss] >> np.uint64(shift)).astype(np.int64),
+        tag=att.sid[miss].astype(np.int64),
+        is_write=att.is_store[miss],
+        tags=list(att.tags),
+    )
+    return tiering_collect.build_profile(
+        samples,
+        page_bytes=opts.tiering_page_bytes,
+        llc_misses=float(np.count_nonzero(miss)),
+        sampling_period=1,
+        wall_seconds_fast=fast.wall_seconds,
+        wall_seconds_slow=slow.wall_seconds,
+        manager=opts.page_manager or tiering_collect.named_manager("hemem"),
+        slow_write_bandwidth=host.slow_tier.write_bandwidth_bytes_per_second,
+        fast_write_bandwidth=host.fast_tier.write_bandwidth_bytes_per_second,
+    )
 
 
 def _cpu_name() -> str:
