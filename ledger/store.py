@@ -97,8 +97,9 @@ def reserve(session: Session, node_name: str, want: Want, attempt: str) -> Held:
     """Reserve `want` on `node_name` for the bind attempt `attempt`, or raise NoRoom or
     HeldElsewhere. Idempotent per pod and node: a retried bind to the same node gets the
     reservation the pod already has there (then owned by no single attempt, see `release`), or a
-    fresh one when the decision changed. A reservation on another node is never touched here: it
-    belongs to a bind in flight there, or to a bind that died (reconciliation releases those).
+    fresh one when the decision changed. The caller has checked that the pod is not bound. A
+    reservation of it on another node then belongs to a bind in flight there (HeldElsewhere),
+    unless it is older than any bind can take: that bind died, and its row goes.
 
     The node's row lock comes first, then the pod's reservation is read under it: two binds of
     one pod to one node (a retry racing the original) serialise on the node and the second finds
@@ -112,7 +113,14 @@ def reserve(session: Session, node_name: str, want: Want, attempt: str) -> Held:
     ).one_or_none()
     if found is not None:
         if found.node_name != node_name:
-            raise HeldElsewhere(found.node_name)
+            if not _from_a_dead_attempt(found):
+                raise HeldElsewhere(found.node_name)
+            # A bind that died between its commit and its Binding (the extender killed, say):
+            # the pod is unbound (the caller checked), so its old row goes.
+            session.delete(found)
+            session.flush()
+            found = None
+    if found is not None:
         same = (
             found.vcpus == want.vcpus
             and found.dram_bytes == want.dram_bytes
@@ -182,6 +190,17 @@ def reserve(session: Session, node_name: str, want: Want, attempt: str) -> Held:
     _log_placement(session, row, want.slow_ratio)
     session.flush()
     return held_of(row)
+
+
+# No bind takes this long (kube-scheduler gives an extender verb 5 s): a younger reservation of an
+# unbound pod on another node is a bind in flight, an older one a bind that died.
+BIND_IN_FLIGHT = timedelta(seconds=15)
+
+
+def _from_a_dead_attempt(row: Reservation) -> bool:
+    now = utcnow()
+    made = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=now.tzinfo)
+    return now - made > BIND_IN_FLIGHT
 
 
 def _log_placement(session: Session, row: Reservation, slow_ratio: float) -> None:

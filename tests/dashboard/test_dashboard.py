@@ -84,7 +84,9 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    # Playwright's own probes (wait_for_function) evaluate strings, which the pages' CSP refuses;
+    # the pages themselves are checked under the CSP by strict_page.
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, bypass_csp=True)
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
@@ -456,9 +458,22 @@ def test_every_form_control_has_a_label(service: tuple[str, str], page: Page) ->
     assert unlabelled == []
 
 
+@pytest.fixture
+def strict_page(browser: Browser) -> Iterator[Page]:
+    """A page that enforces the dashboard's Content-Security-Policy, as a browser does."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    yield pg
+    context.close()
+    assert errors == [], errors
+
+
 def test_the_dashboard_cannot_be_framed_and_loads_only_its_own_assets(
-    service: tuple[str, str], page: Page
+    service: tuple[str, str], strict_page: Page
 ) -> None:
+    page = strict_page
     base, token = service
     refused: list[str] = []
     page.on(

@@ -72,6 +72,23 @@ def test_reserve_is_idempotent_per_pod_and_never_takes_another_nodes_row(
     assert moved.node == "node-4"
 
 
+def test_a_row_older_than_any_bind_is_a_dead_attempts_and_moves(
+    sessions: sessionmaker[Session], state: ClusterState
+) -> None:
+    # The extender killed between its commit and its Binding: the pod is still unbound, and its
+    # retry may go to another node once no bind can still be in flight.
+    with unit_of_work(sessions) as session:
+        reserve(session, "node-1", want("a"))
+        session.execute(
+            update(Reservation)
+            .where(Reservation.pod_uid == "a")
+            .values(created_at=Reservation.created_at - ledger.BIND_IN_FLIGHT * 2)
+        )
+        moved = reserve(session, "node-4", want("a"))
+        rows = session.scalars(select(Reservation)).all()
+    assert moved.node == "node-4" and [r.node_name for r in rows] == ["node-4"]
+
+
 def test_a_failed_attempt_releases_only_a_row_no_other_attempt_relies_on(
     sessions: sessionmaker[Session], state: ClusterState
 ) -> None:
