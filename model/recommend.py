@@ -322,6 +322,7 @@ def _verification(priced: PricedGrid, best: int) -> VerificationState:
         largest_error=0.0 if c is None else c.largest_error,
         next_slow_ratio=ratio if wanted else None,
         next_llc_ways=ways if wanted else None,
+        ignored=[] if c is None else list(c.ignored),
     )
 
 

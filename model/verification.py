@@ -16,12 +16,21 @@ So tmc asks for verification runs:
 2. The workload runs once there, with tmc's placement plan, on the same input as profiled. Its
    wall time is an `Observation`.
 3. Recommend again with the observations. At a measured slow ratio every way count's predicted
-   time is scaled by measured / predicted (the geometric mean when several were measured): the
+   time is scaled by measured / predicted (the median when several were measured): the
    error there comes from which structures are slow, and that is the same at every way count.
    The interval at that ratio shrinks to one run's noise. Elsewhere the interval is widened to
    at least the largest relative error measured: the model is trusted no better where it was not
    checked than where it was.
 4. Repeat while the optimum moves to an unmeasured ratio, at most `VERIFICATION_BUDGET` runs.
+
+Runs are reported by agents and operators, so none is trusted blindly (`screen`). A run outside
+what the profile and the model make physically plausible is ignored and reported with its
+reason, never an exception: faster than fastmax (all DRAM, the most profiled ways: no
+configuration with more slow memory or fewer ways runs faster, up to run noise), or more than
+`PLAUSIBLE_FACTOR` times faster or slower than predicted (the model's largest error measured on
+the simulator is 58 %; a factor of two past it is a wrong input, another machine or another
+program). Runs at the same slow ratio are summarised by their median, so that among three or
+more one outlier never decides.
 
 On the simulator this takes 1.2-2.2 runs per workload in the regime map, and keeps every decision
 within T in all 24 of its regimes, where the model alone keeps 68-80 % in 10 of them
@@ -47,6 +56,12 @@ VERIFICATION_BUDGET = 4  # runs tmc asks for, per workload profile
 # vary by about 1 % between runs of the same input on a quiet host).
 RUN_NOISE = 0.01
 _RATIO_TOLERANCE = 1e-9
+# A run more than this factor away from its prediction is not the profiled workload in tmc's
+# configuration (the model's worst error on the simulator's workloads is 1.58x).
+PLAUSIBLE_FACTOR = 2.0
+# How much faster than fastmax a run at or below fastmax's ways may be: run-to-run noise, many
+# times over.
+FASTMAX_SLACK = 0.1
 
 
 class Observation(BaseModel):
@@ -57,6 +72,7 @@ class Observation(BaseModel):
     slow_ratio: float = Field(ge=0.0, le=1.0)
     llc_ways: int = Field(ge=1, le=64)
     seconds: float = Field(gt=0.0, le=1e9, description="wall time of the whole run")
+    run_id: str | None = Field(default=None, description="the reporter's id, named in flags")
 
 
 class MeasuredRun(BaseModel):
@@ -83,6 +99,18 @@ class VerifiedRatio(BaseModel):
     measured_over_predicted: float
 
 
+class IgnoredRun(BaseModel):
+    """A verification run the model did not use, and why."""
+
+    model_config = ConfigDict(frozen=True)
+    run_id: str | None = None
+    slow_ratio: float
+    llc_ways: int
+    seconds: float
+    code: str = Field(description="implausible_run or unpredictable")
+    reason: str
+
+
 class VerificationState(BaseModel):
     """What the recommendation knows from verification runs, and which run to make next."""
 
@@ -97,6 +125,11 @@ class VerificationState(BaseModel):
         default=None, description="run the workload here next (with the placement plan), if set"
     )
     next_llc_ways: int | None = None
+    ignored: list[IgnoredRun] = Field(
+        default_factory=list,
+        description="runs left out, each with the reason (re-run the workload there if it was"
+        " genuine)",
+    )
 
 
 @dataclass(frozen=True)
@@ -108,6 +141,7 @@ class Correction:
     largest_error: float
     observations: int
     run_noise: float = RUN_NOISE
+    ignored: tuple[IgnoredRun, ...] = ()
 
     @property
     def measured(self) -> NDArray[np.bool_]:
@@ -125,33 +159,87 @@ def correction(
     """From observations given as (grid row or None, predicted, measured) seconds. An
     observation off the grid's ratios corrects no row but counts towards the largest error."""
     n = len(slow_ratios)
-    logs = np.zeros(n)
-    runs = np.zeros(n, dtype=np.int64)
+    by_row: list[list[float]] = [[] for _ in range(n)]
     largest = 0.0
     for row, pred, meas in zip(rows, predicted_seconds, measured_seconds, strict=True):
         if not (pred > 0 and meas > 0 and math.isfinite(pred) and math.isfinite(meas)):
             raise ValueError("predicted and measured times must be positive and finite")
-        largest = max(largest, abs(meas / pred - 1.0))
+        # The difference of logs, not the log of the ratio: the ratio of a subnormal and a
+        # large time underflows to 0.
+        error = math.log(meas) - math.log(pred)
+        largest = max(largest, abs(math.expm1(error)))
         if row is not None:
-            logs[row] += math.log(meas / pred)
-            runs[row] += 1
-    factor = np.exp(np.divide(logs, runs, out=np.zeros(n), where=runs > 0))
-    return Correction(factor, runs, largest, len(rows), run_noise)
+            by_row[row].append(error)
+    runs = np.asarray([len(r) for r in by_row], dtype=np.int64)
+    logs = np.asarray([float(np.median(r)) if r else 0.0 for r in by_row])
+    return Correction(np.exp(logs), runs, largest, len(rows), run_noise)
+
+
+def plausibility(predictor: Predictor, o: Observation, predicted: float) -> tuple[str, str] | None:
+    """Why a run cannot be the profiled workload in its configuration (a flag code and the
+    reason), or None if it can."""
+    m = predictor.model
+    if not (math.isfinite(predicted) and predicted > 0):
+        return "unpredictable", "the model predicts no usable time there"
+    floor = m.fastmax_seconds * (1.0 - FASTMAX_SLACK) if o.llc_ways <= m.ways_max else 0.0
+    if o.seconds < floor:
+        return "implausible_run", (
+            f"{o.seconds:.3g} s is faster than fastmax ({m.fastmax_seconds:.3g} s, all DRAM and"
+            f" {m.ways_max} ways): with slow memory or fewer ways the workload cannot run faster."
+            " Check that the run used the profiled input"
+        )
+    # Compared in logs: a subnormal over a large time underflows to 0.
+    error = math.log(o.seconds) - math.log(predicted)
+    if abs(error) > math.log(PLAUSIBLE_FACTOR):
+        side = "faster" if error < 0 else "slower"
+        return "implausible_run", (
+            f"{o.seconds:.3g} s is more than {PLAUSIBLE_FACTOR:g}x {side} than predicted"
+            f" ({predicted:.3g} s): not the profiled workload and input in this configuration,"
+            " or a disturbed run. Check the run's input and host, then run it again"
+        )
+    return None
+
+
+def screen(
+    predictor: Predictor, observations: Sequence[Observation]
+) -> tuple[list[tuple[Observation, float]], list[IgnoredRun]]:
+    """The plausible runs with their predicted seconds, and the others with the reason."""
+    kept: list[tuple[Observation, float]] = []
+    ignored: list[IgnoredRun] = []
+    for o in observations:
+        predicted = predictor.predict_one(o.slow_ratio, o.llc_ways)[0]
+        why = plausibility(predictor, o, predicted)
+        if why is None:
+            kept.append((o, predicted))
+            continue
+        code, reason = why
+        ignored.append(
+            IgnoredRun(
+                run_id=o.run_id,
+                slow_ratio=o.slow_ratio,
+                llc_ways=o.llc_ways,
+                seconds=o.seconds,
+                code=code,
+                reason=reason,
+            )
+        )
+    return kept, ignored
 
 
 def observed(
     predictor: Predictor, slow_ratios: FloatArray, observations: Sequence[Observation]
 ) -> Correction:
-    """The correction for a grid from observations, each predicted at its own configuration."""
+    """The correction for a grid from the plausible observations, each predicted at its own
+    configuration; the others are listed in `ignored`."""
     if len(observations) > MAX_OBSERVATIONS:
         raise ValueError(f"at most {MAX_OBSERVATIONS} observations")
+    kept, ignored = screen(predictor, observations)
     rows: list[int | None] = []
-    predicted = []
-    for o in observations:
+    for o, _ in kept:
         hit = np.flatnonzero(np.abs(slow_ratios - o.slow_ratio) <= _RATIO_TOLERANCE)
         rows.append(int(hit[0]) if hit.size else None)
-        predicted.append(predictor.predict_one(o.slow_ratio, o.llc_ways)[0])
-    return correction(slow_ratios, rows, predicted, [o.seconds for o in observations])
+    c = correction(slow_ratios, rows, [p for _, p in kept], [o.seconds for o, _ in kept])
+    return replace(c, ignored=tuple(ignored))
 
 
 def corrected(prediction: GridPrediction, c: Correction) -> GridPrediction:

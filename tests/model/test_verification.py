@@ -4,12 +4,16 @@ known). Against the simulator: tests/bench/test_verification.py."""
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model import Predictor, recommend
+from model import FittedModel, Predictor, fit, parse_bundle, recommend
 from model.errors import InvalidRequest
 from model.grid import paper_grid
 from model.verification import (
@@ -115,3 +119,77 @@ def test_too_many_observations_are_a_clear_error() -> None:
     many = [Observation(slow_ratio=0.0, llc_ways=4, seconds=1.0)] * (MAX_OBSERVATIONS + 1)
     with pytest.raises(InvalidRequest, match="at most"):
         recommend(model, machine=PAPER_MACHINE, observations=many)
+
+
+# -- Runs the model must not trust -------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _xsbench() -> FittedModel:
+    return fit(parse_bundle(json.loads((EXAMPLES / "xsbench.json").read_text())))
+
+
+def test_a_subnormal_run_is_ignored_with_a_flag_not_a_failed_recommendation() -> None:
+    model = _xsbench()
+    poison = Observation(slow_ratio=0.5, llc_ways=4, seconds=5e-324, run_id="x")
+    rec = recommend(model, machine=PAPER_MACHINE, observations=[poison])
+    clean = recommend(model, machine=PAPER_MACHINE)
+    assert rec.chosen.configuration == clean.chosen.configuration
+    v = rec.verification
+    assert v is not None and v.runs == 0 and v.verified == []
+    assert [(i.run_id, i.code) for i in v.ignored] == [("x", "implausible_run")]
+    assert "faster than fastmax" in v.ignored[0].reason
+
+
+def test_a_plausible_looking_fake_run_cannot_move_the_choice() -> None:
+    model = _xsbench()
+    clean = recommend(model, machine=PAPER_MACHINE)
+    fake = Observation(slow_ratio=0.9, llc_ways=1, seconds=0.05)
+    rec = recommend(model, machine=PAPER_MACHINE, observations=[fake])
+    assert rec.chosen.configuration == clean.chosen.configuration
+    assert rec.chosen.slowdown > -0.01  # no run of the workload beats fastmax
+    assert rec.verification is not None and len(rec.verification.ignored) == 1
+
+
+def test_a_run_far_slower_than_predicted_is_ignored_with_its_reason() -> None:
+    model = _xsbench()
+    predicted = Predictor(model).predict_one(0.3, 8)[0]
+    slow = Observation(slow_ratio=0.3, llc_ways=8, seconds=predicted * 2.5)
+    rec = recommend(model, machine=PAPER_MACHINE, observations=[slow])
+    v = rec.verification
+    assert v is not None and v.runs == 0
+    assert "slower than predicted" in v.ignored[0].reason
+
+
+def test_one_outlier_among_three_runs_does_not_decide() -> None:
+    c = correction(RATIOS, [2, 2, 2], [10.0] * 3, [10.5, 10.4, 18.0])
+    assert c.factor[2] == pytest.approx(1.05)  # the median, not pulled towards 1.8
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.builds(
+            Observation,
+            slow_ratio=st.one_of(st.sampled_from([0.0, 0.1, 0.5, 1.0]), st.floats(0.0, 1.0)),
+            llc_ways=st.one_of(st.sampled_from([1, 2, 64]), st.integers(1, 64)),
+            seconds=st.one_of(
+                st.sampled_from([5e-324, 2.2250738585072014e-308, 1e-300, 1.0, 1e9]),
+                st.floats(0.0, 1e9, exclude_min=True, allow_subnormal=True),
+            ),
+        ),
+        max_size=MAX_OBSERVATIONS,
+    )
+)
+def test_no_run_the_schema_accepts_makes_a_recommendation_fail(
+    runs: list[Observation],
+) -> None:
+    rec = recommend(_XSBENCH, machine=PAPER_MACHINE, observations=runs)
+    v = rec.verification
+    assert v is not None and v.runs + len(v.ignored) == len(runs)
+    assert math.isfinite(rec.chosen.predicted_seconds) and rec.chosen.predicted_seconds > 0
+    assert rec.chosen.slowdown > -0.5
+
+
+_XSBENCH = _xsbench()
