@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 
 import numpy as np
 from numpy.typing import NDArray
@@ -125,6 +126,14 @@ class VerificationState(BaseModel):
         default=None, description="run the workload here next (with the placement plan), if set"
     )
     next_llc_ways: int | None = None
+    chosen_measured: bool = Field(
+        default=False, description="a run was made at the chosen configuration itself"
+    )
+    chosen_slowdown_measured: float | None = Field(
+        default=None,
+        description="the chosen configuration's slowdown as its runs measured it (the promise,"
+        " checked)",
+    )
     ignored: list[IgnoredRun] = Field(
         default_factory=list,
         description="runs left out, each with the reason (re-run the workload there if it was"
@@ -270,3 +279,226 @@ def next_run(c: Correction | None, best_row: int, budget: int = VERIFICATION_BUD
     runs = 0 if c is None else c.observations
     measured = False if c is None else bool(c.measured[best_row])
     return runs < budget and not measured
+
+
+# -- Both axes: the model's error as a slow-memory part and an LLC-way part ---------------------
+
+# How far apart two slow ratios may be and still share most of the model's slow-memory error:
+# neighbouring ratios put mostly the same structures in the slow tier.
+RATIO_CORRELATION = 0.2
+# Likewise for way counts, in octaves: the miss curve's error at 4 ways is mostly its error at 3
+# and 6, little of its error at 28.
+WAYS_CORRELATION = 1.0
+# A run is worth making when it is expected to save at least this share of the chosen
+# configuration's cost (or to show that a cheaper one keeps the objective).
+MIN_EXPECTED_SAVING = 0.005
+
+
+@dataclass(frozen=True)
+class GridCorrection:
+    """What the runs say about every grid point: [ratio, ways] arrays."""
+
+    factor: FloatArray  # measured / predicted, expected (1 where nothing was learnt)
+    sigma: FloatArray  # relative standard deviation of a run's time after the runs
+    runs: NDArray[np.int64]  # runs made exactly at each point
+    largest_error: float
+    observations: int
+    inflation: float  # how much wider the model's errors were than its interval said (>= 1)
+    ignored: tuple[IgnoredRun, ...] = ()
+
+    @property
+    def measured(self) -> NDArray[np.bool_]:
+        out: NDArray[np.bool_] = self.runs > 0
+        return out
+
+    def ratio_runs(self) -> NDArray[np.int64]:
+        out: NDArray[np.int64] = self.runs.sum(axis=1)
+        return out
+
+
+def split_sigma(sigma: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The interval's [ratio, ways] sigma as a slow-memory part [ratio, ways] and an LLC-way part
+    [ways]: at the grid's lowest ratio nothing is slow, so all of its sigma belongs to the way
+    count (miss curve and run noise); the rest, in quadrature, to slow memory."""
+    ways_part = sigma[0, :].copy()
+    slow_part: FloatArray = np.sqrt(np.maximum(sigma**2 - ways_part[None, :] ** 2, 0.0))
+    return slow_part, ways_part
+
+
+def grid_correction(
+    slow_ratios: FloatArray,
+    llc_ways: NDArray[np.int64],
+    sigma: FloatArray,
+    points: Sequence[tuple[int, int, float]],
+    *,
+    observations: int,
+    largest_error: float,
+    run_noise: float = RUN_NOISE,
+    ignored: Sequence[IgnoredRun] = (),
+) -> GridCorrection:
+    """The posterior of the model's log error over the grid, given runs at grid points
+    (row, column, log(measured / predicted)).
+
+    The prior is the prediction interval itself: at (r, w) the error is
+    `slow(r, w) * a_r + b_w`, with `a` a standard normal per slow ratio (neighbouring ratios
+    correlated over `RATIO_CORRELATION`) and `b_w` normal with the way count's own sigma
+    (neighbouring way counts correlated over `WAYS_CORRELATION` octaves). A run
+    at (r, w) then corrects its slow ratio at every way count (as far as that ratio's error is
+    slow memory's), its way count at every ratio (as far as it is the miss curve's), and
+    neighbouring ratios in proportion to their correlation. Where runs err by more than the
+    interval allowed, the whole prior is widened by the ratio (an empirical-Bayes scale), so the
+    model is trusted no better where it was not checked than where it was."""
+    n_r, n_w = sigma.shape
+    slow_part, ways_part = split_sigma(sigma)
+    runs = np.zeros((n_r, n_w), dtype=np.int64)
+    if not points:
+        return GridCorrection(
+            np.ones((n_r, n_w)),
+            sigma.copy(),
+            runs,
+            largest_error,
+            observations,
+            1.0,
+            tuple(ignored),
+        )
+    dist = np.abs(slow_ratios[:, None] - slow_ratios[None, :])
+    k_a = np.exp(-dist / RATIO_CORRELATION)
+    # The ways part of the prior holds the reference runs' noise; a little floor keeps the
+    # system well posed where the interval is 0.
+    octaves = np.abs(np.log2(llc_ways.astype(np.float64))[:, None] - np.log2(llc_ways)[None, :])
+    sd_b = np.maximum(ways_part, 1e-4)
+    k_b = sd_b[:, None] * sd_b[None, :] * np.exp(-octaves / WAYS_CORRELATION)
+    prior = np.zeros((n_r + n_w, n_r + n_w))
+    prior[:n_r, :n_r] = k_a
+    prior[n_r:, n_r:] = k_b
+    h = np.zeros((len(points), n_r + n_w))
+    y = np.zeros(len(points))
+    for k, (i, j, err) in enumerate(points):
+        h[k, i] = slow_part[i, j]
+        h[k, n_r + j] = 1.0
+        y[k] = err
+        runs[i, j] += 1
+    noise = np.full(len(points), run_noise**2)
+    expected = np.einsum("ki,ij,kj->k", h, prior, h) + noise
+    inflation = float(max(1.0, math.sqrt(float(np.mean(y**2 / expected)))))
+    prior = prior * inflation**2
+    s = h @ prior @ h.T + np.diag(noise)
+    gain = np.linalg.solve(s, h @ prior).T  # [params, runs]
+    mean = gain @ y
+    cov = prior - gain @ h @ prior
+    # Per grid point: slow(r, w) * a_r + b_w.
+    a_mean, b_mean = mean[:n_r], mean[n_r:]
+    var_a = np.diag(cov)[:n_r]
+    var_b = np.diag(cov)[n_r:]
+    cov_ab = cov[:n_r, n_r:]
+    log_factor = slow_part * a_mean[:, None] + b_mean[None, :]
+    var = slow_part**2 * var_a[:, None] + var_b[None, :] + 2.0 * slow_part * cov_ab
+    # A future run of the workload varies by one run's noise around the corrected prediction.
+    post_sigma = np.sqrt(np.maximum(var, 0.0) + run_noise**2)
+    return GridCorrection(
+        np.exp(log_factor),
+        post_sigma,
+        runs,
+        largest_error,
+        observations,
+        inflation,
+        tuple(ignored),
+    )
+
+
+def observed_grid(
+    predictor: Predictor,
+    slow_ratios: FloatArray,
+    llc_ways: NDArray[np.int64],
+    sigma: FloatArray,
+    observations: Sequence[Observation],
+) -> GridCorrection:
+    """`grid_correction` from observations: screened first (`screen`), then matched to grid
+    points. A plausible run off the grid corrects nothing but counts towards the largest error."""
+    if len(observations) > MAX_OBSERVATIONS:
+        raise ValueError(f"at most {MAX_OBSERVATIONS} observations")
+    kept, ignored = screen(predictor, observations)
+    points: list[tuple[int, int, float]] = []
+    largest = 0.0
+    for o, predicted in kept:
+        err = math.log(o.seconds) - math.log(predicted)
+        largest = max(largest, abs(math.expm1(err)))
+        row = np.flatnonzero(np.abs(slow_ratios - o.slow_ratio) <= _RATIO_TOLERANCE)
+        col = np.flatnonzero(llc_ways == o.llc_ways)
+        if row.size and col.size:
+            points.append((int(row[0]), int(col[0]), err))
+    # Robust: several runs at one point enter as their median, so that among three or more one
+    # outlier never decides (and a repeated run does not shrink the interval below its noise
+    # faster than independent runs would).
+    merged: dict[tuple[int, int], list[float]] = {}
+    for i, j, err in points:
+        merged.setdefault((i, j), []).append(err)
+    summary = [(i, j, float(np.median(e))) for (i, j), e in merged.items()]
+    c = grid_correction(
+        slow_ratios,
+        llc_ways,
+        sigma,
+        summary,
+        observations=len(kept),
+        largest_error=largest,
+        ignored=ignored,
+    )
+    runs = np.zeros_like(c.runs)
+    for (i, j), e in merged.items():
+        runs[i, j] = len(e)
+    return replace(c, runs=runs)
+
+
+def corrected_grid(prediction: GridPrediction, c: GridCorrection) -> GridPrediction:
+    """The grid's times (and CPI, slowdown) scaled by what the runs taught, point by point."""
+    seconds = prediction.seconds * c.factor
+    fastmax = prediction.seconds / (1.0 + prediction.slowdown)
+    return replace(
+        prediction,
+        seconds=seconds,
+        cpi=prediction.cpi * c.factor,
+        slowdown=seconds / fastmax - 1.0,
+    )
+
+
+def expected_saving(
+    cost: FloatArray,
+    sigma: FloatArray,
+    chosen_cost: float,
+    chance_acceptable: FloatArray,
+) -> FloatArray:
+    """Per candidate, the expected saving against the chosen cost if it were measured and taken
+    (expected improvement under a normal error of relative sigma), times the chance that it
+    meets the objective, as a share of the chosen cost."""
+    spread = np.maximum(cost * sigma, 1e-300)
+    d = (chosen_cost - cost) / spread
+    normal = NormalDist()
+    cdf = np.vectorize(normal.cdf)(d)
+    pdf = np.exp(-0.5 * d**2) / math.sqrt(2.0 * math.pi)
+    gain = (chosen_cost - cost) * cdf + spread * pdf
+    out: FloatArray = np.maximum(gain, 0.0) * chance_acceptable / chosen_cost
+    return out
+
+
+def next_point(
+    cost: FloatArray,
+    sigma: FloatArray,
+    chance_acceptable: FloatArray,
+    chosen: int,
+    measured: NDArray[np.bool_],
+    runs_made: int,
+    budget: int = VERIFICATION_BUDGET,
+    min_saving: float = MIN_EXPECTED_SAVING,
+) -> int | None:
+    """Where the next run goes (flat index), or None. First the chosen configuration itself: its
+    run checks the promise. Then the unmeasured candidate whose run is most likely to change the
+    choice for the better (`expected_saving`), if that is worth a run."""
+    if runs_made >= budget:
+        return None
+    if not measured[chosen]:
+        return chosen
+    saving = expected_saving(cost, sigma, float(cost[chosen]), chance_acceptable)
+    saving[measured] = 0.0
+    saving[chosen] = 0.0
+    best = int(np.argmax(saving))
+    return best if saving[best] >= min_saving else None

@@ -18,6 +18,7 @@ from model import (
     predicted_grid,
     recommend,
 )
+from model.confidence import prediction_interval
 from model.resources import split_memory
 from tests.factories import Shape
 from tests.model.support import HOST_WAYS, PAPER_MACHINE, consistent_shapes, fitted
@@ -203,10 +204,13 @@ def test_slo_choice_meets_its_bound_and_is_cheap_among_those_that_do(
     points = predicted_grid(predictor, machine=PAPER_MACHINE, grid=grid)
     meeting = [g for g in points if g.feasible and g.slowdown <= bound + TINY]
     objective = Objective(kind="slo", max_slowdown=bound)
+    # The paper's Algorithm 1 (no interval): the SLO is decided on the point prediction.
     if not meeting:
         # Possible on the paper grid when fastmax used more ways than its largest count (28).
         with pytest.raises(NoFeasibleConfiguration):
-            recommend(predictor, machine=PAPER_MACHINE, objective=objective, grid=grid)
+            recommend(
+                predictor, machine=PAPER_MACHINE, objective=objective, grid=grid, confidence=None
+            )
         return
     rec = recommend(
         predictor,
@@ -215,6 +219,7 @@ def test_slo_choice_meets_its_bound_and_is_cheap_among_those_that_do(
         objective=objective,
         threshold=threshold,
         grid=grid,
+        confidence=None,
     )
     assert rec.chosen.slowdown <= bound + TINY
     cheapest = min(g.cost for g in meeting)
@@ -239,7 +244,9 @@ def test_least_dram_choice_is_within_t_of_the_least_dram_that_meets_the_bound(
     objective = Objective(kind="least_dram", max_slowdown=bound)
     if not meeting:
         with pytest.raises(NoFeasibleConfiguration):
-            recommend(predictor, machine=PAPER_MACHINE, objective=objective, grid=grid)
+            recommend(
+                predictor, machine=PAPER_MACHINE, objective=objective, grid=grid, confidence=None
+            )
         return
     rec = recommend(
         predictor,
@@ -248,8 +255,48 @@ def test_least_dram_choice_is_within_t_of_the_least_dram_that_meets_the_bound(
         objective=objective,
         threshold=threshold,
         grid=grid,
+        confidence=None,
     )
     assert rec.chosen.slowdown <= bound + TINY
     least = min(g.dram_bytes for g in meeting) / footprint
     # T is an absolute share of the footprint here: DRAM shares are already fractions.
     assert rec.chosen.configuration.dram_bytes / footprint <= least + threshold + TINY
+
+
+@PROPERTY
+@given(
+    shape=consistent_shapes(),
+    bound=st.floats(0.0, 0.5),
+    kind=st.sampled_from(["slo", "least_dram"]),
+    level=st.sampled_from([0.9, 0.95, 0.99]),
+)
+def test_an_slo_is_decided_on_the_upper_bound_at_the_confidence_level(
+    shape: Shape, bound: float, kind: str, level: float
+) -> None:
+    """With an interval, a candidate meets an SLO only if its upper bound does; the choice is
+    the cheapest (least DRAM) of those, and the promise states the bound it was decided on."""
+    predictor = predictor_of(shape)
+    grid = paper_grid()
+    p = predictor.predict(np.asarray(grid.slow_ratios), np.asarray(grid.llc_ways))
+    upper = prediction_interval(p, predictor.model.diagnostics, confidence=level).upper(p.seconds)
+    upper_slowdown = upper / predictor.model.fastmax_seconds - 1.0
+    points = predicted_grid(predictor, machine=PAPER_MACHINE, grid=grid)
+    meets = upper_slowdown.ravel() <= bound + TINY
+    meeting = [g for g, ok in zip(points, meets, strict=True) if g.feasible and ok]
+    objective = Objective(kind=kind, max_slowdown=bound)
+    if not meeting:
+        with pytest.raises(NoFeasibleConfiguration, match=r"confidence|meets"):
+            recommend(predictor, machine=PAPER_MACHINE, objective=objective, confidence=level)
+        return
+    rec = recommend(
+        predictor, machine=PAPER_MACHINE, objective=objective, threshold=0.0, confidence=level
+    )
+    assert rec.chosen.slowdown_upper is not None
+    assert rec.chosen.slowdown <= rec.chosen.slowdown_upper + TINY
+    assert rec.chosen.slowdown_upper <= bound + TINY
+    assert f"at {level * 100:g} %" in rec.promise
+    if kind == "slo":
+        assert rec.chosen.cost <= min(g.cost for g in meeting) * (1.0 + 1e-9)
+    # Whatever the point prediction alone would have taken but the bound did not is explained.
+    for d in rec.dropped:
+        assert "break" in d.reason or "more than T" in d.reason

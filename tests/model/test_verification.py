@@ -16,6 +16,9 @@ from hypothesis import strategies as st
 from model import FittedModel, Predictor, fit, parse_bundle, recommend
 from model.errors import InvalidRequest
 from model.grid import paper_grid
+from model.objectives import Objective
+from model.pricing import DEFAULT_PRICE_PROFILE
+from model.recommend import price_grid
 from model.verification import (
     MAX_OBSERVATIONS,
     RUN_NOISE,
@@ -89,29 +92,68 @@ def test_recommend_names_the_run_to_make_and_uses_the_runs_made() -> None:
     assert first.verification is not None and first.verification.runs == 0
     ratio = first.verification.next_slow_ratio
     ways = first.verification.next_llc_ways
+    # The first run checks the promise: it goes to the chosen configuration.
     assert (ratio, ways) == (
-        first.best.configuration.slow_ratio,
-        first.best.configuration.llc_ways,
+        first.chosen.configuration.slow_ratio,
+        first.chosen.configuration.llc_ways,
     )
     assert ratio is not None and ways is not None
     predicted = Predictor(model).predict_one(ratio, ways)[0]
-    # The run was 30 % slower than predicted: that ratio costs 30 % more at every way count.
     slow = Observation(slow_ratio=ratio, llc_ways=ways, seconds=1.3 * predicted)
     second = recommend(model, machine=PAPER_MACHINE, observations=[slow])
     v = second.verification
     assert v is not None and v.runs == 1 and v.largest_error == pytest.approx(0.3)
     assert [(x.slow_ratio, x.runs) for x in v.verified] == [(ratio, 1)]
-    assert second.best.cost < 1.3 * first.best.cost - 1e-12 or (
-        second.best.configuration.slow_ratio == ratio
-    )
-    if second.best.configuration.slow_ratio != ratio:
-        # The optimum moved to a ratio not yet measured: that is the next run.
-        assert v.next_slow_ratio == second.best.configuration.slow_ratio
-    # A run as predicted keeps the choice, and the optimum's ratio needs no further run.
+    assert v.verified[0].measured_over_predicted == pytest.approx(1.3, rel=0.01)
+    # A run as predicted keeps the choice and checks its promise; a further run, if any, goes
+    # to another configuration that might be cheaper.
     exact = Observation(slow_ratio=ratio, llc_ways=ways, seconds=predicted)
     same = recommend(model, machine=PAPER_MACHINE, observations=[exact])
-    assert same.best.configuration == first.best.configuration
-    assert same.verification is not None and same.verification.next_slow_ratio is None
+    assert same.chosen.configuration == first.chosen.configuration
+    sv = same.verification
+    assert sv is not None and sv.chosen_measured
+    assert sv.chosen_slowdown_measured == pytest.approx(first.chosen.slowdown, abs=1e-3)
+    if sv.next_slow_ratio is not None:
+        assert (sv.next_slow_ratio, sv.next_llc_ways) != (ratio, ways)
+
+
+def test_a_run_breaking_the_slo_at_the_chosen_configuration_moves_the_decision() -> None:
+    model = fitted()
+    slo = Objective(kind="slo", max_slowdown=0.1)
+    first = recommend(model, machine=PAPER_MACHINE, objective=slo)
+    c = first.chosen
+    assert c.slowdown_upper is not None and c.slowdown_upper <= 0.1
+    assert "at most" in first.promise and "at 99 %" in first.promise
+    broken = (1.0 + 0.12) * model.fastmax_seconds  # 12 % slower than fastmax in truth
+    run = Observation(
+        slow_ratio=c.configuration.slow_ratio, llc_ways=c.configuration.llc_ways, seconds=broken
+    )
+    second = recommend(model, machine=PAPER_MACHINE, objective=slo, observations=[run])
+    assert second.chosen.configuration != c.configuration
+    assert second.chosen.slowdown_upper is not None and second.chosen.slowdown_upper <= 0.1
+
+
+def test_a_run_corrects_the_llc_way_axis_as_well_as_its_slow_ratio() -> None:
+    """A run at 0.5 / 4 ways that is 20 % slower than predicted moves 4 ways' neighbours at
+    other ratios too, and does not move every way count at 0.5 by the same factor."""
+    model = fitted()
+    predictor = Predictor(model)
+    grid = paper_grid()
+    before = price_grid(predictor, DEFAULT_PRICE_PROFILE, grid, PAPER_MACHINE)
+    seconds = predictor.predict_one(0.5, 4)[0] * 1.2
+    after = price_grid(
+        predictor,
+        DEFAULT_PRICE_PROFILE,
+        grid,
+        PAPER_MACHINE,
+        [Observation(slow_ratio=0.5, llc_ways=4, seconds=seconds)],
+    )
+    ratio = after.prediction.seconds / before.prediction.seconds
+    row, col = grid.slow_ratios.index(0.5), grid.llc_ways.index(4)
+    assert ratio[row, col] == pytest.approx(1.2, rel=0.01)
+    assert np.ptp(ratio[row]) > 0.005  # not one factor for the whole ratio
+    assert ratio[0, col] > 1.0 + 1e-6  # the way count's error, seen at every ratio
+    assert ratio[0, -1] < ratio[0, col]  # and less at way counts far from it
 
 
 def test_too_many_observations_are_a_clear_error() -> None:
