@@ -104,3 +104,18 @@ def prediction_interval(
         + (miss_curve_spread * psi) ** 2
     )
     return PredictionInterval(sigma=sigma, confidence=confidence)
+
+
+def slowdown_sigma(sigma: FloatArray, prediction: GridPrediction, ways_max: int) -> FloatArray:
+    """The relative sigma of each point's slowdown against fastmax (same shape as sigma).
+
+    A slowdown is measured against fastmax on the same host, and the model is anchored there:
+    the part of the interval that fastmax itself carries (its run noise) is not in the
+    slowdown. What is left, in quadrature, is how far the model may be off away from the
+    anchor; at fastmax's own configuration the slowdown is 0 and certain."""
+    anchor = np.flatnonzero(
+        (prediction.slow_ratios == 0.0)[:, None] & (prediction.llc_ways == ways_max)[None, :]
+    )
+    base = float(sigma.ravel()[anchor[0]]) if anchor.size else 0.0
+    out: FloatArray = np.sqrt(np.maximum(sigma**2 - base**2, 0.0))
+    return out

@@ -11,7 +11,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from model.bundle import HostDescription, WorkloadId
-from model.confidence import DEFAULT_CONFIDENCE, PredictionInterval, prediction_interval
+from model.confidence import (
+    DEFAULT_CONFIDENCE,
+    PredictionInterval,
+    prediction_interval,
+    slowdown_sigma,
+)
 from model.errors import InvalidRequest, NoFeasibleConfiguration
 from model.fit import FitDiagnostics, FittedModel
 from model.grid import Grid, paper_grid
@@ -226,8 +231,14 @@ def recommend(
     slowdown = p.slowdown.ravel()
     interval = None if confidence is None else PredictionInterval(priced.sigma, confidence)
     seconds_upper = None if interval is None else interval.upper(p.seconds).ravel()
-    fastmax = fitted.fastmax_seconds
-    slowdown_upper = None if seconds_upper is None else seconds_upper / fastmax - 1.0
+    slowdown_upper = None
+    if interval is not None:
+        relative_sigma = slowdown_sigma(priced.sigma, p, fitted.ways_max)
+        slowdown_upper = (
+            PredictionInterval(relative_sigma, interval.confidence).upper(p.seconds).ravel()
+            / fitted.fastmax_seconds
+            - 1.0
+        )
 
     acceptable = priced.feasible.copy()
     if objective.max_slowdown is not None:

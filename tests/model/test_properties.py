@@ -18,7 +18,7 @@ from model import (
     predicted_grid,
     recommend,
 )
-from model.confidence import prediction_interval
+from model.confidence import PredictionInterval, prediction_interval, slowdown_sigma
 from model.resources import split_memory
 from tests.factories import Shape
 from tests.model.support import HOST_WAYS, PAPER_MACHINE, consistent_shapes, fitted
@@ -278,7 +278,9 @@ def test_an_slo_is_decided_on_the_upper_bound_at_the_confidence_level(
     predictor = predictor_of(shape)
     grid = paper_grid()
     p = predictor.predict(np.asarray(grid.slow_ratios), np.asarray(grid.llc_ways))
-    upper = prediction_interval(p, predictor.model.diagnostics, confidence=level).upper(p.seconds)
+    sigma = prediction_interval(p, predictor.model.diagnostics, confidence=level).sigma
+    relative = slowdown_sigma(sigma, p, predictor.model.ways_max)
+    upper = PredictionInterval(relative, level).upper(p.seconds)
     upper_slowdown = upper / predictor.model.fastmax_seconds - 1.0
     points = predicted_grid(predictor, machine=PAPER_MACHINE, grid=grid)
     meets = upper_slowdown.ravel() <= bound + TINY
@@ -300,3 +302,19 @@ def test_an_slo_is_decided_on_the_upper_bound_at_the_confidence_level(
     # Whatever the point prediction alone would have taken but the bound did not is explained.
     for d in rec.dropped:
         assert "break" in d.reason or "more than T" in d.reason
+
+
+def test_fastmax_itself_promises_no_slowdown() -> None:
+    """The model is anchored at fastmax: its own configuration is 0 % slower, with certainty,
+    so an SLO as tight as 0 % is met there whatever the reference runs' noise."""
+    predictor = Predictor(fitted())
+    zero = Objective(kind="slo", max_slowdown=0.0)
+    rec = recommend(predictor, machine=PAPER_MACHINE, objective=zero)
+    c = rec.chosen
+    assert (c.configuration.slow_ratio, c.configuration.llc_ways) == (
+        0.0,
+        predictor.model.ways_max,
+    )
+    assert c.slowdown_upper == pytest.approx(0.0, abs=1e-12)
+    assert c.predicted_seconds_upper is not None
+    assert c.predicted_seconds_upper >= c.predicted_seconds
