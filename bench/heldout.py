@@ -234,7 +234,8 @@ def summarize(cases: Sequence[Case]) -> dict[str, Any]:
         zs = np.concatenate([np.asarray(c.z_scores) for c in mine])
         # Leave one workload out: the width that covers 95 % on the others, tried on the one.
         loo_hits = []
-        for name in sorted({c.workload for c in mine}):
+        names = sorted({c.workload for c in mine})
+        for name in names if len(names) > 1 else []:
             train = np.concatenate([np.asarray(c.z_scores) for c in mine if c.workload != name])
             test = np.concatenate([np.asarray(c.z_scores) for c in mine if c.workload == name])
             width = float(np.quantile(train, COVERAGE_LEVEL))
@@ -258,7 +259,9 @@ def summarize(cases: Sequence[Case]) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "cases": len(mine),
             "coverage": float((zs <= z).mean()),
-            "coverage_leave_one_out": float(np.concatenate(loo_hits).mean()),
+            "coverage_leave_one_out": float(np.concatenate(loo_hits).mean())
+            if loo_hits
+            else float("nan"),
             "error_mean": float(err.mean()),
             "error_worst": float(err.max()),
             "paper_error_mean": float(err_paper.mean()),
