@@ -103,6 +103,9 @@ class Case:
     alone: list[Decision] = field(default_factory=list)
     verified: list[Decision] = field(default_factory=list)
     monotone_violations: int = 0
+    # "objective/alone" or "objective/verified" where no configuration met the objective with
+    # the model's confidence (tmc answers 422 rather than break a promise).
+    infeasible: list[str] = field(default_factory=list)
 
 
 def _machine(host: Host) -> MachineShape:
@@ -166,6 +169,7 @@ def study(name: str, host_kind: str, seeds: int) -> list[Case]:
             for verify, out in ((False, case.alone), (True, case.verified)):
                 d = _decide(predictor, objective, machine, configs, truth, verify, rng)
                 if d is None:
+                    case.infeasible.append(f"{spec}/{'verified' if verify else 'alone'}")
                     continue
                 i, n_runs, promise = d
                 out.append(
@@ -278,6 +282,7 @@ def summarize(cases: Sequence[Case]) -> dict[str, Any]:
                 over = [d.true_cost / d.es_cost - 1.0 for d in ds if np.isfinite(d.es_cost)]
                 entry[f"{spec}/{label}"] = {
                     "decisions": len(ds),
+                    "no_configuration": sum(c.infeasible.count(f"{spec}/{label}") for c in mine),
                     "kept": float(np.mean(kept)) if ds else float("nan"),
                     "worst_true_slowdown": max((d.true_slowdown for d in ds), default=0.0),
                     "cost_vs_es_mean": float(np.mean(over)) if over else float("nan"),

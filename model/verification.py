@@ -290,8 +290,11 @@ RATIO_CORRELATION = 0.2
 # and 6, little of its error at 28.
 WAYS_CORRELATION = 1.0
 # A run is worth making when it is expected to save at least this share of the chosen
-# configuration's cost (or to show that a cheaper one keeps the objective).
-MIN_EXPECTED_SAVING = 0.005
+# configuration's cost (or to show that a cheaper one keeps the objective): a run costs about as
+# much as one run of the workload, and the saving repeats on every later run.
+MIN_EXPECTED_SAVING = 0.01
+# How many runs' worth of belief the interval's own width carries against what runs show.
+INFLATION_PRIOR_RUNS = 4
 
 
 @dataclass(frozen=True)
@@ -380,7 +383,12 @@ def grid_correction(
         runs[i, j] += 1
     noise = np.full(len(points), run_noise**2)
     expected = np.einsum("ki,ij,kj->k", h, prior, h) + noise
-    inflation = float(max(1.0, math.sqrt(float(np.mean(y**2 / expected)))))
+    # The scale's estimate, with `INFLATION_PRIOR_RUNS` pseudo-runs that erred as the interval
+    # said: one surprising run widens the model's errors, it does not replace them.
+    surprise = float(np.sum(y**2 / expected))
+    inflation = max(
+        1.0, math.sqrt((surprise + INFLATION_PRIOR_RUNS) / (len(y) + INFLATION_PRIOR_RUNS))
+    )
     prior = prior * inflation**2
     s = h @ prior @ h.T + np.diag(noise)
     gain = np.linalg.solve(s, h @ prior).T  # [params, runs]
