@@ -57,6 +57,9 @@ VERIFICATION_BUDGET = 4  # runs tmc asks for, per workload profile
 # vary by about 1 % between runs of the same input on a quiet host).
 RUN_NOISE = 0.01
 _RATIO_TOLERANCE = 1e-9
+# How far apart two slow ratios may be and still share most of the model's slow-memory error:
+# neighbouring ratios put mostly the same structures in the slow tier.
+RATIO_CORRELATION = 0.2
 # A run more than this factor away from its prediction is not the profiled workload in tmc's
 # configuration (the model's worst error on the simulator's workloads is 1.58x).
 PLAUSIBLE_FACTOR = 2.0
@@ -181,6 +184,17 @@ def correction(
             by_row[row].append(error)
     runs = np.asarray([len(r) for r in by_row], dtype=np.int64)
     logs = np.asarray([float(np.median(r)) if r else 0.0 for r in by_row])
+    measured = runs > 0
+    if measured.any() and not measured.all():
+        # Neighbouring ratios put mostly the same structures in the slow tier, so their errors
+        # are alike: an unmeasured ratio takes the measured ones' errors in proportion to their
+        # correlation (the posterior mean of a process correlated over RATIO_CORRELATION).
+        r = np.asarray(slow_ratios, dtype=np.float64)
+        kernel = np.exp(-np.abs(r[:, None] - r[None, :]) / RATIO_CORRELATION)
+        m = np.flatnonzero(measured)
+        u = np.flatnonzero(~measured)
+        k_mm = kernel[np.ix_(m, m)] + np.eye(len(m)) * run_noise**2
+        logs[u] = kernel[np.ix_(u, m)] @ np.linalg.solve(k_mm, logs[m])
     return Correction(np.exp(logs), runs, largest, len(rows), run_noise)
 
 
@@ -283,9 +297,6 @@ def next_run(c: Correction | None, best_row: int, budget: int = VERIFICATION_BUD
 
 # -- Both axes: the model's error as a slow-memory part and an LLC-way part ---------------------
 
-# How far apart two slow ratios may be and still share most of the model's slow-memory error:
-# neighbouring ratios put mostly the same structures in the slow tier.
-RATIO_CORRELATION = 0.2
 # Likewise for way counts, in octaves: the miss curve's error at 4 ways is mostly its error at 3
 # and 6, little of its error at 28.
 WAYS_CORRELATION = 1.0
