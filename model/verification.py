@@ -11,17 +11,22 @@ runs sees this. One run in the chosen configuration does.
 So tmc asks for verification runs:
 
 1. Recommend as usual. The recommendation names the configuration to measure
-   (`VerificationState.next_*`): the cost optimum (`Selection.best`), unless its slow ratio was
-   already measured (`next_run`).
+   (`VerificationState.next_*`, `next_point`): the chosen configuration, until it was measured
+   (its run checks the promise); then the unmeasured candidate whose run is expected to save
+   the most against the chosen cost, if that is worth a run.
 2. The workload runs once there, with tmc's placement plan, on the same input as profiled. Its
    wall time is an `Observation`.
-3. Recommend again with the observations. At a measured slow ratio every way count's predicted
-   time is scaled by measured / predicted (the median when several were measured): the
-   error there comes from which structures are slow, and that is the same at every way count.
-   The interval at that ratio shrinks to one run's noise. Elsewhere the interval is widened to
-   at least the largest relative error measured: the model is trusted no better where it was not
-   checked than where it was.
-4. Repeat while the optimum moves to an unmeasured ratio, at most `VERIFICATION_BUDGET` runs.
+3. Recommend again with the observations (`observed_grid`, `grid_correction`). The model's error
+   is taken as a slow-memory part per slow ratio and a miss-curve part per way count, each
+   correlated with its neighbours, with the prediction interval as its prior: a run corrects
+   its ratio at every way count, its way count at every ratio, and their neighbours in
+   proportion. Where runs err by more than the interval allowed, the whole prior widens: the
+   model is trusted no better where it was not checked than where it was. A broken SLO at the
+   chosen configuration moves the decision.
+4. Repeat while a run is wanted, at most `VERIFICATION_BUDGET` runs.
+
+The per-ratio helpers (`correction`, `corrected_sigma`, `next_run`) are the simpler form the
+regime map's bench loop uses: one factor per measured slow ratio, spread to its neighbours.
 
 Runs are reported by agents and operators, so none is trusted blindly (`screen`). A run outside
 what the profile and the model make physically plausible is ignored and reported with its
@@ -29,12 +34,12 @@ reason, never an exception: faster than fastmax (all DRAM, the most profiled way
 configuration with more slow memory or fewer ways runs faster, up to run noise), or more than
 `PLAUSIBLE_FACTOR` times faster or slower than predicted (the model's largest error measured on
 the simulator is 58 %; a factor of two past it is a wrong input, another machine or another
-program). Runs at the same slow ratio are summarised by their median, so that among three or
-more one outlier never decides.
+program). Runs at the same configuration are summarised by their median, so that among three
+or more one outlier never decides.
 
-On the simulator this takes 1.2-2.2 runs per workload in the regime map, and keeps every decision
-within T in all 24 of its regimes, where the model alone keeps 68-80 % in 10 of them
-(docs/evaluation.md).
+On the simulator's held-out protocol (docs/model.md, "Held-out calibration") the runs take 1.5-1.7
+per workload for the cheapest objective and 2.2-2.4 for `slo:5%`, after which every `slo:5%` and
+`slo:10%` decision keeps its bound in truth.
 """
 
 from __future__ import annotations
