@@ -338,7 +338,11 @@ def recommend(
     within = candidates(selection.within)
     in_within = np.zeros(priced.cost.size, dtype=bool)
     in_within[selection.within] = True
-    others = np.flatnonzero(acceptable & ~in_within)
+    beyond = acceptable & ~in_within
+    if cost_upper is not None and relative:
+        # Those within T by the prediction that the interval left out are listed in `dropped`.
+        beyond &= priced.cost > priced.cost[selection.best] * (1.0 + threshold)
+    others = np.flatnonzero(beyond)
     others = others[np.lexsort((priced.cost[others], score[others]))][:RUNNERS_UP]
     dropped = _dropped(
         priced,

@@ -139,7 +139,7 @@ class VerificationState(BaseModel):
     )
     chosen_slowdown_measured: float | None = Field(
         default=None,
-        description="the chosen configuration's slowdown as its runs measured it (the promise,"
+        description="the chosen configuration's slowdown as corrected by its own runs (the promise,"
         " checked)",
     )
     ignored: list[IgnoredRun] = Field(

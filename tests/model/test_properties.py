@@ -318,3 +318,31 @@ def test_fastmax_itself_promises_no_slowdown() -> None:
     assert c.slowdown_upper == pytest.approx(0.0, abs=1e-12)
     assert c.predicted_seconds_upper is not None
     assert c.predicted_seconds_upper >= c.predicted_seconds
+
+
+def test_every_candidate_the_confidence_filter_drops_is_listed_with_its_reason() -> None:
+    """Within T of the best by the prediction, left out by the interval: each is in `dropped`,
+    and the acceptable candidates beyond T are `other_candidates`, best first."""
+    predictor = Predictor(fitted())
+    rec = recommend(predictor, machine=PAPER_MACHINE, threshold=0.05)
+    points = predicted_grid(predictor, machine=PAPER_MACHINE)
+    best = rec.best.cost
+    kept = {(c.configuration.slow_ratio, c.configuration.llc_ways) for c in rec.within_threshold}
+    near = {
+        (g.slow_ratio, g.llc_ways)
+        for g in points
+        if g.feasible and g.cost <= best * 1.05 * (1.0 + 1e-12)
+    }
+    dropped = {
+        (d.candidate.configuration.slow_ratio, d.candidate.configuration.llc_ways): d.reason
+        for d in rec.dropped
+    }
+    missing = sorted(near - kept - set(dropped))
+    # At most five are listed, cheapest first: only dearer ones may be missing.
+    if missing:
+        assert len(dropped) == 5
+    assert all("more than T" in why for why in dropped.values())
+    others = rec.other_candidates
+    assert [c.cost for c in others] == sorted(c.cost for c in others)
+    # Beyond T, and not those already listed as dropped.
+    assert others and all(c.cost > best * 1.05 for c in others)
