@@ -93,6 +93,13 @@ def _verification_text(rec: Recommendation) -> str:
         if v.runs
         else f"none yet (up to {v.budget})"
     )
+    if v.chosen_slowdown_measured is not None:
+        done += f"; the chosen configuration measured {pct(v.chosen_slowdown_measured)}"
+    if v.ignored:
+        done += f"; {len(v.ignored)} run(s) ignored: " + "; ".join(
+            f"{i.run_id or 'a run'} at {i.slow_ratio:.2f}/{i.llc_ways}: {i.reason}"
+            for i in v.ignored[:3]
+        )
     if v.next_slow_ratio is None:
         return f"{done}; no further run needed"
     return f"{done}; next run: slow ratio {v.next_slow_ratio:.2f}, {v.next_llc_ways} ways"
@@ -117,7 +124,12 @@ def render_recommendation(
     summary.add_row("DRAM", size(c.dram_bytes))
     summary.add_row("slow memory", size(c.slow_bytes))
     summary.add_row("predicted time", seconds(rec.chosen.predicted_seconds))
-    summary.add_row("slowdown vs fastmax", pct(rec.chosen.slowdown))
+    summary.add_row("slowdown vs fastmax", rec.promise or pct(rec.chosen.slowdown))
+    if rec.chosen.predicted_seconds_upper is not None:
+        summary.add_row(
+            "time, at most",
+            f"{seconds(rec.chosen.predicted_seconds_upper)} at {_level(rec)}",
+        )
     summary.add_row(
         "price (Eq. 1)",
         f"{money(hourly(rec.chosen.cost, rec.chosen.predicted_seconds), rec.currency)} per hour",
@@ -130,7 +142,20 @@ def render_recommendation(
         summary.add_row("verification", _verification_text(rec))
     console.print(summary)
 
-    console.print(_candidates_table("Within the threshold (lowest packing penalty first)", rec))
+    console.print(
+        _candidates_table(
+            f"Chosen and runners-up within T ({_threshold_meaning(rec)}; lowest packing"
+            " penalty first)",
+            rec,
+            rec.within_threshold,
+        )
+    )
+    if rec.other_candidates:
+        console.print(
+            _candidates_table("Other candidates (beyond T, best first)", rec, rec.other_candidates)
+        )
+    if rec.dropped:
+        console.print(_dropped_table(rec))
     console.print(_placement_table(rec))
     frontier = Table(title="Time vs cost Pareto frontier", title_justify="left")
     for col in ("slow ratio", "ways", "time", f"cost of one run ({rec.currency})"):
@@ -159,22 +184,58 @@ def _penalty_path(cand: Candidate, u: Utilization) -> str:
     return f"{total} = " + " + ".join(terms) if terms else total
 
 
-def _candidates_table(title: str, rec: Recommendation) -> Table:
+def _level(rec: Recommendation) -> str:
+    return "" if rec.confidence is None else f"{rec.confidence:.0%}"
+
+
+def _threshold_meaning(rec: Recommendation) -> str:
+    if rec.objective.startswith("least"):
+        return f"DRAM share at most {rec.threshold:.1%} of the footprint above the least"
+    return f"cost at most {rec.threshold:.1%} above the best"
+
+
+def _candidates_table(title: str, rec: Recommendation, cands: Sequence[Candidate]) -> Table:
     table = Table(title=title, title_justify="left")
+    slowdown = "slowdown" if rec.confidence is None else f"slowdown (at most, {_level(rec)})"
     for col in (
         "",
         "slow ratio",
         "ways",
         "DRAM",
         "slow",
-        "slowdown",
+        slowdown,
         "cost vs cheapest",
         "penalty",
     ):
         table.add_column(col, justify="right")
-    for cand in rec.within_threshold:
+    for cand in cands:
         table.add_row(*_candidate_cells(cand, chosen=cand == rec.chosen))
     return table
+
+
+def _dropped_table(rec: Recommendation) -> Table:
+    table = Table(
+        title=f"Left out by the {_level(rec)} interval (the prediction alone would keep them)",
+        title_justify="left",
+    )
+    for col in ("slow ratio", "ways", "slowdown", "cost vs cheapest", "why"):
+        table.add_column(col, justify="right" if col != "why" else "left")
+    for d in rec.dropped:
+        c = d.candidate
+        table.add_row(
+            f"{c.configuration.slow_ratio:.2f}",
+            str(c.configuration.llc_ways),
+            _slowdown_cell(c),
+            pct(c.cost_vs_cheapest),
+            d.reason,
+        )
+    return table
+
+
+def _slowdown_cell(cand: Candidate) -> str:
+    if cand.slowdown_upper is None:
+        return pct(cand.slowdown)
+    return f"{pct(cand.slowdown)} ({pct(cand.slowdown_upper)})"
 
 
 def _candidate_cells(cand: Candidate, chosen: bool) -> list[str]:
@@ -185,7 +246,7 @@ def _candidate_cells(cand: Candidate, chosen: bool) -> list[str]:
         str(c.llc_ways) + ("*" if cand.extrapolated else ""),
         size(c.dram_bytes),
         size(c.slow_bytes),
-        pct(cand.slowdown),
+        _slowdown_cell(cand),
         pct(cand.cost_vs_cheapest),
         f"{cand.packing_penalty or 0.0:.4f}",
     ]

@@ -111,15 +111,14 @@ def reserve(session: Session, node_name: str, want: Want, attempt: str) -> Held:
     found = session.scalars(
         select(Reservation).where(Reservation.pod_uid == want.pod_uid).with_for_update()
     ).one_or_none()
-    if found is not None:
-        if found.node_name != node_name:
-            if not _from_a_dead_attempt(found):
-                raise HeldElsewhere(found.node_name)
-            # A bind that died between its commit and its Binding (the extender killed, say):
-            # the pod is unbound (the caller checked), so its old row goes.
-            session.delete(found)
-            session.flush()
-            found = None
+    if found is not None and found.node_name != node_name:
+        if not _from_a_dead_attempt(found):
+            raise HeldElsewhere(found.node_name)
+        # A bind that died between its commit and its Binding (the extender killed, say): the
+        # pod is unbound (the caller checked), so its old row goes.
+        session.delete(found)
+        session.flush()
+        found = None
     if found is not None:
         same = (
             found.vcpus == want.vcpus

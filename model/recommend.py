@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from model.bundle import HostDescription, WorkloadId
-from model.confidence import DEFAULT_CONFIDENCE, PredictionInterval, prediction_interval
+from model.confidence import (
+    DEFAULT_CONFIDENCE,
+    PredictionInterval,
+    prediction_interval,
+    slowdown_sigma,
+)
 from model.errors import InvalidRequest, NoFeasibleConfiguration
 from model.fit import FitDiagnostics, FittedModel
 from model.grid import Grid, paper_grid
@@ -21,17 +27,17 @@ from model.pricing import DEFAULT_PRICE_PROFILE, PriceProfile
 from model.resources import GIB, Configuration, Demand, MachineShape, Utilization
 from model.select import algorithm1, confident_algorithm1
 from model.verification import (
-    Correction,
+    GridCorrection,
     Observation,
     VerificationState,
     VerifiedRatio,
-    corrected,
-    corrected_sigma,
-    next_run,
-    observed,
+    corrected_grid,
+    next_point,
+    observed_grid,
 )
 
 RECOMMENDATION_SCHEMA = "tmc.recommendation/v1"
+RUNNERS_UP = 5  # other candidates, and dropped ones per reason, listed in an explanation
 
 
 class Candidate(BaseModel):
@@ -48,6 +54,23 @@ class Candidate(BaseModel):
     extrapolated: bool = Field(
         default=False, description="ways outside the profiled range; MAR held at the nearest end"
     )
+    slowdown_upper: float | None = Field(
+        default=None,
+        description="the slowdown this configuration stays under with the recommendation's"
+        " confidence (one-sided upper bound of the prediction interval)",
+    )
+    predicted_seconds_upper: float | None = Field(
+        default=None, description="the run time it stays under with that confidence"
+    )
+
+
+class DroppedCandidate(BaseModel):
+    """A candidate the point prediction would have kept, left out because its interval did
+    not allow it, and why."""
+
+    model_config = ConfigDict(frozen=True)
+    candidate: Candidate
+    reason: str
 
 
 class ParetoPoint(BaseModel):
@@ -77,6 +100,23 @@ class Recommendation(BaseModel):
     chosen: Candidate
     best: Candidate = Field(description="the objective's best alone, before the packing round")
     within_threshold: list[Candidate] = Field(description="lowest packing penalty first")
+    other_candidates: list[Candidate] = Field(
+        default_factory=list,
+        description="the next acceptable candidates beyond T, best score first (at most 5)",
+    )
+    dropped: list[DroppedCandidate] = Field(
+        default_factory=list,
+        description="candidates the prediction alone would have kept, left out by the"
+        " confidence filter or an SLO's upper bound, each with its reason (at most 5 per reason)",
+    )
+    confidence: float | None = Field(
+        default=None, description="the level of every upper bound and of the promise"
+    )
+    promise: str = Field(
+        default="",
+        description="the chosen configuration's predicted slowdown and the most it will be at"
+        " the confidence level, e.g. '+4.7 % (at most +6.1 % at 99 %)'",
+    )
     pareto_frontier: list[ParetoPoint] = Field(description="time vs cost, fastest first")
     placement: list[StructurePlacement]
     fit: FitDiagnostics
@@ -100,7 +140,8 @@ class PricedGrid:
     cost: FloatArray
     feasible: np.ndarray
     demand: FloatArray  # [n, 4]
-    correction: Correction | None = None  # from verification runs, already applied
+    sigma: FloatArray  # [ratio, ways] relative standard deviation of each predicted time
+    correction: GridCorrection | None = None  # from verification runs, already applied
 
     def ratio_and_ways(self, i: int) -> tuple[float, int]:
         n_ways = len(self.prediction.llc_ways)
@@ -118,9 +159,12 @@ def price_grid(
 ) -> PricedGrid:
     m = predictor.model
     p = predictor.predict(np.asarray(grid.slow_ratios), np.asarray(grid.llc_ways, dtype=np.int64))
-    fix = observed(predictor, p.slow_ratios, observations) if observations else None
-    if fix is not None:
-        p = corrected(p, fix)
+    sigma = prediction_interval(p, m.diagnostics).sigma
+    fix = None
+    if observations:
+        fix = observed_grid(predictor, p.slow_ratios, p.llc_ways, sigma, observations)
+        p = corrected_grid(p, fix)
+        sigma = fix.sigma
     dram_gib = p.dram_bytes / GIB
     slow_gib = p.slow_bytes / GIB
     memory_hour = dram_gib * prices.dram_gib_hour + slow_gib * prices.slow_gib_hour
@@ -146,7 +190,7 @@ def price_grid(
         ],
         axis=-1,
     ).reshape(-1, 4)
-    return PricedGrid(p, hourly.ravel(), cost.ravel(), feasible.ravel(), demand, fix)
+    return PricedGrid(p, hourly.ravel(), cost.ravel(), feasible.ravel(), demand, sigma, fix)
 
 
 def recommend(
@@ -185,10 +229,23 @@ def recommend(
         raise InvalidRequest("observations", str(exc)) from exc
     p = priced.prediction
     slowdown = p.slowdown.ravel()
+    interval = None if confidence is None else PredictionInterval(priced.sigma, confidence)
+    seconds_upper = None if interval is None else interval.upper(p.seconds).ravel()
+    slowdown_upper = None
+    if interval is not None:
+        relative_sigma = slowdown_sigma(priced.sigma, p, fitted.ways_max)
+        slowdown_upper = (
+            PredictionInterval(relative_sigma, interval.confidence).upper(p.seconds).ravel()
+            / fitted.fastmax_seconds
+            - 1.0
+        )
 
     acceptable = priced.feasible.copy()
     if objective.max_slowdown is not None:
-        acceptable &= slowdown <= objective.max_slowdown + 1e-12
+        # The promise is kept on the bound, not the point prediction: a candidate is acceptable
+        # when the model is confident (at the same level as the cost filter) that it meets it.
+        decided_on = slowdown if slowdown_upper is None else slowdown_upper
+        acceptable &= decided_on <= objective.max_slowdown + 1e-12
     if objective.kind == "least_dram":
         n_ways = len(p.llc_ways)
         dram_share = np.repeat(p.dram_bytes / fitted.footprint_bytes, n_ways)
@@ -196,17 +253,13 @@ def recommend(
     else:
         score, relative = priced.cost, True
 
-    confident = False
-    if confidence is not None and relative:
-        confident = True
-        interval = prediction_interval(p, fitted.diagnostics, confidence=confidence)
-        if priced.correction is not None:
-            interval = PredictionInterval(
-                corrected_sigma(interval.sigma, priced.correction), interval.confidence
-            )
+    cost_upper = (
+        None if interval is None else interval.upper(priced.cost.reshape(p.seconds.shape)).ravel()
+    )
+    if cost_upper is not None and relative:
         selection = confident_algorithm1(
             priced.cost,
-            interval.upper(priced.cost.reshape(p.seconds.shape)).ravel(),
+            cost_upper,
             p.seconds.ravel(),
             acceptable,
             priced.demand,
@@ -225,6 +278,12 @@ def recommend(
         )
     if selection is None:
         why = "fits the machine" if not priced.feasible.any() else f"meets {objective}"
+        if (
+            objective.max_slowdown is not None
+            and slowdown_upper is not None
+            and (priced.feasible & (slowdown <= objective.max_slowdown + 1e-12)).any()
+        ):
+            why += f" with {confidence:.0%} confidence"
         raise NoFeasibleConfiguration(f"no configuration of grid {grid.name} {why}")
 
     cheapest_cost = float(priced.cost[priced.feasible].min())
@@ -234,6 +293,7 @@ def recommend(
         # more than the whole prediction when dozens of candidates lie within T.
         n_ways = len(p.llc_ways)
         r, w = indices // n_ways, indices % n_ways
+        nothing = [None] * len(indices)
         columns = zip(
             p.slow_ratios[r].tolist(),
             p.llc_ways[w].tolist(),
@@ -245,6 +305,8 @@ def recommend(
             selection.penalty[indices].tolist(),
             priced.demand[indices].tolist(),
             p.extrapolated[w].tolist(),
+            nothing if seconds_upper is None else seconds_upper[indices].tolist(),
+            nothing if slowdown_upper is None else slowdown_upper[indices].tolist(),
             strict=True,
         )
         return _CANDIDATES.validate_python(
@@ -264,16 +326,45 @@ def recommend(
                     "packing_penalty": None if math.isnan(penalty) else penalty,
                     "demand": {"cpu": d[0], "dram": d[1], "slow": d[2], "llc": d[3]},
                     "extrapolated": ext,
+                    "predicted_seconds_upper": up_s,
+                    "slowdown_upper": up_sd,
                 }
-                for ratio, ways, dram, slow, seconds, sd, cost, penalty, d, ext in columns
+                for ratio, ways, dram, slow, seconds, sd, cost, penalty, d, ext, up_s, up_sd in (
+                    columns
+                )
             ]
         )
 
     within = candidates(selection.within)
+    in_within = np.zeros(priced.cost.size, dtype=bool)
+    in_within[selection.within] = True
+    beyond = acceptable & ~in_within
+    if cost_upper is not None and relative:
+        # Those within T by the prediction that the interval left out are listed in `dropped`.
+        beyond &= priced.cost > priced.cost[selection.best] * (1.0 + threshold)
+    others = np.flatnonzero(beyond)
+    others = others[np.lexsort((priced.cost[others], score[others]))][:RUNNERS_UP]
+    dropped = _dropped(
+        priced,
+        selection.best,
+        acceptable,
+        in_within,
+        slowdown,
+        slowdown_upper,
+        cost_upper,
+        objective,
+        threshold,
+        confidence,
+        relative,
+        candidates,
+    )
     chosen_ratio, chosen_ways = priced.ratio_and_ways(selection.chosen)
     verification = None
-    if confident:
-        verification = _verification(priced, selection.best)
+    if confidence is not None:
+        verification = _verification(
+            priced, selection.chosen, slowdown, slowdown_upper, objective, confidence
+        )
+    chosen = within[0]
     return Recommendation(
         workload=fitted.workload,
         host_kind=fitted.host_kind,
@@ -288,9 +379,13 @@ def recommend(
         machine=machine,
         utilization=util,
         fastmax_seconds=fitted.fastmax_seconds,
-        chosen=within[0],
+        chosen=chosen,
         best=candidates(np.asarray([selection.best]))[0],
         within_threshold=within,
+        other_candidates=candidates(others),
+        dropped=dropped,
+        confidence=confidence,
+        promise=promise(chosen, confidence),
         pareto_frontier=pareto_frontier(priced),
         placement=predictor.placement(chosen_ratio, chosen_ways),
         fit=fitted.diagnostics,
@@ -298,30 +393,117 @@ def recommend(
     )
 
 
-def _verification(priced: PricedGrid, best: int) -> VerificationState:
+def promise(c: Candidate, confidence: float | None) -> str:
+    """'+4.7 % (at most +6.1 % at 99 %)': the predicted slowdown and its upper bound."""
+    point = f"{c.slowdown * 100:+.1f} %"
+    if confidence is None or c.slowdown_upper is None:
+        return f"{point} (the model's prediction, without an interval)"
+    level = f"{confidence * 100:.1f}".rstrip("0").rstrip(".")
+    return f"{point} (at most {c.slowdown_upper * 100:+.1f} % at {level} %)"
+
+
+def _dropped(
+    priced: PricedGrid,
+    best: int,
+    acceptable: np.ndarray,
+    in_within: np.ndarray,
+    slowdown: FloatArray,
+    slowdown_upper: FloatArray | None,
+    cost_upper: FloatArray | None,
+    objective: Objective,
+    threshold: float,
+    confidence: float | None,
+    relative: bool,
+    candidates: Callable[[np.ndarray], list[Candidate]],
+) -> list[DroppedCandidate]:
+    """What the intervals left out that the point prediction would have kept: candidates within
+    T of the best's predicted cost whose upper cost bound is not, and, for an SLO, candidates
+    cheaper than the best whose predicted slowdown meets it but whose upper bound does not."""
+    if confidence is None or slowdown_upper is None or cost_upper is None:
+        return []
+    level = f"{confidence:.0%}"
+    cost = priced.cost
+    out: list[DroppedCandidate] = []
+    if relative:
+        limit = cost[best] * (1.0 + threshold)
+        near = np.flatnonzero(acceptable & ~in_within & (cost <= limit))
+        near = near[np.argsort(cost[near], kind="stable")][:RUNNERS_UP]
+        for idx, cand in zip(near.tolist(), candidates(near), strict=True):
+            out.append(
+                DroppedCandidate(
+                    candidate=cand,
+                    reason=f"predicted {cost[idx] / cost[best] - 1.0:+.1%} against the best, but"
+                    f" up to {cost_upper[idx] / cost[best] - 1.0:+.1%} at {level}: it may cost"
+                    f" more than T ({threshold:.1%}) over the best",
+                )
+            )
+    if objective.max_slowdown is not None:
+        bound = objective.max_slowdown + 1e-12
+        risky = np.flatnonzero(
+            priced.feasible & (slowdown <= bound) & (slowdown_upper > bound) & (cost < cost[best])
+        )
+        risky = risky[np.argsort(cost[risky], kind="stable")][:RUNNERS_UP]
+        for idx, cand in zip(risky.tolist(), candidates(risky), strict=True):
+            out.append(
+                DroppedCandidate(
+                    candidate=cand,
+                    reason=f"predicted {slowdown[idx]:+.1%} slower than fastmax, but up to"
+                    f" {slowdown_upper[idx]:+.1%} at {level}: it may break {objective}."
+                    " A verification run there would settle it",
+                )
+            )
+    return out
+
+
+def _verification(
+    priced: PricedGrid,
+    chosen: int,
+    slowdown: FloatArray,
+    slowdown_upper: FloatArray | None,
+    objective: Objective,
+    confidence: float,
+) -> VerificationState:
     c = priced.correction
-    ratios = priced.prediction.slow_ratios
-    n_ways = len(priced.prediction.llc_ways)
-    ratio, ways = priced.ratio_and_ways(best)
-    wanted = next_run(c, best // n_ways)
+    p = priced.prediction
+    measured = np.zeros(priced.cost.size, dtype=bool) if c is None else c.measured.ravel()
+    sigma = priced.sigma.ravel()
+    if objective.max_slowdown is not None:
+        # The chance that a candidate meets the SLO in truth (log-normal around the prediction).
+        margin = np.log1p(objective.max_slowdown) - np.log1p(np.maximum(slowdown, -0.999))
+        z = margin / np.maximum(sigma, 1e-9)
+        chance = np.asarray([NormalDist().cdf(float(v)) for v in z])
+    else:
+        chance = np.ones(priced.cost.size)
+    chance = np.where(priced.feasible, chance, 0.0)
+    if objective.kind == "least_dram":
+        # Runs only check the promise here: their saving is not in cost.
+        chance = np.zeros_like(chance)
+    wanted = next_point(
+        priced.cost, sigma, chance, chosen, measured, 0 if c is None else c.observations
+    )
+    ratio, ways = (None, None) if wanted is None else priced.ratio_and_ways(wanted)
     verified = (
         []
         if c is None
         else [
             VerifiedRatio(
-                slow_ratio=float(ratios[i]),
-                runs=int(c.runs[i]),
-                measured_over_predicted=float(c.factor[i]),
+                slow_ratio=float(p.slow_ratios[i]),
+                runs=int(c.ratio_runs()[i]),
+                measured_over_predicted=float(np.exp(np.mean(np.log(c.factor[i][c.measured[i]])))),
             )
-            for i in np.flatnonzero(c.measured)
+            for i in np.flatnonzero(c.ratio_runs() > 0)
         ]
     )
+    checked = bool(measured[chosen])
     return VerificationState(
         runs=0 if c is None else c.observations,
         verified=verified,
         largest_error=0.0 if c is None else c.largest_error,
-        next_slow_ratio=ratio if wanted else None,
-        next_llc_ways=ways if wanted else None,
+        next_slow_ratio=ratio,
+        next_llc_ways=ways,
+        ignored=[] if c is None else list(c.ignored),
+        chosen_measured=checked,
+        chosen_slowdown_measured=float(slowdown[chosen]) if checked else None,
     )
 
 

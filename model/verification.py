@@ -11,21 +11,35 @@ runs sees this. One run in the chosen configuration does.
 So tmc asks for verification runs:
 
 1. Recommend as usual. The recommendation names the configuration to measure
-   (`VerificationState.next_*`): the cost optimum (`Selection.best`), unless its slow ratio was
-   already measured (`next_run`).
+   (`VerificationState.next_*`, `next_point`): the chosen configuration, until it was measured
+   (its run checks the promise); then the unmeasured candidate whose run is expected to save
+   the most against the chosen cost, if that is worth a run.
 2. The workload runs once there, with tmc's placement plan, on the same input as profiled. Its
    wall time is an `Observation`.
-3. Recommend again with the observations. At a measured slow ratio every way count's predicted
-   time is scaled by measured / predicted (the geometric mean when several were measured): the
-   error there comes from which structures are slow, and that is the same at every way count.
-   The interval at that ratio shrinks to one run's noise. Elsewhere the interval is widened to
-   at least the largest relative error measured: the model is trusted no better where it was not
-   checked than where it was.
-4. Repeat while the optimum moves to an unmeasured ratio, at most `VERIFICATION_BUDGET` runs.
+3. Recommend again with the observations (`observed_grid`, `grid_correction`). The model's error
+   is taken as a slow-memory part per slow ratio and a miss-curve part per way count, each
+   correlated with its neighbours, with the prediction interval as its prior: a run corrects
+   its ratio at every way count, its way count at every ratio, and their neighbours in
+   proportion. Where runs err by more than the interval allowed, the whole prior widens: the
+   model is trusted no better where it was not checked than where it was. A broken SLO at the
+   chosen configuration moves the decision.
+4. Repeat while a run is wanted, at most `VERIFICATION_BUDGET` runs.
 
-On the simulator this takes 1.2-2.2 runs per workload in the regime map, and keeps every decision
-within T in all 24 of its regimes, where the model alone keeps 68-80 % in 10 of them
-(docs/evaluation.md).
+The per-ratio helpers (`correction`, `corrected_sigma`, `next_run`) are the simpler form the
+regime map's bench loop uses: one factor per measured slow ratio, spread to its neighbours.
+
+Runs are reported by agents and operators, so none is trusted blindly (`screen`). A run outside
+what the profile and the model make physically plausible is ignored and reported with its
+reason, never an exception: faster than fastmax (all DRAM, the most profiled ways: no
+configuration with more slow memory or fewer ways runs faster, up to run noise), or more than
+`PLAUSIBLE_FACTOR` times faster or slower than predicted (the model's largest error measured on
+the simulator is 58 %; a factor of two past it is a wrong input, another machine or another
+program). Runs at the same configuration are summarised by their median, so that among three
+or more one outlier never decides.
+
+On the simulator's held-out protocol (docs/model.md, "Held-out calibration") the runs take 1.5-1.7
+per workload for the cheapest objective and 2.2-2.4 for `slo:5%`, after which every `slo:5%` and
+`slo:10%` decision keeps its bound in truth.
 """
 
 from __future__ import annotations
@@ -33,6 +47,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 
 import numpy as np
 from numpy.typing import NDArray
@@ -47,6 +62,15 @@ VERIFICATION_BUDGET = 4  # runs tmc asks for, per workload profile
 # vary by about 1 % between runs of the same input on a quiet host).
 RUN_NOISE = 0.01
 _RATIO_TOLERANCE = 1e-9
+# How far apart two slow ratios may be and still share most of the model's slow-memory error:
+# neighbouring ratios put mostly the same structures in the slow tier.
+RATIO_CORRELATION = 0.2
+# A run more than this factor away from its prediction is not the profiled workload in tmc's
+# configuration (the model's worst error on the simulator's workloads is 1.58x).
+PLAUSIBLE_FACTOR = 2.0
+# How much faster than fastmax a run at or below fastmax's ways may be: run-to-run noise, many
+# times over.
+FASTMAX_SLACK = 0.1
 
 
 class Observation(BaseModel):
@@ -57,6 +81,7 @@ class Observation(BaseModel):
     slow_ratio: float = Field(ge=0.0, le=1.0)
     llc_ways: int = Field(ge=1, le=64)
     seconds: float = Field(gt=0.0, le=1e9, description="wall time of the whole run")
+    run_id: str | None = Field(default=None, description="the reporter's id, named in flags")
 
 
 class MeasuredRun(BaseModel):
@@ -83,6 +108,18 @@ class VerifiedRatio(BaseModel):
     measured_over_predicted: float
 
 
+class IgnoredRun(BaseModel):
+    """A verification run the model did not use, and why."""
+
+    model_config = ConfigDict(frozen=True)
+    run_id: str | None = None
+    slow_ratio: float
+    llc_ways: int
+    seconds: float
+    code: str = Field(description="implausible_run or unpredictable")
+    reason: str
+
+
 class VerificationState(BaseModel):
     """What the recommendation knows from verification runs, and which run to make next."""
 
@@ -97,6 +134,19 @@ class VerificationState(BaseModel):
         default=None, description="run the workload here next (with the placement plan), if set"
     )
     next_llc_ways: int | None = None
+    chosen_measured: bool = Field(
+        default=False, description="a run was made at the chosen configuration itself"
+    )
+    chosen_slowdown_measured: float | None = Field(
+        default=None,
+        description="the chosen configuration's slowdown as corrected by its own runs (the promise,"
+        " checked)",
+    )
+    ignored: list[IgnoredRun] = Field(
+        default_factory=list,
+        description="runs left out, each with the reason (re-run the workload there if it was"
+        " genuine)",
+    )
 
 
 @dataclass(frozen=True)
@@ -108,6 +158,7 @@ class Correction:
     largest_error: float
     observations: int
     run_noise: float = RUN_NOISE
+    ignored: tuple[IgnoredRun, ...] = ()
 
     @property
     def measured(self) -> NDArray[np.bool_]:
@@ -125,33 +176,98 @@ def correction(
     """From observations given as (grid row or None, predicted, measured) seconds. An
     observation off the grid's ratios corrects no row but counts towards the largest error."""
     n = len(slow_ratios)
-    logs = np.zeros(n)
-    runs = np.zeros(n, dtype=np.int64)
+    by_row: list[list[float]] = [[] for _ in range(n)]
     largest = 0.0
     for row, pred, meas in zip(rows, predicted_seconds, measured_seconds, strict=True):
         if not (pred > 0 and meas > 0 and math.isfinite(pred) and math.isfinite(meas)):
             raise ValueError("predicted and measured times must be positive and finite")
-        largest = max(largest, abs(meas / pred - 1.0))
+        # The difference of logs, not the log of the ratio: the ratio of a subnormal and a
+        # large time underflows to 0.
+        error = math.log(meas) - math.log(pred)
+        largest = max(largest, abs(math.expm1(error)))
         if row is not None:
-            logs[row] += math.log(meas / pred)
-            runs[row] += 1
-    factor = np.exp(np.divide(logs, runs, out=np.zeros(n), where=runs > 0))
-    return Correction(factor, runs, largest, len(rows), run_noise)
+            by_row[row].append(error)
+    runs = np.asarray([len(r) for r in by_row], dtype=np.int64)
+    logs = np.asarray([float(np.median(r)) if r else 0.0 for r in by_row])
+    measured = runs > 0
+    if measured.any() and not measured.all():
+        # Neighbouring ratios put mostly the same structures in the slow tier, so their errors
+        # are alike: an unmeasured ratio takes the measured ones' errors in proportion to their
+        # correlation (the posterior mean of a process correlated over RATIO_CORRELATION).
+        r = np.asarray(slow_ratios, dtype=np.float64)
+        kernel = np.exp(-np.abs(r[:, None] - r[None, :]) / RATIO_CORRELATION)
+        m = np.flatnonzero(measured)
+        u = np.flatnonzero(~measured)
+        k_mm = kernel[np.ix_(m, m)] + np.eye(len(m)) * run_noise**2
+        logs[u] = kernel[np.ix_(u, m)] @ np.linalg.solve(k_mm, logs[m])
+    return Correction(np.exp(logs), runs, largest, len(rows), run_noise)
+
+
+def plausibility(predictor: Predictor, o: Observation, predicted: float) -> tuple[str, str] | None:
+    """Why a run cannot be the profiled workload in its configuration (a flag code and the
+    reason), or None if it can."""
+    m = predictor.model
+    if not (math.isfinite(predicted) and predicted > 0):
+        return "unpredictable", "the model predicts no usable time there"
+    floor = m.fastmax_seconds * (1.0 - FASTMAX_SLACK) if o.llc_ways <= m.ways_max else 0.0
+    if o.seconds < floor:
+        return "implausible_run", (
+            f"{o.seconds:.3g} s is faster than fastmax ({m.fastmax_seconds:.3g} s, all DRAM and"
+            f" {m.ways_max} ways): with slow memory or fewer ways the workload cannot run faster."
+            " Check that the run used the profiled input"
+        )
+    # Compared in logs: a subnormal over a large time underflows to 0.
+    error = math.log(o.seconds) - math.log(predicted)
+    if abs(error) > math.log(PLAUSIBLE_FACTOR):
+        side = "faster" if error < 0 else "slower"
+        return "implausible_run", (
+            f"{o.seconds:.3g} s is more than {PLAUSIBLE_FACTOR:g}x {side} than predicted"
+            f" ({predicted:.3g} s): not the profiled workload and input in this configuration,"
+            " or a disturbed run. Check the run's input and host, then run it again"
+        )
+    return None
+
+
+def screen(
+    predictor: Predictor, observations: Sequence[Observation]
+) -> tuple[list[tuple[Observation, float]], list[IgnoredRun]]:
+    """The plausible runs with their predicted seconds, and the others with the reason."""
+    kept: list[tuple[Observation, float]] = []
+    ignored: list[IgnoredRun] = []
+    for o in observations:
+        predicted = predictor.predict_one(o.slow_ratio, o.llc_ways)[0]
+        why = plausibility(predictor, o, predicted)
+        if why is None:
+            kept.append((o, predicted))
+            continue
+        code, reason = why
+        ignored.append(
+            IgnoredRun(
+                run_id=o.run_id,
+                slow_ratio=o.slow_ratio,
+                llc_ways=o.llc_ways,
+                seconds=o.seconds,
+                code=code,
+                reason=reason,
+            )
+        )
+    return kept, ignored
 
 
 def observed(
     predictor: Predictor, slow_ratios: FloatArray, observations: Sequence[Observation]
 ) -> Correction:
-    """The correction for a grid from observations, each predicted at its own configuration."""
+    """The correction for a grid from the plausible observations, each predicted at its own
+    configuration; the others are listed in `ignored`."""
     if len(observations) > MAX_OBSERVATIONS:
         raise ValueError(f"at most {MAX_OBSERVATIONS} observations")
+    kept, ignored = screen(predictor, observations)
     rows: list[int | None] = []
-    predicted = []
-    for o in observations:
+    for o, _ in kept:
         hit = np.flatnonzero(np.abs(slow_ratios - o.slow_ratio) <= _RATIO_TOLERANCE)
         rows.append(int(hit[0]) if hit.size else None)
-        predicted.append(predictor.predict_one(o.slow_ratio, o.llc_ways)[0])
-    return correction(slow_ratios, rows, predicted, [o.seconds for o in observations])
+    c = correction(slow_ratios, rows, [p for _, p in kept], [o.seconds for o, _ in kept])
+    return replace(c, ignored=tuple(ignored))
 
 
 def corrected(prediction: GridPrediction, c: Correction) -> GridPrediction:
@@ -182,3 +298,231 @@ def next_run(c: Correction | None, best_row: int, budget: int = VERIFICATION_BUD
     runs = 0 if c is None else c.observations
     measured = False if c is None else bool(c.measured[best_row])
     return runs < budget and not measured
+
+
+# -- Both axes: the model's error as a slow-memory part and an LLC-way part ---------------------
+
+# Likewise for way counts, in octaves: the miss curve's error at 4 ways is mostly its error at 3
+# and 6, little of its error at 28.
+WAYS_CORRELATION = 1.0
+# A run is worth making when it is expected to save at least this share of the chosen
+# configuration's cost (or to show that a cheaper one keeps the objective): a run costs about as
+# much as one run of the workload, and the saving repeats on every later run.
+MIN_EXPECTED_SAVING = 0.01
+# How many runs' worth of belief the interval's own width carries against what runs show.
+INFLATION_PRIOR_RUNS = 4
+
+
+@dataclass(frozen=True)
+class GridCorrection:
+    """What the runs say about every grid point: [ratio, ways] arrays."""
+
+    factor: FloatArray  # measured / predicted, expected (1 where nothing was learnt)
+    sigma: FloatArray  # relative standard deviation of a run's time after the runs
+    runs: NDArray[np.int64]  # runs made exactly at each point
+    largest_error: float
+    observations: int
+    inflation: float  # how much wider the model's errors were than its interval said (>= 1)
+    ignored: tuple[IgnoredRun, ...] = ()
+
+    @property
+    def measured(self) -> NDArray[np.bool_]:
+        out: NDArray[np.bool_] = self.runs > 0
+        return out
+
+    def ratio_runs(self) -> NDArray[np.int64]:
+        out: NDArray[np.int64] = self.runs.sum(axis=1)
+        return out
+
+
+def split_sigma(sigma: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The interval's [ratio, ways] sigma as a slow-memory part [ratio, ways] and an LLC-way part
+    [ways]: at the grid's lowest ratio nothing is slow, so all of its sigma belongs to the way
+    count (miss curve and run noise); the rest, in quadrature, to slow memory."""
+    ways_part = sigma[0, :].copy()
+    slow_part: FloatArray = np.sqrt(np.maximum(sigma**2 - ways_part[None, :] ** 2, 0.0))
+    return slow_part, ways_part
+
+
+def grid_correction(
+    slow_ratios: FloatArray,
+    llc_ways: NDArray[np.int64],
+    sigma: FloatArray,
+    points: Sequence[tuple[int, int, float]],
+    *,
+    observations: int,
+    largest_error: float,
+    run_noise: float = RUN_NOISE,
+    ignored: Sequence[IgnoredRun] = (),
+) -> GridCorrection:
+    """The posterior of the model's log error over the grid, given runs at grid points
+    (row, column, log(measured / predicted)).
+
+    The prior is the prediction interval itself: at (r, w) the error is
+    `slow(r, w) * a_r + b_w`, with `a` a standard normal per slow ratio (neighbouring ratios
+    correlated over `RATIO_CORRELATION`) and `b_w` normal with the way count's own sigma
+    (neighbouring way counts correlated over `WAYS_CORRELATION` octaves). A run
+    at (r, w) then corrects its slow ratio at every way count (as far as that ratio's error is
+    slow memory's), its way count at every ratio (as far as it is the miss curve's), and
+    neighbouring ratios in proportion to their correlation. Where runs err by more than the
+    interval allowed, the whole prior is widened by the ratio (an empirical-Bayes scale), so the
+    model is trusted no better where it was not checked than where it was."""
+    n_r, n_w = sigma.shape
+    slow_part, ways_part = split_sigma(sigma)
+    runs = np.zeros((n_r, n_w), dtype=np.int64)
+    if not points:
+        return GridCorrection(
+            np.ones((n_r, n_w)),
+            sigma.copy(),
+            runs,
+            largest_error,
+            observations,
+            1.0,
+            tuple(ignored),
+        )
+    dist = np.abs(slow_ratios[:, None] - slow_ratios[None, :])
+    k_a = np.exp(-dist / RATIO_CORRELATION)
+    # The ways part of the prior holds the reference runs' noise; a little floor keeps the
+    # system well posed where the interval is 0.
+    octaves = np.abs(np.log2(llc_ways.astype(np.float64))[:, None] - np.log2(llc_ways)[None, :])
+    sd_b = np.maximum(ways_part, 1e-4)
+    k_b = sd_b[:, None] * sd_b[None, :] * np.exp(-octaves / WAYS_CORRELATION)
+    prior = np.zeros((n_r + n_w, n_r + n_w))
+    prior[:n_r, :n_r] = k_a
+    prior[n_r:, n_r:] = k_b
+    h = np.zeros((len(points), n_r + n_w))
+    y = np.zeros(len(points))
+    for k, (i, j, err) in enumerate(points):
+        h[k, i] = slow_part[i, j]
+        h[k, n_r + j] = 1.0
+        y[k] = err
+        runs[i, j] += 1
+    noise = np.full(len(points), run_noise**2)
+    expected = np.einsum("ki,ij,kj->k", h, prior, h) + noise
+    # The scale's estimate, with `INFLATION_PRIOR_RUNS` pseudo-runs that erred as the interval
+    # said: one surprising run widens the model's errors, it does not replace them.
+    surprise = float(np.sum(y**2 / expected))
+    inflation = max(
+        1.0, math.sqrt((surprise + INFLATION_PRIOR_RUNS) / (len(y) + INFLATION_PRIOR_RUNS))
+    )
+    prior = prior * inflation**2
+    s = h @ prior @ h.T + np.diag(noise)
+    gain = np.linalg.solve(s, h @ prior).T  # [params, runs]
+    mean = gain @ y
+    cov = prior - gain @ h @ prior
+    # Per grid point: slow(r, w) * a_r + b_w.
+    a_mean, b_mean = mean[:n_r], mean[n_r:]
+    var_a = np.diag(cov)[:n_r]
+    var_b = np.diag(cov)[n_r:]
+    cov_ab = cov[:n_r, n_r:]
+    log_factor = slow_part * a_mean[:, None] + b_mean[None, :]
+    var = slow_part**2 * var_a[:, None] + var_b[None, :] + 2.0 * slow_part * cov_ab
+    # A future run of the workload varies by one run's noise around the corrected prediction.
+    post_sigma = np.sqrt(np.maximum(var, 0.0) + run_noise**2)
+    return GridCorrection(
+        np.exp(log_factor),
+        post_sigma,
+        runs,
+        largest_error,
+        observations,
+        inflation,
+        tuple(ignored),
+    )
+
+
+def observed_grid(
+    predictor: Predictor,
+    slow_ratios: FloatArray,
+    llc_ways: NDArray[np.int64],
+    sigma: FloatArray,
+    observations: Sequence[Observation],
+) -> GridCorrection:
+    """`grid_correction` from observations: screened first (`screen`), then matched to grid
+    points. A plausible run off the grid corrects nothing but counts towards the largest error."""
+    if len(observations) > MAX_OBSERVATIONS:
+        raise ValueError(f"at most {MAX_OBSERVATIONS} observations")
+    kept, ignored = screen(predictor, observations)
+    points: list[tuple[int, int, float]] = []
+    largest = 0.0
+    for o, predicted in kept:
+        err = math.log(o.seconds) - math.log(predicted)
+        largest = max(largest, abs(math.expm1(err)))
+        row = np.flatnonzero(np.abs(slow_ratios - o.slow_ratio) <= _RATIO_TOLERANCE)
+        col = np.flatnonzero(llc_ways == o.llc_ways)
+        if row.size and col.size:
+            points.append((int(row[0]), int(col[0]), err))
+    # Robust: several runs at one point enter as their median, so that among three or more one
+    # outlier never decides (and a repeated run does not shrink the interval below its noise
+    # faster than independent runs would).
+    merged: dict[tuple[int, int], list[float]] = {}
+    for i, j, err in points:
+        merged.setdefault((i, j), []).append(err)
+    summary = [(i, j, float(np.median(e))) for (i, j), e in merged.items()]
+    c = grid_correction(
+        slow_ratios,
+        llc_ways,
+        sigma,
+        summary,
+        observations=len(kept),
+        largest_error=largest,
+        ignored=ignored,
+    )
+    runs = np.zeros_like(c.runs)
+    for (i, j), e in merged.items():
+        runs[i, j] = len(e)
+    return replace(c, runs=runs)
+
+
+def corrected_grid(prediction: GridPrediction, c: GridCorrection) -> GridPrediction:
+    """The grid's times (and CPI, slowdown) scaled by what the runs taught, point by point."""
+    seconds = prediction.seconds * c.factor
+    fastmax = prediction.seconds / (1.0 + prediction.slowdown)
+    return replace(
+        prediction,
+        seconds=seconds,
+        cpi=prediction.cpi * c.factor,
+        slowdown=seconds / fastmax - 1.0,
+    )
+
+
+def expected_saving(
+    cost: FloatArray,
+    sigma: FloatArray,
+    chosen_cost: float,
+    chance_acceptable: FloatArray,
+) -> FloatArray:
+    """Per candidate, the expected saving against the chosen cost if it were measured and taken
+    (expected improvement under a normal error of relative sigma), times the chance that it
+    meets the objective, as a share of the chosen cost."""
+    spread = np.maximum(cost * sigma, 1e-300)
+    d = (chosen_cost - cost) / spread
+    normal = NormalDist()
+    cdf = np.vectorize(normal.cdf)(d)
+    pdf = np.exp(-0.5 * d**2) / math.sqrt(2.0 * math.pi)
+    gain = (chosen_cost - cost) * cdf + spread * pdf
+    out: FloatArray = np.maximum(gain, 0.0) * chance_acceptable / chosen_cost
+    return out
+
+
+def next_point(
+    cost: FloatArray,
+    sigma: FloatArray,
+    chance_acceptable: FloatArray,
+    chosen: int,
+    measured: NDArray[np.bool_],
+    runs_made: int,
+    budget: int = VERIFICATION_BUDGET,
+    min_saving: float = MIN_EXPECTED_SAVING,
+) -> int | None:
+    """Where the next run goes (flat index), or None. First the chosen configuration itself: its
+    run checks the promise. Then the unmeasured candidate whose run is most likely to change the
+    choice for the better (`expected_saving`), if that is worth a run."""
+    if runs_made >= budget:
+        return None
+    if not measured[chosen]:
+        return chosen
+    saving = expected_saving(cost, sigma, float(cost[chosen]), chance_acceptable)
+    saving[measured] = 0.0
+    saving[chosen] = 0.0
+    best = int(np.argmax(saving))
+    return best if saving[best] >= min_saving else None

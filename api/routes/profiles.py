@@ -177,7 +177,9 @@ def run_out(r: VerificationRunRow, workload: str) -> VerificationRunOut:
     response_model=VerificationRunOut,
     summary="Record a measured run in a configuration (idempotent by run_id)",
     description="The run checks the model of the profile the workload's recommendations use "
-    "now: they are corrected at its slow ratio (model/verification.py). A recommendation names "
+    "now: they are corrected at its configuration and, less, at its neighbours; a run that is "
+    "physically implausible against the profile and the prediction is kept but ignored, with a "
+    "flag naming it (model/verification.py). A recommendation names "
     "the run it wants under `verification.next_slow_ratio` / `next_llc_ways`. 200 with the "
     "stored run when its run_id was posted before with the same values, 409 with others. An "
     "agent reports runs of pods tmc placed only: the run_id is the pod's uid, the workload and "

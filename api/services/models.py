@@ -106,7 +106,9 @@ class ModelCache:
         if found is not None:
             return found
         runs = tuple(
-            Observation(slow_ratio=r.slow_ratio, llc_ways=r.llc_ways, seconds=r.seconds)
+            Observation(
+                slow_ratio=r.slow_ratio, llc_ways=r.llc_ways, seconds=r.seconds, run_id=r.run_id
+            )
             for r in repo.verification_runs(session, profile_id, MAX_OBSERVATIONS)
         )
         with self._lock:

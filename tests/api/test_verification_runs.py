@@ -93,7 +93,8 @@ def test_a_measured_run_corrects_the_next_recommendation(
     v2 = second["verification"]
     assert v2["runs"] == 1 and v2["largest_error"] == pytest.approx(0.25)
     assert v2["verified"][0]["slow_ratio"] == run["slow_ratio"]
-    assert v2["verified"][0]["measured_over_predicted"] == pytest.approx(1.25)
+    # One run of 1 % noise, weighed against the prior: close to, not exactly, what it measured.
+    assert v2["verified"][0]["measured_over_predicted"] == pytest.approx(1.25, rel=1e-2)
     # The measured ratio now costs 25 % more: the cost of the old optimum went up by that much.
     old = first["best"]["configuration"]
     same = [
@@ -103,7 +104,7 @@ def test_a_measured_run_corrects_the_next_recommendation(
         and c["configuration"]["llc_ways"] == old["llc_ways"]
     ]
     for c in same:
-        assert c["cost"] == pytest.approx(1.25 * first["best"]["cost"])
+        assert c["cost"] == pytest.approx(1.25 * first["best"]["cost"], rel=1e-2)
 
 
 def test_runs_need_an_uploader_and_a_fitted_workload(client: TestClient) -> None:

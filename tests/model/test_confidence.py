@@ -102,6 +102,6 @@ def test_confident_choices_are_a_subset_of_algorithm_1s() -> None:
         (c.configuration.slow_ratio, c.configuration.llc_ways) for c in confident.within_threshold
     }
     assert conf_set <= plain_set
-    assert confident.best == plain.best
+    assert confident.best.configuration == plain.best.configuration
     priced = price_grid(predictor, DEFAULT_PRICE_PROFILE, paper_grid(), PAPER_MACHINE)
     assert confident.chosen.cost <= float(priced.cost[priced.feasible].min()) * 1.1 + 1e-12

@@ -154,7 +154,7 @@ def test_slow_misses_in_one_window_wait_for_the_slowest() -> None:
     # ΔL / P_slow: 200 ns at 2.5 GHz = 500 cycles over each structure's slow penalty.
     expected = [min(max(500.0 / PENALTIES[t][1], 1.0), 12.0) for t in model.tags]
     assert mlp == pytest.approx(expected, rel=0.01)
-    plain = Predictor(model.model_copy(update={"dram_latency_cycles": None}))
+    plain = Predictor(model.model_copy(update={"dram_latency_cycles": None}), window_effect=True)
     pred_lin = Predictor(linear_only(model))
     ways = np.asarray([28], dtype=np.int64)
     ratios = np.asarray([0.0, 0.2, 0.5, 1.0])

@@ -18,6 +18,7 @@ from model import (
     predicted_grid,
     recommend,
 )
+from model.confidence import PredictionInterval, prediction_interval, slowdown_sigma
 from model.resources import split_memory
 from tests.factories import Shape
 from tests.model.support import HOST_WAYS, PAPER_MACHINE, consistent_shapes, fitted
@@ -203,10 +204,13 @@ def test_slo_choice_meets_its_bound_and_is_cheap_among_those_that_do(
     points = predicted_grid(predictor, machine=PAPER_MACHINE, grid=grid)
     meeting = [g for g in points if g.feasible and g.slowdown <= bound + TINY]
     objective = Objective(kind="slo", max_slowdown=bound)
+    # The paper's Algorithm 1 (no interval): the SLO is decided on the point prediction.
     if not meeting:
         # Possible on the paper grid when fastmax used more ways than its largest count (28).
         with pytest.raises(NoFeasibleConfiguration):
-            recommend(predictor, machine=PAPER_MACHINE, objective=objective, grid=grid)
+            recommend(
+                predictor, machine=PAPER_MACHINE, objective=objective, grid=grid, confidence=None
+            )
         return
     rec = recommend(
         predictor,
@@ -215,6 +219,7 @@ def test_slo_choice_meets_its_bound_and_is_cheap_among_those_that_do(
         objective=objective,
         threshold=threshold,
         grid=grid,
+        confidence=None,
     )
     assert rec.chosen.slowdown <= bound + TINY
     cheapest = min(g.cost for g in meeting)
@@ -239,7 +244,9 @@ def test_least_dram_choice_is_within_t_of_the_least_dram_that_meets_the_bound(
     objective = Objective(kind="least_dram", max_slowdown=bound)
     if not meeting:
         with pytest.raises(NoFeasibleConfiguration):
-            recommend(predictor, machine=PAPER_MACHINE, objective=objective, grid=grid)
+            recommend(
+                predictor, machine=PAPER_MACHINE, objective=objective, grid=grid, confidence=None
+            )
         return
     rec = recommend(
         predictor,
@@ -248,8 +255,94 @@ def test_least_dram_choice_is_within_t_of_the_least_dram_that_meets_the_bound(
         objective=objective,
         threshold=threshold,
         grid=grid,
+        confidence=None,
     )
     assert rec.chosen.slowdown <= bound + TINY
     least = min(g.dram_bytes for g in meeting) / footprint
     # T is an absolute share of the footprint here: DRAM shares are already fractions.
     assert rec.chosen.configuration.dram_bytes / footprint <= least + threshold + TINY
+
+
+@PROPERTY
+@given(
+    shape=consistent_shapes(),
+    bound=st.floats(0.0, 0.5),
+    kind=st.sampled_from(["slo", "least_dram"]),
+    level=st.sampled_from([0.9, 0.95, 0.99]),
+)
+def test_an_slo_is_decided_on_the_upper_bound_at_the_confidence_level(
+    shape: Shape, bound: float, kind: str, level: float
+) -> None:
+    """With an interval, a candidate meets an SLO only if its upper bound does; the choice is
+    the cheapest (least DRAM) of those, and the promise states the bound it was decided on."""
+    predictor = predictor_of(shape)
+    grid = paper_grid()
+    p = predictor.predict(np.asarray(grid.slow_ratios), np.asarray(grid.llc_ways))
+    sigma = prediction_interval(p, predictor.model.diagnostics, confidence=level).sigma
+    relative = slowdown_sigma(sigma, p, predictor.model.ways_max)
+    upper = PredictionInterval(relative, level).upper(p.seconds)
+    upper_slowdown = upper / predictor.model.fastmax_seconds - 1.0
+    points = predicted_grid(predictor, machine=PAPER_MACHINE, grid=grid)
+    meets = upper_slowdown.ravel() <= bound + TINY
+    meeting = [g for g, ok in zip(points, meets, strict=True) if g.feasible and ok]
+    objective = Objective(kind=kind, max_slowdown=bound)
+    if not meeting:
+        with pytest.raises(NoFeasibleConfiguration, match=r"confidence|meets"):
+            recommend(predictor, machine=PAPER_MACHINE, objective=objective, confidence=level)
+        return
+    rec = recommend(
+        predictor, machine=PAPER_MACHINE, objective=objective, threshold=0.0, confidence=level
+    )
+    assert rec.chosen.slowdown_upper is not None
+    assert rec.chosen.slowdown <= rec.chosen.slowdown_upper + TINY
+    assert rec.chosen.slowdown_upper <= bound + TINY
+    assert f"at {level * 100:g} %" in rec.promise
+    if kind == "slo":
+        assert rec.chosen.cost <= min(g.cost for g in meeting) * (1.0 + 1e-9)
+    # Whatever the point prediction alone would have taken but the bound did not is explained.
+    for d in rec.dropped:
+        assert "break" in d.reason or "more than T" in d.reason
+
+
+def test_fastmax_itself_promises_no_slowdown() -> None:
+    """The model is anchored at fastmax: its own configuration is 0 % slower, with certainty,
+    so an SLO as tight as 0 % is met there whatever the reference runs' noise."""
+    predictor = Predictor(fitted())
+    zero = Objective(kind="slo", max_slowdown=0.0)
+    rec = recommend(predictor, machine=PAPER_MACHINE, objective=zero)
+    c = rec.chosen
+    assert (c.configuration.slow_ratio, c.configuration.llc_ways) == (
+        0.0,
+        predictor.model.ways_max,
+    )
+    assert c.slowdown_upper == pytest.approx(0.0, abs=1e-12)
+    assert c.predicted_seconds_upper is not None
+    assert c.predicted_seconds_upper >= c.predicted_seconds
+
+
+def test_every_candidate_the_confidence_filter_drops_is_listed_with_its_reason() -> None:
+    """Within T of the best by the prediction, left out by the interval: each is in `dropped`,
+    and the acceptable candidates beyond T are `other_candidates`, best first."""
+    predictor = Predictor(fitted())
+    rec = recommend(predictor, machine=PAPER_MACHINE, threshold=0.05)
+    points = predicted_grid(predictor, machine=PAPER_MACHINE)
+    best = rec.best.cost
+    kept = {(c.configuration.slow_ratio, c.configuration.llc_ways) for c in rec.within_threshold}
+    near = {
+        (g.slow_ratio, g.llc_ways)
+        for g in points
+        if g.feasible and g.cost <= best * 1.05 * (1.0 + 1e-12)
+    }
+    dropped = {
+        (d.candidate.configuration.slow_ratio, d.candidate.configuration.llc_ways): d.reason
+        for d in rec.dropped
+    }
+    missing = sorted(near - kept - set(dropped))
+    # At most five are listed, cheapest first: only dearer ones may be missing.
+    if missing:
+        assert len(dropped) == 5
+    assert all("more than T" in why for why in dropped.values())
+    others = rec.other_candidates
+    assert [c.cost for c in others] == sorted(c.cost for c in others)
+    # Beyond T, and not those already listed as dropped.
+    assert others and all(c.cost > best * 1.05 for c in others)

@@ -213,11 +213,8 @@ async function pageWorkload(name) {
     if (rec) {
       const c = rec.chosen;
       fill("w-decision", h("p", {}, `${rec.objective}, T = ${pct(rec.threshold)}, ${new Date(decisions[0].created_at).toLocaleString()}: `,
-        h("strong", {}, `predicted slowdown ${signedPct(c.slowdown)}`), `, ${fmt.money(c.cost, rec.currency)} per run, ${fmt.money(hourly(c), rec.currency, "/h")}.`),
-        table("Chosen and runners-up within T (lowest packing penalty first)", ["slow ratio", "ways", "DRAM", "slow", "slowdown", "cost per run", "vs cheapest", "penalty"],
-          rec.within_threshold.map((x) => [x.configuration.slow_ratio.toFixed(1), x.configuration.llc_ways, bytes(x.configuration.dram_bytes), bytes(x.configuration.slow_bytes),
-            signedPct(x.slowdown), fmt.money(x.cost, rec.currency), signedPct(x.cost_vs_cheapest), fmt.sigFigs(x.packing_penalty ?? 0)]),
-          (i) => (i === 0 ? { class: "chosen" } : {})));
+        h("strong", {}, `predicted slowdown ${promiseOf(rec)}`), `, ${fmt.money(c.cost, rec.currency)} per run, ${fmt.money(hourly(c), rec.currency, "/h")}.`),
+        ...candidateTables(rec));
     } else {
       fill("w-decision", h("p", {}, "No recommendation has been made for this workload yet."));
     }
@@ -265,7 +262,9 @@ function decisionDetail(full, r) {
     h("div", { class: "grid2" },
       h("div", {},
         table("Prediction", ["predicted", "value"], [
-          ["slowdown vs fastmax", signedPct(c.slowdown)], ["run time", fmt.seconds(c.predicted_seconds)],
+          ["slowdown vs fastmax", promiseOf(rec)],
+          ["run time", c.predicted_seconds_upper == null ? fmt.seconds(c.predicted_seconds)
+            : `${fmt.seconds(c.predicted_seconds)} (at most ${fmt.seconds(c.predicted_seconds_upper)} at ${levelOf(rec)})`],
           ["fastmax run time", fmt.seconds(rec.fastmax_seconds)], ["cost per run", fmt.money(c.cost, cur)],
           ["price per hour", fmt.money(hourly(c), cur, "/h")], ["cost vs the cheapest", signedPct(c.cost_vs_cheapest)],
         ])),
@@ -293,19 +292,57 @@ function decisionDetail(full, r) {
   ];
 }
 
+// The decision's promise: the predicted slowdown and the most it will be at the confidence level.
+function promiseOf(rec) {
+  return rec.promise || signedPct(rec.chosen.slowdown);
+}
+
+function levelOf(rec) {
+  return rec.confidence == null ? "" : `${Math.round(rec.confidence * 1000) / 10} %`;
+}
+
+function slowdownCell(x) {
+  return x.slowdown_upper == null ? signedPct(x.slowdown) : `${signedPct(x.slowdown)} (at most ${signedPct(x.slowdown_upper)})`;
+}
+
+// Runners-up within T, the other candidates beyond it, and what the interval left out, and why.
+function candidateTables(rec) {
+  const cols = ["slow ratio", "ways", "DRAM", "slow", "slowdown", "cost per run", "vs cheapest", "penalty"];
+  const row = (x) => [x.configuration.slow_ratio.toFixed(1), x.configuration.llc_ways, bytes(x.configuration.dram_bytes), bytes(x.configuration.slow_bytes),
+    slowdownCell(x), fmt.money(x.cost, rec.currency), signedPct(x.cost_vs_cheapest), fmt.sigFigs(x.packing_penalty ?? 0)];
+  const within = rec.objective.startsWith("least") ? "DRAM share within T of the least" : "cost within T of the best";
+  const out = [table(`Chosen and runners-up (${within}; lowest packing penalty first)`, cols, rec.within_threshold.map(row),
+    (i) => (i === 0 ? { class: "chosen" } : {}))];
+  if (rec.other_candidates && rec.other_candidates.length) {
+    out.push(table("Other candidates (beyond T, best first)", cols, rec.other_candidates.map(row)));
+  }
+  if (rec.dropped && rec.dropped.length) {
+    out.push(table(`Left out by the ${levelOf(rec)} interval`, ["slow ratio", "ways", "slowdown", "vs cheapest", "why"],
+      rec.dropped.map((d) => [d.candidate.configuration.slow_ratio.toFixed(1), d.candidate.configuration.llc_ways, slowdownCell(d.candidate),
+        signedPct(d.candidate.cost_vs_cheapest), prose(d.reason)])));
+  }
+  return out;
+}
+
 // What verification runs told the model, and the run it asks for next (model/verification.py).
 function verificationOf(rec) {
   const v = rec.verification;
   if (!v) return h("p", {}, "No verification: this objective does not use prediction intervals.");
   const next = v.next_slow_ratio === null || v.next_slow_ratio === undefined
-    ? (v.runs >= v.budget ? `none: the budget of ${v.budget} runs is spent` : "none: the optimum's slow ratio is measured")
+    ? (v.runs >= v.budget ? `none: the budget of ${v.budget} runs is spent` : "none: the chosen configuration is measured and no other is likely to beat it")
     : `slow ratio ${v.next_slow_ratio.toFixed(1)}, ${v.next_llc_ways} ways (a run of the profiled input there, annotated tmc.dev/verification-run)`;
   const runs = v.runs
     ? table(`Verification runs: ${v.runs} of ${v.budget}, largest error ${pct(v.largest_error)}`,
       ["slow ratio", "runs", "measured vs predicted"],
       v.verified.map((x) => [x.slow_ratio.toFixed(1), x.runs, signedPct(x.measured_over_predicted - 1)]))
     : h("p", {}, h("strong", {}, "Verification runs: "), `none yet (up to ${v.budget}); the prediction is the model's alone.`);
-  return h("div", { id: "verification" }, runs, h("p", {}, h("strong", {}, "Next run: "), next));
+  const checked = v.chosen_slowdown_measured == null ? null
+    : h("p", {}, h("strong", {}, "Promise checked: "), `the chosen configuration measured ${signedPct(v.chosen_slowdown_measured)} against fastmax.`);
+  const ignored = v.ignored && v.ignored.length
+    ? table("Runs ignored", ["run", "slow ratio", "ways", "seconds", "why"],
+      v.ignored.map((x) => [x.run_id ?? "", x.slow_ratio.toFixed(2), x.llc_ways, fmt.seconds(x.seconds), prose(x.reason)]))
+    : null;
+  return h("div", { id: "verification" }, runs, [checked, ignored].filter(Boolean), h("p", {}, h("strong", {}, "Next run: "), next));
 }
 
 async function pageDecisions() {
