@@ -106,7 +106,9 @@ func (p *TmcPlacement) ObservePod(pod *v1.Pod) {
 	if pod == nil {
 		return
 	}
-	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed || pod.DeletionTimestamp != nil {
+	// A terminating pod still runs on its node and keeps its room until it is gone (the delete
+	// event), as kube-scheduler's own cache counts it.
+	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
 		p.cache.Release(pod.UID)
 		return
 	}
