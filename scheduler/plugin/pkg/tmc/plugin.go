@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -57,8 +58,16 @@ func New(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) 
 			return info.Node(), nil
 		},
 	}
-	informers := h.SharedInformerFactory().Core().V1()
-	if _, err := informers.Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if err := p.Watch(h.SharedInformerFactory()); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Watch feeds the cache from an informer factory's pods and nodes.
+func (p *TmcPlacement) Watch(factory informers.SharedInformerFactory) error {
+	core := factory.Core().V1()
+	if _, err := core.Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p.ObservePod(asPod(obj)) },
 		UpdateFunc: func(_, obj any) { p.ObservePod(asPod(obj)) },
 		DeleteFunc: func(obj any) {
@@ -67,9 +76,9 @@ func New(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) 
 			}
 		},
 	}); err != nil {
-		return nil, fmt.Errorf("%s: watching pods: %w", Name, err)
+		return fmt.Errorf("%s: watching pods: %w", Name, err)
 	}
-	if _, err := informers.Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := core.Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p.ObserveNode(asNode(obj)) },
 		UpdateFunc: func(_, obj any) { p.ObserveNode(asNode(obj)) },
 		DeleteFunc: func(obj any) {
@@ -78,9 +87,9 @@ func New(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) 
 			}
 		},
 	}); err != nil {
-		return nil, fmt.Errorf("%s: watching nodes: %w", Name, err)
+		return fmt.Errorf("%s: watching nodes: %w", Name, err)
 	}
-	return p, nil
+	return nil
 }
 
 func asPod(obj any) *v1.Pod {
