@@ -1,0 +1,182 @@
+package tmc
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// RecommendationAnnotation carries the configuration tmc recommends for the pod, written on the
+// pod before it is scheduled, so that placing it needs no call to the service. Its JSON:
+//
+//	{"schema": "tmc.recommendation/v1", "workload": "graph500", "objective": "slo:5%",
+//	 "recommendation_id": "...", "dram_bytes": N, "slow_bytes": N, "llc_ways": N,
+//	 "slow_ratio": 0.25, "plan": [{"tag": "...", "fast_bytes": N, "slow_bytes": N}]}
+//
+// workload and objective name what it was computed for: when they are given and differ from the
+// pod's own annotations (a template edited after the fact), the recommendation is not trusted and
+// the pod gets the fallback. vCPUs are the pod's CPU request, as in the extender.
+const (
+	RecommendationAnnotation = Group + "/recommendation"
+	RecommendationSchema     = "tmc.recommendation/v1"
+	defaultObjective         = "cheapest"
+)
+
+// Recommendation is the tmc.dev/recommendation annotation read back.
+type Recommendation struct {
+	Schema           string          `json:"schema"`
+	Workload         *string         `json:"workload,omitempty"`
+	Objective        *string         `json:"objective,omitempty"`
+	RecommendationID *string         `json:"recommendation_id,omitempty"`
+	DRAMBytes        int64           `json:"dram_bytes"`
+	SlowBytes        int64           `json:"slow_bytes"`
+	LLCWays          int             `json:"llc_ways"`
+	SlowRatio        float64         `json:"slow_ratio"`
+	Plan             []StructurePlan `json:"plan"`
+}
+
+// PodAsk is what the plugin reads off a pod: whether it opted in, what it is, and the
+// configuration it is to be given (a recommendation, or the fallback with its reason).
+type PodAsk struct {
+	OptedIn   bool
+	Workload  *string
+	Objective string
+	VCPUs     int64
+	// MemoryBytes is the pod's memory request: the fallback's DRAM.
+	MemoryBytes int64
+
+	DRAMBytes        int64
+	SlowBytes        int64
+	SlowRatio        float64
+	LLCWays          int // 0 for the fallback: every way of the longest free run
+	RecommendationID *string
+	Fallback         *string
+	Plan             []StructurePlan
+}
+
+// NeedWays is the ways a node must have free in one run: the fallback asks for at least one.
+func (a *PodAsk) NeedWays() int {
+	if a.LLCWays < 1 {
+		return 1
+	}
+	return a.LLCWays
+}
+
+// Ask is the configuration as the fit and the packing score see it.
+func (a *PodAsk) Ask() Ask {
+	return Ask{VCPUs: float64(a.VCPUs), DRAMBytes: float64(a.DRAMBytes), SlowBytes: float64(a.SlowBytes), LLCWays: a.NeedWays()}
+}
+
+// sumRequests adds a resource's requests over containers; Kubernetes defaults a missing request
+// to the limit.
+func sumRequests(containers []v1.Container, name v1.ResourceName) resource.Quantity {
+	var total resource.Quantity
+	for _, c := range containers {
+		q, ok := c.Resources.Requests[name]
+		if !ok {
+			q, ok = c.Resources.Limits[name]
+		}
+		if ok {
+			total.Add(q)
+		}
+	}
+	return total
+}
+
+// podRequest is the larger of the containers' sum and any one init container (init containers
+// run before the others, one at a time).
+func podRequest(pod *v1.Pod, name v1.ResourceName) resource.Quantity {
+	need := sumRequests(pod.Spec.Containers, name)
+	for _, c := range pod.Spec.InitContainers {
+		if q := sumRequests([]v1.Container{c}, name); q.Cmp(need) > 0 {
+			need = q
+		}
+	}
+	return need
+}
+
+// ReadPod reads the pod's ask. A pod that does not request OptInResource is not tmc's (OptedIn
+// false, no error). An unreadable or mismatched recommendation is not an error: the pod gets the
+// fallback, and its placement says why.
+func ReadPod(pod *v1.Pod) (*PodAsk, error) {
+	optIn := podRequest(pod, OptInResource)
+	if optIn.Sign() <= 0 {
+		return &PodAsk{}, nil
+	}
+	cpu := podRequest(pod, v1.ResourceCPU)
+	memory := podRequest(pod, v1.ResourceMemory)
+	if cpu.Cmp(*resource.NewQuantity(MaxCPUs, resource.DecimalSI)) > 0 || memory.Cmp(*resource.NewQuantity(MaxBytes, resource.BinarySI)) >= 0 {
+		return nil, fmt.Errorf("the pod asks for more than a node can hold (%s CPUs, %s bytes)", cpu.String(), memory.String())
+	}
+	ask := &PodAsk{OptedIn: true, Objective: defaultObjective}
+	ann := pod.Annotations
+	if w := ann[WorkloadAnnotation]; w != "" {
+		ask.Workload = &w
+	}
+	if o := ann[ObjectiveAnnotation]; o != "" {
+		ask.Objective = o
+	}
+	// Whole vCPUs are a configuration's unit: the request rounded up, at least one.
+	ask.VCPUs = max(1, (cpu.MilliValue()+999)/1000)
+	// Bytes truncated, as the extender reads them.
+	ask.MemoryBytes = memory.MilliValue() / 1000
+
+	rec, why := readRecommendation(ann, ask)
+	if rec == nil {
+		ask.DRAMBytes, ask.SlowBytes, ask.SlowRatio, ask.LLCWays = ask.MemoryBytes, 0, 0, 0
+		ask.Fallback = &why
+		return ask, nil
+	}
+	ask.DRAMBytes, ask.SlowBytes, ask.SlowRatio, ask.LLCWays = rec.DRAMBytes, rec.SlowBytes, rec.SlowRatio, rec.LLCWays
+	ask.RecommendationID, ask.Plan = rec.RecommendationID, rec.Plan
+	return ask, nil
+}
+
+// readRecommendation returns the pod's recommendation, or nil and the fallback's reason.
+func readRecommendation(ann map[string]string, ask *PodAsk) (*Recommendation, string) {
+	raw := ann[RecommendationAnnotation]
+	if raw == "" {
+		return nil, "the pod carries no recommendation (" + RecommendationAnnotation + " annotation)"
+	}
+	unreadable := func(why string) (*Recommendation, string) {
+		return nil, clip("the pod's "+RecommendationAnnotation+" is unreadable: "+why, 512)
+	}
+	var rec Recommendation
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rec); err != nil {
+		return unreadable(err.Error())
+	}
+	switch {
+	case rec.Schema != RecommendationSchema:
+		return unreadable(fmt.Sprintf("schema %q is not %s", clip(rec.Schema, 40), RecommendationSchema))
+	case rec.DRAMBytes < 0 || rec.DRAMBytes >= MaxBytes || rec.SlowBytes < 0 || rec.SlowBytes >= MaxBytes:
+		return unreadable("bytes must be in 0..2^52")
+	case rec.LLCWays < 1 || rec.LLCWays > MaxLLCWays:
+		return unreadable(fmt.Sprintf("llc_ways must be in 1..%d", MaxLLCWays))
+	case !(rec.SlowRatio >= 0 && rec.SlowRatio <= 1):
+		return unreadable("slow_ratio must be in 0..1")
+	case rec.RecommendationID != nil && len(*rec.RecommendationID) > 64:
+		return unreadable("recommendation_id is longer than 64 characters")
+	}
+	// The plan must be one a placement can carry: checked with the placement's own rules.
+	probe := Placement{
+		Schema: PlacementSchema, Node: "probe", Objective: ask.Objective,
+		Configuration: PlacedConfiguration{VCPUs: ask.VCPUs, DRAMBytes: rec.DRAMBytes, SlowBytes: rec.SlowBytes, SlowRatio: PyFloat(rec.SlowRatio), LLCWays: rec.LLCWays},
+		LLCMask:       FormatMask(RunMask(0, rec.LLCWays)),
+		Plan:          rec.Plan,
+	}
+	if err := probe.validate(); err != nil {
+		return unreadable(strings.TrimPrefix(err.Error(), PlacementAnnotation+": "))
+	}
+	if rec.Workload != nil && (ask.Workload == nil || *rec.Workload != *ask.Workload) {
+		return nil, "the recommendation is for another workload than the pod's " + WorkloadAnnotation
+	}
+	if rec.Objective != nil && *rec.Objective != ask.Objective {
+		return nil, "the recommendation is for another objective than the pod's " + ObjectiveAnnotation
+	}
+	return &rec, ""
+}

@@ -1,0 +1,296 @@
+package tmc
+
+import (
+	"fmt"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Reservation is what one pod holds on a node: the plugin's unit of accounting, the same as a
+// row of the extender's ledger.
+type Reservation struct {
+	PodUID       types.UID
+	Node         string
+	VCPUs        int64
+	DRAMBytes    int64
+	SlowBytes    int64
+	SlowFromPool bool
+	LLCMask      uint64
+	// Bound: read from a bound pod's placement annotation, not only assumed by Reserve. Unreserve
+	// never forgets a bound pod's reservation; only the pod's deletion or end does.
+	Bound bool
+}
+
+type nodeUse struct {
+	cpus, dram, slowLocal, slowFromPool int64
+	mask                                uint64
+	masks                               map[types.UID]uint64 // per pod, to rebuild mask on release
+}
+
+// Cache holds every reservation the scheduler knows of: those it assumed (Reserve) and those of
+// bound pods (their placement annotations, from the pod informer). It is the plugin's only
+// accounting: the API server is the source of truth and the cache is rebuilt from it on restart.
+type Cache struct {
+	mu     sync.RWMutex
+	pods   map[types.UID]Reservation
+	nodes  map[string]*nodeUse
+	pools  map[string]int64               // rack pool -> capacity in bytes, as its nodes publish it
+	member map[string]string              // node -> its rack pool
+	racks  map[string]map[string]struct{} // rack pool -> its nodes
+}
+
+// NewCache is an empty cache.
+func NewCache() *Cache {
+	return &Cache{
+		pods:   map[types.UID]Reservation{},
+		nodes:  map[string]*nodeUse{},
+		pools:  map[string]int64{},
+		member: map[string]string{},
+		racks:  map[string]map[string]struct{}{},
+	}
+}
+
+// SetNode records a node's rack pool (and the pool's capacity when the node publishes it). Pool
+// usage is summed over the pool's nodes when asked, so reservations seen before their node's pool
+// is known still count once it is.
+func (c *Cache) SetNode(name string, capacity *NodeCapacity) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.member[name]; ok {
+		delete(c.racks[old], name)
+		delete(c.member, name)
+	}
+	if capacity == nil || capacity.SlowPool == "" {
+		return
+	}
+	c.member[name] = capacity.SlowPool
+	if c.racks[capacity.SlowPool] == nil {
+		c.racks[capacity.SlowPool] = map[string]struct{}{}
+	}
+	c.racks[capacity.SlowPool][name] = struct{}{}
+	if capacity.SlowPoolBytes >= 0 {
+		c.pools[capacity.SlowPool] = capacity.SlowPoolBytes
+	}
+}
+
+// RemoveNode forgets a node's pool membership (its pods' reservations go with the pods).
+func (c *Cache) RemoveNode(name string) { c.SetNode(name, nil) }
+
+// Usage is a node's capacity and what is held on it, slow memory split into the node's own and
+// its rack pool's (the whole pool's capacity and reservations).
+type Usage struct {
+	CPUs, DRAMBytes, LocalSlowBytes, PoolSlowBytes                 int64
+	LLCWays                                                        int
+	UsedCPUs, UsedDRAMBytes, UsedLocalSlowBytes, UsedPoolSlowBytes int64
+	UsedMask                                                       uint64
+}
+
+// Usage of a node whose capacity is given; cpus is the CPUs it offers (published or allocatable).
+func (c *Cache) Usage(name string, capacity *NodeCapacity, cpus int64) Usage {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.usageLocked(name, capacity, cpus)
+}
+
+func (c *Cache) usageLocked(name string, capacity *NodeCapacity, cpus int64) Usage {
+	u := Usage{CPUs: cpus, DRAMBytes: capacity.DRAMBytes, LocalSlowBytes: capacity.SlowBytes, LLCWays: capacity.LLCWays}
+	if n := c.nodes[name]; n != nil {
+		u.UsedCPUs, u.UsedDRAMBytes, u.UsedLocalSlowBytes, u.UsedMask = n.cpus, n.dram, n.slowLocal, n.mask
+	}
+	if pool := capacity.SlowPool; pool != "" {
+		u.PoolSlowBytes = c.pools[pool]
+		for member := range c.racks[pool] {
+			if n := c.nodes[member]; n != nil {
+				u.UsedPoolSlowBytes += n.slowFromPool
+			}
+		}
+		// A node whose membership the informer has not delivered yet still counts its own.
+		if _, listed := c.racks[pool][name]; !listed {
+			if n := c.nodes[name]; n != nil {
+				u.UsedPoolSlowBytes += n.slowFromPool
+			}
+		}
+	}
+	return u
+}
+
+// Verdict is why a node cannot take a pod; Unresolvable when it never can (its capacity, not
+// its load, is too small), as the extender's FailedAndUnresolvableNodes.
+type Verdict struct {
+	Reason       string
+	Unresolvable bool
+}
+
+// Judge checks, in the extender's order, whether a node can take ask now; nil when it can.
+func Judge(u Usage, ask Ask) *Verdict {
+	never := func(why string) *Verdict { return &Verdict{"tmc: " + why, true} }
+	full := func(why string) *Verdict { return &Verdict{"tmc: " + why, false} }
+	slow := float64(ask.SlowBytes)
+	switch {
+	case float64(u.CPUs) < ask.VCPUs:
+		return never(fmt.Sprintf("node has fewer than %g CPUs", ask.VCPUs))
+	case float64(u.DRAMBytes) < ask.DRAMBytes:
+		return never("node has less DRAM than the configuration")
+	case u.LLCWays < ask.LLCWays:
+		return never(fmt.Sprintf("node has fewer than %d LLC ways", ask.LLCWays))
+	case u.LocalSlowBytes+u.PoolSlowBytes == 0 && slow > 0:
+		return never("node has no slow memory tier")
+	case float64(u.LocalSlowBytes) < slow && float64(u.PoolSlowBytes) < slow:
+		return never("node's slow tier (local or pool) is smaller than the configuration's")
+	case float64(u.CPUs-u.UsedCPUs) < ask.VCPUs:
+		return full("not enough free CPUs")
+	case float64(u.DRAMBytes-u.UsedDRAMBytes) < ask.DRAMBytes:
+		return full("not enough free DRAM")
+	case float64(u.LocalSlowBytes-u.UsedLocalSlowBytes) < slow && float64(u.PoolSlowBytes-u.UsedPoolSlowBytes) < slow:
+		return full("not enough free slow memory (local or rack pool)")
+	case BestFitLength(u.UsedMask, u.LLCWays, ask.LLCWays) == 0:
+		return full(fmt.Sprintf("no free run of %d contiguous LLC ways (CAT)", ask.LLCWays))
+	}
+	return nil
+}
+
+// Load is the packing score's view of a node: its slow tier is its own when it has one, else its
+// rack pool's.
+func (u Usage) Load() NodeLoad {
+	slow, used := u.LocalSlowBytes, u.UsedLocalSlowBytes
+	if slow == 0 {
+		slow, used = u.PoolSlowBytes, u.UsedPoolSlowBytes
+	}
+	return NodeLoad{
+		CPUs: float64(u.CPUs), DRAMBytes: float64(u.DRAMBytes), SlowBytes: float64(slow), LLCWays: u.LLCWays,
+		UsedCPUs: float64(u.UsedCPUs), UsedDRAMBytes: float64(u.UsedDRAMBytes), UsedSlowBytes: float64(used),
+		LLCUsedMask: u.UsedMask,
+	}
+}
+
+// Assume reserves ask for a pod on a node, as the extender's bind does in its ledger: the checks
+// again under the lock, slow memory from the node first and else from its rack pool, and a CAT
+// run chosen from the bits actually held (best fit; the fallback takes every way of the longest
+// free run). Assuming a pod it already holds on the same node changes nothing.
+func (c *Cache) Assume(uid types.UID, name string, capacity *NodeCapacity, cpus int64, ask *PodAsk) (Reservation, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if held, ok := c.pods[uid]; ok {
+		if held.Node == name {
+			return held, nil
+		}
+		c.removeLocked(held)
+	}
+	u := c.usageLocked(name, capacity, cpus)
+	if v := Judge(u, ask.Ask()); v != nil {
+		return Reservation{}, fmt.Errorf("node %s: %s", name, v.Reason)
+	}
+	r := Reservation{PodUID: uid, Node: name, VCPUs: ask.VCPUs, DRAMBytes: ask.DRAMBytes, SlowBytes: ask.SlowBytes}
+	if ask.SlowBytes > 0 && u.LocalSlowBytes-u.UsedLocalSlowBytes < ask.SlowBytes {
+		r.SlowFromPool = true // Judge saw room in one of the two
+	}
+	var ok bool
+	if ask.LLCWays < 1 {
+		r.LLCMask, ok = LongestFreeRun(u.UsedMask, u.LLCWays)
+	} else {
+		r.LLCMask, ok = BestFitRun(u.UsedMask, u.LLCWays, ask.LLCWays)
+	}
+	if !ok {
+		return Reservation{}, fmt.Errorf("node %s: no free run of %d contiguous LLC ways", name, ask.NeedWays())
+	}
+	c.addLocked(r)
+	return r, nil
+}
+
+// Forget drops an assumed reservation (Unreserve). A bound pod's stays: it is released when the
+// pod goes.
+func (c *Cache) Forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if held, ok := c.pods[uid]; ok && !held.Bound {
+		c.removeLocked(held)
+	}
+}
+
+// Release drops a pod's reservation whatever its state: the pod was deleted or finished.
+func (c *Cache) Release(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if held, ok := c.pods[uid]; ok {
+		c.removeLocked(held)
+	}
+}
+
+// Bind records what a bound pod's placement annotation says it holds, replacing what Reserve
+// assumed for it: how a restarted scheduler recovers, and how a pod bound by another replica or
+// by the extender is counted.
+func (c *Cache) Bind(uid types.UID, p *Placement) {
+	r := Reservation{
+		PodUID: uid, Node: p.Node, VCPUs: p.Configuration.VCPUs, DRAMBytes: p.Configuration.DRAMBytes,
+		SlowBytes: p.Configuration.SlowBytes, SlowFromPool: p.SlowFromPool, LLCMask: p.LLCMaskBits(), Bound: true,
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if held, ok := c.pods[uid]; ok {
+		if held == r {
+			return
+		}
+		c.removeLocked(held)
+	}
+	c.addLocked(r)
+}
+
+// Held is a pod's reservation, if the cache has one.
+func (c *Cache) Held(uid types.UID) (Reservation, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	r, ok := c.pods[uid]
+	return r, ok
+}
+
+// Len is the number of reservations held.
+func (c *Cache) Len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.pods)
+}
+
+func (c *Cache) addLocked(r Reservation) {
+	n := c.nodes[r.Node]
+	if n == nil {
+		n = &nodeUse{masks: map[types.UID]uint64{}}
+		c.nodes[r.Node] = n
+	}
+	n.cpus += r.VCPUs
+	n.dram += r.DRAMBytes
+	if r.SlowFromPool {
+		n.slowFromPool += r.SlowBytes
+	} else {
+		n.slowLocal += r.SlowBytes
+	}
+	// Two reservations never share a way on a node the cache placed alone; a mask that overlaps
+	// one already held (placements written by two schedulers at once) still counts as used.
+	n.mask |= r.LLCMask
+	n.masks[r.PodUID] = r.LLCMask
+	c.pods[r.PodUID] = r
+}
+
+func (c *Cache) removeLocked(r Reservation) {
+	delete(c.pods, r.PodUID)
+	n := c.nodes[r.Node]
+	if n == nil {
+		return
+	}
+	n.cpus -= r.VCPUs
+	n.dram -= r.DRAMBytes
+	if r.SlowFromPool {
+		n.slowFromPool -= r.SlowBytes
+	} else {
+		n.slowLocal -= r.SlowBytes
+	}
+	// The mask is rebuilt from the node's other reservations: an overlapping one keeps its ways.
+	delete(n.masks, r.PodUID)
+	n.mask = 0
+	for _, mask := range n.masks {
+		n.mask |= mask
+	}
+	if len(n.masks) == 0 {
+		delete(c.nodes, r.Node)
+	}
+}

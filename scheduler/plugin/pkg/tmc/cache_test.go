@@ -1,0 +1,180 @@
+package tmc
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func fallbackAsk(vcpus, dram int64) *PodAsk {
+	return &PodAsk{OptedIn: true, Objective: "cheapest", VCPUs: vcpus, MemoryBytes: dram, DRAMBytes: dram}
+}
+
+func recommendedAsk(vcpus, dram, slow int64, ways int) *PodAsk {
+	return &PodAsk{OptedIn: true, Objective: "cheapest", VCPUs: vcpus, DRAMBytes: dram, SlowBytes: slow, LLCWays: ways}
+}
+
+func TestAssumeChoosesBestFitRunsAndForgets(t *testing.T) {
+	c := NewCache()
+	node := &NodeCapacity{DRAMBytes: 64, LLCWays: 11, SlowPoolBytes: -1}
+	a, err := c.Assume("a", "n1", node, 16, recommendedAsk(2, 8, 0, 3))
+	if err != nil || a.LLCMask != 0x7 {
+		t.Fatalf("first pod: %+v, %v", a, err)
+	}
+	b, err := c.Assume("b", "n1", node, 16, recommendedAsk(2, 8, 0, 2))
+	if err != nil || b.LLCMask != 0x18 {
+		t.Fatalf("second pod: %+v, %v", b, err)
+	}
+	// Release the first: ways 0-2 free again, a 3-way hole before b and a 6-way run after it.
+	c.Forget("a")
+	d, err := c.Assume("d", "n1", node, 16, recommendedAsk(1, 1, 0, 3))
+	if err != nil || d.LLCMask != 0x7 {
+		t.Fatalf("best fit takes the 3-way hole, not the long run: %#x, %v", d.LLCMask, err)
+	}
+	u := c.Usage("n1", node, 16)
+	if u.UsedCPUs != 3 || u.UsedDRAMBytes != 9 || u.UsedMask != 0x1f {
+		t.Errorf("usage after forget and assume: %+v", u)
+	}
+	// Assuming again on the same node changes nothing; on another node it moves.
+	if again, _ := c.Assume("d", "n1", node, 16, recommendedAsk(1, 1, 0, 3)); again != d {
+		t.Errorf("assumed twice: %+v", again)
+	}
+	if _, err := c.Assume("d", "n2", node, 16, recommendedAsk(1, 1, 0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if u := c.Usage("n1", node, 16); u.UsedMask != 0x18 || u.UsedCPUs != 2 {
+		t.Errorf("n1 after d moved: %+v", u)
+	}
+	c.Forget("nobody") // idempotent, and for a pod never assumed
+	if c.Len() != 2 {
+		t.Errorf("%d reservations, want 2", c.Len())
+	}
+}
+
+func TestAssumeRefusesWhatDoesNotFit(t *testing.T) {
+	c := NewCache()
+	node := &NodeCapacity{DRAMBytes: 16, SlowBytes: 8, LLCWays: 4, SlowPoolBytes: -1}
+	if _, err := c.Assume("a", "n", node, 4, recommendedAsk(1, 10, 6, 2)); err != nil {
+		t.Fatal(err)
+	}
+	for name, ask := range map[string]*PodAsk{
+		"cpus":       recommendedAsk(4, 1, 0, 1),
+		"dram":       recommendedAsk(1, 7, 0, 1),
+		"slow":       recommendedAsk(1, 1, 3, 1),
+		"contiguous": recommendedAsk(1, 1, 0, 3),
+	} {
+		if r, err := c.Assume(types.UID(name), "n", node, 4, ask); err == nil {
+			t.Errorf("%s: assumed %+v on a node that cannot hold it", name, r)
+		}
+	}
+	if c.Len() != 1 {
+		t.Errorf("a refused assume left a reservation: %d", c.Len())
+	}
+}
+
+func TestFallbackTakesTheLongestFreeRun(t *testing.T) {
+	c := NewCache()
+	node := &NodeCapacity{DRAMBytes: 64, LLCWays: 8, SlowPoolBytes: -1}
+	c.Bind("x", &Placement{Node: "n", Configuration: PlacedConfiguration{VCPUs: 1, LLCWays: 1}, LLCMask: "0x4"})
+	r, err := c.Assume("f", "n", node, 8, fallbackAsk(1, 4))
+	if err != nil || r.LLCMask != 0xf8 {
+		t.Fatalf("fallback on ways 0-1 and 3-7 free: %#x, %v; want the 5-way run 0xf8", r.LLCMask, err)
+	}
+}
+
+func TestSlowMemoryLocalFirstThenRackPool(t *testing.T) {
+	c := NewCache()
+	a := &NodeCapacity{DRAMBytes: 64, SlowBytes: 10, LLCWays: 8, SlowPool: "rack", SlowPoolBytes: 100}
+	b := &NodeCapacity{DRAMBytes: 64, LLCWays: 8, SlowPool: "rack", SlowPoolBytes: -1}
+	c.SetNode("a", a)
+	c.SetNode("b", b)
+	first, _ := c.Assume("1", "a", a, 8, recommendedAsk(1, 1, 8, 1))
+	second, _ := c.Assume("2", "a", a, 8, recommendedAsk(1, 1, 8, 1))
+	third, _ := c.Assume("3", "b", b, 8, recommendedAsk(1, 1, 80, 1))
+	if first.SlowFromPool || !second.SlowFromPool || !third.SlowFromPool {
+		t.Fatalf("local first, then the pool: %v %v %v", first.SlowFromPool, second.SlowFromPool, third.SlowFromPool)
+	}
+	// The pool is shared: 88 of 100 bytes are held, from two nodes.
+	if u := c.Usage("b", b, 8); u.PoolSlowBytes != 100 || u.UsedPoolSlowBytes != 88 {
+		t.Errorf("pool usage seen from b: %+v", u)
+	}
+	if _, err := c.Assume("4", "b", b, 8, recommendedAsk(1, 1, 13, 1)); err == nil {
+		t.Error("the pool was overcommitted")
+	}
+	// The packing score sees a's own slow tier, and b's pool.
+	if l := c.Usage("a", a, 8).Load(); l.SlowBytes != 10 || l.UsedSlowBytes != 8 {
+		t.Errorf("a's load: %+v", l)
+	}
+	if l := c.Usage("b", b, 8).Load(); l.SlowBytes != 100 || l.UsedSlowBytes != 88 {
+		t.Errorf("b's load: %+v", l)
+	}
+}
+
+func TestBoundPlacementsSurviveUnreserveAndRebuildTheCache(t *testing.T) {
+	node := &NodeCapacity{DRAMBytes: 64, LLCWays: 8, SlowPoolBytes: -1}
+	before := NewCache()
+	var placements []*Placement
+	for i, ask := range []*PodAsk{recommendedAsk(1, 4, 0, 2), recommendedAsk(2, 8, 0, 3), fallbackAsk(1, 2)} {
+		uid := types.UID(string(rune('a' + i)))
+		r, err := before.Assume(uid, "n", node, 8, ask)
+		if err != nil {
+			t.Fatal(err)
+		}
+		placements = append(placements, PlacementOf(ask, r))
+	}
+	// A restarted scheduler reads the bound pods' annotations: the same usage, the same ways.
+	after := NewCache()
+	for i, p := range placements {
+		ann, err := p.Annotations()
+		if err != nil {
+			t.Fatal(err)
+		}
+		read, err := ParsePlacement(ann)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after.Bind(types.UID(string(rune('a'+i))), read)
+	}
+	if b, a := before.Usage("n", node, 8), after.Usage("n", node, 8); b != a || a.UsedMask != 0xff {
+		t.Fatalf("rebuilt %+v, was %+v", a, b)
+	}
+	// Unreserve never drops a bound pod's reservation; the pod's end does.
+	after.Forget("a")
+	if _, ok := after.Held("a"); !ok {
+		t.Error("Forget dropped a bound pod")
+	}
+	after.Release("a")
+	if u := after.Usage("n", node, 8); u.UsedMask != 0xfc || u.UsedCPUs != 3 {
+		t.Errorf("after the pod's end: %+v", u)
+	}
+	// Bind over an assume of the same pod replaces it rather than counting it twice.
+	c := NewCache()
+	r, _ := c.Assume("z", "n", node, 8, recommendedAsk(1, 4, 0, 2))
+	c.Bind("z", PlacementOf(recommendedAsk(1, 4, 0, 2), r))
+	if u := c.Usage("n", node, 8); u.UsedCPUs != 1 || u.UsedDRAMBytes != 4 || c.Len() != 1 {
+		t.Errorf("assumed then bound: %+v", u)
+	}
+}
+
+func TestJudgeSaysNeverOrNotNow(t *testing.T) {
+	u := Usage{CPUs: 8, DRAMBytes: 64, LocalSlowBytes: 0, LLCWays: 8, UsedCPUs: 6, UsedMask: 0x0f}
+	for name, c := range map[string]struct {
+		ask   Ask
+		never bool
+	}{
+		"too few CPUs in all":  {Ask{VCPUs: 9, LLCWays: 1}, true},
+		"too little DRAM":      {Ask{VCPUs: 1, DRAMBytes: 65, LLCWays: 1}, true},
+		"too few ways":         {Ask{VCPUs: 1, LLCWays: 9}, true},
+		"no slow tier":         {Ask{VCPUs: 1, SlowBytes: 1, LLCWays: 1}, true},
+		"CPUs taken":           {Ask{VCPUs: 3, LLCWays: 1}, false},
+		"no 5-way run free":    {Ask{VCPUs: 1, LLCWays: 5}, false},
+		"fits on the 4 ways":   {Ask{VCPUs: 2, DRAMBytes: 64, LLCWays: 4}, false},
+		"fits, nothing to say": {Ask{VCPUs: 1, LLCWays: 1}, false},
+	} {
+		v := Judge(u, c.ask)
+		fits := name == "fits on the 4 ways" || name == "fits, nothing to say"
+		if fits != (v == nil) || v != nil && v.Unresolvable != c.never {
+			t.Errorf("%s: %+v", name, v)
+		}
+	}
+}

@@ -1,0 +1,367 @@
+package tmc
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/bits"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// The names of model/node_contract.py: what crosses between the scheduler and the node. The
+// node agent and the Python extender read and write the same keys, so they are spelled once here
+// and must never drift from the Python definitions.
+const (
+	Group = "tmc.dev"
+
+	// OptInResource is the extended resource a pod requests to be placed by tmc.
+	OptInResource = Group + "/tiered"
+
+	WorkloadAnnotation  = Group + "/workload"
+	ObjectiveAnnotation = Group + "/objective"
+
+	PlacementAnnotation = Group + "/placement"
+	LLCMaskAnnotation   = Group + "/llc-mask"
+
+	HostKindLabel            = Group + "/host-kind"
+	CPUsAnnotation           = Group + "/cpus"
+	DRAMAnnotation           = Group + "/dram-bytes"
+	SlowAnnotation           = Group + "/slow-bytes"
+	LLCWaysAnnotation        = Group + "/llc-ways"
+	SlowPoolAnnotation       = Group + "/slow-pool"
+	SlowPoolBytesAnnotation  = Group + "/slow-pool-bytes"
+	PlacementSchema          = "tmc.placement/v2"
+	placementSchemaV1        = "tmc.placement/v1"
+	maxPlacementAnnotationSz = 256 * 1024 // the API server's own limit on annotations
+
+	// MaxBytes, MaxLLCWays and MaxCPUs bound every number of the contract so that no annotation,
+	// however it was written, can overflow a computation downstream.
+	MaxBytes   = int64(1) << 52
+	MaxLLCWays = 64
+	MaxCPUs    = 4096
+)
+
+var (
+	hexMask = regexp.MustCompile(`^0x[0-9a-fA-F]{1,16}$`)
+	dnsName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
+	tagText = regexp.MustCompile(`^[A-Za-z0-9_.:/()\[\]<>-]+$`)
+)
+
+// ContractError is metadata that claims to follow the contract but cannot be read.
+type ContractError struct{ Msg string }
+
+func (e *ContractError) Error() string { return e.Msg }
+
+func contractErrorf(format string, args ...any) error {
+	return &ContractError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// NodeCapacity is a node's tiered capacity as its agent publishes it. Pooled slow memory is
+// accounted on the pool (SlowPool, SlowPoolBytes), never in SlowBytes, which is node-local only.
+type NodeCapacity struct {
+	HostKind string
+	// CPUs is 0 when the node does not publish tmc.dev/cpus: its allocatable CPUs count then.
+	CPUs          int64
+	DRAMBytes     int64
+	SlowBytes     int64
+	LLCWays       int
+	SlowPool      string
+	SlowPoolBytes int64 // -1 when the node does not publish it
+}
+
+// intAnnotation reads a decimal annotation as the Python contract does: ASCII digits only, at
+// most 19 of them (bounded before conversion), absent or empty meaning "not given".
+func intAnnotation(ann map[string]string, key string) (int64, bool, error) {
+	raw, ok := ann[key]
+	if !ok || raw == "" {
+		return 0, false, nil
+	}
+	text := strings.TrimSpace(raw)
+	if text == "" || len(text) > 19 || strings.TrimLeft(text, "0123456789") != "" {
+		return 0, false, contractErrorf("%s: %q is not a non-negative integer below 2^63", key, clip(text, 40))
+	}
+	v, err := strconv.ParseInt(text, 10, 64)
+	if err != nil {
+		return 0, false, contractErrorf("%s: %q is not a non-negative integer below 2^63", key, clip(text, 40))
+	}
+	return v, true, nil
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// ParseNodeCapacity is NodeCapacity.from_metadata: (nil, nil) for a node that publishes no tiered
+// capacity (not a tmc node), an error for one that publishes it unreadably.
+func ParseNodeCapacity(labels, ann map[string]string) (*NodeCapacity, error) {
+	if _, ok := ann[DRAMAnnotation]; !ok {
+		return nil, nil
+	}
+	if _, ok := ann[LLCWaysAnnotation]; !ok {
+		return nil, nil
+	}
+	c := &NodeCapacity{HostKind: "unknown", SlowPoolBytes: -1}
+	if v := labels[HostKindLabel]; v != "" {
+		c.HostKind = v
+	} else if v := ann[HostKindLabel]; v != "" {
+		c.HostKind = v
+	}
+	if len(c.HostKind) > 63 {
+		return nil, contractErrorf("node capacity: host_kind: longer than 63 characters")
+	}
+	cpus, hasCPUs, err := intAnnotation(ann, CPUsAnnotation)
+	if err != nil {
+		return nil, err
+	}
+	if hasCPUs {
+		if cpus < 1 || cpus > MaxCPUs {
+			return nil, contractErrorf("node capacity: cpus: must be in 1..%d", MaxCPUs)
+		}
+		c.CPUs = cpus
+	}
+	dram, hasDRAM, err := intAnnotation(ann, DRAMAnnotation)
+	if err != nil {
+		return nil, err
+	}
+	if !hasDRAM {
+		return nil, contractErrorf("node capacity: dram_bytes: missing")
+	}
+	if c.DRAMBytes, err = boundedBytes("dram_bytes", dram); err != nil {
+		return nil, err
+	}
+	slow, _, err := intAnnotation(ann, SlowAnnotation)
+	if err != nil {
+		return nil, err
+	}
+	if c.SlowBytes, err = boundedBytes("slow_bytes", slow); err != nil {
+		return nil, err
+	}
+	ways, hasWays, err := intAnnotation(ann, LLCWaysAnnotation)
+	if err != nil {
+		return nil, err
+	}
+	if !hasWays || ways < 1 || ways > MaxLLCWays {
+		return nil, contractErrorf("node capacity: llc_ways: must be in 1..%d", MaxLLCWays)
+	}
+	c.LLCWays = int(ways)
+	if pool := ann[SlowPoolAnnotation]; pool != "" {
+		if len(pool) > 253 || !dnsName.MatchString(pool) {
+			return nil, contractErrorf("node capacity: slow_pool: %q is not a DNS subdomain name", clip(pool, 40))
+		}
+		c.SlowPool = pool
+		poolBytes, has, err := intAnnotation(ann, SlowPoolBytesAnnotation)
+		if err != nil {
+			return nil, err
+		}
+		if has {
+			if c.SlowPoolBytes, err = boundedBytes("slow_pool_bytes", poolBytes); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return c, nil
+}
+
+func boundedBytes(field string, v int64) (int64, error) {
+	if v < 0 || v >= MaxBytes {
+		return 0, contractErrorf("node capacity: %s: must be below 2^52", field)
+	}
+	return v, nil
+}
+
+// StructurePlan is how much of one tagged structure goes to each tier.
+type StructurePlan struct {
+	Tag       string `json:"tag"`
+	FastBytes int64  `json:"fast_bytes"`
+	SlowBytes int64  `json:"slow_bytes"`
+}
+
+// PlacedConfiguration is the configuration a pod was given.
+type PlacedConfiguration struct {
+	VCPUs     int64   `json:"vcpus"`
+	DRAMBytes int64   `json:"dram_bytes"`
+	SlowBytes int64   `json:"slow_bytes"`
+	SlowRatio PyFloat `json:"slow_ratio"`
+	LLCWays   int     `json:"llc_ways"`
+}
+
+// Placement is the tmc.dev/placement annotation. The field order is the Python model's, so that
+// the JSON written here is byte for byte what the extender writes for the same placement.
+type Placement struct {
+	Schema           string              `json:"schema"`
+	Node             string              `json:"node"`
+	Workload         *string             `json:"workload"`
+	Objective        string              `json:"objective"`
+	Configuration    PlacedConfiguration `json:"configuration"`
+	LLCMask          string              `json:"llc_mask"`
+	SlowFromPool     bool                `json:"slow_from_pool"`
+	RecommendationID *string             `json:"recommendation_id"`
+	Fallback         *string             `json:"fallback"`
+	Plan             []StructurePlan     `json:"plan"`
+}
+
+// PyFloat is a float written as Python's json module writes one (repr: 0.0, 0.25, 1e-05), so that
+// the placement annotation does not depend on which side wrote it.
+type PyFloat float64
+
+// MarshalJSON writes the shortest representation that reads back exactly, as repr does.
+func (f PyFloat) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil, fmt.Errorf("tmc: %v is not a JSON number", v)
+	}
+	text := strconv.FormatFloat(v, 'g', -1, 64)
+	if e := strings.IndexByte(text, 'e'); e >= 0 {
+		// Go writes e+16 / e-05 as Python does, but a mantissa without a point ("1e-05") is
+		// what Python writes too: nothing to add.
+		return []byte(text), nil
+	}
+	if !strings.Contains(text, ".") {
+		text += ".0"
+	}
+	return []byte(text), nil
+}
+
+// LLCMaskBits is the CAT mask as a number.
+func (p *Placement) LLCMaskBits() uint64 {
+	v, _ := strconv.ParseUint(p.LLCMask[2:], 16, 64)
+	return v
+}
+
+// FormatMask writes a CAT mask as Python's hex() does: lower case, no leading zeros.
+func FormatMask(mask uint64) string { return "0x" + strconv.FormatUint(mask, 16) }
+
+// Annotations are the two annotations PreBind writes: the placement as compact JSON (Python's
+// json.dumps with separators (",", ":") and ensure_ascii) and the mask, redundantly, for tools
+// that read one value.
+func (p *Placement) Annotations() (map[string]string, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	body := *p
+	if body.Plan == nil {
+		body.Plan = []StructurePlan{} // Python writes [], never null
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // Python leaves < > & alone, and tags may hold < and >
+	if err := enc.Encode(body); err != nil {
+		return nil, err
+	}
+	text := asciiOnly(strings.TrimSuffix(buf.String(), "\n"))
+	return map[string]string{PlacementAnnotation: text, LLCMaskAnnotation: p.LLCMask}, nil
+}
+
+// asciiOnly escapes every non-ASCII character as \uXXXX (UTF-16 surrogates above U+FFFF), as
+// Python's ensure_ascii does. Only string contents can hold such characters, and inside a JSON
+// string the escape means the same character.
+func asciiOnly(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r < utf8.RuneSelf:
+			b.WriteRune(r)
+		case r > 0xFFFF:
+			r -= 0x10000
+			fmt.Fprintf(&b, `\u%04x\u%04x`, 0xD800+(r>>10), 0xDC00+(r&0x3FF))
+		default:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+	}
+	return b.String()
+}
+
+// ParsePlacement is Placement.from_annotations: (nil, nil) when the pod has no placement, an
+// error when it has an unreadable one or the two annotations disagree.
+func ParsePlacement(ann map[string]string) (*Placement, error) {
+	raw := ann[PlacementAnnotation]
+	if raw == "" {
+		return nil, nil
+	}
+	if len(raw) > maxPlacementAnnotationSz {
+		return nil, contractErrorf("%s is not a JSON string under 256 KiB", PlacementAnnotation)
+	}
+	var p Placement
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields() // the Python model forbids extra fields
+	if err := dec.Decode(&p); err != nil {
+		return nil, contractErrorf("%s: %v", PlacementAnnotation, err)
+	}
+	if p.Schema == "" {
+		p.Schema = PlacementSchema
+	}
+	if p.Objective == "" {
+		p.Objective = "cheapest"
+	}
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	if side, ok := ann[LLCMaskAnnotation]; ok {
+		v, err := strconv.ParseUint(strings.TrimPrefix(side, "0x"), 16, 64)
+		if !hexMask.MatchString(side) || err != nil || v != p.LLCMaskBits() {
+			return nil, contractErrorf("%s %q disagrees with the placement", LLCMaskAnnotation, clip(side, 40))
+		}
+	}
+	return &p, nil
+}
+
+// validate holds a placement to the Python model's bounds, so that neither side writes or
+// trusts one the other would refuse.
+func (p *Placement) validate() error {
+	bad := func(format string, args ...any) error {
+		return contractErrorf(PlacementAnnotation+": "+format, args...)
+	}
+	c := p.Configuration
+	switch {
+	case p.Schema != PlacementSchema && p.Schema != placementSchemaV1:
+		return bad("schema %q is not tmc.placement/v1 or v2", clip(p.Schema, 40))
+	case p.Node == "" || len(p.Node) > 253:
+		return bad("node: must be 1..253 characters")
+	case p.Workload != nil && len(*p.Workload) > 253:
+		return bad("workload: longer than 253 characters")
+	case len(p.Objective) > 64:
+		return bad("objective: longer than 64 characters")
+	case p.RecommendationID != nil && len(*p.RecommendationID) > 64:
+		return bad("recommendation_id: longer than 64 characters")
+	case p.Fallback != nil && len(*p.Fallback) > 512:
+		return bad("fallback: longer than 512 characters")
+	case c.VCPUs < 1 || c.VCPUs > MaxCPUs:
+		return bad("configuration.vcpus: must be in 1..%d", MaxCPUs)
+	case c.DRAMBytes < 0 || c.DRAMBytes >= MaxBytes || c.SlowBytes < 0 || c.SlowBytes >= MaxBytes:
+		return bad("configuration: bytes must be in 0..2^52")
+	case !(c.SlowRatio >= 0 && c.SlowRatio <= 1):
+		return bad("configuration.slow_ratio: must be in 0..1")
+	case c.LLCWays < 1 || c.LLCWays > MaxLLCWays:
+		return bad("configuration.llc_ways: must be in 1..%d", MaxLLCWays)
+	case !hexMask.MatchString(p.LLCMask):
+		return bad("llc_mask: must be a hex CAT mask such as 0xf0 (at most 64 bits)")
+	case !IsContiguous(p.LLCMaskBits()):
+		return bad("llc_mask: must be a non-empty run of contiguous ways")
+	case bits.OnesCount64(p.LLCMaskBits()) != c.LLCWays:
+		return bad("llc_mask and configuration.llc_ways disagree")
+	case len(p.Plan) > 4096:
+		return bad("plan: more than 4096 structures")
+	}
+	var fast, slow int64
+	for _, s := range p.Plan {
+		if len(s.Tag) > 128 || !tagText.MatchString(s.Tag) {
+			return bad("plan: tag %q is not in the bundle's tag alphabet", clip(s.Tag, 40))
+		}
+		if s.FastBytes < 0 || s.FastBytes >= MaxBytes || s.SlowBytes < 0 || s.SlowBytes >= MaxBytes {
+			return bad("plan: bytes must be in 0..2^52")
+		}
+		fast += s.FastBytes
+		slow += s.SlowBytes
+	}
+	if len(p.Plan) > 0 && (fast > c.DRAMBytes || slow > c.SlowBytes) {
+		return bad("the plan places more in a tier than the configuration holds")
+	}
+	return nil
+}

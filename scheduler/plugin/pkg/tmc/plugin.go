@@ -1,0 +1,384 @@
+package tmc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration profile.
+const Name = "TmcPlacement"
+
+const stateKey fwk.StateKey = Name
+
+// TmcPlacement places opted-in pods on tiered-memory nodes: it keeps the nodes that can hold the
+// pod's configuration (DRAM, node-local or pooled slow memory, a contiguous run of LLC ways),
+// ranks them with the extender's packing score, reserves the configuration in its own cache and
+// writes the placement annotation the node agent applies. Pods that do not request
+// tmc.dev/tiered are skipped at every extension point.
+type TmcPlacement struct {
+	client kubernetes.Interface
+	cache  *Cache
+	// node returns a node of the scheduling cycle's snapshot (Reserve needs its capacity).
+	node func(name string) (*v1.Node, error)
+}
+
+var (
+	_ fwk.PreFilterPlugin = (*TmcPlacement)(nil)
+	_ fwk.FilterPlugin    = (*TmcPlacement)(nil)
+	_ fwk.PreScorePlugin  = (*TmcPlacement)(nil)
+	_ fwk.ScorePlugin     = (*TmcPlacement)(nil)
+	_ fwk.ReservePlugin   = (*TmcPlacement)(nil)
+	_ fwk.PreBindPlugin   = (*TmcPlacement)(nil)
+	_ fwk.SignPlugin      = (*TmcPlacement)(nil)
+)
+
+// New builds the plugin and feeds its cache from the scheduler's informers: bound pods'
+// placements (so that a restarted scheduler starts from what the API server holds; kube-scheduler
+// waits for these informers to sync before it schedules) and nodes' rack pools.
+func New(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	p := &TmcPlacement{
+		client: h.ClientSet(),
+		cache:  NewCache(),
+		node: func(name string) (*v1.Node, error) {
+			info, err := h.SnapshotSharedLister().NodeInfos().Get(name)
+			if err != nil {
+				return nil, err
+			}
+			return info.Node(), nil
+		},
+	}
+	if err := p.Watch(h.SharedInformerFactory()); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Watch feeds the cache from an informer factory's pods and nodes.
+func (p *TmcPlacement) Watch(factory informers.SharedInformerFactory) error {
+	core := factory.Core().V1()
+	if _, err := core.Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.ObservePod(asPod(obj)) },
+		UpdateFunc: func(_, obj any) { p.ObservePod(asPod(obj)) },
+		DeleteFunc: func(obj any) {
+			if pod := asPod(obj); pod != nil {
+				p.cache.Release(pod.UID)
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("%s: watching pods: %w", Name, err)
+	}
+	if _, err := core.Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.ObserveNode(asNode(obj)) },
+		UpdateFunc: func(_, obj any) { p.ObserveNode(asNode(obj)) },
+		DeleteFunc: func(obj any) {
+			if node := asNode(obj); node != nil {
+				p.cache.RemoveNode(node.Name)
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("%s: watching nodes: %w", Name, err)
+	}
+	return nil
+}
+
+func asPod(obj any) *v1.Pod {
+	if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = gone.Obj
+	}
+	pod, _ := obj.(*v1.Pod)
+	return pod
+}
+
+func asNode(obj any) *v1.Node {
+	if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = gone.Obj
+	}
+	node, _ := obj.(*v1.Node)
+	return node
+}
+
+// ObservePod counts a bound pod's placement in the cache and releases a finished pod's. A pod
+// annotated but not bound (PreBind ran, the Binding did not) is left to Reserve/Unreserve: its
+// next scheduling cycle writes a new placement.
+func (p *TmcPlacement) ObservePod(pod *v1.Pod) {
+	if pod == nil {
+		return
+	}
+	// A terminating pod still runs on its node and keeps its room until it is gone (the delete
+	// event), as kube-scheduler's own cache counts it.
+	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+		p.cache.Release(pod.UID)
+		return
+	}
+	if pod.Spec.NodeName == "" {
+		return
+	}
+	placement, err := ParsePlacement(pod.Annotations)
+	if err != nil {
+		klog.ErrorS(err, "unreadable placement; the pod is not counted", "pod", klog.KObj(pod))
+		return
+	}
+	if placement == nil {
+		return
+	}
+	if placement.Node != pod.Spec.NodeName {
+		klog.InfoS("placement names another node than the pod's; not counted", "pod", klog.KObj(pod),
+			"placement", placement.Node, "node", pod.Spec.NodeName)
+		return
+	}
+	p.cache.Bind(pod.UID, placement)
+}
+
+// ObserveNode records a node's rack pool and the pool's capacity.
+func (p *TmcPlacement) ObserveNode(node *v1.Node) {
+	if node == nil {
+		return
+	}
+	capacity, err := ParseNodeCapacity(node.Labels, node.Annotations)
+	if err != nil {
+		klog.ErrorS(err, "unreadable tiered capacity", "node", klog.KObj(node))
+		capacity = nil
+	}
+	p.cache.SetNode(node.Name, capacity)
+}
+
+// Name is the plugin's name.
+func (p *TmcPlacement) Name() string { return Name }
+
+type cycleState struct {
+	ask *PodAsk
+	// held is what Reserve assumed, for PreBind.
+	held *Reservation
+}
+
+func (s *cycleState) Clone() fwk.StateData {
+	// PreFilter's extensions never change it; Reserve writes held once, in the one cycle.
+	return s
+}
+
+func readState(state fwk.CycleState) (*cycleState, error) {
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return nil, err
+	}
+	s, ok := data.(*cycleState)
+	if !ok {
+		return nil, fmt.Errorf("%s: cycle state of type %T", Name, data)
+	}
+	return s, nil
+}
+
+// SignPod refuses to sign a tiered pod: two such pods with the same spec do not fit the same
+// nodes, because each one's reservation changes the cache that the next one is judged against.
+// Other pods are signed, since the plugin skips them.
+func (p *TmcPlacement) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if requestsTiered(pod) {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "a tiered pod's fit depends on the reservations before it")
+	}
+	return nil, nil
+}
+
+func requestsTiered(pod *v1.Pod) bool {
+	q := podRequest(pod, OptInResource)
+	return q.Sign() > 0
+}
+
+// PreFilter reads the pod's ask once per cycle; other pods skip the plugin.
+func (p *TmcPlacement) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	ask, err := ReadPod(pod)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "tmc: "+err.Error())
+	}
+	if !ask.OptedIn {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	state.Write(stateKey, &cycleState{ask: ask})
+	return nil, nil
+}
+
+// PreFilterExtensions: none. The plugin's fit does not depend on other pods' requests as the
+// framework models them (nominated pods under preemption), only on its own reservations.
+func (p *TmcPlacement) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// nodeCapacity is a node's tiered capacity and the CPUs it offers: tmc.dev/cpus, else its
+// allocatable CPUs (whole, at least one), as the extender counts them.
+func nodeCapacity(node *v1.Node) (*NodeCapacity, int64, error) {
+	capacity, err := ParseNodeCapacity(node.Labels, node.Annotations)
+	if err != nil || capacity == nil {
+		return nil, 0, err
+	}
+	cpus := capacity.CPUs
+	if cpus == 0 {
+		cpus = allocatableCPUs(node.Status.Allocatable)
+	}
+	return capacity, cpus, nil
+}
+
+func allocatableCPUs(alloc v1.ResourceList) int64 {
+	q, ok := alloc[v1.ResourceCPU]
+	if !ok {
+		return 1
+	}
+	return min(MaxCPUs, max(1, q.MilliValue()/1000))
+}
+
+// Filter keeps the nodes that can hold the pod's configuration now.
+func (p *TmcPlacement) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod, info fwk.NodeInfo) *fwk.Status {
+	s, err := readState(state)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	node := info.Node()
+	if node == nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "tmc: node not found")
+	}
+	capacity, cpus, err := nodeCapacity(node)
+	if err != nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "tmc: "+err.Error())
+	}
+	if capacity == nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "tmc: node publishes no tiered capacity (not a tmc node)")
+	}
+	if v := Judge(p.cache.Usage(node.Name, capacity, cpus), s.ask.Ask()); v != nil {
+		code := fwk.Unschedulable
+		if v.Unresolvable {
+			code = fwk.UnschedulableAndUnresolvable
+		}
+		return fwk.NewStatus(code, v.Reason)
+	}
+	return nil
+}
+
+// PreScore skips the Score of pods the plugin does not place.
+func (p *TmcPlacement) PreScore(_ context.Context, state fwk.CycleState, _ *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	if _, err := readState(state); err != nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// Score is the packing score scaled from the extender's 0..10 to the framework's 0..100, a
+// multiplication that keeps the ranking; so no NormalizeScore.
+func (p *TmcPlacement) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, info fwk.NodeInfo) (int64, *fwk.Status) {
+	s, err := readState(state)
+	if err != nil {
+		return 0, fwk.AsStatus(err)
+	}
+	node := info.Node()
+	if node == nil {
+		return 0, nil
+	}
+	capacity, cpus, err := nodeCapacity(node)
+	if err != nil || capacity == nil || capacity.DRAMBytes == 0 {
+		return 0, nil // Filter kept it out; a node that changed since scores lowest
+	}
+	score := PackingScore(p.cache.Usage(node.Name, capacity, cpus).Load(), s.ask.Ask())
+	return int64(score) * (fwk.MaxNodeScore / MaxPackingScore), nil
+}
+
+// ScoreExtensions: none (see Score).
+func (p *TmcPlacement) ScoreExtensions() fwk.ScoreExtensions { return nil }
+
+// Reserve assumes the pod's configuration on the chosen node, choosing its CAT run.
+func (p *TmcPlacement) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	s, err := readState(state)
+	if err != nil {
+		return nil // not a tiered pod
+	}
+	node, err := p.node(nodeName)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	capacity, cpus, err := nodeCapacity(node)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if capacity == nil {
+		return fwk.NewStatus(fwk.Error, "tmc: node "+nodeName+" publishes no tiered capacity")
+	}
+	held, err := p.cache.Assume(pod.UID, nodeName, capacity, cpus, s.ask)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	s.held = &held
+	return nil
+}
+
+// Unreserve forgets what Reserve assumed; idempotent, and a no-op for a pod it never reserved.
+func (p *TmcPlacement) Unreserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ string) {
+	if s, err := readState(state); err == nil {
+		s.held = nil
+	}
+	p.cache.Forget(pod.UID)
+}
+
+// PreBindPreFlight: PreBind writes to a tiered pod only.
+func (p *TmcPlacement) PreBindPreFlight(_ context.Context, state fwk.CycleState, _ *v1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+	if _, err := readState(state); err != nil {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
+}
+
+// PlacementOf is what the pod was given, as the node agent reads it.
+func PlacementOf(ask *PodAsk, held Reservation) *Placement {
+	return &Placement{
+		Schema:    PlacementSchema,
+		Node:      held.Node,
+		Workload:  ask.Workload,
+		Objective: ask.Objective,
+		Configuration: PlacedConfiguration{
+			VCPUs: held.VCPUs, DRAMBytes: held.DRAMBytes, SlowBytes: held.SlowBytes,
+			SlowRatio: PyFloat(ask.SlowRatio), LLCWays: UsedWays(held.LLCMask),
+		},
+		LLCMask:          FormatMask(held.LLCMask),
+		SlowFromPool:     held.SlowFromPool,
+		RecommendationID: ask.RecommendationID,
+		Fallback:         ask.Fallback,
+		Plan:             ask.Plan,
+	}
+}
+
+// PlacementPatch is the merge patch PreBind sends: the two annotations, and the pod's UID, which
+// the API server holds as a precondition (a pod deleted and recreated under the same name is
+// not annotated with another pod's placement).
+func PlacementPatch(uid types.UID, placement *Placement) ([]byte, error) {
+	ann, err := placement.Annotations()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]any{"metadata": map[string]any{"uid": uid, "annotations": ann}})
+}
+
+// PreBind writes the placement annotation before the Binding, as the extender's bind does, so
+// that the node agent finds it when the pod reaches the node.
+func (p *TmcPlacement) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	s, err := readState(state)
+	if err != nil {
+		return nil
+	}
+	held, ok := p.cache.Held(pod.UID)
+	if !ok || held.Node != nodeName {
+		return fwk.NewStatus(fwk.Error, fmt.Sprintf("tmc: pod %s/%s holds no reservation on %s", pod.Namespace, pod.Name, nodeName))
+	}
+	patch, err := PlacementPatch(pod.UID, PlacementOf(s.ask, held))
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	_, err = p.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("tmc: annotating pod %s/%s: %w", pod.Namespace, pod.Name, err))
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+package tmc
+
+import "math"
+
+// The packing score, ported from model/packing.py's packing_score so that the plugin and the
+// extender rank nodes alike. For a node and a configuration placed on it, with u_r the node's
+// utilization of resource r *after* the placement, over the resources the node has (CPU, DRAM,
+// LLC ways, and slow memory when it has a slow tier: its own or its rack pool's):
+//
+//	fill      = mean_r u_r                         dense packing: fuller nodes first
+//	imbalance = max_r u_r - min_r u_r              stranding: one resource full, another idle
+//	cat_waste = (best-fit run length - w) / ways   ways left in the chosen run, cut off from others
+//	raw       = fill - 0.5 * imbalance - 0.5 * cat_waste                   in [-1, 1]
+//	score     = round_half_even(10 * clip((raw + 1) / 2, 0, 1))
+//
+// Python's round() rounds halves to even, so the port does too: a score that differed from the
+// extender's by one on a tie would make the two paths place differently.
+
+const (
+	// MaxPackingScore is the extender's scale (kube-scheduler's MaxExtenderPriority).
+	MaxPackingScore = 10
+	imbalanceWeight = 0.5
+	catWasteWeight  = 0.5
+)
+
+// NodeLoad is one node's capacity and what is already reserved on it. Slow memory is the node's
+// own or, for a pooled node, its rack pool's (capacity and reservations of the whole pool).
+type NodeLoad struct {
+	CPUs          float64
+	DRAMBytes     float64
+	SlowBytes     float64
+	LLCWays       int
+	UsedCPUs      float64
+	UsedDRAMBytes float64
+	UsedSlowBytes float64
+	LLCUsedMask   uint64
+}
+
+// Ask is what a configuration takes from a node.
+type Ask struct {
+	VCPUs     float64
+	DRAMBytes float64
+	SlowBytes float64
+	LLCWays   int
+}
+
+// PackingScore is the score 0..MaxPackingScore of placing ask on node; 0 if it does not fit.
+func PackingScore(node NodeLoad, ask Ask) int {
+	run := BestFitLength(node.LLCUsedMask, node.LLCWays, ask.LLCWays)
+	if run == 0 {
+		return 0
+	}
+	shares := []float64{
+		(node.UsedCPUs + ask.VCPUs) / node.CPUs,
+		(node.UsedDRAMBytes + ask.DRAMBytes) / node.DRAMBytes,
+		float64(UsedWays(node.LLCUsedMask)+ask.LLCWays) / float64(node.LLCWays),
+	}
+	if node.SlowBytes > 0 {
+		shares = append(shares, (node.UsedSlowBytes+ask.SlowBytes)/node.SlowBytes)
+	}
+	lo, hi, sum := shares[0], shares[0], 0.0
+	for _, s := range shares {
+		lo, hi, sum = math.Min(lo, s), math.Max(hi, s), sum+s
+	}
+	if hi > 1.0 {
+		return 0
+	}
+	fill := sum / float64(len(shares))
+	waste := float64(run-ask.LLCWays) / float64(node.LLCWays)
+	raw := fill - imbalanceWeight*(hi-lo) - catWasteWeight*waste
+	return int(math.RoundToEven(MaxPackingScore * math.Min(1.0, math.Max(0.0, (raw+1.0)/2.0))))
+}
