@@ -249,6 +249,10 @@ from cli.get import get_app  # noqa: E402
 
 app.add_typer(get_app, name="get")
 
+from cli.verify import verify_app  # noqa: E402
+
+app.add_typer(verify_app, name="verify")
+
 # The service's commands need the server extra; a node install (the agent) has only the model.
 if importlib.util.find_spec("fastapi") is not None:
     try:

@@ -6,6 +6,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -70,6 +71,14 @@ def seconds(x: float) -> str:
     return f"{significant(x * 1000)} ms"
 
 
+def when(iso: str) -> str:
+    """An API time as a person reads it, in UTC with its zone: `2026-11-24 03:50:12 UTC`. The
+    service stores UTC; a time that reaches us without a zone is UTC too."""
+    at = datetime.fromisoformat(iso)
+    at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def hourly(cost: float, predicted_seconds: float) -> float:
     """Eq. 1's price per hour, back from the cost of one run and its predicted time."""
     return cost / (predicted_seconds / 3600) if predicted_seconds > 0 else 0.0
@@ -96,6 +105,21 @@ def _verification_text(rec: Recommendation) -> str:
     if v.next_slow_ratio is None:
         return f"{done}; no further run needed"
     return f"{done}; next run: slow ratio {v.next_slow_ratio:.2f}, {v.next_llc_ways} ways"
+
+
+def no_verification_reason(rec: Recommendation) -> str:
+    """Why a decision names no verification run to make. Runs are asked for by cost objectives
+    (cheapest, slo:X%) chosen with a confidence level: a measured run narrows the cost interval
+    those choices are made within. least-dram ranks by DRAM share, which no run changes."""
+    if rec.objective.startswith(("least-dram", "least_dram")):
+        return (
+            "none asked: least-dram ranks configurations by DRAM share, which a measured run "
+            "does not change (cheapest and slo:X% decisions name runs to make)"
+        )
+    return (
+        "none asked: this decision was made without a confidence level, the paper's "
+        "Algorithm 1 as published"
+    )
 
 
 def render_recommendation(
@@ -126,8 +150,10 @@ def render_recommendation(
     summary.add_row("cost vs cheapest", pct(rec.chosen.cost_vs_cheapest))
     summary.add_row("packing penalty", _penalty_path(rec.chosen, rec.utilization))
     summary.add_row("utilization used", utilization_text(rec.utilization, assumed))
-    if rec.verification is not None:
-        summary.add_row("verification", _verification_text(rec))
+    summary.add_row(
+        "verification",
+        _verification_text(rec) if rec.verification is not None else no_verification_reason(rec),
+    )
     console.print(summary)
 
     console.print(_candidates_table("Within the threshold (lowest packing penalty first)", rec))

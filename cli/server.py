@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
+import shutil
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -182,7 +185,24 @@ def reachable_base(host: str, port: int) -> str:
     return f"http://{shown_host}:{port}"
 
 
-def banner(base: str, settings: Settings, token: str) -> str:
+def tmc_command() -> str:
+    """How a person in the current folder runs this same `tmc`: `tmc` when their shell finds this
+    one on PATH, else its path (`.venv/bin/tmc` from a clone whose virtualenv is not activated)."""
+    here = Path(sys.executable).parent / "tmc"
+    if not here.exists():  # run as `python -m cli.main` from a source tree
+        return f"{shlex.quote(sys.executable)} -m cli.main"
+    on_path = shutil.which("tmc")
+    if on_path is not None and Path(on_path).resolve() == here.resolve():
+        return "tmc"
+    try:
+        return shlex.quote(str(here.relative_to(Path.cwd())))
+    except ValueError:
+        return shlex.quote(str(here))
+
+
+def banner(base: str, settings: Settings, token: str, tmc: str = "tmc") -> str:
+    """What `tmc serve --demo` prints first; every command under "Try:" runs as printed from the
+    folder the service was started in (`tmc` is how that folder runs this tmc)."""
     tasks = (
         "Celery via " + shown(settings.effective_broker_url)
         if settings.effective_broker_url
@@ -197,8 +217,9 @@ API documentation:            {base}/docs  and  {base}/redoc  (served locally, n
 
 Try:
   export TMC_TOKEN={token} TMC_SERVER={base}
-  tmc get nodes
-  tmc get placements
+  {tmc} get nodes
+  {tmc} get placements
+  {tmc} verify list graph500
   curl -s {base}/v1/workloads -H "Authorization: Bearer $TMC_TOKEN" | python3 -m json.tool | head -30
   curl -s {base}/recommend -H "Authorization: Bearer $TMC_TOKEN" -H 'Content-Type: application/json' \\
        -d '{{"workload": "graph500", "objective": "slo:5%"}}' | python3 -m json.tool | head -40
@@ -238,7 +259,7 @@ def serve(
                 load_demo(sessions)
                 token = ensure_operator_token(sessions, settings.bootstrap_operator_token)
         if demo:
-            typer.echo(banner(reachable_base(host, port), settings, token))
+            typer.echo(banner(reachable_base(host, port), settings, token, tmc_command()))
     except BaseException:
         sock.close()
         raise
