@@ -9,18 +9,27 @@ rebalance is the request's (`/rebalance`) or the one in the service's ledger (`/
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
+from pydantic import Field
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import Permission
 from api.deps import SessionDep, StateDep, require
+from api.services.prices import resolve_price_profile
 from ledger import store as ledger
 from ledger.rebalance import plan_live_moves
 from ledger.types import Held, NodeCapacity
+from model import PriceProfile
+from model.capacity import MachineKind, Option, WorkloadClass, paper_machine_kinds, plan_capacity
+from model.errors import InvalidRequest
 from model.planning_requests import (
+    DEADLINE_MARGIN_SECONDS,
     CapacityIn,
     LiveRebalanceIn,
     RebalanceIn,
@@ -32,11 +41,80 @@ router = APIRouter(prefix="/v1/planner", tags=["planner"])
 Planner = Annotated[object, Depends(require(Permission.recommend))]
 
 
-@router.post("/capacity", summary="Which machine kind and how many for a workload mix")
+class CapacityRequest(CapacityIn):
+    price_profile: str | None = Field(
+        default=None,
+        max_length=200,
+        description="a stored price profile by name@version (`GET /v1/price-profiles`), e.g. "
+        "`paper-3dxp@1`: its unit prices price every machine kind, and `prices`, "
+        "`llc_area_share` and `slow_to_dram` are not used. Default: the shipped profile "
+        "`prices` names (gce-n1 is paper-3dxp@1, msv2-lsq is msv2-lsq@1)",
+    )
+
+
+@router.post(
+    "/capacity",
+    summary="Which machine kind and how many for a workload mix",
+    description="`kinds` are the machine kinds to compare: the operator's own (e.g. those of "
+    "`GET /v1/cluster/host-kinds`), or by default Fig. 9's family, the paper's twelve: "
+    "`24G-128P` has 24 GiB of DRAM and a 128 GiB slow-memory pool shared by its rack "
+    "(`P`, a share of `rack_nodes` machines), `24G-128L` 128 GiB of local slow memory (`L`). "
+    "Per kind, `machines` is the plan's count, `greedy_machines` what first-fit decreasing "
+    "needs with every workload in its cheapest option, `total_hour` what the machines cost "
+    "per hour, and `tenant_hour` what the workloads' tenants pay per hour for their runs. "
+    "`price_profile` in the answer is the key of the prices used.",
+)
 async def capacity(
-    body: CapacityIn, request: Request, state: StateDep, _: Planner
+    body: CapacityRequest, request: Request, state: StateDep, session: SessionDep, _: Planner
 ) -> dict[str, Any]:
-    return await state.planner.run(capacity_plan, (body,), body.time_limit_seconds, request)
+    if body.price_profile is None:
+        plain = CapacityIn.model_validate(body.model_dump(exclude={"price_profile"}))
+        return await state.planner.run(capacity_plan, (plain,), body.time_limit_seconds, request)
+    _row, prices = await run_in_threadpool(resolve_price_profile, session, body.price_profile)
+    session.close()
+    return await state.planner.run(
+        capacity_plan_priced, (body, prices), body.time_limit_seconds, request
+    )
+
+
+def capacity_plan_priced(body: CapacityIn, prices: PriceProfile) -> dict[str, Any]:
+    """`capacity_plan` at a stored price profile's unit prices (run in a planner child)."""
+    classes = [
+        WorkloadClass(
+            c.name, c.arrivals_per_hour, tuple(Option(**o.model_dump()) for o in c.options)
+        )
+        for c in body.classes
+    ]
+    kinds = (
+        [MachineKind(**k.model_dump()) for k in body.kinds] if body.kinds else paper_machine_kinds()
+    )
+    try:
+        plan = plan_capacity(
+            classes,
+            kinds,
+            prices,
+            fill=body.fill,
+            peak_quantile=body.peak_quantile,
+            time_limit_seconds=body.time_limit_seconds / len(kinds),
+            deadline=time.monotonic() + body.time_limit_seconds + DEADLINE_MARGIN_SECONDS,
+        )
+    except ValueError as exc:
+        raise InvalidRequest("classes", str(exc)) from exc
+    out: dict[str, Any] = _finite(
+        {**dataclasses.asdict(plan), "price_profile": prices.key, "dry_run": True}
+    )
+    return out
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no infinity: a kind that cannot host the mix has no total (null)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 @router.post("/rebalance", summary="A dry-run plan of pod moves that frees machines")

@@ -483,3 +483,50 @@ def test_the_dashboard_cannot_be_framed_and_loads_only_its_own_assets(
         0
     )
     assert any("frame-ancestors" in m for m in refused), refused
+
+
+def test_the_planner_plans_for_the_operators_own_machine_kind(
+    service: tuple[str, str], page: Page
+) -> None:
+    base, token = service
+    missing: list[str] = []
+    page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
+    sign_in(page, base, token)
+    page.get_by_role("link", name="Planner").click()
+    expect(page.get_by_role("heading", name="Capacity planner")).to_be_visible()
+    # One default for the fill, the API's and the CLI's; one name for the prices, their key.
+    expect(page.get_by_label("Fill")).to_have_value("1")
+    prices = page.get_by_label("Prices")
+    expect(prices.locator("option:checked")).to_have_text("paper-3dxp@1")
+    legend = page.locator("#planner-legend")
+    for term in ("24G-128P", "greedy", "tenants pay", "Fig. 9's family"):
+        expect(legend).to_contain_text(term)
+    page.get_by_label("Workload", exact=True).first.select_option("graph500")
+    page.get_by_label("arrivals per hour").first.fill("2000")
+    page.get_by_label("Machine kinds").select_option("own")
+    page.get_by_label("Machine kind", exact=True).first.fill("lab-64G-512L")
+    page.get_by_label("CPUs").first.fill("32")
+    page.get_by_label("DRAM GiB").first.fill("64")
+    page.get_by_label("slow GiB").first.fill("512")
+    page.get_by_label("LLC ways").first.fill("48")
+    page.get_by_role("button", name="Plan").click()
+    expect(page.locator("#plan-best")).to_contain_text("× lab-64G-512L", timeout=30_000)
+    expect(page.locator("#plan-best")).to_contain_text("prices paper-3dxp@1")
+    kinds = page.get_by_role("table", name=re.compile("^Machine kinds, cheapest first"))
+    expect(kinds.locator("tbody tr")).to_have_count(1)
+    assert_readable(page)
+
+    # A kind with a bad value is named before anything is asked.
+    page.get_by_label("CPUs").first.fill("0")
+    page.get_by_role("button", name="Plan").click()
+    expect(page.get_by_role("alert")).to_contain_text("lab-64G-512L: CPUs must be")
+
+    # The cluster's registered host kinds are planned for by their names.
+    registered = httpx.get(
+        f"{base}/v1/cluster/host-kinds", headers={"Authorization": f"Bearer {token}"}
+    ).json()
+    page.get_by_label("Machine kinds").select_option("cluster")
+    page.get_by_role("button", name="Plan").click()
+    expect(kinds.locator("tbody tr")).to_have_count(len(registered), timeout=30_000)
+    expect(kinds.locator("tbody")).to_contain_text(registered[0]["name"])
+    assert missing == [], missing

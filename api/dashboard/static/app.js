@@ -146,7 +146,7 @@ const currencyCache = {};
 // The currency of a price profile (costs are in it); fetched once per profile.
 async function currencyOf(priceProfile) {
   if (!(priceProfile in currencyCache)) {
-    try { currencyCache[priceProfile] = (await api(`/v1/prices/${encodeURIComponent(priceProfile)}`)).profile.currency || "USD"; }
+    try { currencyCache[priceProfile] = (await api(`/v1/price-profiles/${encodeURIComponent(priceProfile)}`)).profile.currency || "USD"; }
     catch (err) { if (err instanceof Unauthorized) throw err; currencyCache[priceProfile] = "USD"; }
   }
   return currencyCache[priceProfile];
