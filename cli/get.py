@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.common import fail
-from cli.render import OutputFormat, print_rows, render_recommendation, significant, size
+from cli.render import OutputFormat, money, print_rows, render_recommendation, size
 from model import Recommendation
 
 get_app = typer.Typer(
@@ -248,7 +248,7 @@ def _print_placement(p: dict[str, Any]) -> None:
     table.add_row("LLC ways", ways_of(p["llc_mask"]))
     if p["predicted_slowdown"] is not None:
         table.add_row("predicted slowdown", f"{p['predicted_slowdown'] * 100:+.1f}% vs fastmax")
-        table.add_row("cost of one run", f"{significant(p['cost'])} {p['currency']}")
+        table.add_row("cost of one run", money(p["cost"], p["currency"]))
     table.add_row("decision", p["recommendation_id"] or "-")
     console.print(table)
     if p["plan"]:

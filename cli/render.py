@@ -59,8 +59,23 @@ def pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
+MONEY_PREFIXES = ((1.0, ""), (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"), (1e-12, "p"))
+
+
 def money(x: float, currency: str) -> str:
-    return f"{significant(x)} {currency}"
+    """Money as the dashboard and the API's documentation write it: three significant figures,
+    with a metric prefix below a cent (`153 µUSD`, `0.0452 USD`, `12.3 USD`)."""
+    if x == 0 or not math.isfinite(x):
+        return f"{0 if x == 0 else x} {currency}"
+    scale, prefix = MONEY_PREFIXES[-1]
+    if abs(x) >= 0.01:
+        scale, prefix = MONEY_PREFIXES[0]
+    else:
+        for s, p in MONEY_PREFIXES:
+            if abs(x) >= s * 0.9995:
+                scale, prefix = s, p
+                break
+    return f"{significant(x / scale)} {prefix}{currency}"
 
 
 def seconds(x: float) -> str:
@@ -159,14 +174,14 @@ def render_recommendation(
     console.print(_candidates_table("Within the threshold (lowest packing penalty first)", rec))
     console.print(_placement_table(rec))
     frontier = Table(title="Time vs cost Pareto frontier", title_justify="left")
-    for col in ("slow ratio", "ways", "time", f"cost of one run ({rec.currency})"):
+    for col in ("slow ratio", "ways", "time", "cost of one run"):
         frontier.add_column(col, justify="right")
     for pt in rec.pareto_frontier:
         frontier.add_row(
             f"{pt.slow_ratio:.2f}",
             str(pt.llc_ways),
             seconds(pt.predicted_seconds),
-            significant(pt.cost),
+            money(pt.cost, rec.currency),
         )
     console.print(frontier)
     _print_flags(console, rec.fit)
