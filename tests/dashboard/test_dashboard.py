@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,15 +32,28 @@ VIEWER = "tmc_dashboard_viewer"
 AGENT = "tmc_dashboard_agent"
 
 
+REPORTS_COMMITTED = "2026-01-02T03:04:05+00:00"
+
+
+def commit_all(folder: Path, when: str) -> None:
+    env = {**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+    who = ["-c", "user.name=tmc", "-c", "user.email=tmc@localhost"]
+    for args in (["init", "-q"], ["add", "-A"], [*who, "commit", "-q", "-m", "reports"]):
+        subprocess.run(["git", "-C", str(folder), *args], check=True, env=env, timeout=60)
+
+
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     tmp = tmp_path_factory.mktemp("dashboard")
     url = f"sqlite:///{tmp / 'tmc.db'}"
     reports = tmp / "reports"
     reports.mkdir()
-    (reports / "bench-latency.md").write_text("# Recommendation latency\n\npaper-77: 0.55 ms\n")
-    # The real reports, as the benchmarks write them: markdown, its data and its PNG plots.
+    # The real reports, as the benchmarks write them: markdown, its data and its PNG plots, in a
+    # checkout where they were committed long before this clone's files were written.
     shutil.copytree(ROOT / "docs" / "reports", reports, dirs_exist_ok=True)
+    commit_all(reports, REPORTS_COMMITTED)
+    # A report written since, not committed: its own time is its file's.
+    (reports / "bench-latency.md").write_text("# Recommendation latency\n\npaper-77: 0.55 ms\n")
     upgrade_to_head(url)
     sessions = make_session_factory(make_engine(Settings(database_url=url)))
     load_demo(sessions)
@@ -129,10 +143,23 @@ OVERFLOWING_TABLES = """() => [...document.querySelectorAll('#page .table-wrap')
     .filter((w) => w.scrollWidth > w.clientWidth + 1).map((w) => w.querySelector('caption')?.textContent)"""
 
 
+# Chart labels drawn outside their chart's box are cut off: on screen, each text's box must lie
+# within its SVG's.
+CLIPPED_LABELS = """() => [...document.querySelectorAll('#page svg[role=img]')].flatMap((svg) => {
+    const outer = svg.getBoundingClientRect();
+    return [...svg.querySelectorAll('text')].filter((t) => t.textContent.trim()).filter((t) => {
+        const r = t.getBoundingClientRect();
+        return r.width > 0 && (r.left < outer.left - 1 || r.right > outer.right + 1
+            || r.top < outer.top - 1 || r.bottom > outer.bottom + 1);
+    }).map((t) => t.textContent);
+})"""
+
+
 def assert_readable(page: Page) -> None:
-    """No table value wraps, no table overflows the page, and no number is written with an
-    exponent or as a fraction of a unit."""
+    """No table value wraps, no table overflows the page, no chart label is cut off, and no
+    number is written with an exponent or as a fraction of a unit."""
     assert page.evaluate(WRAPPED_CELLS) == []
+    assert page.evaluate(CLIPPED_LABELS) == []
     assert page.evaluate(OVERFLOWING_TABLES) == []
     text = page.locator("#page").inner_text()
     assert re.search(UNREADABLE, text) is None, re.search(UNREADABLE, text)
@@ -165,6 +192,18 @@ def test_every_page_renders_with_data(service: tuple[str, str], page: Page) -> N
 
     page.get_by_role("link", name="Workloads").click()
     expect(page.get_by_role("link", name="graph500")).to_be_visible()
+    # Each workload's latest recommendation at a glance, with its objective; none for the rest.
+    latest = latest_decision(base, token, "graph500")
+    wanted = (
+        f"slow {latest['chosen']['configuration']['slow_ratio'] * 100:.1f}\u00a0%, "
+        f"{latest['chosen']['configuration']['llc_ways']} LLC ways ({latest['objective']})"
+    )
+    row = page.locator(
+        "#workload-list tr", has=page.get_by_role("link", name="graph500", exact=True)
+    )
+    expect(row.locator("a.latest-decision")).to_have_text(wanted)
+    expect(page.locator("#workload-list th").nth(1)).to_have_text("latest recommendation")
+    expect(page.locator("#workload-list")).to_contain_text("none yet")
     assert_readable(page)
     shot(page, "workloads")
     page.get_by_role("link", name="graph500").click()
@@ -258,6 +297,13 @@ def test_every_page_renders_with_data(service: tuple[str, str], page: Page) -> N
     expect(page.locator("#report-body article p")).to_have_text("paper-77: 0.55 ms")
     page.get_by_role("link", name="← all reports").click()
     expect(page.get_by_role("link", name="evaluation.md")).to_be_visible()
+    # Each report's own time: the commit that wrote it, or the file's own when not committed.
+    reports = page.locator("#report-list")
+    committed = reports.locator("tr", has=page.get_by_role("link", name="evaluation.md"))
+    expect(committed.locator("time")).to_have_text("2026-01-02 03:04\u00a0UTC")
+    fresh = reports.locator("tr", has=page.get_by_role("link", name="bench-latency.md"))
+    expect(fresh.locator("time")).not_to_have_text("2026-01-02 03:04\u00a0UTC")
+    expect(fresh.locator("time")).to_have_attribute("title", "the file's modification time")
     shot(page, "reports")
 
 
@@ -530,3 +576,13 @@ def test_the_planner_plans_for_the_operators_own_machine_kind(
     expect(kinds.locator("tbody tr")).to_have_count(len(registered), timeout=30_000)
     expect(kinds.locator("tbody")).to_contain_text(registered[0]["name"])
     assert missing == [], missing
+
+
+def test_a_json_reports_fields_are_readable(service: tuple[str, str], page: Page) -> None:
+    base, token = service
+    sign_in(page, base, token)
+    page.goto(f"{base}/dashboard/#/report/tiering.json")
+    fields = page.get_by_role("table", name="Fields")
+    row = fields.locator("tr", has=page.get_by_text("duration_seconds", exact=True))
+    expect(row.locator("td").nth(1)).to_have_text(re.compile(r"^\d[\d.,]*\u00a0(s|min|h)$"))
+    assert_readable(page)

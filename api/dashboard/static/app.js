@@ -61,10 +61,16 @@ function meter(label, value) {
 function setPage(title, ...content) {
   const page = document.getElementById("page");
   page.replaceChildren(h("h2", {}, title), ...content);
+  charts.fitCharts(page);
 }
 
 function region(id) { return h("div", { id, "aria-live": "polite" }); }
-function fill(id, ...content) { const el = document.getElementById(id); if (el) el.replaceChildren(...content); }
+function fill(id, ...content) {
+  const el = document.getElementById(id);
+  if (!el) return;
+  el.replaceChildren(...content);
+  charts.fitCharts(el);
+}
 
 // -- pages ----------------------------------------------------------------------------------
 
@@ -131,11 +137,20 @@ async function pageCluster() {
 async function pageWorkloads() {
   setPage("Workloads", region("workload-list"));
   state.refreshData = async () => {
-    const workloads = await api("/v1/workloads?limit=500");
-    fill("workload-list", table(`${workloads.length} workloads`, ["workload", "profiles", "latest status", "host kind", "known host kind"],
+    const [workloads, decisions] = await Promise.all([api("/v1/workloads?limit=500"), api("/v1/recommendations?limit=500")]);
+    // The decision log is newest first: the first seen per workload is its latest.
+    const latest = new Map();
+    for (const d of decisions) if (!latest.has(d.workload_id)) latest.set(d.workload_id, d);
+    const recommendation = (w) => {
+      const d = latest.get(w.id);
+      if (!d) return "none yet";
+      return h("a", { href: `#/workload/${encodeURIComponent(w.name)}`, class: "latest-decision", title: `decision ${d.id}, ${fmt.when(d.created_at)}` },
+        `slow ${pct(d.slow_ratio)}, ${d.llc_ways} LLC ways (${d.objective})`);
+    };
+    fill("workload-list", table(`${workloads.length} workloads`, ["workload", "latest recommendation", "profiles", "latest status", "host kind", "known host kind"],
       workloads.map((w) => {
         const p = w.profiles[0] || {};
-        return [h("a", { href: `#/workload/${encodeURIComponent(w.name)}` }, w.name), w.profiles.length, p.status || "—", p.host_kind || "—", p.host_kind_known ? "yes" : "no (flagged)"];
+        return [h("a", { href: `#/workload/${encodeURIComponent(w.name)}` }, w.name), recommendation(w), w.profiles.length, p.status || "—", p.host_kind || "—", p.host_kind_known ? "yes" : "no (flagged)"];
       })));
   };
 }
