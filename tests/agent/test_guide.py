@@ -218,8 +218,8 @@ def test_the_guide_from_a_c_file_to_a_recommendation(
     assert {"hot_table", "cold_log"} <= set(plan)
 
     def slow_share(tag: str) -> float:
-        p = plan[tag]
-        return float(p["slow_bytes"]) / max(1, p["fast_bytes"] + p["slow_bytes"])
+        fast, slow = int(plan[tag]["fast_bytes"]), int(plan[tag]["slow_bytes"])
+        return slow / max(1, fast + slow)
 
     # The coldest structures go slow first: the buffer before the table.
     assert slow_share("cold_log") >= slow_share("hot_table")
