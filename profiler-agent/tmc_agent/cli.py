@@ -481,7 +481,8 @@ def upload_cmd(
             profile = upload.profile_id(r)
             if r.acknowledged:
                 console.print(
-                    f"{given}: HTTP {r.status}, profile {profile} ({r.attempts} attempt(s))"
+                    f"{given}: HTTP {r.status}, profile {profile} ({r.attempts} attempt(s))",
+                    soft_wrap=True,
                 )
             else:
                 console.print(
