@@ -23,7 +23,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from cli.common import fail
+from cli.common import fail, tmc_command
 from cli.render import OutputFormat, money, print_rows, render_recommendation, size
 from model import Recommendation
 
@@ -77,7 +77,10 @@ class Api:
         """One request; the status and the decoded JSON answer (None for an empty one, as a
         DELETE's 204). A refusal or an unreachable server ends the command with one line."""
         if not self.token:
-            fail("no token: set TMC_TOKEN or give --token (a viewer token: tmc token create)")
+            fail(
+                "no token: set TMC_TOKEN or give --token (a viewer token: "
+                f"{tmc_command()} token create --role viewer)"
+            )
         url = self.server.rstrip("/") + path
         if params:
             url += "?" + urllib.parse.urlencode(params)
@@ -117,12 +120,15 @@ class Api:
         if exc.code == 401:
             return (
                 f"the API refused the token: {detail or 'unknown or revoked token'} (set TMC_TOKEN "
-                "to a live token; see tmc token list, tmc token create --role viewer)"
+                f"to a live token; see {tmc_command()} token list, {tmc_command()} token create "
+                "--role viewer)"
             )
         if exc.code == 403:
             return f"the token's role may not do this: {detail} (use a viewer or operator token)"
         if exc.code == 404:
-            return f"{detail or 'not found'} (see tmc get --help for what can be listed)"
+            return (
+                f"{detail or 'not found'} (see {tmc_command()} get --help for what can be listed)"
+            )
         if exc.code in (409, 422):
             return f"the API refused the request: {detail or exc.reason} (fix the values given)"
         return f"the API answered {exc.code}: {detail or exc.reason} (see the service's log)"

@@ -22,7 +22,15 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 from typer.core import TyperGroup
 from typer.exceptions import Abort
 
-from cli.common import JsonOpt, fail, guarded, load_bundle, load_prices, settings_problem
+from cli.common import (
+    JsonOpt,
+    fail,
+    guarded,
+    load_bundle,
+    load_prices,
+    settings_problem,
+    tmc_command,
+)
 from cli.get import DEFAULT_SERVER, Api, ServerOpt, TokenOpt
 from cli.render import render_model, render_recommendation
 from model import (
@@ -225,7 +233,7 @@ def recommend_cmd(
             return
         rec = Recommendation.model_validate(answer["recommendation"])
         render_recommendation(Console(), rec, assumed)
-        typer.echo(f"decision {answer['id']} (tmc get decisions {answer['id']})")
+        typer.echo(f"decision {answer['id']} ({tmc_command()} get decisions {answer['id']})")
         return
     assert profile is not None
 

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
-import shlex
-import shutil
 import socket
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,7 +34,7 @@ from api.auth import Role
 from api.demo import ensure_operator_token, load_demo
 from api.migrate import alembic_config, upgrade_to_head
 from api.settings import Settings
-from cli.common import fail, settings_problem
+from cli.common import fail, settings_problem, tmc_command
 from cli.render import OutputFormat, print_rows
 from store.db import make_engine, make_session_factory, unit_of_work
 
@@ -102,7 +99,7 @@ def check_database(url: str, *, create: bool) -> None:
     if not create:
         fail(
             f"no database at {path}; point --database or TMC_DATABASE_URL at the service's "
-            f"database, or create a new one there with `tmc db upgrade --database {url}`"
+            f"database, or create a new one there with `{tmc_command()} db upgrade --database {url}`"
         )
     if not path.parent.is_dir():
         fail(f"cannot create {path}: the folder {path.parent} does not exist")
@@ -130,7 +127,7 @@ def require_latest_schema(engine: Engine, url: str) -> None:
         state = "has no tmc schema" if current is None else f"is at revision {current}"
         fail(
             f"the database at {shown(url)} {state}, not {head}; "
-            "run `tmc db upgrade` with the same --database first"
+            f"run `{tmc_command()} db upgrade` with the same --database first"
         )
 
 
@@ -183,21 +180,6 @@ def reachable_base(host: str, port: int) -> str:
     if ":" in shown_host and not shown_host.startswith("["):
         shown_host = f"[{shown_host}]"
     return f"http://{shown_host}:{port}"
-
-
-def tmc_command() -> str:
-    """How a person in the current folder runs this same `tmc`: `tmc` when their shell finds this
-    one on PATH, else its path (`.venv/bin/tmc` from a clone whose virtualenv is not activated)."""
-    here = Path(sys.executable).parent / "tmc"
-    if not here.exists():  # run as `python -m cli.main` from a source tree
-        return f"{shlex.quote(sys.executable)} -m cli.main"
-    on_path = shutil.which("tmc")
-    if on_path is not None and Path(on_path).resolve() == here.resolve():
-        return "tmc"
-    try:
-        return shlex.quote(str(here.relative_to(Path.cwd())))
-    except ValueError:
-        return shlex.quote(str(here))
 
 
 def banner(base: str, settings: Settings, token: str, tmc: str = "tmc") -> str:
@@ -346,11 +328,13 @@ def token_revoke(
             with unit_of_work(make_session_factory(engine)) as session:
                 return tokens.revoke(session, name_or_id)
         except tokens.TokenNotFound:
-            fail(f"unknown or revoked token {name_or_id!r} (see `tmc token list --all`)")
+            fail(
+                f"unknown or revoked token {name_or_id!r} (see `{tmc_command()} token list --all`)"
+            )
         except tokens.AmbiguousToken:
             fail(
                 f"several live tokens are named {name_or_id!r}; revoke one by its id "
-                "(see `tmc token list`)"
+                f"(see `{tmc_command()} token list`)"
             )
 
     done = with_database(database, revoke)

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import fail
+from cli.common import fail, tmc_command
 from cli.get import DEFAULT_SERVER, Api, OutputOpt, ServerOpt, TimeoutOpt, TokenOpt, emit
 from cli.render import OutputFormat, print_rows, seconds, when
 
@@ -98,9 +98,10 @@ def list_cmd(
     if emit(runs, output):
         return
     if not runs:
+        tmc = tmc_command()
         typer.echo(
             f"No verification runs of {workload} yet: a decision for a cost objective names the "
-            f"run to make next (`tmc get decisions ID`); record one with `tmc verify record "
+            f"run to make next (`{tmc} get decisions ID`); record one with `{tmc} verify record "
             f"{workload} --run-id ID --slow-ratio R --llc-ways W --seconds S`.",
             err=True,
         )

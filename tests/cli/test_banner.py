@@ -90,3 +90,33 @@ def test_every_printed_command_runs_as_printed_from_the_clone(demo: list[str]) -
     assert "NAME" in done.stdout and "graph500" in done.stdout
     # Both curls answered JSON with what they asked for.
     assert '"name": "graph500"' in done.stdout and '"recommendation"' in done.stdout
+
+
+def test_hints_name_the_tmc_that_runs_here(tmp_path: Path) -> None:
+    """An error's fix names a command that runs from where it was printed, as the banner does."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMC_")}
+    env["PATH"] = os.pathsep.join(
+        p for p in env.get("PATH", "").split(os.pathsep) if Path(p) != TMC.parent
+    )
+    done = subprocess.run(
+        [str(TMC), "token", "list", "--database", f"sqlite:///{tmp_path / 'none.db'}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    hint = done.stderr.split("`")[1]
+    assert hint.startswith(".venv/bin/tmc db upgrade") or hint.startswith(str(TMC)), hint
+    rerun = subprocess.run(
+        ["bash", "-c", hint.split(" --database")[0] + " --help"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert rerun.returncode == 0, rerun.stderr
