@@ -314,13 +314,20 @@ def get_workloads(
     timeout: TimeoutOpt = 10.0,
     output: OutputOpt = OutputFormat.table,
 ) -> None:
-    """Workloads with their latest profile's state and host kind."""
-    found = _api(server, token, timeout).get("/v1/workloads", limit="500")
+    """Workloads with their latest profile's state and host kind, and their latest
+    recommendation (slow ratio, LLC ways, objective)."""
+    api = _api(server, token, timeout)
+    found = api.get("/v1/workloads", limit="500")
     if emit(found, output):
         return
+    # The decision log is newest first: the first decision seen per workload is its latest.
+    decided: dict[str, dict[str, Any]] = {}
+    for d in api.get("/v1/recommendations", limit="500"):
+        decided.setdefault(d["workload_id"], d)
     rows = []
     for w in found:
         latest = max(w["profiles"], key=lambda p: p["created_at"], default=None)
+        d = decided.get(w["id"])
         rows.append(
             {
                 "name": w["name"],
@@ -328,8 +335,13 @@ def get_workloads(
                 "latest": latest["status"] if latest else None,
                 "input": latest["input_label"] if latest else None,
                 "host_kind": latest["host_kind"] if latest else None,
+                "recommendation": (
+                    f"slow {d['slow_ratio']:.2f}, {d['llc_ways']} ways ({d['objective']})"
+                    if d
+                    else None
+                ),
                 "created": w["created_at"][:19].replace("T", " "),
             }
         )
-    cols = ["name", "profiles", "latest", "input", "host_kind", "created"]
+    cols = ["name", "profiles", "latest", "input", "host_kind", "recommendation", "created"]
     print_rows(rows, cols, output, title="Workloads")
