@@ -311,7 +311,13 @@ function decisionDetail(full, r) {
 // What verification runs told the model, and the run it asks for next (model/verification.py).
 function verificationOf(rec) {
   const v = rec.verification;
-  if (!v) return h("p", {}, "No verification: this objective does not use prediction intervals.");
+  if (!v) {
+    // As `tmc get decisions ID` says it: why this decision names no run to make.
+    const why = /^least[-_]dram/.test(rec.objective)
+      ? "least-dram ranks configurations by DRAM share, which a measured run does not change (cheapest and slo:X% decisions name runs to make)"
+      : "this decision was made without a confidence level, the paper's Algorithm 1 as published";
+    return h("p", { id: "verification" }, `No verification run asked: ${why}.`);
+  }
   const next = v.next_slow_ratio === null || v.next_slow_ratio === undefined
     ? (v.runs >= v.budget ? `none: the budget of ${v.budget} runs is spent` : "none: the optimum's slow ratio is measured")
     : `slow ratio ${v.next_slow_ratio.toFixed(1)}, ${v.next_llc_ways} ways (a run of the profiled input there, annotated tmc.dev/verification-run)`;
