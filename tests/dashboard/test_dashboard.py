@@ -586,3 +586,24 @@ def test_a_json_reports_fields_are_readable(service: tuple[str, str], page: Page
     row = fields.locator("tr", has=page.get_by_text("duration_seconds", exact=True))
     expect(row.locator("td").nth(1)).to_have_text(re.compile(r"^\d[\d.,]*\u00a0(s|min|h)$"))
     assert_readable(page)
+
+
+def test_a_decision_without_a_verification_run_says_why(
+    service: tuple[str, str], page: Page
+) -> None:
+    # Runs last in this module: it adds a decision the planner's tests do not expect.
+    base, token = service
+    httpx.post(
+        f"{base}/recommend",
+        json={"workload": "canneal", "objective": "least-dram:10%"},
+        headers={"Authorization": f"Bearer {token}"},
+    ).raise_for_status()
+    sign_in(page, base, token)
+    page.get_by_role("link", name="Decisions").click()
+    page.get_by_label("Objective").fill("least-dram:10%")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.get_by_text("1 decision(s)")).to_be_visible()
+    page.locator("#decision-list summary").first.click()
+    expect(page.locator("#verification")).to_contain_text(
+        "No verification run asked: least-dram ranks configurations by DRAM share"
+    )
