@@ -73,3 +73,12 @@ def test_a_log_is_renamed_everywhere_a_tag_appears(tmp_path: Path) -> None:
     assert named.tags[2] == "site:libc.so.6:0x2a1b0"  # a library's site keeps its name
     assert named.regions[0].tag == new and named.peak_bytes == {new: 4096}
     assert named.mapped_bytes == {new: 2097152} and named.sizes() == {new: 4096}
+
+
+def test_a_program_linked_at_a_fixed_address(tmp_path: Path) -> None:
+    """The shim's offsets are from where the program is loaded: a non-PIE program's first page."""
+    exe = build(tmp_path, "fixed", "-g", "-no-pie")
+    site = function_address(exe, "make_table") + 8
+    assert site > 0x400000  # linked at a fixed address
+    (name,) = shim.site_names(exe, {"site:fixed:0x1": site - 0x400000}).values()
+    assert name.startswith("site:make_table(t.c:"), name
