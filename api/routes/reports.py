@@ -4,6 +4,7 @@ dashboard, which renders them as pages."""
 from __future__ import annotations
 
 import subprocess
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Literal
@@ -32,6 +33,9 @@ MAX_IMAGE_BYTES = 8 << 20
 
 
 GIT_SECONDS = 5.0
+# The Reports page refreshes every few seconds; git is asked at most this often per folder.
+COMMITTED_TTL_SECONDS = 30.0
+_committed_cache: dict[Path, tuple[float, dict[str, datetime]]] = {}
 
 
 class ReportOut(BaseModel):
@@ -103,11 +107,21 @@ def committed_times(folder: Path) -> dict[str, datetime]:
     return times
 
 
+def _committed_recently(folder: Path) -> dict[str, datetime]:
+    now = time.monotonic()
+    cached = _committed_cache.get(folder)
+    if cached is not None and now - cached[0] < COMMITTED_TTL_SECONDS:
+        return cached[1]
+    times = committed_times(folder)
+    _committed_cache[folder] = (now, times)
+    return times
+
+
 @router.get("", response_model=list[ReportOut], summary="Reports and their plots, newest first")
 def list_reports(state: StateDep, _: Reader) -> list[ReportOut]:
     folder = Path(state.settings.reports_dir)
     found = _reports(folder)
-    committed = committed_times(folder) if found else {}
+    committed = _committed_recently(folder) if found else {}
     out = []
     for name, p in found.items():
         stat = p.stat()
