@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,7 +21,7 @@ from rich.table import Table
 from cli.common import JsonOpt, fail, from_file, guarded, load_bundle
 from cli.get import DEFAULT_SERVER, Api, ServerOpt, TokenOpt
 from cli.render import money
-from model import fit, machine_of_host, recommend
+from model import PriceProfile, fit, machine_of_host, recommend
 from model.planning_requests import (
     CapacityIn,
     KindIn,
@@ -93,12 +94,25 @@ def kinds_of_cluster(api: Api) -> list[KindIn]:
     return kinds
 
 
-def price_source(prices: str) -> str:
+def price_source(prices: str) -> str | None:
+    """The shipped source a price profile's name means, or None for one the service stores."""
     if prices in PRICE_SOURCES:
         return PRICE_SOURCES[prices]
     if prices in PRICE_SOURCES.values():
         return prices
-    fail(f"--prices {prices!r}: give one of {', '.join(PRICE_SOURCES)} (the shipped profiles)")
+    if "@" not in prices:
+        fail(
+            f"--prices {prices!r}: give {' or '.join(PRICE_SOURCES)} (shipped), or a price "
+            "profile the service stores by its name@version (tmc get prices is GET "
+            "/v1/price-profiles)"
+        )
+    return None
+
+
+def stored_prices(api: Api, key: str) -> PriceProfile:
+    """A price profile the service stores (`GET /v1/price-profiles/{key}`)."""
+    found = api.get("/v1/price-profiles/" + urllib.parse.quote(key, safe=""))
+    return PriceProfile.model_validate(found["profile"])
 
 
 plan_app = typer.Typer(
@@ -124,7 +138,9 @@ def capacity_cmd(
         str,
         typer.Option(
             help="Price profile: paper-3dxp@1 (the paper's method on GCE N1 list prices; also "
-            "called gce-n1) | msv2-lsq@1 (Azure Msv2 by least squares; msv2-lsq)."
+            "called gce-n1) | msv2-lsq@1 (Azure Msv2 by least squares; msv2-lsq) | any "
+            "name@version the service stores (GET /v1/price-profiles): the service then plans, "
+            "with --server/--token (operator or scheduler)."
         ),
     ] = "paper-3dxp@1",
     kinds: Annotated[
@@ -159,12 +175,13 @@ def capacity_cmd(
             if not profile or not rate or len(profile) != len(rate):
                 fail("give a request file, or one --rate per --profile")
             source = price_source(prices)
-            unit_prices = price_profile(source)
+            api = Api(server, token, timeout=60.0)
+            unit_prices = price_profile(source) if source else stored_prices(api, prices)
             chosen_kinds = None
             if kinds is not None:
                 chosen_kinds = from_file(kinds, parse_kinds)
             elif host_kinds:
-                chosen_kinds = kinds_of_cluster(Api(server, token, timeout=30.0))
+                chosen_kinds = kinds_of_cluster(api)
             classes = []
             for path, r in zip(profile, rate, strict=True):
                 bundle = load_bundle(path)
@@ -175,17 +192,29 @@ def capacity_cmd(
                     threshold=threshold,
                 )
                 classes.append(class_from_recommendation(bundle.workload.name, r, rec))
+            if source is None:
+                # Priced by a profile only the service has: the service plans (a dry run).
+                asked = CapacityIn(classes=classes, kinds=chosen_kinds, fill=fill)
+                out = api.post(
+                    "/v1/planner/capacity",
+                    {**asked.model_dump(exclude={"prices"}), "price_profile": prices},
+                )
+                _show(out, as_json, unit_prices.currency)
+                return
             body = CapacityIn(classes=classes, prices=source, kinds=chosen_kinds, fill=fill)
-        out = capacity_plan(body)
-        if as_json:
-            sys.stdout.write(json.dumps(out, indent=2) + "\n")
-            return
-        _render_capacity(out)
+        _show(capacity_plan(body), as_json, price_profile(body.prices).currency)
 
     guarded(run)
 
 
-def _render_capacity(out: dict[str, Any]) -> None:
+def _show(out: dict[str, Any], as_json: bool, currency: str) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        return
+    _render_capacity(out, currency)
+
+
+def _render_capacity(out: dict[str, Any], currency: str) -> None:
     table = Table(
         title=f"Capacity plan (whole machines, room for the {out['peak_quantile']:g} quantile of"
         f" VMs at once, fill {out['fill']:g}, prices {out['price_profile']})"
@@ -193,7 +222,6 @@ def _render_capacity(out: dict[str, Any]) -> None:
     for col in ("kind", "machines", "greedy", "bound", "status", "binds", "per hour"):
         table.add_column(col)
     table.add_column("tenants pay")
-    currency = price_profile(PRICE_SOURCES.get(out["price_profile"], "gce-n1")).currency
 
     def per_hour(x: float | None) -> str:
         return "cannot host" if x is None else money(x, currency) + "/h"

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from api.auth import Role
 from api.settings import Settings
 from cli.main import app
+from model import DEFAULT_PRICE_PROFILE
 from tests.api.test_planner import ledger_cluster
 from tests.fixtures.service import TOKENS
 from tests.services import uvicorn_server
@@ -135,8 +136,9 @@ def test_capacity_for_my_own_machine_kinds_from_a_file(tmp_path: Path) -> None:
     refused = runner.invoke(app, [*args, "--kinds", str(bad)])
     assert refused.exit_code == 2 and refused.stderr.startswith(f"error: {bad}: ")
     assert "cpus" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
-    unknown = runner.invoke(app, [*args, "--prices", "cheap@3"])
+    unknown = runner.invoke(app, [*args, "--prices", "cheap"])
     assert unknown.exit_code == 2 and "paper-3dxp@1" in unknown.stderr
+    assert "name@version" in unknown.stderr
 
 
 def test_request_file_errors_name_the_file(tmp_path: Path) -> None:
@@ -168,3 +170,24 @@ def test_capacity_for_the_services_registered_host_kinds(
         assert done.exit_code == 0, done.output
         (kind,) = json.loads(done.output)["kinds"]
         assert kind["kind"] == "rack-b-96G-384L" and kind["machines"] >= 1
+        # A price profile only the service stores, by its one name: the service plans.
+        made = client.post(
+            "/v1/price-profiles",
+            json={
+                **DEFAULT_PRICE_PROFILE.model_dump(exclude={"version"}),
+                "name": "rack-b-prices",
+                "vcpu_hour": DEFAULT_PRICE_PROFILE.vcpu_hour * 3,
+            },
+            headers={"Authorization": f"Bearer {TOKENS[Role.operator]}"},
+        )
+        assert made.status_code == 201, made.text
+        key = made.json()["key"]
+        operator = {**shell, "TMC_TOKEN": TOKENS[Role.operator], "COLUMNS": "200"}
+        priced = runner.invoke(app, [*args, "--host-kinds", "--prices", key], env=operator)
+        assert priced.exit_code == 0, priced.output
+        assert key in priced.output and "rack-b-96G-384L" in priced.output
+        as_json = runner.invoke(app, [*args, "--prices", key, "--json"], env=operator)
+        assert as_json.exit_code == 0, as_json.output
+        assert json.loads(as_json.output)["price_profile"] == key
+        missing = runner.invoke(app, [*args, "--prices", "nope@9"], env=operator)
+        assert missing.exit_code == 2 and "nope@9" in missing.stderr
