@@ -35,6 +35,15 @@ def problem(status: int, title: str, detail: str, request: Request, **extra: Any
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 
+def _body_not_json(request: Request, exc: RequestValidationError) -> bool:
+    """A JSON body refused whole because it came with another Content-Type (or none: curl's -d
+    sends a form's), rather than a JSON body with a bad field."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "application/json" or content_type.endswith("+json"):
+        return False
+    return any(tuple(e.get("loc", ())) == ("body",) for e in exc.errors())
+
+
 def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(TmcError)
     async def _tmc(request: Request, exc: TmcError) -> JSONResponse:
@@ -53,6 +62,16 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if _body_not_json(request, exc):
+            # The body was not read as JSON at all: its fields are not what is wrong.
+            sent = request.headers.get("content-type") or "none"
+            return problem(
+                415,
+                "Unsupported media type",
+                f"the body must be JSON sent with Content-Type: application/json (this request's "
+                f"Content-Type is {sent}; with curl, add -H 'Content-Type: application/json')",
+                request,
+            )
         errors = [{"field": field_path(tuple(e["loc"])), "message": e["msg"]} for e in exc.errors()]
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
         return problem(422, "Invalid request", detail, request, errors=errors)

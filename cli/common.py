@@ -3,6 +3,9 @@ error), reading its input files, and its common options."""
 
 from __future__ import annotations
 
+import shlex
+import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, NoReturn, TypeVar
@@ -15,6 +18,21 @@ from model.bundle import problems_from_validation
 
 T = TypeVar("T")
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def tmc_command() -> str:
+    """How a person in the current folder runs this same `tmc`: `tmc` when their shell finds this
+    one on PATH, else its path (`.venv/bin/tmc` from a clone whose virtualenv is not activated)."""
+    here = Path(sys.executable).parent / "tmc"
+    if not here.exists():  # run as `python -m cli.main` from a source tree
+        return f"{shlex.quote(sys.executable)} -m cli.main"
+    on_path = shutil.which("tmc")
+    if on_path is not None and Path(on_path).resolve() == here.resolve():
+        return "tmc"
+    try:
+        return shlex.quote(str(here.relative_to(Path.cwd())))
+    except ValueError:
+        return shlex.quote(str(here))
 
 
 def fail(message: str) -> NoReturn:

@@ -23,8 +23,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from cli.common import fail
-from cli.render import OutputFormat, print_rows, render_recommendation, significant, size
+from cli.common import fail, tmc_command
+from cli.render import OutputFormat, money, print_rows, render_recommendation, size
 from model import Recommendation
 
 get_app = typer.Typer(
@@ -64,28 +64,38 @@ class Api:
 
     def get(self, path: str, **query: str | None) -> Any:
         params = {k: v for k, v in query.items() if v is not None}
-        return self._call(path, params, None)
+        return self.exchange("GET", path, params, None)[1]
 
     def post(self, path: str, body: object) -> Any:
         """A JSON request body, e.g. a planner's dry run (the token needs the operator's or
         scheduler's role)."""
-        return self._call(path, {}, json.dumps(body).encode())
+        return self.exchange("POST", path, {}, body)[1]
 
-    def _call(self, path: str, params: dict[str, str], payload: bytes | None) -> Any:
+    def exchange(
+        self, method: str, path: str, params: dict[str, str], body: object | None
+    ) -> tuple[int, Any]:
+        """One request; the status and the decoded JSON answer (None for an empty one, as a
+        DELETE's 204). A refusal or an unreachable server ends the command with one line."""
         if not self.token:
-            fail("no token: set TMC_TOKEN or give --token (a viewer token: tmc token create)")
+            fail(
+                "no token: set TMC_TOKEN or give --token (a viewer token: "
+                f"{tmc_command()} token create --role viewer)"
+            )
         url = self.server.rstrip("/") + path
         if params:
             url += "?" + urllib.parse.urlencode(params)
         if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
             fail(f"--server {self.server!r} is not an http(s) URL (e.g. {DEFAULT_SERVER})")
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
-        if payload is not None:
+        payload = None
+        if body is not None:
+            payload = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(url, data=payload, headers=headers)
+        request = urllib.request.Request(url, data=payload, headers=headers, method=method)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                body = response.read(MAX_RESPONSE_BYTES + 1)
+                status = int(response.status)
+                answer = response.read(MAX_RESPONSE_BYTES + 1)
         except urllib.error.HTTPError as exc:
             fail(self._refusal(exc))
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
@@ -94,10 +104,12 @@ class Api:
                 f"cannot reach the tmc API at {self.server}: {reason} (start it with ./dev start "
                 "or tmc serve, or point --server / TMC_SERVER at it)"
             )
-        if len(body) > MAX_RESPONSE_BYTES:
+        if len(answer) > MAX_RESPONSE_BYTES:
             fail(f"the API's answer is larger than {MAX_RESPONSE_BYTES} bytes")
+        if not answer.strip():
+            return status, None
         try:
-            return json.loads(body)
+            return status, json.loads(answer)
         except json.JSONDecodeError:
             fail(f"{self.server} did not answer JSON: is it the tmc API? (check --server)")
 
@@ -108,12 +120,17 @@ class Api:
         if exc.code == 401:
             return (
                 f"the API refused the token: {detail or 'unknown or revoked token'} (set TMC_TOKEN "
-                "to a live token; see tmc token list, tmc token create --role viewer)"
+                f"to a live token; see {tmc_command()} token list, {tmc_command()} token create "
+                "--role viewer)"
             )
         if exc.code == 403:
             return f"the token's role may not do this: {detail} (use a viewer or operator token)"
         if exc.code == 404:
-            return f"{detail or 'not found'} (see tmc get --help for what can be listed)"
+            return (
+                f"{detail or 'not found'} (see {tmc_command()} get --help for what can be listed)"
+            )
+        if exc.code in (409, 422):
+            return f"the API refused the request: {detail or exc.reason} (fix the values given)"
         return f"the API answered {exc.code}: {detail or exc.reason} (see the service's log)"
 
 
@@ -121,7 +138,7 @@ def _api(server: str, token: str | None, timeout: float) -> Api:
     return Api(server=server, token=token, timeout=timeout)
 
 
-def _emit(data: Any, output: OutputFormat) -> bool:
+def emit(data: Any, output: OutputFormat) -> bool:
     """Print `data` as JSON or YAML when asked; False when a table is wanted."""
     if output is OutputFormat.json:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
@@ -150,7 +167,7 @@ def get_nodes(
     """Nodes with their tiered capacity, what is reserved on each, and how many pods hold it."""
     api = _api(server, token, timeout)
     nodes = api.get("/v1/cluster/nodes")
-    if _emit(nodes, output):
+    if emit(nodes, output):
         return
     pods: dict[str, int] = {}
     for p in api.get("/v1/placements"):
@@ -196,11 +213,11 @@ def get_placements(
             fail(f"{pod!r}: name one pod as NAMESPACE/POD (e.g. default/web-0)")
         path = "/v1/placements/" + urllib.parse.quote(ns, safe="") + "/"
         detail = api.get(path + urllib.parse.quote(name, safe=""))
-        if not _emit(detail, output):
+        if not emit(detail, output):
             _print_placement(detail)
         return
     found = api.get("/v1/placements", node=node, namespace=namespace)
-    if _emit(found, output):
+    if emit(found, output):
         return
     rows = [
         {
@@ -237,7 +254,7 @@ def _print_placement(p: dict[str, Any]) -> None:
     table.add_row("LLC ways", ways_of(p["llc_mask"]))
     if p["predicted_slowdown"] is not None:
         table.add_row("predicted slowdown", f"{p['predicted_slowdown'] * 100:+.1f}% vs fastmax")
-        table.add_row("cost of one run", f"{significant(p['cost'])} {p['currency']}")
+        table.add_row("cost of one run", money(p["cost"], p["currency"]))
     table.add_row("decision", p["recommendation_id"] or "-")
     console.print(table)
     if p["plan"]:
@@ -265,12 +282,12 @@ def get_decisions(
     api = _api(server, token, timeout)
     if decision is not None:
         found = api.get("/v1/recommendations/" + urllib.parse.quote(decision, safe=""))
-        if not _emit(found, output):
+        if not emit(found, output):
             rec = Recommendation.model_validate(found["recommendation"])
             render_recommendation(Console(), rec)
         return
     listed = api.get("/v1/recommendations", workload=workload, limit=str(limit))
-    if _emit(listed, output):
+    if emit(listed, output):
         return
     names = {w["id"]: w["name"] for w in api.get("/v1/workloads", limit="500")}
     rows = [
@@ -297,13 +314,20 @@ def get_workloads(
     timeout: TimeoutOpt = 10.0,
     output: OutputOpt = OutputFormat.table,
 ) -> None:
-    """Workloads with their latest profile's state and host kind."""
-    found = _api(server, token, timeout).get("/v1/workloads", limit="500")
-    if _emit(found, output):
+    """Workloads with their latest profile's state and host kind, and their latest
+    recommendation (slow ratio, LLC ways, objective)."""
+    api = _api(server, token, timeout)
+    found = api.get("/v1/workloads", limit="500")
+    if emit(found, output):
         return
+    # The decision log is newest first: the first decision seen per workload is its latest.
+    decided: dict[str, dict[str, Any]] = {}
+    for d in api.get("/v1/recommendations", limit="500"):
+        decided.setdefault(d["workload_id"], d)
     rows = []
     for w in found:
         latest = max(w["profiles"], key=lambda p: p["created_at"], default=None)
+        d = decided.get(w["id"])
         rows.append(
             {
                 "name": w["name"],
@@ -311,8 +335,13 @@ def get_workloads(
                 "latest": latest["status"] if latest else None,
                 "input": latest["input_label"] if latest else None,
                 "host_kind": latest["host_kind"] if latest else None,
+                "recommendation": (
+                    f"slow {d['slow_ratio']:.2f}, {d['llc_ways']} ways ({d['objective']})"
+                    if d
+                    else None
+                ),
                 "created": w["created_at"][:19].replace("T", " "),
             }
         )
-    cols = ["name", "profiles", "latest", "input", "host_kind", "created"]
+    cols = ["name", "profiles", "latest", "input", "host_kind", "recommendation", "created"]
     print_rows(rows, cols, output, title="Workloads")

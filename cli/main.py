@@ -6,6 +6,7 @@ Every failure is one line on stderr and exit status 2; results go to stdout (a t
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -21,7 +22,16 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 from typer.core import TyperGroup
 from typer.exceptions import Abort
 
-from cli.common import JsonOpt, guarded, load_bundle, load_prices, settings_problem
+from cli.common import (
+    JsonOpt,
+    fail,
+    guarded,
+    load_bundle,
+    load_prices,
+    settings_problem,
+    tmc_command,
+)
+from cli.get import DEFAULT_SERVER, Api, ServerOpt, TokenOpt
 from cli.render import render_model, render_recommendation
 from model import (
     DEFAULT_THRESHOLD,
@@ -29,6 +39,7 @@ from model import (
     Grid,
     InvalidRequest,
     ProfileBundle,
+    Recommendation,
     Utilization,
     fit,
     host_grid,
@@ -169,7 +180,20 @@ def choose_grid(choice: GridChoice, bundle: ProfileBundle) -> Grid:
 
 @app.command("recommend")
 def recommend_cmd(
-    profile: ProfileOpt,
+    profile: Annotated[
+        Path | None,
+        typer.Option(
+            "--profile", "-p", help="Profile bundle JSON (tmc.profile/v1): decided here, offline."
+        ),
+    ] = None,
+    workload: Annotated[
+        str | None,
+        typer.Option(
+            help="A workload the running service knows (tmc get workloads): it decides, against "
+            "the live cluster, and logs the decision. Needs --server/--token (operator or "
+            "scheduler)."
+        ),
+    ] = None,
     utilization: Annotated[
         str | None,
         typer.Option(help="Cluster utilization, e.g. cpu=0.7,dram=0.5,slow=0.2,llc=0.4"),
@@ -180,9 +204,38 @@ def recommend_cmd(
     ] = DEFAULT_THRESHOLD,
     grid: GridOpt = GridChoice.paper,
     prices: PricesOpt = None,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Recommend a configuration for a profiled workload (Algorithm 1)."""
+    """Recommend a configuration for a profiled workload (Algorithm 1): from a bundle file here,
+    or from the running service for a workload it knows."""
+    if (profile is None) == (workload is None):
+        fail(
+            "give --profile FILE (decided here) or --workload NAME (asks the service), one of "
+            "them (see `tmc recommend --help`)"
+        )
+    if workload is not None:
+        if prices is not None:
+            fail("--prices is a file for --profile; the service uses its default price profile")
+        given, assumed = guarded(lambda: parse_utilization(utilization))
+        body: dict[str, object] = {
+            "workload": workload,
+            "objective": objective,
+            "threshold": threshold,
+            "grid": grid.value,
+        }
+        if given is not None:
+            body["utilization"] = given.model_dump()
+        answer = Api(server=server, token=token, timeout=60.0).post("/recommend", body)
+        if as_json:
+            sys.stdout.write(json.dumps(answer, indent=2) + "\n")
+            return
+        rec = Recommendation.model_validate(answer["recommendation"])
+        render_recommendation(Console(), rec, assumed)
+        typer.echo(f"decision {answer['id']} ({tmc_command()} get decisions {answer['id']})")
+        return
+    assert profile is not None
 
     def run() -> None:
         bundle = load_bundle(profile)
@@ -248,6 +301,10 @@ app.add_typer(plan_app, name="plan")
 from cli.get import get_app  # noqa: E402
 
 app.add_typer(get_app, name="get")
+
+from cli.verify import verify_app  # noqa: E402
+
+app.add_typer(verify_app, name="verify")
 
 # The service's commands need the server extra; a node install (the agent) has only the model.
 if importlib.util.find_spec("fastapi") is not None:

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import json
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import BaseModel, Field, TypeAdapter
 from rich.console import Console
 from rich.table import Table
 
-from cli.common import JsonOpt, fail, guarded, load_bundle
+from cli.common import JsonOpt, fail, from_file, guarded, load_bundle
 from cli.get import DEFAULT_SERVER, Api, ServerOpt, TokenOpt
-from model import fit, machine_of_host, recommend
+from cli.render import money
+from model import PriceProfile, fit, machine_of_host, recommend
 from model.planning_requests import (
     CapacityIn,
+    KindIn,
     LiveRebalanceIn,
     RebalanceIn,
     capacity_plan,
@@ -28,6 +32,88 @@ from model.planning_requests import (
     rebalance_plan,
 )
 from model.price_profiles import price_profile
+
+# The shipped price profiles by their one name (the key every answer shows), and the source the
+# planner's request names them by.
+PRICE_SOURCES = {"paper-3dxp@1": "gce-n1", "msv2-lsq@1": "msv2-lsq"}
+DEFAULT_FILL = float(CapacityIn.model_fields["fill"].default)
+MAX_KINDS = 16
+
+LEGEND = """kind       24G-128P: 24 GiB of DRAM and 128 GiB of slow memory, P when it is a pool shared by a
+           rack of 8 machines (each holds an eighth), L when it is the machine's own; without
+           --kinds or --host-kinds, Fig. 9's family (the TMC paper's twelve: 24 or 48 GiB DRAM with
+           128L, 256L, 128P, 384P, 640P or 896P, 12 CPUs, 48 LLC ways) is compared
+machines   whole machines of the kind the plan needs (* the cheapest kind)
+greedy     what first-fit decreasing needs with every workload in its cheapest option
+bound      no plan of these options needs fewer machines (CP-SAT's bound)
+binds      the resource that fills first
+per hour   the machines' price per hour at the price profile; tenants pay: what the workloads'
+           runs cost their tenants per hour"""
+
+
+class KindsFile(BaseModel):
+    """`--kinds FILE`: the machine kinds to compare, as a list or under "kinds"."""
+
+    kinds: list[KindIn] = Field(min_length=1, max_length=MAX_KINDS)
+
+
+def parse_kinds(data: bytes) -> list[KindIn]:
+    if data.lstrip().startswith(b"["):
+        return KindsFile(kinds=TypeAdapter(list[KindIn]).validate_json(data)).kinds
+    return KindsFile.model_validate_json(data).kinds
+
+
+def kinds_of_cluster(api: Api) -> list[KindIn]:
+    """The service's registered host kinds (`GET /v1/cluster/host-kinds`) as machine kinds; a
+    pooled kind's slow memory is the machine's share, so a rack of one holds exactly it."""
+    registered = api.get("/v1/cluster/host-kinds")
+    if not registered:
+        fail(
+            "the service has no registered host kinds (register one with PUT "
+            "/v1/cluster/host-kinds, or give --kinds FILE)"
+        )
+    if len(registered) > MAX_KINDS:
+        fail(f"the service has {len(registered)} host kinds; give at most {MAX_KINDS} with --kinds")
+    kinds = []
+    for k in registered:
+        m = k["machine"]
+        if len(k["name"]) > 64:
+            fail(f"host kind {k['name'][:20]}...: longer than 64 characters; name it in --kinds")
+        pooled = bool(m.get("slow_pooled"))
+        kinds.append(
+            KindIn(
+                name=k["name"],
+                cpus=m["cpus"],
+                dram_bytes=m["dram_bytes"],
+                llc_ways=m["llc_ways"],
+                local_slow_bytes=0 if pooled else m["slow_bytes"],
+                pool_bytes=m["slow_bytes"] if pooled else 0,
+                rack_nodes=1,
+            )
+        )
+    return kinds
+
+
+def price_source(prices: str) -> str | None:
+    """The shipped source a price profile's name means, or None for one the service stores."""
+    if prices in PRICE_SOURCES:
+        return PRICE_SOURCES[prices]
+    if prices in PRICE_SOURCES.values():
+        return prices
+    if "@" not in prices:
+        fail(
+            f"--prices {prices!r}: give {' or '.join(PRICE_SOURCES)} (shipped), or a price "
+            "profile the service stores by its name@version (tmc get prices is GET "
+            "/v1/price-profiles)"
+        )
+    return None
+
+
+def stored_prices(api: Api, key: str) -> PriceProfile:
+    """A price profile the service stores (`GET /v1/price-profiles/{key}`)."""
+    found = api.get("/v1/price-profiles/" + urllib.parse.quote(key, safe=""))
+    return PriceProfile.model_validate(found["profile"])
+
 
 plan_app = typer.Typer(
     help="OR-Tools plans: machines for a workload mix, pod moves that free machines (dry runs).",
@@ -48,21 +134,54 @@ def capacity_cmd(
         list[float] | None,
         typer.Option("--rate", help="Arrivals per hour of the class (one per --profile)."),
     ] = None,
-    prices: Annotated[str, typer.Option(help="Shipped price profile: gce-n1 | msv2-lsq.")] = (
-        "gce-n1"
-    ),
+    prices: Annotated[
+        str,
+        typer.Option(
+            help="Price profile: paper-3dxp@1 (the paper's method on GCE N1 list prices; also "
+            "called gce-n1) | msv2-lsq@1 (Azure Msv2 by least squares; msv2-lsq) | any "
+            "name@version the service stores (GET /v1/price-profiles): the service then plans, "
+            "with --server/--token (operator or scheduler)."
+        ),
+    ] = "paper-3dxp@1",
+    kinds: Annotated[
+        Path | None,
+        typer.Option(
+            "--kinds",
+            help="Your machine kinds, a JSON list of {name, cpus, dram_bytes, local_slow_bytes "
+            "or pool_bytes (with rack_nodes), llc_ways}. Default: Fig. 9's family.",
+        ),
+    ] = None,
+    host_kinds: Annotated[
+        bool,
+        typer.Option("--host-kinds", help="Plan for the running service's registered host kinds."),
+    ] = False,
+    fill: Annotated[
+        float,
+        typer.Option(min=0.1, max=1.0, help="Share of each machine's resources a plan may use."),
+    ] = DEFAULT_FILL,
     threshold: Annotated[float, typer.Option(help="Algorithm 1's T for each class.")] = 0.025,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Which machine kind (Fig. 9's family) and how many machines cost least for a mix."""
+    """Which machine kind and how many machines cost least for a mix (legend below the table)."""
 
     def run() -> None:
+        if kinds is not None and host_kinds:
+            fail("give --kinds FILE or --host-kinds, not both")
         if request is not None:
-            body = CapacityIn.model_validate_json(request.read_bytes())
+            body = from_file(request, CapacityIn.model_validate_json)
         else:
             if not profile or not rate or len(profile) != len(rate):
                 fail("give a request file, or one --rate per --profile")
-            unit_prices = price_profile(prices)
+            source = price_source(prices)
+            api = Api(server, token, timeout=60.0)
+            unit_prices = price_profile(source) if source else stored_prices(api, prices)
+            chosen_kinds = None
+            if kinds is not None:
+                chosen_kinds = from_file(kinds, parse_kinds)
+            elif host_kinds:
+                chosen_kinds = kinds_of_cluster(api)
             classes = []
             for path, r in zip(profile, rate, strict=True):
                 bundle = load_bundle(path)
@@ -73,26 +192,42 @@ def capacity_cmd(
                     threshold=threshold,
                 )
                 classes.append(class_from_recommendation(bundle.workload.name, r, rec))
-            body = CapacityIn(classes=classes, prices=prices)
-        out = capacity_plan(body)
-        if as_json:
-            sys.stdout.write(json.dumps(out, indent=2) + "\n")
-            return
-        _render_capacity(out)
+            if source is None:
+                # Priced by a profile only the service has: the service plans (a dry run).
+                asked = CapacityIn(classes=classes, kinds=chosen_kinds, fill=fill)
+                out = api.post(
+                    "/v1/planner/capacity",
+                    {**asked.model_dump(exclude={"prices"}), "price_profile": prices},
+                )
+                _show(out, as_json, unit_prices.currency)
+                return
+            body = CapacityIn(classes=classes, prices=source, kinds=chosen_kinds, fill=fill)
+        _show(capacity_plan(body), as_json, price_profile(body.prices).currency)
 
     guarded(run)
 
 
-def _render_capacity(out: dict[str, Any]) -> None:
+def _show(out: dict[str, Any], as_json: bool, currency: str) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        return
+    _render_capacity(out, currency)
+
+
+def _render_capacity(out: dict[str, Any], currency: str) -> None:
     table = Table(
         title=f"Capacity plan (whole machines, room for the {out['peak_quantile']:g} quantile of"
         f" VMs at once, fill {out['fill']:g}, prices {out['price_profile']})"
     )
-    for col in ("kind", "machines", "greedy", "bound", "status", "binds", "USD/h"):
+    for col in ("kind", "machines", "greedy", "bound", "status", "binds", "per hour"):
         table.add_column(col)
+    table.add_column("tenants pay")
+
+    def per_hour(x: float | None) -> str:
+        return "cannot host" if x is None else money(x, currency) + "/h"
+
     for k in sorted(out["kinds"], key=lambda k: (k["total_hour"] is None, k["total_hour"])):
         mark = " *" if k["kind"] == out["best"]["kind"] else ""
-        total = "-" if k["total_hour"] is None else f"{k['total_hour']:.2f}"
         table.add_row(
             k["kind"] + mark,
             str(k["machines"]),
@@ -100,11 +235,14 @@ def _render_capacity(out: dict[str, Any]) -> None:
             str(k["lower_bound"]),
             k["status"],
             k["binding"],
-            total,
+            per_hour(k["total_hour"]),
+            per_hour(k["tenant_hour"]),
         )
-    Console().print(table)
+    console = Console()
+    console.print(table)
     if out["best"]["note"]:
-        Console().print(f"{out['best']['kind']}: {out['best']['note']}")
+        console.print(f"{out['best']['kind']}: {out['best']['note']}")
+    typer.echo(LEGEND)
 
 
 @plan_app.command("rebalance")
@@ -135,7 +273,7 @@ def rebalance_cmd(
         if live == (cluster is not None):
             fail("give a rebalance request file, or --live for the service's cluster (not both)")
         if cluster is not None:
-            body = RebalanceIn.model_validate_json(cluster.read_bytes())
+            body = from_file(cluster, RebalanceIn.model_validate_json)
             out = rebalance_plan(body.model_copy(update={"time_limit_seconds": time_limit}))
         else:
             request = LiveRebalanceIn(

@@ -6,6 +6,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -58,8 +59,23 @@ def pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
+MONEY_PREFIXES = ((1.0, ""), (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"), (1e-12, "p"))
+
+
 def money(x: float, currency: str) -> str:
-    return f"{significant(x)} {currency}"
+    """Money as the dashboard and the API's documentation write it: three significant figures,
+    with a metric prefix below a cent (`153 µUSD`, `0.0452 USD`, `12.3 USD`)."""
+    if x == 0 or not math.isfinite(x):
+        return f"{0 if x == 0 else x} {currency}"
+    scale, prefix = MONEY_PREFIXES[-1]
+    if abs(x) >= 0.01:
+        scale, prefix = MONEY_PREFIXES[0]
+    else:
+        for s, p in MONEY_PREFIXES:
+            if abs(x) >= s * 0.9995:
+                scale, prefix = s, p
+                break
+    return f"{significant(x / scale)} {prefix}{currency}"
 
 
 def seconds(x: float) -> str:
@@ -68,6 +84,14 @@ def seconds(x: float) -> str:
     if x >= 1:
         return f"{significant(x)} s"
     return f"{significant(x * 1000)} ms"
+
+
+def when(iso: str) -> str:
+    """An API time as a person reads it, in UTC with its zone: `2026-11-24 03:50:12 UTC`. The
+    service stores UTC; a time that reaches us without a zone is UTC too."""
+    at = datetime.fromisoformat(iso)
+    at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def hourly(cost: float, predicted_seconds: float) -> float:
@@ -105,6 +129,16 @@ def _verification_text(rec: Recommendation) -> str:
     return f"{done}; next run: slow ratio {v.next_slow_ratio:.2f}, {v.next_llc_ways} ways"
 
 
+def no_verification_reason(rec: Recommendation) -> str:
+    """Why a decision names no verification run to make: runs are asked for by decisions made
+    with a confidence level (every one the service makes), where a measured run narrows the
+    interval the choice or its promise rests on."""
+    return (
+        "none asked: this decision was made without a confidence level, the paper's "
+        "Algorithm 1 as published"
+    )
+
+
 def render_recommendation(
     console: Console, rec: Recommendation, assumed: Sequence[str] = ()
 ) -> None:
@@ -138,8 +172,10 @@ def render_recommendation(
     summary.add_row("cost vs cheapest", pct(rec.chosen.cost_vs_cheapest))
     summary.add_row("packing penalty", _penalty_path(rec.chosen, rec.utilization))
     summary.add_row("utilization used", utilization_text(rec.utilization, assumed))
-    if rec.verification is not None:
-        summary.add_row("verification", _verification_text(rec))
+    summary.add_row(
+        "verification",
+        _verification_text(rec) if rec.verification is not None else no_verification_reason(rec),
+    )
     console.print(summary)
 
     console.print(
@@ -158,14 +194,14 @@ def render_recommendation(
         console.print(_dropped_table(rec))
     console.print(_placement_table(rec))
     frontier = Table(title="Time vs cost Pareto frontier", title_justify="left")
-    for col in ("slow ratio", "ways", "time", f"cost of one run ({rec.currency})"):
+    for col in ("slow ratio", "ways", "time", "cost of one run"):
         frontier.add_column(col, justify="right")
     for pt in rec.pareto_frontier:
         frontier.add_row(
             f"{pt.slow_ratio:.2f}",
             str(pt.llc_ways),
             seconds(pt.predicted_seconds),
-            significant(pt.cost),
+            money(pt.cost, rec.currency),
         )
     console.print(frontier)
     _print_flags(console, rec.fit)

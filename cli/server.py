@@ -34,7 +34,7 @@ from api.auth import Role
 from api.demo import ensure_operator_token, load_demo
 from api.migrate import alembic_config, upgrade_to_head
 from api.settings import Settings
-from cli.common import fail, settings_problem
+from cli.common import fail, settings_problem, tmc_command
 from cli.render import OutputFormat, print_rows
 from store.db import make_engine, make_session_factory, unit_of_work
 
@@ -99,7 +99,7 @@ def check_database(url: str, *, create: bool) -> None:
     if not create:
         fail(
             f"no database at {path}; point --database or TMC_DATABASE_URL at the service's "
-            f"database, or create a new one there with `tmc db upgrade --database {url}`"
+            f"database, or create a new one there with `{tmc_command()} db upgrade --database {url}`"
         )
     if not path.parent.is_dir():
         fail(f"cannot create {path}: the folder {path.parent} does not exist")
@@ -127,7 +127,7 @@ def require_latest_schema(engine: Engine, url: str) -> None:
         state = "has no tmc schema" if current is None else f"is at revision {current}"
         fail(
             f"the database at {shown(url)} {state}, not {head}; "
-            "run `tmc db upgrade` with the same --database first"
+            f"run `{tmc_command()} db upgrade` with the same --database first"
         )
 
 
@@ -182,7 +182,9 @@ def reachable_base(host: str, port: int) -> str:
     return f"http://{shown_host}:{port}"
 
 
-def banner(base: str, settings: Settings, token: str) -> str:
+def banner(base: str, settings: Settings, token: str, tmc: str = "tmc") -> str:
+    """What `tmc serve --demo` prints first; every command under "Try:" runs as printed from the
+    folder the service was started in (`tmc` is how that folder runs this tmc)."""
     tasks = (
         "Celery via " + shown(settings.effective_broker_url)
         if settings.effective_broker_url
@@ -197,8 +199,9 @@ API documentation:            {base}/docs  and  {base}/redoc  (served locally, n
 
 Try:
   export TMC_TOKEN={token} TMC_SERVER={base}
-  tmc get nodes
-  tmc get placements
+  {tmc} get nodes
+  {tmc} get placements
+  {tmc} verify list graph500
   curl -s {base}/v1/workloads -H "Authorization: Bearer $TMC_TOKEN" | python3 -m json.tool | head -30
   curl -s {base}/recommend -H "Authorization: Bearer $TMC_TOKEN" -H 'Content-Type: application/json' \\
        -d '{{"workload": "graph500", "objective": "slo:5%"}}' | python3 -m json.tool | head -40
@@ -238,7 +241,7 @@ def serve(
                 load_demo(sessions)
                 token = ensure_operator_token(sessions, settings.bootstrap_operator_token)
         if demo:
-            typer.echo(banner(reachable_base(host, port), settings, token))
+            typer.echo(banner(reachable_base(host, port), settings, token, tmc_command()))
     except BaseException:
         sock.close()
         raise
@@ -325,11 +328,13 @@ def token_revoke(
             with unit_of_work(make_session_factory(engine)) as session:
                 return tokens.revoke(session, name_or_id)
         except tokens.TokenNotFound:
-            fail(f"unknown or revoked token {name_or_id!r} (see `tmc token list --all`)")
+            fail(
+                f"unknown or revoked token {name_or_id!r} (see `{tmc_command()} token list --all`)"
+            )
         except tokens.AmbiguousToken:
             fail(
                 f"several live tokens are named {name_or_id!r}; revoke one by its id "
-                "(see `tmc token list`)"
+                f"(see `{tmc_command()} token list`)"
             )
 
     done = with_database(database, revoke)

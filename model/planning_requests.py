@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from model.capacity import MachineKind, Option, WorkloadClass, paper_machine_kinds, plan_capacity
 from model.errors import InvalidRequest
 from model.price_profiles import price_profile
+from model.pricing import PriceProfile
 from model.rebalancer import Node, Pod, greedy_rebalance, rebalance
 from model.recommend import Recommendation
 
@@ -121,7 +122,9 @@ class RebalanceIn(_In):
 DEADLINE_MARGIN_SECONDS = 1.0
 
 
-def capacity_plan(body: CapacityIn) -> dict[str, Any]:
+def capacity_plan(body: CapacityIn, prices: PriceProfile | None = None) -> dict[str, Any]:
+    """The plan for `body`, at `prices` when given (a stored profile), else at the shipped
+    profile `body.prices` names."""
     classes = [
         WorkloadClass(
             c.name,
@@ -133,9 +136,10 @@ def capacity_plan(body: CapacityIn) -> dict[str, Any]:
     kinds = (
         [MachineKind(**k.model_dump()) for k in body.kinds] if body.kinds else paper_machine_kinds()
     )
-    prices = price_profile(
-        body.prices, llc_area_share=body.llc_area_share, slow_to_dram=body.slow_to_dram
-    )
+    if prices is None:
+        prices = price_profile(
+            body.prices, llc_area_share=body.llc_area_share, slow_to_dram=body.slow_to_dram
+        )
     try:
         plan = plan_capacity(
             classes,

@@ -51,6 +51,19 @@ class CatMask(TypeDecorator[int]):
         return None if value is None else int(value) & ((1 << 64) - 1)
 
 
+class UtcDateTime(TypeDecorator[datetime]):
+    """A moment in time, always read back with its zone. PostgreSQL keeps the zone; SQLite (the
+    embedded mode) stores none, and its naive values were written in UTC."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
 def new_id() -> str:
     return str(uuid.uuid4())
 
@@ -79,7 +92,7 @@ class Base(DeclarativeBase):
 
 class Timestamped:
     created_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), default=utcnow, index=True
+        UtcDateTime(), default=utcnow, index=True
     )
 
 
@@ -224,7 +237,7 @@ class ApiToken(Timestamped, Base):
     name: Mapped[str] = mapped_column(String(128))
     role: Mapped[str] = mapped_column(String(16))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), default=None)
     # An agent token may speak for one node only (its verification runs are that node's pods').
     node: Mapped[str | None] = mapped_column(String(253), default=None)
 
@@ -247,7 +260,7 @@ class UtilizationSample(Base):
     """The cluster's utilization at one moment: the history the dashboard draws."""
 
     __tablename__ = "utilization_samples"
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), primary_key=True)
     cpu: Mapped[float] = mapped_column(Float)
     dram: Mapped[float] = mapped_column(Float)
     slow: Mapped[float] = mapped_column(Float)

@@ -12,11 +12,13 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
+from pydantic import Field
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import Permission
 from api.deps import SessionDep, StateDep, require
+from api.services.prices import resolve_price_profile
 from ledger import store as ledger
 from ledger.rebalance import plan_live_moves
 from ledger.types import Held, NodeCapacity
@@ -32,11 +34,38 @@ router = APIRouter(prefix="/v1/planner", tags=["planner"])
 Planner = Annotated[object, Depends(require(Permission.recommend))]
 
 
-@router.post("/capacity", summary="Which machine kind and how many for a workload mix")
+class CapacityRequest(CapacityIn):
+    price_profile: str | None = Field(
+        default=None,
+        max_length=200,
+        description="a stored price profile by name@version (`GET /v1/price-profiles`), e.g. "
+        "`paper-3dxp@1`: its unit prices price every machine kind, and `prices`, "
+        "`llc_area_share` and `slow_to_dram` are not used. Default: the shipped profile "
+        "`prices` names (gce-n1 is paper-3dxp@1, msv2-lsq is msv2-lsq@1)",
+    )
+
+
+@router.post(
+    "/capacity",
+    summary="Which machine kind and how many for a workload mix",
+    description="`kinds` are the machine kinds to compare: the operator's own (e.g. those of "
+    "`GET /v1/cluster/host-kinds`), or by default Fig. 9's family, the paper's twelve: "
+    "`24G-128P` has 24 GiB of DRAM and a 128 GiB slow-memory pool shared by its rack "
+    "(`P`, a share of `rack_nodes` machines), `24G-128L` 128 GiB of local slow memory (`L`). "
+    "Per kind, `machines` is the plan's count, `greedy_machines` what first-fit decreasing "
+    "needs with every workload in its cheapest option, `total_hour` what the machines cost "
+    "per hour, and `tenant_hour` what the workloads' tenants pay per hour for their runs. "
+    "`price_profile` in the answer is the key of the prices used.",
+)
 async def capacity(
-    body: CapacityIn, request: Request, state: StateDep, _: Planner
+    body: CapacityRequest, request: Request, state: StateDep, session: SessionDep, _: Planner
 ) -> dict[str, Any]:
-    return await state.planner.run(capacity_plan, (body,), body.time_limit_seconds, request)
+    plain = CapacityIn.model_validate(body.model_dump(exclude={"price_profile"}))
+    if body.price_profile is None:
+        return await state.planner.run(capacity_plan, (plain,), body.time_limit_seconds, request)
+    _row, prices = await run_in_threadpool(resolve_price_profile, session, body.price_profile)
+    session.close()
+    return await state.planner.run(capacity_plan, (plain, prices), body.time_limit_seconds, request)
 
 
 @router.post("/rebalance", summary="A dry-run plan of pod moves that frees machines")

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Annotated, Literal, NoReturn
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from model.bundle import ProfileBundle
+from model.bundle import ProfileBundle, parse_bundle
+from model.errors import TmcError
 from model.tiering.profile import PageManagerState
 from tmc_agent import serve as serve_mod
 from tmc_agent import shim, upload
@@ -441,24 +443,75 @@ def _summary(bundle: ProfileBundle) -> None:
 
 @app.command("upload")
 def upload_cmd(
+    bundles: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            metavar="[BUNDLE]...",
+            help="bundle files to upload (e.g. written by profile --out); none: the spool's",
+        ),
+    ] = None,
     url: Annotated[
         str | None,
         typer.Option("--url", "--service", envvar="TMC_AGENT_SERVICE_URL", help="service base URL"),
     ] = None,
-    token: Annotated[str | None, typer.Option(envvar="TMC_TOKEN", help="agent token")] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="TMC_TOKEN", help="agent token (tmc token create --role agent)"),
+    ] = None,
     spool_dir: Annotated[Path | None, typer.Option("--spool", help="spool directory")] = None,
 ) -> None:
-    """Upload every spooled bundle the service has not acknowledged yet."""
+    """Upload bundle files, or every spooled bundle the service has not acknowledged yet.
+
+    A file is checked first, then spooled and uploaded: if the service cannot be reached, it
+    stays in the spool for the next `tmc-agent upload`."""
     if not url:
         fail("no service URL", "pass --url or set TMC_AGENT_SERVICE_URL")
     token = token or agent_token()
     if not token:
-        fail("no agent token", "pass --token, or set TMC_AGENT_TOKEN_FILE or TMC_AGENT_TOKEN")
-    results = upload.flush(spool_dir or upload.default_spool(), url, token)
-    for r in results:
-        console.print(f"{r.path.name}: HTTP {r.status} after {r.attempts} attempt(s)")
+        fail(
+            "no agent token",
+            "pass --token, or set TMC_AGENT_TOKEN_FILE or TMC_AGENT_TOKEN; an operator mints one "
+            "with `tmc token create --role agent`",
+        )
+    spool = spool_dir or upload.default_spool()
+    if bundles:
+        paths = [upload.spool(read_bundle(path), spool) for path in bundles]
+        results = [upload.upload_file(path, url, token) for path in paths]
+        for given, r in zip(bundles, results, strict=True):
+            profile = upload.profile_id(r)
+            if r.acknowledged:
+                console.print(
+                    f"{given}: HTTP {r.status}, profile {profile} ({r.attempts} attempt(s))",
+                    soft_wrap=True,
+                )
+            else:
+                console.print(
+                    f"{given}: [red]not acknowledged[/red] (HTTP {r.status}), kept in {r.path}: "
+                    f"{r.body[:300]}",
+                    soft_wrap=True,
+                )
+    else:
+        results = upload.flush(spool, url, token)
+        for r in results:
+            console.print(f"{r.path.name}: HTTP {r.status} after {r.attempts} attempt(s)")
     if any(not r.acknowledged for r in results):
         raise typer.Exit(1)
+
+
+def read_bundle(path: Path) -> ProfileBundle:
+    """A bundle file, checked as the service will check it; a bad one is one line naming it."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        fail(f"{path}: {exc.strerror or exc}", "give the path of a bundle file (profile --out)")
+    try:
+        return parse_bundle(text)
+    except (ValidationError, TmcError) as exc:
+        detail = str(exc).strip().splitlines()
+        fail(
+            f"{path} is not a tmc.profile/v1 bundle: {detail[0] if detail else exc}",
+            "upload the file `tmc-agent profile --out FILE` wrote",
+        )
 
 
 @app.command()

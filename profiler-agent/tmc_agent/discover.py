@@ -503,7 +503,8 @@ def discover(paths: HostPaths | None = None) -> NodeReport:
             "valgrind",
             paths.valgrind,
             paths,
-            "the trace backend records accesses with its lackey tool",
+            "the trace backend runs the program under tmc's own Valgrind tool (tmctrace), which "
+            "streams its data accesses through a cache model",
             "apt-get install valgrind",
         )
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -202,7 +203,139 @@ def program_log(log_dir: Path, target: Path | None, pid: int | None = None) -> R
     if not sections:
         return None
     own = [log for log in sections if log.pid == pid]
-    return (own or sorted(sections, key=lambda log: log.pid))[-1 if own else 0]
+    return symbolized((own or sorted(sections, key=lambda log: log.pid))[-1 if own else 0])
+
+
+# -- call sites by name ---------------------------------------------------------------------
+# The shim names an automatically tagged call site by its object and offset
+# (`site:hot:0x11eb`), which is all it can know cheaply inside malloc. After the run, a site in
+# the program itself is named by its function, and by its file and line when the program has
+# debug info (`site:make_table(hot.c:42)`), from the ELF symbol table through binutils'
+# addr2line. A stripped program, or a site in a library, keeps the shim's name.
+
+_SITE = re.compile(r"^site:([A-Za-z0-9_.-]+):0x([0-9a-f]+)$")
+_NOT_IN_TAG = re.compile(r"[^A-Za-z0-9_.:/()\[\]<>-]")
+SYMBOLIZE_SECONDS = 30.0
+ET_EXEC = 2
+PT_LOAD = 1
+
+
+def shim_object_name(path: Path) -> str:
+    """The object name the shim writes: its basename, other characters as `_`, at most 60."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", path.name)[:60]
+
+
+def _has_symbol_table(exe: Path) -> bool:
+    nm = shutil.which("nm")
+    if nm is None:
+        return False
+    try:
+        done = subprocess.run(
+            [nm, "--defined-only", str(exe)],
+            capture_output=True,
+            timeout=SYMBOLIZE_SECONDS,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and bool(done.stdout.strip())
+
+
+def _load_base(exe: Path) -> int:
+    """What the shim's offsets are relative to, as a link-time address: 0 for a position-
+    independent program, its first loaded page for one linked at a fixed address."""
+    head = exe.read_bytes()[:64]
+    if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+        return 0  # not a little-endian ELF64: symbolized as position-independent
+    (e_type,) = struct.unpack_from("<H", head, 16)
+    if e_type != ET_EXEC:
+        return 0
+    (phoff,) = struct.unpack_from("<Q", head, 32)
+    phentsize, phnum = struct.unpack_from("<HH", head, 54)
+    with exe.open("rb") as f:
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+    loads = [
+        struct.unpack_from("<Q", table, i * phentsize + 16)[0]
+        for i in range(phnum)
+        if struct.unpack_from("<I", table, i * phentsize)[0] == PT_LOAD
+    ]
+    return min(loads) & ~0xFFF if loads else 0
+
+
+def site_names(exe: Path, offsets: Mapping[str, int]) -> dict[str, str]:
+    """New names for the shim's site tags of `exe` (tag -> name); tags left out keep theirs."""
+    addr2line = shutil.which("addr2line")
+    if not offsets or addr2line is None or not _has_symbol_table(exe):
+        return {}
+    base = _load_base(exe)
+    tags = sorted(offsets)
+    # A return address points after the call: one byte back is the call's own line.
+    addresses = [f"0x{base + offsets[t] - 1:x}" for t in tags]
+    try:
+        done = subprocess.run(
+            [addr2line, "-f", "-C", "-e", str(exe), *addresses],
+            capture_output=True,
+            text=True,
+            timeout=SYMBOLIZE_SECONDS,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    lines = done.stdout.splitlines()
+    if done.returncode != 0 or len(lines) != 2 * len(tags):
+        return {}
+    names: dict[str, str] = {}
+    for i, tag in enumerate(tags):
+        function, where = lines[2 * i].strip(), lines[2 * i + 1].split(" (")[0].strip()
+        if not function or function == "??":
+            continue
+        function = _NOT_IN_TAG.sub("_", function)[:80]
+        file, _, line = where.rpartition(":")
+        if file and file != "??" and line.isdigit() and line != "0":
+            place = _NOT_IN_TAG.sub("_", Path(file).name)[:40]
+            names[tag] = f"site:{function}({place}:{line})"
+        else:
+            names[tag] = f"site:{function}[0x{offsets[tag]:x}]"
+    # Two sites on one line (or in one function without line numbers) keep apart by offset.
+    counts: dict[str, int] = {}
+    for name in names.values():
+        counts[name] = counts.get(name, 0) + 1
+    return {
+        tag: name if counts[name] == 1 else f"{name}[0x{offsets[tag]:x}]"
+        for tag, name in names.items()
+    }
+
+
+def symbolized(log: RegionLog) -> RegionLog:
+    """The log with the program's own call-site tags named by function (and file:line)."""
+    if not log.exe:
+        return log
+    exe = Path(log.exe)
+    own = shim_object_name(exe)
+    offsets = {
+        tag: int(m.group(2), 16)
+        for tag in log.tags.values()
+        if (m := _SITE.match(tag)) is not None and m.group(1) == own
+    }
+    if not offsets or not exe.is_file():
+        return log
+    names = site_names(exe, offsets)
+    if not names:
+        return log
+
+    def name(tag: str) -> str:
+        return names.get(tag, tag)
+
+    return RegionLog(
+        pid=log.pid,
+        exe=log.exe,
+        tags={i: name(t) for i, t in log.tags.items()},
+        regions=[Region(name(r.tag), r.start, r.end, r.node, r.freed) for r in log.regions],
+        peak_bytes={name(t): b for t, b in log.peak_bytes.items()},
+        mapped_bytes={name(t): b for t, b in log.mapped_bytes.items()},
+        notes=list(log.notes),
+    )
 
 
 def parse_region_log(text: str) -> RegionLog:

@@ -100,3 +100,12 @@ def test_cli_on_this_machine_tells_the_truth() -> None:
 
 def fakehost_parse(text: str) -> list[int]:
     return parse_list(text)
+
+
+def test_the_valgrind_check_says_what_the_trace_backend_does() -> None:
+    table = subprocess.run(
+        [str(TMC_AGENT), "discover", "--json"], capture_output=True, text=True, check=True
+    ).stdout
+    checks = {c["area"]: c for c in json.loads(table)["checks"]}
+    said = json.dumps(checks["valgrind"])
+    assert "tmctrace" in said and "lackey" not in said

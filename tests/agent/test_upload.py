@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import http.server
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,3 +100,47 @@ def test_unreachable_service_keeps_the_spool_and_flush_sends_later(
     url, _ = server
     (result,) = upload.flush(tmp_path, url, "tok")
     assert result.acknowledged and not list(tmp_path.glob("*.json"))
+
+
+def test_upload_file_sends_an_existing_bundle_and_clears_it(
+    server: tuple[str, Script], tmp_path: Path
+) -> None:
+    """`tmc-agent upload FILE`: a bundle written by `profile --out` goes up without curl."""
+    url, script = server
+    script.statuses = [503]  # retried like every upload
+    written = tmp_path / "memcached.json"
+    written.write_text(bundle().model_dump_json())
+    spool = tmp_path / "spool"
+    agent = [str(Path(sys.executable).parent / "tmc-agent"), "upload"]
+    done = subprocess.run(
+        [*agent, str(written), "--url", url, "--token", "tok", "--spool", str(spool)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{written}: HTTP 201, profile p-1 (2 attempt(s))" in done.stdout + done.stderr
+    assert script.seen == ["Bearer tok", "Bearer tok"]
+    assert written.exists() and not list(spool.glob("*.json"))  # the file stays, the spool empties
+    bad = tmp_path / "notes.json"
+    bad.write_text('{"schema": "tmc.profile/v1"}')
+    refused = subprocess.run(
+        [*agent, str(bad), "--url", url, "--token", "tok", "--spool", str(spool)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 2 and len(script.seen) == 2  # nothing sent
+    assert f"{bad} is not a tmc.profile/v1 bundle" in refused.stdout + refused.stderr
+    no_token = subprocess.run(
+        [*agent, str(written), "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("TMC_")},
+    )
+    assert no_token.returncode == 2
+    assert "tmc token create --role agent" in no_token.stdout + no_token.stderr

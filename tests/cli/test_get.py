@@ -138,6 +138,13 @@ def test_tmc_get_against_the_running_service(served: tuple[str, str]) -> None:
 
     workloads = tmc(base, "workloads")
     assert "graph500" in workloads and "fitted" in workloads
+    # Each workload's latest recommendation at a glance.
+    (chosen,) = json.loads(tmc(base, "decisions", "-o", "json"))
+    header, row = workloads.splitlines()
+    assert "RECOMMENDATION" in header
+    assert (
+        f"slow {chosen['slow_ratio']:.2f}, {chosen['llc_ways']} ways ({chosen['objective']})" in row
+    )
     assert json.loads(tmc(base, "nodes", "-o", "json"))[0]["name"] == "tiered-0"
 
 

@@ -4,6 +4,7 @@ ledger (`--live`, over uvicorn on PostgreSQL and Redis), clear errors."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from fastapi.testclient import TestClient
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 from api.auth import Role
 from api.settings import Settings
 from cli.main import app
+from model import DEFAULT_PRICE_PROFILE
 from tests.api.test_planner import ledger_cluster
 from tests.fixtures.service import TOKENS
 from tests.services import uvicorn_server
@@ -91,3 +93,101 @@ def test_rebalance_of_the_live_cluster_asks_the_running_service(
         assert refused.exit_code != 0 and "role may not do this" in refused.output
         both = runner.invoke(app, ["plan", "rebalance", "--live", "x.json"], env=shell)
         assert both.exit_code != 0 and "not both" in both.output
+
+
+def test_capacity_for_my_own_machine_kinds_from_a_file(tmp_path: Path) -> None:
+    kinds = tmp_path / "kinds.json"
+    kinds.write_text(
+        json.dumps(
+            [
+                {
+                    "name": "lab-64G-512L",
+                    "cpus": 32,
+                    "dram_bytes": 64 * GIB,
+                    "local_slow_bytes": 512 * GIB,
+                    "llc_ways": 48,
+                },
+                {
+                    "name": "lab-32G-1TP",
+                    "cpus": 16,
+                    "dram_bytes": 32 * GIB,
+                    "pool_bytes": 1024 * GIB,
+                    "rack_nodes": 8,
+                    "llc_ways": 48,
+                },
+            ]
+        )
+    )
+    args = ["plan", "capacity", "-p", str(EXAMPLES / "memcached.json"), "--rate", "3000"]
+    out = json.loads(runner.invoke(app, [*args, "--kinds", str(kinds), "--json"]).output)
+    assert sorted(k["kind"] for k in out["kinds"]) == ["lab-32G-1TP", "lab-64G-512L"]
+    # One fill default for the CLI, the API and the dashboard; one name for the prices.
+    assert out["fill"] == 1.0 and out["price_profile"] == "paper-3dxp@1"
+    table = runner.invoke(
+        app, [*args, "--kinds", str(kinds), "--prices", "paper-3dxp@1"], env={"COLUMNS": "200"}
+    )
+    assert table.exit_code == 0, table.output
+    assert "lab-64G-512L" in table.output and "paper-3dxp@1" in table.output
+    for term in ("24G-128P", "greedy", "tenants pay", "Fig. 9's family", "/h"):
+        assert term in table.output, term
+    assert not re.search(r"0\.000\d* USD", table.output)
+    bad = tmp_path / "bad-kinds.json"
+    bad.write_text(json.dumps([{"name": "x", "cpus": 0, "dram_bytes": 1, "llc_ways": 4}]))
+    refused = runner.invoke(app, [*args, "--kinds", str(bad)])
+    assert refused.exit_code == 2 and refused.stderr.startswith(f"error: {bad}: ")
+    assert "cpus" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    unknown = runner.invoke(app, [*args, "--prices", "cheap"])
+    assert unknown.exit_code == 2 and "paper-3dxp@1" in unknown.stderr
+    assert "name@version" in unknown.stderr
+
+
+def test_request_file_errors_name_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "capacity.json"
+    bad.write_text(json.dumps({"classes": []}))
+    result = runner.invoke(app, ["plan", "capacity", str(bad)])
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: {bad}: ")
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text("{not json")
+    result = runner.invoke(app, ["plan", "rebalance", str(cluster)])
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: {cluster}: ")
+
+
+def test_capacity_for_the_services_registered_host_kinds(
+    settings: Settings, client: TestClient
+) -> None:
+    machine = {"cpus": 24, "dram_bytes": 96 * GIB, "slow_bytes": 384 * GIB, "llc_ways": 20}
+    client.put(
+        "/v1/cluster/host-kinds",
+        headers={"Authorization": f"Bearer {TOKENS[Role.operator]}"},
+        json={"name": "rack-b-96G-384L", "machine": machine},
+    ).raise_for_status()
+    assert settings.redis_url is not None
+    env = {"TMC_DATABASE_URL": settings.database_url, "TMC_REDIS_URL": settings.redis_url}
+    with uvicorn_server(env) as base:
+        shell = {"TMC_SERVER": base, "TMC_TOKEN": TOKENS[Role.viewer]}
+        args = ["plan", "capacity", "-p", str(EXAMPLES / "memcached.json"), "--rate", "300"]
+        done = runner.invoke(app, [*args, "--host-kinds", "--json"], env=shell)
+        assert done.exit_code == 0, done.output
+        (kind,) = json.loads(done.output)["kinds"]
+        assert kind["kind"] == "rack-b-96G-384L" and kind["machines"] >= 1
+        # A price profile only the service stores, by its one name: the service plans.
+        made = client.post(
+            "/v1/price-profiles",
+            json={
+                **DEFAULT_PRICE_PROFILE.model_dump(exclude={"version"}),
+                "name": "rack-b-prices",
+                "vcpu_hour": DEFAULT_PRICE_PROFILE.vcpu_hour * 3,
+            },
+            headers={"Authorization": f"Bearer {TOKENS[Role.operator]}"},
+        )
+        assert made.status_code == 201, made.text
+        key = made.json()["key"]
+        operator = {**shell, "TMC_TOKEN": TOKENS[Role.operator], "COLUMNS": "200"}
+        priced = runner.invoke(app, [*args, "--host-kinds", "--prices", key], env=operator)
+        assert priced.exit_code == 0, priced.output
+        assert key in priced.output and "rack-b-96G-384L" in priced.output
+        as_json = runner.invoke(app, [*args, "--prices", key, "--json"], env=operator)
+        assert as_json.exit_code == 0, as_json.output
+        assert json.loads(as_json.output)["price_profile"] == key
+        missing = runner.invoke(app, [*args, "--prices", "nope@9"], env=operator)
+        assert missing.exit_code == 2 and "nope@9" in missing.stderr

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from cli.render import significant, size
+from cli.render import money, significant, size
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.json"))
@@ -49,14 +49,32 @@ def test_money_has_three_significant_figures_written_out(x: float, text: str) ->
     assert significant(x) == text
 
 
+@pytest.mark.parametrize(
+    ("x", "text"),
+    [
+        (7.177e-07, "718 nUSD"),
+        (0.0001466, "147 µUSD"),
+        (0.000144, "144 µUSD"),
+        (0.0452, "0.0452 USD"),
+        (0.009996, "10.0 mUSD"),
+        (12.34, "12.3 USD"),
+        (0.0, "0 USD"),
+    ],
+)
+def test_money_is_written_as_the_dashboard_writes_it(x: float, text: str) -> None:
+    """format.js's money(): a metric prefix below a cent, three significant figures."""
+    assert money(x, "USD") == text
+
+
 @pytest.mark.parametrize("bundle", EXAMPLES, ids=lambda p: p.stem)
 def test_recommend_prints_no_exponent_and_no_fraction_of_a_gib(bundle: Path) -> None:
     result = runner.invoke(app, ["recommend", "-p", str(bundle)])
     assert result.exit_code == 0, result.output
     assert not re.search(r"\d[eE][-+]\d", result.stdout), result.stdout
     assert not re.search(r"\b0\.\d+ GiB", result.stdout), result.stdout
-    assert re.search(r"price \(Eq\. 1\)\s*│ [\d.,]+ USD per hour", result.stdout)
-    assert re.search(r"cost of one run\s*│ [\d.,]+ USD", result.stdout)
+    assert re.search(r"price \(Eq\. 1\)\s*│ [\d.,]+ [mµnp]?USD per hour", result.stdout)
+    assert re.search(r"cost of one run\s*│ [\d.,]+ [mµnp]?USD", result.stdout)
+    assert not re.search(r"0\.000\d* USD", result.stdout), result.stdout
 
 
 def test_a_partial_utilization_is_said_not_silently_zero() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,15 +32,28 @@ VIEWER = "tmc_dashboard_viewer"
 AGENT = "tmc_dashboard_agent"
 
 
+REPORTS_COMMITTED = "2026-01-02T03:04:05+00:00"
+
+
+def commit_all(folder: Path, when: str) -> None:
+    env = {**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+    who = ["-c", "user.name=tmc", "-c", "user.email=tmc@localhost"]
+    for args in (["init", "-q"], ["add", "-A"], [*who, "commit", "-q", "-m", "reports"]):
+        subprocess.run(["git", "-C", str(folder), *args], check=True, env=env, timeout=60)
+
+
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     tmp = tmp_path_factory.mktemp("dashboard")
     url = f"sqlite:///{tmp / 'tmc.db'}"
     reports = tmp / "reports"
     reports.mkdir()
-    (reports / "bench-latency.md").write_text("# Recommendation latency\n\npaper-77: 0.55 ms\n")
-    # The real reports, as the benchmarks write them: markdown, its data and its PNG plots.
+    # The real reports, as the benchmarks write them: markdown, its data and its PNG plots, in a
+    # checkout where they were committed long before this clone's files were written.
     shutil.copytree(ROOT / "docs" / "reports", reports, dirs_exist_ok=True)
+    commit_all(reports, REPORTS_COMMITTED)
+    # A report written since, not committed: its own time is its file's.
+    (reports / "bench-latency.md").write_text("# Recommendation latency\n\npaper-77: 0.55 ms\n")
     upgrade_to_head(url)
     sessions = make_session_factory(make_engine(Settings(database_url=url)))
     load_demo(sessions)
@@ -131,10 +145,23 @@ OVERFLOWING_TABLES = """() => [...document.querySelectorAll('#page .table-wrap')
     .filter((w) => w.scrollWidth > w.clientWidth + 1).map((w) => w.querySelector('caption')?.textContent)"""
 
 
+# Chart labels drawn outside their chart's box are cut off: on screen, each text's box must lie
+# within its SVG's.
+CLIPPED_LABELS = """() => [...document.querySelectorAll('#page svg[role=img]')].flatMap((svg) => {
+    const outer = svg.getBoundingClientRect();
+    return [...svg.querySelectorAll('text')].filter((t) => t.textContent.trim()).filter((t) => {
+        const r = t.getBoundingClientRect();
+        return r.width > 0 && (r.left < outer.left - 1 || r.right > outer.right + 1
+            || r.top < outer.top - 1 || r.bottom > outer.bottom + 1);
+    }).map((t) => t.textContent);
+})"""
+
+
 def assert_readable(page: Page) -> None:
-    """No table value wraps, no table overflows the page, and no number is written with an
-    exponent or as a fraction of a unit."""
+    """No table value wraps, no table overflows the page, no chart label is cut off, and no
+    number is written with an exponent or as a fraction of a unit."""
     assert page.evaluate(WRAPPED_CELLS) == []
+    assert page.evaluate(CLIPPED_LABELS) == []
     assert page.evaluate(OVERFLOWING_TABLES) == []
     text = page.locator("#page").inner_text()
     assert re.search(UNREADABLE, text) is None, re.search(UNREADABLE, text)
@@ -167,6 +194,18 @@ def test_every_page_renders_with_data(service: tuple[str, str], page: Page) -> N
 
     page.get_by_role("link", name="Workloads").click()
     expect(page.get_by_role("link", name="graph500")).to_be_visible()
+    # Each workload's latest recommendation at a glance, with its objective; none for the rest.
+    latest = latest_decision(base, token, "graph500")
+    wanted = (
+        f"slow {latest['chosen']['configuration']['slow_ratio'] * 100:.1f}\u00a0%, "
+        f"{latest['chosen']['configuration']['llc_ways']} LLC ways ({latest['objective']})"
+    )
+    row = page.locator(
+        "#workload-list tr", has=page.get_by_role("link", name="graph500", exact=True)
+    )
+    expect(row.locator("a.latest-decision")).to_have_text(wanted)
+    expect(page.locator("#workload-list th").nth(1)).to_have_text("latest recommendation")
+    expect(page.locator("#workload-list")).to_contain_text("none yet")
     assert_readable(page)
     shot(page, "workloads")
     page.get_by_role("link", name="graph500").click()
@@ -260,6 +299,13 @@ def test_every_page_renders_with_data(service: tuple[str, str], page: Page) -> N
     expect(page.locator("#report-body article p")).to_have_text("paper-77: 0.55 ms")
     page.get_by_role("link", name="← all reports").click()
     expect(page.get_by_role("link", name="evaluation.md")).to_be_visible()
+    # Each report's own time: the commit that wrote it, or the file's own when not committed.
+    reports = page.locator("#report-list")
+    committed = reports.locator("tr", has=page.get_by_role("link", name="evaluation.md"))
+    expect(committed.locator("time")).to_have_text("2026-01-02 03:04\u00a0UTC")
+    fresh = reports.locator("tr", has=page.get_by_role("link", name="bench-latency.md"))
+    expect(fresh.locator("time")).not_to_have_text("2026-01-02 03:04\u00a0UTC")
+    expect(fresh.locator("time")).to_have_attribute("title", "the file's modification time")
     shot(page, "reports")
 
 
@@ -498,3 +544,80 @@ def test_the_dashboard_cannot_be_framed_and_loads_only_its_own_assets(
         0
     )
     assert any("frame-ancestors" in m for m in refused), refused
+
+
+def test_the_planner_plans_for_the_operators_own_machine_kind(
+    service: tuple[str, str], page: Page
+) -> None:
+    base, token = service
+    missing: list[str] = []
+    page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
+    sign_in(page, base, token)
+    page.get_by_role("link", name="Planner").click()
+    expect(page.get_by_role("heading", name="Capacity planner")).to_be_visible()
+    # One default for the fill, the API's and the CLI's; one name for the prices, their key.
+    expect(page.get_by_label("Fill")).to_have_value("1")
+    prices = page.get_by_label("Prices")
+    expect(prices.locator("option:checked")).to_have_text("paper-3dxp@1")
+    legend = page.locator("#planner-legend")
+    for term in ("24G-128P", "greedy", "tenants pay", "Fig. 9's family"):
+        expect(legend).to_contain_text(term)
+    page.get_by_label("Workload", exact=True).first.select_option("graph500")
+    page.get_by_label("arrivals per hour").first.fill("2000")
+    page.get_by_label("Machine kinds").select_option("own")
+    page.get_by_label("Machine kind", exact=True).first.fill("lab-64G-512L")
+    page.get_by_label("CPUs").first.fill("32")
+    page.get_by_label("DRAM GiB").first.fill("64")
+    page.get_by_label("slow GiB").first.fill("512")
+    page.get_by_label("LLC ways").first.fill("48")
+    page.get_by_role("button", name="Plan").click()
+    expect(page.locator("#plan-best")).to_contain_text("× lab-64G-512L", timeout=30_000)
+    expect(page.locator("#plan-best")).to_contain_text("prices paper-3dxp@1")
+    kinds = page.get_by_role("table", name=re.compile("^Machine kinds, cheapest first"))
+    expect(kinds.locator("tbody tr")).to_have_count(1)
+    assert_readable(page)
+
+    # A kind with a bad value is named before anything is asked.
+    page.get_by_label("CPUs").first.fill("0")
+    page.get_by_role("button", name="Plan").click()
+    expect(page.get_by_role("alert")).to_contain_text("lab-64G-512L: CPUs must be")
+
+    # The cluster's registered host kinds are planned for by their names.
+    registered = httpx.get(
+        f"{base}/v1/cluster/host-kinds", headers={"Authorization": f"Bearer {token}"}
+    ).json()
+    page.get_by_label("Machine kinds").select_option("cluster")
+    page.get_by_role("button", name="Plan").click()
+    expect(kinds.locator("tbody tr")).to_have_count(len(registered), timeout=30_000)
+    expect(kinds.locator("tbody")).to_contain_text(registered[0]["name"])
+    assert missing == [], missing
+
+
+def test_a_json_reports_fields_are_readable(service: tuple[str, str], page: Page) -> None:
+    base, token = service
+    sign_in(page, base, token)
+    page.goto(f"{base}/dashboard/#/report/tiering.json")
+    fields = page.get_by_role("table", name="Fields")
+    row = fields.locator("tr", has=page.get_by_text("duration_seconds", exact=True))
+    expect(row.locator("td").nth(1)).to_have_text(re.compile(r"^\d[\d.,]*\u00a0(s|min|h)$"))
+    assert_readable(page)
+
+
+def test_a_least_dram_decision_shows_its_verification_state(
+    service: tuple[str, str], page: Page
+) -> None:
+    # Runs last in this module: it adds a decision the planner's tests do not expect.
+    base, token = service
+    httpx.post(
+        f"{base}/recommend",
+        json={"workload": "canneal", "objective": "least-dram:10%"},
+        headers={"Authorization": f"Bearer {token}"},
+    ).raise_for_status()
+    sign_in(page, base, token)
+    page.get_by_role("link", name="Decisions").click()
+    page.get_by_label("Objective").fill("least-dram:10%")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.get_by_text("1 decision(s)")).to_be_visible()
+    page.locator("#decision-list summary").first.click()
+    # A run there checks the decision's promise: the state and the next run are shown.
+    expect(page.locator("#verification")).to_contain_text("Verification runs:")

@@ -61,10 +61,16 @@ function meter(label, value) {
 function setPage(title, ...content) {
   const page = document.getElementById("page");
   page.replaceChildren(h("h2", {}, title), ...content);
+  charts.fitCharts(page);
 }
 
 function region(id) { return h("div", { id, "aria-live": "polite" }); }
-function fill(id, ...content) { const el = document.getElementById(id); if (el) el.replaceChildren(...content); }
+function fill(id, ...content) {
+  const el = document.getElementById(id);
+  if (!el) return;
+  el.replaceChildren(...content);
+  charts.fitCharts(el);
+}
 
 // -- pages ----------------------------------------------------------------------------------
 
@@ -131,11 +137,20 @@ async function pageCluster() {
 async function pageWorkloads() {
   setPage("Workloads", region("workload-list"));
   state.refreshData = async () => {
-    const workloads = await api("/v1/workloads?limit=500");
-    fill("workload-list", table(`${workloads.length} workloads`, ["workload", "profiles", "latest status", "host kind", "known host kind"],
+    const [workloads, decisions] = await Promise.all([api("/v1/workloads?limit=500"), api("/v1/recommendations?limit=500")]);
+    // The decision log is newest first: the first seen per workload is its latest.
+    const latest = new Map();
+    for (const d of decisions) if (!latest.has(d.workload_id)) latest.set(d.workload_id, d);
+    const recommendation = (w) => {
+      const d = latest.get(w.id);
+      if (!d) return "none yet";
+      return h("a", { href: `#/workload/${encodeURIComponent(w.name)}`, class: "latest-decision", title: `decision ${d.id}, ${fmt.when(d.created_at)}` },
+        `slow ${pct(d.slow_ratio)}, ${d.llc_ways} LLC ways (${d.objective})`);
+    };
+    fill("workload-list", table(`${workloads.length} workloads`, ["workload", "latest recommendation", "profiles", "latest status", "host kind", "known host kind"],
       workloads.map((w) => {
         const p = w.profiles[0] || {};
-        return [h("a", { href: `#/workload/${encodeURIComponent(w.name)}` }, w.name), w.profiles.length, p.status || "—", p.host_kind || "—", p.host_kind_known ? "yes" : "no (flagged)"];
+        return [h("a", { href: `#/workload/${encodeURIComponent(w.name)}` }, w.name), recommendation(w), w.profiles.length, p.status || "—", p.host_kind || "—", p.host_kind_known ? "yes" : "no (flagged)"];
       })));
   };
 }
@@ -146,7 +161,7 @@ const currencyCache = {};
 // The currency of a price profile (costs are in it); fetched once per profile.
 async function currencyOf(priceProfile) {
   if (!(priceProfile in currencyCache)) {
-    try { currencyCache[priceProfile] = (await api(`/v1/prices/${encodeURIComponent(priceProfile)}`)).profile.currency || "USD"; }
+    try { currencyCache[priceProfile] = (await api(`/v1/price-profiles/${encodeURIComponent(priceProfile)}`)).profile.currency || "USD"; }
     catch (err) { if (err instanceof Unauthorized) throw err; currencyCache[priceProfile] = "USD"; }
   }
   return currencyCache[priceProfile];
@@ -327,7 +342,11 @@ function candidateTables(rec) {
 // What verification runs told the model, and the run it asks for next (model/verification.py).
 function verificationOf(rec) {
   const v = rec.verification;
-  if (!v) return h("p", {}, "No verification: this objective does not use prediction intervals.");
+  if (!v) {
+    // As `tmc get decisions ID` says it: why this decision names no run to make.
+    const why = "this decision was made without a confidence level, the paper's Algorithm 1 as published";
+    return h("p", { id: "verification" }, `No verification run asked: ${why}.`);
+  }
   const next = v.next_slow_ratio === null || v.next_slow_ratio === undefined
     ? (v.runs >= v.budget ? `none: the budget of ${v.budget} runs is spent` : "none: the chosen configuration is measured and no other is likely to beat it")
     : `slow ratio ${v.next_slow_ratio.toFixed(1)}, ${v.next_llc_ways} ways (a run of the profiled input there, annotated tmc.dev/verification-run)`;

@@ -203,4 +203,26 @@ function bars({ groups, series, label, axis, format, width = 640 }) {
   return svg;
 }
 
-window.charts = { heatmap, lineChart, scatter, bars, heatColour, RESOURCE_COLOURS, BAR_COLOURS };
+// Labels are laid out before their width is known (a long kind or workload name, a wide tick): once
+// a chart is on the page, its view box grows to hold everything drawn, so no label is cut off.
+function fitToContent(svg) {
+  if (!svg.isConnected || svg.dataset.fitted) return;
+  let box;
+  try { box = svg.getBBox(); } catch (_) { return; } // not rendered (a closed <details>)
+  if (!box.width && !box.height) return;
+  const [vx, vy, vw, vh] = svg.getAttribute("viewBox").split(/\s+/).map(Number);
+  const margin = 2;
+  const x0 = Math.min(vx, box.x - margin), y0 = Math.min(vy, box.y - margin);
+  const x1 = Math.max(vx + vw, box.x + box.width + margin), y1 = Math.max(vy + vh, box.y + box.height + margin);
+  const w = Math.ceil(x1 - x0), hgt = Math.ceil(y1 - y0);
+  svg.setAttribute("viewBox", `${Math.floor(x0)} ${Math.floor(y0)} ${w} ${hgt}`);
+  svg.setAttribute("width", w);
+  svg.setAttribute("height", hgt);
+  svg.dataset.fitted = "1";
+}
+
+function fitCharts(root) {
+  for (const svg of (root || document).querySelectorAll("svg[role=img]")) fitToContent(svg);
+}
+
+window.charts = { heatmap, lineChart, scatter, bars, heatColour, fitCharts, RESOURCE_COLOURS, BAR_COLOURS };

@@ -73,5 +73,20 @@ function niceTicks(lo, hi, count = 5) {
   return ticksOf(steps[steps.length - 1]);
 }
 
-window.fmt = { NBSP, number, bytes, money, moneyPrefix, seconds, percent, signedPercent, sigFigs, niceTicks };
+// A time as "2026-11-24 03:50 UTC": the same on every screen, whatever the browser's zone.
+function when(iso) {
+  const t = new Date(iso);
+  if (Number.isNaN(t.getTime())) return "—";
+  return `${t.toISOString().slice(0, 16).replace("T", " ")}${NBSP}UTC`;
+}
+
+// A report's field as a person reads it: durations with their unit, numbers to three figures.
+function field(name, value) {
+  if (typeof value !== "number") return String(value);
+  if (/_seconds$/.test(name)) return seconds(value);
+  if (/_bytes$/.test(name)) return bytes(value);
+  return Number.isInteger(value) ? String(value) : sigFigs(value);
+}
+
+window.fmt = { NBSP, number, bytes, money, moneyPrefix, seconds, percent, signedPercent, sigFigs, niceTicks, when, field };
 })();

@@ -1,13 +1,22 @@
 // The capacity planner: a workload mix with arrival rates, sent to POST /v1/planner/capacity (a dry
 // run: nothing is stored). Each workload's options are its latest decision's candidates within T,
-// with their predicted time and cost, as `tmc plan capacity` builds them. Relies on app.js's globals.
+// with their predicted time and cost, as `tmc plan capacity` builds them. The machine kinds are
+// Fig. 9's family, the cluster's registered host kinds, or the operator's own; the prices are a
+// price profile by its one name (name@version). Relies on app.js's globals.
 "use strict";
 
 (() => {
   const MAX_OPTIONS = 128; // per class, as the API bounds them
   const MAX_RATE = 1e7;
   const DEFAULT_RATE = 3600;
+  // The API's default and `tmc plan capacity --fill`'s: a plan may fill each machine entirely.
+  const DEFAULT_FILL = 1;
+  const GIB = 2 ** 30;
+  // The price profiles shipped with tmc, by their key, and the source the planner names them by
+  // when the service has not stored them.
+  const SHIPPED_PRICES = [["paper-3dxp@1", "gce-n1"], ["msv2-lsq@1", "msv2-lsq"]];
   let rowSeq = 0;
+  let kindSeq = 0;
 
   async function plan(body) {
     const response = await fetch("/v1/planner/capacity", {
@@ -51,6 +60,63 @@
     return row;
   }
 
+  function kindRow(kind) {
+    const id = ++kindSeq;
+    const field = (cls, label, attrs) => [h("label", { for: `k-${cls}-${id}` }, label), h("input", { id: `k-${cls}-${id}`, class: `k-${cls}`, required: true, ...attrs })];
+    const row = h("div", { class: "kind-row", "data-row": id },
+      field("name", "Machine kind", { type: "text", maxlength: "64", size: 12, value: kind.name }),
+      field("cpus", " CPUs", { type: "number", min: "1", max: "4096", step: "1", size: 5, value: String(kind.cpus) }),
+      field("dram", " DRAM GiB", { type: "number", min: "1", step: "any", size: 6, value: String(kind.dram_gib) }),
+      field("slow", " slow GiB", { type: "number", min: "0", step: "any", size: 6, value: String(kind.slow_gib) }),
+      h("label", { for: `k-where-${id}` }, " slow memory"),
+      h("select", { id: `k-where-${id}`, class: "k-where" }, h("option", { value: "local", selected: !kind.pooled }, "local (L)"), h("option", { value: "pool", selected: kind.pooled }, "a rack pool (P), this machine's share")),
+      field("ways", " LLC ways", { type: "number", min: "1", max: "64", step: "1", size: 4, value: String(kind.llc_ways) }),
+      h("button", { type: "button", "aria-label": `Remove machine kind row ${id}`, onclick: () => { if (document.querySelectorAll(".kind-row").length > 1) row.remove(); } }, "Remove"));
+    return row;
+  }
+
+  // The operator's kinds as the API takes them; every bad value is named.
+  function ownKinds() {
+    return [...document.querySelectorAll(".kind-row")].map((r) => {
+      const v = (cls) => r.querySelector(`.k-${cls}`).value.trim();
+      const name = v("name");
+      if (!name) throw new Error("Every machine kind needs a name (e.g. 64G-512L)");
+      const cpus = Number(v("cpus")), dram = Number(v("dram")), slow = Number(v("slow")), ways = Number(v("ways"));
+      if (!(Number.isInteger(cpus) && cpus >= 1 && cpus <= 4096)) throw new Error(`${name}: CPUs must be a whole number from 1 to 4096`);
+      if (!(dram > 0 && dram <= 16384)) throw new Error(`${name}: DRAM must be above 0 and at most 16384 GiB`);
+      if (!(slow >= 0 && slow <= 16384)) throw new Error(`${name}: slow memory must be between 0 and 16384 GiB`);
+      if (!(Number.isInteger(ways) && ways >= 1 && ways <= 64)) throw new Error(`${name}: LLC ways must be a whole number from 1 to 64`);
+      const slowBytes = Math.round(slow * GIB);
+      const pooled = r.querySelector(".k-where").value === "pool";
+      // A pooled kind's slow memory is this machine's share: a rack of one holds exactly it.
+      return { name, cpus, dram_bytes: Math.round(dram * GIB), llc_ways: ways, local_slow_bytes: pooled ? 0 : slowBytes, pool_bytes: pooled ? slowBytes : 0, rack_nodes: 1 };
+    });
+  }
+
+  // The cluster's registered host kinds (GET /v1/cluster/host-kinds) as machine kinds.
+  async function clusterKinds() {
+    const registered = await api("/v1/cluster/host-kinds");
+    if (!registered.length) throw new Error("This cluster has no registered host kinds yet (PUT /v1/cluster/host-kinds, or nodes that register theirs).");
+    return registered.slice(0, 16).map((k) => ({
+      name: k.name.slice(0, 64), cpus: k.machine.cpus, dram_bytes: k.machine.dram_bytes, llc_ways: k.machine.llc_ways,
+      local_slow_bytes: k.machine.slow_pooled ? 0 : k.machine.slow_bytes, pool_bytes: k.machine.slow_pooled ? k.machine.slow_bytes : 0, rack_nodes: 1,
+    }));
+  }
+
+  function legend() {
+    const term = (t, ...d) => [h("dt", {}, t), h("dd", {}, ...d)];
+    return h("details", { id: "planner-legend", open: true }, h("summary", {}, "What the terms mean"),
+      h("dl", { class: "terms" },
+        term("machine kind, e.g. 24G-128P or 24G-128L", "24 GiB of DRAM and 128 GiB of slow memory: L when the slow memory is the machine's own, P when it is a pool shared by a rack of 8 machines (each holds an eighth). Fig. 9's kinds have 12 CPUs and 48 LLC ways."),
+        term("Fig. 9's family", "The twelve machine kinds the TMC paper compares in its Fig. 9: 24 or 48 GiB of DRAM with 128L, 256L, 128P, 384P, 640P or 896P of slow memory."),
+        term("this cluster's host kinds", "The host kinds registered with the service (GET /v1/cluster/host-kinds), as their nodes report them."),
+        term("greedy", "How many machines first-fit decreasing needs with every workload in its cheapest option: the simple rule the plan is compared with."),
+        term("tenants pay", "What the workloads' tenants are charged per hour: each run's cost at the price profile, times its arrivals per hour."),
+        term("binding", "The resource that fills first on that machine kind."),
+        term("fill", "The share of each machine's resources a plan may use: 1 fills machines entirely (the default here, in the API and in tmc plan capacity --fill)."),
+        term("prices", "A price profile by its name@version (GET /v1/price-profiles): its unit prices give each machine kind's price per hour.")));
+  }
+
   function answer(out, currency) {
     const kinds = [...out.kinds].sort((a, b) => (a.total_hour ?? Infinity) - (b.total_hour ?? Infinity));
     const best = out.best;
@@ -75,7 +141,10 @@
   }
 
   async function plannerPage() {
-    const [workloads, decisions] = await Promise.all([api("/v1/workloads?limit=500"), api("/v1/recommendations?limit=500")]);
+    const [workloads, decisions, stored] = await Promise.all([api("/v1/workloads?limit=500"), api("/v1/recommendations?limit=500"), api("/v1/price-profiles")]);
+    const storedKeys = new Set(stored.map((p) => p.key));
+    const defaultKey = (stored.find((p) => p.is_default) || { key: SHIPPED_PRICES[0][0] }).key;
+    const priceChoices = [...stored.map((p) => [p.key, null]), ...SHIPPED_PRICES.filter(([key]) => !storedKeys.has(key))];
     const decided = new Set(decisions.map((d) => d.workload_id));
     const names = workloads.filter((w) => decided.has(w.id)).map((w) => w.name);
     if (!names.length) {
@@ -90,10 +159,19 @@
       h("p", {},
         h("button", { type: "button", id: "p-add", onclick: () => rows.append(mixRow(names, names[Math.min(rows.children.length, names.length - 1)], DEFAULT_RATE)) }, "Add workload"),
         " ", h("label", { for: "p-prices" }, "Prices"),
-        h("select", { id: "p-prices" }, h("option", { value: "gce-n1" }, "gce-n1"), h("option", { value: "msv2-lsq" }, "msv2-lsq")),
+        h("select", { id: "p-prices" }, priceChoices.map(([key, source]) => h("option", { value: key, "data-source": source, selected: key === defaultKey }, key))),
         h("label", { for: "p-fill" }, " Fill"),
-        h("input", { id: "p-fill", type: "number", min: "0.1", max: "1", step: "0.05", value: "0.85", size: 5 }),
-        " ", h("button", { type: "submit" }, "Plan")));
+        h("input", { id: "p-fill", type: "number", min: "0.1", max: "1", step: "0.05", value: String(DEFAULT_FILL), size: 5 })),
+      h("p", {}, h("label", { for: "p-kinds" }, "Machine kinds"),
+        h("select", { id: "p-kinds" },
+          h("option", { value: "fig9" }, "Fig. 9's family (the paper's twelve)"),
+          h("option", { value: "cluster" }, "this cluster's host kinds"),
+          h("option", { value: "own" }, "my own machine kinds (below)"))),
+      h("div", { id: "kind-rows", hidden: true },
+        kindRow({ name: "my-64G-256L", cpus: 16, dram_gib: 64, slow_gib: 256, pooled: false, llc_ways: 48 }),
+        h("p", {}, h("button", { type: "button", id: "k-add", onclick: () => document.getElementById("kind-rows").insertBefore(kindRow({ name: "", cpus: 12, dram_gib: 24, slow_gib: 128, pooled: false, llc_ways: 48 }), document.getElementById("k-add").parentElement) }, "Add machine kind"))),
+      h("p", {}, h("button", { type: "submit" }, "Plan")));
+    form.querySelector("#p-kinds").addEventListener("change", (e) => { document.getElementById("kind-rows").hidden = e.target.value !== "own"; });
     form.addEventListener("submit", async (e) => {
       e.preventDefault();
       fill("plan-answer", h("p", {}, "Planning…"));
@@ -106,14 +184,19 @@
         const classes = await Promise.all([...rates].map(([name, rate]) => classOf(name, rate)));
         const fillShare = Number(document.getElementById("p-fill").value);
         if (!(fillShare >= 0.1 && fillShare <= 1)) throw new Error("Fill must be between 0.1 and 1 (the share of each machine the plan may use)");
-        const out = await plan({ classes, prices: document.getElementById("p-prices").value, fill: fillShare });
+        const which = document.getElementById("p-kinds").value;
+        const kinds = which === "own" ? ownKinds() : which === "cluster" ? await clusterKinds() : null;
+        const chosen = document.getElementById("p-prices").selectedOptions[0];
+        // A stored profile is named by its key; a shipped one not stored yet by its source.
+        const prices = chosen.dataset.source ? { prices: chosen.dataset.source } : { price_profile: chosen.value };
+        const out = await plan({ classes, ...prices, fill: fillShare, ...(kinds ? { kinds } : {}) });
         fill("plan-answer", ...answer(out, await currencyOf(out.price_profile)));
       } catch (err) {
         if (err instanceof Unauthorized) return signOut("Your token was refused; sign in again.");
         fill("plan-answer", h("p", { class: "error", role: "alert" }, err.message));
       }
     });
-    setPage("Capacity planner", form, region("plan-answer"));
+    setPage("Capacity planner", form, legend(), region("plan-answer"));
   }
 
   window.plannerPage = plannerPage;

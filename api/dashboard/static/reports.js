@@ -195,7 +195,7 @@
       if (plots.length) parts.push(h("section", { class: "report-plots" }, plots));
       if (data && typeof data === "object" && !Array.isArray(data)) {
         const scalars = Object.entries(data).filter(([, v]) => v === null || typeof v !== "object");
-        if (scalars.length) parts.push(table("Fields", ["field", "value"], scalars.map(([k, v]) => [k, String(v)])));
+        if (scalars.length) parts.push(table("Fields", ["field", "value"], scalars.map(([k, v]) => [k, fmt.field(k, v)])));
       }
       parts.push(h("details", {}, h("summary", {}, "The data as JSON"), h("pre", {}, data ? JSON.stringify(data, null, 2) : body.text)));
     } else {
@@ -210,7 +210,8 @@
       const reports = (await api("/v1/reports")).filter((r) => r.format !== "image");
       fill("report-list", reports.length
         ? table(`${reports.length} reports`, ["report", "kind", "size", "updated"], reports.map((r) => [
-          h("a", { href: reportHref(r.name) }, r.name), r.format, fmt.bytes(r.size_bytes), new Date(r.modified).toLocaleString()]))
+          h("a", { href: reportHref(r.name) }, r.name), r.format, fmt.bytes(r.size_bytes),
+          h("time", { datetime: r.modified, title: r.modified_from === "commit" ? "the last commit that changed it" : "the file's modification time" }, fmt.when(r.modified))]))
         : h("p", {}, "No reports yet: run ./dev bench."));
     };
   }

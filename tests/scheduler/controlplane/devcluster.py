@@ -257,23 +257,67 @@ def _stop(pid: int, timeout: float = 15) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def down(state_path: Path = DEFAULT_STATE) -> None:
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-scheduler")
+
+
+def postgres_pid(state: State) -> int | None:
+    """The private PostgreSQL's postmaster, from its data folder's postmaster.pid."""
+    try:
+        first = (Path(state.pg_data) / "postmaster.pid").read_text().splitlines()[0]
+        return int(first)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def alive(pid: int | None) -> bool:
+    return pid is not None and Path(f"/proc/{pid}").exists()
+
+
+def status_lines(state: State) -> list[str]:
+    """Every part `up` started, the control plane and PostgreSQL first, each running or not."""
+    rows: list[tuple[str, int | None, str]] = [
+        (name, state.pids.get(name), "") for name in CONTROL_PLANE
+    ]
+    rows.append(("postgresql", postgres_pid(state), f"data {state.pg_data}"))
+    rows += [(name, pid, "") for name, pid in state.pids.items() if name not in CONTROL_PLANE]
+    lines = []
+    for name, pid, note in rows:
+        shown = "pid       -" if pid is None else f"pid {pid:>7}"
+        what = "running" if alive(pid) else ("not recorded" if pid is None else "EXITED")
+        lines.append(f"{name:24} {shown}  {what}{'  ' + note if note else ''}".rstrip())
+    return lines
+
+
+def down(state_path: Path = DEFAULT_STATE) -> list[str]:
+    """Stop everything `up` started, and say what was done, one line each."""
     if not state_path.exists():
         print(f"no cluster is up ({state_path} does not exist)", file=sys.stderr)
-        return
+        return []
     state = State.load(state_path)
+    done: list[str] = []
     order = ["kube-scheduler", "extender", "api"] + [n for n in state.pids if n.startswith("agent")]
     for name in [*order, "kube-apiserver", "etcd"]:
         if name in state.pids:
-            _stop(state.pids[name])
+            pid = state.pids[name]
+            was = "stopped" if alive(pid) else "already exited:"
+            _stop(pid)
+            done.append(f"{was} {name} (pid {pid})")
     pg_dir = Path(state.pg_data).parent
+    pg_pid = postgres_pid(state)
     cmd = [str(Path(state.pg_bin) / "pg_ctl"), "-D", state.pg_data, "-m", "fast", "-w", "stop"]
     if os.geteuid() == 0:
         cmd = ["runuser", "-u", "postgres", "--", *cmd]
-    subprocess.run(cmd, capture_output=True, check=False, timeout=60, cwd=pg_dir)
+    stopped = subprocess.run(cmd, capture_output=True, check=False, timeout=60, cwd=pg_dir)
+    if stopped.returncode == 0:
+        done.append(f"stopped PostgreSQL (pid {pg_pid}, data {state.pg_data})")
+    else:
+        done.append(f"PostgreSQL was not running (data {state.pg_data})")
     shutil.rmtree(pg_dir, ignore_errors=True)
     shutil.rmtree(state.dir, ignore_errors=True)
+    done.append(f"removed {pg_dir} and {state.dir} (logs, kubeconfig, tokens)")
     state_path.unlink()
+    done.append(f"removed {state_path}: ./dev cluster up starts a new cluster")
+    return done
 
 
 def describe(state: State) -> str:
@@ -300,15 +344,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "up":
         print(describe(up(args.state)))
     elif args.action == "down":
-        down(args.state)
+        for line in down(args.state):
+            print(line)
     elif not args.state.exists():
-        print("down")
+        print(f"no cluster is up ({args.state} does not exist): ./dev cluster up starts one")
         return 1
     else:
         state = State.load(args.state)
-        for name, pid in state.pids.items():
-            alive = Path(f"/proc/{pid}").exists()
-            print(f"{name:24} pid {pid:>7}  {'running' if alive else 'EXITED'}")
+        for line in status_lines(state):
+            print(line)
         print(describe(state))
     return 0
 
