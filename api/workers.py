@@ -15,9 +15,11 @@ its requests, as uvicorn does on SIGTERM), and gives up if processes keep dying 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import errno
 import logging
 import multiprocessing
+import os
 import signal
 import socket
 import sys
@@ -83,7 +85,24 @@ def claim_port(host: str, port: int) -> socket.socket:
     return claim
 
 
-def _serve(host: str, port: int, log_level: str, access_log: bool) -> None:
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
+
+def _die_with(supervisor: int) -> None:
+    """A worker never outlives its supervisor (killed with SIGKILL, say): it would keep serving
+    the port with nobody to stop it. Linux sends it SIGTERM when the supervisor dies, and uvicorn
+    finishes its requests and exits."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the supervisor's shutdown still stops it
+        return
+    if os.getppid() != supervisor:  # it died before the request took effect
+        os._exit(0)
+
+
+def _serve(host: str, port: int, log_level: str, access_log: bool, supervisor: int) -> None:
+    _die_with(supervisor)
     sock = reuseport_socket(host, port)
     sock.listen(BACKLOG)
     config = uvicorn.Config(
@@ -103,7 +122,9 @@ class Supervisor:
         self.stopping = False
 
     def _start(self) -> tuple[BaseProcess, float]:
-        process = self.context.Process(target=_serve, args=self.args, name="tmc-api-worker")
+        process = self.context.Process(
+            target=_serve, args=(*self.args, os.getpid()), name="tmc-api-worker"
+        )
         process.start()
         return process, time.monotonic()
 

@@ -84,8 +84,12 @@ def supervisor(command: list[str], cwd: Path, env: dict[str, str]) -> Iterator[S
         yield Supervised(proc, base, port)
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+            proc.terminate()  # the supervisor stops its workers
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
 
 
 def test_a_dead_worker_is_replaced(env: dict[str, str]) -> None:
@@ -172,3 +176,18 @@ def test_a_stranger_sharing_the_port_is_refused(env: dict[str, str]) -> None:
         result = start_workers(port, env)
     assert result.returncode == 1, result.stderr
     assert "another server already listens there" in result.stderr
+
+
+def test_workers_die_with_a_killed_supervisor(env: dict[str, str]) -> None:
+    # A supervisor killed outright (SIGKILL: no chance to stop its workers) must not leave them
+    # serving the port.
+    with supervisor([sys.executable, "-m", "api.workers"], ROOT, env) as (proc, base, _port):
+        workers = set(pids_of_connections(base, 24))
+        assert len(workers) == 2
+        proc.kill()
+        proc.wait(10)
+
+        def gone() -> bool:
+            return not any(os.path.exists(f"/proc/{pid}") for pid in workers)
+
+        wait_until(gone, 30, "the workers to exit")
