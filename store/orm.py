@@ -91,9 +91,7 @@ class Base(DeclarativeBase):
 
 
 class Timestamped:
-    created_at: Mapped[datetime] = mapped_column(
-        UtcDateTime(), default=utcnow, index=True
-    )
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow, index=True)
 
 
 class Workload(Timestamped, Base):
