@@ -18,13 +18,8 @@ import time
 
 import httpx
 
-from api.auth import Role, new_token, token_hash
-from api.demo import load_demo
-from api.migrate import upgrade_to_head
-from api.settings import Settings
+from bench.service_load import demo_service
 from model.resources import GIB
-from store.db import make_engine, make_session_factory, unit_of_work
-from store.orm import ApiToken
 from tests.services import PostgresServer, RedisServer, uvicorn_server, wait_until
 
 PLAN = {
@@ -73,20 +68,7 @@ def main() -> None:
     args = parser.parse_args()
     postgres, redis_server = PostgresServer(), RedisServer()
     try:
-        upgrade_to_head(postgres.url)
-        settings = Settings(
-            environment="test", database_url=postgres.url, redis_url=redis_server.url
-        )
-        sessions = make_session_factory(make_engine(settings))
-        load_demo(sessions)
-        token = new_token()
-        with unit_of_work(sessions) as session:
-            session.add(ApiToken(name="bench", role=Role.operator, token_hash=token_hash(token)))
-        env = {
-            "TMC_ENVIRONMENT": "test",
-            "TMC_DATABASE_URL": postgres.url,
-            "TMC_REDIS_URL": redis_server.url,
-        }
+        token, env = demo_service(postgres, redis_server)
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"# /recommend while plans run: 1 uvicorn worker; load average {load}")
         with uvicorn_server(env) as base:

@@ -182,6 +182,24 @@ def uploads_per_second(base: str, token: str, count: int) -> float:
     return count / elapsed
 
 
+def demo_service(postgres: PostgresServer, redis_server: RedisServer) -> tuple[str, dict[str, str]]:
+    """The demo cluster and workloads on fresh servers, an operator token, and the TMC_*
+    environment an API process needs to serve them."""
+    upgrade_to_head(postgres.url)
+    settings = Settings(environment="test", database_url=postgres.url, redis_url=redis_server.url)
+    sessions = make_session_factory(make_engine(settings))
+    load_demo(sessions)
+    token = new_token()
+    with unit_of_work(sessions) as session:
+        session.add(ApiToken(name="bench", role=Role.operator, token_hash=token_hash(token)))
+    env = {
+        "TMC_ENVIRONMENT": "test",
+        "TMC_DATABASE_URL": postgres.url,
+        "TMC_REDIS_URL": redis_server.url,
+    }
+    return token, env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=60)
@@ -208,22 +226,8 @@ def main() -> None:
     procs: list[subprocess.Popen[bytes]] = []
     worker: CeleryWorker | None = None
     try:
-        upgrade_to_head(postgres.url)
-        settings = Settings(
-            environment="test", database_url=postgres.url, redis_url=redis_server.url
-        )
-        sessions = make_session_factory(make_engine(settings))
-        load_demo(sessions)
-        token = new_token()
-        with unit_of_work(sessions) as session:
-            session.add(ApiToken(name="bench", role=Role.operator, token_hash=token_hash(token)))
-        env = {
-            **os.environ,
-            "TMC_ENVIRONMENT": "test",
-            "TMC_DATABASE_URL": postgres.url,
-            "TMC_REDIS_URL": redis_server.url,
-            "TMC_UTILIZATION_SNAPSHOT_SECONDS": "2",
-        }
+        token, service_env = demo_service(postgres, redis_server)
+        env = {**os.environ, **service_env, "TMC_UTILIZATION_SNAPSHOT_SECONDS": "2"}
         worker = CeleryWorker(env, name="bench")
         worker.start()
         beat_dir = tempfile.mkdtemp(prefix="tmc-beat-")
