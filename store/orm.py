@@ -63,6 +63,10 @@ class UtcDateTime(TypeDecorator[datetime]):
             return value.replace(tzinfo=UTC)
         return value
 
+    def coerce_compared_value(self, op: Any, value: Any) -> Any:
+        # `created_at - timedelta(...)` is a timestamp minus an interval, as for DateTime.
+        return self.impl_instance.coerce_compared_value(op, value)
+
 
 def new_id() -> str:
     return str(uuid.uuid4())
