@@ -16,11 +16,9 @@ from store.orm import (
     Base,
     FittedModelRow,
     HostKind,
-    Node,
     PlacementRecord,
     PriceProfileRow,
     Profile,
-    RackPool,
     RecommendationRow,
     Reservation,
     UtilizationSample,
@@ -214,22 +212,6 @@ def get_host_kind(session: Session, name: str) -> HostKind | None:
 
 def list_host_kinds(session: Session) -> Sequence[HostKind]:
     return session.scalars(select(HostKind).order_by(HostKind.name)).all()
-
-
-def list_nodes(session: Session) -> Sequence[Node]:
-    return session.scalars(select(Node).order_by(Node.name)).all()
-
-
-def get_node(session: Session, name: str) -> Node | None:
-    return session.get(Node, name)
-
-
-def list_pools(session: Session) -> Sequence[RackPool]:
-    return session.scalars(select(RackPool).order_by(RackPool.name)).all()
-
-
-def get_pool(session: Session, name: str) -> RackPool | None:
-    return session.get(RackPool, name)
 
 
 def list_reservations(session: Session, node_name: str | None = None) -> Sequence[Reservation]:

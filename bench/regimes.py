@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from bench.studies import Regime, Study, hourly, pool_map
+from bench.studies import FloatArray, IntArray, Regime, Study, hourly, pool_map
 from bench.study_cache import cached
 from model.confidence import DEFAULT_CONFIDENCE, prediction_interval
 from model.fit import fit
@@ -72,8 +72,6 @@ from sim.machine import optane_host
 from sim.profile import NoiseSpec, reference_bundle
 from sim.workload import Workload
 
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 RESOURCES = ("cpu", "dram", "slow", "llc")
 THRESHOLD = 0.025
 POLICIES = ("es", "tmc-2.5", "tmc-2.5c", "tmc-2.5v")

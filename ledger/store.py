@@ -88,11 +88,6 @@ class Want:
     slow_ratio: float = 0.0  # the decision's, for the placement log
 
 
-def existing(session: Session, pod_uid: str) -> Held | None:
-    row = session.scalars(select(Reservation).where(Reservation.pod_uid == pod_uid)).one_or_none()
-    return None if row is None else held_of(row)
-
-
 def reserve(session: Session, node_name: str, want: Want, attempt: str) -> Held:
     """Reserve `want` on `node_name` for the bind attempt `attempt`, or raise NoRoom or
     HeldElsewhere. Idempotent per pod and node: a retried bind to the same node gets the
@@ -197,9 +192,7 @@ BIND_IN_FLIGHT = timedelta(seconds=15)
 
 
 def _from_a_dead_attempt(row: Reservation) -> bool:
-    now = utcnow()
-    made = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=now.tzinfo)
-    return now - made > BIND_IN_FLIGHT
+    return utcnow() - row.created_at > BIND_IN_FLIGHT
 
 
 def _log_placement(session: Session, row: Reservation, slow_ratio: float) -> None:
@@ -283,10 +276,9 @@ def reconcile(session: Session, live: Mapping[str, LivePod]) -> Reconciled:
     by_uid = {r.pod_uid: r for r in rows}
     for row in rows:
         pod = live.get(row.pod_uid)
-        created = (
-            row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=now.tzinfo)
+        stale_pending = (
+            pod is not None and pod.node is None and now - row.created_at > PENDING_GRACE
         )
-        stale_pending = pod is not None and pod.node is None and now - created > PENDING_GRACE
         if pod is None or pod.terminal or stale_pending or (pod.node not in (None, row.node_name)):
             session.delete(row)
             out.released.append(row.pod_uid)

@@ -39,10 +39,14 @@ def bind_body(name: str, uid: str, node: str) -> dict[str, str]:
     return {"PodName": name, "PodNamespace": "default", "PodUID": uid, "Node": node}
 
 
-def filtered(extender: Extender, cluster: RecordingCluster, uid: str, name: str) -> None:
-    request = opted_in(wire("filter-nodenames.request.json"), None, uid, name)
+def filtered(
+    extender: Extender, cluster: RecordingCluster, uid: str, name: str, workload: str | None = None
+) -> dict[str, Any]:
+    """The pod at the API server, and a filter of it answered; the filter request."""
+    request = opted_in(wire("filter-nodenames.request.json"), workload, uid, name)
     cluster.add(request["Pod"])
     assert extender.filter(request)["Error"] == ""
+    return request
 
 
 def all_at_once(n: int, attempt: Callable[[int], dict[str, Any]]) -> list[dict[str, Any]]:
@@ -135,9 +139,7 @@ def test_a_retried_bind_to_another_node_keeps_the_live_reservation(
     # Filter, bind to node-1; the same filter again (kube-scheduler had not seen the Binding),
     # then a bind to node-2: the API server refuses it, and node-1's reservation must stay.
     upload_example(sessions, "graph500")
-    request = opted_in(wire("filter-nodenames.request.json"), "graph500", "uid-a", "a")
-    cluster.add(request["Pod"])
-    assert extender.filter(request)["Error"] == ""
+    request = filtered(extender, cluster, "uid-a", "a", "graph500")
     assert extender.bind(bind_body("a", "uid-a", "node-1")) == {"Error": ""}
     assert extender.filter(request)["Error"] == ""
     answer = extender.bind(bind_body("a", "uid-a", "node-2"))
@@ -147,9 +149,7 @@ def test_a_retried_bind_to_another_node_keeps_the_live_reservation(
     cached = extender.state.held("uid-a")
     assert cached is not None and cached.node == "node-1"
     # A new pod on node-1 gets ways the running pod does not hold.
-    second = opted_in(wire("filter-nodenames.request.json"), "graph500", "uid-b", "b")
-    cluster.add(second["Pod"])
-    assert extender.filter(second)["Error"] == ""
+    filtered(extender, cluster, "uid-b", "b", "graph500")
     assert extender.bind(bind_body("b", "uid-b", "node-1")) == {"Error": ""}
     masks = {r.pod_uid: r.llc_mask for r in rows(sessions)}
     assert masks["uid-a"] & masks["uid-b"] == 0
@@ -194,9 +194,7 @@ def test_a_forged_filter_cannot_rewrite_a_running_pods_reservation(
     extender: Extender, cluster: RecordingCluster, sessions: sessionmaker[Session]
 ) -> None:
     upload_example(sessions, "graph500")
-    request = opted_in(wire("filter-nodenames.request.json"), "graph500", "uid-a", "a")
-    cluster.add(request["Pod"])
-    assert extender.filter(request)["Error"] == ""
+    filtered(extender, cluster, "uid-a", "a", "graph500")
     assert extender.bind(bind_body("a", "uid-a", "node-1")) == {"Error": ""}
     before = [(r.node_name, r.llc_mask, r.dram_bytes) for r in rows(sessions)]
     # The copy names a workload with no profile: its decision would be the fallback, every way of
