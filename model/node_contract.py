@@ -6,6 +6,10 @@ Three shapes cross that boundary, all as Kubernetes object metadata or a file on
   tiered memory and LLC ways the node has (`NodeCapacity`).
 - **Placement** (extender -> agent): the annotations bind writes on the pod, with what the pod was
   given: its configuration, its CAT mask and the per-structure plan (`Placement`).
+- **Recommendation** (service -> scheduler): the configuration tmc recommends for a workload and
+  objective, published before its pods are scheduled as a `TieredRecommendation` object (or pinned
+  on one pod as the `tmc.dev/recommendation` annotation), so that placing a pod needs no call to
+  the service (`Recommendation`).
 - **Plan file** (agent -> the allocator shim in the pod): per tag, the bytes it may place on the
   fast node (`render_plan_file`; the shim's parser is `parse_plan` in alloc/tmc_alloc.c).
 
@@ -16,6 +20,7 @@ downstream: bytes below 2^52 (4 PiB), at most 64 LLC ways (CAT masks are 64-bit 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -46,6 +51,14 @@ AGENT_STATUS_ANNOTATION = f"{GROUP}/agent-status"
 # "true" on a pod that runs the workload's profiled input: when it succeeds, the node agent reports
 # its run time as a verification run (model/verification.py).
 VERIFICATION_RUN_ANNOTATION = f"{GROUP}/verification-run"
+
+RECOMMENDATION_ANNOTATION = f"{GROUP}/recommendation"
+RECOMMENDATION_SCHEMA = "tmc.recommendation/v1"
+# The custom resource the recommendation publisher writes and the scheduler plugin watches:
+# cluster-scoped, one object per (workload, objective), its spec a `Recommendation`.
+RECOMMENDATION_VERSION = "v1alpha1"
+RECOMMENDATION_KIND = "TieredRecommendation"
+RECOMMENDATION_PLURAL = "tieredrecommendations"
 
 PLACEMENT_SCHEMA = "tmc.placement/v2"
 # v1 had no per-structure plan; pods bound by an older extender still carry it.
@@ -237,6 +250,72 @@ class Placement(BaseModel):
                     f"{LLC_MASK_ANNOTATION} {text[:40]!r} disagrees with the placement"
                 )
         return placement
+
+
+# --- recommendation ----------------------------------------------------------------------------
+
+
+class Recommendation(BaseModel):
+    """The configuration tmc recommends for a (workload, objective), independent of any one pod:
+    the spec of a `TieredRecommendation` object, or a pod's `tmc.dev/recommendation` annotation.
+    vCPUs are not in it: a pod gets what it requests. `fallback` set means tmc has no
+    configuration for the pair (no usable profile, nothing feasible): the scheduler gives its
+    pods the fallback (all memory in DRAM) with this reason at once, rather than waiting."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    schema_: Literal["tmc.recommendation/v1"] = Field(default=RECOMMENDATION_SCHEMA, alias="schema")
+    workload: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    objective: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    recommendation_id: Annotated[str, Field(max_length=64)] | None = None
+    dram_bytes: Bytes = 0
+    slow_bytes: Bytes = 0
+    llc_ways: Annotated[int, Field(ge=0, le=MAX_LLC_WAYS)] = 0
+    slow_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    plan: Annotated[list[StructurePlan], Field(max_length=4096)] = []
+    fallback: Annotated[str, Field(min_length=1, max_length=512)] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Recommendation:
+        if self.fallback is not None:
+            return self
+        if self.llc_ways < 1:
+            raise ValueError("llc_ways must be at least 1 (or fallback given)")
+        if self.plan:
+            fast = sum(s.fast_bytes for s in self.plan)
+            slow = sum(s.slow_bytes for s in self.plan)
+            if fast > self.dram_bytes or slow > self.slow_bytes:
+                raise ValueError("the plan places more in a tier than the configuration holds")
+        return self
+
+    def to_object(self) -> dict[str, Any]:
+        """The `TieredRecommendation` object for this recommendation (workload and objective
+        must be set: they are what the scheduler looks it up by)."""
+        if self.workload is None or self.objective is None:
+            raise ContractError("a published recommendation names its workload and objective")
+        return {
+            "apiVersion": f"{GROUP}/{RECOMMENDATION_VERSION}",
+            "kind": RECOMMENDATION_KIND,
+            "metadata": {"name": recommendation_object_name(self.workload, self.objective)},
+            "spec": self.model_dump(mode="json", by_alias=True, exclude_none=True),
+        }
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> Recommendation:
+        try:
+            return cls.model_validate(obj.get("spec") or {})
+        except ValidationError as exc:
+            raise ContractError(f"{RECOMMENDATION_KIND}: {_short(exc)}") from exc
+
+
+_NOT_NAME = re.compile(r"[^a-z0-9-]+")
+
+
+def recommendation_object_name(workload: str, objective: str) -> str:
+    """A DNS-1123 name for the (workload, objective) pair: readable, and unique by a digest
+    (workload names may hold characters an object name cannot, and two may fold together)."""
+    digest = hashlib.sha256(f"{workload}\0{objective}".encode()).hexdigest()[:12]
+    readable = _NOT_NAME.sub("-", f"{workload}-{objective}".lower()).strip("-")[:48].strip("-")
+    return f"{readable}-{digest}" if readable else f"r-{digest}"
 
 
 # --- the shim's plan file -----------------------------------------------------------------------

@@ -22,6 +22,7 @@ import (
 const (
 	RecommendationAnnotation = Group + "/recommendation"
 	RecommendationSchema     = "tmc.recommendation/v1"
+	RecommendationKind       = "TieredRecommendation"
 	defaultObjective         = "cheapest"
 )
 
@@ -36,6 +37,9 @@ type Recommendation struct {
 	LLCWays          int             `json:"llc_ways"`
 	SlowRatio        float64         `json:"slow_ratio"`
 	Plan             []StructurePlan `json:"plan"`
+	// Fallback, when set, says tmc has no configuration for the workload and objective: the pod
+	// gets the fallback with this reason (no other field is read).
+	Fallback *string `json:"fallback,omitempty"`
 }
 
 // PodAsk is what the plugin reads off a pod: whether it opted in, what it is, and the
@@ -55,6 +59,9 @@ type PodAsk struct {
 	RecommendationID *string
 	Fallback         *string
 	Plan             []StructurePlan
+	// Unpublished: the pod names a workload, but no recommendation for it and its objective is
+	// published yet (and the pod pins none). The plugin may wait a little for the publisher.
+	Unpublished bool
 }
 
 // NeedWays is the ways a node must have free in one run: the fallback asks for at least one.
@@ -98,10 +105,15 @@ func podRequest(pod *v1.Pod, name v1.ResourceName) resource.Quantity {
 	return need
 }
 
-// ReadPod reads the pod's ask. A pod that does not request OptInResource is not tmc's (OptedIn
-// false, no error). An unreadable or mismatched recommendation is not an error: the pod gets the
-// fallback, and its placement says why.
-func ReadPod(pod *v1.Pod) (*PodAsk, error) {
+// ReadPod reads the pod's ask from the pod alone (its tmc.dev/recommendation annotation).
+func ReadPod(pod *v1.Pod) (*PodAsk, error) { return ReadPodWith(pod, nil) }
+
+// ReadPodWith reads the pod's ask. Its configuration is the recommendation pinned on the pod
+// (tmc.dev/recommendation), else the one published for its workload and objective, else the
+// fallback. A pod that does not request OptInResource is not tmc's (OptedIn false, no error). An
+// unreadable or mismatched recommendation is not an error: the pod gets the fallback, and its
+// placement says why.
+func ReadPodWith(pod *v1.Pod, published Published) (*PodAsk, error) {
 	optIn := podRequest(pod, OptInResource)
 	if optIn.Sign() <= 0 {
 		return &PodAsk{}, nil
@@ -124,7 +136,21 @@ func ReadPod(pod *v1.Pod) (*PodAsk, error) {
 	// Bytes truncated, as the extender reads them.
 	ask.MemoryBytes = memory.MilliValue() / 1000
 
-	rec, why := readRecommendation(ann, ask)
+	raw, source := ann[RecommendationAnnotation], "the pod's "+RecommendationAnnotation
+	if raw == "" && published != nil && ask.Workload != nil {
+		if spec, ok := published.Lookup(*ask.Workload, ask.Objective); ok {
+			raw, source = string(spec), "the published "+RecommendationKind
+		}
+	}
+	rec, why := readRecommendation(raw, source, ask)
+	if rec == nil && raw == "" && ask.Workload != nil {
+		ask.Unpublished = true
+		why = fmt.Sprintf("no recommendation is published for workload %q and objective %q (%s) and the pod pins none (%s)",
+			clip(*ask.Workload, 253), clip(ask.Objective, 64), RecommendationKind, RecommendationAnnotation)
+	}
+	if rec != nil && rec.Fallback != nil {
+		rec, why = nil, clip("tmc has no configuration for the workload: "+*rec.Fallback, 512)
+	}
 	if rec == nil {
 		ask.DRAMBytes, ask.SlowBytes, ask.SlowRatio, ask.LLCWays = ask.MemoryBytes, 0, 0, 0
 		ask.Fallback = &why
@@ -135,14 +161,14 @@ func ReadPod(pod *v1.Pod) (*PodAsk, error) {
 	return ask, nil
 }
 
-// readRecommendation returns the pod's recommendation, or nil and the fallback's reason.
-func readRecommendation(ann map[string]string, ask *PodAsk) (*Recommendation, string) {
-	raw := ann[RecommendationAnnotation]
+// readRecommendation returns the recommendation in raw (from source, for messages), or nil and
+// the fallback's reason.
+func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, string) {
 	if raw == "" {
 		return nil, "the pod carries no recommendation (" + RecommendationAnnotation + " annotation)"
 	}
 	unreadable := func(why string) (*Recommendation, string) {
-		return nil, clip("the pod's "+RecommendationAnnotation+" is unreadable: "+why, 512)
+		return nil, clip(source+" is unreadable: "+why, 512)
 	}
 	var rec Recommendation
 	dec := json.NewDecoder(strings.NewReader(raw))
@@ -150,9 +176,22 @@ func readRecommendation(ann map[string]string, ask *PodAsk) (*Recommendation, st
 	if err := dec.Decode(&rec); err != nil {
 		return unreadable(err.Error())
 	}
-	switch {
-	case rec.Schema != RecommendationSchema:
+	if rec.Schema != RecommendationSchema {
 		return unreadable(fmt.Sprintf("schema %q is not %s", clip(rec.Schema, 40), RecommendationSchema))
+	}
+	if rec.Workload != nil && (ask.Workload == nil || *rec.Workload != *ask.Workload) {
+		return nil, "the recommendation is for another workload than the pod's " + WorkloadAnnotation
+	}
+	if rec.Objective != nil && *rec.Objective != ask.Objective {
+		return nil, "the recommendation is for another objective than the pod's " + ObjectiveAnnotation
+	}
+	if rec.Fallback != nil {
+		if *rec.Fallback == "" || len(*rec.Fallback) > 512 {
+			return unreadable("fallback must be 1..512 characters")
+		}
+		return &rec, ""
+	}
+	switch {
 	case rec.DRAMBytes < 0 || rec.DRAMBytes >= MaxBytes || rec.SlowBytes < 0 || rec.SlowBytes >= MaxBytes:
 		return unreadable("bytes must be in 0..2^52")
 	case rec.LLCWays < 1 || rec.LLCWays > MaxLLCWays:
@@ -171,12 +210,6 @@ func readRecommendation(ann map[string]string, ask *PodAsk) (*Recommendation, st
 	}
 	if err := probe.validate(); err != nil {
 		return unreadable(strings.TrimPrefix(err.Error(), PlacementAnnotation+": "))
-	}
-	if rec.Workload != nil && (ask.Workload == nil || *rec.Workload != *ask.Workload) {
-		return nil, "the recommendation is for another workload than the pod's " + WorkloadAnnotation
-	}
-	if rec.Objective != nil && *rec.Objective != ask.Objective {
-		return nil, "the recommendation is for another objective than the pod's " + ObjectiveAnnotation
 	}
 	return &rec, ""
 }

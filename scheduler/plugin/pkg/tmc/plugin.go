@@ -4,16 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration profile.
@@ -31,6 +35,40 @@ type TmcPlacement struct {
 	cache  *Cache
 	// node returns a node of the scheduling cycle's snapshot (Reserve needs its capacity).
 	node func(name string) (*v1.Node, error)
+	// published holds the recommendations the publisher wrote (nil: pods' annotations only).
+	published Published
+	// wait is how long a pod whose workload has no published recommendation waits for one.
+	wait time.Duration
+	now  func() time.Time
+}
+
+// Args are the plugin's arguments in the KubeSchedulerConfiguration (pluginConfig).
+type Args struct {
+	// RecommendationWaitSeconds is how long, from its creation, a pod of a workload with no
+	// published recommendation waits for the publisher (retried with the scheduler's backoff)
+	// before it is placed with the fallback. 0: no wait. Default 10, at most 300.
+	RecommendationWaitSeconds *int64 `json:"recommendationWaitSeconds,omitempty"`
+}
+
+// DefaultRecommendationWait is the wait when the configuration does not set one: the publisher
+// answers a new workload in about a second, and a scheduler backoff starts at one.
+const DefaultRecommendationWait = 10 * time.Second
+
+// ParseArgs decodes and bounds the plugin's arguments.
+func ParseArgs(obj runtime.Object) (time.Duration, error) {
+	var args Args
+	if obj != nil {
+		if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
+			return 0, fmt.Errorf("%s: arguments: %w", Name, err)
+		}
+	}
+	if args.RecommendationWaitSeconds == nil {
+		return DefaultRecommendationWait, nil
+	}
+	if s := *args.RecommendationWaitSeconds; s < 0 || s > 300 {
+		return 0, fmt.Errorf("%s: recommendationWaitSeconds must be in 0..300, not %d", Name, s)
+	}
+	return time.Duration(*args.RecommendationWaitSeconds) * time.Second, nil
 }
 
 var (
@@ -46,8 +84,14 @@ var (
 // New builds the plugin and feeds its cache from the scheduler's informers: bound pods'
 // placements (so that a restarted scheduler starts from what the API server holds; kube-scheduler
 // waits for these informers to sync before it schedules) and nodes' rack pools.
-func New(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	wait, err := ParseArgs(obj)
+	if err != nil {
+		return nil, err
+	}
 	p := &TmcPlacement{
+		wait: wait,
+		now:  time.Now,
 		client: h.ClientSet(),
 		cache:  NewCache(),
 		node: func(name string) (*v1.Node, error) {
@@ -61,7 +105,40 @@ func New(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) 
 	if err := p.Watch(h.SharedInformerFactory()); err != nil {
 		return nil, err
 	}
+	if h.KubeConfig() != nil {
+		index, err := WatchRecommendations(ctx, dynamic.NewForConfigOrDie(h.KubeConfig()))
+		if err != nil {
+			return nil, err
+		}
+		p.published = index
+	}
 	return p, nil
+}
+
+// recommendationSyncTimeout bounds the wait for the first list of published recommendations at
+// start: a cluster without the custom resource definition still schedules (every pod gets the
+// fallback, as it would without a recommendation).
+const recommendationSyncTimeout = 30 * time.Second
+
+// WatchRecommendations starts an informer on the published recommendations and waits, bounded,
+// for its first list, so that the scheduler's first pods find what is already published.
+func WatchRecommendations(ctx context.Context, client dynamic.Interface) (*RecommendationIndex, error) {
+	index := NewRecommendationIndex()
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
+	informer := factory.ForResource(RecommendationResource).Informer()
+	if _, err := informer.AddEventHandler(index.Handler()); err != nil {
+		return nil, fmt.Errorf("%s: watching %s: %w", Name, RecommendationResource.Resource, err)
+	}
+	factory.Start(ctx.Done())
+	syncCtx, cancel := context.WithTimeout(ctx, recommendationSyncTimeout)
+	defer cancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), informer.HasSynced) {
+		klog.ErrorS(nil, "published recommendations not listed in time; pods get the fallback until they are",
+			"resource", RecommendationResource.String(), "timeout", recommendationSyncTimeout)
+	} else {
+		klog.InfoS("published recommendations listed", "count", index.Len())
+	}
+	return index, nil
 }
 
 // Watch feeds the cache from an informer factory's pods and nodes.
@@ -196,12 +273,21 @@ func requestsTiered(pod *v1.Pod) bool {
 
 // PreFilter reads the pod's ask once per cycle; other pods skip the plugin.
 func (p *TmcPlacement) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	ask, err := ReadPod(pod)
+	ask, err := ReadPodWith(pod, p.published)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "tmc: "+err.Error())
 	}
 	if !ask.OptedIn {
 		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	if ask.Unpublished && p.published != nil && p.wait > 0 && p.now != nil {
+		// The publisher sees the pod's workload when the pod is created and publishes within a
+		// second or so. An error (not "unschedulable") puts the pod in the backoff queue, which
+		// retries it by itself: no cluster event is needed for the next try.
+		if age := p.now().Sub(pod.CreationTimestamp.Time); age < p.wait {
+			return nil, fwk.NewStatus(fwk.Error, fmt.Sprintf("tmc: waiting for the recommendation of workload %q, objective %q (%s; fallback after %s)",
+				clip(*ask.Workload, 253), clip(ask.Objective, 64), RecommendationKind, p.wait))
+		}
 	}
 	state.Write(stateKey, &cycleState{ask: ask})
 	return nil, nil

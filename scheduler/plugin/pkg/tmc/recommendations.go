@@ -1,0 +1,106 @@
+package tmc
+
+import (
+	"encoding/json"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// RecommendationResource is the custom resource the recommendation publisher writes
+// (model.node_contract: RECOMMENDATION_KIND, cluster-scoped, one object per workload and
+// objective, its spec a Recommendation). The plugin reads it from an informer, so that placing a
+// pod needs no call to the service and keeps working while the service or its database is down.
+var RecommendationResource = schema.GroupVersionResource{Group: Group, Version: "v1alpha1", Resource: "tieredrecommendations"}
+
+// Published looks up a published recommendation's spec (JSON) by workload and objective.
+type Published interface {
+	Lookup(workload, objective string) ([]byte, bool)
+}
+
+type recommendationKey struct{ workload, objective string }
+
+// RecommendationIndex holds the published recommendations by (workload, objective), fed by an
+// informer's events. The spec is kept as JSON and read per pod with the annotation's own parser:
+// one set of rules for both sources.
+type RecommendationIndex struct {
+	mu     sync.RWMutex
+	byKey  map[recommendationKey][]byte
+	byName map[string]recommendationKey
+}
+
+// NewRecommendationIndex returns an empty index.
+func NewRecommendationIndex() *RecommendationIndex {
+	return &RecommendationIndex{byKey: map[recommendationKey][]byte{}, byName: map[string]recommendationKey{}}
+}
+
+// Lookup implements Published.
+func (x *RecommendationIndex) Lookup(workload, objective string) ([]byte, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	spec, ok := x.byKey[recommendationKey{workload, objective}]
+	return spec, ok
+}
+
+// Len is the number of recommendations held.
+func (x *RecommendationIndex) Len() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return len(x.byKey)
+}
+
+// Set records an object's spec under its workload and objective. An object without them cannot
+// be looked up and is ignored (the API server's schema requires both).
+func (x *RecommendationIndex) Set(name string, spec map[string]any) {
+	workload, _ := spec["workload"].(string)
+	objective, _ := spec["objective"].(string)
+	raw, err := json.Marshal(spec)
+	if workload == "" || objective == "" || err != nil {
+		klog.InfoS("published recommendation without workload or objective; ignored", "name", name)
+		x.Delete(name)
+		return
+	}
+	key := recommendationKey{workload, objective}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if old, ok := x.byName[name]; ok && old != key {
+		delete(x.byKey, old)
+	}
+	x.byName[name] = key
+	x.byKey[key] = raw
+}
+
+// Delete forgets an object.
+func (x *RecommendationIndex) Delete(name string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if key, ok := x.byName[name]; ok {
+		delete(x.byKey, key)
+		delete(x.byName, name)
+	}
+}
+
+// Handler is the informer event handler that keeps the index.
+func (x *RecommendationIndex) Handler() cache.ResourceEventHandler {
+	set := func(obj any) {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+			x.Set(u.GetName(), spec)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, obj any) { set(obj) },
+		DeleteFunc: func(obj any) {
+			if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = gone.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				x.Delete(u.GetName())
+			}
+		},
+	}
+}
