@@ -90,8 +90,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, err
 	}
 	p := &TmcPlacement{
-		wait: wait,
-		now:  time.Now,
+		wait:   wait,
+		now:    time.Now,
 		client: h.ClientSet(),
 		cache:  NewCache(),
 		node: func(name string) (*v1.Node, error) {
