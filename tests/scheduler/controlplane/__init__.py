@@ -23,6 +23,7 @@ SERVICE_ACCOUNTS = {
     "scheduler": f"{RELEASE}-tmc-scheduler",
     "extender": f"{RELEASE}-tmc-extender",
     "agent": f"{RELEASE}-tmc-agent",
+    "publisher": f"{RELEASE}-tmc-publisher",
 }
 
 
@@ -283,13 +284,18 @@ class ControlPlane:
         wait_until(lambda: self._ready(f"{self.server}/readyz", self.admin_token), 90, "apiserver")
         self.startup_seconds = time.monotonic() - started
 
-    def start_scheduler(self, config: Path) -> None:
-        self.stop_process("kube-scheduler")
+    def start_scheduler(
+        self, config: Path, *, binary: str = "kube-scheduler", name: str = "kube-scheduler"
+    ) -> None:
+        """A scheduler process: kube-scheduler, or `tmc-scheduler` (kube-scheduler with the tmc
+        plugin, built into the same folder by scheduler/plugin/build.sh). `name` tells replicas
+        apart (their logs and stop_process)."""
+        self.stop_process(name)
         port = free_port()
         self._spawn(
-            "kube-scheduler",
+            name,
             [
-                str(self.bin / "kube-scheduler"),
+                str(self.bin / binary),
                 f"--config={config}",
                 f"--authentication-kubeconfig={self.kubeconfig('scheduler')}",
                 f"--authorization-kubeconfig={self.kubeconfig('scheduler')}",
@@ -300,12 +306,20 @@ class ControlPlane:
         )
         wait_until(
             lambda: (
-                "Successfully acquired lease" in self.log("kube-scheduler")
-                or "Starting Kubernetes Scheduler" in self.log("kube-scheduler")
+                "Successfully acquired lease" in self.log(name)
+                or "Starting Kubernetes Scheduler" in self.log(name)
+                or "attempting to acquire leader lease" in self.log(name)
             ),
             60,
-            "kube-scheduler",
+            name,
         )
+
+    def kill_process(self, name: str) -> None:
+        """SIGKILL: a crash, no graceful shutdown (no lease released)."""
+        proc = self.procs.pop(name, None)
+        if proc is not None:
+            proc.kill()
+            proc.wait(10)
 
     def log(self, name: str) -> str:
         path = self.dir / f"{name}.log"
@@ -322,6 +336,8 @@ class ControlPlane:
                 proc.wait(5)
 
     def close(self) -> None:
-        for name in ("kube-scheduler", "kube-apiserver", "etcd"):
+        for name in [n for n in self.procs if n not in ("kube-apiserver", "etcd")]:
+            self.stop_process(name)
+        for name in ("kube-apiserver", "etcd"):
             self.stop_process(name)
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,365 @@
+"""The recommendation publisher: tmc's recommendations written where the scheduler plugin reads
+them, before the pods that need them are scheduled (the pattern of VPA's recommender, which
+writes a recommendation per workload into a custom resource that the admission side reads).
+
+One `TieredRecommendation` object per (workload, objective) that live opted-in pods name: its
+spec is `model.node_contract.Recommendation`, computed by the service's one typed entry point for
+the scheduler (`api.decisions.DecisionService`) against the cluster's live utilization. The
+plugin watches these objects, so placing a pod costs no call to the service or its database,
+and pods of a workload whose recommendation is published keep being placed while the service or
+PostgreSQL is down (with the last recommendation).
+
+* A pending pod naming a pair with nothing published yet is published at once (the feeder
+  hands every pending opted-in pod to `prefetch`); the plugin makes such a pod wait a few
+  seconds for it before it falls back.
+* Every `refresh_seconds` every published pair is decided again (utilization moves the packing
+  penalty); the object is rewritten only when the configuration or plan changed.
+* A pair that cannot be recommended (no usable profile, an invalid objective, nothing feasible)
+  is published as a fallback with its reason, so its pods are placed at once, not after a wait.
+* A transient failure (the database is down) publishes nothing: the last object stays.
+
+`python -m scheduler.publisher` runs it with the feeder, which keeps the PostgreSQL ledger a
+mirror of the bound pods' placements for the dashboard, the planner and the rebalancer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import queue
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from pydantic import Field, ValidationError
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.decisions import DecisionRequest, DecisionService, NoDecision
+from model import TmcError, Utilization, parse_objective
+from model.node_contract import (
+    GROUP,
+    RECOMMENDATION_PLURAL,
+    RECOMMENDATION_VERSION,
+    ContractError,
+    Recommendation,
+)
+from scheduler.decisions import Recommender
+from scheduler.feeder import Feeder
+from scheduler.kube import KubeCluster, api_client
+from scheduler.pods import BadPod, PodAsk, read_pod
+from scheduler.settings import ExtenderSettings
+from scheduler.state import ClusterState
+from store.db import make_engine, make_session_factory
+
+log = logging.getLogger("tmc.scheduler.publisher")
+
+Pair = tuple[str, str]  # (workload, objective)
+
+# Bounds every call to the API server: (connect, read) seconds.
+REQUEST_TIMEOUT = (5, 30)
+
+
+class RecommendationObjects(Protocol):
+    """Where published recommendations live (the API server's custom resources)."""
+
+    def list(self) -> list[dict[str, Any]]: ...
+
+    def upsert(self, body: dict[str, Any]) -> None: ...
+
+
+class KubeRecommendations:
+    """`TieredRecommendation` objects through the API server."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._api = client.CustomObjectsApi(api)
+
+    def list(self) -> list[dict[str, Any]]:
+        found: dict[str, Any] = self._api.list_cluster_custom_object(  # type: ignore[assignment]
+            GROUP, RECOMMENDATION_VERSION, RECOMMENDATION_PLURAL, _request_timeout=REQUEST_TIMEOUT
+        )
+        return list(found.get("items") or [])
+
+    def upsert(self, body: dict[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        try:
+            self._api.create_cluster_custom_object(
+                GROUP,
+                RECOMMENDATION_VERSION,
+                RECOMMENDATION_PLURAL,
+                body,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+            return
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        # It exists: replace it at the version read, so that a concurrent writer (a second
+        # publisher during a rollout) makes this one fail and retry rather than interleave.
+        current: dict[str, Any] = self._api.get_cluster_custom_object(  # type: ignore[assignment]
+            GROUP,
+            RECOMMENDATION_VERSION,
+            RECOMMENDATION_PLURAL,
+            name,
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+        replaced = {
+            **body,
+            "metadata": {
+                **body["metadata"],
+                "resourceVersion": current["metadata"]["resourceVersion"],
+            },
+        }
+        self._api.replace_cluster_custom_object(
+            GROUP,
+            RECOMMENDATION_VERSION,
+            RECOMMENDATION_PLURAL,
+            name,
+            replaced,
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+
+
+def _configuration_of(rec: Recommendation) -> dict[str, Any]:
+    """What a pod would get: a new decision with the same configuration and plan (only its
+    decision-log id differs) is not worth rewriting the object and waking every scheduler."""
+    return rec.model_dump(mode="json", exclude={"recommendation_id"})
+
+
+class RecommendationPublisher:
+    def __init__(
+        self,
+        objects: RecommendationObjects,
+        decide: Callable[[str, str], Recommendation | None],
+        *,
+        refresh_seconds: float = 60.0,
+    ) -> None:
+        self._objects = objects
+        self._decide = decide
+        self._refresh = refresh_seconds
+        self._published: dict[Pair, Recommendation] = {}
+        self._queued: set[Pair] = set()
+        self._work: queue.Queue[Pair] = queue.Queue()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.published_count = 0  # objects written (tests, logs)
+
+    # -- what is wanted ------------------------------------------------------------------------
+
+    def load(self) -> int:
+        """Learn what is already published (at start): those pairs are refreshed, not redone."""
+        loaded = 0
+        for obj in self._objects.list():
+            try:
+                rec = Recommendation.from_object(obj)
+            except ContractError as exc:
+                log.warning("published recommendation %s unreadable: %s", obj.get("metadata"), exc)
+                continue
+            if rec.workload is not None and rec.objective is not None:
+                with self._lock:
+                    self._published[(rec.workload, rec.objective)] = rec
+                loaded += 1
+        return loaded
+
+    def prefetch(self, pod: PodAsk) -> None:
+        """A pending opted-in pod: publish its pair now if nothing is published for it."""
+        if pod.workload is None:
+            return
+        pair = (pod.workload, pod.objective)
+        with self._lock:
+            if pair in self._published:
+                return
+        self.request(pair)
+
+    def prefetch_pending(self, pod: dict[str, Any], opt_in_resource: str) -> None:
+        """`prefetch` for a pod object, if it is opted in and not bound yet."""
+        if (pod.get("spec") or {}).get("nodeName"):
+            return
+        try:
+            ask = read_pod(pod, opt_in_resource)
+        except BadPod:
+            return
+        if ask.opted_in:
+            self.prefetch(ask)
+
+    def request(self, pair: Pair) -> None:
+        with self._lock:
+            if pair in self._queued:
+                return
+            self._queued.add(pair)
+        self._work.put(pair)
+
+    def published(self, pair: Pair) -> Recommendation | None:
+        with self._lock:
+            return self._published.get(pair)
+
+    # -- publishing ----------------------------------------------------------------------------
+
+    def publish(self, pair: Pair) -> bool:
+        """Decide the pair and write its object if what a pod would get changed. False when
+        nothing could be decided now (the database is down): the last object stays."""
+        rec = self._decide(*pair)
+        if rec is None:
+            return False
+        with self._lock:
+            before = self._published.get(pair)
+        if before is not None and _configuration_of(before) == _configuration_of(rec):
+            return True
+        self._objects.upsert(rec.to_object())
+        with self._lock:
+            self._published[pair] = rec
+            self.published_count += 1
+        log.info(
+            "published %s/%s: %s",
+            pair[0],
+            pair[1],
+            rec.fallback
+            or f"{rec.dram_bytes} B DRAM, {rec.slow_bytes} B slow, {rec.llc_ways} ways",
+        )
+        return True
+
+    def _work_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                pair = self._work.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            with self._lock:
+                self._queued.discard(pair)
+            try:
+                self.publish(pair)
+            except (ApiException, OSError) as exc:
+                # The API server refused or was unreachable: the next refresh tries again.
+                log.warning("publishing %s/%s failed: %s", pair[0], pair[1], exc)
+
+    def _refresh_loop(self) -> None:
+        while not self._stop.wait(self._refresh):
+            with self._lock:
+                pairs = list(self._published)
+            for pair in pairs:
+                self.request(pair)
+
+    def start(self) -> list[threading.Thread]:
+        threads = [
+            threading.Thread(target=self._work_loop, name="tmc-publish", daemon=True),
+            threading.Thread(target=self._refresh_loop, name="tmc-publish-refresh", daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        return threads
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class ServiceDecisions:
+    """Decides a pair with the service's typed entry point against live utilization."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        utilization: Callable[[], Utilization],
+        threshold: float,
+    ) -> None:
+        self._service = DecisionService(sessions)
+        self._utilization = utilization
+        self._threshold = threshold
+
+    def __call__(self, workload: str, objective: str) -> Recommendation | None:
+        try:
+            parsed = parse_objective(objective)
+        except TmcError as exc:
+            return Recommendation(
+                workload=workload, objective=objective, fallback=f"invalid objective: {exc}"[:512]
+            )
+        req = DecisionRequest(
+            workload=workload,
+            objective=parsed,
+            threshold=self._threshold,
+            utilization=self._utilization(),
+        )
+        try:
+            decided = self._service.decide(req)
+        except NoDecision as exc:
+            if exc.transient:
+                log.warning("no decision for %s/%s now: %s", workload, objective, exc.reason)
+                return None
+            return Recommendation(workload=workload, objective=objective, fallback=exc.reason[:512])
+        c = decided.configuration
+        return Recommendation(
+            workload=workload,
+            objective=objective,
+            recommendation_id=decided.recommendation_id,
+            dram_bytes=c.dram_bytes,
+            slow_bytes=c.slow_bytes,
+            llc_ways=c.llc_ways,
+            slow_ratio=c.slow_ratio,
+            plan=list(decided.plan),
+        )
+
+
+class PublisherSettings(ExtenderSettings):
+    # How often every published pair is decided again against the cluster's utilization.
+    publisher_refresh_seconds: float = Field(default=60.0, ge=1, le=86_400)
+
+
+def main() -> None:
+    argparse.ArgumentParser(
+        prog="python -m scheduler.publisher",
+        description="Publishes tmc's recommendations as TieredRecommendation objects for the "
+        "scheduler plugin, and keeps the PostgreSQL ledger a mirror of the bound pods.",
+    ).parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        settings = PublisherSettings()
+    except ValidationError as exc:
+        raise SystemExit(f"tmc publisher: bad setting: {exc}") from None
+    try:
+        api = api_client(settings.kubeconfig)
+    except (config.ConfigException, OSError) as exc:
+        raise SystemExit(f"tmc publisher: no Kubernetes API to talk to ({exc})") from None
+    sessions = make_session_factory(make_engine(settings))
+    state = ClusterState()
+    publisher = RecommendationPublisher(
+        KubeRecommendations(api),
+        ServiceDecisions(sessions, state.utilization, settings.default_threshold),
+        refresh_seconds=settings.publisher_refresh_seconds,
+    )
+    # The feeder's recommender only warms a cache; here pending pods go to the publisher.
+    recommender = Recommender(sessions, state.utilization, threshold=settings.default_threshold)
+    recommender.prefetch = publisher.prefetch  # type: ignore[method-assign]
+    feeder = Feeder(
+        KubeCluster(api),
+        sessions,
+        state,
+        recommender,
+        opt_in_resource=settings.opt_in_resource,
+        resync_seconds=settings.resync_seconds,
+        watch_timeout_seconds=settings.watch_timeout_seconds,
+    )
+    log.info("published recommendations found at start: %d", publisher.load())
+    feeder.sync()
+    feeder.start()
+    publisher.start()
+    # Pods already pending when the publisher starts are in the list, not in the watch's events.
+    pods, _ = feeder.cluster.list_pods()
+    for pod in pods:
+        publisher.prefetch_pending(pod, settings.opt_in_resource)
+    log.info(
+        "publishing recommendations (refresh every %.0f s)", settings.publisher_refresh_seconds
+    )
+    log.info(
+        "publishing recommendations (refresh every %.0f s)", settings.publisher_refresh_seconds
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    publisher.stop()
+    feeder.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,375 @@
+# The kubernetes client takes plain dicts for bodies at run time; its stubs say models only.
+# mypy: disable-error-code="arg-type,union-attr,no-untyped-call"
+"""The plugin's placement path end to end, every hop its own process: etcd, kube-apiserver,
+`tmc-scheduler` (kube-scheduler with the TmcPlacement plugin, built from the repository's Go
+module) on the chart's configuration and RBAC, the recommendation publisher on a real
+PostgreSQL, and `tmc-agent serve` per fake node (fake sysfs/resctrl/cgroup trees: the hardware
+this machine lacks). Nothing on the placement path calls the service or PostgreSQL: the faults
+below stop them and pods are still placed.
+
+The binaries are built by controlplane/build.sh and scheduler/plugin/build.sh (cached outside
+the repository). Where they cannot be built the tests skip with the reason, except in CI
+(CI=true), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from kubernetes import client as k8s
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.settings import Settings
+from model.node_contract import Placement, parse_plan_file
+from store.db import make_engine, make_session_factory
+from tests.fixtures.database import empty_tables
+from tests.scheduler.conftest import upload_example
+from tests.scheduler.controlplane import ControlPlane, Unavailable
+from tests.scheduler.controlplane import cluster as c
+from tests.scheduler.controlplane import plugin as p
+from tests.services import PostgresServer, wait_until
+
+pytestmark = pytest.mark.slow
+
+PLUGIN_BUILD = c.ROOT / "scheduler" / "plugin" / "build.sh"
+
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[ControlPlane]:
+    try:
+        cp = ControlPlane()
+        if not (cp.bin / p.SCHEDULER_BINARY).exists():
+            built = subprocess.run(
+                ["bash", str(PLUGIN_BUILD)], check=False, capture_output=True, text=True
+            )
+            if built.returncode != 0:
+                raise Unavailable(f"tmc-scheduler did not build: {built.stderr[-2000:]}")
+    except Unavailable as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI must run the real control plane and tmc-scheduler: {exc}")
+        pytest.skip(f"no real control plane here: {exc}")
+    cp.start()
+    c.install_rbac(cp)
+    p.install_plugin(cp)
+    yield cp
+    cp.close()
+
+
+class Stack:
+    """The running plugin path of one test module."""
+
+    def __init__(self, cp: ControlPlane, pg: PostgresServer) -> None:
+        self.cp = cp
+        self.pg = pg
+        self.api = c.core(cp)
+        self.nodes = c.default_nodes(cp)
+        self.publisher = p.PublisherProcess(cp, pg.url)
+        self.sessions: sessionmaker[Session] = make_session_factory(
+            make_engine(Settings(environment="test", database_url=pg.url))
+        )
+
+    @property
+    def dsn(self) -> str:
+        return self.pg.dsn()
+
+    def logs(self) -> str:
+        names = ["publisher", "tmc-scheduler", "tmc-scheduler-2"]
+        return c.dump_logs(self.cp, names + [f"agent-{n.name}" for n in self.nodes])
+
+
+@pytest.fixture(scope="module")
+def stack(plane: ControlPlane, postgres: PostgresServer) -> Iterator[Stack]:
+    empty_tables(postgres.dsn())
+    s = Stack(plane, postgres)
+    for node in s.nodes:
+        c.register_node(s.api, c.node_object(node.name))
+        node.start_agent()
+    c.wait_published(s.api, [n.name for n in s.nodes])
+    upload_example(s.sessions, "graph500")
+    s.publisher.start()
+    s.publisher.wait_ready()
+    p.start_plugin_scheduler(plane)
+    yield s
+    for node in s.nodes:
+        node.stop_agent()
+    s.publisher.stop()
+    plane.stop_process("tmc-scheduler")
+
+
+@pytest.fixture
+def ns(stack: Stack, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace per test; its pods are deleted after it, and the mirror follows."""
+    name = c.new_namespace(stack.api, request.node.name.replace("_", "-")[:50].strip("-"))
+    yield name
+    stack.api.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    wait_until(lambda: not stack.api.list_namespaced_pod(name).items, 60, f"pods of {name} gone")
+
+
+def placed(stack: Stack, names: list[str], ns: str, timeout: float = 90) -> dict[str, Any]:
+    try:
+        return c.bound_pods(stack.api, names, ns, timeout)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{stack.logs()}") from exc
+
+
+def placement_of(pod: k8s.V1Pod) -> Placement:
+    placement = Placement.from_annotations(pod.metadata.annotations)
+    assert placement is not None, pod.metadata.name
+    assert placement.node == pod.spec.node_name
+    return placement
+
+
+def mirror(stack: Stack, ns: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in c.reservations(stack.dsn).items() if k.startswith(ns + "/")}
+
+
+def test_the_example_pod_is_placed_by_the_plugin_and_its_plan_reaches_the_node(
+    stack: Stack, ns: str
+) -> None:
+    """deploy/examples/tiered-pod.yaml through tmc-scheduler: the publisher publishes graph500's
+    slo:5% recommendation when it sees the pod, the plugin places the pod with it (not the
+    fallback), the agent applies the plan and the mask, and the ledger mirrors the placement."""
+    body = c.example_pod()
+    c.create_pods(stack.api, [body], ns)
+    name = body["metadata"]["name"]
+    pod = placed(stack, [name], ns)[name]
+    placement = placement_of(pod)
+    assert placement.fallback is None, f"{placement.fallback}\n{stack.logs()}"
+    assert placement.objective == "slo:5%" and placement.workload == "graph500"
+    published = p.recommendations(stack.cp)[("graph500", "slo:5%")]
+    conf = placement.configuration
+    assert (conf.dram_bytes, conf.slow_bytes, conf.llc_ways) == (
+        published["dram_bytes"],
+        published["slow_bytes"],
+        published["llc_ways"],
+    )
+    assert placement.recommendation_id == published["recommendation_id"]
+    assert len(placement.plan) >= 2
+    with psycopg.connect(stack.dsn) as conn:
+        row = conn.execute(
+            "SELECT llc_ways FROM recommendations WHERE id = %s", (placement.recommendation_id,)
+        ).fetchone()
+    assert row is not None and row[0] == conf.llc_ways
+
+    node = next(n for n in stack.nodes if n.name == placement.node)
+    uid = pod.metadata.uid
+    node.kubelet_starts(uid, threads=[5151])
+    plan_path = node.plans / f"{uid}.plan"
+    group = node.resctrl / f"tmc-pod-{uid}"
+    wait_until(lambda: plan_path.exists() and (group / "schemata").exists(), 30, "the agent")
+    plan = parse_plan_file(plan_path.read_text())
+    assert plan.fast_bytes == {s.tag: s.fast_bytes for s in placement.plan}
+    assert (group / "schemata").read_text().strip() == "L3:" + ";".join(
+        f"{d}={placement.llc_mask_bits:x}" for d in (0, 1)
+    )
+    # The mirror: the feeder records the bound pod's reservation from its annotation.
+    wait_until(lambda: f"{ns}/{name}" in mirror(stack, ns), 60, "the mirror")
+    held = mirror(stack, ns)[f"{ns}/{name}"]
+    assert held["node"] == placement.node and int(held["mask"]) == placement.llc_mask_bits
+
+
+def bound_in(stack: Stack, ns: str) -> dict[str, k8s.V1Pod]:
+    return {
+        str(pod.metadata.name): pod
+        for pod in stack.api.list_namespaced_pod(ns).items
+        if pod.spec.node_name
+    }
+
+
+def assert_mirrors(stack: Stack, ns: str, timeout: float = 60) -> None:
+    """The ledger (the mirror) holds exactly the namespace's bound pods, where they are bound."""
+
+    def equal() -> bool:
+        pods = bound_in(stack, ns)
+        held = mirror(stack, ns)
+        return set(held) == {f"{ns}/{n}" for n in pods} and all(
+            held[f"{ns}/{n}"]["node"] == pod.spec.node_name
+            and held[f"{ns}/{n}"]["uid"] == pod.metadata.uid
+            for n, pod in pods.items()
+        )
+
+    try:
+        wait_until(equal, timeout, "the mirror equal to the bound pods")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{stack.logs()}") from exc
+
+
+def ensure_published(stack: Stack, ns: str, objective: str) -> None:
+    """graph500's recommendation for `objective` published: a probe pod asks for it, is placed
+    with it, and is deleted."""
+    probe = c.opted_in_pod("probe", "graph500")
+    probe["metadata"]["annotations"]["tmc.dev/objective"] = objective
+    c.create_pods(stack.api, [probe], ns)
+    assert placement_of(placed(stack, ["probe"], ns)["probe"]).fallback is None
+    assert ("graph500", objective) in p.recommendations(stack.cp)
+    stack.api.delete_namespaced_pod("probe", ns, grace_period_seconds=0)
+    wait_until(lambda: "probe" not in bound_in(stack, ns), 30, "the probe deleted")
+
+
+def test_scheduler_killed_mid_burst_and_restarted(stack: Stack, ns: str) -> None:
+    """SIGKILL while pods are being placed, and a bound pod deleted while it is down: the
+    restarted scheduler rebuilds its reservations from the API server, places the rest, binds
+    no pod twice and over-commits nothing; the mirror ends equal to the bound pods."""
+    names = [f"k{i}" for i in range(40)]
+    creator = threading.Thread(
+        target=c.create_pods,
+        args=(stack.api, [c.opted_in_pod(n, "graph500") for n in names], ns),
+    )
+    creator.start()
+    wait_until(lambda: len(bound_in(stack, ns)) >= 5, 60, "some pods bound")
+    stack.cp.kill_process("tmc-scheduler")
+    creator.join()
+    before = bound_in(stack, ns)
+    assert len(before) < len(names), "the kill came after the burst"
+    gone = sorted(before)[0]
+    stack.api.delete_namespaced_pod(gone, ns, grace_period_seconds=0)
+    p.start_plugin_scheduler(stack.cp)
+    left = [n for n in names if n != gone]
+    pods = placed(stack, left, ns, timeout=120)
+    for n, pod in before.items():  # a pod bound before the kill kept its node and placement
+        if n != gone:
+            assert pods[n].spec.node_name == pod.spec.node_name
+            assert pods[n].metadata.annotations == pod.metadata.annotations
+    for pod in pods.values():
+        assert placement_of(pod).fallback is None
+    assert p.overcommitted_by_placements(stack.api) == []
+    assert_mirrors(stack, ns)
+
+
+def test_postgres_down_for_the_whole_burst(stack: Stack, ns: str) -> None:
+    """PostgreSQL stopped before the burst and started after it: every pod of a workload with
+    a published recommendation is placed with it (no fallback), and the mirror catches up."""
+    ensure_published(stack, ns, "slo:5%")
+    names = [f"d{i}" for i in range(20)]
+    bodies = [c.opted_in_pod(n, "graph500") for n in names]
+    for body in bodies:
+        body["metadata"]["annotations"]["tmc.dev/objective"] = "slo:5%"
+    stack.pg.stop()
+    try:
+        c.create_pods(stack.api, bodies, ns)
+        pods = placed(stack, names, ns, timeout=120)
+        for pod in pods.values():
+            placement = placement_of(pod)
+            assert placement.fallback is None and placement.objective == "slo:5%"
+        assert p.overcommitted_by_placements(stack.api) == []
+    finally:
+        stack.pg.start()
+    assert_mirrors(stack, ns, timeout=120)
+
+
+def test_the_publisher_down_is_the_documented_fallback(stack: Stack, ns: str) -> None:
+    """With the publisher (and so the service's decisions) gone: pods of a published workload
+    are placed with its recommendation; a pod of a pair never published waits for it (the
+    plugin's recommendationWaitSeconds, 10 s) and is then placed with the fallback, which says
+    why."""
+    ensure_published(stack, ns, "slo:5%")
+    stack.publisher.stop()
+    try:
+        known = c.opted_in_pod("known", "graph500")
+        known["metadata"]["annotations"]["tmc.dev/objective"] = "slo:5%"
+        unknown = c.opted_in_pod("unknown", "graph500")
+        unknown["metadata"]["annotations"]["tmc.dev/objective"] = "least-dram:20%"
+        c.create_pods(stack.api, [known, unknown], ns)
+        pods = placed(stack, ["known", "unknown"], ns, timeout=120)
+        assert placement_of(pods["known"]).fallback is None
+        fallback = placement_of(pods["unknown"]).fallback
+        assert fallback is not None and "no recommendation is published" in fallback
+        waited = [
+            e.message
+            for e in stack.api.list_namespaced_event(ns).items
+            if e.involved_object.name == "unknown" and e.reason == "FailedScheduling"
+        ]
+        assert any("waiting for the recommendation" in (m or "") for m in waited), waited
+    finally:
+        stack.publisher.start()
+        stack.publisher.wait_ready()
+
+
+def test_two_replicas_with_leader_election_under_a_200_pod_burst(stack: Stack, ns: str) -> None:
+    """Two tmc-scheduler replicas electing a leader; the leader is killed mid-burst and the
+    other takes over with a cache rebuilt from the API server. Nothing is over-committed,
+    checked against the sum of the bound pods' placements, and no pod is bound twice."""
+    stack.cp.stop_process("tmc-scheduler")
+    replicas = ["tmc-scheduler", "tmc-scheduler-2"]
+    try:
+        for name in replicas:
+            p.start_plugin_scheduler(stack.cp, name, leaderElect=True)
+        wait_until(
+            lambda: any("successfully acquired lease" in stack.cp.log(n) for n in replicas),
+            60,
+            "a leader",
+        )
+        leader = next(n for n in replicas if "successfully acquired lease" in stack.cp.log(n))
+        names = [f"r{i}" for i in range(200)]
+        # Far more than fits: DRAM, ways and CPUs run out on some nodes, the pool is shared.
+        creator = threading.Thread(
+            target=c.create_pods,
+            args=(stack.api, [c.opted_in_pod(n, "graph500") for n in names], ns),
+        )
+        creator.start()
+        wait_until(lambda: len(bound_in(stack, ns)) >= 10, 90, "the leader placing pods")
+        stack.cp.kill_process(leader)
+        creator.join()
+        other = next(n for n in replicas if n != leader)
+        wait_until(
+            lambda: "successfully acquired lease" in stack.cp.log(other), 90, "the new leader"
+        )
+        wait_until(lambda: _stable_bound(stack, ns, 8.0), 240, "the burst placed as it fits")
+        pods = bound_in(stack, ns)
+        assert len(pods) > 20, len(pods)
+        for pod in pods.values():
+            placement_of(pod)
+        assert p.overcommitted_by_placements(stack.api) == []
+        assert_mirrors(stack, ns)
+    finally:
+        for name in replicas:
+            stack.cp.stop_process(name)
+        p.start_plugin_scheduler(stack.cp)
+
+
+def _stable_bound(stack: Stack, ns: str, quiet_seconds: float) -> bool:
+    """True once the number of bound pods has not changed for `quiet_seconds`."""
+    count = len(bound_in(stack, ns))
+    now = time.monotonic()
+    last = _seen.get(ns)
+    if last is None or last[0] != count:
+        _seen[ns] = (count, now)
+        return False
+    return count > 0 and now - last[1] >= quiet_seconds
+
+
+_seen: dict[str, tuple[int, float]] = {}
+
+
+def test_a_node_agent_that_restarts_rereads_masks_and_reassigns_none(stack: Stack, ns: str) -> None:
+    """The agent restarted under a running pod: it re-reads the pod's placement and leaves its
+    resctrl group's mask as it was; a pod placed afterwards on that node gets disjoint ways."""
+    first = c.opted_in_pod("first", "graph500")
+    c.create_pods(stack.api, [first], ns)
+    pod = placed(stack, ["first"], ns)["first"]
+    placement = placement_of(pod)
+    node = next(n for n in stack.nodes if n.name == placement.node)
+    node.kubelet_starts(pod.metadata.uid, threads=[6161])
+    schemata = node.resctrl / f"tmc-pod-{pod.metadata.uid}" / "schemata"
+    wait_until(schemata.exists, 30, "the agent applying the mask")
+    applied = schemata.read_text()
+    node.stop_agent()
+    node.start_agent()
+    time.sleep(3)  # several of the agent's 0.5 s passes
+    assert schemata.read_text() == applied
+    after = stack.api.read_namespaced_pod("first", ns)
+    assert after.metadata.annotations == pod.metadata.annotations
+    # Another pod pinned to the same node: its ways do not overlap the first pod's.
+    second = c.opted_in_pod("second", "graph500")
+    second["spec"]["nodeSelector"] = {"kubernetes.io/hostname": placement.node}
+    c.create_pods(stack.api, [second], ns)
+    other = placement_of(placed(stack, ["second"], ns)["second"])
+    assert other.node == placement.node
+    assert other.llc_mask_bits & placement.llc_mask_bits == 0
