@@ -70,6 +70,8 @@ type tablePod struct {
 	// RecommendationAnnotation, when given, is written on the pod as it stands instead of the
 	// table's recommendation for the pod's workload and objective.
 	RecommendationAnnotation *string `json:"recommendation_annotation"`
+	// Node: a pod that arrives bound there (its placement among its annotations).
+	Node string `json:"node"`
 }
 
 type tableStep struct {
@@ -77,7 +79,12 @@ type tableStep struct {
 	Schedule *tablePod    `json:"schedule"`
 	Retry    string       `json:"retry"`
 	Delete   string       `json:"delete"`
+	Bound    *tablePod    `json:"bound"`
+	Finish   string       `json:"finish"`
 	Expect   *tableExpect `json:"expect"`
+	// ExtenderDiffers says why the extender does not meet this step's expectation yet; the
+	// plugin must.
+	ExtenderDiffers string `json:"extender_differs"`
 }
 
 type tableExpect struct {
@@ -308,9 +315,40 @@ func (r *conformanceRun) run() int {
 			if _, held := r.plugin.cache.Held(pod.UID); held {
 				r.mismatch("the deleted pod still holds its reservation")
 			}
+		case step.Bound != nil:
+			r.step = fmt.Sprintf("%d:%s (bound)", i, step.Bound.Name)
+			pod := r.sc.podObject(*step.Bound)
+			pod.Spec.NodeName = step.Bound.Node
+			if _, err := r.client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				r.mismatch("creating the pod: %v", err)
+				continue
+			}
+			r.plugin.ObservePod(pod) // the pod informer's add
+			if held, ok := r.plugin.cache.Held(pod.UID); !ok || !held.Bound || held.Node != step.Bound.Node {
+				r.mismatch("the bound pod is not counted: %+v", held)
+			}
+		case step.Finish != "":
+			r.step = fmt.Sprintf("%d:finish %s", i, step.Finish)
+			pod, err := r.client.CoreV1().Pods("default").Get(ctx, step.Finish, metav1.GetOptions{})
+			if err != nil {
+				r.mismatch("no pod %s: %v", step.Finish, err)
+				continue
+			}
+			if _, held := r.plugin.cache.Held(pod.UID); !held {
+				r.mismatch("the pod held nothing before it finished")
+			}
+			pod.Status.Phase = v1.PodSucceeded
+			if pod, err = r.client.CoreV1().Pods("default").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+				r.mismatch("finishing: %v", err)
+				continue
+			}
+			r.plugin.ObservePod(pod) // the pod informer's update
+			if _, held := r.plugin.cache.Held(pod.UID); held {
+				r.mismatch("the finished pod still holds its reservation")
+			}
 		default:
 			r.step = fmt.Sprintf("%d", i)
-			r.mismatch("a step that neither schedules, retries nor deletes")
+			r.mismatch("a step that neither schedules, retries, deletes, binds nor finishes")
 		}
 	}
 	return len(r.sc.Steps)
