@@ -339,6 +339,9 @@ class Run:
         if want.get("skipped"):
             self.check_skipped(pod, answer)
             return
+        if want.get("refused"):
+            self.check_refused(pod, answer)
+            return
         feasible = answer["NodeNames"] or []
         full = {n: reason_code(r) for n, r in answer["FailedNodes"].items()}
         never = {n: reason_code(r) for n, r in answer["FailedAndUnresolvableNodes"].items()}
@@ -394,6 +397,26 @@ class Run:
             self.mismatch(f"the cache holds {held} for the bound pod")
         if self.ledger_masks().get(meta["uid"]) != placement.llc_mask_bits:
             self.mismatch("the ledger does not hold the pod's placement")
+
+    def check_refused(self, pod: dict[str, Any], answer: dict[str, Any]) -> None:
+        """A pod that cannot be read: no node kept or judged, an Error (kube-scheduler retries
+        it), and no bind."""
+        meta = pod["metadata"]
+        judged = (
+            answer["NodeNames"] or answer["FailedNodes"] or answer["FailedAndUnresolvableNodes"]
+        )
+        if judged or not answer["Error"]:
+            self.mismatch(f"filter of a pod that cannot be read: {answer}")
+        refused = self.placer.extender.bind(
+            {
+                "PodName": meta["name"],
+                "PodNamespace": NAMESPACE,
+                "PodUID": meta["uid"],
+                "Node": self.names[0],
+            }
+        )
+        if not refused["Error"] or self.placer.state.held(meta["uid"]) is not None:
+            self.mismatch(f"bind of a pod that cannot be read: {refused}")
 
     def check_skipped(self, pod: dict[str, Any], answer: dict[str, Any]) -> None:
         """A pod that does not opt in: no opinion from filter, 0 from prioritize, no bind."""
@@ -538,12 +561,13 @@ def test_a_wrong_expectation_fails(logged: sessionmaker[Session]) -> None:
         if run_table(table, sessions).mismatches:
             caught.append(what)
     assert caught == list(MUTATIONS)
-    skipped = copy.deepcopy(original)
-    for scenario in skipped["scenarios"]:
-        for step in scenario["steps"]:
-            if step.get("expect", {}).get("skipped"):
+    ignored = {"scenarios": [s for s in original["scenarios"] if s["name"] == "nodes-and-opt-in"]}
+    for kind in ("skipped", "refused"):  # each expected to be judged like any pod instead
+        table = copy.deepcopy(ignored)
+        for step in table["scenarios"][0]["steps"]:
+            if step.get("expect", {}).get(kind):
                 step["expect"] = {"feasible": {}, "full": {}, "never": {}, "chosen": None}
-    assert run_table(skipped, sessions).mismatches
+        assert run_table(table, sessions).mismatches, kind
 
 
 def test_the_table_is_well_formed() -> None:
@@ -572,7 +596,7 @@ def test_the_table_is_well_formed() -> None:
                     assert recommendation_for(scenario, pod.get("annotations") or {}) is None
                     assert step["expect"]["placement"]["fallback"] is True
             want = step.get("expect")
-            if want is None or want.get("skipped"):
+            if want is None or want.get("skipped") or want.get("refused"):
                 continue
             parts = [set(want["feasible"]), set(want["full"]), set(want["never"])]
             assert set().union(*parts) == names and sum(map(len, parts)) == len(names), step

@@ -88,7 +88,9 @@ type tableStep struct {
 }
 
 type tableExpect struct {
-	Skipped   bool              `json:"skipped"`
+	Skipped bool `json:"skipped"`
+	// Refused: the pod cannot be read (its requests are beyond any node), so no node is judged.
+	Refused   bool              `json:"refused"`
 	Feasible  map[string]int    `json:"feasible"` // node -> packing score 0..10
 	Full      map[string]string `json:"full"`     // node -> reason code
 	Never     map[string]string `json:"never"`
@@ -379,6 +381,16 @@ func (r *conformanceRun) attempt(pod *v1.Pod, want *tableExpect) {
 		}
 		return
 	}
+	if want.Refused {
+		// The pod fits nowhere, whatever the nodes: unresolvable, before any Filter.
+		if st.Code() != fwk.UnschedulableAndUnresolvable {
+			r.mismatch("PreFilter: %v, want UnschedulableAndUnresolvable", st)
+		}
+		if _, held := p.cache.Held(pod.UID); held {
+			r.mismatch("a refused pod holds a reservation")
+		}
+		return
+	}
 	if !st.IsSuccess() {
 		r.mismatch("PreFilter: %v", st)
 		return
@@ -625,16 +637,25 @@ func TestConformanceCatchesAWrongExpectation(t *testing.T) {
 			t.Errorf("a wrong %s passed", what)
 		}
 	}
-	table := loadConformanceTable(t)
-	for i := range table.Scenarios {
-		for _, step := range table.Scenarios[i].Steps {
-			if step.Expect != nil && step.Expect.Skipped {
-				step.Expect.Skipped = false
-				step.Expect.Chosen = nil
+	// Skipped and refused pods, each expected to be judged like any pod instead.
+	for _, kind := range []string{"skipped", "refused"} {
+		table := loadConformanceTable(t)
+		var sc *conformanceScenario
+		for i := range table.Scenarios {
+			if table.Scenarios[i].Name == "nodes-and-opt-in" {
+				sc = &table.Scenarios[i]
 			}
 		}
-	}
-	if _, mismatches := runConformance(table); len(mismatches) == 0 {
-		t.Error("a skipped pod expected to be judged passed")
+		if sc == nil {
+			t.Fatal("the table has no scenario nodes-and-opt-in")
+		}
+		for _, step := range sc.Steps {
+			if e := step.Expect; e != nil && (kind == "skipped" && e.Skipped || kind == "refused" && e.Refused) {
+				*e = tableExpect{Feasible: map[string]int{}}
+			}
+		}
+		if _, mismatches := runConformance(conformanceTable{Scenarios: []conformanceScenario{*sc}}); len(mismatches) == 0 {
+			t.Errorf("%s pods expected to be judged passed", kind)
+		}
 	}
 }
