@@ -336,14 +336,35 @@ func (p *TmcPlacement) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 	if capacity == nil {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "tmc: node publishes no tiered capacity (not a tmc node)")
 	}
-	if v := Judge(p.cache.Usage(node.Name, capacity, cpus), s.ask.Ask()); v != nil {
-		code := fwk.Unschedulable
-		if v.Unresolvable {
-			code = fwk.UnschedulableAndUnresolvable
-		}
-		return fwk.NewStatus(code, v.Reason)
+	v := Judge(p.cache.Usage(node.Name, capacity, cpus), s.ask.Ask())
+	if v != nil && v.Unresolvable {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.Reason)
+	}
+	// After the capacity checks and before the load checks, as in the extender: a node too
+	// small for the pod never fits, ready or not.
+	if !nodeReady(node) {
+		return fwk.NewStatus(fwk.Unschedulable, "tmc: node is not ready")
+	}
+	if v != nil {
+		return fwk.NewStatus(fwk.Unschedulable, v.Reason)
 	}
 	return nil
+}
+
+// nodeReady is what the extender counts as ready: the Ready condition True and the node not
+// cordoned. kube-scheduler leaves both to other plugins (the not-ready taint to TaintToleration,
+// spec.unschedulable to NodeUnschedulable), so a pod that tolerates the taint, or a profile
+// without those plugins, would otherwise be placed where the extender never places one.
+func nodeReady(node *v1.Node) bool {
+	if node.Spec.Unschedulable {
+		return false
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // PreScore skips the Score of pods the plugin does not place.

@@ -24,7 +24,10 @@ func tmcNode(name string, cpus, dram, slow int64, ways int, pool string, poolByt
 		ann[SlowPoolAnnotation] = pool
 		ann[SlowPoolBytesAnnotation] = fmt.Sprint(poolBytes)
 	}
-	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann, Labels: map[string]string{HostKindLabel: "optane"}}}
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann, Labels: map[string]string{HostKindLabel: "optane"}},
+		Status:     v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}},
+	}
 }
 
 // harness runs pods through the plugin's extension points as kube-scheduler's scheduling and
