@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -300,6 +301,35 @@ func (p *TmcPlacement) PreFilterExtensions() fwk.PreFilterExtensions { return ni
 // nodeCapacity is a node's tiered capacity and the CPUs it offers: tmc.dev/cpus, else its
 // allocatable CPUs (whole, at least one), as the extender counts them.
 func nodeCapacity(node *v1.Node) (*NodeCapacity, int64, error) {
+	if node.ResourceVersion == "" {
+		return parseNodeCapacity(node)
+	}
+	// Filter and Score ask for every node for every pod; a node changes far less often. The
+	// memo is keyed by the object's version, so an updated node is parsed again.
+	key := node.Name + "\x00" + node.ResourceVersion
+	if found, ok := parsedNodes.Load(key); ok {
+		p := found.(parsedNode)
+		return p.capacity, p.cpus, p.err
+	}
+	capacity, cpus, err := parseNodeCapacity(node)
+	if old, ok := parsedVersion.Swap(node.Name, key); ok && old.(string) != key {
+		parsedNodes.Delete(old)
+	}
+	parsedNodes.Store(key, parsedNode{capacity, cpus, err})
+	return capacity, cpus, err
+}
+
+type parsedNode struct {
+	capacity *NodeCapacity
+	cpus     int64
+	err      error
+}
+
+// parsedNodes holds each node's parsed capacity by name and version; parsedVersion the version
+// held per node name, so that a node's old entry is dropped when a new one is stored.
+var parsedNodes, parsedVersion sync.Map
+
+func parseNodeCapacity(node *v1.Node) (*NodeCapacity, int64, error) {
 	capacity, err := ParseNodeCapacity(node.Labels, node.Annotations)
 	if err != nil || capacity == nil {
 		return nil, 0, err
