@@ -1,5 +1,5 @@
 // Command tmc-scheduler is kube-scheduler with the tmc placement plugin registered: a profile
-// that enables TmcPlacement (deploy/scheduler-plugin/kube-scheduler-config.yaml) places opted-in
+// that enables TmcPlacement (deploy/helm/tmc/files/plugin-scheduler-config.yaml) places opted-in
 // pods on tiered-memory nodes without a scheduler extender.
 package main
 
