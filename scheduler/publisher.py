@@ -233,6 +233,9 @@ class RecommendationPublisher:
             except (ApiException, OSError) as exc:
                 # The API server refused or was unreachable: the next refresh tries again.
                 log.warning("publishing %s/%s failed: %s", pair[0], pair[1], exc)
+            except Exception:
+                # Whatever went wrong with one pair, the others are still published.
+                log.exception("publishing %s/%s failed", pair[0], pair[1])
 
     def _refresh_loop(self) -> None:
         while not self._stop.wait(self._refresh):

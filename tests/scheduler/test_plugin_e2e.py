@@ -176,6 +176,28 @@ def test_the_example_pod_is_placed_by_the_plugin_and_its_plan_reaches_the_node(
     assert held["node"] == placement.node and int(held["mask"]) == placement.llc_mask_bits
 
 
+def test_a_workload_without_a_profile_is_published_as_a_fallback(stack: Stack, ns: str) -> None:
+    """No profile for the workload: the publisher publishes the fallback with the service's
+    reason, and the pod is placed with it without waiting out the plugin's wait."""
+    c.create_pods(stack.api, [c.opted_in_pod("stranger", "no-such-workload")], ns)
+    pod = placed(stack, ["stranger"], ns)["stranger"]
+    fallback = placement_of(pod).fallback
+    assert fallback is not None and fallback.startswith("tmc has no configuration"), fallback
+    published = p.recommendations(stack.cp)[("no-such-workload", "cheapest")]
+    assert published["fallback"] in fallback
+    waited = [
+        e.message
+        for e in stack.api.list_namespaced_event(ns).items
+        if e.involved_object.name == "stranger" and "waiting" in (e.message or "")
+    ]
+    # At most the first tries, before the object was written; never the whole wait.
+    created = pod.metadata.creation_timestamp
+    scheduled = next(
+        cond.last_transition_time for cond in pod.status.conditions if cond.type == "PodScheduled"
+    )
+    assert (scheduled - created).total_seconds() < 9, waited
+
+
 def bound_in(stack: Stack, ns: str) -> dict[str, k8s.V1Pod]:
     return {
         str(pod.metadata.name): pod
