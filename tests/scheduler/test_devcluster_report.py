@@ -18,7 +18,7 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Pat
     monkeypatch.setenv("TMC_K8S_BIN", str(tmp_path / "bin"))
     procs = {
         name: subprocess.Popen(["sleep", "300"])
-        for name in ("etcd", "kube-apiserver", "kube-scheduler", "api", "postgres")
+        for name in ("etcd", "kube-apiserver", "tmc-scheduler", "api", "postgres")
     }
     pg_data = tmp_path / "pg" / "data"
     pg_data.mkdir(parents=True)
@@ -29,7 +29,6 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Pat
         dir=str(cluster_dir),
         kubeconfig=str(cluster_dir / "admin.kubeconfig"),
         api_url="http://127.0.0.1:1",
-        extender_url="https://127.0.0.1:2",
         pg_bin=str(tmp_path / "no-pg-bin"),
         pg_data=str(pg_data),
         token_dir=str(cluster_dir / "mounted"),
@@ -52,7 +51,7 @@ def test_status_lists_etcd_and_postgresql(
     assert dc.main(["status", "--state", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     by_name = {line.split()[0]: line for line in lines if line and not line[0].isspace()}
-    for name in ("etcd", "kube-apiserver", "kube-scheduler", "postgresql", "api"):
+    for name in ("etcd", "kube-apiserver", "tmc-scheduler", "postgresql", "api"):
         assert name in by_name, lines
         assert by_name[name].split()[2] == str(pids["postgres" if name == "postgresql" else name])
         assert "running" in by_name[name]
@@ -64,7 +63,7 @@ def test_down_says_what_it_stopped_and_removed(
     path, pids = state
     assert dc.main(["down", "--state", str(path)]) == 0
     out = capsys.readouterr().out
-    for name in ("etcd", "kube-apiserver", "kube-scheduler", "api"):
+    for name in ("etcd", "kube-apiserver", "tmc-scheduler", "api"):
         assert f"stopped {name} (pid {pids[name]})" in out
     assert "PostgreSQL" in out and "removed" in out and not path.exists()
     assert dc.main(["status", "--state", str(path)]) == 1

@@ -104,7 +104,8 @@ def test_every_object_of_the_chart_is_in_the_api_server(installed: Installed) ->
     apps = k8s.AppsV1Api(installed.client)
     deployments = {d.metadata.name for d in apps.list_namespaced_deployment(NAMESPACE).items}
     assert deployments == {
-        f"{FULL}-{n}" for n in ("api", "worker", "beat", "extender", "scheduler")
+        f"{FULL}-{n}"
+        for n in ("api", "worker", "beat", "extender", "scheduler", "plugin-scheduler", "publisher")
     }
     (agent,) = apps.list_namespaced_daemon_set(NAMESPACE).items
     assert agent.metadata.name == f"{FULL}-agent"
@@ -235,7 +236,21 @@ ALLOWED = {
         ("create", "pods", "binding"),
     ],
     "agent": [("patch", "nodes", ""), ("list", "pods", "")],
-    "scheduler": [("create", "pods", "binding"), ("watch", "pods", ""), ("list", "nodes", "")],
+    "scheduler": [
+        ("create", "pods", "binding"),
+        ("watch", "pods", ""),
+        ("list", "nodes", ""),
+        # The plugin: PreBind annotates, the informer reads the published recommendations.
+        ("patch", "pods", ""),
+        ("watch", "tieredrecommendations.tmc.dev", ""),
+    ],
+    "publisher": [
+        ("list", "nodes", ""),
+        ("watch", "pods", ""),
+        ("patch", "pods", ""),
+        ("create", "tieredrecommendations.tmc.dev", ""),
+        ("update", "tieredrecommendations.tmc.dev", ""),
+    ],
     "api": [],
 }
 DENIED = {
@@ -257,7 +272,17 @@ DENIED = {
         ("create", "pods", "binding"),
         ("get", "secrets", ""),
     ],
-    "scheduler": [("get", "secrets", ""), ("delete", "nodes", "")],
+    "scheduler": [
+        ("get", "secrets", ""),
+        ("delete", "nodes", ""),
+        ("update", "tieredrecommendations.tmc.dev", ""),
+    ],
+    "publisher": [
+        ("get", "nodes", ""),
+        ("create", "pods", "binding"),
+        ("delete", "tieredrecommendations.tmc.dev", ""),
+        ("get", "secrets", ""),
+    ],
     "api": [("get", "pods", ""), ("list", "nodes", ""), ("get", "secrets", "")],
 }
 
@@ -273,7 +298,8 @@ def allowed(installed: Installed, component: str, verb: str, resource: str, sub:
                 "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"],
                 "resourceAttributes": {
                     "verb": verb,
-                    "resource": resource,
+                    "group": resource.partition(".")[2],
+                    "resource": resource.partition(".")[0],
                     "subresource": sub,
                     "namespace": "default",
                 },

@@ -15,7 +15,6 @@ the repository). Where they cannot be built the tests skip with the reason, exce
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -38,20 +37,12 @@ from tests.services import PostgresServer, wait_until
 
 pytestmark = pytest.mark.slow
 
-PLUGIN_BUILD = c.ROOT / "scheduler" / "plugin" / "build.sh"
-
 
 @pytest.fixture(scope="module")
 def plane() -> Iterator[ControlPlane]:
     try:
         cp = ControlPlane()
-        # Always: the binary in the shared cache may come from another checkout, and go build
-        # relinks nothing when it is current (seconds).
-        built = subprocess.run(
-            ["bash", str(PLUGIN_BUILD)], check=False, capture_output=True, text=True
-        )
-        if built.returncode != 0:
-            raise Unavailable(f"tmc-scheduler did not build: {built.stderr[-2000:]}")
+        p.build_scheduler()
     except Unavailable as exc:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(f"CI must run the real control plane and tmc-scheduler: {exc}")

@@ -6,8 +6,8 @@
 into the real API server, then runs what the chart's pods would run, as local processes with the
 chart's service-account identities (there is no kubelet here): the API's init containers
 (`tmc db upgrade`, `python -m api.bootstrap` with the tokens read back from the chart's Secrets)
-and the API, the extender, kube-scheduler on the chart's KubeSchedulerConfiguration, and a node
-agent per fake node. It writes a state file naming every process it started, and returns.
+and the API, the recommendation publisher, tmc-scheduler (kube-scheduler with the tmc plugin,
+built from scheduler/plugin) on the chart's plugin configuration, and a node agent per fake node. It writes a state file naming every process it started, and returns.
 `down` stops exactly those processes (by pid) and removes the state. tests/scheduler/test_install.py
 runs the same functions and follows the document's steps to a placed pod.
 """
@@ -35,6 +35,7 @@ from kubernetes import config as k8s_config
 
 from tests.scheduler.controlplane import NAMESPACE, RELEASE, ControlPlane, binaries
 from tests.scheduler.controlplane import cluster as c
+from tests.scheduler.controlplane import plugin as plugin_path
 from tests.services import PostgresServer, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -49,6 +50,8 @@ def chart_values(pg: PostgresServer) -> dict[str, Any]:
         "database": {"url": pg.url},
         "redis": {"url": "redis://127.0.0.1:6379/0"},
         "api": {"replicas": 1},
+        # Placement through tmc-scheduler and the published recommendations.
+        "plugin": {"enabled": True},
     }
 
 
@@ -59,7 +62,6 @@ class State:
     dir: str
     kubeconfig: str
     api_url: str
-    extender_url: str
     pg_bin: str
     pg_data: str
     token_dir: str
@@ -206,19 +208,21 @@ def up(state_path: Path = DEFAULT_STATE) -> State:
             )
             started.append(node.proc)
         c.wait_published(api, [n.name for n in nodes])
-        extender = c.ExtenderProcess(cp, pg.url)
-        extender.start()
-        started.append(extender.proc)
-        cp.start_scheduler(c.scheduler_config(cp, extender.url))
+        publisher = plugin_path.PublisherProcess(cp, pg.url, refresh_seconds=60)
+        publisher.start()
+        started.append(publisher.proc)
+        publisher.wait_ready()
+        plugin_path.build_scheduler()
+        plugin_path.start_plugin_scheduler(cp)
         pids = {name: p.pid for name, p in cp.procs.items()}
         pids["api"] = api_proc.pid
-        pids["extender"] = extender.proc.pid
+        assert publisher.proc is not None
+        pids["publisher"] = publisher.proc.pid
         pids.update({f"agent-{n.name}": n.proc.pid for n in nodes if n.proc is not None})
         state = State(
             dir=str(cp.dir),
             kubeconfig=str(cp.kubeconfig("admin")),
             api_url=api_url,
-            extender_url=extender.url,
             pg_bin=str(pg.bin),
             pg_data=str(pg.data),
             token_dir=str(token_dir),
@@ -257,7 +261,7 @@ def _stop(pid: int, timeout: float = 15) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-scheduler")
+CONTROL_PLANE = ("etcd", "kube-apiserver", "tmc-scheduler")
 
 
 def postgres_pid(state: State) -> int | None:
@@ -295,7 +299,7 @@ def down(state_path: Path = DEFAULT_STATE) -> list[str]:
         return []
     state = State.load(state_path)
     done: list[str] = []
-    order = ["kube-scheduler", "extender", "api"] + [n for n in state.pids if n.startswith("agent")]
+    order = ["tmc-scheduler", "publisher", "api"] + [n for n in state.pids if n.startswith("agent")]
     for name in [*order, "kube-apiserver", "etcd"]:
         if name in state.pids:
             pid = state.pids[name]
@@ -325,13 +329,14 @@ def describe(state: State) -> str:
     return f"""tmc is installed (release {RELEASE}, namespace {NAMESPACE}) on a local control plane.
 
   export KUBECONFIG={state.kubeconfig}
-  export PATH={kubectl.parent}:$PATH      # kube-apiserver, kube-scheduler, kubectl
+  export PATH={kubectl.parent}:$PATH      # kube-apiserver, tmc-scheduler, kubectl
   export TMC_API={state.api_url}
 
 Next steps (docs/install.md, "Try it on this machine"):
   kubectl -n {NAMESPACE} get deploy,ds,secret
   export TMC_TOKEN=$(kubectl -n {NAMESPACE} get secret {FULLNAME}-bootstrap -o jsonpath='{{.data.operator-token}}' | base64 -d)
   kubectl apply -f deploy/examples/tiered-pod.yaml
+  kubectl get tieredrecommendations
 Logs: {state.dir}/*.log      Stop everything: ./dev cluster down
 """
 

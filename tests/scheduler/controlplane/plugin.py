@@ -28,12 +28,23 @@ from model.node_contract import (
     NodeCapacity,
     Placement,
 )
-from tests.scheduler.controlplane import NAMESPACE, ControlPlane
+from tests.scheduler.controlplane import NAMESPACE, ControlPlane, Unavailable
 from tests.scheduler.controlplane.cluster import ROOT, api_client, render_chart
 from tests.services import wait_until
 
 CRD = ROOT / "deploy" / "helm" / "tmc" / "crds" / "tieredrecommendations.yaml"
 SCHEDULER_BINARY = "tmc-scheduler"
+
+
+PLUGIN_BUILD = ROOT / "scheduler" / "plugin" / "build.sh"
+
+
+def build_scheduler() -> None:
+    """tmc-scheduler from this checkout, always: the binary in the shared cache may come from
+    another one, and go build relinks nothing when it is current (about a second)."""
+    built = subprocess.run(["bash", str(PLUGIN_BUILD)], check=False, capture_output=True, text=True)
+    if built.returncode != 0:
+        raise Unavailable(f"tmc-scheduler did not build: {built.stderr[-2000:]}")
 
 
 def plugin_values(cp: ControlPlane, **extra: Any) -> dict[str, Any]:
