@@ -23,25 +23,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import orjson
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
 
-from ledger import store as ledger
 from ledger.types import Held
-from model.node_contract import ContractError, PlacedConfiguration, Placement
+from model.node_contract import PlacedConfiguration, Placement
 from scheduler.decisions import Decision, DecisionPending, Recommender
 from scheduler.kube import Cluster
 from scheduler.nodelist import NameTable, NodeNames, padded_table, split_head, split_request
 from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, read_pod
-from scheduler.state import ClusterState
-from store.db import unit_of_work
+from scheduler.state import ClusterState, HeldElsewhere, NoRoom, Wanted
 
 log = logging.getLogger("tmc.scheduler.extender")
 _SCORE_SUFFIX = [f"{score}}}".encode() for score in range(11)]
-# A bind refused by the ledger reloads the cache at most this often.
-RELOAD_INTERVAL_SECONDS = 0.5
-
-
 KEPT_LISTS = 16  # filter answers kept for prioritize (each ~16 bytes a node)
 
 
@@ -111,48 +103,21 @@ def placement_of(decision: Decision, held: Held) -> Placement:
     )
 
 
-def held_from_annotation(pod: dict[str, Any]) -> Held | None:
-    """What a pod's placement annotation says it was given (for reconciliation)."""
-    meta = pod.get("metadata") or {}
-    try:
-        p = Placement.from_annotations(meta.get("annotations"))
-    except ContractError as exc:
-        log.warning("pod %s: %s", meta.get("name"), exc)
-        return None
-    if p is None or not meta.get("uid") or not meta.get("name"):
-        return None
-    c = p.configuration
-    return Held(
-        pod_uid=str(meta["uid"]),
-        namespace=str(meta.get("namespace") or "default"),
-        pod_name=str(meta["name"]),
-        node=p.node,
-        vcpus=c.vcpus,
-        dram_bytes=c.dram_bytes,
-        slow_bytes=c.slow_bytes,
-        slow_from_pool=p.slow_from_pool,
-        llc_mask=p.llc_mask_bits,
-    )
-
-
 class Extender:
     def __init__(
         self,
         state: ClusterState,
         recommender: Recommender,
-        sessions: sessionmaker[Session],
         cluster: Cluster,
         opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE,
     ) -> None:
         self.state = state
         self.recommender = recommender
-        self.sessions = sessions
         self.cluster = cluster
         self.opt_in_resource = opt_in_resource
         # What filter decided for a pod, for its bind (which names the pod only).
         self._decisions: OrderedDict[str, Decision] = OrderedDict()
         self._lock = threading.Lock()
-        self._reloaded_at = 0.0
         # Where binds spend their time (the server's /metrics); a no-op without a server.
         self.observe_bind: Callable[[str, float], None] = lambda _phase, _seconds: None
         self.observe_node_list: Callable[[str], None] = lambda _read: None
@@ -350,14 +315,16 @@ class Extender:
     def bind(self, body: object) -> dict[str, Any]:
         """ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node} -> {"Error": ""}.
 
-        The API server is the truth for who the pod is and where it runs: bind reads the pod
-        there, whatever a filter request carried, and touches only the pod named, with that uid,
-        opted in and not yet bound. A pod already bound to the node is a success that changes
-        nothing; one bound elsewhere is an error that changes nothing. Otherwise: reserve in one
-        transaction (row locks: no double booking), then post the Binding with the placement
-        annotations, which the API server writes onto the pod together with the node (uid as a
-        precondition). A Binding that fails releases the reservation only while this attempt
-        still owns it and the pod is not bound here."""
+        The API server is the truth for who the pod is, where it runs and what it holds: bind
+        reads the pod there, whatever a filter request carried, and touches only the pod named,
+        with that uid, opted in and not yet bound. A pod already bound to the node is a success
+        that changes nothing; one bound elsewhere is an error that changes nothing. Otherwise:
+        assume the reservation in the cache (checked and chosen under its lock, so two binds
+        never get the same room), then post the Binding with the placement annotations, which the
+        API server writes onto the pod together with the node (uid as a precondition; one Binding
+        per pod). No database on this path: the ledger mirrors the bound pods from the watch. A
+        Binding that fails forgets the assumption only while this attempt alone relies on it and
+        the pod is not bound here."""
         if not isinstance(body, dict):
             return {"Error": "tmc: the bind body is not a JSON object"}
         try:
@@ -380,8 +347,7 @@ class Extender:
             return {"Error": f"tmc: pod {namespace}/{name} is not the pod {uid}"}
         bound_to = (pod.get("spec") or {}).get("nodeName")
         if bound_to == node:
-            # A retry of a bind that succeeded: nothing to change (a lost ledger row is restored
-            # by reconciliation from the pod's annotation).
+            # A retry of a bind that succeeded: nothing to change.
             return {"Error": ""}
         if bound_to:
             return {"Error": f"tmc: pod {namespace}/{name} is already bound to {bound_to}"}
@@ -394,7 +360,7 @@ class Extender:
         if decision is None:
             return {"Error": f"tmc: pod {namespace}/{name} does not request tiered memory"}
 
-        want = ledger.Want(
+        want = Wanted(
             pod_uid=uid,
             namespace=namespace,
             pod_name=name,
@@ -402,27 +368,18 @@ class Extender:
             dram_bytes=decision.dram_bytes,
             slow_bytes=decision.slow_bytes,
             llc_ways=decision.llc_ways,
-            recommendation_id=decision.recommendation_id,
-            slow_ratio=decision.slow_ratio,
         )
         attempt = str(uuid.uuid4())
         started = time.perf_counter()
         try:
-            with unit_of_work(self.sessions) as session:
-                held = ledger.reserve(session, node, want, attempt)
-            self.observe_bind("ledger", time.perf_counter() - started)
-        except ledger.NoRoom as exc:
-            # The cache offered a node the ledger says is full: another replica (or a bind this
-            # cache missed) took it. Reload the cache so that the next filter sees the truth.
-            self._reload_cache()
+            held = self.state.assume(node, want, attempt)
+        except NoRoom as exc:
+            # Filter offered a node that a bind since filled (the cache is the same one): the
+            # scheduler tries the pod again against the cache as it is now.
             return {"Error": f"tmc: {exc}"}
-        except (ledger.HeldElsewhere, IntegrityError):
-            # A concurrent bind of the same pod to another node holds (or just took) its row.
+        except HeldElsewhere:
             return {"Error": f"tmc: pod {namespace}/{name} is being bound by another attempt"}
-        except SQLAlchemyError as exc:
-            log.warning("bind %s/%s: ledger unavailable: %s", namespace, name, exc)
-            return {"Error": "tmc: the ledger is unavailable; retry"}
-        self.state.hold(held)
+        self.observe_bind("assume", time.perf_counter() - started)
         try:
             placement = placement_of(decision, held).to_annotations()
             started = time.perf_counter()
@@ -431,9 +388,10 @@ class Extender:
         except Exception as exc:
             if self._bound_here(namespace, name, uid, node):
                 return {"Error": ""}  # a concurrent attempt bound it: the same outcome
-            self._undo(uid, node, attempt)
+            self.state.forget(uid, node, attempt)
             log.warning("bind %s/%s to %s failed: %s", namespace, name, node, exc)
             return {"Error": f"tmc: binding {namespace}/{name} to {node} failed: {_short(exc)}"}
+        self.state.confirm(uid)
         return {"Error": ""}
 
     def _bound_here(self, namespace: str, name: str, uid: str, node: str) -> bool:
@@ -443,33 +401,6 @@ class Extender:
             return False
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         return str(meta.get("uid") or "") == uid and spec.get("nodeName") == node
-
-    def _reload_cache(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._reloaded_at < RELOAD_INTERVAL_SECONDS:
-                return
-            self._reloaded_at = now
-        try:
-            with unit_of_work(self.sessions) as session:
-                loaded = ledger.load(session)
-        except SQLAlchemyError as exc:
-            log.warning("cannot reload the cache from the ledger: %s", exc)
-            return
-        self.state.replace_all(*loaded)
-
-    def _undo(self, uid: str, node: str, attempt: str) -> None:
-        for retry in range(3):
-            try:
-                with unit_of_work(self.sessions) as session:
-                    released = ledger.release(session, uid, node, attempt)
-                if released:
-                    self.state.release(uid)
-                return
-            except SQLAlchemyError:
-                time.sleep(0.1 * (retry + 1))
-        # The next reconciliation releases it: its pod is not bound.
-        log.error("could not release the reservation of %s; reconciliation will", uid)
 
 
 @functools.lru_cache(maxsize=256)

@@ -132,7 +132,7 @@ def extender(sessions: sessionmaker[Session], cluster: RecordingCluster) -> Exte
     state = ClusterState()
     register(sessions, state)
     recommender = Recommender(sessions, state.utilization, ttl_seconds=60)
-    return Extender(state, recommender, sessions, cluster)
+    return Extender(state, recommender, cluster)
 
 
 def upload_example(sessions: sessionmaker[Session], name: str) -> None:
