@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from ledger import nodes as ledger_nodes
@@ -259,6 +260,10 @@ class Feeder:
         if listing is not None:
             self._write_listing(*listing)
         if self._stale:
+            # Ask the database first: while it is down, a listing of every pod each retry would
+            # load the API server for nothing.
+            with unit_of_work(self.sessions) as session:
+                session.execute(text("SELECT 1"))
             self.mirror_all()
             return
         with self._mirror_lock:
