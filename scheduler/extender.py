@@ -29,7 +29,7 @@ from model.node_contract import PlacedConfiguration, Placement
 from scheduler.decisions import Decision, DecisionPending, Recommender
 from scheduler.kube import Cluster
 from scheduler.nodelist import NameTable, NodeNames, padded_table, split_head, split_request
-from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, read_pod
+from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, PodBook, read_pod
 from scheduler.state import ClusterState, HeldElsewhere, NoRoom, Wanted
 
 log = logging.getLogger("tmc.scheduler.extender")
@@ -110,8 +110,10 @@ class Extender:
         recommender: Recommender,
         cluster: Cluster,
         opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE,
+        pods: PodBook | None = None,
     ) -> None:
         self.state = state
+        self.pods = pods
         self.recommender = recommender
         self.cluster = cluster
         self.opt_in_resource = opt_in_resource
@@ -337,10 +339,12 @@ class Extender:
         with self._lock:
             self._decisions.pop(uid, None)  # what filter saw is not what bind trusts
         started = time.perf_counter()
-        try:
-            pod = self.cluster.get_pod(namespace, name)
-        except Exception as exc:
-            return {"Error": f"tmc: cannot read pod {namespace}/{name}: {_short(exc)}"}
+        pod = self._watched_pod(namespace, name, uid)
+        if pod is None:
+            try:
+                pod = self.cluster.get_pod(namespace, name)
+            except Exception as exc:
+                return {"Error": f"tmc: cannot read pod {namespace}/{name}: {_short(exc)}"}
         self.observe_bind("read_pod", time.perf_counter() - started)
         meta = pod.get("metadata") or {}
         if str(meta.get("uid") or "") != uid:
@@ -393,6 +397,18 @@ class Extender:
             return {"Error": f"tmc: binding {namespace}/{name} to {node} failed: {_short(exc)}"}
         self.state.confirm(uid)
         return {"Error": ""}
+
+    def _watched_pod(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        """The pod as the feeder's watch has it (the API server's copy, as recent as its last
+        event), when that is the pod named: pending, or bound with the node it is bound to. A
+        pod the watch shows pending may have been bound since: its Binding then fails and bind
+        reads the API server (`_bound_here`)."""
+        seen = self.pods.get(namespace, name) if self.pods is not None else None
+        if seen is None or seen.uid != uid:
+            return None
+        if seen.node is not None:
+            return {"metadata": {"uid": uid}, "spec": {"nodeName": seen.node}}
+        return seen.pod
 
     def _bound_here(self, namespace: str, name: str, uid: str, node: str) -> bool:
         try:

@@ -40,7 +40,7 @@ from model import node_contract as contract
 from model.node_contract import PLACEMENT_ANNOTATION
 from scheduler.decisions import Recommender
 from scheduler.kube import KubeCluster
-from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, parse_quantity, read_pod
+from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, PodBook, parse_quantity, read_pod
 from scheduler.state import ClusterState
 from store.db import unit_of_work
 
@@ -150,9 +150,11 @@ class Feeder:
         resync_seconds: float = 300.0,
         watch_timeout_seconds: int = 240,
         mirror_retry_seconds: float = 2.0,
+        pods: PodBook | None = None,
     ) -> None:
         """`state`: the extender's cache to keep (None: none). `sessions`: the ledger's database
-        to mirror into (None: no mirror, as in an extender beside a mirror of its own)."""
+        to mirror into (None: no mirror, as in an extender beside a mirror of its own). `pods`:
+        the opted-in pods, kept for bind (None: none)."""
         self.cluster = cluster
         self.sessions = sessions
         self.state = state
@@ -161,6 +163,7 @@ class Feeder:
         self.resync_seconds = resync_seconds
         self.watch_timeout_seconds = watch_timeout_seconds
         self.mirror_retry_seconds = mirror_retry_seconds
+        self.pods = pods
         self.synced = threading.Event()
         self.mirror_synced = threading.Event()  # set once the mirror equals a listing
         self._stop = threading.Event()
@@ -206,6 +209,8 @@ class Feeder:
                     listed_at=listed_at,
                 )
             self._seen = {c.name: (c, b) for c, b in caps}
+            if self.pods is not None:
+                self.pods.replace_all([p for p in pods if self._opted_in(p) and not _terminal(p)])
             if self.sessions is not None:
                 with self._changes_lock:
                     # The listing covers every change queued before it.
@@ -397,13 +402,23 @@ class Feeder:
         self._seen[name] = found
         self._queue_node(name, found)
 
+    def _opted_in(self, pod: dict[str, Any]) -> bool:
+        try:
+            return read_pod(pod, self.opt_in_resource).opted_in
+        except BadPod:
+            return False
+
     def on_pod(self, event: str, pod: dict[str, Any]) -> None:
         uid = str((pod.get("metadata") or {}).get("uid", ""))
         if event == "DELETED" or _terminal(pod):
             if self.state is not None:
                 self.state.release(uid)
+            if self.pods is not None:
+                self.pods.drop(pod)
             self._queue_pod(uid, None)
             return
+        if self.pods is not None and self._opted_in(pod):
+            self.pods.put(pod)
         if (pod.get("spec") or {}).get("nodeName"):
             # Bound: its placement annotation says what it holds, whoever bound it, and it
             # replaces what this cache assumed for it.
