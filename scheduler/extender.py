@@ -40,9 +40,11 @@ KEPT_LISTS = 16  # filter answers kept for prioritize (each ~16 bytes a node)
 @dataclass(frozen=True)
 class KeptNodes:
     """What filter answered for a pod, for its prioritize: the names and their cache slots,
-    valid while the cache's node set (its name table) is the same."""
+    valid while the cache's node set (its name table) is the same, and the decision they were
+    judged for."""
 
     names: NodeNames
+    decision: Decision
     positions: npt.NDArray[np.int64]
     table: NameTable
 
@@ -117,8 +119,6 @@ class Extender:
         self.recommender = recommender
         self.cluster = cluster
         self.opt_in_resource = opt_in_resource
-        # What filter decided for a pod, for its bind (which names the pod only).
-        self._decisions: OrderedDict[str, Decision] = OrderedDict()
         self._lock = threading.Lock()
         # Where binds spend their time (the server's /metrics); a no-op without a server.
         self.observe_bind: Callable[[str, float], None] = lambda _phase, _seconds: None
@@ -130,13 +130,7 @@ class Extender:
         ask = read_pod(pod, self.opt_in_resource)
         if not ask.opted_in:
             return None, ask.uid
-        decision = self.recommender.decide(ask)
-        with self._lock:
-            self._decisions[ask.uid] = decision
-            self._decisions.move_to_end(ask.uid)
-            while len(self._decisions) > 50_000:
-                self._decisions.popitem(last=False)
-        return decision, ask.uid
+        return self.recommender.decide(ask), ask.uid
 
     def filter(self, body: object) -> dict[str, Any]:
         try:
@@ -235,7 +229,7 @@ class Extender:
             error = f"tmc: no node has room for this pod now ({listed}); retrying"
             return _names_answer(b"[]", full_json, never_json, error)
         kept = names.subset(fits)
-        self._remember_kept(uid, KeptNodes(kept, positions[fits], table))
+        self._remember_kept(uid, KeptNodes(kept, decision, positions[fits], table))
         return _names_answer(kept.listed.tobytes(), full_json, never_json, "")
 
     def _remember_kept(self, uid: str, kept: KeptNodes) -> None:
@@ -263,14 +257,20 @@ class Extender:
         if cut is None or not isinstance(pod, dict):  # the full path also words any error
             self.observe_node_list("parsed")
             return self.prioritize_json(orjson.loads(raw))
-        try:
-            decision, uid = self._decide(pod)
-        except (BadPod, DecisionPending):
-            decision, uid = None, ""
-        kept = self._kept_for(uid, cut[1]) if decision is not None else None
-        if decision is not None and kept is not None:  # filter's answer, already checked
+        meta = pod.get("metadata")
+        kept = (
+            self._kept_for(str(meta.get("uid") or ""), cut[1]) if isinstance(meta, dict) else None
+        )
+        if kept is not None:
+            # The nodes filter kept for this pod in this scheduling cycle, and its decision:
+            # neither the pod nor the names are read again.
             self.observe_node_list("bytes")
-            return kept.names.priorities_json(self.state.scores_at(kept.positions, decision.ask()))
+            scores = self.state.scores_at(kept.positions, kept.decision.ask())
+            return kept.names.priorities_json(scores)
+        try:
+            decision = self._decide(pod)[0]
+        except (BadPod, DecisionPending):
+            decision = None
         names = NodeNames.parse(cut[1])
         if names is None:
             self.observe_node_list("parsed")
@@ -336,8 +336,6 @@ class Extender:
             return {"Error": f"tmc: bind request without {exc.args[0]}"}
         except ValueError as exc:
             return {"Error": f"tmc: {exc}"}
-        with self._lock:
-            self._decisions.pop(uid, None)  # what filter saw is not what bind trusts
         started = time.perf_counter()
         pod = self._watched_pod(namespace, name, uid)
         if pod is None:
@@ -356,9 +354,8 @@ class Extender:
         if bound_to:
             return {"Error": f"tmc: pod {namespace}/{name} is already bound to {bound_to}"}
         try:
+            # From the API server's copy of the pod, never a filter's.
             decision, _ = self._decide(pod)
-            with self._lock:
-                self._decisions.pop(uid, None)
         except (BadPod, DecisionPending) as exc:
             return {"Error": f"tmc: {exc}"}
         if decision is None:

@@ -3,6 +3,7 @@ they name, retries and races that lose nothing, and quantities that cannot stall
 
 from __future__ import annotations
 
+import copy
 import http.client
 import json
 import ssl
@@ -20,10 +21,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from ledger import nodes as ledger_nodes
 from ledger import store as ledger
 from ledger.types import Held, NodeCapacity
-from model.node_contract import LLC_MASK_ANNOTATION
+from model.node_contract import LLC_MASK_ANNOTATION, PLACEMENT_ANNOTATION
 from model.resources import GIB
 from scheduler.decisions import Recommender
 from scheduler.extender import Extender
+from scheduler.pods import PodBook
 from scheduler.server import ExtenderServer, client_tls_context
 from scheduler.state import ClusterState
 from store.db import make_session_factory, unit_of_work
@@ -31,6 +33,7 @@ from tests.fixtures.database import empty_tables
 from tests.scheduler.conftest import RecordingCluster, register, upload_example, wire
 from tests.scheduler.controlplane import openssl
 from tests.scheduler.test_extender_wire import opted_in
+from tests.services import PostgresServer, wait_until
 
 
 def bind_body(name: str, uid: str, node: str) -> dict[str, str]:
@@ -202,6 +205,36 @@ def test_a_forged_filter_cannot_rewrite_a_running_pods_reservation(
     extender.filter(forged)
     assert extender.bind(bind_body("a", "uid-a", "node-1")) == {"Error": ""}
     assert [(r.node, r.llc_mask, r.dram_bytes) for r in holding(extender)] == before
+
+
+def test_bind_reads_the_watchs_copy_and_the_api_server_when_that_is_not_the_pod(
+    extender: Extender, cluster: RecordingCluster
+) -> None:
+    book = PodBook()
+    extender.pods = book
+    filtered(extender, cluster, "uid-a", "a")
+    book.put(cluster.pods["default/a"])  # the watch has seen it, pending
+    assert extender.bind(bind_body("a", "uid-a", "node-1")) == {"Error": ""}
+    assert cluster.reads == 0 and cluster.bound[-1] == ("default", "a", "uid-a", "node-1")
+    # Re-created under the same name: the watch's copy is another pod, so the API server is asked.
+    stale = copy.deepcopy(cluster.pods["default/a"])
+    stale["metadata"]["uid"] = "uid-old"
+    stale["spec"].pop("nodeName")
+    book.put(stale)
+    assert "already bound to node-1" in extender.bind(bind_body("a", "uid-a", "node-4"))["Error"]
+    assert cluster.reads == 1
+    # The watch still shows a pod pending that another attempt has bound: its Binding is refused,
+    # and the API server says the pod is bound where this attempt wanted it.
+    filtered(extender, cluster, "uid-b", "b")
+    book.put(cluster.pods["default/b"])
+    cluster.pods["default/b"]["spec"]["nodeName"] = "node-4"
+    assert extender.bind(bind_body("b", "uid-b", "node-4")) == {"Error": ""}
+    assert [b[1] for b in cluster.bound] == ["a"]
+    # A pod the watch shows bound elsewhere is refused without a read.
+    book.put(cluster.pods["default/b"])
+    reads = cluster.reads
+    assert "already bound to node-4" in extender.bind(bind_body("b", "uid-b", "node-1"))["Error"]
+    assert cluster.reads == reads
 
 
 @pytest.mark.parametrize(
@@ -422,6 +455,36 @@ def test_a_recommendation_that_cannot_be_computed_in_time_is_an_error_not_a_hang
             break
         time.sleep(0.1)
     assert answer["Error"] == "" and answer["NodeNames"]
+
+
+def test_a_known_decision_is_used_stale_while_the_database_is_down(
+    sessions: sessionmaker[Session], cluster: RecordingCluster, postgres: PostgresServer
+) -> None:
+    """Placement touches no database: with PostgreSQL stopped, a workload decided before is
+    filtered, scored and bound with its last recommendation (stale, never the fallback)."""
+    upload_example(sessions, "graph500")
+    state = ClusterState()
+    register(sessions, state)
+    recommender = Recommender(sessions, state.utilization, ttl_seconds=0.2)
+    extender = Extender(state, recommender, cluster)
+    first = opted_in(wire("filter-nodenames.request.json"), "graph500", "uid-1", "p1")
+    cluster.add(first["Pod"])
+    wait_until(lambda: extender.filter(first)["Error"] == "", 10, "the first recommendation")
+    assert extender.bind(bind_body("p1", "uid-1", "node-1")) == {"Error": ""}
+    decided = json.loads(cluster.annotations["default/p1"][PLACEMENT_ANNOTATION] or "")
+    postgres.stop()
+    try:
+        time.sleep(0.5)  # past the TTL: every decide now also tries a refresh, which fails
+        second = opted_in(wire("filter-nodenames.request.json"), "graph500", "uid-2", "p2")
+        cluster.add(second["Pod"])
+        answer = extender.filter(second)
+        assert answer["Error"] == "" and answer["NodeNames"]
+        assert extender.bind(bind_body("p2", "uid-2", answer["NodeNames"][0])) == {"Error": ""}
+    finally:
+        postgres.start()
+    placement = json.loads(cluster.annotations["default/p2"][PLACEMENT_ANNOTATION] or "")
+    assert placement["fallback"] is None
+    assert placement["recommendation_id"] == decided["recommendation_id"]
 
 
 # --- a bounded fuzz of the verbs over HTTP -------------------------------------------------------
