@@ -170,6 +170,8 @@ class Feeder:
         self._rv: dict[str, str] = {}
         self._sync_lock = threading.Lock()
         self._seen: dict[str, tuple[NodeCapacity, int | None]] = {}
+        # Per bound pod: the node and placement annotation last read from its events.
+        self._placed_seen: dict[str, tuple[str, str | None]] = {}
         # The mirror: writes waiting, a listing to write in full, and what the ledger holds.
         self._mirror_lock = threading.Lock()  # one writer at a time
         self._changes_lock = threading.Lock()
@@ -217,6 +219,7 @@ class Feeder:
                     self._changes = _Changes()
                     self._listing = (caps, bound)
                 self._wake.set()
+            self._placed_seen = {}  # the next event of each bound pod is read again
             if self.recommender is not None:
                 for pod in pods:
                     if not (pod.get("spec") or {}).get("nodeName"):
@@ -409,27 +412,43 @@ class Feeder:
             return False
 
     def on_pod(self, event: str, pod: dict[str, Any]) -> None:
-        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid", ""))
         if event == "DELETED" or _terminal(pod):
             if self.state is not None:
                 self.state.release(uid)
             if self.pods is not None:
                 self.pods.drop(pod)
+            self._placed_seen.pop(uid, None)
             self._queue_pod(uid, None)
             return
-        if self.pods is not None and self._opted_in(pod):
-            self.pods.put(pod)
-        if (pod.get("spec") or {}).get("nodeName"):
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
             # Bound: its placement annotation says what it holds, whoever bound it, and it
-            # replaces what this cache assumed for it.
+            # replaces what this cache assumed for it. A bound pod's later events (its status)
+            # carry the same placement: read once.
+            seen = (str(node), (meta.get("annotations") or {}).get(PLACEMENT_ANNOTATION))
+            if seen[1] is None or self._placed_seen.get(uid) == seen:
+                return
             placed = placed_of(pod)
             if placed is None:
                 return
+            self._placed_seen[uid] = seen
+            if self.pods is not None:
+                self.pods.put(pod)
             if self.state is not None and self.state.held(uid) != placed.held:
                 self.state.hold(placed.held)
             self._queue_pod(uid, placed)
             return
-        self._prefetch(pod)
+        try:
+            ask = read_pod(pod, self.opt_in_resource)
+        except BadPod:
+            return
+        if ask.opted_in:
+            if self.pods is not None:
+                self.pods.put(pod)
+            if self.recommender is not None:
+                self.recommender.prefetch(ask)
 
     def _prefetch(self, pod: dict[str, Any]) -> None:
         if self.recommender is None:
