@@ -133,7 +133,7 @@ def run(n_nodes: int, repeats: int) -> None:
         "cheapest",
         Recommended(2, 3 * GIB, 2 * GIB, 0.4, 4, "bench-recommendation", time.monotonic()),
     )
-    extender = Extender(state, recommender, no_db, cluster=None)  # type: ignore[arg-type]
+    extender = Extender(state, recommender, cluster=None)  # type: ignore[arg-type]
     names = state.node_names()
     # As kube-scheduler's Go encoder writes it: compact, the node list last.
     body = orjson.dumps({"Pod": pod(), "Nodes": None, "NodeNames": names})

@@ -1,17 +1,23 @@
 """The tiered-resource ledger: reservations of DRAM, slow memory (node-local or from the node's
 rack pool) and a contiguous run of LLC ways, in the service's database (store.orm's tables).
 
-Every write here runs inside the caller's transaction (store.db.unit_of_work). `reserve` takes row
-locks (SELECT ... FOR UPDATE on PostgreSQL) on the node and, for pooled slow memory, on the rack
-pool, always in that order, then re-reads what is held under the lock: two binds racing for the
-same node, or for the same pool from two nodes, are serialised and neither double-books. SQLite
-(the embedded dev mode) ignores FOR UPDATE but runs one writer at a time.
+The extender places pods from its own cache and the API server (a bound pod's placement
+annotation is the truth); this ledger is the **mirror** of those placements, written from the
+pod watch by `mirror` (a full listing) and `record`/`release` (one event each), and read by the
+dashboard, the planner, the rebalancer and verification runs (`placement_log`). Every write runs
+inside the caller's transaction (store.db.unit_of_work).
+
+`reserve` places by itself, for the embedded demo (no API server): it takes row locks (SELECT ...
+FOR UPDATE on PostgreSQL) on the node and, for pooled slow memory, on the rack pool, always in that
+order, then re-reads what is held under the lock, so that two reservations racing for the same
+node, or for the same pool from two nodes, are serialised and neither double-books. SQLite ignores
+FOR UPDATE but runs one writer at a time.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -21,8 +27,8 @@ from sqlalchemy.orm import Session
 from ledger.types import Held, NodeCapacity
 from ledger.utilization import Totals, utilization_of
 from model import Utilization
-from model.packing import best_fit_run, free_runs, is_contiguous, run_mask
-from store.orm import Node, PlacementRecord, RackPool, Reservation, utcnow
+from model.packing import best_fit_run, free_runs, run_mask
+from store.orm import Node, PlacementRecord, RackPool, RecommendationRow, Reservation, utcnow
 
 log = logging.getLogger("tmc.ledger")
 
@@ -158,12 +164,7 @@ def reserve(session: Session, node_name: str, want: Want, attempt: str) -> Held:
     used = 0
     for r in held:
         used |= r.llc_mask
-    if want.llc_ways is None:  # fallback: every way of the longest free run
-        runs = free_runs(used, node.llc_ways)
-        start, length = max(runs, key=lambda run: (run[1], -run[0]), default=(0, 0))
-        mask = run_mask(start, length) if length else None
-    else:
-        mask = best_fit_run(used, node.llc_ways, want.llc_ways)
+    mask = choose_ways(used, node.llc_ways, want.llc_ways)
     if mask is None:
         raise NoRoom(f"node {node_name}: no free run of {want.llc_ways} contiguous LLC ways")
 
@@ -184,6 +185,17 @@ def reserve(session: Session, node_name: str, want: Want, attempt: str) -> Held:
     _log_placement(session, row, want.slow_ratio)
     session.flush()
     return held_of(row)
+
+
+def choose_ways(used: int, ways: int, need: int | None) -> int | None:
+    """The CAT run a new reservation gets on a node whose held ways are `used`: best fit for
+    `need` ways, or, for the fallback (`need` None), every way of the longest free run (the
+    lowest on a tie). None when nothing fits. The one rule for the ledger and the extender."""
+    if need is None:
+        runs = free_runs(used, ways)
+        start, length = max(runs, key=lambda run: (run[1], -run[0]), default=(0, 0))
+        return run_mask(start, length) if length else None
+    return best_fit_run(used, ways, need)
 
 
 # No bind takes this long (kube-scheduler gives an extender verb 5 s): a younger reservation of an
@@ -241,102 +253,128 @@ def release(
 
 
 @dataclass(frozen=True)
-class LivePod:
-    """A pod as the API server has it now, for reconciliation."""
+class Placed:
+    """A bound pod's placement, as its annotation says: what it holds, and for the placement log
+    the decision it came from."""
 
-    uid: str
-    namespace: str
-    name: str
-    node: str | None
-    terminal: bool
-    placement: Held | None  # what its annotation says bind gave it, if it has one
+    held: Held
+    recommendation_id: str | None
+    slow_ratio: float
 
 
 @dataclass
-class Reconciled:
-    released: list[str] = field(default_factory=list)  # reservations without a live pod: leaks
-    restored: list[str] = field(default_factory=list)  # bound pods whose reservation was missing
-    # Restored on other ways of the same node because theirs overlap another reservation: uid ->
-    # the new mask, which the caller writes back to the pod for its agent to apply.
-    moved: dict[str, int] = field(default_factory=dict)
-    conflicts: list[str] = field(default_factory=list)  # could not be restored at all
+class Mirrored:
+    recorded: list[str] = field(default_factory=list)  # rows written (new or changed)
+    released: list[str] = field(default_factory=list)  # rows of pods no longer bound
+    # Bound pods on a node the ledger does not have (not a tmc node by its annotations).
+    skipped: list[str] = field(default_factory=list)
 
 
-# A reservation of a pod that is still pending may be a bind in flight; past this age it is a
-# bind that died between the commit and the Binding.
-PENDING_GRACE = timedelta(seconds=60)
+def _same(row: Reservation, h: Held) -> bool:
+    return (
+        row.node_name == h.node
+        and row.vcpus == h.vcpus
+        and row.dram_bytes == h.dram_bytes
+        and row.slow_bytes == h.slow_bytes
+        and row.slow_from_pool == h.slow_from_pool
+        and row.llc_mask == h.llc_mask
+    )
 
 
-def reconcile(session: Session, live: Mapping[str, LivePod]) -> Reconciled:
-    """Bring the ledger in line with the API server's pods (the truth for who exists and where):
-    release what no live pod holds, restore what a bound pod was given but the ledger lost."""
-    out = Reconciled()
-    now = utcnow()
-    rows = session.scalars(select(Reservation).with_for_update()).all()
-    by_uid = {r.pod_uid: r for r in rows}
-    for row in rows:
-        pod = live.get(row.pod_uid)
-        stale_pending = (
-            pod is not None and pod.node is None and now - row.created_at > PENDING_GRACE
-        )
-        if pod is None or pod.terminal or stale_pending or (pod.node not in (None, row.node_name)):
-            session.delete(row)
-            out.released.append(row.pod_uid)
-    session.flush()
-    for pod in live.values():
-        h = pod.placement
-        if pod.terminal or pod.node is None or h is None or pod.uid in by_uid:
-            continue
-        if h.node != pod.node or not is_contiguous(h.llc_mask):
-            out.conflicts.append(pod.uid)
-            continue
-        node = session.scalars(
-            select(Node).where(Node.name == h.node).with_for_update()
-        ).one_or_none()
-        if node is None:
-            out.conflicts.append(pod.uid)
-            continue
-        used = 0
-        for r in session.scalars(select(Reservation).where(Reservation.node_name == h.node)):
-            used |= r.llc_mask
-        mask = h.llc_mask
-        if used & mask:
-            # Its ways went to another pod meanwhile: give it a free run of the same width on
-            # its node rather than leave two pods sharing ways.
-            fresh = best_fit_run(used, node.llc_ways, mask.bit_count())
-            if fresh is None:
-                out.conflicts.append(pod.uid)
-                continue
-            mask = fresh
-            out.moved[pod.uid] = fresh
-        session.add(
-            Reservation(
-                pod_uid=pod.uid,
-                namespace=pod.namespace,
-                pod_name=pod.name,
-                node_name=h.node,
-                vcpus=h.vcpus,
-                dram_bytes=h.dram_bytes,
-                slow_bytes=h.slow_bytes,
-                slow_from_pool=h.slow_from_pool,
-                llc_mask=mask,
-            )
-        )
+def _known_decisions(session: Session, placed: Iterable[Placed]) -> set[str]:
+    ids = {p.recommendation_id for p in placed if p.recommendation_id}
+    if not ids:
+        return set()
+    return set(session.scalars(select(RecommendationRow.id).where(RecommendationRow.id.in_(ids))))
+
+
+def _write(session: Session, found: Reservation | None, p: Placed, known: set[str]) -> None:
+    h = p.held
+    if found is not None:
+        session.delete(found)
         session.flush()
-        out.restored.append(pod.uid)
-    if out.released or out.restored or out.conflicts:
+    rid = p.recommendation_id if p.recommendation_id in known else None
+    row = Reservation(
+        pod_uid=h.pod_uid,
+        namespace=h.namespace,
+        pod_name=h.pod_name,
+        node_name=h.node,
+        vcpus=h.vcpus,
+        dram_bytes=h.dram_bytes,
+        slow_bytes=h.slow_bytes,
+        slow_from_pool=h.slow_from_pool,
+        llc_mask=h.llc_mask,
+        recommendation_id=rid,
+    )
+    session.add(row)
+    _log_placement(session, row, p.slow_ratio)
+
+
+def record(session: Session, placed: Iterable[Placed]) -> Mirrored:
+    """Mirror bound pods' placements (watch events): each pod's row made equal to what its
+    annotation says, and its placement logged. A pod on a node the ledger does not have is
+    skipped (the node's registration comes first in the feeder's order)."""
+    out = Mirrored()
+    placed = list(placed)
+    known = _known_decisions(session, placed)
+    nodes = set(
+        session.scalars(select(Node.name).where(Node.name.in_({p.held.node for p in placed})))
+    )
+    for p in placed:
+        found = session.scalars(
+            select(Reservation).where(Reservation.pod_uid == p.held.pod_uid)
+        ).one_or_none()
+        if found is not None and _same(found, p.held):
+            continue
+        if p.held.node not in nodes:
+            out.skipped.append(p.held.pod_uid)
+            continue
+        _write(session, found, p, known)
+        out.recorded.append(p.held.pod_uid)
+    session.flush()
+    return out
+
+
+def mirror(session: Session, bound: Mapping[str, Placed]) -> Mirrored:
+    """Make the reservations exactly the bound pods' placements (a full listing of the API
+    server): rows of pods no longer bound go, missing or different rows are written. What the
+    API server says is recorded as it is; the extender, not the mirror, decides placements."""
+    out = Mirrored()
+    rows = {r.pod_uid: r for r in session.scalars(select(Reservation))}
+    for uid, row in rows.items():
+        if uid not in bound:
+            session.delete(row)
+            out.released.append(uid)
+    session.flush()
+    known = _known_decisions(session, bound.values())
+    nodes = set(session.scalars(select(Node.name)))
+    for uid, p in bound.items():
+        found = rows.get(uid)
+        if found is not None and _same(found, p.held):
+            continue
+        if p.held.node not in nodes:
+            out.skipped.append(uid)
+            continue
+        _write(session, found, p, known)
+        out.recorded.append(uid)
+    session.flush()
+    if out.recorded or out.released or out.skipped:
         log.info(
-            "reconciled: released %d, restored %d (%d on other ways), conflicts %d",
+            "mirrored the bound pods: %d written, %d released, %d on unknown nodes",
+            len(out.recorded),
             len(out.released),
-            len(out.restored),
-            len(out.moved),
-            len(out.conflicts),
-        )
-    for uid in out.conflicts:
-        log.error(
-            "pod %s holds ways or memory the ledger cannot give it; it needs rescheduling", uid
+            len(out.skipped),
         )
     return out
+
+
+def forget(session: Session, pod_uids: Iterable[str]) -> int:
+    """Drop the rows of pods that are gone or finished (watch events); how many there were."""
+    uids = list(pod_uids)
+    if not uids:
+        return 0
+    result = session.execute(delete(Reservation).where(Reservation.pod_uid.in_(uids)))
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 def totals(session: Session) -> Totals:

@@ -1,13 +1,15 @@
-"""`python -m scheduler`: the extender, its feeder and its HTTP server in one process.
+"""`python -m scheduler`: the extender, its feeder and its HTTP server in one process; with
+`--mirror-only`, the feeder alone, mirroring the bound pods into the ledger's tables.
 
-Start-up order: load the ledger into the cache, list and reconcile against the API server, start
-the watches, then serve (/readyz says "ready" once the first sync is done)."""
+Start-up order: list the API server and build the cache from it (no database needed), start the
+watches and the mirror, then serve (/readyz says "ready" once the first listing is in)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import signal
+import sys
 import threading
 from importlib import metadata
 
@@ -18,6 +20,7 @@ from scheduler.decisions import Recommender
 from scheduler.extender import Extender
 from scheduler.feeder import Feeder
 from scheduler.kube import KubeCluster, api_client
+from scheduler.pods import PodBook
 from scheduler.server import ExtenderServer, client_tls_context
 from scheduler.settings import ExtenderSettings
 from scheduler.state import ClusterState
@@ -30,7 +33,18 @@ def parse_args() -> argparse.Namespace:
     settings = "\n".join(
         f"  TMC_{name.upper():<36} default {field.get_default(call_default_factory=True)!r}"
         for name, field in ExtenderSettings.model_fields.items()
-        if name.startswith(("extender_", "opt_in", "kubeconfig", "decision", "database", "db_"))
+        if name.startswith(
+            (
+                "extender_",
+                "opt_in",
+                "kubeconfig",
+                "decision",
+                "database",
+                "db_",
+                "ledger_",
+                "mirror",
+            )
+        )
     )
     parser = argparse.ArgumentParser(
         prog="python -m scheduler",
@@ -39,6 +53,12 @@ def parse_args() -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"tmc {_version()}")
+    parser.add_argument(
+        "--mirror-only",
+        action="store_true",
+        help="serve no verbs: only mirror the bound pods into the ledger (and /healthz, /readyz, "
+        "/metrics)",
+    )
     return parser.parse_args()
 
 
@@ -49,8 +69,16 @@ def _version() -> str:
         return "unknown"
 
 
+# How long a thread may hold the interpreter lock while another waits for it (CPython's default
+# is 5 ms). The verbs are short and mostly wait on sockets; each time one wakes from a send or a
+# receive it needs the lock back, and behind a bind or a watch event being decoded it would wait
+# up to the whole interval, several times per verb, in kube-scheduler's one scheduling loop.
+SWITCH_INTERVAL_SECONDS = 0.0005
+
+
 def main() -> None:
-    parse_args()
+    args = parse_args()
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         settings = ExtenderSettings()
@@ -75,14 +103,6 @@ def main() -> None:
             "(the chart does), or TMC_EXTENDER_INSECURE_HTTP=true on purpose"
         )
     sessions = make_session_factory(make_engine(settings))
-    state = ClusterState()
-    recommender = Recommender(
-        sessions,
-        state.utilization,
-        ttl_seconds=settings.recommendation_ttl_seconds,
-        threshold=settings.default_threshold,
-        budget_seconds=settings.decision_budget_seconds,
-    )
     try:
         cluster = KubeCluster(api_client(settings.kubeconfig))
     except (config.ConfigException, OSError) as exc:
@@ -90,22 +110,44 @@ def main() -> None:
             f"tmc extender: no Kubernetes API to talk to ({exc}); run it in a pod with its "
             "service account, or set TMC_KUBECONFIG"
         ) from None
-    extender = Extender(state, recommender, sessions, cluster, settings.opt_in_resource)
-    feeder = Feeder(
-        cluster,
-        sessions,
-        state,
-        recommender,
-        opt_in_resource=settings.opt_in_resource,
-        resync_seconds=settings.resync_seconds,
-        watch_timeout_seconds=settings.watch_timeout_seconds,
-    )
-    report = feeder.sync()
+    mirror = sessions if settings.ledger_mirror or args.mirror_only else None
+    extender: Extender | None = None
+    if args.mirror_only:
+        feeder = Feeder(
+            cluster,
+            mirror,
+            resync_seconds=settings.resync_seconds,
+            watch_timeout_seconds=settings.watch_timeout_seconds,
+            mirror_retry_seconds=settings.mirror_retry_seconds,
+        )
+    else:
+        state = ClusterState()
+        recommender = Recommender(
+            sessions,
+            state.utilization,
+            ttl_seconds=settings.recommendation_ttl_seconds,
+            threshold=settings.default_threshold,
+            budget_seconds=settings.decision_budget_seconds,
+        )
+        pods = PodBook()
+        extender = Extender(state, recommender, cluster, settings.opt_in_resource, pods)
+        feeder = Feeder(
+            cluster,
+            mirror,
+            state,
+            recommender,
+            opt_in_resource=settings.opt_in_resource,
+            resync_seconds=settings.resync_seconds,
+            watch_timeout_seconds=settings.watch_timeout_seconds,
+            mirror_retry_seconds=settings.mirror_retry_seconds,
+            pods=pods,
+        )
+    synced = feeder.sync()
     log.info(
-        "ledger reconciled at start: released %s, restored %s, conflicts %s",
-        report.released,
-        report.restored,
-        report.conflicts,
+        "listed the API server at start: %d tmc nodes, %d bound pods; ledger mirror %s",
+        synced.nodes,
+        synced.bound,
+        "on" if mirror is not None else "off",
     )
     feeder.start()
     server = ExtenderServer(
@@ -122,7 +164,8 @@ def main() -> None:
         signal.signal(sig, lambda *_: stop.set())
     server.serve_in_thread()
     log.info(
-        "extender listening on %s://%s:%d%s",
+        "%s listening on %s://%s:%d%s",
+        "mirror" if extender is None else "extender",
         "https" if tls else "http",
         settings.extender_host,
         server.port,

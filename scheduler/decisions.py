@@ -2,16 +2,22 @@
 against the cluster's live utilization, or the documented fallback.
 
 The recommendation is computed **in-process** through the service's one typed entry point for
-the scheduler (`api.decisions.DecisionService`), not over HTTP: the extender already has the
-database (the ledger lives there), so the API service being down does not stop placement, there
-is no token to manage and no extra hop, while every decision is still written to the same
-decision log (`/v1/recommendations/{id}`) that the pod's annotation points to.
+the scheduler (`api.decisions.DecisionService`), not over HTTP: the API service being down does
+not stop placement, there is no token to manage and no extra hop, while every decision is still
+written to the same decision log (`/v1/recommendations/{id}`) that the pod's annotation points
+to.
 
-Utilization is the extender's own live ledger cache (what the next bind will change), passed
+Utilization is the extender's own live cache (what the next bind will change), passed
 explicitly: fresher than the periodic Redis snapshot. Recommendations are cached per (workload,
 objective) for `ttl` seconds and refreshed in the background after that, and the feeder asks for
-them as soon as it sees a pending pod, so filter rarely computes one itself; when it must (the
-first pod of a workload), it costs one database transaction of a few milliseconds.
+them as soon as it sees a pending pod, so the verbs read the cache and never wait on the
+database in the steady state; only the first pod of a workload waits for one transaction (within
+`budget_seconds`).
+
+**Stale is better than the fallback.** When a refresh fails (PostgreSQL down), the cached
+outcome for (workload, objective) stays in use, however old, until a refresh succeeds: the
+workload's last recommendation is a better placement than all-DRAM. A workload never decided
+before cannot be decided while the database is down: its pods are answered an error and retried.
 
 **Fallback** (never a scheduling failure): a pod without a workload annotation, or whose workload
 has no usable profile, or for which no configuration is feasible, gets all of its memory request
@@ -182,6 +188,10 @@ class Recommender:
         def run() -> None:
             try:
                 self._compute(key)
+            except Exception:
+                # Whatever failed, the cached outcome (if any) stays in use: stale is better
+                # than the fallback, and the next refresh tries again.
+                log.exception("recommendation for %s failed", key[0])
             finally:
                 with self._lock:
                     self._refreshing.pop(key, None)

@@ -23,34 +23,28 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import orjson
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
 
-from ledger import store as ledger
 from ledger.types import Held
-from model.node_contract import ContractError, PlacedConfiguration, Placement
+from model.node_contract import PlacedConfiguration, Placement
 from scheduler.decisions import Decision, DecisionPending, Recommender
 from scheduler.kube import Cluster
 from scheduler.nodelist import NameTable, NodeNames, padded_table, split_head, split_request
-from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, read_pod
-from scheduler.state import ClusterState
-from store.db import unit_of_work
+from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, PodBook, read_pod
+from scheduler.state import ClusterState, HeldElsewhere, NoRoom, Wanted
 
 log = logging.getLogger("tmc.scheduler.extender")
 _SCORE_SUFFIX = [f"{score}}}".encode() for score in range(11)]
-# A bind refused by the ledger reloads the cache at most this often.
-RELOAD_INTERVAL_SECONDS = 0.5
-
-
 KEPT_LISTS = 16  # filter answers kept for prioritize (each ~16 bytes a node)
 
 
 @dataclass(frozen=True)
 class KeptNodes:
     """What filter answered for a pod, for its prioritize: the names and their cache slots,
-    valid while the cache's node set (its name table) is the same."""
+    valid while the cache's node set (its name table) is the same, and the decision they were
+    judged for."""
 
     names: NodeNames
+    decision: Decision
     positions: npt.NDArray[np.int64]
     table: NameTable
 
@@ -111,48 +105,21 @@ def placement_of(decision: Decision, held: Held) -> Placement:
     )
 
 
-def held_from_annotation(pod: dict[str, Any]) -> Held | None:
-    """What a pod's placement annotation says it was given (for reconciliation)."""
-    meta = pod.get("metadata") or {}
-    try:
-        p = Placement.from_annotations(meta.get("annotations"))
-    except ContractError as exc:
-        log.warning("pod %s: %s", meta.get("name"), exc)
-        return None
-    if p is None or not meta.get("uid") or not meta.get("name"):
-        return None
-    c = p.configuration
-    return Held(
-        pod_uid=str(meta["uid"]),
-        namespace=str(meta.get("namespace") or "default"),
-        pod_name=str(meta["name"]),
-        node=p.node,
-        vcpus=c.vcpus,
-        dram_bytes=c.dram_bytes,
-        slow_bytes=c.slow_bytes,
-        slow_from_pool=p.slow_from_pool,
-        llc_mask=p.llc_mask_bits,
-    )
-
-
 class Extender:
     def __init__(
         self,
         state: ClusterState,
         recommender: Recommender,
-        sessions: sessionmaker[Session],
         cluster: Cluster,
         opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE,
+        pods: PodBook | None = None,
     ) -> None:
         self.state = state
+        self.pods = pods
         self.recommender = recommender
-        self.sessions = sessions
         self.cluster = cluster
         self.opt_in_resource = opt_in_resource
-        # What filter decided for a pod, for its bind (which names the pod only).
-        self._decisions: OrderedDict[str, Decision] = OrderedDict()
         self._lock = threading.Lock()
-        self._reloaded_at = 0.0
         # Where binds spend their time (the server's /metrics); a no-op without a server.
         self.observe_bind: Callable[[str, float], None] = lambda _phase, _seconds: None
         self.observe_node_list: Callable[[str], None] = lambda _read: None
@@ -163,13 +130,7 @@ class Extender:
         ask = read_pod(pod, self.opt_in_resource)
         if not ask.opted_in:
             return None, ask.uid
-        decision = self.recommender.decide(ask)
-        with self._lock:
-            self._decisions[ask.uid] = decision
-            self._decisions.move_to_end(ask.uid)
-            while len(self._decisions) > 50_000:
-                self._decisions.popitem(last=False)
-        return decision, ask.uid
+        return self.recommender.decide(ask), ask.uid
 
     def filter(self, body: object) -> dict[str, Any]:
         try:
@@ -268,7 +229,7 @@ class Extender:
             error = f"tmc: no node has room for this pod now ({listed}); retrying"
             return _names_answer(b"[]", full_json, never_json, error)
         kept = names.subset(fits)
-        self._remember_kept(uid, KeptNodes(kept, positions[fits], table))
+        self._remember_kept(uid, KeptNodes(kept, decision, positions[fits], table))
         return _names_answer(kept.listed.tobytes(), full_json, never_json, "")
 
     def _remember_kept(self, uid: str, kept: KeptNodes) -> None:
@@ -296,14 +257,20 @@ class Extender:
         if cut is None or not isinstance(pod, dict):  # the full path also words any error
             self.observe_node_list("parsed")
             return self.prioritize_json(orjson.loads(raw))
-        try:
-            decision, uid = self._decide(pod)
-        except (BadPod, DecisionPending):
-            decision, uid = None, ""
-        kept = self._kept_for(uid, cut[1]) if decision is not None else None
-        if decision is not None and kept is not None:  # filter's answer, already checked
+        meta = pod.get("metadata")
+        kept = (
+            self._kept_for(str(meta.get("uid") or ""), cut[1]) if isinstance(meta, dict) else None
+        )
+        if kept is not None:
+            # The nodes filter kept for this pod in this scheduling cycle, and its decision:
+            # neither the pod nor the names are read again.
             self.observe_node_list("bytes")
-            return kept.names.priorities_json(self.state.scores_at(kept.positions, decision.ask()))
+            scores = self.state.scores_at(kept.positions, kept.decision.ask())
+            return kept.names.priorities_json(scores)
+        try:
+            decision = self._decide(pod)[0]
+        except (BadPod, DecisionPending):
+            decision = None
         names = NodeNames.parse(cut[1])
         if names is None:
             self.observe_node_list("parsed")
@@ -350,14 +317,16 @@ class Extender:
     def bind(self, body: object) -> dict[str, Any]:
         """ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node} -> {"Error": ""}.
 
-        The API server is the truth for who the pod is and where it runs: bind reads the pod
-        there, whatever a filter request carried, and touches only the pod named, with that uid,
-        opted in and not yet bound. A pod already bound to the node is a success that changes
-        nothing; one bound elsewhere is an error that changes nothing. Otherwise: reserve in one
-        transaction (row locks: no double booking), then post the Binding with the placement
-        annotations, which the API server writes onto the pod together with the node (uid as a
-        precondition). A Binding that fails releases the reservation only while this attempt
-        still owns it and the pod is not bound here."""
+        The API server is the truth for who the pod is, where it runs and what it holds: bind
+        reads the pod there, whatever a filter request carried, and touches only the pod named,
+        with that uid, opted in and not yet bound. A pod already bound to the node is a success
+        that changes nothing; one bound elsewhere is an error that changes nothing. Otherwise:
+        assume the reservation in the cache (checked and chosen under its lock, so two binds
+        never get the same room), then post the Binding with the placement annotations, which the
+        API server writes onto the pod together with the node (uid as a precondition; one Binding
+        per pod). No database on this path: the ledger mirrors the bound pods from the watch. A
+        Binding that fails forgets the assumption only while this attempt alone relies on it and
+        the pod is not bound here."""
         if not isinstance(body, dict):
             return {"Error": "tmc: the bind body is not a JSON object"}
         try:
@@ -367,34 +336,32 @@ class Extender:
             return {"Error": f"tmc: bind request without {exc.args[0]}"}
         except ValueError as exc:
             return {"Error": f"tmc: {exc}"}
-        with self._lock:
-            self._decisions.pop(uid, None)  # what filter saw is not what bind trusts
         started = time.perf_counter()
-        try:
-            pod = self.cluster.get_pod(namespace, name)
-        except Exception as exc:
-            return {"Error": f"tmc: cannot read pod {namespace}/{name}: {_short(exc)}"}
+        pod = self._watched_pod(namespace, name, uid)
+        if pod is None:
+            try:
+                pod = self.cluster.get_pod(namespace, name)
+            except Exception as exc:
+                return {"Error": f"tmc: cannot read pod {namespace}/{name}: {_short(exc)}"}
         self.observe_bind("read_pod", time.perf_counter() - started)
         meta = pod.get("metadata") or {}
         if str(meta.get("uid") or "") != uid:
             return {"Error": f"tmc: pod {namespace}/{name} is not the pod {uid}"}
         bound_to = (pod.get("spec") or {}).get("nodeName")
         if bound_to == node:
-            # A retry of a bind that succeeded: nothing to change (a lost ledger row is restored
-            # by reconciliation from the pod's annotation).
+            # A retry of a bind that succeeded: nothing to change.
             return {"Error": ""}
         if bound_to:
             return {"Error": f"tmc: pod {namespace}/{name} is already bound to {bound_to}"}
         try:
+            # From the API server's copy of the pod, never a filter's.
             decision, _ = self._decide(pod)
-            with self._lock:
-                self._decisions.pop(uid, None)
         except (BadPod, DecisionPending) as exc:
             return {"Error": f"tmc: {exc}"}
         if decision is None:
             return {"Error": f"tmc: pod {namespace}/{name} does not request tiered memory"}
 
-        want = ledger.Want(
+        want = Wanted(
             pod_uid=uid,
             namespace=namespace,
             pod_name=name,
@@ -402,27 +369,18 @@ class Extender:
             dram_bytes=decision.dram_bytes,
             slow_bytes=decision.slow_bytes,
             llc_ways=decision.llc_ways,
-            recommendation_id=decision.recommendation_id,
-            slow_ratio=decision.slow_ratio,
         )
         attempt = str(uuid.uuid4())
         started = time.perf_counter()
         try:
-            with unit_of_work(self.sessions) as session:
-                held = ledger.reserve(session, node, want, attempt)
-            self.observe_bind("ledger", time.perf_counter() - started)
-        except ledger.NoRoom as exc:
-            # The cache offered a node the ledger says is full: another replica (or a bind this
-            # cache missed) took it. Reload the cache so that the next filter sees the truth.
-            self._reload_cache()
+            held = self.state.assume(node, want, attempt)
+        except NoRoom as exc:
+            # Filter offered a node that a bind since filled (the cache is the same one): the
+            # scheduler tries the pod again against the cache as it is now.
             return {"Error": f"tmc: {exc}"}
-        except (ledger.HeldElsewhere, IntegrityError):
-            # A concurrent bind of the same pod to another node holds (or just took) its row.
+        except HeldElsewhere:
             return {"Error": f"tmc: pod {namespace}/{name} is being bound by another attempt"}
-        except SQLAlchemyError as exc:
-            log.warning("bind %s/%s: ledger unavailable: %s", namespace, name, exc)
-            return {"Error": "tmc: the ledger is unavailable; retry"}
-        self.state.hold(held)
+        self.observe_bind("assume", time.perf_counter() - started)
         try:
             placement = placement_of(decision, held).to_annotations()
             started = time.perf_counter()
@@ -431,10 +389,23 @@ class Extender:
         except Exception as exc:
             if self._bound_here(namespace, name, uid, node):
                 return {"Error": ""}  # a concurrent attempt bound it: the same outcome
-            self._undo(uid, node, attempt)
+            self.state.forget(uid, node, attempt)
             log.warning("bind %s/%s to %s failed: %s", namespace, name, node, exc)
             return {"Error": f"tmc: binding {namespace}/{name} to {node} failed: {_short(exc)}"}
+        self.state.confirm(uid)
         return {"Error": ""}
+
+    def _watched_pod(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        """The pod as the feeder's watch has it (the API server's copy, as recent as its last
+        event), when that is the pod named: pending, or bound with the node it is bound to. A
+        pod the watch shows pending may have been bound since: its Binding then fails and bind
+        reads the API server (`_bound_here`)."""
+        seen = self.pods.get(namespace, name) if self.pods is not None else None
+        if seen is None or seen.uid != uid:
+            return None
+        if seen.node is not None:
+            return {"metadata": {"uid": uid}, "spec": {"nodeName": seen.node}}
+        return seen.pod
 
     def _bound_here(self, namespace: str, name: str, uid: str, node: str) -> bool:
         try:
@@ -443,33 +414,6 @@ class Extender:
             return False
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         return str(meta.get("uid") or "") == uid and spec.get("nodeName") == node
-
-    def _reload_cache(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._reloaded_at < RELOAD_INTERVAL_SECONDS:
-                return
-            self._reloaded_at = now
-        try:
-            with unit_of_work(self.sessions) as session:
-                loaded = ledger.load(session)
-        except SQLAlchemyError as exc:
-            log.warning("cannot reload the cache from the ledger: %s", exc)
-            return
-        self.state.replace_all(*loaded)
-
-    def _undo(self, uid: str, node: str, attempt: str) -> None:
-        for retry in range(3):
-            try:
-                with unit_of_work(self.sessions) as session:
-                    released = ledger.release(session, uid, node, attempt)
-                if released:
-                    self.state.release(uid)
-                return
-            except SQLAlchemyError:
-                time.sleep(0.1 * (retry + 1))
-        # The next reconciliation releases it: its pod is not bound.
-        log.error("could not release the reservation of %s; reconciliation will", uid)
 
 
 @functools.lru_cache(maxsize=256)

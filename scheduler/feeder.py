@@ -1,15 +1,24 @@
-"""The cluster-state feeder: watches nodes and pods and keeps the ledger and the extender's cache
-in step with the API server (the VPA recommender's input -> state split: this is the input).
+"""The cluster-state feeder: watches nodes and pods on the API server, the truth, and keeps two
+copies of what it says (the VPA recommender's input -> state split: this is the input).
 
-* Nodes publish their tiered capacity (the node agent writes it; `node_capacity` reads it):
-  label `tmc.dev/host-kind`; annotations `tmc.dev/dram-bytes`, `tmc.dev/slow-bytes` (node-local,
-  absent or 0 for none), `tmc.dev/llc-ways`, optionally `tmc.dev/cpus` (else allocatable CPU),
-  `tmc.dev/slow-pool` and `tmc.dev/slow-pool-bytes` (the rack pool it draws from, and its size).
-* A deleted or finished pod releases its reservation.
-* A pending opted-in pod warms the recommendation cache before the scheduler asks.
-* `sync` (at start, after a watch breaks, and every `resync_seconds`) lists everything and
-  reconciles the ledger with the live pods: no reservation without a live pod (no leak), and a
-  bound pod whose reservation went missing gets it back from its annotation (no double booking).
+* **The extender's cache** (`scheduler.state.ClusterState`, when given): node capacity, and what
+  every bound pod holds by its placement annotation. Rebuilt from a listing by `sync` (at start,
+  after a watch breaks, and every `resync_seconds`) and kept by the watch events. No database:
+  placement goes on while PostgreSQL is down.
+* **The ledger's mirror** (PostgreSQL, when `sessions` is given): the `nodes`, `reservations` and
+  `placement_log` tables, which the dashboard, the planner, the rebalancer and verification runs
+  read. Written off the placement path, by the feeder's own thread, in batches; when a write
+  fails (the database is down), the mirror is marked stale and rewritten from a fresh listing
+  once the database answers again.
+
+Nodes publish their tiered capacity (the node agent writes it; `node_capacity` reads it): label
+`tmc.dev/host-kind`; annotations `tmc.dev/dram-bytes`, `tmc.dev/slow-bytes` (node-local, absent or
+0 for none), `tmc.dev/llc-ways`, optionally `tmc.dev/cpus` (else allocatable CPU),
+`tmc.dev/slow-pool` and `tmc.dev/slow-pool-bytes` (the rack pool it draws from, and its size).
+A deleted or finished pod releases what it held; a pending opted-in pod warms the recommendation
+cache before the scheduler asks.
+
+The feeder needs no HTTP server and no extender: `Feeder(cluster, sessions)` alone is the mirror.
 """
 
 from __future__ import annotations
@@ -18,19 +27,20 @@ import logging
 import math
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from ledger import nodes as ledger_nodes
 from ledger import store as ledger
-from ledger.types import NodeCapacity
+from ledger.types import Held, NodeCapacity
 from model import node_contract as contract
 from model.node_contract import PLACEMENT_ANNOTATION
 from scheduler.decisions import Recommender
-from scheduler.extender import held_from_annotation
 from scheduler.kube import KubeCluster
-from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, parse_quantity, read_pod
+from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, PodBook, parse_quantity, read_pod
 from scheduler.state import ClusterState
 from store.db import unit_of_work
 
@@ -74,22 +84,77 @@ def node_capacity(node: dict[str, Any]) -> tuple[NodeCapacity, int | None] | Non
     return cap, published.slow_pool_bytes
 
 
+def placed_of(pod: dict[str, Any]) -> ledger.Placed | None:
+    """What a bound, live pod holds by its placement annotation; None for any other pod."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return None
+    node = (pod.get("spec") or {}).get("nodeName")
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    if not node or PLACEMENT_ANNOTATION not in annotations:
+        return None
+    try:
+        p = contract.Placement.from_annotations(annotations)
+    except contract.ContractError as exc:
+        log.warning("pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
+        return None
+    if p is None or not meta.get("uid") or not meta.get("name"):
+        return None
+    if p.node != node:
+        log.error("pod %s is bound to %s but its placement names %s", meta["name"], node, p.node)
+        return None
+    c = p.configuration
+    held = Held(
+        pod_uid=str(meta["uid"]),
+        namespace=str(meta.get("namespace") or "default"),
+        pod_name=str(meta["name"]),
+        node=p.node,
+        vcpus=c.vcpus,
+        dram_bytes=c.dram_bytes,
+        slow_bytes=c.slow_bytes,
+        slow_from_pool=p.slow_from_pool,
+        llc_mask=p.llc_mask_bits,
+    )
+    return ledger.Placed(held, p.recommendation_id, c.slow_ratio)
+
+
 def _terminal(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+@dataclass
+class Synced:
+    """What a full listing found."""
+
+    nodes: int
+    bound: int
+
+
+@dataclass
+class _Changes:
+    """Mirror writes waiting for the feeder's thread, latest state per node and per pod."""
+
+    nodes: dict[str, tuple[NodeCapacity, int | None] | None] = field(default_factory=dict)
+    pods: dict[str, ledger.Placed | None] = field(default_factory=dict)  # None: released
 
 
 class Feeder:
     def __init__(
         self,
         cluster: KubeCluster,
-        sessions: sessionmaker[Session],
-        state: ClusterState,
-        recommender: Recommender,
+        sessions: sessionmaker[Session] | None,
+        state: ClusterState | None = None,
+        recommender: Recommender | None = None,
         *,
         opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE,
         resync_seconds: float = 300.0,
         watch_timeout_seconds: int = 240,
+        mirror_retry_seconds: float = 2.0,
+        pods: PodBook | None = None,
     ) -> None:
+        """`state`: the extender's cache to keep (None: none). `sessions`: the ledger's database
+        to mirror into (None: no mirror, as in an extender beside a mirror of its own). `pods`:
+        the opted-in pods, kept for bind (None: none)."""
         self.cluster = cluster
         self.sessions = sessions
         self.state = state
@@ -97,75 +162,173 @@ class Feeder:
         self.opt_in_resource = opt_in_resource
         self.resync_seconds = resync_seconds
         self.watch_timeout_seconds = watch_timeout_seconds
+        self.mirror_retry_seconds = mirror_retry_seconds
+        self.pods = pods
         self.synced = threading.Event()
+        self.mirror_synced = threading.Event()  # set once the mirror equals a listing
         self._stop = threading.Event()
         self._rv: dict[str, str] = {}
         self._sync_lock = threading.Lock()
-        self.last_reconcile: ledger.Reconciled | None = None
         self._seen: dict[str, tuple[NodeCapacity, int | None]] = {}
+        # Per bound pod: the node and placement annotation last read from its events.
+        self._placed_seen: dict[str, tuple[str, str | None]] = {}
+        # The mirror: writes waiting, a listing to write in full, and what the ledger holds.
+        self._mirror_lock = threading.Lock()  # one writer at a time
+        self._changes_lock = threading.Lock()
+        self._changes = _Changes()
+        self._listing: tuple[list[tuple[NodeCapacity, int | None]], dict[str, ledger.Placed]] | None
+        self._listing = None
+        self._stale = True  # the ledger may differ from the API server: rewrite it in full
+        self._wake = threading.Event()
+        self._mirrored: dict[str, Held] = {}
+        self.last_mirror: ledger.Mirrored | None = None
 
     # -- full sync --------------------------------------------------------------------------
 
-    def sync(self) -> ledger.Reconciled:
-        """List nodes and pods, write capacity, reconcile the ledger, rebuild the cache."""
+    def _list(
+        self,
+    ) -> tuple[
+        list[tuple[NodeCapacity, int | None]], dict[str, ledger.Placed], list[Any], str, str
+    ]:
+        nodes, node_rv = self.cluster.list_nodes()
+        pods, pod_rv = self.cluster.list_pods()
+        caps = [found for node in nodes if (found := node_capacity(node)) is not None]
+        bound = {p.held.pod_uid: p for pod in pods if (p := placed_of(pod)) is not None}
+        return caps, bound, pods, node_rv, pod_rv
+
+    def sync(self) -> Synced:
+        """List nodes and pods; rebuild the cache from them (no database), and hand the listing
+        to the mirror."""
         with self._sync_lock:
-            nodes, node_rv = self.cluster.list_nodes()
-            with unit_of_work(self.sessions) as session:
-                for node in nodes:
-                    found = node_capacity(node)
-                    if found is not None:
-                        ledger_nodes.register_node(session, *found)
-                        self._seen[found[0].name] = found
-            pods, pod_rv = self.cluster.list_pods()
-            live = {}
-            for pod in pods:
-                meta = pod.get("metadata") or {}
-                uid = str(meta.get("uid", ""))
-                live[uid] = ledger.LivePod(
-                    uid=uid,
-                    namespace=str(meta.get("namespace", "")),
-                    name=str(meta.get("name", "")),
-                    node=(pod.get("spec") or {}).get("nodeName"),
-                    terminal=_terminal(pod),
-                    placement=held_from_annotation(pod),
+            listed_at = time.monotonic()
+            caps, bound, pods, node_rv, pod_rv = self._list()
+            if self.state is not None:
+                pools = {c.pool: b for c, b in caps if c.pool is not None and b is not None}
+                self.state.rebuild(
+                    [c for c, _ in caps],
+                    pools,
+                    [p.held for p in bound.values()],
+                    listed_at=listed_at,
                 )
-            with unit_of_work(self.sessions) as session:
-                report = ledger.reconcile(session, live)
-                loaded = ledger.load(session)
-            self.state.replace_all(*loaded)
-            by_uid = {str((p.get("metadata") or {}).get("uid", "")): p for p in pods}
-            for uid, mask in report.moved.items():
-                self._move_ways(by_uid[uid], mask)
+            self._seen = {c.name: (c, b) for c, b in caps}
+            if self.pods is not None:
+                self.pods.replace_all([p for p in pods if self._opted_in(p) and not _terminal(p)])
+            if self.sessions is not None:
+                with self._changes_lock:
+                    # The listing covers every change queued before it.
+                    self._changes = _Changes()
+                    self._listing = (caps, bound)
+                self._wake.set()
+            self._placed_seen = {}  # the next event of each bound pod is read again
+            if self.recommender is not None:
+                for pod in pods:
+                    if not (pod.get("spec") or {}).get("nodeName"):
+                        self._prefetch(pod)
             self._rv = {"node": node_rv, "pod": pod_rv}
-            self.last_reconcile = report
             self.synced.set()
+            return Synced(nodes=len(caps), bound=len(bound))
+
+    # -- the mirror -------------------------------------------------------------------------
+
+    def mirror_all(self) -> ledger.Mirrored:
+        """List the API server and make the ledger equal to it now (raises when the database
+        is unreachable). The mirror's thread calls it when the ledger went stale."""
+        with self._changes_lock:
+            self._changes = _Changes()
+            self._listing = None
+        caps, bound, _pods, _nrv, _prv = self._list()
+        return self._write_listing(caps, bound)
+
+    def _write_listing(
+        self, caps: list[tuple[NodeCapacity, int | None]], bound: dict[str, ledger.Placed]
+    ) -> ledger.Mirrored:
+        assert self.sessions is not None
+        with self._mirror_lock:
+            try:
+                with unit_of_work(self.sessions) as session:
+                    for cap, pool_bytes in caps:
+                        ledger_nodes.register_node(session, cap, pool_bytes)
+                    report = ledger.mirror(session, bound)
+            except Exception:
+                self._stale = True
+                raise
+            self._mirrored = {uid: p.held for uid, p in bound.items() if uid not in report.skipped}
+            self._stale = False
+            self.last_mirror = report
+            self.mirror_synced.set()
             return report
 
-    def _tmc_pod(self, pod: dict[str, Any]) -> bool:
-        if PLACEMENT_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {}):
-            return True
-        try:
-            return read_pod(pod, self.opt_in_resource).opted_in
-        except BadPod:
-            return False
-
-    def _move_ways(self, pod: dict[str, Any], mask: int) -> None:
-        """Tell a pod (and its node's agent) the ways reconciliation moved it to."""
-        meta = pod.get("metadata") or {}
-        try:
-            old = contract.Placement.from_annotations(meta.get("annotations"))
-            if old is None:
+    def mirror_pending(self) -> None:
+        """Write the changes the watches queued, in one transaction (raises when the database
+        is unreachable; the mirror is then stale and rewritten in full later)."""
+        assert self.sessions is not None
+        with self._changes_lock:
+            listing, self._listing = self._listing, None
+            changes, self._changes = self._changes, _Changes()
+        if listing is not None:
+            self._write_listing(*listing)
+        if self._stale:
+            # Ask the database first: while it is down, a listing of every pod each retry would
+            # load the API server for nothing.
+            with unit_of_work(self.sessions) as session:
+                session.execute(text("SELECT 1"))
+            self.mirror_all()
+            return
+        with self._mirror_lock:
+            placed = [
+                p
+                for uid, p in changes.pods.items()
+                if p is not None and self._mirrored.get(uid) != p.held
+            ]
+            gone = [uid for uid, p in changes.pods.items() if p is None and uid in self._mirrored]
+            if not placed and not gone and not changes.nodes:
                 return
-            new = old.model_copy(update={"llc_mask": hex(mask)})
-            self.cluster.annotate(
-                str(meta.get("namespace") or "default"),
-                str(meta.get("name")),
-                str(meta.get("uid")),
-                dict(new.to_annotations()),
-            )
-            log.warning("pod %s moved to LLC ways %#x (its own overlapped)", meta.get("name"), mask)
-        except Exception as exc:
-            log.error("pod %s: cannot write its new LLC ways %#x: %s", meta.get("name"), mask, exc)
+            try:
+                with unit_of_work(self.sessions) as session:
+                    for name, found in changes.nodes.items():
+                        if found is None:
+                            ledger_nodes.set_ready(session, name, False)
+                        else:
+                            ledger_nodes.register_node(session, *found)
+                    ledger.forget(session, gone)
+                    report = ledger.record(session, placed)
+            except Exception:
+                self._stale = True
+                raise
+            for uid in gone:
+                self._mirrored.pop(uid, None)
+            for p in placed:
+                if p.held.pod_uid not in report.skipped:
+                    self._mirrored[p.held.pod_uid] = p.held
+
+    def _queue_node(self, name: str, found: tuple[NodeCapacity, int | None] | None) -> None:
+        if self.sessions is None:
+            return
+        with self._changes_lock:
+            self._changes.nodes[name] = found
+        self._wake.set()
+
+    def _queue_pod(self, uid: str, placed: ledger.Placed | None) -> None:
+        if self.sessions is None:
+            return
+        with self._changes_lock:
+            self._changes.pods[uid] = placed
+        self._wake.set()
+
+    def _mirror_loop(self) -> None:
+        while not self._stop.is_set():
+            # Woken by a change; otherwise, while stale, retried every mirror_retry_seconds.
+            self._wake.wait(self.mirror_retry_seconds if self._stale else None)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.mirror_pending()
+            except Exception as exc:
+                log.warning(
+                    "the ledger's mirror is behind (%s); it catches up once it answers", exc
+                )
+                self._stop.wait(self.mirror_retry_seconds)
 
     # -- watches ----------------------------------------------------------------------------
 
@@ -175,12 +338,17 @@ class Feeder:
             for kind in ("node", "pod")
         ]
         threads.append(threading.Thread(target=self._resync_loop, name="tmc-resync", daemon=True))
+        if self.sessions is not None:
+            threads.append(
+                threading.Thread(target=self._mirror_loop, name="tmc-mirror", daemon=True)
+            )
         for t in threads:
             t.start()
         return threads
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
 
     def _resync_loop(self) -> None:
         while not self._stop.wait(self.resync_seconds):
@@ -207,7 +375,7 @@ class Feeder:
                 backoff = 0.2
             except Exception as exc:
                 # A broken or expired watch (410 Gone): events may have been missed, so list
-                # everything again and reconcile before watching from the new version.
+                # everything again before watching from the new version.
                 log.warning("%s watch ended (%s); resyncing", kind, exc)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
@@ -219,9 +387,10 @@ class Feeder:
     def on_node(self, event: str, node: dict[str, Any]) -> None:
         name = str((node.get("metadata") or {}).get("name", ""))
         if event == "DELETED":
-            with unit_of_work(self.sessions) as session:
-                ledger_nodes.set_ready(session, name, False)
-            self.state.set_ready(name, False)
+            if self.state is not None:
+                self.state.set_ready(name, False)
+            self._seen.pop(name, None)
+            self._queue_node(name, None)
             return
         found = node_capacity(node)
         if found is None:
@@ -229,30 +398,60 @@ class Feeder:
         if self._seen.get(name) == found:
             return  # a heartbeat or a label change: nothing tiered changed
         cap, pool_bytes = found
-        with unit_of_work(self.sessions) as session:
-            ledger_nodes.register_node(session, cap, pool_bytes)
-        if cap.pool is not None and pool_bytes is not None:
-            self.state.set_pool(cap.pool, pool_bytes)
-        self.state.upsert_node(cap)
+        if self.state is not None:
+            if cap.pool is not None and pool_bytes is not None:
+                self.state.set_pool(cap.pool, pool_bytes)
+            self.state.upsert_node(cap)
         self._seen[name] = found
+        self._queue_node(name, found)
+
+    def _opted_in(self, pod: dict[str, Any]) -> bool:
+        try:
+            return read_pod(pod, self.opt_in_resource).opted_in
+        except BadPod:
+            return False
 
     def on_pod(self, event: str, pod: dict[str, Any]) -> None:
-        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid", ""))
         if event == "DELETED" or _terminal(pod):
-            # Released whether or not this cache knew it: another replica may have reserved it
-            # (even without annotating it yet: a bind cut short).
-            if self.state.held(uid) is not None or self._tmc_pod(pod):
-                with unit_of_work(self.sessions) as session:
-                    ledger.release(session, uid)
+            if self.state is not None:
                 self.state.release(uid)
+            if self.pods is not None:
+                self.pods.drop(pod)
+            self._placed_seen.pop(uid, None)
+            self._queue_pod(uid, None)
             return
-        if (pod.get("spec") or {}).get("nodeName"):
-            # Bound, maybe by another replica: its placement annotation says what it holds,
-            # so this cache learns of it without waiting for the next resync.
-            if self.state.held(uid) is None:
-                held = held_from_annotation(pod)
-                if held is not None and self.state.node(held.node) is not None:
-                    self.state.hold(held)
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            # Bound: its placement annotation says what it holds, whoever bound it, and it
+            # replaces what this cache assumed for it. A bound pod's later events (its status)
+            # carry the same placement: read once.
+            seen = (str(node), (meta.get("annotations") or {}).get(PLACEMENT_ANNOTATION))
+            if seen[1] is None or self._placed_seen.get(uid) == seen:
+                return
+            placed = placed_of(pod)
+            if placed is None:
+                return
+            self._placed_seen[uid] = seen
+            if self.pods is not None:
+                self.pods.put(pod)
+            if self.state is not None and self.state.held(uid) != placed.held:
+                self.state.hold(placed.held)
+            self._queue_pod(uid, placed)
+            return
+        try:
+            ask = read_pod(pod, self.opt_in_resource)
+        except BadPod:
+            return
+        if ask.opted_in:
+            if self.pods is not None:
+                self.pods.put(pod)
+            if self.recommender is not None:
+                self.recommender.prefetch(ask)
+
+    def _prefetch(self, pod: dict[str, Any]) -> None:
+        if self.recommender is None:
             return
         try:
             ask = read_pod(pod, self.opt_in_resource)

@@ -42,7 +42,17 @@ def api_client(kubeconfig: str | None) -> client.ApiClient:
 
 
 def _json(response: Any) -> Any:
-    return json.loads(response.data or b"null")
+    return json.loads(_drained(response) or b"null")
+
+
+def _drained(response: Any) -> bytes:
+    """The body of a response read with _preload_content=False, its connection handed back to
+    the pool: a response left unread keeps its connection, and the next call opens a new TLS
+    connection (a handshake's CPU on both sides, per bind)."""
+    try:
+        return bytes(response.data)
+    finally:
+        response.release_conn()
 
 
 class KubeCluster:
@@ -68,11 +78,13 @@ class KubeCluster:
             },
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        self.core.create_namespaced_pod_binding(
-            name,
-            namespace,
-            body,  # type: ignore[arg-type]  # the client sends a dict body as it is
-            _preload_content=False,
+        _drained(
+            self.core.create_namespaced_pod_binding(
+                name,
+                namespace,
+                body,  # type: ignore[arg-type]  # the client sends a dict body as it is
+                _preload_content=False,
+            )
         )
 
     def annotate(
@@ -81,7 +93,7 @@ class KubeCluster:
         # metadata.uid in the patch is a precondition: the API server refuses the patch when the
         # pod under this name is another one (deleted and re-created since the scheduler saw it).
         body = {"metadata": {"uid": uid, "annotations": annotations}}
-        self.core.patch_namespaced_pod(name, namespace, body, _preload_content=False)
+        _drained(self.core.patch_namespaced_pod(name, namespace, body, _preload_content=False))
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         found: dict[str, Any] = _json(

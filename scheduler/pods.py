@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -136,3 +137,50 @@ def _max_single(containers: object, resource: str) -> Decimal:
 def annotation_of(pod: dict[str, Any], key: str) -> str | None:
     value = ((pod.get("metadata") or {}).get("annotations") or {}).get(key)
     return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """An opted-in pod as the watch last delivered it: its uid, its node once bound, and, while
+    it is pending, the API server's copy (what a bind decides from)."""
+
+    uid: str
+    node: str | None
+    pod: dict[str, Any] | None
+
+
+class PodBook:
+    """The opted-in pods the feeder's watch has seen, by namespace and name: bind reads the pod
+    here, as kube-scheduler reads its informer, instead of asking the API server once more. A pod
+    not here, or here under another uid, is read from the API server."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pods: dict[tuple[str, str], Seen] = {}
+
+    def put(self, pod: dict[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        seen = Seen(str(meta.get("uid") or ""), str(node) if node else None, None if node else pod)
+        with self._lock:
+            self._pods[key] = seen
+
+    def drop(self, pod: dict[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        with self._lock:
+            found = self._pods.get(key)
+            if found is not None and found.uid == str(meta.get("uid") or ""):
+                del self._pods[key]
+
+    def replace_all(self, pods: list[dict[str, Any]]) -> None:
+        book = PodBook()
+        for pod in pods:
+            book.put(pod)
+        with self._lock:
+            self._pods = book._pods
+
+    def get(self, namespace: str, name: str) -> Seen | None:
+        with self._lock:
+            return self._pods.get((namespace, name))

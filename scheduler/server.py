@@ -70,8 +70,8 @@ class ExtenderMetrics:
         )
         self.bind_phase = Histogram(
             "tmc_extender_bind_phase_seconds",
-            "Where a bind's time goes: reading the pod, the ledger transaction, the annotation "
-            "patch and the Binding",
+            "Where a bind's time goes: reading the pod, assuming its reservation in the cache, "
+            "and the Binding",
             ["phase"],
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=self.registry,
@@ -86,7 +86,7 @@ class ExtenderServer(ThreadingHTTPServer):
     def __init__(
         self,
         address: tuple[str, int],
-        extender: Extender,
+        extender: Extender | None,
         *,
         prefix: str = "/scheduler",
         ready: Callable[[], bool] = lambda: True,
@@ -101,10 +101,11 @@ class ExtenderServer(ThreadingHTTPServer):
         self.client_names = frozenset(client_names)
         self.max_body_bytes = max_body_bytes
         self.metrics = ExtenderMetrics()
-        extender.observe_node_list = lambda read: self.metrics.node_lists.labels(read).inc()
-        extender.observe_bind = lambda phase, seconds: self.metrics.bind_phase.labels(
-            phase
-        ).observe(seconds)
+        if extender is not None:  # None: a mirror, which serves its probes and metrics only
+            extender.observe_node_list = lambda read: self.metrics.node_lists.labels(read).inc()
+            extender.observe_bind = lambda phase, seconds: self.metrics.bind_phase.labels(
+                phase
+            ).observe(seconds)
         super().__init__(address, Handler)
 
     @property
@@ -188,7 +189,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         verb = self.path[len(self.server.prefix) :].strip("/")
-        if not self.path.startswith(self.server.prefix + "/") or verb not in VERBS:
+        extender = self.server.extender
+        if (
+            not self.path.startswith(self.server.prefix + "/")
+            or verb not in VERBS
+            or extender is None
+        ):
             self._drain()
             self._json(404, {"Error": f"tmc: no extender verb at {self.path}"})
             return
@@ -210,7 +216,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         raw = self.rfile.read(length)
         try:
-            answer, failed = VERBS[verb](self.server.extender, raw)
+            answer, failed = VERBS[verb](extender, raw)
             outcome = "error" if failed else "ok"
             status = 200
         except BadRequest as exc:

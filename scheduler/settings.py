@@ -27,6 +27,12 @@ class ExtenderSettings(DatabaseSettings):
     kubeconfig: str | None = Field(default=None, description="unset: in-cluster service account")
     recommendation_ttl_seconds: float = Field(default=10.0, gt=0)
     resync_seconds: float = Field(default=300.0, gt=0)
+    # Whether this process also mirrors the bound pods into the ledger's tables (the dashboard,
+    # planner and rebalancer read them). Off in an extender beside each kube-scheduler replica,
+    # where one mirror of its own (`python -m scheduler --mirror-only`) writes them.
+    ledger_mirror: bool = True
+    # While the ledger's database is unreachable, the mirror tries again this often.
+    mirror_retry_seconds: float = Field(default=2.0, gt=0)
     watch_timeout_seconds: int = Field(default=240, ge=1)
     # How long filter waits for a workload's first recommendation before answering an error
     # (kube-scheduler then retries the pod): keep it below the extender's httpTimeout (5 s).

@@ -1,26 +1,63 @@
-"""The extender's in-memory picture of the cluster: node capacity, rack pools and the ledger's
-reservations, laid out as arrays so that filter and prioritize over thousands of nodes are a few
-vector operations. It is only ever a cache: the ledger in the database is the truth, the feeder
-and bind keep this in step with it, and filter/prioritize read nothing else (no network on the
-hot path, as Trimaran keeps its metrics).
+"""The extender's in-memory picture of the cluster: node capacity, rack pools and what every pod
+holds, laid out as arrays so that filter and prioritize over thousands of nodes are a few vector
+operations.
+
+The API server is the truth: a bound pod's placement annotation says what it holds. The cache is
+rebuilt from those (`rebuild`) and kept by the watch; between a bind's decision and the watch
+event of its Binding, the bind *assumes* its reservation here (`assume`, as kube-scheduler's own
+cache assumes a pod), and forgets it when the Binding fails (`forget`). Filter, prioritize and
+bind read nothing else: no network and no database on the hot path (as Trimaran keeps its
+metrics).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 
 import numpy as np
 
+from ledger.store import choose_ways
 from ledger.types import Held, NodeCapacity
 from ledger.utilization import Totals, utilization_of
 from model import Utilization
 from model.packing import Ask, best_fit_table, packing_scores
 from scheduler.nodelist import NameTable
 
+log = logging.getLogger("tmc.scheduler.state")
 MAX_WAYS = 64
+
+
+class NoRoom(Exception):
+    """The node (or its rack pool) cannot hold the configuration now: the bind fails."""
+
+
+class HeldElsewhere(Exception):
+    """The pod holds (or a bind in flight assumed) a reservation on another node."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__(
+            f"the pod holds a reservation on {node}: another bind attempt is in flight"
+        )
+        self.node = node
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What a bind asks for one pod: the decision's configuration (`llc_ways` None: the
+    fallback's every way of the longest free run)."""
+
+    pod_uid: str
+    namespace: str
+    pod_name: str
+    vcpus: int
+    dram_bytes: int
+    slow_bytes: int
+    llc_ways: int | None
 
 
 @dataclass(frozen=True)
@@ -39,7 +76,16 @@ class ClusterState:
         self._pool_cap = np.zeros(0, dtype=np.float64)
         self._pool_used = np.zeros(0, dtype=np.float64)
         self._held: dict[str, Held] = {}
+        # Binds in flight: pod uid -> the attempt that assumed it (None once several attempts
+        # rely on it: none of them may forget it alone). A held pod not here is bound.
+        self._inflight: dict[str, str | None] = {}
+        # When each pod's entry last changed (monotonic): a rebuild from a listing made before
+        # that keeps the entry (the listing could not have seen it).
+        self._touched: dict[str, float] = {}
+        # Bound pods on nodes the cache does not know yet, held once the node appears.
+        self._waiting: dict[str, Held] = {}
         self._masks: list[int] = []
+        self._node_masks: list[dict[str, int]] = []  # per node: pod uid -> its ways
         self._name_table: NameTable | None = None
         self._alloc(0)
 
@@ -111,12 +157,15 @@ class ClusterState:
                 self._name_table = None
                 self._nodes.append(node)
                 self._masks.append(0)
+                self._node_masks.append({})
             self._nodes[i] = node
             self.cpus[i], self.dram[i] = node.cpus, node.dram_bytes
             self.slow_local[i], self.ways[i] = node.slow_bytes, node.llc_ways
             self.pool[i] = -1 if node.pool is None else self._pool_slot(node.pool)
             self.ready[i] = node.ready
             self._refresh_ways(i)
+            for uid in [u for u, h in self._waiting.items() if h.node == node.name]:
+                self._add(i, self._waiting.pop(uid))
 
     def set_ready(self, name: str, ready: bool) -> None:
         with self._lock:
@@ -126,19 +175,133 @@ class ClusterState:
                 self._nodes[i] = _replace_ready(self._nodes[i], ready)
 
     def hold(self, held: Held) -> None:
+        """What a bound pod holds, as its placement annotation says (the truth): replaces
+        whatever the cache had for it, an assumption included."""
         with self._lock:
-            if held.pod_uid in self._held:
-                self.release(held.pod_uid)
-            i = self._index[held.node]
-            self._held[held.pod_uid] = held
-            self._apply(i, held, +1)
+            self._release(held.pod_uid)
+            self._inflight.pop(held.pod_uid, None)
+            self._touched[held.pod_uid] = time.monotonic()
+            i = self._index.get(held.node)
+            if i is None:
+                self._waiting[held.pod_uid] = held
+                return
+            self._add(i, held)
 
     def release(self, pod_uid: str) -> Held | None:
+        """The pod is gone or finished: what it held is free again."""
         with self._lock:
-            held = self._held.pop(pod_uid, None)
-            if held is not None and held.node in self._index:
-                self._apply(self._index[held.node], held, -1)
+            self._inflight.pop(pod_uid, None)
+            self._touched.pop(pod_uid, None)
+            self._waiting.pop(pod_uid, None)
+            return self._release(pod_uid)
+
+    def _release(self, pod_uid: str) -> Held | None:
+        held = self._held.pop(pod_uid, None)
+        if held is not None and held.node in self._index:
+            self._apply(self._index[held.node], held, -1)
+        return held
+
+    def _add(self, i: int, held: Held) -> None:
+        overlap = self._masks[i] & held.llc_mask
+        if overlap:
+            # Two placements on the API server share ways (never made by one leader; possible
+            # across a leader change before the new leader's watch caught up). Both are counted:
+            # the ways are taken until one of the pods goes.
+            log.error(
+                "pod %s holds LLC ways %#x on %s that another pod also holds",
+                held.pod_uid,
+                overlap,
+                held.node,
+            )
+        self._held[held.pod_uid] = held
+        self._apply(i, held, +1)
+
+    def assume(self, node: str, want: Wanted, attempt: str) -> Held:
+        """Reserve `want` on `node` for the bind attempt `attempt`, checked and chosen under the
+        cache's lock from what the cache holds: two binds never get the same room. Raises NoRoom
+        or HeldElsewhere. Idempotent per pod and node: an attempt for a pod that already holds
+        room there (a retry racing the first, or a pod already bound) gets that room, and the
+        entry is then owned by no single attempt (see `forget`). Another decision for a pod
+        still in flight on the same node replaces the assumption."""
+        with self._lock:
+            found = self._held.get(want.pod_uid)
+            if found is not None and found.node != node:
+                raise HeldElsewhere(found.node)
+            inflight = want.pod_uid in self._inflight
+            if found is not None:
+                same = (
+                    found.vcpus == want.vcpus
+                    and found.dram_bytes == want.dram_bytes
+                    and found.slow_bytes == want.slow_bytes
+                    and (want.llc_ways is None or found.llc_mask.bit_count() == want.llc_ways)
+                )
+                if same or not inflight:
+                    # The same room, or a bound pod's (its Binding wins over this attempt's).
+                    if inflight:
+                        self._inflight[want.pod_uid] = None
+                    return found
+                self._release(want.pod_uid)
+            i = self._index.get(node)
+            if i is None:
+                raise NoRoom(f"node {node} is not a tmc node the extender knows")
+            held = self._fit(i, node, want)
+            self._add(i, held)
+            self._inflight[want.pod_uid] = attempt
+            self._touched[want.pod_uid] = time.monotonic()
             return held
+
+    def _fit(self, i: int, node: str, want: Wanted) -> Held:
+        if not self.ready[i]:
+            raise NoRoom(f"node {node} is not ready")
+        if self.cpus[i] - self.used_cpus[i] < want.vcpus:
+            raise NoRoom(f"node {node}: not enough free CPUs")
+        if self.dram[i] - self.used_dram[i] < want.dram_bytes:
+            raise NoRoom(f"node {node}: not enough free DRAM")
+        from_pool = False
+        if want.slow_bytes > 0 and self.slow_local[i] - self.used_slow_local[i] < want.slow_bytes:
+            pool = int(self.pool[i])
+            if pool < 0:
+                raise NoRoom(f"node {node}: not enough free slow memory")
+            if self._pool_cap[pool] - self._pool_used[pool] < want.slow_bytes:
+                name = next(n for n, slot in self._pools.items() if slot == pool)
+                raise NoRoom(f"rack pool {name}: not enough free slow memory")
+            from_pool = True
+        mask = choose_ways(self._masks[i], int(self.ways[i]), want.llc_ways)
+        if mask is None:
+            raise NoRoom(f"node {node}: no free run of {want.llc_ways} contiguous LLC ways")
+        return Held(
+            pod_uid=want.pod_uid,
+            namespace=want.namespace,
+            pod_name=want.pod_name,
+            node=node,
+            vcpus=want.vcpus,
+            dram_bytes=want.dram_bytes,
+            slow_bytes=want.slow_bytes,
+            slow_from_pool=from_pool,
+            llc_mask=mask,
+        )
+
+    def forget(self, pod_uid: str, node: str, attempt: str) -> bool:
+        """A failed Binding: drop the assumption only while `attempt` alone relies on it (never
+        a bound pod's room, nor one another attempt also relies on)."""
+        with self._lock:
+            held = self._held.get(pod_uid)
+            if held is None or held.node != node or self._inflight.get(pod_uid, "") != attempt:
+                return False
+            self._inflight.pop(pod_uid)
+            self._touched.pop(pod_uid, None)
+            self._release(pod_uid)
+            return True
+
+    def confirm(self, pod_uid: str) -> None:
+        """The Binding succeeded: the assumption is now a bound pod's room."""
+        with self._lock:
+            if self._inflight.pop(pod_uid, "") != "":
+                self._touched[pod_uid] = time.monotonic()
+
+    def in_flight(self) -> dict[str, str | None]:
+        with self._lock:
+            return dict(self._inflight)
 
     def _apply(self, i: int, held: Held, sign: int) -> None:
         self.used_cpus[i] += sign * held.vcpus
@@ -147,24 +310,54 @@ class ClusterState:
             self._pool_used[self.pool[i]] += sign * held.slow_bytes
         else:
             self.used_slow_local[i] += sign * held.slow_bytes
-        self._masks[i] = (
-            self._masks[i] | held.llc_mask if sign > 0 else self._masks[i] & ~held.llc_mask
-        )
+        pods = self._node_masks[i]
+        if sign > 0:
+            pods[held.pod_uid] = held.llc_mask
+            self._masks[i] |= held.llc_mask
+        else:
+            pods.pop(held.pod_uid, None)
+            mask = 0
+            for m in pods.values():  # the union of the others: an overlap keeps its ways
+                mask |= m
+            self._masks[i] = mask
         self._refresh_ways(i)
 
     def replace_all(
         self, nodes: Iterable[NodeCapacity], pools: dict[str, int], held: Iterable[Held]
     ) -> None:
-        """Start over from the ledger (start-up and reconciliation)."""
+        """Start over from `held` alone (a test's or a benchmark's fixed picture)."""
+        self.rebuild(nodes, pools, held, listed_at=None)
+
+    def rebuild(
+        self,
+        nodes: Iterable[NodeCapacity],
+        pools: dict[str, int],
+        held: Iterable[Held],
+        *,
+        listed_at: float | None,
+    ) -> None:
+        """Start over from a listing of the API server made at `listed_at` (monotonic): its
+        nodes and what its bound pods hold. Binds in flight, and entries changed since the
+        listing began (which it could not show), are kept; the watch that follows from the
+        listing's version brings everything after it."""
         fresh = ClusterState()
         for name, cap in pools.items():
             fresh.set_pool(name, cap)
         for node in nodes:
             fresh.upsert_node(node)
-        for h in held:
-            if h.node in fresh._index:
-                fresh.hold(h)
         with self._lock:  # readers see the old picture or the new one, never half of each
+            listed = set()
+            for h in held:
+                listed.add(h.pod_uid)
+                fresh.hold(h)
+            for uid, h in self._held.items():
+                newer = listed_at is not None and self._touched.get(uid, -1.0) >= listed_at
+                if uid in listed or not (uid in self._inflight or newer):
+                    continue
+                fresh.hold(h)
+                if uid in self._inflight:
+                    fresh._inflight[uid] = self._inflight[uid]
+            fresh._touched.update({u: t for u, t in self._touched.items() if u in fresh._held})
             lock = self._lock
             self.__dict__.update(fresh.__dict__)
             self._lock = lock

@@ -52,6 +52,7 @@ class RecordingCluster:
         self.annotations: dict[str, dict[str, str | None]] = {}
         self.pods = pods or {}
         self.fail_bind = False
+        self.reads = 0  # pods read (GET) by bind
         self._lock = threading.Lock()  # the API server writes one Binding at a time per pod
 
     def bind(
@@ -89,6 +90,7 @@ class RecordingCluster:
         self.annotations.setdefault(f"{namespace}/{name}", {}).update(annotations)
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        self.reads += 1
         return self.pods[f"{namespace}/{name}"]
 
     def add(self, pod: dict[str, Any]) -> None:
@@ -132,7 +134,7 @@ def extender(sessions: sessionmaker[Session], cluster: RecordingCluster) -> Exte
     state = ClusterState()
     register(sessions, state)
     recommender = Recommender(sessions, state.utilization, ttl_seconds=60)
-    return Extender(state, recommender, sessions, cluster)
+    return Extender(state, recommender, cluster)
 
 
 def upload_example(sessions: sessionmaker[Session], name: str) -> None:

@@ -2,8 +2,9 @@
 # mypy: disable-error-code="arg-type,union-attr,no-untyped-call"
 """End to end with a real control plane, every hop its own process: etcd, kube-apiserver and
 kube-scheduler (the chart's own KubeSchedulerConfiguration, the chart's RBAC), the extender
-(`python -m scheduler`) on a real PostgreSQL ledger, and `tmc-agent serve` per fake node (fake
-sysfs/resctrl/cgroup trees: the hardware this machine lacks).
+(`python -m scheduler`: placing from its cache, mirroring into a real PostgreSQL ledger), and
+`tmc-agent serve` per fake node (fake sysfs/resctrl/cgroup trees: the hardware this machine
+lacks).
 
 The control plane is built from Go modules by controlplane/build.sh (cached outside the
 repository). Where it cannot be built the tests skip with the reason, except in CI (CI=true),
@@ -13,6 +14,7 @@ where that is a failure: these tests are what proves the cluster half.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -116,6 +118,30 @@ def node_of(stack: Stack, name: str) -> c.FakeNode:
     return next(n for n in stack.nodes if n.name == name)
 
 
+def in_ns(held: dict[str, dict[str, Any]], ns: str) -> dict[str, tuple[str, str, int]]:
+    return {
+        k: (v["uid"], v["node"], int(v["mask"])) for k, v in held.items() if k.startswith(ns + "/")
+    }
+
+
+def mirrored(stack: Stack, ns: str, timeout: float = 60) -> dict[str, tuple[str, str, int]]:
+    """Once the ledger's mirror of the namespace equals its bound pods' placements (uid, node,
+    ways), that picture; the mirror trails the watch by a batch."""
+    truth: dict[str, tuple[str, str, int]] = {}
+
+    def equal() -> bool:
+        truth.clear()
+        truth.update(in_ns(c.placements(stack.api), ns))
+        return in_ns(c.reservations(stack.dsn), ns) == truth
+
+    try:
+        wait_until(equal, timeout, f"the ledger mirroring the bound pods of {ns}")
+    except TimeoutError as exc:
+        mirror = in_ns(c.reservations(stack.dsn), ns)
+        raise AssertionError(f"{exc}: API {truth}, mirror {mirror}\n{stack.logs()}") from exc
+    return truth
+
+
 def test_the_example_pod_is_placed_and_its_plan_reaches_the_node(stack: Stack, ns: str) -> None:
     """deploy/examples/tiered-pod.yaml: recommended, filtered, prioritized, bound, annotated;
     the agent of its node applies the per-structure plan and the CAT mask; deleting the pod
@@ -135,8 +161,14 @@ def test_the_example_pod_is_placed_and_its_plan_reaches_the_node(stack: Stack, n
     conf = placement.configuration
     assert sum(s.fast_bytes for s in placement.plan) == conf.dram_bytes
     assert sum(s.slow_bytes for s in placement.plan) == conf.slow_bytes
-    held = c.reservations(stack.dsn)[f"{ns}/{name}"]
-    assert held["node"] == placement.node and int(held["mask"]) == placement.llc_mask_bits
+    uid = pod.metadata.uid
+    assert mirrored(stack, ns) == {f"{ns}/{name}": (uid, placement.node, placement.llc_mask_bits)}
+    with psycopg.connect(stack.dsn) as conn:  # the evidence a verification run is checked against
+        logged = conn.execute(
+            "SELECT node_name, recommendation_id, llc_ways FROM placement_log WHERE pod_uid = %s",
+            (uid,),
+        ).fetchone()
+    assert logged == (placement.node, placement.recommendation_id, conf.llc_ways)
 
     # The decision log has the same decision.
     with psycopg.connect(stack.dsn) as conn:
@@ -151,7 +183,6 @@ def test_the_example_pod_is_placed_and_its_plan_reaches_the_node(stack: Stack, n
     assert 'tmc_extender_node_lists_total{read="parsed"}' not in metrics
 
     node = node_of(stack, placement.node)
-    uid = pod.metadata.uid
     cgroup = node.kubelet_starts(uid, threads=[4242, 4243])
     plan_path = node.plans / f"{uid}.plan"
     group = node.resctrl / f"tmc-pod-{uid}"
@@ -193,8 +224,8 @@ def test_fallbacks_and_disjoint_masks(stack: Stack, ns: str) -> None:
     ]
     c.create_pods(stack.api, bodies, ns)
     pods = placed(stack, names, ns)
-    held = c.reservations(stack.dsn)
-    assert {k for k in held if k.startswith(ns + "/")} == {f"{ns}/{n}" for n in names}
+    assert set(mirrored(stack, ns)) == {f"{ns}/{n}" for n in names}
+    assert c.overcommitted_on_the_api_server(stack.api) == []
     assert c.overcommitted(stack.dsn) == []
     for name, p in pods.items():
         placement = Placement.from_annotations(p.metadata.annotations)
@@ -208,7 +239,8 @@ def test_fallbacks_and_disjoint_masks(stack: Stack, ns: str) -> None:
 
 def test_extender_killed_mid_burst_and_restarted(stack: Stack, ns: str) -> None:
     """SIGKILL while binds are in flight, a pod deleted and a ledger row lost while it is down:
-    after the restart no pod is bound twice, nothing leaks, the lost row is restored."""
+    after the restart (its cache rebuilt from the API server) no pod is bound twice, nothing is
+    over-committed, and the mirror equals the bound pods: no leak, the lost row restored."""
     names = [f"b{i}" for i in range(24)]
     creator = threading.Thread(
         target=c.create_pods,
@@ -231,11 +263,11 @@ def test_extender_killed_mid_burst_and_restarted(stack: Stack, ns: str) -> None:
     stack.extender.start()
     left = [n for n in names if n != gone]
     pods = placed(stack, left, ns, timeout=120)
-    held = {k: v for k, v in c.reservations(stack.dsn).items() if k.startswith(ns + "/")}
+    held = mirrored(stack, ns)
     assert set(held) == {f"{ns}/{n}" for n in left}, "no leak, nothing missing"
     for n in left:  # each pod bound once, where its ledger row says
-        assert held[f"{ns}/{n}"]["node"] == pods[n].spec.node_name
-        assert held[f"{ns}/{n}"]["uid"] == pods[n].metadata.uid
+        assert held[f"{ns}/{n}"][:2] == (pods[n].metadata.uid, pods[n].spec.node_name)
+    assert c.overcommitted_on_the_api_server(stack.api) == []
     assert c.overcommitted(stack.dsn) == []
 
 
@@ -249,20 +281,34 @@ def test_kube_scheduler_restarted(stack: Stack, ns: str) -> None:
     assert c.overcommitted(stack.dsn) == []
 
 
-def test_postgres_restarted(stack: Stack, ns: str) -> None:
-    """With the ledger down, binds fail and kube-scheduler retries; nothing is bound without a
-    reservation, and once PostgreSQL is back every pod is placed."""
+def test_postgres_down_during_a_burst(stack: Stack, ns: str) -> None:
+    """PostgreSQL stopped in the middle of a burst: pods whose workload has a known decision
+    are still placed (from the extender's cache; the decision may be stale, never a fallback),
+    nothing is over-committed, and once PostgreSQL is back the mirror equals the bound pods,
+    a pod deleted while it was down included."""
+    c.create_pods(stack.api, [c.opted_in_pod("warm", "graph500")], ns)
+    warm = Placement.from_annotations(placed(stack, ["warm"], ns)["warm"].metadata.annotations)
+    assert warm is not None and warm.fallback is None
+    names = [f"p{i}" for i in range(12)]
+    creator = threading.Thread(
+        target=c.create_pods,
+        args=(stack.api, [c.opted_in_pod(n, "graph500") for n in names], ns),
+    )
+    creator.start()
     stack.pg.stop()
     try:
-        c.create_pods(stack.api, [c.opted_in_pod(f"p{i}", "graph500") for i in range(4)], ns)
-        time.sleep(3)
-        assert not any(p.spec.node_name for p in stack.api.list_namespaced_pod(ns).items)
+        creator.join()
+        pods = placed(stack, names, ns, timeout=120)
+        stack.api.delete_namespaced_pod("warm", ns, grace_period_seconds=0)
+        for p in pods.values():
+            placement = Placement.from_annotations(p.metadata.annotations)
+            assert placement is not None and placement.fallback is None
+            assert placement.recommendation_id == warm.recommendation_id
+        assert c.overcommitted_on_the_api_server(stack.api) == []
     finally:
         stack.pg.start()
-    pods = placed(stack, [f"p{i}" for i in range(4)], ns, timeout=120)
-    held = c.reservations(stack.dsn)
-    for name, p in pods.items():
-        assert held[f"{ns}/{name}"]["node"] == p.spec.node_name
+    held = mirrored(stack, ns, timeout=90)
+    assert set(held) == {f"{ns}/{n}" for n in names}
     assert c.overcommitted(stack.dsn) == []
 
 
@@ -282,37 +328,65 @@ def test_api_service_down_does_not_stop_placement(stack: Stack, ns: str) -> None
         assert logged is not None
 
 
-def test_two_replicas_share_the_ledger_under_a_burst(stack: Stack, ns: str) -> None:
-    """Two extender replicas behind one Service (requests alternate between them), 200 pods at
-    once: no node's CPUs, DRAM, slow memory, pool or LLC ways are over-committed, and the
-    ledger is exactly the bound pods."""
-    second = c.ExtenderProcess(stack.cp, stack.pg.url, name="extender-2")
+def test_two_scheduler_extender_pairs_with_leader_election_under_a_burst(
+    stack: Stack, ns: str
+) -> None:
+    """Two kube-scheduler replicas with leader election, each calling its own extender beside
+    it (as the chart deploys them), 200 pods at once, far more than fits, and the leader stopped
+    mid-burst: the other pair takes over from its own cache, kept by the watch. Nothing is
+    over-committed, checked on the bound pods' placements at the API server and on the mirror,
+    which equals them; only a leader's extender was called."""
+    second = c.ExtenderProcess(
+        stack.cp, stack.pg.url, name="extender-2", env={"TMC_LEDGER_MIRROR": "false"}
+    )
     second.start()
-    service = c.RoundRobinService([stack.extender.port, second.port], stack.cp.extender_tls)
+    first_config = c.with_short_lease(
+        c.scheduler_config(stack.cp, stack.extender.url, leaderElect=True)
+    )
+    second_config = c.with_short_lease(c.scheduler_config(stack.cp, second.url, leaderElect=True))
     try:
-        stack.cp.start_scheduler(c.scheduler_config(stack.cp, service.url))
+        stack.cp.start_scheduler(first_config)
+        wait_until(lambda: c.leads(stack.cp, "kube-scheduler"), 30, "the first pair leading")
+        c.start_scheduler_replica(stack.cp, second_config, "kube-scheduler-2")
         names = [f"r{i}" for i in range(200)]
         # Far more than fits: DRAM, ways and CPUs all run out on some node, the pool is shared.
-        c.create_pods(stack.api, [c.opted_in_pod(n, "graph500") for n in names], ns)
+        creator = threading.Thread(
+            target=c.create_pods,
+            args=(stack.api, [c.opted_in_pod(n, "graph500") for n in names], ns),
+        )
+        creator.start()
+        wait_until(lambda: _bound_count(stack, ns) >= 10, 60, "the first leader binding")
+        assert _verb_calls(second) == 0, "a scheduler that does not lead calls no extender"
+        stack.cp.stop_process("kube-scheduler")  # the leader goes, mid-burst
+        creator.join()
+        wait_until(lambda: c.leads(stack.cp, "kube-scheduler-2"), 30, "the second pair leading")
         wait_until(lambda: _stable_bound(stack, ns, 8.0), 240, "the burst placed as far as it fits")
-        pods = {str(p.metadata.name): p for p in stack.api.list_namespaced_pod(ns).items}
-        bound = {n for n, p in pods.items() if p.spec.node_name}
-        held = {
-            k.split("/", 1)[1]: v
-            for k, v in c.reservations(stack.dsn).items()
-            if k.startswith(ns + "/")
-        }
-        assert set(held) >= bound
-        stale = set(held) - bound  # a bind in flight has a row before its Binding
-        assert len(stale) <= 2, stale
-        for n in bound:
-            assert held[n]["node"] == pods[n].spec.node_name
+        truth = c.placements(stack.api)
+        bound = {k for k in truth if k.startswith(ns + "/")}
+        unbound = [p for p in stack.api.list_namespaced_pod(ns).items if not p.spec.node_name]
+        assert unbound, "the burst is larger than the cluster"
+        assert c.overcommitted_on_the_api_server(stack.api) == []
+        assert set(mirrored(stack, ns)) == bound
         assert c.overcommitted(stack.dsn) == []
-        assert min(service.calls) > 50, service.calls  # both replicas did real work
+        assert _verb_calls(second) > 0, "the second pair placed pods after the takeover"
     finally:
+        stack.cp.stop_process("kube-scheduler-2")
         stack.cp.start_scheduler(c.scheduler_config(stack.cp, stack.extender.url))
-        service.close()
         second.stop()
+
+
+def _bound_count(stack: Stack, ns: str) -> int:
+    return len([p for p in stack.api.list_namespaced_pod(ns).items if p.spec.node_name])
+
+
+def _verb_calls(extender: c.ExtenderProcess) -> float:
+    """Filter calls the extender has answered, from its /metrics."""
+    found = re.findall(
+        r'^tmc_extender_requests_total\{outcome="[^"]+",verb="filter"\} (\S+)$',
+        extender.metrics(),
+        re.M,
+    )
+    return sum(float(v) for v in found)
 
 
 def _stable_bound(stack: Stack, ns: str, quiet_seconds: float) -> bool:

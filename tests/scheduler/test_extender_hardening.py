@@ -3,6 +3,7 @@ they name, retries and races that lose nothing, and quantities that cannot stall
 
 from __future__ import annotations
 
+import copy
 import http.client
 import json
 import ssl
@@ -15,24 +16,24 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ledger import nodes as ledger_nodes
 from ledger import store as ledger
-from ledger.types import NodeCapacity
-from model.node_contract import LLC_MASK_ANNOTATION
+from ledger.types import Held, NodeCapacity
+from model.node_contract import LLC_MASK_ANNOTATION, PLACEMENT_ANNOTATION
 from model.resources import GIB
 from scheduler.decisions import Recommender
 from scheduler.extender import Extender
+from scheduler.pods import PodBook
 from scheduler.server import ExtenderServer, client_tls_context
 from scheduler.state import ClusterState
 from store.db import make_session_factory, unit_of_work
-from store.orm import Reservation
 from tests.fixtures.database import empty_tables
 from tests.scheduler.conftest import RecordingCluster, register, upload_example, wire
 from tests.scheduler.controlplane import openssl
 from tests.scheduler.test_extender_wire import opted_in
+from tests.services import PostgresServer, wait_until
 
 
 def bind_body(name: str, uid: str, node: str) -> dict[str, str]:
@@ -66,9 +67,9 @@ def all_at_once(n: int, attempt: Callable[[int], dict[str, Any]]) -> list[dict[s
     return answers
 
 
-def rows(sessions: sessionmaker[Session]) -> list[Reservation]:
-    with unit_of_work(sessions) as session:
-        return list(session.scalars(select(Reservation)).all())
+def holding(extender: Extender) -> list[Held]:
+    """What the extender's cache holds: the room its binds assumed and bound pods hold."""
+    return sorted(extender.state.all_held(), key=lambda h: h.pod_uid)
 
 
 def test_bind_of_a_pod_that_never_opted_in_touches_nothing(
@@ -79,7 +80,7 @@ def test_bind_of_a_pod_that_never_opted_in_touches_nothing(
     cluster.add(pod)
     answer = extender.bind(bind_body("plain", "uid-plain", "node-1"))
     assert "does not request tiered memory" in answer["Error"]
-    assert cluster.annotations == {} and cluster.bound == [] and rows(sessions) == []
+    assert cluster.annotations == {} and cluster.bound == [] and holding(extender) == []
 
 
 def test_bind_whose_uid_is_another_pods_touches_nothing(
@@ -88,7 +89,7 @@ def test_bind_whose_uid_is_another_pods_touches_nothing(
     filtered(extender, cluster, "uid-a", "a")
     answer = extender.bind(bind_body("a", "uid-forged", "node-1"))
     assert "is not the pod" in answer["Error"]
-    assert cluster.annotations == {} and rows(sessions) == []
+    assert cluster.annotations == {} and holding(extender) == []
 
 
 def test_a_bind_for_a_running_pod_does_not_rewrite_its_mask(
@@ -101,8 +102,8 @@ def test_a_bind_for_a_running_pod_does_not_rewrite_its_mask(
     assert extender.bind(bind_body("a", "uid-a", "node-4")) == {"Error": ""}
     assert "already bound to node-4" in extender.bind(bind_body("a", "uid-a", "node-1"))["Error"]
     assert cluster.annotations["default/a"][LLC_MASK_ANNOTATION] == mask
-    held = rows(sessions)
-    assert len(held) == 1 and held[0].node_name == "node-4" and hex(held[0].llc_mask) == mask
+    held = holding(extender)
+    assert len(held) == 1 and held[0].node == "node-4" and hex(held[0].llc_mask) == mask
 
 
 def test_twenty_parallel_binds_of_one_pod_leave_one_reservation(
@@ -116,8 +117,8 @@ def test_twenty_parallel_binds_of_one_pod_leave_one_reservation(
     answers = all_at_once(20, bind)
     assert all(a == {"Error": ""} for a in answers), answers
     assert len(cluster.bound) == 1
-    held = rows(sessions)
-    assert len(held) == 1 and held[0].node_name == "node-1"
+    held = holding(extender)
+    assert len(held) == 1 and held[0].node == "node-1"
     assert extender.state.held("uid-a") is not None
 
 
@@ -130,7 +131,8 @@ def test_a_failed_binding_never_releases_another_attempts_reservation(
     cluster.fail_bind = True
     answer = extender.bind(bind_body("a", "uid-a", "node-1"))
     assert "409" in answer["Error"]
-    assert len(rows(sessions)) == 1, "the retry's failure kept the first attempt's reservation"
+    assert len(holding(extender)) == 1, "the retry's failure kept the first attempt's reservation"
+    assert extender.state.held("uid-a") is not None
 
 
 def test_a_retried_bind_to_another_node_keeps_the_live_reservation(
@@ -144,14 +146,14 @@ def test_a_retried_bind_to_another_node_keeps_the_live_reservation(
     assert extender.filter(request)["Error"] == ""
     answer = extender.bind(bind_body("a", "uid-a", "node-2"))
     assert "already bound to node-1" in answer["Error"]
-    held = rows(sessions)
-    assert [(r.pod_uid, r.node_name) for r in held] == [("uid-a", "node-1")]
+    held = holding(extender)
+    assert [(r.pod_uid, r.node) for r in held] == [("uid-a", "node-1")]
     cached = extender.state.held("uid-a")
     assert cached is not None and cached.node == "node-1"
     # A new pod on node-1 gets ways the running pod does not hold.
     filtered(extender, cluster, "uid-b", "b", "graph500")
     assert extender.bind(bind_body("b", "uid-b", "node-1")) == {"Error": ""}
-    masks = {r.pod_uid: r.llc_mask for r in rows(sessions)}
+    masks = {r.pod_uid: r.llc_mask for r in holding(extender)}
     assert masks["uid-a"] & masks["uid-b"] == 0
 
 
@@ -170,8 +172,8 @@ def test_parallel_binds_to_two_nodes_leave_the_bound_pod_its_reservation(
     assert len(cluster.bound) == 1, cluster.bound
     bound_to = cluster.bound[0][3]
     assert any(a == {"Error": ""} for a in answers)
-    held = rows(sessions)
-    assert [(r.pod_uid, r.node_name) for r in held] == [("uid-a", bound_to)]
+    held = holding(extender)
+    assert [(r.pod_uid, r.node) for r in held] == [("uid-a", bound_to)]
     cached = extender.state.held("uid-a")
     assert cached is not None and cached.node == bound_to
 
@@ -187,7 +189,7 @@ def test_a_filter_carrying_a_forged_copy_cannot_bind_a_pod_that_never_opted_in(
     assert extender.filter(forged)["Error"] == ""
     answer = extender.bind(bind_body("plain", "uid-plain", "node-1"))
     assert "does not request tiered memory" in answer["Error"]
-    assert cluster.bound == [] and rows(sessions) == []
+    assert cluster.bound == [] and holding(extender) == []
 
 
 def test_a_forged_filter_cannot_rewrite_a_running_pods_reservation(
@@ -196,13 +198,43 @@ def test_a_forged_filter_cannot_rewrite_a_running_pods_reservation(
     upload_example(sessions, "graph500")
     filtered(extender, cluster, "uid-a", "a", "graph500")
     assert extender.bind(bind_body("a", "uid-a", "node-1")) == {"Error": ""}
-    before = [(r.node_name, r.llc_mask, r.dram_bytes) for r in rows(sessions)]
+    before = [(r.node, r.llc_mask, r.dram_bytes) for r in holding(extender)]
     # The copy names a workload with no profile: its decision would be the fallback, every way of
     # the longest free run.
     forged = opted_in(wire("filter-nodenames.request.json"), "unknown", "uid-a", "a")
     extender.filter(forged)
     assert extender.bind(bind_body("a", "uid-a", "node-1")) == {"Error": ""}
-    assert [(r.node_name, r.llc_mask, r.dram_bytes) for r in rows(sessions)] == before
+    assert [(r.node, r.llc_mask, r.dram_bytes) for r in holding(extender)] == before
+
+
+def test_bind_reads_the_watchs_copy_and_the_api_server_when_that_is_not_the_pod(
+    extender: Extender, cluster: RecordingCluster
+) -> None:
+    book = PodBook()
+    extender.pods = book
+    filtered(extender, cluster, "uid-a", "a")
+    book.put(cluster.pods["default/a"])  # the watch has seen it, pending
+    assert extender.bind(bind_body("a", "uid-a", "node-1")) == {"Error": ""}
+    assert cluster.reads == 0 and cluster.bound[-1] == ("default", "a", "uid-a", "node-1")
+    # Re-created under the same name: the watch's copy is another pod, so the API server is asked.
+    stale = copy.deepcopy(cluster.pods["default/a"])
+    stale["metadata"]["uid"] = "uid-old"
+    stale["spec"].pop("nodeName")
+    book.put(stale)
+    assert "already bound to node-1" in extender.bind(bind_body("a", "uid-a", "node-4"))["Error"]
+    assert cluster.reads == 1
+    # The watch still shows a pod pending that another attempt has bound: its Binding is refused,
+    # and the API server says the pod is bound where this attempt wanted it.
+    filtered(extender, cluster, "uid-b", "b")
+    book.put(cluster.pods["default/b"])
+    cluster.pods["default/b"]["spec"]["nodeName"] = "node-4"
+    assert extender.bind(bind_body("b", "uid-b", "node-4")) == {"Error": ""}
+    assert [b[1] for b in cluster.bound] == ["a"]
+    # A pod the watch shows bound elsewhere is refused without a read.
+    book.put(cluster.pods["default/b"])
+    reads = cluster.reads
+    assert "already bound to node-4" in extender.bind(bind_body("b", "uid-b", "node-1"))["Error"]
+    assert cluster.reads == reads
 
 
 @pytest.mark.parametrize(
@@ -223,7 +255,7 @@ def test_absurd_quantities_are_refused_fast(
     assert answer["Error"].startswith("tmc: ")
     assert "bound" not in answer["Error"]
     assert extender.bind(bind_body("q", "uid-q", "node-1"))["Error"]
-    assert rows(sessions) == []
+    assert holding(extender) == []
     # the cluster's numbers are untouched
     util = extender.state.utilization()
     assert all(0.0 <= v <= 1.0 for v in util.as_tuple())
@@ -350,12 +382,13 @@ def _call(
 
 
 def test_verbs_need_the_schedulers_client_certificate(
+    extender: Extender,
     tls_server: ExtenderServer,
     pki: Path,
     cluster: RecordingCluster,
     sessions: sessionmaker[Session],
 ) -> None:
-    filtered(tls_server.extender, cluster, "uid-a", "a")
+    filtered(extender, cluster, "uid-a", "a")
     body = bind_body("a", "uid-a", "node-1")
     assert _call(tls_server.port, pki, None, "/scheduler/bind", body)[0] == 401
     assert _call(tls_server.port, pki, "intruder", "/scheduler/bind", body)[0] == 401
@@ -363,7 +396,7 @@ def test_verbs_need_the_schedulers_client_certificate(
     assert status == 401 and "exactly one CN" in answer["Error"]
     with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
         _call(tls_server.port, pki, "forged", "/scheduler/bind", body)
-    assert rows(sessions) == [] and cluster.annotations == {}
+    assert holding(extender) == [] and cluster.annotations == {}
     # probes and scrapers need no certificate
     assert _call(tls_server.port, pki, None, "/healthz") == (200, {"status": "ok"})
     assert _call(tls_server.port, pki, "scheduler", "/scheduler/bind", body) == (200, {"Error": ""})
@@ -408,7 +441,7 @@ def test_a_recommendation_that_cannot_be_computed_in_time_is_an_error_not_a_hang
     state = ClusterState()
     register(sessions, state)
     recommender = Recommender(sessions, hung_utilization, budget_seconds=0.3)
-    extender = Extender(state, recommender, sessions, cluster)
+    extender = Extender(state, recommender, cluster)
     request = opted_in(wire("filter-nodenames.request.json"), "graph500")
     start = time.perf_counter()
     answer = extender.filter(request)
@@ -422,6 +455,36 @@ def test_a_recommendation_that_cannot_be_computed_in_time_is_an_error_not_a_hang
             break
         time.sleep(0.1)
     assert answer["Error"] == "" and answer["NodeNames"]
+
+
+def test_a_known_decision_is_used_stale_while_the_database_is_down(
+    sessions: sessionmaker[Session], cluster: RecordingCluster, postgres: PostgresServer
+) -> None:
+    """Placement touches no database: with PostgreSQL stopped, a workload decided before is
+    filtered, scored and bound with its last recommendation (stale, never the fallback)."""
+    upload_example(sessions, "graph500")
+    state = ClusterState()
+    register(sessions, state)
+    recommender = Recommender(sessions, state.utilization, ttl_seconds=0.2)
+    extender = Extender(state, recommender, cluster)
+    first = opted_in(wire("filter-nodenames.request.json"), "graph500", "uid-1", "p1")
+    cluster.add(first["Pod"])
+    wait_until(lambda: extender.filter(first)["Error"] == "", 10, "the first recommendation")
+    assert extender.bind(bind_body("p1", "uid-1", "node-1")) == {"Error": ""}
+    decided = json.loads(cluster.annotations["default/p1"][PLACEMENT_ANNOTATION] or "")
+    postgres.stop()
+    try:
+        time.sleep(0.5)  # past the TTL: every decide now also tries a refresh, which fails
+        second = opted_in(wire("filter-nodenames.request.json"), "graph500", "uid-2", "p2")
+        cluster.add(second["Pod"])
+        answer = extender.filter(second)
+        assert answer["Error"] == "" and answer["NodeNames"]
+        assert extender.bind(bind_body("p2", "uid-2", answer["NodeNames"][0])) == {"Error": ""}
+    finally:
+        postgres.start()
+    placement = json.loads(cluster.annotations["default/p2"][PLACEMENT_ANNOTATION] or "")
+    assert placement["fallback"] is None
+    assert placement["recommendation_id"] == decided["recommendation_id"]
 
 
 # --- a bounded fuzz of the verbs over HTTP -------------------------------------------------------
@@ -519,7 +582,7 @@ def fuzz_server(postgres: Any, engine: Any) -> Iterator[ExtenderServer]:
     upload_example(sessions, "graph500")
     cluster = RecordingCluster()
     recommender = Recommender(sessions, state.utilization, ttl_seconds=60)
-    srv = ExtenderServer(("127.0.0.1", 0), Extender(state, recommender, sessions, cluster))
+    srv = ExtenderServer(("127.0.0.1", 0), Extender(state, recommender, cluster))
     srv.serve_in_thread()
     yield srv
     srv.shutdown()

@@ -15,12 +15,14 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from ledger import store as ledger
 from model.node_contract import LLC_MASK_ANNOTATION, PLACEMENT_ANNOTATION
 from model.packing import is_contiguous
 from scheduler.extender import Extender
+from scheduler.feeder import placed_of
 from scheduler.server import ExtenderServer
 from store.db import unit_of_work
-from store.orm import RecommendationRow, Reservation
+from store.orm import RecommendationRow
 from tests.scheduler.conftest import RecordingCluster, upload_example, wire
 
 FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
@@ -135,7 +137,7 @@ def test_fallback_when_the_workload_has_no_profile(
 
 
 def test_bind_reserves_annotates_and_binds(
-    client: Client, cluster: RecordingCluster, sessions: sessionmaker[Session]
+    client: Client, cluster: RecordingCluster, sessions: sessionmaker[Session], extender: Extender
 ) -> None:
     upload_example(sessions, "graph500")
     request = opted_in(wire("filter-nodenames.request.json"), "graph500")
@@ -145,22 +147,26 @@ def test_bind_reserves_annotates_and_binds(
     status, bound = client.post("bind", bind)
     assert (status, bound) == (200, {"Error": ""})
     assert cluster.bound == [("default", "probe-1", "uid-1", node)]
+    (row,) = extender.state.all_held()
     with unit_of_work(sessions) as session:
-        row = session.scalars(select(Reservation)).one()
         rec = session.scalars(select(RecommendationRow)).one()
-    assert row.node_name == node and is_contiguous(row.llc_mask)
+    assert row.node == node and is_contiguous(row.llc_mask)
     assert row.llc_mask.bit_count() == rec.llc_ways
-    assert row.recommendation_id == rec.id
     notes = cluster.annotations["default/probe-1"]
     placement = json.loads(notes[PLACEMENT_ANNOTATION] or "")
     assert notes[LLC_MASK_ANNOTATION] == hex(row.llc_mask) == placement["llc_mask"]
     assert placement["recommendation_id"] == rec.id and placement["fallback"] is None
     assert placement["configuration"]["slow_bytes"] == row.slow_bytes
-    assert placement["slow_from_pool"] == (node == "node-2")
+    assert placement["slow_from_pool"] == row.slow_from_pool == (node == "node-2")
+    # What the cache assumed is what the pod's annotation says: the watch finds nothing to fix.
+    assert placed_of(cluster.pods["default/probe-1"]) == ledger.Placed(
+        row, rec.id, placement["configuration"]["slow_ratio"]
+    )
+    assert extender.state.in_flight() == {}
 
 
 def test_a_failed_binding_releases_the_reservation(
-    client: Client, cluster: RecordingCluster, sessions: sessionmaker[Session], extender: Extender
+    client: Client, cluster: RecordingCluster, extender: Extender
 ) -> None:
     client.post("filter", opted_in(wire("filter-nodenames.request.json"), None))
     cluster.fail_bind = True
@@ -169,9 +175,8 @@ def test_a_failed_binding_releases_the_reservation(
         {"PodName": "probe-1", "PodNamespace": "default", "PodUID": "uid-1", "Node": "node-1"},
     )
     assert status == 200 and "409" in bound["Error"]
-    with unit_of_work(sessions) as session:
-        assert session.scalars(select(Reservation)).all() == []
-    assert extender.state.held("uid-1") is None
+    assert extender.state.all_held() == [] and extender.state.in_flight() == {}
+    assert extender.state.used_mask("node-1") == 0
 
 
 def test_a_full_node_is_failed_not_unresolvable(client: Client) -> None:
@@ -238,10 +243,9 @@ def test_keep_alive_calls_are_not_held_back_by_nagle(client: Client) -> None:
     assert per_call < 0.02, f"{per_call * 1000:.1f} ms per call"
 
 
-def test_concurrent_binds_never_double_book(
-    extender: Extender, sessions: sessionmaker[Session], cluster: RecordingCluster
-) -> None:
-    """16 threads bind fallback pods to the 8-way node at once: each way goes to one pod."""
+def test_concurrent_binds_never_double_book(extender: Extender, cluster: RecordingCluster) -> None:
+    """16 threads bind fallback pods to the 8-way node at once: each way goes to one pod, and
+    what the bound pods' annotations say is what the cache holds."""
     for i in range(16):
         request = opted_in(wire("filter-nodenames.request.json"), None, f"u{i}", f"p{i}")
         cluster.add(request["Pod"])
@@ -262,12 +266,16 @@ def test_concurrent_binds_never_double_book(
         t.start()
     for t in threads:
         t.join()
-    with unit_of_work(sessions) as session:
-        rows = session.scalars(select(Reservation).where(Reservation.node_name == "node-4")).all()
-    masks = [r.llc_mask for r in rows]
-    assert sum(1 for r in results if r["Error"] == "") == len(rows) >= 1
+    bound = [p for p in cluster.pods.values() if p["spec"].get("nodeName") == "node-4"]
+    masks = [int(p["metadata"]["annotations"][LLC_MASK_ANNOTATION], 16) for p in bound]
+    assert sum(1 for r in results if r["Error"] == "") == len(bound) >= 1
+    assert any("contiguous LLC ways" in r["Error"] for r in results)
     union = 0
     for m in masks:
-        assert union & m == 0, "two reservations share a way"
+        assert union & m == 0, "two pods share a way"
         union |= m
     assert union <= 0xFF
+    assert extender.state.used_mask("node-4") == union
+    assert sorted(h.pod_uid for h in extender.state.all_held()) == sorted(
+        p["metadata"]["uid"] for p in bound
+    )

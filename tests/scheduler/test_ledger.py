@@ -1,27 +1,32 @@
-"""The ledger on a real PostgreSQL: contiguous runs, rack pools, row locks, reconciliation; and
-the feeder's handling of node and pod events."""
+"""The ledger on a real PostgreSQL: contiguous runs, rack pools and row locks (its own placements,
+for the embedded demo); the mirror of the bound pods' placements; and the feeder's handling of
+node and pod events, for the extender's cache and for the mirror, with the database down and
+back."""
 
 from __future__ import annotations
 
+import copy
 import threading
-from datetime import timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import select, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ledger import nodes as ledger_nodes
 from ledger import store as ledger
 from ledger.types import Held, NodeCapacity
+from model.node_contract import PlacedConfiguration, Placement
 from model.packing import Ask, is_contiguous
 from model.resources import GIB
 from scheduler.decisions import Recommender
 from scheduler.feeder import Feeder, node_capacity
-from scheduler.state import ClusterState
+from scheduler.state import ClusterState, Wanted
 from store.db import unit_of_work
-from store.orm import Node, Reservation
+from store.orm import Node, PlacementRecord, Reservation
 from tests.scheduler.conftest import register
+from tests.services import PostgresServer
 
 
 def reserve(session: Session, node: str, w: ledger.Want) -> Held:
@@ -164,45 +169,39 @@ def test_no_room_reasons(sessions: sessionmaker[Session], state: ClusterState) -
             reserve(session, "node-9", want("c"))
 
 
-def live(uid: str, node: str | None, placement: Held | None = None) -> ledger.LivePod:
-    return ledger.LivePod(uid, "default", uid, node, False, placement)
+def placed(uid: str, node: str, mask: int, rec: str | None = None) -> ledger.Placed:
+    held = Held(uid, "default", uid, node, 1, GIB, 0, False, mask)
+    return ledger.Placed(held, rec, 0.25)
 
 
-def test_reconcile_releases_leaks_and_restores_lost_reservations(
+def test_mirror_makes_the_ledger_equal_to_the_bound_pods(
     sessions: sessionmaker[Session], state: ClusterState
 ) -> None:
     with unit_of_work(sessions) as session:
         gone = reserve(session, "node-1", want("gone"))
         kept = reserve(session, "node-1", want("kept"))
-        stale = reserve(session, "node-1", want("stale"))
-        reserve(session, "node-1", want("elsewhere"))
-        session.execute(
-            update(Reservation)
-            .where(Reservation.pod_uid == "stale")
-            .values(created_at=Reservation.created_at - timedelta(minutes=5))
-        )
-    lost = Held("lost", "default", "lost", "node-4", 1, GIB, 0, False, 0b1100)
-    clash = Held("clash", "default", "clash", "node-1", 1, GIB, 0, False, kept.llc_mask)
+        reserve(session, "node-1", want("moved"))
+    bound = {
+        "kept": ledger.Placed(kept, None, 0.0),
+        "moved": placed("moved", "node-4", 0b1100),  # its annotation says another node
+        "new": placed("new", "node-3", 0xF0, rec="no-such-decision"),
+        "elsewhere": placed("elsewhere", "not-a-tmc-node", 0x1),
+    }
     with unit_of_work(sessions) as session:
-        report = ledger.reconcile(
-            session,
-            {
-                "kept": live("kept", "node-1"),
-                "stale": live("stale", None),  # pending for minutes: its bind died
-                "elsewhere": live("elsewhere", "node-3"),
-                "lost": live("lost", "node-4", lost),
-                "clash": live("clash", "node-1", clash),
-            },
-        )
-        left = {r.pod_uid: r.llc_mask for r in session.scalars(select(Reservation))}
-    assert sorted(report.released) == sorted(["gone", "stale", "elsewhere"])
-    # The clash is restored on other ways of its node (and told so), never double-booked.
-    assert sorted(report.restored) == ["clash", "lost"] and report.conflicts == []
-    assert set(report.moved) == {"clash"}
-    assert left["kept"] == kept.llc_mask and left["lost"] == 0b1100
-    assert left["clash"] == report.moved["clash"] and left["clash"] & kept.llc_mask == 0
-    assert left["clash"].bit_count() == kept.llc_mask.bit_count()
-    assert gone.pod_uid not in left and stale.pod_uid not in left
+        report = ledger.mirror(session, bound)
+        rows = {r.pod_uid: r for r in session.scalars(select(Reservation))}
+        log = {r.pod_uid: r for r in session.scalars(select(PlacementRecord))}
+    assert report.released == [gone.pod_uid]
+    assert sorted(report.recorded) == ["moved", "new"] and report.skipped == ["elsewhere"]
+    assert set(rows) == {"kept", "moved", "new"}
+    assert (rows["moved"].node_name, rows["moved"].llc_mask) == ("node-4", 0b1100)
+    # A decision the log does not have is not referenced (the row still records the pod).
+    assert rows["new"].recommendation_id is None and rows["new"].llc_mask == 0xF0
+    assert (log["new"].node_name, log["new"].llc_ways, log["new"].slow_ratio) == ("node-3", 4, 0.25)
+    assert log["moved"].node_name == "node-4"
+    with unit_of_work(sessions) as session:
+        again = ledger.mirror(session, bound)
+    assert (again.recorded, again.released) == ([], [])  # idempotent
 
 
 TIERED_NODE: dict[str, Any] = {
@@ -243,31 +242,147 @@ def test_node_capacity_is_read_from_labels_and_annotations() -> None:
     assert node_capacity(bad) is None
 
 
-def test_feeder_events_keep_ledger_and_cache_in_step(
-    sessions: sessionmaker[Session], state: ClusterState
+class ListedCluster:
+    """The API server's lists for the feeder (the e2e tests have the real one)."""
+
+    def __init__(self) -> None:
+        self.nodes: list[dict[str, Any]] = []
+        self.pods: dict[str, dict[str, Any]] = {}
+
+    def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
+        return copy.deepcopy(self.nodes), "1"
+
+    def list_pods(self) -> tuple[list[dict[str, Any]], str]:
+        return copy.deepcopy(list(self.pods.values())), "1"
+
+
+def bound_pod(uid: str, node: str, mask: int, slow: int = 0) -> dict[str, Any]:
+    placement = Placement(
+        node=node,
+        workload="graph500",
+        objective="cheapest",
+        configuration=PlacedConfiguration(
+            vcpus=1, dram_bytes=GIB, slow_bytes=slow, slow_ratio=0.5, llc_ways=mask.bit_count()
+        ),
+        llc_mask=hex(mask),
+        slow_from_pool=slow > 0,
+        recommendation_id=None,
+        fallback=None,
+        plan=[],
+    )
+    return {
+        "metadata": {
+            "uid": uid,
+            "name": uid,
+            "namespace": "default",
+            "annotations": dict(placement.to_annotations()),
+        },
+        "spec": {"nodeName": node},
+        "status": {"phase": "Running"},
+    }
+
+
+def reservations(sessions: sessionmaker[Session]) -> dict[str, tuple[str, int]]:
+    with unit_of_work(sessions) as session:
+        return {r.pod_uid: (r.node_name, r.llc_mask) for r in session.scalars(select(Reservation))}
+
+
+def test_feeder_events_keep_the_cache_and_the_mirror_in_step(
+    sessions: sessionmaker[Session],
 ) -> None:
+    state = ClusterState()
     recommender = Recommender(sessions, state.utilization)
-    feeder = Feeder(None, sessions, state, recommender)  # type: ignore[arg-type]  # no sync here
+    listed = ListedCluster()
+    feeder = Feeder(listed, sessions, state, recommender)  # type: ignore[arg-type]
+    feeder.mirror_all()  # the first listing: nothing there yet
     feeder.on_node("ADDED", TIERED_NODE)
     assert state.node("node-7") is not None
+    pod = bound_pod("p1", "node-7", 0xF0, slow=10 * GIB)
+    feeder.on_pod("MODIFIED", pod)
+    cached = state.held("p1")
+    assert cached is not None and cached.slow_from_pool and cached.llc_mask == 0xF0
+    assert state.utilization().slow > 0
+    feeder.mirror_pending()
+    assert reservations(sessions) == {"p1": ("node-7", 0xF0)}
     with unit_of_work(sessions) as session:
         assert session.get(Node, "node-7") is not None
-        held = reserve(session, "node-7", want("p1", slow=10 * GIB))
-    state.hold(held)
-    assert state.utilization().slow > 0
-    feeder.on_pod(
-        "MODIFIED",
-        {"metadata": {"uid": "p1"}, "spec": {"nodeName": "node-7"}, "status": {"phase": "Running"}},
-    )
-    assert state.held("p1") is not None
-    feeder.on_pod("DELETED", {"metadata": {"uid": "p1"}, "spec": {"nodeName": "node-7"}})
-    assert state.held("p1") is None
-    with unit_of_work(sessions) as session:
-        assert session.scalars(select(Reservation)).all() == []
+        logged = session.get(PlacementRecord, "p1")
+        assert logged is not None and logged.llc_ways == 4 and logged.slow_ratio == 0.5
+    feeder.on_pod("DELETED", pod)
+    assert state.held("p1") is None and state.used_mask("node-7") == 0
+    feeder.mirror_pending()
+    assert reservations(sessions) == {}
+    with unit_of_work(sessions) as session:  # the evidence for verification runs stays
+        assert session.get(PlacementRecord, "p1") is not None
     feeder.on_node("DELETED", TIERED_NODE)
     assert state.node("node-7") is not None and not state.node("node-7").ready  # type: ignore[union-attr]
     verdict = state.filter(["node-7"], Ask(1, GIB, 0, 1))
     assert verdict.full_now == {"node-7": "tmc: node is not ready"}
+    feeder.mirror_pending()
+    with unit_of_work(sessions) as session:
+        assert not session.get(Node, "node-7").ready  # type: ignore[union-attr]
+
+
+def test_a_bound_pods_annotation_replaces_what_the_cache_assumed(
+    sessions: sessionmaker[Session], state: ClusterState
+) -> None:
+    """Whoever bound the pod, the API server's placement is what it holds."""
+    feeder = Feeder(ListedCluster(), None, state)  # type: ignore[arg-type]
+    wanted = Wanted("p1", "default", "p1", 1, GIB, 0, 4)
+    assert state.assume("node-1", wanted, "attempt").llc_mask == 0xF
+    feeder.on_pod("MODIFIED", bound_pod("p1", "node-1", 0xF00))
+    assert state.held("p1").llc_mask == 0xF00  # type: ignore[union-attr]
+    assert state.used_mask("node-1") == 0xF00 and state.in_flight() == {}
+    assert not state.forget("p1", "node-1", "attempt")  # bound: no attempt may drop it
+
+
+def test_a_rebuild_keeps_binds_in_flight_and_what_the_listing_could_not_see(
+    sessions: sessionmaker[Session], state: ClusterState
+) -> None:
+    listed = ListedCluster()
+    listed.nodes = [TIERED_NODE]
+    listed.pods = {"old": bound_pod("old", "node-7", 0x3)}
+    feeder = Feeder(listed, None, state)  # type: ignore[arg-type]
+    feeder.sync()
+    assert state.node("node-1") is None  # the listing is the truth: node-7 only
+    assert state.used_mask("node-7") == 0x3
+    state.assume("node-7", Wanted("flying", "default", "flying", 1, GIB, 0, 2), "a")
+    feeder.sync()  # a listing that cannot show the bind in flight
+    assert state.used_mask("node-7") == 0x3 | 0xC
+    listed.pods.pop("old")  # deleted: gone with the next listing
+    feeder.sync()
+    assert state.used_mask("node-7") == 0xC and state.in_flight() == {"flying": "a"}
+
+
+def test_the_mirror_catches_up_after_the_database_was_down(
+    sessions: sessionmaker[Session], postgres: PostgresServer
+) -> None:
+    """Events while PostgreSQL is down keep the cache; the mirror, stale, is rewritten from a
+    listing once the database answers, equal to the bound pods."""
+    state = ClusterState()
+    listed = ListedCluster()
+    listed.nodes = [TIERED_NODE]
+    feeder = Feeder(listed, sessions, state)  # type: ignore[arg-type]
+    feeder.sync()
+    feeder.mirror_pending()
+    kept = bound_pod("kept", "node-7", 0x1)
+    listed.pods["kept"] = kept
+    feeder.on_pod("ADDED", kept)
+    feeder.mirror_pending()
+    postgres.stop()
+    try:
+        for i in range(3):
+            listed.pods[f"b{i}"] = bound_pod(f"b{i}", "node-7", 0x10 << i)
+            feeder.on_pod("MODIFIED", listed.pods[f"b{i}"])
+        feeder.on_pod("DELETED", listed.pods.pop("kept"))
+        with pytest.raises(OperationalError):
+            feeder.mirror_pending()
+        assert state.used_mask("node-7") == 0x70  # placement goes on from the cache
+    finally:
+        postgres.start()
+    feeder.mirror_pending()  # stale: a fresh listing, written in full
+    assert reservations(sessions) == {f"b{i}": ("node-7", 0x10 << i) for i in range(3)}
+    assert feeder.last_mirror is not None and feeder.last_mirror.released == ["kept"]
 
 
 def test_masks_in_the_cache_match_the_ledger(

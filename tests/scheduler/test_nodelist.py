@@ -57,7 +57,7 @@ def extender_for(nodes: list[NodeCapacity], held: list[Held], ways: int = 4) -> 
         "cheapest",
         Recommended(2, 3 * GIB, 2 * GIB, 0.4, ways, "r", time.monotonic()),
     )
-    return Extender(state, recommender, no_db, RecordingCluster())
+    return Extender(state, recommender, RecordingCluster())
 
 
 def node(name: str, i: int, ready: bool = True) -> NodeCapacity:

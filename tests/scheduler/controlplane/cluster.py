@@ -1,9 +1,10 @@
 # The kubernetes client takes plain dicts for bodies at run time; its stubs say models only.
 # mypy: disable-error-code="arg-type,union-attr,no-untyped-call"
 """The whole placement path on loopback, every hop a real process: the control plane, the chart's
-RBAC and KubeSchedulerConfiguration, the extender (`python -m scheduler`, one or more replicas)
-on a real PostgreSQL, and a node agent (`tmc-agent serve`) per fake node on a fake host tree
-(sysfs, resctrl, cgroup v2: the only fakes, for hardware this machine lacks).
+RBAC and KubeSchedulerConfiguration, the extender (`python -m scheduler`; beside each of several
+kube-scheduler replicas with leader election, as the chart runs them) on a real PostgreSQL, and a
+node agent (`tmc-agent serve`) per fake node on a fake host tree (sysfs, resctrl, cgroup v2: the
+only fakes, for hardware this machine lacks).
 
 Used by tests/scheduler/test_e2e.py and bench/scheduler_e2e.py.
 """
@@ -30,6 +31,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import utils as k8s_utils
 
+from model.node_contract import NodeCapacity as ContractCapacity
+from model.node_contract import Placement
 from model.resources import GIB
 from tests.agent import fakehost
 from tests.scheduler.controlplane import NAMESPACE, RELEASE, ControlPlane
@@ -85,9 +88,53 @@ def scheduler_config(cp: ControlPlane, extender_url: str, **extra: Any) -> Path:
         for d in yaml.safe_load_all(rendered["tmc/templates/scheduler.yaml"])
         if d and d["kind"] == "ConfigMap"
     )
-    path = cp.dir / f"scheduler-config-{abs(hash(extender_url))}.yaml"
-    path.write_text(config_map["data"]["scheduler-config.yaml"])
+    text = config_map["data"]["scheduler-config.yaml"]
+    path = cp.dir / f"scheduler-config-{abs(hash((extender_url, repr(extra))))}.yaml"
+    path.write_text(text)
     return path
+
+
+def with_short_lease(config: Path) -> Path:
+    """The configuration with leader-election timings short enough for a test (the defaults
+    wait 15 s for a dead leader's lease to expire)."""
+    cfg = yaml.safe_load(config.read_text())
+    cfg["leaderElection"].update(
+        {"leaseDuration": "4s", "renewDeadline": "3s", "retryPeriod": "1s"}
+    )
+    path = config.with_name(config.stem + "-short-lease.yaml")
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def start_scheduler_replica(cp: ControlPlane, config: Path, name: str) -> None:
+    """Another kube-scheduler process beside the control plane's own (`start_scheduler`), as a
+    second replica of the chart's scheduler Deployment: same identity, its own log and port."""
+    cp.stop_process(name)
+    cp._spawn(
+        name,
+        [
+            str(cp.bin / "kube-scheduler"),
+            f"--config={config}",
+            f"--authentication-kubeconfig={cp.kubeconfig('scheduler')}",
+            f"--authorization-kubeconfig={cp.kubeconfig('scheduler')}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}",
+            "--v=2",
+        ],
+    )
+    wait_until(
+        lambda: (
+            "attempting to acquire leader lease" in cp.log(name)
+            or "Starting Kubernetes Scheduler" in cp.log(name)
+        ),
+        60,
+        name,
+    )
+
+
+def leads(cp: ControlPlane, name: str) -> bool:
+    """Whether the kube-scheduler process `name` has acquired the leader lease."""
+    return "successfully acquired lease" in cp.log(name).lower()
 
 
 # --- nodes --------------------------------------------------------------------------------------
@@ -235,8 +282,17 @@ def scheduler_tls(tls: Path) -> ssl.SSLContext:
 class ExtenderProcess:
     """`python -m scheduler` with the extender's own service-account identity."""
 
-    def __init__(self, cp: ControlPlane, database_url: str, name: str = "extender") -> None:
+    def __init__(
+        self,
+        cp: ControlPlane,
+        database_url: str,
+        name: str = "extender",
+        *,
+        env: dict[str, str] | None = None,
+        mirror_only: bool = False,
+    ) -> None:
         self.port = free_port()
+        self.mirror_only = mirror_only
         self.env = {
             **os.environ,
             "TMC_DATABASE_URL": database_url,
@@ -248,6 +304,7 @@ class ExtenderProcess:
             "TMC_EXTENDER_TLS_KEY_FILE": str(cp.extender_tls / "tls.key"),
             "TMC_EXTENDER_CLIENT_CA_FILE": str(cp.extender_tls / "ca.crt"),
             "TMC_EXTENDER_CLIENT_NAMES": '["tmc-scheduler"]',
+            **(env or {}),
         }
         self.tls = cp.extender_tls
         self.log = cp.dir / f"{name}.log"
@@ -259,7 +316,7 @@ class ExtenderProcess:
 
     def start(self, wait: bool = True) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "scheduler"],
+            [sys.executable, "-m", "scheduler", *(["--mirror-only"] if self.mirror_only else [])],
             cwd=ROOT,
             env=self.env,
             stdout=self.log.open("ab"),
@@ -457,8 +514,74 @@ def capacity_of(dsn: str) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
 
 def overcommitted(dsn: str) -> list[str]:
     """Every way in which the ledger holds more than a node or pool has: [] when none."""
-    held = reservations(dsn)
     nodes, pools = capacity_of(dsn)
+    return _overcommitted(reservations(dsn), nodes, pools)
+
+
+def placements(api: k8s.CoreV1Api) -> dict[str, dict[str, Any]]:
+    """What every live bound pod holds by its placement annotation (the truth), keyed
+    namespace/name, in the shape of `reservations`."""
+    out: dict[str, dict[str, Any]] = {}
+    for pod in api.list_pod_for_all_namespaces().items:
+        if not pod.spec.node_name or str(pod.status.phase) in ("Succeeded", "Failed"):
+            continue
+        p = Placement.from_annotations(pod.metadata.annotations)
+        if p is None:
+            continue
+        out[f"{pod.metadata.namespace}/{pod.metadata.name}"] = {
+            "pod_name": pod.metadata.name,
+            "namespace": pod.metadata.namespace,
+            "uid": pod.metadata.uid,
+            "node": pod.spec.node_name,
+            "placed_on": p.node,
+            "vcpus": p.configuration.vcpus,
+            "dram": p.configuration.dram_bytes,
+            "slow": p.configuration.slow_bytes,
+            "pooled": p.slow_from_pool,
+            "mask": p.llc_mask_bits,
+        }
+    return out
+
+
+def published_capacity(api: k8s.CoreV1Api) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+    """Each tmc node's capacity and each rack pool's size, as the nodes publish them."""
+    nodes: dict[str, dict[str, Any]] = {}
+    pools: dict[str, int] = {}
+    for node in api.list_node().items:
+        cap = ContractCapacity.from_metadata(node.metadata.labels, node.metadata.annotations)
+        if cap is None:
+            continue
+        allocatable: dict[str, str] = node.status.allocatable or {}
+        cpus = cap.cpus if cap.cpus is not None else int(allocatable["cpu"])
+        name = str(node.metadata.name)
+        nodes[name] = {
+            "name": name,
+            "cpus": cpus,
+            "dram": cap.dram_bytes,
+            "slow": cap.slow_bytes,
+            "ways": cap.llc_ways,
+            "pool": cap.slow_pool,
+        }
+        if cap.slow_pool is not None and cap.slow_pool_bytes is not None:
+            pools[cap.slow_pool] = cap.slow_pool_bytes
+    return nodes, pools
+
+
+def overcommitted_on_the_api_server(api: k8s.CoreV1Api) -> list[str]:
+    """Every way in which the bound pods' placements together exceed what the nodes and pools
+    publish: [] when none."""
+    held = placements(api)
+    problems = [
+        f"{key}: bound to {r['node']}, placed on {r['placed_on']}"
+        for key, r in held.items()
+        if r["node"] != r["placed_on"]
+    ]
+    return problems + _overcommitted(held, *published_capacity(api))
+
+
+def _overcommitted(
+    held: dict[str, dict[str, Any]], nodes: dict[str, dict[str, Any]], pools: dict[str, int]
+) -> list[str]:
     problems: list[str] = []
     per: dict[str, dict[str, int]] = {}
     pool_used: dict[str, int] = {}
