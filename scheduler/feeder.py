@@ -28,7 +28,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
@@ -38,9 +38,15 @@ from ledger import store as ledger
 from ledger.types import Held, NodeCapacity
 from model import node_contract as contract
 from model.node_contract import PLACEMENT_ANNOTATION
-from scheduler.decisions import Recommender
 from scheduler.kube import KubeCluster
-from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, PodBook, parse_quantity, read_pod
+from scheduler.pods import (
+    DEFAULT_OPT_IN_RESOURCE,
+    BadPod,
+    PodAsk,
+    PodBook,
+    parse_quantity,
+    read_pod,
+)
 from scheduler.state import ClusterState
 from store.db import unit_of_work
 
@@ -138,13 +144,20 @@ class _Changes:
     pods: dict[str, ledger.Placed | None] = field(default_factory=dict)  # None: released
 
 
+class Prefetcher(Protocol):
+    """Told of every pending opted-in pod, so its configuration is ready before the scheduler
+    asks: the extender's recommendation cache, or the recommendation publisher."""
+
+    def prefetch(self, pod: PodAsk) -> None: ...
+
+
 class Feeder:
     def __init__(
         self,
         cluster: KubeCluster,
         sessions: sessionmaker[Session] | None,
         state: ClusterState | None = None,
-        recommender: Recommender | None = None,
+        recommender: Prefetcher | None = None,
         *,
         opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE,
         resync_seconds: float = 300.0,

@@ -46,10 +46,9 @@ from model.node_contract import (
     ContractError,
     Recommendation,
 )
-from scheduler.decisions import Recommender
 from scheduler.feeder import Feeder
 from scheduler.kube import KubeCluster, api_client
-from scheduler.pods import BadPod, PodAsk, read_pod
+from scheduler.pods import PodAsk
 from scheduler.settings import ExtenderSettings
 from scheduler.state import ClusterState
 from store.db import make_engine, make_session_factory
@@ -172,17 +171,6 @@ class RecommendationPublisher:
             if pair in self._published:
                 return
         self.request(pair)
-
-    def prefetch_pending(self, pod: dict[str, Any], opt_in_resource: str) -> None:
-        """`prefetch` for a pod object, if it is opted in and not bound yet."""
-        if (pod.get("spec") or {}).get("nodeName"):
-            return
-        try:
-            ask = read_pod(pod, opt_in_resource)
-        except BadPod:
-            return
-        if ask.opted_in:
-            self.prefetch(ask)
 
     def request(self, pair: Pair) -> None:
         with self._lock:
@@ -330,29 +318,22 @@ def main() -> None:
         ServiceDecisions(sessions, state.utilization, settings.default_threshold),
         refresh_seconds=settings.publisher_refresh_seconds,
     )
-    # The feeder's recommender only warms a cache; here pending pods go to the publisher.
-    recommender = Recommender(sessions, state.utilization, threshold=settings.default_threshold)
-    recommender.prefetch = publisher.prefetch  # type: ignore[method-assign]
+    # The feeder tells the publisher of every pending opted-in pod (those already pending at
+    # its first listing too), and keeps the ledger a mirror of the bound pods.
     feeder = Feeder(
         KubeCluster(api),
         sessions,
         state,
-        recommender,
+        publisher,
         opt_in_resource=settings.opt_in_resource,
         resync_seconds=settings.resync_seconds,
         watch_timeout_seconds=settings.watch_timeout_seconds,
+        mirror_retry_seconds=settings.mirror_retry_seconds,
     )
     log.info("published recommendations found at start: %d", publisher.load())
+    publisher.start()
     feeder.sync()
     feeder.start()
-    publisher.start()
-    # Pods already pending when the publisher starts are in the list, not in the watch's events.
-    pods, _ = feeder.cluster.list_pods()
-    for pod in pods:
-        publisher.prefetch_pending(pod, settings.opt_in_resource)
-    log.info(
-        "publishing recommendations (refresh every %.0f s)", settings.publisher_refresh_seconds
-    )
     log.info(
         "publishing recommendations (refresh every %.0f s)", settings.publisher_refresh_seconds
     )

@@ -51,6 +51,7 @@ class RecordingCluster:
         self.bound: list[tuple[str, str, str, str]] = []
         self.annotations: dict[str, dict[str, str | None]] = {}
         self.pods = pods or {}
+        self.nodes: dict[str, dict[str, Any]] = {}
         self.fail_bind = False
         self.reads = 0  # pods read (GET) by bind
         self._lock = threading.Lock()  # the API server writes one Binding at a time per pod
@@ -92,6 +93,13 @@ class RecordingCluster:
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         self.reads += 1
         return self.pods[f"{namespace}/{name}"]
+
+    def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
+        """The feeder's listing (its mirror rewrites the ledger from one)."""
+        return list(self.nodes.values()), "1"
+
+    def list_pods(self) -> tuple[list[dict[str, Any]], str]:
+        return list(self.pods.values()), "1"
 
     def add(self, pod: dict[str, Any]) -> None:
         """The API server has the pod (the scheduler only asks about pods that exist)."""

@@ -170,7 +170,7 @@ def placer_for(
                 objective_of(ann),
                 f"no recommendation for workload {ann[WORKLOAD_ANNOTATION]!r}",
             )
-    extender = Extender(state, recommender, sessions, cluster)
+    extender = Extender(state, recommender, cluster)
     # The feeder's handlers touch neither watch nor list: the recording cluster stands in.
     feeder = Feeder(cast(KubeCluster, cluster), sessions, state, recommender)
     return Placer(extender, feeder, state)
@@ -253,6 +253,7 @@ class Run:
     def run(self) -> int:
         self.placer.extender.observe_node_list = self.node_lists.append
         for node in self.scenario["nodes"]:
+            self.cluster.nodes[node["name"]] = node_object(node)
             self.placer.feeder.on_node("ADDED", node_object(node))
         for i, step in enumerate(self.scenario["steps"]):
             before = len(self.mismatches)
@@ -321,6 +322,9 @@ class Run:
             self.mismatch("the finished pod still holds its reservation")
 
     def ledger_masks(self) -> dict[str, int]:
+        """The mirror's masks once the feeder wrote what its events queued (its own thread
+        does that in the product; here it is not started)."""
+        self.placer.feeder.mirror_pending()
         with unit_of_work(self.sessions) as session:
             _, _, held = ledger.load(session)
         return {h.pod_uid: h.llc_mask for h in held}
