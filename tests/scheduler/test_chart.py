@@ -58,6 +58,7 @@ def test_helm_lint_finds_no_errors() -> None:
         {"agent": {"enabled": False}},
         {"existingSecret": "db", "bootstrap": {"existingSecret": "mine"}},
         {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
+        {"scheduler": {"placement": "plugin"}},
     ],
 )
 def test_rendered_manifests_match_the_kubernetes_schema(values: dict[str, Any]) -> None:
@@ -68,6 +69,35 @@ def test_rendered_manifests_match_the_kubernetes_schema(values: dict[str, Any]) 
         if doc["apiVersion"].startswith("monitoring.coreos.com/"):
             continue  # a CRD: not in the core schema (checked below)
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_placement_renders_one_scheduler_for_the_opted_in_pods() -> None:
+    """extender: kube-scheduler with the extender beside it, and the extender's mirror;
+    plugin: tmc-scheduler and the publisher, and nothing of the extender's path. Never two
+    schedulers answering to the same schedulerName."""
+    deployments = {
+        placement: {
+            d["metadata"]["name"]
+            for d in render({"scheduler": {"placement": placement}})
+            if d["kind"] == "Deployment"
+        }
+        for placement in ("extender", "plugin")
+    }
+    assert {"demo-tmc-scheduler", "demo-tmc-extender"} <= deployments["extender"]
+    assert not {"demo-tmc-plugin-scheduler", "demo-tmc-publisher"} & deployments["extender"]
+    assert {"demo-tmc-plugin-scheduler", "demo-tmc-publisher"} <= deployments["plugin"]
+    assert not {"demo-tmc-scheduler", "demo-tmc-extender"} & deployments["plugin"]
+    plugin = render({"scheduler": {"placement": "plugin"}})
+    config = next(
+        yaml.safe_load(d["data"]["scheduler-config.yaml"])
+        for d in plugin
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "demo-tmc-plugin"
+    )
+    (profile,) = config["profiles"]
+    assert profile["schedulerName"] == "tmc-scheduler"
+    assert profile["plugins"]["multiPoint"]["enabled"] == [{"name": "TmcPlacement", "weight": 1}]
+    with pytest.raises(Exception, match=r"scheduler\.placement must be extender or plugin"):
+        render({"scheduler": {"placement": "both"}})
 
 
 def test_every_component_is_there() -> None:

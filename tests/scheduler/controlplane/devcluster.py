@@ -51,7 +51,7 @@ def chart_values(pg: PostgresServer) -> dict[str, Any]:
         "redis": {"url": "redis://127.0.0.1:6379/0"},
         "api": {"replicas": 1},
         # Placement through tmc-scheduler and the published recommendations.
-        "plugin": {"enabled": True},
+        "scheduler": {"placement": "plugin"},
     }
 
 

@@ -49,12 +49,12 @@ def build_scheduler() -> None:
 
 def plugin_values(cp: ControlPlane, **extra: Any) -> dict[str, Any]:
     return {
+        "scheduler": {"placement": "plugin"},
         "plugin": {
-            "enabled": True,
             "kubeconfig": str(cp.kubeconfig("scheduler")),
             "leaderElect": False,
             **extra,
-        }
+        },
     }
 
 
