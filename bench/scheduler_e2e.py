@@ -178,6 +178,17 @@ def bind_phases(metrics: str) -> dict[str, float]:
     return out
 
 
+def verb_errors(metrics: str) -> dict[str, int]:
+    """verb -> calls answered with an error (each one a pod kube-scheduler tries again later)."""
+    out: dict[str, int] = {}
+    for outcome, verb, value in re.findall(
+        r'^tmc_extender_requests_total\{outcome="([^"]+)",verb="([^"]+)"\} (\S+)$', metrics, re.M
+    ):
+        if outcome != "ok":
+            out[verb] = out.get(verb, 0) + int(float(value))
+    return out
+
+
 def verb_latency(metrics: str) -> dict[str, tuple[int, float, float]]:
     """verb -> (calls, mean seconds, upper bound of the bucket holding the 99th percentile)."""
     out: dict[str, tuple[int, float, float]] = {}
@@ -233,6 +244,7 @@ def one_size(nodes: int, pods: int, timeout: float, profile: Path | None) -> boo
         upgrade_to_head(postgres.url)
         empty_tables(postgres.dsn())
         cp.start()
+        c.use_ecdsa_extender_certificates(cp)  # the chart's key type
         c.install_rbac(cp)
         api = c.core(cp)
         t0 = time.monotonic()
@@ -287,10 +299,13 @@ def one_size(nodes: int, pods: int, timeout: float, profile: Path | None) -> boo
             "  bind phases (mean): "
             + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in phases.items())
         )
+        errors, errors_before = verb_errors(ext.metrics()), verb_errors(before)
         for verb, (total_calls, mean, p99) in after.items():
             calls = total_calls - first.get(verb, (0, 0.0, 0.0))[0]
+            failed = errors.get(verb, 0) - errors_before.get(verb, 0)
             print(
-                f"  {verb:<10} {calls:5d} calls  mean {mean * 1000:6.2f} ms  p99 <= {p99 * 1000:g} ms"
+                f"  {verb:<10} {calls:5d} calls ({failed} errors)  mean {mean * 1000:6.2f} ms  "
+                f"p99 <= {p99 * 1000:g} ms"
             )
     except NotAllBound as exc:
         print(f"{nodes} nodes, {pods} pods: FAILED: {exc}")

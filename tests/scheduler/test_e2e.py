@@ -48,6 +48,7 @@ def plane() -> Iterator[ControlPlane]:
             pytest.fail(f"CI must run the real control plane: {exc}")
         pytest.skip(f"no real control plane here: {exc}")
     cp.start()
+    c.use_ecdsa_extender_certificates(cp)  # the key type the chart makes
     c.install_rbac(cp)
     yield cp
     cp.close()
