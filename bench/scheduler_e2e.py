@@ -1,15 +1,18 @@
 # The kubernetes client takes plain dicts for bodies at run time; its stubs say models only.
 # mypy: disable-error-code="arg-type,union-attr,no-untyped-call"
-"""Opted-in pods through a real kube-scheduler, with the tmc extender and without it, in the same
-run (same control plane, same nodes, same PostgreSQL), for each node count.
+"""Opted-in pods through a real kube-scheduler, on each tmc path and on the stock scheduler, in
+the same run (same control plane, same nodes, same PostgreSQL), for each node count: stock
+kube-scheduler without tmc, kube-scheduler with the tmc extender (and its mirror), and
+tmc-scheduler with the plugin (and the publisher), each path as the chart deploys it.
 
     python -m bench.scheduler_e2e [--pods 500] [--nodes 100 5000] [--profile out.json]
 
 Needs the control plane of tests/scheduler/controlplane (built from Go modules). Nodes carry the
 capacity annotations an agent publishes (model.node_contract), written directly: agents are not
 on the scheduling path. "Without" runs the same pods minus the opt-in resource under a second
-scheduler profile with no extender. Prints, per node count: pods/s from the first create to the
-last bind, the median create-to-bound time, and the extender's time per verb from its own
+scheduler profile with no extender. Prints, per node count and path: pods/s from the first
+create to the last bind, the median and 99th-percentile create-to-bound time, a `ratio` line per
+tmc path against the stock run, and the extender's time per verb from its own
 /metrics (mean, and the histogram bucket that holds the 99th percentile). A pod not seen bound
 within --timeout fails the run (exit status 1): the figures are never computed on a smaller
 sample. The pod watch is reopened when it closes.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import re
 import signal
 import statistics
@@ -27,6 +31,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +48,7 @@ from tests.fixtures.database import empty_tables
 from tests.scheduler.conftest import upload_example
 from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
+from tests.scheduler.controlplane import plugin as plugin_path
 from tests.services import PostgresServer
 
 
@@ -124,10 +130,32 @@ def watch_binds(
     return max(reopened, 0)
 
 
-def run(
-    cp: ControlPlane, ns: str, bodies: list[dict[str, Any]], timeout: float
-) -> tuple[float, float, int]:
-    """(pods/s, median create-to-bound seconds, watch reopenings) for bodies created from 8
+@dataclass(frozen=True)
+class Burst:
+    """One run's figures: pods/s from the first create to the last bind, create-to-bound
+    seconds (median and 99th percentile), and how often the pod watch was reopened."""
+
+    rate: float
+    median: float
+    p99: float
+    reopened: int
+
+    def line(self, label: str, pods: int) -> str:
+        return (
+            f"  {label:<17} {pods}/{pods} bound  {self.rate:7.1f} pods/s  "
+            f"median {self.median * 1000:6.0f} ms  p99 {self.p99 * 1000:6.0f} ms  "
+            f"(watch reopened {self.reopened}x)"
+        )
+
+    def ratio(self, label: str, stock: Burst, target: str) -> str:
+        return (
+            f"  ratio {label}/stock: {self.rate / stock.rate:.2f} pods/s ({target}), median "
+            f"latency x{self.median / stock.median:.2f}, p99 x{self.p99 / stock.p99:.2f}"
+        )
+
+
+def run(cp: ControlPlane, ns: str, bodies: list[dict[str, Any]], timeout: float) -> Burst:
+    """The figures of one burst of bodies created from 8
     threads. Binds are seen through a watch (polling lists of hundreds of pods would load the
     very API server being measured). Raises NotAllBound when some pod is not seen bound."""
     api = c.core(cp)
@@ -159,8 +187,11 @@ def run(
             f"(e.g. {missing[:5]})"
         )
     elapsed = max(bound.values()) - start
-    median = statistics.median(bound[k] - created[k] for k in bound)
-    return len(bound) / elapsed, median, reopened[0] if reopened else 0
+    waits = sorted(bound[k] - created[k] for k in bound)
+    p99 = waits[min(len(waits) - 1, math.ceil(0.99 * len(waits)) - 1)]
+    return Burst(
+        len(bound) / elapsed, statistics.median(waits), p99, reopened[0] if reopened else 0
+    )
 
 
 def bind_phases(metrics: str) -> dict[str, float]:
@@ -239,13 +270,15 @@ def one_size(nodes: int, pods: int, timeout: float, profile: Path | None) -> boo
     """Both runs at one node count; False when a run did not see every pod bound."""
     cp = ControlPlane()
     postgres = PostgresServer()
-    ext = mirror = None
+    ext = mirror = publisher = None
     try:
         upgrade_to_head(postgres.url)
         empty_tables(postgres.dsn())
         cp.start()
         c.use_ecdsa_extender_certificates(cp)  # the chart's key type
         c.install_rbac(cp)
+        plugin_path.install_plugin(cp)
+        plugin_path.build_scheduler()
         api = c.core(cp)
         t0 = time.monotonic()
         add_nodes(cp, nodes)
@@ -262,11 +295,11 @@ def one_size(nodes: int, pods: int, timeout: float, profile: Path | None) -> boo
         mirror.start()
         with_ext = c.scheduler_config(cp, ext.url)
         bodies = [c.opted_in_pod(f"p{i}", "graph500", memory="256Mi") for i in range(pods)]
-        for ns in ("plain", "tmc"):
+        for ns in ("plain", "tmc", "warm", "plugin"):
             c.new_namespace(api, ns)
 
         cp.start_scheduler(plain_config(with_ext))
-        rate0, median0, re0 = run(cp, "plain", [without_opt_in(b) for b in bodies], timeout)
+        stock = run(cp, "plain", [without_opt_in(b) for b in bodies], timeout)
         cp.start_scheduler(with_ext)
         before = ext.metrics()
         spy = None
@@ -277,29 +310,41 @@ def one_size(nodes: int, pods: int, timeout: float, profile: Path | None) -> boo
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), *spy_args])
             time.sleep(1)
         try:
-            rate1, median1, re1 = run(cp, "tmc", bodies, timeout)
+            extender = run(cp, "tmc", bodies, timeout)
         finally:
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(60)
         after = verb_latency(ext.metrics())
         first = verb_latency(before)
-        print(f"{nodes} nodes, {pods} pods")
-        print(
-            f"  without extender  {pods}/{pods} bound  {rate0:7.1f} pods/s  "
-            f"median {median0 * 1000:6.0f} ms  (watch reopened {re0}x)"
-        )
-        print(
-            f"  with extender     {pods}/{pods} bound  {rate1:7.1f} pods/s  "
-            f"median {median1 * 1000:6.0f} ms  (watch reopened {re1}x)"
-        )
-        print(f"  ratio with/without: {rate1 / rate0:.2f} (target >= 0.70)")
         phases = bind_phases(ext.metrics())
+        ext_metrics = ext.metrics()
+        # The plugin path, as the chart's scheduler.placement: plugin deploys it: tmc-scheduler,
+        # and the publisher (the plugin path's mirror) instead of the extender and its mirror.
+        cp.stop_process("kube-scheduler")
+        ext.stop()
+        mirror.stop()
+        publisher = plugin_path.PublisherProcess(cp, postgres.url)
+        publisher.start()
+        publisher.wait_ready()
+        plugin_path.start_plugin_scheduler(cp)
+        # The steady state: the workload's recommendation is published before the burst (the
+        # first pod of a new workload waits for it; that wait is not what is measured here).
+        warm = run(cp, "warm", [c.opted_in_pod("warm", "graph500", memory="256Mi")], timeout)
+        c.delete_all_pods(api, "warm")
+        plugin = run(cp, "plugin", bodies, timeout)
+        print(f"{nodes} nodes, {pods} pods")
+        print(stock.line("stock", pods))
+        print(extender.line("extender", pods))
+        print(plugin.line("plugin", pods))
+        print(extender.ratio("extender", stock, "target >= 0.70"))
+        print(plugin.ratio("plugin", stock, "target >= 0.90, median x <= 1.5"))
+        print(f"  plugin: recommendation published in {warm.median * 1000:.0f} ms (first pod)")
         print(
             "  bind phases (mean): "
             + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in phases.items())
         )
-        errors, errors_before = verb_errors(ext.metrics()), verb_errors(before)
+        errors, errors_before = verb_errors(ext_metrics), verb_errors(before)
         for verb, (total_calls, mean, p99) in after.items():
             calls = total_calls - first.get(verb, (0, 0.0, 0.0))[0]
             failed = errors.get(verb, 0) - errors_before.get(verb, 0)
@@ -311,9 +356,11 @@ def one_size(nodes: int, pods: int, timeout: float, profile: Path | None) -> boo
         print(f"{nodes} nodes, {pods} pods: FAILED: {exc}")
         return False
     finally:
-        for process in (ext, mirror):
-            if process is not None:
-                process.stop()
+        for running in (ext, mirror):
+            if running is not None:
+                running.stop()
+        if publisher is not None:
+            publisher.stop()
         cp.close()
         postgres.close()
     return True

@@ -242,7 +242,7 @@ func (sc *conformanceScenario) podObject(p tablePod) *v1.Pod {
 }
 
 // conformanceRun drives one scenario through a plugin built as plugin_test.go's harness builds
-// it: a fake API server for PreBind's patch and the Binding, the table's nodes as the scheduler's
+// it: a fake API server for the Binding, the table's nodes as the scheduler's
 // snapshot, and the cache fed as the informers feed it.
 type conformanceRun struct {
 	sc         *conformanceScenario
@@ -260,7 +260,7 @@ func (r *conformanceRun) mismatch(format string, args ...any) {
 }
 
 func newConformanceRun(sc *conformanceScenario) *conformanceRun {
-	r := &conformanceRun{sc: sc, client: fake.NewClientset(), nodes: map[string]*v1.Node{}, infos: map[string]fwk.NodeInfo{}}
+	r := &conformanceRun{sc: sc, client: bindingClient(), nodes: map[string]*v1.Node{}, infos: map[string]fwk.NodeInfo{}}
 	r.plugin = &TmcPlacement{client: r.client, cache: NewCache(), node: func(name string) (*v1.Node, error) {
 		if n, ok := r.nodes[name]; ok {
 			return n, nil
@@ -474,23 +474,15 @@ func (r *conformanceRun) attempt(pod *v1.Pod, want *tableExpect) {
 		p.Unreserve(ctx, state, pod, best)
 		return
 	}
-	if _, st := p.PreBindPreFlight(ctx, state, pod, best); !st.IsSuccess() {
-		r.mismatch("PreBindPreFlight: %v", st)
-	}
-	if st := p.PreBind(ctx, state, pod, best); !st.IsSuccess() {
-		r.mismatch("PreBind: %v", st)
+	if st := p.Bind(ctx, state, pod, best); !st.IsSuccess() {
+		r.mismatch("Bind: %v", st)
 		p.Unreserve(ctx, state, pod, best)
 		return
 	}
-	// DefaultBinder's Binding, then the pod informer's update of the bound pod.
+	// The pod informer's update of the bound pod.
 	bound, err := r.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
 		r.mismatch("reading the pod back: %v", err)
-		return
-	}
-	bound.Spec.NodeName = best
-	if bound, err = r.client.CoreV1().Pods(pod.Namespace).Update(ctx, bound, metav1.UpdateOptions{}); err != nil {
-		r.mismatch("binding: %v", err)
 		return
 	}
 	p.ObservePod(bound)

@@ -2,7 +2,6 @@ package tmc
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -10,7 +9,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -78,7 +76,7 @@ var (
 	_ fwk.PreScorePlugin  = (*TmcPlacement)(nil)
 	_ fwk.ScorePlugin     = (*TmcPlacement)(nil)
 	_ fwk.ReservePlugin   = (*TmcPlacement)(nil)
-	_ fwk.PreBindPlugin   = (*TmcPlacement)(nil)
+	_ fwk.BindPlugin      = (*TmcPlacement)(nil)
 	_ fwk.SignPlugin      = (*TmcPlacement)(nil)
 )
 
@@ -460,14 +458,6 @@ func (p *TmcPlacement) Unreserve(_ context.Context, state fwk.CycleState, pod *v
 	p.cache.Forget(pod.UID)
 }
 
-// PreBindPreFlight: PreBind writes to a tiered pod only.
-func (p *TmcPlacement) PreBindPreFlight(_ context.Context, state fwk.CycleState, _ *v1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
-	if _, err := readState(state); err != nil {
-		return nil, fwk.NewStatus(fwk.Skip)
-	}
-	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
-}
-
 // PlacementOf is what the pod was given, as the node agent reads it.
 func PlacementOf(ask *PodAsk, held Reservation) *Placement {
 	return &Placement{
@@ -487,35 +477,38 @@ func PlacementOf(ask *PodAsk, held Reservation) *Placement {
 	}
 }
 
-// PlacementPatch is the merge patch PreBind sends: the two annotations, and the pod's UID, which
-// the API server holds as a precondition (a pod deleted and recreated under the same name is
-// not annotated with another pod's placement).
-func PlacementPatch(uid types.UID, placement *Placement) ([]byte, error) {
+// PlacementBinding is the Binding Bind posts: the node, and the placement annotations, which the
+// API server writes onto the pod in the same update that sets its node (so no pod is ever bound
+// without its placement, nor annotated with one it was not bound to). The pod's UID is a
+// precondition: a pod deleted and recreated under the same name is neither bound nor annotated.
+func PlacementBinding(pod *v1.Pod, placement *Placement) (*v1.Binding, error) {
 	ann, err := placement.Annotations()
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(map[string]any{"metadata": map[string]any{"uid": uid, "annotations": ann}})
+	return &v1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: ann},
+		Target:     v1.ObjectReference{Kind: "Node", Name: placement.Node},
+	}, nil
 }
 
-// PreBind writes the placement annotation before the Binding, as the extender's bind does, so
-// that the node agent finds it when the pod reaches the node.
-func (p *TmcPlacement) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+// Bind binds a tiered pod with its placement in one request; other pods are left to the next
+// binder (DefaultBinder), which the configuration lists after this plugin.
+func (p *TmcPlacement) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, err := readState(state)
 	if err != nil {
-		return nil
+		return fwk.NewStatus(fwk.Skip)
 	}
 	held, ok := p.cache.Held(pod.UID)
 	if !ok || held.Node != nodeName {
 		return fwk.NewStatus(fwk.Error, fmt.Sprintf("tmc: pod %s/%s holds no reservation on %s", pod.Namespace, pod.Name, nodeName))
 	}
-	patch, err := PlacementPatch(pod.UID, PlacementOf(s.ask, held))
+	binding, err := PlacementBinding(pod, PlacementOf(s.ask, held))
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	_, err = p.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if err != nil {
-		return fwk.AsStatus(fmt.Errorf("tmc: annotating pod %s/%s: %w", pod.Namespace, pod.Name, err))
+	if err := p.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fwk.AsStatus(fmt.Errorf("tmc: binding pod %s/%s: %w", pod.Namespace, pod.Name, err))
 	}
 	return nil
 }

@@ -9,8 +9,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
@@ -41,7 +43,7 @@ type harness struct {
 }
 
 func newHarness(t *testing.T, nodes ...*v1.Node) *harness {
-	h := &harness{t: t, client: fake.NewClientset(), nodes: map[string]*v1.Node{}, infos: map[string]fwk.NodeInfo{}}
+	h := &harness{t: t, client: bindingClient(), nodes: map[string]*v1.Node{}, infos: map[string]fwk.NodeInfo{}}
 	for _, n := range nodes {
 		h.nodes[n.Name] = n
 		info := framework.NewNodeInfo()
@@ -73,8 +75,41 @@ func (h *harness) restart() *TmcPlacement {
 	return p
 }
 
+// bindingClient is a fake API server whose pods/binding does what the real one does: with the
+// Binding's UID as a precondition and a pod not bound yet, it sets the node and writes the
+// Binding's annotations onto the pod in one update.
+func bindingClient() *fake.Clientset {
+	client := fake.NewClientset()
+	client.PrependReactor("create", "pods", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b := action.(clienttesting.CreateAction).GetObject().(*v1.Binding)
+		obj, err := client.Tracker().Get(v1.SchemeGroupVersion.WithResource("pods"), b.Namespace, b.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		pod := obj.(*v1.Pod).DeepCopy()
+		if b.UID != "" && pod.UID != b.UID {
+			return true, nil, fmt.Errorf("409 Conflict: the pod's UID is %s, not %s", pod.UID, b.UID)
+		}
+		if pod.Spec.NodeName != "" {
+			return true, nil, fmt.Errorf("409 Conflict: pod %s is already bound to %s", pod.Name, pod.Spec.NodeName)
+		}
+		pod.Spec.NodeName = b.Target.Name
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		for k, v := range b.Annotations {
+			pod.Annotations[k] = v
+		}
+		return true, nil, client.Tracker().Update(v1.SchemeGroupVersion.WithResource("pods"), pod, pod.Namespace)
+	})
+	return client
+}
+
 // schedule runs one cycle and, when a node is chosen, the binding cycle: PreBind, then a bind
-// as DefaultBinder's (nodeName set), which the pod informer delivers to ObservePod.
+// (Bind), whose bound pod the pod informer delivers to ObservePod.
 func (h *harness) schedule(pod *v1.Pod) (string, *fwk.Status) {
 	ctx := context.Background()
 	if _, err := h.client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -108,10 +143,7 @@ func (h *harness) schedule(pod *v1.Pod) (string, *fwk.Status) {
 		p.Unreserve(ctx, state, pod, best)
 		return "", st
 	}
-	if _, st := p.PreBindPreFlight(ctx, state, pod, best); !st.IsSuccess() {
-		h.t.Fatalf("PreBindPreFlight: %v", st)
-	}
-	if st := p.PreBind(ctx, state, pod, best); !st.IsSuccess() {
+	if st := p.Bind(ctx, state, pod, best); !st.IsSuccess() {
 		p.Unreserve(ctx, state, pod, best)
 		return "", st
 	}
@@ -119,11 +151,7 @@ func (h *harness) schedule(pod *v1.Pod) (string, *fwk.Status) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	bound.Spec.NodeName = best
-	if _, err := h.client.CoreV1().Pods(pod.Namespace).Update(ctx, bound, metav1.UpdateOptions{}); err != nil {
-		h.t.Fatal(err)
-	}
-	p.ObservePod(bound)
+	p.ObservePod(bound) // the pod informer's update of the bound pod
 	return best, nil
 }
 
@@ -156,8 +184,8 @@ func TestPodsThatDoNotOptInSkipThePlugin(t *testing.T) {
 	if st := h.plugin.Reserve(ctx, state, pod, "n"); !st.IsSuccess() || h.plugin.cache.Len() != 0 {
 		t.Errorf("Reserve: %v, %d reservations", st, h.plugin.cache.Len())
 	}
-	if _, st := h.plugin.PreBindPreFlight(ctx, state, pod, "n"); st.Code() != fwk.Skip {
-		t.Errorf("PreBindPreFlight: %v", st)
+	if st := h.plugin.Bind(ctx, state, pod, "n"); st.Code() != fwk.Skip {
+		t.Errorf("Bind of a plain pod is left to DefaultBinder: %v", st)
 	}
 	if _, st := h.plugin.SignPod(ctx, pod); !st.IsSuccess() {
 		t.Errorf("SignPod of a plain pod: %v", st)
@@ -195,7 +223,7 @@ func TestFilterReasons(t *testing.T) {
 	}
 }
 
-func TestPreBindWritesTheExtendersPlacement(t *testing.T) {
+func TestBindWritesTheExtendersPlacement(t *testing.T) {
 	h := newHarness(t, tmcNode("n1", 16, 64<<30, 0, 11, "", 0))
 	rec := `{"schema":"tmc.recommendation/v1","recommendation_id":"r-1","dram_bytes":2147483648,"slow_bytes":0,"llc_ways":3,"slow_ratio":0}`
 	pod := tieredPod("bfs", map[string]string{WorkloadAnnotation: "graph500", RecommendationAnnotation: rec}, "2", "2Gi")
