@@ -201,6 +201,11 @@ class Feeder:
         to the mirror."""
         with self._sync_lock:
             listed_at = time.monotonic()
+            if self.sessions is not None:
+                with self._changes_lock:
+                    # The listing covers every change queued before it; those after it are
+                    # newer than the listing and are written after it.
+                    self._changes = _Changes()
             caps, bound, pods, node_rv, pod_rv = self._list()
             if self.state is not None:
                 pools = {c.pool: b for c, b in caps if c.pool is not None and b is not None}
@@ -215,8 +220,6 @@ class Feeder:
                 self.pods.replace_all([p for p in pods if self._opted_in(p) and not _terminal(p)])
             if self.sessions is not None:
                 with self._changes_lock:
-                    # The listing covers every change queued before it.
-                    self._changes = _Changes()
                     self._listing = (caps, bound)
                 self._wake.set()
             self._placed_seen = {}  # the next event of each bound pod is read again
@@ -234,6 +237,8 @@ class Feeder:
         """List the API server and make the ledger equal to it now (raises when the database
         is unreachable). The mirror's thread calls it when the ledger went stale."""
         with self._changes_lock:
+            # The listing covers every change queued before it; those after it are newer and
+            # are written after it (`mirror_pending`).
             self._changes = _Changes()
             self._listing = None
         caps, bound, _pods, _nrv, _prv = self._list()
