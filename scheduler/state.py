@@ -195,9 +195,11 @@ class ClusterState:
         with self._lock:
             self._inflight.pop(pod_uid, None)
             self._touched.pop(pod_uid, None)
-            self._waiting.pop(pod_uid, None)
-            self._gone[pod_uid] = time.monotonic()
-            return self._release(pod_uid)
+            waited = self._waiting.pop(pod_uid, None)
+            held = self._release(pod_uid)
+            if held is not None or waited is not None:  # only pods that held room here
+                self._gone[pod_uid] = time.monotonic()
+            return held
 
     def _release(self, pod_uid: str) -> Held | None:
         held = self._held.pop(pod_uid, None)
