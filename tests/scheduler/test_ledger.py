@@ -356,6 +356,7 @@ def test_a_rebuild_keeps_binds_in_flight_and_what_the_listing_could_not_see(
     # A listing begun before a pod's deletion reached the watch does not bring it back, and
     # one begun before a pod's placement reached it does not drop it.
     listed.pods["late"] = bound_pod("late", "node-7", 0x30)
+    feeder.on_pod("MODIFIED", listed.pods["late"])
     began = time.monotonic()
     feeder.on_pod("DELETED", listed.pods["late"])
     feeder.on_pod("MODIFIED", bound_pod("new", "node-7", 0xC0))
