@@ -150,6 +150,7 @@ class Feeder:
         resync_seconds: float = 300.0,
         watch_timeout_seconds: int = 240,
         mirror_retry_seconds: float = 2.0,
+        mirror_batch_seconds: float = 0.2,
         pods: PodBook | None = None,
     ) -> None:
         """`state`: the extender's cache to keep (None: none). `sessions`: the ledger's database
@@ -163,6 +164,7 @@ class Feeder:
         self.resync_seconds = resync_seconds
         self.watch_timeout_seconds = watch_timeout_seconds
         self.mirror_retry_seconds = mirror_retry_seconds
+        self.mirror_batch_seconds = mirror_batch_seconds
         self.pods = pods
         self.synced = threading.Event()
         self.mirror_synced = threading.Event()  # set once the mirror equals a listing
@@ -324,9 +326,11 @@ class Feeder:
         while not self._stop.is_set():
             # Woken by a change; otherwise, while stale, retried every mirror_retry_seconds.
             self._wake.wait(self.mirror_retry_seconds if self._stale else None)
-            self._wake.clear()
-            if self._stop.is_set():
+            # The events of a burst come close together: gathered for a moment, they are written
+            # in one transaction rather than one each (the mirror is off the placement path).
+            if self._stop.wait(self.mirror_batch_seconds):
                 return
+            self._wake.clear()
             try:
                 self.mirror_pending()
             except Exception as exc:
