@@ -129,7 +129,7 @@ def reserve(session: Session, node_name: str, want: Want, attempt: str) -> Held:
         )
         if same:
             # Two attempts now rely on this row: neither may release it alone. Should both
-            # fail, reconciliation releases it (a pending pod's row past PENDING_GRACE).
+            # fail, it stays until the pod goes.
             found.attempt = None
             session.flush()
             return held_of(found)

@@ -136,7 +136,7 @@ class KubeCluster:
         w = watch.Watch()  # type: ignore[no-untyped-call]
         # deserialize=False: plain JSON, no model objects (cheaper, and the same shape as the
         # scheduler's). The client then raises KeyError instead of ApiException on an ERROR event
-        # (410 Gone): the feeder treats any failure of a watch as "list again and reconcile".
+        # (410 Gone): the feeder treats any failure of a watch as "list everything again".
         for event in w.stream(  # type: ignore[no-untyped-call]
             lister,
             resource_version=resource_version,

@@ -140,7 +140,7 @@ class ClusterState:
         self.best_fit[i, : len(table)] = table
         self.used_ways[i] = self._masks[i].bit_count()
 
-    # -- updates (feeder, bind, reconcile) ----------------------------------------------------
+    # -- updates (feeder, bind) --------------------------------------------------------------
 
     def set_pool(self, name: str, slow_bytes: int) -> None:
         with self._lock:

@@ -68,7 +68,7 @@ def test_reserve_is_idempotent_per_pod_and_never_takes_another_nodes_row(
         first = reserve(session, "node-1", want("a"))
         again = reserve(session, "node-1", want("a"))
         # A bind of the same pod elsewhere is another attempt in flight: it is refused, and the
-        # row stays where it is until its own attempt (or reconciliation) releases it.
+        # row stays where it is until its own attempt releases it.
         with pytest.raises(ledger.HeldElsewhere, match="node-1"):
             reserve(session, "node-4", want("a"))
         rows = session.scalars(select(Reservation)).all()
