@@ -158,7 +158,7 @@ def run(
     missing = sorted(set(created) - set(bound))
     if missing:
         raise NotAllBound(
-            f"{ns}: {len(missing)} of {len(bodies)} pods not seen bound within {timeout:.0f} s "
+            f"{ns}: {len(missing)} of {len(bodies)} pods not seen bound within {timeout:g} s "
             f"(e.g. {missing[:5]})"
         )
     elapsed = max(bound.values()) - start
