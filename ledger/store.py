@@ -129,7 +129,7 @@ def reserve(session: Session, node_name: str, want: Want, attempt: str) -> Held:
         )
         if same:
             # Two attempts now rely on this row: neither may release it alone. Should both
-            # fail, reconciliation releases it (a pending pod's row past PENDING_GRACE).
+            # fail, it stays until the pod goes.
             found.attempt = None
             session.flush()
             return held_of(found)
@@ -313,17 +313,25 @@ def _write(session: Session, found: Reservation | None, p: Placed, known: set[st
 def record(session: Session, placed: Iterable[Placed]) -> Mirrored:
     """Mirror bound pods' placements (watch events): each pod's row made equal to what its
     annotation says, and its placement logged. A pod on a node the ledger does not have is
-    skipped (the node's registration comes first in the feeder's order)."""
+    skipped (the node's registration comes first in the feeder's order). A few queries per
+    batch, not per pod: a burst's events arrive together."""
     out = Mirrored()
     placed = list(placed)
+    if not placed:
+        return out
+    uids = [p.held.pod_uid for p in placed]
+    rows = {
+        r.pod_uid: r
+        for r in session.scalars(select(Reservation).where(Reservation.pod_uid.in_(uids)))
+    }
+    # Loaded once, so that the placement log's lookups below are answered from the session.
+    list(session.scalars(select(PlacementRecord).where(PlacementRecord.pod_uid.in_(uids))))
     known = _known_decisions(session, placed)
     nodes = set(
         session.scalars(select(Node.name).where(Node.name.in_({p.held.node for p in placed})))
     )
     for p in placed:
-        found = session.scalars(
-            select(Reservation).where(Reservation.pod_uid == p.held.pod_uid)
-        ).one_or_none()
+        found = rows.get(p.held.pod_uid)
         if found is not None and _same(found, p.held):
             continue
         if p.held.node not in nodes:

@@ -154,7 +154,9 @@ def main() -> None:
         (settings.extender_host, settings.extender_port),
         extender,
         prefix=settings.extender_prefix,
-        ready=feeder.synced.is_set,
+        # The extender is ready once its cache has the first listing; the mirror once the ledger
+        # equals one.
+        ready=feeder.mirror_synced.is_set if args.mirror_only else feeder.synced.is_set,
         tls=tls,
         client_names=settings.extender_client_names,
         max_body_bytes=settings.extender_max_body_bytes,

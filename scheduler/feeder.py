@@ -163,6 +163,7 @@ class Feeder:
         resync_seconds: float = 300.0,
         watch_timeout_seconds: int = 240,
         mirror_retry_seconds: float = 2.0,
+        mirror_batch_seconds: float = 0.2,
         pods: PodBook | None = None,
     ) -> None:
         """`state`: the extender's cache to keep (None: none). `sessions`: the ledger's database
@@ -176,6 +177,7 @@ class Feeder:
         self.resync_seconds = resync_seconds
         self.watch_timeout_seconds = watch_timeout_seconds
         self.mirror_retry_seconds = mirror_retry_seconds
+        self.mirror_batch_seconds = mirror_batch_seconds
         self.pods = pods
         self.synced = threading.Event()
         self.mirror_synced = threading.Event()  # set once the mirror equals a listing
@@ -214,6 +216,11 @@ class Feeder:
         to the mirror."""
         with self._sync_lock:
             listed_at = time.monotonic()
+            if self.sessions is not None:
+                with self._changes_lock:
+                    # The listing covers every change queued before it; those after it are
+                    # newer than the listing and are written after it.
+                    self._changes = _Changes()
             caps, bound, pods, node_rv, pod_rv = self._list()
             if self.state is not None:
                 pools = {c.pool: b for c, b in caps if c.pool is not None and b is not None}
@@ -228,8 +235,6 @@ class Feeder:
                 self.pods.replace_all([p for p in pods if self._opted_in(p) and not _terminal(p)])
             if self.sessions is not None:
                 with self._changes_lock:
-                    # The listing covers every change queued before it.
-                    self._changes = _Changes()
                     self._listing = (caps, bound)
                 self._wake.set()
             self._placed_seen = {}  # the next event of each bound pod is read again
@@ -247,6 +252,8 @@ class Feeder:
         """List the API server and make the ledger equal to it now (raises when the database
         is unreachable). The mirror's thread calls it when the ledger went stale."""
         with self._changes_lock:
+            # The listing covers every change queued before it; those after it are newer and
+            # are written after it (`mirror_pending`).
             self._changes = _Changes()
             self._listing = None
         caps, bound, _pods, _nrv, _prv = self._list()
@@ -332,9 +339,11 @@ class Feeder:
         while not self._stop.is_set():
             # Woken by a change; otherwise, while stale, retried every mirror_retry_seconds.
             self._wake.wait(self.mirror_retry_seconds if self._stale else None)
-            self._wake.clear()
-            if self._stop.is_set():
+            # The events of a burst come close together: gathered for a moment, they are written
+            # in one transaction rather than one each (the mirror is off the placement path).
+            if self._stop.wait(self.mirror_batch_seconds):
                 return
+            self._wake.clear()
             try:
                 self.mirror_pending()
             except Exception as exc:

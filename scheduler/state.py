@@ -82,6 +82,9 @@ class ClusterState:
         # When each pod's entry last changed (monotonic): a rebuild from a listing made before
         # that keeps the entry (the listing could not have seen it).
         self._touched: dict[str, float] = {}
+        # When pods were last released (monotonic): a rebuild from a listing made before that
+        # does not bring them back.
+        self._gone: dict[str, float] = {}
         # Bound pods on nodes the cache does not know yet, held once the node appears.
         self._waiting: dict[str, Held] = {}
         self._masks: list[int] = []
@@ -137,7 +140,7 @@ class ClusterState:
         self.best_fit[i, : len(table)] = table
         self.used_ways[i] = self._masks[i].bit_count()
 
-    # -- updates (feeder, bind, reconcile) ----------------------------------------------------
+    # -- updates (feeder, bind) --------------------------------------------------------------
 
     def set_pool(self, name: str, slow_bytes: int) -> None:
         with self._lock:
@@ -192,8 +195,11 @@ class ClusterState:
         with self._lock:
             self._inflight.pop(pod_uid, None)
             self._touched.pop(pod_uid, None)
-            self._waiting.pop(pod_uid, None)
-            return self._release(pod_uid)
+            waited = self._waiting.pop(pod_uid, None)
+            held = self._release(pod_uid)
+            if held is not None or waited is not None:  # only pods that held room here
+                self._gone[pod_uid] = time.monotonic()
+            return held
 
     def _release(self, pod_uid: str) -> Held | None:
         held = self._held.pop(pod_uid, None)
@@ -336,28 +342,31 @@ class ClusterState:
         *,
         listed_at: float | None,
     ) -> None:
-        """Start over from a listing of the API server made at `listed_at` (monotonic): its
-        nodes and what its bound pods hold. Binds in flight, and entries changed since the
-        listing began (which it could not show), are kept; the watch that follows from the
-        listing's version brings everything after it."""
+        """Start over from a listing of the API server begun at `listed_at` (monotonic): its
+        nodes and what its bound pods hold. What changed since the listing began, which it could
+        not show, wins over it: binds in flight and entries the watch or a bind changed are
+        kept, and pods released meanwhile stay released. The watch brings everything after."""
         fresh = ClusterState()
         for name, cap in pools.items():
             fresh.set_pool(name, cap)
         for node in nodes:
             fresh.upsert_node(node)
+        since = float("inf") if listed_at is None else listed_at
         with self._lock:  # readers see the old picture or the new one, never half of each
-            listed = set()
+            newer = {
+                uid
+                for uid in self._held
+                if uid in self._inflight or self._touched.get(uid, -1.0) >= since
+            }
             for h in held:
-                listed.add(h.pod_uid)
-                fresh.hold(h)
-            for uid, h in self._held.items():
-                newer = listed_at is not None and self._touched.get(uid, -1.0) >= listed_at
-                if uid in listed or not (uid in self._inflight or newer):
-                    continue
-                fresh.hold(h)
+                if h.pod_uid not in newer and self._gone.get(h.pod_uid, -1.0) < since:
+                    fresh.hold(h)
+            for uid in newer:
+                fresh.hold(self._held[uid])
                 if uid in self._inflight:
                     fresh._inflight[uid] = self._inflight[uid]
-            fresh._touched.update({u: t for u, t in self._touched.items() if u in fresh._held})
+            fresh._touched = {u: t for u, t in self._touched.items() if u in fresh._held}
+            fresh._gone = {u: t for u, t in self._gone.items() if t >= since}
             lock = self._lock
             self.__dict__.update(fresh.__dict__)
             self._lock = lock

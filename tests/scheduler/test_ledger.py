@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from model.node_contract import PlacedConfiguration, Placement
 from model.packing import Ask, is_contiguous
 from model.resources import GIB
 from scheduler.decisions import Recommender
-from scheduler.feeder import Feeder, node_capacity
+from scheduler.feeder import Feeder, node_capacity, placed_of
 from scheduler.state import ClusterState, Wanted
 from store.db import unit_of_work
 from store.orm import Node, PlacementRecord, Reservation
@@ -67,7 +68,7 @@ def test_reserve_is_idempotent_per_pod_and_never_takes_another_nodes_row(
         first = reserve(session, "node-1", want("a"))
         again = reserve(session, "node-1", want("a"))
         # A bind of the same pod elsewhere is another attempt in flight: it is refused, and the
-        # row stays where it is until its own attempt (or reconciliation) releases it.
+        # row stays where it is until its own attempt releases it.
         with pytest.raises(ledger.HeldElsewhere, match="node-1"):
             reserve(session, "node-4", want("a"))
         rows = session.scalars(select(Reservation)).all()
@@ -352,6 +353,17 @@ def test_a_rebuild_keeps_binds_in_flight_and_what_the_listing_could_not_see(
     listed.pods.pop("old")  # deleted: gone with the next listing
     feeder.sync()
     assert state.used_mask("node-7") == 0xC and state.in_flight() == {"flying": "a"}
+    # A listing begun before a pod's deletion reached the watch does not bring it back, and
+    # one begun before a pod's placement reached it does not drop it.
+    listed.pods["late"] = bound_pod("late", "node-7", 0x30)
+    feeder.on_pod("MODIFIED", listed.pods["late"])
+    began = time.monotonic()
+    feeder.on_pod("DELETED", listed.pods["late"])
+    feeder.on_pod("MODIFIED", bound_pod("new", "node-7", 0xC0))
+    cap, late = node_capacity(TIERED_NODE), placed_of(listed.pods["late"])
+    assert cap is not None and late is not None
+    state.rebuild([cap[0]], {"rack-b": 384 * GIB}, [late.held], listed_at=began)
+    assert state.held("late") is None and state.used_mask("node-7") == 0xC | 0xC0
 
 
 def test_the_mirror_catches_up_after_the_database_was_down(
