@@ -207,9 +207,21 @@ def _from_a_dead_attempt(row: Reservation) -> bool:
     return utcnow() - row.created_at > BIND_IN_FLIGHT
 
 
-def _log_placement(session: Session, row: Reservation, slow_ratio: float) -> None:
-    """The placement, as the evidence a verification run of this pod is checked against."""
-    found = session.get(PlacementRecord, row.pod_uid)
+def _log_placement(
+    session: Session,
+    row: Reservation,
+    slow_ratio: float,
+    logged: dict[str, PlacementRecord] | None = None,
+) -> None:
+    """The placement, as the evidence a verification run of this pod is checked against.
+    `logged`: the batch's existing records, loaded at once (None: looked up here)."""
+    if logged is not None:
+        found = logged.get(row.pod_uid)
+    else:
+        # No autoflush: the rows a batch adds are written together when it ends, not one
+        # flush (and round trip) per pod before each lookup.
+        with session.no_autoflush:
+            found = session.get(PlacementRecord, row.pod_uid)
     if found is None:
         found = PlacementRecord(pod_uid=row.pod_uid)
         session.add(found)
@@ -288,7 +300,13 @@ def _known_decisions(session: Session, placed: Iterable[Placed]) -> set[str]:
     return set(session.scalars(select(RecommendationRow.id).where(RecommendationRow.id.in_(ids))))
 
 
-def _write(session: Session, found: Reservation | None, p: Placed, known: set[str]) -> None:
+def _write(
+    session: Session,
+    found: Reservation | None,
+    p: Placed,
+    known: set[str],
+    logged: dict[str, PlacementRecord] | None = None,
+) -> None:
     h = p.held
     if found is not None:
         session.delete(found)
@@ -307,7 +325,7 @@ def _write(session: Session, found: Reservation | None, p: Placed, known: set[st
         recommendation_id=rid,
     )
     session.add(row)
-    _log_placement(session, row, p.slow_ratio)
+    _log_placement(session, row, p.slow_ratio, logged)
 
 
 def record(session: Session, placed: Iterable[Placed]) -> Mirrored:
@@ -324,8 +342,11 @@ def record(session: Session, placed: Iterable[Placed]) -> Mirrored:
         r.pod_uid: r
         for r in session.scalars(select(Reservation).where(Reservation.pod_uid.in_(uids)))
     }
-    # Loaded once, so that the placement log's lookups below are answered from the session.
-    list(session.scalars(select(PlacementRecord).where(PlacementRecord.pod_uid.in_(uids))))
+    # The batch's placement-log records, loaded at once: no lookup (and no flush) per pod.
+    logged = {
+        r.pod_uid: r
+        for r in session.scalars(select(PlacementRecord).where(PlacementRecord.pod_uid.in_(uids)))
+    }
     known = _known_decisions(session, placed)
     nodes = set(
         session.scalars(select(Node.name).where(Node.name.in_({p.held.node for p in placed})))
@@ -337,7 +358,7 @@ def record(session: Session, placed: Iterable[Placed]) -> Mirrored:
         if p.held.node not in nodes:
             out.skipped.append(p.held.pod_uid)
             continue
-        _write(session, found, p, known)
+        _write(session, found, p, known, logged)
         out.recorded.append(p.held.pod_uid)
     session.flush()
     return out
