@@ -331,15 +331,21 @@ def main() -> None:
         mirror_retry_seconds=settings.mirror_retry_seconds,
     )
     log.info("published recommendations found at start: %d", publisher.load())
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     publisher.start()
     feeder.sync()
     feeder.start()
     log.info(
         "publishing recommendations (refresh every %.0f s)", settings.publisher_refresh_seconds
     )
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    # Said once the ledger first equals a listing of the API server (the mirror's full write at
+    # start; thousands of nodes take a few seconds): readers of the ledger may trust it from here.
+    while not stop.is_set():
+        if feeder.mirror_synced.wait(1):
+            log.info("the ledger mirror is in step with the API server")
+            break
     stop.wait()
     publisher.stop()
     feeder.stop()

@@ -115,12 +115,13 @@ class PublisherProcess:
         )
 
     def wait_ready(self, timeout: float = 60) -> None:
-        """Until it publishes: its first sync is done and its watches run."""
+        """Until it publishes and the ledger mirror is in step: its first sync is done, its
+        watches run and the mirror's first full write is over."""
 
         def ready() -> bool:
             if self.proc is None or self.proc.poll() is not None:
                 raise RuntimeError(f"the publisher exited: {self.log.read_text()[-2000:]}")
-            return "publishing recommendations" in self.log.read_text(errors="replace")
+            return "the ledger mirror is in step" in self.log.read_text(errors="replace")
 
         wait_until(ready, timeout, "the publisher")
 
