@@ -263,7 +263,9 @@ class Recommendation(BaseModel):
     pods the fallback (all memory in DRAM) with this reason at once, rather than waiting."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-    schema_: Literal["tmc.recommendation/v1"] = Field(default=RECOMMENDATION_SCHEMA, alias="schema")
+    schema_: Literal["tmc.recommendation/v1"] = Field(
+        default="tmc.recommendation/v1", alias="schema"
+    )
     workload: Annotated[str, Field(min_length=1, max_length=253)] | None = None
     objective: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     recommendation_id: Annotated[str, Field(max_length=64)] | None = None
