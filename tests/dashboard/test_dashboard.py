@@ -104,9 +104,27 @@ def page(browser: Browser) -> Iterator[Page]:
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
+    # What the page's requests met, printed at teardown: pytest shows it when the test failed
+    # (a page that never shows its content usually met a slow or failed API call).
+    traffic: list[str] = []
+    pg.on("requestfailed", lambda r: traffic.append(f"failed {r.url}: {r.failure}"))
+    pg.on(
+        "response",
+        lambda r: traffic.append(f"{r.status} {r.url}") if r.status >= 400 else None,
+    )
+    pg.on("requestfinished", lambda r: _note_slow(traffic, r))
     yield pg
+    print("dashboard requests that failed or were slow:", traffic or "none")
+    print("page at the end:", pg.url, pg.locator("#page").inner_text(timeout=2000)[:500])
     context.close()
     assert errors == [], errors
+
+
+def _note_slow(traffic: list[str], request: Any) -> None:
+    timing = request.timing
+    took = timing["responseEnd"] - timing["requestStart"] if timing["responseEnd"] > 0 else -1
+    if took > 2000:
+        traffic.append(f"slow {took:.0f} ms {request.url}")
 
 
 def sign_in(page: Page, base: str, token: str) -> None:
@@ -511,9 +529,27 @@ def strict_page(browser: Browser) -> Iterator[Page]:
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
+    # What the page's requests met, printed at teardown: pytest shows it when the test failed
+    # (a page that never shows its content usually met a slow or failed API call).
+    traffic: list[str] = []
+    pg.on("requestfailed", lambda r: traffic.append(f"failed {r.url}: {r.failure}"))
+    pg.on(
+        "response",
+        lambda r: traffic.append(f"{r.status} {r.url}") if r.status >= 400 else None,
+    )
+    pg.on("requestfinished", lambda r: _note_slow(traffic, r))
     yield pg
+    print("dashboard requests that failed or were slow:", traffic or "none")
+    print("page at the end:", pg.url, pg.locator("#page").inner_text(timeout=2000)[:500])
     context.close()
     assert errors == [], errors
+
+
+def _slow(traffic: list[str], request: Any) -> None:
+    timing = request.timing
+    took = timing["responseEnd"] - timing["requestStart"] if timing["responseEnd"] > 0 else -1
+    if took > 2000:
+        traffic.append(f"slow {took:.0f} ms {request.url}")
 
 
 def test_the_dashboard_cannot_be_framed_and_loads_only_its_own_assets(
