@@ -318,10 +318,10 @@ def one_size(nodes: int, pods: int, timeout: float, profile: Path | None) -> boo
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(60)
-        after = verb_latency(ext.metrics())
-        first = verb_latency(before)
-        phases = bind_phases(ext.metrics())
         ext_metrics = ext.metrics()
+        after = verb_latency(ext_metrics)
+        first = verb_latency(before)
+        phases = bind_phases(ext_metrics)
         # The plugin path, as the chart's scheduler.placement: plugin deploys it: tmc-scheduler,
         # and the publisher (the plugin path's mirror) instead of the extender and its mirror.
         cp.stop_process("kube-scheduler")

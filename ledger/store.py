@@ -24,27 +24,13 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from ledger.types import Held, NodeCapacity
+from ledger.types import Held, HeldElsewhere, NodeCapacity, NoRoom
 from ledger.utilization import Totals, utilization_of
 from model import Utilization
 from model.packing import best_fit_run, free_runs, run_mask
 from store.orm import Node, PlacementRecord, RackPool, RecommendationRow, Reservation, utcnow
 
 log = logging.getLogger("tmc.ledger")
-
-
-class NoRoom(Exception):
-    """The node (or its pool) cannot hold the configuration any more: bind must fail."""
-
-
-class HeldElsewhere(Exception):
-    """The pod holds a reservation on another node: a bind attempt there is in flight."""
-
-    def __init__(self, node: str) -> None:
-        super().__init__(
-            f"the pod holds a reservation on {node}: another bind attempt is in flight"
-        )
-        self.node = node
 
 
 def held_of(row: Reservation) -> Held:

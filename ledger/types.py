@@ -1,4 +1,5 @@
-"""The ledger's records as plain values: a node's capacity and one reservation."""
+"""The ledger's records as plain values (a node's capacity and one reservation), and why a
+reservation is refused."""
 
 from __future__ import annotations
 
@@ -30,3 +31,17 @@ class Held:
     slow_bytes: int
     slow_from_pool: bool
     llc_mask: int
+
+
+class NoRoom(Exception):
+    """The node (or its rack pool) cannot hold the configuration now: the bind fails."""
+
+
+class HeldElsewhere(Exception):
+    """The pod holds (or a bind in flight assumed) a reservation on another node."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__(
+            f"the pod holds a reservation on {node}: another bind attempt is in flight"
+        )
+        self.node = node

@@ -14,7 +14,6 @@ import threading
 from importlib import metadata
 
 from kubernetes import config
-from pydantic import ValidationError
 
 from scheduler.decisions import Recommender
 from scheduler.extender import Extender
@@ -22,7 +21,7 @@ from scheduler.feeder import Feeder
 from scheduler.kube import KubeCluster, api_client
 from scheduler.pods import PodBook
 from scheduler.server import ExtenderServer, client_tls_context
-from scheduler.settings import ExtenderSettings
+from scheduler.settings import ExtenderSettings, load_settings
 from scheduler.state import ClusterState
 from store.db import make_engine, make_session_factory
 
@@ -80,13 +79,7 @@ def main() -> None:
     args = parse_args()
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        settings = ExtenderSettings()
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"TMC_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
-        )
-        raise SystemExit(f"tmc extender: bad setting: {problems}") from None
+    settings = load_settings(ExtenderSettings, "tmc extender")
     tls = None
     if settings.extender_tls_cert_file and settings.extender_tls_key_file:
         if not settings.extender_client_ca_file:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.decisions import DecisionRequest, DecisionService, NoDecision
-from model import DEFAULT_THRESHOLD, Objective, TmcError, Utilization, parse_objective
+from model import DEFAULT_THRESHOLD, TmcError, Utilization, parse_objective
 from model.node_contract import StructurePlan
 from model.packing import Ask
 from scheduler.pods import PodAsk
@@ -201,47 +201,49 @@ class Recommender:
         return done
 
     def _compute(self, key: tuple[str, str]) -> Outcome | None:
-        workload, objective = key
-        outcome: Outcome
-        try:
-            parsed = parse_objective(objective)
-        except TmcError as exc:
-            outcome = f"objective {objective!r} is not valid: {exc}"
-        else:
-            try:
-                outcome = self._recommend(workload, parsed)
-            except NoDecision:
-                return None  # transient (the database): nothing cached, asked again next time
+        outcome = decide_pair(self._service, *key, self._threshold, self._utilization())
+        if outcome is None:
+            return None  # transient (the database): nothing cached, asked again next time
         with self._lock:
             self._cache[key] = outcome
             self._at[key] = time.monotonic()
             self.computed += 1
         return outcome
 
-    def _recommend(self, workload: str, objective: Objective) -> Outcome:
-        req = DecisionRequest(
-            workload=workload,
-            objective=objective,
-            threshold=self._threshold,
-            utilization=self._utilization(),
-        )
-        try:
-            decided = self._service.decide(req)
-        except NoDecision as exc:
-            if exc.transient:
-                # Not a verdict on the workload: nothing is cached, the pod is retried.
-                log.warning("recommendation for %s: %s", workload, exc.reason)
-                raise
-            log.info("fallback for workload %s: %s", workload, exc.reason)
-            return exc.reason
-        c = decided.configuration
-        return Recommended(
-            vcpus=c.vcpus,
-            dram_bytes=c.dram_bytes,
-            slow_bytes=c.slow_bytes,
-            slow_ratio=c.slow_ratio,
-            llc_ways=c.llc_ways,
-            recommendation_id=decided.recommendation_id,
-            computed_at=time.monotonic(),
-            plan=decided.plan,
-        )
+
+def decide_pair(
+    service: DecisionService,
+    workload: str,
+    objective: str,
+    threshold: float,
+    utilization: Utilization,
+) -> Outcome | None:
+    """The recommendation for a (workload, objective), or why there is none (a fallback
+    reason), or None when nothing can be said now (the database is unreachable)."""
+    try:
+        parsed = parse_objective(objective)
+    except TmcError as exc:
+        return f"objective {objective!r} is not valid: {exc}"
+    req = DecisionRequest(
+        workload=workload, objective=parsed, threshold=threshold, utilization=utilization
+    )
+    try:
+        decided = service.decide(req)
+    except NoDecision as exc:
+        if exc.transient:
+            # Not a verdict on the workload: nothing is cached, the pod is retried.
+            log.warning("recommendation for %s: %s", workload, exc.reason)
+            return None
+        log.info("fallback for workload %s: %s", workload, exc.reason)
+        return exc.reason
+    c = decided.configuration
+    return Recommended(
+        vcpus=c.vcpus,
+        dram_bytes=c.dram_bytes,
+        slow_bytes=c.slow_bytes,
+        slow_ratio=c.slow_ratio,
+        llc_ways=c.llc_ways,
+        recommendation_id=decided.recommendation_id,
+        computed_at=time.monotonic(),
+        plan=decided.plan,
+    )

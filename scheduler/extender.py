@@ -24,13 +24,13 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from ledger.types import Held
+from ledger.types import Held, HeldElsewhere, NoRoom
 from model.node_contract import PlacedConfiguration, Placement
 from scheduler.decisions import Decision, DecisionPending, Recommender
 from scheduler.kube import Cluster
 from scheduler.nodelist import NameTable, NodeNames, padded_table, split_head, split_request
 from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, PodBook, read_pod
-from scheduler.state import ClusterState, HeldElsewhere, NoRoom, Wanted
+from scheduler.state import ClusterState, Wanted
 
 log = logging.getLogger("tmc.scheduler.extender")
 _SCORE_SUFFIX = [f"{score}}}".encode() for score in range(11)]

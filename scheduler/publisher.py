@@ -34,11 +34,11 @@ from typing import Any, Protocol
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from pydantic import Field, ValidationError
+from pydantic import Field
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.decisions import DecisionRequest, DecisionService, NoDecision
-from model import TmcError, Utilization, parse_objective
+from api.decisions import DecisionService
+from model import Utilization
 from model.node_contract import (
     GROUP,
     RECOMMENDATION_PLURAL,
@@ -46,10 +46,11 @@ from model.node_contract import (
     ContractError,
     Recommendation,
 )
+from scheduler.decisions import decide_pair
 from scheduler.feeder import Feeder
 from scheduler.kube import KubeCluster, api_client
 from scheduler.pods import PodAsk
-from scheduler.settings import ExtenderSettings
+from scheduler.settings import ExtenderSettings, load_settings
 from scheduler.state import ClusterState
 from store.db import make_engine, make_session_factory
 
@@ -143,7 +144,6 @@ class RecommendationPublisher:
         self._work: queue.Queue[Pair] = queue.Queue()
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self.published_count = 0  # objects written (tests, logs)
 
     # -- what is wanted ------------------------------------------------------------------------
 
@@ -179,10 +179,6 @@ class RecommendationPublisher:
             self._queued.add(pair)
         self._work.put(pair)
 
-    def published(self, pair: Pair) -> Recommendation | None:
-        with self._lock:
-            return self._published.get(pair)
-
     # -- publishing ----------------------------------------------------------------------------
 
     def publish(self, pair: Pair) -> bool:
@@ -198,7 +194,6 @@ class RecommendationPublisher:
         self._objects.upsert(rec.to_object())
         with self._lock:
             self._published[pair] = rec
-            self.published_count += 1
         log.info(
             "published %s/%s: %s",
             pair[0],
@@ -259,35 +254,22 @@ class ServiceDecisions:
         self._threshold = threshold
 
     def __call__(self, workload: str, objective: str) -> Recommendation | None:
-        try:
-            parsed = parse_objective(objective)
-        except TmcError as exc:
-            return Recommendation(
-                workload=workload, objective=objective, fallback=f"invalid objective: {exc}"[:512]
-            )
-        req = DecisionRequest(
-            workload=workload,
-            objective=parsed,
-            threshold=self._threshold,
-            utilization=self._utilization(),
+        outcome = decide_pair(
+            self._service, workload, objective, self._threshold, self._utilization()
         )
-        try:
-            decided = self._service.decide(req)
-        except NoDecision as exc:
-            if exc.transient:
-                log.warning("no decision for %s/%s now: %s", workload, objective, exc.reason)
-                return None
-            return Recommendation(workload=workload, objective=objective, fallback=exc.reason[:512])
-        c = decided.configuration
+        if outcome is None:
+            return None
+        if isinstance(outcome, str):
+            return Recommendation(workload=workload, objective=objective, fallback=outcome[:512])
         return Recommendation(
             workload=workload,
             objective=objective,
-            recommendation_id=decided.recommendation_id,
-            dram_bytes=c.dram_bytes,
-            slow_bytes=c.slow_bytes,
-            llc_ways=c.llc_ways,
-            slow_ratio=c.slow_ratio,
-            plan=list(decided.plan),
+            recommendation_id=outcome.recommendation_id,
+            dram_bytes=outcome.dram_bytes,
+            slow_bytes=outcome.slow_bytes,
+            llc_ways=outcome.llc_ways,
+            slow_ratio=outcome.slow_ratio,
+            plan=list(outcome.plan),
         )
 
 
@@ -303,10 +285,7 @@ def main() -> None:
         "scheduler plugin, and keeps the PostgreSQL ledger a mirror of the bound pods.",
     ).parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        settings = PublisherSettings()
-    except ValidationError as exc:
-        raise SystemExit(f"tmc publisher: bad setting: {exc}") from None
+    settings = load_settings(PublisherSettings, "tmc publisher")
     try:
         api = api_client(settings.kubeconfig)
     except (config.ConfigException, OSError) as exc:

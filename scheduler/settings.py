@@ -4,7 +4,9 @@ They do not inherit the API's: the extender runs no HTTP API, no Celery and no R
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import TypeVar
+
+from pydantic import Field, ValidationError
 
 from model.objectives import DEFAULT_THRESHOLD
 from scheduler.pods import DEFAULT_OPT_IN_RESOURCE
@@ -51,3 +53,17 @@ class ExtenderSettings(DatabaseSettings):
     # names only: ~14 bytes a node, 0.3 MiB at 20,000 nodes. Without it every Node object is sent
     # (~10 KiB each): raise this, and the extender's memory limit, accordingly.
     extender_max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=1 << 30)
+
+
+SettingsT = TypeVar("SettingsT", bound=ExtenderSettings)
+
+
+def load_settings(kind: type[SettingsT], who: str) -> SettingsT:
+    """The settings from TMC_* variables, or an exit naming each bad variable."""
+    try:
+        return kind()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"TMC_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
+        )
+        raise SystemExit(f"{who}: bad setting: {problems}") from None

@@ -22,7 +22,7 @@ from itertools import repeat
 import numpy as np
 
 from ledger.store import choose_ways
-from ledger.types import Held, NodeCapacity
+from ledger.types import Held, HeldElsewhere, NodeCapacity, NoRoom
 from ledger.utilization import Totals, utilization_of
 from model import Utilization
 from model.packing import Ask, best_fit_table, packing_scores
@@ -30,20 +30,6 @@ from scheduler.nodelist import NameTable
 
 log = logging.getLogger("tmc.scheduler.state")
 MAX_WAYS = 64
-
-
-class NoRoom(Exception):
-    """The node (or its rack pool) cannot hold the configuration now: the bind fails."""
-
-
-class HeldElsewhere(Exception):
-    """The pod holds (or a bind in flight assumed) a reservation on another node."""
-
-    def __init__(self, node: str) -> None:
-        super().__init__(
-            f"the pod holds a reservation on {node}: another bind attempt is in flight"
-        )
-        self.node = node
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ where that is a failure: these tests are what proves the cluster half.
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
@@ -25,14 +24,16 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
-from sqlalchemy.orm import Session, sessionmaker
 
-from api.settings import Settings
 from model.node_contract import Placement, parse_plan_file
-from store.db import make_engine, make_session_factory
 from tests.fixtures.database import empty_tables
-from tests.scheduler.conftest import upload_example
-from tests.scheduler.controlplane import NAMESPACE, SERVICE_ACCOUNTS, ControlPlane, Unavailable
+from tests.scheduler.controlplane import (
+    NAMESPACE,
+    SERVICE_ACCOUNTS,
+    ControlPlane,
+    Unavailable,
+    unavailable,
+)
 from tests.scheduler.controlplane import cluster as c
 from tests.services import PostgresServer, wait_until
 
@@ -44,9 +45,7 @@ def plane() -> Iterator[ControlPlane]:
     try:
         cp = ControlPlane()
     except Unavailable as exc:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI must run the real control plane: {exc}")
-        pytest.skip(f"no real control plane here: {exc}")
+        unavailable(exc)
     cp.start()
     c.use_ecdsa_extender_certificates(cp)  # the key type the chart makes
     c.install_rbac(cp)
@@ -54,42 +53,25 @@ def plane() -> Iterator[ControlPlane]:
     cp.close()
 
 
-class Stack:
-    """The running placement path of one test module."""
+class Stack(c.PlacementStack):
+    """The extender's placement path of one test module."""
+
+    process_logs = ("extender", "kube-scheduler")
 
     def __init__(self, cp: ControlPlane, pg: PostgresServer) -> None:
-        self.cp = cp
-        self.pg = pg
-        self.api = c.core(cp)
-        self.nodes = c.default_nodes(cp)
+        super().__init__(cp, pg)
         self.extender = c.ExtenderProcess(cp, pg.url)
-        self.sessions: sessionmaker[Session] = make_session_factory(
-            make_engine(Settings(environment="test", database_url=pg.url))
-        )
-
-    @property
-    def dsn(self) -> str:
-        return self.pg.dsn()
-
-    def logs(self) -> str:
-        names = ["extender", "kube-scheduler"] + [f"agent-{n.name}" for n in self.nodes]
-        return c.dump_logs(self.cp, names)
 
 
 @pytest.fixture(scope="module")
 def stack(plane: ControlPlane, postgres: PostgresServer) -> Iterator[Stack]:
     empty_tables(postgres.dsn())
     s = Stack(plane, postgres)
-    for node in s.nodes:
-        c.register_node(s.api, c.node_object(node.name))
-        node.start_agent()
-    c.wait_published(s.api, [n.name for n in s.nodes])
-    upload_example(s.sessions, "graph500")
+    s.start_nodes()
     s.extender.start()
     plane.start_scheduler(c.scheduler_config(plane, s.extender.url))
     yield s
-    for node in s.nodes:
-        node.stop_agent()
+    s.stop_nodes()
     s.extender.stop()
     plane.stop_process("kube-scheduler")
 

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ledger import nodes as ledger_nodes
 from ledger import store as ledger
-from ledger.types import Held, NodeCapacity
+from ledger.types import Held, HeldElsewhere, NodeCapacity, NoRoom
 from model.node_contract import PlacedConfiguration, Placement
 from model.packing import Ask, is_contiguous
 from model.resources import GIB
@@ -69,7 +69,7 @@ def test_reserve_is_idempotent_per_pod_and_never_takes_another_nodes_row(
         again = reserve(session, "node-1", want("a"))
         # A bind of the same pod elsewhere is another attempt in flight: it is refused, and the
         # row stays where it is until its own attempt releases it.
-        with pytest.raises(ledger.HeldElsewhere, match="node-1"):
+        with pytest.raises(HeldElsewhere, match="node-1"):
             reserve(session, "node-4", want("a"))
         rows = session.scalars(select(Reservation)).all()
         assert first == again and [r.node_name for r in rows] == ["node-1"]
@@ -121,11 +121,11 @@ def test_slow_memory_comes_from_the_rack_pool_and_the_pool_runs_out(
         )
         a = reserve(session, "node-2", want("a", slow=200 * GIB))
         assert a.slow_from_pool
-        with pytest.raises(ledger.NoRoom, match="rack pool rack-a"):
+        with pytest.raises(NoRoom, match="rack pool rack-a"):
             reserve(session, "node-5", want("b", slow=100 * GIB))
         local = reserve(session, "node-1", want("c", slow=100 * GIB))
         assert not local.slow_from_pool
-        with pytest.raises(ledger.NoRoom, match="slow memory"):
+        with pytest.raises(NoRoom, match="slow memory"):
             reserve(session, "node-3", want("d", slow=1))
 
 
@@ -147,7 +147,7 @@ def test_concurrent_pool_binds_from_two_nodes_never_overbook_the_pool(
             with unit_of_work(sessions) as session:
                 reserve(session, ("node-2", "node-5")[i % 2], want(f"p{i}", 1, slow=60 * GIB))
             ok.append(f"p{i}")
-        except ledger.NoRoom:
+        except NoRoom:
             pass
 
     threads = [threading.Thread(target=take, args=(i,)) for i in range(8)]
@@ -162,11 +162,11 @@ def test_concurrent_pool_binds_from_two_nodes_never_overbook_the_pool(
 
 def test_no_room_reasons(sessions: sessionmaker[Session], state: ClusterState) -> None:
     with unit_of_work(sessions) as session:
-        with pytest.raises(ledger.NoRoom, match="contiguous LLC ways"):
+        with pytest.raises(NoRoom, match="contiguous LLC ways"):
             reserve(session, "node-4", want("a", 9))
-        with pytest.raises(ledger.NoRoom, match="DRAM"):
+        with pytest.raises(NoRoom, match="DRAM"):
             reserve(session, "node-1", want("b", 1, dram=25 * GIB))
-        with pytest.raises(ledger.NoRoom, match="not in the ledger"):
+        with pytest.raises(NoRoom, match="not in the ledger"):
             reserve(session, "node-9", want("c"))
 
 

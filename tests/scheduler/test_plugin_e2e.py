@@ -14,7 +14,6 @@ the repository). Where they cannot be built the tests skip with the reason, exce
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -23,14 +22,10 @@ from typing import Any
 import psycopg
 import pytest
 from kubernetes import client as k8s
-from sqlalchemy.orm import Session, sessionmaker
 
-from api.settings import Settings
 from model.node_contract import Placement, parse_plan_file
-from store.db import make_engine, make_session_factory
 from tests.fixtures.database import empty_tables
-from tests.scheduler.conftest import upload_example
-from tests.scheduler.controlplane import ControlPlane, Unavailable
+from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import plugin as p
 from tests.services import PostgresServer, wait_until
@@ -44,9 +39,7 @@ def plane() -> Iterator[ControlPlane]:
         cp = ControlPlane()
         p.build_scheduler()
     except Unavailable as exc:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI must run the real control plane and tmc-scheduler: {exc}")
-        pytest.skip(f"no real control plane here: {exc}")
+        unavailable(exc)
     cp.start()
     c.install_rbac(cp)
     p.install_plugin(cp)
@@ -54,43 +47,26 @@ def plane() -> Iterator[ControlPlane]:
     cp.close()
 
 
-class Stack:
-    """The running plugin path of one test module."""
+class Stack(c.PlacementStack):
+    """The plugin's placement path of one test module."""
+
+    process_logs = ("publisher", "tmc-scheduler", "tmc-scheduler-2")
 
     def __init__(self, cp: ControlPlane, pg: PostgresServer) -> None:
-        self.cp = cp
-        self.pg = pg
-        self.api = c.core(cp)
-        self.nodes = c.default_nodes(cp)
+        super().__init__(cp, pg)
         self.publisher = p.PublisherProcess(cp, pg.url)
-        self.sessions: sessionmaker[Session] = make_session_factory(
-            make_engine(Settings(environment="test", database_url=pg.url))
-        )
-
-    @property
-    def dsn(self) -> str:
-        return self.pg.dsn()
-
-    def logs(self) -> str:
-        names = ["publisher", "tmc-scheduler", "tmc-scheduler-2"]
-        return c.dump_logs(self.cp, names + [f"agent-{n.name}" for n in self.nodes])
 
 
 @pytest.fixture(scope="module")
 def stack(plane: ControlPlane, postgres: PostgresServer) -> Iterator[Stack]:
     empty_tables(postgres.dsn())
     s = Stack(plane, postgres)
-    for node in s.nodes:
-        c.register_node(s.api, c.node_object(node.name))
-        node.start_agent()
-    c.wait_published(s.api, [n.name for n in s.nodes])
-    upload_example(s.sessions, "graph500")
+    s.start_nodes()
     s.publisher.start()
     s.publisher.wait_ready()
     p.start_plugin_scheduler(plane)
     yield s
-    for node in s.nodes:
-        node.stop_agent()
+    s.stop_nodes()
     s.publisher.stop()
     plane.stop_process("tmc-scheduler")
 
@@ -257,7 +233,7 @@ def test_scheduler_killed_mid_burst_and_restarted(stack: Stack, ns: str) -> None
             assert pods[n].metadata.annotations == pod.metadata.annotations
     for pod in pods.values():
         assert placement_of(pod).fallback is None
-    assert p.overcommitted_by_placements(stack.api) == []
+    assert c.overcommitted_on_the_api_server(stack.api) == []
     assert_mirrors(stack, ns)
 
 
@@ -274,7 +250,7 @@ def test_postgres_down_for_the_whole_burst(stack: Stack, ns: str) -> None:
         for pod in pods.values():
             placement = placement_of(pod)
             assert placement.fallback is None and placement.objective == "cheapest"
-        assert p.overcommitted_by_placements(stack.api) == []
+        assert c.overcommitted_on_the_api_server(stack.api) == []
     finally:
         stack.pg.start()
     assert_mirrors(stack, ns, timeout=120)
@@ -345,7 +321,7 @@ def test_two_replicas_with_leader_election_under_a_200_pod_burst(stack: Stack, n
         assert len(pods) > 20, len(pods)
         for pod in pods.values():
             placement_of(pod)
-        assert p.overcommitted_by_placements(stack.api) == []
+        assert c.overcommitted_on_the_api_server(stack.api) == []
         assert_mirrors(stack, ns)
     finally:
         for name in replicas:

@@ -30,13 +30,22 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import utils as k8s_utils
+from sqlalchemy.orm import Session, sessionmaker
 
+from api.settings import Settings
 from model.node_contract import NodeCapacity as ContractCapacity
 from model.node_contract import Placement
 from model.resources import GIB
+from store.db import make_engine, make_session_factory
 from tests.agent import fakehost
-from tests.scheduler.controlplane import NAMESPACE, RELEASE, ControlPlane, openssl
-from tests.services import free_port, wait_until
+from tests.scheduler.conftest import upload_example
+from tests.scheduler.controlplane import (
+    NAMESPACE,
+    RELEASE,
+    ControlPlane,
+    issue_extender_certificates,
+)
+from tests.services import PostgresServer, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "deploy" / "helm" / "tmc"
@@ -284,44 +293,46 @@ def use_ecdsa_extender_certificates(cp: ControlPlane) -> None:
     the same CA, as the chart makes them. kube-scheduler keeps only two idle connections to an
     extender, so a burst opens new ones all the time, each a TLS handshake on the scheduling
     path; with ECDSA keys a handshake costs a fraction of an RSA-2048 one."""
-    tls = cp.extender_tls
-    for cn, name in (("tmc-extender", "tls"), ("tmc-scheduler", "client")):
-        openssl(
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            f"{name}.key",
-            "-out",
-            f"{name}.csr",
-            "-subj",
-            f"/CN={cn}",
-            cwd=tls,
-        )
-        openssl(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "../ca.crt",
-            "-CAkey",
-            "../ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "../san.ext",
-            "-out",
-            f"{name}.crt",
-            cwd=tls,
-        )
+    issue_extender_certificates(cp.extender_tls, ["ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
 
 
-class ExtenderProcess:
+class ComponentProcess:
+    """A tmc process of the cluster half (`python -m MODULE`), run from the repository with the
+    environment its Deployment gives it; its output goes to `log`."""
+
+    def __init__(self, log: Path, env: dict[str, str]) -> None:
+        self.log = log
+        self.env = {**os.environ, **env}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def spawn(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", *args],
+            cwd=ROOT,
+            env=self.env,
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+        )
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no graceful shutdown."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+            self.proc = None
+
+
+class ExtenderProcess(ComponentProcess):
     """`python -m scheduler` with the extender's own service-account identity."""
 
     def __init__(
@@ -335,8 +346,7 @@ class ExtenderProcess:
     ) -> None:
         self.port = free_port()
         self.mirror_only = mirror_only
-        self.env = {
-            **os.environ,
+        own = {
             "TMC_DATABASE_URL": database_url,
             "TMC_KUBECONFIG": str(cp.kubeconfig("extender")),
             "TMC_EXTENDER_HOST": "127.0.0.1",
@@ -346,24 +356,16 @@ class ExtenderProcess:
             "TMC_EXTENDER_TLS_KEY_FILE": str(cp.extender_tls / "tls.key"),
             "TMC_EXTENDER_CLIENT_CA_FILE": str(cp.extender_tls / "ca.crt"),
             "TMC_EXTENDER_CLIENT_NAMES": '["tmc-scheduler"]',
-            **(env or {}),
         }
+        super().__init__(cp.dir / f"{name}.log", {**own, **(env or {})})
         self.tls = cp.extender_tls
-        self.log = cp.dir / f"{name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}/scheduler"
 
     def start(self, wait: bool = True) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "scheduler", *(["--mirror-only"] if self.mirror_only else [])],
-            cwd=ROOT,
-            env=self.env,
-            stdout=self.log.open("ab"),
-            stderr=subprocess.STDOUT,
-        )
+        self.spawn("scheduler", *(["--mirror-only"] if self.mirror_only else []))
         if wait:
             self.wait_ready()
 
@@ -382,22 +384,6 @@ class ExtenderProcess:
         url = f"https://127.0.0.1:{self.port}/metrics"
         with urllib.request.urlopen(url, timeout=5, context=probe_tls(self.tls)) as r:
             return str(r.read().decode())
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-            self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-            self.proc = None
 
 
 class RoundRobinService:
@@ -700,6 +686,43 @@ def _has_default_sa(api: k8s.CoreV1Api, ns: str) -> bool:
 def _make_default_sa(api: k8s.CoreV1Api, ns: str) -> bool:
     api.create_namespaced_service_account(ns, {"metadata": {"name": "default"}})
     return True
+
+
+class PlacementStack:
+    """One test module's running cluster half: its nodes (each with its agent), graph500's
+    profile in PostgreSQL, and the placement path's processes, named in `process_logs` for the
+    logs a failing test shows."""
+
+    process_logs: tuple[str, ...] = ()
+
+    def __init__(self, cp: ControlPlane, pg: PostgresServer) -> None:
+        self.cp = cp
+        self.pg = pg
+        self.api = core(cp)
+        self.nodes = default_nodes(cp)
+        self.sessions: sessionmaker[Session] = make_session_factory(
+            make_engine(Settings(environment="test", database_url=pg.url))
+        )
+
+    @property
+    def dsn(self) -> str:
+        return self.pg.dsn()
+
+    def logs(self) -> str:
+        names = [*self.process_logs, *(f"agent-{n.name}" for n in self.nodes)]
+        return dump_logs(self.cp, names)
+
+    def start_nodes(self) -> None:
+        """Register the nodes, start their agents, wait for their capacity, upload graph500."""
+        for node in self.nodes:
+            register_node(self.api, node_object(node.name))
+            node.start_agent()
+        wait_published(self.api, [n.name for n in self.nodes])
+        upload_example(self.sessions, "graph500")
+
+    def stop_nodes(self) -> None:
+        for node in self.nodes:
+            node.stop_agent()
 
 
 def dump_logs(cp: ControlPlane, names: list[str]) -> str:

@@ -10,10 +10,7 @@ Used by tests/scheduler/test_plugin_e2e.py and bench/scheduler_e2e.py.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +22,9 @@ from model.node_contract import (
     GROUP,
     RECOMMENDATION_PLURAL,
     RECOMMENDATION_VERSION,
-    NodeCapacity,
-    Placement,
 )
 from tests.scheduler.controlplane import NAMESPACE, ControlPlane, Unavailable
-from tests.scheduler.controlplane.cluster import ROOT, api_client, render_chart
+from tests.scheduler.controlplane.cluster import ROOT, ComponentProcess, api_client, render_chart
 from tests.services import wait_until
 
 CRD = ROOT / "deploy" / "helm" / "tmc" / "crds" / "tieredrecommendations.yaml"
@@ -91,28 +86,20 @@ def start_plugin_scheduler(cp: ControlPlane, name: str = "tmc-scheduler", **extr
     cp.start_scheduler(plugin_config(cp, name, **extra), binary=SCHEDULER_BINARY, name=name)
 
 
-class PublisherProcess:
+class PublisherProcess(ComponentProcess):
     """`python -m scheduler.publisher` with the publisher's own service-account identity."""
 
     def __init__(self, cp: ControlPlane, database_url: str, *, refresh_seconds: float = 3600):
-        self.env = {
-            **os.environ,
+        env = {
             "TMC_DATABASE_URL": database_url,
             "TMC_KUBECONFIG": str(cp.kubeconfig("publisher")),
             "TMC_RESYNC_SECONDS": "3600",
             "TMC_PUBLISHER_REFRESH_SECONDS": str(refresh_seconds),
         }
-        self.log = cp.dir / "publisher.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(cp.dir / "publisher.log", env)
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "scheduler.publisher"],
-            cwd=ROOT,
-            env=self.env,
-            stdout=self.log.open("ab"),
-            stderr=subprocess.STDOUT,
-        )
+        self.spawn("scheduler.publisher")
 
     def wait_ready(self, timeout: float = 60) -> None:
         """Until it publishes and the ledger mirror is in step: its first sync is done, its
@@ -125,25 +112,6 @@ class PublisherProcess:
 
         wait_until(ready, timeout, "the publisher")
 
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-            self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-            self.proc = None
-
 
 def recommendations(cp: ControlPlane) -> dict[tuple[str, str], dict[str, Any]]:
     """The published TieredRecommendation specs by (workload, objective)."""
@@ -154,72 +122,3 @@ def recommendations(cp: ControlPlane) -> dict[tuple[str, str], dict[str, Any]]:
     return {
         (o["spec"]["workload"], o["spec"]["objective"]): o["spec"] for o in found.get("items", [])
     }
-
-
-def placements(api: k8s.CoreV1Api) -> dict[str, Placement]:
-    """Every bound pod's placement, by namespace/name, read from the API server."""
-    out: dict[str, Placement] = {}
-    for pod in api.list_pod_for_all_namespaces().items:
-        placement = Placement.from_annotations(pod.metadata.annotations)
-        if pod.spec.node_name and placement is not None:
-            out[f"{pod.metadata.namespace}/{pod.metadata.name}"] = placement
-    return out
-
-
-def overcommitted_by_placements(api: k8s.CoreV1Api) -> list[str]:
-    """What the bound pods' placements hold beyond their nodes' published capacity, with the API
-    server as the only source: CPUs, DRAM, node-local and pooled slow memory, overlapping or
-    out-of-range LLC masks, and placements naming another node than the pod's binding."""
-    problems: list[str] = []
-    nodes: dict[str, NodeCapacity] = {}
-    cpus: dict[str, int] = {}
-    for node in api.list_node().items:
-        cap = NodeCapacity.from_metadata(node.metadata.labels, node.metadata.annotations)
-        if cap is not None:
-            nodes[str(node.metadata.name)] = cap
-            allocatable: dict[str, str] = node.status.allocatable or {}
-            cpus[str(node.metadata.name)] = cap.cpus or int(allocatable.get("cpu", "1"))
-    used: dict[str, dict[str, int]] = {}
-    pools: dict[str, int] = {}
-    for pod in api.list_pod_for_all_namespaces().items:
-        placement = Placement.from_annotations(pod.metadata.annotations)
-        if placement is None or not pod.spec.node_name:
-            continue
-        if placement.node != pod.spec.node_name:
-            problems.append(
-                f"{pod.metadata.name}: placed on {placement.node}, bound to {pod.spec.node_name}"
-            )
-        u = used.setdefault(placement.node, {"vcpus": 0, "dram": 0, "slow": 0, "mask": 0})
-        c = placement.configuration
-        u["vcpus"] += c.vcpus
-        u["dram"] += c.dram_bytes
-        cap = nodes[placement.node]
-        if placement.slow_from_pool:
-            assert cap.slow_pool is not None
-            pools[cap.slow_pool] = pools.get(cap.slow_pool, 0) + c.slow_bytes
-        else:
-            u["slow"] += c.slow_bytes
-        if u["mask"] & placement.llc_mask_bits:
-            problems.append(
-                f"{pod.metadata.name}: LLC mask {placement.llc_mask} overlaps on {placement.node}"
-            )
-        u["mask"] |= placement.llc_mask_bits
-    for name, u in used.items():
-        cap = nodes[name]
-        for what, have in (
-            ("vcpus", cpus[name]),
-            ("dram", cap.dram_bytes),
-            ("slow", cap.slow_bytes),
-        ):
-            if u[what] > have:
-                problems.append(f"{name}: {what} {u[what]} > {have}")
-        if u["mask"] >> cap.llc_ways:
-            problems.append(f"{name}: mask {u['mask']:#x} beyond {cap.llc_ways} ways")
-    pool_size = {
-        cap.slow_pool: cap.slow_pool_bytes for cap in nodes.values() if cap.slow_pool is not None
-    }
-    for pool, drawn in pools.items():
-        size = pool_size.get(pool)
-        if size is not None and drawn > size:
-            problems.append(f"pool {pool}: {drawn} > {size}")
-    return problems
