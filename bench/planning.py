@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.studies import Regime, Study, hourly, pool_map
+from bench.studies import Regime, Study, confident_candidates, hourly, pool_map
 from model.capacity import (
     MachineKind,
     Option,
@@ -43,7 +43,6 @@ from model.confidence import DEFAULT_CONFIDENCE
 from model.packing import best_fit_run, run_mask
 from model.price_profiles import price_profile
 from model.rebalancer import Node, Pod, greedy_rebalance, rebalance
-from model.select import confident_algorithm1
 from sim.cluster import (
     ClusterState,
     Menu,
@@ -85,12 +84,8 @@ def _candidates(
     )
     h = hourly(s, prices)
     pred = h * s.predicted_seconds / 3600.0
-    upper = pred * (1.0 + NormalDist().inv_cdf(confidence) * s.sigma)
-    n = len(pred)
-    sel = confident_algorithm1(
-        pred, upper, s.predicted_seconds, np.ones(n, bool), np.zeros((n, 4)), np.zeros(4), THRESHOLD
-    )
-    assert sel is not None
+    z = NormalDist().inv_cdf(confidence)
+    sel = confident_candidates(s, pred, s.sigma, s.predicted_seconds, z, THRESHOLD)
     return np.sort(sel.within), h
 
 

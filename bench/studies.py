@@ -11,8 +11,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from model.confidence import ErrorTerms
 from model.pricing import PriceProfile
 from model.resources import GIB
+from model.select import Selection, confident_algorithm1
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -48,6 +50,9 @@ class Study:
     dram_bytes: IntArray
     slow_bytes: IntArray
     ways: IntArray
+    # sigma's terms, for the uncertainty of differences between points (None: each point's own
+    # sigma bounds it, as before differences were modelled)
+    terms: ErrorTerms | None = None
 
 
 def hourly(s: Study, prices: PriceProfile) -> FloatArray:
@@ -58,6 +63,51 @@ def hourly(s: Study, prices: PriceProfile) -> FloatArray:
         + s.ways * prices.llc_way_hour
     )
     return out
+
+
+def paired_bound(
+    s: Study, cost: FloatArray, sigma: FloatArray, z: float
+) -> Callable[[int], FloatArray]:
+    """best -> each candidate's cost bound from the uncertainty of its difference from best
+    (`model.confidence.ErrorTerms`), the terms scaled by `sigma` (e.g. corrected by verification
+    runs) over the model's own; each point's own bound where the study has no terms."""
+    if s.terms is None:
+        own = cost * (1.0 + z * sigma)
+        return lambda _best: own
+    terms = s.terms
+    scale = sigma / np.maximum(terms.sigma, 1e-12)
+
+    def bound(best: int) -> FloatArray:
+        out: FloatArray = cost * (1.0 + z * terms.difference_sigma(best, scale))
+        return out
+
+    return bound
+
+
+def confident_candidates(
+    s: Study,
+    cost: FloatArray,
+    sigma: FloatArray,
+    seconds: FloatArray,
+    z: float,
+    threshold: float,
+    demand: FloatArray | None = None,
+) -> Selection:
+    """The confident Algorithm 1's first round on one study (every configuration acceptable, an
+    idle cluster unless `demand` is given): `within` is what any utilization chooses from."""
+    n = len(cost)
+    sel = confident_algorithm1(
+        cost,
+        cost * (1.0 + z * sigma),
+        seconds,
+        np.ones(n, dtype=bool),
+        np.zeros((n, 4)) if demand is None else demand,
+        np.zeros(4),
+        threshold,
+        paired_upper=paired_bound(s, cost, sigma, z),
+    )
+    assert sel is not None  # every configuration is acceptable
+    return sel
 
 
 def pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], processes: int) -> list[Any]:

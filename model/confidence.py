@@ -26,6 +26,26 @@ of its predicted time is
 
 The interface takes only what any fit exposes, the grid prediction and the fit's diagnostics, so
 that it keeps working when the fit's internals change.
+
+**Differences between candidates.** Algorithm 1 asks whether a candidate is within T of the
+optimum, which is a question about their difference. Neighbouring configurations share most of
+their error (the same fit, the same miss curve, the same structures slow), so the difference is
+far surer than either time. `ErrorTerms` keeps each term of sigma with what it correlates over:
+
+- run noise: a point's prediction leans on the fastmax and fastmin runs in proportion to where
+  its way count's time lies between theirs (`anchor`, 0 at fastmax's ways, 1 at fastmin's); two
+  points share the noise in proportion to how alike their anchors are (1 - |a_i - a_j|);
+- slow memory (the slow-penalty spread and the sampling error, both scaled by phi): shared by
+  the points of one slow ratio (the same structures slow, whatever the way count) and taken as
+  independent across ratios: where a ratio puts one more structure slow, its error is that
+  structure's own (docs/evaluation.md, "Why the model alone cannot stay within T"). A correlation
+  over neighbouring ratios, as the verification runs' prior uses, let candidates at the next
+  ratio through on the regime map whose true cost was more than T over;
+- the miss curve (scaled by psi): correlated over `WAYS_CORRELATION` octaves of way count;
+- the model's resolution (`MODEL_FLOOR`): independent from point to point.
+
+`ErrorTerms.difference_sigma(j)` is then the relative standard deviation of
+"candidate i minus candidate j" for every i: sqrt(var_i + var_j - 2 cov_ij).
 """
 
 from __future__ import annotations
@@ -47,7 +67,57 @@ MISS_CURVE_SPREAD = 0.25
 # workloads so that a 95 % interval covers about 95 % of their true times on the Optane-like host
 # (bench.heldout); the held-out shapes then check it.
 MODEL_FLOOR = 0.005
-DEFAULT_CONFIDENCE = 0.99  # learnt on held-out workloads (bench.regimes.calibrate_confidence)
+# The level of promises (an SLO's slowdown bound, a run time's upper bound).
+DEFAULT_CONFIDENCE = 0.99
+# The level of the cost band (a candidate within T of the optimum, judged by the uncertainty of
+# their difference): learnt on held-out workloads by the regime map
+# (bench.regimes.calibrate_confidence), where every workload held out gets this level.
+DEFAULT_BAND_CONFIDENCE = 0.9
+# Likewise for way counts, in octaves: the miss curve's error at 4 ways is mostly its error at 3
+# and 6, little of its error at 28.
+WAYS_CORRELATION = 1.0
+
+
+@dataclass(frozen=True)
+class ErrorTerms:
+    """sigma's terms per grid point (flat, ratio-major), with what each correlates over."""
+
+    noise: float  # run noise, relative
+    slow: FloatArray  # slow-memory term per point (spread and sampling, times phi)
+    curve: FloatArray  # miss-curve term per point (times psi)
+    floor: float  # the model's resolution, independent per point
+    anchor: FloatArray  # 0 at fastmax's way count, 1 at fastmin's (see the module's text)
+    slow_ratio: FloatArray  # per point
+    llc_ways: FloatArray  # per point
+
+    @property
+    def sigma(self) -> FloatArray:
+        out: FloatArray = np.sqrt(self.noise**2 + self.slow**2 + self.curve**2 + self.floor**2)
+        return out
+
+    def difference_sigma(self, j: int, scale: FloatArray | None = None) -> FloatArray:
+        """Relative standard deviation of (time_i - time_j) / time for every point i; 0 at j.
+        `scale` multiplies each point's terms (e.g. corrected sigma / sigma after verification
+        runs), keeping the terms' correlations."""
+        k = np.ones_like(self.slow) if scale is None else scale
+        rho_noise = 1.0 - np.abs(self.anchor - self.anchor[j])
+        rho_slow = (np.abs(self.slow_ratio - self.slow_ratio[j]) < 1e-9).astype(np.float64)
+        octaves = np.abs(np.log2(self.llc_ways) - np.log2(self.llc_ways[j]))
+        rho_curve = np.exp(-octaves / WAYS_CORRELATION)
+        sigma = self.sigma
+        cov = (
+            k
+            * k[j]
+            * (
+                self.noise**2 * rho_noise
+                + self.slow * self.slow[j] * rho_slow
+                + self.curve * self.curve[j] * rho_curve
+            )
+        )
+        var = (k * sigma) ** 2 + (k[j] * sigma[j]) ** 2 - 2.0 * cov
+        out: FloatArray = np.sqrt(np.maximum(var, 0.0))
+        out[j] = 0.0
+        return out
 
 
 @dataclass(frozen=True)
@@ -56,6 +126,7 @@ class PredictionInterval:
 
     sigma: FloatArray
     confidence: float
+    terms: ErrorTerms | None = None  # for differences between points (`ErrorTerms`)
 
     @property
     def z(self) -> float:
@@ -75,14 +146,32 @@ def slow_stall_share(prediction: GridPrediction) -> FloatArray:
     return out
 
 
+def _profiled_ends(prediction: GridPrediction) -> tuple[int, int]:
+    """The way-count columns of fastmin and fastmax (the measured range's ends)."""
+    inside = np.flatnonzero(~prediction.extrapolated)
+    if inside.size:
+        return int(inside[0]), int(inside[-1])
+    return 0, len(prediction.llc_ways) - 1
+
+
 def cache_share(prediction: GridPrediction) -> FloatArray:
     """psi: how far each way count's predicted time lies from the nearer of the two profiled way
     counts (fastmin and fastmax, measured, so psi is 0 there); past them, from the nearer end."""
     row = prediction.seconds[0, :]
-    inside = np.flatnonzero(~prediction.extrapolated)
-    lo, hi = (inside[0], inside[-1]) if inside.size else (0, len(row) - 1)
+    lo, hi = _profiled_ends(prediction)
     psi = np.minimum(np.abs(1.0 - row / row[lo]), np.abs(1.0 - row / row[hi]))
     out: FloatArray = np.broadcast_to(psi[None, :], prediction.seconds.shape).copy()
+    return out
+
+
+def way_anchor(prediction: GridPrediction) -> FloatArray:
+    """Per way count, where its all-DRAM time lies between fastmax's (0) and fastmin's (1)."""
+    row = prediction.seconds[0, :]
+    lo, hi = _profiled_ends(prediction)
+    span = row[lo] - row[hi]
+    if not abs(span) > 1e-12 * abs(row[hi]):
+        return np.zeros(len(row))
+    out: FloatArray = np.clip((row - row[hi]) / span, 0.0, 1.0)
     return out
 
 
@@ -103,14 +192,17 @@ def prediction_interval(
     sampling = 1.0 / math.sqrt(min(samples)) if samples else 1.0
     phi = slow_stall_share(prediction)
     psi = cache_share(prediction)
-    sigma = np.sqrt(
-        noise**2
-        + (slow_penalty_spread * phi) ** 2
-        + (sampling * phi) ** 2
-        + (miss_curve_spread * psi) ** 2
-        + model_floor**2
+    shape = prediction.seconds.shape
+    terms = ErrorTerms(
+        noise=noise,
+        slow=(math.hypot(slow_penalty_spread, sampling) * phi).ravel(),
+        curve=(miss_curve_spread * psi).ravel(),
+        floor=model_floor,
+        anchor=np.broadcast_to(way_anchor(prediction)[None, :], shape).ravel().copy(),
+        slow_ratio=np.repeat(np.asarray(prediction.slow_ratios, dtype=np.float64), shape[1]),
+        llc_ways=np.tile(np.asarray(prediction.llc_ways, dtype=np.float64), shape[0]),
     )
-    return PredictionInterval(sigma=sigma, confidence=confidence)
+    return PredictionInterval(sigma=terms.sigma.reshape(shape), confidence=confidence, terms=terms)
 
 
 def slowdown_sigma(sigma: FloatArray, prediction: GridPrediction, ways_max: int) -> FloatArray:

@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from model.bundle import HostDescription, WorkloadId
 from model.confidence import (
+    DEFAULT_BAND_CONFIDENCE,
     DEFAULT_CONFIDENCE,
+    ErrorTerms,
     PredictionInterval,
     prediction_interval,
     slowdown_sigma,
@@ -34,6 +36,7 @@ from model.verification import (
     corrected_grid,
     next_point,
     observed_grid,
+    packing_point,
 )
 
 RECOMMENDATION_SCHEMA = "tmc.recommendation/v1"
@@ -142,6 +145,24 @@ class PricedGrid:
     demand: FloatArray  # [n, 4]
     sigma: FloatArray  # [ratio, ways] relative standard deviation of each predicted time
     correction: GridCorrection | None = None  # from verification runs, already applied
+    terms: ErrorTerms | None = None  # the uncorrected sigma's terms, for paired differences
+
+    def paired_upper(self, confidence: float) -> Callable[[int], FloatArray]:
+        """best -> every candidate's cost bound judged by its difference from best
+        (`model.confidence.ErrorTerms`); after verification runs each point's terms are scaled
+        by its corrected sigma over the model's own."""
+        z = NormalDist().inv_cdf(confidence)
+        terms = self.terms
+        if terms is None:
+            own = self.cost * (1.0 + z * self.sigma.ravel())
+            return lambda _best: own
+        scale = self.sigma.ravel() / np.maximum(terms.sigma, 1e-12)
+
+        def bound(best: int) -> FloatArray:
+            out: FloatArray = self.cost * (1.0 + z * terms.difference_sigma(best, scale))
+            return out
+
+        return bound
 
     def ratio_and_ways(self, i: int) -> tuple[float, int]:
         n_ways = len(self.prediction.llc_ways)
@@ -159,7 +180,8 @@ def price_grid(
 ) -> PricedGrid:
     m = predictor.model
     p = predictor.predict(np.asarray(grid.slow_ratios), np.asarray(grid.llc_ways, dtype=np.int64))
-    sigma = prediction_interval(p, m.diagnostics).sigma
+    interval = prediction_interval(p, m.diagnostics)
+    sigma = interval.sigma
     fix = None
     if observations:
         fix = observed_grid(predictor, p.slow_ratios, p.llc_ways, sigma, observations)
@@ -190,7 +212,9 @@ def price_grid(
         ],
         axis=-1,
     ).reshape(-1, 4)
-    return PricedGrid(p, hourly.ravel(), cost.ravel(), feasible.ravel(), demand, sigma, fix)
+    return PricedGrid(
+        p, hourly.ravel(), cost.ravel(), feasible.ravel(), demand, sigma, fix, interval.terms
+    )
 
 
 def recommend(
@@ -204,6 +228,7 @@ def recommend(
     grid: Grid | None = None,
     confidence: float | None = DEFAULT_CONFIDENCE,
     observations: Sequence[Observation] = (),
+    band_confidence: float = DEFAULT_BAND_CONFIDENCE,
 ) -> Recommendation:
     """Recommend a configuration for one workload. Without utilization the cluster is taken as
     idle, every penalty is 0, and the choice is the objective's best.
@@ -211,7 +236,10 @@ def recommend(
     With `confidence` (the default), a cost objective keeps only candidates within T of the best
     with that confidence (`model.select.confident_algorithm1`, intervals from
     `model.confidence`) and weighs packing gains by how long a candidate holds its resources;
-    `confidence=None` is the paper's Algorithm 1 as published.
+    `confidence=None` is the paper's Algorithm 1 as published. A promise (an SLO's slowdown
+    bound) is kept at `confidence`; the cost band's first round judges each candidate by the
+    uncertainty of its *difference* from the best (`model.confidence.ErrorTerms`) at
+    `band_confidence`, the level the regime map learns on held-out workloads.
 
     `observations` are verification runs (`model.verification`): the predictions are corrected
     where they were measured, and the answer names the configuration to measure next."""
@@ -219,6 +247,8 @@ def recommend(
         raise InvalidRequest("threshold", "must lie between 0 and 1")
     if confidence is not None and not 0.5 <= confidence < 1.0:
         raise InvalidRequest("confidence", "must lie in [0.5, 1)")
+    if not 0.5 <= band_confidence < 1.0:
+        raise InvalidRequest("band_confidence", "must lie in [0.5, 1)")
     predictor = model if isinstance(model, Predictor) else Predictor(model)
     fitted = predictor.model
     grid = grid or paper_grid()
@@ -265,6 +295,7 @@ def recommend(
             priced.demand,
             np.asarray(util.as_tuple()),
             threshold,
+            paired_upper=priced.paired_upper(band_confidence),
         )
     else:
         selection = algorithm1(
@@ -351,18 +382,35 @@ def recommend(
         in_within,
         slowdown,
         slowdown_upper,
-        cost_upper,
+        None if cost_upper is None else priced.paired_upper(band_confidence)(selection.best),
         objective,
         threshold,
-        confidence,
+        (confidence, band_confidence),
         relative,
         candidates,
     )
     chosen_ratio, chosen_ways = priced.ratio_and_ways(selection.chosen)
     verification = None
     if confidence is not None:
+        packing = None
+        if cost_upper is not None and relative:
+            measured = (
+                np.zeros(priced.cost.size, dtype=bool)
+                if priced.correction is None
+                else priced.correction.measured.ravel()
+            )
+            best = selection.best
+            packing = packing_point(
+                priced.cost,
+                priced.paired_upper(band_confidence)(best),
+                float(priced.cost[best]) * (1.0 + threshold),
+                priced.demand,
+                best,
+                measured,
+                acceptable,
+            )
         verification = _verification(
-            priced, selection.chosen, slowdown, slowdown_upper, objective, confidence
+            priced, selection.chosen, slowdown, slowdown_upper, objective, confidence, packing
         )
     chosen = within[0]
     return Recommendation(
@@ -412,16 +460,19 @@ def _dropped(
     cost_upper: FloatArray | None,
     objective: Objective,
     threshold: float,
-    confidence: float | None,
+    levels: tuple[float | None, float],
     relative: bool,
     candidates: Callable[[np.ndarray], list[Candidate]],
 ) -> list[DroppedCandidate]:
     """What the intervals left out that the point prediction would have kept: candidates within
-    T of the best's predicted cost whose upper cost bound is not, and, for an SLO, candidates
-    cheaper than the best whose predicted slowdown meets it but whose upper bound does not."""
+    T of the best's predicted cost whose upper cost bound (paired with the best, at the band's
+    level) is not, and, for an SLO, candidates cheaper than the best whose predicted slowdown
+    meets it but whose upper bound (at the promise's level) does not."""
+    confidence, band_confidence = levels
     if confidence is None or slowdown_upper is None or cost_upper is None:
         return []
     level = f"{confidence:.0%}"
+    band_level = f"{band_confidence:.0%}"
     cost = priced.cost
     out: list[DroppedCandidate] = []
     if relative:
@@ -433,7 +484,7 @@ def _dropped(
                 DroppedCandidate(
                     candidate=cand,
                     reason=f"predicted {cost[idx] / cost[best] - 1.0:+.1%} against the best, but"
-                    f" up to {cost_upper[idx] / cost[best] - 1.0:+.1%} at {level}: it may cost"
+                    f" up to {cost_upper[idx] / cost[best] - 1.0:+.1%} at {band_level}: it may cost"
                     f" more than T ({threshold:.1%}) over the best",
                 )
             )
@@ -462,6 +513,7 @@ def _verification(
     slowdown_upper: FloatArray | None,
     objective: Objective,
     confidence: float,
+    packing: int | None = None,
 ) -> VerificationState:
     c = priced.correction
     p = priced.prediction
@@ -479,7 +531,13 @@ def _verification(
         # Runs only check the promise here: their saving is not in cost.
         chance = np.zeros_like(chance)
     wanted = next_point(
-        priced.cost, sigma, chance, chosen, measured, 0 if c is None else c.observations
+        priced.cost,
+        sigma,
+        chance,
+        chosen,
+        measured,
+        0 if c is None else c.observations,
+        packing=packing,
     )
     ratio, ways = (None, None) if wanted is None else priced.ratio_and_ways(wanted)
     verified = (

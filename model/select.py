@@ -5,6 +5,7 @@ Vectorised over a flat list of candidates so that a 528-point grid stays well un
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,6 +72,7 @@ def confident_algorithm1(
     demand: FloatArray,
     utilization: FloatArray,
     threshold: float,
+    paired_upper: Callable[[int], FloatArray] | None = None,
 ) -> Selection | None:
     """Algorithm 1 that does not overspend T on the model's optimism.
 
@@ -85,7 +87,12 @@ def confident_algorithm1(
     e.g. the profiled 28 ways, which may hog a resource.) Second round: the packing penalty
     D_i . U weighted by how long the candidate holds its resources against the cheapest
     (seconds_i / seconds_best): a configuration that saves 10 % of a scarce resource but runs
-    10 % longer saves nothing. Ties by cost. `penalty` is the plain D_i . U, as in Algorithm 1."""
+    10 % longer saves nothing. Ties by cost. `penalty` is the plain D_i . U, as in Algorithm 1.
+
+    With `paired_upper` (best -> per candidate, the upper bound of its cost judged by the
+    uncertainty of its *difference* from `best`, `model.confidence.ErrorTerms`), the first round
+    keeps the candidates whose paired bound is within the limit: the error a candidate shares
+    with the optimum (the same fit, the same miss curve) cannot make it dearer than the optimum."""
     idx = np.flatnonzero(acceptable)
     if idx.size == 0:
         return None
@@ -93,7 +100,8 @@ def confident_algorithm1(
     best = int(idx[best_local])
     limit = cost[best] * (1.0 + threshold)
     near = idx[cost[idx] <= limit]
-    within = near[(upper_cost[near] <= limit) | (near == best)]
+    bound = upper_cost if paired_upper is None else paired_upper(best)
+    within = near[(bound[near] <= limit) | (near == best)]
     penalty = np.full(cost.shape, np.nan)
     penalty[within] = packing_penalties(demand[within], utilization)
     hold = seconds[within] / seconds[best]

@@ -25,8 +25,8 @@ So tmc asks for verification runs:
    chosen configuration moves the decision.
 4. Repeat while a run is wanted, at most `VERIFICATION_BUDGET` runs.
 
-The per-ratio helpers (`correction`, `corrected_sigma`, `next_run`) are the simpler form the
-regime map's bench loop uses: one factor per measured slow ratio, spread to its neighbours.
+The regime map's bench runs this loop in the simulator (`bench.regimes.verified`): the same
+correction and the same choice of runs, with the cheapest predicted in place of the chosen.
 
 Runs are reported by agents and operators, so none is trusted blindly (`screen`). A run outside
 what the profile and the model make physically plausible is ignored and reported with its
@@ -53,6 +53,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
+from model.confidence import WAYS_CORRELATION
 from model.misscurve import FloatArray
 from model.predict import GridPrediction, Predictor
 
@@ -149,60 +150,6 @@ class VerificationState(BaseModel):
     )
 
 
-@dataclass(frozen=True)
-class Correction:
-    """Per grid slow ratio: the factor on predicted time, and how many runs measured it."""
-
-    factor: FloatArray  # [ratios]; 1 where not measured
-    runs: NDArray[np.int64]  # [ratios]
-    largest_error: float
-    observations: int
-    run_noise: float = RUN_NOISE
-    ignored: tuple[IgnoredRun, ...] = ()
-
-    @property
-    def measured(self) -> NDArray[np.bool_]:
-        out: NDArray[np.bool_] = self.runs > 0
-        return out
-
-
-def correction(
-    slow_ratios: FloatArray,
-    rows: Sequence[int | None],
-    predicted_seconds: Sequence[float],
-    measured_seconds: Sequence[float],
-    run_noise: float = RUN_NOISE,
-) -> Correction:
-    """From observations given as (grid row or None, predicted, measured) seconds. An
-    observation off the grid's ratios corrects no row but counts towards the largest error."""
-    n = len(slow_ratios)
-    by_row: list[list[float]] = [[] for _ in range(n)]
-    largest = 0.0
-    for row, pred, meas in zip(rows, predicted_seconds, measured_seconds, strict=True):
-        if not (pred > 0 and meas > 0 and math.isfinite(pred) and math.isfinite(meas)):
-            raise ValueError("predicted and measured times must be positive and finite")
-        # The difference of logs, not the log of the ratio: the ratio of a subnormal and a
-        # large time underflows to 0.
-        error = math.log(meas) - math.log(pred)
-        largest = max(largest, abs(math.expm1(error)))
-        if row is not None:
-            by_row[row].append(error)
-    runs = np.asarray([len(r) for r in by_row], dtype=np.int64)
-    logs = np.asarray([float(np.median(r)) if r else 0.0 for r in by_row])
-    measured = runs > 0
-    if measured.any() and not measured.all():
-        # Neighbouring ratios put mostly the same structures in the slow tier, so their errors
-        # are alike: an unmeasured ratio takes the measured ones' errors in proportion to their
-        # correlation (the posterior mean of a process correlated over RATIO_CORRELATION).
-        r = np.asarray(slow_ratios, dtype=np.float64)
-        kernel = np.exp(-np.abs(r[:, None] - r[None, :]) / RATIO_CORRELATION)
-        m = np.flatnonzero(measured)
-        u = np.flatnonzero(~measured)
-        k_mm = kernel[np.ix_(m, m)] + np.eye(len(m)) * run_noise**2
-        logs[u] = kernel[np.ix_(u, m)] @ np.linalg.solve(k_mm, logs[m])
-    return Correction(np.exp(logs), runs, largest, len(rows), run_noise)
-
-
 def plausibility(predictor: Predictor, o: Observation, predicted: float) -> tuple[str, str] | None:
     """Why a run cannot be the profiled workload in its configuration (a flag code and the
     reason), or None if it can."""
@@ -254,57 +201,8 @@ def screen(
     return kept, ignored
 
 
-def observed(
-    predictor: Predictor, slow_ratios: FloatArray, observations: Sequence[Observation]
-) -> Correction:
-    """The correction for a grid from the plausible observations, each predicted at its own
-    configuration; the others are listed in `ignored`."""
-    if len(observations) > MAX_OBSERVATIONS:
-        raise ValueError(f"at most {MAX_OBSERVATIONS} observations")
-    kept, ignored = screen(predictor, observations)
-    rows: list[int | None] = []
-    for o, _ in kept:
-        hit = np.flatnonzero(np.abs(slow_ratios - o.slow_ratio) <= _RATIO_TOLERANCE)
-        rows.append(int(hit[0]) if hit.size else None)
-    c = correction(slow_ratios, rows, [p for _, p in kept], [o.seconds for o, _ in kept])
-    return replace(c, ignored=tuple(ignored))
-
-
-def corrected(prediction: GridPrediction, c: Correction) -> GridPrediction:
-    """The grid's times (and CPI, slowdown) scaled at the measured ratios."""
-    f = c.factor[:, None]
-    seconds = prediction.seconds * f
-    fastmax = prediction.seconds / (1.0 + prediction.slowdown)
-    return replace(
-        prediction,
-        seconds=seconds,
-        cpi=prediction.cpi * f,
-        slowdown=seconds / fastmax - 1.0,
-    )
-
-
-def corrected_sigma(sigma: FloatArray, c: Correction) -> FloatArray:
-    """[ratio, ways] relative standard deviation after the runs: one run's noise where measured
-    (less with several), at least the largest measured error elsewhere."""
-    out = np.maximum(sigma, c.largest_error)
-    measured = c.measured
-    noise = c.run_noise / np.sqrt(np.maximum(c.runs, 1))
-    out[measured, :] = noise[measured, None]
-    return out
-
-
-def next_run(c: Correction | None, best_row: int, budget: int = VERIFICATION_BUDGET) -> bool:
-    """Whether the optimum's slow ratio still needs a run."""
-    runs = 0 if c is None else c.observations
-    measured = False if c is None else bool(c.measured[best_row])
-    return runs < budget and not measured
-
-
 # -- Both axes: the model's error as a slow-memory part and an LLC-way part ---------------------
 
-# Likewise for way counts, in octaves: the miss curve's error at 4 ways is mostly its error at 3
-# and 6, little of its error at 28.
-WAYS_CORRELATION = 1.0
 # A run is worth making when it is expected to save at least this share of the chosen
 # configuration's cost (or to show that a cheaper one keeps the objective): a run costs about as
 # much as one run of the workload, and the saving repeats on every later run.
@@ -504,6 +402,32 @@ def expected_saving(
     return out
 
 
+def packing_point(
+    cost: FloatArray,
+    band_upper: FloatArray,
+    limit: float,
+    demand: FloatArray,
+    best: int,
+    measured: NDArray[np.bool_],
+    acceptable: NDArray[np.bool_],
+) -> int | None:
+    """A lighter configuration worth a run (flat index), or None: one that uses no more of any
+    resource than the best and less of one, that the point prediction puts within T of the best
+    (cost <= limit) but its bound does not (band_upper > limit). Its run may admit it to the
+    band, where the packing penalty can choose it: the model's way-count errors are about as
+    large as T (docs/evaluation.md), and a measured difference is surer than a predicted one.
+    The cheapest such configuration: the likeliest to be admitted."""
+    lighter = (demand <= demand[best] + 1e-12).all(axis=1) & (demand < demand[best] - 1e-12).any(
+        axis=1
+    )
+    wanted = np.flatnonzero(
+        acceptable & lighter & ~measured & (cost <= limit) & (band_upper > limit)
+    )
+    if not wanted.size:
+        return None
+    return int(wanted[np.argmin(cost[wanted])])
+
+
 def next_point(
     cost: FloatArray,
     sigma: FloatArray,
@@ -513,14 +437,18 @@ def next_point(
     runs_made: int,
     budget: int = VERIFICATION_BUDGET,
     min_saving: float = MIN_EXPECTED_SAVING,
+    packing: int | None = None,
 ) -> int | None:
     """Where the next run goes (flat index), or None. First the chosen configuration itself: its
-    run checks the promise. Then the unmeasured candidate whose run is most likely to change the
-    choice for the better (`expected_saving`), if that is worth a run."""
+    run checks the promise. Then a lighter configuration the band may admit (`packing_point`),
+    if given. Then the unmeasured candidate whose run is most likely to change the choice for
+    the better (`expected_saving`), if that is worth a run."""
     if runs_made >= budget:
         return None
     if not measured[chosen]:
         return chosen
+    if packing is not None and not measured[packing]:
+        return packing
     saving = expected_saving(cost, sigma, float(cost[chosen]), chance_acceptable)
     saving[measured] = 0.0
     saving[chosen] = 0.0

@@ -7,6 +7,7 @@ import pytest
 
 from model import DEFAULT_PRICE_PROFILE, Predictor, Utilization, recommend
 from model.confidence import prediction_interval, slow_stall_share
+from model.errors import InvalidRequest
 from model.grid import paper_grid
 from model.predict import GridPrediction
 from model.recommend import price_grid
@@ -105,3 +106,54 @@ def test_confident_choices_are_a_subset_of_algorithm_1s() -> None:
     assert confident.best.configuration == plain.best.configuration
     priced = price_grid(predictor, DEFAULT_PRICE_PROFILE, paper_grid(), PAPER_MACHINE)
     assert confident.chosen.cost <= float(priced.cost[priced.feasible].min()) * 1.1 + 1e-12
+
+
+def test_a_difference_between_neighbours_is_surer_than_either_time() -> None:
+    predictor, p = _predicted()
+    interval = prediction_interval(p, predictor.model.diagnostics)
+    terms = interval.terms
+    assert terms is not None
+    sigma = interval.sigma.ravel()
+    assert np.allclose(terms.sigma, sigma)
+    n_ways = len(p.llc_ways)
+    best = 3 * n_ways + n_ways - 1  # ratio 0.3 at the most ways
+    diff = terms.difference_sigma(best)
+    assert diff[best] == 0.0
+    # never wider than two independent errors, and symmetric in the pair
+    assert (diff <= np.sqrt(sigma**2 + sigma[best] ** 2) + 1e-12).all()
+    other = 5 * n_ways + 2
+    assert terms.difference_sigma(other)[best] == pytest.approx(diff[other])
+    # the neighbour at the same slow ratio shares the slow-memory error: its difference is
+    # surer than its own time; one at another ratio shares none of it
+    neighbour = best - 1
+    assert diff[neighbour] < sigma[neighbour]
+    across = 6 * n_ways + n_ways - 1
+    slow_only = np.hypot(terms.slow[across], terms.slow[best])
+    assert diff[across] >= slow_only - 1e-12
+    # scaled terms (verification runs) scale the difference with them
+    assert np.allclose(terms.difference_sigma(best, np.full(sigma.shape, 2.0)), 2.0 * diff)
+
+
+def test_a_paired_bound_keeps_a_neighbour_its_own_interval_would_drop() -> None:
+    cost = np.asarray([1.00, 1.01, 1.02])
+    own = cost * 1.03  # each time alone may be 3 % off: neither neighbour is safe
+    seconds = np.full(3, 10.0)
+    demand = np.asarray([[0.5, 0.6, 0, 0], [0.5, 0.3, 0.3, 0], [0.5, 0.2, 0.4, 0]])
+    util = np.asarray([0.0, 0.9, 0.0, 0.0])
+
+    def paired(best: int) -> np.ndarray:
+        # the first neighbour shares the optimum's error, the second does not
+        out: np.ndarray = cost * np.asarray([1.0, 1.004, 1.03])
+        return out
+
+    alone = confident_algorithm1(cost, own, seconds, np.ones(3, bool), demand, util, 0.025)
+    assert alone is not None and alone.within.tolist() == [0]
+    sel = confident_algorithm1(
+        cost, own, seconds, np.ones(3, bool), demand, util, 0.025, paired_upper=paired
+    )
+    assert sel is not None and set(sel.within.tolist()) == {0, 1} and sel.chosen == 1
+
+
+def test_the_band_level_is_checked() -> None:
+    with pytest.raises(InvalidRequest, match="band_confidence"):
+        recommend(Predictor(fitted()), machine=PAPER_MACHINE, band_confidence=1.0)

@@ -21,55 +21,56 @@ from model.pricing import DEFAULT_PRICE_PROFILE
 from model.recommend import price_grid
 from model.verification import (
     MAX_OBSERVATIONS,
-    RUN_NOISE,
     VERIFICATION_BUDGET,
     Observation,
-    corrected_sigma,
-    correction,
-    next_run,
+    grid_correction,
+    next_point,
+    observed_grid,
+    packing_point,
 )
 from tests.model.support import PAPER_MACHINE, fitted
 
 RATIOS = np.asarray(paper_grid().slow_ratios)
-
-
-def test_a_measured_ratio_is_scaled_by_the_geometric_mean_and_narrowed_to_run_noise() -> None:
-    c = correction(RATIOS, [3, 3, None], [10.0, 10.0, 5.0], [12.0, 13.0, 4.0])
-    assert c.factor[3] == pytest.approx(np.sqrt(1.2 * 1.3))
-    # Unmeasured ratios share the measured one's error in proportion to their correlation: the
-    # neighbours most, the far end hardly.
-    others = c.factor[np.arange(11) != 3]
-    assert (others > 1.0).all() and (others < c.factor[3]).all()
-    assert c.factor[2] == pytest.approx(c.factor[4]) and c.factor[4] > c.factor[6] > c.factor[10]
-    assert c.factor[10] < 1.02
-    assert c.runs.tolist() == [0, 0, 0, 2] + [0] * 7 and c.observations == 3
-    assert c.largest_error == pytest.approx(0.3)
-    sigma = np.full((11, 7), 0.05)
-    s = corrected_sigma(sigma, c)
-    assert s[3] == pytest.approx(np.full(7, RUN_NOISE / np.sqrt(2)))
-    # Unmeasured ratios: no narrower than the largest error seen where the model was checked.
-    assert s[np.arange(11) != 3] == pytest.approx(np.full((10, 7), 0.3))
-    assert (sigma == 0.05).all()  # the input is left as it was
+WAYS = np.asarray(paper_grid().llc_ways, dtype=np.int64)
 
 
 def test_impossible_observations_are_refused() -> None:
-    with pytest.raises(ValueError, match="positive"):
-        correction(RATIOS, [1], [10.0], [0.0])
-    with pytest.raises(ValueError, match="positive"):
-        correction(RATIOS, [1], [float("nan")], [1.0])
     with pytest.raises(ValueError):
         Observation(slow_ratio=1.5, llc_ways=4, seconds=1.0)
     with pytest.raises(ValueError):
         Observation(slow_ratio=0.5, llc_ways=4, seconds=float("inf"))
 
 
-def test_the_budget_and_a_measured_optimum_end_the_runs() -> None:
+def test_the_budget_ends_the_runs_and_a_lighter_candidate_follows_the_chosen() -> None:
     assert VERIFICATION_BUDGET == 4
-    assert next_run(None, 4)
-    one = correction(RATIOS, [4], [10.0], [11.0])
-    assert not next_run(one, 4) and next_run(one, 5)
-    spent = correction(RATIOS, [1, 2, 3, 6], [1.0] * 4, [1.0] * 4)
-    assert not next_run(spent, 5) and next_run(spent, 5, budget=5)
+    cost = np.asarray([1.00, 1.01, 1.02, 1.10])
+    sigma = np.full(4, 0.01)
+    chance = np.ones(4)
+    measured = np.asarray([False, False, False, False])
+    assert next_point(cost, sigma, chance, 0, measured, 0, packing=2) == 0
+    measured[0] = True
+    assert next_point(cost, sigma, chance, 0, measured, 1, packing=2) == 2
+    assert next_point(cost, sigma, chance, 0, measured, VERIFICATION_BUDGET, packing=2) is None
+
+
+def test_a_packing_run_is_a_lighter_candidate_the_band_leaves_out() -> None:
+    cost = np.asarray([1.00, 1.01, 1.02, 1.02, 1.10])
+    band_upper = np.asarray([1.00, 1.03, 1.03, 1.02, 1.12])  # limit 1.025: 1 and 2 are left out
+    demand = np.asarray(
+        [
+            [0.5, 0.5, 0.0, 0.5],
+            [0.5, 0.6, 0.0, 0.5],  # heavier in DRAM: not worth a run for packing
+            [0.5, 0.5, 0.0, 0.3],  # fewer ways: this one
+            [0.5, 0.4, 0.1, 0.5],  # lighter, but already in the band
+            [0.5, 0.1, 0.4, 0.1],  # lighter, but not within T even by the prediction
+        ]
+    )
+    none = np.zeros(5, dtype=bool)
+    every = np.ones(5, dtype=bool)
+    assert packing_point(cost, band_upper, 1.025, demand, 0, none, every) == 2
+    measured = none.copy()
+    measured[2] = True
+    assert packing_point(cost, band_upper, 1.025, demand, 0, measured, every) is None
 
 
 @settings(max_examples=50, deadline=None)
@@ -86,9 +87,17 @@ def test_the_budget_and_a_measured_optimum_end_the_runs() -> None:
 def test_the_correction_is_finite_and_positive_for_any_valid_runs(
     runs: list[tuple[int | None, float, float]],
 ) -> None:
-    c = correction(RATIOS, [r for r, _, _ in runs], [p for _, p, _ in runs], [m for *_, m in runs])
+    points = [(r, r % len(WAYS), float(np.log(m) - np.log(p))) for r, p, m in runs if r is not None]
+    c = grid_correction(
+        RATIOS,
+        WAYS,
+        np.full((11, 7), 0.01),
+        points,
+        observations=len(runs),
+        largest_error=0.0,
+    )
     assert np.isfinite(c.factor).all() and (c.factor > 0).all()
-    assert np.isfinite(corrected_sigma(np.full((11, 7), 0.01), c)).all()
+    assert np.isfinite(c.sigma).all()
 
 
 def test_recommend_names_the_run_to_make_and_uses_the_runs_made() -> None:
@@ -210,8 +219,16 @@ def test_a_run_far_slower_than_predicted_is_ignored_with_its_reason() -> None:
 
 
 def test_one_outlier_among_three_runs_does_not_decide() -> None:
-    c = correction(RATIOS, [2, 2, 2], [10.0] * 3, [10.5, 10.4, 18.0])
-    assert c.factor[2] == pytest.approx(1.05)  # the median, not pulled towards 1.8
+    predictor = Predictor(fitted())
+    sigma = np.full((11, 7), 0.05)
+    p = predictor.predict(RATIOS, WAYS)
+    runs = [
+        Observation(slow_ratio=float(RATIOS[2]), llc_ways=int(WAYS[3]), seconds=p.seconds[2, 3] * f)
+        for f in (1.05, 1.04, 1.8)
+    ]
+    c = observed_grid(predictor, RATIOS, WAYS, sigma, runs)
+    # the median's error (+5 %), nearly all of it learnt at the point; not pulled towards 1.8
+    assert 1.04 < c.factor[2, 3] <= 1.05 + 1e-9
 
 
 @settings(max_examples=60, deadline=None)
