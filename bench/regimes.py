@@ -56,6 +56,7 @@ from bench.studies import (
     pool_map,
 )
 from bench.study_cache import cached
+from model.capacity import MachineKind, Option, WorkloadClass
 from model.confidence import DEFAULT_CONFIDENCE, prediction_interval
 from model.fit import fit
 from model.grid import paper_grid
@@ -64,6 +65,7 @@ from model.price_profiles import price_profile
 from model.pricing import PriceProfile
 from model.resources import GIB, split_memory
 from model.select import algorithm1, confident_algorithm1
+from model.shadow_prices import ShadowPrices, shadow_prices
 from model.verification import (
     RUN_NOISE,
     grid_correction,
@@ -88,7 +90,9 @@ from sim.workload import Workload
 
 RESOURCES = ("cpu", "dram", "slow", "llc")
 THRESHOLD = 0.025
-POLICIES = ("es", "tmc-2.5", "tmc-2.5c", "tmc-2.5v")
+POLICIES = ("es", "tmc-2.5", "tmc-2.5c", "tmc-2.5v", "tmc-2.5s")
+# The shadow-price policy decides in this blend of list and shadow prices (model.shadow_prices).
+SHADOW_BLEND = 0.5
 
 
 @dataclass(frozen=True)
@@ -251,10 +255,11 @@ def build_policy(
     regime: Regime,
     arch: Architecture,
     confidence: float | dict[str, float],
+    decide_in: PriceProfile | None = None,
 ) -> Policy:
-    prices = price_profile(
-        regime.source, llc_area_share=regime.llc_share, slow_to_dram=regime.slow_to_dram
-    )
+    """A policy's menus and choosers for one regime. tmc decides in `decide_in` (default: the
+    regime's list prices); true costs are always the list prices'."""
+    prices = regime_prices(regime)
     cap = arch.capacity().astype(np.float64)
     menus, costs, choosers = [], [], []
     for s in studies:
@@ -271,7 +276,8 @@ def build_policy(
             choosers.append(lambda u: 0)
             continue
         seconds = s.tmc_seconds if regime.lifetime == "run" else fixed
-        pred = h * s.predicted_seconds / 3600.0
+        hd = h if decide_in is None else hourly(s, decide_in)
+        pred = hd * s.predicted_seconds / 3600.0
         frac = _demand(s) / cap
         n = len(h)
         ok = np.ones(n, dtype=bool)
@@ -281,8 +287,8 @@ def build_policy(
         elif name in ("tmc-2.5c", "tmc-2.5v"):
             sigma = s.sigma
             if name == "tmc-2.5v":
-                predicted_seconds, sigma, _ = verified(s, h, z, regime)
-                pred = h * predicted_seconds / 3600.0
+                predicted_seconds, sigma, _ = verified(s, hd, z, regime)
+                pred = hd * predicted_seconds / 3600.0
             first = confident_candidates(s, pred, sigma, predicted_seconds, z, THRESHOLD, frac)
         else:
             raise ValueError(name)
@@ -302,6 +308,49 @@ def build_policy(
                 _confident(pred[keep], pred[keep], predicted_seconds[keep], sub_ok, frac[keep])
             )
     return Policy(menus, costs, lambda w, u: choosers[w](u))
+
+
+def mix_shadow_prices(
+    studies: Sequence[Study],
+    mix: Sequence[int],
+    regime: Regime,
+    arch: Architecture,
+    levels: dict[str, float],
+) -> ShadowPrices:
+    """Shadow prices of the mix's packing (`model.shadow_prices`): each workload of the mix
+    arrives at the same rate and may run in any configuration the default policy keeps at list
+    prices, for its corrected predicted time (what the service knows, not the truth)."""
+    prices = regime_prices(regime)
+    classes = []
+    for i in mix:
+        s = studies[i]
+        z = NormalDist().inv_cdf(levels[s.name])
+        h = hourly(s, prices)
+        seconds, sigma, _ = verified(s, h, z, regime)
+        cost = h * seconds / 3600.0
+        kept = confident_candidates(s, cost, sigma, seconds, z, THRESHOLD).within
+        options = tuple(
+            Option(
+                vcpus=s.vcpus,
+                dram_bytes=int(s.dram_bytes[k]),
+                slow_bytes=int(s.slow_bytes[k]),
+                llc_ways=int(s.ways[k]),
+                seconds=float(seconds[k]),
+                cost=float(cost[k]),
+            )
+            for k in kept
+        )
+        classes.append(WorkloadClass(s.name, 1.0, options))
+    kind = MachineKind(
+        name=arch.name,
+        cpus=arch.cpus,
+        dram_bytes=arch.dram_bytes,
+        local_slow_bytes=arch.local_slow_bytes,
+        pool_bytes=arch.pool_bytes,
+        rack_nodes=arch.rack_nodes,
+        llc_ways=arch.llc_ways,
+    )
+    return shadow_prices(classes, kind, prices)
 
 
 def verified(
@@ -415,7 +464,14 @@ def _compact_job(job: tuple[Regime, tuple[int, ...], str]) -> dict[str, Any]:
     studies: list[Study] = _CONTEXT["studies"][regime.shape]
     levels: dict[str, float] = _CONTEXT["confidence"]
     arch = _arch(settings.architecture)
-    policy = build_policy(pol, studies, regime, arch, levels)
+    shadow = None
+    if pol == "tmc-2.5s":
+        # The default policy, deciding in a blend of list and the mix's shadow prices.
+        shadow = mix_shadow_prices(studies, mix, regime, arch, levels)
+        decide_in = shadow.currency("blend", SHADOW_BLEND)
+        policy = build_policy("tmc-2.5v", studies, regime, arch, levels, decide_in)
+    else:
+        policy = build_policy(pol, studies, regime, arch, levels)
     es = build_policy("es", studies, regime, arch, levels)
     floor = model_floor(studies, regime)
     es_seconds = float(np.mean([es.menus[i].seconds[0] for i in mix]))
@@ -463,6 +519,7 @@ def _compact_job(job: tuple[Regime, tuple[int, ...], str]) -> dict[str, Any]:
         "model_floor_share": float(np.mean(floors)),
         "utilization": mean_util.tolist(),
         "binding": RESOURCES[int(np.argmax(mean_util))],
+        "shadow_binding": None if shadow is None else list(shadow.binding),
     }
 
 

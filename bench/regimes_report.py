@@ -55,7 +55,9 @@ def write_regime_report(results: dict[str, Any], out_dir: Path, stem: str) -> No
         " for workloads whose cheapest *predicted* configuration is already more than T over the"
         " true optimum (no selection anchored on the prediction alone can bring those within T);"
         " `verified` is the confident policy after verification runs (`model.verification`), with"
-        " the mean number of runs per workload; the verdict is on it."
+        " the mean number of runs per workload; the verdict is on it (the default policy);"
+        " `shadow blend` is that policy deciding in the mean of list prices and the shadow prices"
+        " of the mix's packing (`model.shadow_prices`; true costs stay at list prices)."
         " Method: `bench/regimes.py`."
         f" Duration {results['duration_seconds']['total']:.0f} s{_phases(results)}.",
         "",
@@ -63,14 +65,14 @@ def write_regime_report(results: dict[str, Any], out_dir: Path, stem: str) -> No
         "",
         "| regime (source / LLC share / slow:DRAM / shape / lifetime) | ES binds |"
         " Algorithm 1: size, cost, within T | confident: size, cost, within T | model floor |"
-        " verified: size, cost, within T | runs | verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        " verified: size, cost, within T | runs | verdict | shadow blend: size, cost, within T |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     runs = results.get("verification_runs", {})
     for e in entries:
         pols = e["policies"]
         cells = []
-        for name in ("tmc-2.5", "tmc-2.5c", "tmc-2.5v"):
+        for name in ("tmc-2.5", "tmc-2.5c", "tmc-2.5v", "tmc-2.5s"):
             p = pols.get(name)
             cells.append(
                 "-"
@@ -85,6 +87,7 @@ def write_regime_report(results: dict[str, Any], out_dir: Path, stem: str) -> No
         lines.append(
             f"| {e['regime']} | {pols['es']['binding']} | {cells[0]} | {cells[1]} |"
             f" {floor:.0f} % | {cells[2]} | {n_runs} | {verdict(judged, t) if judged else '-'} |"
+            f" {cells[3]} |"
         )
     lines.append("")
     calibration = results.get("calibration")

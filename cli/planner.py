@@ -1,4 +1,5 @@
-"""`tmc plan capacity` and `tmc plan rebalance`: the OR-Tools planners from the command line.
+"""`tmc plan capacity`, `shadow-prices` and `rebalance`: the OR-Tools planners from the command
+line.
 
 Both print a dry-run plan; nothing is changed. The inputs are the API's request bodies
 (`POST /v1/planner/...`), or, for capacity, profile bundles with their arrival rates; a
@@ -27,9 +28,11 @@ from model.planning_requests import (
     KindIn,
     LiveRebalanceIn,
     RebalanceIn,
+    ShadowPricesIn,
     capacity_plan,
     class_from_recommendation,
     rebalance_plan,
+    shadow_price_plan,
 )
 from model.price_profiles import price_profile
 
@@ -243,6 +246,72 @@ def _render_capacity(out: dict[str, Any], currency: str) -> None:
     if out["best"]["note"]:
         console.print(f"{out['best']['kind']}: {out['best']['note']}")
     typer.echo(LEGEND)
+
+
+@plan_app.command("shadow-prices")
+def shadow_prices_cmd(
+    request: Annotated[
+        Path,
+        typer.Argument(
+            help="A request JSON: {classes (as for capacity), kind (one machine kind), prices,"
+            " blend}."
+        ),
+    ],
+    prices: Annotated[
+        str | None,
+        typer.Option(
+            help="List prices as a profile the service stores (name@version); the service then"
+            " answers, with --server/--token. Default: the request's shipped `prices`."
+        ),
+    ] = None,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What each resource is worth to the mix's packing (the LP's duals), and the list, shadow
+    and blended prices to recommend in; a dry run."""
+
+    def run() -> None:
+        body = from_file(request, ShadowPricesIn.model_validate_json)
+        if prices is not None and price_source(prices) is None:
+            api = Api(server, token, timeout=30.0)
+            out = api.post(
+                "/v1/planner/shadow-prices", {**body.model_dump(), "price_profile": prices}
+            )
+        else:
+            shipped = (
+                body if prices is None else body.model_copy(update={"prices": price_source(prices)})
+            )
+            out = shadow_price_plan(shipped)
+        if as_json:
+            sys.stdout.write(json.dumps(out, indent=2) + "\n")
+            return
+        currencies = out["currencies"]
+        unit = currencies["list"]["currency"]
+        table = Table(
+            title=f"Shadow prices of the mix on {out['kind']} (list prices {out['price_profile']};"
+            f" the packing needs {out['machines']:.1f} machines at least)"
+        )
+        for col in ("resource", "list", "shadow", "blend"):
+            table.add_column(col)
+        fields = (
+            ("vCPU hour", "vcpu_hour"),
+            ("DRAM GiB hour", "dram_gib_hour"),
+            ("slow GiB hour", "slow_gib_hour"),
+            ("LLC way hour", "llc_way_hour"),
+        )
+        for label, field in fields:
+            table.add_row(
+                label, *(money(currencies[c][field], unit) for c in ("list", "shadow", "blend"))
+            )
+        console = Console()
+        console.print(table)
+        console.print(
+            f"binds: {', '.join(out['binding']) or 'nothing'}. To recommend in the blend, store it:"
+            " POST /v1/price-profiles with its fields, then use it by name@version."
+        )
+
+    guarded(run)
 
 
 @plan_app.command("rebalance")

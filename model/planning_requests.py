@@ -18,6 +18,7 @@ from model.price_profiles import price_profile
 from model.pricing import PriceProfile
 from model.rebalancer import Node, Pod, greedy_rebalance, rebalance
 from model.recommend import Recommendation
+from model.shadow_prices import DEFAULT_BLEND, RESOURCES, shadow_prices
 
 MAX_BYTES = 1 << 44  # 16 TiB: above any machine's memory
 MAX_OPTIONS = 2000
@@ -79,6 +80,58 @@ class CapacityIn(_In):
         if sum(len(c.options) for c in self.classes) > MAX_OPTIONS:
             raise ValueError(f"at most {MAX_OPTIONS} options over all classes")
         return self
+
+
+class ShadowPricesIn(_In):
+    """The shadow prices of a mix's packing on one machine kind (`model.shadow_prices`)."""
+
+    classes: list[ClassIn] = Field(min_length=1, max_length=64)
+    kind: KindIn
+    prices: Literal["gce-n1", "msv2-lsq"] = "gce-n1"
+    llc_area_share: float = Field(default=0.2, ge=0.0, lt=1.0)
+    slow_to_dram: float = Field(default=0.4, ge=0.0, le=10.0)
+    blend: float = Field(
+        default=DEFAULT_BLEND, ge=0.0, le=1.0, description="the blend's weight on shadow prices"
+    )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> ShadowPricesIn:
+        if sum(len(c.options) for c in self.classes) > MAX_OPTIONS:
+            raise ValueError(f"at most {MAX_OPTIONS} options over all classes")
+        return self
+
+
+def shadow_price_plan(body: ShadowPricesIn, prices: PriceProfile | None = None) -> dict[str, Any]:
+    """Shadow prices for `body`'s mix, and the three currencies to decide in: `list` (the
+    profile as given: a stored one when `prices` is given, else the shipped one `body.prices`
+    names), `shadow`, and `blend`."""
+    if prices is None:
+        prices = price_profile(
+            body.prices, llc_area_share=body.llc_area_share, slow_to_dram=body.slow_to_dram
+        )
+    classes = [
+        WorkloadClass(
+            c.name, c.arrivals_per_hour, tuple(Option(**o.model_dump()) for o in c.options)
+        )
+        for c in body.classes
+    ]
+    sp = shadow_prices(classes, MachineKind(**body.kind.model_dump()), prices)
+    out = {
+        "price_profile": prices.key,
+        "kind": body.kind.name,
+        "machines": sp.machines,
+        "binding": list(sp.binding),
+        "machines_per_unit_held": dict(zip(RESOURCES, sp.per_unit, strict=True)),
+        "machine_hour": sp.machine_hour,
+        "currencies": {
+            "list": prices.model_dump(),
+            "shadow": sp.currency("shadow").model_dump(),
+            "blend": sp.currency("blend", body.blend).model_dump(),
+        },
+        "dry_run": True,
+    }
+    finite: dict[str, Any] = _finite(out)
+    return finite
 
 
 class NodeIn(_In):

@@ -1,4 +1,4 @@
-"""POST /v1/planner/capacity and /v1/planner/rebalance: OR-Tools plans, computed and returned.
+"""POST /v1/planner/capacity, /shadow-prices and /rebalance: OR-Tools plans, computed and returned.
 
 Both are dry runs: nothing is stored or moved. Plans run in child processes (api.planning), never
 in the API's threads. A capacity plan says which machine kind and how
@@ -26,8 +26,10 @@ from model.planning_requests import (
     CapacityIn,
     LiveRebalanceIn,
     RebalanceIn,
+    ShadowPricesIn,
     capacity_plan,
     rebalance_plan,
+    shadow_price_plan,
 )
 
 router = APIRouter(prefix="/v1/planner", tags=["planner"])
@@ -66,6 +68,43 @@ async def capacity(
     _row, prices = await run_in_threadpool(resolve_price_profile, session, body.price_profile)
     session.close()
     return await state.planner.run(capacity_plan, (plain, prices), body.time_limit_seconds, request)
+
+
+class ShadowPricesRequest(ShadowPricesIn):
+    price_profile: str | None = Field(
+        default=None,
+        max_length=200,
+        description="the list prices as a stored profile by name@version (default: the shipped"
+        " profile `prices` names)",
+    )
+
+
+# The packing LP is solved in milliseconds; this bounds a pathological one.
+SHADOW_PRICES_SECONDS = 5.0
+
+
+@router.post(
+    "/shadow-prices",
+    summary="What each resource is worth to a mix's packing, and prices to decide in",
+    description="The LP relaxation of packing `classes` (each VM in any of its options, held "
+    "for its `seconds`) on machines of `kind`, solved by OR-Tools' GLOP. Its dual values are "
+    "the machines a unit of each resource costs; times one machine's hour at list prices they "
+    "are the resource's shadow price. The answer gives three price profiles: `list`, "
+    "`shadow` (a machine costs the same, split by what the packing is short of) and `blend` "
+    "(`blend` x shadow + (1 - `blend`) x list). Store one with `POST /v1/price-profiles` to "
+    "recommend in it. A dry run: nothing is stored.",
+)
+async def shadow_prices_route(
+    body: ShadowPricesRequest, request: Request, state: StateDep, session: SessionDep, _: Planner
+) -> dict[str, Any]:
+    plain = ShadowPricesIn.model_validate(body.model_dump(exclude={"price_profile"}))
+    prices = None
+    if body.price_profile is not None:
+        _row, prices = await run_in_threadpool(resolve_price_profile, session, body.price_profile)
+    session.close()
+    return await state.planner.run(
+        shadow_price_plan, (plain, prices), SHADOW_PRICES_SECONDS, request
+    )
 
 
 @router.post("/rebalance", summary="A dry-run plan of pod moves that frees machines")

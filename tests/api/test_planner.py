@@ -208,3 +208,24 @@ def test_the_live_plan_refuses_unknown_nodes_and_bounds_its_input(
         assert r.status_code == 422, bad
     only = client.post(url, json={"nodes": ["n0", "n1"]}, headers=auth(Role.operator)).json()
     assert only["cluster"]["nodes"] == 2 and only["plan"]["nodes_after"] == 1
+
+
+def test_shadow_prices_price_what_the_mix_is_short_of(client: TestClient) -> None:
+    mix = _mix()
+    light = mix["classes"][0]["options"][1]  # type: ignore[index]
+    light["dram_bytes"] = GIB  # the light option: 1 GiB of DRAM and 6 GiB of slow memory
+    body = {"classes": mix["classes"], "kind": mix["kinds"][0]}  # type: ignore[index]
+    assert client.post("/v1/planner/shadow-prices", json=body).status_code == 401
+    r = client.post("/v1/planner/shadow-prices", json=body, headers=auth(Role.scheduler))
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["dry_run"] is True and out["price_profile"] == "paper-3dxp@1"
+    # The class may shift DRAM to slow memory: 60 one-vCPU VMs need 5 machines' cores, and
+    # their DRAM then fits (1 GiB each: 2.5 machines'); cores are what the mix is short of.
+    assert out["binding"] == ["cpu"] and out["machines"] == 5.0
+    shadow, listed, blend = (out["currencies"][k] for k in ("shadow", "list", "blend"))
+    assert shadow["dram_gib_hour"] == 0.0 and shadow["vcpu_hour"] > listed["vcpu_hour"]
+    assert blend["vcpu_hour"] == (listed["vcpu_hour"] + shadow["vcpu_hour"]) / 2
+    bad = {**body, "blend": 2}
+    r = client.post("/v1/planner/shadow-prices", json=bad, headers=auth(Role.scheduler))
+    assert r.status_code == 422 and r.headers["content-type"].startswith("application/problem+json")

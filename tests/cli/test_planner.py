@@ -191,3 +191,32 @@ def test_capacity_for_the_services_registered_host_kinds(
         assert json.loads(as_json.output)["price_profile"] == key
         missing = runner.invoke(app, [*args, "--prices", "nope@9"], env=operator)
         assert missing.exit_code == 2 and "nope@9" in missing.stderr
+
+
+def test_shadow_prices_of_a_mix_from_a_file(tmp_path: Path) -> None:
+    hog = {"vcpus": 2, "dram_bytes": 2 * GIB, "slow_bytes": 0, "llc_ways": 28}
+    request = {
+        "classes": [
+            {
+                "name": "hog",
+                "arrivals_per_hour": 10,
+                "options": [{**hog, "seconds": 3600, "cost": 1}],
+            }
+        ],
+        "kind": {"name": "24G-128L", "cpus": 12, "dram_bytes": 24 * GIB, "llc_ways": 48},
+        "llc_area_share": 0.03,
+    }
+    path = tmp_path / "mix.json"
+    path.write_text(json.dumps(request))
+    result = runner.invoke(app, ["plan", "shadow-prices", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    # 28 of 48 ways per VM: ways bind, and a way is worth 1/48 of a machine's hour
+    assert out["binding"] == ["llc"]
+    shadow = out["currencies"]["shadow"]
+    assert abs(shadow["llc_way_hour"] * 48 - out["machine_hour"]) < 1e-12
+    table = runner.invoke(app, ["plan", "shadow-prices", str(path)])
+    assert table.exit_code == 0 and "LLC way hour" in table.output and "binds: llc" in table.output
+    path.write_text("{}")
+    bad = runner.invoke(app, ["plan", "shadow-prices", str(path)])
+    assert bad.exit_code != 0 and str(path) in bad.output
