@@ -18,13 +18,15 @@ Per regime and policy: the compact cluster and the mean true cost per VM against
 search on the same arrivals and node orders, the share of decisions whose true cost is within T of
 exhaustive search's, and the binding resource (highest mean utilization at the compact size).
 Policies: `es` (the true cost optimum, oracle placement), `tmc-2.5` (the paper's Algorithm 1 on
-predicted costs), `tmc-2.5c` (`model.select.confident_algorithm1` with the model's prediction
-intervals, `model.confidence`, at the confidence level learnt for each workload on the *other*
-workloads: `calibrate_confidence`), `tmc-2.5v` (the same after verification runs,
-`model.verification`: `verified`). tmc's VMs run with tmc's own placement plan; every cost and
-duration is the simulator's. Per regime the map also gives the model floor: the share of
-decisions for workloads whose cheapest predicted configuration is already more than T over the
-true optimum (`model_floor`).
+predicted costs), `tmc-2.5c` (`model.select.confident_algorithm1`: each candidate judged by the
+uncertainty of its difference from the cheapest predicted, `model.confidence.ErrorTerms`, at the
+band level learnt for each workload on the *other* workloads: `calibrate_confidence`),
+`tmc-2.5v` (the same after verification runs, chosen as the service chooses them: `verified`;
+the default policy) and `tmc-2.5s` (the default policy deciding in a blend of list prices and
+the mix's shadow prices, `model.shadow_prices`; true costs stay at list prices). tmc's VMs run
+with tmc's own placement plan; every cost and duration is the simulator's. Per regime the map
+also gives the model floor: the share of decisions for workloads whose cheapest predicted
+configuration is already more than T over the true optimum (`model_floor`).
 
 Per workload the model is fitted once (profile seed 100), which is what one tenant would see; the
 map varies prices and shapes, not the profiling noise (the evaluation's per-workload study does).

@@ -71,7 +71,8 @@ MODEL_FLOOR = 0.005
 DEFAULT_CONFIDENCE = 0.99
 # The level of the cost band (a candidate within T of the optimum, judged by the uncertainty of
 # their difference): learnt on held-out workloads by the regime map
-# (bench.regimes.calibrate_confidence), where every workload held out gets this level.
+# (bench.regimes.calibrate_confidence), the highest level any held-out workload gets there (one
+# gets 0.8, the others 0.9).
 DEFAULT_BAND_CONFIDENCE = 0.9
 # Likewise for way counts, in octaves: the miss curve's error at 4 ways is mostly its error at 3
 # and 6, little of its error at 28.
