@@ -24,7 +24,7 @@ def test_quick_regime_map_writes_json_markdown_and_plot(tmp_path: Path) -> None:
     assert data["schema"] == "tmc.bench-regimes/v1" and data["quick"] is True
     assert len(data["map"]) == len(QUICK_MAP.regimes())
     for entry in data["map"]:
-        assert set(entry["policies"]) == {"es", "tmc-2.5", "tmc-2.5c", "tmc-2.5v"}
+        assert set(entry["policies"]) == {"es", "tmc-2.5", "tmc-2.5c", "tmc-2.5v", "tmc-2.5s"}
         es = entry["policies"]["es"]
         assert es["compact_vs_es"] == 0.0 and es["within_t_share"] == 1.0
         for p in entry["policies"].values():
@@ -48,6 +48,13 @@ def test_quick_regime_map_writes_json_markdown_and_plot(tmp_path: Path) -> None:
     assert set(data["confidence"]) == {w["name"] for w in data["workloads"]["paper"]}
     for c in data["calibration"]:
         assert 0 <= c["cheapest_over_t"] <= c["workloads"]
+    # the bounds' calibration is reported per level, paired beside each point's own
+    levels = [c["level"] for c in data["paired_coverage"]]
+    assert levels == sorted(levels) and all(c["pairs"] > 0 for c in data["paired_coverage"])
+    # the shadow-blend policy names what each mix's packing was short of
+    shadow_rows = [r for r in data["rows"] if r["policy"] == "tmc-2.5s"]
+    assert shadow_rows and all(r["shadow_binding"] for r in shadow_rows)
+    assert "shadow blend" in md and "paired bound exceeded" in md
 
 
 def test_memory_heavy_shape_is_one_vcpu_with_structures_twice_as_large() -> None:
