@@ -28,6 +28,7 @@ may store and recommend with like any other profile.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -44,6 +45,7 @@ Currency = Literal["list", "shadow", "blend"]
 DEFAULT_BLEND = 0.5  # the blend's weight on shadow prices
 # Duals below this (machines per unit held) are solver noise, not a price.
 _DUAL_FLOOR = 1e-12
+LOAD_RESOLUTION = 1e-12
 
 
 @dataclass(frozen=True)
@@ -98,46 +100,60 @@ def shadow_prices(
     classes: Sequence[WorkloadClass], kind: MachineKind, prices: PriceProfile
 ) -> ShadowPrices:
     """The LP relaxation's duals for `classes` packed on machines of `kind` (module text)."""
-    if not classes or not any(c.arrivals_per_hour > 0 for c in classes):
-        raise InvalidRequest("classes", "at least one class with arrivals")
     capacity = kind.capacity()
+    # Each option's load on each resource, in machines: rate x seconds x demand / capacity (the
+    # VMs of the class that would be present in it). Solved in shares of each class (x sums to
+    # 1) and scaled by the largest load, so that any bounded input gives the solver numbers near
+    # 1; loads below LOAD_RESOLUTION of the largest are nothing next to it.
+    loads = [
+        [
+            [
+                cls.arrivals_per_hour / 3600.0 * opt.seconds * d / capacity[r]
+                if capacity[r] > 0
+                else 0.0
+                for r, d in enumerate((opt.vcpus, opt.dram_bytes, opt.slow_bytes, opt.llc_ways))
+            ]
+            for opt in cls.options
+        ]
+        for cls in classes
+        if cls.arrivals_per_hour > 0
+    ]
+    scale = max((a for c in loads for o in c for a in o), default=0.0)
+    if not loads or not (0.0 < scale < math.inf):
+        raise InvalidRequest("classes", "at least one class with arrivals and a finite load")
     solver = pywraplp.Solver.CreateSolver("GLOP")
     if solver is None:  # pragma: no cover - GLOP ships with every OR-Tools wheel
         raise RuntimeError("OR-Tools' GLOP solver is not available")
     machines = solver.NumVar(0.0, solver.infinity(), "machines")
-    load: list[list[tuple[Any, float]]] = [[] for _ in RESOURCES]
-    for c, cls in enumerate(classes):
-        rate = cls.arrivals_per_hour / 3600.0
-        share = [
-            solver.NumVar(0.0, solver.infinity(), f"x_{c}_{o}") for o in range(len(cls.options))
-        ]
-        solver.Add(solver.Sum(share) == rate)
-        for o, opt in enumerate(cls.options):
-            demand = (opt.vcpus, opt.dram_bytes, opt.slow_bytes, opt.llc_ways)
-            for r, d in enumerate(demand):
-                # Units scaled by capacity, so that every row is a share of a machine.
-                if capacity[r] > 0 and d > 0:
-                    load[r].append((share[o], opt.seconds * d / capacity[r]))
+    terms: list[list[tuple[Any, float]]] = [[] for _ in RESOURCES]
+    for c, options in enumerate(loads):
+        share = [solver.NumVar(0.0, 1.0, f"x_{c}_{o}") for o in range(len(options))]
+        solver.Add(solver.Sum(share) == 1.0)
+        for o, load in enumerate(options):
+            for r, a in enumerate(load):
+                if a / scale >= LOAD_RESOLUTION:
+                    terms[r].append((share[o], a / scale))
     rows: list[Any] = []  # a row's constraint, None for a resource the machine lacks
-    for r, terms in enumerate(load):
-        expr = solver.Sum([v * a for v, a in terms]) if terms else 0.0
+    for r, row_terms in enumerate(terms):
         if capacity[r] <= 0:
             rows.append(None)
             continue
+        expr = solver.Sum([v * a for v, a in row_terms]) if row_terms else 0.0
         rows.append(solver.Add(machines - expr >= 0.0))
     solver.Minimize(machines)
     status = solver.Solve()
-    if status != pywraplp.Solver.OPTIMAL:  # pragma: no cover - the LP is always feasible
-        raise RuntimeError(f"the packing LP did not solve (status {status})")
-    # Rows are shares of a machine, so a row's dual is machines per machine-share: divide by the
-    # capacity for machines per unit held.
+    if status != pywraplp.Solver.OPTIMAL:
+        raise InvalidRequest(
+            "classes", f"the packing LP has no optimum for these numbers (GLOP status {status})"
+        )
+    # Rows are shares of a machine, so a row's dual is the share of a machine's price a machine's
+    # worth of the resource carries: divided by the capacity, machines per unit held.
     per_unit = [
-        0.0 if row is None else max(abs(row.dual_value()), 0.0) / capacity[r]
-        for r, row in enumerate(rows)
+        0.0 if row is None else abs(row.dual_value()) / capacity[r] for r, row in enumerate(rows)
     ]
     mu = tuple(x if x * capacity[r] > _DUAL_FLOOR else 0.0 for r, x in enumerate(per_unit))
     return ShadowPrices(
-        machines=machines.solution_value(),
+        machines=machines.solution_value() * scale,
         per_unit=(mu[0], mu[1], mu[2], mu[3]),
         machine_hour=kind.hourly_price(prices),
         list_prices=prices,

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from model.capacity import MachineKind, Option, WorkloadClass
 from model.errors import InvalidRequest
@@ -65,3 +69,52 @@ def test_currencies_and_their_blend() -> None:
 def test_a_cluster_without_arrivals_has_no_prices_to_read() -> None:
     with pytest.raises(InvalidRequest, match="classes"):
         shadow_prices([WorkloadClass("idle", 0.0, (_option(1, 1.0, 1),))], KIND, PRICES)
+
+
+EXTREMES = st.sampled_from([5e-324, 2.2250738585072014e-308, 1e-300, 1e-5, 1.0, 3600.0, 1e9])
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(EXTREMES, st.floats(0.0, 1e7)),
+            st.lists(
+                st.tuples(
+                    st.integers(1, 1024),
+                    st.integers(0, 1 << 44),
+                    st.integers(0, 1 << 44),
+                    st.integers(1, 64),
+                    st.one_of(EXTREMES, st.floats(1e-300, 1e9)),
+                ),
+                min_size=1,
+                max_size=4,
+            ),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_any_bounded_mix_gets_finite_prices_or_a_clear_refusal(
+    mix: list[tuple[float, list[tuple[int, int, int, int, float]]]],
+) -> None:
+    classes = [
+        WorkloadClass(
+            f"c{i}",
+            rate,
+            tuple(
+                Option(vcpus=v, dram_bytes=d, slow_bytes=sl, llc_ways=w, seconds=sec, cost=1.0)
+                for v, d, sl, w, sec in options
+            ),
+        )
+        for i, (rate, options) in enumerate(mix)
+    ]
+    try:
+        sp = shadow_prices(classes, KIND, PRICES)
+    except InvalidRequest as exc:
+        assert exc.problems[0].field == "classes"
+        return
+    assert math.isfinite(sp.machines) and sp.machines >= 0
+    assert all(math.isfinite(x) and x >= 0 for x in sp.per_unit)
+    for currency in ("list", "shadow", "blend"):
+        assert math.isfinite(KIND.hourly_price(sp.currency(currency)))
