@@ -63,10 +63,8 @@ class Pod:
                 where.mkdir(parents=True, exist_ok=True)
                 return str(where) + path[len(mount) :]
         image = self.images.get(str(container.get("image", "")))
-        if image is not None and path.startswith("/"):
-            inside = image / path.lstrip("/")
-            if inside.exists():
-                return str(inside)
+        if image is not None and path.startswith("/") and (image / path.lstrip("/")).exists():
+            return str(image) + path  # as written: `cp -a DIR/. TO` copies DIR's contents
         return path
 
     def environment(self, container: dict[str, Any], fields: dict[str, str]) -> dict[str, str]:

@@ -334,6 +334,8 @@ class ControlPlane:
                 f"--secure-port={free_port()}",
                 "--leader-elect=false",
                 f"--controllers={','.join(controllers)}",
+                # What root-ca-certificate-publisher-controller publishes (kube-root-ca.crt).
+                f"--root-ca-file={self.dir / 'ca.crt'}",
                 "--v=2",
             ],
         )

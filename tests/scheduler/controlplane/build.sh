@@ -7,7 +7,7 @@
 # machine reuse it. Measured on 2 shared cores:
 #   cold: ~5 min for kube-apiserver and kube-scheduler (download ~15 s, kube-apiserver ~3.5 min);
 #   then kube-controller-manager ~2 min on that build cache (~5 s more downloads) and kwok
-#   ~KWOK_COLD (its own module graph, ~30 s of downloads); warm: under a second.
+#   ~2 min (its own module graph and client libraries, downloads included); warm: under a second.
 # etcd is Debian's etcd-server (3.4 works with kube-apiserver 1.36); ./dev installs it.
 #
 # Usage: tests/scheduler/controlplane/build.sh            (idempotent; prints the bin folder)
