@@ -115,8 +115,24 @@ class Stack(c.PlacementStack):
         self.publisher = p.PublisherProcess(cp, pg.url)
         self.images = images(cp.dir / "images")
         self.runner = kwok.PodRunner(
-            self.api, {n.name: n.root for n in self.nodes}, self.images, cp.dir / "pods"
+            self.api,
+            {n.name: n.root for n in self.nodes},
+            self.images,
+            cp.dir / "pods",
+            before_start=self.kubelet_starts,
         )
+
+    def kubelet_starts(self, pod: k8s.V1Pod) -> None:
+        """Before the containers: the pod's cgroup, as the kubelet makes it; and for a pod tmc
+        placed, the node agent's plan file. A kubelet does not wait for the agent (a container
+        that starts first runs without its plan: docs/agent.md, Limitations); the test does, so
+        that the run the agent reports is the placed one, which the shim's log then shows."""
+        node = next(n for n in self.nodes if n.name == pod.spec.node_name)
+        uid = str(pod.metadata.uid)
+        node.kubelet_starts(uid, threads=[])
+        if Placement.from_annotations(pod.metadata.annotations) is not None:
+            plan = node.plans / f"{uid}.plan"
+            wait_until(plan.exists, 30, f"the agent's plan for {pod.metadata.name}")
 
     def agent_env(self, node: c.FakeNode) -> dict[str, str]:
         return {"TMC_AGENT_SERVICE_URL": self.service, "TMC_AGENT_TOKEN": self.agent_token}
@@ -242,7 +258,7 @@ def test_the_profiling_job_completes_and_the_service_recommends_from_its_profile
     done = finished(stack, namespace, job["metadata"]["name"])
     pod = only_pod(stack, namespace, job["metadata"]["name"])
     run = stack.runner.run_of(namespace, pod.metadata.name)
-    assert run is not None and run.done.is_set()
+    assert run is not None and run.done.wait(10) and run.error is None, run
     assert conditions(done) >= {"Complete"}, f"{done.status}\n{stack.logs()}"
     assert done.status.succeeded == 1 and pod.status.phase == "Succeeded"
     assert pod.spec.node_name == NODE
@@ -274,6 +290,8 @@ def test_the_verification_job_is_placed_by_tmc_and_its_run_is_recorded(stack: St
     namespace = job["metadata"]["namespace"]
     (container,) = job["spec"]["template"]["spec"]["containers"]
     container["command"] = [container["command"][0], "19", "16"]
+    # The shim's log (its own variable), to see that the program read the pod's plan.
+    container["env"].append({"name": "TMC_REGION_LOG", "value": "/tmp/regions.log"})
     c.ensure_default_account(stack.api, namespace)
     create_job(stack, namespace, job)
 
@@ -285,9 +303,13 @@ def test_the_verification_job_is_placed_by_tmc_and_its_run_is_recorded(stack: St
     assert placement is not None and placement.fallback is None, stack.logs()
     assert placement.workload == "graph500" and placement.node == NODE
     run = stack.runner.run_of(namespace, pod.metadata.name)
-    assert run is not None and [(r.name, r.exit_code) for r in run.containers] == [("bfs", 0)]
-    # The container's environment as the kubelet resolves it: its own plan file, the shim.
+    assert run is not None and run.done.wait(10) and run.error is None, run
+    assert [(r.name, r.exit_code) for r in run.containers] == [("bfs", 0)]
     assert "bfs:" in run.containers[0].log.read_text()
+    # The environment as the kubelet resolves it: the shim from the image (LD_PRELOAD) read the
+    # plan the node's agent wrote for this pod (TMC_PLAN, from the pod's uid).
+    regions = (run.containers[0].log.parent.parent / "tmp" / "regions.log").read_text()
+    assert "# plan fast_node 0 slow_node 1" in regions, regions[:2000]
 
     # The node agent reports the succeeded pod's run; the service lists it.
     operator = {"Authorization": f"Bearer {stack.operator}"}
