@@ -41,7 +41,7 @@ from tmc_agent import examples, shim
 from model.bundle import parse_bundle
 from model.node_contract import Placement
 from tests.fixtures.database import empty_tables
-from tests.scheduler.controlplane import ControlPlane, Unavailable, kwok, unavailable
+from tests.scheduler.controlplane import ControlPlane, kwok
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import plugin as p
 from tests.services import PostgresServer, uvicorn_server, wait_until
@@ -74,14 +74,7 @@ def tmc(database_url: str, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def plane() -> Iterator[ControlPlane]:
-    try:
-        cp = ControlPlane(legacy_watches=True)
-        p.build_scheduler()
-    except Unavailable as exc:
-        unavailable(exc)
-    cp.start()
-    c.install_rbac(cp)
-    p.install_plugin(cp)
+    cp = p.start_plugin_plane(legacy_watches=True)
     # The Job controller, and what every namespace gets from the controller manager: its
     # default service account and the cluster's CA (kube-root-ca.crt, for the pods' token mount).
     cp.start_controller_manager(
