@@ -12,13 +12,14 @@ fake host tree and the real service (uvicorn) on a real PostgreSQL.
   bundle with the agent token from the Job's Secret volume; the Job controller marks the Job
   Complete, and the service then recommends for the workload from that profile.
 - The verification Job's pod is placed by tmc-scheduler from graph500's recommendation, runs the
-  example BFS (graph500's stand-in) with the shim preloaded from its image, succeeds, and the node
-  agent reports its run time to the service, which lists it among graph500's verification runs.
+  example BFS (graph500's stand-in) with the shim preloaded from its image reading the plan the
+  node agent wrote for the pod, succeeds, and the node agent reports its run time to the
+  service, which lists it among graph500's verification runs.
 
 What the manifests change here, and why: the profiling Job's node selector names this test's
 host kind, its backend is `trace` (the fake host tree claims a PMU this machine lacks), and its
 service URL is the test's; the verification Job runs the BFS at a smaller scale (22 -> 19) so the
-run takes about a second. Where the control plane cannot be built the tests skip with the
+run takes about a second, and sets the shim's log file. Where the control plane cannot be built the tests skip with the
 reason, except in CI (CI=true), where that is a failure.
 """
 
@@ -108,7 +109,7 @@ class Stack(c.PlacementStack):
         self.publisher = p.PublisherProcess(cp, pg.url)
         self.images = images(cp.dir / "images")
         self.runner = kwok.PodRunner(
-            self.api,
+            c.core(cp),  # its own client: the runner's threads share it, not the test's
             {n.name: n.root for n in self.nodes},
             self.images,
             cp.dir / "pods",
