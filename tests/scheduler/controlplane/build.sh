@@ -6,8 +6,9 @@
 # the repository, in $TMC_K8S_CACHE (default ~/.cache/tmc-k8s), so that CI's fresh clones on this
 # machine reuse it. Measured on 2 shared cores:
 #   cold: ~5 min for kube-apiserver and kube-scheduler (download ~15 s, kube-apiserver ~3.5 min);
-#   then kube-controller-manager ~2 min on that build cache (~5 s more downloads) and kwok
-#   ~2 min (its own module graph and client libraries, downloads included); warm: under a second.
+#   kube-controller-manager 2 min on top of their build cache (~5 s more downloads), 6.5 min from
+#   an empty one (at a load average of 4); kwok ~1.5-2 min (its own module graph and client
+#   libraries; ~30 s of downloads); warm: under a second.
 # etcd is Debian's etcd-server (3.4 works with kube-apiserver 1.36); ./dev installs it.
 #
 # Usage: tests/scheduler/controlplane/build.sh            (idempotent; prints the bin folder)
