@@ -330,3 +330,40 @@ def test_the_verification_job_is_placed_by_tmc_and_its_run_is_recorded(stack: St
     span = ended.finished_at - ended.started_at
     assert recorded_run["seconds"] == pytest.approx(span.total_seconds())
     assert recorded_run["seconds"] >= 1
+
+
+def test_a_container_that_fails_fails_its_job(stack: Stack) -> None:
+    """The other outcome on the same path: the container's real exit status (3) reaches the
+    pod's container status, the pod fails, and the Job controller fails the Job."""
+    namespace = "default"
+    c.ensure_default_account(stack.api, namespace)
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "exits-3"},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"tmc.dev/host-kind": c.HOST_KIND},
+                    "containers": [
+                        {
+                            "name": "sh",
+                            "image": "debian:bookworm",
+                            "command": ["sh", "-c", "exit 3"],
+                        }
+                    ],
+                }
+            },
+        },
+    }
+    create_job(stack, namespace, body)
+
+    done = finished(stack, namespace, "exits-3")
+    assert "Failed" in conditions(done) and "Complete" not in conditions(done), done.status
+    pod = only_pod(stack, namespace, "exits-3")
+    assert pod.status.phase == "Failed"
+    (status,) = pod.status.container_statuses or []
+    ended = status.state.terminated
+    assert ended is not None and (ended.exit_code, ended.reason) == (3, "Error")
