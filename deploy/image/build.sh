@@ -42,11 +42,11 @@ LISTS=("$HERE/packages.txt")
 # them, so a toolchain missing a header or valgrind's static libraries fails the build), and its
 # tag says which variant it is.
 REF=$VERSION
-TOOL_CHECK=true
+TOOL_CHECK=()
 if [ "$PROFILING" = 1 ]; then
     LISTS+=("$HERE/packages-profiling.txt")
     REF=$VERSION-profiling
-    TOOL_CHECK='for c in "valgrind --version" "gcc --version" "make --version" "perf --version"; do chroot "$1" $c >/dev/null || exit 1; done; chroot "$1" make -s -C /app/profiler-agent/alloc OUT=/tmp/shim-check all tmctrace >/dev/null && rm -rf "$1/tmp/shim-check"'
+    TOOL_CHECK=(--customize-hook='for c in "valgrind --version" "gcc --version" "make --version" "perf --version"; do chroot "$1" $c >/dev/null || exit 1; done; chroot "$1" make -s -C /app/profiler-agent/alloc OUT=/tmp/shim-check all tmctrace >/dev/null && rm -rf "$1/tmp/shim-check"')
 fi
 PACKAGES=$(cat "${LISTS[@]}" | grep -v '^#' | grep -v '^$' | paste -sd, -)
 
@@ -70,7 +70,7 @@ mmdebstrap --variant=minbase --mode=root --include="$PACKAGES" \
     --customize-hook='echo "tmc:x:10001:10001:tmc:/nonexistent:/usr/sbin/nologin" >> "$1/etc/passwd"; echo "tmc:x:10001:" >> "$1/etc/group"' \
     --customize-hook='for c in "tmc --help" "tmc-agent --help" "python -m api.bootstrap --help"; do chroot "$1" env PYTHONDONTWRITEBYTECODE=1 /opt/tmc/bin/$c >/dev/null || exit 1; done' \
     --customize-hook='chroot "$1" env PYTHONDONTWRITEBYTECODE=1 /opt/tmc/bin/python -c "import api.app, scheduler.server, scheduler.__main__, api.tasks, tmc_agent.serve"' \
-    --customize-hook="$TOOL_CHECK" \
+    "${TOOL_CHECK[@]}" \
     --customize-hook='find "$1/app" "$1/opt/tmc" -name __pycache__ -prune -exec rm -rf {} +' \
     --customize-hook='rm -f "$1/etc/resolv.conf"; echo tmc > "$1/etc/hostname"' \
     "$SUITE" "$WORK/rootfs.tar" "$MIRROR" >&2
