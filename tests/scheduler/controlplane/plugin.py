@@ -56,9 +56,13 @@ def start_plugin_plane(*, legacy_watches: bool = False) -> ControlPlane:
         build_scheduler()
     except Unavailable as exc:
         unavailable(exc)
-    cp.start()
-    install_rbac(cp)
-    install_plugin(cp)
+    try:
+        cp.start()
+        install_rbac(cp)
+        install_plugin(cp)
+    except BaseException:
+        cp.close()
+        raise
     return cp
 
 
