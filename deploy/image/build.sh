@@ -4,6 +4,11 @@
 # constraints.txt, and deploy/image/oci.py packs the result as an OCI image layout.
 #
 #   deploy/image/build.sh [OUT_DIR]        (./dev image calls it; OUT_DIR defaults to build/image)
+#   deploy/image/build.sh --profiling [OUT_DIR]
+#                                          the profiling variant (default build/image-profiling,
+#                                          tagged VERSION-profiling): the same image plus
+#                                          packages-profiling.txt (valgrind, gcc, make, libc6-dev,
+#                                          perf), for profiling Jobs (deploy/examples/profile-job.yaml)
 #
 # Reproducible: the source is `git archive HEAD` (committed files only), every timestamp is the
 # commit's (SOURCE_DATE_EPOCH), the Debian packages and the Python packages are pinned
@@ -12,7 +17,9 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-OUT=${1:-$ROOT/build/image}
+PROFILING=0
+if [ "${1:-}" = "--profiling" ]; then PROFILING=1; shift; fi
+if [ "$PROFILING" = 1 ]; then OUT=${1:-$ROOT/build/image-profiling}; else OUT=${1:-$ROOT/build/image}; fi
 MIRROR=${TMC_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SUITE=bookworm
 
@@ -30,7 +37,18 @@ if ! git -C "$ROOT" diff --quiet "$REVISION" -- . ':!build'; then
 fi
 # Debian packages, each pinned to a version: a mirror that no longer has it fails the build
 # rather than silently making another image.
-PACKAGES=$(grep -v '^#' "$HERE/packages.txt" | grep -v '^$' | paste -sd, -)
+LISTS=("$HERE/packages.txt")
+# The profiling variant: its tools are run in the chroot (the shim and tmctrace are built with
+# them, so a toolchain missing a header or valgrind's static libraries fails the build), and its
+# tag says which variant it is.
+REF=$VERSION
+TOOL_CHECK=()
+if [ "$PROFILING" = 1 ]; then
+    LISTS+=("$HERE/packages-profiling.txt")
+    REF=$VERSION-profiling
+    TOOL_CHECK=(--customize-hook='for c in "valgrind --version" "gcc --version" "make --version" "perf --version"; do chroot "$1" $c >/dev/null || exit 1; done; chroot "$1" make -s -C /app/profiler-agent/alloc OUT=/tmp/shim-check all tmctrace >/dev/null && rm -rf "$1/tmp/shim-check"')
+fi
+PACKAGES=$(cat "${LISTS[@]}" | grep -v '^#' | grep -v '^$' | paste -sd, -)
 
 # pip inside the chroot trusts what pip on this machine trusts (a proxy's CA, if any), for the
 # build only: the file is removed before the image is packed.
@@ -52,12 +70,13 @@ mmdebstrap --variant=minbase --mode=root --include="$PACKAGES" \
     --customize-hook='echo "tmc:x:10001:10001:tmc:/nonexistent:/usr/sbin/nologin" >> "$1/etc/passwd"; echo "tmc:x:10001:" >> "$1/etc/group"' \
     --customize-hook='for c in "tmc --help" "tmc-agent --help" "python -m api.bootstrap --help"; do chroot "$1" env PYTHONDONTWRITEBYTECODE=1 /opt/tmc/bin/$c >/dev/null || exit 1; done' \
     --customize-hook='chroot "$1" env PYTHONDONTWRITEBYTECODE=1 /opt/tmc/bin/python -c "import api.app, scheduler.server, scheduler.__main__, api.tasks, tmc_agent.serve"' \
+    "${TOOL_CHECK[@]}" \
     --customize-hook='find "$1/app" "$1/opt/tmc" -name __pycache__ -prune -exec rm -rf {} +' \
     --customize-hook='rm -f "$1/etc/resolv.conf"; echo tmc > "$1/etc/hostname"' \
     "$SUITE" "$WORK/rootfs.tar" "$MIRROR" >&2
 
 log "packing the OCI layout into $OUT"
-python3 "$HERE/oci.py" "$WORK/rootfs.tar" "$OUT" --ref "$VERSION" --created "$SOURCE_DATE_EPOCH" \
+python3 "$HERE/oci.py" "$WORK/rootfs.tar" "$OUT" --ref "$REF" --created "$SOURCE_DATE_EPOCH" \
     --env PATH=/opt/tmc/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     --env PYTHONDONTWRITEBYTECODE=1 --env PYTHONUNBUFFERED=1 \
     --label "org.opencontainers.image.version=$VERSION" \

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from tmc_agent import examples
 
 from model.bundle import parse_bundle
 from tests.agent import fakehost
+from tests.agent.podspec import Pod
 from tests.services import uvicorn_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,42 +32,6 @@ def job() -> dict[str, Any]:
     (doc,) = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
     assert doc["apiVersion"] == "batch/v1" and doc["kind"] == "Job"
     return dict(doc)
-
-
-class Pod:
-    """The Job's pod template with its volumes as directories under `root`."""
-
-    def __init__(self, spec: dict[str, Any], root: Path) -> None:
-        self.spec = spec
-        self.root = root
-        self.volumes = {v["name"]: v for v in spec["volumes"]}
-
-    def mounts(self, container: dict[str, Any]) -> list[tuple[str, Path]]:
-        out = []
-        for m in container.get("volumeMounts", []):
-            assert m["name"] in self.volumes, f"{m['name']} is mounted but not a volume"
-            out.append((m["mountPath"], self.root / "volumes" / m["name"]))
-        # Longest mount path first, as the container's filesystem resolves them.
-        return sorted(out, key=lambda m: -len(m[0]))
-
-    def host_path(self, container: dict[str, Any], path: str) -> str:
-        for mount, where in self.mounts(container):
-            if path == mount or path.startswith(mount + "/"):
-                where.mkdir(parents=True, exist_ok=True)
-                return str(where) + path[len(mount) :]
-        return path
-
-    def argv(self, container: dict[str, Any], env: dict[str, str]) -> list[str]:
-        """The command with $(VAR) expanded (as the kubelet does) and mounted paths mapped."""
-        out = []
-        for raw in container["command"]:
-            arg = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), raw)
-            if "=" in arg and arg.startswith("--"):
-                flag, _, value = arg.partition("=")
-                out.append(f"{flag}={self.host_path(container, value)}")
-            else:
-                out.append(self.host_path(container, arg))
-        return out
 
 
 def test_the_manifest_is_complete() -> None:

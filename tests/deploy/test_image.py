@@ -1,5 +1,7 @@
-"""deploy/image: the OCI layout writer is reproducible and valid, and an image `./dev image`
-built (when there is one) holds what the chart's commands need and nothing of the build."""
+"""deploy/image: the OCI layout writer is reproducible and valid, the profiling variant's package
+list agrees with what the agent and the build need, and an image `./dev image` built (when there
+is one) holds what the chart's commands need and nothing of the build; the profiling variant
+(`./dev image --profiling`) also its tools, runnable."""
 
 from __future__ import annotations
 
@@ -9,6 +11,9 @@ import importlib.util
 import io
 import json
 import os
+import re
+import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 from types import ModuleType
@@ -114,14 +119,60 @@ def test_the_layout_is_the_same_whatever_the_order_and_times_of_the_rootfs(tmp_p
     assert build(oci, c, tmp_path / "three") != first
 
 
+IMAGE = ROOT / "deploy" / "image"
+PROFILE_JOB = ROOT / "deploy" / "examples" / "profile-job.yaml"
+# What the profiling variant's tools are, as the agent's `discover` and the Makefile use them.
+PROFILING_TOOLS = {"valgrind": "valgrind", "gcc": "gcc", "make": "make", "perf": "linux-perf"}
+
+
+def pinned(name: str) -> dict[str, str]:
+    """A package list of deploy/image: package -> its pinned version."""
+    out: dict[str, str] = {}
+    for line in (IMAGE / name).read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        package, sep, version = line.partition("=")
+        assert sep and re.fullmatch(r"[a-z0-9][a-z0-9.+-]+", package), line
+        assert re.fullmatch(r"[0-9A-Za-z.+~:-]+", version), line
+        assert package not in out, f"{package} listed twice"
+        out[package] = version
+    return out
+
+
+def app_version() -> str:
+    return str(yaml.safe_load((ROOT / "deploy/helm/tmc/Chart.yaml").read_text())["appVersion"])
+
+
+def test_the_profiling_variant_pins_the_agents_tools_and_the_job_names_it() -> None:
+    """packages-profiling.txt adds the tools `tmc-agent profile` runs (each pinned, none already
+    in the base list), build.sh runs each of them in the chroot, `./dev` installs the same ones
+    for the agent's tests, and the profiling Job names the variant's tag."""
+    base, profiling = pinned("packages.txt"), pinned("packages-profiling.txt")
+    assert not set(base) & set(profiling)
+    assert set(PROFILING_TOOLS.values()) | {"libc6-dev"} <= set(profiling)
+    build = (IMAGE / "build.sh").read_text()
+    assert "packages-profiling.txt" in build
+    for tool in PROFILING_TOOLS:
+        assert f'"{tool} --version"' in build, tool
+    assert "all tmctrace" in build  # the shim and the Valgrind tool built in the chroot
+    dev = (ROOT / "dev").read_text()
+    needed = re.search(r"apt_install valgrind ([a-z0-9 -]+)\n", dev)
+    assert needed is not None
+    assert {"valgrind", *needed.group(1).split()} <= set(profiling)
+    (job,) = [d for d in yaml.safe_load_all(PROFILE_JOB.read_text()) if d]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["image"].rsplit(":", 1)[1] == f"{app_version()}-profiling"
+
+
 BUILT = Path(os.environ.get("TMC_IMAGE_DIR", str(ROOT / "build" / "image")))
+VARIANT = os.environ.get("TMC_IMAGE_VARIANT", "default")
 
 
 @pytest.mark.built_image
 def test_the_built_image_holds_the_commands_and_nothing_of_the_build() -> None:
     entry, config, layer = read_layout(BUILT)
-    version = yaml.safe_load((ROOT / "deploy/helm/tmc/Chart.yaml").read_text())["appVersion"]
-    assert entry["annotations"]["org.opencontainers.image.ref.name"] == version
+    ref = app_version() + ("-profiling" if VARIANT == "profiling" else "")
+    assert entry["annotations"]["org.opencontainers.image.ref.name"] == ref
     assert config["config"]["User"] == "10001"
     assert config["config"]["Env"][0].startswith("PATH=/opt/tmc/bin:")
     with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
@@ -134,3 +185,46 @@ def test_the_built_image_holds_the_commands_and_nothing_of_the_build() -> None:
     # Nothing of the build machine: its CA bundle copy, resolver, byte-code with build times.
     assert "tmp/build-ca.crt" not in names and "etc/resolv.conf" not in names
     assert not [n for n in names if n.startswith("app/") and "__pycache__" in n]
+
+
+def in_image(root: Path, *argv: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """`argv` run in the unpacked image as a container runtime would give it a /proc and a
+    /dev: a private mount and pid namespace (nothing is left mounted after it), then chroot."""
+    script = 'mount --rbind /dev "$0/dev" && exec chroot "$0" "$@"'
+    return subprocess.run(
+        ["unshare", "--mount", "--pid", "--fork", f"--mount-proc={root / 'proc'}",
+         "sh", "-c", script, str(root), *argv],
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.built_image
+@pytest.mark.skipif(VARIANT != "profiling", reason="the default image has no profiling tools")
+def test_the_profiling_image_runs_its_tools(tmp_path: Path) -> None:
+    """The variant's tools are in the layer, and run from it: the layer unpacked and each tool
+    run in it (the build ran them too, before packing), then the allocator shim and tmctrace
+    built by make with the image's compiler and Valgrind."""
+    _, _, layer = read_layout(BUILT)
+    with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+        names = set(tar.getnames())
+        for path in ("usr/bin/valgrind", "usr/bin/gcc", "usr/bin/make", "usr/bin/perf"):
+            assert path in names, path
+        assert "usr/include/stdio.h" in names  # libc6-dev: the shim's headers
+        assert [n for n in names if n.endswith("/libcoregrind-amd64-linux.a")]
+        if os.geteuid() != 0 or shutil.which("unshare") is None:
+            pytest.skip("running the tools needs root for chroot (./dev image runs as root)")
+        tar.extractall(tmp_path / "root", filter="fully_trusted")
+    root = tmp_path / "root"
+    for directory in ("proc", "dev", "tmp"):
+        (root / directory).mkdir(exist_ok=True)
+    for tool in PROFILING_TOOLS:
+        done = in_image(root, tool, "--version", timeout=60)
+        assert done.returncode == 0, f"{tool}: {done.stderr[-500:]}"
+    made = in_image(root, "make", "-s", "-C", "/app/profiler-agent/alloc", "OUT=/tmp/check",
+                    "all", "tmctrace", timeout=600)  # fmt: skip
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert (root / "tmp/check/libtmcalloc.so").is_file()
+    assert (root / "tmp/check/valgrind/tmctrace-amd64-linux").is_file()
+    # valgrind runs a program in the image (memcheck: its own preload libraries are there).
+    ran = in_image(root, "valgrind", "-q", "--error-exitcode=3", "/bin/true", timeout=300)
+    assert ran.returncode == 0, ran.stderr[-2000:]

@@ -25,7 +25,7 @@ from kubernetes import client as k8s
 
 from model.node_contract import Placement, parse_plan_file
 from tests.fixtures.database import empty_tables
-from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
+from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import plugin as p
 from tests.services import PostgresServer, wait_until
@@ -35,14 +35,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def plane() -> Iterator[ControlPlane]:
-    try:
-        cp = ControlPlane()
-        p.build_scheduler()
-    except Unavailable as exc:
-        unavailable(exc)
-    cp.start()
-    c.install_rbac(cp)
-    p.install_plugin(cp)
+    cp = p.start_plugin_plane()
     yield cp
     cp.close()
 

@@ -694,6 +694,9 @@ class PlacementStack:
     logs a failing test shows."""
 
     process_logs: tuple[str, ...] = ()
+    # What the nodes carry besides a kubelet's registration (kwok's annotation on nodes whose
+    # pods run, kwok.py).
+    node_annotations: tuple[tuple[str, str], ...] = ()
 
     def __init__(self, cp: ControlPlane, pg: PostgresServer) -> None:
         self.cp = cp
@@ -712,11 +715,18 @@ class PlacementStack:
         names = [*self.process_logs, *(f"agent-{n.name}" for n in self.nodes)]
         return dump_logs(self.cp, names)
 
+    def agent_env(self, node: FakeNode) -> dict[str, str]:
+        """The environment a node's agent gets beyond FakeNode's (e.g. the service to report
+        verification runs to)."""
+        return {}
+
     def start_nodes(self) -> None:
         """Register the nodes, start their agents, wait for their capacity, upload graph500."""
         for node in self.nodes:
-            register_node(self.api, node_object(node.name))
-            node.start_agent()
+            body = node_object(node.name)
+            body["metadata"]["annotations"] = dict(self.node_annotations)
+            register_node(self.api, body)
+            node.start_agent(self.agent_env(node))
         wait_published(self.api, [n.name for n in self.nodes])
         upload_example(self.sessions, "graph500")
 

@@ -23,8 +23,14 @@ from model.node_contract import (
     RECOMMENDATION_PLURAL,
     RECOMMENDATION_VERSION,
 )
-from tests.scheduler.controlplane import NAMESPACE, ControlPlane, Unavailable
-from tests.scheduler.controlplane.cluster import ROOT, ComponentProcess, api_client, render_chart
+from tests.scheduler.controlplane import NAMESPACE, ControlPlane, Unavailable, unavailable
+from tests.scheduler.controlplane.cluster import (
+    ROOT,
+    ComponentProcess,
+    api_client,
+    install_rbac,
+    render_chart,
+)
 from tests.services import wait_until
 
 CRD = ROOT / "deploy" / "helm" / "tmc" / "crds" / "tieredrecommendations.yaml"
@@ -40,6 +46,24 @@ def build_scheduler() -> None:
     built = subprocess.run(["bash", str(PLUGIN_BUILD)], check=False, capture_output=True, text=True)
     if built.returncode != 0:
         raise Unavailable(f"tmc-scheduler did not build: {built.stderr[-2000:]}")
+
+
+def start_plugin_plane(*, legacy_watches: bool = False) -> ControlPlane:
+    """A running control plane for the plugin's tests: tmc-scheduler built, the chart's RBAC,
+    the CRD and the plugin's RBAC in. Where it cannot run, the test is skipped (failed in CI)."""
+    try:
+        cp = ControlPlane(legacy_watches=legacy_watches)
+        build_scheduler()
+    except Unavailable as exc:
+        unavailable(exc)
+    try:
+        cp.start()
+        install_rbac(cp)
+        install_plugin(cp)
+    except BaseException:
+        cp.close()
+        raise
+    return cp
 
 
 def plugin_values(cp: ControlPlane, **extra: Any) -> dict[str, Any]:
