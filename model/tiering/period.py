@@ -141,6 +141,10 @@ def period_plan(
     longest = max(profile.wall_seconds_fast / 2.0, MIN_PERIOD_SECONDS)
     periods = [dr_seconds * RATIO**j for j in LADDER_EXPONENTS]
     periods = [p for p in periods if MIN_PERIOD_SECONDS <= p <= longest]
+    # The ladder reaches half the run: where its last power of four falls short of that by more
+    # than half a rung (×2), half the run is the top rung.
+    if not periods or longest / periods[-1] > math.sqrt(RATIO):
+        periods.append(longest)
     periods = [p for p in periods if abs(math.log(p / current)) > math.log1p(SAME)]
     periods = sorted([*periods, current])
 
