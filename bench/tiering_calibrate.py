@@ -10,7 +10,7 @@ ones), per manager model (sampling, hint-fault):
   distance, in shares of the footprint, from the nearest measured size, over the sizes the
   corrected model puts within τ.
 
-Each is the `QUANTILE` of its cases. The constants in `model/tiering/sizing.py` come from this
+Both are shares of the workload's slowdown all-slow; each is the `QUANTILE` of its cases. The constants in `model/tiering/sizing.py` come from this
 command's output.
 """
 
@@ -51,10 +51,13 @@ def _case(args: tuple[str, str, str, int]) -> dict[str, Any]:
         ref = run(judge.stream, judge.host, w.footprint_bytes, managed=False).wall_seconds
         return judge.seconds(_limit(judge.stream, share), IN_USE_PERIOD_TICKS, knobs) / ref - 1.0
 
+    # Both are read relative to the workload's slowdown all-slow (a miss served slow costs more
+    # on a slower tier, and so does a run's variation in which pages are slow).
+    slowdown = profile.wall_seconds_slow / profile.wall_seconds_fast - 1.0
     first = {s: loss(one, s) for s in SHARES}
     second = {s: loss(other, s) for s in SHARES}
     # Where the rule decides: runs near τ (noise) and sizes the corrected model puts within τ.
-    noise = [second[s] - first[s] for s in SHARES if first[s] <= 2 * TAU]
+    noise = [(second[s] - first[s]) / slowdown for s in SHARES if first[s] <= 2 * TAU]
     errors: list[tuple[float, float]] = []  # (distance, true minus corrected prediction)
     for anchor in ANCHORS:
         measured = []
@@ -71,7 +74,7 @@ def _case(args: tuple[str, str, str, int]) -> dict[str, Any]:
             if s < anchor:
                 point = min(curve, key=lambda p: abs(p.fast_share - s))
                 if point.predicted_loss <= TAU:
-                    errors.append((anchor - s, second[s] - point.predicted_loss))
+                    errors.append((anchor - s, (second[s] - point.predicted_loss) / slowdown))
     return {
         "kind": profile.page_manager.kind,
         "workload": workload,

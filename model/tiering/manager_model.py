@@ -185,12 +185,17 @@ def seconds_per_moved_page(profile: TieringProfile) -> float:
 
 
 def predicted_loss(
-    profile: TieringProfile, knobs: dict[str, float], period_seconds: float, fast_share: float
+    profile: TieringProfile,
+    knobs: dict[str, float],
+    period_seconds: float,
+    fast_share: float,
+    with_churn: bool = True,
 ) -> float:
     """The model's run-time loss against all-fast with no memory pressure, under the profile's
-    page manager: hint-fault promotion for `tpp`, sampling for the others."""
+    page manager: hint-fault promotion for `tpp`, sampling for the others. `with_churn=False`
+    leaves out the reclaim churn read from the hint-fault manager's counters."""
     if profile.page_manager.kind in HINT_FAULT_MANAGERS:
-        return hint_fault_loss(profile, knobs, period_seconds, fast_share)
+        return hint_fault_loss(profile, knobs, period_seconds, fast_share, with_churn)
     return sampling_loss(profile, knobs, period_seconds, fast_share)
 
 
@@ -327,12 +332,7 @@ def hint_fault_view(
     )
 
 
-def hint_fault_loss(
-    profile: TieringProfile, knobs: dict[str, float], period_seconds: float, fast_share: float
-) -> float:
-    """A hint-fault (TPP-like) manager's loss: slow misses, moves (a promotion and its demotion),
-    faults and scans."""
-    view = hint_fault_view(profile, knobs, period_seconds, fast_share)
+def _hint_fault_cost(profile: TieringProfile, view: HintFaultView) -> float:
     t0 = profile.wall_seconds_fast
     huge = max(1.0, profile.page_bytes / HUGE_PAGE_BYTES)
     slow_cost = (profile.wall_seconds_slow - t0) * (1.0 - view.kept)
@@ -343,5 +343,40 @@ def hint_fault_loss(
     migration = view.promotions_per_second * t0 * (copy / profile.threads + shootdowns)
     faults = view.faults_per_second * t0 * HINT_FAULT_SECONDS / profile.threads
     scans = view.scans_per_second * t0 * profile.pages * huge * PTE_SCAN_SECONDS
-    loss = (slow_cost + migration + faults + scans) / t0
-    return float(min(loss, 1e6))
+    return (slow_cost + migration + faults + scans) / t0
+
+
+def reclaim_churn(profile: TieringProfile, knobs: dict[str, float]) -> float:
+    """The loss the counters show beyond the model, times the scan period they were measured at,
+    where they also show more promotions than the model expects: reclaim demoting warm pages to
+    its watermark and the next scan's faults bringing them back, a cost that repeats every scan.
+    Zero without counters or without such promotions."""
+    c = profile.counters
+    if c is None or c.fast_bytes <= 0:
+        return 0.0
+    scan = max(profile.page_manager.migration_period_seconds, MIN_PERIOD_SECONDS)
+    share = min(1.0, c.fast_bytes / profile.footprint_bytes)
+    view = hint_fault_view(profile, knobs, scan, share)
+    if c.promotions / c.wall_seconds <= view.promotions_per_second:
+        return 0.0
+    excess = c.wall_seconds / profile.wall_seconds_fast - 1.0 - _hint_fault_cost(profile, view)
+    return max(0.0, excess) * scan
+
+
+def hint_fault_loss(
+    profile: TieringProfile,
+    knobs: dict[str, float],
+    period_seconds: float,
+    fast_share: float,
+    with_churn: bool = True,
+) -> float:
+    """A hint-fault (TPP-like) manager's loss: slow misses, moves (a promotion and its demotion),
+    faults and scans, and the reclaim churn the counters measured, at most as often as measured."""
+    view = hint_fault_view(profile, knobs, period_seconds, fast_share)
+    if not with_churn:
+        return float(min(_hint_fault_cost(profile, view), 1e6))
+    # Longer scans churn less often; a shorter scan than the measured one is not read as more
+    # churn (the demoted pages' own reuse bounds it, and nothing measured says by how much).
+    measured = max(profile.page_manager.migration_period_seconds, MIN_PERIOD_SECONDS)
+    churn = reclaim_churn(profile, knobs) / max(period_seconds, measured)
+    return float(min(_hint_fault_cost(profile, view) + churn, 1e6))

@@ -1,0 +1,133 @@
+"""The hint-fault manager model, the uncertainty-aware size, the size trials and the advice where
+no size meets τ; the period ladder's top rung."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from model.tiering import TieringProfile, TieringRequest, advise
+from model.tiering.manager_model import (
+    hint_fault_loss,
+    hint_fault_view,
+    predicted_loss,
+    sampling_loss,
+)
+from model.tiering.period import period_plan
+from model.tiering.sizing import UNCERTAINTY, SizeMeasurement, size_fast_tier
+from sim.machine import cxl_local_host
+from sim.tiering.tpp import tpp_profile
+from tests.tiering.conftest import profile, stream
+
+
+def tpp(name: str = "moving-hot") -> TieringProfile:
+    return tpp_profile(stream(name), cxl_local_host())
+
+
+def test_the_manager_kind_chooses_the_model() -> None:
+    p = tpp()
+    knobs = dict(p.page_manager.knobs)
+    period = p.page_manager.migration_period_seconds
+    assert predicted_loss(p, knobs, period, 0.7) == hint_fault_loss(p, knobs, period, 0.7)
+    sampling = p.model_copy(
+        update={"page_manager": p.page_manager.model_copy(update={"kind": "hemem"})}
+    )
+    assert predicted_loss(sampling, knobs, period, 0.7) == sampling_loss(p, knobs, period, 0.7)
+    assert hint_fault_loss(p, knobs, period, 0.7) != sampling_loss(p, knobs, period, 0.7)
+
+
+def test_hint_fault_model_follows_its_mechanisms() -> None:
+    p = tpp()
+    knobs = dict(p.page_manager.knobs)
+    period = p.page_manager.migration_period_seconds
+    losses = [hint_fault_loss(p, knobs, period, f) for f in (1.0, 0.9, 0.8, 0.7, 0.6, 0.5)]
+    assert losses == sorted(losses) and losses[-1] > losses[0]
+    roomy = hint_fault_view(p, knobs, period, 1.0)
+    tight = hint_fault_view(p, knobs, period, 0.6)
+    # A fast tier that holds every reused page churns nothing; a smaller one promotes and faults.
+    assert roomy.promotions_per_second == 0.0 and roomy.kept > tight.kept
+    assert tight.promotions_per_second > 0.0 and tight.faults_per_second > 0.0
+    # Longer scans mark less often: fewer faults per second.
+    slow_scans = hint_fault_view(p, knobs, period * 8, 0.6)
+    assert slow_scans.faults_per_second < tight.faults_per_second
+    # A promotion rate limit below the churn caps the promotions and costs misses.
+    capped = hint_fault_view(p, {**knobs, "promote_rate_limit_mbps": 1.0}, period, 0.6)
+    assert capped.promotions_per_second < tight.promotions_per_second
+    assert capped.kept < tight.kept
+
+
+def run_until_done(
+    p: TieringProfile, loss_at: Callable[[float], float], max_trials: int = 4
+) -> tuple[float, list[SizeMeasurement], bool]:
+    trials: list[SizeMeasurement] = []
+    advice = size_fast_tier(p, 0.05, max_trials=max_trials)
+    while advice.next_trial_fast_bytes is not None:
+        share = advice.next_trial_fast_bytes / p.footprint_bytes
+        trials.append(
+            SizeMeasurement(
+                fast_bytes=advice.next_trial_fast_bytes,
+                wall_seconds=p.wall_seconds_fast * (1.0 + loss_at(share)),
+            )
+        )
+        advice = size_fast_tier(p, 0.05, measured=trials, max_trials=max_trials)
+        assert len(trials) <= max_trials
+    return advice.fast_share, trials, advice.verified
+
+
+@pytest.mark.parametrize("name", ["moving-hot", "warm-background"])
+@pytest.mark.parametrize("hint_fault", [False, True])
+def test_size_trials_converge_on_a_measured_size_within_tau(name: str, hint_fault: bool) -> None:
+    p = tpp(name) if hint_fault else profile(name)
+    noise, _ = UNCERTAINTY["hint-fault" if hint_fault else "sampling"]
+
+    # A workload whose true loss grows linearly below 90 % fast, whatever the model says.
+    def loss_at(share: float) -> float:
+        return 0.01 + max(0.0, 0.9 - share) * 0.12
+
+    share, trials, verified = run_until_done(p, loss_at)
+    assert 1 <= len(trials) <= 4
+    assert verified and loss_at(share) + noise <= 0.05 + 1e-9
+    # Every trial either verified a size or bracketed the boundary: the advice is the smallest
+    # measured size within τ less the noise.
+    good = [t.fast_bytes / p.footprint_bytes for t in trials]
+    good = [s for s in good if loss_at(s) + noise <= 0.05]
+    assert share == pytest.approx(min(good), abs=0.011)
+    # The boundary (0.9 - (0.04 - noise) / 0.12) is reached within a few steps.
+    boundary = 0.9 - (0.04 - noise) / 0.12
+    assert share - boundary < 0.15
+
+
+def test_a_size_measured_over_tau_is_never_advised_and_bisected() -> None:
+    p = profile("moving-hot")
+    first = size_fast_tier(p, 0.05)
+    assert first.next_trial_fast_bytes is not None
+    at = first.next_trial_fast_bytes
+    bad = SizeMeasurement(fast_bytes=at, wall_seconds=p.wall_seconds_fast * 1.2)
+    again = size_fast_tier(p, 0.05, measured=[bad])
+    assert again.fast_share > at / p.footprint_bytes
+    if again.next_trial_fast_bytes is not None:
+        assert again.next_trial_fast_bytes > at  # between the failed size and the advice
+    no_more = size_fast_tier(p, 0.05, measured=[bad], max_trials=1)
+    assert no_more.next_trial_fast_bytes is None
+    assert size_fast_tier(p, 0.05, max_trials=0).next_trial_fast_bytes is None
+
+
+def test_where_even_all_fast_is_over_tau_the_advice_says_so() -> None:
+    p = tpp()
+    assert p.counters is not None
+    over = p.model_copy(
+        update={
+            "counters": p.counters.model_copy(update={"wall_seconds": p.wall_seconds_fast * 1.12})
+        }
+    )
+    advice = advise(over, TieringRequest(loss_target=0.05))
+    assert not advice.sizing.target_reachable
+    assert advice.sizing.fast_share == 1.0 and advice.sizing.next_trial_fast_bytes is None
+    assert any("no fast-tier size meets it" in line for line in advice.explanation)
+    assert advise(p).sizing.target_reachable
+
+
+def test_the_period_ladder_reaches_half_the_run(strided_profile: TieringProfile) -> None:
+    plan = period_plan(strided_profile)
+    assert plan.ladder[-1].period_seconds == pytest.approx(strided_profile.wall_seconds_fast / 2)
