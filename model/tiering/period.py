@@ -30,7 +30,6 @@ from model.tiering.profile import TieringProfile
 LADDER_EXPONENTS = range(-2, 7)
 MAX_JUMP = 2  # rungs the model may move the second trial away from the period in use
 RATIO = 4.0  # between rungs
-SAME = 0.05  # periods within 5 % of each other are one rung
 
 
 class PeriodTrial(BaseModel):
@@ -145,7 +144,9 @@ def period_plan(
     # than half a rung (×2), half the run is the top rung.
     if not periods or longest / periods[-1] > math.sqrt(RATIO):
         periods.append(longest)
-    periods = [p for p in periods if abs(math.log(p / current)) > math.log1p(SAME)]
+    # The period in use takes the place of the rung nearest it: a rung within half a rung (×2)
+    # of it would spend a trial on almost the same period.
+    periods = [p for p in periods if abs(math.log(p / current)) > math.log(RATIO) / 2]
     periods = sorted([*periods, current])
 
     def rung(period: float) -> PeriodTrial:

@@ -170,7 +170,8 @@ def size_fast_tier(
         chosen = point
     if good and min(good) < chosen.fast_share:
         chosen = curve[_index(min(good))]
-    reachable = curve[0].predicted_loss <= loss_target or bool(good)
+    # All-fast within τ less the noise (a run may show that much more), or a size measured so.
+    reachable = curve[0].predicted_loss + noise <= loss_target or bool(good)
     # The next trial: below the advice, the smallest share the model (corrected by the nearest
     # measured size, without the uncertainty) puts within τ less the noise, above any share
     # measured over it; where that is not a step below the advice, halfway to that failed share,
