@@ -113,12 +113,14 @@ def size_fast_tier(
     # where one share was measured twice: the advice must hold for the unlucky run).
     anchors: dict[float, float] = {}
     losses: dict[float, float] = {}
+    runs_at: dict[float, int] = {}
     for fast_bytes, wall_seconds in runs:
         share = _on_grid(min(1.0, fast_bytes / profile.footprint_bytes))
         loss = wall_seconds / profile.wall_seconds_fast - 1.0
         diff = loss - predicted_loss(profile, knobs, period, share)
         anchors[share] = max(anchors.get(share, -math.inf), diff)
         losses[share] = max(losses.get(share, -math.inf), loss)
+        runs_at[share] = runs_at.get(share, 0) + 1
     at = sorted(anchors)
     offsets = [anchors[x] for x in at]
     # The correction at the size in use (the counters'), for the explanation; 0 without runs.
@@ -196,6 +198,11 @@ def size_fast_tier(
             nxt = chosen.fast_share  # verify the advice itself
     if nxt is not None and nxt in anchors and nxt != chosen.fast_share:
         nxt = None
+    # One run within τ less the noise may be the lucky one: the advice ends on a size measured
+    # so twice (the worse run counts) when the trials allow.
+    once = chosen.fast_share < 1.0 and runs_at.get(chosen.fast_share, 0) == 1
+    if nxt is None and len(measured) < max_trials and once:
+        nxt = chosen.fast_share
     below = [x for x in at if x < 1.0 and x != counters_at]
     if not reachable and not below and len(measured) < max_trials:
         # All-fast is over τ as measured: the manager's own overhead there (at a tier exactly
