@@ -444,7 +444,7 @@ def markdown(data: dict[str, Any], figure: str | None = None) -> str:
     row(
         "cases where no size meets τ: the advice says so / the advised period and knobs bring"
         " it within τ",
-        "all / ",
+        "all",
         lambda x: (
             f"{x['infeasible_said_so']} of {x['infeasible_cases']} /"
             f" {x['infeasible_final_within']} of {x['infeasible_cases']}"
