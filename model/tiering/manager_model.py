@@ -185,17 +185,12 @@ def seconds_per_moved_page(profile: TieringProfile) -> float:
 
 
 def predicted_loss(
-    profile: TieringProfile,
-    knobs: dict[str, float],
-    period_seconds: float,
-    fast_share: float,
-    with_churn: bool = True,
+    profile: TieringProfile, knobs: dict[str, float], period_seconds: float, fast_share: float
 ) -> float:
     """The model's run-time loss against all-fast with no memory pressure, under the profile's
-    page manager: hint-fault promotion for `tpp`, sampling for the others. `with_churn=False`
-    leaves out the reclaim churn read from the hint-fault manager's counters."""
+    page manager: hint-fault promotion for `tpp`, sampling for the others."""
     if profile.page_manager.kind in HINT_FAULT_MANAGERS:
-        return hint_fault_loss(profile, knobs, period_seconds, fast_share, with_churn)
+        return hint_fault_loss(profile, knobs, period_seconds, fast_share)
     return sampling_loss(profile, knobs, period_seconds, fast_share)
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from model.errors import InvalidRequest
-from model.tiering.manager_model import HINT_FAULT_MANAGERS, predicted_loss
+from model.tiering.manager_model import HINT_FAULT_MANAGERS, hint_fault_loss, predicted_loss
 from model.tiering.profile import ManagerCounters, TieringProfile
 
 STEP = 0.01
@@ -213,7 +213,11 @@ def size_fast_tier(
         probe = 1.0
         for point in curve[1:]:
             x = point.fast_share
-            bare = predicted_loss(profile, knobs, period, x, with_churn=False)
+            bare = (
+                hint_fault_loss(profile, knobs, period, x, with_churn=False)
+                if model_family(profile) == "hint-fault"
+                else raw[x]
+            )
             if bare + noise + slope * (1.0 - x) > loss_target:
                 break
             probe = x
