@@ -5,17 +5,18 @@ misses the manager cannot keep fast, priced at the measured slow-tier cost of a 
 migrations, samples and passes it spends. When the profile carries the manager's counters from a
 run at some fast-tier size, the model is corrected there, either way: the measured loss minus the
 predicted one is added everywhere (a model that over-predicts is brought down as much as one that
-under-predicts is brought up; no loss goes below zero). Runs at other sizes (`measured`: size trials) correct the curve at their
-sizes too, the correction interpolated between them.
+under-predicts is brought up; no loss goes below zero). Runs at other sizes (`measured`: size
+trials) correct the curve at their sizes too, the correction interpolated between them.
 
 The advice is the smallest share, from all-fast down, whose corrected loss plus its uncertainty
 stays within τ: the uncertainty is the run-to-run noise at a measured size and grows with the
-distance from the nearest one (both measured on the study's shapes). Because the model is right
-on average but not case by case, the advice also names the next size trial: the model's own
-estimate of the smallest share within τ less the noise (bisecting towards a size measured over
-it). The trials are bounded (`max_trials`); the advice is stateless, a caller runs the named size
-and asks again with it added. When the whole footprint fast is already over τ, no size can meet
-it under the manager as configured, and the advice says so.
+distance below the nearest measured size (both measured on the study's shapes). Because the model
+is right on average but not case by case, the advice also names the next size trial: the model's
+own estimate of the smallest share within τ less the noise (bisecting towards a size measured
+over it), and at the end the advised size once more, so that it rests on two runs. The trials
+are bounded (`max_trials`); the advice is stateless, a caller runs the named size and asks again
+with it added. When the whole footprint fast is already over τ less the noise, no size reliably
+meets it under the manager as configured: the advice says so and probes once below.
 """
 
 from __future__ import annotations
@@ -232,7 +233,7 @@ def size_fast_tier(
         saved_share=1.0 - chosen.fast_bytes / profile.footprint_bytes,
         saved_bytes=profile.footprint_bytes - chosen.fast_bytes,
         predicted_loss=chosen.predicted_loss,
-        verified=chosen.fast_share in anchors,
+        verified=chosen.fast_share in good,
         target_reachable=reachable,
         next_trial_fast_bytes=None if nxt is None else max(1, _bytes(profile, nxt)),
         trials_done=len(measured),
