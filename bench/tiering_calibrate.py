@@ -91,10 +91,14 @@ def calibrate(
     out: dict[str, dict[str, float]] = {}
     for kind in sorted({c["kind"] for c in cases}):
         mine = [c for c in cases if c["kind"] == kind]
-        noise = np.array([x for c in mine for x in c["noise"]])
+        noise = np.array([x for c in mine for x in c["noise"]] or [0.0])
         errors = np.array([e for c in mine for e in c["errors"]])
         base = float(np.quantile(np.maximum(noise, 0.0), quantile))
-        slope = float(np.quantile(np.maximum(errors[:, 1] - base, 0.0) / errors[:, 0], quantile))
+        slope = (
+            float(np.quantile(np.maximum(errors[:, 1] - base, 0.0) / errors[:, 0], quantile))
+            if errors.size
+            else 0.0
+        )
         out[kind] = {"noise": base, "slope": slope, "cases": float(len(mine))}
     return out
 

@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
+from bench.tiering_calibrate import calibrate
+from bench.tiering_judges import size_met
 from model.tiering import TieringProfile, TieringRequest, advise
 from model.tiering.manager_model import (
     hint_fault_loss,
@@ -149,3 +151,35 @@ def test_where_even_all_fast_is_over_tau_the_advice_says_so_and_probes_once() ->
 def test_the_period_ladder_reaches_half_the_run(strided_profile: TieringProfile) -> None:
     plan = period_plan(strided_profile)
     assert plan.ladder[-1].period_seconds == pytest.approx(strided_profile.wall_seconds_fast / 2)
+
+
+def test_the_judges_rule_where_no_size_meets_tau() -> None:
+    p = tpp()
+    assert p.counters is not None
+    reachable = size_fast_tier(p, 0.05)
+    over = p.model_copy(
+        update={
+            "counters": p.counters.model_copy(update={"wall_seconds": p.wall_seconds_fast * 1.12})
+        }
+    )
+    unreachable = size_fast_tier(over, 0.05)
+    assert reachable.target_reachable and not unreachable.target_reachable
+    # Where some size meets τ, only the true loss counts, whatever the advice said.
+    assert size_met(True, 0.04, unreachable, 0.05) and not size_met(True, 0.06, reachable, 0.05)
+    # Where none does, only an advice that says so and keeps all of it fast is met.
+    assert size_met(False, 0.12, unreachable, 0.05)
+    assert not size_met(False, 0.12, reachable, 0.05)
+
+
+def test_calibration_takes_the_quantile_over_the_noise_and_per_share() -> None:
+    cases = [
+        {"kind": "tpp", "noise": [0.01, -0.02, 0.0], "errors": [(0.1, 0.05), (0.2, 0.0)]},
+        {"kind": "tpp", "noise": [0.03], "errors": [(0.05, 0.04)]},
+        {"kind": "tmc-sim", "noise": [-0.01], "errors": [(0.1, -0.1)]},
+    ]
+    out = calibrate(cases, quantile=1.0)
+    assert out["tpp"]["noise"] == pytest.approx(0.03)
+    # Under-prediction beyond the noise, per share of distance: (0.04 - 0.03) / 0.05 = 0.2 and
+    # (0.05 - 0.03) / 0.1 = 0.2; over-prediction counts as none.
+    assert out["tpp"]["slope"] == pytest.approx(0.2)
+    assert out["tmc-sim"] == {"noise": 0.0, "slope": 0.0, "cases": 1.0}
