@@ -305,6 +305,11 @@ def hint_fault_view(
         if promotions <= cap_moves:
             break
         delay = delay * promotions / cap_moves
+    # Pages never reused stay where first touch put them, in the room the reused ones leave.
+    cold = rate <= 0
+    if cold.any():
+        room = max(0.0, capacity - float(occupancy[~cold].sum()))
+        occupancy[cold] = min(1.0, room / float(cold.sum()))
     kept = float((a * occupancy).sum())
     # A moving hot set: pages new to the hottest set wait a scan and a fault before they come up.
     turnover = moving_turnover(profile, min(1.0, capacity / n))
