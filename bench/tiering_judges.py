@@ -36,7 +36,7 @@ from model.tiering import TieringRequest, advise
 from model.tiering.advise import TPP_SPACE
 from model.tiering.period import period_plan, run_trials
 from model.tiering.profile import TieringProfile
-from model.tiering.sizing import SizeMeasurement
+from model.tiering.sizing import MAX_SIZE_TRIALS, SizeMeasurement, SizingAdvice, size_fast_tier
 from model.tiering.tune import HEMEM_SPACE, KnobSpace, KnobTuner, advise_knobs
 from sim.machine import PRESETS
 from sim.tiering.heldout import HELD_OUT_WORKLOADS
@@ -143,7 +143,8 @@ def case(kind: str, workload: str, host_name: str, seed: int, s: Settings) -> di
     def loss(share: float) -> float:
         return judge.seconds(_limit(truth, share), IN_USE_PERIOD_TICKS, in_use_knobs) / ref - 1.0
 
-    # Size.
+    # Size: the advice from the profile alone, then the size trials it names, each one run of
+    # the workload (another seed per run) at the named size, until it names none.
     started = time.thread_time()
     advice = advise(profile, TieringRequest(loss_target=s.loss_target))
     advice_cpu = time.thread_time() - started
@@ -152,24 +153,26 @@ def case(kind: str, workload: str, host_name: str, seed: int, s: Settings) -> di
     sweep = [(float(f), loss(float(f))) for f in np.arange(1.0, -1e-9, -s.sizing_step)]
     within = [f for f, x in sweep if x <= s.loss_target]
     oracle_saved = 1.0 - min(within) if within else 0.0
-    # One verification run at the advised size, on another run of the workload (seed + 200),
-    # sent back as a size trial: the advice the operator ends with.
-    verify = Judge(kind, draw_stream(w, seed + 2 * EVAL_SEED_OFFSET), host_name)
-    verify_bytes = _limit(verify.stream, first_share)
-    verified = advise(
-        profile,
-        TieringRequest(
-            loss_target=s.loss_target,
-            size_trials=[
-                SizeMeasurement(
-                    fast_bytes=max(verify_bytes, 1),
-                    wall_seconds=verify.seconds(verify_bytes, IN_USE_PERIOD_TICKS, in_use_knobs),
-                )
-            ],
-        ),
-    )
-    share = verified.sizing.fast_bytes / profile.footprint_bytes
+    size_trials: list[SizeMeasurement] = []
+    sizing = advice.sizing
+    while sizing.next_trial_fast_bytes is not None:
+        again = Judge(
+            kind, draw_stream(w, seed + 2 * EVAL_SEED_OFFSET + 10 * len(size_trials)), host_name
+        )
+        at_bytes = max(1, _limit(again.stream, sizing.next_trial_fast_bytes / w.footprint_bytes))
+        size_trials.append(
+            SizeMeasurement(
+                fast_bytes=at_bytes,
+                wall_seconds=again.seconds(at_bytes, IN_USE_PERIOD_TICKS, in_use_knobs),
+            )
+        )
+        started = time.thread_time()
+        sizing = size_fast_tier(profile, s.loss_target, measured=size_trials)
+        advice_cpu = max(advice_cpu, time.thread_time() - started)
+    share = sizing.fast_bytes / profile.footprint_bytes
     true_loss = loss(share)
+    feasible = bool(within)
+    met = size_met(feasible, true_loss, sizing, s.loss_target)
 
     # Period, at the advised size.
     limit = _limit(truth, share)
@@ -234,13 +237,16 @@ def case(kind: str, workload: str, host_name: str, seed: int, s: Settings) -> di
             "first_true_loss": first_loss,
             "first_met": first_loss <= s.loss_target + 1e-12,
             "advised_fast_share": share,
-            "saved_share": verified.sizing.saved_share,
-            "predicted_loss": verified.sizing.predicted_loss,
+            "saved_share": sizing.saved_share,
+            "predicted_loss": sizing.predicted_loss,
             "true_loss": true_loss,
-            "met": true_loss <= s.loss_target + 1e-12,
+            "met": met,
+            "size_trials": len(size_trials),
+            "verified": sizing.verified,
+            "said_unreachable": not sizing.target_reachable,
             # Some size meets τ at all (else the manager's own overhead at a full fast tier is
             # over τ, and no advice can meet it).
-            "feasible": bool(within),
+            "feasible": feasible,
             "oracle_saved_share": oracle_saved,
             "correction": advice.sizing.anchor_offset,
             "all_fast_loss": sweep[0][1],
@@ -261,9 +267,21 @@ def case(kind: str, workload: str, host_name: str, seed: int, s: Settings) -> di
             "advised": final.best,
             "is_in_use": final.is_default,
             "speedup_over_in_use": in_use / final_seconds,
+            # The advised configuration (size, period, knobs) against τ.
+            "final_loss": final_seconds / ref - 1.0,
             "never_slower_than_in_use": final_seconds <= in_use * (1 + 1e-12),
         },
     }
+
+
+def size_met(feasible: bool, true_loss: float, sizing: SizingAdvice, loss_target: float) -> bool:
+    """τ met by the size advice. Where some size meets τ in the judged run, by its true loss,
+    whatever the advice said. Where none does (the manager's own overhead at a full fast tier is
+    over τ), only if the advice says so and keeps the whole footprint fast: that is the best any
+    size does there, and the period and the knobs, or turning the manager off, are the way down."""
+    if feasible:
+        return true_loss <= loss_target + 1e-12
+    return not sizing.target_reachable and sizing.fast_share >= 1.0
 
 
 def _predicted_at(curve: Sequence[Any], share: float) -> float:
@@ -298,6 +316,20 @@ def summarise(cases: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 float(np.mean([x["met"] for x in feasible])) if feasible else None
             ),
             "true_loss_max": float(max(x["true_loss"] for x in sz)),
+            "true_loss_max_where_feasible": (
+                float(max(x["true_loss"] for x in feasible)) if feasible else None
+            ),
+            "size_trials_mean": float(np.mean([x["size_trials"] for x in sz])),
+            "size_trials_max": int(max(x["size_trials"] for x in sz)),
+            "infeasible_said_so": int(sum(x["said_unreachable"] for x in sz if not x["feasible"])),
+            "feasible_said_unreachable": int(sum(x["said_unreachable"] for x in feasible)),
+            "infeasible_final_within": int(
+                sum(
+                    r["knobs"]["final_loss"] <= 0.05 + 1e-12
+                    for r in rows
+                    if not r["sizing"]["feasible"]
+                )
+            ),
             "saved_share_mean": float(np.mean([x["saved_share"] for x in sz])),
             "oracle_saved_share_mean": float(np.mean([x["oracle_saved_share"] for x in sz])),
             "all_fast_advised": int(sum(x["saved_share"] == 0 for x in sz)),
@@ -399,17 +431,33 @@ def markdown(data: dict[str, Any], figure: str | None = None) -> str:
         ),
     )
     row(
-        "after one verification run: τ met",
+        "after the size trials: τ met (a case where no size meets τ counts as met only if the"
+        " advice says so and keeps all of it fast)",
         f"≥ {_pct(t['loss_met_share'])}",
-        lambda x: f"{_pct(x['loss_met_share'])} (worst {_pct(x['true_loss_max'])})",
+        lambda x: f"{_pct(x['loss_met_share'])}",
     )
     row(
         "τ met where some size meets it",
         f"≥ {_pct(t['loss_met_share'])}",
         lambda x: (
             f"{_pct(x['loss_met_where_feasible_share'])}"
-            f" ({x['infeasible_cases']} cases where none does)"
+            f" (worst {_pct(x['true_loss_max_where_feasible'])})"
         ),
+    )
+    row(
+        "cases where no size meets τ: the advice says so / the advised period and knobs bring"
+        " it within τ",
+        "all",
+        lambda x: (
+            f"{x['infeasible_said_so']} of {x['infeasible_cases']} /"
+            f" {x['infeasible_final_within']} of {x['infeasible_cases']}"
+            f" (said so where some size meets τ: {x['feasible_said_unreachable']})"
+        ),
+    )
+    row(
+        "size trials (runs of the workload), mean / most",
+        f"≤ {MAX_SIZE_TRIALS}",
+        lambda x: f"{x['size_trials_mean']:.1f} / {x['size_trials_max']}",
     )
     row(
         "DRAM saved, mean",
@@ -465,16 +513,18 @@ def markdown(data: dict[str, Any], figure: str | None = None) -> str:
         "",
         "## Cases",
         "",
-        "| judge | workload | host | seed | advised fast | true loss | oracle saved | period regret (in use) | trials | knob speed-up |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| judge | workload | host | seed | advised fast | size trials | true loss | oracle saved | period regret (in use) | period trials | knob speed-up | final loss |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in data["cases"]:
         sz, pe, kn = c["sizing"], c["period"], c["knobs"]
         lines.append(
             f"| {c['judge']} | {c['workload']} | {c['host']} | {c['seed']} |"
-            f" {_pct(sz['advised_fast_share'])} | {_pct(sz['true_loss'])}{'' if sz['met'] else ' ✗'} |"
-            f" {_pct(sz['oracle_saved_share'])} | {_pct(pe['regret'])} ({_pct(pe['in_use_regret'])}) |"
-            f" {pe['trials']} | {kn['speedup_over_in_use']:.3f}× |"
+            f" {_pct(sz['advised_fast_share'])}{' (said unreachable)' if sz['said_unreachable'] else ''} |"
+            f" {sz['size_trials']} | {_pct(sz['true_loss'])}{'' if sz['met'] else ' ✗'} |"
+            f" {_pct(sz['oracle_saved_share'])}{'' if sz['feasible'] else ' (none within τ)'} |"
+            f" {_pct(pe['regret'])} ({_pct(pe['in_use_regret'])}) |"
+            f" {pe['trials']} | {kn['speedup_over_in_use']:.3f}× | {_pct(kn['final_loss'])} |"
         )
     return "\n".join(lines) + "\n"
 

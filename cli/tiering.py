@@ -25,7 +25,7 @@ from model.tiering import (
     advise,
 )
 from model.tiering.period import PeriodMeasurement
-from model.tiering.sizing import SizeMeasurement
+from model.tiering.sizing import MAX_SIZE_TRIALS, SizeMeasurement
 
 tiering_app = typer.Typer(
     help="Dynamic tiering: fast-tier size, migration period and page-manager knobs.",
@@ -59,7 +59,14 @@ def render_advice(console: Console, advice: TieringAdvice) -> None:
     console.print(
         f"[bold]Fast tier[/bold] {size(s.fast_bytes)} ({s.saved_share:.0%} saved), "
         f"predicted loss {s.predicted_loss:.1%} (target {s.loss_target:.1%})"
+        + ("; measured" if s.verified else "")
+        + ("" if s.target_reachable else "; no size meets the target under this manager")
     )
+    if s.next_trial_fast_bytes is not None:
+        console.print(
+            f"[bold]Next size trial[/bold] {size(s.next_trial_fast_bytes)}"
+            f" ({s.trials_done + 1} of at most {s.max_trials})"
+        )
     table = Table("trial", "period", "× dominant reuse", "predicted loss")
     for i, t in enumerate(advice.period.trials, start=1):
         table.add_row(
@@ -116,6 +123,9 @@ def recommend_cmd(
         Path | None,
         typer.Option(help="JSON list of runs at other fast sizes: [{fast_bytes, wall_seconds}]"),
     ] = None,
+    max_size_trials: Annotated[
+        int, typer.Option(help="Size trials the advice may name (0: the profile alone).")
+    ] = MAX_SIZE_TRIALS,
     time_budget: Annotated[
         float, typer.Option(help="CPU seconds the advice may take (it says where it stopped).")
     ] = 2.0,
@@ -150,6 +160,7 @@ def recommend_cmd(
                 "knob_space": space,
                 "period_trials": periods,
                 "size_trials": sizes,
+                "max_size_trials": max_size_trials,
                 "time_budget_seconds": time_budget,
             }
         )

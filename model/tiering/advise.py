@@ -17,7 +17,13 @@ from model.errors import InvalidRequest
 from model.tiering.budget import Budget, BudgetReport
 from model.tiering.period import PeriodMeasurement, PeriodPlan, period_plan
 from model.tiering.profile import PageManagerKind, TieringProfile
-from model.tiering.sizing import SizeMeasurement, SizingAdvice, SizingPoint, size_fast_tier
+from model.tiering.sizing import (
+    MAX_SIZE_TRIALS,
+    SizeMeasurement,
+    SizingAdvice,
+    SizingPoint,
+    size_fast_tier,
+)
 from model.tiering.tune import (
     HEMEM_SPACE,
     KnobAdvice,
@@ -73,6 +79,9 @@ class TieringRequest(BaseModel):
     period_trials: list[PeriodMeasurement] = Field(
         default_factory=list, max_length=16, description="runs at other periods, so far"
     )
+    max_size_trials: int = Field(
+        default=MAX_SIZE_TRIALS, ge=0, le=16, description="size trials the advice may name"
+    )
     size_trials: list[SizeMeasurement] = Field(
         default_factory=list,
         max_length=16,
@@ -127,7 +136,12 @@ def advise(profile: TieringProfile, request: TieringRequest | None = None) -> Ti
                 )
             }
         )
-    sizing = size_fast_tier(profile, request.loss_target, measured=request.size_trials)
+    sizing = size_fast_tier(
+        profile,
+        request.loss_target,
+        measured=request.size_trials,
+        max_trials=request.max_size_trials,
+    )
     # Periods and knobs are tried where the workload runs: the fast size in use, else the one
     # the counters were measured at, else the advised one.
     in_use = request.current_fast_bytes
@@ -218,7 +232,9 @@ def explain(
     lines = [
         f"Fast tier: {_size(sizing.fast_bytes)} of {_size(profile.footprint_bytes)}"
         f" ({sizing.saved_share:.0%} saved); predicted loss {sizing.predicted_loss:.1%} against"
-        f" a target of {sizing.loss_target:.1%} (advised within {sizing.margin:.0%} of it).",
+        f" a target of {sizing.loss_target:.1%}, with {sizing.noise:.1%} kept free for the"
+        " run-to-run noise and more the further the size is from a measured one"
+        + (" (this size was measured)." if sizing.verified else "."),
     ]
     if sizing.anchor_offset != 0:
         lines.append(
@@ -231,18 +247,22 @@ def explain(
             f"{size_trials} run(s) at other fast-tier sizes correct the curve at their sizes"
             " (the correction interpolated between them)."
         )
-    elif sizing.saved_share > 0:
+    if sizing.next_trial_fast_bytes is not None:
         lines.append(
-            "Run once at the advised size and send it as a size trial: the curve is then"
-            " corrected there, and the advice moves up if the loss was under-predicted."
+            f"Next size trial ({sizing.trials_done + 1} of at most {sizing.max_trials}): run at"
+            f" {_size(sizing.next_trial_fast_bytes)} of fast memory and send it back as a size"
+            " trial; the advice moves to the smallest size measured within the target."
         )
-    if sizing.saved_share == 0:
+    if not sizing.target_reachable:
+        lines.append(
+            "Even the whole footprint in the fast tier is over the target under this page"
+            " manager as configured (its own overhead): no fast-tier size meets it. Keep the"
+            " whole footprint fast, run the period and knob trials below at that size, and if"
+            " the loss stays over the target turn the page manager off (all memory fast, no"
+            " migrations)."
+        )
+    elif sizing.saved_share == 0:
         lines.append("Nothing can be given up within the target: keep the fast tier as it is.")
-        if sizing.predicted_loss > sizing.loss_target:
-            lines.append(
-                "Even the whole footprint in the fast tier is predicted over the target under"
-                " this page manager and its knobs: tune the knobs first."
-            )
     cur = plan.ladder[plan.current]
     lines.append(
         f"Migration period: the dominant reuse is {_seconds(plan.dominant_reuse_seconds)}; the"

@@ -187,7 +187,17 @@ def seconds_per_moved_page(profile: TieringProfile) -> float:
 def predicted_loss(
     profile: TieringProfile, knobs: dict[str, float], period_seconds: float, fast_share: float
 ) -> float:
-    """The model's run-time loss against all-fast with no memory pressure."""
+    """The model's run-time loss against all-fast with no memory pressure, under the profile's
+    page manager: hint-fault promotion for `tpp`, sampling for the others."""
+    if profile.page_manager.kind in HINT_FAULT_MANAGERS:
+        return hint_fault_loss(profile, knobs, period_seconds, fast_share)
+    return sampling_loss(profile, knobs, period_seconds, fast_share)
+
+
+def sampling_loss(
+    profile: TieringProfile, knobs: dict[str, float], period_seconds: float, fast_share: float
+) -> float:
+    """A sampling (HeMem-like) manager's loss."""
     view = manager_view(profile, knobs, period_seconds)
     kept, moved = kept_share(profile, view, fast_share, knob(knobs, "demotion_watermark"))
     # A rate limit below what chasing needs leaves that share of the moves undone, and the pages
@@ -204,3 +214,169 @@ def predicted_loss(
     sampling = view.samples_per_second * t0 * SAMPLE_SECONDS / profile.threads
     loss = (slow_cost + migration + passes + sampling) / t0
     return float(min(loss, 1e6))  # finite whatever the inputs: it goes out as JSON
+
+
+# --- Hint-fault promotion (Linux NUMA balancing in tiering mode, TPP) -------------------------
+#
+# Every scan period the scanner makes the slow pages' entries inaccessible; the first access to
+# such a page faults, and the page is promoted if the fault came within the hot threshold of the
+# scan that marked it (and a fast page is free, and the promotion rate limit allows). Reclaim
+# demotes the least recently used fast pages when free fast memory falls under the watermark. So
+# the fast tier behaves as an LRU cache whose admission waits for a scan and a fault: a page
+# stays fast while it is used at least once every T seconds (T set by the capacity, Che's
+# approximation), and once demoted it is served slow until the next scan marks it and it faults
+# within the threshold.
+
+HINT_FAULT_MANAGERS = frozenset({"tpp"})
+HINT_FAULT_SECONDS = 2e-6  # the trap, the fault handler and the return, per huge page
+PTE_SCAN_SECONDS = 20e-9  # making one huge page's entry inaccessible, per scan
+DEFAULT_HOT_THRESHOLD_MS = 1000.0  # the kernel's default
+DEFAULT_PROMOTE_LIMIT_MBPS = 65536.0  # unlimited in practice
+
+
+@dataclass(frozen=True)
+class HintFaultView:
+    kept: float  # share of misses served fast
+    promotions_per_second: float
+    faults_per_second: float
+    scans_per_second: float
+
+
+def _lru_occupancy(
+    rate: NDArray[np.float64], delay: NDArray[np.float64], horizon: float
+) -> NDArray[np.float64]:
+    """The share of time (and, for Poisson accesses, of accesses) each page spends fast when it is
+    demoted after `horizon` seconds unused and comes back `delay` seconds after its next use."""
+    r = np.exp(-rate * horizon)
+    return (1.0 - r) / np.maximum((1.0 - r) + r * (1.0 + rate * delay), 1e-300)
+
+
+def reused_pages(profile: TieringProfile) -> float:
+    """How many pages are reused at all, from the reuse histogram: the footprint of a long
+    window, touches per second times the mean time between touches."""
+    reuse = sum(b.count * b.reuse_misses for s in profile.structures for b in s.reuse)
+    # Touches per second × mean reuse time = Σ count × reuse (misses) / the run's misses.
+    return float(min(profile.pages, reuse / max(profile.llc_misses, 1.0)))
+
+
+def hint_fault_view(
+    profile: TieringProfile, knobs: dict[str, float], period_seconds: float, fast_share: float
+) -> HintFaultView:
+    a = page_shares(profile)
+    n = a.size
+    group = profile.pages / n
+    huge = max(1.0, profile.page_bytes / HUGE_PAGE_BYTES)
+    scan = max(period_seconds, MIN_PERIOD_SECONDS)
+    threshold = max(float(knobs.get("hot_threshold_ms", DEFAULT_HOT_THRESHOLD_MS)), 1e-3) * 1e-3
+    limit = max(float(knobs.get("promote_rate_limit_mbps", DEFAULT_PROMOTE_LIMIT_MBPS)), 1e-6)
+    watermark = knob(knobs, "demotion_watermark")
+    rate = a * profile.misses_per_second / group  # accesses per second of one real page
+    # Pages the reuse histogram never saw reused (touched once, at initialisation) are not
+    # touched again: the coldest beyond the reused count get no rate.
+    rate[int(np.ceil(reused_pages(profile) / group)) :] = 0.0
+    # A marked page is promoted if its first access after the scan comes within the threshold;
+    # else it waits for the next scan.
+    q = 1.0 - np.exp(-rate * min(threshold, scan))
+    delay = scan / 2.0 + scan * (1.0 - q) / np.maximum(q, 1e-12)
+    # Reclaim refills the free watermark from the low mark to twice it: on average 1.5 marks free.
+    capacity = max(0.0, fast_share * (1.0 - 1.5 * watermark)) * n
+    cap_moves = limit * 1e6 / profile.page_bytes
+    occupancy = np.zeros(n)
+    promotions = 0.0
+    for _ in range(2):  # a second pass when the rate limit stretches the delay
+        if float((rate > 0).sum()) <= capacity:
+            occupancy = (rate > 0).astype(float)
+            horizon = np.inf
+        else:
+            lo, hi = -12.0, 12.0  # log10 seconds
+            for _ in range(60):
+                mid = 0.5 * (lo + hi)
+                if _lru_occupancy(rate, delay, 10.0**mid).sum() > capacity:
+                    hi = mid
+                else:
+                    lo = mid
+            horizon = 10.0**lo
+            occupancy = _lru_occupancy(rate, delay, horizon)
+        # One promotion per cycle of fast and slow time: rate x (1 - occupancy) x e^{-rate T}
+        # / (e^{-rate T} (1 + rate delay)) simplifies to (1 - occupancy) / (1/rate + delay).
+        cycles = (1.0 - occupancy) / np.maximum(1.0 / np.maximum(rate, 1e-300) + delay, 1e-300)
+        cycles = np.where(np.isfinite(horizon) & (rate > 0), cycles, 0.0)
+        promotions = float(cycles.sum()) * group
+        if promotions <= cap_moves:
+            break
+        delay = delay * promotions / cap_moves
+    # Pages never reused stay where first touch put them, in the room the reused ones leave.
+    cold = rate <= 0
+    if cold.any():
+        room = max(0.0, capacity - float(occupancy[~cold].sum()))
+        occupancy[cold] = min(1.0, room / float(cold.sum()))
+    kept = float((a * occupancy).sum())
+    # A moving hot set: pages new to the hottest set wait a scan and a fault before they come up.
+    turnover = moving_turnover(profile, min(1.0, capacity / n))
+    window = profile.window_seconds
+    hot = a > 0
+    typical = float((a[hot] * delay[hot]).sum() / max(a[hot].sum(), 1e-12)) if hot.any() else 0.0
+    kept -= turnover * kept * min(1.0, typical / window)
+    promotions += turnover * capacity * group / window
+    if promotions > cap_moves:
+        kept -= turnover * kept * (1.0 - cap_moves / promotions)
+        promotions = cap_moves
+    # Faults: a marked slow page faults once per huge page it touches before the next scan.
+    touched = huge * (1.0 - np.exp(-rate * scan / huge))
+    faults = float(((1.0 - occupancy) * touched).sum()) * group / scan
+    return HintFaultView(
+        kept=float(np.clip(kept, 0.0, 1.0)),
+        promotions_per_second=promotions,
+        faults_per_second=faults,
+        scans_per_second=1.0 / scan,
+    )
+
+
+def _hint_fault_cost(profile: TieringProfile, view: HintFaultView) -> float:
+    t0 = profile.wall_seconds_fast
+    huge = max(1.0, profile.page_bytes / HUGE_PAGE_BYTES)
+    slow_cost = (profile.wall_seconds_slow - t0) * (1.0 - view.kept)
+    # A promotion copies in the faulting thread's fault path; its demotion copies in kswapd, in
+    # the background. Both shoot down the page's entries on every thread.
+    shootdowns = 2.0 * huge * SHOOTDOWN_SECONDS
+    copy = seconds_per_moved_page(profile) - huge * SHOOTDOWN_SECONDS
+    migration = view.promotions_per_second * t0 * (copy / profile.threads + shootdowns)
+    faults = view.faults_per_second * t0 * HINT_FAULT_SECONDS / profile.threads
+    scans = view.scans_per_second * t0 * profile.pages * huge * PTE_SCAN_SECONDS
+    return (slow_cost + migration + faults + scans) / t0
+
+
+def reclaim_churn(profile: TieringProfile, knobs: dict[str, float]) -> float:
+    """The loss the counters show beyond the model, times the scan period they were measured at,
+    where they also show more promotions than the model expects: reclaim demoting warm pages to
+    its watermark and the next scan's faults bringing them back, a cost that repeats every scan.
+    Zero without counters or without such promotions."""
+    c = profile.counters
+    if c is None or c.fast_bytes <= 0:
+        return 0.0
+    scan = max(profile.page_manager.migration_period_seconds, MIN_PERIOD_SECONDS)
+    share = min(1.0, c.fast_bytes / profile.footprint_bytes)
+    view = hint_fault_view(profile, knobs, scan, share)
+    if c.promotions / c.wall_seconds <= view.promotions_per_second:
+        return 0.0
+    excess = c.wall_seconds / profile.wall_seconds_fast - 1.0 - _hint_fault_cost(profile, view)
+    return max(0.0, excess) * scan
+
+
+def hint_fault_loss(
+    profile: TieringProfile,
+    knobs: dict[str, float],
+    period_seconds: float,
+    fast_share: float,
+    with_churn: bool = True,
+) -> float:
+    """A hint-fault (TPP-like) manager's loss: slow misses, moves (a promotion and its demotion),
+    faults and scans, and the reclaim churn the counters measured, at most as often as measured."""
+    view = hint_fault_view(profile, knobs, period_seconds, fast_share)
+    if not with_churn:
+        return float(min(_hint_fault_cost(profile, view), 1e6))
+    # Longer scans churn less often; a shorter scan than the measured one is not read as more
+    # churn (the demoted pages' own reuse bounds it, and nothing measured says by how much).
+    measured = max(profile.page_manager.migration_period_seconds, MIN_PERIOD_SECONDS)
+    churn = reclaim_churn(profile, knobs) / max(period_seconds, measured)
+    return float(min(_hint_fault_cost(profile, view) + churn, 1e6))

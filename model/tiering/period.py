@@ -30,7 +30,6 @@ from model.tiering.profile import TieringProfile
 LADDER_EXPONENTS = range(-2, 7)
 MAX_JUMP = 2  # rungs the model may move the second trial away from the period in use
 RATIO = 4.0  # between rungs
-SAME = 0.05  # periods within 5 % of each other are one rung
 
 
 class PeriodTrial(BaseModel):
@@ -141,7 +140,13 @@ def period_plan(
     longest = max(profile.wall_seconds_fast / 2.0, MIN_PERIOD_SECONDS)
     periods = [dr_seconds * RATIO**j for j in LADDER_EXPONENTS]
     periods = [p for p in periods if MIN_PERIOD_SECONDS <= p <= longest]
-    periods = [p for p in periods if abs(math.log(p / current)) > math.log1p(SAME)]
+    # The ladder reaches half the run: where its last power of four falls short of that by more
+    # than half a rung (×2), half the run is the top rung.
+    if not periods or longest / periods[-1] > math.sqrt(RATIO):
+        periods.append(longest)
+    # The period in use takes the place of the rung nearest it: a rung within half a rung (×2)
+    # of it would spend a trial on almost the same period.
+    periods = [p for p in periods if abs(math.log(p / current)) > math.log(RATIO) / 2]
     periods = sorted([*periods, current])
 
     def rung(period: float) -> PeriodTrial:

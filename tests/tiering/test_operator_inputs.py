@@ -121,6 +121,8 @@ def test_cli_takes_the_operator_inputs(tmp_path: Path) -> None:
             str(periods),
             "--size-trials",
             str(sizes),
+            "--max-size-trials",
+            "1",
             "--time-budget",
             "1",
             "--json",
@@ -128,6 +130,9 @@ def test_cli_takes_the_operator_inputs(tmp_path: Path) -> None:
     )
     assert r.exit_code == 0, r.output
     advice = json.loads(r.stdout)
+    # One size trial sent, one allowed: the advice names no more.
+    assert advice["sizing"]["max_trials"] == 1 and advice["sizing"]["trials_done"] == 1
+    assert advice["sizing"]["next_trial_fast_bytes"] is None
     assert advice["page_manager"] == "tpp"
     assert advice["period"]["best_period_seconds"] == 0.02
     assert advice["period"]["next_period_seconds"] is not None

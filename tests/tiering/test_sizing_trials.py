@@ -1,0 +1,185 @@
+"""The hint-fault manager model, the uncertainty-aware size, the size trials and the advice where
+no size meets τ; the period ladder's top rung."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from bench.tiering_calibrate import calibrate
+from bench.tiering_judges import size_met
+from model.tiering import TieringProfile, TieringRequest, advise
+from model.tiering.manager_model import (
+    hint_fault_loss,
+    hint_fault_view,
+    predicted_loss,
+    sampling_loss,
+)
+from model.tiering.period import period_plan
+from model.tiering.sizing import SizeMeasurement, SizingAdvice, size_fast_tier
+from sim.machine import cxl_local_host
+from sim.tiering.tpp import tpp_profile
+from tests.tiering.conftest import profile, stream
+
+
+def tpp(name: str = "moving-hot") -> TieringProfile:
+    return tpp_profile(stream(name), cxl_local_host())
+
+
+def test_the_manager_kind_chooses_the_model() -> None:
+    p = tpp()
+    knobs = dict(p.page_manager.knobs)
+    period = p.page_manager.migration_period_seconds
+    assert predicted_loss(p, knobs, period, 0.7) == hint_fault_loss(p, knobs, period, 0.7)
+    sampling = p.model_copy(
+        update={"page_manager": p.page_manager.model_copy(update={"kind": "hemem"})}
+    )
+    assert predicted_loss(sampling, knobs, period, 0.7) == sampling_loss(p, knobs, period, 0.7)
+    assert hint_fault_loss(p, knobs, period, 0.7) != sampling_loss(p, knobs, period, 0.7)
+
+
+def test_hint_fault_model_follows_its_mechanisms() -> None:
+    p = tpp()
+    knobs = dict(p.page_manager.knobs)
+    period = p.page_manager.migration_period_seconds
+    losses = [hint_fault_loss(p, knobs, period, f) for f in (1.0, 0.9, 0.8, 0.7, 0.6, 0.5)]
+    assert losses == sorted(losses) and losses[-1] > losses[0]
+    roomy = hint_fault_view(p, knobs, period, 1.0)
+    tight = hint_fault_view(p, knobs, period, 0.6)
+    # A fast tier that holds every reused page only chases the moving hot set; a smaller one
+    # churns and faults.
+    assert roomy.promotions_per_second < tight.promotions_per_second / 10
+    assert roomy.kept > tight.kept and roomy.faults_per_second < tight.faults_per_second
+    assert tight.promotions_per_second > 0.0 and tight.faults_per_second > 0.0
+    # Longer scans mark less often: fewer faults per second.
+    slow_scans = hint_fault_view(p, knobs, period * 8, 0.6)
+    assert slow_scans.faults_per_second < tight.faults_per_second
+    # A promotion rate limit below the churn caps the promotions and costs misses.
+    capped = hint_fault_view(p, {**knobs, "promote_rate_limit_mbps": 1.0}, period, 0.6)
+    assert capped.promotions_per_second < tight.promotions_per_second
+    assert capped.kept < tight.kept
+
+
+def run_until_done(
+    p: TieringProfile, loss_at: Callable[[float], float], max_trials: int = 4
+) -> tuple[SizingAdvice, list[SizeMeasurement]]:
+    trials: list[SizeMeasurement] = []
+    advice = size_fast_tier(p, 0.05, max_trials=max_trials)
+    while advice.next_trial_fast_bytes is not None:
+        share = advice.next_trial_fast_bytes / p.footprint_bytes
+        trials.append(
+            SizeMeasurement(
+                fast_bytes=advice.next_trial_fast_bytes,
+                wall_seconds=p.wall_seconds_fast * (1.0 + loss_at(share)),
+            )
+        )
+        advice = size_fast_tier(p, 0.05, measured=trials, max_trials=max_trials)
+        assert len(trials) <= max_trials
+    return advice, trials
+
+
+@pytest.mark.parametrize("name", ["moving-hot", "warm-background"])
+@pytest.mark.parametrize("hint_fault", [False, True])
+def test_size_trials_converge_on_a_measured_size_within_tau(name: str, hint_fault: bool) -> None:
+    p = tpp(name) if hint_fault else profile(name)
+    first = size_fast_tier(p, 0.05)
+
+    # A workload whose true loss grows linearly below 90 % fast, whatever the model says.
+    def loss_at(share: float) -> float:
+        return 0.01 + max(0.0, 0.9 - share) * 0.12
+
+    advice, trials = run_until_done(p, loss_at)
+    share, noise = advice.fast_share, advice.noise
+    assert 1 <= len(trials) <= 4 and advice.verified
+    assert loss_at(share) + noise <= 0.05 + 1e-9
+    # The advice is the smallest size measured within τ less the noise, and the trials moved it
+    # towards the boundary.
+    good = [t.fast_bytes / p.footprint_bytes for t in trials]
+    good = [x for x in good if loss_at(x) + noise <= 0.05 + 1e-9]
+    assert share == pytest.approx(min(good), abs=0.011)
+    boundary = 0.9 - (0.04 - noise) / 0.12
+    assert share - boundary < 0.2 and share < first.fast_share + 1e-9
+    # It ends on a size measured twice when the trials allow.
+    at_share = [t for t in trials if abs(t.fast_bytes / p.footprint_bytes - share) < 0.006]
+    assert len(at_share) == 2 or len(trials) == 4
+
+
+def test_a_size_measured_over_tau_is_never_advised_and_bisected() -> None:
+    p = profile("moving-hot")
+    first = size_fast_tier(p, 0.05)
+    assert first.next_trial_fast_bytes is not None
+    at = first.next_trial_fast_bytes
+    bad = SizeMeasurement(fast_bytes=at, wall_seconds=p.wall_seconds_fast * 1.2)
+    again = size_fast_tier(p, 0.05, measured=[bad])
+    assert again.fast_share > at / p.footprint_bytes
+    if again.next_trial_fast_bytes is not None:
+        assert again.next_trial_fast_bytes > at  # between the failed size and the advice
+    no_more = size_fast_tier(p, 0.05, measured=[bad], max_trials=1)
+    assert no_more.next_trial_fast_bytes is None
+    assert size_fast_tier(p, 0.05, max_trials=0).next_trial_fast_bytes is None
+
+
+def test_where_even_all_fast_is_over_tau_the_advice_says_so_and_probes_once() -> None:
+    p = tpp()
+    assert p.counters is not None
+    over = p.model_copy(
+        update={
+            "counters": p.counters.model_copy(update={"wall_seconds": p.wall_seconds_fast * 1.12})
+        }
+    )
+    advice = advise(over, TieringRequest(loss_target=0.05))
+    assert not advice.sizing.target_reachable and advice.sizing.fast_share == 1.0
+    assert any("no fast-tier size meets it" in line for line in advice.explanation)
+    probe = advice.sizing.next_trial_fast_bytes
+    assert probe is not None and probe < p.footprint_bytes
+
+    def after(loss: float) -> SizingAdvice:
+        run = SizeMeasurement(fast_bytes=probe, wall_seconds=p.wall_seconds_fast * (1 + loss))
+        return size_fast_tier(over, 0.05, measured=[run])
+
+    # The probe over τ too: all-fast stays, said unreachable, no more trials.
+    failed = after(0.2)
+    assert not failed.target_reachable and failed.fast_share == 1.0
+    assert failed.next_trial_fast_bytes is None
+    # The probe within τ: a smaller tier escapes the manager's overhead at a full one.
+    escaped = after(0.01)
+    assert escaped.target_reachable and escaped.fast_share < 1.0 and escaped.verified
+    assert advise(p).sizing.target_reachable
+
+
+def test_the_period_ladder_reaches_half_the_run(strided_profile: TieringProfile) -> None:
+    plan = period_plan(strided_profile)
+    assert plan.ladder[-1].period_seconds == pytest.approx(strided_profile.wall_seconds_fast / 2)
+
+
+def test_the_judges_rule_where_no_size_meets_tau() -> None:
+    p = tpp()
+    assert p.counters is not None
+    reachable = size_fast_tier(p, 0.05)
+    over = p.model_copy(
+        update={
+            "counters": p.counters.model_copy(update={"wall_seconds": p.wall_seconds_fast * 1.12})
+        }
+    )
+    unreachable = size_fast_tier(over, 0.05)
+    assert reachable.target_reachable and not unreachable.target_reachable
+    # Where some size meets τ, only the true loss counts, whatever the advice said.
+    assert size_met(True, 0.04, unreachable, 0.05) and not size_met(True, 0.06, reachable, 0.05)
+    # Where none does, only an advice that says so and keeps all of it fast is met.
+    assert size_met(False, 0.12, unreachable, 0.05)
+    assert not size_met(False, 0.12, reachable, 0.05)
+
+
+def test_calibration_takes_the_quantile_over_the_noise_and_per_share() -> None:
+    cases = [
+        {"kind": "tpp", "noise": [0.01, -0.02, 0.0], "errors": [(0.1, 0.05), (0.2, 0.0)]},
+        {"kind": "tpp", "noise": [0.03], "errors": [(0.05, 0.04)]},
+        {"kind": "tmc-sim", "noise": [-0.01], "errors": [(0.1, -0.1)]},
+    ]
+    out = calibrate(cases, quantile=1.0)
+    assert out["tpp"]["noise"] == pytest.approx(0.03)
+    # Under-prediction beyond the noise, per share of distance: (0.04 - 0.03) / 0.05 = 0.2 and
+    # (0.05 - 0.03) / 0.1 = 0.2; over-prediction counts as none.
+    assert out["tpp"]["slope"] == pytest.approx(0.2)
+    assert out["tmc-sim"] == {"noise": 0.0, "slope": 0.0, "cases": 1.0}
