@@ -54,12 +54,11 @@ from bench.studies import (
     Study,
     confident_candidates,
     hourly,
-    paired_bound,
     pool_map,
 )
 from bench.study_cache import cached
 from model.capacity import MachineKind, Option, WorkloadClass
-from model.confidence import DEFAULT_CONFIDENCE, prediction_interval
+from model.confidence import DEFAULT_CONFIDENCE, paired_bounds, prediction_interval
 from model.fit import fit
 from model.grid import paper_grid
 from model.predict import Predictor
@@ -67,7 +66,7 @@ from model.price_profiles import price_profile
 from model.pricing import PriceProfile
 from model.resources import GIB, split_memory
 from model.select import algorithm1, confident_algorithm1
-from model.shadow_prices import ShadowPrices, shadow_prices
+from model.shadow_prices import DEFAULT_BLEND, ShadowPrices, shadow_prices
 from model.verification import (
     RUN_NOISE,
     grid_correction,
@@ -93,8 +92,6 @@ from sim.workload import Workload
 RESOURCES = ("cpu", "dram", "slow", "llc")
 THRESHOLD = 0.025
 POLICIES = ("es", "tmc-2.5", "tmc-2.5c", "tmc-2.5v", "tmc-2.5s")
-# The shadow-price policy decides in this blend of list and shadow prices (model.shadow_prices).
-SHADOW_BLEND = 0.5
 
 
 @dataclass(frozen=True)
@@ -387,7 +384,7 @@ def verified(
         if measured[best]:
             packing = packing_point(
                 cost,
-                paired_bound(s, cost, sigma, z)(best),
+                paired_bounds(s.terms, cost, sigma, z)(best),
                 float(cost[best]) * (1.0 + THRESHOLD),
                 lighter,
                 best,
@@ -470,7 +467,7 @@ def _compact_job(job: tuple[Regime, tuple[int, ...], str]) -> dict[str, Any]:
     if pol == "tmc-2.5s":
         # The default policy, deciding in a blend of list and the mix's shadow prices.
         shadow = mix_shadow_prices(studies, mix, regime, arch, levels)
-        decide_in = shadow.currency("blend", SHADOW_BLEND)
+        decide_in = shadow.currency("blend", DEFAULT_BLEND)
         policy = build_policy("tmc-2.5v", studies, regime, arch, levels, decide_in)
     else:
         policy = build_policy(pol, studies, regime, arch, levels)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from model.confidence import ErrorTerms
+from model.confidence import ErrorTerms, paired_bounds
 from model.pricing import PriceProfile
 from model.resources import GIB
 from model.select import Selection, confident_algorithm1
@@ -65,25 +65,6 @@ def hourly(s: Study, prices: PriceProfile) -> FloatArray:
     return out
 
 
-def paired_bound(
-    s: Study, cost: FloatArray, sigma: FloatArray, z: float
-) -> Callable[[int], FloatArray]:
-    """best -> each candidate's cost bound from the uncertainty of its difference from best
-    (`model.confidence.ErrorTerms`), the terms scaled by `sigma` (e.g. corrected by verification
-    runs) over the model's own; each point's own bound where the study has no terms."""
-    if s.terms is None:
-        own = cost * (1.0 + z * sigma)
-        return lambda _best: own
-    terms = s.terms
-    scale = sigma / np.maximum(terms.sigma, 1e-12)
-
-    def bound(best: int) -> FloatArray:
-        out: FloatArray = cost * (1.0 + z * terms.difference_sigma(best, scale))
-        return out
-
-    return bound
-
-
 def confident_candidates(
     s: Study,
     cost: FloatArray,
@@ -104,7 +85,7 @@ def confident_candidates(
         np.zeros((n, 4)) if demand is None else demand,
         np.zeros(4),
         threshold,
-        paired_upper=paired_bound(s, cost, sigma, z),
+        paired_upper=paired_bounds(s.terms, cost, sigma, z),
     )
     assert sel is not None  # every configuration is acceptable
     return sel

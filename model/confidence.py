@@ -51,6 +51,7 @@ far surer than either time. `ErrorTerms` keeps each term of sigma with what it c
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -163,6 +164,25 @@ def cache_share(prediction: GridPrediction) -> FloatArray:
     psi = np.minimum(np.abs(1.0 - row / row[lo]), np.abs(1.0 - row / row[hi]))
     out: FloatArray = np.broadcast_to(psi[None, :], prediction.seconds.shape).copy()
     return out
+
+
+def paired_bounds(
+    terms: ErrorTerms | None, cost: FloatArray, sigma: FloatArray, z: float
+) -> Callable[[int], FloatArray]:
+    """best -> every point's cost bound judged by its difference from best, `z` standard
+    deviations up (the one-sided quantile of the level),
+    each point's terms scaled by `sigma` (e.g. corrected by verification runs) over the model's
+    own sigma; without terms, each point's own bound."""
+    if terms is None:
+        own = cost * (1.0 + z * sigma)
+        return lambda _best: own
+    scale = sigma / np.maximum(terms.sigma, 1e-12)
+
+    def bound(best: int) -> FloatArray:
+        out: FloatArray = cost * (1.0 + z * terms.difference_sigma(best, scale))
+        return out
+
+    return bound
 
 
 def way_anchor(prediction: GridPrediction) -> FloatArray:

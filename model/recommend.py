@@ -16,6 +16,7 @@ from model.confidence import (
     DEFAULT_CONFIDENCE,
     ErrorTerms,
     PredictionInterval,
+    paired_bounds,
     prediction_interval,
     slowdown_sigma,
 )
@@ -149,20 +150,9 @@ class PricedGrid:
 
     def paired_upper(self, confidence: float) -> Callable[[int], FloatArray]:
         """best -> every candidate's cost bound judged by its difference from best
-        (`model.confidence.ErrorTerms`); after verification runs each point's terms are scaled
-        by its corrected sigma over the model's own."""
+        (`model.confidence.paired_bounds`)."""
         z = NormalDist().inv_cdf(confidence)
-        terms = self.terms
-        if terms is None:
-            own = self.cost * (1.0 + z * self.sigma.ravel())
-            return lambda _best: own
-        scale = self.sigma.ravel() / np.maximum(terms.sigma, 1e-12)
-
-        def bound(best: int) -> FloatArray:
-            out: FloatArray = self.cost * (1.0 + z * terms.difference_sigma(best, scale))
-            return out
-
-        return bound
+        return paired_bounds(self.terms, self.cost, self.sigma.ravel(), z)
 
     def ratio_and_ways(self, i: int) -> tuple[float, int]:
         n_ways = len(self.prediction.llc_ways)
