@@ -29,10 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from bench.studies import Regime, Study, confident_candidates, hourly, pool_map
+from bench.studies import (
+    Regime,
+    Study,
+    confident_candidates,
+    hourly,
+    pool_map,
+    study_options,
+)
 from model.capacity import (
     MachineKind,
-    Option,
     WorkloadClass,
     greedy_plan,
     paper_machine_kinds,
@@ -96,20 +102,11 @@ def _classes(
     for i in mix:
         s = studies[i]
         within, h = _candidates(s, regime)
-        options = tuple(
-            Option(
-                vcpus=s.vcpus,
-                dram_bytes=int(s.dram_bytes[k]),
-                slow_bytes=int(s.slow_bytes[k]),
-                llc_ways=int(s.ways[k]),
-                # The predicted run time: the candidates are already those whose bound is
-                # within T, and the peak quantile covers the count's fluctuation; upper bounds
-                # (up to +70 % at high slow ratios) would plan for VMs that are not there.
-                seconds=float(s.predicted_seconds[k]),
-                cost=float(h[k] * s.predicted_seconds[k] / 3600.0),
-            )
-            for k in within
-        )
+        # The predicted run time: the candidates are already those whose bound is within T, and
+        # the peak quantile covers the count's fluctuation; upper bounds (up to +70 % at high
+        # slow ratios) would plan for VMs that are not there.
+        seconds = s.predicted_seconds
+        options = study_options(s, within, seconds, h * seconds / 3600.0)
         classes.append(WorkloadClass(s.name, rate_per_hour / len(mix), options))
         idxs.append(within)
     return classes, idxs

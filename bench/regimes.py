@@ -34,6 +34,7 @@ map varies prices and shapes, not the profiling noise (the evaluation's per-work
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import time
@@ -55,9 +56,10 @@ from bench.studies import (
     confident_candidates,
     hourly,
     pool_map,
+    study_options,
 )
 from bench.study_cache import cached
-from model.capacity import MachineKind, Option, WorkloadClass
+from model.capacity import MachineKind, WorkloadClass
 from model.confidence import DEFAULT_CONFIDENCE, paired_bounds, prediction_interval
 from model.fit import fit
 from model.grid import paper_grid
@@ -328,28 +330,9 @@ def mix_shadow_prices(
         seconds, sigma, _ = verified(s, h, z, regime)
         cost = h * seconds / 3600.0
         kept = confident_candidates(s, cost, sigma, seconds, z, THRESHOLD).within
-        options = tuple(
-            Option(
-                vcpus=s.vcpus,
-                dram_bytes=int(s.dram_bytes[k]),
-                slow_bytes=int(s.slow_bytes[k]),
-                llc_ways=int(s.ways[k]),
-                seconds=float(seconds[k]),
-                cost=float(cost[k]),
-            )
-            for k in kept
-        )
-        classes.append(WorkloadClass(s.name, 1.0, options))
-    kind = MachineKind(
-        name=arch.name,
-        cpus=arch.cpus,
-        dram_bytes=arch.dram_bytes,
-        local_slow_bytes=arch.local_slow_bytes,
-        pool_bytes=arch.pool_bytes,
-        rack_nodes=arch.rack_nodes,
-        llc_ways=arch.llc_ways,
-    )
-    return shadow_prices(classes, kind, prices)
+        classes.append(WorkloadClass(s.name, 1.0, study_options(s, kept, seconds, cost)))
+    # The simulator's machine and the planner's kind have the same fields.
+    return shadow_prices(classes, MachineKind(**dataclasses.asdict(arch)), prices)
 
 
 def verified(
@@ -370,7 +353,7 @@ def verified(
     shape = (len(ratios), len(ways))
     rng = np.random.default_rng(zlib.crc32(f"{_run_twin(regime)}/{s.name}".encode()))
     n = len(s.predicted_seconds)
-    lighter = _demand(s).astype(np.float64)
+    demand = _demand(s).astype(np.float64)
     points: list[tuple[int, int, float]] = []
     largest = 0.0
     seconds, sigma = s.predicted_seconds, s.sigma
@@ -386,7 +369,7 @@ def verified(
                 cost,
                 paired_bounds(s.terms, cost, sigma, z)(best),
                 float(cost[best]) * (1.0 + THRESHOLD),
-                lighter,
+                demand,
                 best,
                 measured,
                 every,

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from model.capacity import Option
 from model.confidence import ErrorTerms, paired_bounds
 from model.pricing import PriceProfile
 from model.resources import GIB
@@ -63,6 +64,24 @@ def hourly(s: Study, prices: PriceProfile) -> FloatArray:
         + s.ways * prices.llc_way_hour
     )
     return out
+
+
+def study_options(
+    s: Study, indices: NDArray[np.int64], seconds: FloatArray, cost: FloatArray
+) -> tuple[Option, ...]:
+    """The study's configurations at `indices` as a class's options for the planners: each with
+    the run time and cost the caller takes for it (what the product knows, not the truth)."""
+    return tuple(
+        Option(
+            vcpus=s.vcpus,
+            dram_bytes=int(s.dram_bytes[k]),
+            slow_bytes=int(s.slow_bytes[k]),
+            llc_ways=int(s.ways[k]),
+            seconds=float(seconds[k]),
+            cost=float(cost[k]),
+        )
+        for k in indices
+    )
 
 
 def confident_candidates(

@@ -148,6 +148,14 @@ class PricedGrid:
     correction: GridCorrection | None = None  # from verification runs, already applied
     terms: ErrorTerms | None = None  # the uncorrected sigma's terms, for paired differences
 
+    @property
+    def measured(self) -> np.ndarray:
+        """Per candidate: was it measured by a verification run."""
+        if self.correction is None:
+            return np.zeros(self.cost.size, dtype=bool)
+        out: np.ndarray = self.correction.measured.ravel()
+        return out
+
     def paired_upper(self, confidence: float) -> Callable[[int], FloatArray]:
         """best -> every candidate's cost bound judged by its difference from best
         (`model.confidence.paired_bounds`)."""
@@ -365,6 +373,11 @@ def recommend(
         beyond &= priced.cost > priced.cost[selection.best] * (1.0 + threshold)
     others = np.flatnonzero(beyond)
     others = others[np.lexsort((priced.cost[others], score[others]))][:RUNNERS_UP]
+    # The band's bound of each candidate against the best: why one was dropped, and which
+    # lighter one a run may admit.
+    band_upper = (
+        None if cost_upper is None else priced.paired_upper(band_confidence)(selection.best)
+    )
     dropped = _dropped(
         priced,
         selection.best,
@@ -372,7 +385,7 @@ def recommend(
         in_within,
         slowdown,
         slowdown_upper,
-        None if cost_upper is None else priced.paired_upper(band_confidence)(selection.best),
+        band_upper,
         objective,
         threshold,
         (confidence, band_confidence),
@@ -383,20 +396,15 @@ def recommend(
     verification = None
     if confidence is not None:
         packing = None
-        if cost_upper is not None and relative:
-            measured = (
-                np.zeros(priced.cost.size, dtype=bool)
-                if priced.correction is None
-                else priced.correction.measured.ravel()
-            )
+        if band_upper is not None and relative:
             best = selection.best
             packing = packing_point(
                 priced.cost,
-                priced.paired_upper(band_confidence)(best),
+                band_upper,
                 float(priced.cost[best]) * (1.0 + threshold),
                 priced.demand,
                 best,
-                measured,
+                priced.measured,
                 acceptable,
             )
         verification = _verification(
@@ -507,7 +515,7 @@ def _verification(
 ) -> VerificationState:
     c = priced.correction
     p = priced.prediction
-    measured = np.zeros(priced.cost.size, dtype=bool) if c is None else c.measured.ravel()
+    measured = priced.measured
     sigma = priced.sigma.ravel()
     if objective.max_slowdown is not None:
         # The chance that a candidate meets the SLO in truth (log-normal around the prediction).

@@ -31,6 +31,7 @@ from model.planning_requests import (
     rebalance_plan,
     shadow_price_plan,
 )
+from model.pricing import PriceProfile
 
 router = APIRouter(prefix="/v1/planner", tags=["planner"])
 Planner = Annotated[object, Depends(require(Permission.recommend))]
@@ -63,11 +64,19 @@ async def capacity(
     body: CapacityRequest, request: Request, state: StateDep, session: SessionDep, _: Planner
 ) -> dict[str, Any]:
     plain = CapacityIn.model_validate(body.model_dump(exclude={"price_profile"}))
-    if body.price_profile is None:
-        return await state.planner.run(capacity_plan, (plain,), body.time_limit_seconds, request)
-    _row, prices = await run_in_threadpool(resolve_price_profile, session, body.price_profile)
-    session.close()
+    prices = await _named_prices(session, body.price_profile)
     return await state.planner.run(capacity_plan, (plain, prices), body.time_limit_seconds, request)
+
+
+async def _named_prices(session: Session, key: str | None) -> PriceProfile | None:
+    """A stored price profile by name@version, or None for the request's shipped one. The
+    session is closed either way: a plan writes nothing, and the connection goes back to the
+    pool before it runs."""
+    prices = None
+    if key is not None:
+        _row, prices = await run_in_threadpool(resolve_price_profile, session, key)
+    session.close()
+    return prices
 
 
 class ShadowPricesRequest(ShadowPricesIn):
@@ -98,10 +107,7 @@ async def shadow_prices_route(
     body: ShadowPricesRequest, request: Request, state: StateDep, session: SessionDep, _: Planner
 ) -> dict[str, Any]:
     plain = ShadowPricesIn.model_validate(body.model_dump(exclude={"price_profile"}))
-    prices = None
-    if body.price_profile is not None:
-        _row, prices = await run_in_threadpool(resolve_price_profile, session, body.price_profile)
-    session.close()
+    prices = await _named_prices(session, body.price_profile)
     return await state.planner.run(
         shadow_price_plan, (plain, prices), SHADOW_PRICES_SECONDS, request
     )
