@@ -15,7 +15,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 from PIL import Image
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from api.auth import Role, token_hash
 from api.demo import ensure_operator_token, load_demo
@@ -101,11 +101,16 @@ def page(browser: Browser) -> Iterator[Page]:
     # Playwright's own probes (wait_for_function) evaluate strings, which the pages' CSP refuses;
     # the pages themselves are checked under the CSP by strict_page.
     context = browser.new_context(viewport={"width": 1280, "height": 900}, bypass_csp=True)
+    yield from _watched_page(context)
+
+
+def _watched_page(context: BrowserContext) -> Iterator[Page]:
+    """A page of `context` that fails its test on a script error and, at teardown, prints what
+    its requests met (pytest shows it when the test failed)."""
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
-    # What the page's requests met, printed at teardown: pytest shows it when the test failed
-    # (a page that never shows its content usually met a slow or failed API call).
+    # A page that never shows its content usually met a slow or failed API call.
     traffic: list[str] = []
     pg.on("requestfailed", lambda r: traffic.append(f"failed {r.url}: {r.failure}"))
     pg.on(
@@ -526,30 +531,7 @@ def test_every_form_control_has_a_label(service: tuple[str, str], page: Page) ->
 def strict_page(browser: Browser) -> Iterator[Page]:
     """A page that enforces the dashboard's Content-Security-Policy, as a browser does."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    # What the page's requests met, printed at teardown: pytest shows it when the test failed
-    # (a page that never shows its content usually met a slow or failed API call).
-    traffic: list[str] = []
-    pg.on("requestfailed", lambda r: traffic.append(f"failed {r.url}: {r.failure}"))
-    pg.on(
-        "response",
-        lambda r: traffic.append(f"{r.status} {r.url}") if r.status >= 400 else None,
-    )
-    pg.on("requestfinished", lambda r: _note_slow(traffic, r))
-    yield pg
-    print("dashboard requests that failed or were slow:", traffic or "none")
-    print("page at the end:", pg.url, pg.locator("#page").inner_text(timeout=2000)[:500])
-    context.close()
-    assert errors == [], errors
-
-
-def _slow(traffic: list[str], request: Any) -> None:
-    timing = request.timing
-    took = timing["responseEnd"] - timing["requestStart"] if timing["responseEnd"] > 0 else -1
-    if took > 2000:
-        traffic.append(f"slow {took:.0f} ms {request.url}")
+    yield from _watched_page(context)
 
 
 def test_the_dashboard_cannot_be_framed_and_loads_only_its_own_assets(
