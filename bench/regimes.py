@@ -71,6 +71,7 @@ from model.select import algorithm1, confident_algorithm1
 from model.shadow_prices import DEFAULT_BLEND, ShadowPrices, shadow_prices
 from model.verification import (
     RUN_NOISE,
+    confirmation_point,
     grid_correction,
     next_point,
     packing_point,
@@ -93,6 +94,8 @@ from sim.workload import Workload
 
 RESOURCES = ("cpu", "dram", "slow", "llc")
 THRESHOLD = 0.025
+# The promise's level: a band candidate not kept at it takes a confirmation run.
+Z_PROMISE = NormalDist().inv_cdf(DEFAULT_CONFIDENCE)
 POLICIES = ("es", "tmc-2.5", "tmc-2.5c", "tmc-2.5v", "tmc-2.5s")
 
 
@@ -340,8 +343,9 @@ def verified(
 ) -> tuple[FloatArray, FloatArray, int]:
     """The default policy's verification runs (`model.verification`), in the simulator, chosen
     as the service chooses them (`next_point`): the cost optimum's configuration; once it is
-    measured, a lighter configuration that the prediction puts within T but the band's bound
-    does not (`packing_point`); else the one whose run is expected to save the most. Both axes
+    measured, a band candidate the promise's level would not keep (`confirmation_point`), then
+    a lighter configuration that the prediction puts within T but the band's bound does not
+    (`packing_point`); else the one whose run is expected to save the most. Both axes
     of the grid are corrected after each run (`grid_correction`), at most the budget. A run's
     time is the simulated time of tmc's placement there with one run's noise (`RUN_NOISE`,
     seeded per workload and regime, the same for either lifetime: the runs do not depend on how
@@ -363,19 +367,35 @@ def verified(
         cost = hourly_price * seconds
         sel = confident_candidates(s, cost, sigma, seconds, z, THRESHOLD)
         best = sel.best
-        packing = None
+        packing = confirm = None
         if measured[best]:
+            limit = float(cost[best]) * (1.0 + THRESHOLD)
             packing = packing_point(
                 cost,
                 paired_bounds(s.terms, cost, sigma, z)(best),
-                float(cost[best]) * (1.0 + THRESHOLD),
+                limit,
                 demand,
                 best,
                 measured,
                 every,
             )
+            confirm = confirmation_point(
+                cost,
+                paired_bounds(s.terms, cost, sigma, Z_PROMISE)(best),
+                limit,
+                sel.within,
+                best,
+                measured,
+            )
         wanted = next_point(
-            cost, sigma, every.astype(np.float64), best, measured, len(points), packing=packing
+            cost,
+            sigma,
+            every.astype(np.float64),
+            best,
+            measured,
+            len(points),
+            packing=packing,
+            confirm=confirm,
         )
         if wanted is None:
             return seconds, sigma, len(points)

@@ -34,6 +34,7 @@ from model.verification import (
     Observation,
     VerificationState,
     VerifiedRatio,
+    confirmation_point,
     corrected_grid,
     next_point,
     observed_grid,
@@ -395,20 +396,36 @@ def recommend(
     chosen_ratio, chosen_ways = priced.ratio_and_ways(selection.chosen)
     verification = None
     if confidence is not None:
-        packing = None
+        packing = confirm = None
         if band_upper is not None and relative:
             best = selection.best
+            limit = float(priced.cost[best]) * (1.0 + threshold)
             packing = packing_point(
                 priced.cost,
                 band_upper,
-                float(priced.cost[best]) * (1.0 + threshold),
+                limit,
                 priced.demand,
                 best,
                 priced.measured,
                 acceptable,
             )
+            confirm = confirmation_point(
+                priced.cost,
+                priced.paired_upper(confidence)(best),
+                limit,
+                selection.within,
+                best,
+                priced.measured,
+            )
         verification = _verification(
-            priced, selection.chosen, slowdown, slowdown_upper, objective, confidence, packing
+            priced,
+            selection.chosen,
+            slowdown,
+            slowdown_upper,
+            objective,
+            confidence,
+            packing,
+            confirm,
         )
     chosen = within[0]
     return Recommendation(
@@ -512,6 +529,7 @@ def _verification(
     objective: Objective,
     confidence: float,
     packing: int | None = None,
+    confirm: int | None = None,
 ) -> VerificationState:
     c = priced.correction
     p = priced.prediction
@@ -536,6 +554,7 @@ def _verification(
         measured,
         0 if c is None else c.observations,
         packing=packing,
+        confirm=confirm,
     )
     ratio, ways = (None, None) if wanted is None else priced.ratio_and_ways(wanted)
     verified = (

@@ -12,8 +12,11 @@ So tmc asks for verification runs:
 
 1. Recommend as usual. The recommendation names the configuration to measure
    (`VerificationState.next_*`, `next_point`): the chosen configuration, until it was measured
-   (its run checks the promise); then the unmeasured candidate whose run is expected to save
-   the most against the chosen cost, if that is worth a run.
+   (its run checks the promise); then a candidate of the band that the promise's level would
+   not keep (`confirmation_point`: the packing penalty may choose it); then a lighter one the
+   band left out (`packing_point`); then the unmeasured candidate whose run is expected to save
+   the most against the chosen cost, if that is worth a run. The budget's last run goes to that
+   candidate instead of an unmeasured chosen one when it is expected to save more.
 2. The workload runs once there, with tmc's placement plan, on the same input as profiled. Its
    wall time is an `Observation`.
 3. Recommend again with the observations (`observed_grid`, `grid_correction`). The model's error
@@ -393,13 +396,34 @@ def expected_saving(
     (expected improvement under a normal error of relative sigma), times the chance that it
     meets the objective, as a share of the chosen cost."""
     spread = np.maximum(cost * sigma, 1e-300)
-    d = (chosen_cost - cost) / spread
+    # Beyond 40 standard deviations the normal's tail is 0 in doubles.
+    d = np.clip((chosen_cost - cost) / spread, -40.0, 40.0)
     normal = NormalDist()
     cdf = np.vectorize(normal.cdf)(d)
     pdf = np.exp(-0.5 * d**2) / math.sqrt(2.0 * math.pi)
     gain = (chosen_cost - cost) * cdf + spread * pdf
     out: FloatArray = np.maximum(gain, 0.0) * chance_acceptable / chosen_cost
     return out
+
+
+def expected_overshoot(
+    cost: FloatArray, sigma: FloatArray, chosen: int, chance_acceptable: FloatArray
+) -> float:
+    """What a run of the chosen configuration is expected to save, as a share of its cost: the
+    expected amount by which it is dearer than the runner-up (the next cheapest configuration
+    that may meet the objective), under a normal error of relative sigma."""
+    others = chance_acceptable > 0
+    others[chosen] = False
+    if not others.any():
+        return math.inf
+    runner = float(np.min(cost[others]))
+    c = float(cost[chosen])
+    spread = max(c * float(sigma[chosen]), 1e-300)
+    d = min(max((c - runner) / spread, -40.0), 40.0)
+    gain = (c - runner) * NormalDist().cdf(d) + spread * math.exp(-0.5 * d * d) / math.sqrt(
+        2.0 * math.pi
+    )
+    return max(gain, 0.0) / c
 
 
 def packing_point(
@@ -428,6 +452,30 @@ def packing_point(
     return int(wanted[np.argmin(cost[wanted])])
 
 
+def confirmation_point(
+    cost: FloatArray,
+    promise_upper: FloatArray,
+    limit: float,
+    band: NDArray[np.int64],
+    best: int,
+    measured: NDArray[np.bool_],
+) -> int | None:
+    """A candidate of the band worth a run before the packing penalty may choose it (flat
+    index), or None: one that the band admits at its own level, but whose bound against the best
+    at the promise's level (`promise_upper`) is over the limit. The band's level is lower than the
+    promise's so that the penalty has neighbours to choose from; a candidate that would not be
+    kept at the promise's level rests on the model alone until a run confirms it, and the model's
+    errors between one and two ways are about as large as T (docs/evaluation.md). The one whose
+    bound overshoots the limit most: the likeliest to be over T."""
+    wanted = np.asarray(
+        [int(i) for i in band if i != best and not measured[i] and promise_upper[i] > limit],
+        dtype=np.int64,
+    )
+    if not wanted.size:
+        return None
+    return int(wanted[np.argmax(promise_upper[wanted] / cost[wanted])])
+
+
 def next_point(
     cost: FloatArray,
     sigma: FloatArray,
@@ -438,19 +486,31 @@ def next_point(
     budget: int = VERIFICATION_BUDGET,
     min_saving: float = MIN_EXPECTED_SAVING,
     packing: int | None = None,
+    confirm: int | None = None,
 ) -> int | None:
     """Where the next run goes (flat index), or None. First the chosen configuration itself: its
-    run checks the promise. Then a lighter configuration the band may admit (`packing_point`),
-    if given. Then the unmeasured candidate whose run is most likely to change the choice for
-    the better (`expected_saving`), if that is worth a run."""
+    run checks the promise. Then a candidate of the band that the promise's level would not keep
+    (`confirmation_point`), if given: the packing penalty may choose it. Then a lighter
+    configuration the band may admit (`packing_point`), if given. Then the unmeasured candidate
+    whose run is most likely to change the choice for the better (`expected_saving`), if that is
+    worth a run."""
     if runs_made >= budget:
         return None
-    if not measured[chosen]:
-        return chosen
-    if packing is not None and not measured[packing]:
-        return packing
     saving = expected_saving(cost, sigma, float(cost[chosen]), chance_acceptable)
     saving[measured] = 0.0
     saving[chosen] = 0.0
     best = int(np.argmax(saving))
+    if not measured[chosen]:
+        # The budget's last run, when the runs so far have not settled the choice, goes where it
+        # is expected to save the most if that beats the chosen's own run: a model wrong at
+        # every ratio it was checked at leads each run to the next unmeasured neighbour, and
+        # the configuration it is least sure of (often the true optimum) is never measured.
+        last = runs_made + 1 >= budget
+        if last and saving[best] > expected_overshoot(cost, sigma, chosen, chance_acceptable):
+            return best
+        return chosen
+    if confirm is not None and not measured[confirm]:
+        return confirm
+    if packing is not None and not measured[packing]:
+        return packing
     return best if saving[best] >= min_saving else None
