@@ -152,36 +152,54 @@ def _simulated_size(
 def pattern_placer(
     patterns: Sequence[Sequence[tuple[int, int]]], fallback: Sequence[Sequence[int]]
 ) -> Placer:
-    """First fit that follows a plan's machines: an arrival of workload w goes, in the cluster's
-    node order, to the first machine whose planned pattern holds a VM of w in some option and
-    that has room for it in that option (machines past the plan's count repeat its patterns);
-    when none has, plain first fit in w's most planned option that fits anywhere
-    (`fallback[w]`: w's options by how often the plan uses them)."""
-    cache: dict[int, dict[tuple[int, int], np.ndarray]] = {}
+    """First fit that follows a plan's machines, slot by slot: an arrival of workload w goes, in
+    the cluster's node order, to the first machine whose planned pattern has a free slot for w
+    (a VM of w in option o that the pattern holds more of than the machine runs now, options in
+    `fallback[w]` order: how often the plan uses them) and room for it; else to the first
+    machine whose pattern holds w at all, with room; else plain first fit in w's most planned
+    option that fits anywhere. Machines past the plan's count repeat its patterns. This is the
+    placement rule of the scheduler's machine patterns (`model.patterns`) on the simulator's
+    first fit."""
+    cache: dict[int, tuple[dict[tuple[int, int], np.ndarray], dict[tuple[int, int, int], int]]] = {}
 
-    def masks(n: int) -> dict[tuple[int, int], np.ndarray]:
+    def planned(
+        n: int,
+    ) -> tuple[dict[tuple[int, int], np.ndarray], dict[tuple[int, int, int], int]]:
         if n not in cache:
-            out: dict[tuple[int, int], np.ndarray] = {}
+            masks: dict[tuple[int, int], np.ndarray] = {}
+            slots: dict[tuple[int, int, int], int] = {}
             for k in range(n):
-                for key in set(patterns[k % len(patterns)]):
-                    out.setdefault(key, np.zeros(n, dtype=bool))[k] = True
-            cache[n] = out
+                for w, o in patterns[k % len(patterns)]:
+                    masks.setdefault((w, o), np.zeros(n, dtype=bool))[k] = True
+                    slots[(k, w, o)] = slots.get((k, w, o), 0) + 1
+            cache[n] = (masks, slots)
         return cache[n]
 
     def place(pending: Sequence[int], state: ClusterState) -> list[tuple[int, int] | None]:
         got: list[tuple[int, int] | None] = []
-        planned = masks(state.machines)
+        masks, slots = planned(state.machines)
+        # The replay counts a VM in `state.holding` once this call returns it.
+        taken: dict[tuple[int, int, int], int] = {}
         for w in pending:
             menu = state.menus[w]
             choice = None
-            for o in fallback[w]:
-                mine = planned.get((w, o))
-                if mine is None:
-                    continue
-                ok = (state.fits(menu.demand[o]) & mine)[state.order]
-                i = int(np.argmax(ok))
-                if ok[i]:
-                    choice = (o, int(state.order[i]))
+            for free_slot in (True, False):
+                for o in fallback[w]:
+                    mine = masks.get((w, o))
+                    if mine is None:
+                        continue
+                    ok = state.fits(menu.demand[o]) & mine
+                    if free_slot:
+                        for k in np.flatnonzero(ok):
+                            key = (int(k), w, o)
+                            if state.holding.get(key, 0) + taken.get(key, 0) >= slots[key]:
+                                ok[k] = False
+                    in_order = ok[state.order]
+                    i = int(np.argmax(in_order))
+                    if in_order[i]:
+                        choice = (o, int(state.order[i]))
+                        break
+                if choice is not None:
                     break
             if choice is None:
                 for o in fallback[w]:
@@ -191,6 +209,8 @@ def pattern_placer(
                         break
             if choice is not None:
                 state.place(choice[1], menu.demand[choice[0]])
+                key = (choice[1], w, choice[0])
+                taken[key] = taken.get(key, 0) + 1
             got.append(choice)
         return got
 
@@ -450,8 +470,10 @@ def planning_markdown(capacity: list[dict[str, Any]], moves: list[dict[str, Any]
         " is replayed in the simulator; greedy gives every class its predicted-cheapest option,"
         " first fit decreasing, in the same call; when CP-SAT does not beat it the plan is"
         " greedy's (status `greedy`). `following the plans`: the compact cluster when each"
-        " arrival is placed on a machine whose planned pattern holds its workload (first fit"
-        " otherwise). Method: `bench/planning.py`.",
+        " arrival is placed on the first machine whose planned pattern has a free slot for its"
+        " workload (the pattern holds more of its VMs than the machine runs), else one whose"
+        " pattern holds it, else first fit: the scheduler's rule for adopted machine patterns."
+        " Method: `bench/planning.py`.",
         "",
         "| regime | mix | binds | planner (bound, status) | greedy | planned vs greedy |"
         " simulated vs greedy | following the plans: planner, greedy | plan's true cost vs ES |"

@@ -153,6 +153,9 @@ class ClusterState:
         self._used = [0.0, 0.0, 0.0, 0.0]
         self._in_use = 0  # machines holding at least one VM
         self.vms = np.zeros(machines, dtype=np.int64)
+        # VMs present per (machine, workload, option): what a placer following a plan's
+        # machine patterns counts against each pattern's slots.
+        self.holding: dict[tuple[int, int, int], int] = {}
         # First fit in a random node order (§4.1), fixed for the run: a permutation of the
         # machines, and each machine's rank in it.
         self.order = np.random.default_rng(order_seed).permutation(machines)
@@ -289,6 +292,7 @@ def run_cluster(
         while departures and departures[0][0] <= now:
             _, _, m, a = heapq.heappop(departures)
             state.release(m, demands[workloads[a]][options[a]])
+            state.holding[(m, workloads[a], options[a])] -= 1
         count = stop - start
         for r, u in enumerate(state.utilization_list()):
             util_sum[r] += u * count
@@ -302,6 +306,8 @@ def run_cluster(
                 continue
             option, m = got
             options[a] = option
+            key = (m, pending[offset], option)
+            state.holding[key] = state.holding.get(key, 0) + 1
             placed += 1
             done = now + seconds[pending[offset]][option]
             heapq.heappush(departures, (done, a, m, a))

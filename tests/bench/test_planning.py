@@ -36,3 +36,32 @@ def test_when_no_planned_machine_has_room_first_fit_takes_over() -> None:
     assert all(g is not None and g[0] == 1 for g in got[:4])
     assert got[4] is not None and got[4][0] == 0
     assert got[5] is not None and got[5][0] == 0
+
+
+def test_a_machine_takes_as_many_vms_as_its_pattern_has_slots_then_the_next_one() -> None:
+    arch = architecture(24, "128L")
+    for seed in range(4):
+        state = ClusterState(arch, 2, seed, _menus())
+        # Each machine is planned for one VM of workload 0 in option 0 (2 ways); either has
+        # room for several. The first two arrivals fill one slot each, whatever the node order.
+        place = pattern_placer([[(0, 0)], [(0, 0)]], fallback=[[0], [0]])
+        got = place([0, 0], state)
+        assert sorted(g[1] for g in got if g is not None) == [0, 1]
+        # Both slots taken: the next one goes where a pattern holds its workload (first in
+        # the node order), not necessarily to an empty machine.
+        first = int(state.order[0])
+        assert place([0], state) == [(0, first)]
+
+
+def test_a_departure_frees_its_slot() -> None:
+    arch = architecture(24, "128L")
+    menus = _menus()
+    state = ClusterState(arch, 2, 0, menus)
+    place = pattern_placer([[(0, 0)], [(0, 0)]], fallback=[[0], [0]])
+    (first,) = place([0], state)
+    assert first is not None
+    # The replay records the VM, then it departs (run_cluster does both).
+    state.holding[(first[1], 0, 0)] = 1
+    state.release(first[1], menus[0].demand[0])
+    state.holding[(first[1], 0, 0)] = 0
+    assert place([0], state) == [first]
