@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from bench.regimes import QUICK_MAP, reshape, summarise
+from bench.regimes import QUICK_MAP, _needs_seed_check, reshape, seed_check, summarise
+from bench.regimes_report import verdict
 from bench.studies import Regime
 from cli.main import app
 from sim.catalog import workload
@@ -78,3 +80,37 @@ def test_summary_is_relative_to_exhaustive_search_on_the_same_mix() -> None:
     assert abs(out["compact_vs_es"] - (-0.15)) < 1e-12  # mean of -10 % and -20 %
     assert out["cost_vs_es"] == pytest.approx(0.015)
     assert out["compact_vs_es_range"] == pytest.approx([-0.2, -0.1])
+
+
+def _verified(size: float) -> dict[str, object]:
+    return {"cost_vs_es": 0.0, "within_t_share_min": 1.0, "compact_vs_es": size}
+
+
+def test_regimes_whose_verdict_turns_on_a_machine_are_re_measured() -> None:
+    r = Regime("gce-n1", 0.2, 0.4, "paper", "run")
+
+    def entries(size: float) -> list[dict[str, Any]]:
+        return [{"regime": r.key, "policies": {"tmc-2.5v": _verified(size)}}]
+
+    assert _needs_seed_check(entries(0.01), r)  # larger at all
+    assert _needs_seed_check(entries(-0.05), r) and _needs_seed_check(entries(-0.03), r)
+    assert not _needs_seed_check(entries(0.0), r)  # a tie
+    assert not _needs_seed_check(entries(-0.12), r)  # pays by far more than a machine or two
+
+
+def test_the_seed_check_is_the_mean_over_seeds_then_over_mixes_and_decides_the_verdict() -> None:
+    r = Regime("gce-n1", 0.2, 0.4, "paper", "run")
+    rows = [
+        {"regime": r.key, "mix": [0, 1, 2, 3], "policy": "es", "compact_sizes": [10, 12]},
+        {"regime": r.key, "mix": [0, 1, 2, 3], "policy": "tmc-2.5v", "compact_sizes": [12, 10]},
+        {"regime": r.key, "mix": [0, 1, 2, 4], "policy": "es", "compact_sizes": [20, 20]},
+        {"regime": r.key, "mix": [0, 1, 2, 4], "policy": "tmc-2.5v", "compact_sizes": [21, 21]},
+    ]
+    check = seed_check(rows, [r], 2)[r.key]
+    assert check["compact_vs_es"] == pytest.approx((0.0 + 0.05) / 2)
+    assert check["compact_vs_es_range"] == pytest.approx([0.0, 0.05])
+    # One seed said larger by 10 %; the check's mean decides.
+    p = {**_verified(0.10), "seed_check": {**check, "compact_vs_es": -0.001}}
+    assert verdict(p, 0.025) == "no gain"
+    assert verdict({**p, "seed_check": check}, 0.025) == "larger than ES"
+    assert verdict(_verified(-0.06), 0.025) == "packing pays"
