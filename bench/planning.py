@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
@@ -49,6 +49,7 @@ from model.confidence import DEFAULT_CONFIDENCE
 from model.packing import best_fit_run, run_mask
 from model.price_profiles import price_profile
 from model.rebalancer import Node, Pod, greedy_rebalance, rebalance
+from model.select import confident_algorithm1
 from sim.cluster import (
     ClusterState,
     Menu,
@@ -149,55 +150,87 @@ def _simulated_size(
     return float(np.percentile(sizes, 90))
 
 
+@dataclass(frozen=True)
+class PatternTable:
+    """A plan's machine patterns laid over a cluster's machines (machines past the plan's count
+    repeat its patterns): per machine, the slots of each (workload, option) and of each
+    workload."""
+
+    by_option: dict[tuple[int, int], np.ndarray]
+    by_workload: dict[int, np.ndarray]
+
+    @classmethod
+    def lay(cls, patterns: Sequence[Sequence[tuple[int, int]]], machines: int) -> PatternTable:
+        by_option: dict[tuple[int, int], np.ndarray] = {}
+        by_workload: dict[int, np.ndarray] = {}
+        for k in range(machines):
+            for w, o in patterns[k % len(patterns)]:
+                by_option.setdefault((w, o), np.zeros(machines, dtype=np.int64))[k] += 1
+                by_workload.setdefault(w, np.zeros(machines, dtype=np.int64))[k] += 1
+        return cls(by_option, by_workload)
+
+    def slots(self, workload: int, option: int | None = None) -> np.ndarray | None:
+        if option is None:
+            return self.by_workload.get(workload)
+        return self.by_option.get((workload, option))
+
+
+class _Placing:
+    """The VMs present per machine as a placer sees them within one call: the replay's counts
+    (`ClusterState.vms_of`) and what this call placed, which the replay records only once the
+    call returns."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.placed: dict[tuple[int, int | None], np.ndarray] = {}
+
+    def vms_of(self, workload: int, option: int | None = None) -> np.ndarray:
+        extra = self.placed.get((workload, option))
+        present = self.state.vms_of(workload, option)
+        return present if extra is None else present + extra
+
+    def place(self, machine: int, workload: int, option: int) -> None:
+        self.state.place(machine, self.state.menus[workload].demand[option])
+        for key in ((workload, None), (workload, option)):
+            self.placed.setdefault(key, np.zeros(self.state.machines, dtype=np.int64))[machine] += 1
+
+
+def _first_in_order(state: ClusterState, ok: np.ndarray) -> int | None:
+    in_order = ok[state.order]
+    i = int(np.argmax(in_order))
+    return int(state.order[i]) if in_order[i] else None
+
+
 def pattern_placer(
     patterns: Sequence[Sequence[tuple[int, int]]], fallback: Sequence[Sequence[int]]
 ) -> Placer:
-    """First fit that follows a plan's machines, slot by slot: an arrival of workload w goes, in
-    the cluster's node order, to the first machine whose planned pattern has a free slot for w
-    (a VM of w in option o that the pattern holds more of than the machine runs now, options in
-    `fallback[w]` order: how often the plan uses them) and room for it; else to the first
-    machine whose pattern holds w at all, with room; else plain first fit in w's most planned
-    option that fits anywhere. Machines past the plan's count repeat its patterns. This is the
-    placement rule of the scheduler's machine patterns (`model.patterns`) on the simulator's
-    first fit."""
-    cache: dict[int, tuple[dict[tuple[int, int], np.ndarray], dict[tuple[int, int, int], int]]] = {}
-
-    def planned(
-        n: int,
-    ) -> tuple[dict[tuple[int, int], np.ndarray], dict[tuple[int, int, int], int]]:
-        if n not in cache:
-            masks: dict[tuple[int, int], np.ndarray] = {}
-            slots: dict[tuple[int, int, int], int] = {}
-            for k in range(n):
-                for w, o in patterns[k % len(patterns)]:
-                    masks.setdefault((w, o), np.zeros(n, dtype=bool))[k] = True
-                    slots[(k, w, o)] = slots.get((k, w, o), 0) + 1
-            cache[n] = (masks, slots)
-        return cache[n]
+    """First fit that follows a plan's machines, slot by slot, *and takes the slot's option*: an
+    arrival of workload w goes, in the cluster's node order, to the first machine whose planned
+    pattern has a free slot for w in option o (the pattern holds more VMs of w in o than the
+    machine runs; options in `fallback[w]` order: how often the plan uses them) and room for
+    it; else to the first machine whose pattern holds w in some option, with room; else plain
+    first fit in w's most planned option that fits anywhere. What a scheduler that also chose
+    each VM's configuration from the plan would place."""
+    tables: dict[int, PatternTable] = {}
 
     def place(pending: Sequence[int], state: ClusterState) -> list[tuple[int, int] | None]:
+        table = tables.get(state.machines) or tables.setdefault(
+            state.machines, PatternTable.lay(patterns, state.machines)
+        )
         got: list[tuple[int, int] | None] = []
-        masks, slots = planned(state.machines)
-        # The replay counts a VM in `state.holding` once this call returns it.
-        taken: dict[tuple[int, int, int], int] = {}
+        placing = _Placing(state)
         for w in pending:
             menu = state.menus[w]
             choice = None
             for free_slot in (True, False):
                 for o in fallback[w]:
-                    mine = masks.get((w, o))
-                    if mine is None:
+                    planned = table.slots(w, o)
+                    if planned is None:
                         continue
-                    ok = state.fits(menu.demand[o]) & mine
-                    if free_slot:
-                        for k in np.flatnonzero(ok):
-                            key = (int(k), w, o)
-                            if state.holding.get(key, 0) + taken.get(key, 0) >= slots[key]:
-                                ok[k] = False
-                    in_order = ok[state.order]
-                    i = int(np.argmax(in_order))
-                    if in_order[i]:
-                        choice = (o, int(state.order[i]))
+                    held = placing.vms_of(w, o) if free_slot else 0
+                    m = _first_in_order(state, state.fits(menu.demand[o]) & (planned > held))
+                    if m is not None:
+                        choice = (o, m)
                         break
                 if choice is not None:
                     break
@@ -208,10 +241,55 @@ def pattern_placer(
                         choice = (o, m)
                         break
             if choice is not None:
-                state.place(choice[1], menu.demand[choice[0]])
-                key = (choice[1], w, choice[0])
-                taken[key] = taken.get(key, 0) + 1
+                placing.place(choice[1], w, choice[0])
             got.append(choice)
+        return got
+
+    return place
+
+
+def scheduled_placer(
+    patterns: Sequence[Sequence[tuple[int, int]]] | None,
+    choose: Callable[[int, np.ndarray], int],
+) -> Placer:
+    """The scheduler's rule for adopted machine patterns (`model.patterns`), on the simulator's
+    first fit: each arrival's configuration is the policy's (`choose`, on the live
+    utilization, as the service recommends it); among the machines it fits on, those whose
+    pattern has a slot free for exactly its workload and configuration come first, then those
+    whose pattern has room for its workload in another one (`model.patterns.EXACT`,
+    `WORKLOAD`), then any; first fit in the node order within that tier, where the scheduler
+    ranks the tier by its packing score. Without patterns: plain first fit."""
+    tables: dict[int, PatternTable] = {}
+
+    def place(pending: Sequence[int], state: ClusterState) -> list[tuple[int, int] | None]:
+        got: list[tuple[int, int] | None] = []
+        table = None
+        if patterns:
+            table = tables.get(state.machines) or tables.setdefault(
+                state.machines, PatternTable.lay(patterns, state.machines)
+            )
+        placing = _Placing(state)
+        for w in pending:
+            o = choose(w, state.utilization())
+            fits = state.fits(state.menus[w].demand[o])
+            m = None
+            if table is not None:
+                planned_w = table.slots(w)
+                if planned_w is not None:
+                    room = planned_w > placing.vms_of(w)
+                    planned_wo = table.slots(w, o)
+                    if planned_wo is not None:
+                        exact = planned_wo > placing.vms_of(w, o)
+                        m = _first_in_order(state, fits & room & exact)
+                    if m is None:
+                        m = _first_in_order(state, fits & room)
+            if m is None:
+                m = _first_in_order(state, fits)
+            if m is None:
+                got.append(None)
+                continue
+            placing.place(m, w, o)
+            got.append((o, m))
         return got
 
     return place
@@ -239,6 +317,54 @@ def _pattern_size(
         c = counts.get(w, {})
         fallback.append(sorted(c, key=c.__getitem__, reverse=True))
     placer = pattern_placer(patterns, fallback)
+    sizes = []
+    for seed in range(seeds):
+        arr = poisson_arrivals(arrivals, mix, rate, seed)
+
+        def fits(n: int, arr: Any = arr, seed: int = seed) -> bool:
+            return sim_run(arch, n, arr, menus, placer, order_seed=seed).rejected == 0
+
+        sizes.append(compact_size(fits, upper=200))
+    return float(np.percentile(sizes, 90))
+
+
+def _scheduled_size(
+    studies: Sequence[Study],
+    mix: Sequence[int],
+    regime: Regime,
+    idxs: Sequence[np.ndarray],
+    patterns: Sequence[Sequence[tuple[int, int]]] | None,
+    rate: float,
+    arrivals: int,
+    seeds: int,
+) -> float:
+    """Compact cluster when each VM takes the configuration Algorithm 1's second round gives it
+    among its class's options on the live utilization (as the service recommends), and the
+    scheduler places it following the plan's machine patterns (`scheduled_placer`), or by first
+    fit alone without patterns."""
+    arch = architecture(24, "128L")
+    menus = tmc_menus(studies)
+    prices = price_profile(
+        regime.source, llc_area_share=regime.llc_share, slow_to_dram=regime.slow_to_dram
+    )
+    cap = arch.capacity().astype(np.float64)
+    position = {w: j for j, w in enumerate(mix)}
+    choosers = []
+    for w, within in zip(mix, idxs, strict=True):
+        s = studies[w]
+        cost = (hourly(s, prices) * s.predicted_seconds)[within]
+        frac = menus[w].demand[within] / cap
+        seconds = s.predicted_seconds[within]
+        every = np.ones(len(within), dtype=bool)
+        choosers.append((within, cost, frac, seconds, every))
+
+    def choose(w: int, u: np.ndarray) -> int:
+        within, cost, frac, seconds, every = choosers[position[w]]
+        sel = confident_algorithm1(cost, cost, seconds, every, frac, u, THRESHOLD)
+        assert sel is not None
+        return int(within[sel.chosen])
+
+    placer = scheduled_placer(patterns, choose)
     sizes = []
     for seed in range(seeds):
         arr = poisson_arrivals(arrivals, mix, rate, seed)
@@ -323,6 +449,8 @@ def capacity_row(
     greedy_patterns = [[(mix[ci], int(idxs[ci][oi])) for ci, oi in m] for m in greedy_content]
     planned_follow = _pattern_size(sts, mix, planned_patterns, rate, arrivals, seeds)
     greedy_follow = _pattern_size(sts, mix, greedy_patterns, rate, arrivals, seeds)
+    scheduled = _scheduled_size(sts, mix, regime, idxs, planned_patterns, rate, arrivals, seeds)
+    unplanned = _scheduled_size(sts, mix, regime, idxs, None, rate, arrivals, seeds)
     best_kind = plan_capacity(classes, paper_machine_kinds(), prices, time_limit_seconds=1.0).best
     # The plan's true cost per VM against exhaustive search's, on the plan's mix.
     true_cost = []
@@ -340,6 +468,8 @@ def capacity_row(
         "greedy_simulated": greedy_sim,
         "planned_followed": planned_follow,
         "greedy_followed": greedy_follow,
+        "scheduled_followed": scheduled,
+        "scheduled_first_fit": unplanned,
         "binding": plan.binding,
         "status": plan.status,
         "note": plan.note,
@@ -469,16 +599,21 @@ def planning_markdown(capacity: list[dict[str, Any]], moves: list[dict[str, Any]
         " lower bound, status) and, in brackets, the compact cluster when the plan's option mix"
         " is replayed in the simulator; greedy gives every class its predicted-cheapest option,"
         " first fit decreasing, in the same call; when CP-SAT does not beat it the plan is"
-        " greedy's (status `greedy`). `following the plans`: the compact cluster when each"
-        " arrival is placed on the first machine whose planned pattern has a free slot for its"
-        " workload (the pattern holds more of its VMs than the machine runs), else one whose"
-        " pattern holds it, else first fit: the scheduler's rule for adopted machine patterns."
-        " Method: `bench/planning.py`.",
+        " greedy's (status `greedy`). `following the plans, options from the plan`: the compact"
+        " cluster when each arrival takes a free slot of its workload on the first machine whose"
+        " planned pattern has one, in that slot's option, else a machine whose pattern holds it,"
+        " else first fit. `as the scheduler places`: each arrival in the configuration"
+        " Algorithm 1's second round gives it on the live utilization (as the service"
+        " recommends), placed by the scheduler's rule for adopted machine patterns"
+        " (`model.patterns`: a slot free for exactly its configuration, else room for its"
+        " workload, else any node; first fit within) with the planner's patterns, and by first"
+        " fit alone. Method: `bench/planning.py`.",
         "",
         "| regime | mix | binds | planner (bound, status) | greedy | planned vs greedy |"
-        " simulated vs greedy | following the plans: planner, greedy | plan's true cost vs ES |"
+        " simulated vs greedy | following the plans, options from the plan: planner, greedy |"
+        " as the scheduler places: planner's patterns, no patterns | plan's true cost vs ES |"
         " cheapest kind (machines) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in capacity:
         gain = r["planned_simulated"] / r["greedy_simulated"] - 1.0
@@ -490,6 +625,8 @@ def planning_markdown(capacity: list[dict[str, Any]], moves: list[dict[str, Any]
             f" {r['greedy_machines']} ({r['greedy_simulated']:g}) | {100 * planned_gain:+.1f} % |"
             f" {100 * gain:+.1f} % |"
             f" {r.get('planned_followed', float('nan')):g}, {r.get('greedy_followed', float('nan')):g} |"
+            f" {r.get('scheduled_followed', float('nan')):g},"
+            f" {r.get('scheduled_first_fit', float('nan')):g} |"
             f" {100 * r['planned_cost_vs_es']:+.1f} % | {r['best_kind']} ({r['best_kind_machines']}) |"
         )
     lines += [

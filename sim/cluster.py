@@ -153,9 +153,10 @@ class ClusterState:
         self._used = [0.0, 0.0, 0.0, 0.0]
         self._in_use = 0  # machines holding at least one VM
         self.vms = np.zeros(machines, dtype=np.int64)
-        # VMs present per (machine, workload, option): what a placer following a plan's
-        # machine patterns counts against each pattern's slots.
-        self.holding: dict[tuple[int, int, int], int] = {}
+        # VMs present per machine, by workload and by (workload, option): what a placer that
+        # follows a plan's machine patterns counts against each pattern's slots.
+        self._by_workload: dict[int, IntArray] = {}
+        self._by_option: dict[tuple[int, int], IntArray] = {}
         # First fit in a random node order (§4.1), fixed for the run: a permutation of the
         # machines, and each machine's rank in it.
         self.order = np.random.default_rng(order_seed).permutation(machines)
@@ -189,6 +190,24 @@ class ClusterState:
         ok = self.fits(demand)[self.order]
         i = int(ok.argmax())
         return int(self.order[i]) if ok[i] else None
+
+    def record(self, machine: int, workload: int, option: int, sign: int) -> None:
+        """A VM of `workload` in `option` arrives on (sign 1) or leaves (-1) `machine`."""
+        if workload not in self._by_workload:
+            self._by_workload[workload] = np.zeros(self.machines, dtype=np.int64)
+        if (workload, option) not in self._by_option:
+            self._by_option[(workload, option)] = np.zeros(self.machines, dtype=np.int64)
+        self._by_workload[workload][machine] += sign
+        self._by_option[(workload, option)][machine] += sign
+
+    def vms_of(self, workload: int, option: int | None = None) -> IntArray:
+        """Per machine, the VMs of `workload` present (in `option` only, when given)."""
+        counts = (
+            self._by_workload.get(workload)
+            if option is None
+            else self._by_option.get((workload, option))
+        )
+        return np.zeros(self.machines, dtype=np.int64) if counts is None else counts
 
     def place(self, machine: int, demand: IntArray) -> None:
         self._take(machine, demand, 1)
@@ -292,7 +311,7 @@ def run_cluster(
         while departures and departures[0][0] <= now:
             _, _, m, a = heapq.heappop(departures)
             state.release(m, demands[workloads[a]][options[a]])
-            state.holding[(m, workloads[a], options[a])] -= 1
+            state.record(m, workloads[a], options[a], -1)
         count = stop - start
         for r, u in enumerate(state.utilization_list()):
             util_sum[r] += u * count
@@ -306,8 +325,7 @@ def run_cluster(
                 continue
             option, m = got
             options[a] = option
-            key = (m, pending[offset], option)
-            state.holding[key] = state.holding.get(key, 0) + 1
+            state.record(m, pending[offset], option, 1)
             placed += 1
             done = now + seconds[pending[offset]][option]
             heapq.heappush(departures, (done, a, m, a))

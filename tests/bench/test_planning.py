@@ -1,10 +1,10 @@
-"""The plan-following placer of the planners' comparison (bench/planning.py)."""
+"""The plan-following placers of the planners' comparison (bench/planning.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from bench.planning import pattern_placer
+from bench.planning import pattern_placer, scheduled_placer
 from sim.cluster import ClusterState, Menu, architecture
 
 GIB = 1 << 30
@@ -47,6 +47,9 @@ def test_a_machine_takes_as_many_vms_as_its_pattern_has_slots_then_the_next_one(
         place = pattern_placer([[(0, 0)], [(0, 0)]], fallback=[[0], [0]])
         got = place([0, 0], state)
         assert sorted(g[1] for g in got if g is not None) == [0, 1]
+        for g in got:
+            assert g is not None
+            state.record(g[1], 0, g[0], 1)  # what the replay does once the call returns
         # Both slots taken: the next one goes where a pattern holds its workload (first in
         # the node order), not necessarily to an empty machine.
         first = int(state.order[0])
@@ -61,7 +64,32 @@ def test_a_departure_frees_its_slot() -> None:
     (first,) = place([0], state)
     assert first is not None
     # The replay records the VM, then it departs (run_cluster does both).
-    state.holding[(first[1], 0, 0)] = 1
+    state.record(first[1], 0, 0, 1)
     state.release(first[1], menus[0].demand[0])
-    state.holding[(first[1], 0, 0)] = 0
+    state.record(first[1], 0, 0, -1)
     assert place([0], state) == [first]
+
+
+def test_the_scheduler_rule_prefers_an_exact_slot_then_room_for_the_workload_then_any() -> None:
+    arch = architecture(24, "128L")
+    for seed in range(4):
+        state = ClusterState(arch, 3, seed, _menus())
+        # Machine 0: one VM of workload 0 in option 1; machine 1: one in option 0; machine 2:
+        # nothing planned. The policy always gives workload 0 option 0.
+        place = scheduled_placer([[(0, 1)], [(0, 0)], []], lambda w, u: 0)
+        (first,) = place([0], state)
+        assert first == (0, 1)  # the exact slot, whatever the node order
+        state.record(1, 0, 0, 1)
+        (second,) = place([0], state)
+        assert second == (0, 0)  # room for the workload in another configuration
+        state.record(0, 0, 0, 1)
+        # Every slot of workload 0 is taken: first fit over all machines.
+        (third,) = place([0], state)
+        assert third == (0, int(state.order[0]))
+
+
+def test_without_patterns_the_scheduler_rule_is_first_fit() -> None:
+    arch = architecture(24, "128L")
+    state = ClusterState(arch, 3, 1, _menus())
+    place = scheduled_placer(None, lambda w, u: 1)
+    assert place([0, 1], state) == [(1, int(state.order[0]))] * 2
