@@ -305,8 +305,6 @@ def _pattern_size(
 ) -> float:
     """Compact cluster when VMs are placed following the plan's machines (`pattern_placer`);
     patterns hold (workload index, option index in the workload's 77-point menu)."""
-    arch = architecture(24, "128L")
-    menus = tmc_menus(studies)
     counts: dict[int, dict[int, int]] = {}
     for p in patterns:
         for w, o in p:
@@ -316,16 +314,7 @@ def _pattern_size(
     for w in range(len(studies)):
         c = counts.get(w, {})
         fallback.append(sorted(c, key=c.__getitem__, reverse=True))
-    placer = pattern_placer(patterns, fallback)
-    sizes = []
-    for seed in range(seeds):
-        arr = poisson_arrivals(arrivals, mix, rate, seed)
-
-        def fits(n: int, arr: Any = arr, seed: int = seed) -> bool:
-            return sim_run(arch, n, arr, menus, placer, order_seed=seed).rejected == 0
-
-        sizes.append(compact_size(fits, upper=200))
-    return float(np.percentile(sizes, 90))
+    return _placed_size(studies, mix, pattern_placer(patterns, fallback), rate, arrivals, seeds)
 
 
 def _scheduled_size(
@@ -342,12 +331,11 @@ def _scheduled_size(
     among its class's options on the live utilization (as the service recommends), and the
     scheduler places it following the plan's machine patterns (`scheduled_placer`), or by first
     fit alone without patterns."""
-    arch = architecture(24, "128L")
     menus = tmc_menus(studies)
     prices = price_profile(
         regime.source, llc_area_share=regime.llc_share, slow_to_dram=regime.slow_to_dram
     )
-    cap = arch.capacity().astype(np.float64)
+    cap = architecture(24, "128L").capacity().astype(np.float64)
     position = {w: j for j, w in enumerate(mix)}
     choosers = []
     for w, within in zip(mix, idxs, strict=True):
@@ -364,7 +352,20 @@ def _scheduled_size(
         assert sel is not None
         return int(within[sel.chosen])
 
-    placer = scheduled_placer(patterns, choose)
+    return _placed_size(studies, mix, scheduled_placer(patterns, choose), rate, arrivals, seeds)
+
+
+def _placed_size(
+    studies: Sequence[Study],
+    mix: Sequence[int],
+    placer: Placer,
+    rate: float,
+    arrivals: int,
+    seeds: int,
+) -> float:
+    """The 90th percentile over seeds of the compact cluster with `placer` on 24G-128L."""
+    arch = architecture(24, "128L")
+    menus = tmc_menus(studies)
     sizes = []
     for seed in range(seeds):
         arr = poisson_arrivals(arrivals, mix, rate, seed)
