@@ -395,14 +395,19 @@ def expected_saving(
     """Per candidate, the expected saving against the chosen cost if it were measured and taken
     (expected improvement under a normal error of relative sigma), times the chance that it
     meets the objective, as a share of the chosen cost."""
-    spread = np.maximum(cost * sigma, 1e-300)
+    gain = _expected_excess(chosen_cost - cost, cost * sigma)
+    out: FloatArray = gain * chance_acceptable / chosen_cost
+    return out
+
+
+def _expected_excess(margin: FloatArray, spread: FloatArray) -> FloatArray:
+    """E[max(0, margin + spread * Z)] for a standard normal Z, element-wise."""
+    spread = np.maximum(spread, 1e-300)
     # Beyond 40 standard deviations the normal's tail is 0 in doubles.
-    d = np.clip((chosen_cost - cost) / spread, -40.0, 40.0)
-    normal = NormalDist()
-    cdf = np.vectorize(normal.cdf)(d)
+    d = np.clip(margin / spread, -40.0, 40.0)
+    cdf = np.vectorize(NormalDist().cdf)(d)
     pdf = np.exp(-0.5 * d**2) / math.sqrt(2.0 * math.pi)
-    gain = (chosen_cost - cost) * cdf + spread * pdf
-    out: FloatArray = np.maximum(gain, 0.0) * chance_acceptable / chosen_cost
+    out: FloatArray = np.maximum(margin * cdf + spread * pdf, 0.0)
     return out
 
 
@@ -416,14 +421,9 @@ def expected_overshoot(
     others[chosen] = False
     if not others.any():
         return math.inf
-    runner = float(np.min(cost[others]))
-    c = float(cost[chosen])
-    spread = max(c * float(sigma[chosen]), 1e-300)
-    d = min(max((c - runner) / spread, -40.0), 40.0)
-    gain = (c - runner) * NormalDist().cdf(d) + spread * math.exp(-0.5 * d * d) / math.sqrt(
-        2.0 * math.pi
-    )
-    return max(gain, 0.0) / c
+    c = cost[chosen : chosen + 1]
+    gain = _expected_excess(c - np.min(cost[others]), c * sigma[chosen : chosen + 1])
+    return float(gain[0] / c[0])
 
 
 def packing_point(
