@@ -555,6 +555,8 @@ def _verification(
         0 if c is None else c.observations,
         packing=packing,
         confirm=confirm,
+        # An SLO is a promise on the chosen configuration's run time: its own run checks it.
+        explore_last=objective.max_slowdown is None,
     )
     ratio, ways = (None, None) if wanted is None else priced.ratio_and_ways(wanted)
     verified = (

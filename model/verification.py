@@ -487,13 +487,17 @@ def next_point(
     min_saving: float = MIN_EXPECTED_SAVING,
     packing: int | None = None,
     confirm: int | None = None,
+    explore_last: bool = True,
 ) -> int | None:
     """Where the next run goes (flat index), or None. First the chosen configuration itself: its
     run checks the promise. Then a candidate of the band that the promise's level would not keep
     (`confirmation_point`), if given: the packing penalty may choose it. Then a lighter
     configuration the band may admit (`packing_point`), if given. Then the unmeasured candidate
     whose run is most likely to change the choice for the better (`expected_saving`), if that is
-    worth a run."""
+    worth a run. With `explore_last`, the budget's last run goes to that candidate instead of an
+    unmeasured chosen one when it is expected to save more than the chosen one's run shows
+    (`expected_overshoot`); without it (a promise on the run time, such as an SLO, which only
+    the chosen configuration's own run checks) the chosen one always has its run."""
     if runs_made >= budget:
         return None
     saving = expected_saving(cost, sigma, float(cost[chosen]), chance_acceptable)
@@ -505,7 +509,7 @@ def next_point(
         # is expected to save the most if that beats the chosen's own run: a model wrong at
         # every ratio it was checked at leads each run to the next unmeasured neighbour, and
         # the configuration it is least sure of (often the true optimum) is never measured.
-        last = runs_made + 1 >= budget
+        last = explore_last and runs_made + 1 >= budget
         if last and saving[best] > expected_overshoot(cost, sigma, chosen, chance_acceptable):
             return best
         return chosen

@@ -113,6 +113,10 @@ def test_the_last_run_goes_where_it_saves_most_when_the_chosen_is_still_unmeasur
     # A chosen configuration the model is even less sure of keeps its run.
     unsure = np.asarray([0.40, 0.01, 0.25])
     assert next_point(cost, unsure, chance, 0, none, VERIFICATION_BUDGET - 1) == 0
+    # Under an SLO the chosen configuration's own run checks the promise: it keeps its run.
+    assert (
+        next_point(cost, sigma, chance, 0, none, VERIFICATION_BUDGET - 1, explore_last=False) == 0
+    )
     # With nothing else that may meet the objective, the chosen's run is worth everything.
     assert expected_overshoot(cost, sigma, 0, np.asarray([1.0, 0.0, 0.0])) == math.inf
 
