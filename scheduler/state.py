@@ -12,6 +12,7 @@ metrics).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -25,6 +26,7 @@ from ledger.store import choose_ways
 from ledger.types import Held, HeldElsewhere, NodeCapacity, NoRoom
 from ledger.utilization import Totals, utilization_of
 from model import Utilization
+from model import patterns as pattern_rule
 from model.packing import Ask, best_fit_table, packing_scores
 from scheduler.nodelist import NameTable
 
@@ -44,6 +46,7 @@ class Wanted:
     dram_bytes: int
     slow_bytes: int
     llc_ways: int | None
+    workload: str | None = None  # the decision's: counted against the node's pattern
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,10 @@ class ClusterState:
         self._waiting: dict[str, Held] = {}
         self._masks: list[int] = []
         self._node_masks: list[dict[str, int]] = []  # per node: pod uid -> its ways
+        # Per node: its machine pattern, and the pods bound on it by (workload, configuration).
+        self._placed: list[dict[pattern_rule.PlacedKey, int]] = []
+        # Per workload: the nodes whose pattern has a slot for it.
+        self._slotted: dict[str, set[int]] = {}
         self._name_table: NameTable | None = None
         self._alloc(0)
 
@@ -147,6 +154,14 @@ class ClusterState:
                 self._nodes.append(node)
                 self._masks.append(0)
                 self._node_masks.append({})
+                self._placed.append({})
+            old = self._nodes[i].pattern
+            if old is not None:
+                for slot in old.slots:
+                    self._slotted.get(slot.workload, set()).discard(i)
+            if node.pattern is not None:
+                for slot in node.pattern.slots:
+                    self._slotted.setdefault(slot.workload, set()).add(i)
             self._nodes[i] = node
             self.cpus[i], self.dram[i] = node.cpus, node.dram_bytes
             self.slow_local[i], self.ways[i] = node.slow_bytes, node.llc_ways
@@ -271,6 +286,7 @@ class ClusterState:
             slow_bytes=want.slow_bytes,
             slow_from_pool=from_pool,
             llc_mask=mask,
+            workload=want.workload,
         )
 
     def forget(self, pod_uid: str, node: str, attempt: str) -> bool:
@@ -302,6 +318,12 @@ class ClusterState:
             self._pool_used[self.pool[i]] += sign * held.slow_bytes
         else:
             self.used_slow_local[i] += sign * held.slow_bytes
+        if held.workload is not None:
+            key = (held.workload, held.dram_bytes, held.slow_bytes, held.llc_mask.bit_count())
+            placed = self._placed[i]
+            placed[key] = placed.get(key, 0) + sign
+            if placed[key] <= 0:
+                del placed[key]
         pods = self._node_masks[i]
         if sign > 0:
             pods[held.pod_uid] = held.llc_mask
@@ -488,12 +510,39 @@ class ClusterState:
                 full[name] = judgement.reasons[code]
         return Verdict(fits, full, never)
 
-    def scores(self, names: Sequence[str], ask: Ask) -> list[int]:
-        """The packing score of each node in `names`, in order; 0 for a node it does not know."""
-        return list(self.scores_at(self._positions(names), ask).tolist())
+    def scores(
+        self, names: Sequence[str], ask: Ask, pod: pattern_rule.PlacedKey | None = None
+    ) -> list[int]:
+        """The score of each node in `names`, in order; 0 for a node it does not know."""
+        return list(self.scores_at(self._positions(names), ask, pod).tolist())
 
-    def scores_at(self, pos: np.ndarray, ask: Ask) -> np.ndarray:
-        """The packing score of each node by slot (-1: unknown, scores 0)."""
+    def preferences_at(self, idx: np.ndarray, pod: pattern_rule.PlacedKey | None) -> np.ndarray:
+        """Each node's (by slot) preference for a pod counted as `pod`, (workload, dram_bytes,
+        slow_bytes, llc_ways) (`model.patterns.preference`). Only the nodes whose pattern names
+        the workload are looked at, so a cluster without patterns pays nothing."""
+        out = np.zeros(len(idx), dtype=np.int64)
+        slotted = self._slotted.get(pod[0]) if pod is not None else None
+        if pod is None or not slotted:
+            return out
+        where = np.isin(idx, np.fromiter(slotted, dtype=np.int64, count=len(slotted)))
+        for j in np.flatnonzero(where).tolist():
+            i = int(idx[j])
+            out[j] = pattern_rule.preference(self._nodes[i].pattern, self._placed[i], *pod)
+        return out
+
+    def preferences(self, names: Sequence[str], pod: pattern_rule.PlacedKey | None) -> list[int]:
+        """`preferences_at` by name; NONE for a node the cache does not know."""
+        with self._lock:
+            pos = self._positions(names)
+            out = np.zeros(len(pos), dtype=np.int64)
+            out[pos >= 0] = self.preferences_at(pos[pos >= 0], pod)
+            return list(out.tolist())
+
+    def scores_at(
+        self, pos: np.ndarray, ask: Ask, pod: pattern_rule.PlacedKey | None = None
+    ) -> np.ndarray:
+        """The score of each node by slot (-1: unknown, scores 0): the packing score, combined
+        with each node's preference for a pod counted as `pod` (`model.patterns.combine`)."""
         with self._lock:
             known = pos >= 0
             idx = pos[known]
@@ -516,6 +565,13 @@ class ClusterState:
                 self.best_fit[idx, need],
                 Ask(ask.vcpus, ask.dram_bytes, ask.slow_bytes, need),
             )
+            prefs = self.preferences_at(idx, pod)
+            top = int(prefs.max())
+            if top > pattern_rule.NONE:
+                # model.patterns.combine, on arrays: packing decides among the nodes at the top
+                # preference, which all rank above the others.
+                packing = out[known]
+                out[known] = np.where(prefs == top, np.clip(packing, 1, None), 0)
             return out
 
 
@@ -527,13 +583,4 @@ class Judgement:
 
 
 def _replace_ready(node: NodeCapacity, ready: bool) -> NodeCapacity:
-    return NodeCapacity(
-        node.name,
-        node.host_kind,
-        node.cpus,
-        node.dram_bytes,
-        node.slow_bytes,
-        node.llc_ways,
-        node.pool,
-        ready,
-    )
+    return dataclasses.replace(node, ready=ready)
