@@ -271,13 +271,13 @@ class PatternSlot(BaseModel):
     what its recommendation decides (DRAM, slow memory, ways); its vCPUs are its own request, so
     they are not part of the slot."""
 
-    # strict: "5" or 5.0 is not a count (the Go plugin's decoder refuses them too)
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-    workload: Annotated[str, Field(min_length=1, max_length=253)]
-    dram_bytes: Bytes
-    slow_bytes: Bytes
-    llc_ways: Annotated[int, Field(ge=1, le=MAX_LLC_WAYS)]
-    count: Annotated[int, Field(ge=1, le=MAX_SLOT_VMS)]
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    # strict numbers: "5" or 5.0 is not a count (the Go plugin's decoder refuses them too)
+    workload: Annotated[str, Field(min_length=1, max_length=253, strict=True)]
+    dram_bytes: Annotated[int, Field(ge=0, lt=MAX_BYTES, strict=True)]
+    slow_bytes: Annotated[int, Field(ge=0, lt=MAX_BYTES, strict=True)]
+    llc_ways: Annotated[int, Field(ge=1, le=MAX_LLC_WAYS, strict=True)]
+    count: Annotated[int, Field(ge=1, le=MAX_SLOT_VMS, strict=True)]
 
     @property
     def key(self) -> tuple[str, int, int, int]:
@@ -291,10 +291,12 @@ class NodePattern(BaseModel):
     same plan again changes nothing); `machine` is the machine's index in the plan's
     `machines_content`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, strict=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
     schema_: Literal["tmc.pattern/v1"] = Field(default="tmc.pattern/v1", alias="schema")
-    plan: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$")]
-    machine: Annotated[int, Field(ge=0, lt=MAX_PATTERN_MACHINES)]
+    plan: Annotated[
+        str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$", strict=True)
+    ]
+    machine: Annotated[int, Field(ge=0, lt=MAX_PATTERN_MACHINES, strict=True)]
     slots: Annotated[tuple[PatternSlot, ...], Field(max_length=MAX_PATTERN_SLOTS)]
 
     @model_validator(mode="after")

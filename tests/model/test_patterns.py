@@ -4,6 +4,7 @@ packing score, and spreading a capacity plan's machines over nodes (model/patter
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -202,3 +203,33 @@ def test_machines_spread_over_nodes_stably_and_cyclically() -> None:
     assert pr.assign_machines("p", 3, other) == first
     with pytest.raises(pr.PlanNotAdoptable):
         pr.assign_machines("p", 0, nodes)
+
+
+CASES = Path(__file__).parents[2] / "scheduler" / "conformance" / "patterns.json"
+
+
+def test_the_shared_cases_are_the_models_answers() -> None:
+    """scheduler/conformance/patterns.json holds the Go plugin to the model's answers; here the
+    model is held to them, so that neither side drifts alone."""
+    cases = json.loads(CASES.read_text())
+    pattern = NodePattern.model_validate(cases["pattern"])
+    assert sum(a["valid"] for a in cases["annotations"]) >= 5
+    assert sum(not a["valid"] for a in cases["annotations"]) >= 25
+    for a in cases["annotations"]:
+        try:
+            got = NodePattern.from_annotations({PATTERN_ANNOTATION: a["text"]})
+        except ContractError:
+            got = None
+        assert (got is not None) == a["valid"], a["text"][:80]
+        if got is not None:
+            assert len(got.slots) == a["slots"]
+    levels = {pr.NONE: 0, pr.WORKLOAD: 0, pr.EXACT: 0}
+    for c in cases["preferences"]:
+        placed = {(w, d, s, k): n for w, d, s, k, n in c["placed"]}
+        pod = tuple(c["pod"])
+        assert pr.preference(pattern, placed, *pod) == c["want"]
+        assert pr.placed_per_slot(pattern.slots, placed) == c["per_slot"]
+        levels[c["want"]] += 1
+    assert min(levels.values()) >= 5  # every level is exercised
+    for c in cases["combine"]:
+        assert pr.combine(c["preferences"], c["packing"]) == c["want"]
