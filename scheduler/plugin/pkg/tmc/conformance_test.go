@@ -642,6 +642,34 @@ func TestConformanceCatchesAWrongExpectation(t *testing.T) {
 			t.Errorf("a wrong %s passed", what)
 		}
 	}
+	// Placement as if there were no patterns: on patterns/web-1, the packing scores as the
+	// scores and the node packing alone prefers as the chosen one; and a wrong packing score.
+	patternMutations := map[string]func(e *tableExpect){
+		"pattern ignored": func(e *tableExpect) {
+			for n, s := range e.Packing {
+				e.Feasible[n] = s
+			}
+			c := "pat-c"
+			e.Chosen = &c
+		},
+		"packing score": func(e *tableExpect) { e.Packing["pat-c"]-- },
+	}
+	for what, mutate := range patternMutations {
+		table := loadConformanceTable(t)
+		var sc *conformanceScenario
+		for i := range table.Scenarios {
+			if table.Scenarios[i].Name == "patterns" {
+				sc = &table.Scenarios[i]
+			}
+		}
+		if sc == nil || sc.Steps[1].Schedule == nil || sc.Steps[1].Schedule.Name != "web-1" {
+			t.Fatal("the table has no scenario patterns whose second step is web-1")
+		}
+		mutate(sc.Steps[1].Expect)
+		if _, mismatches := runConformance(conformanceTable{Scenarios: []conformanceScenario{*sc}}); len(mismatches) == 0 {
+			t.Errorf("a wrong expectation (%s) passed", what)
+		}
+	}
 	// Skipped and refused pods, each expected to be judged like any pod instead.
 	for _, kind := range []string{"skipped", "refused"} {
 		table := loadConformanceTable(t)
