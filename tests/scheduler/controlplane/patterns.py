@@ -11,7 +11,8 @@ plugin's or the extender's): the same scenario for both paths.
    first, which writes nothing; applied twice, the second time changes nothing).
 3. The pinned pod goes, and one pod of each workload is created, unpinned: each lands on the
    node whose pattern holds it, where placement without patterns chose another node.
-4. `tmc plan patterns clear` removes the patterns.
+4. `tmc plan patterns clear` removes the patterns, and the same two pods placed again from the
+   same state go where placement alone takes them (graph500 on `N_g` again).
 """
 
 from __future__ import annotations
