@@ -78,7 +78,19 @@ def _cli(*args: str) -> Any:
 
 
 def follow_the_plan(cp: Any, api: k8s.CoreV1Api, ns: str, placed: Placed, tmp: Path) -> None:
-    """The scenario of this module's docstring; `placed` waits for pods to be bound."""
+    """The scenario of this module's docstring; `placed` waits for pods to be bound. The nodes
+    carry no pattern afterwards, whatever happened (the module's other tests share them)."""
+    try:
+        _follow_the_plan(cp, api, ns, placed, tmp)
+    finally:
+        for nd in api.list_node().items:
+            if PATTERN_ANNOTATION in (nd.metadata.annotations or {}):
+                api.patch_node(
+                    nd.metadata.name, {"metadata": {"annotations": {PATTERN_ANNOTATION: None}}}
+                )
+
+
+def _follow_the_plan(cp: Any, api: k8s.CoreV1Api, ns: str, placed: Placed, tmp: Path) -> None:
     nodes, pools = c.published_capacity(api)
     names = sorted(nodes)
     # 1. Placement without patterns.
