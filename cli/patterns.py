@@ -30,6 +30,7 @@ from model.node_contract import (
     MAX_LLC_WAYS,
     PATTERN_ANNOTATION,
     ContractError,
+    NodeCapacity,
     NodePattern,
 )
 from model.patterns import PlanNotAdoptable, assign_machines, plan_id, plan_machines
@@ -77,6 +78,7 @@ class Change:
     machine: int | None  # None: the annotation is removed
     before: str | None
     after: str | None
+    warning: str | None = None  # why the node cannot run its whole pattern
 
     @property
     def needed(self) -> bool:
@@ -117,6 +119,30 @@ def current_pattern(node: dict[str, Any]) -> NodePattern | None:
         return None  # unreadable: rewritten
 
 
+def shortfall(node: dict[str, Any], slots: Any) -> str | None:
+    """Why a node cannot hold every VM of a pattern at once by what its agent publishes (DRAM,
+    ways, node-local slow memory), or None. A pattern is a preference, so it is written anyway;
+    the operator is told that this node will not run its machine as planned."""
+    meta = node.get("metadata") or {}
+    try:
+        cap = NodeCapacity.from_metadata(meta.get("labels"), meta.get("annotations"))
+    except ContractError as exc:
+        return f"its tiered capacity is unreadable ({exc})"
+    if cap is None:
+        return "it publishes no tiered capacity (not a tmc node)"
+    dram = sum(s.dram_bytes * s.count for s in slots)
+    ways = sum(s.llc_ways * s.count for s in slots)
+    slow = sum(s.slow_bytes * s.count for s in slots)
+    short = []
+    if dram > cap.dram_bytes:
+        short.append(f"DRAM {dram} > {cap.dram_bytes} bytes")
+    if ways > cap.llc_ways:
+        short.append(f"LLC ways {ways} > {cap.llc_ways}")
+    if cap.slow_pool is None and slow > cap.slow_bytes:
+        short.append(f"slow memory {slow} > {cap.slow_bytes} bytes")
+    return "the pattern needs " + ", ".join(short) if short else None
+
+
 def plan_changes(nodes: list[dict[str, Any]], machines: list[Any]) -> list[Change]:
     """What `apply` writes on each node of the kind (`model.patterns.assign_machines`)."""
     pid = plan_id(machines)
@@ -130,7 +156,7 @@ def plan_changes(nodes: list[dict[str, Any]], machines: list[Any]) -> list[Chang
         before = ((by_name[name].get("metadata") or {}).get("annotations") or {}).get(
             PATTERN_ANNOTATION
         )
-        out.append(Change(name, m, before, text))
+        out.append(Change(name, m, before, text, shortfall(by_name[name], machines[m])))
     return out
 
 
@@ -196,6 +222,7 @@ def _report(changes: list[Change], dry_run: bool, as_json: bool) -> None:
                 "machine": c.machine,
                 "changed": c.needed,
                 "pattern": json.loads(c.after) if c.after else None,
+                "warning": c.warning,
             }
             for c in changes
         ]
@@ -208,6 +235,8 @@ def _report(changes: list[Change], dry_run: bool, as_json: bool) -> None:
             ": " + (c.after or "(removed)") if dry_run and c.needed else ""
         )
         typer.echo(f"{c.node}: {what} ({state})")
+        if c.warning:
+            typer.echo(f"  warning: {c.node} cannot run this machine as planned: {c.warning}")
     n = sum(c.needed for c in changes)
     typer.echo(f"{len(changes)} nodes, {n} {'to change' if dry_run else 'changed'}")
 

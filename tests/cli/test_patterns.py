@@ -48,9 +48,14 @@ def plan() -> dict[str, Any]:
     return capacity_plan(CapacityIn.model_validate(REQUEST))
 
 
-def node(name: str, pattern: str | None = None) -> dict[str, Any]:
-    ann = {} if pattern is None else {PATTERN_ANNOTATION: pattern}
-    return {"metadata": {"name": name, "annotations": ann}}
+def node(name: str, pattern: str | None = None, dram: int = 24 * GIB) -> dict[str, Any]:
+    ann = {"tmc.dev/dram-bytes": str(dram), "tmc.dev/slow-bytes": str(64 * GIB),
+           "tmc.dev/llc-ways": "20"}  # fmt: skip
+    if pattern is not None:
+        ann[PATTERN_ANNOTATION] = pattern
+    return {
+        "metadata": {"name": name, "labels": {"tmc.dev/host-kind": "small"}, "annotations": ann}
+    }
 
 
 def test_the_plan_names_its_options_and_is_adopted_alone(plan: dict[str, Any]) -> None:
@@ -77,6 +82,10 @@ def test_applying_twice_changes_nothing(plan: dict[str, Any]) -> None:
     assert [c.node for c in plan_changes(broken, machines) if c.needed] == ["n0"]
     pattern = NodePattern.from_annotations({PATTERN_ANNOTATION: first[0].after})
     assert pattern is not None and pattern.machine == 0
+    assert not any(c.warning for c in first)
+    # A node smaller than the plan's machine kind is written, with a warning.
+    small = plan_changes([node("n0", dram=4 * GIB)], machines)
+    assert small[0].needed and small[0].warning and "DRAM" in small[0].warning
 
 
 def test_plans_that_cannot_be_adopted_say_why(plan: dict[str, Any], tmp_path: Path) -> None:
