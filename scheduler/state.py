@@ -32,6 +32,7 @@ from scheduler.nodelist import NameTable
 
 log = logging.getLogger("tmc.scheduler.state")
 MAX_WAYS = 64
+MAX_PREFERENCE_KEYS = 1024  # (workload, configuration) pairs whose node preferences are kept
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,9 @@ class ClusterState:
         self._placed: list[dict[pattern_rule.PlacedKey, int]] = []
         # Per workload: the nodes whose pattern has a slot for it.
         self._slotted: dict[str, set[int]] = {}
+        # Per pod key: every node's preference, and the nodes changed since (recomputed on the
+        # next read), so that prioritize reads an array instead of applying the rule per node.
+        self._preferences: dict[pattern_rule.PlacedKey, tuple[np.ndarray, set[int]]] = {}
         self._name_table: NameTable | None = None
         self._alloc(0)
 
@@ -145,6 +149,7 @@ class ClusterState:
             raise ValueError(f"node {node.name}: {node.llc_ways} LLC ways is outside 1..64")
         with self._lock:
             i = self._index.get(node.name)
+            new = i is None
             if i is None:
                 i = len(self._nodes)
                 if i >= len(self.cpus):
@@ -162,6 +167,8 @@ class ClusterState:
             if node.pattern is not None:
                 for slot in node.pattern.slots:
                     self._slotted.setdefault(slot.workload, set()).add(i)
+            if new or old != node.pattern:
+                self._preferences.clear()  # a new node or pattern: start over (rare)
             self._nodes[i] = node
             self.cpus[i], self.dram[i] = node.cpus, node.dram_bytes
             self.slow_local[i], self.ways[i] = node.slow_bytes, node.llc_ways
@@ -324,6 +331,9 @@ class ClusterState:
             placed[key] = placed.get(key, 0) + sign
             if placed[key] <= 0:
                 del placed[key]
+            if self._nodes[i].pattern is not None:
+                for _, changed in self._preferences.values():
+                    changed.add(i)
         pods = self._node_masks[i]
         if sign > 0:
             pods[held.pod_uid] = held.llc_mask
@@ -518,17 +528,27 @@ class ClusterState:
 
     def preferences_at(self, idx: np.ndarray, pod: pattern_rule.PlacedKey | None) -> np.ndarray:
         """Each node's (by slot) preference for a pod counted as `pod`, (workload, dram_bytes,
-        slow_bytes, llc_ways) (`model.patterns.preference`). Only the nodes whose pattern names
-        the workload are looked at, so a cluster without patterns pays nothing."""
-        out = np.zeros(len(idx), dtype=np.int64)
+        slow_bytes, llc_ways) (`model.patterns.preference`). Kept per pod key for every node and
+        recomputed only for the nodes whose pods changed since, and only nodes whose pattern
+        names the workload are ever looked at: a cluster without patterns pays nothing."""
         slotted = self._slotted.get(pod[0]) if pod is not None else None
         if pod is None or not slotted:
+            return np.zeros(len(idx), dtype=np.int64)
+        with self._lock:
+            found = self._preferences.get(pod)
+            if found is None:
+                if len(self._preferences) >= MAX_PREFERENCE_KEYS:
+                    self._preferences.clear()
+                found = self._preferences[pod] = (
+                    np.zeros(len(self._nodes), dtype=np.int64),
+                    set(slotted),
+                )
+            levels, changed = found
+            for i in changed & slotted:
+                levels[i] = pattern_rule.preference(self._nodes[i].pattern, self._placed[i], *pod)
+            changed.clear()
+            out: np.ndarray = levels[idx]
             return out
-        where = np.isin(idx, np.fromiter(slotted, dtype=np.int64, count=len(slotted)))
-        for j in np.flatnonzero(where).tolist():
-            i = int(idx[j])
-            out[j] = pattern_rule.preference(self._nodes[i].pattern, self._placed[i], *pod)
-        return out
 
     def preferences(self, names: Sequence[str], pod: pattern_rule.PlacedKey | None) -> list[int]:
         """`preferences_at` by name; NONE for a node the cache does not know."""
