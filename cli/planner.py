@@ -124,6 +124,11 @@ plan_app = typer.Typer(
 )
 
 
+from cli.patterns import patterns_app  # noqa: E402
+
+plan_app.add_typer(patterns_app, name="patterns")
+
+
 @plan_app.command("capacity")
 def capacity_cmd(
     request: Annotated[

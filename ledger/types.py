@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from model.node_contract import NodePattern
+
 
 @dataclass(frozen=True)
 class NodeCapacity:
@@ -16,6 +18,9 @@ class NodeCapacity:
     llc_ways: int
     pool: str | None
     ready: bool = True
+    # The capacity plan's machine this node stands for (`tmc.dev/pattern`), if the operator
+    # adopted one: placement prefers it for the pods its pattern holds (model/patterns.py).
+    pattern: NodePattern | None = None
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,7 @@ class Held:
     slow_bytes: int
     slow_from_pool: bool
     llc_mask: int
+    workload: str | None = None  # the placement's workload: what a node's pattern counts
 
 
 class NoRoom(Exception):

@@ -12,6 +12,10 @@ Three shapes cross that boundary, all as Kubernetes object metadata or a file on
   the service (`Recommendation`).
 - **Plan file** (agent -> the allocator shim in the pod): per tag, the bytes it may place on the
   fast node (`render_plan_file`; the shim's parser is `parse_plan` in alloc/tmc_alloc.c).
+- **Machine pattern** (operator -> scheduler): the `tmc.dev/pattern` annotation on a Node, the
+  VMs of each workload and configuration that a capacity plan put on the machine this node
+  stands for (`NodePattern`); placement prefers the nodes whose pattern has room for a pod's
+  workload (`model/patterns.py`).
 
 Every number is bounded so that no annotation, however it was written, can overflow a computation
 downstream: bytes below 2^52 (4 PiB), at most 64 LLC ways (CAT masks are 64-bit at most), at most
@@ -53,6 +57,13 @@ AGENT_STATUS_ANNOTATION = f"{GROUP}/agent-status"
 VERIFICATION_RUN_ANNOTATION = f"{GROUP}/verification-run"
 
 RECOMMENDATION_ANNOTATION = f"{GROUP}/recommendation"
+# Written by the operator (`tmc plan patterns apply`) on a Node: a capacity plan's machine.
+PATTERN_ANNOTATION = f"{GROUP}/pattern"
+PATTERN_SCHEMA = "tmc.pattern/v1"
+MAX_PATTERN_SLOTS = 64  # (workload, configuration) pairs on one machine
+MAX_SLOT_VMS = 4096  # a VM takes at least one vCPU (MAX_CPUS)
+MAX_PATTERN_MACHINES = 100_000  # the planner's own bound on VMs at once
+MAX_PATTERN_ANNOTATION = 64 * 1024
 RECOMMENDATION_SCHEMA = "tmc.recommendation/v1"
 # The custom resource the recommendation publisher writes and the scheduler plugin watches:
 # cluster-scoped, one object per (workload, objective), its spec a `Recommendation`.
@@ -250,6 +261,68 @@ class Placement(BaseModel):
                     f"{LLC_MASK_ANNOTATION} {text[:40]!r} disagrees with the placement"
                 )
         return placement
+
+
+# --- machine pattern ---------------------------------------------------------------------------
+
+
+class PatternSlot(BaseModel):
+    """VMs of one workload in one configuration on a planned machine. A pod's configuration is
+    what its recommendation decides (DRAM, slow memory, ways); its vCPUs are its own request, so
+    they are not part of the slot."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    # strict numbers: "5" or 5.0 is not a count (the Go plugin's decoder refuses them too)
+    workload: Annotated[str, Field(min_length=1, max_length=253, strict=True)]
+    dram_bytes: Annotated[int, Field(ge=0, lt=MAX_BYTES, strict=True)]
+    slow_bytes: Annotated[int, Field(ge=0, lt=MAX_BYTES, strict=True)]
+    llc_ways: Annotated[int, Field(ge=1, le=MAX_LLC_WAYS, strict=True)]
+    count: Annotated[int, Field(ge=1, le=MAX_SLOT_VMS, strict=True)]
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        """(workload, dram_bytes, slow_bytes, llc_ways): what a placed pod is counted by."""
+        return (self.workload, self.dram_bytes, self.slow_bytes, self.llc_ways)
+
+
+class NodePattern(BaseModel):
+    """The `tmc.dev/pattern` annotation: which machine of which capacity plan this node stands
+    for, and that machine's slots. `plan` names the plan (a digest of it, so that applying the
+    same plan again changes nothing); `machine` is the machine's index in the plan's
+    `machines_content`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    schema_: Literal["tmc.pattern/v1"] = Field(default="tmc.pattern/v1", alias="schema")
+    plan: Annotated[
+        str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$", strict=True)
+    ]
+    machine: Annotated[int, Field(ge=0, lt=MAX_PATTERN_MACHINES, strict=True)]
+    slots: Annotated[tuple[PatternSlot, ...], Field(max_length=MAX_PATTERN_SLOTS)]
+
+    @model_validator(mode="after")
+    def _distinct(self) -> NodePattern:
+        keys = [s.key for s in self.slots]
+        if len(set(keys)) != len(keys):
+            raise ValueError("two slots name the same workload and configuration")
+        return self
+
+    def to_annotation(self) -> str:
+        body = self.model_dump(mode="json", by_alias=True)
+        return json.dumps(body, separators=(",", ":"))
+
+    @classmethod
+    def from_annotations(cls, annotations: Mapping[str, Any] | None) -> NodePattern | None:
+        """None when the node carries no pattern; ContractError when it carries one that cannot
+        be read (the scheduler then treats the node as having none, and logs why)."""
+        raw = (annotations or {}).get(PATTERN_ANNOTATION)
+        if raw is None or raw == "":
+            return None
+        if not isinstance(raw, str) or len(raw) > MAX_PATTERN_ANNOTATION:
+            raise ContractError(f"{PATTERN_ANNOTATION} is not a JSON string under 64 KiB")
+        try:
+            return cls.model_validate_json(raw)
+        except ValidationError as exc:
+            raise ContractError(f"{PATTERN_ANNOTATION}: {_short(exc)}") from exc
 
 
 # --- recommendation ----------------------------------------------------------------------------

@@ -209,6 +209,20 @@ def capacity_plan(body: CapacityIn, prices: PriceProfile | None = None) -> dict[
         raise InvalidRequest("classes", str(exc)) from exc
     out = dataclasses.asdict(plan)
     out["price_profile"] = prices.key
+    # Each class's options as `machines_content` names them ("class#option"), so that the plan
+    # alone is enough to adopt its machines as node patterns (`tmc plan patterns apply`).
+    out["options"] = {
+        c.name: [
+            {
+                "vcpus": o.vcpus,
+                "dram_bytes": o.dram_bytes,
+                "slow_bytes": o.slow_bytes,
+                "llc_ways": o.llc_ways,
+            }
+            for o in c.options
+        ]
+        for c in body.classes
+    }
     out["dry_run"] = True
     finite: dict[str, Any] = _finite(out)
     return finite

@@ -26,6 +26,7 @@ import orjson
 
 from ledger.types import Held, HeldElsewhere, NoRoom
 from model.node_contract import PlacedConfiguration, Placement
+from model.patterns import PlacedKey
 from scheduler.decisions import Decision, DecisionPending, Recommender
 from scheduler.kube import Cluster
 from scheduler.nodelist import NameTable, NodeNames, padded_table, split_head, split_request
@@ -82,6 +83,14 @@ def parse_args(body: object) -> Args:
         return Args(pod, [str(n["metadata"]["name"]) for n in items], items)
     except (KeyError, TypeError) as exc:
         raise BadRequest("a node in Nodes has no metadata.name") from exc
+
+
+def counted_as(decision: Decision) -> PlacedKey | None:
+    """What a pod is counted by against a node's pattern (`model.patterns`): its workload and
+    configuration; a fallback's ways are not chosen yet, so it matches no slot exactly."""
+    if not decision.workload:
+        return None
+    return (decision.workload, decision.dram_bytes, decision.slow_bytes, decision.llc_ways or 0)
 
 
 def placement_of(decision: Decision, held: Held) -> Placement:
@@ -265,7 +274,9 @@ class Extender:
             # The nodes filter kept for this pod in this scheduling cycle, and its decision:
             # neither the pod nor the names are read again.
             self.observe_node_list("bytes")
-            scores = self.state.scores_at(kept.positions, kept.decision.ask())
+            scores = self.state.scores_at(
+                kept.positions, kept.decision.ask(), counted_as(kept.decision)
+            )
             return kept.names.priorities_json(scores)
         try:
             decision = self._decide(pod)[0]
@@ -279,7 +290,9 @@ class Extender:
         if decision is None:
             return names.priorities_json(np.zeros(names.count, dtype=np.int64))
         pos = self.state.name_table().positions(names)
-        return names.priorities_json(self.state.scores_at(pos, decision.ask()))
+        return names.priorities_json(
+            self.state.scores_at(pos, decision.ask(), counted_as(decision))
+        )
 
     def prioritize_json(self, body: object) -> bytes:
         """`prioritize`, serialised directly: for 5,000 nodes, encoding 5,000 small objects costs
@@ -310,7 +323,7 @@ class Extender:
         if decision is None:
             return args.names, [0] * len(args.names)
         try:
-            return args.names, self.state.scores(args.names, decision.ask())
+            return args.names, self.state.scores(args.names, decision.ask(), counted_as(decision))
         except ValueError as exc:
             raise BadRequest(str(exc)) from exc
 
@@ -369,6 +382,7 @@ class Extender:
             dram_bytes=decision.dram_bytes,
             slow_bytes=decision.slow_bytes,
             llc_ways=decision.llc_ways,
+            workload=decision.workload,
         )
         attempt = str(uuid.uuid4())
         started = time.perf_counter()

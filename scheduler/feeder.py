@@ -14,7 +14,8 @@ copies of what it says (the VPA recommender's input -> state split: this is the 
 Nodes publish their tiered capacity (the node agent writes it; `node_capacity` reads it): label
 `tmc.dev/host-kind`; annotations `tmc.dev/dram-bytes`, `tmc.dev/slow-bytes` (node-local, absent or
 0 for none), `tmc.dev/llc-ways`, optionally `tmc.dev/cpus` (else allocatable CPU),
-`tmc.dev/slow-pool` and `tmc.dev/slow-pool-bytes` (the rack pool it draws from, and its size).
+`tmc.dev/slow-pool` and `tmc.dev/slow-pool-bytes` (the rack pool it draws from, and its size);
+the operator may add `tmc.dev/pattern` (a capacity plan's machine, `model/patterns.py`).
 A deleted or finished pod releases what it held; a pending opted-in pod warms the recommendation
 cache before the scheduler asks.
 
@@ -77,6 +78,7 @@ def node_capacity(node: dict[str, Any]) -> tuple[NodeCapacity, int | None] | Non
     ready = conditions.get("Ready") == "True" and not (node.get("spec") or {}).get(
         "unschedulable", False
     )
+    pattern = node_pattern(str(meta.get("name") or ""), meta.get("annotations"))
     cap = NodeCapacity(
         name=str(meta.get("name") or ""),
         host_kind=published.host_kind,
@@ -86,8 +88,30 @@ def node_capacity(node: dict[str, Any]) -> tuple[NodeCapacity, int | None] | Non
         llc_ways=published.llc_ways,
         pool=published.slow_pool,
         ready=ready,
+        pattern=pattern,
     )
     return cap, published.slow_pool_bytes
+
+
+_BAD_PATTERNS: dict[str, str] = {}  # node -> the unreadable pattern last logged
+
+
+def node_pattern(name: str, annotations: dict[str, Any] | None) -> contract.NodePattern | None:
+    """The capacity plan's machine a node stands for (`tmc.dev/pattern`), or None. An unreadable
+    pattern is a preference lost, never a node lost: it is ignored, and logged once per text
+    (a node's every heartbeat carries it)."""
+    try:
+        pattern = contract.NodePattern.from_annotations(annotations)
+    except contract.ContractError as exc:
+        raw = str((annotations or {}).get(contract.PATTERN_ANNOTATION))[:4096]
+        if _BAD_PATTERNS.get(name) != raw:
+            if len(_BAD_PATTERNS) > 100_000:
+                _BAD_PATTERNS.clear()
+            _BAD_PATTERNS[name] = raw
+            log.warning("node %s: unreadable pattern, placed on as if it had none: %s", name, exc)
+        return None
+    _BAD_PATTERNS.pop(name, None)
+    return pattern
 
 
 def placed_of(pod: dict[str, Any]) -> ledger.Placed | None:
@@ -120,6 +144,7 @@ def placed_of(pod: dict[str, Any]) -> ledger.Placed | None:
         slow_bytes=c.slow_bytes,
         slow_from_pool=p.slow_from_pool,
         llc_mask=p.llc_mask_bits,
+        workload=p.workload,
     )
     return ledger.Placed(held, p.recommendation_id, c.slow_ratio)
 

@@ -12,6 +12,7 @@ metrics).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -25,11 +26,13 @@ from ledger.store import choose_ways
 from ledger.types import Held, HeldElsewhere, NodeCapacity, NoRoom
 from ledger.utilization import Totals, utilization_of
 from model import Utilization
+from model import patterns as pattern_rule
 from model.packing import Ask, best_fit_table, packing_scores
 from scheduler.nodelist import NameTable
 
 log = logging.getLogger("tmc.scheduler.state")
 MAX_WAYS = 64
+MAX_PREFERENCE_KEYS = 1024  # (workload, configuration) pairs whose node preferences are kept
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Wanted:
     dram_bytes: int
     slow_bytes: int
     llc_ways: int | None
+    workload: str | None = None  # the decision's: counted against the node's pattern
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,13 @@ class ClusterState:
         self._waiting: dict[str, Held] = {}
         self._masks: list[int] = []
         self._node_masks: list[dict[str, int]] = []  # per node: pod uid -> its ways
+        # Per node: its machine pattern, and the pods bound on it by (workload, configuration).
+        self._placed: list[dict[pattern_rule.PlacedKey, int]] = []
+        # Per workload: the nodes whose pattern has a slot for it.
+        self._slotted: dict[str, set[int]] = {}
+        # Per pod key: every node's preference, and the nodes changed since (recomputed on the
+        # next read), so that prioritize reads an array instead of applying the rule per node.
+        self._preferences: dict[pattern_rule.PlacedKey, tuple[np.ndarray, set[int]]] = {}
         self._name_table: NameTable | None = None
         self._alloc(0)
 
@@ -138,6 +149,7 @@ class ClusterState:
             raise ValueError(f"node {node.name}: {node.llc_ways} LLC ways is outside 1..64")
         with self._lock:
             i = self._index.get(node.name)
+            new = i is None
             if i is None:
                 i = len(self._nodes)
                 if i >= len(self.cpus):
@@ -147,6 +159,16 @@ class ClusterState:
                 self._nodes.append(node)
                 self._masks.append(0)
                 self._node_masks.append({})
+                self._placed.append({})
+            old = self._nodes[i].pattern
+            if old is not None:
+                for slot in old.slots:
+                    self._slotted.get(slot.workload, set()).discard(i)
+            if node.pattern is not None:
+                for slot in node.pattern.slots:
+                    self._slotted.setdefault(slot.workload, set()).add(i)
+            if new or old != node.pattern:
+                self._preferences.clear()  # a new node or pattern: start over (rare)
             self._nodes[i] = node
             self.cpus[i], self.dram[i] = node.cpus, node.dram_bytes
             self.slow_local[i], self.ways[i] = node.slow_bytes, node.llc_ways
@@ -271,6 +293,7 @@ class ClusterState:
             slow_bytes=want.slow_bytes,
             slow_from_pool=from_pool,
             llc_mask=mask,
+            workload=want.workload,
         )
 
     def forget(self, pod_uid: str, node: str, attempt: str) -> bool:
@@ -302,6 +325,15 @@ class ClusterState:
             self._pool_used[self.pool[i]] += sign * held.slow_bytes
         else:
             self.used_slow_local[i] += sign * held.slow_bytes
+        if held.workload is not None:
+            key = (held.workload, held.dram_bytes, held.slow_bytes, held.llc_mask.bit_count())
+            placed = self._placed[i]
+            placed[key] = placed.get(key, 0) + sign
+            if placed[key] <= 0:
+                del placed[key]
+            if self._nodes[i].pattern is not None:
+                for _, changed in self._preferences.values():
+                    changed.add(i)
         pods = self._node_masks[i]
         if sign > 0:
             pods[held.pod_uid] = held.llc_mask
@@ -488,12 +520,49 @@ class ClusterState:
                 full[name] = judgement.reasons[code]
         return Verdict(fits, full, never)
 
-    def scores(self, names: Sequence[str], ask: Ask) -> list[int]:
-        """The packing score of each node in `names`, in order; 0 for a node it does not know."""
-        return list(self.scores_at(self._positions(names), ask).tolist())
+    def scores(
+        self, names: Sequence[str], ask: Ask, pod: pattern_rule.PlacedKey | None = None
+    ) -> list[int]:
+        """The score of each node in `names`, in order; 0 for a node it does not know."""
+        return list(self.scores_at(self._positions(names), ask, pod).tolist())
 
-    def scores_at(self, pos: np.ndarray, ask: Ask) -> np.ndarray:
-        """The packing score of each node by slot (-1: unknown, scores 0)."""
+    def preferences_at(self, idx: np.ndarray, pod: pattern_rule.PlacedKey | None) -> np.ndarray:
+        """Each node's (by slot) preference for a pod counted as `pod`, (workload, dram_bytes,
+        slow_bytes, llc_ways) (`model.patterns.preference`). Kept per pod key for every node and
+        recomputed only for the nodes whose pods changed since, and only nodes whose pattern
+        names the workload are ever looked at: a cluster without patterns pays nothing."""
+        slotted = self._slotted.get(pod[0]) if pod is not None else None
+        if pod is None or not slotted:
+            return np.zeros(len(idx), dtype=np.int64)
+        with self._lock:
+            found = self._preferences.get(pod)
+            if found is None:
+                if len(self._preferences) >= MAX_PREFERENCE_KEYS:
+                    self._preferences.clear()
+                found = self._preferences[pod] = (
+                    np.zeros(len(self._nodes), dtype=np.int64),
+                    set(slotted),
+                )
+            levels, changed = found
+            for i in changed & slotted:
+                levels[i] = pattern_rule.preference(self._nodes[i].pattern, self._placed[i], *pod)
+            changed.clear()
+            out: np.ndarray = levels[idx]
+            return out
+
+    def preferences(self, names: Sequence[str], pod: pattern_rule.PlacedKey | None) -> list[int]:
+        """`preferences_at` by name; NONE for a node the cache does not know."""
+        with self._lock:
+            pos = self._positions(names)
+            out = np.zeros(len(pos), dtype=np.int64)
+            out[pos >= 0] = self.preferences_at(pos[pos >= 0], pod)
+            return list(out.tolist())
+
+    def scores_at(
+        self, pos: np.ndarray, ask: Ask, pod: pattern_rule.PlacedKey | None = None
+    ) -> np.ndarray:
+        """The score of each node by slot (-1: unknown, scores 0): the packing score, combined
+        with each node's preference for a pod counted as `pod` (`model.patterns.combine`)."""
         with self._lock:
             known = pos >= 0
             idx = pos[known]
@@ -516,6 +585,13 @@ class ClusterState:
                 self.best_fit[idx, need],
                 Ask(ask.vcpus, ask.dram_bytes, ask.slow_bytes, need),
             )
+            prefs = self.preferences_at(idx, pod)
+            top = int(prefs.max())
+            if top > pattern_rule.NONE:
+                # model.patterns.combine, on arrays: packing decides among the nodes at the top
+                # preference, which all rank above the others.
+                packing = out[known]
+                out[known] = np.where(prefs == top, np.clip(packing, 1, None), 0)
             return out
 
 
@@ -527,13 +603,4 @@ class Judgement:
 
 
 def _replace_ready(node: NodeCapacity, ready: bool) -> NodeCapacity:
-    return NodeCapacity(
-        node.name,
-        node.host_kind,
-        node.cpus,
-        node.dram_bytes,
-        node.slow_bytes,
-        node.llc_ways,
-        node.pool,
-        ready,
-    )
+    return dataclasses.replace(node, ready=ready)

@@ -58,6 +58,9 @@ class CapacityRequest(CapacityIn):
     "Per kind, `machines` is the plan's count, `greedy_machines` what first-fit decreasing "
     "needs with every workload in its cheapest option, `total_hour` what the machines cost "
     "per hour, and `tenant_hour` what the workloads' tenants pay per hour for their runs. "
+    "`machines_content` lists, per planned machine, its VMs at the peak by `class#option`, "
+    "and `options` each class's options by index (vCPUs, DRAM, slow memory, ways): the "
+    "answer as it stands is what `tmc plan patterns apply` adopts as node patterns. "
     "`price_profile` in the answer is the key of the prices used.",
 )
 async def capacity(

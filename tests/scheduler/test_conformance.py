@@ -39,6 +39,7 @@ from scheduler.decisions import Recommended, Recommender
 from scheduler.extender import Extender
 from scheduler.feeder import Feeder
 from scheduler.kube import KubeCluster
+from scheduler.pods import read_pod
 from scheduler.state import ClusterState
 from store.db import unit_of_work
 from store.orm import HostKind, Node, PlacementRecord, RackPool, RecommendationRow, Reservation
@@ -372,6 +373,13 @@ class Run:
         scores = {p["Host"]: p["Score"] for p in priorities}
         if scores != want["feasible"]:
             self.mismatch(f"scores {scores}, want {want['feasible']}")
+        if "packing" in want:
+            # The packing score alone, before the machine patterns' preference: the scores a
+            # placement without patterns would use.
+            decision = ext.recommender.decide(read_pod(pod, ext.opt_in_resource))
+            packing = dict(zip(feasible, ext.state.scores(feasible, decision.ask()), strict=True))
+            if packing != want["packing"]:
+                self.mismatch(f"packing scores {packing}, want {want['packing']}")
         # The highest score wins, ties to the first name; the table has no tie at the top.
         top = max(scores.values())
         best = min(n for n, s in scores.items() if s == top)
@@ -552,6 +560,13 @@ MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
 }
 
 
+PATTERN_MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
+    # Placed as if there were no patterns: the packing scores, and the node packing prefers.
+    "pattern ignored": lambda e: e.update(feasible=dict(e["packing"]), chosen="pat-c"),
+    "packing score": lambda e: e["packing"].update({"pat-c": e["packing"]["pat-c"] - 1}),
+}
+
+
 def test_a_wrong_expectation_fails(logged: sessionmaker[Session]) -> None:
     """The suite cannot pass whatever the extender does: each kind of expectation, made wrong on
     fit/big-1 (placed on fit-b; fit-a never, for its DRAM), is caught."""
@@ -565,6 +580,11 @@ def test_a_wrong_expectation_fails(logged: sessionmaker[Session]) -> None:
         if run_table(table, sessions).mismatches:
             caught.append(what)
     assert caught == list(MUTATIONS)
+    planned = {"scenarios": [s for s in original["scenarios"] if s["name"] == "patterns"]}
+    for what, mutate in PATTERN_MUTATIONS.items():
+        table = copy.deepcopy(planned)
+        mutate(_expectation(table, "patterns", "web-1"))
+        assert run_table(table, sessions).mismatches, what
     ignored = {"scenarios": [s for s in original["scenarios"] if s["name"] == "nodes-and-opt-in"]}
     for kind in ("skipped", "refused"):  # each expected to be judged like any pod instead
         table = copy.deepcopy(ignored)
@@ -582,6 +602,7 @@ def test_the_table_is_well_formed() -> None:
     table = load_table()
     never_codes, full_codes = set(table["reasons"]["never"]), set(table["reasons"]["full"])
     used: set[str] = set()
+    followed = 0  # steps where a machine pattern, not packing alone, chose the node
     for scenario in table["scenarios"]:
         names = {n["name"] for n in scenario["nodes"]}
         pods: set[str] = set()
@@ -613,6 +634,11 @@ def test_the_table_is_well_formed() -> None:
                 continue
             top = max(scores.values())
             assert [n for n, s in scores.items() if s == top] == [want["chosen"]], step
+            if "packing" in want:
+                assert set(want["packing"]) == set(scores), step
+                best = max(want["packing"].values())
+                packing_alone = [n for n, s in want["packing"].items() if s == best]
+                followed += packing_alone != [want["chosen"]]
             assert set(want["placement"]) == {
                 "vcpus",
                 "dram_bytes",
@@ -622,6 +648,7 @@ def test_the_table_is_well_formed() -> None:
                 "fallback",
             }
     assert used == never_codes | full_codes  # every reason is exercised
+    assert followed >= 3
 
 
 def test_an_unknown_reason_is_reported_as_such() -> None:

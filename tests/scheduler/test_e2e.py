@@ -17,6 +17,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -27,6 +28,7 @@ from kubernetes import utils as k8s_utils
 
 from model.node_contract import Placement, parse_plan_file
 from tests.fixtures.database import empty_tables
+from tests.scheduler.conftest import upload_example
 from tests.scheduler.controlplane import (
     NAMESPACE,
     SERVICE_ACCOUNTS,
@@ -35,6 +37,7 @@ from tests.scheduler.controlplane import (
     unavailable,
 )
 from tests.scheduler.controlplane import cluster as c
+from tests.scheduler.controlplane import patterns as planned
 from tests.services import PostgresServer, wait_until
 
 pytestmark = pytest.mark.slow
@@ -94,6 +97,22 @@ def placed(stack: Stack, names: list[str], ns: str, timeout: float = 90) -> dict
     try:
         return c.bound_pods(stack.api, names, ns, timeout)
     except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{stack.logs()}") from exc
+
+
+def test_pods_follow_the_adopted_plans_machine_patterns(
+    stack: Stack, ns: str, tmp_path: Path
+) -> None:
+    """A capacity plan's machines adopted as node patterns (`tmc plan patterns apply` against
+    the API server): a graph500 and an xsbench pod each land on the node whose pattern holds
+    its workload, where kube-scheduler with the extender, without patterns, placed it elsewhere
+    (tests/scheduler/controlplane/patterns.py)."""
+    upload_example(stack.sessions, "xsbench")
+    try:
+        planned.follow_the_plan(
+            stack.cp, stack.api, ns, lambda names, n: placed(stack, names, n), tmp_path
+        )
+    except AssertionError as exc:
         raise AssertionError(f"{exc}\n{stack.logs()}") from exc
 
 

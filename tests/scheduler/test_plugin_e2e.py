@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -25,8 +26,10 @@ from kubernetes import client as k8s
 
 from model.node_contract import Placement, parse_plan_file
 from tests.fixtures.database import empty_tables
+from tests.scheduler.conftest import upload_example
 from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
+from tests.scheduler.controlplane import patterns as planned
 from tests.scheduler.controlplane import plugin as p
 from tests.services import PostgresServer, wait_until
 
@@ -134,6 +137,22 @@ def test_the_example_pod_is_placed_by_the_plugin_and_its_plan_reaches_the_node(
     wait_until(lambda: f"{ns}/{name}" in mirror(stack, ns), 60, "the mirror")
     held = mirror(stack, ns)[f"{ns}/{name}"]
     assert held["node"] == placement.node and int(held["mask"]) == placement.llc_mask_bits
+
+
+def test_pods_follow_the_adopted_plans_machine_patterns(
+    stack: Stack, ns: str, tmp_path: Path
+) -> None:
+    """A capacity plan's machines adopted as node patterns (`tmc plan patterns apply` against
+    the API server): a graph500 and an xsbench pod each land on the node whose pattern holds
+    its workload, where tmc-scheduler without patterns placed it elsewhere
+    (tests/scheduler/controlplane/patterns.py)."""
+    upload_example(stack.sessions, "xsbench")
+    try:
+        planned.follow_the_plan(
+            stack.cp, stack.api, ns, lambda names, n: placed(stack, names, n), tmp_path
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{stack.logs()}") from exc
 
 
 def test_a_workload_without_a_profile_is_published_as_a_fallback(stack: Stack, ns: str) -> None:

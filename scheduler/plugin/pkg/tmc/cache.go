@@ -17,6 +17,8 @@ type Reservation struct {
 	SlowBytes    int64
 	SlowFromPool bool
 	LLCMask      uint64
+	// Workload is the placement's workload ("" for none): what a node's pattern counts.
+	Workload string
 	// Bound: read from a bound pod's placement annotation, not only assumed by Reserve. Unreserve
 	// never forgets a bound pod's reservation; only the pod's deletion or end does.
 	Bound bool
@@ -26,6 +28,27 @@ type nodeUse struct {
 	cpus, dram, slowLocal, slowFromPool int64
 	mask                                uint64
 	masks                               map[types.UID]uint64 // per pod, to rebuild mask on release
+	placed                              map[PlacedKey]int    // pods by workload and configuration
+}
+
+// key is what the reservation counts as against a node's pattern; ok false without a workload.
+func (r Reservation) key() (PlacedKey, bool) {
+	return PlacedKey{Workload: r.Workload, DRAMBytes: r.DRAMBytes, SlowBytes: r.SlowBytes, LLCWays: UsedWays(r.LLCMask)}, r.Workload != ""
+}
+
+// Preference is the node's preference (Preference) for a pod counted as pod, against the pods
+// the cache holds on it.
+func (c *Cache) Preference(name string, pattern *NodePattern, pod *PlacedKey) int {
+	if pattern == nil || pod == nil {
+		return PreferNone
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var placed map[PlacedKey]int
+	if n := c.nodes[name]; n != nil {
+		placed = n.placed
+	}
+	return Preference(pattern, placed, pod)
 }
 
 // Cache holds every reservation the scheduler knows of: those it assumed (Reserve) and those of
@@ -182,6 +205,9 @@ func (c *Cache) Assume(uid types.UID, name string, capacity *NodeCapacity, cpus 
 		return Reservation{}, fmt.Errorf("node %s: %s", name, v.Reason)
 	}
 	r := Reservation{PodUID: uid, Node: name, VCPUs: ask.VCPUs, DRAMBytes: ask.DRAMBytes, SlowBytes: ask.SlowBytes}
+	if ask.Workload != nil {
+		r.Workload = *ask.Workload
+	}
 	if ask.SlowBytes > 0 && u.LocalSlowBytes-u.UsedLocalSlowBytes < ask.SlowBytes {
 		r.SlowFromPool = true // Judge saw room in one of the two
 	}
@@ -225,6 +251,9 @@ func (c *Cache) Bind(uid types.UID, p *Placement) {
 		PodUID: uid, Node: p.Node, VCPUs: p.Configuration.VCPUs, DRAMBytes: p.Configuration.DRAMBytes,
 		SlowBytes: p.Configuration.SlowBytes, SlowFromPool: p.SlowFromPool, LLCMask: p.LLCMaskBits(), Bound: true,
 	}
+	if p.Workload != nil {
+		r.Workload = *p.Workload
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if held, ok := c.pods[uid]; ok {
@@ -254,8 +283,11 @@ func (c *Cache) Len() int {
 func (c *Cache) addLocked(r Reservation) {
 	n := c.nodes[r.Node]
 	if n == nil {
-		n = &nodeUse{masks: map[types.UID]uint64{}}
+		n = &nodeUse{masks: map[types.UID]uint64{}, placed: map[PlacedKey]int{}}
 		c.nodes[r.Node] = n
+	}
+	if key, ok := r.key(); ok {
+		n.placed[key]++
 	}
 	n.cpus += r.VCPUs
 	n.dram += r.DRAMBytes
@@ -283,6 +315,11 @@ func (c *Cache) removeLocked(r Reservation) {
 		n.slowFromPool -= r.SlowBytes
 	} else {
 		n.slowLocal -= r.SlowBytes
+	}
+	if key, ok := r.key(); ok {
+		if n.placed[key]--; n.placed[key] <= 0 {
+			delete(n.placed, key)
+		}
 	}
 	// The mask is rebuilt from the node's other reservations: an overlapping one keeps its ways.
 	delete(n.masks, r.PodUID)

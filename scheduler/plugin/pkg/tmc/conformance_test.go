@@ -90,9 +90,12 @@ type tableStep struct {
 type tableExpect struct {
 	Skipped bool `json:"skipped"`
 	// Refused: the pod cannot be read (its requests are beyond any node), so no node is judged.
-	Refused   bool              `json:"refused"`
-	Feasible  map[string]int    `json:"feasible"` // node -> packing score 0..10
-	Full      map[string]string `json:"full"`     // node -> reason code
+	Refused  bool           `json:"refused"`
+	Feasible map[string]int `json:"feasible"` // node -> score 0..10
+	// Packing, when given: node -> the packing score alone, before the machine pattern's
+	// preference (the score a placement without patterns would use).
+	Packing   map[string]int    `json:"packing"`
+	Full      map[string]string `json:"full"` // node -> reason code
 	Never     map[string]string `json:"never"`
 	Chosen    *string           `json:"chosen"`
 	Placement *tablePlacement   `json:"placement"`
@@ -443,14 +446,25 @@ func (r *conformanceRun) attempt(pod *v1.Pod, want *tableExpect) {
 	// top so that neither path's tie-break decides a case.
 	best, bestScore, tie := "", int64(-1), false
 	names := sortedKeys(feasible)
+	scores := make(fwk.NodeScoreList, 0, len(names))
 	for _, name := range names {
-		score, st := p.Score(ctx, state, pod, r.infos[name])
+		raw, st := p.Score(ctx, state, pod, r.infos[name])
 		if !st.IsSuccess() {
 			r.mismatch("Score on %s: %v", name, st)
 			continue
 		}
+		if w, ok := want.Packing[name]; ok && int(raw)%scoreBase != w {
+			r.mismatch("packing score on %s %d, want %d", name, int(raw)%scoreBase, w)
+		}
+		scores = append(scores, fwk.NodeScore{Name: name, Score: raw})
+	}
+	if st := p.ScoreExtensions().NormalizeScore(ctx, state, pod, scores); !st.IsSuccess() {
+		r.mismatch("NormalizeScore: %v", st)
+	}
+	for _, ns := range scores {
+		name, score := ns.Name, ns.Score
 		if score%(fwk.MaxNodeScore/MaxPackingScore) != 0 {
-			r.mismatch("Score on %s is %d, not the packing score times %d", name, score, fwk.MaxNodeScore/MaxPackingScore)
+			r.mismatch("Score on %s is %d, not the extender's score times %d", name, score, fwk.MaxNodeScore/MaxPackingScore)
 		}
 		packing := int(score / (fwk.MaxNodeScore / MaxPackingScore))
 		if w, ok := want.Feasible[name]; ok && packing != w {
@@ -626,6 +640,34 @@ func TestConformanceCatchesAWrongExpectation(t *testing.T) {
 		mutate(step.Expect)
 		if _, mismatches := runConformance(conformanceTable{Scenarios: []conformanceScenario{*sc}}); len(mismatches) == 0 {
 			t.Errorf("a wrong %s passed", what)
+		}
+	}
+	// Placement as if there were no patterns: on patterns/web-1, the packing scores as the
+	// scores and the node packing alone prefers as the chosen one; and a wrong packing score.
+	patternMutations := map[string]func(e *tableExpect){
+		"pattern ignored": func(e *tableExpect) {
+			for n, s := range e.Packing {
+				e.Feasible[n] = s
+			}
+			c := "pat-c"
+			e.Chosen = &c
+		},
+		"packing score": func(e *tableExpect) { e.Packing["pat-c"]-- },
+	}
+	for what, mutate := range patternMutations {
+		table := loadConformanceTable(t)
+		var sc *conformanceScenario
+		for i := range table.Scenarios {
+			if table.Scenarios[i].Name == "patterns" {
+				sc = &table.Scenarios[i]
+			}
+		}
+		if sc == nil || sc.Steps[1].Schedule == nil || sc.Steps[1].Schedule.Name != "web-1" {
+			t.Fatal("the table has no scenario patterns whose second step is web-1")
+		}
+		mutate(sc.Steps[1].Expect)
+		if _, mismatches := runConformance(conformanceTable{Scenarios: []conformanceScenario{*sc}}); len(mismatches) == 0 {
+			t.Errorf("a wrong expectation (%s) passed", what)
 		}
 	}
 	// Skipped and refused pods, each expected to be judged like any pod instead.

@@ -365,3 +365,100 @@ func (p *Placement) validate() error {
 	}
 	return nil
 }
+
+// The machine pattern (model/node_contract.py's NodePattern): the capacity plan's machine a node
+// stands for, written by the operator (`tmc plan patterns apply`), read by placement.
+const (
+	PatternAnnotation    = Group + "/pattern"
+	PatternSchema        = "tmc.pattern/v1"
+	MaxPatternSlots      = 64
+	MaxSlotVMs           = 4096
+	MaxPatternMachines   = 100000
+	maxPatternAnnotation = 64 * 1024
+)
+
+var planName = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
+
+// PatternSlot is the VMs of one workload in one configuration on a planned machine.
+type PatternSlot struct {
+	Workload  string `json:"workload"`
+	DRAMBytes int64  `json:"dram_bytes"`
+	SlowBytes int64  `json:"slow_bytes"`
+	LLCWays   int    `json:"llc_ways"`
+	Count     int    `json:"count"`
+}
+
+// Key is what a placed pod is counted by against the slot.
+func (s PatternSlot) Key() PlacedKey {
+	return PlacedKey{Workload: s.Workload, DRAMBytes: s.DRAMBytes, SlowBytes: s.SlowBytes, LLCWays: s.LLCWays}
+}
+
+// NodePattern is the tmc.dev/pattern annotation.
+type NodePattern struct {
+	Schema  string        `json:"schema"`
+	Plan    string        `json:"plan"`
+	Machine int           `json:"machine"`
+	Slots   []PatternSlot `json:"slots"`
+}
+
+// ParsePattern is NodePattern.from_annotations: (nil, nil) when the node carries no pattern, an
+// error when it carries one that cannot be read (placement then treats the node as having none).
+func ParsePattern(ann map[string]string) (*NodePattern, error) {
+	raw, ok := ann[PatternAnnotation]
+	if !ok || raw == "" {
+		return nil, nil
+	}
+	if len(raw) > maxPatternAnnotation {
+		return nil, contractErrorf("%s is not a JSON string under 64 KiB", PatternAnnotation)
+	}
+	var p struct {
+		Schema  *string        `json:"schema"`
+		Plan    *string        `json:"plan"`
+		Machine *int           `json:"machine"`
+		Slots   *[]PatternSlot `json:"slots"`
+	}
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields() // the Python model forbids extra fields
+	if err := dec.Decode(&p); err != nil {
+		return nil, contractErrorf("%s: %v", PatternAnnotation, err)
+	}
+	if dec.More() {
+		return nil, contractErrorf("%s: more than one JSON value", PatternAnnotation)
+	}
+	bad := func(format string, args ...any) error {
+		return contractErrorf(PatternAnnotation+": "+format, args...)
+	}
+	out := &NodePattern{Schema: PatternSchema}
+	if p.Schema != nil && *p.Schema != PatternSchema {
+		return nil, bad("schema %q is not %s", clip(*p.Schema, 40), PatternSchema)
+	}
+	if p.Plan == nil || p.Machine == nil || p.Slots == nil {
+		return nil, bad("plan, machine and slots are required")
+	}
+	out.Plan, out.Machine, out.Slots = *p.Plan, *p.Machine, *p.Slots
+	switch {
+	case out.Plan == "" || len(out.Plan) > 64 || !planName.MatchString(out.Plan):
+		return nil, bad("plan: 1..64 characters of A-Z a-z 0-9 . _ : -")
+	case out.Machine < 0 || out.Machine >= MaxPatternMachines:
+		return nil, bad("machine: must be in 0..%d", MaxPatternMachines-1)
+	case len(out.Slots) > MaxPatternSlots:
+		return nil, bad("slots: more than %d", MaxPatternSlots)
+	}
+	seen := map[PlacedKey]bool{}
+	for i, s := range out.Slots {
+		switch {
+		case s.Workload == "" || len(s.Workload) > 253:
+			return nil, bad("slots.%d.workload: must be 1..253 characters", i)
+		case s.DRAMBytes < 0 || s.DRAMBytes >= MaxBytes || s.SlowBytes < 0 || s.SlowBytes >= MaxBytes:
+			return nil, bad("slots.%d: bytes must be in 0..2^52", i)
+		case s.LLCWays < 1 || s.LLCWays > MaxLLCWays:
+			return nil, bad("slots.%d.llc_ways: must be in 1..%d", i, MaxLLCWays)
+		case s.Count < 1 || s.Count > MaxSlotVMs:
+			return nil, bad("slots.%d.count: must be in 1..%d", i, MaxSlotVMs)
+		case seen[s.Key()]:
+			return nil, bad("two slots name the same workload and configuration")
+		}
+		seen[s.Key()] = true
+	}
+	return out, nil
+}

@@ -313,7 +313,7 @@ func nodeCapacity(node *v1.Node) (*NodeCapacity, int64, error) {
 	if old, ok := parsedVersion.Swap(node.Name, key); ok && old.(string) != key {
 		parsedNodes.Delete(old)
 	}
-	parsedNodes.Store(key, parsedNode{capacity, cpus, err})
+	parsedNodes.Store(key, parsedNode{capacity: capacity, cpus: cpus, err: err})
 	return capacity, cpus, err
 }
 
@@ -321,6 +321,46 @@ type parsedNode struct {
 	capacity *NodeCapacity
 	cpus     int64
 	err      error
+	pattern  *NodePattern
+}
+
+// nodePattern is the node's machine pattern, parsed once per object version like its capacity;
+// nil for none or an unreadable one (logged once per version: a preference lost, never a node).
+func nodePattern(node *v1.Node) *NodePattern {
+	if _, ok := node.Annotations[PatternAnnotation]; !ok {
+		return nil
+	}
+	if node.ResourceVersion == "" {
+		pattern, _ := parsePattern(node)
+		return pattern
+	}
+	key := "pattern\x00" + node.Name + "\x00" + node.ResourceVersion
+	if found, ok := parsedNodes.Load(key); ok {
+		return found.(parsedNode).pattern
+	}
+	pattern, _ := parsePattern(node)
+	if old, ok := parsedVersion.Swap("pattern\x00"+node.Name, key); ok && old.(string) != key {
+		parsedNodes.Delete(old)
+	}
+	parsedNodes.Store(key, parsedNode{pattern: pattern})
+	return pattern
+}
+
+func parsePattern(node *v1.Node) (*NodePattern, error) {
+	pattern, err := ParsePattern(node.Annotations)
+	if err != nil {
+		klog.ErrorS(err, "unreadable machine pattern; the node is placed on as if it had none", "node", klog.KObj(node))
+	}
+	return pattern, err
+}
+
+// countedAs is what the pod counts as against a node's pattern: nil without a workload. A
+// fallback's ways are not chosen yet (0), so it matches no slot exactly.
+func countedAs(ask *PodAsk) *PlacedKey {
+	if ask.Workload == nil || *ask.Workload == "" {
+		return nil
+	}
+	return &PlacedKey{Workload: *ask.Workload, DRAMBytes: ask.DRAMBytes, SlowBytes: ask.SlowBytes, LLCWays: ask.LLCWays}
 }
 
 // parsedNodes holds each node's parsed capacity by name and version; parsedVersion the version
@@ -403,8 +443,9 @@ func (p *TmcPlacement) PreScore(_ context.Context, state fwk.CycleState, _ *v1.P
 	return nil
 }
 
-// Score is the packing score scaled from the extender's 0..10 to the framework's 0..100, a
-// multiplication that keeps the ranking; so no NormalizeScore.
+// Score is the node's preference for the pod (its machine pattern, Preference) and its packing
+// score, as preference * 11 + packing; NormalizeScore combines them over the nodes that passed
+// Filter (Combine) and scales the extender's 0..10 to the framework's 0..100.
 func (p *TmcPlacement) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, info fwk.NodeInfo) (int64, *fwk.Status) {
 	s, err := readState(state)
 	if err != nil {
@@ -419,11 +460,24 @@ func (p *TmcPlacement) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod,
 		return 0, nil // Filter kept it out; a node that changed since scores lowest
 	}
 	score := PackingScore(p.cache.Usage(node.Name, capacity, cpus).Load(), s.ask.Ask())
-	return int64(score) * (fwk.MaxNodeScore / MaxPackingScore), nil
+	preference := p.cache.Preference(node.Name, nodePattern(node), countedAs(s.ask))
+	return int64(preference*scoreBase + score), nil
 }
 
-// ScoreExtensions: none (see Score).
-func (p *TmcPlacement) ScoreExtensions() fwk.ScoreExtensions { return nil }
+// ScoreExtensions: NormalizeScore.
+func (p *TmcPlacement) ScoreExtensions() fwk.ScoreExtensions { return p }
+
+// NormalizeScore turns Score's raw values into scores: Combine over the nodes scored, times 10.
+func (p *TmcPlacement) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	preferences, packing := make([]int, len(scores)), make([]int, len(scores))
+	for i, s := range scores {
+		preferences[i], packing[i] = int(s.Score)/scoreBase, int(s.Score)%scoreBase
+	}
+	for i, s := range Combine(preferences, packing) {
+		scores[i].Score = int64(s) * (fwk.MaxNodeScore / MaxPackingScore)
+	}
+	return nil
+}
 
 // Reserve assumes the pod's configuration on the chosen node, choosing its CAT run.
 func (p *TmcPlacement) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
