@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from bench.planning import pattern_placer, scheduled_placer
+from model.node_contract import NodePattern, PatternSlot
+from model.patterns import preference
 from sim.cluster import ClusterState, Menu, architecture
 
 GIB = 1 << 30
@@ -93,3 +95,68 @@ def test_without_patterns_the_scheduler_rule_is_first_fit() -> None:
     state = ClusterState(arch, 3, 1, _menus())
     place = scheduled_placer(None, lambda w, u: 1)
     assert place([0, 1], state) == [(1, int(state.order[0]))] * 2
+
+
+def test_the_simulator_replays_the_schedulers_pattern_rule() -> None:
+    """On random plans and clusters, the machine `scheduled_placer` picks is the first in the
+    node order among the fitting machines at the highest `model.patterns.preference`."""
+    arch = architecture(24, "128L")
+    menus = _menus()
+    rng = np.random.default_rng(7)
+    for case in range(200):
+        machines = 4
+        patterns = [
+            [(int(rng.integers(2)), int(rng.integers(2))) for _ in range(int(rng.integers(0, 4)))]
+            for _ in range(machines)
+        ]
+        state = ClusterState(arch, machines, case, menus)
+        for _ in range(int(rng.integers(0, 6))):
+            m, w, o = int(rng.integers(machines)), int(rng.integers(2)), int(rng.integers(2))
+            if state.fits(menus[w].demand[o])[m]:
+                state.place(m, menus[w].demand[o])
+                state.record(m, w, o, 1)
+        w, o = int(rng.integers(2)), int(rng.integers(2))
+
+        def config(w: int, o: int) -> tuple[str, int, int, int]:
+            d = menus[w].demand[o]
+            return (f"w{w}", int(d[1]), int(d[2]), int(d[3]))
+
+        prefs = []
+        for k in range(machines):
+            counts: dict[tuple[str, int, int, int], int] = {}
+            for ww, oo in patterns[k]:
+                counts[config(ww, oo)] = counts.get(config(ww, oo), 0) + 1
+            node = (
+                NodePattern(
+                    plan="p",
+                    machine=k,
+                    slots=tuple(
+                        PatternSlot(
+                            workload=key[0],
+                            dram_bytes=key[1],
+                            slow_bytes=key[2],
+                            llc_ways=key[3],
+                            count=n,
+                        )
+                        for key, n in counts.items()
+                    ),
+                )
+                if counts
+                else None
+            )
+            placed = {
+                config(ww, oo): int(state.vms_of(ww, oo)[k]) for ww in range(2) for oo in range(2)
+            }
+            prefs.append(preference(node, placed, f"w{w}", *config(w, o)[1:]))
+        fits = state.fits(menus[w].demand[o])
+
+        def policy(_w: int, _u: np.ndarray, o: int = o) -> int:
+            return o
+
+        got = scheduled_placer(patterns, policy)([w], state)[0]
+        if not fits.any():
+            assert got is None
+            continue
+        top = max(p for p, f in zip(prefs, fits, strict=True) if f)
+        tier = [int(k) for k in state.order if fits[k] and prefs[k] == top]
+        assert got == (o, tier[0]), (case, patterns, prefs)
