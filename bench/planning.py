@@ -123,31 +123,20 @@ def _simulated_size(
     seeds: int,
 ) -> float:
     """Compact cluster when each VM of class c takes option o with probability shares[c][o]."""
-    arch = architecture(24, "128L")
-    menus = tmc_menus(studies)
     position = {w: j for j, w in enumerate(mix)}
-    sizes = []
-    for seed in range(seeds):
-        arr = poisson_arrivals(arrivals, mix, rate, seed)
+
+    def placer_for(seed: int, arr: Any) -> Placer:
+        # The same draws on every probe of a seed's compaction.
         rng = np.random.default_rng(500 + seed)
-        draws = [
-            int(rng.choice(idxs[position[int(w)]], p=shares[position[int(w)]]))
-            for w in arr.workloads
-        ]
-        counter = {"i": 0}
+        draws = iter(
+            [
+                int(rng.choice(idxs[position[int(w)]], p=shares[position[int(w)]]))
+                for w in arr.workloads
+            ]
+        )
+        return online_placer(lambda w, u: next(draws))
 
-        def choose(w: int, u: Any, draws: list[int] = draws, counter: Any = counter) -> int:
-            k = int(draws[counter["i"]])
-            counter["i"] += 1
-            return k
-
-        def fits(n: int, arr: Any = arr, seed: int = seed, counter: Any = counter) -> bool:
-            counter["i"] = 0
-            run = sim_run(arch, n, arr, menus, online_placer(choose), order_seed=seed)
-            return run.rejected == 0
-
-        sizes.append(compact_size(fits, upper=200))
-    return float(np.percentile(sizes, 90))
+    return _placed_size(studies, mix, placer_for, rate, arrivals, seeds)
 
 
 @dataclass(frozen=True)
@@ -314,7 +303,8 @@ def _pattern_size(
     for w in range(len(studies)):
         c = counts.get(w, {})
         fallback.append(sorted(c, key=c.__getitem__, reverse=True))
-    return _placed_size(studies, mix, pattern_placer(patterns, fallback), rate, arrivals, seeds)
+    placer = pattern_placer(patterns, fallback)
+    return _placed_size(studies, mix, lambda seed, arr: placer, rate, arrivals, seeds)
 
 
 def _scheduled_size(
@@ -352,18 +342,20 @@ def _scheduled_size(
         assert sel is not None
         return int(within[sel.chosen])
 
-    return _placed_size(studies, mix, scheduled_placer(patterns, choose), rate, arrivals, seeds)
+    placer = scheduled_placer(patterns, choose)
+    return _placed_size(studies, mix, lambda seed, arr: placer, rate, arrivals, seeds)
 
 
 def _placed_size(
     studies: Sequence[Study],
     mix: Sequence[int],
-    placer: Placer,
+    placer_for: Callable[[int, Any], Placer],
     rate: float,
     arrivals: int,
     seeds: int,
 ) -> float:
-    """The 90th percentile over seeds of the compact cluster with `placer` on 24G-128L."""
+    """The 90th percentile over seeds of the compact cluster on 24G-128L, each probe of a seed's
+    arrivals placed by `placer_for(seed, arrivals)`."""
     arch = architecture(24, "128L")
     menus = tmc_menus(studies)
     sizes = []
@@ -371,7 +363,8 @@ def _placed_size(
         arr = poisson_arrivals(arrivals, mix, rate, seed)
 
         def fits(n: int, arr: Any = arr, seed: int = seed) -> bool:
-            return sim_run(arch, n, arr, menus, placer, order_seed=seed).rejected == 0
+            run = sim_run(arch, n, arr, menus, placer_for(seed, arr), order_seed=seed)
+            return run.rejected == 0
 
         sizes.append(compact_size(fits, upper=200))
     return float(np.percentile(sizes, 90))

@@ -71,10 +71,9 @@ from model.select import algorithm1, confident_algorithm1
 from model.shadow_prices import DEFAULT_BLEND, ShadowPrices, shadow_prices
 from model.verification import (
     RUN_NOISE,
-    confirmation_point,
+    band_points,
     grid_correction,
     next_point,
-    packing_point,
 )
 from sim.catalog import TABLE5, workload
 from sim.cluster import (
@@ -373,24 +372,17 @@ def verified(
         sel = confident_candidates(s, cost, sigma, seconds, z, THRESHOLD)
         best = sel.best
         packing = confirm = None
-        if measured[best]:
-            limit = float(cost[best]) * (1.0 + THRESHOLD)
-            packing = packing_point(
+        if measured[best]:  # before, the run goes to the best itself
+            packing, confirm = band_points(
                 cost,
                 paired_bounds(s.terms, cost, sigma, z)(best),
-                limit,
+                paired_bounds(s.terms, cost, sigma, Z_PROMISE)(best),
+                THRESHOLD,
                 demand,
                 best,
+                sel.within,
                 measured,
                 every,
-            )
-            confirm = confirmation_point(
-                cost,
-                paired_bounds(s.terms, cost, sigma, Z_PROMISE)(best),
-                limit,
-                sel.within,
-                best,
-                measured,
             )
         wanted = next_point(
             cost,

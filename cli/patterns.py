@@ -166,25 +166,16 @@ def plan_changes(nodes: list[dict[str, Any]], machines: list[Any]) -> list[Chang
 def core_api(kubeconfig: Path | None, context: str | None) -> Any:
     """The core API with the operator's kubeconfig (or in a pod, its service account)."""
     try:
-        from kubernetes import client, config  # noqa: PLC0415 - needs the server extra
+        # needs the server extra
+        from kubernetes import client, config  # noqa: PLC0415
+
+        from scheduler.kube import api_client  # noqa: PLC0415
     except ImportError:  # pragma: no cover - the light install
         fail("writing patterns needs the kubernetes client: pip install 'tmc[server]'")
     try:
-        if kubeconfig is None and context is None:
-            try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-                return client.CoreV1Api()
-            except config.ConfigException:
-                pass
-        cfg = client.Configuration()
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=str(kubeconfig) if kubeconfig else None,
-            context=context,
-            client_configuration=cfg,
-        )
+        return client.CoreV1Api(api_client(str(kubeconfig) if kubeconfig else None, context))
     except (config.ConfigException, OSError) as exc:
         fail(f"kubeconfig: {exc}")
-    return client.CoreV1Api(client.ApiClient(cfg))
 
 
 def list_nodes(api: Any, host_kind: str | None) -> list[dict[str, Any]]:

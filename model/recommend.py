@@ -34,11 +34,10 @@ from model.verification import (
     Observation,
     VerificationState,
     VerifiedRatio,
-    confirmation_point,
+    band_points,
     corrected_grid,
     next_point,
     observed_grid,
-    packing_point,
 )
 
 RECOMMENDATION_SCHEMA = "tmc.recommendation/v1"
@@ -398,24 +397,16 @@ def recommend(
     if confidence is not None:
         packing = confirm = None
         if band_upper is not None and relative:
-            best = selection.best
-            limit = float(priced.cost[best]) * (1.0 + threshold)
-            packing = packing_point(
+            packing, confirm = band_points(
                 priced.cost,
                 band_upper,
-                limit,
+                priced.paired_upper(confidence)(selection.best),
+                threshold,
                 priced.demand,
-                best,
+                selection.best,
+                selection.within,
                 priced.measured,
                 acceptable,
-            )
-            confirm = confirmation_point(
-                priced.cost,
-                priced.paired_upper(confidence)(best),
-                limit,
-                selection.within,
-                best,
-                priced.measured,
             )
         verification = _verification(
             priced,

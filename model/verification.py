@@ -467,13 +467,31 @@ def confirmation_point(
     kept at the promise's level rests on the model alone until a run confirms it, and the model's
     errors between one and two ways are about as large as T (docs/evaluation.md). The one whose
     bound overshoots the limit most: the likeliest to be over T."""
-    wanted = np.asarray(
-        [int(i) for i in band if i != best and not measured[i] and promise_upper[i] > limit],
-        dtype=np.int64,
-    )
+    wanted = band[band != best]
+    wanted = wanted[~measured[wanted] & (promise_upper[wanted] > limit)]
     if not wanted.size:
         return None
     return int(wanted[np.argmax(promise_upper[wanted] / cost[wanted])])
+
+
+def band_points(
+    cost: FloatArray,
+    band_upper: FloatArray,
+    promise_upper: FloatArray,
+    threshold: float,
+    demand: FloatArray,
+    best: int,
+    band: NDArray[np.int64],
+    measured: NDArray[np.bool_],
+    acceptable: NDArray[np.bool_],
+) -> tuple[int | None, int | None]:
+    """The runs the band asks for, for `next_point`: the lighter configuration it leaves out
+    (`packing_point`, from the bounds at the band's level) and the candidate it keeps that the
+    promise's level would not (`confirmation_point`), both against (1 + T) x the best's cost."""
+    limit = float(cost[best]) * (1.0 + threshold)
+    packing = packing_point(cost, band_upper, limit, demand, best, measured, acceptable)
+    confirm = confirmation_point(cost, promise_upper, limit, band, best, measured)
+    return packing, confirm
 
 
 def next_point(

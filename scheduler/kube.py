@@ -29,9 +29,10 @@ class Cluster(Protocol):
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
 
 
-def api_client(kubeconfig: str | None) -> client.ApiClient:
-    """In a pod: the service account; elsewhere: the kubeconfig given (or the default one)."""
-    if kubeconfig is None:
+def api_client(kubeconfig: str | None, context: str | None = None) -> client.ApiClient:
+    """In a pod: the service account; elsewhere (or when a kubeconfig or context is named): the
+    kubeconfig given (or the default one), in `context` (or its current one)."""
+    if kubeconfig is None and context is None:
         try:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
             return client.ApiClient()
@@ -39,7 +40,7 @@ def api_client(kubeconfig: str | None) -> client.ApiClient:
             pass
     cfg = client.Configuration()
     config.load_kube_config(  # type: ignore[no-untyped-call]
-        config_file=kubeconfig, client_configuration=cfg
+        config_file=kubeconfig, context=context, client_configuration=cfg
     )
     # Binds come in bursts from the scheduler; keep enough pooled connections for them.
     cfg.connection_pool_maxsize = 32

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from bench.regimes import (
 )
 from bench.studies import Regime, Study, hourly
 from model.grid import paper_grid
+from model.verification import band_points as model_band_points
 
 GIB = 1 << 30
 REGIME = Regime("gce-n1", 0.2, 0.4, "paper", "run")
@@ -62,7 +64,11 @@ WRONG = _study("wrong", [100.0, 110.0, 130.0], [105.0, 100.0, 130.0], [0.0, 0.0,
 def no_confirmation(monkeypatch: pytest.MonkeyPatch) -> None:
     """The band's level alone decides: no confirmation run of a band candidate (as when the
     budget is spent before one)."""
-    monkeypatch.setattr(regimes, "confirmation_point", lambda *args, **kwargs: None)
+
+    def packing_only(*args: Any, **kwargs: Any) -> tuple[int | None, None]:
+        return model_band_points(*args, **kwargs)[0], None
+
+    monkeypatch.setattr(regimes, "band_points", packing_only)
 
 
 def test_a_band_candidate_the_promise_would_not_keep_is_confirmed_by_a_run() -> None:
