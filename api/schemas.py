@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from model import FitDiagnostics, FittedModel, GridPoint, MachineShape, Recommendation, Utilization
+from model.pricing import check_core_priced
 from model.verification import MeasuredRun
 
 
@@ -122,6 +123,8 @@ class PriceProfileIn(Strict):
     llc_way_hour: float = Field(ge=0, le=1e6)
     provenance: str = Field(min_length=1, max_length=4000)
     parameters: dict[str, float] = Field(default_factory=dict)
+
+    _core_priced = field_validator("llc_way_hour")(check_core_priced)
 
 
 class PriceProfileOut(BaseModel):

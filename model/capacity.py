@@ -181,6 +181,13 @@ def planned_vms(mean: float, factor: float) -> int:
     return max(1, math.ceil(want - 1e-9))
 
 
+def _homeless_classes(
+    classes: Sequence[WorkloadClass], kind: MachineKind, fill: float
+) -> list[str]:
+    """The classes none of whose options fits one machine of `kind` at `fill`."""
+    return [c.name for c in classes if not any(_usable(o, kind, fill) for o in c.options)]
+
+
 def _usable(o: Option, kind: MachineKind, fill: float) -> bool:
     cap = _per_machine(kind, fill)
     return all(d <= c for d, c in zip(_units(o), cap, strict=True))
@@ -390,9 +397,10 @@ def plan_kind(
     price = kind.hourly_price(prices)
     greedy = greedy_plan(classes, kind, fill, peak_quantile, deadline)
     if greedy is None:
+        homeless = _homeless_classes(classes, kind, fill)
         return KindPlan(
             kind.name, -1, price, math.inf, math.inf, {}, {}, "-", -1, "infeasible",
-            note="some class has no option that fits this machine kind",
+            note=f"no option of {', '.join(homeless)} fits this machine kind",
         )  # fmt: skip
     n_greedy = len(greedy)
     cap = _per_machine(kind, fill)
@@ -594,7 +602,20 @@ def plan_capacity(
     ]
     feasible = [p for p in plans if p.status != "infeasible"]
     if not feasible:
-        raise ValueError("no machine kind can host every class")
+        # Name the classes no kind can host at all; when every class fits some kind on its
+        # own, it is the combination that no single kind holds.
+        nowhere = [
+            c.name for c in classes if all(c.name in _homeless_classes([c], k, fill) for k in kinds)
+        ]
+        if nowhere:
+            raise ValueError(
+                f"no machine kind can host {', '.join(nowhere)}: no option of it fits any kind"
+                f" (at fill {fill:g})"
+            )
+        per_kind = "; ".join(
+            f"{k.name}: {', '.join(_homeless_classes(classes, k, fill))}" for k in kinds
+        )
+        raise ValueError(f"no machine kind can host every class (cannot host: {per_kind})")
     best = min(feasible, key=lambda p: (p.total_hour, p.machines))
     return CapacityPlan(best=best, kinds=plans, fill=fill, peak_quantile=peak_quantile)
 

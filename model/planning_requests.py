@@ -10,7 +10,7 @@ import math
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
 
 from model.capacity import MachineKind, Option, WorkloadClass, paper_machine_kinds, plan_capacity
 from model.errors import InvalidRequest
@@ -24,6 +24,15 @@ MAX_BYTES = 1 << 44  # 16 TiB: above any machine's memory
 MAX_OPTIONS = 2000
 MAX_PAIRS = 100_000
 
+# A size in bytes, given as an integer or with a unit as an operator writes it ("512GiB",
+# "1.5 TiB"; "GB" is decimal): pydantic's ByteSize parses it, and the bound applies after.
+Bytes = Annotated[
+    ByteSize, Field(ge=0, le=MAX_BYTES, description="bytes, or a size with its unit: 512GiB")
+]
+PositiveBytes = Annotated[
+    ByteSize, Field(gt=0, le=MAX_BYTES, description="bytes, or a size with its unit: 512GiB")
+]
+
 
 class _In(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -31,8 +40,8 @@ class _In(BaseModel):
 
 class OptionIn(_In):
     vcpus: int = Field(ge=1, le=1024)
-    dram_bytes: int = Field(ge=0, le=MAX_BYTES)
-    slow_bytes: int = Field(ge=0, le=MAX_BYTES)
+    dram_bytes: Bytes
+    slow_bytes: Bytes
     llc_ways: int = Field(ge=1, le=64)
     seconds: float = Field(gt=0, le=1e9, description="how long a VM holds it")
     cost: float = Field(ge=0, le=1e9, description="a VM's cost to its tenant in it")
@@ -47,9 +56,9 @@ class ClassIn(_In):
 class KindIn(_In):
     name: str = Field(min_length=1, max_length=64)
     cpus: int = Field(ge=1, le=4096)
-    dram_bytes: int = Field(gt=0, le=MAX_BYTES)
-    local_slow_bytes: int = Field(default=0, ge=0, le=MAX_BYTES)
-    pool_bytes: int = Field(default=0, ge=0, le=MAX_BYTES)
+    dram_bytes: PositiveBytes
+    local_slow_bytes: Bytes = ByteSize(0)
+    pool_bytes: Bytes = ByteSize(0)
     rack_nodes: int = Field(default=8, ge=1, le=1024)
     llc_ways: int = Field(ge=1, le=64)
 
@@ -137,8 +146,8 @@ def shadow_price_plan(body: ShadowPricesIn, prices: PriceProfile | None = None) 
 class NodeIn(_In):
     name: str = Field(min_length=1, max_length=253)
     cpus: int = Field(ge=1, le=4096)
-    dram_bytes: int = Field(gt=0, le=MAX_BYTES)
-    slow_bytes: int = Field(default=0, ge=0, le=MAX_BYTES)
+    dram_bytes: PositiveBytes
+    slow_bytes: Bytes = ByteSize(0)
     llc_ways: int = Field(ge=1, le=64)
     pool: int = Field(default=-1, ge=-1, le=4096)
 
@@ -147,8 +156,8 @@ class PodIn(_In):
     name: str = Field(min_length=1, max_length=253)
     node: int = Field(ge=0, le=100_000, description="index into nodes")
     vcpus: int = Field(ge=1, le=1024)
-    dram_bytes: int = Field(ge=0, le=MAX_BYTES)
-    slow_bytes: int = Field(default=0, ge=0, le=MAX_BYTES)
+    dram_bytes: Bytes
+    slow_bytes: Bytes = ByteSize(0)
     llc_ways: int = Field(ge=1, le=64)
     way_start: int = Field(ge=0, le=63)
     movable: bool = True
@@ -157,9 +166,7 @@ class PodIn(_In):
 class RebalanceIn(_In):
     nodes: list[NodeIn] = Field(min_length=1, max_length=500)
     pods: list[PodIn] = Field(max_length=5000)
-    pools: list[Annotated[int, Field(ge=0, le=MAX_BYTES)]] = Field(
-        default_factory=list, max_length=4096
-    )
+    pools: list[Bytes] = Field(default_factory=list, max_length=4096)
     max_moves: int | None = Field(default=None, ge=0, le=5000)
     time_limit_seconds: float = Field(default=5.0, gt=0.0, le=20.0)
 
@@ -246,7 +253,9 @@ class LiveRebalanceIn(_In):
 def rebalance_plan(body: RebalanceIn) -> dict[str, Any]:
     nodes = [Node(**n.model_dump()) for n in body.nodes]
     pods = [Pod(**p.model_dump()) for p in body.pods]
-    return plan_moves(nodes, pods, body.pools, body.max_moves, body.time_limit_seconds)
+    return plan_moves(
+        nodes, pods, [int(b) for b in body.pools], body.max_moves, body.time_limit_seconds
+    )
 
 
 def plan_moves(

@@ -6,7 +6,7 @@ change (the service enforces immutability, the model only refuses nonsense).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from model.resources import GIB, Configuration
 
@@ -23,6 +23,22 @@ LLC_DIE_AREA_SHARE = 0.2
 # The paper's reference machine (§4.1): 12 cores sharing a 48-way LLC.
 REFERENCE_CORES = 12
 REFERENCE_LLC_WAYS = 48
+# Every configuration holds at least one vCPU and one LLC way, so a profile that prices either at
+# least this much gives every configuration a positive cost, and costs can be compared as ratios
+# (Algorithm 1's C_i / C_min). Memory alone cannot: all-fast holds no slow memory, all-slow no DRAM.
+MIN_CORE_PRICE_HOUR = 1e-6
+
+
+def check_core_priced(llc_way_hour: float, info: ValidationInfo) -> float:
+    """For a field validator on `llc_way_hour` (declared after `vcpu_hour`)."""
+    vcpu = info.data.get("vcpu_hour")
+    if vcpu is not None and max(vcpu, llc_way_hour) < MIN_CORE_PRICE_HOUR:
+        raise ValueError(
+            f"vcpu_hour or llc_way_hour must be at least {MIN_CORE_PRICE_HOUR:g}: every"
+            " configuration holds a vCPU and a way, and a configuration that costs nothing"
+            " makes every cost ratio undefined"
+        )
+    return llc_way_hour
 
 
 class PriceProfile(BaseModel):
@@ -39,6 +55,8 @@ class PriceProfile(BaseModel):
     parameters: dict[str, float] = Field(
         default_factory=dict, description="the inputs the unit prices were derived from"
     )
+
+    _core_priced = field_validator("llc_way_hour")(check_core_priced)
 
     @property
     def key(self) -> str:

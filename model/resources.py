@@ -34,13 +34,19 @@ def configuration(vcpus: int, memory_bytes: int, slow_ratio: float, llc_ways: in
     )
 
 
+MAX_MACHINE_BYTES = 1 << 50
+MAX_MACHINE_CPUS = 100_000
+
+
 class MachineShape(BaseModel):
     """One machine's capacity, the R of Algorithm 1. A rack pool counts as its per-node share."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-    cpus: int = Field(ge=1)
-    dram_bytes: int = Field(gt=0)
-    slow_bytes: int = Field(ge=0)
+    # Bounded so that every sum and product of capacities stays exact in a float and fits a
+    # database's BIGINT: 1 PiB of each memory, 100,000 CPUs, far above any machine.
+    cpus: int = Field(ge=1, le=MAX_MACHINE_CPUS)
+    dram_bytes: int = Field(gt=0, le=MAX_MACHINE_BYTES)
+    slow_bytes: int = Field(ge=0, le=MAX_MACHINE_BYTES)
     llc_ways: int = Field(ge=1, le=64)
     slow_pooled: bool = False
 

@@ -400,3 +400,50 @@ def test_database_sessions_carry_statement_and_lock_timeouts(settings: Settings)
             assert time.monotonic() - started < 4
     finally:
         engine.dispose()
+
+
+# -- numbers that once took a verb down ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "prices",
+    [
+        {"vcpu_hour": 0, "dram_gib_hour": 0, "slow_gib_hour": 0, "llc_way_hour": 0},
+        # Memory alone priced: all-fast holds no slow memory and all-slow no DRAM, so one of
+        # them would cost nothing.
+        {"vcpu_hour": 0, "dram_gib_hour": 0.01, "slow_gib_hour": 0, "llc_way_hour": 0},
+    ],
+)
+def test_a_profile_that_prices_some_configuration_at_nothing_is_refused(
+    client: TestClient, prices: dict[str, float]
+) -> None:
+    body = {"name": "free", "provenance": "a careless client", **prices}
+    got = client.post("/v1/price-profiles", headers=OPERATOR, json=body)
+    assert got.status_code == 422, got.text
+    assert got.headers["content-type"] == "application/problem+json"
+    assert [e["field"] for e in got.json()["errors"]] == ["body.llc_way_hour"]
+    assert "vcpu_hour or llc_way_hour" in got.json()["detail"]
+    # Nothing was stored, and the default still decides.
+    stored = client.get("/v1/price-profiles", headers=VIEWER).json()
+    assert not [p for p in stored if p["key"].startswith("free@")]
+    upload(client, example("graph500")).raise_for_status()
+    ok = client.post("/recommend", headers=SCHEDULER, json={"workload": "graph500"})
+    assert ok.status_code == 200, ok.text
+
+
+def test_a_host_kind_larger_than_any_machine_is_refused_with_its_field(client: TestClient) -> None:
+    machine = {"cpus": 12, "dram_bytes": 1.85e22, "slow_bytes": 0, "llc_ways": 48}
+    got = client.put(
+        "/v1/cluster/host-kinds", headers=OPERATOR, json={"name": "huge", "machine": machine}
+    )
+    assert got.status_code == 422, got.text
+    assert [e["field"] for e in got.json()["errors"]] == ["body.machine.dram_bytes"]
+    machine["dram_bytes"] = 24 * 2**30
+    machine["cpus"] = 10**12
+    got = client.put(
+        "/v1/cluster/host-kinds", headers=OPERATOR, json={"name": "huge", "machine": machine}
+    )
+    assert got.status_code == 422, got.text
+    assert [e["field"] for e in got.json()["errors"]] == ["body.machine.cpus"]
+    kinds = client.get("/v1/cluster/host-kinds", headers=VIEWER).json()
+    assert not [k for k in kinds if k["name"] == "huge"]

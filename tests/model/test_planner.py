@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 import model.capacity as capacity_module
 from model.capacity import (
@@ -21,6 +22,7 @@ from model.capacity import (
     plan_kind,
 )
 from model.packing import run_mask
+from model.planning_requests import KindIn
 from model.pricing import DEFAULT_PRICE_PROFILE
 from model.rebalancer import Node, Pod, greedy_rebalance, rebalance
 from model.resources import GIB
@@ -108,8 +110,18 @@ def test_the_planner_picks_the_cheapest_kind_and_reports_every_kind() -> None:
 
 def test_a_class_no_kind_can_host_is_refused() -> None:
     huge = WorkloadClass("huge", 1, (Option(64, GIB, 0, 1, HOUR, 1.0),))
-    with pytest.raises(ValueError, match="no machine kind"):
-        plan_capacity([huge], [MachineKind("24G-128L")], DEFAULT_PRICE_PROFILE)
+    small = WorkloadClass("small", 1, (Option(1, GIB, 0, 1, HOUR, 1.0),))
+    with pytest.raises(ValueError, match="no machine kind can host huge: no option of it fits"):
+        plan_capacity([small, huge], [MachineKind("24G-128L")], DEFAULT_PRICE_PROFILE)
+    # Each class fits some kind, but no kind holds both: every kind names what it cannot host.
+    dram = WorkloadClass("dram", 1, (Option(1, 64 * GIB, 0, 1, HOUR, 1.0),))
+    slow = WorkloadClass("slow", 1, (Option(1, GIB, 200 * GIB, 1, HOUR, 1.0),))
+    kinds = [
+        MachineKind("24G-256L", dram_bytes=24 * GIB, local_slow_bytes=256 * GIB),
+        MachineKind("96G-0L", dram_bytes=96 * GIB, local_slow_bytes=0),
+    ]
+    with pytest.raises(ValueError, match=r"cannot host: 24G-256L: dram; 96G-0L: slow\)"):
+        plan_capacity([dram, slow], kinds, DEFAULT_PRICE_PROFILE)
     with pytest.raises(ValueError, match="no option"):
         plan_capacity([WorkloadClass("x", 1, ())], paper_machine_kinds(), DEFAULT_PRICE_PROFILE)
     bad = WorkloadClass("x", float("nan"), (Option(1, GIB, 0, 1, HOUR, 1.0),))
@@ -345,3 +357,18 @@ def test_a_plan_past_its_deadline_is_refused_not_finished() -> None:
         plan_capacity(
             big, paper_machine_kinds(), DEFAULT_PRICE_PROFILE, deadline=time.monotonic() - 1
         )
+
+
+def test_planner_sizes_are_taken_with_their_units_and_bounded() -> None:
+    kind = {"name": "k", "cpus": 12, "dram_bytes": "512GiB", "local_slow_bytes": "1.5 TiB"}
+    parsed = KindIn.model_validate({**kind, "llc_ways": 48})
+    assert (parsed.dram_bytes, parsed.local_slow_bytes) == (512 * GIB, 1536 * GIB)
+    assert KindIn.model_validate({**kind, "dram_bytes": 4096, "llc_ways": 48}).dram_bytes == 4096
+    for bad, why in [
+        ("17TiB", "less than or equal"),
+        ("512 parsecs", "byte unit"),
+        (-1, "byte string"),
+    ]:
+        with pytest.raises(ValidationError, match=why) as err:
+            KindIn.model_validate({**kind, "dram_bytes": bad, "llc_ways": 48})
+        assert err.value.errors()[0]["loc"] == ("dram_bytes",)
