@@ -27,6 +27,7 @@ from starlette.requests import Request
 
 from api.errors import ApiError
 from model import TmcError
+from model.tiering import TieringProfile, TieringRequest, advise
 
 log = logging.getLogger("tmc.planning")
 
@@ -56,7 +57,9 @@ class PlanRunner:
         self._slots: asyncio.Semaphore | None = None
         self._pending = 0  # plans running or waiting for a slot
         self._context = multiprocessing.get_context("forkserver")
-        self._context.set_forkserver_preload(["model.planning_requests", "ledger.rebalance"])
+        self._context.set_forkserver_preload(
+            ["model.planning_requests", "ledger.rebalance", "model.tiering"]
+        )
 
     async def run(
         self, job: PlanJob, args: tuple[Any, ...], time_limit_seconds: float, request: Request
@@ -125,6 +128,13 @@ class PlanRunner:
         log.info("stopping plan process %s: %s", child.pid, why)
         self._observe(why)
         child.kill()
+
+
+def tiering_advice(profile: TieringProfile, request: TieringRequest) -> dict[str, Any]:
+    """Dynamic-tiering advice as a plan job: its own process, at a lower priority, so that a
+    burst of advice at its bounds (seconds of CPU each) cannot starve `/healthz`."""
+    answer: dict[str, Any] = advise(profile, request).model_dump(mode="json")
+    return answer
 
 
 def _reap(child: multiprocessing.process.BaseProcess) -> None:

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from pydantic import ConfigDict, Field, ValidationError
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from api import repositories as repo
 from api.auth import Permission
-from api.deps import SessionDep, require
+from api.deps import SessionDep, StateDep, require
 from api.errors import PROBLEM, ApiError, NotFound
+from api.planning import tiering_advice
 from model.bundle import ProfileBundle
-from model.tiering import TieringAdvice, TieringProfile, TieringRequest, advise
+from model.tiering import TieringAdvice, TieringProfile, TieringRequest
 
 router = APIRouter(tags=["tiering"])
 Advisor = Annotated[object, Depends(require(Permission.recommend))]
@@ -59,16 +61,31 @@ def _stored_profile(session: Session, name: str) -> TieringProfile:
     "/v1/tiering/recommend",
     response_model=TieringAdvice,
     summary="Dynamic-tiering advice: fast-tier size within τ, migration period, knob settings",
+    description="The advice is computed in a process of its own at a lower CPU priority, as "
+    "plans are (at most as many at once as plans, the rest queued; 503 with Retry-After when "
+    "the queue is full), within the request's `time_budget_seconds`.",
     responses={
         404: {"description": "Unknown workload", "content": {PROBLEM: {}}},
         409: {"description": "No tiering profile for the workload", "content": {PROBLEM: {}}},
+        503: {"description": "Too many plans and advice waiting; retry", "content": {PROBLEM: {}}},
     },
 )
-def recommend_tiering(body: TieringRecommendIn, session: SessionDep, _: Advisor) -> TieringAdvice:
+async def recommend_tiering(
+    body: TieringRecommendIn,
+    request: Request,
+    state: StateDep,
+    session: SessionDep,
+    _: Advisor,
+) -> TieringAdvice:
     if (body.profile is None) == (body.workload is None):
         raise ApiError(422, "Invalid request", "give exactly one of workload and profile")
-    profile = (
-        body.profile if body.profile is not None else _stored_profile(session, str(body.workload))
+    if body.profile is not None:
+        profile = body.profile
+    else:
+        profile = await run_in_threadpool(_stored_profile, session, str(body.workload))
+    session.close()  # the advice reads nothing more: the connection goes back to the pool
+    advice_request = TieringRequest.model_validate(body.model_dump(exclude={"workload", "profile"}))
+    answer = await state.planner.run(
+        tiering_advice, (profile, advice_request), advice_request.time_budget_seconds, request
     )
-    request = TieringRequest.model_validate(body.model_dump(exclude={"workload", "profile"}))
-    return advise(profile, request)
+    return TieringAdvice.model_validate(answer)

@@ -4,10 +4,14 @@ profiles, problem+json errors."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from api.auth import Role
 from model.tiering import TieringProfile
@@ -135,3 +139,42 @@ def test_a_real_programs_agent_bundle_gets_advice_by_name(client: TestClient) ->
     assert body["sizing"]["fast_bytes"] % bundle["tiering"]["page_bytes"] == 0
     assert body["period"]["trials"][0]["in_use"]
     assert body["budget"]["cpu_seconds_allowed"] == 1.0
+
+
+def _answered_plans(base: str) -> float:
+    text = httpx.get(f"{base}/metrics", timeout=10).text
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "tmc_plans_total" and s.labels.get("outcome") == "answered"
+    )
+
+
+def test_a_burst_of_advice_runs_beside_the_request_path(served: str) -> None:
+    # Each advice runs as a plan does, in a child process at a lower priority: /healthz keeps
+    # answering meanwhile (its latency under 40 at their bounds is bench.planner_load's figure).
+    headers = auth(Role.scheduler)
+    before = _answered_plans(served)
+    body = {"profile": inline(), "knob_budget": 1000, "time_budget_seconds": 1.0}
+    answers: list[int] = []
+
+    def ask() -> None:
+        with httpx.Client(timeout=120) as c:
+            answers.append(c.post(f"{served}{URL}", json=body, headers=headers).status_code)
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    waits: list[float] = []
+    with httpx.Client(timeout=30) as c:
+        while any(t.is_alive() for t in threads):
+            started = time.perf_counter()
+            assert c.get(f"{served}/healthz").status_code == 200
+            waits.append(time.perf_counter() - started)
+            time.sleep(0.01)
+    for t in threads:
+        t.join()
+    assert answers == [200] * 8, answers
+    assert _answered_plans(served) - before == 8  # each one went through the plan runner
+    assert max(waits) < 2.0, f"/healthz waited {max(waits):.1f} s"
