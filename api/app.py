@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Gauge, Histogram, ProcessCollector
@@ -205,7 +206,12 @@ def tasks_run_elsewhere(settings: Settings) -> bool:
 async def snapshot_loop(state: AppState) -> None:
     def snapshot() -> None:
         with unit_of_work(state.sessions) as session:
-            take_snapshot(session, None, state.settings.utilization_max_age_seconds)
+            take_snapshot(
+                session,
+                None,
+                state.settings.utilization_max_age_seconds,
+                timedelta(days=state.settings.decision_retention_days),
+            )
             # No beat either: fits a crash interrupted are redone here.
             stale = profile_service.stale_pending_profiles(
                 session, state.settings.fit_requeue_after_seconds

@@ -7,9 +7,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeVar, cast
 
-from sqlalchemy import Select, String, Table, bindparam, delete, func, select, update
+from sqlalchemy import (
+    Select,
+    String,
+    Table,
+    bindparam,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from store.orm import (
     ApiToken,
@@ -247,6 +258,57 @@ def list_recommendations(
     if since is not None:
         query = query.where(RecommendationRow.created_at >= since)
     return session.scalars(query.limit(limit).offset(offset)).all()
+
+
+def latest_decision(session: Session, workload_id: str, objective: str) -> RecommendationRow | None:
+    """The newest decision of a (workload, objective) pair."""
+    return session.scalars(
+        select(RecommendationRow)
+        .where(
+            RecommendationRow.workload_id == workload_id,
+            RecommendationRow.objective == objective,
+        )
+        .order_by(RecommendationRow.created_at.desc(), RecommendationRow.id.desc())
+        .limit(1)
+    ).one_or_none()
+
+
+def count_repeat(session: Session, rec_id: str, at: datetime) -> None:
+    """One more decision identical to `rec_id`, made at `at`."""
+    session.execute(
+        update(RecommendationRow)
+        .where(RecommendationRow.id == rec_id)
+        .values(repeats=RecommendationRow.repeats + 1, last_decided_at=at)
+    )
+
+
+def prune_decisions(session: Session, before: datetime, batch: int = 5000) -> int:
+    """Delete up to `batch` decisions last made before `before` that no placement and no
+    reservation names (the decision a pod was placed by lives as long as its placement log row),
+    and that are not their pair's newest. Returns how many were deleted."""
+    newer = aliased(RecommendationRow)
+    old = (
+        select(RecommendationRow.id)
+        .where(
+            RecommendationRow.created_at < before,
+            or_(
+                RecommendationRow.last_decided_at.is_(None),
+                RecommendationRow.last_decided_at < before,
+            ),
+            ~exists().where(PlacementRecord.recommendation_id == RecommendationRow.id),
+            ~exists().where(Reservation.recommendation_id == RecommendationRow.id),
+            exists().where(
+                newer.workload_id == RecommendationRow.workload_id,
+                newer.objective == RecommendationRow.objective,
+                newer.created_at > RecommendationRow.created_at,
+            ),
+        )
+        .limit(batch)
+    )
+    ids = list(session.scalars(old))
+    if ids:
+        session.execute(delete(RecommendationRow).where(RecommendationRow.id.in_(ids)))
+    return len(ids)
 
 
 # -- tokens ---------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import timedelta
 from functools import lru_cache
 
 from celery import Celery
@@ -127,5 +128,10 @@ def snapshot_utilization() -> dict[str, float]:
     settings = get_settings()
     client = connect_redis(settings.redis_url) if settings.redis_url else None
     with unit_of_work(session_factory()) as session:
-        util = take_snapshot(session, client, settings.utilization_max_age_seconds)
+        util = take_snapshot(
+            session,
+            client,
+            settings.utilization_max_age_seconds,
+            timedelta(days=settings.decision_retention_days),
+        )
     return util.model_dump()

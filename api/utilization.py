@@ -39,16 +39,26 @@ def write_snapshot(client: redis.Redis, util: Utilization, ttl_seconds: float) -
 HISTORY_RETENTION = timedelta(days=7)
 # A verification run is checked against its pod's placement: kept this long after the pod ends.
 PLACEMENT_RETENTION = timedelta(days=30)
+# Decisions nothing refers to any more (no placement, no reservation, not their pair's newest)
+# are kept this long after they were last made; `TMC_DECISION_RETENTION_DAYS` sets it.
+DECISION_RETENTION = timedelta(days=30)
 
 
-def take_snapshot(session: Session, client: redis.Redis | None, ttl_seconds: float) -> Utilization:
+def take_snapshot(
+    session: Session,
+    client: redis.Redis | None,
+    ttl_seconds: float,
+    decision_retention: timedelta = DECISION_RETENTION,
+) -> Utilization:
     """The periodic task's body: compute from the ledger, publish it for the hot path (when there
-    is a Redis) and keep it in the history the dashboard draws."""
+    is a Redis) and keep it in the history the dashboard draws. Old history, placements and
+    decisions are pruned on the way (a batch at a time)."""
     util = ledger.utilization(session)
     now = datetime.now(UTC)
     repo.record_utilization(session, UtilizationSample(at=now, **util.model_dump()))
     repo.prune_utilization(session, now - HISTORY_RETENTION)
     ledger.prune_placement_log(session, now - PLACEMENT_RETENTION)
+    repo.prune_decisions(session, now - decision_retention)
     if client is not None:
         write_snapshot(client, util, ttl_seconds)
     return util

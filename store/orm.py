@@ -13,6 +13,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -190,7 +191,7 @@ class Reservation(Timestamped, Base):
     slow_from_pool: Mapped[bool] = mapped_column(Boolean, default=False)
     llc_mask: Mapped[int] = mapped_column(CatMask, doc="CAT capacity bitmask, contiguous")
     recommendation_id: Mapped[str | None] = mapped_column(
-        ForeignKey("recommendations.id"), default=None
+        ForeignKey("recommendations.id"), default=None, index=True
     )
     # The bind attempt that made the row, while it is the only one relying on it (None: reused
     # by a retry, or made by reconciliation).
@@ -201,6 +202,8 @@ class RecommendationRow(Timestamped, Base):
     """A decision with every input needed to replay and audit it."""
 
     __tablename__ = "recommendations"
+    # The newest decision of a (workload, objective) pair, found without a sort.
+    __table_args__ = (Index("ix_recommendations_pair", "workload_id", "objective", "created_at"),)
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     workload_id: Mapped[str] = mapped_column(ForeignKey("workloads.id"), index=True)
     profile_id: Mapped[str] = mapped_column(ForeignKey("profiles.id"))
@@ -217,6 +220,11 @@ class RecommendationRow(Timestamped, Base):
     slow_ratio: Mapped[float] = mapped_column(Float)
     llc_ways: Mapped[int] = mapped_column(Integer)
     result: Mapped[dict[str, Any]]
+    # A decision that repeats its pair's last one (same inputs, same choice) is not stored again:
+    # it is counted here, with the time it was last made (`api.services.recommendations`).
+    decision_key: Mapped[str] = mapped_column(String(64), default="")
+    repeats: Mapped[int] = mapped_column(Integer, default=0)
+    last_decided_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), default=None)
 
 
 class VerificationRunRow(Timestamped, Base):
@@ -253,7 +261,7 @@ class PlacementRecord(Timestamped, Base):
     namespace: Mapped[str] = mapped_column(String(253))
     pod_name: Mapped[str] = mapped_column(String(253))
     node_name: Mapped[str] = mapped_column(String(253))
-    recommendation_id: Mapped[str | None] = mapped_column(String(36), default=None)
+    recommendation_id: Mapped[str | None] = mapped_column(String(36), default=None, index=True)
     slow_ratio: Mapped[float] = mapped_column(Float)
     llc_ways: Mapped[int] = mapped_column(Integer)
 

@@ -7,6 +7,7 @@ returns a typed record; encoding it for HTTP is the route's business.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -116,9 +117,42 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
     result = rec.model_dump(mode="json")
     encoded = EncodedJSON(orjson.dumps(result))
     chosen = rec.chosen.configuration
+    key = decision_key(
+        resolved.workload_id,
+        resolved.profile_id,
+        fitted_id,
+        model_version,
+        price_id,
+        rec.objective,
+        rec.threshold,
+        rec.grid,
+        result["machine"],
+        f"{resolved.run_count}:{resolved.newest_run_id}",
+        chosen.slow_ratio,
+        chosen.llc_ways,
+    )
+    now = utcnow()
+    last = repo.latest_decision(session, resolved.workload_id, rec.objective)
+    if last is not None and last.decision_key == key:
+        # The same decision again: counted on the stored one, whose id the caller (and a pod
+        # placed by it) refers to. Its stored explanation is the first one's; only the live
+        # utilization it was weighed against may have moved, within what kept the same choice.
+        repo.count_repeat(session, last.id, now)
+        return RecommendationRecord(
+            id=last.id,
+            created_at=last.created_at,
+            workload_id=resolved.workload_id,
+            profile_id=resolved.profile_id,
+            fitted_model_id=fitted_id,
+            bundle_hash=resolved.content_hash,
+            utilization_source=req.utilization_source,
+            host_kind_known=resolved.kind is not None,
+            recommendation=rec,
+            recommendation_json=encoded,
+        )
     record = RecommendationRecord(
         id=new_id(),
-        created_at=utcnow(),
+        created_at=now,
         workload_id=resolved.workload_id,
         profile_id=resolved.profile_id,
         fitted_model_id=fitted_id,
@@ -148,6 +182,16 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
             "slow_ratio": chosen.slow_ratio,
             "llc_ways": chosen.llc_ways,
             "result": encoded,
+            "decision_key": key,
+            "repeats": 0,
+            "last_decided_at": None,
         },
     )
     return record
+
+
+def decision_key(*parts: object) -> str:
+    """What identifies a decision: its inputs (profile, fit, model version, prices, objective,
+    threshold, grid, machine, verification runs) and its choice. JSON with sorted keys, so a
+    dict's order does not matter, then SHA-256."""
+    return hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()
