@@ -53,6 +53,13 @@ class Metrics:
             ["objective", "utilization_source"],
             registry=self.registry,
         )
+        self.decisions_logged = Counter(
+            "tmc_decisions_logged_total",
+            "Decisions by what the decision log did with them: stored (a new row) or repeat"
+            " (counted on the pair's identical newest decision)",
+            ["stored"],
+            registry=self.registry,
+        )
         self.plans = Counter(
             "tmc_plans_total",
             "Planner requests by outcome (answered, refused_by_planner, refused: the queue was"

@@ -61,6 +61,7 @@ def _recommend(body: RecommendIn, state: AppState, session: Session, role: Role)
         state.models,
     )
     state.metrics.recommendations.labels(record.recommendation.objective, source).inc()
+    state.metrics.decisions_logged.labels("repeat" if record.repeated else "stored").inc()
     return Response(encode_record(record), media_type="application/json")
 
 

@@ -55,6 +55,8 @@ class RecommendationRecord:
     # The recommendation as JSON, encoded once: the decision log stores these bytes, and the
     # HTTP response may embed them as they are.
     recommendation_json: bytes
+    # Counted on the pair's identical newest decision rather than stored again.
+    repeated: bool = False
 
 
 def decide(session: Session, req: DecisionInput, cache: ModelCache) -> RecommendationRecord:
@@ -149,6 +151,7 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
             host_kind_known=resolved.kind is not None,
             recommendation=rec,
             recommendation_json=encoded,
+            repeated=True,
         )
     record = RecommendationRecord(
         id=new_id(),

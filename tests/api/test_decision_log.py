@@ -44,6 +44,9 @@ def test_a_repeated_decision_is_counted_not_stored_again(
     assert {a["id"] for a in again} == {first["id"]}
     [row] = rows(settings)
     assert row.repeats == 5 and row.last_decided_at is not None
+    metrics = client.get("/metrics").text
+    assert 'tmc_decisions_logged_total{stored="repeat"} 5.0' in metrics
+    assert 'tmc_decisions_logged_total{stored="stored"} 1.0' in metrics
     assert row.last_decided_at > row.created_at
     # Another objective is another pair; another choice (a full cluster's DRAM) another row.
     other = decide(client, "slo:5%", utilization={"dram": 0.5})
