@@ -17,6 +17,7 @@ from sqlalchemy import (
     func,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.exc import IntegrityError
@@ -79,10 +80,29 @@ def find_workload(session: Session, key: str) -> Workload | None:
     return session.scalars(select(Workload).where(Workload.name == key)).one_or_none()
 
 
-def list_workloads(session: Session, limit: int, offset: int) -> Sequence[Workload]:
-    return session.scalars(
-        select(Workload).order_by(Workload.name).limit(limit).offset(offset)
-    ).all()
+def list_workloads(
+    session: Session, limit: int, offset: int, after: str | None = None
+) -> Sequence[Workload]:
+    """By name; `after` is the previous page's last name."""
+    query = select(Workload).order_by(Workload.name)
+    if after is not None:
+        query = query.where(Workload.name > after)
+    return session.scalars(query.limit(limit).offset(offset)).all()
+
+
+def profiles_of_many(session: Session, workload_ids: Sequence[str]) -> dict[str, list[Profile]]:
+    """Each workload's profiles, newest first, in one query (a page of workloads at once)."""
+    found: dict[str, list[Profile]] = {w: [] for w in workload_ids}
+    if not workload_ids:
+        return found
+    rows = session.scalars(
+        select(Profile)
+        .where(Profile.workload_id.in_(workload_ids))
+        .order_by(Profile.workload_id, Profile.created_at.desc())
+    )
+    for p in rows:
+        found[p.workload_id].append(p)
+    return found
 
 
 def insert_profile(session: Session, profile: Profile) -> tuple[Profile, bool]:
@@ -247,10 +267,14 @@ def list_recommendations(
     since: datetime | None,
     limit: int,
     offset: int,
+    after: tuple[datetime, str] | None = None,
 ) -> Sequence[RecommendationRow]:
+    """Newest first; `after` is the (created_at, id) of the previous page's last row."""
     query = select(RecommendationRow).order_by(
-        RecommendationRow.created_at.desc(), RecommendationRow.id
+        RecommendationRow.created_at.desc(), RecommendationRow.id.desc()
     )
+    if after is not None:
+        query = query.where(tuple_(RecommendationRow.created_at, RecommendationRow.id) < after)
     if workload_id is not None:
         query = query.where(RecommendationRow.workload_id == workload_id)
     if objective is not None:

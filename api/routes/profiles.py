@@ -12,6 +12,7 @@ from api.auth import Caller, Permission
 from api.deps import SessionDep, StateDep, require, require_caller
 from api.errors import NotFitted, NotFound
 from api.openapi import PROFILE_BUNDLE_REF
+from api.paging import CursorParam, decode_cursor, link_next
 from api.schemas import (
     ProfileOut,
     VerificationRunIn,
@@ -88,19 +89,26 @@ def get_profile(profile_id: str, session: SessionDep, _: Reader) -> ProfileOut:
 
 @router.get("/workloads", response_model=list[WorkloadOut])
 def list_workloads(
+    request: Request,
+    response: Response,
     session: SessionDep,
     _: Reader,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+    cursor: CursorParam = None,
 ) -> list[WorkloadOut]:
+    after = None if cursor is None else decode_cursor(cursor, (str,))[0]
+    workloads = repo.list_workloads(session, limit, offset, after)
+    profiles = repo.profiles_of_many(session, [w.id for w in workloads])
+    link_next(request, response, [workloads[-1].name] if len(workloads) == limit else None)
     return [
         WorkloadOut(
             id=w.id,
             name=w.name,
             created_at=w.created_at,
-            profiles=[profile_out(p, w.name) for p in repo.profiles_of(session, w.id)],
+            profiles=[profile_out(p, w.name) for p in profiles[w.id]],
         )
-        for w in repo.list_workloads(session, limit, offset)
+        for w in workloads
     ]
 
 

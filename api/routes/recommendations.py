@@ -6,13 +6,14 @@ from datetime import datetime
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from sqlalchemy.orm import Session
 
 from api import repositories as repo
 from api.auth import GRANTS, Permission, Role
 from api.deps import AppState, SessionDep, StateDep, require
-from api.errors import NotFound
+from api.errors import InvalidInput, NotFound
+from api.paging import CursorParam, decode_cursor, link_next
 from api.schemas import RecommendationOut, RecommendationSummary, RecommendIn
 from api.services import recommendations as decisions
 from api.services.recommendations import DecisionInput, RecommendationRecord
@@ -112,6 +113,8 @@ def get_recommendation(rec_id: str, session: SessionDep, _: Reader) -> Recommend
 
 @router.get("/v1/recommendations", response_model=list[RecommendationSummary])
 def list_recommendations(
+    request: Request,
+    response: Response,
     session: SessionDep,
     _: Reader,
     workload: Annotated[str | None, Query(max_length=128)] = None,
@@ -119,7 +122,15 @@ def list_recommendations(
     since: datetime | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+    cursor: CursorParam = None,
 ) -> list[RecommendationSummary]:
+    after = None
+    if cursor is not None:
+        when, rec_id = decode_cursor(cursor, (str, str))
+        try:
+            after = (datetime.fromisoformat(when), rec_id)
+        except ValueError:
+            raise InvalidInput("cursor: not a cursor this endpoint gave") from None
     workload_id = None
     if workload is not None:
         w = repo.find_workload(session, workload)
@@ -133,7 +144,10 @@ def list_recommendations(
         since=since,
         limit=limit,
         offset=offset,
+        after=after,
     )
+    last = rows[-1] if len(rows) == limit else None
+    link_next(request, response, None if last is None else [last.created_at.isoformat(), last.id])
     return [
         RecommendationSummary(
             id=r.id,
