@@ -1,20 +1,24 @@
-"""/recommend while plans run: the API on a real uvicorn worker, PostgreSQL and Redis, asked for
-decisions one after another, first alone, then while 40 capacity plans are sent at once.
+"""/recommend and /healthz while plans or tiering advice run: the API on a real uvicorn worker,
+PostgreSQL and Redis, asked one request after another, first alone, then while 40 capacity plans
+(or 40 tiering advice requests at their bounds) are sent at once.
 
-    python -m bench.planner_load [--requests 300] [--plans 40]
+    python -m bench.planner_load [--requests 300] [--plans 40] [--work plans|tiering]
 
-Prints /recommend's p50 and p99 in both phases, and their ratio (plans / alone), measured in the
-same run. Plans run in child processes (api.planning); the figure says what they cost the
-decisions that share the machine with them.
+Prints the probed endpoint's p50 and p99 in both phases, and their ratio (busy / alone),
+measured in the same run. Plans and advice run in child processes (api.planning); the figure
+says what they cost the requests that share the machine with them.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -44,13 +48,32 @@ PLAN = {
 }
 
 
-def latencies(base: str, token: str, count: int, until: threading.Event | None) -> list[float]:
+# Tiering advice at its bounds: the largest knob search and period trials, the whole budget.
+TIERING_PROFILE = Path(__file__).resolve().parents[1] / "examples" / "tiering"
+
+
+def tiering_request(budget_seconds: float) -> dict[str, Any]:
+    profile = json.loads(next(iter(sorted(TIERING_PROFILE.glob("*.json")))).read_text())
+    return {
+        "profile": profile.get("tiering", profile),
+        "knob_budget": 1000,
+        "max_period_trials": 16,
+        "time_budget_seconds": budget_seconds,
+    }
+
+
+def latencies(
+    base: str, token: str, count: int, until: threading.Event | None, probe: str = "recommend"
+) -> list[float]:
     out: list[float] = []
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(timeout=30) as client:
         while len(out) < count or (until is not None and not until.is_set()):
             started = time.perf_counter()
-            r = client.post(f"{base}/recommend", json={"workload": "graph500"}, headers=headers)
+            if probe == "healthz":
+                r = client.get(f"{base}/healthz")
+            else:
+                r = client.post(f"{base}/recommend", json={"workload": "graph500"}, headers=headers)
             out.append(time.perf_counter() - started)
             r.raise_for_status()
     return out
@@ -64,26 +87,34 @@ def figures(xs: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--plans", type=int, default=40)
+    parser.add_argument("--plans", type=int, default=40, help="how many at once")
+    parser.add_argument("--work", choices=["plans", "tiering"], default="plans")
+    parser.add_argument("--probe", choices=["recommend", "healthz"], default=None)
+    parser.add_argument(
+        "--tiering-budget", type=float, default=2.0, help="each advice's time_budget_seconds"
+    )
     args = parser.parse_args()
+    probe = args.probe or ("recommend" if args.work == "plans" else "healthz")
+    if args.work == "plans":
+        url, body = "/v1/planner/capacity", PLAN
+    else:
+        url, body = "/v1/tiering/recommend", tiering_request(args.tiering_budget)
     postgres, redis_server = PostgresServer(), RedisServer()
     try:
         token, env = demo_service(postgres, redis_server)
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-        print(f"# /recommend while plans run: 1 uvicorn worker; load average {load}")
+        print(f"# /{probe} while {args.work} run: 1 uvicorn worker; load average {load}")
         with uvicorn_server(env) as base:
             wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 60, "readiness")
-            latencies(base, token, 50, None)  # warm the caches
-            alone = latencies(base, token, args.requests, None)
+            latencies(base, token, 50, None, probe)  # warm the caches
+            alone = latencies(base, token, args.requests, None, probe)
             done = threading.Event()
             codes: list[int] = []
 
             def plan() -> None:
-                with httpx.Client(timeout=300) as client:
+                with httpx.Client(timeout=3600) as client:
                     r = client.post(
-                        f"{base}/v1/planner/capacity",
-                        json=PLAN,
-                        headers={"Authorization": f"Bearer {token}"},
+                        f"{base}{url}", json=body, headers={"Authorization": f"Bearer {token}"}
                     )
                     codes.append(r.status_code)
 
@@ -98,13 +129,14 @@ def main() -> None:
 
             watcher = threading.Thread(target=wait_for_plans, daemon=True)
             watcher.start()
-            during = latencies(base, token, args.requests, done)
+            during = latencies(base, token, args.requests, done, probe)
             watcher.join()
-        print(f"/recommend alone: {figures(alone)}")
-        print(f"/recommend while {args.plans} plans ran: {figures(during)}")
-        print(f"plans answered: {codes.count(200)} of {args.plans} (others: {sorted(set(codes))})")
+        print(f"/{probe} alone: {figures(alone)}")
+        print(f"/{probe} while {args.plans} {args.work} ran: {figures(during)}")
+        others = sorted(set(codes) - {200})
+        print(f"{args.work} answered: {codes.count(200)} of {args.plans} (others: {others})")
         ratio = statistics.quantiles(during, n=100)[98] / statistics.quantiles(alone, n=100)[98]
-        print(f"ratio p99 with plans / alone: {ratio:.2f}")
+        print(f"ratio p99 with {args.work} / alone: {ratio:.2f}")
     finally:
         redis_server.close()
         postgres.close()
