@@ -284,26 +284,49 @@ def list_recommendations(
     return session.scalars(query.limit(limit).offset(offset)).all()
 
 
-def latest_decision(session: Session, workload_id: str, objective: str) -> RecommendationRow | None:
-    """The newest decision of a (workload, objective) pair."""
-    return session.scalars(
-        select(RecommendationRow)
-        .where(
-            RecommendationRow.workload_id == workload_id,
-            RecommendationRow.objective == objective,
-        )
-        .order_by(RecommendationRow.created_at.desc(), RecommendationRow.id.desc())
-        .limit(1)
-    ).one_or_none()
+@dataclass(frozen=True)
+class DecisionHead:
+    """What the hot path needs of a pair's newest decision: never its explanation."""
+
+    id: str
+    created_at: datetime
+    decision_key: str
 
 
-def count_repeat(session: Session, rec_id: str, at: datetime) -> None:
-    """One more decision identical to `rec_id`, made at `at`."""
-    session.execute(
-        update(RecommendationRow)
-        .where(RecommendationRow.id == rec_id)
-        .values(repeats=RecommendationRow.repeats + 1, last_decided_at=at)
+_LATEST_DECISION = (
+    select(RecommendationRow.id, RecommendationRow.created_at, RecommendationRow.decision_key)
+    .where(
+        RecommendationRow.workload_id == bindparam("workload_id"),
+        RecommendationRow.objective == bindparam("objective"),
     )
+    .order_by(RecommendationRow.created_at.desc(), RecommendationRow.id.desc())
+    .limit(1)
+)
+
+
+def latest_decision(session: Session, workload_id: str, objective: str) -> DecisionHead | None:
+    """The newest decision of a (workload, objective) pair: its id, time and key."""
+    row = (
+        session.connection()
+        .execute(_LATEST_DECISION, {"workload_id": workload_id, "objective": objective})
+        .first()
+    )
+    return None if row is None else DecisionHead(row.id, row.created_at, row.decision_key)
+
+
+_COUNT_REPEATS = (
+    update(RecommendationRow)
+    .where(RecommendationRow.id == bindparam("rec_id"))
+    .values(
+        repeats=RecommendationRow.repeats + bindparam("count"),
+        last_decided_at=bindparam("at"),
+    )
+)
+
+
+def count_repeat(session: Session, rec_id: str, at: datetime, count: int = 1) -> None:
+    """`count` more decisions identical to `rec_id`, the last made at `at`."""
+    session.connection().execute(_COUNT_REPEATS, {"rec_id": rec_id, "at": at, "count": count})
 
 
 def prune_decisions(session: Session, before: datetime, batch: int = 5000) -> int:

@@ -41,7 +41,8 @@ class Settings(DatabaseSettings):
     # many more waiting (beyond: 503), each allowed this much memory beyond its start.
     planner_processes: int = Field(default=1, ge=1, le=64)
     # How long a decision that nothing refers to is kept after it was last made.
-    decision_retention_days: float = Field(default=30.0, gt=0, le=3650)
+    # At least a day: a process counts a repeat on a decision it saw within the last minute.
+    decision_retention_days: float = Field(default=30.0, ge=1.0, le=3650)
     planner_queue: int = Field(default=64, ge=0, le=10_000)
     planner_memory_mib: int = Field(default=768, ge=64, le=65_536)
     bootstrap_operator_token: str | None = Field(

@@ -4,8 +4,10 @@ immutable rows."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from sqlalchemy.orm import Session
@@ -47,6 +49,66 @@ class Prepared:
         return self.host_grid if name == "host" else PAPER_GRID
 
 
+@dataclass
+class _Seen:
+    id: str
+    created_at: datetime
+    seen_at: float  # time.monotonic() when it was read or stored
+    written_at: float  # when its count was last written
+    pending: int = 0  # repeats committed since, not yet written
+
+
+class DecisionMemo:
+    """The decisions this process stored or found, by decision key, for a minute: a repeat of
+    one is counted without a read, and its count is written at most every `write_every` seconds
+    (one UPDATE of its row, not one per request: a burst of identical decisions would queue on
+    the row's lock). A process that dies loses at most that many seconds of counts."""
+
+    def __init__(self, ttl_seconds: float = 60.0, write_every: float = 10.0, size: int = 4096):
+        self.ttl_seconds = ttl_seconds
+        self.write_every = write_every
+        self._size = size
+        self._seen: OrderedDict[str, _Seen] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def find(self, key: str) -> tuple[str, datetime] | None:
+        now = time.monotonic()
+        with self._lock:
+            found = self._seen.get(key)
+            if found is None:
+                return None
+            if now - found.seen_at > self.ttl_seconds:
+                del self._seen[key]
+                return None
+            return found.id, found.created_at
+
+    def remember(self, key: str, rec_id: str, created_at: datetime, written: bool) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._seen[key] = _Seen(rec_id, created_at, now, now if written else 0.0)
+            self._seen.move_to_end(key)
+            while len(self._seen) > self._size:
+                self._seen.popitem(last=False)
+
+    def due(self, key: str) -> int:
+        """How many repeats to write now, this one included; 0 when it is not yet time."""
+        with self._lock:
+            found = self._seen.get(key)
+            if found is None or time.monotonic() - found.written_at < self.write_every:
+                return 0
+            return found.pending + 1
+
+    def counted(self, key: str, written: int) -> None:
+        """After the commit of one more repeat, of which `written` repeats were written."""
+        with self._lock:
+            found = self._seen.get(key)
+            if found is None:
+                return
+            found.pending = found.pending + 1 - written
+            if written:
+                found.written_at = time.monotonic()
+
+
 class ModelCache:
     """Fitted models and price profile versions are immutable rows, so they are kept in memory,
     prepared, after the first use."""
@@ -60,6 +122,7 @@ class ModelCache:
             OrderedDict()
         )
         self._lock = threading.Lock()
+        self.decisions = DecisionMemo()
 
     def model(self, session: Session, fitted_id: str) -> Prepared:
         with self._lock:

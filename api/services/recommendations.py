@@ -134,15 +134,25 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
         chosen.llc_ways,
     )
     now = utcnow()
-    last = repo.latest_decision(session, resolved.workload_id, rec.objective)
-    if last is not None and last.decision_key == key:
+    memo = cache.decisions
+    seen = memo.find(key)
+    if seen is None:
+        last = repo.latest_decision(session, resolved.workload_id, rec.objective)
+        if last is not None and last.decision_key == key:
+            memo.remember(key, last.id, last.created_at, written=False)
+            seen = (last.id, last.created_at)
+    if seen is not None:
         # The same decision again: counted on the stored one, whose id the caller (and a pod
         # placed by it) refers to. Its stored explanation is the first one's; only the live
         # utilization it was weighed against may have moved, within what kept the same choice.
-        repo.count_repeat(session, last.id, now)
+        rec_id, created_at = seen
+        due = memo.due(key)
+        if due:
+            repo.count_repeat(session, rec_id, now, due)
+        after_commit(session, lambda: memo.counted(key, due))
         return RecommendationRecord(
-            id=last.id,
-            created_at=last.created_at,
+            id=rec_id,
+            created_at=created_at,
             workload_id=resolved.workload_id,
             profile_id=resolved.profile_id,
             fitted_model_id=fitted_id,
@@ -190,6 +200,7 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
             "last_decided_at": None,
         },
     )
+    after_commit(session, lambda: memo.remember(key, record.id, record.created_at, written=True))
     return record
 
 

@@ -39,15 +39,26 @@ def test_a_repeated_decision_is_counted_not_stored_again(
     client: TestClient, settings: Settings
 ) -> None:
     client.post("/v1/profiles", content=example("graph500"), headers=AGENT).raise_for_status()
+    memo = client.app.state.tmc.models.decisions  # type: ignore[attr-defined]
     first = decide(client, utilization={"dram": 0.5})
     again = [decide(client, utilization={"dram": 0.5}) for _ in range(5)]
     assert {a["id"] for a in again} == {first["id"]}
     [row] = rows(settings)
-    assert row.repeats == 5 and row.last_decided_at is not None
+    # Counts are written at most every `write_every` seconds: none yet, they are pending.
+    assert row.repeats == 0 and row.last_decided_at is None
+    memo.write_every = 0.0
+    decide(client, utilization={"dram": 0.5})
+    [row] = rows(settings)
+    assert row.repeats == 6 and row.last_decided_at is not None
+    # Another process, which never saw it, finds it by the pair's newest row.
+    memo.ttl_seconds = 0.0
+    assert decide(client, utilization={"dram": 0.5})["id"] == first["id"]
+    [row] = rows(settings)
+    assert row.repeats == 7
     metrics = client.get("/metrics").text
-    assert 'tmc_decisions_logged_total{stored="repeat"} 5.0' in metrics
+    assert 'tmc_decisions_logged_total{stored="repeat"} 7.0' in metrics
     assert 'tmc_decisions_logged_total{stored="stored"} 1.0' in metrics
-    assert row.last_decided_at > row.created_at
+    assert row.last_decided_at is not None and row.last_decided_at > row.created_at
     # Another objective is another pair; another choice (a full cluster's DRAM) another row.
     other = decide(client, "slo:5%", utilization={"dram": 0.5})
     assert other["id"] != first["id"]
