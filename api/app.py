@@ -8,9 +8,11 @@ import gc
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from typing import Any
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Gauge, Histogram, ProcessCollector
@@ -87,6 +89,10 @@ def build_state(settings: Settings) -> AppState:
     )
 
 
+# Connections a worker counts requests for; a client that went away is forgotten past this.
+MAX_TRACKED_CONNECTIONS = 10_000
+
+
 class BodyLimit:
     """413 before a too-large body is read: by Content-Length, or by counting a chunked body."""
 
@@ -122,6 +128,41 @@ class BodyLimit:
     async def _reject(self, send: Send, instance: str) -> None:
         detail = f"the body exceeds {self.max_bytes} bytes"
         await send_problem(send, 413, "Payload too large", detail, instance)
+
+
+class ConnectionRequestLimit:
+    """Close a keep-alive connection after `max_requests` responses, as nginx's
+    `keepalive_requests` does: the client connects again, and the kernel hands the new
+    connection to a worker afresh. Without it, a few long-lived connections (a scheduler's, a
+    load balancer's) stay where SO_REUSEPORT's hash first put them, and one worker may serve
+    nine of ten of them for as long as they live."""
+
+    def __init__(self, app: ASGIApp, max_requests: int) -> None:
+        self.app = app
+        self.max_requests = max_requests
+        self._served: OrderedDict[tuple[Any, Any], int] = OrderedDict()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client, server = scope.get("client"), scope.get("server")
+        if scope["type"] != "http" or self.max_requests <= 0 or client is None:
+            await self.app(scope, receive, send)
+            return
+        key = (tuple(client), tuple(server or ()))
+        served = self._served.pop(key, 0) + 1
+        if served < self.max_requests:
+            self._served[key] = served
+            while len(self._served) > MAX_TRACKED_CONNECTIONS:  # closed ones are never told
+                self._served.popitem(last=False)
+            await self.app(scope, receive, send)
+            return
+
+        async def closing(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers", []) if h[0].lower() != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, closing)
 
 
 class Observe:
@@ -272,7 +313,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.add_middleware(Observe)
     app.add_middleware(BodyLimit, max_bytes=settings.max_bundle_bytes)
-    app.add_middleware(ContainUnexpected)  # outermost: a 500 keeps the connection open
+    app.add_middleware(ContainUnexpected)  # a 500 keeps the connection open
+    app.add_middleware(ConnectionRequestLimit, max_requests=settings.requests_per_connection)
 
     for module in (
         ops,

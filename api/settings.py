@@ -39,6 +39,9 @@ class Settings(DatabaseSettings):
     default_threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0, le=1)
     # Plans (OR-Tools) run in child processes: at most this many at once per API worker, this
     # many more waiting (beyond: 503), each allowed this much memory beyond its start.
+    # A keep-alive connection is closed after this many requests (0: never), so that its
+    # client's next connection may land on another worker (api.app.ConnectionRequestLimit).
+    requests_per_connection: int = Field(default=100, ge=0, le=1_000_000)
     planner_processes: int = Field(default=1, ge=1, le=64)
     # How long a decision that nothing refers to is kept after it was last made.
     # At least a day: a process counts a repeat on a decision it saw within the last minute.

@@ -66,6 +66,22 @@ def test_connections_opened_together_reach_every_worker(spread_server: str) -> N
     assert min(pids.count(p) for p in set(pids)) >= 4, pids  # not 20:4; odds of failing ~1e-4
 
 
+def test_a_long_lived_connection_is_handed_out_afresh(env: dict[str, str]) -> None:
+    # A connection is closed after TMC_REQUESTS_PER_CONNECTION responses, the last one saying
+    # so: the client's next connection is spread by the kernel again. Two long-lived clients
+    # over two workers then share them, whatever the first hash said.
+    limited = {**env, "TMC_REQUESTS_PER_CONNECTION": "5"}
+    with uvicorn_server(limited, workers=2, spread="reuseport") as base:
+        with httpx.Client() as client:
+            answers = [client.get(f"{base}/healthz") for _ in range(12)]
+            said_close = [
+                i for i, r in enumerate(answers) if r.headers.get("connection") == "close"
+            ]
+            assert said_close == [4, 9], said_close
+            pids = {pid_of_connection(client, base) for _ in range(60)}
+        assert len(pids) == 2, "twelve fresh connections all hashed to one worker (odds 2^-11)"
+
+
 @contextlib.contextmanager
 def supervisor(command: list[str], cwd: Path, env: dict[str, str]) -> Iterator[Supervised]:
     """Two workers under `command` on a free port, up once /healthz answers; killed on exit if
