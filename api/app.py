@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import dashboard, openapi, tasks
+from api.cluster_metrics import ClusterCollector
 from api.deps import AppState, Metrics
 from api.errors import PROBLEM
 from api.planning import PlanRunner
@@ -71,6 +72,8 @@ def build_state(settings: Settings) -> AppState:
     if use_celery:
         tasks.configure(tasks.celery_app, settings)
     metrics = Metrics()
+    metrics.cluster = ClusterCollector(sessions)
+    metrics.registry.register(metrics.cluster)
     return AppState(
         settings=settings,
         engine=engine,

@@ -12,6 +12,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -32,6 +33,8 @@ TOKEN_CACHE_ENTRIES = 10_000
 @dataclass
 class Metrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    # The cluster's gauges, read from the ledger when scraped (api.cluster_metrics).
+    cluster: Collector | None = None
 
     def __post_init__(self) -> None:
         self.requests = Counter(

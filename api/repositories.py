@@ -31,6 +31,7 @@ from store.orm import (
     PlacementRecord,
     PriceProfileRow,
     Profile,
+    RackPool,
     RecommendationRow,
     Reservation,
     UtilizationSample,
@@ -356,6 +357,23 @@ def prune_decisions(session: Session, before: datetime, batch: int = 5000) -> in
     if ids:
         session.execute(delete(RecommendationRow).where(RecommendationRow.id.in_(ids)))
     return len(ids)
+
+
+# -- cluster --------------------------------------------------------------------------------
+
+
+def pool_sizes(session: Session) -> dict[str, int]:
+    return {
+        name: size for name, size in session.execute(select(RackPool.name, RackPool.slow_bytes))
+    }
+
+
+def pending_fits(session: Session) -> int:
+    """Profiles whose fit has not run yet."""
+    return int(
+        session.scalar(select(func.count()).select_from(Profile).where(Profile.status == "pending"))
+        or 0
+    )
 
 
 # -- tokens ---------------------------------------------------------------------------------

@@ -166,6 +166,18 @@ class NodeOut(BaseModel):
     reserved_dram_bytes: int
     reserved_slow_bytes: int
     llc_mask: int = Field(description="union of the CAT masks reserved on this node")
+    utilization: Utilization = Field(
+        description="per resource; slow memory against the node's local slow memory or its"
+        " share of its rack pool"
+    )
+    stranding: StrandingOut | None = Field(
+        description="when a resource is at least 85 % used while another is at most 35 %"
+    )
+
+
+class StrandingOut(BaseModel):
+    full: list[str]
+    idle: list[str]
 
 
 class PoolIn(Strict):

@@ -18,13 +18,16 @@ from api.schemas import (
     PoolIn,
     PoolOut,
     ReservationOut,
+    StrandingOut,
     UtilizationOut,
     UtilizationPoint,
 )
+from api.services.cluster import node_utilizations
 from ledger import nodes as ledger_nodes
 from ledger import store as ledger
 from ledger.types import NodeCapacity
 from ledger.utilization import utilization_of
+from model.stranding import stranding
 
 router = APIRouter(prefix="/v1/cluster", tags=["cluster"])
 Admin = Annotated[object, Depends(require(Permission.admin))]
@@ -47,23 +50,30 @@ def put_host_kind(body: HostKindIn, session: SessionDep, _: Admin) -> HostKindIn
 
 @router.get("/nodes", response_model=list[NodeOut])
 def nodes(session: SessionDep, _: Reader) -> list[NodeOut]:
-    return [
-        NodeOut(
-            name=u.node.name,
-            host_kind=u.node.host_kind,
-            cpus=u.node.cpus,
-            dram_bytes=u.node.dram_bytes,
-            slow_bytes=u.node.slow_bytes,
-            llc_ways=u.node.llc_ways,
-            pool=u.node.pool_name,
-            ready=u.node.ready,
-            reserved_cpus=u.reserved_cpus,
-            reserved_dram_bytes=u.reserved_dram_bytes,
-            reserved_slow_bytes=u.reserved_slow_bytes,
-            llc_mask=u.llc_mask,
+    out = []
+    for u, util in node_utilizations(session):
+        strands = stranding(util)
+        out.append(
+            NodeOut(
+                name=u.node.name,
+                host_kind=u.node.host_kind,
+                cpus=u.node.cpus,
+                dram_bytes=u.node.dram_bytes,
+                slow_bytes=u.node.slow_bytes,
+                llc_ways=u.node.llc_ways,
+                pool=u.node.pool_name,
+                ready=u.node.ready,
+                reserved_cpus=u.reserved_cpus,
+                reserved_dram_bytes=u.reserved_dram_bytes,
+                reserved_slow_bytes=u.reserved_slow_bytes,
+                llc_mask=u.llc_mask,
+                utilization=util,
+                stranding=None
+                if strands is None
+                else StrandingOut(full=list(strands.full), idle=list(strands.idle)),
+            )
         )
-        for u in ledger_nodes.node_use(session)
-    ]
+    return out
 
 
 @router.put(

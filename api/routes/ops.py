@@ -57,5 +57,7 @@ def metrics(state: StateDep) -> Response:
         # Several uvicorn workers: add up what every process wrote, not just this one's.
         registry = CollectorRegistry()
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        if state.metrics.cluster is not None:  # read from the database, not added up
+            registry.register(state.metrics.cluster)
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

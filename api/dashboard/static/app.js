@@ -74,26 +74,6 @@ function fill(id, ...content) {
 
 // -- pages ----------------------------------------------------------------------------------
 
-function nodeUtilization(n, pools) {
-  const pool = pools.find((p) => p.name === n.pool);
-  const slowCap = n.pool ? (pool ? pool.slow_bytes / Math.max(1, pool.nodes.length) : 0) : n.slow_bytes;
-  const ways = n.llc_mask.toString(2).split("").filter((b) => b === "1").length;
-  return {
-    cpu: n.reserved_cpus / n.cpus,
-    dram: n.reserved_dram_bytes / n.dram_bytes,
-    slow: slowCap ? n.reserved_slow_bytes / slowCap : 0,
-    llc: ways / n.llc_ways,
-  };
-}
-
-// A node strands capacity when one resource is (nearly) full while another sits mostly idle.
-function stranded(u) {
-  const values = RESOURCES.map((r) => u[r]);
-  const full = RESOURCES.filter((r) => u[r] >= 0.85);
-  const idle = RESOURCES.filter((r) => u[r] <= 0.35);
-  return full.length && idle.length ? { full, idle } : null;
-}
-
 async function pageCluster() {
   setPage("Cluster", region("cluster-meters"),
     h("div", { class: "grid2" },
@@ -116,8 +96,9 @@ async function pageCluster() {
       h("p", {}, `${capacity.nodes} nodes: ${capacity.cpus} CPUs, ${bytes(capacity.dram_bytes)} DRAM, ${bytes(capacity.slow_bytes)} slow memory, ${capacity.llc_ways} LLC ways.`));
     const series = Object.fromEntries(RESOURCES.map((r) => [r, state.history[r].length > 1 ? state.history[r] : [[now - 1000, state.history[r][0][1]], ...state.history[r]]]));
     fill("cluster-history", charts.lineChart({ series, label: "Cluster utilization per resource over time" }));
-    const perNode = nodes.map((n) => ({ n, u: nodeUtilization(n, pools) }));
-    const bad = perNode.map((x) => ({ ...x, s: stranded(x.u) })).filter((x) => x.s);
+    // Each node's utilization and stranding come from the API, by the one rule the metrics use.
+    const perNode = nodes.map((n) => ({ n, u: n.utilization, s: n.stranding }));
+    const bad = perNode.filter((x) => x.s);
     fill("cluster-stranding", bad.length
       ? table(`${bad.length} node(s) stranding resources`, ["node", "full", "idle"], bad.map((x) => [x.n.name, x.s.full.join(", "), x.s.idle.join(", ")]))
       : h("p", {}, "No node has a resource above 85% while another is below 35%."));

@@ -1,0 +1,40 @@
+"""Each node's utilization per resource and whether it strands capacity, from the ledger: one
+reading for the Nodes and Cluster pages and for the metrics."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from sqlalchemy.orm import Session
+
+from api import repositories as repo
+from ledger import nodes as ledger_nodes
+from model.resources import Utilization
+from model.stranding import node_utilization
+
+
+def node_utilizations(session: Session) -> list[tuple[ledger_nodes.NodeUse, Utilization]]:
+    """Every node with what it holds and its utilization; a pooled node's slow memory is its
+    share of the pool (the pool's size over its member nodes)."""
+    uses = ledger_nodes.node_use(session)
+    sizes = repo.pool_sizes(session)
+    members = Counter(u.node.pool_name for u in uses if u.node.pool_name is not None)
+    out = []
+    for u in uses:
+        n = u.node
+        if n.pool_name is None:
+            slow: float = n.slow_bytes
+        else:
+            slow = sizes.get(n.pool_name, 0) / max(1, members[n.pool_name])
+        util = node_utilization(
+            cpus=n.cpus,
+            dram_bytes=n.dram_bytes,
+            slow_bytes=slow,
+            llc_ways=n.llc_ways,
+            reserved_cpus=u.reserved_cpus,
+            reserved_dram_bytes=u.reserved_dram_bytes,
+            reserved_slow_bytes=u.reserved_slow_bytes,
+            reserved_llc_ways=u.llc_mask.bit_count(),
+        )
+        out.append((u, util))
+    return out
