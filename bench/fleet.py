@@ -1,0 +1,384 @@
+"""tmc at a fleet's size: the service's list endpoints and the dashboard's data requests on a
+PostgreSQL that holds 20,000 nodes, 10,000 workloads, 100,000 bound pods and 1,000,000 logged
+decisions, and the same for a fleet ten times smaller, so that the growth shows.
+
+    python -m bench.fleet [--nodes 20000] [--workloads 10000] [--pods 100000]
+                          [--decisions 1000000] [--requests 20] [--smaller 10]
+
+The fleet is written straight into the tables with COPY (not through the API: a million
+decisions through /recommend would take hours): every workload gets a copy of the graph500
+example's profile and fitted model, every decision a copy of a real decision's explanation, and
+every pod a reservation and a placement log row on a random node. Then one uvicorn worker
+answers each request `--requests` times. Prints per request p50 and p99, the generation's time,
+the database's size, and the ratio of each p99 to the smaller fleet's, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import os
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import psycopg
+
+from api.auth import Role, new_token, token_hash
+from api.demo import example_host_kind, load_demo
+from api.migrate import upgrade_to_head
+from api.services.models import ModelCache
+from api.services.recommendations import DecisionInput, decide
+from api.settings import Settings
+from model import Utilization, parse_objective
+from model.resources import GIB
+from store.db import make_engine, make_session_factory, unit_of_work
+from store.orm import ApiToken
+from tests.services import PostgresServer, RedisServer, uvicorn_server, wait_until
+
+OBJECTIVES = ("cheapest", "slo:5%", "slo:10%")
+POOL_NODES = 8
+
+
+@dataclass(frozen=True)
+class Fleet:
+    nodes: int
+    workloads: int
+    pods: int
+    decisions: int
+
+    def smaller(self, factor: int) -> Fleet:
+        return Fleet(
+            max(1, self.nodes // factor),
+            max(1, self.workloads // factor),
+            max(1, self.pods // factor),
+            max(1, self.decisions // factor),
+        )
+
+
+@dataclass(frozen=True)
+class Template:
+    """One real profile, fit and decision, copied for every workload and decision."""
+
+    workload_id: str
+    profile: dict[str, Any]
+    fitted: dict[str, Any]
+    decision: dict[str, Any]
+
+
+def template(settings: Settings) -> Template:
+    sessions = make_session_factory(make_engine(settings))
+    with unit_of_work(sessions) as session:
+        record = decide(
+            session,
+            DecisionInput(
+                workload="graph500",
+                bundle=None,
+                objective=parse_objective("cheapest"),
+                threshold=0.025,
+                utilization=Utilization(cpu=0.5, dram=0.5, slow=0.3, llc=0.4),
+                utilization_source="redis",
+            ),
+            ModelCache(),
+        )
+    with psycopg.connect(_dsn(settings)) as conn:
+        profile = _row(conn, "SELECT * FROM profiles WHERE id = %s", record.profile_id)
+        fitted = _row(conn, "SELECT * FROM fitted_models WHERE id = %s", record.fitted_model_id)
+        decision = _row(conn, "SELECT * FROM recommendations WHERE id = %s", record.id)
+    return Template(record.workload_id, profile, fitted, decision)
+
+
+def _dsn(settings: Settings) -> str:
+    return settings.database_url.replace("postgresql+psycopg://", "postgresql://")
+
+
+def _row(conn: psycopg.Connection[Any], query: str, key: str) -> dict[str, Any]:
+    cur = conn.execute(query, (key,))
+    names = [c.name for c in cur.description or []]
+    found = cur.fetchone()
+    assert found is not None, query
+    return dict(zip(names, found, strict=True))
+
+
+def _copy(conn: psycopg.Connection[Any], table: str, rows: Iterator[dict[str, Any]]) -> int:
+    first = next(rows, None)
+    if first is None:
+        return 0
+    columns = list(first)
+    count = 0
+    with conn.cursor().copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+        for row in itertools.chain([first], rows):
+            copy.write_row([_cell(row[c]) for c in columns])
+            count += 1
+    return count
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return value
+
+
+def populate(settings: Settings, fleet: Fleet, seed: int = 1) -> float:
+    """Write the fleet into the tables; returns the seconds it took."""
+    started = time.perf_counter()
+    t = template(settings)
+    rng = random.Random(seed)
+    now = datetime.now(UTC)
+    kind = example_host_kind()
+    workloads = [(str(uuid.uuid4()), f"fleet-{i:05d}") for i in range(fleet.workloads)]
+    profile_ids = [str(uuid.uuid4()) for _ in workloads]
+    fitted_ids = [str(uuid.uuid4()) for _ in workloads]
+    nodes = [f"fleet-node-{i:05d}" for i in range(fleet.nodes)]
+    with psycopg.connect(_dsn(settings)) as conn:
+        price_id = conn.execute("SELECT id FROM price_profiles WHERE is_default").fetchone()[0]  # type: ignore[index]
+        _copy(
+            conn,
+            "workloads",
+            ({"id": w, "name": name, "created_at": now} for w, name in workloads),
+        )
+        bundle = json.dumps(t.profile["bundle"], separators=(",", ":"))
+        _copy(
+            conn,
+            "profiles",
+            (
+                {
+                    **{k: v for k, v in t.profile.items() if k != "bundle"},
+                    "id": profile_ids[i],
+                    "workload_id": w,
+                    "content_hash": hashlib.sha256(f"fleet-{i}".encode()).hexdigest(),
+                    "bundle": bundle.replace('"graph500"', f'"{name}"', 1),
+                }
+                for i, (w, name) in enumerate(workloads)
+            ),
+        )
+        _copy(
+            conn,
+            "fitted_models",
+            (
+                {**t.fitted, "id": fitted_ids[i], "profile_id": profile_ids[i]}
+                for i in range(len(workloads))
+            ),
+        )
+        pools = [f"fleet-rack-{i:04d}" for i in range(fleet.nodes // (2 * POOL_NODES))]
+        _copy(
+            conn,
+            "rack_pools",
+            ({"name": p, "slow_bytes": 384 * GIB, "created_at": now} for p in pools),
+        )
+        _copy(
+            conn,
+            "nodes",
+            (
+                {
+                    "name": n,
+                    "host_kind": kind,
+                    "cpus": 12,
+                    "dram_bytes": 24 * GIB,
+                    "slow_bytes": 0 if i // POOL_NODES < len(pools) else 128 * GIB,
+                    "llc_ways": 48,
+                    "pool_name": pools[i // POOL_NODES] if i // POOL_NODES < len(pools) else None,
+                    "ready": True,
+                    "created_at": now,
+                }
+                for i, n in enumerate(nodes)
+            ),
+        )
+        result = json.dumps(t.decision["result"], separators=(",", ":"))
+        decision_ids = [str(uuid.uuid4()) for _ in range(fleet.decisions)]
+        day = timedelta(days=1).total_seconds()
+
+        def decisions() -> Iterator[dict[str, Any]]:
+            for i, rec_id in enumerate(decision_ids):
+                w = rng.randrange(len(workloads))
+                yield {
+                    **t.decision,
+                    "id": rec_id,
+                    "created_at": now - timedelta(seconds=rng.random() * day),
+                    "workload_id": workloads[w][0],
+                    "profile_id": profile_ids[w],
+                    "fitted_model_id": fitted_ids[w],
+                    "price_profile_id": price_id,
+                    "objective": OBJECTIVES[i % len(OBJECTIVES)],
+                    "result": result,
+                    "decision_key": f"{i:064x}",
+                    "repeats": 0,
+                    "last_decided_at": None,
+                }
+
+        _copy(conn, "recommendations", decisions())
+        pods = [f"fleet-pod-{i:06d}" for i in range(fleet.pods)]
+        placed_on = [nodes[rng.randrange(len(nodes))] for _ in pods]
+        _copy(
+            conn,
+            "reservations",
+            (
+                {
+                    "id": str(uuid.uuid4()),
+                    "pod_uid": pod,
+                    "namespace": "fleet",
+                    "pod_name": pod,
+                    "node_name": placed_on[i],
+                    "vcpus": 1,
+                    "dram_bytes": GIB,
+                    "slow_bytes": GIB,
+                    "slow_from_pool": False,
+                    "llc_mask": 1 << (i % 48),
+                    "recommendation_id": decision_ids[i % len(decision_ids)],
+                    "attempt": None,
+                    "created_at": now,
+                }
+                for i, pod in enumerate(pods)
+            ),
+        )
+        _copy(
+            conn,
+            "placement_log",
+            (
+                {
+                    "pod_uid": pod,
+                    "namespace": "fleet",
+                    "pod_name": pod,
+                    "node_name": placed_on[i],
+                    "recommendation_id": decision_ids[i % len(decision_ids)],
+                    "slow_ratio": 0.5,
+                    "llc_ways": 1,
+                    "created_at": now,
+                }
+                for i, pod in enumerate(pods)
+            ),
+        )
+        conn.commit()
+        conn.autocommit = True
+        conn.execute("VACUUM ANALYZE")
+    return time.perf_counter() - started
+
+
+# The requests a client or the dashboard makes, by page: each page's data requests together.
+REQUESTS: dict[str, list[str]] = {
+    "GET /v1/recommendations (first page)": ["/v1/recommendations"],
+    "GET /v1/recommendations?workload=W": ["/v1/recommendations?workload=fleet-00001"],
+    "GET /v1/recommendations?objective=slo:5%": ["/v1/recommendations?objective=slo:5%25"],
+    "GET /v1/workloads (first page)": ["/v1/workloads"],
+    "GET /v1/placements": ["/v1/placements"],
+    "GET /v1/cluster/nodes": ["/v1/cluster/nodes"],
+    "GET /v1/cluster/reservations": ["/v1/cluster/reservations"],
+    "GET /metrics": ["/metrics"],
+    "dashboard Cluster page": [
+        "/v1/cluster/capacity",
+        "/v1/cluster/nodes",
+        "/v1/cluster/pools",
+        "/v1/cluster/history?minutes=60",
+    ],
+    "dashboard Nodes page": ["/v1/cluster/nodes", "/v1/cluster/pools", "/v1/cluster/reservations"],
+    "dashboard Workloads page": ["/v1/workloads?limit=500", "/v1/recommendations?limit=500"],
+    "dashboard Decisions page": ["/v1/workloads?limit=500", "/v1/recommendations?limit=100"],
+}
+
+
+def measure(base: str, token: str, count: int) -> dict[str, tuple[float, float]]:
+    """p50 and p99 in seconds of each request group, the group's requests made one after
+    another (the dashboard makes them at once; one worker answers them in turn anyway)."""
+    headers = {"Authorization": f"Bearer {token}"}
+    out: dict[str, tuple[float, float]] = {}
+    with httpx.Client(timeout=300, headers=headers) as client:
+        for name, urls in REQUESTS.items():
+            times = []
+            for _ in range(count + 1):
+                started = time.perf_counter()
+                for url in urls:
+                    client.get(f"{base}{url}").raise_for_status()
+                times.append(time.perf_counter() - started)
+            times = times[1:]  # the first warms the worker's caches
+            p99 = max(times) if len(times) < 100 else statistics.quantiles(times, n=100)[98]
+            out[name] = (statistics.median(times), p99)
+    return out
+
+
+def check_visible(base: str, token: str, fleet: Fleet) -> None:
+    """The service sees the fleet as written: its nodes, and more decisions than one page."""
+    headers = {"Authorization": f"Bearer {token}"}
+    capacity = httpx.get(f"{base}/v1/cluster/capacity", headers=headers, timeout=300).json()
+    if capacity["nodes"] < fleet.nodes:
+        raise RuntimeError(f"the service sees {capacity['nodes']} nodes of {fleet.nodes}")
+    page = httpx.get(f"{base}/v1/recommendations?limit=2", headers=headers, timeout=300)
+    if fleet.decisions > 2 and "link" not in page.headers:
+        raise RuntimeError("the decision log has no next page")
+
+
+def database_bytes(settings: Settings) -> int:
+    with psycopg.connect(_dsn(settings)) as conn:
+        row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def run_fleet(fleet: Fleet, requests: int) -> tuple[float, int, dict[str, tuple[float, float]]]:
+    postgres, redis_server = PostgresServer(), RedisServer()
+    try:
+        upgrade_to_head(postgres.url)
+        settings = Settings(
+            environment="test", database_url=postgres.url, redis_url=redis_server.url
+        )
+        load_demo(make_session_factory(make_engine(settings)))
+        token = new_token()
+        with unit_of_work(make_session_factory(make_engine(settings))) as session:
+            session.add(ApiToken(name="fleet", role=Role.operator, token_hash=token_hash(token)))
+        seconds = populate(settings, fleet)
+        size = database_bytes(settings)
+        env = {
+            "TMC_ENVIRONMENT": "test",
+            "TMC_DATABASE_URL": postgres.url,
+            "TMC_REDIS_URL": redis_server.url,
+        }
+        with uvicorn_server(env) as base:
+            wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 60, "readiness")
+            check_visible(base, token, fleet)
+            figures = measure(base, token, requests)
+        return seconds, size, figures
+    finally:
+        redis_server.close()
+        postgres.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=20_000)
+    parser.add_argument("--workloads", type=int, default=10_000)
+    parser.add_argument("--pods", type=int, default=100_000)
+    parser.add_argument("--decisions", type=int, default=1_000_000)
+    parser.add_argument("--requests", type=int, default=20, help="per request group")
+    parser.add_argument("--smaller", type=int, default=10, help="the comparison fleet's divisor")
+    args = parser.parse_args()
+    big = Fleet(args.nodes, args.workloads, args.pods, args.decisions)
+    fleets = [big.smaller(args.smaller), big] if args.smaller > 1 else [big]
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"# tmc at a fleet's size: 1 uvicorn worker, PostgreSQL; load average {load}")
+    results = []
+    for fleet in fleets:
+        seconds, size, figures = run_fleet(fleet, args.requests)
+        results.append(figures)
+        print(
+            f"## {fleet.nodes} nodes, {fleet.workloads} workloads, {fleet.pods} bound pods,"
+            f" {fleet.decisions} decisions: generated in {seconds:.0f} s;"
+            f" database {size / 2**20:.0f} MiB"
+        )
+        for name, (p50, p99) in figures.items():
+            print(f"  {name}: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms")
+    if len(results) == 2:
+        print(f"## p99 at the fleet / at the fleet {args.smaller}x smaller (same run)")
+        for name in REQUESTS:
+            ratio = results[1][name][1] / max(results[0][name][1], 1e-9)
+            print(f"  {name}: {ratio:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
