@@ -162,10 +162,13 @@ class PoolUse:
 
 def pool_use(session: Session) -> list[PoolUse]:
     """Every rack pool with its member nodes and what they reserved from it."""
-    by_node = node_use(session)
+    by_pool: dict[str, list[NodeUse]] = {}
+    for u in node_use(session):
+        if u.node.pool_name is not None:
+            by_pool.setdefault(u.node.pool_name, []).append(u)
     out = []
     for pool in session.scalars(select(RackPool).order_by(RackPool.name)):
-        members = [u for u in by_node if u.node.pool_name == pool.name]
+        members = by_pool.get(pool.name, [])
         out.append(
             PoolUse(
                 pool=pool,
