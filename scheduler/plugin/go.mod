@@ -10,6 +10,7 @@ require (
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/kube-scheduler v0.0.0
 	k8s.io/kubernetes v1.36.3
+	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
@@ -113,7 +114,6 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.3 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
 replace (

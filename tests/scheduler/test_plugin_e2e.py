@@ -116,6 +116,18 @@ def test_the_example_pod_is_placed_by_the_plugin_and_its_plan_reaches_the_node(
     )
     assert placement.recommendation_id == published["recommendation_id"]
     assert len(placement.plan) >= 2
+    # The object's status says it was published for its generation and is no fallback, and
+    # `kubectl get` shows the sizes in GiB.
+    obj = p.recommendation_objects(stack.cp)[("graph500", "slo:5%")]
+    status: dict[str, Any] = obj["status"]
+    assert status["observedGeneration"] == obj["metadata"]["generation"]
+    conditions = {cond["type"]: cond for cond in status["conditions"]}
+    assert conditions["Published"]["status"] == "True"
+    assert conditions["Fallback"]["status"] == "False"
+    assert conditions["Fallback"]["reason"] == "Recommended"
+    shown = p.recommendation_table(stack.cp)[obj["metadata"]["name"]]
+    assert shown["DRAM-GiB"] == f"{published['dram_bytes'] / 2**30:.1f}"
+    assert shown["Fallback"] == "False" and shown["Ways"] == published["llc_ways"]
     with psycopg.connect(stack.dsn) as conn:
         row = conn.execute(
             "SELECT llc_ways FROM recommendations WHERE id = %s", (placement.recommendation_id,)
@@ -164,6 +176,13 @@ def test_a_workload_without_a_profile_is_published_as_a_fallback(stack: Stack, n
     assert fallback is not None and fallback.startswith("tmc has no configuration"), fallback
     published = p.recommendations(stack.cp)[("no-such-workload", "cheapest")]
     assert published["fallback"] in fallback
+    obj = p.recommendation_objects(stack.cp)[("no-such-workload", "cheapest")]
+    conditions = {cond["type"]: cond for cond in obj["status"]["conditions"]}
+    assert conditions["Fallback"]["status"] == "True"
+    assert conditions["Fallback"]["message"] == published["fallback"]
+    assert conditions["Fallback"]["reason"] not in ("", "Recommended")
+    row = p.recommendation_table(stack.cp)[obj["metadata"]["name"]]
+    assert (row["Fallback"], row["DRAM-GiB"]) == ("True", "-"), row
     waited = [
         e.message
         for e in stack.api.list_namespaced_event(ns).items

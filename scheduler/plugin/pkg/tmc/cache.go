@@ -92,8 +92,8 @@ func (c *Cache) SetNode(name string, capacity *NodeCapacity) {
 		c.racks[capacity.SlowPool] = map[string]struct{}{}
 	}
 	c.racks[capacity.SlowPool][name] = struct{}{}
-	if capacity.SlowPoolBytes >= 0 {
-		c.pools[capacity.SlowPool] = capacity.SlowPoolBytes
+	if capacity.SlowPoolBytes != nil {
+		c.pools[capacity.SlowPool] = *capacity.SlowPoolBytes
 	}
 }
 

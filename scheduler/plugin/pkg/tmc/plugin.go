@@ -536,7 +536,7 @@ func PlacementOf(ask *PodAsk, held Reservation) *Placement {
 // without its placement, nor annotated with one it was not bound to). The pod's UID is a
 // precondition: a pod deleted and recreated under the same name is neither bound nor annotated.
 func PlacementBinding(pod *v1.Pod, placement *Placement) (*v1.Binding, error) {
-	ann, err := placement.Annotations()
+	ann, err := PlacementAnnotations(placement)
 	if err != nil {
 		return nil, err
 	}

@@ -21,10 +21,10 @@ func TestWatchFeedsTheCacheFromInformers(t *testing.T) {
 	placed := func(name, mask string, ways int, fromPool bool) *v1.Pod {
 		pod := tieredPod(name, nil, "1", "1Gi")
 		pod.Spec.NodeName = "b"
-		ann, err := (&Placement{
+		ann, err := PlacementAnnotations(&Placement{
 			Schema: PlacementSchema, Node: "b", Objective: "cheapest", LLCMask: mask, SlowFromPool: fromPool,
 			Configuration: PlacedConfiguration{VCPUs: 1, DRAMBytes: 1 << 30, SlowBytes: 2 << 30, LLCWays: ways},
-		}).Annotations()
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
