@@ -12,6 +12,9 @@ PostgreSQL is down (with the last recommendation).
 * A pending pod naming a pair with nothing published yet is published at once (the feeder
   hands every pending opted-in pod to `prefetch`); the plugin makes such a pod wait a few
   seconds for it before it falls back.
+* A profile's new fit is published at once: every `fit_poll_seconds` the publisher looks for
+  fits newer than the last it saw (one indexed query), and decides again the published pairs
+  of their workloads, so the next pod of the workload is placed with it.
 * Every `refresh_seconds` every published pair is decided again (utilization moves the packing
   penalty); the object is rewritten only when the configuration or plan changed.
 * A pair that cannot be recommended (no usable profile, an invalid objective, nothing feasible)
@@ -31,12 +34,13 @@ import signal
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from pydantic import Field
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.decisions import DecisionService
@@ -56,6 +60,7 @@ from scheduler.pods import PodAsk
 from scheduler.settings import ExtenderSettings, load_settings
 from scheduler.state import ClusterState
 from store.db import make_engine, make_session_factory
+from store.orm import FittedModelRow, Profile, Workload
 
 log = logging.getLogger("tmc.scheduler.publisher")
 
@@ -214,6 +219,41 @@ def _configuration_of(rec: Recommendation) -> dict[str, Any]:
     return rec.model_dump(mode="json", exclude={"recommendation_id"})
 
 
+class NewFits:
+    """The workloads that gained a fitted model since the last call (the fitted_models table,
+    by its indexed creation time). A fit is stamped before its transaction commits, so each
+    look reaches back LOOKBACK past the newest fit seen and skips the fits it already
+    returned."""
+
+    LOOKBACK = timedelta(seconds=60)
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+        self._since: datetime | None = None
+        self._seen: set[str] = set()
+
+    def __call__(self) -> set[str]:
+        since = self._since - self.LOOKBACK if self._since is not None else None
+        query = (
+            select(FittedModelRow.id, FittedModelRow.created_at, Workload.name)
+            .join(Profile, FittedModelRow.profile_id == Profile.id)
+            .join(Workload, Profile.workload_id == Workload.id)
+        )
+        if since is not None:
+            query = query.where(FittedModelRow.created_at > since)
+        with self._sessions() as session:
+            rows = session.execute(query).all()
+        first = self._since is None
+        fresh = {name for fit_id, _, name in rows if fit_id not in self._seen}
+        self._seen = {fit_id for fit_id, _, _ in rows}
+        if rows:
+            self._since = max(created for _, created, _ in rows)
+        elif first:
+            self._since = datetime.now(UTC)
+        # The first look learns what exists: those fits are what the published objects hold.
+        return set() if first else fresh
+
+
 class RecommendationPublisher:
     def __init__(
         self,
@@ -221,10 +261,14 @@ class RecommendationPublisher:
         decide: Callable[[str, str], Decided | None],
         *,
         refresh_seconds: float = 60.0,
+        new_fits: Callable[[], set[str]] | None = None,
+        fit_poll_seconds: float = 2.0,
     ) -> None:
         self._objects = objects
         self._decide = decide
         self._refresh = refresh_seconds
+        self._new_fits = new_fits
+        self._fit_poll = fit_poll_seconds
         self._published: dict[Pair, Recommendation] = {}
         self._queued: set[Pair] = set()
         self._work: queue.Queue[Pair] = queue.Queue()
@@ -325,11 +369,37 @@ class RecommendationPublisher:
             for pair in pairs:
                 self.request(pair)
 
+    def fits_changed(self, workloads: set[str]) -> int:
+        """Decide again every published pair of these workloads (they have a new fit)."""
+        with self._lock:
+            pairs = [pair for pair in self._published if pair[0] in workloads]
+        for pair in pairs:
+            self.request(pair)
+        return len(pairs)
+
+    def _fit_loop(self) -> None:
+        assert self._new_fits is not None
+        try:
+            self._new_fits()  # the fits that exist at start: what is published already holds
+        except Exception as exc:
+            log.warning("looking for new fits failed: %s", exc)
+        while not self._stop.wait(self._fit_poll):
+            try:
+                workloads = self._new_fits()
+            except Exception as exc:  # the database is down: the refresh still runs
+                log.warning("looking for new fits failed: %s", exc)
+                continue
+            if workloads:
+                n = self.fits_changed(workloads)
+                log.info("new fits for %s: %d published pairs decided again", sorted(workloads), n)
+
     def start(self) -> list[threading.Thread]:
         threads = [
             threading.Thread(target=self._work_loop, name="tmc-publish", daemon=True),
             threading.Thread(target=self._refresh_loop, name="tmc-publish-refresh", daemon=True),
         ]
+        if self._new_fits is not None:
+            threads.append(threading.Thread(target=self._fit_loop, name="tmc-fits", daemon=True))
         for t in threads:
             t.start()
         return threads
@@ -378,6 +448,8 @@ class ServiceDecisions:
 class PublisherSettings(ExtenderSettings):
     # How often every published pair is decided again against the cluster's utilization.
     publisher_refresh_seconds: float = Field(default=60.0, ge=1, le=86_400)
+    # How often the publisher looks for profiles' new fits, to publish them at once.
+    publisher_fit_poll_seconds: float = Field(default=2.0, ge=0.2, le=3_600)
 
 
 def main() -> None:
@@ -398,6 +470,8 @@ def main() -> None:
         KubeRecommendations(api),
         ServiceDecisions(sessions, state.utilization, settings.default_threshold),
         refresh_seconds=settings.publisher_refresh_seconds,
+        new_fits=NewFits(sessions),
+        fit_poll_seconds=settings.publisher_fit_poll_seconds,
     )
     # The feeder tells the publisher of every pending opted-in pod (those already pending at
     # its first listing too), and keeps the ledger a mirror of the bound pods.

@@ -310,6 +310,9 @@ def test_the_publisher_down_is_the_documented_fallback(stack: Stack, ns: str) ->
             if e.involved_object.name == "unknown" and e.reason == "FailedScheduling"
         ]
         assert any("waiting for the recommendation" in (m or "") for m in waited), waited
+        # The objective's percent reads as one (the event's message is a format string).
+        assert any('"least-dram:20\uff05"' in (m or "") for m in waited), waited
+        assert not any("%!" in (m or "") for m in waited), waited
     finally:
         stack.publisher.start()
         stack.publisher.wait_ready()
@@ -399,3 +402,29 @@ def test_a_node_agent_that_restarts_rereads_masks_and_reassigns_none(stack: Stac
     other = placement_of(placed(stack, ["second"], ns)["second"])
     assert other.node == placement.node
     assert other.llc_mask_bits & placement.llc_mask_bits == 0
+
+
+def test_a_new_fit_is_published_at_once(stack: Stack, ns: str) -> None:
+    """canneal has no profile: its pod is placed with the published fallback. Its profile is
+    then uploaded and fitted: the publisher (whose refresh is an hour here) publishes the fit
+    within seconds, and the next pod of canneal is placed with the recommendation."""
+    c.create_pods(stack.api, [c.opted_in_pod("before", "canneal")], ns)
+    before = placement_of(placed(stack, ["before"], ns)["before"])
+    assert before.fallback is not None, before
+    upload_example(stack.sessions, "canneal")
+
+    def recommended() -> bool:
+        obj = p.recommendation_objects(stack.cp).get(("canneal", "cheapest"))
+        return obj is not None and "fallback" not in obj["spec"]
+
+    try:
+        wait_until(recommended, 20, "canneal's fit published")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{stack.logs()}") from exc
+    c.create_pods(stack.api, [c.opted_in_pod("after", "canneal")], ns)
+    after = placement_of(placed(stack, ["after"], ns)["after"])
+    assert after.fallback is None and after.recommendation_id is not None, after
+    obj = p.recommendation_objects(stack.cp)[("canneal", "cheapest")]
+    conditions = {cond["type"]: cond for cond in obj["status"]["conditions"]}
+    assert conditions["Fallback"]["status"] == "False"
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"] >= 2

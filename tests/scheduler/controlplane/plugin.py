@@ -162,12 +162,14 @@ def recommendation_table(cp: ControlPlane) -> dict[str, dict[str, Any]]:
     """What `kubectl get tieredrecommendations -o wide` shows, by object name: the API server's
     Table rendering of the CRD's printer columns (kubectl asks for the same)."""
     api = api_client(cp)
-    url = f"{api.configuration.host}/apis/{GROUP}/{RECOMMENDATION_VERSION}/{RECOMMENDATION_PLURAL}"
-    response = api.call_api(
+    request = api.param_serialize(
         "GET",
-        url + "?includeObject=None",
+        f"/apis/{GROUP}/{RECOMMENDATION_VERSION}/{RECOMMENDATION_PLURAL}",
+        query_params=[("includeObject", "None")],
         header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        auth_settings=["BearerToken"],
     )
+    response = api.call_api(*request)
     table: dict[str, Any] = json.loads(response.read())
     names = [str(c["name"]) for c in table["columnDefinitions"]]
     return {

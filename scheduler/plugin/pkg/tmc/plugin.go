@@ -3,6 +3,7 @@ package tmc
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -185,8 +186,8 @@ func asNode(obj any) *v1.Node {
 }
 
 // ObservePod counts a bound pod's placement in the cache and releases a finished pod's. A pod
-// annotated but not bound (PreBind ran, the Binding did not) is left to Reserve/Unreserve: its
-// next scheduling cycle writes a new placement.
+// annotated but not bound (only a hand-written annotation can be: the Binding sets both) is left
+// to Reserve/Unreserve: its next scheduling cycle writes a new placement.
 func (p *TmcPlacement) ObservePod(pod *v1.Pod) {
 	if pod == nil {
 		return
@@ -234,7 +235,7 @@ func (p *TmcPlacement) Name() string { return Name }
 
 type cycleState struct {
 	ask *PodAsk
-	// held is what Reserve assumed, for PreBind.
+	// held is what Reserve assumed, for Bind.
 	held *Reservation
 }
 
@@ -274,7 +275,7 @@ func requestsTiered(pod *v1.Pod) bool {
 func (p *TmcPlacement) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	ask, err := ReadPodWith(pod, p.published)
 	if err != nil {
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "tmc: "+err.Error())
+		return nil, newStatus(fwk.UnschedulableAndUnresolvable, "tmc: "+err.Error())
 	}
 	if !ask.OptedIn {
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -284,7 +285,7 @@ func (p *TmcPlacement) PreFilter(_ context.Context, state fwk.CycleState, pod *v
 		// second or so. An error (not "unschedulable") puts the pod in the backoff queue, which
 		// retries it by itself: no cluster event is needed for the next try.
 		if age := p.now().Sub(pod.CreationTimestamp.Time); age < p.wait {
-			return nil, fwk.NewStatus(fwk.Error, fmt.Sprintf("tmc: waiting for the recommendation of workload %q, objective %q (%s; fallback after %s)",
+			return nil, newStatus(fwk.Error, fmt.Sprintf("tmc: waiting for the recommendation of workload %q, objective %q (%s; fallback after %s)",
 				clip(*ask.Workload, 253), clip(ask.Objective, 64), RecommendationKind, p.wait))
 		}
 	}
@@ -391,7 +392,7 @@ func allocatableCPUs(alloc v1.ResourceList) int64 {
 func (p *TmcPlacement) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod, info fwk.NodeInfo) *fwk.Status {
 	s, err := readState(state)
 	if err != nil {
-		return fwk.AsStatus(err)
+		return asStatus(err)
 	}
 	node := info.Node()
 	if node == nil {
@@ -399,7 +400,7 @@ func (p *TmcPlacement) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 	}
 	capacity, cpus, err := nodeCapacity(node)
 	if err != nil {
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "tmc: "+err.Error())
+		return newStatus(fwk.UnschedulableAndUnresolvable, "tmc: "+err.Error())
 	}
 	if capacity == nil {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "tmc: node publishes no tiered capacity (not a tmc node)")
@@ -449,7 +450,7 @@ func (p *TmcPlacement) PreScore(_ context.Context, state fwk.CycleState, _ *v1.P
 func (p *TmcPlacement) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, info fwk.NodeInfo) (int64, *fwk.Status) {
 	s, err := readState(state)
 	if err != nil {
-		return 0, fwk.AsStatus(err)
+		return 0, asStatus(err)
 	}
 	node := info.Node()
 	if node == nil {
@@ -487,18 +488,18 @@ func (p *TmcPlacement) Reserve(_ context.Context, state fwk.CycleState, pod *v1.
 	}
 	node, err := p.node(nodeName)
 	if err != nil {
-		return fwk.AsStatus(err)
+		return asStatus(err)
 	}
 	capacity, cpus, err := nodeCapacity(node)
 	if err != nil {
-		return fwk.AsStatus(err)
+		return asStatus(err)
 	}
 	if capacity == nil {
 		return fwk.NewStatus(fwk.Error, "tmc: node "+nodeName+" publishes no tiered capacity")
 	}
 	held, err := p.cache.Assume(pod.UID, nodeName, capacity, cpus, s.ask)
 	if err != nil {
-		return fwk.AsStatus(err)
+		return asStatus(err)
 	}
 	s.held = &held
 	return nil
@@ -555,14 +556,31 @@ func (p *TmcPlacement) Bind(ctx context.Context, state fwk.CycleState, pod *v1.P
 	}
 	held, ok := p.cache.Held(pod.UID)
 	if !ok || held.Node != nodeName {
-		return fwk.NewStatus(fwk.Error, fmt.Sprintf("tmc: pod %s/%s holds no reservation on %s", pod.Namespace, pod.Name, nodeName))
+		return newStatus(fwk.Error, fmt.Sprintf("tmc: pod %s/%s holds no reservation on %s", pod.Namespace, pod.Name, nodeName))
 	}
 	binding, err := PlacementBinding(pod, PlacementOf(s.ask, held))
 	if err != nil {
-		return fwk.AsStatus(err)
+		return asStatus(err)
 	}
 	if err := p.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
-		return fwk.AsStatus(fmt.Errorf("tmc: binding pod %s/%s: %w", pod.Namespace, pod.Name, err))
+		return asStatus(fmt.Errorf("tmc: binding pod %s/%s: %w", pod.Namespace, pod.Name, err))
 	}
 	return nil
+}
+
+// newStatus is a status whose message is safe as kube-scheduler uses it: the scheduler records a
+// failed pod's event with the message as the event's format string (no arguments), so a "%" in
+// it ("slo:5%") would read "%!"(MISSING)". Each "%" is written as the fullwidth percent sign,
+// which reads the same to a person and is no verb to the formatter, in the event and in the
+// pod's condition alike.
+func newStatus(code fwk.Code, msg string) *fwk.Status {
+	return fwk.NewStatus(code, strings.ReplaceAll(msg, "%", "\uff05"))
+}
+
+// asStatus is fwk.AsStatus with newStatus's message.
+func asStatus(err error) *fwk.Status {
+	if err == nil {
+		return nil
+	}
+	return newStatus(fwk.Error, err.Error())
 }

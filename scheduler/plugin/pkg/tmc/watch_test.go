@@ -70,7 +70,7 @@ func TestWatchFeedsTheCacheFromInformers(t *testing.T) {
 	}
 	eventually("a deleted pod", func(u Usage) bool { return u.UsedMask == 0xc && u.UsedPoolSlowBytes == 0 })
 
-	// A pod that is annotated but not bound (PreBind ran, the Binding did not) is not counted.
+	// A pod that is annotated but not bound (a hand-written annotation) is not counted.
 	unbound := placed("unbound", "0x30", 2, false)
 	unbound.Spec.NodeName = ""
 	if _, err := pods.Create(ctx, unbound, metav1.CreateOptions{}); err != nil {
