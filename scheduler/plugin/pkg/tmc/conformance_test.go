@@ -264,7 +264,7 @@ func (r *conformanceRun) mismatch(format string, args ...any) {
 
 func newConformanceRun(sc *conformanceScenario) *conformanceRun {
 	r := &conformanceRun{sc: sc, client: bindingClient(), nodes: map[string]*v1.Node{}, infos: map[string]fwk.NodeInfo{}}
-	r.plugin = &TmcPlacement{client: r.client, cache: NewCache(), node: func(name string) (*v1.Node, error) {
+	r.plugin = &TmcPlacement{Engine: &Engine{client: r.client, cache: NewCache()}, node: func(name string) (*v1.Node, error) {
 		if n, ok := r.nodes[name]; ok {
 			return n, nil
 		}

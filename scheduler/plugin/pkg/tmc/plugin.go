@@ -12,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -31,15 +29,9 @@ const stateKey fwk.StateKey = Name
 // writes the placement annotation the node agent applies. Pods that do not request
 // tmc.dev/tiered are skipped at every extension point.
 type TmcPlacement struct {
-	client kubernetes.Interface
-	cache  *Cache
+	*Engine
 	// node returns a node of the scheduling cycle's snapshot (Reserve needs its capacity).
 	node func(name string) (*v1.Node, error)
-	// published holds the recommendations the publisher wrote (nil: pods' annotations only).
-	published Published
-	// wait is how long a pod whose workload has no published recommendation waits for one.
-	wait time.Duration
-	now  func() time.Time
 }
 
 // Args are the plugin's arguments in the KubeSchedulerConfiguration (pluginConfig).
@@ -90,10 +82,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, err
 	}
 	p := &TmcPlacement{
-		wait:   wait,
-		now:    time.Now,
-		client: h.ClientSet(),
-		cache:  NewCache(),
+		Engine: NewEngine(h.ClientSet(), nil, wait),
 		node: func(name string) (*v1.Node, error) {
 			info, err := h.SnapshotSharedLister().NodeInfos().Get(name)
 			if err != nil {
@@ -141,95 +130,6 @@ func WatchRecommendations(ctx context.Context, client dynamic.Interface) (*Recom
 	return index, nil
 }
 
-// Watch feeds the cache from an informer factory's pods and nodes.
-func (p *TmcPlacement) Watch(factory informers.SharedInformerFactory) error {
-	core := factory.Core().V1()
-	if _, err := core.Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { p.ObservePod(asPod(obj)) },
-		UpdateFunc: func(_, obj any) { p.ObservePod(asPod(obj)) },
-		DeleteFunc: func(obj any) {
-			if pod := asPod(obj); pod != nil {
-				p.cache.Release(pod.UID)
-			}
-		},
-	}); err != nil {
-		return fmt.Errorf("%s: watching pods: %w", Name, err)
-	}
-	if _, err := core.Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { p.ObserveNode(asNode(obj)) },
-		UpdateFunc: func(_, obj any) { p.ObserveNode(asNode(obj)) },
-		DeleteFunc: func(obj any) {
-			if node := asNode(obj); node != nil {
-				p.cache.RemoveNode(node.Name)
-			}
-		},
-	}); err != nil {
-		return fmt.Errorf("%s: watching nodes: %w", Name, err)
-	}
-	return nil
-}
-
-func asPod(obj any) *v1.Pod {
-	if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = gone.Obj
-	}
-	pod, _ := obj.(*v1.Pod)
-	return pod
-}
-
-func asNode(obj any) *v1.Node {
-	if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = gone.Obj
-	}
-	node, _ := obj.(*v1.Node)
-	return node
-}
-
-// ObservePod counts a bound pod's placement in the cache and releases a finished pod's. A pod
-// annotated but not bound (only a hand-written annotation can be: the Binding sets both) is left
-// to Reserve/Unreserve: its next scheduling cycle writes a new placement.
-func (p *TmcPlacement) ObservePod(pod *v1.Pod) {
-	if pod == nil {
-		return
-	}
-	// A terminating pod still runs on its node and keeps its room until it is gone (the delete
-	// event), as kube-scheduler's own cache counts it.
-	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
-		p.cache.Release(pod.UID)
-		return
-	}
-	if pod.Spec.NodeName == "" {
-		return
-	}
-	placement, err := ParsePlacement(pod.Annotations)
-	if err != nil {
-		klog.ErrorS(err, "unreadable placement; the pod is not counted", "pod", klog.KObj(pod))
-		return
-	}
-	if placement == nil {
-		return
-	}
-	if placement.Node != pod.Spec.NodeName {
-		klog.InfoS("placement names another node than the pod's; not counted", "pod", klog.KObj(pod),
-			"placement", placement.Node, "node", pod.Spec.NodeName)
-		return
-	}
-	p.cache.Bind(pod.UID, placement)
-}
-
-// ObserveNode records a node's rack pool and the pool's capacity.
-func (p *TmcPlacement) ObserveNode(node *v1.Node) {
-	if node == nil {
-		return
-	}
-	capacity, err := ParseNodeCapacity(node.Labels, node.Annotations)
-	if err != nil {
-		klog.ErrorS(err, "unreadable tiered capacity", "node", klog.KObj(node))
-		capacity = nil
-	}
-	p.cache.SetNode(node.Name, capacity)
-}
-
 // Name is the plugin's name.
 func (p *TmcPlacement) Name() string { return Name }
 
@@ -273,21 +173,17 @@ func requestsTiered(pod *v1.Pod) bool {
 
 // PreFilter reads the pod's ask once per cycle; other pods skip the plugin.
 func (p *TmcPlacement) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	ask, err := ReadPodWith(pod, p.published)
-	if err != nil {
-		return nil, newStatus(fwk.UnschedulableAndUnresolvable, "tmc: "+err.Error())
-	}
-	if !ask.OptedIn {
-		return nil, fwk.NewStatus(fwk.Skip)
-	}
-	if ask.Unpublished && p.published != nil && p.wait > 0 && p.now != nil {
-		// The publisher sees the pod's workload when the pod is created and publishes within a
-		// second or so. An error (not "unschedulable") puts the pod in the backoff queue, which
-		// retries it by itself: no cluster event is needed for the next try.
-		if age := p.now().Sub(pod.CreationTimestamp.Time); age < p.wait {
-			return nil, newStatus(fwk.Error, fmt.Sprintf("tmc: waiting for the recommendation of workload %q, objective %q (%s; fallback after %s)",
-				clip(*ask.Workload, 253), clip(ask.Objective, 64), RecommendationKind, p.wait))
+	ask, refused := p.Ask(pod)
+	if refused != nil {
+		if refused.Waiting {
+			// An error (not "unschedulable") puts the pod in the backoff queue, which retries it
+			// by itself: no cluster event is needed for the next try.
+			return nil, newStatus(fwk.Error, refused.Message)
 		}
+		return nil, newStatus(fwk.UnschedulableAndUnresolvable, refused.Message)
+	}
+	if ask == nil {
+		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	state.Write(stateKey, &cycleState{ask: ask})
 	return nil, nil
@@ -394,30 +290,14 @@ func (p *TmcPlacement) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 	if err != nil {
 		return asStatus(err)
 	}
-	node := info.Node()
-	if node == nil {
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "tmc: node not found")
+	switch v := p.Fit(info.Node(), s.ask); {
+	case v == nil:
+		return nil
+	case v.Unresolvable:
+		return newStatus(fwk.UnschedulableAndUnresolvable, v.Reason)
+	default:
+		return newStatus(fwk.Unschedulable, v.Reason)
 	}
-	capacity, cpus, err := nodeCapacity(node)
-	if err != nil {
-		return newStatus(fwk.UnschedulableAndUnresolvable, "tmc: "+err.Error())
-	}
-	if capacity == nil {
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "tmc: node publishes no tiered capacity (not a tmc node)")
-	}
-	v := Judge(p.cache.Usage(node.Name, capacity, cpus), s.ask.Ask())
-	if v != nil && v.Unresolvable {
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.Reason)
-	}
-	// After the capacity checks and before the load checks, as in the extender: a node too
-	// small for the pod never fits, ready or not.
-	if !nodeReady(node) {
-		return fwk.NewStatus(fwk.Unschedulable, "tmc: node is not ready")
-	}
-	if v != nil {
-		return fwk.NewStatus(fwk.Unschedulable, v.Reason)
-	}
-	return nil
 }
 
 // nodeReady is what the extender counts as ready: the Ready condition True and the node not
@@ -452,17 +332,7 @@ func (p *TmcPlacement) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod,
 	if err != nil {
 		return 0, asStatus(err)
 	}
-	node := info.Node()
-	if node == nil {
-		return 0, nil
-	}
-	capacity, cpus, err := nodeCapacity(node)
-	if err != nil || capacity == nil || capacity.DRAMBytes == 0 {
-		return 0, nil // Filter kept it out; a node that changed since scores lowest
-	}
-	score := PackingScore(p.cache.Usage(node.Name, capacity, cpus).Load(), s.ask.Ask())
-	preference := p.cache.Preference(node.Name, nodePattern(node), countedAs(s.ask))
-	return int64(preference*scoreBase + score), nil
+	return int64(p.RawScore(info.Node(), s.ask)), nil
 }
 
 // ScoreExtensions: NormalizeScore.
@@ -470,11 +340,11 @@ func (p *TmcPlacement) ScoreExtensions() fwk.ScoreExtensions { return p }
 
 // NormalizeScore turns Score's raw values into scores: Combine over the nodes scored, times 10.
 func (p *TmcPlacement) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
-	preferences, packing := make([]int, len(scores)), make([]int, len(scores))
+	raw := make([]int, len(scores))
 	for i, s := range scores {
-		preferences[i], packing[i] = int(s.Score)/scoreBase, int(s.Score)%scoreBase
+		raw[i] = int(s.Score)
 	}
-	for i, s := range Combine(preferences, packing) {
+	for i, s := range Normalize(raw) {
 		scores[i].Score = int64(s) * (fwk.MaxNodeScore / MaxPackingScore)
 	}
 	return nil
@@ -490,14 +360,7 @@ func (p *TmcPlacement) Reserve(_ context.Context, state fwk.CycleState, pod *v1.
 	if err != nil {
 		return asStatus(err)
 	}
-	capacity, cpus, err := nodeCapacity(node)
-	if err != nil {
-		return asStatus(err)
-	}
-	if capacity == nil {
-		return fwk.NewStatus(fwk.Error, "tmc: node "+nodeName+" publishes no tiered capacity")
-	}
-	held, err := p.cache.Assume(pod.UID, nodeName, capacity, cpus, s.ask)
+	held, err := p.Engine.Reserve(pod.UID, node, s.ask)
 	if err != nil {
 		return asStatus(err)
 	}
@@ -510,7 +373,7 @@ func (p *TmcPlacement) Unreserve(_ context.Context, state fwk.CycleState, pod *v
 	if s, err := readState(state); err == nil {
 		s.held = nil
 	}
-	p.cache.Forget(pod.UID)
+	p.Forget(pod.UID)
 }
 
 // PlacementOf is what the pod was given, as the node agent reads it.
@@ -554,18 +417,7 @@ func (p *TmcPlacement) Bind(ctx context.Context, state fwk.CycleState, pod *v1.P
 	if err != nil {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	held, ok := p.cache.Held(pod.UID)
-	if !ok || held.Node != nodeName {
-		return newStatus(fwk.Error, fmt.Sprintf("tmc: pod %s/%s holds no reservation on %s", pod.Namespace, pod.Name, nodeName))
-	}
-	binding, err := PlacementBinding(pod, PlacementOf(s.ask, held))
-	if err != nil {
-		return asStatus(err)
-	}
-	if err := p.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
-		return asStatus(fmt.Errorf("tmc: binding pod %s/%s: %w", pod.Namespace, pod.Name, err))
-	}
-	return nil
+	return asStatus(p.Engine.Bind(ctx, pod, s.ask, nodeName))
 }
 
 // newStatus is a status whose message is safe as kube-scheduler uses it: the scheduler records a

@@ -57,7 +57,7 @@ func newHarness(t *testing.T, nodes ...*v1.Node) *harness {
 
 // restart is a new plugin (a scheduler that restarted) fed by the informers' initial lists.
 func (h *harness) restart() *TmcPlacement {
-	p := &TmcPlacement{client: h.client, cache: NewCache(), node: func(name string) (*v1.Node, error) {
+	p := &TmcPlacement{Engine: &Engine{client: h.client, cache: NewCache()}, node: func(name string) (*v1.Node, error) {
 		if n, ok := h.nodes[name]; ok {
 			return n, nil
 		}

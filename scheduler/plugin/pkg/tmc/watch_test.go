@@ -32,7 +32,7 @@ func TestWatchFeedsTheCacheFromInformers(t *testing.T) {
 		return pod
 	}
 	client := fake.NewClientset(node, placed("old", "0x3", 2, true))
-	p := &TmcPlacement{client: client, cache: NewCache()}
+	p := &TmcPlacement{Engine: &Engine{client: client, cache: NewCache()}}
 	factory := informers.NewSharedInformerFactory(client, 0)
 	if err := p.Watch(factory); err != nil {
 		t.Fatal(err)
