@@ -144,13 +144,17 @@ func (e *Engine) Bind(ctx context.Context, pod *v1.Pod, ask *PodAsk, nodeName st
 	if !ok || held.Node != nodeName {
 		return fmt.Errorf("tmc: pod %s/%s holds no reservation on %s", pod.Namespace, pod.Name, nodeName)
 	}
-	binding, err := PlacementBinding(pod, PlacementOf(ask, held))
+	placement := PlacementOf(ask, held)
+	binding, err := PlacementBinding(pod, placement)
 	if err != nil {
 		return err
 	}
 	if err := e.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("tmc: binding pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	// Counted as bound at once, as the pod informer will count it: nothing (a retried or a
+	// parallel attempt) may release it before the pod's deletion.
+	e.cache.Bind(pod.UID, placement)
 	return nil
 }
 
@@ -242,3 +246,6 @@ func (e *Engine) ObserveNode(node *v1.Node) {
 	}
 	e.cache.SetNode(node.Name, capacity)
 }
+
+// SetPublished gives the engine the published recommendations to read (an informer's index).
+func SetPublished(e *Engine, published Published) { e.published = published }
