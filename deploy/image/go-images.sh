@@ -70,7 +70,7 @@ for cmd in tmc-scheduler tmc-extender; do
         --label "org.opencontainers.image.version=$VERSION" \
         --label "org.opencontainers.image.revision=$REVISION" \
         --label "org.opencontainers.image.source=deploy/image/go-images.sh" \
-        --user 10001 --workdir / --cmd "/usr/local/bin/$cmd"
+        --user 10001 --workdir / --cmd "/usr/local/bin/$cmd" >&2
     rm -rf "$out"
     mv "$partial" "$out"
     digest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' "$out/index.json")

@@ -39,6 +39,10 @@ EXTENDER_FIELDS = {
 }
 
 
+# The extender's path, chosen (the default is the plugin).
+EXTENDER: dict[str, Any] = {"scheduler": {"placement": "extender"}}
+
+
 def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     with helm.Chart.load(str(CHART)) as chart:
         rendered = chart.render(values or {}, name="demo", namespace="tmc")
@@ -58,7 +62,7 @@ def test_helm_lint_finds_no_errors() -> None:
         {"agent": {"enabled": False}},
         {"existingSecret": "db", "bootstrap": {"existingSecret": "mine"}},
         {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
-        {"scheduler": {"placement": "plugin"}},
+        {"scheduler": {"placement": "extender"}},
     ],
 )
 def test_rendered_manifests_match_the_kubernetes_schema(values: dict[str, Any]) -> None:
@@ -101,7 +105,12 @@ def test_placement_renders_one_scheduler_for_the_opted_in_pods() -> None:
 
 
 def test_every_component_is_there() -> None:
-    docs = render()
+    """The default places with the plugin (tmc-scheduler and the publisher); the extender's
+    path is there when chosen."""
+    names = {(d["kind"], d["metadata"]["name"]) for d in render()}
+    for component in ("api", "worker", "beat", "plugin-scheduler", "publisher"):
+        assert ("Deployment", f"demo-tmc-{component}") in names
+    docs = render(EXTENDER)
     names = {(d["kind"], d["metadata"]["name"]) for d in docs}
     for component in ("api", "worker", "beat", "extender", "scheduler"):
         assert ("Deployment", f"demo-tmc-{component}") in names
@@ -116,7 +125,7 @@ def test_every_component_is_there() -> None:
 
 
 def test_scheduler_configuration_calls_the_extender_with_known_fields() -> None:
-    config_map = next(d for d in render() if d["kind"] == "ConfigMap")
+    config_map = next(d for d in render(EXTENDER) if d["kind"] == "ConfigMap")
     config = yaml.safe_load(config_map["data"]["scheduler-config.yaml"])
     assert config["kind"] == "KubeSchedulerConfiguration"
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
@@ -143,7 +152,7 @@ def test_scheduler_configuration_calls_the_extender_with_known_fields() -> None:
 def test_authentication_is_on_by_default() -> None:
     """The extender's Secret (a private CA, the serving and the client certificate), the
     extender reading it, the scheduler mounting its half, and a NetworkPolicy."""
-    docs = render()
+    docs = render(EXTENDER)
     secret = next(
         d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-extender-tls")
     )
@@ -165,7 +174,7 @@ def test_authentication_is_on_by_default() -> None:
     assert (
         rule["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "scheduler"
     )
-    insecure = render({"extender": {"tls": {"enabled": False}}})
+    insecure = render({**EXTENDER, "extender": {"tls": {"enabled": False}}})
     extender = next(
         d
         for d in insecure
