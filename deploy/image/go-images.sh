@@ -43,7 +43,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'log "interrupted: removed $WORK and the partial images"; exit 130' INT TERM
 
-mkdir -p "$WORK/src"
+# The compiler's own temporary files too (go build makes them under TMPDIR otherwise).
+export GOTMPDIR=$WORK/gotmp
+mkdir -p "$WORK/src" "$GOTMPDIR"
 git -C "$ROOT" archive --format=tar "$REVISION" scheduler/plugin | tar -C "$WORK/src" -xf -
 minor=$(echo "$K8S_VERSION" | cut -d. -f2)
 ldflags="-s -w -buildid="
