@@ -95,7 +95,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, err
 	}
 	if h.KubeConfig() != nil {
-		index, err := WatchRecommendations(ctx, dynamic.NewForConfigOrDie(h.KubeConfig()))
+		client, err := dynamic.NewForConfig(h.KubeConfig())
+		if err != nil {
+			return nil, fmt.Errorf("%s: a client for %s: %w", Name, RecommendationResource.Resource, err)
+		}
+		index, err := WatchRecommendations(ctx, client)
 		if err != nil {
 			return nil, err
 		}
