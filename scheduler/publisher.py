@@ -40,10 +40,9 @@ from typing import Any, Protocol
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from pydantic import Field
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.decisions import DecisionService
+from api.decisions import DecisionService, fits_since
 from model import Utilization
 from model.node_contract import (
     GROUP,
@@ -60,7 +59,6 @@ from scheduler.pods import PodAsk
 from scheduler.settings import ExtenderSettings, load_settings
 from scheduler.state import ClusterState
 from store.db import make_engine, make_session_factory
-from store.orm import FittedModelRow, Profile, Workload
 
 log = logging.getLogger("tmc.scheduler.publisher")
 
@@ -234,15 +232,7 @@ class NewFits:
 
     def __call__(self) -> set[str]:
         since = self._since - self.LOOKBACK if self._since is not None else None
-        query = (
-            select(FittedModelRow.id, FittedModelRow.created_at, Workload.name)
-            .join(Profile, FittedModelRow.profile_id == Profile.id)
-            .join(Workload, Profile.workload_id == Workload.id)
-        )
-        if since is not None:
-            query = query.where(FittedModelRow.created_at > since)
-        with self._sessions() as session:
-            rows = session.execute(query).all()
+        rows = [(f.fit_id, f.created_at, f.workload) for f in fits_since(self._sessions, since)]
         first = self._since is None
         fresh = {name for fit_id, _, name in rows if fit_id not in self._seen}
         self._seen = {fit_id for fit_id, _, _ in rows}
