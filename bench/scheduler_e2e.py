@@ -448,8 +448,11 @@ def one_size(
         if profiling is not None:
             profiling.join(180)
         # The extender front door of the same engine: the stock kube-scheduler calling
-        # tmc-extender, which reads the recommendations the publisher published.
+        # tmc-extender, which reads the recommendations the publisher published. The earlier
+        # bursts' pods go first: together they would fill the nodes' CPUs.
         cp.stop_process("tmc-scheduler")
+        for done in ("plain", "tmc", "plugin"):
+            c.delete_all_pods(api, done)
         goext = GoExtenderProcess(cp)
         goext.start()
         cp.start_scheduler(c.scheduler_config(cp, goext.url))
