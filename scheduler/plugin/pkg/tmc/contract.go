@@ -207,6 +207,13 @@ func PlacementAnnotations(p *Placement) (map[string]string, error) {
 // Python's ensure_ascii does. Only string contents can hold such characters, and inside a JSON
 // string the escape means the same character.
 func asciiOnly(s string) string {
+	ascii := true
+	for i := 0; i < len(s) && ascii; i++ {
+		ascii = s[i] < utf8.RuneSelf
+	}
+	if ascii {
+		return s // the usual placement: nothing to escape, nothing to copy
+	}
 	var b strings.Builder
 	for _, r := range s {
 		switch {
