@@ -198,6 +198,11 @@ func (c *Cache) Assume(uid types.UID, name string, capacity *NodeCapacity, cpus 
 		if held.Node == name {
 			return held, nil
 		}
+		if held.Bound {
+			// A bound pod keeps its room until it goes: an attempt to place it elsewhere (a
+			// retried bind that read the pod before it was bound) changes nothing.
+			return Reservation{}, fmt.Errorf("tmc: the pod is bound to %s already", held.Node)
+		}
 		c.removeLocked(held)
 	}
 	u := c.usageLocked(name, capacity, cpus)

@@ -178,3 +178,22 @@ func TestJudgeSaysNeverOrNotNow(t *testing.T) {
 		}
 	}
 }
+
+// A bound pod's reservation is never moved by an attempt to place it on another node.
+func TestAssumeNeverMovesABoundPod(t *testing.T) {
+	node := &NodeCapacity{DRAMBytes: 64, LLCWays: 8}
+	c := NewCache()
+	ask := &PodAsk{OptedIn: true, VCPUs: 1, DRAMBytes: 8, LLCWays: 2}
+	held, err := c.Assume("p", "a", node, 4, ask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Bind("p", &Placement{Schema: PlacementSchema, Node: "a", Objective: "cheapest", LLCMask: FormatMask(held.LLCMask),
+		Configuration: PlacedConfiguration{VCPUs: 1, DRAMBytes: 8, LLCWays: 2}})
+	if _, err := c.Assume("p", "b", node, 4, ask); err == nil {
+		t.Fatal("a bound pod was assumed on another node")
+	}
+	if got, ok := c.Held("p"); !ok || got.Node != "a" || !got.Bound || c.Len() != 1 {
+		t.Fatalf("the bound pod's reservation became %+v", got)
+	}
+}
