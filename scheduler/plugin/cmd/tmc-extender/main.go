@@ -38,6 +38,7 @@ type options struct {
 	recommendationWait              time.Duration
 	qps                             float64
 	burst                           int
+	maxBodyBytes                    int64
 }
 
 func parse() options {
@@ -54,6 +55,8 @@ func parse() options {
 		"how long a pod of a pair with no published recommendation waits for it before the fallback (0..5m)")
 	flag.Float64Var(&o.qps, "kube-api-qps", 200, "requests per second to the API server")
 	flag.IntVar(&o.burst, "kube-api-burst", 400, "burst of requests to the API server")
+	flag.Int64Var(&o.maxBodyBytes, "max-body-bytes", tmc.DefaultMaxBodyBytes,
+		"the largest request body (bytes); node names for 20,000 nodes are ~0.3 MiB")
 	klog.InitFlags(nil)
 	flag.Parse()
 	return o
@@ -90,6 +93,9 @@ func tlsConfig(o options) (*tls.Config, error) {
 }
 
 func run(o options) error {
+	if o.maxBodyBytes < 1024 || o.maxBodyBytes > 1<<30 {
+		return fmt.Errorf("--max-body-bytes must be in 1 KiB..1 GiB, not %d", o.maxBodyBytes)
+	}
 	if o.recommendationWait < 0 || o.recommendationWait > 5*time.Minute {
 		return fmt.Errorf("--recommendation-wait must be in 0..5m, not %s", o.recommendationWait)
 	}
@@ -148,7 +154,7 @@ func run(o options) error {
 		}
 	}
 	ext := tmc.NewExtender(engine, pods.Lister(), nodes.Lister(), tmc.ExtenderOptions{
-		RequireClientCert: secure, ClientNames: names, Ready: synced,
+		RequireClientCert: secure, ClientNames: names, Ready: synced, MaxBodyBytes: o.maxBodyBytes,
 	})
 	server := &http.Server{
 		Handler:           ext.Handler(o.prefix),
