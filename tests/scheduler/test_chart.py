@@ -95,6 +95,10 @@ def test_placement_renders_one_scheduler_for_the_opted_in_pods() -> None:
     containers = {c["name"]: c for c in scheduler["spec"]["template"]["spec"]["containers"]}
     assert containers["extender"]["image"] == "tmc-extender:v1.36.3"
     assert containers["extender"]["command"][0] == "tmc-extender"
+    # The extenders' /metrics, through the Service the ServiceMonitor selects.
+    service = by_name(render(EXTENDER), "Service", "demo-tmc-extender")
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "scheduler"
+    assert service["metadata"]["labels"]["app.kubernetes.io/component"] == "extender"
     plugin = render({"scheduler": {"placement": "plugin"}})
     config = next(
         yaml.safe_load(d["data"]["scheduler-config.yaml"])

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +39,8 @@ type Extender struct {
 	requireClientCert bool
 	maxBodyBytes      int64
 	ready             func() bool
+
+	metrics *extenderMetrics
 
 	mu sync.Mutex
 	// binding holds the pods a bind is in flight for: one attempt per pod at a time, so that a
@@ -64,7 +68,7 @@ func NewExtender(engine *Engine, pods corelisters.PodLister, nodes corelisters.N
 	x := &Extender{
 		engine: engine, pods: pods, nodes: nodes, requireClientCert: opts.RequireClientCert,
 		maxBodyBytes: opts.MaxBodyBytes, ready: opts.Ready, binding: map[types.UID]string{},
-		clientNames: map[string]bool{},
+		clientNames: map[string]bool{}, metrics: newExtenderMetrics(),
 	}
 	for _, n := range opts.ClientNames {
 		x.clientNames[n] = true
@@ -92,22 +96,32 @@ func (x *Extender) Handler(prefix string) http.Handler {
 		}
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "syncing"})
 	})
+	// /metrics needs no client certificate, as the probes: Prometheus scrapes it with the CA.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(x.metrics.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("POST "+prefix+"/filter", func(w http.ResponseWriter, r *http.Request) {
 		var args extenderv1.ExtenderArgs
-		if x.read(w, r, &args) {
-			writeJSON(w, http.StatusOK, x.Filter(&args))
+		start := time.Now()
+		if x.read(w, r, &args, "filter") {
+			out := x.Filter(&args)
+			writeJSON(w, http.StatusOK, out)
+			x.metrics.done("filter", map[bool]string{true: "error", false: "ok"}[out.Error != ""], start)
 		}
 	})
 	mux.HandleFunc("POST "+prefix+"/prioritize", func(w http.ResponseWriter, r *http.Request) {
 		var args extenderv1.ExtenderArgs
-		if x.read(w, r, &args) {
+		start := time.Now()
+		if x.read(w, r, &args, "prioritize") {
 			writeJSON(w, http.StatusOK, x.Prioritize(&args))
+			x.metrics.done("prioritize", "ok", start)
 		}
 	})
 	mux.HandleFunc("POST "+prefix+"/bind", func(w http.ResponseWriter, r *http.Request) {
 		var args extenderv1.ExtenderBindingArgs
-		if x.read(w, r, &args) {
-			writeJSON(w, http.StatusOK, x.Bind(r.Context(), &args))
+		start := time.Now()
+		if x.read(w, r, &args, "bind") {
+			out := x.Bind(r.Context(), &args)
+			writeJSON(w, http.StatusOK, out)
+			x.metrics.done("bind", map[bool]string{true: "error", false: "ok"}[out.Error != ""], start)
 		}
 	})
 	return mux
@@ -160,15 +174,17 @@ func authorisedCert(cert *x509.Certificate, allowed map[string]bool) string {
 }
 
 // read authorises the call and decodes its body into into; false when it answered already.
-func (x *Extender) read(w http.ResponseWriter, r *http.Request, into any) bool {
+func (x *Extender) read(w http.ResponseWriter, r *http.Request, into any, verb string) bool {
 	if why := x.Authorised(r); why != "" {
 		w.Header().Set("Connection", "close")
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"Error": why})
+		x.metrics.calls.WithLabelValues(verb, "unauthorised").Inc()
 		return false
 	}
 	if r.ContentLength > x.maxBodyBytes {
 		w.Header().Set("Connection", "close")
 		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"Error": "tmc: the body is too large"})
+		x.metrics.calls.WithLabelValues(verb, "bad_request").Inc()
 		return false
 	}
 	body := http.MaxBytesReader(w, r.Body, x.maxBodyBytes)
@@ -178,9 +194,45 @@ func (x *Extender) read(w http.ResponseWriter, r *http.Request, into any) bool {
 	}
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"Error": "tmc: the body is not an extender request: " + clip(err.Error(), 200)})
+		x.metrics.calls.WithLabelValues(verb, "bad_request").Inc()
 		return false
 	}
 	return true
+}
+
+// extenderMetrics are the extender's Prometheus series, named and labelled as the chart's
+// alerts and docs/operations.md expect them.
+type extenderMetrics struct {
+	registry  *prometheus.Registry
+	calls     *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	bindPhase *prometheus.HistogramVec
+}
+
+func newExtenderMetrics() *extenderMetrics {
+	m := &extenderMetrics{
+		registry: prometheus.NewRegistry(),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tmc_extender_requests_total", Help: "Extender calls by verb and outcome",
+		}, []string{"verb", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tmc_extender_request_duration_seconds",
+			Help:    "Extender handling time by verb (body read to answer written)",
+			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0},
+		}, []string{"verb"}),
+		bindPhase: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tmc_extender_bind_phase_seconds",
+			Help:    "Where a bind's time goes: reading the pod, assuming its reservation, and the Binding",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5},
+		}, []string{"phase"}),
+	}
+	m.registry.MustRegister(m.calls, m.latency, m.bindPhase)
+	return m
+}
+
+func (m *extenderMetrics) done(verb, outcome string, start time.Time) {
+	m.calls.WithLabelValues(verb, outcome).Inc()
+	m.latency.WithLabelValues(verb).Observe(time.Since(start).Seconds())
 }
 
 // candidates are the nodes of a filter or prioritize request: the Node objects when the
@@ -295,7 +347,9 @@ func (x *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	if ns == "" || name == "" || uid == "" || nodeName == "" {
 		return fail("tmc: bind needs PodName, PodNamespace, PodUID and Node")
 	}
+	started := time.Now()
 	pod, err := x.pod(ctx, ns, name, uid)
+	x.metrics.bindPhase.WithLabelValues("read_pod").Observe(time.Since(started).Seconds())
 	if err != nil {
 		return fail("tmc: cannot read pod %s/%s: %v", ns, name, err)
 	}
@@ -336,11 +390,16 @@ func (x *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	if err != nil {
 		return fail("tmc: node %s: %v", nodeName, err)
 	}
+	started = time.Now()
 	if _, err := x.engine.Reserve(uid, node, ask); err != nil {
 		// Filter offered a node that a bind since filled: the scheduler tries again.
 		return fail("%s", err.Error())
 	}
-	if err := x.engine.Bind(ctx, pod, ask, nodeName); err != nil {
+	x.metrics.bindPhase.WithLabelValues("assume").Observe(time.Since(started).Seconds())
+	started = time.Now()
+	err = x.engine.Bind(ctx, pod, ask, nodeName)
+	x.metrics.bindPhase.WithLabelValues("binding").Observe(time.Since(started).Seconds())
+	if err != nil {
 		if x.boundHere(ctx, ns, name, uid, nodeName) {
 			return &extenderv1.ExtenderBindingResult{}
 		}

@@ -304,3 +304,33 @@ func TestExtenderAnswersInTheFormItWasAsked(t *testing.T) {
 		}
 	}
 }
+
+// The verbs' series are what the chart's alerts read (tmc_extender_*), on /metrics.
+func TestExtenderMetrics(t *testing.T) {
+	h := newExtenderHarness(t, twoNodes()...)
+	handler := h.ext.Handler("/scheduler")
+	names := []string{"a", "b"}
+	body, _ := json.Marshal(extenderv1.ExtenderArgs{Pod: tieredPod("p", nil, "1", "1Gi"), NodeNames: &names})
+	for _, verb := range []string{"filter", "prioritize"} {
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/scheduler/"+verb, bytes.NewReader(body)))
+		if rec.Code != 200 {
+			t.Fatalf("%s: %d", verb, rec.Code)
+		}
+	}
+	rec := httptest.NewRecorder()
+	handler.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/scheduler/bind", strings.NewReader("{")))
+	rec = httptest.NewRecorder()
+	handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	text := rec.Body.String()
+	for _, want := range []string{
+		`tmc_extender_requests_total{outcome="ok",verb="filter"} 1`,
+		`tmc_extender_requests_total{outcome="ok",verb="prioritize"} 1`,
+		`tmc_extender_requests_total{outcome="bad_request",verb="bind"} 1`,
+		`tmc_extender_request_duration_seconds_count{verb="filter"} 1`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
