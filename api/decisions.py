@@ -9,7 +9,9 @@ written to the same decision log as `POST /recommend` (`/v1/recommendations/{id}
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -18,6 +20,7 @@ from api.services.recommendations import DecisionInput, decide
 from model import Configuration, Objective, TmcError, Utilization
 from model.node_contract import StructurePlan
 from store.db import unit_of_work
+from store.orm import FittedModelRow, Profile, Workload
 
 
 @dataclass(frozen=True)
@@ -77,3 +80,26 @@ class DecisionService:
         return WorkloadDecision(
             recommendation_id=record.id, configuration=r.chosen.configuration, plan=plan
         )
+
+
+@dataclass(frozen=True)
+class NewFit:
+    """A fitted model, as the publisher looks for new ones: its id, when it was made, and the
+    workload whose profile it fits."""
+
+    fit_id: str
+    created_at: datetime
+    workload: str
+
+
+def fits_since(sessions: sessionmaker[Session], after: datetime | None) -> list[NewFit]:
+    """The fitted models made after `after` (all of them when None): one query on the fits'
+    indexed creation time, so that the scheduler's publisher can publish a new fit at once."""
+    query = select(FittedModelRow.id, FittedModelRow.created_at, Workload.name).join(
+        Profile, FittedModelRow.profile_id == Profile.id
+    )
+    query = query.join(Workload, Profile.workload_id == Workload.id)
+    if after is not None:
+        query = query.where(FittedModelRow.created_at > after)
+    with sessions() as session:
+        return [NewFit(fit_id, created, name) for fit_id, created, name in session.execute(query)]

@@ -3,9 +3,12 @@
 """Opted-in pods through a real kube-scheduler, on each tmc path and on the stock scheduler, in
 the same run (same control plane, same nodes, same PostgreSQL), for each node count: stock
 kube-scheduler without tmc, kube-scheduler with the tmc extender (and its mirror), and
-tmc-scheduler with the plugin (and the publisher), each path as the chart deploys it.
+tmc-scheduler with the plugin (and the publisher), each path as the chart deploys it, and the
+stock kube-scheduler calling tmc-extender (the Go engine's extender front door, with the
+publisher).
 
     python -m bench.scheduler_e2e [--pods 500] [--nodes 100 5000] [--profile out.json]
+                                  [--pprof DIR]
 
 Needs the control plane of tests/scheduler/controlplane (built from Go modules). Nodes carry the
 capacity annotations an agent publishes (model.node_contract), written directly: agents are not
@@ -13,7 +16,12 @@ on the scheduling path. "Without" runs the same pods minus the opt-in resource u
 scheduler profile with no extender. Prints, per node count and path: pods/s from the first
 create to the last bind, the median and 99th-percentile create-to-bound time, a `ratio` line per
 tmc path against the stock run, and the extender's time per verb from its own
-/metrics (mean, and the histogram bucket that holds the 99th percentile). A pod not seen bound
+/metrics (mean, and the histogram bucket that holds the 99th percentile), and each process's CPU
+seconds per pod during each burst (user + system time from /proc, kube-apiserver, the scheduler,
+the extender, the publisher, the mirror). With --pprof, tmc-scheduler's CPU profile during the
+plugin's burst (its /debug/pprof, as the admin) is written to DIR and its top functions printed.
+The load average at the start and end of each size is printed: the figures are only comparable
+on a quiet machine. A pod not seen bound
 within --timeout fails the run (exit status 1): the figures are never computed on a smaller
 sample. The pod watch is reopened when it closes.
 """
@@ -23,13 +31,17 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+import os
 import re
+import shutil
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +60,65 @@ from tests.scheduler.conftest import upload_example
 from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import plugin as plugin_path
+from tests.scheduler.controlplane.goextender import GoExtenderProcess
 from tests.services import PostgresServer
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
+class CpuMeter:
+    """CPU seconds per pod of named processes over one burst."""
+
+    def __init__(self, pids: dict[str, int | None]) -> None:
+        self.pids = {name: pid for name, pid in pids.items() if pid is not None}
+        self.before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def line(self, pods: int) -> str:
+        used = {n: cpu_seconds(pid) - self.before[n] for n, pid in self.pids.items()}
+        parts = [f"{n} {1000 * v / pods:.1f} ms" for n, v in used.items()]
+        total = sum(used.values())
+        return f"    CPU per pod: {', '.join(parts)}; total {1000 * total / pods:.1f} ms"
+
+
+def profile_scheduler(cp: ControlPlane, name: str, seconds: int, out: Path) -> threading.Thread:
+    """tmc-scheduler's CPU profile for `seconds`, fetched in a thread (its /debug/pprof/profile
+    answers when the time is up), written to out."""
+
+    def fetch() -> None:
+        url = f"https://127.0.0.1:{cp.secure_ports[name]}/debug/pprof/profile?seconds={seconds}"
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {cp.admin_token}"})
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # its self-signed serving certificate, on loopback
+        with urllib.request.urlopen(req, timeout=seconds + 60, context=ctx) as r:
+            out.write_bytes(r.read())
+
+    thread = threading.Thread(target=fetch, daemon=True)
+    thread.start()
+    return thread
+
+
+def pprof_top(binary: Path, profile: Path, lines: int = 15) -> str:
+    go = shutil.which("go")
+    if go is None or not profile.exists():
+        return "    (no go tool or no profile)"
+    top = subprocess.run(
+        [go, "tool", "pprof", "-top", "-nodecount", str(lines), str(binary), str(profile)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    return "\n".join("    " + line for line in (top.stdout or top.stderr).splitlines())
 
 
 def add_nodes(cp: ControlPlane, n: int) -> None:
@@ -269,11 +339,19 @@ def without_opt_in(body: dict[str, Any]) -> dict[str, Any]:
     return plain
 
 
-def one_size(nodes: int, pods: int, timeout: float, profile: Path | None) -> bool:
-    """Both runs at one node count; False when a run did not see every pod bound."""
+def pid(proc: subprocess.Popen[bytes] | None) -> int | None:
+    return proc.pid if proc is not None else None
+
+
+def one_size(
+    nodes: int, pods: int, timeout: float, profile: Path | None, pprof: Path | None = None
+) -> bool:
+    """Every run at one node count; False when a run did not see every pod bound."""
     cp = ControlPlane()
     postgres = PostgresServer()
     ext = mirror = publisher = None
+    goext: GoExtenderProcess | None = None
+    load_before = os.getloadavg()
     try:
         upgrade_to_head(postgres.url)
         empty_tables(postgres.dsn())
@@ -301,10 +379,27 @@ def one_size(nodes: int, pods: int, timeout: float, profile: Path | None) -> boo
         for ns in ("plain", "tmc", "warm", "plugin"):
             c.new_namespace(api, ns)
 
+        for ns in ("goext",):
+            c.new_namespace(api, ns)
         cp.start_scheduler(plain_config(with_ext))
+        meter = CpuMeter(
+            {
+                "kube-apiserver": pid(cp.procs["kube-apiserver"]),
+                "scheduler": pid(cp.procs["kube-scheduler"]),
+            }
+        )
         stock = run(cp, "plain", [without_opt_in(b) for b in bodies], timeout)
+        stock_cpu = meter.line(pods)
         cp.start_scheduler(with_ext)
         before = ext.metrics()
+        meter = CpuMeter(
+            {
+                "kube-apiserver": pid(cp.procs["kube-apiserver"]),
+                "scheduler": pid(cp.procs["kube-scheduler"]),
+                "extender": pid(ext.proc),
+                "mirror": pid(mirror.proc),
+            }
+        )
         spy = None
         if profile is not None and ext.proc is not None:
             # Wall-clock samples of every thread, idle ones included, for the burst only.
@@ -318,6 +413,7 @@ def one_size(nodes: int, pods: int, timeout: float, profile: Path | None) -> boo
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(60)
+        extender_cpu = meter.line(pods)
         ext_metrics = ext.metrics()
         after = verb_latency(ext_metrics)
         first = verb_latency(before)
@@ -335,13 +431,57 @@ def one_size(nodes: int, pods: int, timeout: float, profile: Path | None) -> boo
         # first pod of a new workload waits for it; that wait is not what is measured here).
         warm = run(cp, "warm", [c.opted_in_pod("warm", "graph500", memory="256Mi")], timeout)
         c.delete_all_pods(api, "warm")
+        meter = CpuMeter(
+            {
+                "kube-apiserver": pid(cp.procs["kube-apiserver"]),
+                "scheduler": pid(cp.procs["tmc-scheduler"]),
+                "publisher": pid(publisher.proc),
+            }
+        )
+        profiling = None
+        if pprof is not None:
+            pprof.mkdir(parents=True, exist_ok=True)
+            cpu_profile = pprof / f"tmc-scheduler.{nodes}.pprof"
+            profiling = profile_scheduler(cp, "tmc-scheduler", max(5, pods // 60), cpu_profile)
         plugin = run(cp, "plugin", bodies, timeout)
-        print(f"{nodes} nodes, {pods} pods")
+        plugin_cpu = meter.line(pods)
+        if profiling is not None:
+            profiling.join(180)
+        # The extender front door of the same engine: the stock kube-scheduler calling
+        # tmc-extender, which reads the recommendations the publisher published. The earlier
+        # bursts' pods go first: together they would fill the nodes' CPUs.
+        cp.stop_process("tmc-scheduler")
+        for done in ("plain", "tmc", "plugin"):
+            c.delete_all_pods(api, done)
+        goext = GoExtenderProcess(cp)
+        goext.start()
+        cp.start_scheduler(c.scheduler_config(cp, goext.url))
+        meter = CpuMeter(
+            {
+                "kube-apiserver": pid(cp.procs["kube-apiserver"]),
+                "scheduler": pid(cp.procs["kube-scheduler"]),
+                "extender": pid(goext.proc),
+                "publisher": pid(publisher.proc),
+            }
+        )
+        go_extender = run(cp, "goext", bodies, timeout)
+        go_extender_cpu = meter.line(pods)
+        load_after = os.getloadavg()
+        print(
+            f"{nodes} nodes, {pods} pods (load average {load_before[0]:.1f} at the start, "
+            f"{load_after[0]:.1f} at the end)"
+        )
         print(stock.line("stock", pods))
+        print(stock_cpu)
         print(extender.line("extender", pods))
+        print(extender_cpu)
         print(plugin.line("plugin", pods))
-        print(extender.ratio("extender", stock, "target >= 0.70"))
-        print(plugin.ratio("plugin", stock, "target >= 0.90, median x <= 1.5"))
+        print(plugin_cpu)
+        print(go_extender.line("go-extender", pods))
+        print(go_extender_cpu)
+        print(extender.ratio("extender", stock, "target >= 0.80"))
+        print(go_extender.ratio("go-extender", stock, "target >= 0.80"))
+        print(plugin.ratio("plugin", stock, "target >= 0.95, median x <= 1.3"))
         print(f"  plugin: recommendation published in {warm.median * 1000:.0f} ms (first pod)")
         print(
             "  bind phases (mean): "
@@ -355,6 +495,9 @@ def one_size(nodes: int, pods: int, timeout: float, profile: Path | None) -> boo
                 f"  {verb:<10} {calls:5d} calls ({failed} errors)  mean {mean * 1000:6.2f} ms  "
                 f"p99 <= {p99 * 1000:g} ms"
             )
+        if pprof is not None:
+            print(f"  tmc-scheduler CPU profile during the plugin's burst ({cpu_profile}):")
+            print(pprof_top(cp.bin / "tmc-scheduler", cpu_profile))
     except NotAllBound as exc:
         print(f"{nodes} nodes, {pods} pods: FAILED: {exc}")
         return False
@@ -362,6 +505,8 @@ def one_size(nodes: int, pods: int, timeout: float, profile: Path | None) -> boo
         for running in (ext, mirror):
             if running is not None:
                 running.stop()
+        if goext is not None:
+            goext.stop()
         if publisher is not None:
             publisher.stop()
         cp.close()
@@ -381,13 +526,22 @@ def main() -> None:
         type=Path,
         help="record the extender under py-spy during the burst (speedscope JSON, one per size)",
     )
+    ap.add_argument(
+        "--pprof",
+        type=Path,
+        help="write tmc-scheduler's CPU profile during the plugin's burst into this folder",
+    )
     args = ap.parse_args()
     if args.pods > 12 * min(args.nodes):
         ap.error("every pod requests a CPU: --pods must fit in 12 CPUs a node")
     ok = [
-        one_size(n, args.pods, args.timeout, args.profile.with_suffix(f".{n}.json"))
-        if args.profile
-        else one_size(n, args.pods, args.timeout, None)
+        one_size(
+            n,
+            args.pods,
+            args.timeout,
+            args.profile.with_suffix(f".{n}.json") if args.profile else None,
+            args.pprof,
+        )
         for n in args.nodes
     ]
     if not all(ok):

@@ -199,7 +199,8 @@ class Placement(BaseModel):
     workload: Annotated[str, Field(max_length=253)] | None = None
     objective: Annotated[str, Field(max_length=64)] = "cheapest"
     configuration: PlacedConfiguration
-    llc_mask: str  # hex, "0xf0": a contiguous run of ways
+    # hex, "0xf0": a contiguous run of ways
+    llc_mask: Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{1,16}$")]
     slow_from_pool: bool = False
     recommendation_id: Annotated[str, Field(max_length=64)] | None = None
     fallback: Annotated[str, Field(max_length=512)] | None = None  # why, when it was used

@@ -211,6 +211,18 @@ class Recommender:
         return outcome
 
 
+class FallbackReason(str):
+    """Why a pair has no recommendation (the text), with its cause as one CamelCase word: the
+    reason of the TieredRecommendation's Fallback condition."""
+
+    cause: str
+
+    def __new__(cls, text: str, cause: str) -> FallbackReason:
+        made = super().__new__(cls, text)
+        made.cause = cause
+        return made
+
+
 def decide_pair(
     service: DecisionService,
     workload: str,
@@ -223,7 +235,7 @@ def decide_pair(
     try:
         parsed = parse_objective(objective)
     except TmcError as exc:
-        return f"objective {objective!r} is not valid: {exc}"
+        return FallbackReason(f"objective {objective!r} is not valid: {exc}", "InvalidObjective")
     req = DecisionRequest(
         workload=workload, objective=parsed, threshold=threshold, utilization=utilization
     )
@@ -235,7 +247,10 @@ def decide_pair(
             log.warning("recommendation for %s: %s", workload, exc.reason)
             return None
         log.info("fallback for workload %s: %s", workload, exc.reason)
-        return exc.reason
+        # The model's error class names the cause (NoFeasibleConfiguration, ...): a condition's
+        # reason, which must be one CamelCase word.
+        cause = type(exc.__cause__).__name__ if isinstance(exc.__cause__, TmcError) else ""
+        return FallbackReason(exc.reason, cause or "NoRecommendation")
     c = decided.configuration
     return Recommended(
         vcpus=c.vcpus,

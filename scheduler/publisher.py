@@ -12,6 +12,9 @@ PostgreSQL is down (with the last recommendation).
 * A pending pod naming a pair with nothing published yet is published at once (the feeder
   hands every pending opted-in pod to `prefetch`); the plugin makes such a pod wait a few
   seconds for it before it falls back.
+* A profile's new fit is published at once: every `fit_poll_seconds` the publisher looks for
+  fits newer than the last it saw (one indexed query), and decides again the published pairs
+  of their workloads, so the next pod of the workload is placed with it.
 * Every `refresh_seconds` every published pair is decided again (utilization moves the packing
   penalty); the object is rewritten only when the configuration or plan changed.
 * A pair that cannot be recommended (no usable profile, an invalid objective, nothing feasible)
@@ -29,7 +32,9 @@ import logging
 import queue
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from kubernetes import client, config
@@ -37,7 +42,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import Field
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.decisions import DecisionService
+from api.decisions import DecisionService, fits_since
 from model import Utilization
 from model.node_contract import (
     GROUP,
@@ -46,7 +51,8 @@ from model.node_contract import (
     ContractError,
     Recommendation,
 )
-from scheduler.decisions import decide_pair
+from model.resources import GIB
+from scheduler.decisions import FallbackReason, decide_pair
 from scheduler.feeder import Feeder
 from scheduler.kube import KubeCluster, api_client
 from scheduler.pods import PodAsk
@@ -67,7 +73,9 @@ class RecommendationObjects(Protocol):
 
     def list(self) -> list[dict[str, Any]]: ...
 
-    def upsert(self, body: dict[str, Any]) -> None: ...
+    def upsert(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def write_status(self, name: str, status: dict[str, Any]) -> None: ...
 
 
 class KubeRecommendations:
@@ -82,17 +90,19 @@ class KubeRecommendations:
         )
         return list(found.get("items") or [])
 
-    def upsert(self, body: dict[str, Any]) -> None:
+    def upsert(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Creates or replaces the object; returns it as written (its generation, and the status
+        it had)."""
         name = body["metadata"]["name"]
         try:
-            self._api.create_cluster_custom_object(
+            created: dict[str, Any] = self._api.create_cluster_custom_object(  # type: ignore[assignment]
                 GROUP,
                 RECOMMENDATION_VERSION,
                 RECOMMENDATION_PLURAL,
                 body,
                 _request_timeout=REQUEST_TIMEOUT,
             )
-            return
+            return created
         except ApiException as exc:
             if exc.status != 409:
                 raise
@@ -112,7 +122,7 @@ class KubeRecommendations:
                 "resourceVersion": current["metadata"]["resourceVersion"],
             },
         }
-        self._api.replace_cluster_custom_object(
+        written: dict[str, Any] = self._api.replace_cluster_custom_object(  # type: ignore[assignment]
             GROUP,
             RECOMMENDATION_VERSION,
             RECOMMENDATION_PLURAL,
@@ -120,6 +130,85 @@ class KubeRecommendations:
             replaced,
             _request_timeout=REQUEST_TIMEOUT,
         )
+        return written
+
+    def write_status(self, name: str, status: dict[str, Any]) -> None:
+        """The status subresource, as a merge patch (the spec's writers never touch it)."""
+        self._api.patch_cluster_custom_object_status(
+            GROUP,
+            RECOMMENDATION_VERSION,
+            RECOMMENDATION_PLURAL,
+            name,
+            {"status": status},
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A pair's recommendation, and for a fallback its cause as one CamelCase word (the reason
+    of the object's Fallback condition)."""
+
+    recommendation: Recommendation
+    fallback_cause: str = ""
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.1f}"
+
+
+def status_of(
+    decided: Decided, written: Mapping[str, Any], now: str | None = None
+) -> dict[str, Any]:
+    """The object's status for what was just written: the generation it describes, the sizes in
+    GiB (for `kubectl get`), and the conditions Published and Fallback. A condition's
+    lastTransitionTime moves only when its status changes."""
+    rec = decided.recommendation
+    generation = int((written.get("metadata") or {}).get("generation") or 1)
+    before = {
+        str(c.get("type")): c
+        for c in ((written.get("status") or {}).get("conditions") or [])
+        if isinstance(c, Mapping)
+    }
+    stamp = now or _now()
+
+    def condition(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
+        old = before.get(kind)
+        since = old.get("lastTransitionTime") if old and old.get("status") == status else None
+        return {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": message[:32768],
+            "observedGeneration": generation,
+            "lastTransitionTime": since or stamp,
+        }
+
+    fallback = rec.fallback is not None
+    published = condition(
+        "Published", "True", "Published", f"the publisher wrote generation {generation}"
+    )
+    if fallback:
+        why = condition(
+            "Fallback", "True", decided.fallback_cause or "NoRecommendation", rec.fallback or ""
+        )
+    else:
+        why = condition(
+            "Fallback",
+            "False",
+            "Recommended",
+            f"{rec.dram_bytes} B DRAM, {rec.slow_bytes} B slow memory, {rec.llc_ways} LLC ways",
+        )
+    return {
+        "observedGeneration": generation,
+        "dramGiB": "-" if fallback else _gib(rec.dram_bytes),
+        "slowGiB": "-" if fallback else _gib(rec.slow_bytes),
+        "conditions": [published, why],
+    }
 
 
 def _configuration_of(rec: Recommendation) -> dict[str, Any]:
@@ -128,17 +217,48 @@ def _configuration_of(rec: Recommendation) -> dict[str, Any]:
     return rec.model_dump(mode="json", exclude={"recommendation_id"})
 
 
+class NewFits:
+    """The workloads that gained a fitted model since the last call (the fitted_models table,
+    by its indexed creation time). A fit is stamped before its transaction commits, so each
+    look reaches back LOOKBACK past the newest fit seen and skips the fits it already
+    returned."""
+
+    LOOKBACK = timedelta(seconds=60)
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+        self._since: datetime | None = None
+        self._seen: set[str] = set()
+
+    def __call__(self) -> set[str]:
+        since = self._since - self.LOOKBACK if self._since is not None else None
+        rows = [(f.fit_id, f.created_at, f.workload) for f in fits_since(self._sessions, since)]
+        first = self._since is None
+        fresh = {name for fit_id, _, name in rows if fit_id not in self._seen}
+        self._seen = {fit_id for fit_id, _, _ in rows}
+        if rows:
+            self._since = max(created for _, created, _ in rows)
+        elif first:
+            self._since = datetime.now(UTC)
+        # The first look learns what exists: those fits are what the published objects hold.
+        return set() if first else fresh
+
+
 class RecommendationPublisher:
     def __init__(
         self,
         objects: RecommendationObjects,
-        decide: Callable[[str, str], Recommendation | None],
+        decide: Callable[[str, str], Decided | None],
         *,
         refresh_seconds: float = 60.0,
+        new_fits: Callable[[], set[str]] | None = None,
+        fit_poll_seconds: float = 2.0,
     ) -> None:
         self._objects = objects
         self._decide = decide
         self._refresh = refresh_seconds
+        self._new_fits = new_fits
+        self._fit_poll = fit_poll_seconds
         self._published: dict[Pair, Recommendation] = {}
         self._queued: set[Pair] = set()
         self._work: queue.Queue[Pair] = queue.Queue()
@@ -148,7 +268,9 @@ class RecommendationPublisher:
     # -- what is wanted ------------------------------------------------------------------------
 
     def load(self) -> int:
-        """Learn what is already published (at start): those pairs are refreshed, not redone."""
+        """Learn what is already published (at start): those pairs are refreshed, not redone.
+        An object whose status does not describe its spec's generation (written by an older
+        publisher, or the status write failed) is published again at once."""
         loaded = 0
         for obj in self._objects.list():
             try:
@@ -157,8 +279,14 @@ class RecommendationPublisher:
                 log.warning("published recommendation %s unreadable: %s", obj.get("metadata"), exc)
                 continue
             if rec.workload is not None and rec.objective is not None:
-                with self._lock:
-                    self._published[(rec.workload, rec.objective)] = rec
+                pair = (rec.workload, rec.objective)
+                generation = (obj.get("metadata") or {}).get("generation")
+                observed = (obj.get("status") or {}).get("observedGeneration")
+                if generation is not None and observed != generation:
+                    self.request(pair)
+                else:
+                    with self._lock:
+                        self._published[pair] = rec
                 loaded += 1
         return loaded
 
@@ -184,14 +312,18 @@ class RecommendationPublisher:
     def publish(self, pair: Pair) -> bool:
         """Decide the pair and write its object if what a pod would get changed. False when
         nothing could be decided now (the database is down): the last object stays."""
-        rec = self._decide(*pair)
-        if rec is None:
+        decided = self._decide(*pair)
+        if decided is None:
             return False
+        rec = decided.recommendation
         with self._lock:
             before = self._published.get(pair)
         if before is not None and _configuration_of(before) == _configuration_of(rec):
             return True
-        self._objects.upsert(rec.to_object())
+        body = rec.to_object()
+        written = self._objects.upsert(body)
+        # Remembered only once the status says so: a failed status write is retried.
+        self._objects.write_status(body["metadata"]["name"], status_of(decided, written))
         with self._lock:
             self._published[pair] = rec
         log.info(
@@ -227,11 +359,37 @@ class RecommendationPublisher:
             for pair in pairs:
                 self.request(pair)
 
+    def fits_changed(self, workloads: set[str]) -> int:
+        """Decide again every published pair of these workloads (they have a new fit)."""
+        with self._lock:
+            pairs = [pair for pair in self._published if pair[0] in workloads]
+        for pair in pairs:
+            self.request(pair)
+        return len(pairs)
+
+    def _fit_loop(self) -> None:
+        assert self._new_fits is not None
+        try:
+            self._new_fits()  # the fits that exist at start: what is published already holds
+        except Exception as exc:
+            log.warning("looking for new fits failed: %s", exc)
+        while not self._stop.wait(self._fit_poll):
+            try:
+                workloads = self._new_fits()
+            except Exception as exc:  # the database is down: the refresh still runs
+                log.warning("looking for new fits failed: %s", exc)
+                continue
+            if workloads:
+                n = self.fits_changed(workloads)
+                log.info("new fits for %s: %d published pairs decided again", sorted(workloads), n)
+
     def start(self) -> list[threading.Thread]:
         threads = [
             threading.Thread(target=self._work_loop, name="tmc-publish", daemon=True),
             threading.Thread(target=self._refresh_loop, name="tmc-publish-refresh", daemon=True),
         ]
+        if self._new_fits is not None:
+            threads.append(threading.Thread(target=self._fit_loop, name="tmc-fits", daemon=True))
         for t in threads:
             t.start()
         return threads
@@ -253,29 +411,35 @@ class ServiceDecisions:
         self._utilization = utilization
         self._threshold = threshold
 
-    def __call__(self, workload: str, objective: str) -> Recommendation | None:
+    def __call__(self, workload: str, objective: str) -> Decided | None:
         outcome = decide_pair(
             self._service, workload, objective, self._threshold, self._utilization()
         )
         if outcome is None:
             return None
         if isinstance(outcome, str):
-            return Recommendation(workload=workload, objective=objective, fallback=outcome[:512])
-        return Recommendation(
-            workload=workload,
-            objective=objective,
-            recommendation_id=outcome.recommendation_id,
-            dram_bytes=outcome.dram_bytes,
-            slow_bytes=outcome.slow_bytes,
-            llc_ways=outcome.llc_ways,
-            slow_ratio=outcome.slow_ratio,
-            plan=list(outcome.plan),
+            cause = outcome.cause if isinstance(outcome, FallbackReason) else "NoRecommendation"
+            rec = Recommendation(workload=workload, objective=objective, fallback=outcome[:512])
+            return Decided(rec, cause)
+        return Decided(
+            Recommendation(
+                workload=workload,
+                objective=objective,
+                recommendation_id=outcome.recommendation_id,
+                dram_bytes=outcome.dram_bytes,
+                slow_bytes=outcome.slow_bytes,
+                llc_ways=outcome.llc_ways,
+                slow_ratio=outcome.slow_ratio,
+                plan=list(outcome.plan),
+            )
         )
 
 
 class PublisherSettings(ExtenderSettings):
     # How often every published pair is decided again against the cluster's utilization.
     publisher_refresh_seconds: float = Field(default=60.0, ge=1, le=86_400)
+    # How often the publisher looks for profiles' new fits, to publish them at once.
+    publisher_fit_poll_seconds: float = Field(default=2.0, ge=0.2, le=3_600)
 
 
 def main() -> None:
@@ -296,6 +460,8 @@ def main() -> None:
         KubeRecommendations(api),
         ServiceDecisions(sessions, state.utilization, settings.default_threshold),
         refresh_seconds=settings.publisher_refresh_seconds,
+        new_fits=NewFits(sessions),
+        fit_poll_seconds=settings.publisher_fit_poll_seconds,
     )
     # The feeder tells the publisher of every pending opted-in pod (those already pending at
     # its first listing too), and keeps the ledger a mirror of the bound pods.

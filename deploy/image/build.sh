@@ -55,7 +55,12 @@ PACKAGES=$(cat "${LISTS[@]}" | grep -v '^#' | grep -v '^$' | paste -sd, -)
 BUILD_CA=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/tmc-image.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+# An interrupted build (Ctrl-C, a kill) stops its children and removes what it wrote: the work
+# folder and the partial layout; an earlier image in OUT stays as it was.
+PARTIAL=$OUT.partial-$$
+cleanup() { rm -rf "$WORK" "$PARTIAL"; }
+trap cleanup EXIT
+trap 'log "interrupted: removing $WORK and $PARTIAL"; kill -- $(jobs -p) 2>/dev/null || true; exit 130' INT TERM
 git -C "$ROOT" archive --format=tar "$REVISION" > "$WORK/src.tar"
 
 log "root filesystem: Debian $SUITE + $PACKAGES, tmc $VERSION at $REVISION (epoch $SOURCE_DATE_EPOCH)"
@@ -76,7 +81,7 @@ mmdebstrap --variant=minbase --mode=root --include="$PACKAGES" \
     "$SUITE" "$WORK/rootfs.tar" "$MIRROR" >&2
 
 log "packing the OCI layout into $OUT"
-python3 "$HERE/oci.py" "$WORK/rootfs.tar" "$OUT" --ref "$REF" --created "$SOURCE_DATE_EPOCH" \
+python3 "$HERE/oci.py" "$WORK/rootfs.tar" "$PARTIAL" --ref "$REF" --created "$SOURCE_DATE_EPOCH" \
     --env PATH=/opt/tmc/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     --env PYTHONDONTWRITEBYTECODE=1 --env PYTHONUNBUFFERED=1 \
     --label "org.opencontainers.image.version=$VERSION" \
@@ -84,3 +89,5 @@ python3 "$HERE/oci.py" "$WORK/rootfs.tar" "$OUT" --ref "$REF" --created "$SOURCE
     --label "org.opencontainers.image.source=deploy/image/build.sh" \
     --user 10001 --workdir /app \
     --cmd tmc serve --host 0.0.0.0 --port 8000 --workers 2
+rm -rf "$OUT"
+mv "$PARTIAL" "$OUT"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Builds tmc-scheduler (kube-scheduler with the TmcPlacement plugin) into the control plane's
-# cache folder, next to kube-apiserver and kube-scheduler, with the same toolchain, module cache
+# Builds tmc-scheduler (kube-scheduler with the TmcPlacement plugin) and tmc-extender (the same
+# engine behind kube-scheduler's extender protocol) into the control plane's cache folder, next to kube-apiserver and kube-scheduler, with the same toolchain, module cache
 # and build cache as tests/scheduler/controlplane/build.sh, so that a warm cache rebuilds it in
 # seconds and CI's fresh clones on this machine share it.
 #
-# Usage: scheduler/plugin/build.sh      (idempotent; prints the binary's path)
+# Usage: scheduler/plugin/build.sh      (idempotent; prints tmc-scheduler's path)
 set -euo pipefail
 
 K8S_VERSION=${TMC_K8S_VERSION:-v1.36.3}
@@ -43,7 +43,9 @@ done
 # go build is itself incremental (the build cache): with nothing changed it relinks nothing and
 # leaves the binary as it is; it writes the output only when it succeeds.
 start=$(date +%s)
-(cd "$HERE" && "$GO" build -trimpath -tags selinux,notest,grpcnotrace -ldflags "$ldflags" \
-    -o "$BIN/tmc-scheduler" ./cmd/tmc-scheduler)
+for cmd in tmc-scheduler tmc-extender; do
+    (cd "$HERE" && "$GO" build -trimpath -tags selinux,notest,grpcnotrace -ldflags "$ldflags" \
+        -o "$BIN/$cmd" "./cmd/$cmd")
+done
 log "built in $(( $(date +%s) - start )) s ($("$GO" version))"
 echo "$BIN/tmc-scheduler"

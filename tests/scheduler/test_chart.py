@@ -39,6 +39,10 @@ EXTENDER_FIELDS = {
 }
 
 
+# The extender's path, chosen (the default is the plugin).
+EXTENDER: dict[str, Any] = {"scheduler": {"placement": "extender"}}
+
+
 def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     with helm.Chart.load(str(CHART)) as chart:
         rendered = chart.render(values or {}, name="demo", namespace="tmc")
@@ -58,7 +62,7 @@ def test_helm_lint_finds_no_errors() -> None:
         {"agent": {"enabled": False}},
         {"existingSecret": "db", "bootstrap": {"existingSecret": "mine"}},
         {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
-        {"scheduler": {"placement": "plugin"}},
+        {"scheduler": {"placement": "extender"}},
     ],
 )
 def test_rendered_manifests_match_the_kubernetes_schema(values: dict[str, Any]) -> None:
@@ -72,8 +76,8 @@ def test_rendered_manifests_match_the_kubernetes_schema(values: dict[str, Any]) 
 
 
 def test_placement_renders_one_scheduler_for_the_opted_in_pods() -> None:
-    """extender: kube-scheduler with the extender beside it, and the extender's mirror;
-    plugin: tmc-scheduler and the publisher, and nothing of the extender's path. Never two
+    """extender: kube-scheduler with tmc-extender beside it; plugin: tmc-scheduler; the
+    publisher in both (the recommendations both read, and the ledger's mirror). Never two
     schedulers answering to the same schedulerName."""
     deployments = {
         placement: {
@@ -83,10 +87,18 @@ def test_placement_renders_one_scheduler_for_the_opted_in_pods() -> None:
         }
         for placement in ("extender", "plugin")
     }
-    assert {"demo-tmc-scheduler", "demo-tmc-extender"} <= deployments["extender"]
-    assert not {"demo-tmc-plugin-scheduler", "demo-tmc-publisher"} & deployments["extender"]
+    assert {"demo-tmc-scheduler", "demo-tmc-publisher"} <= deployments["extender"]
+    assert "demo-tmc-plugin-scheduler" not in deployments["extender"]
     assert {"demo-tmc-plugin-scheduler", "demo-tmc-publisher"} <= deployments["plugin"]
-    assert not {"demo-tmc-scheduler", "demo-tmc-extender"} & deployments["plugin"]
+    assert "demo-tmc-scheduler" not in deployments["plugin"]
+    scheduler = by_name(render(EXTENDER), "Deployment", "demo-tmc-scheduler")
+    containers = {c["name"]: c for c in scheduler["spec"]["template"]["spec"]["containers"]}
+    assert containers["extender"]["image"] == "tmc-extender:v1.36.3"
+    assert containers["extender"]["command"][0] == "tmc-extender"
+    # The extenders' /metrics, through the Service the ServiceMonitor selects.
+    service = by_name(render(EXTENDER), "Service", "demo-tmc-extender")
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "scheduler"
+    assert service["metadata"]["labels"]["app.kubernetes.io/component"] == "extender"
     plugin = render({"scheduler": {"placement": "plugin"}})
     config = next(
         yaml.safe_load(d["data"]["scheduler-config.yaml"])
@@ -101,9 +113,14 @@ def test_placement_renders_one_scheduler_for_the_opted_in_pods() -> None:
 
 
 def test_every_component_is_there() -> None:
-    docs = render()
+    """The default places with the plugin (tmc-scheduler and the publisher); the extender's
+    path is there when chosen."""
+    names = {(d["kind"], d["metadata"]["name"]) for d in render()}
+    for component in ("api", "worker", "beat", "plugin-scheduler", "publisher"):
+        assert ("Deployment", f"demo-tmc-{component}") in names
+    docs = render(EXTENDER)
     names = {(d["kind"], d["metadata"]["name"]) for d in docs}
-    for component in ("api", "worker", "beat", "extender", "scheduler"):
+    for component in ("api", "worker", "beat", "scheduler", "publisher"):
         assert ("Deployment", f"demo-tmc-{component}") in names
     assert ("DaemonSet", "demo-tmc-agent") in names
     role = next(
@@ -116,7 +133,7 @@ def test_every_component_is_there() -> None:
 
 
 def test_scheduler_configuration_calls_the_extender_with_known_fields() -> None:
-    config_map = next(d for d in render() if d["kind"] == "ConfigMap")
+    config_map = next(d for d in render(EXTENDER) if d["kind"] == "ConfigMap")
     config = yaml.safe_load(config_map["data"]["scheduler-config.yaml"])
     assert config["kind"] == "KubeSchedulerConfiguration"
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
@@ -141,41 +158,32 @@ def test_scheduler_configuration_calls_the_extender_with_known_fields() -> None:
 
 
 def test_authentication_is_on_by_default() -> None:
-    """The extender's Secret (a private CA, the serving and the client certificate), the
-    extender reading it, the scheduler mounting its half, and a NetworkPolicy."""
-    docs = render()
+    """The extender's Secret (a private CA, the serving and the client certificate),
+    tmc-extender checking callers against it (the scheduler's CN only), and the scheduler
+    mounting its half; plain HTTP only when said out loud."""
+    docs = render(EXTENDER)
     secret = next(
         d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-extender-tls")
     )
     assert set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key", "client.crt", "client.key"}
-    extender = next(
-        d
-        for d in docs
-        if d["kind"] == "Deployment" and d["metadata"]["name"] == "demo-tmc-extender"
-    )
-    env = {
-        e["name"]: e.get("value")
-        for e in extender["spec"]["template"]["spec"]["containers"][0]["env"]
-    }
-    assert env["TMC_EXTENDER_CLIENT_CA_FILE"] == "/etc/tmc/tls/ca.crt"
-    assert env["TMC_EXTENDER_CLIENT_NAMES"] == '["tmc-scheduler"]'
-    assert "TMC_EXTENDER_INSECURE_HTTP" not in env
-    policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
-    (rule,) = policy["spec"]["ingress"]
-    assert (
-        rule["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "scheduler"
-    )
-    insecure = render({"extender": {"tls": {"enabled": False}}})
-    extender = next(
-        d
-        for d in insecure
-        if d["kind"] == "Deployment" and d["metadata"]["name"] == "demo-tmc-extender"
-    )
-    env = {
-        e["name"]: e.get("value")
-        for e in extender["spec"]["template"]["spec"]["containers"][0]["env"]
-    }
-    assert env["TMC_EXTENDER_INSECURE_HTTP"] == "true"  # said out loud, never silent
+
+    def extender_command(docs: list[dict[str, Any]]) -> list[str]:
+        scheduler = by_name(docs, "Deployment", "demo-tmc-scheduler")
+        (container,) = [
+            c
+            for c in scheduler["spec"]["template"]["spec"]["containers"]
+            if c["name"] == "extender"
+        ]
+        command: list[str] = container["command"]
+        return command
+
+    command = extender_command(docs)
+    assert "--client-ca-file=/etc/tmc/tls/ca.crt" in command
+    assert "--client-names=tmc-scheduler" in command
+    assert "--insecure-http" not in command
+    insecure = extender_command(render({**EXTENDER, "extender": {"tls": {"enabled": False}}}))
+    assert "--insecure-http" in insecure  # said out loud, never silent
+    assert not [c for c in insecure if c.startswith("--client-ca-file")]
 
 
 def test_every_extender_field_is_explained() -> None:

@@ -68,3 +68,27 @@ def test_down_says_what_it_stopped_and_removed(
     assert "PostgreSQL" in out and "removed" in out and not path.exists()
     assert dc.main(["status", "--state", str(path)]) == 1
     assert "./dev cluster up" in capsys.readouterr().out
+
+
+def _commands(text: str) -> list[str]:
+    """Shell lines with continuations joined, comments and indentation dropped."""
+    joined = text.replace("\\\n", " ")
+    out = []
+    for line in joined.splitlines():
+        command = line.split("  #", 1)[0].strip()
+        if command:
+            out.append(" ".join(command.split()))
+    return out
+
+
+def test_the_banner_gives_every_step_of_the_docs_upload_included() -> None:
+    """`./dev cluster up`'s next steps are docs/install.md's "Try it on this machine" commands,
+    in order, from the first kubectl to the recommendation read back: following either places
+    the pod with graph500's recommendation (the profile upload is one of them)."""
+    docs = (dc.ROOT / "docs" / "install.md").read_text()
+    section = docs.split("## 7. Try it on this machine", 1)[1]
+    block = section.split("Then, as on a real cluster:", 1)[1].split("```sh", 1)[1]
+    documented = [c for c in _commands(block.split("```", 1)[0]) if not c.startswith("./dev")]
+    banner = _commands(dc.next_steps())
+    assert banner == documented
+    assert any("/v1/profiles" in c for c in banner)

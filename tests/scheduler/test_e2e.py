@@ -424,15 +424,16 @@ def test_the_rendered_chart_is_accepted_by_the_real_api_server(stack: Stack) -> 
     dry run in the chart's namespace: the API server's own validation and admission accept it.
     The ServiceMonitor is a CRD this control plane does not have."""
     client = c.api_client(stack.cp)
-    rendered = c.render_chart({})
-    created = 0
-    for name, text in rendered.items():
-        for doc in yaml.safe_load_all(text):
-            if not doc or doc["kind"] == "ServiceMonitor" or name.endswith("rbac.yaml"):
-                continue
-            k8s_utils.create_from_dict(client, doc, namespace=NAMESPACE, dry_run="All")
-            created += 1
-    assert created >= 10
+    for placement in ("plugin", "extender"):  # the default, and the extender's path
+        rendered = c.render_chart({"scheduler": {"placement": placement}})
+        created = 0
+        for name, text in rendered.items():
+            for doc in yaml.safe_load_all(text):
+                if not doc or doc["kind"] == "ServiceMonitor" or name.endswith("rbac.yaml"):
+                    continue
+                k8s_utils.create_from_dict(client, doc, namespace=NAMESPACE, dry_run="All")
+                created += 1
+        assert created >= 10, placement
 
 
 @pytest.mark.parametrize(

@@ -237,8 +237,8 @@ ALLOWED = {
         ("create", "pods", "binding"),
         ("watch", "pods", ""),
         ("list", "nodes", ""),
-        # The plugin: PreBind annotates, the informer reads the published recommendations.
-        ("patch", "pods", ""),
+        # The plugin: its informer reads the published recommendations (the Binding carries
+        # the placement: it never patches a pod).
         ("watch", "tieredrecommendations.tmc.dev", ""),
     ],
     "publisher": [
@@ -247,6 +247,7 @@ ALLOWED = {
         ("patch", "pods", ""),
         ("create", "tieredrecommendations.tmc.dev", ""),
         ("update", "tieredrecommendations.tmc.dev", ""),
+        ("patch", "tieredrecommendations.tmc.dev", "status"),
     ],
     "api": [],
 }
@@ -270,6 +271,7 @@ DENIED = {
         ("get", "secrets", ""),
     ],
     "scheduler": [
+        ("patch", "pods", ""),
         ("get", "secrets", ""),
         ("delete", "nodes", ""),
         ("update", "tieredrecommendations.tmc.dev", ""),

@@ -116,6 +116,18 @@ def test_the_example_pod_is_placed_by_the_plugin_and_its_plan_reaches_the_node(
     )
     assert placement.recommendation_id == published["recommendation_id"]
     assert len(placement.plan) >= 2
+    # The object's status says it was published for its generation and is no fallback, and
+    # `kubectl get` shows the sizes in GiB.
+    obj = p.recommendation_objects(stack.cp)[("graph500", "slo:5%")]
+    status: dict[str, Any] = obj["status"]
+    assert status["observedGeneration"] == obj["metadata"]["generation"]
+    conditions = {cond["type"]: cond for cond in status["conditions"]}
+    assert conditions["Published"]["status"] == "True"
+    assert conditions["Fallback"]["status"] == "False"
+    assert conditions["Fallback"]["reason"] == "Recommended"
+    shown = p.recommendation_table(stack.cp)[obj["metadata"]["name"]]
+    assert shown["DRAM-GiB"] == f"{published['dram_bytes'] / 2**30:.1f}"
+    assert shown["Fallback"] == "False" and shown["Ways"] == published["llc_ways"]
     with psycopg.connect(stack.dsn) as conn:
         row = conn.execute(
             "SELECT llc_ways FROM recommendations WHERE id = %s", (placement.recommendation_id,)
@@ -164,6 +176,13 @@ def test_a_workload_without_a_profile_is_published_as_a_fallback(stack: Stack, n
     assert fallback is not None and fallback.startswith("tmc has no configuration"), fallback
     published = p.recommendations(stack.cp)[("no-such-workload", "cheapest")]
     assert published["fallback"] in fallback
+    obj = p.recommendation_objects(stack.cp)[("no-such-workload", "cheapest")]
+    conditions = {cond["type"]: cond for cond in obj["status"]["conditions"]}
+    assert conditions["Fallback"]["status"] == "True"
+    assert conditions["Fallback"]["message"] == published["fallback"]
+    assert conditions["Fallback"]["reason"] not in ("", "Recommended")
+    row = p.recommendation_table(stack.cp)[obj["metadata"]["name"]]
+    assert (row["Fallback"], row["DRAM-GiB"]) == ("True", "-"), row
     waited = [
         e.message
         for e in stack.api.list_namespaced_event(ns).items
@@ -291,6 +310,9 @@ def test_the_publisher_down_is_the_documented_fallback(stack: Stack, ns: str) ->
             if e.involved_object.name == "unknown" and e.reason == "FailedScheduling"
         ]
         assert any("waiting for the recommendation" in (m or "") for m in waited), waited
+        # The objective's percent reads as one (the event's message is a format string).
+        assert any('"least-dram:20\uff05"' in (m or "") for m in waited), waited
+        assert not any("%!" in (m or "") for m in waited), waited
     finally:
         stack.publisher.start()
         stack.publisher.wait_ready()
@@ -380,3 +402,29 @@ def test_a_node_agent_that_restarts_rereads_masks_and_reassigns_none(stack: Stac
     other = placement_of(placed(stack, ["second"], ns)["second"])
     assert other.node == placement.node
     assert other.llc_mask_bits & placement.llc_mask_bits == 0
+
+
+def test_a_new_fit_is_published_at_once(stack: Stack, ns: str) -> None:
+    """canneal has no profile: its pod is placed with the published fallback. Its profile is
+    then uploaded and fitted: the publisher (whose refresh is an hour here) publishes the fit
+    within seconds, and the next pod of canneal is placed with the recommendation."""
+    c.create_pods(stack.api, [c.opted_in_pod("before", "canneal")], ns)
+    before = placement_of(placed(stack, ["before"], ns)["before"])
+    assert before.fallback is not None, before
+    upload_example(stack.sessions, "canneal")
+
+    def recommended() -> bool:
+        obj = p.recommendation_objects(stack.cp).get(("canneal", "cheapest"))
+        return obj is not None and "fallback" not in obj["spec"]
+
+    try:
+        wait_until(recommended, 20, "canneal's fit published")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{stack.logs()}") from exc
+    c.create_pods(stack.api, [c.opted_in_pod("after", "canneal")], ns)
+    after = placement_of(placed(stack, ["after"], ns)["after"])
+    assert after.fallback is None and after.recommendation_id is not None, after
+    obj = p.recommendation_objects(stack.cp)[("canneal", "cheapest")]
+    conditions = {cond["type"]: cond for cond in obj["status"]["conditions"]}
+    assert conditions["Fallback"]["status"] == "False"
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"] >= 2

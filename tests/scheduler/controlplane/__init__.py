@@ -89,6 +89,8 @@ class ControlPlane:
         self.etcd_bin = etcd
         self.dir = Path(tempfile.mkdtemp(prefix="tmc-k8s-"))
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        # Each scheduler's secure port (its /healthz, /metrics and /debug/pprof), by name.
+        self.secure_ports: dict[str, int] = {}
         self.api_port = free_port()
         self.admin_token = "admin-" + os.urandom(12).hex()
         # Every component gets the identity it has in a cluster: the chart's service accounts,
@@ -293,6 +295,7 @@ class ControlPlane:
         apart (their logs and stop_process)."""
         self.stop_process(name)
         port = free_port()
+        self.secure_ports[name] = port
         self._spawn(
             name,
             [

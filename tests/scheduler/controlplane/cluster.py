@@ -84,6 +84,7 @@ def scheduler_config(cp: ControlPlane, extender_url: str, **extra: Any) -> Path:
     """The chart's KubeSchedulerConfiguration (mutual TLS on, as by default), for loopback."""
     values = {
         "scheduler": {
+            "placement": "extender",
             "extenderURL": extender_url,
             "kubeconfig": str(cp.kubeconfig("scheduler")),
             "leaderElect": False,

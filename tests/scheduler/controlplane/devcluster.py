@@ -324,6 +324,26 @@ def down(state_path: Path = DEFAULT_STATE) -> list[str]:
     return done
 
 
+def next_steps() -> str:
+    """Every step from an installed cluster to a placed pod, in docs/install.md's order (its test
+    holds the two to the same commands): without the profile upload, the pod would be placed
+    with the fallback."""
+    steps = [
+        f"kubectl -n {NAMESPACE} get deploy,ds,secret",
+        f"export TMC_TOKEN=$(kubectl -n {NAMESPACE} get secret {FULLNAME}-bootstrap"
+        " -o jsonpath='{.data.operator-token}' | base64 -d)",
+        f"AGENT_TOKEN=$(kubectl -n {NAMESPACE} get secret {FULLNAME}-agent-token"
+        " -o jsonpath='{.data.token}' | base64 -d)",
+        'curl -s -X POST "$TMC_API/v1/profiles" -H "Authorization: Bearer $AGENT_TOKEN" \\\n'
+        "    -H 'Content-Type: application/json' --data-binary @examples/graph500.json",
+        "kubectl apply -f deploy/examples/tiered-pod.yaml",
+        "kubectl get pod graph500-bfs -o jsonpath='{.spec.nodeName}{\"\\n\"}'",
+        "kubectl get tieredrecommendations",
+        'curl -s "$TMC_API/v1/recommendations?limit=1" -H "Authorization: Bearer $TMC_TOKEN"',
+    ]
+    return "\n".join("  " + step for step in steps)
+
+
 def describe(state: State) -> str:
     kubectl = binaries() / "kubectl"
     return f"""tmc is installed (release {RELEASE}, namespace {NAMESPACE}) on a local control plane.
@@ -332,11 +352,8 @@ def describe(state: State) -> str:
   export PATH={kubectl.parent}:$PATH      # kube-apiserver, tmc-scheduler, kubectl
   export TMC_API={state.api_url}
 
-Next steps (docs/install.md, "Try it on this machine"):
-  kubectl -n {NAMESPACE} get deploy,ds,secret
-  export TMC_TOKEN=$(kubectl -n {NAMESPACE} get secret {FULLNAME}-bootstrap -o jsonpath='{{.data.operator-token}}' | base64 -d)
-  kubectl apply -f deploy/examples/tiered-pod.yaml
-  kubectl get tieredrecommendations
+Next steps (docs/install.md, "Try it on this machine"): upload a profile, place a pod with it
+{next_steps()}
 Logs: {state.dir}/*.log      Stop everything: ./dev cluster down
 """
 

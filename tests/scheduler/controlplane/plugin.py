@@ -10,6 +10,7 @@ Used by tests/scheduler/test_plugin_e2e.py and bench/scheduler_e2e.py.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -145,4 +146,32 @@ def recommendations(cp: ControlPlane) -> dict[tuple[str, str], dict[str, Any]]:
     )
     return {
         (o["spec"]["workload"], o["spec"]["objective"]): o["spec"] for o in found.get("items", [])
+    }
+
+
+def recommendation_objects(cp: ControlPlane) -> dict[tuple[str, str], dict[str, Any]]:
+    """The published TieredRecommendation objects (spec and status) by (workload, objective)."""
+    api = k8s.CustomObjectsApi(api_client(cp))
+    found: dict[str, Any] = api.list_cluster_custom_object(  # type: ignore[assignment]
+        GROUP, RECOMMENDATION_VERSION, RECOMMENDATION_PLURAL
+    )
+    return {(o["spec"]["workload"], o["spec"]["objective"]): o for o in found.get("items", [])}
+
+
+def recommendation_table(cp: ControlPlane) -> dict[str, dict[str, Any]]:
+    """What `kubectl get tieredrecommendations -o wide` shows, by object name: the API server's
+    Table rendering of the CRD's printer columns (kubectl asks for the same)."""
+    api = api_client(cp)
+    request = api.param_serialize(
+        "GET",
+        f"/apis/{GROUP}/{RECOMMENDATION_VERSION}/{RECOMMENDATION_PLURAL}",
+        query_params=[("includeObject", "None")],
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        auth_settings=["BearerToken"],
+    )
+    response = api.call_api(*request)
+    table: dict[str, Any] = json.loads(response.read())
+    names = [str(c["name"]) for c in table["columnDefinitions"]]
+    return {
+        str(row["cells"][0]): dict(zip(names, row["cells"], strict=True)) for row in table["rows"]
     }

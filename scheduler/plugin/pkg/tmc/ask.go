@@ -7,6 +7,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
 
 // RecommendationAnnotation carries the configuration tmc recommends for the pod, written on the
@@ -21,26 +23,10 @@ import (
 // the pod gets the fallback. vCPUs are the pod's CPU request, as in the extender.
 const (
 	RecommendationAnnotation = Group + "/recommendation"
-	RecommendationSchema     = "tmc.recommendation/v1"
-	RecommendationKind       = "TieredRecommendation"
+	RecommendationSchema     = v1alpha1.RecommendationSchema
+	RecommendationKind       = v1alpha1.RecommendationKind
 	defaultObjective         = "cheapest"
 )
-
-// Recommendation is the tmc.dev/recommendation annotation read back.
-type Recommendation struct {
-	Schema           string          `json:"schema"`
-	Workload         *string         `json:"workload,omitempty"`
-	Objective        *string         `json:"objective,omitempty"`
-	RecommendationID *string         `json:"recommendation_id,omitempty"`
-	DRAMBytes        int64           `json:"dram_bytes"`
-	SlowBytes        int64           `json:"slow_bytes"`
-	LLCWays          int             `json:"llc_ways"`
-	SlowRatio        float64         `json:"slow_ratio"`
-	Plan             []StructurePlan `json:"plan"`
-	// Fallback, when set, says tmc has no configuration for the workload and objective: the pod
-	// gets the fallback with this reason (no other field is read).
-	Fallback *string `json:"fallback,omitempty"`
-}
 
 // PodAsk is what the plugin reads off a pod: whether it opted in, what it is, and the
 // configuration it is to be given (a recommendation, or the fallback with its reason).
@@ -176,7 +162,7 @@ func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, strin
 	if err := dec.Decode(&rec); err != nil {
 		return unreadable(err.Error())
 	}
-	if rec.Schema != RecommendationSchema {
+	if rec.Schema != "" && rec.Schema != RecommendationSchema {
 		return unreadable(fmt.Sprintf("schema %q is not %s", clip(rec.Schema, 40), RecommendationSchema))
 	}
 	if rec.Workload != nil && (ask.Workload == nil || *rec.Workload != *ask.Workload) {
@@ -208,7 +194,7 @@ func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, strin
 		LLCMask:       FormatMask(RunMask(0, rec.LLCWays)),
 		Plan:          rec.Plan,
 	}
-	if err := probe.validate(); err != nil {
+	if err := validatePlacement(&probe); err != nil {
 		return unreadable(strings.TrimPrefix(err.Error(), PlacementAnnotation+": "))
 	}
 	return &rec, ""

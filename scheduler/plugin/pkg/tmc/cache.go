@@ -92,8 +92,8 @@ func (c *Cache) SetNode(name string, capacity *NodeCapacity) {
 		c.racks[capacity.SlowPool] = map[string]struct{}{}
 	}
 	c.racks[capacity.SlowPool][name] = struct{}{}
-	if capacity.SlowPoolBytes >= 0 {
-		c.pools[capacity.SlowPool] = capacity.SlowPoolBytes
+	if capacity.SlowPoolBytes != nil {
+		c.pools[capacity.SlowPool] = *capacity.SlowPoolBytes
 	}
 }
 
@@ -197,6 +197,11 @@ func (c *Cache) Assume(uid types.UID, name string, capacity *NodeCapacity, cpus 
 	if held, ok := c.pods[uid]; ok {
 		if held.Node == name {
 			return held, nil
+		}
+		if held.Bound {
+			// A bound pod keeps its room until it goes: an attempt to place it elsewhere (a
+			// retried bind that read the pod before it was bound) changes nothing.
+			return Reservation{}, fmt.Errorf("tmc: the pod is bound to %s already", held.Node)
 		}
 		c.removeLocked(held)
 	}

@@ -16,7 +16,7 @@ func recommendedAsk(vcpus, dram, slow int64, ways int) *PodAsk {
 
 func TestAssumeChoosesBestFitRunsAndForgets(t *testing.T) {
 	c := NewCache()
-	node := &NodeCapacity{DRAMBytes: 64, LLCWays: 11, SlowPoolBytes: -1}
+	node := &NodeCapacity{DRAMBytes: 64, LLCWays: 11}
 	a, err := c.Assume("a", "n1", node, 16, recommendedAsk(2, 8, 0, 3))
 	if err != nil || a.LLCMask != 0x7 {
 		t.Fatalf("first pod: %+v, %v", a, err)
@@ -53,7 +53,7 @@ func TestAssumeChoosesBestFitRunsAndForgets(t *testing.T) {
 
 func TestAssumeRefusesWhatDoesNotFit(t *testing.T) {
 	c := NewCache()
-	node := &NodeCapacity{DRAMBytes: 16, SlowBytes: 8, LLCWays: 4, SlowPoolBytes: -1}
+	node := &NodeCapacity{DRAMBytes: 16, SlowBytes: 8, LLCWays: 4}
 	if _, err := c.Assume("a", "n", node, 4, recommendedAsk(1, 10, 6, 2)); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestAssumeRefusesWhatDoesNotFit(t *testing.T) {
 
 func TestFallbackTakesTheLongestFreeRun(t *testing.T) {
 	c := NewCache()
-	node := &NodeCapacity{DRAMBytes: 64, LLCWays: 8, SlowPoolBytes: -1}
+	node := &NodeCapacity{DRAMBytes: 64, LLCWays: 8}
 	c.Bind("x", &Placement{Node: "n", Configuration: PlacedConfiguration{VCPUs: 1, LLCWays: 1}, LLCMask: "0x4"})
 	r, err := c.Assume("f", "n", node, 8, fallbackAsk(1, 4))
 	if err != nil || r.LLCMask != 0xf8 {
@@ -84,8 +84,8 @@ func TestFallbackTakesTheLongestFreeRun(t *testing.T) {
 
 func TestSlowMemoryLocalFirstThenRackPool(t *testing.T) {
 	c := NewCache()
-	a := &NodeCapacity{DRAMBytes: 64, SlowBytes: 10, LLCWays: 8, SlowPool: "rack", SlowPoolBytes: 100}
-	b := &NodeCapacity{DRAMBytes: 64, LLCWays: 8, SlowPool: "rack", SlowPoolBytes: -1}
+	a := &NodeCapacity{DRAMBytes: 64, SlowBytes: 10, LLCWays: 8, SlowPool: "rack", SlowPoolBytes: ptr(int64(100))}
+	b := &NodeCapacity{DRAMBytes: 64, LLCWays: 8, SlowPool: "rack"}
 	c.SetNode("a", a)
 	c.SetNode("b", b)
 	first, _ := c.Assume("1", "a", a, 8, recommendedAsk(1, 1, 8, 1))
@@ -111,7 +111,7 @@ func TestSlowMemoryLocalFirstThenRackPool(t *testing.T) {
 }
 
 func TestBoundPlacementsSurviveUnreserveAndRebuildTheCache(t *testing.T) {
-	node := &NodeCapacity{DRAMBytes: 64, LLCWays: 8, SlowPoolBytes: -1}
+	node := &NodeCapacity{DRAMBytes: 64, LLCWays: 8}
 	before := NewCache()
 	var placements []*Placement
 	for i, ask := range []*PodAsk{recommendedAsk(1, 4, 0, 2), recommendedAsk(2, 8, 0, 3), fallbackAsk(1, 2)} {
@@ -125,7 +125,7 @@ func TestBoundPlacementsSurviveUnreserveAndRebuildTheCache(t *testing.T) {
 	// A restarted scheduler reads the bound pods' annotations: the same usage, the same ways.
 	after := NewCache()
 	for i, p := range placements {
-		ann, err := p.Annotations()
+		ann, err := PlacementAnnotations(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,5 +176,24 @@ func TestJudgeSaysNeverOrNotNow(t *testing.T) {
 		if fits != (v == nil) || v != nil && v.Unresolvable != c.never {
 			t.Errorf("%s: %+v", name, v)
 		}
+	}
+}
+
+// A bound pod's reservation is never moved by an attempt to place it on another node.
+func TestAssumeNeverMovesABoundPod(t *testing.T) {
+	node := &NodeCapacity{DRAMBytes: 64, LLCWays: 8}
+	c := NewCache()
+	ask := &PodAsk{OptedIn: true, VCPUs: 1, DRAMBytes: 8, LLCWays: 2}
+	held, err := c.Assume("p", "a", node, 4, ask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Bind("p", &Placement{Schema: PlacementSchema, Node: "a", Objective: "cheapest", LLCMask: FormatMask(held.LLCMask),
+		Configuration: PlacedConfiguration{VCPUs: 1, DRAMBytes: 8, LLCWays: 2}})
+	if _, err := c.Assume("p", "b", node, 4, ask); err == nil {
+		t.Fatal("a bound pod was assumed on another node")
+	}
+	if got, ok := c.Held("p"); !ok || got.Node != "a" || !got.Bound || c.Len() != 1 {
+		t.Fatalf("the bound pod's reservation became %+v", got)
 	}
 }

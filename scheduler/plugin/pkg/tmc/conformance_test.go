@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
@@ -248,7 +251,11 @@ func (sc *conformanceScenario) podObject(p tablePod) *v1.Pod {
 // it: a fake API server for the Binding, the table's nodes as the scheduler's
 // snapshot, and the cache fed as the informers feed it.
 type conformanceRun struct {
-	sc         *conformanceScenario
+	sc *conformanceScenario
+	// door is the front door the pods go through: "plugin" (the extension points) or
+	// "extender" (the HTTP verbs, in kube-scheduler's wire format).
+	door       string
+	ext        http.Handler
 	plugin     *TmcPlacement
 	client     *fake.Clientset
 	nodes      map[string]*v1.Node
@@ -259,12 +266,12 @@ type conformanceRun struct {
 }
 
 func (r *conformanceRun) mismatch(format string, args ...any) {
-	r.mismatches = append(r.mismatches, fmt.Sprintf("%s/%s: ", r.sc.Name, r.step)+fmt.Sprintf(format, args...))
+	r.mismatches = append(r.mismatches, fmt.Sprintf("[%s] %s/%s: ", r.door, r.sc.Name, r.step)+fmt.Sprintf(format, args...))
 }
 
-func newConformanceRun(sc *conformanceScenario) *conformanceRun {
-	r := &conformanceRun{sc: sc, client: bindingClient(), nodes: map[string]*v1.Node{}, infos: map[string]fwk.NodeInfo{}}
-	r.plugin = &TmcPlacement{client: r.client, cache: NewCache(), node: func(name string) (*v1.Node, error) {
+func newConformanceRun(sc *conformanceScenario, door string) *conformanceRun {
+	r := &conformanceRun{sc: sc, door: door, client: bindingClient(), nodes: map[string]*v1.Node{}, infos: map[string]fwk.NodeInfo{}}
+	r.plugin = &TmcPlacement{Engine: &Engine{client: r.client, cache: NewCache()}, node: func(name string) (*v1.Node, error) {
 		if n, ok := r.nodes[name]; ok {
 			return n, nil
 		}
@@ -279,6 +286,12 @@ func newConformanceRun(sc *conformanceScenario) *conformanceRun {
 		r.order = append(r.order, n.Name)
 		r.plugin.ObserveNode(node) // the node informer's add
 	}
+	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, n := range r.nodes {
+		_ = nodes.Add(n)
+	}
+	// The extender over the very engine the plugin uses: the same cache, the same rule.
+	r.ext = NewExtender(r.plugin.Engine, nil, corelisters.NewNodeLister(nodes), ExtenderOptions{}).Handler("/scheduler")
 	return r
 }
 
@@ -361,6 +374,10 @@ func (r *conformanceRun) run() int {
 
 // attempt is one scheduling cycle and, when a node is chosen, the binding cycle.
 func (r *conformanceRun) attempt(pod *v1.Pod, want *tableExpect) {
+	if r.door == "extender" {
+		r.attemptExtender(pod, want)
+		return
+	}
 	ctx := context.Background()
 	p := r.plugin
 	if want == nil {
@@ -585,15 +602,32 @@ func deref[T any](p *T) any {
 	return *p
 }
 
+// conformanceDoors are the engine's two front doors: every case runs through each.
+var conformanceDoors = []string{"plugin", "extender"}
+
+// runConformance runs the table through both front doors; cases counts each case once.
 func runConformance(table conformanceTable) (int, []string) {
 	cases := 0
 	var mismatches []string
-	for i := range table.Scenarios {
-		run := newConformanceRun(&table.Scenarios[i])
-		cases += run.run()
-		mismatches = append(mismatches, run.mismatches...)
+	for _, door := range conformanceDoors {
+		cases = 0
+		for i := range table.Scenarios {
+			run := newConformanceRun(&table.Scenarios[i], door)
+			cases += run.run()
+			mismatches = append(mismatches, run.mismatches...)
+		}
 	}
 	return cases, mismatches
+}
+
+// caughtByEveryDoor: each front door found a mismatch.
+func caughtByEveryDoor(mismatches []string) bool {
+	for _, door := range conformanceDoors {
+		if !slices.ContainsFunc(mismatches, func(m string) bool { return strings.HasPrefix(m, "["+door+"]") }) {
+			return false
+		}
+	}
+	return true
 }
 
 func TestConformanceTable(t *testing.T) {
@@ -638,7 +672,7 @@ func TestConformanceCatchesAWrongExpectation(t *testing.T) {
 			t.Fatalf("the table's third step of %s is not big-1", sc.Name)
 		}
 		mutate(step.Expect)
-		if _, mismatches := runConformance(conformanceTable{Scenarios: []conformanceScenario{*sc}}); len(mismatches) == 0 {
+		if _, mismatches := runConformance(conformanceTable{Scenarios: []conformanceScenario{*sc}}); !caughtByEveryDoor(mismatches) {
 			t.Errorf("a wrong %s passed", what)
 		}
 	}
@@ -666,7 +700,14 @@ func TestConformanceCatchesAWrongExpectation(t *testing.T) {
 			t.Fatal("the table has no scenario patterns whose second step is web-1")
 		}
 		mutate(sc.Steps[1].Expect)
-		if _, mismatches := runConformance(conformanceTable{Scenarios: []conformanceScenario{*sc}}); len(mismatches) == 0 {
+		_, mismatches := runConformance(conformanceTable{Scenarios: []conformanceScenario{*sc}})
+		caught := caughtByEveryDoor(mismatches)
+		if what == "packing score" {
+			// The extender's wire carries only the combined score: the packing score alone is
+			// checked at the plugin's Score (the same engine's RawScore).
+			caught = slices.ContainsFunc(mismatches, func(m string) bool { return strings.HasPrefix(m, "[plugin]") })
+		}
+		if !caught {
 			t.Errorf("a wrong expectation (%s) passed", what)
 		}
 	}
@@ -687,7 +728,7 @@ func TestConformanceCatchesAWrongExpectation(t *testing.T) {
 				*e = tableExpect{Feasible: map[string]int{}}
 			}
 		}
-		if _, mismatches := runConformance(conformanceTable{Scenarios: []conformanceScenario{*sc}}); len(mismatches) == 0 {
+		if _, mismatches := runConformance(conformanceTable{Scenarios: []conformanceScenario{*sc}}); !caughtByEveryDoor(mismatches) {
 			t.Errorf("%s pods expected to be judged passed", kind)
 		}
 	}

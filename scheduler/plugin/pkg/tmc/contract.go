@@ -4,19 +4,20 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"math/bits"
 	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
 
 // The names of model/node_contract.py: what crosses between the scheduler and the node. The
 // node agent and the Python extender read and write the same keys, so they are spelled once here
 // and must never drift from the Python definitions.
 const (
-	Group = "tmc.dev"
+	Group = v1alpha1.Group
 
 	// OptInResource is the extended resource a pod requests to be placed by tmc.
 	OptInResource = Group + "/tiered"
@@ -34,15 +35,28 @@ const (
 	LLCWaysAnnotation        = Group + "/llc-ways"
 	SlowPoolAnnotation       = Group + "/slow-pool"
 	SlowPoolBytesAnnotation  = Group + "/slow-pool-bytes"
-	PlacementSchema          = "tmc.placement/v2"
-	placementSchemaV1        = "tmc.placement/v1"
+	PlacementSchema          = v1alpha1.PlacementSchema
+	placementSchemaV1        = v1alpha1.PlacementSchemaV1
 	maxPlacementAnnotationSz = 256 * 1024 // the API server's own limit on annotations
 
 	// MaxBytes, MaxLLCWays and MaxCPUs bound every number of the contract so that no annotation,
 	// however it was written, can overflow a computation downstream.
-	MaxBytes   = int64(1) << 52
-	MaxLLCWays = 64
-	MaxCPUs    = 4096
+	MaxBytes   = v1alpha1.MaxBytes
+	MaxLLCWays = v1alpha1.MaxLLCWays
+	MaxCPUs    = v1alpha1.MaxCPUs
+)
+
+// The contract's shapes are the API types (pkg/apis/tmc/v1alpha1); the engine reads and writes
+// them with the rules below.
+type (
+	NodeCapacity        = v1alpha1.NodeCapacity
+	StructurePlan       = v1alpha1.StructurePlan
+	PlacedConfiguration = v1alpha1.PlacedConfiguration
+	Placement           = v1alpha1.Placement
+	PyFloat             = v1alpha1.PyFloat
+	NodePattern         = v1alpha1.NodePattern
+	PatternSlot         = v1alpha1.PatternSlot
+	Recommendation      = v1alpha1.Recommendation
 )
 
 var (
@@ -58,19 +72,6 @@ func (e *ContractError) Error() string { return e.Msg }
 
 func contractErrorf(format string, args ...any) error {
 	return &ContractError{Msg: fmt.Sprintf(format, args...)}
-}
-
-// NodeCapacity is a node's tiered capacity as its agent publishes it. Pooled slow memory is
-// accounted on the pool (SlowPool, SlowPoolBytes), never in SlowBytes, which is node-local only.
-type NodeCapacity struct {
-	HostKind string
-	// CPUs is 0 when the node does not publish tmc.dev/cpus: its allocatable CPUs count then.
-	CPUs          int64
-	DRAMBytes     int64
-	SlowBytes     int64
-	LLCWays       int
-	SlowPool      string
-	SlowPoolBytes int64 // -1 when the node does not publish it
 }
 
 // intAnnotation reads a decimal annotation as the Python contract does: ASCII digits only, at
@@ -107,7 +108,7 @@ func ParseNodeCapacity(labels, ann map[string]string) (*NodeCapacity, error) {
 	if _, ok := ann[LLCWaysAnnotation]; !ok {
 		return nil, nil
 	}
-	c := &NodeCapacity{HostKind: "unknown", SlowPoolBytes: -1}
+	c := &NodeCapacity{HostKind: "unknown"}
 	if v := labels[HostKindLabel]; v != "" {
 		c.HostKind = v
 	} else if v := ann[HostKindLabel]; v != "" {
@@ -161,9 +162,11 @@ func ParseNodeCapacity(labels, ann map[string]string) (*NodeCapacity, error) {
 			return nil, err
 		}
 		if has {
-			if c.SlowPoolBytes, err = boundedBytes("slow_pool_bytes", poolBytes); err != nil {
+			bounded, err := boundedBytes("slow_pool_bytes", poolBytes)
+			if err != nil {
 				return nil, err
 			}
+			c.SlowPoolBytes = &bounded
 		}
 	}
 	return c, nil
@@ -176,73 +179,14 @@ func boundedBytes(field string, v int64) (int64, error) {
 	return v, nil
 }
 
-// StructurePlan is how much of one tagged structure goes to each tier.
-type StructurePlan struct {
-	Tag       string `json:"tag"`
-	FastBytes int64  `json:"fast_bytes"`
-	SlowBytes int64  `json:"slow_bytes"`
-}
-
-// PlacedConfiguration is the configuration a pod was given.
-type PlacedConfiguration struct {
-	VCPUs     int64   `json:"vcpus"`
-	DRAMBytes int64   `json:"dram_bytes"`
-	SlowBytes int64   `json:"slow_bytes"`
-	SlowRatio PyFloat `json:"slow_ratio"`
-	LLCWays   int     `json:"llc_ways"`
-}
-
-// Placement is the tmc.dev/placement annotation. The field order is the Python model's, so that
-// the JSON written here is byte for byte what the extender writes for the same placement.
-type Placement struct {
-	Schema           string              `json:"schema"`
-	Node             string              `json:"node"`
-	Workload         *string             `json:"workload"`
-	Objective        string              `json:"objective"`
-	Configuration    PlacedConfiguration `json:"configuration"`
-	LLCMask          string              `json:"llc_mask"`
-	SlowFromPool     bool                `json:"slow_from_pool"`
-	RecommendationID *string             `json:"recommendation_id"`
-	Fallback         *string             `json:"fallback"`
-	Plan             []StructurePlan     `json:"plan"`
-}
-
-// PyFloat is a float written as Python's json module writes one (repr: 0.0, 0.25, 1e-05), so that
-// the placement annotation does not depend on which side wrote it.
-type PyFloat float64
-
-// MarshalJSON writes the shortest representation that reads back exactly, as repr does.
-func (f PyFloat) MarshalJSON() ([]byte, error) {
-	v := float64(f)
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return nil, fmt.Errorf("tmc: %v is not a JSON number", v)
-	}
-	text := strconv.FormatFloat(v, 'g', -1, 64)
-	if e := strings.IndexByte(text, 'e'); e >= 0 {
-		// Go writes e+16 / e-05 as Python does, but a mantissa without a point ("1e-05") is
-		// what Python writes too: nothing to add.
-		return []byte(text), nil
-	}
-	if !strings.Contains(text, ".") {
-		text += ".0"
-	}
-	return []byte(text), nil
-}
-
-// LLCMaskBits is the CAT mask as a number.
-func (p *Placement) LLCMaskBits() uint64 {
-	v, _ := strconv.ParseUint(p.LLCMask[2:], 16, 64)
-	return v
-}
-
 // FormatMask writes a CAT mask as Python's hex() does: lower case, no leading zeros.
 func FormatMask(mask uint64) string { return "0x" + strconv.FormatUint(mask, 16) }
 
-// Annotations are the two annotations PreBind writes: the placement as compact JSON (Python's
-// json.dumps with separators (",", ":") and ensure_ascii) and the mask, redundantly, for tools
-// that read one value.
-func (p *Placement) Annotations() (map[string]string, error) {
-	if err := p.validate(); err != nil {
+// PlacementAnnotations are the two annotations the Binding writes: the placement as compact
+// JSON (the encoding of Python's json.dumps with separators (",", ":") and ensure_ascii, so that
+// every reader sees one spelling) and the mask, redundantly, for tools that read one value.
+func PlacementAnnotations(p *Placement) (map[string]string, error) {
+	if err := validatePlacement(p); err != nil {
 		return nil, err
 	}
 	body := *p
@@ -263,6 +207,13 @@ func (p *Placement) Annotations() (map[string]string, error) {
 // Python's ensure_ascii does. Only string contents can hold such characters, and inside a JSON
 // string the escape means the same character.
 func asciiOnly(s string) string {
+	ascii := true
+	for i := 0; i < len(s) && ascii; i++ {
+		ascii = s[i] < utf8.RuneSelf
+	}
+	if ascii {
+		return s // the usual placement: nothing to escape, nothing to copy
+	}
 	var b strings.Builder
 	for _, r := range s {
 		switch {
@@ -300,7 +251,7 @@ func ParsePlacement(ann map[string]string) (*Placement, error) {
 	if p.Objective == "" {
 		p.Objective = "cheapest"
 	}
-	if err := p.validate(); err != nil {
+	if err := validatePlacement(&p); err != nil {
 		return nil, err
 	}
 	if side, ok := ann[LLCMaskAnnotation]; ok {
@@ -312,9 +263,9 @@ func ParsePlacement(ann map[string]string) (*Placement, error) {
 	return &p, nil
 }
 
-// validate holds a placement to the Python model's bounds, so that neither side writes or
-// trusts one the other would refuse.
-func (p *Placement) validate() error {
+// validatePlacement holds a placement to the contract's bounds, so that the scheduler never
+// writes one the node would refuse, nor counts one it cannot read.
+func validatePlacement(p *Placement) error {
 	bad := func(format string, args ...any) error {
 		return contractErrorf(PlacementAnnotation+": "+format, args...)
 	}
@@ -370,36 +321,14 @@ func (p *Placement) validate() error {
 // stands for, written by the operator (`tmc plan patterns apply`), read by placement.
 const (
 	PatternAnnotation    = Group + "/pattern"
-	PatternSchema        = "tmc.pattern/v1"
-	MaxPatternSlots      = 64
-	MaxSlotVMs           = 4096
-	MaxPatternMachines   = 100000
+	PatternSchema        = v1alpha1.PatternSchema
+	MaxPatternSlots      = v1alpha1.MaxPatternSlots
+	MaxSlotVMs           = v1alpha1.MaxSlotVMs
+	MaxPatternMachines   = v1alpha1.MaxPatternMachines
 	maxPatternAnnotation = 64 * 1024
 )
 
 var planName = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
-
-// PatternSlot is the VMs of one workload in one configuration on a planned machine.
-type PatternSlot struct {
-	Workload  string `json:"workload"`
-	DRAMBytes int64  `json:"dram_bytes"`
-	SlowBytes int64  `json:"slow_bytes"`
-	LLCWays   int    `json:"llc_ways"`
-	Count     int    `json:"count"`
-}
-
-// Key is what a placed pod is counted by against the slot.
-func (s PatternSlot) Key() PlacedKey {
-	return PlacedKey{Workload: s.Workload, DRAMBytes: s.DRAMBytes, SlowBytes: s.SlowBytes, LLCWays: s.LLCWays}
-}
-
-// NodePattern is the tmc.dev/pattern annotation.
-type NodePattern struct {
-	Schema  string        `json:"schema"`
-	Plan    string        `json:"plan"`
-	Machine int           `json:"machine"`
-	Slots   []PatternSlot `json:"slots"`
-}
 
 // ParsePattern is NodePattern.from_annotations: (nil, nil) when the node carries no pattern, an
 // error when it carries one that cannot be read (placement then treats the node as having none).
@@ -455,10 +384,15 @@ func ParsePattern(ann map[string]string) (*NodePattern, error) {
 			return nil, bad("slots.%d.llc_ways: must be in 1..%d", i, MaxLLCWays)
 		case s.Count < 1 || s.Count > MaxSlotVMs:
 			return nil, bad("slots.%d.count: must be in 1..%d", i, MaxSlotVMs)
-		case seen[s.Key()]:
+		case seen[slotKey(s)]:
 			return nil, bad("two slots name the same workload and configuration")
 		}
-		seen[s.Key()] = true
+		seen[slotKey(s)] = true
 	}
 	return out, nil
+}
+
+// slotKey is what a placed pod is counted by against the slot.
+func slotKey(s PatternSlot) PlacedKey {
+	return PlacedKey{Workload: s.Workload, DRAMBytes: s.DRAMBytes, SlowBytes: s.SlowBytes, LLCWays: s.LLCWays}
 }

@@ -2,6 +2,7 @@ package tmc
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -16,8 +17,8 @@ func TestParseNodeCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := NodeCapacity{HostKind: "optane", CPUs: 16, DRAMBytes: 68719476736, LLCWays: 11, SlowPool: "rack-1", SlowPoolBytes: 1 << 40}
-	if *c != want {
+	want := NodeCapacity{HostKind: "optane", CPUs: 16, DRAMBytes: 68719476736, LLCWays: 11, SlowPool: "rack-1", SlowPoolBytes: ptr(int64(1 << 40))}
+	if !reflect.DeepEqual(*c, want) {
 		t.Fatalf("got %+v, want %+v", *c, want)
 	}
 
@@ -33,7 +34,7 @@ func TestParseNodeCapacity(t *testing.T) {
 	// Optional fields: no CPUs (allocatable counts), no slow tier, no pool bytes; the host kind
 	// may come from an annotation when the label is missing.
 	c, err = ParseNodeCapacity(nil, map[string]string{DRAMAnnotation: "1024", LLCWaysAnnotation: "4", SlowPoolAnnotation: "", HostKindLabel: "cxl"})
-	if err != nil || c.CPUs != 0 || c.SlowBytes != 0 || c.SlowPool != "" || c.SlowPoolBytes != -1 || c.HostKind != "cxl" {
+	if err != nil || c.CPUs != 0 || c.SlowBytes != 0 || c.SlowPool != "" || c.SlowPoolBytes != nil || c.HostKind != "cxl" {
 		t.Errorf("optional fields: %+v, %v", c, err)
 	}
 
@@ -94,7 +95,7 @@ func TestPlacementAnnotationIsPythons(t *testing.T) {
 		},
 	}
 	for i, c := range cases {
-		ann, err := c.placement.Annotations()
+		ann, err := PlacementAnnotations(&c.placement)
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)
 		}
@@ -108,7 +109,7 @@ func TestPlacementAnnotationIsPythons(t *testing.T) {
 		if err != nil {
 			t.Fatalf("case %d: reading back: %v", i, err)
 		}
-		again, _ := back.Annotations()
+		again, _ := PlacementAnnotations(back)
 		if again[PlacementAnnotation] != c.python {
 			t.Errorf("case %d: not stable through a read: %s", i, again[PlacementAnnotation])
 		}

@@ -44,7 +44,7 @@ func Preference(pattern *NodePattern, placed map[PlacedKey]int, pod *PlacedKey) 
 			continue
 		}
 		planned += s.Count
-		if s.Key() == *pod && placed[*pod] < s.Count {
+		if slotKey(s) == *pod && placed[*pod] < s.Count {
 			exact = true
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -56,7 +57,7 @@ func newHarness(t *testing.T, nodes ...*v1.Node) *harness {
 
 // restart is a new plugin (a scheduler that restarted) fed by the informers' initial lists.
 func (h *harness) restart() *TmcPlacement {
-	p := &TmcPlacement{client: h.client, cache: NewCache(), node: func(name string) (*v1.Node, error) {
+	p := &TmcPlacement{Engine: &Engine{client: h.client, cache: NewCache()}, node: func(name string) (*v1.Node, error) {
 		if n, ok := h.nodes[name]; ok {
 			return n, nil
 		}
@@ -108,8 +109,8 @@ func bindingClient() *fake.Clientset {
 	return client
 }
 
-// schedule runs one cycle and, when a node is chosen, the binding cycle: PreBind, then a bind
-// (Bind), whose bound pod the pod informer delivers to ObservePod.
+// schedule runs one cycle and, when a node is chosen, the binding cycle (Bind, whose Binding
+// carries the placement), whose bound pod the pod informer delivers to ObservePod.
 func (h *harness) schedule(pod *v1.Pod) (string, *fwk.Status) {
 	ctx := context.Background()
 	if _, err := h.client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -368,5 +369,19 @@ func TestBurstNeverOvercommitsAndRestartRecovers(t *testing.T) {
 	restarted.ObservePod(&victim)
 	if _, ok := restarted.cache.Held(types.UID(victim.UID)); ok {
 		t.Error("a finished pod still holds its reservation")
+	}
+}
+
+// TestStatusMessagesAreNoFormatStrings: kube-scheduler records a pod's FailedScheduling event
+// with the status message as a format string; a percent in an objective must survive it.
+func TestStatusMessagesAreNoFormatStrings(t *testing.T) {
+	msg := `tmc: waiting for the recommendation of workload "graph500", objective "slo:5%"`
+	var none []any // as the event recorder calls it: the message, no arguments
+	got := fmt.Sprintf(newStatus(fwk.Error, msg).Message(), none...)
+	if strings.Contains(got, "%!") || !strings.Contains(got, `"slo:5％"`) {
+		t.Fatalf("the event would read %q", got)
+	}
+	if asStatus(nil) != nil {
+		t.Fatal("asStatus(nil) is success")
 	}
 }

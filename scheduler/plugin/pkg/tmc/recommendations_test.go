@@ -121,7 +121,7 @@ func TestTheInformerFeedsTheIndex(t *testing.T) {
 
 func TestAPodWaitsForItsRecommendationThenFallsBack(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	p := &TmcPlacement{cache: NewCache(), published: NewRecommendationIndex(), wait: 10 * time.Second, now: func() time.Time { return now }}
+	p := &TmcPlacement{Engine: &Engine{cache: NewCache(), published: NewRecommendationIndex(), wait: 10 * time.Second, now: func() time.Time { return now }}}
 	pod := tieredPod("new", map[string]string{WorkloadAnnotation: "graph500"}, "1", "1Gi")
 	pod.CreationTimestamp = metav1.NewTime(now.Add(-3 * time.Second))
 	_, status := p.PreFilter(context.Background(), framework.NewCycleState(), pod, nil)

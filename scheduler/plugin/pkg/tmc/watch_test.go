@@ -21,10 +21,10 @@ func TestWatchFeedsTheCacheFromInformers(t *testing.T) {
 	placed := func(name, mask string, ways int, fromPool bool) *v1.Pod {
 		pod := tieredPod(name, nil, "1", "1Gi")
 		pod.Spec.NodeName = "b"
-		ann, err := (&Placement{
+		ann, err := PlacementAnnotations(&Placement{
 			Schema: PlacementSchema, Node: "b", Objective: "cheapest", LLCMask: mask, SlowFromPool: fromPool,
 			Configuration: PlacedConfiguration{VCPUs: 1, DRAMBytes: 1 << 30, SlowBytes: 2 << 30, LLCWays: ways},
-		}).Annotations()
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -32,7 +32,7 @@ func TestWatchFeedsTheCacheFromInformers(t *testing.T) {
 		return pod
 	}
 	client := fake.NewClientset(node, placed("old", "0x3", 2, true))
-	p := &TmcPlacement{client: client, cache: NewCache()}
+	p := &TmcPlacement{Engine: &Engine{client: client, cache: NewCache()}}
 	factory := informers.NewSharedInformerFactory(client, 0)
 	if err := p.Watch(factory); err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func TestWatchFeedsTheCacheFromInformers(t *testing.T) {
 	}
 	eventually("a deleted pod", func(u Usage) bool { return u.UsedMask == 0xc && u.UsedPoolSlowBytes == 0 })
 
-	// A pod that is annotated but not bound (PreBind ran, the Binding did not) is not counted.
+	// A pod that is annotated but not bound (a hand-written annotation) is not counted.
 	unbound := placed("unbound", "0x30", 2, false)
 	unbound.Spec.NodeName = ""
 	if _, err := pods.Create(ctx, unbound, metav1.CreateOptions{}); err != nil {

@@ -1,0 +1,188 @@
+// Command tmc-extender is the tmc placement engine behind kube-scheduler's HTTP extender
+// protocol (filter, prioritize, bind), for clusters that keep the stock kube-scheduler: the same
+// engine as tmc-scheduler's TmcPlacement plugin (package tmc), fed by the same informers and the
+// published TieredRecommendation objects, served over HTTPS with mutual TLS.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"tmc.dev/scheduler-plugin/pkg/tmc"
+)
+
+type options struct {
+	kubeconfig, listen, prefix      string
+	certFile, keyFile, clientCAFile string
+	clientNames                     string
+	insecureHTTP                    bool
+	recommendationWait              time.Duration
+	qps                             float64
+	burst                           int
+	maxBodyBytes                    int64
+}
+
+func parse() options {
+	var o options
+	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: the pod's service account)")
+	flag.StringVar(&o.listen, "listen", ":8888", "address the verbs are served on")
+	flag.StringVar(&o.prefix, "prefix", "/scheduler", "URL prefix of the verbs (the extender's urlPrefix)")
+	flag.StringVar(&o.certFile, "tls-cert-file", "", "the server's certificate (PEM)")
+	flag.StringVar(&o.keyFile, "tls-key-file", "", "the server's private key (PEM)")
+	flag.StringVar(&o.clientCAFile, "client-ca-file", "", "CA that signs the scheduler's client certificate (PEM)")
+	flag.StringVar(&o.clientNames, "client-names", "", "comma-separated common names that may call the verbs (empty: any the CA signed)")
+	flag.BoolVar(&o.insecureHTTP, "insecure-http", false, "serve the verbs over plain HTTP, unauthenticated (tests and demos only)")
+	flag.DurationVar(&o.recommendationWait, "recommendation-wait", tmc.DefaultRecommendationWait,
+		"how long a pod of a pair with no published recommendation waits for it before the fallback (0..5m)")
+	flag.Float64Var(&o.qps, "kube-api-qps", 200, "requests per second to the API server")
+	flag.IntVar(&o.burst, "kube-api-burst", 400, "burst of requests to the API server")
+	flag.Int64Var(&o.maxBodyBytes, "max-body-bytes", tmc.DefaultMaxBodyBytes,
+		"the largest request body (bytes); node names for 20,000 nodes are ~0.3 MiB")
+	klog.InitFlags(nil)
+	flag.Parse()
+	return o
+}
+
+func main() {
+	if err := run(parse()); err != nil {
+		fmt.Fprintln(os.Stderr, "tmc-extender:", err)
+		os.Exit(1)
+	}
+}
+
+func tlsConfig(o options) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(o.certFile, o.keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("the server certificate: %w", err)
+	}
+	pem, err := os.ReadFile(o.clientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("the client CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("the client CA %s holds no PEM certificate", o.clientCAFile)
+	}
+	// A certificate is optional at the TLS layer (probes connect without one) and checked
+	// against the CA when given; the verbs insist on a verified one (Extender.Authorised).
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		ClientCAs:    pool,
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		MinVersion:   tls.VersionTLS12,
+	}, nil
+}
+
+func run(o options) error {
+	if o.maxBodyBytes < 1024 || o.maxBodyBytes > 1<<30 {
+		return fmt.Errorf("--max-body-bytes must be in 1 KiB..1 GiB, not %d", o.maxBodyBytes)
+	}
+	if o.recommendationWait < 0 || o.recommendationWait > 5*time.Minute {
+		return fmt.Errorf("--recommendation-wait must be in 0..5m, not %s", o.recommendationWait)
+	}
+	secure := o.certFile != "" || o.keyFile != "" || o.clientCAFile != ""
+	if secure && (o.certFile == "" || o.keyFile == "" || o.clientCAFile == "") {
+		return errors.New("TLS needs --tls-cert-file, --tls-key-file and --client-ca-file together")
+	}
+	if !secure && !o.insecureHTTP {
+		return errors.New("refusing to serve the verbs unauthenticated: give --tls-cert-file, " +
+			"--tls-key-file and --client-ca-file (the chart does), or --insecure-http on purpose")
+	}
+	var config *rest.Config
+	var err error
+	if o.kubeconfig != "" {
+		config, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	} else {
+		config, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return fmt.Errorf("no Kubernetes API to talk to (%w): run it in a pod, or give --kubeconfig", err)
+	}
+	config.QPS, config.Burst = float32(o.qps), o.burst
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	engine := tmc.NewEngine(client, nil, o.recommendationWait)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	if err := engine.Watch(factory); err != nil {
+		return err
+	}
+	pods, nodes := factory.Core().V1().Pods(), factory.Core().V1().Nodes()
+	factory.Start(ctx.Done())
+	dyn, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	published, err := tmc.WatchRecommendations(ctx, dyn)
+	if err != nil {
+		return err
+	}
+	tmc.SetPublished(engine, published)
+	synced := func() bool { return pods.Informer().HasSynced() && nodes.Informer().HasSynced() }
+	if !cache.WaitForCacheSync(ctx.Done(), synced) {
+		return errors.New("stopped before the informers synced")
+	}
+	klog.InfoS("listed the API server", "reservations", engine.Cache().Len())
+
+	var names []string
+	for _, n := range strings.Split(o.clientNames, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	ext := tmc.NewExtender(engine, pods.Lister(), nodes.Lister(), tmc.ExtenderOptions{
+		RequireClientCert: secure, ClientNames: names, Ready: synced, MaxBodyBytes: o.maxBodyBytes,
+	})
+	server := &http.Server{
+		Handler:           ext.Handler(o.prefix),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       60 * time.Second, // a slow body (slowloris) is cut
+		IdleTimeout:       120 * time.Second,
+	}
+	listener, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+	if secure {
+		tc, err := tlsConfig(o)
+		if err != nil {
+			return err
+		}
+		listener = tls.NewListener(listener, tc)
+	}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = server.Shutdown(shutdown)
+	}()
+	scheme := map[bool]string{true: "https", false: "http"}[secure]
+	klog.InfoS("serving the extender verbs", "address", fmt.Sprintf("%s://%s%s", scheme, listener.Addr(), o.prefix))
+	if err := server.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,251 @@
+package tmc
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// Engine is the placement rule and its state, the one implementation behind both front doors:
+// the framework plugin (TmcPlacement, in tmc-scheduler) and the scheduler extender (package
+// extender, in tmc-extender). It reads a pod's ask, judges and scores a node for it, reserves
+// the pod's configuration in the cache and binds the pod with its placement; its cache is fed
+// by the pod and node informers. The front doors only translate their callers' calls into these.
+type Engine struct {
+	client kubernetes.Interface
+	cache  *Cache
+	// published holds the recommendations the publisher wrote (nil: pods' annotations only).
+	published Published
+	// wait is how long a pod whose workload has no published recommendation waits for one.
+	wait time.Duration
+	now  func() time.Time
+}
+
+// NewEngine is an engine with an empty cache. published may be nil (pods' annotations only);
+// wait is how long, from its creation, a pod of an unpublished pair waits for its object.
+func NewEngine(client kubernetes.Interface, published Published, wait time.Duration) *Engine {
+	return &Engine{client: client, cache: NewCache(), published: published, wait: wait, now: time.Now}
+}
+
+// Cache is the engine's accounting.
+func (e *Engine) Cache() *Cache { return e.cache }
+
+// Refusal is why a pod cannot be placed now. Waiting: its recommendation may still come (try
+// again shortly); otherwise no node will ever take it as it is.
+type Refusal struct {
+	Message string
+	Waiting bool
+}
+
+// Ask reads what the pod asks for: (nil, nil) for a pod that is not tmc's (it does not request
+// OptInResource), a Refusal for one that cannot be placed now.
+func (e *Engine) Ask(pod *v1.Pod) (*PodAsk, *Refusal) {
+	ask, err := ReadPodWith(pod, e.published)
+	if err != nil {
+		return nil, &Refusal{Message: "tmc: " + err.Error()}
+	}
+	if !ask.OptedIn {
+		return nil, nil
+	}
+	if ask.Unpublished && e.published != nil && e.wait > 0 && e.now != nil {
+		// The publisher sees the pod's workload when the pod is created and publishes within a
+		// second or so: the pod is tried again until then, up to the wait.
+		if age := e.now().Sub(pod.CreationTimestamp.Time); age < e.wait {
+			return nil, &Refusal{Waiting: true, Message: fmt.Sprintf(
+				"tmc: waiting for the recommendation of workload %q, objective %q (%s; fallback after %s)",
+				clip(*ask.Workload, 253), clip(ask.Objective, 64), RecommendationKind, e.wait)}
+		}
+	}
+	return ask, nil
+}
+
+// Fit is whether node can hold ask now: nil when it can, else the verdict (Unresolvable when
+// it never can: not a tmc node, or too small; otherwise full, or not ready, now).
+func (e *Engine) Fit(node *v1.Node, ask *PodAsk) *Verdict {
+	if node == nil {
+		return &Verdict{Reason: "tmc: node not found", Unresolvable: true}
+	}
+	capacity, cpus, err := nodeCapacity(node)
+	if err != nil {
+		return &Verdict{Reason: "tmc: " + err.Error(), Unresolvable: true}
+	}
+	if capacity == nil {
+		return &Verdict{Reason: "tmc: node publishes no tiered capacity (not a tmc node)", Unresolvable: true}
+	}
+	v := Judge(e.cache.Usage(node.Name, capacity, cpus), ask.Ask())
+	if v != nil && v.Unresolvable {
+		return v
+	}
+	// After the capacity checks and before the load checks: a node too small for the pod
+	// never fits, ready or not.
+	if !nodeReady(node) {
+		return &Verdict{Reason: "tmc: node is not ready"}
+	}
+	return v
+}
+
+// RawScore is the node's preference for the pod (its machine pattern) and its packing score, as
+// preference * scoreBase + packing: Normalize turns the raw scores of the nodes that fit into
+// scores.
+func (e *Engine) RawScore(node *v1.Node, ask *PodAsk) int {
+	if node == nil {
+		return 0
+	}
+	capacity, cpus, err := nodeCapacity(node)
+	if err != nil || capacity == nil || capacity.DRAMBytes == 0 {
+		return 0 // Fit kept it out; a node that changed since scores lowest
+	}
+	score := PackingScore(e.cache.Usage(node.Name, capacity, cpus).Load(), ask.Ask())
+	preference := e.cache.Preference(node.Name, nodePattern(node), countedAs(ask))
+	return preference*scoreBase + score
+}
+
+// Normalize turns raw scores (RawScore, over the nodes that fit) into scores 0..MaxPackingScore:
+// the nodes at the highest preference present keep their packing score, the others score 0.
+func Normalize(raw []int) []int {
+	preferences, packing := make([]int, len(raw)), make([]int, len(raw))
+	for i, s := range raw {
+		preferences[i], packing[i] = s/scoreBase, s%scoreBase
+	}
+	return Combine(preferences, packing)
+}
+
+// Reserve assumes the pod's configuration on the node in the cache, choosing its CAT run.
+func (e *Engine) Reserve(uid types.UID, node *v1.Node, ask *PodAsk) (Reservation, error) {
+	if node == nil {
+		return Reservation{}, fmt.Errorf("tmc: node not found")
+	}
+	capacity, cpus, err := nodeCapacity(node)
+	if err != nil {
+		return Reservation{}, err
+	}
+	if capacity == nil {
+		return Reservation{}, fmt.Errorf("tmc: node %s publishes no tiered capacity", node.Name)
+	}
+	return e.cache.Assume(uid, node.Name, capacity, cpus, ask)
+}
+
+// Forget drops what Reserve assumed for a pod that is not bound.
+func (e *Engine) Forget(uid types.UID) { e.cache.Forget(uid) }
+
+// Bind binds the pod to the node with its placement in one request (the Binding's annotations,
+// which the API server writes onto the pod in the same update that sets its node), from the
+// reservation the cache holds for it there.
+func (e *Engine) Bind(ctx context.Context, pod *v1.Pod, ask *PodAsk, nodeName string) error {
+	held, ok := e.cache.Held(pod.UID)
+	if !ok || held.Node != nodeName {
+		return fmt.Errorf("tmc: pod %s/%s holds no reservation on %s", pod.Namespace, pod.Name, nodeName)
+	}
+	placement := PlacementOf(ask, held)
+	binding, err := PlacementBinding(pod, placement)
+	if err != nil {
+		return err
+	}
+	if err := e.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("tmc: binding pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	// Counted as bound at once, as the pod informer will count it: nothing (a retried or a
+	// parallel attempt) may release it before the pod's deletion.
+	e.cache.Bind(pod.UID, placement)
+	return nil
+}
+
+// Watch feeds the cache from an informer factory's pods and nodes.
+func (e *Engine) Watch(factory informers.SharedInformerFactory) error {
+	core := factory.Core().V1()
+	if _, err := core.Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { e.ObservePod(asPod(obj)) },
+		UpdateFunc: func(_, obj any) { e.ObservePod(asPod(obj)) },
+		DeleteFunc: func(obj any) {
+			if pod := asPod(obj); pod != nil {
+				e.cache.Release(pod.UID)
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("%s: watching pods: %w", Name, err)
+	}
+	if _, err := core.Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { e.ObserveNode(asNode(obj)) },
+		UpdateFunc: func(_, obj any) { e.ObserveNode(asNode(obj)) },
+		DeleteFunc: func(obj any) {
+			if node := asNode(obj); node != nil {
+				e.cache.RemoveNode(node.Name)
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("%s: watching nodes: %w", Name, err)
+	}
+	return nil
+}
+
+func asPod(obj any) *v1.Pod {
+	if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = gone.Obj
+	}
+	pod, _ := obj.(*v1.Pod)
+	return pod
+}
+
+func asNode(obj any) *v1.Node {
+	if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = gone.Obj
+	}
+	node, _ := obj.(*v1.Node)
+	return node
+}
+
+// ObservePod counts a bound pod's placement in the cache and releases a finished pod's. A pod
+// annotated but not bound (only a hand-written annotation can be: the Binding sets both) is left
+// to Reserve/Forget: its next scheduling cycle writes a new placement.
+func (e *Engine) ObservePod(pod *v1.Pod) {
+	if pod == nil {
+		return
+	}
+	// A terminating pod still runs on its node and keeps its room until it is gone (the delete
+	// event), as kube-scheduler's own cache counts it.
+	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+		e.cache.Release(pod.UID)
+		return
+	}
+	if pod.Spec.NodeName == "" {
+		return
+	}
+	placement, err := ParsePlacement(pod.Annotations)
+	if err != nil {
+		klog.ErrorS(err, "unreadable placement; the pod is not counted", "pod", klog.KObj(pod))
+		return
+	}
+	if placement == nil {
+		return
+	}
+	if placement.Node != pod.Spec.NodeName {
+		klog.InfoS("placement names another node than the pod's; not counted", "pod", klog.KObj(pod),
+			"placement", placement.Node, "node", pod.Spec.NodeName)
+		return
+	}
+	e.cache.Bind(pod.UID, placement)
+}
+
+// ObserveNode records a node's rack pool and the pool's capacity.
+func (e *Engine) ObserveNode(node *v1.Node) {
+	if node == nil {
+		return
+	}
+	capacity, err := ParseNodeCapacity(node.Labels, node.Annotations)
+	if err != nil {
+		klog.ErrorS(err, "unreadable tiered capacity", "node", klog.KObj(node))
+		capacity = nil
+	}
+	e.cache.SetNode(node.Name, capacity)
+}
+
+// SetPublished gives the engine the published recommendations to read (an informer's index).
+func SetPublished(e *Engine, published Published) { e.published = published }

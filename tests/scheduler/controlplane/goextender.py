@@ -1,0 +1,71 @@
+"""tmc-extender (scheduler/plugin/cmd/tmc-extender: the placement engine behind kube-scheduler's
+extender protocol, built next to tmc-scheduler by scheduler/plugin/build.sh) as a process of the
+loopback cluster, with the extender's service-account identity and the chart's mutual TLS."""
+
+from __future__ import annotations
+
+import subprocess
+import urllib.request
+
+from tests.scheduler.controlplane import ControlPlane
+from tests.scheduler.controlplane.cluster import probe_tls
+from tests.services import free_port, wait_until
+
+
+class GoExtenderProcess:
+    def __init__(self, cp: ControlPlane, name: str = "tmc-extender") -> None:
+        self.cp = cp
+        self.name = name
+        self.port = free_port()
+        self.tls = cp.extender_tls
+        self.log = cp.dir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}/scheduler"
+
+    def start(self, wait: bool = True) -> None:
+        self.proc = subprocess.Popen(
+            [
+                str(self.cp.bin / "tmc-extender"),
+                f"--kubeconfig={self.cp.kubeconfig('extender')}",
+                f"--listen=127.0.0.1:{self.port}",
+                f"--tls-cert-file={self.tls / 'tls.crt'}",
+                f"--tls-key-file={self.tls / 'tls.key'}",
+                f"--client-ca-file={self.tls / 'ca.crt'}",
+                "--client-names=tmc-scheduler",
+            ],
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+        )
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tmc-extender exited: {self.log.read_text()[-2000:]}")
+            url = f"https://127.0.0.1:{self.port}/readyz"
+            with urllib.request.urlopen(url, timeout=1, context=probe_tls(self.tls)) as r:
+                return bool(r.status == 200)
+
+        wait_until(ready, timeout, "tmc-extender")
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no graceful shutdown."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+            self.proc = None

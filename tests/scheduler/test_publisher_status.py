@@ -1,0 +1,54 @@
+"""The status the publisher writes on a TieredRecommendation (the API server holds it to the
+generated CRD's schema in the plugin's end-to-end tests; here, what it says)."""
+
+from __future__ import annotations
+
+from model.node_contract import Recommendation
+from model.resources import GIB
+from scheduler.publisher import Decided, status_of
+
+RECOMMENDED = Decided(
+    Recommendation(
+        workload="graph500", objective="slo:5%", dram_bytes=6 * GIB, slow_bytes=GIB // 2, llc_ways=4
+    )
+)
+FALLBACK = Decided(
+    Recommendation(workload="w", objective="cheapest", fallback="no usable profile"),
+    "NoFeasibleConfiguration",
+)
+
+
+def conditions(status: dict[str, object]) -> dict[str, dict[str, object]]:
+    listed = status["conditions"]
+    assert isinstance(listed, list)
+    return {str(c["type"]): c for c in listed}
+
+
+def test_a_recommendation_is_published_and_no_fallback() -> None:
+    status = status_of(RECOMMENDED, {"metadata": {"generation": 3}}, now="2026-01-01T00:00:00Z")
+    assert status["observedGeneration"] == 3
+    assert (status["dramGiB"], status["slowGiB"]) == ("6.0", "0.5")
+    found = conditions(status)
+    assert found["Published"]["status"] == "True"
+    assert found["Published"]["observedGeneration"] == 3
+    assert (found["Fallback"]["status"], found["Fallback"]["reason"]) == ("False", "Recommended")
+
+
+def test_a_fallback_says_its_cause_and_reason() -> None:
+    status = status_of(FALLBACK, {"metadata": {"generation": 1}}, now="2026-01-01T00:00:00Z")
+    assert (status["dramGiB"], status["slowGiB"]) == ("-", "-")
+    fallback = conditions(status)["Fallback"]
+    assert fallback["status"] == "True"
+    assert fallback["reason"] == "NoFeasibleConfiguration"
+    assert fallback["message"] == "no usable profile"
+
+
+def test_a_conditions_transition_time_moves_only_when_its_status_does() -> None:
+    first = status_of(FALLBACK, {"metadata": {"generation": 1}}, now="2026-01-01T00:00:00Z")
+    written = {"metadata": {"generation": 2}, "status": first}
+    again = conditions(status_of(FALLBACK, written, now="2026-01-01T00:05:00Z"))
+    assert again["Fallback"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert again["Fallback"]["observedGeneration"] == 2
+    changed = conditions(status_of(RECOMMENDED, written, now="2026-01-01T00:05:00Z"))
+    assert changed["Fallback"]["lastTransitionTime"] == "2026-01-01T00:05:00Z"
+    assert changed["Published"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
