@@ -39,7 +39,9 @@ from tests.scheduler.controlplane import plugin as plugin_path
 from tests.services import PostgresServer, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_STATE = Path(os.environ.get("TMC_CLUSTER_STATE", "/tmp/tmc-cluster/state.json"))
+# Inside the clone (ignored by git): each clone has its own cluster, and `down` removes only what
+# its own `up` made.
+DEFAULT_STATE = Path(os.environ.get("TMC_CLUSTER_STATE", str(ROOT / ".tmc-cluster" / "state.json")))
 FULLNAME = f"{RELEASE}-tmc"
 
 
