@@ -284,22 +284,36 @@ REQUESTS: dict[str, list[str]] = {
 }
 
 
-def measure(base: str, token: str, count: int) -> dict[str, tuple[float, float]]:
+@dataclass(frozen=True)
+class Timing:
+    p50: float
+    p99: float
+    failed: str = ""  # the first failure's status and URL, when a request failed
+
+
+def measure(base: str, token: str, count: int) -> dict[str, Timing]:
     """p50 and p99 in seconds of each request group, the group's requests made one after
-    another (the dashboard makes them at once; one worker answers them in turn anyway)."""
+    another (the dashboard makes them at once; one worker answers them in turn anyway). A
+    group whose request fails (a statement timeout's 503, say) is timed to its failure, once."""
     headers = {"Authorization": f"Bearer {token}"}
-    out: dict[str, tuple[float, float]] = {}
+    out: dict[str, Timing] = {}
     with httpx.Client(timeout=300, headers=headers) as client:
         for name, urls in REQUESTS.items():
             times = []
+            failed = ""
             for _ in range(count + 1):
                 started = time.perf_counter()
                 for url in urls:
-                    client.get(f"{base}{url}").raise_for_status()
+                    got = client.get(f"{base}{url}")
+                    if got.status_code >= 400:
+                        failed = f"{got.status_code} from {url}"
+                        break
                 times.append(time.perf_counter() - started)
-            times = times[1:]  # the first warms the worker's caches
+                if failed:
+                    break
+            times = times[1:] or times  # the first warms the worker's caches
             p99 = max(times) if len(times) < 100 else statistics.quantiles(times, n=100)[98]
-            out[name] = (statistics.median(times), p99)
+            out[name] = Timing(statistics.median(times), p99, failed)
     return out
 
 
@@ -321,7 +335,7 @@ def database_bytes(settings: Settings) -> int:
     return int(row[0])
 
 
-def run_fleet(fleet: Fleet, requests: int) -> tuple[float, int, dict[str, tuple[float, float]]]:
+def run_fleet(fleet: Fleet, requests: int) -> tuple[float, int, dict[str, Timing]]:
     postgres, redis_server = PostgresServer(), RedisServer()
     try:
         upgrade_to_head(postgres.url)
@@ -371,12 +385,13 @@ def main() -> None:
             f" {fleet.decisions} decisions: generated in {seconds:.0f} s;"
             f" database {size / 2**20:.0f} MiB"
         )
-        for name, (p50, p99) in figures.items():
-            print(f"  {name}: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms")
+        for name, t in figures.items():
+            failed = f"  FAILED: {t.failed}" if t.failed else ""
+            print(f"  {name}: p50 {t.p50 * 1000:.1f} ms, p99 {t.p99 * 1000:.1f} ms{failed}")
     if len(results) == 2:
         print(f"## p99 at the fleet / at the fleet {args.smaller}x smaller (same run)")
         for name in REQUESTS:
-            ratio = results[1][name][1] / max(results[0][name][1], 1e-9)
+            ratio = results[1][name].p99 / max(results[0][name].p99, 1e-9)
             print(f"  {name}: {ratio:.1f}x")
 
 
