@@ -219,7 +219,9 @@ class RecommendationRow(Timestamped, Base):
     utilization_source: Mapped[str] = mapped_column(String(16))
     slow_ratio: Mapped[float] = mapped_column(Float)
     llc_ways: Mapped[int] = mapped_column(Integer)
-    result: Mapped[dict[str, Any]]
+    # Deferred: a list of decisions needs their summaries, not their 10-15 KB explanations (a
+    # page of 100 once spent most of its time decoding them); one decision reads it when asked.
+    result: Mapped[dict[str, Any]] = mapped_column(deferred=True)
     # A decision that repeats its pair's last one (same inputs, same choice) is not stored again:
     # it is counted here, with the time it was last made (`api.services.recommendations`).
     decision_key: Mapped[str] = mapped_column(String(64), default="")
