@@ -137,6 +137,10 @@ func ReadPodWith(pod *v1.Pod, published Published) (*PodAsk, error) {
 	if rec != nil && rec.Fallback != nil {
 		rec, why = nil, clip("tmc has no configuration for the workload: "+*rec.Fallback, 512)
 	}
+	if rec != nil && annotationsSize(ann) > maxPodAnnotationsAfterBind-MaxPlacementAnnotationsBytes {
+		rec, why = nil, fmt.Sprintf("the pod's own annotations take %d bytes: with its placement they would pass tmc's bound of %d",
+			annotationsSize(ann), maxPodAnnotationsAfterBind)
+	}
 	if rec == nil {
 		ask.DRAMBytes, ask.SlowBytes, ask.SlowRatio, ask.LLCWays = ask.MemoryBytes, 0, 0, 0
 		ask.Fallback = &why
@@ -196,6 +200,15 @@ func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, strin
 	}
 	if err := validatePlacement(&probe); err != nil {
 		return unreadable(strings.TrimPrefix(err.Error(), PlacementAnnotation+": "))
+	}
+	// The probe's node is 5 bytes; a real one up to 253.
+	ann, err := PlacementAnnotations(&probe)
+	if err != nil {
+		return unreadable(err.Error())
+	}
+	if size := annotationsSize(ann) + 253; size > MaxPlacementAnnotationsBytes {
+		return nil, fmt.Sprintf("the placement of %s would take %d bytes of annotations, over tmc's bound of %d (the API server allows 256 KiB for all of a pod's)",
+			source, size, MaxPlacementAnnotationsBytes)
 	}
 	return &rec, ""
 }
