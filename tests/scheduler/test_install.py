@@ -119,7 +119,7 @@ def test_every_object_of_the_chart_is_in_the_api_server(installed: Installed) ->
     # bound to its node (cluster.node_bound_token), as the DaemonSet's pods would be.
     pods = installed.core.list_namespaced_pod(NAMESPACE).items
     nodes = {n.metadata.name for n in installed.core.list_node().items}
-    assert sorted(p.spec.node_name for p in pods) == sorted(nodes)
+    assert sorted(str(p.spec.node_name) for p in pods) == sorted(str(n) for n in nodes)
     assert all(p.spec.service_account_name == f"{FULL}-agent" for p in pods)
 
 

@@ -115,7 +115,7 @@ func ReadPodWith(pod *v1.Pod, published Published) (*PodAsk, error) {
 		ask.Workload = &w
 	}
 	if o := ann[ObjectiveAnnotation]; o != "" {
-		ask.Objective = o
+		ask.Objective, _ = CanonicalObjective(o)
 	}
 	// Whole vCPUs are a configuration's unit: the request rounded up, at least one.
 	ask.VCPUs = max(1, (cpu.MilliValue()+999)/1000)
@@ -172,7 +172,7 @@ func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, strin
 	if rec.Workload != nil && (ask.Workload == nil || *rec.Workload != *ask.Workload) {
 		return nil, "the recommendation is for another workload than the pod's " + WorkloadAnnotation
 	}
-	if rec.Objective != nil && *rec.Objective != ask.Objective {
+	if rec.Objective != nil && canonical(*rec.Objective) != ask.Objective {
 		return nil, "the recommendation is for another objective than the pod's " + ObjectiveAnnotation
 	}
 	if rec.Fallback != nil {
