@@ -72,15 +72,17 @@ def stack() -> Iterator[Stack]:
         cp.start()
         c.install_rbac(cp, VALUES)
         p.install_plugin(cp)
-        # The honest member first, then a node claiming 4 PB for the same pool: on the previous
-        # engine the pool was as large as the last node to annotate itself said.
-        c.register_node(cp_api := c.core(cp), tmc_node("pooled-a", 256 * GIB))
-        c.register_node(cp_api, tmc_node("greedy", 4 * 10**15))
+        api = c.core(cp)
+        c.register_node(api, tmc_node("pooled-a", 256 * GIB))
         rendered = c.render_chart({**p.plugin_values(cp), **VALUES})["tmc/templates/plugin.yaml"]
         config_map = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "ConfigMap")
         config = cp.dir / "plugin-config-forgery.yaml"
         config.write_text(config_map["data"]["scheduler-config.yaml"])
         cp.start_scheduler(config, binary=p.SCHEDULER_BINARY, name="tmc-scheduler")
+        # Then a node annotates itself into the same pool claiming 4 PB, while the scheduler
+        # runs: on the previous engine a pool was as large as the last node to say so.
+        c.register_node(api, tmc_node("greedy", 4 * 10**15))
+        time.sleep(2)  # the scheduler's node informer delivers it
         yield Stack(cp)
     finally:
         cp.close()
