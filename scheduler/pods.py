@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from model.errors import InvalidRequest
 from model.node_contract import OBJECTIVE_ANNOTATION, WORKLOAD_ANNOTATION
 from model.node_contract import OPT_IN_RESOURCE as DEFAULT_OPT_IN_RESOURCE
+from model.objectives import parse_objective
 
 __all__ = ["DEFAULT_OPT_IN_RESOURCE", "OBJECTIVE_ANNOTATION", "WORKLOAD_ANNOTATION"]
 
@@ -121,7 +123,7 @@ def read_pod(pod: object, opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE) -> Pod
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""),
         workload=str(workload) if workload else None,
-        objective=str(annotations.get(OBJECTIVE_ANNOTATION) or "cheapest"),
+        objective=canonical_objective(str(annotations.get(OBJECTIVE_ANNOTATION) or "cheapest")),
         cpus=max(1, math.ceil(cpu)),
         memory_bytes=int(memory),
         opted_in=opted,
@@ -184,3 +186,15 @@ class PodBook:
     def get(self, namespace: str, name: str) -> Seen | None:
         with self._lock:
             return self._pods.get((namespace, name))
+
+
+def canonical_objective(text: str) -> str:
+    """The objective as model.objectives prints it, so that `slo:5%` and `slo:5.000%` are one
+    (workload, objective) pair: one published object, one decision. Text that does not parse is
+    kept as written (its pair is published as a fallback that says why). The Go engine
+    canonicalises the same way (CanonicalObjective; the shared cases are
+    scheduler/conformance/objectives.json)."""
+    try:
+        return str(parse_objective(text))
+    except InvalidRequest:
+        return text

@@ -46,9 +46,13 @@ from api.decisions import DecisionService, fits_since
 from model import Utilization
 from model.node_contract import (
     GROUP,
+    MAX_CPUS,
+    MAX_LLC_WAYS,
     RECOMMENDATION_PLURAL,
     RECOMMENDATION_VERSION,
     ContractError,
+    PlacedConfiguration,
+    Placement,
     Recommendation,
 )
 from model.resources import GIB
@@ -151,6 +155,56 @@ class Decided:
 
     recommendation: Recommendation
     fallback_cause: str = ""
+
+
+# The most a Binding may add to a pod (both placement annotations, keys and values): the Go
+# engine's MaxPlacementAnnotationsBytes (scheduler/plugin/pkg/tmc/contract.go), a quarter of the
+# API server's 256 KiB for all of a pod's annotations, so that the pod keeps room for its own.
+MAX_PLACEMENT_ANNOTATIONS_BYTES = 64 * 1024
+
+
+def placement_annotations_bytes(rec: Recommendation) -> int:
+    """The most room the placement of `rec` takes on a pod: its annotations as the Binding
+    writes them, for the longest node name and every field at its widest."""
+    ways = rec.llc_ways
+    placement = Placement(
+        node="n" * 253,
+        workload=rec.workload,
+        objective=rec.objective or "cheapest",
+        configuration=PlacedConfiguration(
+            vcpus=MAX_CPUS,
+            dram_bytes=rec.dram_bytes,
+            slow_bytes=rec.slow_bytes,
+            slow_ratio=rec.slow_ratio,
+            llc_ways=ways,
+        ),
+        llc_mask=hex(((1 << ways) - 1) << (MAX_LLC_WAYS - ways)),
+        slow_from_pool=True,
+        recommendation_id=rec.recommendation_id,
+        plan=rec.plan,
+    )
+    return sum(len(k) + len(v) for k, v in placement.to_annotations().items())
+
+
+def bounded(rec: Recommendation) -> Decided:
+    """`rec` as published: a recommendation whose placement would not fit tmc's bound on a
+    pod's annotations is published as a fallback saying so (the engine would refuse it too)."""
+    if rec.fallback is not None:
+        return Decided(rec)
+    size = placement_annotations_bytes(rec)
+    if size <= MAX_PLACEMENT_ANNOTATIONS_BYTES:
+        return Decided(rec)
+    why = (
+        f"the placement would take {size} bytes of pod annotations ({len(rec.plan)} structures),"
+        f" over tmc's bound of {MAX_PLACEMENT_ANNOTATIONS_BYTES}"
+    )
+    fallback = Recommendation(
+        workload=rec.workload,
+        objective=rec.objective,
+        recommendation_id=rec.recommendation_id,
+        fallback=why,
+    )
+    return Decided(fallback, "PlacementTooLarge")
 
 
 def _now() -> str:
@@ -421,7 +475,7 @@ class ServiceDecisions:
             cause = outcome.cause if isinstance(outcome, FallbackReason) else "NoRecommendation"
             rec = Recommendation(workload=workload, objective=objective, fallback=outcome[:512])
             return Decided(rec, cause)
-        return Decided(
+        return bounded(
             Recommendation(
                 workload=workload,
                 objective=objective,

@@ -377,3 +377,42 @@ def test_every_alert_names_metrics_and_labels_the_code_exports() -> None:
         assert f"`{family}`" in guide or f"`{name}`" in guide, f"{name} missing in operations.md"
     for alert in alerts:
         assert f"`{alert['alert']}`" in guide, alert["alert"]
+
+
+def test_rack_pools_sizes_reach_both_placement_paths() -> None:
+    """One place for a shared pool's size: the chart's rackPools, given to tmc-scheduler's
+    plugin arguments and to tmc-extender's flags."""
+    pools = {"rackPools": {"rack-b": "1Ti", "rack-a": "256Gi"}}
+    plugin = render({**pools, "scheduler": {"placement": "plugin"}})
+    config = next(
+        yaml.safe_load(d["data"]["scheduler-config.yaml"])
+        for d in plugin
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "demo-tmc-plugin"
+    )
+    (profile,) = config["profiles"]
+    args = next(p["args"] for p in profile["pluginConfig"] if p["name"] == "TmcPlacement")
+    assert args["rackPools"] == {"rack-a": "256Gi", "rack-b": "1Ti"}
+    scheduler = by_name(render({**pools, **EXTENDER}), "Deployment", "demo-tmc-scheduler")
+    containers = {c["name"]: c for c in scheduler["spec"]["template"]["spec"]["containers"]}
+    assert "--rack-pools=rack-a=256Gi,rack-b=1Ti" in containers["extender"]["command"]
+    # None given: neither says anything (pools are then their smallest member's claim).
+    scheduler = by_name(render(EXTENDER), "Deployment", "demo-tmc-scheduler")
+    command = {c["name"]: c for c in scheduler["spec"]["template"]["spec"]["containers"]}
+    assert not any(a.startswith("--rack-pools") for a in command["extender"]["command"])
+
+
+def test_admission_policies_are_on_by_default_and_name_the_components() -> None:
+    docs = render()
+    policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
+    bindings = {
+        d["spec"]["policyName"]: d["spec"]["validationActions"]
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicyBinding"
+    }
+    assert set(policies) == {"demo-tmc-pod-placement", "demo-tmc-agent-own-node"}
+    assert bindings == {name: ["Deny"] for name in policies}
+    text = yaml.safe_dump(policies["demo-tmc-pod-placement"])
+    assert "system:serviceaccount:tmc:demo-tmc-scheduler" in text
+    assert "system:serviceaccount:tmc:demo-tmc-extender" in text
+    assert render({"admission": {"enabled": False}}) != docs
+    assert not [d for d in render({"admission": {"enabled": False}}) if "Admission" in d["kind"]]

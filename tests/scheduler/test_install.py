@@ -80,10 +80,18 @@ def get_object(client: k8s.ApiClient, doc: dict[str, Any]) -> dict[str, Any]:
         "Role": (k8s.RbacAuthorizationV1Api, "role"),
         "RoleBinding": (k8s.RbacAuthorizationV1Api, "role_binding"),
         "NetworkPolicy": (k8s.NetworkingV1Api, "network_policy"),
+        "ValidatingAdmissionPolicy": (
+            k8s.AdmissionregistrationV1Api,
+            "validating_admission_policy",
+        ),
+        "ValidatingAdmissionPolicyBinding": (
+            k8s.AdmissionregistrationV1Api,
+            "validating_admission_policy_binding",
+        ),
     }[doc["kind"]]
     api = api_class(client)
     name = doc["metadata"]["name"]
-    if doc["kind"].startswith("Cluster"):
+    if doc["kind"].startswith(("Cluster", "ValidatingAdmissionPolicy")):
         raw = getattr(api, f"read_{snake}")(name, _preload_content=False)
     else:
         ns = doc["metadata"].get("namespace") or NAMESPACE
@@ -106,8 +114,13 @@ def test_every_object_of_the_chart_is_in_the_api_server(installed: Installed) ->
     }
     (agent,) = apps.list_namespaced_daemon_set(NAMESPACE).items
     assert agent.metadata.name == f"{FULL}-agent"
-    # No controller-manager, no kubelet: the workloads are stored but never get a pod.
-    assert not installed.core.list_namespaced_pod(NAMESPACE).items
+    # No controller-manager, no kubelet: the workloads are stored but never get a pod. The only
+    # pods are the agents' per node, which the harness registers so that each agent's token is
+    # bound to its node (cluster.node_bound_token), as the DaemonSet's pods would be.
+    pods = installed.core.list_namespaced_pod(NAMESPACE).items
+    nodes = {n.metadata.name for n in installed.core.list_node().items}
+    assert sorted(str(p.spec.node_name) for p in pods) == sorted(str(n) for n in nodes)
+    assert all(p.spec.service_account_name == f"{FULL}-agent" for p in pods)
 
 
 def test_generated_tokens_and_certificates_survive_an_upgrade(installed: Installed) -> None:

@@ -42,6 +42,7 @@ from tests.scheduler.conftest import upload_example
 from tests.scheduler.controlplane import (
     NAMESPACE,
     RELEASE,
+    SERVICE_ACCOUNTS,
     ControlPlane,
     issue_extender_certificates,
 )
@@ -70,14 +71,17 @@ def render_chart(values: dict[str, Any]) -> dict[str, str]:
     return rendered
 
 
-def install_rbac(cp: ControlPlane) -> None:
-    """The chart's service accounts, roles and bindings, as `helm install` would create them."""
+def install_rbac(cp: ControlPlane, values: dict[str, Any] | None = None) -> None:
+    """The chart's service accounts, roles and bindings, and its admission policies (who may
+    write a pod's placement), as `helm install` would create them."""
     client = api_client(cp)
     with_ns = k8s.CoreV1Api(client)
     with_ns.create_namespace({"metadata": {"name": NAMESPACE}})
-    docs = [d for d in yaml.safe_load_all(render_chart({})["tmc/templates/rbac.yaml"]) if d]
-    for doc in docs:
-        k8s_utils.create_from_dict(client, doc, namespace=NAMESPACE)
+    rendered = render_chart(values or {})
+    for template in ("rbac.yaml", "admission.yaml"):
+        for doc in yaml.safe_load_all(rendered[f"tmc/templates/{template}"]):
+            if doc:
+                k8s_utils.create_from_dict(client, doc, namespace=NAMESPACE)
 
 
 def scheduler_config(cp: ControlPlane, extender_url: str, **extra: Any) -> Path:
@@ -204,6 +208,59 @@ def tiered_host(root: Path, *, ways: int, dram_gib: int, slow_gib: int) -> None:
     fakehost.proc(root, cpuinfo, mounts, 1, True)
 
 
+def agent_pod(api: k8s.CoreV1Api, node: str) -> Any:
+    """The agent DaemonSet's pod on `node`, as the API server holds it (no kubelet runs it: its
+    process is FakeNode's); made once per node."""
+    name = f"{SERVICE_ACCOUNTS['agent']}-{node}"
+    try:
+        return api.read_namespaced_pod(name, NAMESPACE)
+    except k8s.ApiException as exc:
+        if exc.status != 404:
+            raise
+    body = {
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/component": "agent"}},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": SERVICE_ACCOUNTS["agent"],
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "agent", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+    return api.create_namespaced_pod(NAMESPACE, body)
+
+
+def node_bound_token(cp: ControlPlane, node: str, pod: Any | None = None) -> str:
+    """A token of the agents' service account bound to the agent's pod on `node` (by default),
+    as the kubelet's projected volume requests it: the API server puts the node's name in it,
+    which the chart's admission policy compares with the node an agent writes."""
+    api = core(cp)
+    bound = pod if pod is not None else agent_pod(api, node)
+    spec = {
+        "expirationSeconds": 4 * 3600,
+        "boundObjectRef": {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "name": bound.metadata.name,
+            "uid": bound.metadata.uid,
+        },
+    }
+    made = api.create_namespaced_service_account_token(
+        SERVICE_ACCOUNTS["agent"], NAMESPACE, {"spec": spec}
+    )
+    return str(made.status.token)
+
+
+def node_bound_account_dir(cp: ControlPlane, node: str) -> Path:
+    """What the kubelet mounts at /var/run/secrets/kubernetes.io/serviceaccount in the agent's
+    pod on `node`."""
+    d = cp.dir / f"sa-agent-{node}"
+    d.mkdir(exist_ok=True)
+    (d / "token").write_text(node_bound_token(cp, node))
+    (d / "ca.crt").write_bytes((cp.dir / "ca.crt").read_bytes())
+    (d / "namespace").write_text(NAMESPACE)
+    return d
+
+
 class FakeNode:
     """A node object in the API server plus its agent process on a fake host tree."""
 
@@ -236,7 +293,7 @@ class FakeNode:
             **os.environ,
             "KUBERNETES_SERVICE_HOST": "127.0.0.1",
             "KUBERNETES_SERVICE_PORT": str(self.cp.api_port),
-            "TMC_AGENT_SERVICEACCOUNT_DIR": str(self.cp.service_account_dir("agent")),
+            "TMC_AGENT_SERVICEACCOUNT_DIR": str(node_bound_account_dir(self.cp, self.name)),
             "TMC_AGENT_NODE_NAME": self.name,
             "TMC_AGENT_SYS": str(self.root / "sys"),
             "TMC_AGENT_PROC": str(self.root / "proc"),

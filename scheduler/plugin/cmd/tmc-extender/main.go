@@ -39,6 +39,7 @@ type options struct {
 	qps                             float64
 	burst                           int
 	maxBodyBytes                    int64
+	rackPools                       string
 }
 
 func parse() options {
@@ -57,6 +58,8 @@ func parse() options {
 	flag.IntVar(&o.burst, "kube-api-burst", 400, "burst of requests to the API server")
 	flag.Int64Var(&o.maxBodyBytes, "max-body-bytes", tmc.DefaultMaxBodyBytes,
 		"the largest request body (bytes); node names for 20,000 nodes are ~0.3 MiB")
+	flag.StringVar(&o.rackPools, "rack-pools", "",
+		"the rack pools' sizes the operator sets, name=quantity,... (256Gi): authoritative over what nodes publish")
 	klog.InitFlags(nil)
 	flag.Parse()
 	return o
@@ -99,6 +102,21 @@ func run(o options) error {
 	if o.recommendationWait < 0 || o.recommendationWait > 5*time.Minute {
 		return fmt.Errorf("--recommendation-wait must be in 0..5m, not %s", o.recommendationWait)
 	}
+	given := map[string]string{}
+	for _, pair := range strings.Split(o.rackPools, ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		name, size, ok := strings.Cut(pair, "=")
+		if !ok {
+			return fmt.Errorf("--rack-pools: %q is not name=quantity", pair)
+		}
+		given[name] = size
+	}
+	pools, err := tmc.ParseRackPools(given)
+	if err != nil {
+		return fmt.Errorf("--rack-pools: %w", err)
+	}
 	secure := o.certFile != "" || o.keyFile != "" || o.clientCAFile != ""
 	if secure && (o.certFile == "" || o.keyFile == "" || o.clientCAFile == "") {
 		return errors.New("TLS needs --tls-cert-file, --tls-key-file and --client-ca-file together")
@@ -108,7 +126,6 @@ func run(o options) error {
 			"--tls-key-file and --client-ca-file (the chart does), or --insecure-http on purpose")
 	}
 	var config *rest.Config
-	var err error
 	if o.kubeconfig != "" {
 		config, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	} else {
@@ -126,6 +143,7 @@ func run(o options) error {
 	defer stop()
 
 	engine := tmc.NewEngine(client, nil, o.recommendationWait)
+	tmc.SetRackPools(engine, pools)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	if err := engine.Watch(factory); err != nil {
 		return err

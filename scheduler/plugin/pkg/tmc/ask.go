@@ -115,7 +115,7 @@ func ReadPodWith(pod *v1.Pod, published Published) (*PodAsk, error) {
 		ask.Workload = &w
 	}
 	if o := ann[ObjectiveAnnotation]; o != "" {
-		ask.Objective = o
+		ask.Objective, _ = CanonicalObjective(o)
 	}
 	// Whole vCPUs are a configuration's unit: the request rounded up, at least one.
 	ask.VCPUs = max(1, (cpu.MilliValue()+999)/1000)
@@ -136,6 +136,10 @@ func ReadPodWith(pod *v1.Pod, published Published) (*PodAsk, error) {
 	}
 	if rec != nil && rec.Fallback != nil {
 		rec, why = nil, clip("tmc has no configuration for the workload: "+*rec.Fallback, 512)
+	}
+	if rec != nil && annotationsSize(ann) > maxPodAnnotationsAfterBind-MaxPlacementAnnotationsBytes {
+		rec, why = nil, fmt.Sprintf("the pod's own annotations take %d bytes: with its placement they would pass tmc's bound of %d",
+			annotationsSize(ann), maxPodAnnotationsAfterBind)
 	}
 	if rec == nil {
 		ask.DRAMBytes, ask.SlowBytes, ask.SlowRatio, ask.LLCWays = ask.MemoryBytes, 0, 0, 0
@@ -168,7 +172,7 @@ func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, strin
 	if rec.Workload != nil && (ask.Workload == nil || *rec.Workload != *ask.Workload) {
 		return nil, "the recommendation is for another workload than the pod's " + WorkloadAnnotation
 	}
-	if rec.Objective != nil && *rec.Objective != ask.Objective {
+	if rec.Objective != nil && canonical(*rec.Objective) != ask.Objective {
 		return nil, "the recommendation is for another objective than the pod's " + ObjectiveAnnotation
 	}
 	if rec.Fallback != nil {
@@ -196,6 +200,15 @@ func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, strin
 	}
 	if err := validatePlacement(&probe); err != nil {
 		return unreadable(strings.TrimPrefix(err.Error(), PlacementAnnotation+": "))
+	}
+	// The probe's node is 5 bytes; a real one up to 253.
+	ann, err := PlacementAnnotations(&probe)
+	if err != nil {
+		return unreadable(err.Error())
+	}
+	if size := annotationsSize(ann) + 253; size > MaxPlacementAnnotationsBytes {
+		return nil, fmt.Sprintf("the placement of %s would take %d bytes of annotations, over tmc's bound of %d (the API server allows 256 KiB for all of a pod's)",
+			source, size, MaxPlacementAnnotationsBytes)
 	}
 	return &rec, ""
 }

@@ -1,6 +1,8 @@
 package tmc
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -115,5 +117,73 @@ func TestReadPodTooLarge(t *testing.T) {
 	}
 	if _, err := ReadPod(tieredPod("huge", nil, "1", "4Pi")); err == nil {
 		t.Error("a pod asking for 4 PiB was read")
+	}
+}
+
+// pinned builds a pinned recommendation with n structures of the given bytes each and a tag of
+// tagLen characters, and a configuration exactly their sums (saturated at MaxBytes-1).
+func pinned(n int, each int64, tagLen int) string {
+	plan := make([]StructurePlan, n)
+	for i := range plan {
+		tag := fmt.Sprintf("s%0*d", tagLen-1, i)
+		plan[i] = StructurePlan{Tag: tag, FastBytes: each, SlowBytes: 0}
+	}
+	body, _ := json.Marshal(map[string]any{
+		"schema": RecommendationSchema, "dram_bytes": MaxBytes - 1, "slow_bytes": 0,
+		"llc_ways": 2, "slow_ratio": 0, "plan": plan,
+	})
+	return string(body)
+}
+
+func TestReadPodRefusesAPlanWhoseSumsOverflow(t *testing.T) {
+	// 2,049 structures of 2^52-1 bytes: the sum passes 2^63 and wraps an int64 negative, under
+	// the configuration's DRAM. The Python contract refuses the plan (its sum is exact).
+	raw := pinned(2049, MaxBytes-1, 4)
+	ask, err := ReadPod(tieredPod("big", map[string]string{RecommendationAnnotation: raw}, "1", "1Gi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ask.Fallback == nil || !strings.Contains(*ask.Fallback, "places more in a tier than the configuration holds") {
+		t.Fatalf("a plan whose sums overflow was not refused for them: %+v", ask)
+	}
+	if ask.DRAMBytes != 1<<30 || len(ask.Plan) != 0 {
+		t.Errorf("not the fallback: %+v", ask)
+	}
+}
+
+func TestReadPodRefusesAPlacementPastTheAnnotationBound(t *testing.T) {
+	// 4,096 tags of 40 characters: a placement of ~300 KB, past the API server's 256 KiB for
+	// all of the pod's annotations; the pod gets the fallback and is never bound with it.
+	raw := pinned(4096, 1, 40)
+	ask, err := ReadPod(tieredPod("wide", map[string]string{RecommendationAnnotation: raw}, "1", "1Gi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ask.Fallback == nil || !strings.Contains(*ask.Fallback, "over tmc's bound of 65536") {
+		t.Fatalf("an oversized placement was taken: fallback %v", ask.Fallback)
+	}
+	// A plan that fits is taken.
+	ok, err := ReadPod(tieredPod("narrow", map[string]string{RecommendationAnnotation: pinned(64, 1, 40)}, "1", "1Gi"))
+	if err != nil || ok.Fallback != nil || len(ok.Plan) != 64 {
+		t.Fatalf("a plan that fits: %+v, %v", ok, err)
+	}
+	// Its annotations are what the Binding writes, and they fit the bound.
+	p := Placement{Schema: PlacementSchema, Node: strings.Repeat("n", 253), Objective: ok.Objective,
+		Configuration: PlacedConfiguration{VCPUs: ok.VCPUs, DRAMBytes: ok.DRAMBytes, LLCWays: ok.LLCWays},
+		LLCMask:       FormatMask(RunMask(0, ok.LLCWays)), Plan: ok.Plan}
+	ann, err := PlacementAnnotations(&p)
+	if err != nil || annotationsSize(ann) > MaxPlacementAnnotationsBytes {
+		t.Fatalf("%d bytes, %v", annotationsSize(ann), err)
+	}
+}
+
+func TestReadPodLeavesRoomForThePodsOwnAnnotations(t *testing.T) {
+	ann := map[string]string{RecommendationAnnotation: pinned(2, 1, 4), "example.com/blob": strings.Repeat("x", 150*1024)}
+	ask, err := ReadPod(tieredPod("crowded", ann, "1", "1Gi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ask.Fallback == nil || !strings.Contains(*ask.Fallback, "the pod's own annotations take") {
+		t.Fatalf("fallback %v", ask.Fallback)
 	}
 }

@@ -55,26 +55,55 @@ func (c *Cache) Preference(name string, pattern *NodePattern, pod *PlacedKey) in
 // bound pods (their placement annotations, from the pod informer). It is the plugin's only
 // accounting: the API server is the source of truth and the cache is rebuilt from it on restart.
 type Cache struct {
-	mu     sync.RWMutex
-	pods   map[types.UID]Reservation
-	nodes  map[string]*nodeUse
-	pools  map[string]int64               // rack pool -> capacity in bytes, as its nodes publish it
-	member map[string]string              // node -> its rack pool
-	racks  map[string]map[string]struct{} // rack pool -> its nodes
+	mu    sync.RWMutex
+	pods  map[types.UID]Reservation
+	nodes map[string]*nodeUse
+	// A rack pool's size is the operator's (configured, from the chart's rackPools) when it is
+	// named there; else the smallest any current member node claims (claims): a node can shrink
+	// a pool it shares, never grow it, and a pool outlives no member's claim.
+	configured map[string]int64
+	claims     map[string]int64               // node -> the pool size it publishes
+	member     map[string]string              // node -> its rack pool
+	racks      map[string]map[string]struct{} // rack pool -> its nodes
 }
 
 // NewCache is an empty cache.
 func NewCache() *Cache {
 	return &Cache{
-		pods:   map[types.UID]Reservation{},
-		nodes:  map[string]*nodeUse{},
-		pools:  map[string]int64{},
-		member: map[string]string{},
-		racks:  map[string]map[string]struct{}{},
+		pods:       map[types.UID]Reservation{},
+		nodes:      map[string]*nodeUse{},
+		configured: map[string]int64{},
+		claims:     map[string]int64{},
+		member:     map[string]string{},
+		racks:      map[string]map[string]struct{}{},
 	}
 }
 
-// SetNode records a node's rack pool (and the pool's capacity when the node publishes it). Pool
+// SetPools gives the rack pools' sizes the operator set: authoritative over what nodes publish.
+func (c *Cache) SetPools(pools map[string]int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.configured = map[string]int64{}
+	for name, size := range pools {
+		c.configured[name] = size
+	}
+}
+
+// poolSizeLocked is a rack pool's capacity: the operator's, else the smallest member's claim.
+func (c *Cache) poolSizeLocked(pool string) int64 {
+	if size, ok := c.configured[pool]; ok {
+		return size
+	}
+	size, claimed := int64(0), false
+	for member := range c.racks[pool] {
+		if v, ok := c.claims[member]; ok && (!claimed || v < size) {
+			size, claimed = v, true
+		}
+	}
+	return size
+}
+
+// SetNode records a node's rack pool (and the pool size it claims, when it publishes one). Pool
 // usage is summed over the pool's nodes when asked, so reservations seen before their node's pool
 // is known still count once it is.
 func (c *Cache) SetNode(name string, capacity *NodeCapacity) {
@@ -84,6 +113,7 @@ func (c *Cache) SetNode(name string, capacity *NodeCapacity) {
 		delete(c.racks[old], name)
 		delete(c.member, name)
 	}
+	delete(c.claims, name)
 	if capacity == nil || capacity.SlowPool == "" {
 		return
 	}
@@ -93,7 +123,7 @@ func (c *Cache) SetNode(name string, capacity *NodeCapacity) {
 	}
 	c.racks[capacity.SlowPool][name] = struct{}{}
 	if capacity.SlowPoolBytes != nil {
-		c.pools[capacity.SlowPool] = *capacity.SlowPoolBytes
+		c.claims[name] = *capacity.SlowPoolBytes
 	}
 }
 
@@ -122,7 +152,7 @@ func (c *Cache) usageLocked(name string, capacity *NodeCapacity, cpus int64) Usa
 		u.UsedCPUs, u.UsedDRAMBytes, u.UsedLocalSlowBytes, u.UsedMask = n.cpus, n.dram, n.slowLocal, n.mask
 	}
 	if pool := capacity.SlowPool; pool != "" {
-		u.PoolSlowBytes = c.pools[pool]
+		u.PoolSlowBytes = c.poolSizeLocked(pool)
 		for member := range c.racks[pool] {
 			if n := c.nodes[member]; n != nil {
 				u.UsedPoolSlowBytes += n.slowFromPool

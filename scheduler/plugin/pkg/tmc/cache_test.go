@@ -197,3 +197,35 @@ func TestAssumeNeverMovesABoundPod(t *testing.T) {
 		t.Fatalf("the bound pod's reservation became %+v", got)
 	}
 }
+
+func TestARackPoolsSizeIsTheOperatorsNotTheLastNodes(t *testing.T) {
+	// The honest member publishes 256; another node claims 4 PiB for the same pool.
+	honest := &NodeCapacity{DRAMBytes: 64, LLCWays: 8, SlowPool: "rack", SlowPoolBytes: ptr(int64(256))}
+	greedy := &NodeCapacity{DRAMBytes: 64, LLCWays: 8, SlowPool: "rack", SlowPoolBytes: ptr(int64(4 << 50))}
+	c := NewCache()
+	c.SetNode("honest", honest)
+	c.SetNode("greedy", greedy)
+	if u := c.Usage("greedy", greedy, 8); u.PoolSlowBytes != 256 {
+		t.Fatalf("unconfigured: the smallest member's claim, got %d", u.PoolSlowBytes)
+	}
+	if _, err := c.Assume("1", "greedy", greedy, 8, recommendedAsk(1, 1, 400, 1)); err == nil {
+		t.Fatal("400 bytes placed from a 256-byte pool")
+	}
+	// The honest node leaves: the claim left is not a size the operator set.
+	c.RemoveNode("honest")
+	c.SetPools(map[string]int64{"rack": 256})
+	if u := c.Usage("greedy", greedy, 8); u.PoolSlowBytes != 256 {
+		t.Fatalf("configured: the operator's size, got %d", u.PoolSlowBytes)
+	}
+	if _, err := c.Assume("2", "greedy", greedy, 8, recommendedAsk(1, 1, 200, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Assume("3", "greedy", greedy, 8, recommendedAsk(1, 1, 200, 1)); err == nil {
+		t.Fatal("400 bytes placed from a pool the operator sized at 256")
+	}
+	// A pool the operator sized at 0 gives nothing, whatever its nodes say.
+	c.SetPools(map[string]int64{"rack": 0})
+	if u := c.Usage("greedy", greedy, 8); u.PoolSlowBytes != 0 {
+		t.Fatalf("configured 0: got %d", u.PoolSlowBytes)
+	}
+}

@@ -300,6 +300,9 @@ func validatePlacement(p *Placement) error {
 	case len(p.Plan) > 4096:
 		return bad("plan: more than 4096 structures")
 	}
+	// The sums are compared as they grow: each term is under 2^52 and each running sum stays at
+	// most the configuration's (under 2^52), so no sum can overflow, however many structures
+	// (4,096 of almost 2^52 bytes would wrap an int64 past the check).
 	var fast, slow int64
 	for _, s := range p.Plan {
 		if len(s.Tag) > 128 || !tagText.MatchString(s.Tag) {
@@ -310,11 +313,30 @@ func validatePlacement(p *Placement) error {
 		}
 		fast += s.FastBytes
 		slow += s.SlowBytes
-	}
-	if len(p.Plan) > 0 && (fast > c.DRAMBytes || slow > c.SlowBytes) {
-		return bad("the plan places more in a tier than the configuration holds")
+		if fast > c.DRAMBytes || slow > c.SlowBytes {
+			return bad("the plan places more in a tier than the configuration holds")
+		}
 	}
 	return nil
+}
+
+// MaxPlacementAnnotationsBytes bounds what a Binding adds to a pod (both annotations, keys
+// and values): a quarter of the API server's 256 KiB for all of a pod's annotations, so that
+// the pod's own annotations and later writers keep room. A recommendation whose placement would
+// be larger is not bound: the pod gets the fallback, which says why.
+const MaxPlacementAnnotationsBytes = 64 * 1024
+
+// maxPodAnnotationsAfterBind is the most a pod's annotations may hold once placed (the API
+// server refuses every later update of a pod past 256 KiB, though a Binding is not checked).
+const maxPodAnnotationsAfterBind = 192 * 1024
+
+// annotationsSize is what the API server counts against its limit: keys and values.
+func annotationsSize(ann map[string]string) int {
+	n := 0
+	for k, v := range ann {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 // The machine pattern (model/node_contract.py's NodePattern): the capacity plan's machine a node

@@ -1,7 +1,11 @@
 package tmc
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -153,6 +157,38 @@ func TestPyFloatIsPythonsRepr(t *testing.T) {
 		got, err := PyFloat(v).MarshalJSON()
 		if err != nil || string(got) != want {
 			t.Errorf("%v: %s, %v; Python writes %s", v, got, err, want)
+		}
+	}
+}
+
+// The bounds' cases shared with the Python contract (scheduler/conformance/contract_bounds.json).
+func TestContractBoundsAgreeWithPython(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "conformance", "contract_bounds.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table struct {
+		Cases []struct {
+			Name       string `json:"name"`
+			Structures int    `json:"structures"`
+			FastBytes  int64  `json:"fast_bytes"`
+			DRAMBytes  int64  `json:"dram_bytes"`
+			Readable   bool   `json:"readable"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &table); err != nil || len(table.Cases) == 0 {
+		t.Fatalf("the table: %v", err)
+	}
+	for _, c := range table.Cases {
+		plan := make([]string, c.Structures)
+		for i := range plan {
+			plan[i] = fmt.Sprintf(`{"tag":"s%d","fast_bytes":%d,"slow_bytes":0}`, i, c.FastBytes)
+		}
+		text := fmt.Sprintf(`{"schema":"tmc.placement/v2","node":"n","configuration":{"vcpus":1,"dram_bytes":%d,"slow_bytes":0,"slow_ratio":0.0,"llc_ways":1},"llc_mask":"0x1","plan":[%s]}`,
+			c.DRAMBytes, strings.Join(plan, ","))
+		_, err := ParsePlacement(map[string]string{PlacementAnnotation: text})
+		if (err == nil) != c.Readable {
+			t.Errorf("%s: readable %v, want %v (%v)", c.Name, err == nil, c.Readable, err)
 		}
 	}
 }

@@ -247,5 +247,9 @@ func (e *Engine) ObserveNode(node *v1.Node) {
 	e.cache.SetNode(node.Name, capacity)
 }
 
+// SetRackPools gives the engine the rack pools' sizes the operator set (the chart's rackPools):
+// authoritative over the sizes nodes publish.
+func SetRackPools(e *Engine, pools map[string]int64) { e.cache.SetPools(pools) }
+
 // SetPublished gives the engine the published recommendations to read (an informer's index).
 func SetPublished(e *Engine, published Published) { e.published = published }

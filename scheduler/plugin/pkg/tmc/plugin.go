@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
@@ -40,27 +41,56 @@ type Args struct {
 	// published recommendation waits for the publisher (retried with the scheduler's backoff)
 	// before it is placed with the fallback. 0: no wait. Default 10, at most 300.
 	RecommendationWaitSeconds *int64 `json:"recommendationWaitSeconds,omitempty"`
+	// RackPools are the rack pools' sizes (Kubernetes quantities, "256Gi"), set by the
+	// operator: a pool named here has this size whatever its nodes publish.
+	RackPools map[string]string `json:"rackPools,omitempty"`
 }
 
 // DefaultRecommendationWait is the wait when the configuration does not set one: the publisher
 // answers a new workload in about a second, and a scheduler backoff starts at one.
 const DefaultRecommendationWait = 10 * time.Second
 
-// ParseArgs decodes and bounds the plugin's arguments.
-func ParseArgs(obj runtime.Object) (time.Duration, error) {
+// ParseArgs decodes and bounds the plugin's arguments: the recommendation wait and the rack
+// pools' sizes.
+func ParseArgs(obj runtime.Object) (time.Duration, map[string]int64, error) {
 	var args Args
 	if obj != nil {
 		if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
-			return 0, fmt.Errorf("%s: arguments: %w", Name, err)
+			return 0, nil, fmt.Errorf("%s: arguments: %w", Name, err)
 		}
 	}
+	pools, err := ParseRackPools(args.RackPools)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s: rackPools: %w", Name, err)
+	}
 	if args.RecommendationWaitSeconds == nil {
-		return DefaultRecommendationWait, nil
+		return DefaultRecommendationWait, pools, nil
 	}
 	if s := *args.RecommendationWaitSeconds; s < 0 || s > 300 {
-		return 0, fmt.Errorf("%s: recommendationWaitSeconds must be in 0..300, not %d", Name, s)
+		return 0, nil, fmt.Errorf("%s: recommendationWaitSeconds must be in 0..300, not %d", Name, s)
 	}
-	return time.Duration(*args.RecommendationWaitSeconds) * time.Second, nil
+	return time.Duration(*args.RecommendationWaitSeconds) * time.Second, pools, nil
+}
+
+// ParseRackPools reads rack pools' sizes: names as a node's tmc.dev/slow-pool, sizes as
+// Kubernetes quantities within the contract's bytes.
+func ParseRackPools(given map[string]string) (map[string]int64, error) {
+	pools := map[string]int64{}
+	for name, text := range given {
+		if len(name) > 253 || !dnsName.MatchString(name) {
+			return nil, fmt.Errorf("%q is not a DNS subdomain name", clip(name, 40))
+		}
+		q, err := resource.ParseQuantity(text)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is not a quantity", name, clip(text, 40))
+		}
+		v, ok := q.AsInt64()
+		if !ok || v < 0 || v >= MaxBytes {
+			return nil, fmt.Errorf("%s: %s must be whole bytes in 0..2^52", name, clip(text, 40))
+		}
+		pools[name] = v
+	}
+	return pools, nil
 }
 
 var (
@@ -77,7 +107,7 @@ var (
 // placements (so that a restarted scheduler starts from what the API server holds; kube-scheduler
 // waits for these informers to sync before it schedules) and nodes' rack pools.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	wait, err := ParseArgs(obj)
+	wait, pools, err := ParseArgs(obj)
 	if err != nil {
 		return nil, err
 	}
@@ -91,6 +121,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 			return info.Node(), nil
 		},
 	}
+	SetRackPools(p.Engine, pools)
 	if err := p.Watch(h.SharedInformerFactory()); err != nil {
 		return nil, err
 	}

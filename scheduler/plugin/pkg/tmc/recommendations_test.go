@@ -146,13 +146,21 @@ func TestAPodWaitsForItsRecommendationThenFallsBack(t *testing.T) {
 }
 
 func TestArgsAreBounded(t *testing.T) {
-	if wait, err := ParseArgs(nil); err != nil || wait != DefaultRecommendationWait {
-		t.Errorf("default: %v %v", wait, err)
+	if wait, pools, err := ParseArgs(nil); err != nil || wait != DefaultRecommendationWait || len(pools) != 0 {
+		t.Errorf("default: %v %v %v", wait, pools, err)
 	}
-	for raw, ok := range map[string]bool{`{"recommendationWaitSeconds": 0}`: true, `{"recommendationWaitSeconds": 301}`: false, `{"recommendationWaitSeconds": -1}`: false} {
-		_, err := ParseArgs(&runtime.Unknown{Raw: []byte(raw), ContentType: runtime.ContentTypeJSON})
+	for raw, ok := range map[string]bool{
+		`{"recommendationWaitSeconds": 0}`: true, `{"recommendationWaitSeconds": 301}`: false, `{"recommendationWaitSeconds": -1}`: false,
+		`{"rackPools": {"rack-a": "256Gi"}}`: true, `{"rackPools": {"Rack A": "1Gi"}}`: false, `{"rackPools": {"r": "-1"}}`: false,
+		`{"rackPools": {"r": "5Pi"}}`: false, `{"rackPools": {"r": "lots"}}`: false, `{"rackPools": {"r": "0.5"}}`: false,
+	} {
+		_, _, err := ParseArgs(&runtime.Unknown{Raw: []byte(raw), ContentType: runtime.ContentTypeJSON})
 		if (err == nil) != ok {
 			t.Errorf("%s: %v", raw, err)
 		}
+	}
+	_, pools, err := ParseArgs(&runtime.Unknown{Raw: []byte(`{"rackPools": {"rack-a": "256Gi"}}`), ContentType: runtime.ContentTypeJSON})
+	if err != nil || pools["rack-a"] != 256<<30 {
+		t.Errorf("rackPools: %v %v", pools, err)
 	}
 }

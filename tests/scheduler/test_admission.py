@@ -1,0 +1,451 @@
+# The kubernetes client takes plain dicts for bodies at run time; its stubs say models only.
+# mypy: disable-error-code="arg-type,union-attr,no-untyped-call,index"
+"""Who may write what tmc reads, asked of a real kube-apiserver with the chart's RBAC and its
+ValidatingAdmissionPolicies (deploy/helm/tmc/templates/admission.yaml): a tenant whose role lets
+it create, patch and delete pods in its own namespace (and, to show that admission and not RBAC
+stops it, post Bindings and update pod status as its own scheduler would), tmc's scheduler and
+extender, a node agent, and an operator (a service account of a namespace whose group the chart
+names). Every token is the API server's own: static tokens for tmc's components (as the control
+plane's other tests), TokenRequest tokens for the tenant and the operator, and tokens bound to an
+agent's pod on its node (as the kubelet projects them) for the node rule."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
+from tests.scheduler.controlplane import cluster as c
+from tests.services import wait_until
+
+pytestmark = pytest.mark.slow
+
+TENANT_NS = "tenant-a"
+OPERATOR_NS = "tmc-ops"
+PINNED_NS = "pinned-benchmarks"  # the chart's operatorNamespaces: pinning allowed there
+ADMISSION_VALUES: dict[str, Any] = {
+    "admission": {
+        "operatorGroups": [f"system:serviceaccounts:{OPERATOR_NS}"],
+        "operatorNamespaces": [PINNED_NS],
+    }
+}
+# What tmc's Binding carries (scheduler/plugin/pkg/tmc PlacementAnnotations): the placement as
+# compact JSON and its mask. The policy compares strings; it never parses them.
+PLACEMENT = {
+    "tmc.dev/placement": json.dumps({"schema": "tmc.dev/placement/v1", "llc_mask": "0xf0"}),
+    "tmc.dev/llc-mask": "0xf0",
+}
+# A tenant's pinned ask for every way and all of a node's DRAM.
+GREEDY = json.dumps({"configuration": {"llc_ways": 8, "dram_bytes": 24 * 2**30, "slow_bytes": 0}})
+
+
+def token_client(cp: ControlPlane, token: str) -> k8s.CoreV1Api:
+    cfg = k8s.Configuration()
+    cfg.host = cp.server
+    cfg.ssl_ca_cert = str(cp.dir / "ca.crt")
+    cfg.api_key = {"authorization": f"Bearer {token}"}
+    return k8s.CoreV1Api(k8s.ApiClient(cfg))
+
+
+def request_token(
+    admin: k8s.CoreV1Api, namespace: str, account: str, bound_pod: k8s.V1Pod | None = None
+) -> str:
+    spec: dict[str, Any] = {"expirationSeconds": 3600}
+    if bound_pod is not None:
+        spec["boundObjectRef"] = {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "name": bound_pod.metadata.name,
+            "uid": bound_pod.metadata.uid,
+        }
+    made = admin.create_namespaced_service_account_token(account, namespace, {"spec": spec})
+    return str(made.status.token)
+
+
+class Plane:
+    def __init__(self, cp: ControlPlane) -> None:
+        self.cp = cp
+        self.admin = c.core(cp)
+        self.client = c.api_client(cp)
+        self.scheduler = c.core(cp, "scheduler")
+        self.extender = c.core(cp, "extender")
+        self.agent = c.core(cp, "agent")
+        self.tenant = self._tenant()
+        self.operator = self._operator()
+
+    def _tenant(self) -> k8s.CoreV1Api:
+        c.new_namespace(self.admin, TENANT_NS)
+        c.new_namespace(self.admin, PINNED_NS)
+        for ns in (TENANT_NS, PINNED_NS):
+            self.admin.create_namespaced_service_account(ns, {"metadata": {"name": "tenant"}})
+            rbac = k8s.RbacAuthorizationV1Api(self.client)
+            rbac.create_namespaced_role(
+                ns,
+                {
+                    "metadata": {"name": "tenant"},
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "resources": ["pods"],
+                            "verbs": ["get", "list", "create", "patch", "delete"],
+                        },
+                        # Beyond the issue's tenant: what its own scheduler would hold.
+                        {
+                            "apiGroups": [""],
+                            "resources": ["pods/binding", "bindings"],
+                            "verbs": ["create"],
+                        },
+                        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
+                    ],
+                },
+            )
+            rbac.create_namespaced_role_binding(
+                ns,
+                {
+                    "metadata": {"name": "tenant"},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "Role",
+                        "name": "tenant",
+                    },
+                    "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}],
+                },
+            )
+        return token_client(self.cp, request_token(self.admin, TENANT_NS, "tenant"))
+
+    def tenant_in(self, ns: str) -> k8s.CoreV1Api:
+        return token_client(self.cp, request_token(self.admin, ns, "tenant"))
+
+    def _operator(self) -> k8s.CoreV1Api:
+        c.new_namespace(self.admin, OPERATOR_NS)
+        self.admin.create_namespaced_service_account(OPERATOR_NS, {"metadata": {"name": "ops"}})
+        rbac = k8s.RbacAuthorizationV1Api(self.client)
+        rbac.create_cluster_role(
+            {
+                "metadata": {"name": "tmc-test-operator"},
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "resources": ["pods"],
+                        "verbs": ["get", "list", "create", "patch", "delete"],
+                    }
+                ],
+            }
+        )
+        rbac.create_cluster_role_binding(
+            {
+                "metadata": {"name": "tmc-test-operator"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "tmc-test-operator",
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": "ops", "namespace": OPERATOR_NS}],
+            }
+        )
+        return token_client(self.cp, request_token(self.admin, OPERATOR_NS, "ops"))
+
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[Plane]:
+    try:
+        cp = ControlPlane()
+    except Unavailable as exc:
+        unavailable(exc)
+    try:
+        cp.start()
+        c.install_rbac(cp, ADMISSION_VALUES)
+        for name in ("node-a", "node-b"):
+            c.register_node(c.core(cp), c.node_object(name))
+        p = Plane(cp)
+        # A policy is enforced once the API server has compiled it: wait for the first refusal.
+        wait_until(
+            lambda: (
+                refused(
+                    lambda: p.tenant.create_namespaced_pod(
+                        TENANT_NS, pod("probe", annotations=PLACEMENT)
+                    )
+                )
+                is not None
+            ),
+            30,
+            "policies enforced",
+        )
+        yield p
+    finally:
+        cp.close()
+
+
+def pod(
+    name: str, annotations: dict[str, str] | None = None, node: str | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": dict(annotations or {})},
+        "spec": {
+            "schedulerName": "tmc-scheduler",
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+    if node is not None:
+        body["spec"]["nodeName"] = node
+    return body
+
+
+def refused(call: Callable[[], object]) -> str | None:
+    """The admission policy's refusal of `call`, or None when the API server admitted it. Any
+    other error (RBAC's among them) is raised: a test must not pass on the wrong refusal."""
+    try:
+        call()
+    except k8s.ApiException as exc:
+        if "ValidatingAdmissionPolicy" in (exc.body or ""):
+            return str(json.loads(exc.body)["message"])
+        raise
+    return None
+
+
+def placed_pod(plane: Plane, name: str) -> None:
+    """A tenant's pod that tmc's scheduler has bound with its placement."""
+    plane.tenant.create_namespaced_pod(TENANT_NS, pod(name))
+    uid = plane.tenant.read_namespaced_pod(name, TENANT_NS).metadata.uid
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name, "namespace": TENANT_NS, "uid": uid, "annotations": PLACEMENT},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"},
+    }
+    plane.scheduler.create_namespaced_pod_binding(name, TENANT_NS, body, _preload_content=False)
+    got = plane.admin.read_namespaced_pod(name, TENANT_NS)
+    assert got.spec.node_name == "node-a"
+    assert got.metadata.annotations["tmc.dev/llc-mask"] == "0xf0"
+
+
+# --- the scheduler's placement ------------------------------------------------------------------
+
+
+def test_tmc_scheduler_binds_with_its_placement(plane: Plane) -> None:
+    placed_pod(plane, "placed")
+
+
+def test_tmc_extender_may_write_a_placement(plane: Plane) -> None:
+    """tmc-extender's identity binds on the extender path (and its mirror may annotate)."""
+    plane.tenant.create_namespaced_pod(TENANT_NS, pod("by-extender"))
+    uid = plane.tenant.read_namespaced_pod("by-extender", TENANT_NS).metadata.uid
+    plane.extender.patch_namespaced_pod(
+        "by-extender", TENANT_NS, {"metadata": {"uid": uid, "annotations": PLACEMENT}}
+    )
+    got = plane.admin.read_namespaced_pod("by-extender", TENANT_NS)
+    assert got.metadata.annotations["tmc.dev/placement"] == PLACEMENT["tmc.dev/placement"]
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        # After binding, its placement onto a neighbour's ways.
+        {"tmc.dev/llc-mask": "0xf"},
+        # A placement no reader can parse (the agent would delete the pod's resctrl group).
+        {"tmc.dev/placement": '{"schema":"x"}'},
+        # DRAM moved into "slow" on paper (the scheduler's cache would free the DRAM).
+        {
+            "tmc.dev/placement": json.dumps(
+                {"schema": "tmc.dev/placement/v1", "slow_bytes": 20 * 2**30}
+            )
+        },
+        # The placement removed (the pod would run unconfined while counted).
+        {"tmc.dev/placement": None, "tmc.dev/llc-mask": None},
+    ],
+    ids=["neighbours-ways", "bad-schema", "dram-to-slow", "removed"],
+)
+def test_a_tenant_cannot_rewrite_its_placement_after_binding(
+    plane: Plane, forged: dict[str, str | None], request: pytest.FixtureRequest
+) -> None:
+    name = "rewrite-" + request.node.callspec.id
+    placed_pod(plane, name)
+    why = refused(
+        lambda: plane.tenant.patch_namespaced_pod(
+            name, TENANT_NS, {"metadata": {"annotations": forged}}
+        )
+    )
+    assert why is not None and "only tmc's scheduler may write a pod's placement" in why, why
+    # ... nor through the status subresource, which keeps metadata changes.
+    why = refused(
+        lambda: plane.tenant.patch_namespaced_pod_status(
+            name, TENANT_NS, {"metadata": {"annotations": forged}}
+        )
+    )
+    assert why is not None, "pods/status wrote a placement"
+    got = plane.admin.read_namespaced_pod(name, TENANT_NS).metadata.annotations
+    assert {k: got.get(k) for k in PLACEMENT} == PLACEMENT
+
+
+def test_a_tenants_unrelated_update_of_a_placed_pod_passes(plane: Plane) -> None:
+    placed_pod(plane, "relabelled")
+    plane.tenant.patch_namespaced_pod(
+        "relabelled",
+        TENANT_NS,
+        {"metadata": {"labels": {"tier": "web"}, "annotations": {"team": "a"}}},
+    )
+    got = plane.admin.read_namespaced_pod("relabelled", TENANT_NS).metadata
+    assert got.labels["tier"] == "web" and got.annotations["tmc.dev/llc-mask"] == "0xf0"
+    plane.tenant.delete_namespaced_pod("relabelled", TENANT_NS, grace_period_seconds=0)
+
+
+def test_a_tenant_cannot_create_a_pod_with_a_placement(plane: Plane) -> None:
+    """On a node by spec.nodeName, not opted in, with a forged placement: refused at create."""
+    body = pod(
+        "forged", annotations={**PLACEMENT, "tmc.dev/llc-mask": "0xffffffffffff"}, node="node-a"
+    )
+    why = refused(lambda: plane.tenant.create_namespaced_pod(TENANT_NS, body))
+    assert why is not None and "tmc.dev/placement, tmc.dev/llc-mask" in why, why
+    # Unbound, for tmc's scheduler to find, just as much.
+    why = refused(lambda: plane.tenant.create_namespaced_pod(TENANT_NS, pod("forged-2", PLACEMENT)))
+    assert why is not None
+
+
+def test_a_tenants_own_scheduler_cannot_bind_with_a_placement(plane: Plane) -> None:
+    """The Binding's annotations are copied onto the pod: pods/binding is matched too. A tenant
+    that runs its own scheduler (pods/binding create) binds, but never with tmc's placement."""
+    plane.tenant.create_namespaced_pod(TENANT_NS, pod("self-bound"))
+    uid = plane.tenant.read_namespaced_pod("self-bound", TENANT_NS).metadata.uid
+
+    def binding(ann: dict[str, str]) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {
+                "name": "self-bound",
+                "namespace": TENANT_NS,
+                "uid": uid,
+                "annotations": ann,
+            },
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "node-b"},
+        }
+
+    # pods/<name>/binding, as client-go posts it, and the older namespaces/<ns>/bindings.
+    why = refused(
+        lambda: plane.tenant.create_namespaced_pod_binding(
+            "self-bound", TENANT_NS, binding(PLACEMENT), _preload_content=False
+        )
+    )
+    assert why is not None and "only tmc's scheduler" in why, why
+    why = refused(
+        lambda: plane.tenant.create_namespaced_binding(
+            TENANT_NS, binding(PLACEMENT), _preload_content=False
+        )
+    )
+    assert why is not None and "only tmc's scheduler" in why, why
+    assert plane.admin.read_namespaced_pod("self-bound", TENANT_NS).spec.node_name is None
+    plane.tenant.create_namespaced_pod_binding(
+        "self-bound", TENANT_NS, binding({}), _preload_content=False
+    )
+    assert plane.admin.read_namespaced_pod("self-bound", TENANT_NS).spec.node_name == "node-b"
+
+
+# --- pinned recommendations ---------------------------------------------------------------------
+
+
+def test_a_tenant_cannot_pin_a_recommendation(plane: Plane) -> None:
+    ann = {"tmc.dev/recommendation": GREEDY, "tmc.dev/workload": "w"}
+    why = refused(lambda: plane.tenant.create_namespaced_pod(TENANT_NS, pod("greedy", ann)))
+    assert why is not None and "only an operator may pin a recommendation" in why, why
+    plane.tenant.create_namespaced_pod(TENANT_NS, pod("greedy-later", {"tmc.dev/workload": "w"}))
+    why = refused(
+        lambda: plane.tenant.patch_namespaced_pod(
+            "greedy-later", TENANT_NS, {"metadata": {"annotations": ann}}
+        )
+    )
+    assert why is not None
+
+
+def test_tmc_components_cannot_pin_a_recommendation(plane: Plane) -> None:
+    """The scheduler writes placements, not recommendations; neither does the extender."""
+    plane.tenant.create_namespaced_pod(TENANT_NS, pod("pin-by-extender"))
+    why = refused(
+        lambda: plane.extender.patch_namespaced_pod(
+            "pin-by-extender",
+            TENANT_NS,
+            {"metadata": {"annotations": {"tmc.dev/recommendation": GREEDY}}},
+        )
+    )
+    assert why is not None and "only an operator" in why, why
+
+
+def test_an_operator_pins_a_recommendation_and_a_tenant_keeps_it(plane: Plane) -> None:
+    ann = {"tmc.dev/recommendation": GREEDY}
+    plane.operator.create_namespaced_pod(TENANT_NS, pod("pinned", ann))
+    # The tenant may still update its pod (the pin unchanged), and delete it.
+    plane.tenant.patch_namespaced_pod("pinned", TENANT_NS, {"metadata": {"labels": {"a": "b"}}})
+    why = refused(
+        lambda: plane.tenant.patch_namespaced_pod(
+            "pinned", TENANT_NS, {"metadata": {"annotations": {"tmc.dev/recommendation": None}}}
+        )
+    )
+    assert why is not None
+    plane.operator.patch_namespaced_pod(
+        "pinned", TENANT_NS, {"metadata": {"annotations": {"tmc.dev/recommendation": None}}}
+    )
+    plane.tenant.delete_namespaced_pod("pinned", TENANT_NS, grace_period_seconds=0)
+
+
+def test_pins_are_allowed_in_the_operators_namespaces(plane: Plane) -> None:
+    """operatorNamespaces: pods a controller creates from an operator's pinned template."""
+    tenant = plane.tenant_in(PINNED_NS)
+    tenant.create_namespaced_pod(PINNED_NS, pod("bench", {"tmc.dev/recommendation": GREEDY}))
+    # A pin there is not a placement: that stays the scheduler's.
+    why = refused(lambda: tenant.create_namespaced_pod(PINNED_NS, pod("bench-2", PLACEMENT)))
+    assert why is not None
+
+
+def test_an_agent_writes_no_pod_annotations(plane: Plane) -> None:
+    """The agent only lists pods (RBAC): it can neither forge nor pin."""
+    plane.tenant.create_namespaced_pod(TENANT_NS, pod("agent-target"))
+    with pytest.raises(k8s.ApiException) as exc:
+        plane.agent.patch_namespaced_pod(
+            "agent-target", TENANT_NS, {"metadata": {"annotations": PLACEMENT}}
+        )
+    assert exc.value.status == 403
+
+
+# --- nodes: an agent writes only its own -------------------------------------------------------
+
+
+def test_an_agent_writes_its_own_nodes_capacity(plane: Plane) -> None:
+    agent = token_client(plane.cp, c.node_bound_token(plane.cp, "node-a"))
+    agent.patch_node("node-a", {"metadata": {"annotations": {"tmc.dev/dram-bytes": "1024"}}})
+    got = plane.admin.read_node("node-a").metadata.annotations
+    assert got["tmc.dev/dram-bytes"] == "1024"
+
+
+def test_one_nodes_agent_cannot_rewrite_another_nodes_capacity(plane: Plane) -> None:
+    plane.admin.patch_node("node-b", {"metadata": {"annotations": {"tmc.dev/dram-bytes": "8"}}})
+    agent = token_client(plane.cp, c.node_bound_token(plane.cp, "node-a"))
+    forged = {"metadata": {"annotations": {"tmc.dev/dram-bytes": str(4 * 2**50)}}}
+    why = refused(lambda: agent.patch_node("node-b", forged))
+    assert why is not None and "bound to node-a, not to node-b" in why, why
+    assert plane.admin.read_node("node-b").metadata.annotations["tmc.dev/dram-bytes"] == "8"
+
+
+def test_an_agent_token_bound_to_no_node_writes_no_node(plane: Plane) -> None:
+    """The agents' service account without a node in its token (a static token, or one bound
+    to no pod) is refused everywhere, as NodeRestriction refuses a kubelet without a node."""
+    forged = {"metadata": {"annotations": {"tmc.dev/llc-ways": "48"}}}
+    why = refused(lambda: plane.agent.patch_node("node-a", forged))
+    assert why is not None and "bound to no node" in why, why
+
+
+def test_an_agent_changes_only_tmc_keys_on_its_node(plane: Plane) -> None:
+    agent = token_client(plane.cp, c.node_bound_token(plane.cp, "node-a"))
+    for patch in (
+        {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}},
+        {"metadata": {"annotations": {"other.example/x": "1"}}},
+        {"spec": {"taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]}},
+    ):
+        why = refused(partial(agent.patch_node, "node-a", patch))
+        assert why is not None and "only the tmc.dev/ labels and annotations" in why, (patch, why)
+    agent.patch_node("node-a", {"metadata": {"labels": {"tmc.dev/host-kind": "k"}}})
