@@ -11,6 +11,14 @@ paths fit them:
 - ``eq4``: no stall counter (most virtualised PMUs). fastmax and fastmin differ only in MAR, so
   their CPI difference gives P_dram; slowmax differs from fastmax only in where misses are served,
   so Eq. 4 gives P_slow = (CPI_slowmax - CPI_dram) / MPI_slow.
+
+The stall counter counts loads only. A program whose slow-memory time goes to stores (write
+sweeps: a store miss holds a fill buffer for the slow tier's latency, and its write-back takes
+the slow tier's scarce write bandwidth) grows its cycles far more than its L3-miss stalls. When
+the stall counter explains less than `STALL_EXPLAINED_MIN` of a reference run's extra cycles
+against fastmax, the stall path would move that time into on-core CPI and predict slowmax
+nowhere near its measurement; the fit takes the cycles (Eq. 4) instead and says why
+(`FitDiagnostics.path_reason`).
 """
 
 from __future__ import annotations
@@ -28,18 +36,18 @@ from model.bundle import (
     RunName,
     StructureMeasurements,
     WorkloadId,
+    stall_growth,
 )
 from model.misscurve import anchor_curve
 
 MODEL_VERSION = "tmc-model/1"
 
-FitPath = Literal["stall_counters", "eq4"]
+FitPath = Literal["stall_counters", "memory_stalls", "eq4"]
+StallCounter = Literal["stall_cycles_l3_miss", "stall_cycles_memory"]
 # "paper": one DRAM and one slow penalty for the whole workload (Eq. 3-4). "per_structure": each
 # structure's own penalties, from memory-stall samples attributed to it in the reference runs.
 PenaltyPath = Literal["paper", "per_structure"]
 PenaltyChoice = Literal["auto", "paper"]
-# A slow tier whose fitted penalty is below this share of the DRAM penalty is "no slower than DRAM".
-NEGLIGIBLE_SLOW_PENALTY = 0.01
 
 # Diagnostics thresholds (docs/model.md, "Diagnostics").
 # Three points, three or more parameters: a sound fit explains them (clean simulated profiles stay
@@ -59,6 +67,12 @@ MIN_STRUCTURE_SAMPLES = 30
 QUEUE_KAPPA = 1.0 / 12.0
 QUEUE_UTILIZATION_CAP = 0.95
 WINDOW_MLP_MAX = 12.0
+# The stall path is taken only when the L3-miss stall counter explains at least this share of
+# each reference run's extra cycles against fastmax (where they differ by more than the runs'
+# noise, `STALL_PATH_NOISE` of fastmax's CPI). Below it, stalls the counter does not see (stores,
+# write-backs) carry the difference and the cycles (Eq. 4) are the only faithful measure.
+STALL_EXPLAINED_MIN = 0.5
+STALL_PATH_NOISE = 0.03
 
 
 class Flag(BaseModel):
@@ -72,6 +86,12 @@ class Flag(BaseModel):
 class FitDiagnostics(BaseModel):
     model_config = ConfigDict(frozen=True)
     path: FitPath
+    path_reason: str = Field(default="", description="why the fit took this path")
+    stalls_explained: dict[str, float] = Field(
+        default_factory=dict,
+        description="per run, the share of its extra cycles against fastmax that its L3-miss"
+        " stall counter explains (runs that differ from fastmax beyond noise)",
+    )
     flags: list[Flag] = Field(default_factory=list)
     cpi_residuals: dict[str, float] = Field(
         description="(model - measured) / measured CPI at each reference run"
@@ -228,11 +248,28 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
     # 3. Penalties and on-core CPI.
     runs = (fastmax, fastmin, slowmax)
     path: FitPath
+    explained = _stalls_explained(bundle, "stall_cycles_l3_miss")
+    counter: StallCounter | None = None
     if all(r.stall_cycles_l3_miss is not None for r in runs):
-        path = "stall_counters"
-        cpi_cache, p_dram, p_slow = _fit_from_stalls(fastmax, fastmin, slowmax, flags)
+        short = {k: v for k, v in explained.items() if v < STALL_EXPLAINED_MIN}
+        if not short:
+            path = "stall_counters"
+            counter = "stall_cycles_l3_miss"
+            path_reason = "the L3-miss stall counter explains the reference runs' differences"
+        else:
+            memory = _stalls_explained(bundle, "stall_cycles_memory")
+            if all(r.stall_cycles_memory is not None for r in runs) and all(
+                memory.get(k, 1.0) >= STALL_EXPLAINED_MIN for k in explained
+            ):
+                path = "memory_stalls"
+                counter = "stall_cycles_memory"
+            else:
+                path = "eq4"
+            path_reason = _incomplete_stalls_reason(bundle, short, path)
+            flags.append(Flag(code="stall_counters_incomplete", message=path_reason))
     else:
         path = "eq4"
+        path_reason = "no L3-miss stall counter in every run: fitted from the runs' CPIs (Eq. 4)"
         if any(r.stall_cycles_l3_miss is not None for r in runs):
             flags.append(
                 Flag(
@@ -240,14 +277,19 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
                     message="stall cycles reported for some runs only; fitted from CPIs (Eq. 4)",
                 )
             )
+    if counter is not None:
+        cpi_cache, p_dram, p_slow = _fit_from_stalls(fastmax, fastmin, slowmax, counter, flags)
+    else:
         cpi_cache, p_dram, p_slow = _fit_from_cpi(fastmax, fastmin, slowmax, flags)
 
-    if p_slow <= NEGLIGIBLE_SLOW_PENALTY * max(p_dram, 1e-9):
+    slow_growth = _cpi(slowmax) / _cpi(fastmax) - 1.0
+    if slow_growth <= STALL_PATH_NOISE:
         flags.append(
             Flag(
                 code="slow_tier_not_slower",
-                message="slowmax ran no slower than fastmax: the slow tier adds no measurable"
-                " penalty for this workload, so slow memory costs it nothing in time",
+                message=f"slowmax ran {slow_growth:+.1%} against fastmax (within the runs' noise):"
+                " the slow tier adds no measurable penalty for this workload, so slow memory"
+                " costs it nothing in time",
             )
         )
     if bundle.host.slow_tier.latency_ns <= bundle.host.fast_tier.latency_ns:
@@ -267,6 +309,7 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
             per, reason = _per_structure_penalties(
                 bundle,
                 bundle.structure_measurements,
+                path,
                 cpi_cache,
                 p_dram,
                 p_slow,
@@ -352,6 +395,8 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
         else None,
         diagnostics=FitDiagnostics(
             path=path,
+            path_reason=path_reason,
+            stalls_explained=dict(explained),
             penalty_path=penalty_path,
             penalty_path_reason=reason,
             slow_utilization_at_slowmax=(
@@ -366,6 +411,49 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
             mlp_estimate=mlp,
             slow_extra_latency_ns_estimate=extra_ns,
         ),
+    )
+
+
+def _stalls_explained(bundle: ProfileBundle, counter: StallCounter) -> dict[RunName, float]:
+    """Per run that differs from fastmax beyond noise: the share of its extra cycles per
+    instruction that its extra stall cycles per instruction (by `counter`) account for."""
+    out: dict[RunName, float] = {}
+    base = _cpi(bundle.run("fastmax"))
+    names: tuple[RunName, RunName] = ("fastmin", "slowmax")
+    for name in names:
+        growth = stall_growth(bundle, name, counter)
+        if growth is None:
+            continue
+        stall, cycles = growth
+        if abs(cycles) > STALL_PATH_NOISE * base:
+            out[name] = stall / cycles
+    return out
+
+
+def _incomplete_stalls_reason(
+    bundle: ProfileBundle, short: Mapping[RunName, float], path: FitPath
+) -> str:
+    parts = []
+    for name, share in short.items():
+        growth = stall_growth(bundle, name, "stall_cycles_l3_miss")
+        assert growth is not None
+        text = (
+            f"{name} ran {growth[1] / _cpi(bundle.run('fastmax')):+.1%} against fastmax, of which"
+            f" the L3-miss stall counter explains {share:.0%}"
+        )
+        memory = stall_growth(bundle, name, "stall_cycles_memory")
+        if memory is not None and growth[1] != 0:
+            text += f" (stalls on any memory access, stores included: {memory[0] / growth[1]:.0%})"
+        parts.append(text)
+    how = (
+        "the penalties are fitted from the memory-stall counter, which counts them"
+        if path == "memory_stalls"
+        else "the penalties are fitted from the runs' cycles (Eq. 4), which pass through all"
+        " three measurements"
+    )
+    return (
+        "; ".join(parts) + ". The rest is time the load-stall counter does not see (stores and"
+        f" write-backs waiting on the slow tier, bandwidth queueing), so {how}"
     )
 
 
@@ -385,12 +473,21 @@ def _access_rates(
     return [mar * run.samples.get(tag, 0) / total for tag in tags]
 
 
+def _stall(run: ReferenceRun, counter: StallCounter) -> int:
+    value: int | None = getattr(run, counter)
+    assert value is not None
+    return value
+
+
 def _fit_from_stalls(
-    fastmax: ReferenceRun, fastmin: ReferenceRun, slowmax: ReferenceRun, flags: list[Flag]
+    fastmax: ReferenceRun,
+    fastmin: ReferenceRun,
+    slowmax: ReferenceRun,
+    counter: StallCounter,
+    flags: list[Flag],
 ) -> tuple[float, float, float]:
     def stall_pi(run: ReferenceRun) -> float:
-        assert run.stall_cycles_l3_miss is not None
-        return run.stall_cycles_l3_miss / run.instructions
+        return _stall(run, counter) / run.instructions
 
     # Least squares through the origin over the two all-DRAM runs: stall/instr = MPI * P_dram.
     dram_runs = (fastmax, fastmin)
@@ -405,7 +502,7 @@ def _fit_from_stalls(
         p_slow = 0.0
         flags.append(Flag(code="no_slow_accesses", message="slowmax made no LLC misses"))
     runs = (fastmax, fastmin, slowmax)
-    cpi_cache = sum((r.cycles - (r.stall_cycles_l3_miss or 0)) / r.instructions for r in runs) / 3
+    cpi_cache = sum((r.cycles - _stall(r, counter)) / r.instructions for r in runs) / 3
     return cpi_cache, p_dram, _clamp_slow(p_slow, flags)
 
 
@@ -488,6 +585,7 @@ def _unsampled_flag(tags: list[str], sizes: list[int], idx: list[int]) -> Flag:
 def _per_structure_penalties(
     bundle: ProfileBundle,
     m: StructureMeasurements,
+    path: FitPath,
     cpi_cache: float,
     p_dram: float,
     p_slow: float,
@@ -510,8 +608,10 @@ def _per_structure_penalties(
         attributed = sum(meas.stall_samples.values())
         if attributed == 0:
             return None, f"{name} has no memory-stall samples attributed to any structure"
-        if ref.stall_cycles_l3_miss is not None:
-            total = ref.stall_cycles_l3_miss / ref.instructions
+        if path == "stall_counters":
+            total = _stall(ref, "stall_cycles_l3_miss") / ref.instructions
+        elif path == "memory_stalls":
+            total = _stall(ref, "stall_cycles_memory") / ref.instructions
         else:
             total = max(0.0, _cpi(ref) - cpi_cache)
         stall_pi[name] = [total * meas.stall_samples.get(t, 0) / attributed for t in tags]
