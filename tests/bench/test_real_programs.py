@@ -9,6 +9,8 @@ is a real loss of accuracy, not noise (the trace backend's runs are deterministi
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -75,3 +77,14 @@ def test_a_bundle_from_the_cli_says_why_its_path(tmp_path: Path) -> None:
     model = fit(bundle)
     assert model.diagnostics.path_reason
     assert (tmp_path / "llc_stream.npz").exists()
+    # A verification run on the profile's own clock: the replay of slowmax's configuration is
+    # slowmax's reference run.
+    agent = Path(sys.executable).with_name("tmc-agent")
+    done = subprocess.run(
+        [str(agent), "replay", "--workdir", str(tmp_path), "--slow-ratio", "1", "--llc-ways", "28"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert float(done.stdout.strip()) == pytest.approx(slowmax.wall_seconds, rel=1e-6)
+    assert "host model's clock" in done.stderr
