@@ -73,6 +73,8 @@ WINDOW_MLP_MAX = 12.0
 # A structure's overlap scale (stall per miss at fastmin over fastmax) is kept within this range:
 # one core's misses in flight change by at most about the fill buffers' count either way.
 OVERLAP_SCALE_RANGE = (0.25, 4.0)
+# How far the per-structure penalties' levels may be moved to pass through the reference runs.
+CALIBRATION_RANGE = (0.5, 2.0)
 # A stall counter's path is taken only when the counter's growth explains a share in this band
 # of each reference run's extra cycles against fastmax (where they differ by more than the runs'
 # noise, `STALL_PATH_NOISE` of fastmax's CPI). Below it, stalls the counter does not see (stores,
@@ -698,6 +700,7 @@ def _per_structure_penalties(
     pd: list[float] = []
     ps: list[float] = []
     scale: list[float] = []
+    own: list[bool] = []
     kept = 0
     for i, t in enumerate(tags):
         samples = fastmax.samples.get(t, 0) + fastmin.samples.get(t, 0) + slowmax.samples.get(t, 0)
@@ -706,8 +709,10 @@ def _per_structure_penalties(
             pd.append(p_dram)
             ps.append(p_slow)
             scale.append(1.0)
+            own.append(False)
             kept += 1
             continue
+        own.append(True)
         k = _overlap_scale(stall_pi, rates_min[i], rates_max[i], i, t, bundle)
         if k is None:
             d = (stall_pi["fastmax"][i] + stall_pi["fastmin"][i]) / fast_rate
@@ -728,7 +733,46 @@ def _per_structure_penalties(
     )
     if kept:
         reason += f"; {kept} with fewer than {MIN_STRUCTURE_SAMPLES} samples keep the workload's"
-    return (pd, ps, scale), reason
+    per = _through_references(bundle, cpi_cache, (pd, ps, scale), own, rates_min, rates_max)
+    return per, reason
+
+
+def _through_references(
+    bundle: ProfileBundle,
+    cpi_cache: float,
+    per: tuple[list[float], list[float], list[float]],
+    own: list[bool],
+    rates_min: list[float],
+    rates_max: list[float],
+) -> tuple[list[float], list[float], list[float]]:
+    """The per-structure penalties' levels set so that the model passes through the three
+    measured CPIs: the stall samples give the split between structures, the cycles the level.
+    In turn, fastmax's CPI scales the DRAM penalties, fastmin's the overlap scales, slowmax's
+    the slow penalties; a factor outside `CALIBRATION_RANGE` means the samples and the cycles
+    disagree, and it is left (the residual is then flagged). Structures that kept the workload's
+    penalties (too few samples) keep them: only those with their own are moved."""
+    pd, ps, k = (list(x) for x in per)
+    lo, hi = CALIBRATION_RANGE
+
+    def scaled(values: list[float], weights: list[float], target: float) -> list[float]:
+        # Only the structures with their own penalties move: the target less the others' part.
+        fixed = sum(w * v for w, v, o in zip(weights, values, own, strict=True) if not o)
+        movable = sum(w * v for w, v, o in zip(weights, values, own, strict=True) if o)
+        want = target - fixed
+        if movable <= 0 or want <= 0 or not lo <= want / movable <= hi:
+            return values
+        return [v * want / movable if o else v for v, o in zip(values, own, strict=True)]
+
+    fastmax, fastmin, slowmax = (bundle.run(n) for n in ("fastmax", "fastmin", "slowmax"))
+    pd = scaled(pd, rates_max, _cpi(fastmax) - cpi_cache)
+    weights = [a * p for a, p in zip(rates_min, pd, strict=True)]
+    k = scaled(k, weights, _cpi(fastmin) - cpi_cache)
+    ps = scaled(ps, rates_max, _cpi(slowmax) - cpi_cache - _dot(rates_max, pd))
+    return pd, ps, k
+
+
+def _dot(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
 
 
 def _overlap_scale(
