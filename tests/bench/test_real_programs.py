@@ -55,7 +55,7 @@ def test_the_advice_holds_in_truth(results: list[ProgramResult]) -> None:
     assert s["mape"] <= 0.12
     assert s["slo:5%"]["kept"] == s["slo:5%"]["decisions"]
     assert s["slo:10%"]["kept"] == s["slo:10%"]["decisions"]
-    assert s["coverage_90"] >= 0.85  # measured 90.5 %
+    assert s["coverage_90"] >= 0.85  # measured 90.9 %
     text = markdown(results, s)
     assert all(f"| {name} |" in text for name in FAST)
 
