@@ -129,7 +129,11 @@ class Api:
             return (
                 f"{detail or 'not found'} (see {tmc_command()} get --help for what can be listed)"
             )
-        if exc.code in (409, 422):
+        if exc.code == 409:
+            # A conflict with what the service knows (no configuration meets the objective, a
+            # name taken): the values given may be valid, so the detail is the answer.
+            return f"the API could not do this: {detail or exc.reason}"
+        if exc.code == 422:
             return f"the API refused the request: {detail or exc.reason} (fix the values given)"
         return f"the API answered {exc.code}: {detail or exc.reason} (see the service's log)"
 

@@ -56,7 +56,12 @@ def record_cmd(
     llc_ways: Annotated[int, typer.Option(min=1, max=64, help="LLC ways the run had.")],
     run_seconds: Annotated[
         float,
-        typer.Option("--seconds", help="Wall time of the whole run, above 0."),
+        typer.Option(
+            "--seconds",
+            help="Time of the whole run, above 0, on the profile's clock: the wall time for a"
+            " hardware profile; for a trace-backend profile the host model's time, which"
+            " `tmc-agent replay` prints (the real program's wall time is another clock).",
+        ),
     ],
     server: ServerOpt = DEFAULT_SERVER,
     token: TokenOpt = None,

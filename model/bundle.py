@@ -25,6 +25,12 @@ MISS_CURVE_NOISE = 0.10
 # Three runs of one workload retire nearly the same instructions; past this they are not one workload.
 INSTRUCTION_SPREAD_LIMIT = 0.25
 INSTRUCTION_SPREAD_FLAG = 0.02
+# A stall counter may grow against fastmax by more than the cycles did only within the runs'
+# noise; past this share of fastmax's cycles the two counters contradict each other.
+STALL_EXCESS_LIMIT = 0.10
+# Counters read at slightly different moments: a memory-stall count this far below the L3 one
+# is still consistent.
+STALL_COUNTER_NOISE = 0.05
 
 # Bounds that keep every later computation finite and exact: byte counts stay far below 2^63 even
 # when added up over every structure (4096 x 2^50 = 2^62) or multiplied by a ratio in float64, and
@@ -100,7 +106,21 @@ class ReferenceRun(_Wire):
     configuration: RunConfiguration
     instructions: int = Field(gt=0, le=MAX_COUNT)
     cycles: int = Field(gt=0, le=MAX_COUNT)
-    stall_cycles_l3_miss: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    stall_cycles_l3_miss: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_COUNT,
+        description="cycles retirement stalled while a load that missed the LLC was pending"
+        " (Intel CYCLE_ACTIVITY.STALLS_L3_MISS): stores are not in it",
+    )
+    stall_cycles_memory: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_COUNT,
+        description="cycles retirement stalled on any memory access, stores (a full store"
+        " buffer, fill buffers held by store misses) included (Intel: STALLS_MEM_ANY plus"
+        " EXE_ACTIVITY.BOUND_ON_STORES); optional",
+    )
     llc_misses: int = Field(ge=0, le=MAX_COUNT)
     wall_seconds: float = Field(gt=0, le=MAX_SECONDS)
     samples: dict[Tag, Annotated[int, Field(ge=0, le=MAX_SAMPLES)]] = Field(
@@ -327,6 +347,18 @@ def _check_runs(b: ProfileBundle) -> list[Problem]:
     for i, run in enumerate(b.runs):
         if run.stall_cycles_l3_miss is not None and run.stall_cycles_l3_miss > run.cycles:
             out.append(Problem(f"runs[{i}].stall_cycles_l3_miss", "exceeds cycles"))
+        if run.stall_cycles_memory is not None:
+            if run.stall_cycles_memory > run.cycles:
+                out.append(Problem(f"runs[{i}].stall_cycles_memory", "exceeds cycles"))
+            l3 = run.stall_cycles_l3_miss
+            if l3 is not None and run.stall_cycles_memory < l3 * (1.0 - STALL_COUNTER_NOISE):
+                out.append(
+                    Problem(
+                        f"runs[{i}].stall_cycles_memory",
+                        f"{run.stall_cycles_memory} is below stall_cycles_l3_miss {l3}: stalls on"
+                        " any memory access include those on LLC-missing loads",
+                    )
+                )
         for tag in run.samples:
             if tag not in tags:
                 out.append(
@@ -334,6 +366,7 @@ def _check_runs(b: ProfileBundle) -> list[Problem]:
                 )
         if run.llc_misses > run.instructions:
             out.append(Problem(f"runs[{i}].llc_misses", "more LLC misses than instructions"))
+    out += _check_stalls_against_cycles(b, idx)
     instructions = [r.instructions for r in b.runs]
     spread = max(instructions) / min(instructions) - 1.0
     if spread > INSTRUCTION_SPREAD_LIMIT:
@@ -343,6 +376,47 @@ def _check_runs(b: ProfileBundle) -> list[Problem]:
                 f"the three runs differ by {spread:.0%} in instructions: not one workload and input",
             )
         )
+    return out
+
+
+def stall_growth(b: ProfileBundle, run_name: RunName, counter: str) -> tuple[float, float] | None:
+    """(extra stall cycles, extra cycles) per instruction of a run against fastmax, by one stall
+    counter (`stall_cycles_l3_miss` or `stall_cycles_memory`); None where a run lacks it."""
+    fastmax, run = b.run("fastmax"), b.run(run_name)
+    a, c = getattr(fastmax, counter), getattr(run, counter)
+    if a is None or c is None:
+        return None
+    stall = c / run.instructions - a / fastmax.instructions
+    cycles = run.cycles / run.instructions - fastmax.cycles / fastmax.instructions
+    return stall, cycles
+
+
+def _check_stalls_against_cycles(b: ProfileBundle, idx: dict[str, int]) -> list[Problem]:
+    """The memory-stall counter cannot grow by far more than the run's cycles did: dispatch
+    does not speed up when memory slows down, so extra stall cycles are extra cycles. (It may
+    grow by less: work the window overlaps.) The L3-miss counter has no such bound: when fewer
+    ways turn LLC hits into misses, stalls it did not count become stalls it counts, and its
+    growth may exceed the cycles'; it is bounded only by its run's cycles (checked above)."""
+    out: list[Problem] = []
+    fastmax = b.run("fastmax")
+    base = fastmax.cycles / fastmax.instructions
+    counter = "stall_cycles_memory"
+    for name in ("fastmin", "slowmax"):
+        growth = stall_growth(b, name, counter)
+        pair = (fastmax, b.run(name))
+        if growth is None or any(getattr(r, counter) > r.cycles for r in pair):
+            continue  # absent, or already rejected as exceeding its run's cycles
+        stall, cycles = growth
+        if stall > max(cycles, 0.0) + STALL_EXCESS_LIMIT * base:
+            out.append(
+                Problem(
+                    f"runs[{idx[name]}].{counter}",
+                    f"grows by {stall / base:.1%} of fastmax's cycles against fastmax while"
+                    f" the run's cycles grow by {cycles / base:+.1%}: the stall counter"
+                    " contradicts the cycle counter (a different event, or another run's"
+                    " counts?)",
+                )
+            )
     return out
 
 

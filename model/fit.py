@@ -11,11 +11,22 @@ paths fit them:
 - ``eq4``: no stall counter (most virtualised PMUs). fastmax and fastmin differ only in MAR, so
   their CPI difference gives P_dram; slowmax differs from fastmax only in where misses are served,
   so Eq. 4 gives P_slow = (CPI_slowmax - CPI_dram) / MPI_slow.
+
+The stall counter counts loads only. A program whose slow-memory time goes to stores (write
+sweeps: a store miss holds a fill buffer for the slow tier's latency, and its write-back takes
+the slow tier's scarce write bandwidth) grows its cycles far more than its L3-miss stalls. When
+the stall counter explains too little of a reference run's extra cycles against fastmax, the
+stall path would move that time into on-core CPI and predict slowmax nowhere near its
+measurement. So the fit takes the first path whose counter explains the runs' differences and
+whose fit passes through all three runs: the L3-miss stall counter, then
+``memory_stalls`` (a counter of stalls on any memory access, stores included, where the bundle
+has one), then the cycles (Eq. 4); and it says why (`FitDiagnostics.path_reason`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,18 +39,18 @@ from model.bundle import (
     RunName,
     StructureMeasurements,
     WorkloadId,
+    stall_growth,
 )
 from model.misscurve import anchor_curve
 
 MODEL_VERSION = "tmc-model/1"
 
-FitPath = Literal["stall_counters", "eq4"]
+FitPath = Literal["stall_counters", "memory_stalls", "eq4"]
+StallCounter = Literal["stall_cycles_l3_miss", "stall_cycles_memory"]
 # "paper": one DRAM and one slow penalty for the whole workload (Eq. 3-4). "per_structure": each
 # structure's own penalties, from memory-stall samples attributed to it in the reference runs.
 PenaltyPath = Literal["paper", "per_structure"]
 PenaltyChoice = Literal["auto", "paper"]
-# A slow tier whose fitted penalty is below this share of the DRAM penalty is "no slower than DRAM".
-NEGLIGIBLE_SLOW_PENALTY = 0.01
 
 # Diagnostics thresholds (docs/model.md, "Diagnostics").
 # Three points, three or more parameters: a sound fit explains them (clean simulated profiles stay
@@ -59,6 +70,18 @@ MIN_STRUCTURE_SAMPLES = 30
 QUEUE_KAPPA = 1.0 / 12.0
 QUEUE_UTILIZATION_CAP = 0.95
 WINDOW_MLP_MAX = 12.0
+# A structure's overlap scale (stall per miss at fastmin over fastmax) is kept within this range:
+# one core's misses in flight change by at most about the fill buffers' count either way.
+OVERLAP_SCALE_RANGE = (0.25, 4.0)
+# How far the per-structure penalties' levels may be moved to pass through the reference runs.
+CALIBRATION_RANGE = (0.5, 2.0)
+# A stall counter's path is taken only when the counter's growth explains a share in this band
+# of each reference run's extra cycles against fastmax (where they differ by more than the runs'
+# noise, `STALL_PATH_NOISE` of fastmax's CPI). Below it, stalls the counter does not see (stores,
+# write-backs) carry the difference; far above it, stalls it did not count (LLC hits) turned
+# into stalls it counts. Either way the on-core CPI it implies is not one number.
+STALL_EXPLAINED_BAND = (0.5, 2.0)
+STALL_PATH_NOISE = 0.03
 
 
 class Flag(BaseModel):
@@ -72,6 +95,12 @@ class Flag(BaseModel):
 class FitDiagnostics(BaseModel):
     model_config = ConfigDict(frozen=True)
     path: FitPath
+    path_reason: str = Field(default="", description="why the fit took this path")
+    stalls_explained: dict[str, float] = Field(
+        default_factory=dict,
+        description="per run, the share of its extra cycles against fastmax that its L3-miss"
+        " stall counter explains (runs that differ from fastmax beyond noise)",
+    )
     flags: list[Flag] = Field(default_factory=list)
     cpi_residuals: dict[str, float] = Field(
         description="(model - measured) / measured CPI at each reference run"
@@ -142,6 +171,11 @@ class FittedModel(BaseModel):
     )
     p_slow_by_structure: list[float] | None = Field(
         default=None, description="per tag, extra cycles per slow access at slowmax's load"
+    )
+    slow_scale_at_min_by_structure: list[float] | None = Field(
+        default=None,
+        description="per tag, both penalties' scale at ways_min (DRAM stall per miss at fastmin"
+        " over fastmax); 1 at ways_max, following the miss curve in between",
     )
     slow_queue: SlowQueue | None = None
     dram_latency_cycles: float | None = Field(
@@ -227,27 +261,76 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
 
     # 3. Penalties and on-core CPI.
     runs = (fastmax, fastmin, slowmax)
-    path: FitPath
-    if all(r.stall_cycles_l3_miss is not None for r in runs):
-        path = "stall_counters"
-        cpi_cache, p_dram, p_slow = _fit_from_stalls(fastmax, fastmin, slowmax, flags)
-    else:
-        path = "eq4"
-        if any(r.stall_cycles_l3_miss is not None for r in runs):
-            flags.append(
-                Flag(
-                    code="partial_stall_counters",
-                    message="stall cycles reported for some runs only; fitted from CPIs (Eq. 4)",
-                )
-            )
-        cpi_cache, p_dram, p_slow = _fit_from_cpi(fastmax, fastmin, slowmax, flags)
+    explained = _stalls_explained(bundle, "stall_cycles_l3_miss")
 
-    if p_slow <= NEGLIGIBLE_SLOW_PENALTY * max(p_dram, 1e-9):
+    def references(
+        path: FitPath, cpi_cache: float, p_dram: float, p_slow: float
+    ) -> tuple[tuple[list[float], list[float], list[float]] | None, str, dict[str, float]]:
+        """Per-structure penalties (when measured and asked for) and the model's CPI at the
+        three reference runs, for one path's workload-level fit."""
+        per = None
+        reason = "the bundle has no per-structure measurements"
+        if bundle.structure_measurements is not None:
+            if penalties == "paper":
+                reason = "per-structure measurements present; the paper's path was asked for"
+            else:
+                per, reason = _per_structure_penalties(
+                    bundle,
+                    bundle.structure_measurements,
+                    path,
+                    cpi_cache,
+                    p_dram,
+                    p_slow,
+                    rates_min,
+                    rates_max,
+                )
+        if per is not None:
+            pd, ps, k = per
+            predicted = {
+                "fastmax": cpi_cache + sum(a * p for a, p in zip(rates_max, pd, strict=True)),
+                "fastmin": cpi_cache
+                + sum(a * p * c for a, p, c in zip(rates_min, pd, k, strict=True)),
+                "slowmax": cpi_cache
+                + sum(a * (p + q) for a, p, q in zip(rates_max, pd, ps, strict=True)),
+            }
+        else:
+            predicted = {
+                "fastmax": cpi_cache + mar_max * p_dram,
+                "fastmin": cpi_cache + mar_min * p_dram,
+                "slowmax": cpi_cache + mar_max * (p_dram + p_slow),
+            }
+        return per, reason, predicted
+
+    def worst_residual(
+        path: FitPath, cpi_cache: float, p_dram: float, p_slow: float
+    ) -> tuple[str, float]:
+        predicted = references(path, cpi_cache, p_dram, p_slow)[2]
+        residual = {r.name: predicted[r.name] / _cpi(r) - 1.0 for r in runs}
+        worst = max(residual, key=lambda k: abs(residual[k]))
+        return worst, residual[worst]
+
+    choice = _choose_path(bundle, worst_residual)
+    path, path_reason = choice.path, choice.reason
+    cpi_cache, p_dram, p_slow = choice.cpi_cache, choice.p_dram, choice.p_slow
+    flags += choice.flags
+    if all(r.stall_cycles_l3_miss is not None for r in runs) and path != "stall_counters":
+        flags.append(Flag(code="stall_counters_incomplete", message=path_reason))
+    elif any(r.stall_cycles_l3_miss is not None for r in runs) and path == "eq4":
+        flags.append(
+            Flag(
+                code="partial_stall_counters",
+                message="stall cycles reported for some runs only; fitted from CPIs (Eq. 4)",
+            )
+        )
+
+    slow_growth = _cpi(slowmax) / _cpi(fastmax) - 1.0
+    if slow_growth <= STALL_PATH_NOISE:
         flags.append(
             Flag(
                 code="slow_tier_not_slower",
-                message="slowmax ran no slower than fastmax: the slow tier adds no measurable"
-                " penalty for this workload, so slow memory costs it nothing in time",
+                message=f"slowmax ran {slow_growth:+.1%} against fastmax (within the runs' noise):"
+                " the slow tier adds no measurable penalty for this workload, so slow memory"
+                " costs it nothing in time",
             )
         )
     if bundle.host.slow_tier.latency_ns <= bundle.host.fast_tier.latency_ns:
@@ -258,21 +341,7 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
             )
         )
 
-    per = None
-    reason = "the bundle has no per-structure measurements"
-    if bundle.structure_measurements is not None:
-        if penalties == "paper":
-            reason = "per-structure measurements present; the paper's path was asked for"
-        else:
-            per, reason = _per_structure_penalties(
-                bundle,
-                bundle.structure_measurements,
-                cpi_cache,
-                p_dram,
-                p_slow,
-                rates_min,
-                rates_max,
-            )
+    per, reason, predicted = references(path, cpi_cache, p_dram, p_slow)
     queue = None
     if per is not None:
         queue = _slow_queue(bundle, bundle.structure_measurements)
@@ -289,23 +358,6 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
         )
 
     # 4. Diagnostics: how well three points are explained, and what the penalties imply.
-    def model_cpi(mar: float, mar_slow: float) -> float:
-        return cpi_cache + mar * p_dram + mar_slow * p_slow
-
-    if per is not None:
-        pd, ps = per
-        predicted = {
-            "fastmax": cpi_cache + sum(a * p for a, p in zip(rates_max, pd, strict=True)),
-            "fastmin": cpi_cache + sum(a * p for a, p in zip(rates_min, pd, strict=True)),
-            "slowmax": cpi_cache
-            + sum(a * (p + q) for a, p, q in zip(rates_max, pd, ps, strict=True)),
-        }
-    else:
-        predicted = {
-            "fastmax": model_cpi(mar_max, 0.0),
-            "fastmin": model_cpi(mar_min, 0.0),
-            "slowmax": model_cpi(mar_max, mar_max),
-        }
     residuals = {r.name: predicted[r.name] / _cpi(r) - 1.0 for r in runs}
     coverage = {
         r.name: (sum(r.samples.values()) * bundle.sampling_interval / r.llc_misses)
@@ -342,6 +394,7 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
         penalty_path=penalty_path,
         p_dram_by_structure=per[0] if per is not None else None,
         p_slow_by_structure=per[1] if per is not None else None,
+        slow_scale_at_min_by_structure=per[2] if per is not None else None,
         slow_queue=queue,
         window_mlp_by_structure=_window_mlp(bundle, per[1], queue) if per is not None else None,
         dram_latency_cycles=bundle.host.fast_tier.latency_ns * freq_ghz
@@ -352,6 +405,8 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
         else None,
         diagnostics=FitDiagnostics(
             path=path,
+            path_reason=path_reason,
+            stalls_explained=dict(explained),
             penalty_path=penalty_path,
             penalty_path_reason=reason,
             slow_utilization_at_slowmax=(
@@ -367,6 +422,22 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
             slow_extra_latency_ns_estimate=extra_ns,
         ),
     )
+
+
+def _stalls_explained(bundle: ProfileBundle, counter: StallCounter) -> dict[RunName, float]:
+    """Per run that differs from fastmax beyond noise: the share of its extra cycles per
+    instruction that its extra stall cycles per instruction (by `counter`) account for."""
+    out: dict[RunName, float] = {}
+    base = _cpi(bundle.run("fastmax"))
+    names: tuple[RunName, RunName] = ("fastmin", "slowmax")
+    for name in names:
+        growth = stall_growth(bundle, name, counter)
+        if growth is None:
+            continue
+        stall, cycles = growth
+        if abs(cycles) > STALL_PATH_NOISE * base:
+            out[name] = stall / cycles
+    return out
 
 
 def _access_rates(
@@ -385,12 +456,105 @@ def _access_rates(
     return [mar * run.samples.get(tag, 0) / total for tag in tags]
 
 
+@dataclass(frozen=True)
+class _PathChoice:
+    path: FitPath
+    reason: str
+    cpi_cache: float
+    p_dram: float
+    p_slow: float
+    flags: list[Flag]
+    residual: float  # the worst |model / measured - 1| over the three runs
+
+
+def _choose_path(
+    bundle: ProfileBundle,
+    worst_residual: Callable[[FitPath, float, float, float], tuple[str, float]],
+) -> _PathChoice:
+    """The first path, in order of preference (the L3-miss stall counter, the memory-stall
+    counter, the cycles by Eq. 4), whose counter explains each reference run's extra cycles
+    against fastmax (`STALL_EXPLAINED_BAND`) and whose fit passes through all three runs within
+    `CPI_RESIDUAL_FLAG`; if none does, the one that misses its runs least."""
+    fastmax, fastmin, slowmax = bundle.run("fastmax"), bundle.run("fastmin"), bundle.run("slowmax")
+    runs = (fastmax, fastmin, slowmax)
+    lo, hi = STALL_EXPLAINED_BAND
+    passed_over: list[str] = []
+    tried: list[_PathChoice] = []
+    options: tuple[tuple[FitPath, StallCounter | None, str], ...] = (
+        ("stall_counters", "stall_cycles_l3_miss", "the L3-miss stall counter"),
+        ("memory_stalls", "stall_cycles_memory", "the memory-stall counter"),
+        ("eq4", None, "the runs' cycles (Eq. 4)"),
+    )
+    for path, counter, label in options:
+        if counter is not None:
+            if any(getattr(r, counter) is None for r in runs):
+                continue
+            explained = _stalls_explained(bundle, counter)
+            off = {k: v for k, v in explained.items() if not lo <= v <= hi}
+            if off:
+                passed_over.append(_explained_text(bundle, label, off))
+                continue
+        own: list[Flag] = []
+        if counter is not None:
+            cpi_cache, p_dram, p_slow = _fit_from_stalls(fastmax, fastmin, slowmax, counter, own)
+        else:
+            cpi_cache, p_dram, p_slow = _fit_from_cpi(fastmax, fastmin, slowmax, own)
+        run, miss = worst_residual(path, cpi_cache, p_dram, p_slow)
+        worst = abs(miss)
+        reason = f"fitted from {label}"
+        if passed_over:
+            reason = "; ".join(passed_over) + f". {reason[0].upper()}{reason[1:]}"
+        tried.append(_PathChoice(path, reason, cpi_cache, p_dram, p_slow, own, worst))
+        if worst <= CPI_RESIDUAL_FLAG:
+            return tried[-1]
+        passed_over.append(f"a fit from {label} misses {run}'s measured CPI by {miss:+.1%}")
+    best = min(tried, key=lambda c: c.residual)
+    return _PathChoice(
+        best.path,
+        "; ".join(passed_over) + f"; kept the path that misses least ({best.path})",
+        best.cpi_cache,
+        best.p_dram,
+        best.p_slow,
+        best.flags,
+        best.residual,
+    )
+
+
+def _explained_text(bundle: ProfileBundle, label: str, off: Mapping[RunName, float]) -> str:
+    base = _cpi(bundle.run("fastmax"))
+    parts = []
+    for name, share in off.items():
+        growth = stall_growth(bundle, name, "stall_cycles_l3_miss") or stall_growth(
+            bundle, name, "stall_cycles_memory"
+        )
+        cycles = growth[1] / base if growth is not None else 0.0
+        parts.append(
+            f"{name} ran {cycles:+.1%} against fastmax, of which {label} explains {share:.0%}"
+        )
+    what = (
+        " (the rest is time a load-stall counter does not see: stores and write-backs waiting on"
+        " the slow tier, bandwidth queueing)"
+        if any(v < 1.0 for v in off.values())
+        else " (stalls it did not count became stalls it counts)"
+    )
+    return "; ".join(parts) + what
+
+
+def _stall(run: ReferenceRun, counter: StallCounter) -> int:
+    value: int | None = getattr(run, counter)
+    assert value is not None
+    return value
+
+
 def _fit_from_stalls(
-    fastmax: ReferenceRun, fastmin: ReferenceRun, slowmax: ReferenceRun, flags: list[Flag]
+    fastmax: ReferenceRun,
+    fastmin: ReferenceRun,
+    slowmax: ReferenceRun,
+    counter: StallCounter,
+    flags: list[Flag],
 ) -> tuple[float, float, float]:
     def stall_pi(run: ReferenceRun) -> float:
-        assert run.stall_cycles_l3_miss is not None
-        return run.stall_cycles_l3_miss / run.instructions
+        return _stall(run, counter) / run.instructions
 
     # Least squares through the origin over the two all-DRAM runs: stall/instr = MPI * P_dram.
     dram_runs = (fastmax, fastmin)
@@ -405,7 +569,7 @@ def _fit_from_stalls(
         p_slow = 0.0
         flags.append(Flag(code="no_slow_accesses", message="slowmax made no LLC misses"))
     runs = (fastmax, fastmin, slowmax)
-    cpi_cache = sum((r.cycles - (r.stall_cycles_l3_miss or 0)) / r.instructions for r in runs) / 3
+    cpi_cache = sum((r.cycles - _stall(r, counter)) / r.instructions for r in runs) / 3
     return cpi_cache, p_dram, _clamp_slow(p_slow, flags)
 
 
@@ -488,18 +652,26 @@ def _unsampled_flag(tags: list[str], sizes: list[int], idx: list[int]) -> Flag:
 def _per_structure_penalties(
     bundle: ProfileBundle,
     m: StructureMeasurements,
+    path: FitPath,
     cpi_cache: float,
     p_dram: float,
     p_slow: float,
     rates_min: list[float],
     rates_max: list[float],
-) -> tuple[tuple[list[float], list[float]] | None, str]:
+) -> tuple[tuple[list[float], list[float], list[float]] | None, str]:
     """Each structure's DRAM and slow penalties from its share of the memory-stall samples.
 
     In each run, the run's memory stall per instruction T (the stall counter, or CPI - CPI_cache
     without one) is split over tags by their stall samples; a tag's penalty is its stall per
     instruction over its miss rate. DRAM penalties pool fastmax and fastmin; the slow penalty is
     slowmax's minus the DRAM one. Tags with too few samples keep the workload's penalties.
+
+    The third list is each tag's overlap scale at fastmin's way count: its DRAM stall per miss
+    at fastmin over that at fastmax. More misses in flight together (a structure that misses
+    more with fewer ways) share their waiting, and the slow tier's extra latency is waited the
+    same way, so both penalties, measured at fastmax's ways, scale by it towards fastmin's. A
+    tag measured at both ends gets fastmax's own DRAM penalty (fastmin's is it times the scale);
+    one measured at one end only pools them, with scale 1.
     """
     tags = [s.tag for s in bundle.structures]
     names: tuple[RunName, ...] = ("fastmax", "fastmin", "slowmax")
@@ -510,8 +682,10 @@ def _per_structure_penalties(
         attributed = sum(meas.stall_samples.values())
         if attributed == 0:
             return None, f"{name} has no memory-stall samples attributed to any structure"
-        if ref.stall_cycles_l3_miss is not None:
-            total = ref.stall_cycles_l3_miss / ref.instructions
+        if path == "stall_counters":
+            total = _stall(ref, "stall_cycles_l3_miss") / ref.instructions
+        elif path == "memory_stalls":
+            total = _stall(ref, "stall_cycles_memory") / ref.instructions
         else:
             total = max(0.0, _cpi(ref) - cpi_cache)
         stall_pi[name] = [total * meas.stall_samples.get(t, 0) / attributed for t in tags]
@@ -525,6 +699,8 @@ def _per_structure_penalties(
     fastmax, fastmin = bundle.run("fastmax"), bundle.run("fastmin")
     pd: list[float] = []
     ps: list[float] = []
+    scale: list[float] = []
+    own: list[bool] = []
     kept = 0
     for i, t in enumerate(tags):
         samples = fastmax.samples.get(t, 0) + fastmin.samples.get(t, 0) + slowmax.samples.get(t, 0)
@@ -532,12 +708,22 @@ def _per_structure_penalties(
         if samples < MIN_STRUCTURE_SAMPLES or fast_rate <= 0 or rates_slow[i] <= 0:
             pd.append(p_dram)
             ps.append(p_slow)
+            scale.append(1.0)
+            own.append(False)
             kept += 1
             continue
-        d = (stall_pi["fastmax"][i] + stall_pi["fastmin"][i]) / fast_rate
+        own.append(True)
+        k = _overlap_scale(stall_pi, rates_min[i], rates_max[i], i, t, bundle)
+        if k is None:
+            d = (stall_pi["fastmax"][i] + stall_pi["fastmin"][i]) / fast_rate
+            k = 1.0
+        else:
+            # Measured at both ends: fastmax's own penalty, fastmin's through the scale.
+            d = stall_pi["fastmax"][i] / rates_max[i]
         total = stall_pi["slowmax"][i] / rates_slow[i]
         pd.append(d)
         ps.append(max(0.0, total - d))
+        scale.append(k)
     fitted = len(tags) - kept
     if fitted == 0:
         return None, "no structure has enough samples for its own penalties"
@@ -547,7 +733,67 @@ def _per_structure_penalties(
     )
     if kept:
         reason += f"; {kept} with fewer than {MIN_STRUCTURE_SAMPLES} samples keep the workload's"
-    return (pd, ps), reason
+    per = _through_references(bundle, cpi_cache, (pd, ps, scale), own, rates_min, rates_max)
+    return per, reason
+
+
+def _through_references(
+    bundle: ProfileBundle,
+    cpi_cache: float,
+    per: tuple[list[float], list[float], list[float]],
+    own: list[bool],
+    rates_min: list[float],
+    rates_max: list[float],
+) -> tuple[list[float], list[float], list[float]]:
+    """The per-structure penalties' levels set so that the model passes through the three
+    measured CPIs: the stall samples give the split between structures, the cycles the level.
+    In turn, fastmax's CPI scales the DRAM penalties, fastmin's the overlap scales, slowmax's
+    the slow penalties; a factor outside `CALIBRATION_RANGE` means the samples and the cycles
+    disagree, and it is left (the residual is then flagged). Structures that kept the workload's
+    penalties (too few samples) keep them: only those with their own are moved."""
+    pd, ps, k = (list(x) for x in per)
+    lo, hi = CALIBRATION_RANGE
+
+    def scaled(values: list[float], weights: list[float], target: float) -> list[float]:
+        # Only the structures with their own penalties move: the target less the others' part.
+        fixed = sum(w * v for w, v, o in zip(weights, values, own, strict=True) if not o)
+        movable = sum(w * v for w, v, o in zip(weights, values, own, strict=True) if o)
+        want = target - fixed
+        if movable <= 0 or want <= 0 or not lo <= want / movable <= hi:
+            return values
+        return [v * want / movable if o else v for v, o in zip(values, own, strict=True)]
+
+    fastmax, fastmin, slowmax = (bundle.run(n) for n in ("fastmax", "fastmin", "slowmax"))
+    pd = scaled(pd, rates_max, _cpi(fastmax) - cpi_cache)
+    weights = [a * p for a, p in zip(rates_min, pd, strict=True)]
+    k = scaled(k, weights, _cpi(fastmin) - cpi_cache)
+    ps = scaled(ps, rates_max, _cpi(slowmax) - cpi_cache - _dot(rates_max, pd))
+    return pd, ps, k
+
+
+def _dot(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def _overlap_scale(
+    stall_pi: Mapping[str, list[float]],
+    rate_min: float,
+    rate_max: float,
+    i: int,
+    tag: str,
+    bundle: ProfileBundle,
+) -> float | None:
+    """A tag's DRAM stall per miss at fastmin over that at fastmax, within `OVERLAP_SCALE_RANGE`
+    (None where either end has too few samples to tell)."""
+    enough = all(
+        bundle.run(n).samples.get(tag, 0) >= MIN_STRUCTURE_SAMPLES for n in ("fastmax", "fastmin")
+    )
+    if not enough or rate_min <= 0 or rate_max <= 0 or stall_pi["fastmax"][i] <= 0:
+        return None
+    at_min = stall_pi["fastmin"][i] / rate_min
+    at_max = stall_pi["fastmax"][i] / rate_max
+    lo, hi = OVERLAP_SCALE_RANGE
+    return min(max(at_min / at_max, lo), hi)
 
 
 def _window_mlp(bundle: ProfileBundle, p_slow: list[float], queue: SlowQueue | None) -> list[float]:

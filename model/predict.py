@@ -45,6 +45,13 @@ QUEUE_ITERATIONS = 12
 # on the catalog and far better on page-local shapes (docs/model.md, "Held-out calibration"), so
 # it is off unless asked for.
 WINDOW_EFFECT = False
+# A structure's penalties follow its measured overlap between fastmax's and fastmin's way
+# counts (`FittedModel.slow_scale_at_min_by_structure`): with fewer ways more of its misses are
+# in flight together and each waits less, on either tier.
+OVERLAP_SCALE = True
+# One core's instruction window (Skylake-SP's reorder buffer): misses of one structure further
+# apart than this cannot be in flight together.
+WINDOW_INSTRUCTIONS = 224.0
 
 
 # The lattice predict_one's envelope looks over (the paper's grid, so that a single prediction
@@ -100,12 +107,22 @@ class GridPrediction:
     seconds: FloatArray
     slowdown: FloatArray
     extrapolated: NDArray[np.bool_]  # per ways: outside the measured fastmin..fastmax range
+    # The same points with every slow structure charged as if no other structure's slow misses
+    # hid its own (see `Predictor._slow_stall`): what the interval must reach. None where the
+    # fit has no per-structure penalties.
+    seconds_uncovered: FloatArray | None = None
 
 
 class Predictor:
     """A fitted model prepared for fast, vectorised prediction. Build once per model, reuse."""
 
-    def __init__(self, model: FittedModel, *, window_effect: bool = WINDOW_EFFECT) -> None:
+    def __init__(
+        self,
+        model: FittedModel,
+        *,
+        window_effect: bool = WINDOW_EFFECT,
+        overlap_scale: bool = OVERLAP_SCALE,
+    ) -> None:
         self.model = model
         self._sizes = np.asarray(model.sizes_bytes, dtype=np.int64)
         self._sizes_f = self._sizes.astype(np.float64)
@@ -120,6 +137,8 @@ class Predictor:
         self._per_structure = model.p_dram_by_structure is not None
         self._pd = np.asarray(model.p_dram_by_structure or [model.p_dram] * len(self._sizes))
         self._ps = np.asarray(model.p_slow_by_structure or [model.p_slow] * len(self._sizes))
+        scale = model.slow_scale_at_min_by_structure if overlap_scale else None
+        self._scale = None if scale is None else np.asarray(scale, dtype=np.float64)
         mlp = model.window_mlp_by_structure if window_effect else None
         self._mlp = None if mlp is None else np.asarray(mlp, dtype=np.float64)
 
@@ -187,6 +206,7 @@ class Predictor:
         mar = self.mar(ways_f)
         h = self.curve_position(ways_f)
         mar_slow = np.empty((len(ratios), len(ways)), dtype=np.float64)
+        uncovered = None
         if not self._per_structure:
             for j, hj in enumerate(h):
                 rates = self.rates_at_position(float(hj), float(mar[j]))
@@ -195,13 +215,24 @@ class Predictor:
             cpi = m.cpi_cache + mar[None, :] * m.p_dram + mar_slow * m.p_slow
         else:
             cpi = np.empty_like(mar_slow)
+            uncovered = np.empty_like(mar_slow)
             for j, hj in enumerate(h):
                 rates = self.rates_at_position(float(hj), float(mar[j]))
                 share = self.slow_bytes_per_structure(rates, slow) / self._sizes_f[None, :]
                 mar_slow[:, j] = share @ rates
-                cpi[:, j] = m.cpi_cache + rates @ self._pd + self._slow_stall(share, rates)
+                pd, ps = self._pd, self._ps
+                if self._scale is not None:
+                    k = 1.0 + (self._scale - 1.0) * float(np.clip(hj, 0.0, 1.0))
+                    pd, ps = pd * k, ps * k
+                stall, alone = self._slow_stall(share, rates, pd, ps)
+                cpi[:, j] = m.cpi_cache + rates @ pd + stall
+                uncovered[:, j] = m.cpi_cache + rates @ pd + np.maximum(alone, stall)
         cpi = monotone_envelope(cpi, ratios, ways)
         slowdown = cpi / self._fastmax_cpi - 1.0
+        seconds_uncovered = None
+        if uncovered is not None:
+            uncovered = np.maximum(monotone_envelope(uncovered, ratios, ways), cpi)
+            seconds_uncovered = m.fastmax_seconds * uncovered / self._fastmax_cpi
         return GridPrediction(
             slow_ratios=ratios,
             llc_ways=ways,
@@ -213,10 +244,14 @@ class Predictor:
             seconds=m.fastmax_seconds * (1.0 + slowdown),
             slowdown=slowdown,
             extrapolated=(ways < m.ways_min) | (ways > m.ways_max),
+            seconds_uncovered=seconds_uncovered,
         )
 
-    def _slow_stall(self, share: FloatArray, rates: FloatArray) -> FloatArray:
-        """Extra stall cycles per instruction of the slow shares [ratios, n] at their load.
+    def _slow_stall(
+        self, share: FloatArray, rates: FloatArray, pd: FloatArray, ps: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """Extra stall cycles per instruction of the slow shares [ratios, n] at their load, and
+        the same uncovered: each slow structure's misses overlapping only with its own.
 
         Three corrections to the linear per-structure charge (docs/model.md, "Prediction"):
         a structure's slow misses overlapping in one window wait for the slowest (`exposed`);
@@ -224,20 +259,31 @@ class Predictor:
         and a structure whose slow misses were hidden behind other structures' slow misses in
         slowmax is charged at least ΔL / WINDOW_MLP_MAX per slow miss when the others are not
         slow (`uncovered`).
+
+        The second result bounds the last correction from above. A structure's slow penalty is
+        measured in slowmax, where every structure is slow and a stall is charged to whichever
+        miss holds retirement: a structure whose misses hid behind others' gets a small share,
+        and alone in the slow tier it may wait far longer. Alone, its own misses overlap only
+        with each other: as many as one instruction window holds (`WINDOW_INSTRUCTIONS` x its
+        misses per instruction, 1 to `WINDOW_MLP_MAX`). Charged that way where it is uncovered,
+        the prediction is pessimistic for structures whose misses also overlap with covered
+        work, and right for those whose misses really wait alone: the interval reaches it.
         """
         m = self.model
         exposed = share if self._mlp is None else 1.0 - (1.0 - share) ** self._mlp[None, :]
-        total = self._pd + self._ps  # per slow access, at slowmax's load
+        total = pd + ps  # per slow access, at slowmax's load
         # Share of the memory stall that is on the slow tier (1 in slowmax).
         slow_part = (share * total[None, :]) @ rates
-        all_part = rates @ self._pd + (share * self._ps[None, :]) @ rates
+        all_part = rates @ pd + (share * ps[None, :]) @ rates
         covered = np.divide(slow_part, all_part, out=np.ones_like(slow_part), where=all_part > 0)
         q = m.slow_queue
         at_slowmax = q.loaded(q.background_utilization + q.own_utilization_at_slowmax) if q else 1.0
         slow_rate = share @ rates
-        base = m.cpi_cache + rates @ self._pd
+        base = m.cpi_cache + rates @ pd
         factor = np.ones(len(share))
-        stall: FloatArray = exposed @ (rates * self._ps)
+        stall: FloatArray = exposed @ (rates * ps)
+        alone: FloatArray = stall
+        own_mlp = np.clip(WINDOW_INSTRUCTIONS * rates, 1.0, WINDOW_MLP_MAX)
         for _ in range(QUEUE_ITERATIONS if q is not None else 1):
             if q is not None:
                 cpi = np.maximum(base + stall, 1e-12)
@@ -245,16 +291,20 @@ class Predictor:
                 own = own * (q.slowmax_cpi / cpi)
                 u = np.clip(q.background_utilization + own, 0.0, QUEUE_UTILIZATION_CAP)
                 factor = (1.0 + q.kappa * u / (1.0 - u)) / at_slowmax  # SlowQueue.loaded
-            per_access = np.maximum(total[None, :] * factor[:, None] - self._pd[None, :], 0.0)
+            per_access = np.maximum(total[None, :] * factor[:, None] - pd[None, :], 0.0)
             if m.slow_latency_cycles is not None and m.dram_latency_cycles is not None:
                 extra = m.slow_latency_cycles * at_slowmax * factor - m.dram_latency_cycles
                 floor = np.maximum(extra, 0.0)[:, None] / WINDOW_MLP_MAX
                 uncovered = (1.0 - np.clip(covered, 0.0, 1.0))[:, None]
+                own_floor = np.maximum(extra, 0.0)[:, None] / own_mlp[None, :]
+                alone = (
+                    exposed * (per_access + np.maximum(own_floor - per_access, 0.0) * uncovered)
+                ) @ rates
                 per_access = per_access + np.maximum(floor - per_access, 0.0) * uncovered
             new = (exposed * per_access) @ rates
             # Damped: the load and the time feed each other.
             stall = new if q is None else 0.5 * stall + 0.5 * new
-        return stall
+        return stall, np.maximum(alone, stall)
 
     def predict_one(self, slow_ratio: float, llc_ways: int) -> tuple[float, float]:
         """(predicted seconds, slowdown against fastmax) of one configuration, under the same

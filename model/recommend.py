@@ -313,6 +313,9 @@ def recommend(
             and (priced.feasible & (slowdown <= objective.max_slowdown + 1e-12)).any()
         ):
             why += f" with {confidence:.0%} confidence"
+        why += _infeasible_after_runs(
+            predictor, observations, priced, slowdown, slowdown_upper, objective
+        )
         raise NoFeasibleConfiguration(f"no configuration of grid {grid.name} {why}")
 
     cheapest_cost = float(priced.cost[priced.feasible].min())
@@ -510,6 +513,44 @@ def _dropped(
                 )
             )
     return out
+
+
+def _infeasible_after_runs(
+    predictor: Predictor,
+    observations: Sequence[Observation],
+    priced: PricedGrid,
+    slowdown: FloatArray,
+    slowdown_upper: FloatArray | None,
+    objective: Objective,
+) -> str:
+    """What an operator needs when verification runs made an objective unreachable: each run
+    against the model's prediction there, and the configuration that comes closest."""
+    if not observations:
+        return ""
+    runs = []
+    for o in observations[:RUNNERS_UP]:
+        predicted, _ = predictor.predict_one(o.slow_ratio, o.llc_ways)
+        name = f"run {o.run_id} at" if o.run_id else "a run at"
+        runs.append(
+            f"{name} slow ratio {o.slow_ratio:g} / {o.llc_ways} ways measured {o.seconds:.4g} s"
+            f" against {predicted:.4g} s predicted ({o.seconds / predicted - 1.0:+.1%})"
+        )
+    more = len(observations) - len(runs)
+    text = (
+        f", after {len(observations)} verification run{'s' if len(observations) > 1 else ''}: "
+        + "; ".join(runs)
+        + (f"; and {more} more" if more > 0 else "")
+    )
+    bound = slowdown if slowdown_upper is None else slowdown_upper
+    if objective.max_slowdown is not None and priced.feasible.any():
+        best = int(np.flatnonzero(priced.feasible)[np.argmin(bound[priced.feasible])])
+        r, w = priced.ratio_and_ways(best)
+        text += (
+            f". The closest is slow ratio {r:g} / {w} ways: {slowdown[best]:+.1%} predicted, at"
+            f" most {bound[best]:+.1%}. The runs are measurements, not errors in the request:"
+            " relax the objective, or check that the runs ran the profiled input"
+        )
+    return text
 
 
 def _verification(

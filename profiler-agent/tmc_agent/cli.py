@@ -441,6 +441,75 @@ def _summary(bundle: ProfileBundle) -> None:
         )
 
 
+@app.command()
+def replay(
+    workdir: Annotated[
+        Path, typer.Option(help="the --workdir of a trace-backend profile (holds llc_stream.npz)")
+    ],
+    recommendation: Annotated[
+        Path | None,
+        typer.Option(help="a recommendation (tmc recommend -o json): its configuration and plan"),
+    ] = None,
+    slow_ratio: Annotated[float | None, typer.Option(help="without --recommendation")] = None,
+    llc_ways: Annotated[int | None, typer.Option(help="without --recommendation")] = None,
+    host: Annotated[str, typer.Option(help="the --host the profile was taken with")] = "optane",
+    name: Annotated[str, typer.Option(help="the workload's name, for the report")] = "workload",
+) -> None:
+    """A verification run of a traced program: its recorded trace replayed by the host model at
+    one configuration, timed on the same clock as the profile's reference runs (which were timed
+    the same way). Prints the seconds to give `tmc verify record --seconds`."""
+    stream = workdir / "llc_stream.npz"
+    if not stream.is_file():
+        fail(
+            f"{stream} does not exist",
+            "profile with --backend trace --workdir DIR first; the trace is kept there",
+        )
+    placement: list[dict[str, object]] | None = None
+    if recommendation is not None:
+        try:
+            rec = json.loads(recommendation.read_text())
+            conf = rec["chosen"]["configuration"]
+            slow_ratio, llc_ways = float(conf["slow_ratio"]), int(conf["llc_ways"])
+            placement = list(rec["placement"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            fail(
+                f"{recommendation}: not a recommendation ({exc})",
+                "save one with tmc recommend --workload NAME -o json > rec.json",
+            )
+    if slow_ratio is None or llc_ways is None:
+        fail("no configuration given", "pass --recommendation FILE, or --slow-ratio and --llc-ways")
+    if not 0.0 <= slow_ratio <= 1.0:
+        fail(f"--slow-ratio {slow_ratio:g} is outside 0..1", "e.g. --slow-ratio 0.5")
+    # Loads on demand: replaying needs the simulator (numba), like the trace backend.
+    from sim.host import run_many  # noqa: PLC0415
+    from sim.placement import PlacementLike, StructurePlan  # noqa: PLC0415
+    from tmc_agent.backends import trace  # noqa: PLC0415
+
+    try:
+        att = trace.load_attributed(stream)
+        prep = trace.prepared_from_attributed(att, trace.TraceOptions(name=name, host=host))
+        plan: list[PlacementLike] | None = None
+        if placement is not None:
+            plan = [
+                StructurePlan(
+                    tag=str(p["tag"]),
+                    size_bytes=int(str(p["size_bytes"])),
+                    fast_bytes=int(str(p["fast_bytes"])),
+                    slow_bytes=int(str(p["slow_bytes"])),
+                )
+                for p in placement
+            ]
+        (run,) = run_many(prep, [(slow_ratio, llc_ways, plan)])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        fail(f"replay: {exc}", "give the work directory and recommendation of the same profile")
+    how = "the recommendation's plan" if plan is not None else "the coldest structures slow"
+    console.print(
+        f"{name}: slow ratio {slow_ratio:g}, {llc_ways} ways, {how}: {run.wall_seconds:.6g} s"
+        f" on the host model's clock ({run.cycles:,} cycles)"
+    )
+    typer.echo(f"{run.wall_seconds:.9g}")
+
+
 @app.command("upload")
 def upload_cmd(
     bundles: Annotated[

@@ -353,3 +353,42 @@ def test_stall_counters_in_some_runs_only_fall_back_to_eq4_and_say_so() -> None:
     model = fit(parse_bundle(data))
     assert model.diagnostics.path == "eq4"
     assert "partial_stall_counters" in {f.code for f in model.diagnostics.flags}
+
+
+def _with_memory_stalls() -> dict[str, Any]:
+    data = make_bundle()
+    for run in data["runs"]:
+        run["stall_cycles_memory"] = run["stall_cycles_l3_miss"]
+    return data
+
+
+def test_a_memory_stall_counter_below_the_l3_one_is_rejected() -> None:
+    data = _with_memory_stalls()
+    data["runs"][2]["stall_cycles_memory"] = data["runs"][2]["stall_cycles_l3_miss"] // 2
+    assert rejected_fields(data) == ["runs[2].stall_cycles_memory"]
+
+
+def test_a_memory_stall_counter_growing_past_the_cycles_is_rejected() -> None:
+    data = _with_memory_stalls()
+    fastmax, slowmax = data["runs"][0], data["runs"][2]
+    # fastmax never stalled, slowmax stalled every cycle: the stalls grow by all of slowmax's
+    # cycles, the cycles by far less.
+    fastmax["stall_cycles_l3_miss"] = fastmax["stall_cycles_memory"] = 0
+    slowmax["stall_cycles_memory"] = slowmax["cycles"]
+    assert "runs[2].stall_cycles_memory" in rejected_fields(data)
+
+
+def test_stores_the_l3_counter_misses_move_the_fit_to_the_memory_stall_counter() -> None:
+    data = _with_memory_stalls()
+    fastmax, slowmax = data["runs"][0], data["runs"][2]
+    # slowmax's extra time is in stalls on stores: the L3-miss counter stays at fastmax's rate.
+    slowmax["stall_cycles_l3_miss"] = round(
+        fastmax["stall_cycles_l3_miss"] * slowmax["instructions"] / fastmax["instructions"]
+    )
+    model = fit(parse_bundle(data))
+    assert model.diagnostics.path == "memory_stalls"
+    assert model.diagnostics.stalls_explained["slowmax"] < 0.5
+    flags = {f.code: f.message for f in model.diagnostics.flags}
+    assert "slowmax ran" in flags["stall_counters_incomplete"]
+    assert "slow_tier_not_slower" not in flags
+    assert max(abs(r) for r in model.diagnostics.cpi_residuals.values()) < 0.05

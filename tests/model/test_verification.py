@@ -305,3 +305,25 @@ def test_no_run_the_schema_accepts_makes_a_recommendation_fail(
 
 
 _XSBENCH = _xsbench()
+
+
+def test_runs_that_make_an_slo_unreachable_are_named_in_the_answer() -> None:
+    from model.errors import NoFeasibleConfiguration  # noqa: PLC0415
+    from model.objectives import parse_objective  # noqa: PLC0415
+
+    predictor = Predictor(fitted())
+    m = predictor.model
+    # fastmax's own configuration ran 30 % longer than fastmax did: nothing can keep 5 %.
+    seconds = m.fastmax_seconds * 1.3
+    run = Observation(slow_ratio=0.0, llc_ways=m.ways_max, seconds=seconds, run_id="run-7")
+    with pytest.raises(NoFeasibleConfiguration) as caught:
+        recommend(
+            predictor,
+            machine=PAPER_MACHINE,
+            objective=parse_objective("slo:5%"),
+            threshold=0.0,
+            observations=[run],
+        )
+    text = str(caught.value)
+    assert "after 1 verification run" in text and "run run-7" in text and "+30.0%" in text
+    assert "The closest is" in text and "fix the values" not in text

@@ -47,7 +47,7 @@ from sim.host import run_many
 from sim.kernels import DEP_CHAIN, DEP_SHIFT, FLAG_WRITE
 from sim.machine import Host, cxl_local_host, cxl_pool_host, optane_host
 from sim.placement import all_in
-from sim.profile import host_description, load_miss_tags, tier_traffic
+from sim.profile import host_description, tier_traffic
 from sim.trace import Trace, structure_bases
 from sim.workload import StructureSpec, Uniform, Workload
 from tmc_agent import lackey, shim, tiering_collect
@@ -180,7 +180,42 @@ def _dependence_flags(
     return flags
 
 
-def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) -> ProfileBundle:
+STREAM_FILE = "llc_stream.npz"
+
+
+def save_attributed(att: Attributed, path: Path) -> None:
+    """Keep a recording's LLC access stream (compressed numpy arrays), so that the same stream
+    can be replayed later at any configuration (`prepared_from_attributed`)."""
+    np.savez_compressed(
+        path,
+        tags=np.asarray(att.tags, dtype=np.str_),
+        size_bytes=np.asarray(att.size_bytes, dtype=np.int64),
+        gap=att.gap,
+        sid=att.sid,
+        lines=att.lines,
+        is_store=att.is_store,
+        counts=np.asarray([att.instructions, att.raw_accesses], dtype=np.int64),
+    )
+
+
+def load_attributed(path: Path) -> Attributed:
+    with np.load(path) as z:
+        instructions, raw = (int(x) for x in z["counts"])
+        return Attributed(
+            tags=[str(t) for t in z["tags"]],
+            size_bytes=[int(x) for x in z["size_bytes"]],
+            gap=z["gap"].astype(np.int32),
+            sid=z["sid"].astype(np.int16),
+            lines=z["lines"].astype(np.int64),
+            is_store=z["is_store"].astype(np.bool_),
+            instructions=instructions,
+            raw_accesses=raw,
+        )
+
+
+def prepared_from_attributed(att: Attributed, opts: TraceOptions) -> Prepared:
+    """The recorded stream as the simulator's workload and trace on the chosen host, with its
+    LLC stack pass: what the reference runs are timed on, and what replays any configuration."""
     host = _host(opts.host)
     n_access = int(att.gap.shape[0])
     if n_access < 1000:
@@ -221,18 +256,23 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
         phase=np.random.default_rng(0).random(len(att.tags)),
         warmup=0,
     )
+    depth, rows = stack_pass(trace, host, [opts.ways_min, opts.ways_max])
+    return Prepared(
+        workload=workload,
+        host=host,
+        seed=0,
+        trace=trace,
+        depth=depth,
+        wb=dict(zip([opts.ways_min, opts.ways_max], rows, strict=True)),
+    )
+
+
+def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) -> ProfileBundle:
     ways = list(range(opts.ways_min, opts.ways_max + 1))
     with step(steps, "LLC stack pass (every way count)", 1) as s:
-        depth, rows = stack_pass(trace, host, [opts.ways_min, opts.ways_max])
-        prep = Prepared(
-            workload=workload,
-            host=host,
-            seed=0,
-            trace=trace,
-            depth=depth,
-            wb=dict(zip([opts.ways_min, opts.ways_max], rows, strict=True)),
-        )
+        prep = prepared_from_attributed(att, opts)
         steps.advance(s)
+    workload, host, depth = prep.workload, prep.host, prep.depth
     configs = {
         "fastmax": (0.0, opts.ways_max, all_in(workload, "fast")),
         "fastmin": (0.0, opts.ways_min, all_in(workload, "fast")),
@@ -243,8 +283,6 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
     with step(steps, "reference runs on the host model", 3) as s:
         for name in RUN_NAMES:
             (result,) = run_many(prep, [configs[name]])
-            load_tags = load_miss_tags(prep, result.llc_ways, 0.0, np.random.default_rng(0))
-            per_tag = np.bincount(load_tags, minlength=len(att.tags))
             runs.append(
                 ReferenceRun(
                     name=name,
@@ -253,20 +291,26 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
                     ),
                     instructions=result.instructions,
                     cycles=max(1, result.cycles),
+                    # What a PMU's load-stall counter counts; the stalls on stores (a fill
+                    # buffer held by a store miss) are only in the memory-stall counter.
                     stall_cycles_l3_miss=min(result.stall_cycles_l3_miss, result.cycles),
+                    stall_cycles_memory=min(result.stall_cycles, result.cycles),
                     llc_misses=min(result.llc_misses, result.instructions),
                     wall_seconds=max(result.wall_seconds, 1e-9),
-                    # Every LLC load miss of the trace is "sampled" (interval 1): exact counts.
-                    samples={t: int(c) for t, c in zip(att.tags, per_tag, strict=True)},
+                    # Every LLC miss of the trace, load or store, is "sampled" (interval 1):
+                    # exact counts. A load-latency sampler would see the loads only and rank a
+                    # structure that is mostly written colder than it is; the trace sees both.
+                    samples={x.tag: x.llc_misses for x in result.structures},
                 )
             )
-            # The host model knows which structure's miss held retirement in every stalled
-            # cycle: every cycle is "sampled" (period 1).
+            # The host model knows which structure's access held retirement in every stalled
+            # cycle, loads and stores alike: every cycle is "sampled" (period 1). A load-latency
+            # sampler would miss the stores; the trace need not.
             measurements.append(
                 RunStructureMeasurement(
                     run=name,
                     stall_samples={
-                        x.tag: min(x.stall_cycles_l3_miss, result.cycles) for x in result.structures
+                        x.tag: min(x.stall_cycles, result.cycles) for x in result.structures
                     },
                     fast_tier=tier_traffic(result, host.fast_tier, False),
                     slow_tier=tier_traffic(result, host.slow_tier, True),
@@ -384,6 +428,9 @@ def profile_run(
         steps.advance(s)
     with step(steps, "tag attribution", 1) as s:
         att = attribute(rec, opts.min_structure_bytes)
+        # The LLC stream stays in the work directory (`--workdir` keeps it): replaying it at
+        # other configurations is how a traced program's predictions are checked.
+        save_attributed(att, workdir / STREAM_FILE)
         steps.advance(s)
     if math.isclose(att.instructions, 0):
         raise lackey.TooSmall("no instructions traced", rec.returncode)
