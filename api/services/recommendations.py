@@ -141,31 +141,19 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
         if last is not None and last.decision_key == key:
             memo.remember(key, last.id, last.created_at, written=False)
             seen = (last.id, last.created_at)
+    repeated = seen is not None
     if seen is not None:
         # The same decision again: counted on the stored one, whose id the caller (and a pod
         # placed by it) refers to. Its stored explanation is the first one's; only the live
         # utilization it was weighed against may have moved, within what kept the same choice.
-        rec_id, created_at = seen
         due = memo.due(key)
         if due:
-            repo.count_repeat(session, rec_id, now, due)
+            repo.count_repeat(session, seen[0], now, due)
         after_commit(session, lambda: memo.counted(key, due))
-        return RecommendationRecord(
-            id=rec_id,
-            created_at=created_at,
-            workload_id=resolved.workload_id,
-            profile_id=resolved.profile_id,
-            fitted_model_id=fitted_id,
-            bundle_hash=resolved.content_hash,
-            utilization_source=req.utilization_source,
-            host_kind_known=resolved.kind is not None,
-            recommendation=rec,
-            recommendation_json=encoded,
-            repeated=True,
-        )
+    rec_id, created_at = seen if seen is not None else (new_id(), now)
     record = RecommendationRecord(
-        id=new_id(),
-        created_at=now,
+        id=rec_id,
+        created_at=created_at,
         workload_id=resolved.workload_id,
         profile_id=resolved.profile_id,
         fitted_model_id=fitted_id,
@@ -174,7 +162,10 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
         host_kind_known=resolved.kind is not None,
         recommendation=rec,
         recommendation_json=encoded,
+        repeated=repeated,
     )
+    if repeated:
+        return record
     repo.insert_recommendation(
         session,
         {
