@@ -89,9 +89,10 @@ def test_nodenames_mode_answers_names_and_says_why_nodes_fail(
     assert names, answer
     with unit_of_work(sessions) as session:
         rec = session.scalars(select(RecommendationRow)).one()
+        chosen = rec.result["chosen"]  # the explanation is deferred: read in the session
     # the recommendation used the extender's live utilization, passed in explicitly
     assert rec.utilization_source == "request"
-    if rec.result["chosen"]["configuration"]["slow_bytes"] > 0:
+    if chosen["configuration"]["slow_bytes"] > 0:
         assert "no slow memory tier" in answer["FailedAndUnresolvableNodes"]["node-3"]
     if rec.llc_ways > 8:
         assert "LLC ways" in answer["FailedAndUnresolvableNodes"]["node-4"]
