@@ -1,0 +1,117 @@
+// tmc-nri is tmc's NRI plugin: the container runtime (containerd 1.7+/2.x, CRI-O 1.26+) calls it
+// when a container is created, and it applies the configuration tmc placed the container's pod
+// in (LLC ways, memory nodes, memory limit, the per-structure plan and the allocator shim).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"tmc.dev/node-nri/internal/tmcnri"
+)
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func main() {
+	var (
+		node       = flag.String("node", env("TMC_NRI_NODE_NAME", ""), "this node's name (TMC_NRI_NODE_NAME)")
+		socket     = flag.String("socket", env("TMC_NRI_SOCKET", "/var/run/nri/nri.sock"), "the runtime's NRI socket (TMC_NRI_SOCKET)")
+		index      = flag.String("index", env("TMC_NRI_INDEX", "50"), "the plugin's NRI index: its order among plugins (TMC_NRI_INDEX)")
+		sys        = flag.String("sys", env("TMC_NRI_SYS", "/sys"), "the host's sysfs (TMC_NRI_SYS)")
+		resctrl    = flag.String("resctrl", env("TMC_NRI_RESCTRL", "/sys/fs/resctrl"), "the host's resctrl mount (TMC_NRI_RESCTRL)")
+		plans      = flag.String("plans", env("TMC_NRI_PLAN_DIR", "/var/lib/tmc/plans"), "host directory of plans and records, mounted at the same path (TMC_NRI_PLAN_DIR)")
+		shim       = flag.String("shim-dir", env("TMC_NRI_SHIM_DIR", "/var/lib/tmc/shim"), "host directory holding libtmcalloc.so (TMC_NRI_SHIM_DIR)")
+		metrics    = flag.String("metrics", env("TMC_NRI_METRICS", ":9465"), "address of /metrics ('' for none) (TMC_NRI_METRICS)")
+		kubeconfig = flag.String("kubeconfig", env("TMC_NRI_KUBECONFIG", ""), "kubeconfig for events; in-cluster when empty; 'none' for no events (TMC_NRI_KUBECONFIG)")
+	)
+	flag.Parse()
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if *node == "" {
+		log.Error("no node name: set TMC_NRI_NODE_NAME (downward API spec.nodeName) or --node")
+		os.Exit(2)
+	}
+	reg := prometheus.NewRegistry()
+	counts := tmcnri.NewMetrics(reg)
+	reporter := &tmcnri.EventReporter{Node: *node, Log: log}
+	if *kubeconfig != "none" {
+		events, err := eventsClient(*kubeconfig)
+		if err != nil {
+			log.Warn("events are logged only", "error", err)
+		} else {
+			reporter.Events = events
+		}
+	}
+	plugin := tmcnri.New(tmcnri.Config{
+		NodeName: *node, SysRoot: *sys, Resctrl: &tmcnri.Resctrl{Root: *resctrl},
+		PlanDir: *plans, ShimDir: *shim,
+	}, reporter, counts)
+	if *metrics != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv := &http.Server{Addr: *metrics, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server", "error", err)
+			}
+		}()
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	// The runtime may restart (or not be up yet): connect again until told to stop. Containers
+	// created meanwhile are found by Synchronize when the plugin connects.
+	for ctx.Err() == nil {
+		s, err := stub.New(plugin, stub.WithPluginName("tmc"), stub.WithPluginIdx(*index),
+			stub.WithSocketPath(*socket), stub.WithOnClose(func() { log.Warn("the runtime closed the NRI connection") }))
+		if err != nil {
+			log.Error("cannot make the NRI plugin", "error", err)
+			os.Exit(1)
+		}
+		if err := s.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("NRI connection ended; reconnecting", "error", err, "socket", *socket)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func eventsClient(kubeconfig string) (typedcorev1.EventsGetter, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("no API server: %w", err)
+	}
+	cfg.Timeout = 10 * time.Second
+	client, err := typedcorev1.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return client, nil
+}

@@ -1,0 +1,483 @@
+// Package tmcnri is tmc's node plugin for the container runtime's Node Resource Interface: it
+// applies the configuration tmc's scheduler placed a pod in to each of the pod's containers at
+// creation, before the container's first instruction, and refuses on the node what the node
+// cannot hold.
+package tmcnri
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+)
+
+// Where a placed container finds what the plugin gives it: its plan file (TMC_PLAN) and the
+// allocator shim (LD_PRELOAD), both mounted read-only.
+const (
+	ContainerPlanPath = "/run/tmc/plan"
+	ContainerShimPath = "/run/tmc/libtmcalloc.so"
+	shimName          = "libtmcalloc.so"
+	// RecordDir, under the plan directory, holds one record per container: what was applied at
+	// its creation and whether it started. The node agent reports a verification run only for a
+	// pod whose every container has a complete, started record.
+	RecordDir = "applied"
+)
+
+// Config is what the plugin runs with.
+type Config struct {
+	NodeName string
+	SysRoot  string   // the host's /sys (NUMA topology)
+	Resctrl  *Resctrl // nil or an empty root: no resctrl
+	// PlanDir is the host directory plans and records are written to; the plugin runs with it
+	// mounted at the same path, so a path it writes is the path a container's mount names.
+	PlanDir string
+	// ShimDir is the host directory the agent installs the allocator shim into ("" for none).
+	ShimDir string
+}
+
+// Reporter tells the pod's owner what the node did not apply or refused (an Event on the pod).
+type Reporter interface {
+	Event(pod *api.PodSandbox, warning bool, reason, message string)
+}
+
+// Counter counts outcomes for the plugin's metrics.
+type Counter interface {
+	Container(outcome string)
+	Unapplied(what string)
+}
+
+// Outcomes of a container's creation, as counted.
+const (
+	OutcomeAdjusted  = "adjusted"  // everything the placement asks for is in the spec
+	OutcomePartial   = "partial"   // adjusted, but something could not be applied (reported)
+	OutcomeRefused   = "refused"   // creation failed: the node cannot hold it, or a verification run
+	OutcomeMalformed = "malformed" // unreadable placement: created unadjusted (reported)
+	OutcomeLate      = "late"      // created while the plugin was not connected (reported)
+)
+
+// Record is what the plugin applied to one container, as the node agent reads it.
+type Record struct {
+	Namespace        string   `json:"namespace"`
+	Pod              string   `json:"pod"`
+	UID              string   `json:"uid"`
+	Container        string   `json:"container"`
+	LLCMask          string   `json:"llc_mask"`
+	DRAMBytes        int64    `json:"dram_bytes"`
+	SlowBytes        int64    `json:"slow_bytes"`
+	RecommendationID *string  `json:"recommendation_id"`
+	Applied          []string `json:"applied"`
+	Skipped          []string `json:"skipped"`
+	// Complete: everything the placement asks for was in the container's spec at creation.
+	Complete bool   `json:"complete"`
+	Started  bool   `json:"started"`
+	Created  string `json:"created"`
+}
+
+type admitted struct {
+	key  string
+	mask uint64
+	dram int64
+	slow int64
+	pool bool
+}
+
+// Plugin is the NRI plugin; its methods are the NRI events it subscribes to.
+type Plugin struct {
+	cfg    Config
+	report Reporter
+	count  Counter
+	now    func() time.Time
+
+	mu   sync.Mutex
+	pods map[string]admitted // pod uid -> what it holds on this node
+}
+
+// New makes the plugin.
+func New(cfg Config, report Reporter, count Counter) *Plugin {
+	return &Plugin{cfg: cfg, report: report, count: count, now: time.Now, pods: map[string]admitted{}}
+}
+
+var (
+	uidText  = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
+	nameText = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+)
+
+func podKey(pod *api.PodSandbox) string { return pod.GetNamespace() + "/" + pod.GetName() }
+
+// RefusedError is returned to the runtime, which fails the container's creation with it.
+type RefusedError struct{ Msg string }
+
+func (e *RefusedError) Error() string { return "tmc: " + e.Msg }
+
+// CreateContainer adjusts a placed pod's container; a container of a pod tmc did not place gets
+// no adjustment at all.
+func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	ann := pod.GetAnnotations()
+	if _, placed := ann[PlacementAnnotation]; !placed {
+		return nil, nil, nil
+	}
+	verification := ann[VerificationRunAnnotation] == "true"
+	pl, err := ParsePlacement(ann)
+	if err == nil && !uidText.MatchString(pod.GetUid()) {
+		err = malformed("pod uid %q is not a Kubernetes uid", clip(pod.GetUid(), 70))
+	}
+	if err == nil && !nameText.MatchString(ctr.GetName()) {
+		err = malformed("container name %q is not a DNS label", clip(ctr.GetName(), 70))
+	}
+	if err != nil {
+		if verification {
+			return nil, nil, p.refuse(pod, "TmcVerificationNotApplied",
+				"a verification run whose configuration cannot be applied does not start: "+err.Error())
+		}
+		p.count.Container(OutcomeMalformed)
+		p.report.Event(pod, true, "TmcPlacementMalformed",
+			fmt.Sprintf("container %s created without tmc's configuration: %v", ctr.GetName(), err))
+		return nil, nil, nil
+	}
+	if pl.Node != p.cfg.NodeName {
+		return nil, nil, p.refuse(pod, "TmcPlacementRefused",
+			fmt.Sprintf("placed on node %q, this is %q", clip(pl.Node, 60), p.cfg.NodeName))
+	}
+	topo, err := ReadTopology(p.cfg.SysRoot)
+	if err != nil {
+		return nil, nil, p.refuse(pod, "TmcPlacementRefused", "the node's NUMA topology cannot be read: "+err.Error())
+	}
+	cpus, err := ParseList(ctr.GetLinux().GetResources().GetCpu().GetCpus())
+	if err != nil {
+		cpus = nil // the container's own cpuset is the runtime's; all CPUs are a safe superset
+	}
+	dramNodes, slowNode := topo.Nearest(cpus)
+	fresh, why := p.admit(pod, pl, topo, slowNode)
+	if why != "" {
+		return nil, nil, p.refuse(pod, "TmcPlacementRefused", why)
+	}
+
+	adj := &api.ContainerAdjustment{}
+	rec := Record{
+		Namespace: pod.GetNamespace(), Pod: pod.GetName(), UID: pod.GetUid(), Container: ctr.GetName(),
+		LLCMask: pl.LLCMask, DRAMBytes: pl.Configuration.DRAMBytes, SlowBytes: pl.Configuration.SlowBytes,
+		RecommendationID: pl.RecommendationID, Created: p.now().UTC().Format(time.RFC3339Nano),
+	}
+	skip := func(what, why string) {
+		rec.Skipped = append(rec.Skipped, what+": "+why)
+		p.count.Unapplied(what)
+	}
+
+	// LLC ways: one CLOS per pod, shared by its containers.
+	group := GroupPrefix + pod.GetUid()
+	if cat, err := p.cfg.Resctrl.Info(); err != nil {
+		skip("llc-mask", err.Error())
+	} else if schemata, err := cat.Schemata(pl.LLCMaskBits()); err != nil {
+		skip("llc-mask", err.Error())
+	} else if err := p.cfg.Resctrl.EnsureGroup(group, schemata); err != nil {
+		skip("llc-mask", err.Error())
+	} else {
+		adj.SetLinuxRDTClosID(group)
+		adj.SetLinuxRDTSchemata([]string{schemata})
+		rec.Applied = append(rec.Applied, "intelRdt "+group+" "+schemata)
+	}
+
+	// NUMA: the DRAM nodes of the container's CPUs, and the slow node nearest them when the pod
+	// was given slow memory.
+	mems := slices.Clone(dramNodes)
+	if pl.Configuration.SlowBytes > 0 && slowNode >= 0 && !slices.Contains(mems, slowNode) {
+		mems = append(mems, slowNode)
+		slices.Sort(mems)
+	}
+	if len(mems) == 0 {
+		skip("cpuset.mems", "no DRAM NUMA node with memory")
+	} else {
+		adj.SetLinuxCPUSetMems(FormatList(mems))
+		rec.Applied = append(rec.Applied, "cpuset.mems "+FormatList(mems))
+	}
+
+	// Memory: what the placement gives the pod, never more than the container's own limit.
+	limit := pl.Configuration.DRAMBytes + pl.Configuration.SlowBytes
+	if own := ctr.GetLinux().GetResources().GetMemory().GetLimit().GetValue(); own > 0 && own < limit {
+		limit = own
+	}
+	if limit > 0 {
+		adj.SetLinuxMemoryLimit(limit)
+		rec.Applied = append(rec.Applied, fmt.Sprintf("memory.limit %d", limit))
+	}
+
+	// The plan and the shim. Without a slow node everything is DRAM: the plan names the DRAM
+	// node twice, so the shim's per-structure limits are moot but the pod runs the same way.
+	if len(dramNodes) > 0 {
+		slow := slowNode
+		if slow < 0 || pl.Configuration.SlowBytes == 0 {
+			slow = dramNodes[0]
+		}
+		text := RenderPlan(pl, dramNodes[0], slow, podKey(pod)+" "+pod.GetUid())
+		path := filepath.Join(p.cfg.PlanDir, pod.GetUid()+".plan")
+		if err := writeAtomic(path, text); err != nil {
+			skip("plan", err.Error())
+		} else {
+			adj.AddMount(&api.Mount{Destination: ContainerPlanPath, Source: path, Type: "bind",
+				Options: []string{"bind", "ro", "rprivate"}})
+			adj.AddEnv("TMC_PLAN", ContainerPlanPath)
+			rec.Applied = append(rec.Applied, "plan "+ContainerPlanPath)
+		}
+	} else {
+		skip("plan", "no DRAM NUMA node to name as the fast node")
+	}
+	p.preload(ctr, adj, &rec, skip)
+
+	rec.Complete = len(rec.Skipped) == 0
+	if verification && !rec.Complete {
+		if fresh {
+			p.release(pod.GetUid())
+		}
+		return nil, nil, p.refuse(pod, "TmcVerificationNotApplied",
+			"a verification run whose configuration cannot be applied does not start: "+strings.Join(rec.Skipped, "; "))
+	}
+	if err := p.writeRecord(&rec); err != nil {
+		// Without a record the agent will not report this pod's run: say so, but run it.
+		rec.Skipped = append(rec.Skipped, "record: "+err.Error())
+		p.count.Unapplied("record")
+	}
+	if len(rec.Skipped) == 0 {
+		p.count.Container(OutcomeAdjusted)
+	} else {
+		p.count.Container(OutcomePartial)
+		p.report.Event(pod, true, "TmcNotApplied", fmt.Sprintf("container %s: applied %s; not applied: %s",
+			ctr.GetName(), strings.Join(rec.Applied, ", "), strings.Join(rec.Skipped, "; ")))
+	}
+	return adj, nil, nil
+}
+
+// preload puts the allocator shim in the container unless its manifest already preloads it (the
+// manifests written before the plugin did it themselves, and keep working).
+func (p *Plugin) preload(ctr *api.Container, adj *api.ContainerAdjustment, rec *Record, skip func(string, string)) {
+	existing := ""
+	for _, kv := range ctr.GetEnv() {
+		if k, v, _ := strings.Cut(kv, "="); k == "LD_PRELOAD" {
+			existing = v
+		}
+	}
+	if strings.Contains(existing, shimName) {
+		rec.Applied = append(rec.Applied, "shim preloaded by the manifest")
+		return
+	}
+	if p.cfg.ShimDir == "" {
+		skip("shim", "no shim directory configured on this node")
+		return
+	}
+	host := filepath.Join(p.cfg.ShimDir, shimName)
+	if st, err := os.Stat(host); err != nil || !st.Mode().IsRegular() {
+		skip("shim", host+" is not installed (the agent builds it)")
+		return
+	}
+	adj.AddMount(&api.Mount{Destination: ContainerShimPath, Source: host, Type: "bind",
+		Options: []string{"bind", "ro", "rprivate"}})
+	value := ContainerShimPath
+	if existing != "" {
+		value += " " + existing
+	}
+	adj.AddEnv("LD_PRELOAD", value)
+	rec.Applied = append(rec.Applied, "shim "+ContainerShimPath)
+}
+
+// admit is the node's own check: a pod's ways may not overlap another running placed pod's, and
+// the placed pods' DRAM and slow memory together must fit the node. A pod already admitted (its
+// next container, or a restart) is not checked again. fresh: this call admitted it; why: the
+// reason it is refused ("" admits).
+func (p *Plugin) admit(pod *api.PodSandbox, pl *Placement, topo *Topology, slowNode int) (fresh bool, why string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	uid := pod.GetUid()
+	if _, ok := p.pods[uid]; ok {
+		return false, ""
+	}
+	c := pl.Configuration
+	if c.SlowBytes > 0 && slowNode < 0 {
+		return false, fmt.Sprintf("the placement gives %d bytes of slow memory and this node has no slow NUMA node", c.SlowBytes)
+	}
+	mask := pl.LLCMaskBits()
+	nodeDRAM, nodeSlow := topo.Capacity()
+	dram, slow := c.DRAMBytes, c.SlowBytes
+	for other, a := range p.pods {
+		if other == uid {
+			continue
+		}
+		if a.mask&mask != 0 {
+			return false, fmt.Sprintf("LLC mask %s overlaps %s's %#x on this node", pl.LLCMask, a.key, a.mask)
+		}
+		dram += a.dram
+		if !a.pool {
+			slow += a.slow
+		}
+	}
+	if dram > nodeDRAM {
+		return false, fmt.Sprintf("placed pods would hold %d bytes of DRAM; the node has %d", dram, nodeDRAM)
+	}
+	if !pl.SlowFromPool && slow > nodeSlow {
+		return false, fmt.Sprintf("placed pods would hold %d bytes of slow memory; the node has %d", slow, nodeSlow)
+	}
+	p.pods[uid] = admitted{key: podKey(pod), mask: mask, dram: c.DRAMBytes, slow: c.SlowBytes, pool: pl.SlowFromPool}
+	return true, ""
+}
+
+// release forgets a pod whose first container's creation was refused after it was admitted.
+func (p *Plugin) release(uid string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.pods, uid)
+}
+
+func (p *Plugin) refuse(pod *api.PodSandbox, reason, msg string) error {
+	p.count.Container(OutcomeRefused)
+	p.count.Unapplied("refused")
+	p.report.Event(pod, true, reason, msg)
+	return &RefusedError{Msg: msg}
+}
+
+// StartContainer marks the container's record as started: its process begins in the spec the
+// record describes.
+func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	path, ok := p.recordPath(pod.GetUid(), ctr.GetName())
+	if !ok {
+		return nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil // not a container the plugin adjusted
+	}
+	var rec Record
+	if json.Unmarshal(data, &rec) != nil {
+		return nil
+	}
+	rec.Started = true
+	return p.writeRecord(&rec)
+}
+
+// StopPodSandbox frees what the pod held on this node: its containers are gone.
+func (p *Plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	p.mu.Lock()
+	delete(p.pods, pod.GetUid())
+	p.mu.Unlock()
+	return nil
+}
+
+// RemovePodSandbox removes what the plugin made for the pod: its plan, records and resctrl group.
+func (p *Plugin) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	_ = p.StopPodSandbox(ctx, pod)
+	uid := pod.GetUid()
+	if !uidText.MatchString(uid) {
+		return nil
+	}
+	var errs []error
+	if err := os.Remove(filepath.Join(p.cfg.PlanDir, uid+".plan")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(filepath.Join(p.cfg.PlanDir, RecordDir, uid)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := p.cfg.Resctrl.RemoveGroup(GroupPrefix + uid); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Synchronize rebuilds what running placed pods hold (after the plugin or the runtime restarts),
+// and reports the containers created while the plugin was not connected: the runtime created
+// them without it, so their environment, mounts and resctrl group are not what tmc placed them
+// in. Their memory limit and memory nodes are corrected in place; the rest is reported, and
+// with no record, their runs are never reported as verification runs.
+func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	byID := map[string]*api.PodSandbox{}
+	for _, pod := range pods {
+		byID[pod.GetId()] = pod
+	}
+	var updates []*api.ContainerUpdate
+	topo, topoErr := ReadTopology(p.cfg.SysRoot)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pods = map[string]admitted{}
+	for _, ctr := range ctrs {
+		pod := byID[ctr.GetPodSandboxId()]
+		if pod == nil || ctr.GetState() == api.ContainerState_CONTAINER_STOPPED {
+			continue
+		}
+		pl, err := ParsePlacement(pod.GetAnnotations())
+		if pl == nil || err != nil || pl.Node != p.cfg.NodeName || !uidText.MatchString(pod.GetUid()) {
+			continue
+		}
+		c := pl.Configuration
+		p.pods[pod.GetUid()] = admitted{key: podKey(pod), mask: pl.LLCMaskBits(), dram: c.DRAMBytes, slow: c.SlowBytes, pool: pl.SlowFromPool}
+		if path, ok := p.recordPath(pod.GetUid(), ctr.GetName()); ok {
+			if _, err := os.Stat(path); err == nil {
+				continue // adjusted at its creation
+			}
+		}
+		p.count.Container(OutcomeLate)
+		p.count.Unapplied("late")
+		u := &api.ContainerUpdate{ContainerId: ctr.GetId()}
+		u.SetIgnoreFailure()
+		fixed := []string{}
+		if limit := c.DRAMBytes + c.SlowBytes; limit > 0 {
+			u.SetLinuxMemoryLimit(limit)
+			fixed = append(fixed, fmt.Sprintf("memory limit %d", limit))
+		}
+		if topoErr == nil {
+			cpus, _ := ParseList(ctr.GetLinux().GetResources().GetCpu().GetCpus())
+			dram, slow := topo.Nearest(cpus)
+			if c.SlowBytes > 0 && slow >= 0 {
+				dram = append(dram, slow)
+				slices.Sort(dram)
+			}
+			if len(dram) > 0 {
+				u.SetLinuxCPUSetMems(FormatList(dram))
+				fixed = append(fixed, "cpuset.mems "+FormatList(dram))
+			}
+		}
+		updates = append(updates, u)
+		p.report.Event(pod, true, "TmcNotApplied", fmt.Sprintf(
+			"container %s was created while tmc's node plugin was not running: corrected %s; its plan, shim and LLC ways were not applied (recreate the pod to apply them)",
+			ctr.GetName(), strings.Join(fixed, ", ")))
+	}
+	return updates, nil
+}
+
+func (p *Plugin) recordPath(uid, container string) (string, bool) {
+	if !uidText.MatchString(uid) || !nameText.MatchString(container) {
+		return "", false
+	}
+	return filepath.Join(p.cfg.PlanDir, RecordDir, uid, container+".json"), true
+}
+
+func (p *Plugin) writeRecord(rec *Record) error {
+	path, ok := p.recordPath(rec.UID, rec.Container)
+	if !ok {
+		return fmt.Errorf("no record path for %q/%q", clip(rec.UID, 70), clip(rec.Container, 70))
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(path, string(data)+"\n")
+}
+
+// writeAtomic replaces path at once: a reader sees the old file or the whole new one.
+func writeAtomic(path, text string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

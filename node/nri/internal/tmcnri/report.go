@@ -1,0 +1,89 @@
+package tmcnri
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+)
+
+// Metrics counts what the plugin did, for Prometheus.
+type Metrics struct {
+	containers *prometheus.CounterVec
+	unapplied  *prometheus.CounterVec
+}
+
+// NewMetrics registers the plugin's counters with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		containers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tmc_nri_containers_total",
+			Help: "Containers of placed pods by outcome: adjusted, partial, refused, malformed, late.",
+		}, []string{"outcome"}),
+		unapplied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tmc_nri_unapplied_total",
+			Help: "What a placed pod's container did not get (llc-mask, cpuset.mems, plan, shim, record), or refused/late.",
+		}, []string{"what"}),
+	}
+	reg.MustRegister(m.containers, m.unapplied)
+	return m
+}
+
+// Container counts a container's outcome.
+func (m *Metrics) Container(outcome string) { m.containers.WithLabelValues(outcome).Inc() }
+
+// Unapplied counts one thing a container did not get.
+func (m *Metrics) Unapplied(what string) { m.unapplied.WithLabelValues(what).Inc() }
+
+// EventReporter writes Events on the pod through the API server, and logs every one (so that a
+// node without API access still says what it did not apply).
+type EventReporter struct {
+	Events typedcorev1.EventsGetter // nil: log only
+	Node   string
+	Log    *slog.Logger
+}
+
+// Event implements Reporter. It never blocks container creation for long: the API call has a
+// short deadline, and runs in the background.
+func (r *EventReporter) Event(pod *api.PodSandbox, warning bool, reason, message string) {
+	kind := corev1.EventTypeNormal
+	if warning {
+		kind = corev1.EventTypeWarning
+	}
+	r.Log.Warn("tmc node event", "pod", podKey(pod), "reason", reason, "message", message)
+	if r.Events == nil || pod.GetNamespace() == "" || pod.GetName() == "" {
+		return
+	}
+	now := metav1.NewTime(time.Now())
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      fmt.Sprintf("%s.%x", clip(pod.GetName(), 200), now.UnixNano()),
+			Namespace: pod.GetNamespace(),
+		},
+		InvolvedObject: corev1.ObjectReference{
+			Kind: "Pod", APIVersion: "v1", Namespace: pod.GetNamespace(), Name: pod.GetName(),
+			UID: types.UID(pod.GetUid()),
+		},
+		Reason:         reason,
+		Message:        clip(message, 1000),
+		Type:           kind,
+		Source:         corev1.EventSource{Component: "tmc-nri", Host: r.Node},
+		FirstTimestamp: now,
+		LastTimestamp:  now,
+		Count:          1,
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := r.Events.Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			r.Log.Error("event not written", "pod", podKey(pod), "reason", reason, "error", err)
+		}
+	}()
+}
