@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the container runtime the node tests run the tmc NRI plugin against: containerd and its
 # runc shim (github.com/containerd/containerd/v2) and crictl (sigs.k8s.io/cri-tools), from the Go
-# module proxy, cached outside the repository in $TMC_NODE_CACHE (default ~/.cache/tmc-node) so that
+# module proxy (and ctr, which imports the test images), cached outside the repository in $TMC_NODE_CACHE (default ~/.cache/tmc-node) so that
 # fresh clones on this machine reuse them. runc itself is Debian's (./dev installs it). Go's build
 # and module caches are the control plane's ($TMC_K8S_CACHE), which share most of the modules.
 #
@@ -16,7 +16,8 @@ BIN=$CACHE/bin/containerd-$CONTAINERD_VERSION-crictl-$CRICTL_VERSION
 
 log() { printf '[node-runtime] %s\n' "$*" >&2; }
 
-if [ -x "$BIN/containerd" ] && [ -x "$BIN/containerd-shim-runc-v2" ] && [ -x "$BIN/crictl" ]; then
+if [ -x "$BIN/containerd" ] && [ -x "$BIN/containerd-shim-runc-v2" ] && [ -x "$BIN/ctr" ] &&
+    [ -x "$BIN/crictl" ]; then
     echo "$BIN"; exit 0
 fi
 mkdir -p "$BIN"
@@ -46,6 +47,10 @@ version_flags="-X github.com/containerd/containerd/v2/version.Version=$CONTAINER
 [ -x "$BIN/containerd-shim-runc-v2" ] ||
     build "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION" \
         "containerd-shim-runc-v2 $CONTAINERD_VERSION" "$version_flags"
+# ctr imports the test images (OCI layouts) into containerd's image store.
+[ -x "$BIN/ctr" ] ||
+    build "github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD_VERSION" "ctr $CONTAINERD_VERSION" \
+        "$version_flags"
 [ -x "$BIN/crictl" ] ||
     build "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION" "crictl $CRICTL_VERSION" \
         "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION"
