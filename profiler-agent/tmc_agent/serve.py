@@ -4,12 +4,15 @@ On every tiered node the agent
 
 1. publishes the node's tiered capacity (`capacity`), from the same discovery as
    `tmc-agent discover`;
-2. polls the pods bound to its node (`kube`) and applies each pod that carries the extender's
+2. on a node whose container runtime runs tmc-nri (`TMC_AGENT_NRI=true`), leaves placements to
+   it: the plugin applies each placed container's configuration at its creation. Otherwise it
+   polls the pods bound to its node (`kube`) and applies each pod that carries the scheduler's
    placement (`placement`): the pod's resctrl group, cgroup v2 limits and NUMA nodes, and the
    plan file the allocator shim enforces (`host`, through the one resctrl executor `resctrl`);
-3. removes what it made for pods that are gone or finished, and on every pass (so also right after
-   a restart) compares what is on disk with the pods bound now: leftovers removed, missing pieces
-   re-applied. Every step is idempotent, so a pass may be repeated any number of times;
+3. (without tmc-nri) removes what it made for pods that are gone or finished, and on every pass
+   (so also right after a restart) compares what is on disk with the pods bound now: leftovers
+   removed, missing pieces re-applied. Every step is idempotent, so a pass may be repeated any
+   number of times;
 4. uploads the profiles spooled on the node to the service, when one is configured, and reports
    the run time of every succeeded pod that opted in as a verification run (`verification`).
 
@@ -90,6 +93,8 @@ class Agent:
                 if verification.wants_report(pod):
                     out.finished.append(pod)
                 continue  # finished or going: its leftovers are removed below
+            if self.config.nri:
+                continue  # the runtime's tmc-nri plugin applied it at container creation
             try:
                 p = parse_placement(pod)
                 if p.node != self.config.node_name:
@@ -106,6 +111,8 @@ class Agent:
                 result = Applied(skipped=[f"host error: {exc}"])
             out.applied[p.uid] = result
             self._say(key, f"applied {result.applied}; skipped {result.skipped}")
+        if self.config.nri:
+            return out  # what is on disk is the plugin's; it removes it with the pod
         for uid in sorted(self.host.on_disk() - wanted):
             try:
                 out.removed[uid] = self.host.remove(uid)
@@ -177,7 +184,9 @@ class Agent:
             if not uid or uid in self._reported:
                 continue
             try:
-                workload, run = verification.measured_run(pod, self.config.node_name)
+                workload, run = verification.measured_run(
+                    pod, self.config.node_name, records=self.records_dir
+                )
             except verification.NotARun as exc:
                 self._settle(uid, key, f"not a verification run: {exc}", out)
                 continue
@@ -191,6 +200,12 @@ class Agent:
                 why = verification.detail(body)
                 self._settle(uid, key, f"verification run refused ({status}): {why}", out)
         return out
+
+    @property
+    def records_dir(self) -> Path | None:
+        """Where tmc-nri records what it applied to each container (None without the plugin:
+        the agent's own passes apply placements, late, so nothing records it)."""
+        return self.config.plan_dir / "applied" if self.config.nri else None
 
     def _settle(self, uid: str, key: str, outcome: str, out: dict[str, str]) -> None:
         out[key] = outcome

@@ -17,6 +17,7 @@ them); numbers are parsed with bounds, and a bad value is one clear error naming
 | TMC_AGENT_TOKEN                  | the token itself, when there is no file              |
 | TMC_AGENT_SPOOL                  | profiles waiting for upload                          |
 | TMC_AGENT_SHIM_DIR               | host directory the shim is installed into for pods   |
+| TMC_AGENT_NRI                    | "true": the runtime's tmc-nri plugin applies pods    |
 | TMC_AGENT_SYS/PROC/RESCTRL/CGROUP| host roots (`HostPaths.from_env`)                    |
 """
 
@@ -64,6 +65,15 @@ def _integer(env: Mapping[str, str], name: str, lo: int, hi: int) -> int | None:
     return value
 
 
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    raise SettingsError(f"{name}={raw[:40]!r} is not true or false")
+
+
 def read_token(env: Mapping[str, str]) -> str | None:
     """The agent's bearer token: the file named by TMC_AGENT_TOKEN_FILE (a mounted Secret; read
     when asked, so a rotated Secret is picked up), else TMC_AGENT_TOKEN, else None."""
@@ -103,6 +113,11 @@ class AgentSettings:
     spool_dir: Path | None = None
     # Host directory pods mount read-only to preload the allocator shim (`<dir>/libtmcalloc.so`).
     shim_dir: Path | None = None
+    # The node's container runtime runs tmc-nri, which applies each placed container's
+    # configuration at its creation (and refuses what the node cannot hold): the agent then
+    # leaves placements to it, and reports a verification run only for a pod whose containers
+    # the plugin recorded as started with their configuration applied (`<plan_dir>/applied`).
+    nri: bool = False
 
     def service_token(self) -> str | None:
         """The token for uploads, read now (a mounted Secret may have been rotated)."""
@@ -157,4 +172,5 @@ class AgentSettings:
             token=env.get("TMC_AGENT_TOKEN") or None,
             spool_dir=Path(spool) if spool else None,
             shim_dir=Path(shim_dir) if shim_dir else None,
+            nri=_flag(env, "TMC_AGENT_NRI"),
         )

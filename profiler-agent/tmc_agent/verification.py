@@ -6,6 +6,13 @@ it has succeeded on this node in its extender placement (not a fallback), its ru
 span from its containers' first start to their last finish, as the kubelet recorded them. The
 agent posts it to the service once (the service is idempotent by the pod's uid, so a repeat after
 a restart is harmless); the service corrects the workload's model with it.
+
+On a node whose runtime runs tmc-nri, a run counts only when every container of the pod started
+with its configuration applied, as the plugin recorded it at the container's creation
+(`<plan_dir>/applied/<pod uid>/<container>.json`): the mask, DRAM and slow memory of the
+placement, nothing skipped, and started. Otherwise the pod may have run in another
+configuration (no resctrl, a container created while the plugin was down), and its time would
+correct the model with a configuration it never ran in.
 """
 
 from __future__ import annotations
@@ -16,11 +23,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from model.node_contract import VERIFICATION_RUN_ANNOTATION
+from model.node_contract import VERIFICATION_RUN_ANNOTATION, Placement
 from model.verification import MeasuredRun
 from tmc_agent.placement import BadPlacement, parse_placement
 
@@ -45,8 +53,42 @@ def _when(value: object) -> datetime:
         raise NotARun(f"unreadable container time {value[:40]!r}") from exc
 
 
-def measured_run(pod: dict[str, Any], node: str) -> tuple[str, MeasuredRun]:
-    """(workload, run) of a pod that opted in and succeeded here; NotARun says why not."""
+MAX_RECORD_BYTES = 64 * 1024
+
+
+def _applied(records: Path, uid: str, container: str, placement: Placement) -> None:
+    """NotARun unless tmc-nri recorded `container` as started with `placement` applied."""
+    path = records / uid / f"{container}.json"
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_RECORD_BYTES + 1)
+    except OSError:
+        raise NotARun(f"container {container[:63]} has no record of its configuration") from None
+    try:
+        if len(raw) > MAX_RECORD_BYTES:
+            raise ValueError("too long")
+        rec = json.loads(raw)
+        if not isinstance(rec, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        raise NotARun(f"container {container[:63]}: unreadable record") from None
+    config = placement.configuration
+    given = (placement.llc_mask, config.dram_bytes, config.slow_bytes)
+    if (rec.get("llc_mask"), rec.get("dram_bytes"), rec.get("slow_bytes")) != given:
+        raise NotARun(f"container {container[:63]} was created with another placement")
+    if rec.get("complete") is not True:
+        skipped = "; ".join(str(s) for s in rec.get("skipped") or [])[:200]
+        raise NotARun(f"container {container[:63]} ran without all of its configuration: {skipped}")
+    if rec.get("started") is not True:
+        raise NotARun(f"container {container[:63]} is not recorded as started")
+
+
+def measured_run(
+    pod: dict[str, Any], node: str, records: Path | None = None
+) -> tuple[str, MeasuredRun]:
+    """(workload, run) of a pod that opted in and succeeded here; NotARun says why not. With
+    `records` (tmc-nri's record directory), only a pod whose every container started with its
+    configuration applied counts."""
     status = pod.get("status") or {}
     if status.get("phase") != "Succeeded":
         raise NotARun(f"phase {status.get('phase')!r}, not Succeeded")
@@ -67,6 +109,9 @@ def measured_run(pod: dict[str, Any], node: str) -> tuple[str, MeasuredRun]:
         raise NotARun("not every container has terminated")
     if any(t.get("exitCode") != 0 for t in states):
         raise NotARun("a container exited with an error")
+    if records is not None:
+        for c in status.get("containerStatuses", []):
+            _applied(records, p.uid, str(c.get("name") or ""), placement)
     start = min(_when(t.get("startedAt")) for t in states)
     finish = max(_when(t.get("finishedAt")) for t in states)
     seconds = (finish - start).total_seconds()
