@@ -53,7 +53,9 @@ PluginFactory = Callable[..., harness.Plugin]
 def start_plugin(node: Node, tmp_path: Path) -> Iterator[PluginFactory]:
     started: list[harness.Plugin] = []
 
-    def start(sys_root: str = "/sys", resctrl: str = "") -> harness.Plugin:
+    def start(
+        sys_root: str = "/sys", resctrl: str = "", kubeconfig: str = "none"
+    ) -> harness.Plugin:
         plugin = harness.Plugin(
             binary=node.plugin_binary,
             socket=node.runtime.nri_sock,
@@ -61,6 +63,7 @@ def start_plugin(node: Node, tmp_path: Path) -> Iterator[PluginFactory]:
             shim_dir=node.shim_dir,
             sys_root=sys_root,
             resctrl=resctrl,
+            kubeconfig=kubeconfig,
             log=tmp_path / f"tmc-nri-{len(started)}.log",
         )
         plugin.start()

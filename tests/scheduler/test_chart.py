@@ -268,7 +268,7 @@ def test_first_tokens_come_from_random_secrets_the_api_stores() -> None:
     assert "TMC_BOOTSTRAP_OPERATOR_TOKEN" not in env_of(bootstrap)
 
     agent = by_name(first, "DaemonSet", "demo-tmc-agent")["spec"]["template"]["spec"]
-    (container,) = agent["containers"]
+    container = next(c for c in agent["containers"] if c["name"] == "agent")
     env = env_of(container)
     assert env["TMC_AGENT_SERVICE_URL"] == "http://demo-tmc-api.tmc.svc"
     token_file = Path(env["TMC_AGENT_TOKEN_FILE"])
@@ -311,7 +311,8 @@ def test_the_image_is_the_one_the_build_makes() -> None:
         for c in d["spec"]["template"]["spec"].get("initContainers", [])
         + d["spec"]["template"]["spec"]["containers"]
     }
-    assert images == {f"tmc:{app_version}"}
+    # The node DaemonSet's NRI plugin has its own image (deploy/image/nri-image.sh).
+    assert images == {f"tmc:{app_version}", f"tmc-nri:{app_version}"}
     digest = "sha256:" + "ab" * 32
     pinned = render({"image": {"repository": "registry.example/tmc", "digest": digest}})
     api = by_name(pinned, "Deployment", "demo-tmc-api")["spec"]["template"]["spec"]
@@ -409,7 +410,11 @@ def test_admission_policies_are_on_by_default_and_name_the_components() -> None:
         for d in docs
         if d["kind"] == "ValidatingAdmissionPolicyBinding"
     }
-    assert set(policies) == {"demo-tmc-pod-placement", "demo-tmc-agent-own-node"}
+    assert set(policies) == {
+        "demo-tmc-pod-placement",
+        "demo-tmc-agent-own-node",
+        "demo-tmc-agent-own-events",
+    }
     assert bindings == {name: ["Deny"] for name in policies}
     text = yaml.safe_dump(policies["demo-tmc-pod-placement"])
     assert "system:serviceaccount:tmc:demo-tmc-scheduler" in text

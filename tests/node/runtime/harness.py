@@ -134,6 +134,7 @@ class Plugin:
     sys_root: str = "/sys"
     resctrl: str = ""
     node: str = "node-a"
+    kubeconfig: str = "none"  # events to an API server; "none": logged only
     log: Path = field(default_factory=lambda: Path("/dev/null"))
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
@@ -158,7 +159,7 @@ class Plugin:
                 "--metrics",
                 f"127.0.0.1:{self.port}",
                 "--kubeconfig",
-                "none",
+                self.kubeconfig,
             ],
             stdout=subprocess.DEVNULL,
             stderr=self.log.open("ab"),
