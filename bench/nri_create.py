@@ -1,0 +1,142 @@
+"""A container's creation time through the CRI API, with and without the tmc NRI plugin, on the
+real runtime the node tests use (containerd from the Go module proxy, Debian's runc, NRI on a
+private socket; tests/node/runtime/harness.py).
+
+    python -m bench.nri_create [--quick] [--rounds 3] [--per-round 20]
+
+Three arms, interleaved round by round so that drift in the machine's load hits them alike:
+  baseline   no plugin connected; a pod tmc placed
+  placed     tmc-nri connected; the same kind of pod (every adjustment: plan file written,
+             record written, mounts, env, memory nodes and limit)
+  unplaced   tmc-nri connected; a pod tmc did not place (the NRI round trip alone)
+Each sample is one `crictl create` (CreateContainer) in an existing pod sandbox, timed around the
+whole call: crictl's own start (tens of ms) is in every arm alike. Prints median, p90 and mean
+per arm, the ratios to the baseline measured in the same run, and the load average before and
+after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from tmc_agent import shim
+
+from model import node_contract as contract
+from tests.node.runtime import harness
+
+
+def placement_annotations() -> dict[str, str]:
+    p = contract.Placement(
+        node="node-a",
+        workload="graph500",
+        configuration=contract.PlacedConfiguration(
+            vcpus=1, dram_bytes=256 << 20, slow_bytes=0, slow_ratio=0.0, llc_ways=2
+        ),
+        llc_mask="0xc",
+        plan=[contract.StructurePlan(tag="edges", fast_bytes=128 << 20, slow_bytes=0)],
+    )
+    return p.to_annotations()
+
+
+def block(rt: harness.Containerd, uid: str, ann: dict[str, str], n: int, tag: str) -> list[float]:
+    pod = rt.run_pod(f"bench-{tag}", uid, ann)
+    out = []
+    for i in range(n):
+        start = time.perf_counter()
+        rt.create(pod, f"bench-{tag}", uid, ann, f"c{i}")
+        out.append((time.perf_counter() - start) * 1000)
+    rt.crictl("stopp", pod, check=False)
+    rt.crictl("rmp", pod, check=False)
+    return out
+
+
+def summary(name: str, ms: list[float]) -> str:
+    ordered = sorted(ms)
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return (
+        f"{name:9s} n={len(ms):3d}  median {statistics.median(ms):7.1f} ms  "
+        f"p90 {p90:7.1f} ms  mean {statistics.fmean(ms):7.1f} ms"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="1 round of 5 per arm")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--per-round", type=int, default=20)
+    args = ap.parse_args(argv)
+    rounds, per_round = (1, 5) if args.quick else (args.rounds, args.per_round)
+    if not 1 <= rounds <= 50 or not 1 <= per_round <= 500:
+        ap.error("--rounds 1..50, --per-round 1..500")
+
+    bin_dir = harness.build_runtime()
+    with tempfile.TemporaryDirectory(prefix="tmc-nri-bench-") as tmp:
+        base = Path(tmp)
+        plugin_bin = harness.build_plugin(base / "bin")
+        image = harness.build_image(base / "image")
+        plans, shim_dir = base / "plans", base / "shim"
+        plans.mkdir()
+        shim.install(shim.build(base / "shim-build"), shim_dir)
+        rt = harness.Containerd(bin_dir, base / "containerd")
+        rt.start()
+        plugin = harness.Plugin(plugin_bin, rt.nri_sock, plans, shim_dir, log=base / "nri.log")
+        try:
+            rt.ctr("images", "import", "--base-name", harness.IMAGE.split(":")[0], str(image))
+            placed = placement_annotations()
+            plain = {contract.WORKLOAD_ANNOTATION: "graph500"}
+            samples: dict[str, list[float]] = {"baseline": [], "placed": [], "unplaced": []}
+            load_before = os.getloadavg()
+            block(rt, "6f1c2a9e-0000-4000-8000-999999999999", placed, 3, "warm")  # warm caches
+            serial = 0
+            for _ in range(rounds):
+                serial += 1
+                samples["baseline"] += block(
+                    rt, f"6f1c2a9e-0000-4000-8000-{serial:012d}", placed, per_round, "baseline"
+                )
+                plugin.start()
+                registered = plugin.log.read_text().count("Started plugin")
+                deadline = time.monotonic() + 20
+                while (
+                    plugin.log.read_text().count("Started plugin") < registered + 1
+                    and time.monotonic() < deadline
+                ):
+                    time.sleep(0.05)
+                serial += 1
+                samples["placed"] += block(
+                    rt, f"6f1c2a9e-0000-4000-8000-{serial:012d}", placed, per_round, "placed"
+                )
+                serial += 1
+                samples["unplaced"] += block(
+                    rt, f"6f1c2a9e-0000-4000-8000-{serial:012d}", plain, per_round, "unplaced"
+                )
+                plugin.stop()
+                time.sleep(0.3)  # containerd drops the closed connection
+            load_after = os.getloadavg()
+        finally:
+            plugin.stop()
+            rt.remove_pods()
+            rt.stop()
+    base_median = statistics.median(samples["baseline"])
+    print(
+        f"CreateContainer through CRI (crictl create), containerd v2.4.2 + runc, {rounds} x {per_round} per arm"
+    )
+    for name, ms in samples.items():
+        ratio = statistics.median(ms) / base_median
+        print(f"{summary(name, ms)}  ratio to baseline {ratio:.3f}")
+    print(
+        "load average before "
+        + " ".join(f"{x:.2f}" for x in load_before)
+        + ", after "
+        + " ".join(f"{x:.2f}" for x in load_after)
+        + f" ({os.cpu_count()} CPUs)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
