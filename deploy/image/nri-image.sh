@@ -11,7 +11,8 @@
 # every timestamp is the commit's (SOURCE_DATE_EPOCH) and oci.py normalises the layer. The Go
 # toolchain and caches are the control plane's (~/.cache/tmc-k8s). Prints `tmc-nri DIGEST`.
 #
-# The plugin runs as root: it writes resctrl groups and the host's plan directory.
+# The plugin runs as root: it writes resctrl groups and the host's plan directory. The image also
+# carries the allocator shim (/usr/local/lib/tmc/libtmcalloc.so), built here with gcc.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -42,13 +43,21 @@ trap 'log "interrupted: removed $WORK and the partial image"; exit 130' INT TERM
 export GOTMPDIR=$WORK/gotmp
 mkdir -p "$WORK/src" "$GOTMPDIR"
 git -C "$ROOT" archive --format=tar "$REVISION" node/nri scheduler/plugin/go.mod \
-    scheduler/plugin/go.sum scheduler/plugin/pkg/apis | tar -C "$WORK/src" -xf -
+    scheduler/plugin/go.sum scheduler/plugin/pkg/apis profiler-agent/alloc | tar -C "$WORK/src" -xf -
 
 log "building tmc-nri (tmc $VERSION at $REVISION, $("$GO" version | cut -d' ' -f3))"
 rootfs=$WORK/rootfs
 mkdir -p "$rootfs/usr/local/bin" "$rootfs/etc" "$rootfs/tmp"
 (cd "$WORK/src/node/nri" && "$GO" build -trimpath -ldflags "-s -w -buildid=" \
     -o "$rootfs/usr/local/bin/tmc-nri" ./cmd/tmc-nri)
+# The allocator shim the plugin installs on a node that has none (the agent's image has no
+# compiler to build it there): built with this machine's gcc (Debian bookworm's glibc), its source
+# paths mapped away so that the bytes depend on the source only.
+command -v gcc >/dev/null || { log "no gcc to build the allocator shim: apt-get install gcc make"; exit 3; }
+mkdir -p "$rootfs/usr/local/lib/tmc"
+make -s -C "$WORK/src/profiler-agent/alloc" OUT="$WORK/alloc" \
+    CFLAGS="-O2 -g -ffile-prefix-map=$WORK/src/=" "$WORK/alloc/libtmcalloc.so"
+install -m 0755 "$WORK/alloc/libtmcalloc.so" "$rootfs/usr/local/lib/tmc/libtmcalloc.so"
 printf 'root:x:0:0:root:/root:/sbin/nologin\n' > "$rootfs/etc/passwd"
 printf 'root:x:0:\n' > "$rootfs/etc/group"
 tar -C "$rootfs" --sort=name --numeric-owner --owner=0 --group=0 -cf "$WORK/tmc-nri.tar" .

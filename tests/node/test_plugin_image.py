@@ -5,6 +5,8 @@ and the environment the chart sets, and adjusting the next placed container."""
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
 import subprocess
@@ -16,6 +18,17 @@ from tests.node.conftest import Node
 from tests.node.test_runtime import create, env_of, placed
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def layer(layout: Path) -> bytes:
+    """The image's one layer, uncompressed."""
+    index = json.loads((layout / "index.json").read_text())
+    blobs = layout / "blobs" / "sha256"
+    manifest = json.loads(
+        (blobs / index["manifests"][0]["digest"].removeprefix("sha256:")).read_text()
+    )
+    (entry,) = manifest["layers"]
+    return gzip.decompress((blobs / entry["digest"].removeprefix("sha256:")).read_bytes())
 
 
 def build(out: Path, tmp: Path) -> str:
@@ -47,6 +60,9 @@ def test_the_image_runs_as_the_daemonset_runs_it(node: Node, tmp_path: Path) -> 
     ]
 
     runtime = node.runtime
+    # A node whose agent could not build the shim: the plugin installs the one its image carries.
+    shim_dir = tmp_path / "node-shim"
+    shim_dir.mkdir()
     socket_dir = runtime.nri_sock.parent
     pod = runtime.run_pod("tmc-agent-node-a", "6f1c2a9e-0000-4000-8000-000000000040", {})
     config = {
@@ -60,7 +76,7 @@ def test_the_image_runs_as_the_daemonset_runs_it(node: Node, tmp_path: Path) -> 
                 "TMC_NRI_SYS": "/host/sys",
                 "TMC_NRI_RESCTRL": "/sys/fs/resctrl",
                 "TMC_NRI_PLAN_DIR": str(node.plans),
-                "TMC_NRI_SHIM_DIR": str(node.shim_dir),
+                "TMC_NRI_SHIM_DIR": str(shim_dir),
                 "TMC_NRI_METRICS": ":0",
                 "TMC_NRI_KUBECONFIG": "none",
             }.items()
@@ -94,5 +110,12 @@ def test_the_image_runs_as_the_daemonset_runs_it(node: Node, tmp_path: Path) -> 
         assert env["TMC_PLAN"] == "/run/tmc/plan"
         assert env["LD_PRELOAD"] == "/run/tmc/libtmcalloc.so"
         assert (node.plans / "6f1c2a9e-0000-4000-8000-000000000041.plan").is_file()
+        installed = shim_dir / "libtmcalloc.so"
+        with tarfile.open(fileobj=io.BytesIO(layer(layout))) as t:
+            member = t.extractfile("./usr/local/lib/tmc/libtmcalloc.so")
+            assert member is not None and installed.read_bytes() == member.read()
+        # And the process maps it: the probe, run to its end.
+        logs = runtime.run_to_end(placed_cid)
+        assert "shim-mapped 1" in logs
     finally:
         runtime.remove_pods()

@@ -41,6 +41,7 @@ func main() {
 		resctrl    = flag.String("resctrl", env("TMC_NRI_RESCTRL", "/sys/fs/resctrl"), "the host's resctrl mount (TMC_NRI_RESCTRL)")
 		plans      = flag.String("plans", env("TMC_NRI_PLAN_DIR", "/var/lib/tmc/plans"), "host directory of plans and records, mounted at the same path (TMC_NRI_PLAN_DIR)")
 		shim       = flag.String("shim-dir", env("TMC_NRI_SHIM_DIR", "/var/lib/tmc/shim"), "host directory holding libtmcalloc.so (TMC_NRI_SHIM_DIR)")
+		bundled    = flag.String("bundled-shim", env("TMC_NRI_BUNDLED_SHIM", "/usr/local/lib/tmc/libtmcalloc.so"), "the shim this image carries, installed into --shim-dir when it has none ('' for none) (TMC_NRI_BUNDLED_SHIM)")
 		metrics    = flag.String("metrics", env("TMC_NRI_METRICS", ":9465"), "address of /metrics ('' for none) (TMC_NRI_METRICS)")
 		kubeconfig = flag.String("kubeconfig", env("TMC_NRI_KUBECONFIG", ""), "kubeconfig for events; in-cluster when empty; 'none' for no events (TMC_NRI_KUBECONFIG)")
 	)
@@ -49,6 +50,11 @@ func main() {
 	if *node == "" {
 		log.Error("no node name: set TMC_NRI_NODE_NAME (downward API spec.nodeName) or --node")
 		os.Exit(2)
+	}
+	if done, err := tmcnri.InstallShim(*bundled, *shim); err != nil {
+		log.Warn("allocator shim not installed", "dir", *shim, "error", err)
+	} else if done {
+		log.Info("allocator shim installed", "dir", *shim, "from", *bundled)
 	}
 	reg := prometheus.NewRegistry()
 	counts := tmcnri.NewMetrics(reg)

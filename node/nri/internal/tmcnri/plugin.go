@@ -481,3 +481,29 @@ func writeAtomic(path, text string) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// InstallShim copies the allocator shim the plugin's image carries into the node's shim directory
+// when none is there yet (the agent replaces it with one built by the node's own compiler, when
+// the node has one): a placed container then finds it on every node. Atomic: a container being
+// created maps the old file or the whole new one.
+func InstallShim(bundled, shimDir string) (bool, error) {
+	if bundled == "" || shimDir == "" {
+		return false, nil
+	}
+	dest := filepath.Join(shimDir, shimName)
+	if _, err := os.Stat(dest); err == nil {
+		return false, nil
+	}
+	data, err := os.ReadFile(bundled)
+	if err != nil {
+		return false, fmt.Errorf("the image's shim: %w", err)
+	}
+	if err := os.MkdirAll(shimDir, 0o755); err != nil {
+		return false, err
+	}
+	tmp := filepath.Join(shimDir, "."+shimName+".tmp")
+	if err := os.WriteFile(tmp, data, 0o755); err != nil {
+		return false, err
+	}
+	return true, os.Rename(tmp, dest)
+}

@@ -324,3 +324,26 @@ func TestRemovePodSandboxRemovesWhatThePluginMade(t *testing.T) {
 		}
 	}
 }
+
+func TestInstallShimOnlyWhereNoneIs(t *testing.T) {
+	dir := t.TempDir()
+	bundled := filepath.Join(t.TempDir(), shimName)
+	must(t, os.WriteFile(bundled, []byte("image's"), 0o755))
+	done, err := InstallShim(bundled, filepath.Join(dir, "shim"))
+	must(t, err)
+	got, _ := os.ReadFile(filepath.Join(dir, "shim", shimName))
+	if !done || string(got) != "image's" {
+		t.Fatalf("installed %v: %q", done, got)
+	}
+	// One the agent built stays.
+	must(t, os.WriteFile(filepath.Join(dir, "shim", shimName), []byte("node's"), 0o755))
+	done, err = InstallShim(bundled, filepath.Join(dir, "shim"))
+	must(t, err)
+	got, _ = os.ReadFile(filepath.Join(dir, "shim", shimName))
+	if done || string(got) != "node's" {
+		t.Fatalf("replaced the node's shim: %v %q", done, got)
+	}
+	if _, err := InstallShim(filepath.Join(dir, "missing"), filepath.Join(dir, "other")); err == nil {
+		t.Error("a missing bundled shim is not an error")
+	}
+}
