@@ -85,11 +85,7 @@ def test_the_image_runs_as_the_daemonset_runs_it(node: Node, tmp_path: Path) -> 
             {"container_path": str(socket_dir), "host_path": str(socket_dir)},
             {"container_path": "/host/sys", "host_path": "/sys", "readonly": True},
             {"container_path": str(node.plans), "host_path": str(node.plans)},
-            {
-                "container_path": str(node.shim_dir),
-                "host_path": str(node.shim_dir),
-                "readonly": True,
-            },
+            {"container_path": str(shim_dir), "host_path": str(shim_dir)},
         ],
         "linux": {"security_context": {"readonly_rootfs": True}},
         "log_path": "nri.log",
@@ -112,7 +108,7 @@ def test_the_image_runs_as_the_daemonset_runs_it(node: Node, tmp_path: Path) -> 
         assert (node.plans / "6f1c2a9e-0000-4000-8000-000000000041.plan").is_file()
         installed = shim_dir / "libtmcalloc.so"
         with tarfile.open(fileobj=io.BytesIO(layer(layout))) as t:
-            member = t.extractfile("./usr/local/lib/tmc/libtmcalloc.so")
+            member = t.extractfile("usr/local/lib/tmc/libtmcalloc.so")
             assert member is not None and installed.read_bytes() == member.read()
         # And the process maps it: the probe, run to its end.
         logs = runtime.run_to_end(placed_cid)
