@@ -341,9 +341,9 @@ func (p *Plugin) refuse(pod *api.PodSandbox, reason, msg string) error {
 	return &RefusedError{Msg: msg}
 }
 
-// StartContainer marks the container's record as started: its process begins in the spec the
-// record describes.
-func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+// PostStartContainer marks the container's record as started: the runtime started its process in
+// the spec the record describes.
+func (p *Plugin) PostStartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
 	path, ok := p.recordPath(pod.GetUid(), ctr.GetName())
 	if !ok {
 		return nil

@@ -110,7 +110,7 @@ func TestPlacedContainerGetsEveryAdjustment(t *testing.T) {
 	if !rec.Complete || rec.Started || len(rec.Skipped) != 0 || rec.LLCMask != "0x3c" {
 		t.Errorf("record %+v", rec)
 	}
-	must(t, f.plugin.StartContainer(context.Background(), p, container("bfs", "2-3")))
+	must(t, f.plugin.PostStartContainer(context.Background(), p, container("bfs", "2-3")))
 	data, _ = os.ReadFile(filepath.Join(f.plans, RecordDir, "6f1c2a9e-0001", "bfs.json"))
 	must(t, json.Unmarshal(data, &rec))
 	if !rec.Started {
