@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client as k8s
 
 from model import node_contract as contract
@@ -19,6 +20,8 @@ from tests.node.conftest import Node, PluginFactory
 from tests.node.test_runtime import create
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.test_admission import TENANT_NS, Plane, plane, refused, token_client
+
+pytestmark = pytest.mark.slow  # a real containerd, built once per machine
 
 __all__ = ["plane"]  # the control plane fixture, shared with the scheduler's admission tests
 

@@ -14,8 +14,12 @@ import tarfile
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.node.conftest import Node
 from tests.node.test_runtime import create, env_of, placed
+
+pytestmark = pytest.mark.slow  # a real containerd, built once per machine
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,6 +20,8 @@ from model import node_contract as contract
 from tests.node.conftest import Node, PluginFactory
 from tests.node.fakes import resctrl_tree, two_socket_sysfs
 
+pytestmark = pytest.mark.slow  # a real containerd, built once per machine
+
 GIB = 1 << 30
 
 

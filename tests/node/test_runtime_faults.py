@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from model import node_contract as contract
 from tests.node.conftest import Node, PluginFactory, wait_registered
 from tests.node.test_runtime import create, env_of, placed, tmc_mounts, uid
+
+pytestmark = pytest.mark.slow  # a real containerd, built once per machine
 
 
 def test_container_created_while_the_plugin_is_down_is_corrected_and_reported(
