@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds the container runtime the node tests run the tmc NRI plugin against: containerd and its
-# runc shim (github.com/containerd/containerd/v2) and crictl (sigs.k8s.io/cri-tools), from the Go
-# module proxy (and ctr, which imports the test images), cached outside the repository in $TMC_NODE_CACHE (default ~/.cache/tmc-node) so that
-# fresh clones on this machine reuse them. runc itself is Debian's (./dev installs it). Go's build
+# Builds the container runtime the node tests run the tmc NRI plugin against: containerd, its runc
+# shim and ctr (github.com/containerd/containerd/v2), crictl (sigs.k8s.io/cri-tools) and the
+# kubelet (k8s.io/kubernetes), from the Go module proxy, cached outside the repository in
+# $TMC_NODE_CACHE (default ~/.cache/tmc-node) so that fresh clones on this machine reuse them. runc itself is Debian's (./dev installs it). Go's build
 # and module caches are the control plane's ($TMC_K8S_CACHE), which share most of the modules.
 #
 # Usage: tests/node/runtime/build.sh            (idempotent; prints the bin folder)
@@ -17,7 +17,7 @@ BIN=$CACHE/bin/containerd-$CONTAINERD_VERSION-crictl-$CRICTL_VERSION
 log() { printf '[node-runtime] %s\n' "$*" >&2; }
 
 if [ -x "$BIN/containerd" ] && [ -x "$BIN/containerd-shim-runc-v2" ] && [ -x "$BIN/ctr" ] &&
-    [ -x "$BIN/crictl" ]; then
+    [ -x "$BIN/crictl" ] && [ -x "$BIN/kubelet" ]; then
     echo "$BIN"; exit 0
 fi
 mkdir -p "$BIN"
@@ -54,4 +54,24 @@ version_flags="-X github.com/containerd/containerd/v2/version.Version=$CONTAINER
 [ -x "$BIN/crictl" ] ||
     build "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION" "crictl $CRICTL_VERSION" \
         "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION"
+
+# The kubelet (tests/node/test_kubelet.py), from the control plane's Kubernetes version: its
+# module graph is the control plane's wrapper module (tests/scheduler/controlplane/build.sh makes
+# it), copied so that adding the kubelet's packages never changes that one.
+K8S_VERSION=${TMC_K8S_VERSION:-v1.36.3}
+if [ ! -x "$CACHE/bin/kubelet-$K8S_VERSION" ]; then
+    bash "$(dirname "$0")/../../scheduler/controlplane/build.sh" >/dev/null
+    WRAP=$CACHE/wrapper-kubelet-$K8S_VERSION
+    mkdir -p "$WRAP"
+    [ -f "$WRAP/go.sum" ] || cp "$K8S_CACHE/wrapper-$K8S_VERSION/go.mod" "$K8S_CACHE/wrapper-$K8S_VERSION/go.sum" "$WRAP/"
+    start=$(date +%s)
+    log "building kubelet $K8S_VERSION"
+    minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+    (cd "$WRAP" && "$GO" get "k8s.io/kubernetes/cmd/kubelet@$K8S_VERSION" &&
+        "$GO" build -trimpath -tags selinux,notest,grpcnotrace \
+            -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
+            -o "$CACHE/bin/kubelet-$K8S_VERSION" k8s.io/kubernetes/cmd/kubelet)
+    log "kubelet built in $(( $(date +%s) - start )) s"
+fi
+ln -sfn "$CACHE/bin/kubelet-$K8S_VERSION" "$BIN/kubelet"
 echo "$BIN"
