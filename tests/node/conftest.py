@@ -44,6 +44,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     finally:
         runtime.remove_pods()
         runtime.stop()
+        harness.remove_empty_cgroups("k8s.io")
 
 
 PluginFactory = Callable[..., harness.Plugin]

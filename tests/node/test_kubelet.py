@@ -76,8 +76,9 @@ podLogsDir: {self.logs}
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        # The kubelet bind-mounts its root directory onto itself.
+        # The kubelet bind-mounts its root directory onto itself, and made the kubepods cgroups.
         subprocess.run(["umount", str(self.base / "root")], capture_output=True, check=False)
+        harness.remove_empty_cgroups("kubepods")
 
     def container_log(self, pod: k8s.V1Pod, container: str) -> str:
         """What the container wrote, from the kubelet's CRI log file (`<time> stdout F <line>`)."""

@@ -9,6 +9,7 @@ layout by deploy/image/oci.py and imported with ctr."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -355,6 +356,18 @@ state = "{base}/state"
         for pod in self.crictl("pods", "-q").stdout.split():
             self.crictl("stopp", pod, check=False)
             self.crictl("rmp", pod, check=False)
+
+
+def remove_empty_cgroups(name: str, root: Path = Path("/sys/fs/cgroup")) -> None:
+    """Remove the cgroup trees `name` left under each hierarchy (a kubelet's `kubepods`, the CRI
+    containers' `k8s.io`) once nothing runs in them: directories, deepest first (the kernel
+    removes a cgroup's control files with it; one still in use stays)."""
+    for top in root.glob(f"*/{name}"):
+        for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        with contextlib.suppress(OSError):
+            top.rmdir()
 
 
 def pod_config(name: str, uid: str, annotations: dict[str, str], base: Path) -> dict[str, Any]:
