@@ -2,9 +2,10 @@
 real runtime the node tests use (containerd from the Go module proxy, Debian's runc, NRI on a
 private socket; tests/node/runtime/harness.py).
 
-    python -m bench.nri_create [--quick] [--rounds 3] [--per-round 20]
+    python -m bench.nri_create [--quick] [--rounds 4] [--per-round 20]
 
-Three arms, interleaved round by round so that drift in the machine's load hits them alike:
+Three arms, interleaved round by round (their order alternating) so that drift in the machine's
+load hits them alike:
   baseline   no plugin connected; a pod tmc placed
   placed     tmc-nri connected; the same kind of pod (every adjustment: plan file written,
              record written, mounts, env, memory nodes and limit)
@@ -67,7 +68,7 @@ def summary(name: str, ms: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 round of 5 per arm")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--per-round", type=int, default=20)
     args = ap.parse_args(argv)
     rounds, per_round = (1, 5) if args.quick else (args.rounds, args.per_round)
@@ -93,29 +94,41 @@ def main(argv: list[str] | None = None) -> int:
             load_before = os.getloadavg()
             block(rt, "6f1c2a9e-0000-4000-8000-999999999999", placed, 3, "warm")  # warm caches
             serial = 0
-            for _ in range(rounds):
+
+            def arm(name: str, ann: dict[str, str]) -> None:
+                nonlocal serial
                 serial += 1
-                samples["baseline"] += block(
-                    rt, f"6f1c2a9e-0000-4000-8000-{serial:012d}", placed, per_round, "baseline"
-                )
-                plugin.start()
+                uid = f"6f1c2a9e-0000-4000-8000-{serial:012d}"
+                samples[name] += block(rt, uid, ann, per_round, name)
+
+            def plugin_on() -> None:
                 registered = plugin.log.read_text().count("Started plugin")
+                plugin.start()
                 deadline = time.monotonic() + 20
-                while (
-                    plugin.log.read_text().count("Started plugin") < registered + 1
-                    and time.monotonic() < deadline
-                ):
+                while plugin.log.read_text().count("Started plugin") <= registered:
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"tmc-nri did not register: {plugin.log.read_text()}")
                     time.sleep(0.05)
-                serial += 1
-                samples["placed"] += block(
-                    rt, f"6f1c2a9e-0000-4000-8000-{serial:012d}", placed, per_round, "placed"
-                )
-                serial += 1
-                samples["unplaced"] += block(
-                    rt, f"6f1c2a9e-0000-4000-8000-{serial:012d}", plain, per_round, "unplaced"
-                )
+
+            def plugin_off() -> None:
                 plugin.stop()
                 time.sleep(0.3)  # containerd drops the closed connection
+
+            for r in range(rounds):
+                # The arms' order alternates round by round, so that neither the plugin's start
+                # nor the order within a round favours one of them.
+                if r % 2 == 0:
+                    arm("baseline", placed)
+                    plugin_on()
+                    arm("placed", placed)
+                    arm("unplaced", plain)
+                    plugin_off()
+                else:
+                    plugin_on()
+                    arm("unplaced", plain)
+                    arm("placed", placed)
+                    plugin_off()
+                    arm("baseline", placed)
             load_after = os.getloadavg()
         finally:
             plugin.stop()
