@@ -101,11 +101,15 @@ def main(argv: list[str] | None = None) -> int:
                 uid = f"6f1c2a9e-0000-4000-8000-{serial:012d}"
                 samples[name] += block(rt, uid, ann, per_round, name)
 
+            def started() -> int:
+                text = plugin.log.read_text() if plugin.log.exists() else ""
+                return text.count("Started plugin")
+
             def plugin_on() -> None:
-                registered = plugin.log.read_text().count("Started plugin")
+                registered = started()
                 plugin.start()
                 deadline = time.monotonic() + 20
-                while plugin.log.read_text().count("Started plugin") <= registered:
+                while started() <= registered:
                     if time.monotonic() > deadline:
                         raise SystemExit(f"tmc-nri did not register: {plugin.log.read_text()}")
                     time.sleep(0.05)
