@@ -100,6 +100,7 @@ func (r *recorder) Event(pod *api.PodSandbox, _ bool, reason, message string) {
 }
 func (r *recorder) Container(o string) { r.mu.Lock(); r.outcomes[o]++; r.mu.Unlock() }
 func (r *recorder) Unapplied(w string) { r.mu.Lock(); r.unapplied[w]++; r.mu.Unlock() }
+func (r *recorder) Handled(float64)    {}
 
 func (r *recorder) reasons() string {
 	var out []string

@@ -53,6 +53,8 @@ type Reporter interface {
 type Counter interface {
 	Container(outcome string)
 	Unapplied(what string)
+	// Handled is how long the plugin took over one CreateContainer (what it adds to creation).
+	Handled(seconds float64)
 }
 
 // Outcomes of a container's creation, as counted.
@@ -121,6 +123,8 @@ func (e *RefusedError) Error() string { return "tmc: " + e.Msg }
 // CreateContainer adjusts a placed pod's container; a container of a pod tmc did not place gets
 // no adjustment at all.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	start := p.now()
+	defer func() { p.count.Handled(p.now().Sub(start).Seconds()) }()
 	ann := pod.GetAnnotations()
 	if _, placed := ann[PlacementAnnotation]; !placed {
 		return nil, nil, nil
@@ -424,7 +428,11 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		u := &api.ContainerUpdate{ContainerId: ctr.GetId()}
 		u.SetIgnoreFailure()
 		fixed := []string{}
-		if limit := c.DRAMBytes + c.SlowBytes; limit > 0 {
+		limit := c.DRAMBytes + c.SlowBytes
+		if own := ctr.GetLinux().GetResources().GetMemory().GetLimit().GetValue(); own > 0 && own < limit {
+			limit = own // as at creation: never above the container's own limit
+		}
+		if limit > 0 {
 			u.SetLinuxMemoryLimit(limit)
 			fixed = append(fixed, fmt.Sprintf("memory limit %d", limit))
 		}
