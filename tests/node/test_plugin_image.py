@@ -91,13 +91,22 @@ def test_the_image_runs_as_the_daemonset_runs_it(node: Node, tmp_path: Path) -> 
             {"container_path": str(node.plans), "host_path": str(node.plans)},
             {"container_path": str(shim_dir), "host_path": str(shim_dir)},
         ],
-        "linux": {"security_context": {"readonly_rootfs": True}},
+        # The chart's securityContext: root, no capability, a read-only root filesystem.
+        "linux": {
+            "security_context": {
+                "readonly_rootfs": True,
+                "no_new_privs": True,
+                "capabilities": {"drop_capabilities": ["ALL"]},
+            }
+        },
         "log_path": "nri.log",
     }
     config_path = tmp_path / "nri.json"
     config_path.write_text(json.dumps(config))
     pod_path = runtime.base / "pod-6f1c2a9e-0000-4000-8000-000000000040.json"
     cid = runtime.crictl("create", pod, str(config_path), str(pod_path)).stdout.strip()
+    caps = runtime.spec(cid)["process"].get("capabilities") or {}
+    assert not any(caps.get(kind) for kind in ("bounding", "effective", "permitted")), caps
     runtime.crictl("start", cid)
     deadline = time.monotonic() + 20
     # containerd's log line: plugin "external:50-tmc[pid]" registered as "50-tmc" (quotes escaped)
