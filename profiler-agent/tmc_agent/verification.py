@@ -10,7 +10,8 @@ a restart is harmless); the service corrects the workload's model with it.
 On a node whose runtime runs tmc-nri, a run counts only when every container of the pod started
 with its configuration applied, as the plugin recorded it at the container's creation
 (`<plan_dir>/applied/<pod uid>/<container>.json`): the mask, DRAM and slow memory of the
-placement, nothing skipped, and started. Otherwise the pod may have run in another
+placement, nothing skipped, confirmed by the runtime (created with the plugin's adjustment) and
+started. Otherwise the pod may have run in another
 configuration (no resctrl, a container created while the plugin was down), and its time would
 correct the model with a configuration it never ran in.
 """
@@ -79,6 +80,8 @@ def _applied(records: Path, uid: str, container: str, placement: Placement) -> N
     if rec.get("complete") is not True:
         skipped = "; ".join(str(s) for s in rec.get("skipped") or [])[:200]
         raise NotARun(f"container {container[:63]} ran without all of its configuration: {skipped}")
+    if rec.get("confirmed") is not True:
+        raise NotARun(f"container {container[:63]} was not created with the plugin's adjustment")
     if rec.get("started") is not True:
         raise NotARun(f"container {container[:63]} is not recorded as started")
 

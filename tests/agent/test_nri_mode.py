@@ -31,6 +31,7 @@ def record(plans: Path, uid: str, container: str, **over: Any) -> Path:
         "applied": ["intelRdt tmc-pod-x L3:0=f", "cpuset.mems 0,2"],
         "skipped": [],
         "complete": True,
+        "confirmed": True,
         "started": True,
         "created": "2026-11-23T09:59:59Z",
         **over,
@@ -82,6 +83,7 @@ def test_only_runs_that_started_with_their_configuration_count(tmp_path: Path) -
         ),
         "0002-not-started": ({"started": False}, "not recorded as started"),
         "0003-other": ({"llc_mask": "0xf0"}, "created with another placement"),
+        "0006-unconfirmed": ({"confirmed": False}, "not created with the plugin's adjustment"),
     }
     for uid, (over, why) in cases.items():
         pod = finished(uid, "verify")

@@ -110,7 +110,8 @@ def test_placed_container_is_configured_before_its_first_instruction(
     assert logs["status"] == ["Mems_allowed_list:\t0"]
     assert logs["memory-limit-v1"] == [str(256 << 20)]
     assert logs["shim-mapped"] == ["1"]
-    assert json.loads(record_path.read_text())["started"] is True
+    final = json.loads(record_path.read_text())
+    assert final["confirmed"] is True and final["started"] is True
 
 
 def test_pod_tmc_did_not_place_is_left_exactly_as_it_was(

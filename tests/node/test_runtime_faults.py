@@ -13,6 +13,7 @@ verification run."""
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
@@ -72,3 +73,31 @@ def test_runtime_restart_keeps_the_node_check_and_the_plugin_reconnects(
     cid = create(node, "fresh", 24, placed("0x30", 2, 64 << 20))
     assert env_of(node.runtime.spec(cid))["TMC_PLAN"] == "/run/tmc/plan"
     assert contract.parse_plan_file((node.plans / f"{uid(24)}.plan").read_text()).fast_node == 0
+
+
+def test_a_hung_plugin_delays_creation_by_the_request_timeout_then_is_dropped(
+    node: Node, start_plugin: PluginFactory
+) -> None:
+    """A plugin that stops answering (stuck, or stopped mid-restart): containerd waits its NRI
+    request timeout (2 s here and by default), drops the plugin and creates the container
+    without it; the containers created meanwhile are reported once it is back."""
+    plugin = start_plugin()
+    assert plugin.proc is not None
+    ann = placed("0x3", 2, 64 << 20)
+    pod = node.runtime.run_pod("hung", uid(25), ann)
+    plugin.proc.send_signal(signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        first = node.runtime.create(pod, "hung", uid(25), ann, "first").stdout.strip()
+        waited = time.monotonic() - start
+        second = node.runtime.create(pod, "hung", uid(25), ann, "second").stdout.strip()
+    finally:
+        plugin.proc.send_signal(signal.SIGCONT)
+    assert 1.9 < waited < 10, waited
+    for cid in (first, second):
+        assert "TMC_PLAN" not in env_of(node.runtime.spec(cid))
+    deadline = time.monotonic() + 20
+    while len([e for e in plugin.events() if "was not running" in e["message"]]) < 2:
+        assert time.monotonic() < deadline, plugin.log.read_text()[-2000:]
+        time.sleep(0.1)
+    assert not (node.plans / "applied" / uid(25)).exists()

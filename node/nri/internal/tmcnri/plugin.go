@@ -78,10 +78,14 @@ type Record struct {
 	RecommendationID *string  `json:"recommendation_id"`
 	Applied          []string `json:"applied"`
 	Skipped          []string `json:"skipped"`
-	// Complete: everything the placement asks for was in the container's spec at creation.
-	Complete bool   `json:"complete"`
-	Started  bool   `json:"started"`
-	Created  string `json:"created"`
+	// Complete: everything the placement asks for was in the adjustment the plugin returned.
+	Complete bool `json:"complete"`
+	// Confirmed: the runtime created the container with that adjustment (its PostCreateContainer
+	// showed the plan in the container's environment). A runtime that gave up waiting for the
+	// plugin creates the container without it, and never confirms.
+	Confirmed bool   `json:"confirmed"`
+	Started   bool   `json:"started"`
+	Created   string `json:"created"`
 }
 
 type admitted struct {
@@ -122,7 +126,7 @@ func (e *RefusedError) Error() string { return "tmc: " + e.Msg }
 
 // CreateContainer adjusts a placed pod's container; a container of a pod tmc did not place gets
 // no adjustment at all.
-func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := p.now()
 	defer func() { p.count.Handled(p.now().Sub(start).Seconds()) }()
 	ann := pod.GetAnnotations()
@@ -244,6 +248,15 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, nil, p.refuse(pod, "TmcVerificationNotApplied",
 			"a verification run whose configuration cannot be applied does not start: "+strings.Join(rec.Skipped, "; "))
 	}
+	if ctx.Err() != nil {
+		// The runtime stopped waiting (its NRI request timeout): it creates the container without
+		// this adjustment, so neither record nor report it as adjusted; the plugin finds it when
+		// the runtime next synchronises.
+		if fresh {
+			p.release(pod.GetUid())
+		}
+		return nil, nil, ctx.Err()
+	}
 	if err := p.writeRecord(&rec); err != nil {
 		// Without a record the agent will not report this pod's run: say so, but run it.
 		rec.Skipped = append(rec.Skipped, "record: "+err.Error())
@@ -345,23 +358,43 @@ func (p *Plugin) refuse(pod *api.PodSandbox, reason, msg string) error {
 	return &RefusedError{Msg: msg}
 }
 
-// PostStartContainer marks the container's record as started: the runtime started its process in
-// the spec the record describes.
-func (p *Plugin) PostStartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
-	path, ok := p.recordPath(pod.GetUid(), ctr.GetName())
+func (p *Plugin) readRecord(uid, container string) (*Record, bool) {
+	path, ok := p.recordPath(uid, container)
 	if !ok {
-		return nil
+		return nil, false
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil // not a container the plugin adjusted
+		return nil, false // not a container the plugin adjusted
 	}
 	var rec Record
 	if json.Unmarshal(data, &rec) != nil {
+		return nil, false
+	}
+	return &rec, true
+}
+
+// PostCreateContainer confirms the record: the runtime created the container, and its
+// environment shows the plan the plugin gave it.
+func (p *Plugin) PostCreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	rec, ok := p.readRecord(pod.GetUid(), ctr.GetName())
+	if !ok {
+		return nil
+	}
+	planned := slices.Contains(rec.Applied, "plan "+ContainerPlanPath)
+	rec.Confirmed = !planned || slices.Contains(ctr.GetEnv(), "TMC_PLAN="+ContainerPlanPath)
+	return p.writeRecord(rec)
+}
+
+// PostStartContainer marks a confirmed record as started: the runtime started the container's
+// process in the spec the record describes.
+func (p *Plugin) PostStartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	rec, ok := p.readRecord(pod.GetUid(), ctr.GetName())
+	if !ok || !rec.Confirmed {
 		return nil
 	}
 	rec.Started = true
-	return p.writeRecord(&rec)
+	return p.writeRecord(rec)
 }
 
 // StopPodSandbox frees what the pod held on this node: its containers are gone.
@@ -418,9 +451,13 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		}
 		c := pl.Configuration
 		p.pods[pod.GetUid()] = admitted{key: podKey(pod), mask: pl.LLCMaskBits(), dram: c.DRAMBytes, slow: c.SlowBytes, pool: pl.SlowFromPool}
-		if path, ok := p.recordPath(pod.GetUid(), ctr.GetName()); ok {
-			if _, err := os.Stat(path); err == nil {
+		if rec, ok := p.readRecord(pod.GetUid(), ctr.GetName()); ok {
+			if rec.Confirmed {
 				continue // adjusted at its creation
+			}
+			// The plugin answered, but the runtime had stopped waiting: created without it.
+			if path, ok := p.recordPath(pod.GetUid(), ctr.GetName()); ok {
+				_ = os.Remove(path)
 			}
 		}
 		p.count.Container(OutcomeLate)

@@ -110,11 +110,40 @@ func TestPlacedContainerGetsEveryAdjustment(t *testing.T) {
 	if !rec.Complete || rec.Started || len(rec.Skipped) != 0 || rec.LLCMask != "0x3c" {
 		t.Errorf("record %+v", rec)
 	}
-	must(t, f.plugin.PostStartContainer(context.Background(), p, container("bfs", "2-3")))
+	// Started only once the runtime confirmed it created the container with the adjustment.
+	created := container("bfs", "2-3", "TMC_PLAN="+ContainerPlanPath)
+	must(t, f.plugin.PostStartContainer(context.Background(), p, created))
 	data, _ = os.ReadFile(filepath.Join(f.plans, RecordDir, "6f1c2a9e-0001", "bfs.json"))
 	must(t, json.Unmarshal(data, &rec))
-	if !rec.Started {
-		t.Error("the record does not say the container started")
+	if rec.Started || rec.Confirmed {
+		t.Error("an unconfirmed record says the container started")
+	}
+	must(t, f.plugin.PostCreateContainer(context.Background(), p, created))
+	must(t, f.plugin.PostStartContainer(context.Background(), p, created))
+	data, _ = os.ReadFile(filepath.Join(f.plans, RecordDir, "6f1c2a9e-0001", "bfs.json"))
+	must(t, json.Unmarshal(data, &rec))
+	if !rec.Confirmed || !rec.Started {
+		t.Errorf("record %+v", rec)
+	}
+	// A runtime that created it without the adjustment (it stopped waiting) never confirms.
+	g := newFixture(t, true)
+	q := pod("late", "6f1c2a9e-0002", placed("node-a", "0x3", 2, gib, 0))
+	_, _, err = g.plugin.CreateContainer(context.Background(), q, container("late", ""))
+	must(t, err)
+	must(t, g.plugin.PostCreateContainer(context.Background(), q, container("late", "")))
+	data, _ = os.ReadFile(filepath.Join(g.plans, RecordDir, "6f1c2a9e-0002", "late.json"))
+	must(t, json.Unmarshal(data, &rec))
+	if rec.Confirmed {
+		t.Error("a container created without its plan was confirmed")
+	}
+	// A request the runtime stopped waiting for leaves no record.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := g.plugin.CreateContainer(ctx, pod("gone", "6f1c2a9e-0003", placed("node-a", "0xc", 2, gib, 0)), container("gone", "")); err == nil {
+		t.Error("an abandoned request succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(g.plans, RecordDir, "6f1c2a9e-0003")); !os.IsNotExist(err) {
+		t.Error("an abandoned request left a record")
 	}
 	if f.rec.outcomes[OutcomeAdjusted] != 1 || len(f.rec.events) != 0 {
 		t.Errorf("outcomes %v events %v", f.rec.outcomes, f.rec.events)
@@ -284,6 +313,7 @@ func TestSynchronizeRebuildsHoldingsAndReportsLateContainers(t *testing.T) {
 	a := pod("a", "ua", placed("node-a", "0xf0", 4, gib, 0))
 	_, _, err := f.plugin.CreateContainer(ctx, a, container("a", ""))
 	must(t, err)
+	must(t, f.plugin.PostCreateContainer(ctx, a, container("a", "", "TMC_PLAN="+ContainerPlanPath)))
 	late := pod("late", "ul", placed("node-a", "0x1", 1, 2*gib, 0))
 	// A fresh plugin (a restart) learns of both from the runtime.
 	g := New(f.plugin.cfg, f.rec, f.rec)
