@@ -16,7 +16,8 @@ of its predicted time is
     sigma_i^2 = noise^2 + (SLOW_PENALTY_SPREAD * phi_i)^2 + (phi_i / sqrt(n_samples))^2
                 + (MISS_CURVE_SPREAD * psi_i)^2 + MODEL_FLOOR^2
 
-- noise: run-to-run noise of the reference runs, the RMS of the fit's CPI residuals there;
+- noise: run-to-run noise of the reference runs, the RMS of the fit's CPI residuals there (each
+  the larger of the calibrated fit's and the uncalibrated one's: see `FitDiagnostics`);
 - SLOW_PENALTY_SPREAD: the relative spread of the per-structure slow penalty around the fitted
   amortised one (docs/sim.md measures structures of one workload at 44-479 extra cycles per slow
   miss, and time errors of up to 20 % where slow stalls are ~40 % of the time: about 0.5);
@@ -237,7 +238,12 @@ def prediction_interval(
 ) -> PredictionInterval:
     if not 0.5 <= confidence < 1.0:
         raise ValueError("confidence lies in [0.5, 1)")
-    residuals = list(diagnostics.cpi_residuals.values())
+    # A residual the calibration through the reference runs removed is still a disagreement
+    # between the stall samples and the cycles: it widens the interval as if it were left.
+    before = diagnostics.uncalibrated_residuals
+    residuals = [
+        max(abs(r), abs(before.get(name, 0.0))) for name, r in diagnostics.cpi_residuals.items()
+    ]
     noise = math.sqrt(sum(r * r for r in residuals) / len(residuals)) if residuals else 0.0
     samples = [n for n in diagnostics.samples_total.values() if n > 0]
     sampling = 1.0 / math.sqrt(min(samples)) if samples else 1.0
