@@ -16,8 +16,7 @@ of its predicted time is
     sigma_i^2 = noise^2 + (SLOW_PENALTY_SPREAD * phi_i)^2 + (phi_i / sqrt(n_samples))^2
                 + (MISS_CURVE_SPREAD * psi_i)^2 + MODEL_FLOOR^2
 
-- noise: run-to-run noise of the reference runs, the RMS of the fit's CPI residuals there (each
-  the larger of the calibrated fit's and the uncalibrated one's: see `FitDiagnostics`);
+- noise: run-to-run noise of the reference runs, the RMS of the fit's CPI residuals there;
 - SLOW_PENALTY_SPREAD: the relative spread of the per-structure slow penalty around the fitted
   amortised one (docs/sim.md measures structures of one workload at 44-479 extra cycles per slow
   miss, and time errors of up to 20 % where slow stalls are ~40 % of the time: about 0.5);
@@ -238,27 +237,34 @@ def prediction_interval(
 ) -> PredictionInterval:
     if not 0.5 <= confidence < 1.0:
         raise ValueError("confidence lies in [0.5, 1)")
-    # A residual the calibration through the reference runs removed is still a disagreement
-    # between the stall samples and the cycles: it widens the interval as if it were left.
-    before = diagnostics.uncalibrated_residuals
-    residuals = [
-        max(abs(r), abs(before.get(name, 0.0))) for name, r in diagnostics.cpi_residuals.items()
-    ]
+    residuals = list(diagnostics.cpi_residuals.values())
     noise = math.sqrt(sum(r * r for r in residuals) / len(residuals)) if residuals else 0.0
     samples = [n for n in diagnostics.samples_total.values() if n > 0]
     sampling = 1.0 / math.sqrt(min(samples)) if samples else 1.0
     phi = slow_stall_share(prediction)
     psi = cache_share(prediction)
     shape = prediction.seconds.shape
+    anchor = np.broadcast_to(way_anchor(prediction)[None, :], shape)
     slow = math.hypot(slow_penalty_spread, sampling) * phi
+    # A residual the calibration through the reference runs removed is still a disagreement
+    # between the stall samples and the cycles, and it widens the intervals it affects: fastmax's
+    # everywhere (as run noise), slowmax's the slow term in proportion to the time on slow memory
+    # (all of it at slowmax's own share), fastmin's the way count's term as far as a point leans
+    # on fastmin (`way_anchor`).
+    before = diagnostics.uncalibrated_residuals
+    noise = max(noise, abs(before.get("fastmax", 0.0)))
+    phi_ref = float(phi.max())
+    if phi_ref > 0:
+        slow = np.hypot(slow, abs(before.get("slowmax", 0.0)) * phi / phi_ref)
+    calibrated_curve = abs(before.get("fastmin", 0.0)) * anchor
     cover = uncovered_gap(prediction) / NormalDist().inv_cdf(UNCOVERED_LEVEL) if uncovered else None
     terms = ErrorTerms(
         noise=noise,
         slow=slow.ravel(),
         cover=None if cover is None else cover.ravel(),
-        curve=(miss_curve_spread * psi).ravel(),
+        curve=np.hypot(miss_curve_spread * psi, calibrated_curve).ravel(),
         floor=model_floor,
-        anchor=np.broadcast_to(way_anchor(prediction)[None, :], shape).ravel().copy(),
+        anchor=anchor.ravel().copy(),
         slow_ratio=np.repeat(np.asarray(prediction.slow_ratios, dtype=np.float64), shape[1]),
         llc_ways=np.tile(np.asarray(prediction.llc_ways, dtype=np.float64), shape[0]),
     )
