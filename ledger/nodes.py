@@ -172,20 +172,36 @@ class PoolUse:
     nodes: list[str]
 
 
-def pool_use(session: Session) -> list[PoolUse]:
-    """Every rack pool with its member nodes and what they reserved from it."""
-    by_pool: dict[str, list[NodeUse]] = {}
-    for u in node_use(session):
-        if u.node.pool_name is not None:
-            by_pool.setdefault(u.node.pool_name, []).append(u)
-    out = []
-    for pool in session.scalars(select(RackPool).order_by(RackPool.name)):
-        members = by_pool.get(pool.name, [])
-        out.append(
-            PoolUse(
-                pool=pool,
-                reserved_slow_bytes=sum(u.reserved_pool_bytes for u in members),
-                nodes=[u.node.name for u in members],
-            )
-        )
-    return out
+def pool_use(
+    session: Session, *, after: str | None = None, limit: int | None = None
+) -> list[PoolUse]:
+    """Rack pools by name (all, or a page of `limit` after `after`) with their member nodes and
+    what those reserved from the pool: three queries whose cost follows the page, not the
+    fleet."""
+    query = select(RackPool).order_by(RackPool.name)
+    if after is not None:
+        query = query.where(RackPool.name > after)
+    if limit is not None:
+        query = query.limit(limit)
+    pools = list(session.scalars(query))
+    if not pools:
+        return []
+    names = [p.name for p in pools]
+    members: dict[str, list[str]] = {n: [] for n in names}
+    rows = session.execute(
+        select(Node.pool_name, Node.name).where(Node.pool_name.in_(names)).order_by(Node.name)
+    )
+    for pool_name, node_name in rows:
+        members[str(pool_name)].append(node_name)
+    reserved = dict(
+        session.execute(
+            select(Node.pool_name, func.sum(Reservation.slow_bytes))
+            .join(Reservation, Reservation.node_name == Node.name)
+            .where(Node.pool_name.in_(names), Reservation.slow_from_pool.is_(True))
+            .group_by(Node.pool_name)
+        ).all()
+    )
+    return [
+        PoolUse(pool=p, reserved_slow_bytes=int(reserved.get(p.name) or 0), nodes=members[p.name])
+        for p in pools
+    ]

@@ -113,8 +113,22 @@ def put_node(body: NodeIn, session: SessionDep, _: Admin) -> NodeIn:
     return body
 
 
-@router.get("/pools", response_model=list[PoolOut])
-def pools(session: SessionDep, _: Reader) -> list[PoolOut]:
+@router.get(
+    "/pools",
+    response_model=list[PoolOut],
+    summary="Rack pools by name, a page at a time (the Link header names the next page)",
+)
+def pools(
+    request: Request,
+    response: Response,
+    session: SessionDep,
+    _: Reader,
+    limit: ListLimit = LIST_PAGE_DEFAULT,
+    cursor: CursorParam = None,
+) -> list[PoolOut]:
+    after = None if cursor is None else decode_cursor(cursor, (str,))[0]
+    page = ledger_nodes.pool_use(session, after=after, limit=limit)
+    link_next(request, response, [page[-1].pool.name] if len(page) == limit else None)
     return [
         PoolOut(
             name=u.pool.name,
@@ -122,7 +136,7 @@ def pools(session: SessionDep, _: Reader) -> list[PoolOut]:
             reserved_slow_bytes=u.reserved_slow_bytes,
             nodes=u.nodes,
         )
-        for u in ledger_nodes.pool_use(session)
+        for u in page
     ]
 
 

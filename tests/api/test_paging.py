@@ -119,6 +119,15 @@ def test_the_fleets_lists_page_by_cursor(client: TestClient, settings: Settings)
     pooled = whole[0]
     assert pooled["utilization"]["slow"] == pytest.approx(2 * 8 / 32)  # 16 GiB of 96/3 GiB
 
+    admin = auth(Role.operator)
+    client.put("/v1/cluster/pools", json={"name": "rack-b", "slow_bytes": GIB}, headers=admin)
+    pools = follow(client, "/v1/cluster/pools?limit=1")
+    # A full page names a next one, which may be empty.
+    assert [[p["name"] for p in page] for page in pools] == [["rack-a"], ["rack-b"], []]
+    rack_a = pools[0][0]
+    assert rack_a["nodes"] == ["node-0", "node-1", "node-2"]
+    assert rack_a["reserved_slow_bytes"] == 3 * 2 * 8 * GIB
+
     held = [r for p in follow(client, "/v1/cluster/reservations?limit=4") for r in p]
     assert [r["pod_uid"] for r in held] == [f"uid-{i}-{j}" for i in range(5) for j in range(2)]
     placed = follow(client, "/v1/placements?limit=4")

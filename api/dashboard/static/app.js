@@ -94,7 +94,7 @@ async function pageCluster() {
     h("section", {}, h("h3", {}, "Per-node and per-pool heat map"), region("cluster-heat")));
   state.refreshData = async () => {
     const [capacity, page, pools, history] = await Promise.all([
-      api("/v1/cluster/capacity"), apiPage(`/v1/cluster/nodes?limit=${PAGE}`), api("/v1/cluster/pools"), api("/v1/cluster/history?minutes=60")]);
+      api("/v1/cluster/capacity"), apiPage(`/v1/cluster/nodes?limit=${PAGE}`), api(`/v1/cluster/pools?limit=${PAGE}`), api("/v1/cluster/history?minutes=60")]);
     const nodes = page.rows;
     const shown = page.next ? `the first ${nodes.length} of ${capacity.nodes} nodes (the Nodes page pages through all)` : `${nodes.length} nodes`;
     const now = Date.now();
@@ -400,7 +400,7 @@ async function pageNodes(cursor) {
   state.refreshData = async () => {
     const from = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
     const [page, pools, held] = await Promise.all([
-      apiPage(`/v1/cluster/nodes?limit=${PAGE}${from}`), api("/v1/cluster/pools"), apiPage(`/v1/cluster/reservations?limit=${PAGE}`)]);
+      apiPage(`/v1/cluster/nodes?limit=${PAGE}${from}`), api(`/v1/cluster/pools?limit=${PAGE}`), apiPage(`/v1/cluster/reservations?limit=${PAGE}`)]);
     const nodes = page.rows;
     const reservations = held.rows;
     const bitmap = (n) => {
