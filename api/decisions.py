@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.services.models import ModelCache
 from api.services.recommendations import DecisionInput, decide
-from model import Configuration, Objective, TmcError, Utilization
+from model import Configuration, NoFeasibleConfiguration, Objective, TmcError, Utilization
 from model.node_contract import StructurePlan
 from store.db import unit_of_work
 from store.orm import FittedModelRow, Profile, Workload
@@ -73,6 +73,13 @@ class DecisionService:
                 "the recommendation service's database is unavailable", transient=True
             ) from exc
         r = record.recommendation
+        if not r.objective_met:
+            # Verification runs put the objective out of reach: the pair's pods get the
+            # fallback (everything in DRAM) with the runs named, not the closest miss.
+            unmet = r.unmet.reason if r.unmet is not None else "objective out of reach"
+            raise NoDecision(
+                f"no recommendation for workload {req.workload!r}: {unmet}"
+            ) from NoFeasibleConfiguration(unmet)
         plan = tuple(
             StructurePlan(tag=p.tag, fast_bytes=p.fast_bytes, slow_bytes=p.slow_bytes)
             for p in r.placement

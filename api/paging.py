@@ -20,6 +20,15 @@ from starlette.responses import Response
 from api.errors import InvalidInput
 
 MAX_CURSOR_CHARS = 512
+# The fleet's lists (nodes, reservations, placements): a page at most this long, so that one
+# request's cost does not grow with the fleet.
+LIST_PAGE_DEFAULT = 500
+LIST_PAGE_MAX = 5000
+
+ListLimit = Annotated[
+    int,
+    Query(ge=1, le=LIST_PAGE_MAX, description="rows per page; the Link header names the next"),
+]
 
 CursorParam = Annotated[
     str | None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import RowMapping, Select, select
+from sqlalchemy import RowMapping, Select, select, tuple_
 from sqlalchemy.orm import Session
 
 from store.orm import RecommendationRow, Reservation, Workload
@@ -29,15 +29,24 @@ def _statement(*extra: Any) -> Select[Any]:
 
 
 def list_placements(
-    session: Session, *, node: str | None, namespace: str | None
+    session: Session,
+    *,
+    node: str | None,
+    namespace: str | None,
+    after: tuple[str, ...] | None = None,
+    limit: int | None = None,
 ) -> Sequence[RowMapping]:
-    query = _statement().order_by(
-        Reservation.node_name, Reservation.namespace, Reservation.pod_name
-    )
+    """By node, then pod uid (the reservations' index); `after` is the previous page's last
+    (node, uid)."""
+    query = _statement().order_by(Reservation.node_name, Reservation.pod_uid)
     if node is not None:
         query = query.where(Reservation.node_name == node)
     if namespace is not None:
         query = query.where(Reservation.namespace == namespace)
+    if after is not None:
+        query = query.where(tuple_(Reservation.node_name, Reservation.pod_uid) > after)
+    if limit is not None:
+        query = query.limit(limit)
     return session.execute(query).mappings().all()
 
 

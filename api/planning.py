@@ -27,6 +27,8 @@ from starlette.requests import Request
 
 from api.errors import ApiError
 from model import TmcError
+from model.bundle import ProfileBundle
+from model.static_vs_dynamic import with_static_plan
 from model.tiering import TieringProfile, TieringRequest, advise
 
 log = logging.getLogger("tmc.planning")
@@ -130,10 +132,14 @@ class PlanRunner:
         child.kill()
 
 
-def tiering_advice(profile: TieringProfile, request: TieringRequest) -> dict[str, Any]:
+def tiering_advice(
+    profile: TieringProfile, request: TieringRequest, bundle: ProfileBundle | None = None
+) -> dict[str, Any]:
     """Dynamic-tiering advice as a plan job: its own process, at a lower priority, so that a
-    burst of advice at its bounds (seconds of CPU each) cannot starve `/healthz`."""
-    answer: dict[str, Any] = advise(profile, request).model_dump(mode="json")
+    burst of advice at its bounds (seconds of CPU each) cannot starve `/healthz`. With the
+    workload's stored bundle, the static plan's answer is set beside it."""
+    advice = with_static_plan(advise(profile, request), bundle)
+    answer: dict[str, Any] = advice.model_dump(mode="json")
     return answer
 
 

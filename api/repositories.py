@@ -246,10 +246,21 @@ def list_host_kinds(session: Session) -> Sequence[HostKind]:
     return session.scalars(select(HostKind).order_by(HostKind.name)).all()
 
 
-def list_reservations(session: Session, node_name: str | None = None) -> Sequence[Reservation]:
-    query = select(Reservation).order_by(Reservation.created_at)
+def list_reservations(
+    session: Session,
+    node_name: str | None = None,
+    *,
+    after: tuple[str, ...] | None = None,
+    limit: int | None = None,
+) -> Sequence[Reservation]:
+    """By node, then pod uid (one index); `after` is the previous page's last (node, uid)."""
+    query = select(Reservation).order_by(Reservation.node_name, Reservation.pod_uid)
     if node_name is not None:
         query = query.where(Reservation.node_name == node_name)
+    if after is not None:
+        query = query.where(tuple_(Reservation.node_name, Reservation.pod_uid) > after)
+    if limit is not None:
+        query = query.limit(limit)
     return session.scalars(query).all()
 
 

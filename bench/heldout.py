@@ -218,6 +218,8 @@ def _decide(
             )
         except NoFeasibleConfiguration:
             return None
+        if not rec.objective_met:  # runs put the objective out of reach
+            return None
         v = rec.verification
         if not verify or v is None or v.next_slow_ratio is None or v.next_llc_ways is None:
             c = rec.chosen.configuration

@@ -34,6 +34,9 @@ get_app = typer.Typer(
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 MAX_RESPONSE_BYTES = 64 << 20
+# A paged list is read LIST_PAGE rows at a time, at most MAX_PAGES pages (a million rows).
+LIST_PAGE = 1000
+MAX_PAGES = 1000
 
 ServerOpt = Annotated[
     str,
@@ -66,6 +69,19 @@ class Api:
         params = {k: v for k, v in query.items() if v is not None}
         return self.exchange("GET", path, params, None)[1]
 
+    def get_all(self, path: str, **query: str | None) -> list[Any]:
+        """Every page of a paged list, following each page's `X-Next-Cursor`."""
+        params = {k: v for k, v in query.items() if v is not None}
+        params["limit"] = str(LIST_PAGE)
+        out: list[Any] = []
+        for _ in range(MAX_PAGES):
+            _, page, cursor = self._send("GET", path, params, None)
+            out.extend(page or [])
+            if cursor is None:
+                return out
+            params["cursor"] = cursor
+        fail(f"{path} has more than {MAX_PAGES * LIST_PAGE} rows: filter it (see --help)")
+
     def post(self, path: str, body: object) -> Any:
         """A JSON request body, e.g. a planner's dry run (the token needs the operator's or
         scheduler's role)."""
@@ -76,6 +92,13 @@ class Api:
     ) -> tuple[int, Any]:
         """One request; the status and the decoded JSON answer (None for an empty one, as a
         DELETE's 204). A refusal or an unreachable server ends the command with one line."""
+        status, answer, _ = self._send(method, path, params, body)
+        return status, answer
+
+    def _send(
+        self, method: str, path: str, params: dict[str, str], body: object | None
+    ) -> tuple[int, Any, str | None]:
+        """`exchange`, and the next page's cursor when the answer is one page of a list."""
         if not self.token:
             fail(
                 "no token: set TMC_TOKEN or give --token (a viewer token: "
@@ -95,6 +118,7 @@ class Api:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 status = int(response.status)
+                cursor = response.headers.get("X-Next-Cursor")
                 answer = response.read(MAX_RESPONSE_BYTES + 1)
         except urllib.error.HTTPError as exc:
             fail(self._refusal(exc))
@@ -107,9 +131,9 @@ class Api:
         if len(answer) > MAX_RESPONSE_BYTES:
             fail(f"the API's answer is larger than {MAX_RESPONSE_BYTES} bytes")
         if not answer.strip():
-            return status, None
+            return status, None, cursor
         try:
-            return status, json.loads(answer)
+            return status, json.loads(answer), cursor
         except json.JSONDecodeError:
             fail(f"{self.server} did not answer JSON: is it the tmc API? (check --server)")
 
@@ -170,11 +194,11 @@ def get_nodes(
 ) -> None:
     """Nodes with their tiered capacity, what is reserved on each, and how many pods hold it."""
     api = _api(server, token, timeout)
-    nodes = api.get("/v1/cluster/nodes")
+    nodes = api.get_all("/v1/cluster/nodes")
     if emit(nodes, output):
         return
     pods: dict[str, int] = {}
-    for p in api.get("/v1/placements"):
+    for p in api.get_all("/v1/placements"):
         pods[p["node"]] = pods.get(p["node"], 0) + 1
     rows = [
         {
@@ -220,7 +244,7 @@ def get_placements(
         if not emit(detail, output):
             _print_placement(detail)
         return
-    found = api.get("/v1/placements", node=node, namespace=namespace)
+    found = api.get_all("/v1/placements", node=node, namespace=namespace)
     if emit(found, output):
         return
     rows = [

@@ -149,7 +149,11 @@ def render_recommendation(
         f" grid {rec.grid} ({rec.feasible_count}/{rec.grid_size} feasible),"
         f" prices {rec.price_profile}"
     )
-    summary = Table(title="Recommended configuration", show_header=False, title_justify="left")
+    if not rec.objective_met and rec.unmet is not None:
+        # Said first: what follows is the closest configuration, not one that meets it.
+        console.print(f"[bold red]objective not met:[/] {rec.unmet.reason}")
+    title = "Recommended configuration" if rec.objective_met else "Closest configuration"
+    summary = Table(title=title, show_header=False, title_justify="left")
     summary.add_column("what", style="bold")
     summary.add_column("value")
     summary.add_row("slow ratio", f"{c.slow_ratio:.2f}")

@@ -16,6 +16,7 @@ from cli.common import from_file, guarded
 from cli.render import size
 from model.bundle import ProfileBundle
 from model.errors import InvalidRequest
+from model.static_vs_dynamic import with_static_plan
 from model.tiering import (
     KnobSpace,
     TieringAdvice,
@@ -42,6 +43,12 @@ def _read(path: Path) -> bytes:
 
 def load_tiering_profile(path: Path) -> TieringProfile:
     """A bare `tmc.tiering/v1` profile, or a profile bundle that carries one."""
+    return load_tiering_input(path)[0]
+
+
+def load_tiering_input(path: Path) -> tuple[TieringProfile, ProfileBundle | None]:
+    """The tiering profile, and the whole bundle when the file is one (its reference runs give
+    the static plan to compare the advice with)."""
     try:
         data = json.loads(_read(path))
     except json.JSONDecodeError as exc:
@@ -50,8 +57,8 @@ def load_tiering_profile(path: Path) -> TieringProfile:
         bundle = ProfileBundle.model_validate(data)
         if bundle.tiering is None:
             raise InvalidRequest(str(path), "the bundle carries no tiering section")
-        return bundle.tiering
-    return TieringProfile.model_validate(data)
+        return bundle.tiering, bundle
+    return TieringProfile.model_validate(data), None
 
 
 def render_advice(console: Console, advice: TieringAdvice) -> None:
@@ -164,7 +171,8 @@ def recommend_cmd(
                 "time_budget_seconds": time_budget,
             }
         )
-        advice = advise(load_tiering_profile(profile), request)
+        tiering, bundle = load_tiering_input(profile)
+        advice = with_static_plan(advise(tiering, request), bundle)
         if as_json:
             sys.stdout.write(advice.model_dump_json(indent=2) + "\n")
         else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ledger.types import NodeCapacity
@@ -118,39 +118,51 @@ class NodeUse:
     llc_mask: int  # the union of the reserved CAT masks
 
 
-def node_use(session: Session) -> list[NodeUse]:
-    """Every node with its reserved sums, in one query (nodes without reservations included)."""
-    rows = session.execute(
-        select(
-            Node,
-            Reservation.vcpus,
-            Reservation.dram_bytes,
-            Reservation.slow_bytes,
-            Reservation.slow_from_pool,
-            Reservation.llc_mask,
-        )
-        .outerjoin(Reservation, Reservation.node_name == Node.name)
-        .order_by(Node.name)
-    ).all()
-    out: list[NodeUse] = []
-    sums: dict[str, list[int]] = {}
-    nodes: dict[str, Node] = {}
-    for node, vcpus, dram, slow, from_pool, mask in rows:
-        acc = sums.get(node.name)
-        if acc is None:
-            acc = sums[node.name] = [0, 0, 0, 0, 0]
-            nodes[node.name] = node
-        if vcpus is None:  # the outer join's row for a node that holds nothing
+def node_use(
+    session: Session, *, after: str | None = None, limit: int | None = None
+) -> list[NodeUse]:
+    """Nodes by name with their reserved sums (nodes without reservations included): all of
+    them, or one page of `limit` after the node named `after`. A page reads only its own
+    nodes' reservations, so its cost does not grow with the fleet."""
+    nodes_query = select(Node).order_by(Node.name)
+    if after is not None:
+        nodes_query = nodes_query.where(Node.name > after)
+    if limit is not None:
+        nodes_query = nodes_query.limit(limit)
+    nodes = list(session.scalars(nodes_query))
+    if not nodes:
+        return []
+    held = select(
+        Reservation.node_name,
+        Reservation.vcpus,
+        Reservation.dram_bytes,
+        Reservation.slow_bytes,
+        Reservation.slow_from_pool,
+        Reservation.llc_mask,
+    )
+    if limit is not None or after is not None:
+        held = held.where(Reservation.node_name.in_([n.name for n in nodes]))
+    sums: dict[str, list[int]] = {n.name: [0, 0, 0, 0, 0] for n in nodes}
+    for name, vcpus, dram, slow, from_pool, mask in session.execute(held):
+        acc = sums.get(name)
+        if acc is None:  # a reservation on a node of another page
             continue
         acc[0] += vcpus
         acc[1] += dram
         acc[2] += slow
         acc[3] += slow if from_pool else 0
         acc[4] |= mask
-    for name, node in nodes.items():
-        cpus, dram, slow, pooled, mask = sums[name]
-        out.append(NodeUse(node, cpus, dram, slow, pooled, mask))
-    return out
+    return [NodeUse(n, *sums[n.name]) for n in nodes]
+
+
+def pool_member_counts(session: Session) -> dict[str, int]:
+    """Per rack pool, how many nodes draw on it."""
+    rows = session.execute(
+        select(Node.pool_name, func.count())
+        .where(Node.pool_name.is_not(None))
+        .group_by(Node.pool_name)
+    )
+    return {str(name): int(count) for name, count in rows}
 
 
 @dataclass(frozen=True)
@@ -160,20 +172,36 @@ class PoolUse:
     nodes: list[str]
 
 
-def pool_use(session: Session) -> list[PoolUse]:
-    """Every rack pool with its member nodes and what they reserved from it."""
-    by_pool: dict[str, list[NodeUse]] = {}
-    for u in node_use(session):
-        if u.node.pool_name is not None:
-            by_pool.setdefault(u.node.pool_name, []).append(u)
-    out = []
-    for pool in session.scalars(select(RackPool).order_by(RackPool.name)):
-        members = by_pool.get(pool.name, [])
-        out.append(
-            PoolUse(
-                pool=pool,
-                reserved_slow_bytes=sum(u.reserved_pool_bytes for u in members),
-                nodes=[u.node.name for u in members],
-            )
-        )
-    return out
+def pool_use(
+    session: Session, *, after: str | None = None, limit: int | None = None
+) -> list[PoolUse]:
+    """Rack pools by name (all, or a page of `limit` after `after`) with their member nodes and
+    what those reserved from the pool: three queries whose cost follows the page, not the
+    fleet."""
+    query = select(RackPool).order_by(RackPool.name)
+    if after is not None:
+        query = query.where(RackPool.name > after)
+    if limit is not None:
+        query = query.limit(limit)
+    pools = list(session.scalars(query))
+    if not pools:
+        return []
+    names = [p.name for p in pools]
+    members: dict[str, list[str]] = {n: [] for n in names}
+    rows = session.execute(
+        select(Node.pool_name, Node.name).where(Node.pool_name.in_(names)).order_by(Node.name)
+    )
+    for pool_name, node_name in rows:
+        members[str(pool_name)].append(node_name)
+    reserved = dict(
+        session.execute(
+            select(Node.pool_name, func.sum(Reservation.slow_bytes))
+            .join(Reservation, Reservation.node_name == Node.name)
+            .where(Node.pool_name.in_(names), Reservation.slow_from_pool.is_(True))
+            .group_by(Node.pool_name)
+        ).all()
+    )
+    return [
+        PoolUse(pool=p, reserved_slow_bytes=int(reserved.get(p.name) or 0), nodes=members[p.name])
+        for p in pools
+    ]

@@ -244,15 +244,27 @@ def prediction_interval(
     phi = slow_stall_share(prediction)
     psi = cache_share(prediction)
     shape = prediction.seconds.shape
+    anchor = np.broadcast_to(way_anchor(prediction)[None, :], shape)
     slow = math.hypot(slow_penalty_spread, sampling) * phi
+    # A residual the calibration through the reference runs removed is still a disagreement
+    # between the stall samples and the cycles, and it widens the intervals it affects: fastmax's
+    # everywhere (as run noise), slowmax's the slow term in proportion to the time on slow memory
+    # (all of it at slowmax's own share), fastmin's the way count's term as far as a point leans
+    # on fastmin (`way_anchor`).
+    before = diagnostics.uncalibrated_residuals
+    noise = max(noise, abs(before.get("fastmax", 0.0)))
+    phi_ref = float(phi.max())
+    if phi_ref > 0:
+        slow = np.hypot(slow, abs(before.get("slowmax", 0.0)) * phi / phi_ref)
+    calibrated_curve = abs(before.get("fastmin", 0.0)) * anchor
     cover = uncovered_gap(prediction) / NormalDist().inv_cdf(UNCOVERED_LEVEL) if uncovered else None
     terms = ErrorTerms(
         noise=noise,
         slow=slow.ravel(),
         cover=None if cover is None else cover.ravel(),
-        curve=(miss_curve_spread * psi).ravel(),
+        curve=np.hypot(miss_curve_spread * psi, calibrated_curve).ravel(),
         floor=model_floor,
-        anchor=np.broadcast_to(way_anchor(prediction)[None, :], shape).ravel().copy(),
+        anchor=anchor.ravel().copy(),
         slow_ratio=np.repeat(np.asarray(prediction.slow_ratios, dtype=np.float64), shape[1]),
         llc_ways=np.tile(np.asarray(prediction.llc_ways, dtype=np.float64), shape[0]),
     )

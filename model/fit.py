@@ -105,6 +105,12 @@ class FitDiagnostics(BaseModel):
     cpi_residuals: dict[str, float] = Field(
         description="(model - measured) / measured CPI at each reference run"
     )
+    uncalibrated_residuals: dict[str, float] = Field(
+        default_factory=dict,
+        description="the same before the per-structure penalties were calibrated through the"
+        " reference runs: how far the stall samples' split and the measured cycles disagree."
+        " Calibration moves the model onto the runs; the disagreement stays in its intervals",
+    )
     pebs_coverage: dict[str, float] = Field(
         description="sampled misses x sampling interval / LLC-miss counter, per run"
     )
@@ -265,16 +271,23 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
 
     def references(
         path: FitPath, cpi_cache: float, p_dram: float, p_slow: float
-    ) -> tuple[tuple[list[float], list[float], list[float]] | None, str, dict[str, float]]:
-        """Per-structure penalties (when measured and asked for) and the model's CPI at the
-        three reference runs, for one path's workload-level fit."""
+    ) -> tuple[
+        tuple[list[float], list[float], list[float]] | None,
+        str,
+        dict[str, float],
+        dict[str, float],
+    ]:
+        """Per-structure penalties (when measured and asked for), the model's CPI at the three
+        reference runs for one path's workload-level fit, and the per-structure model's CPI there
+        before its calibration through them (empty without per-structure penalties)."""
         per = None
+        uncalibrated: dict[str, float] = {}
         reason = "the bundle has no per-structure measurements"
         if bundle.structure_measurements is not None:
             if penalties == "paper":
                 reason = "per-structure measurements present; the paper's path was asked for"
             else:
-                per, reason = _per_structure_penalties(
+                per, reason, raw = _per_structure_penalties(
                     bundle,
                     bundle.structure_measurements,
                     path,
@@ -284,22 +297,17 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
                     rates_min,
                     rates_max,
                 )
+                if per is not None and raw is not None:
+                    uncalibrated = _reference_cpis(cpi_cache, rates_min, rates_max, raw)
         if per is not None:
-            pd, ps, k = per
-            predicted = {
-                "fastmax": cpi_cache + sum(a * p for a, p in zip(rates_max, pd, strict=True)),
-                "fastmin": cpi_cache
-                + sum(a * p * c for a, p, c in zip(rates_min, pd, k, strict=True)),
-                "slowmax": cpi_cache
-                + sum(a * (p + q) for a, p, q in zip(rates_max, pd, ps, strict=True)),
-            }
+            predicted = _reference_cpis(cpi_cache, rates_min, rates_max, per)
         else:
             predicted = {
                 "fastmax": cpi_cache + mar_max * p_dram,
                 "fastmin": cpi_cache + mar_min * p_dram,
                 "slowmax": cpi_cache + mar_max * (p_dram + p_slow),
             }
-        return per, reason, predicted
+        return per, reason, predicted, uncalibrated
 
     def worst_residual(
         path: FitPath, cpi_cache: float, p_dram: float, p_slow: float
@@ -341,7 +349,7 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
             )
         )
 
-    per, reason, predicted = references(path, cpi_cache, p_dram, p_slow)
+    per, reason, predicted, uncalibrated = references(path, cpi_cache, p_dram, p_slow)
     queue = None
     if per is not None:
         queue = _slow_queue(bundle, bundle.structure_measurements)
@@ -359,6 +367,7 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
 
     # 4. Diagnostics: how well three points are explained, and what the penalties imply.
     residuals = {r.name: predicted[r.name] / _cpi(r) - 1.0 for r in runs}
+    residuals_before = {r.name: uncalibrated[r.name] / _cpi(r) - 1.0 for r in runs if uncalibrated}
     coverage = {
         r.name: (sum(r.samples.values()) * bundle.sampling_interval / r.llc_misses)
         if r.llc_misses
@@ -416,6 +425,7 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
             ),
             flags=flags,
             cpi_residuals=residuals,
+            uncalibrated_residuals=residuals_before,
             pebs_coverage=coverage,
             samples_total={r.name: sum(r.samples.values()) for r in runs},
             mlp_estimate=mlp,
@@ -658,8 +668,13 @@ def _per_structure_penalties(
     p_slow: float,
     rates_min: list[float],
     rates_max: list[float],
-) -> tuple[tuple[list[float], list[float], list[float]] | None, str]:
-    """Each structure's DRAM and slow penalties from its share of the memory-stall samples.
+) -> tuple[
+    tuple[list[float], list[float], list[float]] | None,
+    str,
+    tuple[list[float], list[float], list[float]] | None,
+]:
+    """Each structure's DRAM and slow penalties from its share of the memory-stall samples, and
+    the same before their calibration through the reference runs.
 
     In each run, the run's memory stall per instruction T (the stall counter, or CPI - CPI_cache
     without one) is split over tags by their stall samples; a tag's penalty is its stall per
@@ -681,7 +696,7 @@ def _per_structure_penalties(
         meas = m.run(name)
         attributed = sum(meas.stall_samples.values())
         if attributed == 0:
-            return None, f"{name} has no memory-stall samples attributed to any structure"
+            return None, f"{name} has no memory-stall samples attributed to any structure", None
         if path == "stall_counters":
             total = _stall(ref, "stall_cycles_l3_miss") / ref.instructions
         elif path == "memory_stalls":
@@ -726,7 +741,7 @@ def _per_structure_penalties(
         scale.append(k)
     fitted = len(tags) - kept
     if fitted == 0:
-        return None, "no structure has enough samples for its own penalties"
+        return None, "no structure has enough samples for its own penalties", None
     reason = (
         f"per-structure penalties for {fitted} of {len(tags)} structures from"
         f" {m.source} stall samples ({m.schema_version})"
@@ -734,7 +749,7 @@ def _per_structure_penalties(
     if kept:
         reason += f"; {kept} with fewer than {MIN_STRUCTURE_SAMPLES} samples keep the workload's"
     per = _through_references(bundle, cpi_cache, (pd, ps, scale), own, rates_min, rates_max)
-    return per, reason
+    return per, reason, (pd, ps, scale)
 
 
 def _through_references(
@@ -769,6 +784,21 @@ def _through_references(
     k = scaled(k, weights, _cpi(fastmin) - cpi_cache)
     ps = scaled(ps, rates_max, _cpi(slowmax) - cpi_cache - _dot(rates_max, pd))
     return pd, ps, k
+
+
+def _reference_cpis(
+    cpi_cache: float,
+    rates_min: list[float],
+    rates_max: list[float],
+    per: tuple[list[float], list[float], list[float]],
+) -> dict[str, float]:
+    """The per-structure model's CPI at the three reference runs."""
+    pd, ps, k = per
+    return {
+        "fastmax": cpi_cache + _dot(rates_max, pd),
+        "fastmin": cpi_cache + sum(a * p * c for a, p, c in zip(rates_min, pd, k, strict=True)),
+        "slowmax": cpi_cache + sum(a * (p + q) for a, p, q in zip(rates_max, pd, ps, strict=True)),
+    }
 
 
 def _dot(a: list[float], b: list[float]) -> float:

@@ -28,7 +28,7 @@ from model.objectives import CHEAPEST, DEFAULT_THRESHOLD, Objective
 from model.predict import GridPrediction, Predictor, StructurePlacement
 from model.pricing import DEFAULT_PRICE_PROFILE, PriceProfile
 from model.resources import GIB, Configuration, Demand, MachineShape, Utilization
-from model.select import algorithm1, confident_algorithm1
+from model.select import Selection, algorithm1, confident_algorithm1, packing_penalties
 from model.verification import (
     GridCorrection,
     Observation,
@@ -75,6 +75,29 @@ class DroppedCandidate(BaseModel):
     model_config = ConfigDict(frozen=True)
     candidate: Candidate
     reason: str
+
+
+class RunAgainstPrediction(BaseModel):
+    """One verification run beside what the model predicted for its configuration."""
+
+    model_config = ConfigDict(frozen=True)
+    run_id: str | None
+    slow_ratio: float
+    llc_ways: int
+    measured_seconds: float
+    predicted_seconds: float
+    measured_over_predicted: float
+
+
+class UnmetObjective(BaseModel):
+    """Why the objective cannot be met after the verification runs: the runs that moved the
+    answer and the configuration that comes closest (it is `chosen`, with its bound)."""
+
+    model_config = ConfigDict(frozen=True)
+    reason: str
+    runs: list[RunAgainstPrediction]
+    closest_slowdown: float
+    closest_slowdown_upper: float | None
 
 
 class ParetoPoint(BaseModel):
@@ -129,6 +152,12 @@ class Recommendation(BaseModel):
         description="verification runs used, and the configuration to measure next (cost "
         "objectives with a confidence level)",
     )
+    objective_met: bool = Field(
+        default=True,
+        description="false when verification runs showed that no configuration meets the"
+        " objective: `chosen` is then the closest one, and `unmet` says why",
+    )
+    unmet: UnmetObjective | None = None
 
 
 _CANDIDATES = TypeAdapter(list[Candidate])
@@ -305,6 +334,7 @@ def recommend(
             threshold,
             relative=relative,
         )
+    unmet = None
     if selection is None:
         why = "fits the machine" if not priced.feasible.any() else f"meets {objective}"
         if (
@@ -313,10 +343,35 @@ def recommend(
             and (priced.feasible & (slowdown <= objective.max_slowdown + 1e-12)).any()
         ):
             why += f" with {confidence:.0%} confidence"
-        why += _infeasible_after_runs(
-            predictor, observations, priced, slowdown, slowdown_upper, objective
+        closest = _closest_after_runs(priced, slowdown, slowdown_upper, objective, observations)
+        if closest is None:
+            raise NoFeasibleConfiguration(f"no configuration of grid {grid.name} {why}")
+        # The runs are measurements, not a bad request: the answer is a result that says the
+        # objective is out of reach and gives the configuration that comes closest.
+        runs = _runs_against_prediction(predictor, observations)
+        unmet = UnmetObjective(
+            reason=f"no configuration of grid {grid.name} {why}"
+            + _infeasible_after_runs(
+                runs, len(observations), priced, closest, slowdown, slowdown_upper
+            ),
+            runs=runs,
+            closest_slowdown=float(slowdown[closest]),
+            closest_slowdown_upper=None
+            if slowdown_upper is None
+            else float(slowdown_upper[closest]),
         )
-        raise NoFeasibleConfiguration(f"no configuration of grid {grid.name} {why}")
+        acceptable = np.zeros_like(acceptable)
+        acceptable[closest] = True
+        penalty = np.full(priced.cost.size, np.nan)
+        penalty[closest] = float(
+            packing_penalties(priced.demand[closest : closest + 1], np.asarray(util.as_tuple()))[0]
+        )
+        selection = Selection(
+            chosen=closest,
+            best=closest,
+            within=np.asarray([closest], dtype=np.int64),
+            penalty=penalty,
+        )
 
     cheapest_cost = float(priced.cost[priced.feasible].min())
 
@@ -447,6 +502,8 @@ def recommend(
         placement=predictor.placement(chosen_ratio, chosen_ways),
         fit=fitted.diagnostics,
         verification=verification,
+        objective_met=unmet is None,
+        unmet=unmet,
     )
 
 
@@ -515,42 +572,72 @@ def _dropped(
     return out
 
 
-def _infeasible_after_runs(
-    predictor: Predictor,
-    observations: Sequence[Observation],
+def _closest_after_runs(
     priced: PricedGrid,
     slowdown: FloatArray,
     slowdown_upper: FloatArray | None,
     objective: Objective,
+    observations: Sequence[Observation],
+) -> int | None:
+    """The configuration closest to an SLO that verification runs put out of reach (least
+    bound on the slowdown), or None when the answer is not of that kind."""
+    if objective.max_slowdown is None or not observations or not priced.feasible.any():
+        return None
+    bound = slowdown if slowdown_upper is None else slowdown_upper
+    feasible = np.flatnonzero(priced.feasible)
+    return int(feasible[np.argmin(bound[feasible])])
+
+
+def _runs_against_prediction(
+    predictor: Predictor, observations: Sequence[Observation]
+) -> list[RunAgainstPrediction]:
+    out = []
+    for o in observations[:RUNNERS_UP]:
+        predicted, _ = predictor.predict_one(o.slow_ratio, o.llc_ways)
+        out.append(
+            RunAgainstPrediction(
+                run_id=o.run_id,
+                slow_ratio=o.slow_ratio,
+                llc_ways=o.llc_ways,
+                measured_seconds=o.seconds,
+                predicted_seconds=predicted,
+                measured_over_predicted=o.seconds / predicted,
+            )
+        )
+    return out
+
+
+def _infeasible_after_runs(
+    runs: Sequence[RunAgainstPrediction],
+    total: int,
+    priced: PricedGrid,
+    closest: int,
+    slowdown: FloatArray,
+    slowdown_upper: FloatArray | None,
 ) -> str:
     """What an operator needs when verification runs made an objective unreachable: each run
     against the model's prediction there, and the configuration that comes closest."""
-    if not observations:
-        return ""
-    runs = []
-    for o in observations[:RUNNERS_UP]:
-        predicted, _ = predictor.predict_one(o.slow_ratio, o.llc_ways)
-        name = f"run {o.run_id} at" if o.run_id else "a run at"
-        runs.append(
-            f"{name} slow ratio {o.slow_ratio:g} / {o.llc_ways} ways measured {o.seconds:.4g} s"
-            f" against {predicted:.4g} s predicted ({o.seconds / predicted - 1.0:+.1%})"
+    described = []
+    for run in runs:
+        name = f"run {run.run_id} at" if run.run_id else "a run at"
+        described.append(
+            f"{name} slow ratio {run.slow_ratio:g} / {run.llc_ways} ways measured"
+            f" {run.measured_seconds:.4g} s against {run.predicted_seconds:.4g} s predicted"
+            f" ({run.measured_over_predicted - 1.0:+.1%})"
         )
-    more = len(observations) - len(runs)
+    more = total - len(described)
     text = (
-        f", after {len(observations)} verification run{'s' if len(observations) > 1 else ''}: "
-        + "; ".join(runs)
+        f", after {total} verification run{'s' if total > 1 else ''}: "
+        + "; ".join(described)
         + (f"; and {more} more" if more > 0 else "")
     )
     bound = slowdown if slowdown_upper is None else slowdown_upper
-    if objective.max_slowdown is not None and priced.feasible.any():
-        best = int(np.flatnonzero(priced.feasible)[np.argmin(bound[priced.feasible])])
-        r, w = priced.ratio_and_ways(best)
-        text += (
-            f". The closest is slow ratio {r:g} / {w} ways: {slowdown[best]:+.1%} predicted, at"
-            f" most {bound[best]:+.1%}. The runs are measurements, not errors in the request:"
-            " relax the objective, or check that the runs ran the profiled input"
-        )
-    return text
+    r, w = priced.ratio_and_ways(closest)
+    return text + (
+        f". The closest is slow ratio {r:g} / {w} ways: {slowdown[closest]:+.1%} predicted, at"
+        f" most {bound[closest]:+.1%}. The runs are measurements, not errors in the request:"
+        " relax the objective, or check that the runs ran the profiled input"
+    )
 
 
 def _verification(

@@ -180,6 +180,8 @@ class Reservation(Timestamped, Base):
     """Tiered resources held for one pod on one node (the extender's ledger)."""
 
     __tablename__ = "reservations"
+    # Pages of the reservations and placements lists, by node then pod.
+    __table_args__ = (Index("ix_reservations_node_pod", "node_name", "pod_uid"),)
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     pod_uid: Mapped[str] = mapped_column(String(64), unique=True)
     namespace: Mapped[str] = mapped_column(String(253))

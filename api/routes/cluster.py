@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from api import repositories as repo
 from api.auth import Permission
 from api.deps import SessionDep, StateDep, require
+from api.paging import LIST_PAGE_DEFAULT, CursorParam, ListLimit, decode_cursor, link_next
 from api.schemas import (
     CapacityOut,
     HostKindIn,
@@ -48,10 +49,24 @@ def put_host_kind(body: HostKindIn, session: SessionDep, _: Admin) -> HostKindIn
     return HostKindIn(name=row.name, machine=ledger_nodes.shape_of_kind(row))
 
 
-@router.get("/nodes", response_model=list[NodeOut])
-def nodes(session: SessionDep, _: Reader) -> list[NodeOut]:
+@router.get(
+    "/nodes",
+    response_model=list[NodeOut],
+    summary="Nodes by name, a page at a time (the Link header names the next page)",
+)
+def nodes(
+    request: Request,
+    response: Response,
+    session: SessionDep,
+    _: Reader,
+    limit: ListLimit = LIST_PAGE_DEFAULT,
+    cursor: CursorParam = None,
+) -> list[NodeOut]:
+    after = None if cursor is None else decode_cursor(cursor, (str,))[0]
     out = []
-    for u, util in node_utilizations(session):
+    page = node_utilizations(session, after=after, limit=limit)
+    link_next(request, response, [page[-1][0].node.name] if len(page) == limit else None)
+    for u, util in page:
         strands = stranding(util)
         out.append(
             NodeOut(
@@ -98,8 +113,22 @@ def put_node(body: NodeIn, session: SessionDep, _: Admin) -> NodeIn:
     return body
 
 
-@router.get("/pools", response_model=list[PoolOut])
-def pools(session: SessionDep, _: Reader) -> list[PoolOut]:
+@router.get(
+    "/pools",
+    response_model=list[PoolOut],
+    summary="Rack pools by name, a page at a time (the Link header names the next page)",
+)
+def pools(
+    request: Request,
+    response: Response,
+    session: SessionDep,
+    _: Reader,
+    limit: ListLimit = LIST_PAGE_DEFAULT,
+    cursor: CursorParam = None,
+) -> list[PoolOut]:
+    after = None if cursor is None else decode_cursor(cursor, (str,))[0]
+    page = ledger_nodes.pool_use(session, after=after, limit=limit)
+    link_next(request, response, [page[-1].pool.name] if len(page) == limit else None)
     return [
         PoolOut(
             name=u.pool.name,
@@ -107,7 +136,7 @@ def pools(session: SessionDep, _: Reader) -> list[PoolOut]:
             reserved_slow_bytes=u.reserved_slow_bytes,
             nodes=u.nodes,
         )
-        for u in ledger_nodes.pool_use(session)
+        for u in page
     ]
 
 
@@ -158,9 +187,22 @@ def history(
     ]
 
 
-@router.get("/reservations", response_model=list[ReservationOut])
-def reservations(session: SessionDep, _: Reader) -> list[ReservationOut]:
-    return [
-        ReservationOut.model_validate(r, from_attributes=True)
-        for r in repo.list_reservations(session)
-    ]
+@router.get(
+    "/reservations",
+    response_model=list[ReservationOut],
+    summary="Reservations by node and pod uid, a page at a time",
+)
+def reservations(
+    request: Request,
+    response: Response,
+    session: SessionDep,
+    _: Reader,
+    node: Annotated[str | None, Query(min_length=1, max_length=253)] = None,
+    limit: ListLimit = LIST_PAGE_DEFAULT,
+    cursor: CursorParam = None,
+) -> list[ReservationOut]:
+    after = None if cursor is None else tuple(decode_cursor(cursor, (str, str)))
+    rows = repo.list_reservations(session, node, after=after, limit=limit)
+    last = rows[-1] if len(rows) == limit else None
+    link_next(request, response, None if last is None else [last.node_name, last.pod_uid])
+    return [ReservationOut.model_validate(r, from_attributes=True) for r in rows]

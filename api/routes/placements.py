@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 from sqlalchemy import RowMapping
 
@@ -14,6 +14,7 @@ from api import placements
 from api.auth import Permission
 from api.deps import SessionDep, require
 from api.errors import NotFound
+from api.paging import LIST_PAGE_DEFAULT, CursorParam, ListLimit, decode_cursor, link_next
 from model import Recommendation
 from model.node_contract import StructurePlan
 from store.orm import Reservation
@@ -73,15 +74,25 @@ def _placement(row: RowMapping) -> dict[str, Any]:
 @router.get(
     "/placements",
     response_model=list[PlacementOut],
-    summary="What each pod holds, on which node, from which decision",
+    summary="What each pod holds, on which node, from which decision (by node, a page at a time)",
 )
 def list_placements(
+    request: Request,
+    response: Response,
     session: SessionDep,
     _: Reader,
     node: Name | None = None,
     namespace: Name | None = None,
+    limit: ListLimit = LIST_PAGE_DEFAULT,
+    cursor: CursorParam = None,
 ) -> list[PlacementOut]:
-    rows = placements.list_placements(session, node=node, namespace=namespace)
+    after = None if cursor is None else tuple(decode_cursor(cursor, (str, str)))
+    rows = placements.list_placements(
+        session, node=node, namespace=namespace, after=after, limit=limit
+    )
+    if len(rows) == limit:
+        last: Reservation = rows[-1][Reservation]
+        link_next(request, response, [last.node_name, last.pod_uid])
     return [PlacementOut(**_placement(row)) for row in rows]
 
 

@@ -34,7 +34,7 @@ class TieringRecommendIn(TieringRequest):
     profile: TieringProfile | None = Field(default=None, description="or an inline profile")
 
 
-def _stored_profile(session: Session, name: str) -> TieringProfile:
+def _stored_profile(session: Session, name: str) -> tuple[TieringProfile, ProfileBundle]:
     workload = repo.find_workload(session, name)
     if workload is None:
         raise NotFound("workload", name)
@@ -42,7 +42,8 @@ def _stored_profile(session: Session, name: str) -> TieringProfile:
     if row is None:
         raise ApiError(409, "No profile", f"workload {name!r} has no profile yet")
     try:
-        tiering = ProfileBundle.model_validate(row.bundle).tiering
+        bundle = ProfileBundle.model_validate(row.bundle)
+        tiering = bundle.tiering
     except ValidationError as exc:  # stored before this version: say so, do not crash
         raise ApiError(
             409,
@@ -56,7 +57,7 @@ def _stored_profile(session: Session, name: str) -> TieringProfile:
             f"the latest profile of {name!r} carries no tiering section; profile it with"
             " `tmc-agent profile --backend trace --tiering` or send the profile inline",
         )
-    return tiering
+    return tiering, bundle
 
 
 @router.post(
@@ -81,14 +82,17 @@ async def recommend_tiering(
 ) -> TieringAdvice:
     if (body.profile is None) == (body.workload is None):
         raise ApiError(422, "Invalid request", "give exactly one of workload and profile")
+    bundle: ProfileBundle | None = None
     if body.profile is not None:
         profile = body.profile
     else:
-        profile = await run_in_threadpool(_stored_profile, session, str(body.workload))
+        profile, bundle = await run_in_threadpool(_stored_profile, session, str(body.workload))
     session.close()  # the advice reads nothing more: the connection goes back to the pool
     advice_request = TieringRequest.model_validate(body.model_dump(exclude={"workload", "profile"}))
     # The budget is CPU seconds, checked by the advice itself; the runner's limit is a wall-clock
     # backstop, and a child at a lower priority on a busy machine gets a small share of a core.
     backstop = TIERING_WALL_FACTOR * advice_request.time_budget_seconds + TIERING_WALL_SECONDS
-    answer = await state.planner.run(tiering_advice, (profile, advice_request), backstop, request)
+    answer = await state.planner.run(
+        tiering_advice, (profile, advice_request, bundle), backstop, request
+    )
     return TieringAdvice.model_validate(answer)

@@ -3,8 +3,6 @@ reading for the Nodes and Cluster pages and for the metrics."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 from sqlalchemy.orm import Session
 
 from api import repositories as repo
@@ -13,19 +11,22 @@ from model.resources import Utilization
 from model.stranding import node_utilization
 
 
-def node_utilizations(session: Session) -> list[tuple[ledger_nodes.NodeUse, Utilization]]:
-    """Every node with what it holds and its utilization; a pooled node's slow memory is its
-    share of the pool (the pool's size over its member nodes)."""
-    uses = ledger_nodes.node_use(session)
+def node_utilizations(
+    session: Session, *, after: str | None = None, limit: int | None = None
+) -> list[tuple[ledger_nodes.NodeUse, Utilization]]:
+    """Every node (or one page of them, by name) with what it holds and its utilization; a
+    pooled node's slow memory is its share of the pool (the pool's size over its member
+    nodes, all of them, whatever the page)."""
+    uses = ledger_nodes.node_use(session, after=after, limit=limit)
     sizes = repo.pool_sizes(session)
-    members = Counter(u.node.pool_name for u in uses if u.node.pool_name is not None)
+    members = ledger_nodes.pool_member_counts(session) if uses else {}
     out = []
     for u in uses:
         n = u.node
         if n.pool_name is None:
             slow: float = n.slow_bytes
         else:
-            slow = sizes.get(n.pool_name, 0) / max(1, members[n.pool_name])
+            slow = sizes.get(n.pool_name, 0) / max(1, members.get(n.pool_name, 0))
         util = node_utilization(
             cpus=n.cpus,
             dram_bytes=n.dram_bytes,

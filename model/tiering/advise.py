@@ -95,6 +95,22 @@ class TieringRequest(BaseModel):
     )
 
 
+class StaticPlanComparison(BaseModel):
+    """What the static per-structure plan (`tmc recommend`) says of the same program on the same
+    facts: the most it keeps in the slow tier within the same loss target, with every LLC way."""
+
+    model_config = ConfigDict(frozen=True)
+    slow_ratio: float
+    slow_bytes: int
+    footprint_bytes: int
+    llc_ways: int
+    predicted_slowdown: float
+    agrees: bool = Field(
+        description="the dynamic advice gives up at least as much fast memory as the static plan"
+    )
+    reason: str
+
+
 class TieringAdvice(BaseModel):
     model_config = ConfigDict(frozen=True)
     schema_version: Literal["tmc.tiering-advice/v1"] = ADVICE_SCHEMA
@@ -104,6 +120,11 @@ class TieringAdvice(BaseModel):
     knobs: KnobAdvice | None
     budget: BudgetReport
     explanation: list[str]
+    static_plan: StaticPlanComparison | None = Field(
+        default=None,
+        description="the static plan's answer for the same program, when its profile has the"
+        " reference runs the static model is fitted on",
+    )
 
 
 def space_for(profile: TieringProfile, given: KnobSpace | None = None) -> KnobSpace | None:
@@ -211,7 +232,8 @@ def _seconds(x: float) -> str:
     return f"{x * 1e6:.3g} µs"
 
 
-def _size(n: float) -> str:
+def size_text(n: float) -> str:
+    """Bytes in the largest binary unit that keeps the number at least 1."""
     for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
             return f"{n / scale:.3g} {unit}"
@@ -230,7 +252,7 @@ def explain(
     size_trials: int = 0,
 ) -> list[str]:
     lines = [
-        f"Fast tier: {_size(sizing.fast_bytes)} of {_size(profile.footprint_bytes)}"
+        f"Fast tier: {size_text(sizing.fast_bytes)} of {size_text(profile.footprint_bytes)}"
         f" ({sizing.saved_share:.0%} saved); predicted loss {sizing.predicted_loss:.1%} against"
         f" a target of {sizing.loss_target:.1%}, with {sizing.noise:.1%} kept free for the"
         " run-to-run noise and more the further the size is from a measured one"
@@ -250,19 +272,24 @@ def explain(
     if sizing.next_trial_fast_bytes is not None:
         lines.append(
             f"Next size trial ({sizing.trials_done + 1} of at most {sizing.max_trials}): run at"
-            f" {_size(sizing.next_trial_fast_bytes)} of fast memory and send it back as a size"
+            f" {size_text(sizing.next_trial_fast_bytes)} of fast memory and send it back as a size"
             " trial; the advice moves to the smallest size measured within the target."
         )
     if not sizing.target_reachable:
         lines.append(
             "Even the whole footprint in the fast tier is over the target under this page"
-            " manager as configured (its own overhead): no fast-tier size meets it. Keep the"
+            " manager as configured"
+            + (f" ({sizing.why_no_saving})" if sizing.why_no_saving else " (its own overhead)")
+            + ": no fast-tier size meets it. Keep the"
             " whole footprint fast, run the period and knob trials below at that size, and if"
             " the loss stays over the target turn the page manager off (all memory fast, no"
             " migrations)."
         )
     elif sizing.saved_share == 0:
-        lines.append("Nothing can be given up within the target: keep the fast tier as it is.")
+        lines.append(
+            "Nothing can be given up within the target: keep the fast tier as it is"
+            + (f" ({sizing.why_no_saving})." if sizing.why_no_saving else ".")
+        )
     cur = plan.ladder[plan.current]
     lines.append(
         f"Migration period: the dominant reuse is {_seconds(plan.dominant_reuse_seconds)}; the"

@@ -22,7 +22,7 @@ meets it under the manager as configured: the advice says so and probes once bel
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -75,6 +75,10 @@ class SizingAdvice(BaseModel):
     target_reachable: bool = Field(
         description="some size is expected within τ under the manager as configured (false when"
         " the whole footprint fast is already over τ: the manager's own overhead)"
+    )
+    why_no_saving: str | None = Field(
+        default=None,
+        description="when nothing is saved: the loss that stops the first size below all-fast",
     )
     next_trial_fast_bytes: int | None = Field(
         description="the size to run next and send back as a size trial, if any"
@@ -235,11 +239,37 @@ def size_fast_tier(
         predicted_loss=chosen.predicted_loss,
         verified=chosen.fast_share in good,
         target_reachable=reachable,
+        why_no_saving=_why_no_saving(curve, uncertainty, loss_target, reachable, noise)
+        if chosen.fast_share >= 1.0
+        else None,
         next_trial_fast_bytes=None if nxt is None else max(1, _bytes(profile, nxt)),
         trials_done=len(measured),
         max_trials=max_trials,
         anchor_offset=offset,
         curve=curve,
+    )
+
+
+def _why_no_saving(
+    curve: Sequence[SizingPoint],
+    uncertainty: Callable[[float], float],
+    loss_target: float,
+    reachable: bool,
+    noise: float,
+) -> str:
+    """The numbers that stop the advice at all-fast, so that "nothing saved" is never bare."""
+    if not reachable:
+        return (
+            f"with the whole footprint fast the page manager's own overhead is"
+            f" {curve[0].predicted_loss:.1%}, plus {noise:.1%} of run-to-run noise, over the"
+            f" target of {loss_target:.1%}"
+        )
+    step = curve[1] if len(curve) > 1 else curve[0]
+    return (
+        f"one step below all-fast ({step.fast_share:.0%} of the footprint fast) the page"
+        f" manager's predicted loss is {step.predicted_loss:.1%}, plus"
+        f" {uncertainty(step.fast_share):.1%} of uncertainty, over the target of"
+        f" {loss_target:.1%}"
     )
 
 

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from api.auth import Role
+from api.paging import LIST_PAGE_MAX
+from api.settings import Settings
+from ledger import store as ledger
+from model.resources import GIB
+from store.db import make_engine, make_session_factory, unit_of_work
 from tests.fixtures.service import auth, example
 
 AGENT = auth(Role.agent)
@@ -74,3 +80,79 @@ def test_a_cursor_not_given_out_is_refused(client: TestClient) -> None:
         assert got.status_code == 422, (url, got.text)
         assert got.headers["content-type"] == "application/problem+json"
         assert "cursor" in got.json()["detail"]
+
+
+def _fleet(client: TestClient, settings: Settings) -> None:
+    """Seven nodes (three drawing on one rack pool) and two pods on each of five of them."""
+    admin = auth(Role.operator)
+    pool = {"name": "rack-a", "slow_bytes": 96 * GIB}
+    assert client.put("/v1/cluster/pools", json=pool, headers=admin).status_code == 200
+    for i in range(7):
+        node = {
+            "name": f"node-{i}",
+            "host_kind": "pager-kind",
+            "cpus": 16,
+            "dram_bytes": 64 * GIB,
+            "slow_bytes": 0 if i < 3 else 128 * GIB,
+            "llc_ways": 16,
+            "pool": "rack-a" if i < 3 else None,
+        }
+        got = client.put("/v1/cluster/nodes", json=node, headers=admin)
+        assert got.status_code == 200, got.text
+    with unit_of_work(make_session_factory(make_engine(settings))) as session:
+        for i in range(5):
+            for j in range(2):
+                uid = f"uid-{i}-{j}"
+                want = ledger.Want(uid, "tenant", f"pod-{i}-{j}", 2, 4 * GIB, 8 * GIB, 2, None)
+                ledger.reserve(session, f"node-{i}", want, attempt="test")
+
+
+def test_the_fleets_lists_page_by_cursor(client: TestClient, settings: Settings) -> None:
+    _fleet(client, settings)
+    whole = client.get(f"/v1/cluster/nodes?limit={LIST_PAGE_MAX}", headers=VIEWER).json()
+    pages = follow(client, "/v1/cluster/nodes?limit=2")
+    assert [len(p) for p in pages] == [2, 2, 2, 1]
+    # A page says of each node what the whole list says: a pooled node's share of its pool
+    # counts every member, not only those on its page.
+    assert [n for p in pages for n in p] == whole
+    assert [n["name"] for n in whole] == [f"node-{i}" for i in range(7)]
+    pooled = whole[0]
+    assert pooled["utilization"]["slow"] == pytest.approx(2 * 8 / 32)  # 16 GiB of 96/3 GiB
+
+    admin = auth(Role.operator)
+    client.put("/v1/cluster/pools", json={"name": "rack-b", "slow_bytes": GIB}, headers=admin)
+    pools = follow(client, "/v1/cluster/pools?limit=1")
+    # A full page names a next one, which may be empty.
+    assert [[p["name"] for p in page] for page in pools] == [["rack-a"], ["rack-b"], []]
+    rack_a = pools[0][0]
+    assert rack_a["nodes"] == ["node-0", "node-1", "node-2"]
+    assert rack_a["reserved_slow_bytes"] == 3 * 2 * 8 * GIB
+
+    held = [r for p in follow(client, "/v1/cluster/reservations?limit=4") for r in p]
+    assert [r["pod_uid"] for r in held] == [f"uid-{i}-{j}" for i in range(5) for j in range(2)]
+    placed = follow(client, "/v1/placements?limit=4")
+    assert [len(p) for p in placed] == [4, 4, 2]
+    assert [p["pod_uid"] for page in placed for p in page] == [r["pod_uid"] for r in held]
+    on_node = follow(client, "/v1/placements?limit=1&node=node-2")
+    assert [p["pod_uid"] for page in on_node for p in page] == ["uid-2-0", "uid-2-1"]
+
+    # A pod placed on an earlier node between two pages is not seen later; none is repeated.
+    first = client.get("/v1/cluster/reservations?limit=4", headers=VIEWER)
+    with unit_of_work(make_session_factory(make_engine(settings))) as session:
+        want = ledger.Want("uid-0-9", "tenant", "late", 1, GIB, 0, 1, None)
+        ledger.reserve(session, "node-0", want, attempt="test")
+    link = first.headers["link"]
+    rest = follow(client, link[1 : link.index(">")].removeprefix("http://testserver"))
+    seen = [r["pod_uid"] for r in first.json()] + [r["pod_uid"] for p in rest for r in p]
+    assert seen == [r["pod_uid"] for r in held]
+
+    for url in [
+        "/v1/cluster/nodes?cursor=WzFd",  # [1]: not a name
+        "/v1/cluster/reservations?cursor=WyJ4Il0",  # ["x"]: the wrong shape
+        "/v1/placements?cursor=not-base64!",
+        f"/v1/cluster/nodes?limit={LIST_PAGE_MAX + 1}",
+        "/v1/placements?limit=0",
+    ]:
+        got = client.get(url, headers=VIEWER)
+        assert got.status_code == 422, (url, got.text)
+        assert got.headers["content-type"] == "application/problem+json"

@@ -219,3 +219,33 @@ def test_an_operator_records_any_run_and_deletes_one(client: TestClient) -> None
     missing = client.delete(f"{URL}/bench-1", headers=OPERATOR)
     assert missing.status_code == 404
     assert missing.headers["content-type"].startswith("application/problem+json")
+
+
+def test_runs_that_put_an_slo_out_of_reach_give_a_result_naming_them(
+    client: TestClient, settings: Settings
+) -> None:
+    assert client.post("/v1/profiles", content=example("graph500"), headers=AGENT).is_success
+    body = {"workload": "graph500", "objective": "slo:5%"}
+    first = client.post("/recommend", headers=auth(Role.scheduler), json=body)
+    assert first.status_code == 200, first.text
+    rec = first.json()["recommendation"]
+    assert rec["objective_met"] is True and rec["unmet"] is None
+    ways = max(p["llc_ways"] for p in rec["pareto_frontier"])
+    # All of it in DRAM with every way ran 30 % longer than fastmax: nothing can keep 5 %.
+    place(settings, "pod-uid-9", first.json()["id"], 0.0, ways)
+    run = {
+        "run_id": "pod-uid-9",
+        "slow_ratio": 0.0,
+        "llc_ways": ways,
+        "seconds": 1.3 * rec["fastmax_seconds"],
+    }
+    assert client.post(URL, json=run, headers=AGENT).status_code == 201
+    after = client.post("/recommend", headers=auth(Role.scheduler), json=body)
+    assert after.status_code == 200, after.text
+    out = after.json()["recommendation"]
+    assert out["objective_met"] is False
+    unmet = out["unmet"]
+    assert [r["run_id"] for r in unmet["runs"]] == ["pod-uid-9"]
+    assert unmet["runs"][0]["measured_over_predicted"] > 1.2
+    assert "pod-uid-9" in unmet["reason"] and "fix the values" not in unmet["reason"]
+    assert out["chosen"]["slowdown_upper"] == pytest.approx(unmet["closest_slowdown_upper"])

@@ -98,3 +98,17 @@ def test_every_decision_names_its_next_run_or_says_none_is_needed(
     assert cheapest.json()["recommendation"]["verification"] is not None
     named, _ = tmc(base, "get", "decisions", cheapest.json()["id"])
     assert "none asked" not in named and "next run: slow ratio" in named
+
+
+def test_runs_that_put_an_slo_out_of_reach_are_a_result_not_an_error(
+    base: str, client: TestClient
+) -> None:
+    body = {"workload": "graph500", "objective": "slo:5%"}
+    rec = client.post("/recommend", headers=auth(Role.scheduler), json=body).json()
+    ways = max(p["llc_ways"] for p in rec["recommendation"]["pareto_frontier"])
+    seconds = 1.3 * rec["recommendation"]["fastmax_seconds"]
+    tmc(base, "verify", "record", "graph500", "--run-id", "slow-1", "--slow-ratio", "0",
+        "--llc-ways", str(ways), "--seconds", repr(seconds))  # fmt: skip
+    out, err = tmc(base, "recommend", "--workload", "graph500", "--objective", "slo:5%")
+    assert "objective not met" in out and "slow-1" in out and "+30.0%" in out
+    assert "Closest configuration" in out and "fix the values" not in out + err

@@ -639,3 +639,34 @@ def test_a_least_dram_decision_shows_its_verification_state(
     page.locator("#decision-list summary").first.click()
     # A run there checks the decision's promise: the state and the next run are shown.
     expect(page.locator("#verification")).to_contain_text("Verification runs:")
+
+
+def test_a_fleet_larger_than_a_page_is_paged(
+    tmp_path_factory: pytest.TempPathFactory, page: Page
+) -> None:
+    """250 nodes: the Cluster page draws the first page and says so; the Nodes page pages
+    through all of them, 200 at a time."""
+    from ledger import nodes as ledger_nodes  # noqa: PLC0415
+    from ledger.types import NodeCapacity  # noqa: PLC0415
+    from model.resources import GIB  # noqa: PLC0415
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('fleet') / 'tmc.db'}"
+    upgrade_to_head(url)
+    sessions = make_session_factory(make_engine(Settings(database_url=url)))
+    token = ensure_operator_token(sessions, None)
+    with unit_of_work(sessions) as session:
+        for i in range(250):
+            capacity = NodeCapacity(f"n{i:03d}", "fleet-kind", 32, 128 * GIB, 0, 16, None)
+            ledger_nodes.register_node(session, capacity)
+    with uvicorn_server({"TMC_DATABASE_URL": url}) as base:
+        sign_in(page, base, token)
+        expect(page.locator("#cluster-heat")).to_contain_text("the first 200 of 250 nodes")
+        page.get_by_role("link", name="Nodes").click()
+        expect(page.get_by_role("table", name="200 nodes (a page of 200, by name)")).to_be_visible()
+        expect(page.locator("#node-list tbody tr").first).to_contain_text("n000")
+        page.get_by_role("link", name="Next 200 nodes").click()
+        expect(page.get_by_role("table", name="50 nodes (a page of 200, by name)")).to_be_visible()
+        expect(page.locator("#node-list tbody tr").first).to_contain_text("n200")
+        expect(page.get_by_role("link", name="Next 200 nodes")).to_have_count(0)
+        page.get_by_role("link", name="First page").click()
+        expect(page.locator("#node-list tbody tr").first).to_contain_text("n000")

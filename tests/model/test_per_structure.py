@@ -343,3 +343,26 @@ def test_an_implied_slow_latency_far_from_the_declared_one_is_flagged() -> None:
     found = codes(make_bundle(Shape(p_dram=80.0, p_slow=80.0 * 30)))
     assert "slow_latency_mismatch" in found
     assert "bound to the slow tier" in found["slow_latency_mismatch"]
+
+
+def test_a_disagreement_the_calibration_removes_still_widens_the_interval() -> None:
+    from model.confidence import prediction_interval  # noqa: PLC0415
+    from model.grid import paper_grid  # noqa: PLC0415
+
+    clean = fit(parse_bundle(per_structure_bundle()))
+    assert all(abs(r) < 1e-3 for r in clean.diagnostics.uncalibrated_residuals.values())
+    # slowmax's stall counter explains less of its cycles than fastmax's does: the stall
+    # samples' level disagrees with the cycles, and the calibration through slowmax takes it out.
+    data = per_structure_bundle()
+    slowmax = data["runs"][2]
+    slowmax["stall_cycles_l3_miss"] = round(slowmax["stall_cycles_l3_miss"] * 0.95)
+    skewed = fit(parse_bundle(data))
+    before = skewed.diagnostics.uncalibrated_residuals
+    assert abs(skewed.diagnostics.cpi_residuals["slowmax"]) < 1e-3
+    assert abs(before["slowmax"]) > 0.02
+    grid = paper_grid()
+    prediction = Predictor(skewed).predict(np.asarray(grid.slow_ratios), np.asarray(grid.llc_ways))
+    wide = prediction_interval(prediction, skewed.diagnostics).sigma
+    forgotten = skewed.diagnostics.model_copy(update={"uncalibrated_residuals": {}})
+    narrow = prediction_interval(prediction, forgotten).sigma
+    assert (wide >= narrow - 1e-12).all() and (wide > narrow * 1.5).any()

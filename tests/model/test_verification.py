@@ -308,7 +308,6 @@ _XSBENCH = _xsbench()
 
 
 def test_runs_that_make_an_slo_unreachable_are_named_in_the_answer() -> None:
-    from model.errors import NoFeasibleConfiguration  # noqa: PLC0415
     from model.objectives import parse_objective  # noqa: PLC0415
 
     predictor = Predictor(fitted())
@@ -316,14 +315,27 @@ def test_runs_that_make_an_slo_unreachable_are_named_in_the_answer() -> None:
     # fastmax's own configuration ran 30 % longer than fastmax did: nothing can keep 5 %.
     seconds = m.fastmax_seconds * 1.3
     run = Observation(slow_ratio=0.0, llc_ways=m.ways_max, seconds=seconds, run_id="run-7")
-    with pytest.raises(NoFeasibleConfiguration) as caught:
-        recommend(
-            predictor,
-            machine=PAPER_MACHINE,
-            objective=parse_objective("slo:5%"),
-            threshold=0.0,
-            observations=[run],
-        )
-    text = str(caught.value)
+    rec = recommend(
+        predictor,
+        machine=PAPER_MACHINE,
+        objective=parse_objective("slo:5%"),
+        threshold=0.0,
+        observations=[run],
+    )
+    # A result, not an error: the objective is out of reach, the closest configuration is given.
+    assert not rec.objective_met and rec.unmet is not None
+    assert [r.run_id for r in rec.unmet.runs] == ["run-7"]
+    assert rec.unmet.runs[0].measured_over_predicted == pytest.approx(1.3, rel=1e-3)
+    text = rec.unmet.reason
     assert "after 1 verification run" in text and "run run-7" in text and "+30.0%" in text
     assert "The closest is" in text and "fix the values" not in text
+    closest = rec.chosen
+    assert closest.slowdown_upper is not None and closest.slowdown_upper > 0.05
+    assert rec.unmet.closest_slowdown_upper == pytest.approx(closest.slowdown_upper)
+    # No other configuration has a lower bound on its slowdown.
+    assert rec.within_threshold == [closest] and rec.other_candidates == []
+    # Without the run, the same request is met.
+    alone = recommend(
+        predictor, machine=PAPER_MACHINE, objective=parse_objective("slo:5%"), threshold=0.0
+    )
+    assert alone.objective_met and alone.unmet is None

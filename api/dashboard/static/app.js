@@ -29,7 +29,7 @@ const bytes = fmt.bytes;
 
 class Unauthorized extends Error {}
 
-async function api(path) {
+async function request(path) {
   const response = await fetch(path, { headers: { Authorization: `Bearer ${state.token}` } });
   if (response.status === 401) throw new Unauthorized("the token was refused");
   if (!response.ok) {
@@ -37,8 +37,19 @@ async function api(path) {
     try { detail = (await response.json()).detail || detail; } catch (_) { /* not JSON */ }
     throw new Error(`${response.status}: ${detail}`);
   }
-  return response.json();
+  return response;
 }
+
+async function api(path) { return (await request(path)).json(); }
+
+// One page of a paged list: its rows and the cursor of the next page (null on the last).
+async function apiPage(path) {
+  const response = await request(path);
+  return { rows: await response.json(), next: response.headers.get("X-Next-Cursor") };
+}
+
+// Pages of the fleet's lists: a page's requests cost the same at 16 nodes or 20,000.
+const PAGE = 200;
 
 // A cell is text or a node; prose(text) marks one that may wrap (a sentence, not a value).
 const prose = (text) => ({ prose: text });
@@ -82,8 +93,10 @@ async function pageCluster() {
       h("section", {}, h("h3", {}, "Stranding"), region("cluster-stranding"))),
     h("section", {}, h("h3", {}, "Per-node and per-pool heat map"), region("cluster-heat")));
   state.refreshData = async () => {
-    const [capacity, nodes, pools, history] = await Promise.all([
-      api("/v1/cluster/capacity"), api("/v1/cluster/nodes"), api("/v1/cluster/pools"), api("/v1/cluster/history?minutes=60")]);
+    const [capacity, page, pools, history] = await Promise.all([
+      api("/v1/cluster/capacity"), apiPage(`/v1/cluster/nodes?limit=${PAGE}`), api(`/v1/cluster/pools?limit=${PAGE}`), api("/v1/cluster/history?minutes=60")]);
+    const nodes = page.rows;
+    const shown = page.next ? `the first ${nodes.length} of ${capacity.nodes} nodes (the Nodes page pages through all)` : `${nodes.length} nodes`;
     const now = Date.now();
     // The server's snapshots (one per period, kept for a week), then the value right now.
     for (const r of RESOURCES) {
@@ -100,13 +113,13 @@ async function pageCluster() {
     const perNode = nodes.map((n) => ({ n, u: n.utilization, s: n.stranding }));
     const bad = perNode.filter((x) => x.s);
     fill("cluster-stranding", bad.length
-      ? table(`${bad.length} node(s) stranding resources`, ["node", "full", "idle"], bad.map((x) => [x.n.name, x.s.full.join(", "), x.s.idle.join(", ")]))
-      : h("p", {}, "No node has a resource above 85% while another is below 35%."));
+      ? table(`${bad.length} node(s) stranding resources, of ${shown}`, ["node", "full", "idle"], bad.map((x) => [x.n.name, x.s.full.join(", "), x.s.idle.join(", ")]))
+      : h("p", {}, `No node has a resource above 85% while another is below 35% (${shown}).`));
     const rows = [...perNode.map((x) => x.n.name), ...pools.map((p) => `pool ${p.name}`)];
     const values = [...perNode.map((x) => x.u), ...pools.map((p) => ({ slow: p.slow_bytes ? p.reserved_slow_bytes / p.slow_bytes : 0 }))];
     fill("cluster-heat", charts.heatmap({
       rows, cols: RESOURCES, rowLabel: "node", colLabel: "resource", cellW: 70, cellH: 20,
-      label: "Utilization per node and rack pool, by resource",
+      label: `Utilization per node and rack pool, by resource: ${shown}`,
       cell: (i, j) => {
         const v = values[i][RESOURCES[j]];
         return v === undefined ? null : { value: v, text: pct(v), title: `${rows[i]} ${RESOURCES[j]}: ${pct(v)}` };
@@ -382,10 +395,14 @@ async function pageDecisions() {
   };
 }
 
-async function pageNodes() {
+async function pageNodes(cursor) {
   setPage("Nodes", region("node-list"));
   state.refreshData = async () => {
-    const [nodes, pools, reservations] = await Promise.all([api("/v1/cluster/nodes"), api("/v1/cluster/pools"), api("/v1/cluster/reservations")]);
+    const from = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
+    const [page, pools, held] = await Promise.all([
+      apiPage(`/v1/cluster/nodes?limit=${PAGE}${from}`), api(`/v1/cluster/pools?limit=${PAGE}`), apiPage(`/v1/cluster/reservations?limit=${PAGE}`)]);
+    const nodes = page.rows;
+    const reservations = held.rows;
     const bitmap = (n) => {
       const bits = [];
       // BigInt: JavaScript's bit operators wrap at 32 bits and a CAT mask has up to 64.
@@ -394,11 +411,14 @@ async function pageNodes() {
       const used = bits.filter((b) => b.className === "on").length;
       return h("span", { class: "bitmap", role: "img", "aria-label": `${used} of ${n.llc_ways} ways reserved, mask 0x${n.llc_mask.toString(16)}` }, bits);
     };
-    fill("node-list", table(`${nodes.length} nodes`, ["node", "host kind", "CPUs used", "DRAM used", "slow used", "pool", "LLC ways (CAT bitmap)"],
+    const pager = h("p", { class: "pager" }, cursor ? h("a", { href: "#/nodes" }, "First page") : "",
+      cursor && page.next ? " · " : "", page.next ? h("a", { href: `#/nodes/${encodeURIComponent(page.next)}`, class: "next-page" }, `Next ${PAGE} nodes`) : "");
+    fill("node-list", table(`${nodes.length} nodes${cursor || page.next ? ` (a page of ${PAGE}, by name)` : ""}`, ["node", "host kind", "CPUs used", "DRAM used", "slow used", "pool", "LLC ways (CAT bitmap)"],
       nodes.map((n) => [n.name, n.host_kind, `${n.reserved_cpus}/${n.cpus}`, `${bytes(n.reserved_dram_bytes)} / ${bytes(n.dram_bytes)}`,
         `${bytes(n.reserved_slow_bytes)} / ${n.pool ? "pool" : bytes(n.slow_bytes)}`, n.pool || "local", bitmap(n)])),
     table(`${pools.length} rack pools`, ["pool", "capacity", "reserved", "nodes"], pools.map((p) => [p.name, bytes(p.slow_bytes), bytes(p.reserved_slow_bytes), p.nodes.length])),
-    table(`${reservations.length} reservations`, ["pod", "node", "vCPUs", "DRAM", "slow", "ways mask"],
+    pager,
+    table(held.next ? `The first ${reservations.length} reservations, by node (tmc get placements lists all)` : `${reservations.length} reservations`, ["pod", "node", "vCPUs", "DRAM", "slow", "ways mask"],
       reservations.map((r) => [`${r.namespace}/${r.pod_name}`, r.node_name, r.vcpus, bytes(r.dram_bytes), bytes(r.slow_bytes) + (r.slow_from_pool ? " (pool)" : ""), `0x${r.llc_mask.toString(16)}`])));
   };
 }
