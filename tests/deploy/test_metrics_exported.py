@@ -20,6 +20,7 @@ from typing import Any
 
 import helm_python as helm
 import httpx
+import kubernetes_validate  # type: ignore[import-untyped]
 import psycopg
 import pytest
 import yaml
@@ -353,3 +354,5 @@ def test_the_chart_provisions_the_one_dashboard_for_grafanas_sidecar() -> None:
     assert custom["metadata"]["labels"]["dashboards.example/grafana"] == "tmc"
     assert custom["metadata"]["namespace"] == "monitoring"
     assert custom["metadata"]["annotations"] == {"grafana_folder": "tmc"}
+    for configmap in (default, custom):
+        kubernetes_validate.validate(configmap, "1.36.0", strict=True)
