@@ -326,6 +326,14 @@ def test_the_chart_provisions_the_one_dashboard_for_grafanas_sidecar() -> None:
     assert sources == {"${datasource}"}
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
+    cells: dict[tuple[int, int], str] = {}  # the grid's 24 columns, each panel its own cells
+    for panel in dashboard["panels"]:
+        at = panel["gridPos"]
+        assert at["x"] + at["w"] <= 24, panel["title"]
+        for x in range(at["x"], at["x"] + at["w"]):
+            for y in range(at["y"], at["y"] + at["h"]):
+                assert (x, y) not in cells, (panel["title"], cells[x, y])
+                cells[x, y] = panel["title"]
 
     def configmaps(values: dict[str, Any]) -> list[dict[str, Any]]:
         with helm.Chart.load(str(CHART)) as chart:
