@@ -37,6 +37,10 @@ from tmc_agent.settings import AgentSettings
 
 log = logging.getLogger("tmc.agent.serve")
 
+# Pods whose last log line the agent remembers. Pods no longer listed on the node are forgotten
+# on each pass anyway; this caps a node that really runs this many at once.
+MAX_REMEMBERED_PODS = 10_000
+
 
 @dataclass
 class PassReport:
@@ -63,7 +67,9 @@ class Agent:
         self.pod_source = pods
         self.report = report if report is not None else discover(config.paths)
         self.host = HostApplier(config.paths, self.report, config.plan_dir)
-        self._said: dict[str, str] = {}  # what was last logged per pod: log changes only
+        # What was last logged per pod key, so that only changes are logged: pods listed on the
+        # node only, and at most MAX_REMEMBERED_PODS, oldest said first out.
+        self._said: dict[str, str] = {}
         self._reported: dict[str, str] = {}  # pod uid -> outcome, for runs already settled
         self._stop = threading.Event()
 
@@ -76,19 +82,44 @@ class Agent:
 
     def _say(self, key: str, message: str, level: int = logging.INFO) -> None:
         if self._said.get(key) != message:
+            self._said.pop(key, None)  # re-inserted last: the dict's order is the age
             self._said[key] = message
+            while len(self._said) > MAX_REMEMBERED_PODS:
+                self._said.pop(next(iter(self._said)))
             log.log(level, "%s: %s", key, message)
+
+    def _forget_unlisted(self, listed: set[str]) -> None:
+        """A pod no longer bound here is never logged about again: drop what was said of it."""
+        for key in [k for k in self._said if k not in listed]:
+            del self._said[key]
 
     def sync(self) -> PassReport:
         """One pass: apply every placement bound here, remove whatever no live pod owns."""
         out = PassReport()
         wanted: set[str] = set()
+        listed: set[str] = set()
+        self._apply_listed(out, wanted, listed)
+        # Reached only after a complete listing (a failed one raises): it names every pod here.
+        self._forget_unlisted(listed)
+        if self.config.nri:
+            return out  # what is on disk is the plugin's; it removes it with the pod
+        for uid in sorted(self.host.on_disk() - wanted):
+            try:
+                out.removed[uid] = self.host.remove(uid)
+            except OSError as exc:
+                log.warning("pod %s: cannot remove its leftovers yet: %s", uid, exc)
+                continue
+            log.info("pod %s is gone: removed %s", uid, out.removed[uid])
+        return out
+
+    def _apply_listed(self, out: PassReport, wanted: set[str], listed: set[str]) -> None:
         for pod in self.pod_source.pods():
             meta = pod.get("metadata") or {}
             ann = meta.get("annotations") or {}
             if not isinstance(ann, dict) or PLACEMENT_ANNOTATION not in ann:
                 continue  # not a tmc pod
             key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+            listed.add(key)
             if _terminal(pod) or meta.get("deletionTimestamp"):
                 if verification.wants_report(pod):
                     out.finished.append(pod)
@@ -111,16 +142,6 @@ class Agent:
                 result = Applied(skipped=[f"host error: {exc}"])
             out.applied[p.uid] = result
             self._say(key, f"applied {result.applied}; skipped {result.skipped}")
-        if self.config.nri:
-            return out  # what is on disk is the plugin's; it removes it with the pod
-        for uid in sorted(self.host.on_disk() - wanted):
-            try:
-                out.removed[uid] = self.host.remove(uid)
-            except OSError as exc:
-                log.warning("pod %s: cannot remove its leftovers yet: %s", uid, exc)
-                continue
-            log.info("pod %s is gone: removed %s", uid, out.removed[uid])
-        return out
 
     def install_shim(self) -> Path | None:
         """Build the allocator shim with this node's compiler and put it in TMC_AGENT_SHIM_DIR,

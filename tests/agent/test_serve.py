@@ -440,6 +440,51 @@ def test_run_once_applies_even_when_publishing_fails(optane: HostPaths, tmp_path
     assert len(api.patches) == 1
 
 
+# --- the agent's memory ---------------------------------------------------------------------------
+
+
+def churn_pod(i: int) -> dict[str, Any]:
+    """Pod i of a churning node: every other one placed here, the rest placed elsewhere (skipped)."""
+    uid = f"0b6a5c1e-7777-4a4a-9c9c-{i:012d}"
+    return placement_pod(uid, f"job-{i}", mask=0x3, node=NODE if i % 2 else "node-b")
+
+
+def test_the_agent_forgets_pods_that_are_gone(
+    optane: HostPaths, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """3,000 pods come and go, 100 at a time: what the agent remembers of them (the last line it
+    logged per pod) is only ever the pods listed now, and nothing once they are all gone."""
+    pods = FakePods()
+    agent = agent_for(optane, tmp_path, pods)
+    for batch in range(30):
+        pods.items = [churn_pod(batch * 100 + i) for i in range(100)]
+        report = agent.sync()
+        assert len(report.applied) == 50 and len(report.bad) == 50
+        assert set(agent._said) == {f"default/job-{batch * 100 + i}" for i in range(100)}
+    pods.items = []
+    assert len(agent.sync().removed) == 50
+    assert agent._said == {}
+    # A pod of a name seen before (a StatefulSet's) is new: logged again.
+    pods.items = [churn_pod(2)]
+    with caplog.at_level(logging.WARNING, logger="tmc.agent.serve"):
+        agent.sync()
+    assert "default/job-2: skipped: placed on node-b" in caplog.text
+
+
+def test_the_agents_memory_of_pods_is_capped(
+    optane: HostPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More pods listed at once than the cap: the oldest said are forgotten first, and a pod
+    whose message changes counts as new."""
+    monkeypatch.setattr(serve, "MAX_REMEMBERED_PODS", 40)
+    pods = FakePods(*(churn_pod(2 * i) for i in range(100)))  # all placed elsewhere
+    agent = agent_for(optane, tmp_path, pods)
+    agent.sync()
+    assert list(agent._said) == [f"default/job-{2 * i}" for i in range(60, 100)]
+    agent._say("default/job-120", "changed")
+    assert next(reversed(agent._said)) == "default/job-120" and len(agent._said) == 40
+
+
 # --- the HTTP implementations ---------------------------------------------------------------------
 
 
