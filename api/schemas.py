@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from model import FitDiagnostics, FittedModel, GridPoint, MachineShape, Recommendation, Utilization
 from model.pricing import check_core_priced
-from model.verification import MeasuredRun
+from model.verification import AppliedConfiguration, MeasuredRun
 
 
 class Strict(BaseModel):
@@ -53,6 +53,9 @@ class VerificationRunOut(BaseModel):
     slow_ratio: float
     llc_ways: int
     seconds: float
+    applied: AppliedConfiguration | None = Field(
+        default=None, description="what the node enforced at the run's creation, if it said"
+    )
     created_at: datetime
 
 

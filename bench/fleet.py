@@ -271,6 +271,8 @@ REQUESTS: dict[str, list[str]] = {
     "GET /v1/placements (first page)": ["/v1/placements"],
     "GET /v1/cluster/nodes (first page)": ["/v1/cluster/nodes"],
     "GET /v1/cluster/reservations (first page)": ["/v1/cluster/reservations"],
+    "GET /v1/cluster/pools (first page)": ["/v1/cluster/pools"],
+    "GET /v1/cluster/capacity": ["/v1/cluster/capacity"],
     "GET /metrics": ["/metrics"],
     "dashboard Cluster page": [
         "/v1/cluster/capacity",

@@ -51,6 +51,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from statistics import NormalDist
+from typing import Annotated, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -88,6 +89,24 @@ class Observation(BaseModel):
     run_id: str | None = Field(default=None, description="the reporter's id, named in flags")
 
 
+class AppliedConfiguration(BaseModel):
+    """What the node's runtime plugin applied to a run's containers when the runtime created
+    them, as it recorded (docs/agent.md, "tmc-nri"): the run is reported only when every
+    container started with all of it, and the report carries it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    enforced_by: Literal["tmc-nri"] = "tmc-nri"
+    llc_mask: str = Field(pattern=r"^0x[0-9a-f]{1,16}$", description="the CAT ways, as hex")
+    dram_bytes: int = Field(ge=0, le=1 << 50)
+    slow_bytes: int = Field(ge=0, le=1 << 50)
+    containers: int = Field(ge=1, le=256, description="containers of the run, all adjusted")
+    applied: list[Annotated[str, Field(max_length=200)]] = Field(
+        default_factory=list,
+        max_length=32,
+        description="each adjustment as the plugin named it (ways, memory nodes, limit, plan)",
+    )
+
+
 class MeasuredRun(BaseModel):
     """A verification run as the agent (or an operator) reports it to the service
     (`POST /v1/workloads/{key}/verification-runs`): the workload's run with tmc's placement plan
@@ -103,6 +122,11 @@ class MeasuredRun(BaseModel):
     slow_ratio: float = Field(ge=0.0, le=1.0)
     llc_ways: int = Field(ge=1, le=64)
     seconds: float = Field(gt=0.0, le=1e9, description="wall time of the whole run")
+    applied: AppliedConfiguration | None = Field(
+        default=None,
+        description="what the node enforced at the containers' creation (a node agent with"
+        " tmc-nri sends it; an operator's run outside the cluster has none)",
+    )
 
 
 class VerifiedRatio(BaseModel):

@@ -243,6 +243,8 @@ class VerificationRunRow(Timestamped, Base):
     slow_ratio: Mapped[float] = mapped_column(Float)
     llc_ways: Mapped[int] = mapped_column(Integer)
     seconds: Mapped[float] = mapped_column(Float)
+    # What the node enforced at the run's creation (`model.verification.AppliedConfiguration`).
+    applied: Mapped[dict[str, Any] | None] = mapped_column(default=None)
 
 
 class ApiToken(Timestamped, Base):

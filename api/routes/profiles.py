@@ -23,7 +23,7 @@ from api.schemas import (
 from api.services import prices as price_profiles
 from api.services import profiles, verification
 from model import predicted_grid
-from model.verification import MAX_OBSERVATIONS
+from model.verification import MAX_OBSERVATIONS, AppliedConfiguration
 from store.orm import Profile, VerificationRunRow
 
 router = APIRouter(prefix="/v1", tags=["profiles"])
@@ -175,6 +175,7 @@ def run_out(r: VerificationRunRow, workload: str) -> VerificationRunOut:
         slow_ratio=r.slow_ratio,
         llc_ways=r.llc_ways,
         seconds=r.seconds,
+        applied=None if r.applied is None else AppliedConfiguration.model_validate(r.applied),
         created_at=r.created_at,
     )
 
@@ -203,8 +204,9 @@ def add_verification_run(
     session: SessionDep,
     caller: UploadingCaller,
 ) -> VerificationRunOut:
+    applied = None if body.applied is None else body.applied.model_dump(mode="json")
     row, name, created = verification.add_verification_run(
-        session, caller, key, body.run_id, body.slow_ratio, body.llc_ways, body.seconds
+        session, caller, key, body.run_id, body.slow_ratio, body.llc_ways, body.seconds, applied
     )
     if not created:
         response.status_code = 200

@@ -10,6 +10,7 @@ record any run (a measurement made outside the cluster) and delete one.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -66,6 +67,7 @@ def add_verification_run(
     slow_ratio: float,
     llc_ways: int,
     seconds: float,
+    applied: dict[str, Any] | None = None,
 ) -> tuple[VerificationRunRow, str, bool]:
     """Store a measured run against the profile the workload's recommendations use now.
     Returns the row, the workload's name, and whether it is new; the same run_id with other
@@ -83,12 +85,14 @@ def add_verification_run(
         slow_ratio=slow_ratio,
         llc_ways=llc_ways,
         seconds=seconds,
+        applied=applied,
     )
     row, created = repo.add_verification_run(session, wanted, MAX_STORED_RUNS)
-    if not created and (row.slow_ratio, row.llc_ways, row.seconds) != (
+    if not created and (row.slow_ratio, row.llc_ways, row.seconds, row.applied) != (
         slow_ratio,
         llc_ways,
         seconds,
+        applied,
     ):
         raise Conflict(f"run {run_id!r} is stored with other values")
     return row, workload.name, created

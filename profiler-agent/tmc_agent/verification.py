@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from model.node_contract import VERIFICATION_RUN_ANNOTATION, Placement
-from model.verification import MeasuredRun
+from model.verification import AppliedConfiguration, MeasuredRun
 from tmc_agent.placement import BadPlacement, parse_placement
 
 log = logging.getLogger("tmc.agent.verification")
@@ -57,8 +57,9 @@ def _when(value: object) -> datetime:
 MAX_RECORD_BYTES = 64 * 1024
 
 
-def _applied(records: Path, uid: str, container: str, placement: Placement) -> None:
-    """NotARun unless tmc-nri recorded `container` as started with `placement` applied."""
+def _applied(records: Path, uid: str, container: str, placement: Placement) -> list[str]:
+    """What tmc-nri applied to `container`, as it recorded; NotARun unless it recorded the
+    container as started with `placement` applied."""
     path = records / uid / f"{container}.json"
     try:
         with path.open("rb") as fh:
@@ -84,6 +85,8 @@ def _applied(records: Path, uid: str, container: str, placement: Placement) -> N
         raise NotARun(f"container {container[:63]} was not created with the plugin's adjustment")
     if rec.get("started") is not True:
         raise NotARun(f"container {container[:63]} is not recorded as started")
+    done = rec.get("applied")
+    return [str(a)[:200] for a in done] if isinstance(done, list) else []
 
 
 def measured_run(
@@ -112,9 +115,22 @@ def measured_run(
         raise NotARun("not every container has terminated")
     if any(t.get("exitCode") != 0 for t in states):
         raise NotARun("a container exited with an error")
+    applied = None
     if records is not None:
-        for c in status.get("containerStatuses", []):
-            _applied(records, p.uid, str(c.get("name") or ""), placement)
+        done: list[str] = []
+        containers = status.get("containerStatuses", [])
+        for c in containers:
+            for item in _applied(records, p.uid, str(c.get("name") or ""), placement):
+                if item not in done:
+                    done.append(item)
+        config = placement.configuration
+        applied = AppliedConfiguration(
+            llc_mask=hex(placement.llc_mask_bits),
+            dram_bytes=config.dram_bytes,
+            slow_bytes=config.slow_bytes,
+            containers=len(containers),
+            applied=done[:32],
+        )
     start = min(_when(t.get("startedAt")) for t in states)
     finish = max(_when(t.get("finishedAt")) for t in states)
     seconds = (finish - start).total_seconds()
@@ -124,6 +140,7 @@ def measured_run(
             slow_ratio=placement.configuration.slow_ratio,
             llc_ways=placement.configuration.llc_ways,
             seconds=seconds,
+            applied=applied,
         )
     except ValidationError as exc:
         raise NotARun(f"not a valid run ({seconds:.3g} s): {exc.errors()[0]['msg']}") from exc

@@ -75,6 +75,17 @@ def test_only_runs_that_started_with_their_configuration_count(tmp_path: Path) -
         record(plans, "0000-good", name)
     workload, run = verification.measured_run(pod, NODE, records=records)
     assert (workload, run.llc_ways, run.seconds) == ("graph500", 4, 90.5)
+    # The report says what was applied: the placement the node enforced, on both containers.
+    assert run.applied is not None
+    assert (run.applied.llc_mask, run.applied.dram_bytes, run.applied.slow_bytes) == (
+        "0xf",
+        4 << 30,
+        12 << 30,
+    )
+    assert run.applied.containers == 2 and run.applied.enforced_by == "tmc-nri"
+    assert run.applied.applied == ["intelRdt tmc-pod-x L3:0=f", "cpuset.mems 0,2"]
+    # Without tmc-nri's records (the agent applies placements itself) it says nothing of it.
+    assert verification.measured_run(pod, NODE)[1].applied is None
 
     cases: dict[str, tuple[dict[str, Any], str]] = {
         "0001-skipped": (

@@ -249,3 +249,30 @@ def test_runs_that_put_an_slo_out_of_reach_give_a_result_naming_them(
     assert unmet["runs"][0]["measured_over_predicted"] > 1.2
     assert "pod-uid-9" in unmet["reason"] and "fix the values" not in unmet["reason"]
     assert out["chosen"]["slowdown_upper"] == pytest.approx(unmet["closest_slowdown_upper"])
+
+
+def test_a_run_says_what_the_node_applied(client: TestClient, settings: Settings) -> None:
+    assert client.post("/v1/profiles", content=example("graph500"), headers=AGENT).is_success
+    first = _recommend(client)
+    run = _run(first, "pod-uid-5", 1.0)
+    place(settings, "pod-uid-5", first["decision_id"], run["slow_ratio"], run["llc_ways"])
+    applied = {
+        "enforced_by": "tmc-nri",
+        "llc_mask": "0xff",
+        "dram_bytes": 4 << 30,
+        "slow_bytes": 8 << 30,
+        "containers": 2,
+        "applied": ["intelRdt tmc-pod-5 L3:0=ff", "cpuset.mems 0,2"],
+    }
+    created = client.post(URL, json={**run, "applied": applied}, headers=AGENT)
+    assert created.status_code == 201, created.text
+    assert created.json()["applied"] == applied
+    listed = client.get(URL, headers=auth(Role.viewer)).json()
+    assert listed[0]["applied"] == applied
+    # The same run with another account of what was applied is another run: refused.
+    other = {**applied, "applied": ["cpuset.mems 0"]}
+    assert client.post(URL, json={**run, "applied": other}, headers=AGENT).status_code == 409
+    # Bounded like every other field.
+    for bad in ({"llc_mask": "ff"}, {"containers": 0}, {"applied": ["x" * 201]}, {"what": 1}):
+        got = client.post(URL, json={**run, "applied": {**applied, **bad}}, headers=AGENT)
+        assert got.status_code == 422, (bad, got.text)
