@@ -497,7 +497,7 @@ def one_size(
             )
         if pprof is not None:
             print(f"  tmc-scheduler CPU profile during the plugin's burst ({cpu_profile}):")
-            print(pprof_top(cp.bin / "tmc-scheduler", cpu_profile))
+            print(pprof_top(Path(plugin_path.engine_binary("tmc-scheduler")), cpu_profile))
     except NotAllBound as exc:
         print(f"{nodes} nodes, {pods} pods: FAILED: {exc}")
         return False
