@@ -54,6 +54,12 @@ class GoExtenderProcess:
 
         wait_until(ready, timeout, "tmc-extender")
 
+    def metrics(self) -> str:
+        """/metrics, open to probes as the chart's ServiceMonitor reads it."""
+        url = f"https://127.0.0.1:{self.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5, context=probe_tls(self.tls)) as r:
+            return str(r.read().decode())
+
     def kill(self) -> None:
         """SIGKILL: a crash, no graceful shutdown."""
         if self.proc is not None:

@@ -125,12 +125,20 @@ def start_plugin_scheduler(cp: ControlPlane, name: str = "tmc-scheduler", **extr
 class PublisherProcess(ComponentProcess):
     """`python -m scheduler.publisher` with the publisher's own service-account identity."""
 
-    def __init__(self, cp: ControlPlane, database_url: str, *, refresh_seconds: float = 3600):
+    def __init__(
+        self,
+        cp: ControlPlane,
+        database_url: str,
+        *,
+        refresh_seconds: float = 3600,
+        gc_grace_seconds: float = 600,
+    ):
         env = {
             "TMC_DATABASE_URL": database_url,
             "TMC_KUBECONFIG": str(cp.kubeconfig("publisher")),
             "TMC_RESYNC_SECONDS": "3600",
             "TMC_PUBLISHER_REFRESH_SECONDS": str(refresh_seconds),
+            "TMC_PUBLISHER_GC_GRACE_SECONDS": str(gc_grace_seconds),
         }
         super().__init__(cp.dir / "publisher.log", env)
 
