@@ -22,7 +22,8 @@ PostgreSQL is down (with the last recommendation).
 * A transient failure (the database is down) publishes nothing: the last object stays.
 * An object that no live opted-in pod has named for `gc_grace_seconds` is deleted (the feeder
   counts the pairs live pods name), so objects do not outlive their workloads; a pod naming the
-  pair again has it published again at once.
+  pair again has it published again at once. An object someone else deleted is published again
+  at the next look if a live pod names it (the engine makes such a pod wait for it).
 * Utilization (Algorithm 1's packing penalty) is read from the ledger's mirror of the bound pods'
   placements, which the feeder keeps: the publisher places nothing and keeps no cache of nodes.
 
@@ -458,11 +459,36 @@ class RecommendationPublisher:
                 del self._unnamed_since[pair]
         return expired
 
+    def reconcile(self) -> list[Pair]:
+        """Learn of objects deleted by someone else (an operator, a namespace's cleanup): their
+        pairs are forgotten, and those a live pod names are published again, so that a pod
+        waiting for its pair's object is not left waiting. Returns the pairs published again."""
+        if self._named is None:
+            return []
+        listed: set[Pair] = set()
+        for obj in self._objects.list():
+            spec = obj.get("spec") or {}
+            if isinstance(spec.get("workload"), str) and isinstance(spec.get("objective"), str):
+                listed.add((spec["workload"], spec["objective"]))
+        named = self._named()
+        again: list[Pair] = []
+        with self._lock:
+            gone = [pair for pair in self._published if pair not in listed]
+            for pair in gone:
+                del self._published[pair]
+        for pair in gone:
+            if pair in named:
+                log.info("%s/%s was deleted by someone else; publishing it again", *pair)
+                self.request(pair)
+                again.append(pair)
+        return again
+
     def _collect_loop(self) -> None:
         # A quarter of the grace period between looks: an object lives at most 1.25 graces past
-        # its last pod.
+        # its last pod, and one deleted by someone else is back within a look.
         while not self._stop.wait(max(1.0, min(self._grace / 4, 60.0))):
             try:
+                self.reconcile()
                 self.collect()
             except Exception as exc:  # the API server refused: tried again at the next look
                 log.warning("deleting unnamed recommendations failed: %s", exc)

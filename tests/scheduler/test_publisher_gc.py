@@ -2,8 +2,9 @@
 # mypy: disable-error-code="arg-type,union-attr,no-untyped-call"
 """Published objects have a lifecycle, on the real control plane with the chart's RBAC: the
 publisher (`python -m scheduler.publisher`, a short grace period) deletes a TieredRecommendation
-that no live pod has named for the grace period, keeps one a live pod names, and publishes a
-deleted pair again as soon as a pod names it."""
+that no live pod has named for the grace period, keeps one a live pod names, publishes a
+deleted pair again as soon as a pod names it, and publishes again an object someone else
+deleted while a live pod names it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from kubernetes import client as k8s
 
+from model.node_contract import (
+    GROUP,
+    RECOMMENDATION_PLURAL,
+    RECOMMENDATION_VERSION,
+    Recommendation,
+)
 from tests.fixtures.database import empty_tables
 from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
@@ -70,3 +78,19 @@ def test_an_object_no_live_pod_names_is_deleted_after_the_grace_period(
     # A new pod naming the deleted pair has it published again at once.
     c.create_pods(api, [c.opted_in_pod("again", "gc-gone")], ns)
     wait_until(lambda: ("gc-gone", "cheapest") in pairs(plane), 15, "the pair published again")
+
+
+def test_an_object_deleted_by_someone_else_is_published_again(
+    plane: ControlPlane, publisher: plugin_path.PublisherProcess
+) -> None:
+    api = c.core(plane)
+    ns = c.new_namespace(api, "gc-deleted")
+    c.create_pods(api, [c.opted_in_pod("waits", "gc-deleted")], ns)
+    wait_until(lambda: ("gc-deleted", "cheapest") in pairs(plane), 30, "the pair published")
+    objects = k8s.CustomObjectsApi(c.api_client(plane))
+    name = Recommendation(workload="gc-deleted", objective="cheapest", fallback="x").to_object()[
+        "metadata"
+    ]["name"]
+    objects.delete_cluster_custom_object(GROUP, RECOMMENDATION_VERSION, RECOMMENDATION_PLURAL, name)
+    wait_until(lambda: ("gc-deleted", "cheapest") not in pairs(plane), 10, "the object gone")
+    wait_until(lambda: ("gc-deleted", "cheapest") in pairs(plane), 15, "the object back")

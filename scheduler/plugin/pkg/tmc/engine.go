@@ -39,11 +39,18 @@ func NewEngine(client kubernetes.Interface, published Published, wait time.Durat
 func (e *Engine) Cache() *Cache { return e.cache }
 
 // Refusal is why a pod cannot be placed now. Waiting: its recommendation may still come (try
-// again shortly); otherwise no node will ever take it as it is.
+// again); otherwise no node will ever take it as it is. UntilPublished: it waits for its pair's
+// object with no deadline, and moves when the object appears (the plugin's queueing hint; the
+// extender's callers retry it with their backoff).
 type Refusal struct {
-	Message string
-	Waiting bool
+	Message        string
+	Waiting        bool
+	UntilPublished bool
 }
+
+// WaitUntilPublished is the wait of a pod of an unpublished pair that never falls back: it waits
+// for its object however long the publisher takes.
+const WaitUntilPublished time.Duration = -1
 
 // Ask reads what the pod asks for: (nil, nil) for a pod that is not tmc's (it does not request
 // OptInResource), a Refusal for one that cannot be placed now.
@@ -55,13 +62,22 @@ func (e *Engine) Ask(pod *v1.Pod) (*PodAsk, *Refusal) {
 	if !ask.OptedIn {
 		return nil, nil
 	}
-	if ask.Unpublished && e.published != nil && e.wait > 0 && e.now != nil {
+	if ask.Unpublished && e.published != nil && e.wait != 0 && e.now != nil {
+		pair := fmt.Sprintf("workload %q, objective %q", clip(*ask.Workload, 253), clip(ask.Objective, 64))
+		if e.wait < 0 {
+			// Never the fallback (every way of the longest free run) for a pod whose pair
+			// simply has not been published yet: the publisher publishes it when it sees the
+			// pod, and the pod moves when the object appears.
+			return nil, &Refusal{Waiting: true, UntilPublished: true, Message: fmt.Sprintf(
+				"tmc: waiting for the recommendation of %s: no %s is published for it yet",
+				pair, RecommendationKind)}
+		}
 		// The publisher sees the pod's workload when the pod is created and publishes within a
 		// second or so: the pod is tried again until then, up to the wait.
 		if age := e.now().Sub(pod.CreationTimestamp.Time); age < e.wait {
 			return nil, &Refusal{Waiting: true, Message: fmt.Sprintf(
-				"tmc: waiting for the recommendation of workload %q, objective %q (%s; fallback after %s)",
-				clip(*ask.Workload, 253), clip(ask.Objective, 64), RecommendationKind, e.wait)}
+				"tmc: waiting for the recommendation of %s (%s; fallback after %s)",
+				pair, RecommendationKind, e.wait)}
 		}
 	}
 	return ask, nil
