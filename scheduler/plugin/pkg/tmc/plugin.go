@@ -48,6 +48,9 @@ type Args struct {
 	// RackPools are the rack pools' sizes (Kubernetes quantities, "256Gi"), set by the
 	// operator: a pool named here has this size whatever its nodes publish.
 	RackPools map[string]string `json:"rackPools,omitempty"`
+	// PlacementLease, when set, is the lease a replica must hold to bind (FenceArgs). Set it
+	// wherever replicas elect a leader.
+	PlacementLease *FenceArgs `json:"placementLease,omitempty"`
 }
 
 // DefaultRecommendationWait is the wait when the configuration does not set one: until the
@@ -126,7 +129,7 @@ func (p *TmcPlacement) EventsToRegister(context.Context) ([]fwk.ClusterEventWith
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: RecommendationEvents, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.recommendationHint},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: p.podDeleted},
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: PodHint},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: p.podUpdated},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.All}},
 	}, nil
 }
@@ -166,6 +169,16 @@ func (p *TmcPlacement) podDeleted(_ klog.Logger, pod *v1.Pod, oldObj, _ any) (fw
 		p.cache.Release(gone.UID)
 	}
 	return fwk.Queue, nil
+}
+
+// podUpdated is PodHint, and for another pod that ended it also releases what that pod held in
+// the engine's cache first, for the reason podDeleted does.
+func (p *TmcPlacement) podUpdated(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	hint, err := PodHint(logger, pod, oldObj, newObj)
+	if ended := asPod(newObj); hint == fwk.Queue && ended != nil && (pod == nil || ended.UID != pod.UID) && p.Engine != nil && p.cache != nil {
+		p.ObservePod(ended) // a finished pod's reservation is released
+	}
+	return hint, err
 }
 
 // PodHint: the pod's own update moves it only when its annotations or spec changed (what it
@@ -221,6 +234,16 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, err
 	}
+	var args Args
+	if obj != nil {
+		if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
+			return nil, fmt.Errorf("%s: arguments: %w", Name, err)
+		}
+	}
+	fence, err := NewFence(ctx, h.ClientSet(), args.PlacementLease)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
 	p := &TmcPlacement{
 		Engine: NewEngine(h.ClientSet(), nil, wait),
 		node: func(name string) (*v1.Node, error) {
@@ -232,6 +255,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		},
 	}
 	SetRackPools(p.Engine, pools)
+	SetFence(p.Engine, fence)
 	if err := p.Watch(h.SharedInformerFactory()); err != nil {
 		return nil, err
 	}
@@ -336,6 +360,8 @@ func (p *TmcPlacement) PreFilter(_ context.Context, state fwk.CycleState, pod *v
 	if ask == nil {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
+	// Asked to place a pod: this replica schedules, and contends for the placement lease.
+	p.fence.Campaign()
 	state.Write(stateKey, &cycleState{ask: ask})
 	return nil, nil
 }
