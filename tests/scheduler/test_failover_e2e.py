@@ -116,6 +116,9 @@ def stable(stack: Stack, ns: str, quiet: float, timeout: float) -> int:
     raise AssertionError(f"the bound pods never settled ({last})\n{stack.logs()}")
 
 
+FENCED: list[int] = []  # per run, the binds the resumed leader's lease check refused
+
+
 def one_run(stack: Stack, run: int) -> list[str]:
     """One pause-and-resume; the over-commits seen on the API server."""
     cp = stack.cp
@@ -156,6 +159,10 @@ def one_run(stack: Stack, run: int) -> list[str]:
         paused = None
         creator.join()
         stable(stack, ns, quiet=8.0, timeout=240)
+        log = cp.log(leader)
+        FENCED.append(
+            log.count("was not renewed in time") + log.count("does not hold the placement")
+        )
         return c.overcommitted_on_the_api_server(stack.api)
     finally:
         if paused is not None:
@@ -172,5 +179,9 @@ def test_a_paused_and_resumed_leader_binds_nothing_from_its_stale_cache(stack: S
         found = one_run(stack, run)
         if found:
             problems[run] = found
-    print(f"failover: {RUNS} pause-and-resume runs, {len(problems)} with an over-commit")
+    print(
+        f"failover: {RUNS} pause-and-resume runs (placement lease {'on' if FENCE else 'off'}), "
+        f"{len(problems)} with an over-commit; lease refusals logged by the resumed leader "
+        f"per run: {FENCED}"
+    )
     assert not problems, f"{problems}\n{stack.logs()}"
