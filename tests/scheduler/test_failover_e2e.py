@@ -151,9 +151,13 @@ def one_run(stack: Stack, run: int) -> list[str]:
         wait_until(
             lambda: "Successfully acquired lease" in cp.log(other), 60, "the other replica leading"
         )
+        # Room freed while the leader is paused (its cache still counts these pods), so that
+        # the new leader has pods to place even if the cluster was full: it takes the placement
+        # lease once it went unrenewed for its duration, then places pods; the stale one is
+        # resumed while it does.
+        for pod in list(bound(stack, ns))[:3]:
+            stack.api.delete_namespaced_pod(pod, ns, grace_period_seconds=0)
         before = len(bound(stack, ns))
-        # The new leader takes the placement lease once it went unrenewed for its duration, then
-        # places pods; the stale one is resumed while it does.
         wait_until(lambda: len(bound(stack, ns)) > before, 60, "the new leader placing pods")
         os.kill(paused, signal.SIGCONT)
         paused = None
