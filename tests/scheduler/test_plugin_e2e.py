@@ -337,8 +337,11 @@ def test_two_replicas_with_leader_election_under_a_200_pod_burst(stack: Stack, n
     stack.cp.stop_process("tmc-scheduler")
     replicas = ["tmc-scheduler", "tmc-scheduler-2"]
     try:
+        # A short placement lease: a new leader binds once it went unrenewed this long from
+        # when it first tries (the chart's default is 15 s).
+        lease = {"leaseDurationSeconds": 4, "renewDeadlineSeconds": 3, "retryPeriodSeconds": 1}
         for name in replicas:
-            p.start_plugin_scheduler(stack.cp, name, leaderElect=True)
+            p.start_plugin_scheduler(stack.cp, name, leaderElect=True, placementLease=lease)
         try:
             wait_until(
                 lambda: any("Successfully acquired lease" in stack.cp.log(n) for n in replicas),
