@@ -2,10 +2,9 @@
 # mypy: disable-error-code="arg-type,union-attr,no-untyped-call"
 """Opted-in pods through a real kube-scheduler, on each tmc path and on the stock scheduler, in
 the same run (same control plane, same nodes, same PostgreSQL), for each node count: stock
-kube-scheduler without tmc, kube-scheduler with the tmc extender (and its mirror), and
-tmc-scheduler with the plugin (and the publisher), each path as the chart deploys it, and the
-stock kube-scheduler calling tmc-extender (the Go engine's extender front door, with the
-publisher).
+kube-scheduler without tmc; tmc-scheduler (the Go engine's plugin front door); and the stock
+kube-scheduler calling tmc-extender (the same engine's extender front door). Both front doors
+read what the recommendation publisher publishes; it also keeps the ledger's mirror.
 
     python -m bench.scheduler_e2e [--pods 500] [--nodes 100 5000] [--profile out.json]
                                   [--pprof DIR]
@@ -17,8 +16,9 @@ scheduler profile with no extender. Prints, per node count and path: pods/s from
 create to the last bind, the median and 99th-percentile create-to-bound time, a `ratio` line per
 tmc path against the stock run, and the extender's time per verb from its own
 /metrics (mean, and the histogram bucket that holds the 99th percentile), and each process's CPU
-seconds per pod during each burst (user + system time from /proc, kube-apiserver, the scheduler,
-the extender, the publisher, the mirror). With --pprof, tmc-scheduler's CPU profile during the
+seconds per pod during each burst (user + system time from /proc: kube-apiserver, the scheduler,
+the extender, the publisher with its mirror). With --profile, the publisher under py-spy during
+the extender's burst. With --pprof, tmc-scheduler's CPU profile during the
 plugin's burst (its /debug/pprof, as the admin) is written to DIR and its top functions printed.
 The load average at the start and end of each size is printed: the figures are only comparable
 on a quiet machine. A pod not seen bound
@@ -349,7 +349,7 @@ def one_size(
     """Every run at one node count; False when a run did not see every pod bound."""
     cp = ControlPlane()
     postgres = PostgresServer()
-    ext = mirror = publisher = None
+    publisher: plugin_path.PublisherProcess | None = None
     goext: GoExtenderProcess | None = None
     load_before = os.getloadavg()
     try:
@@ -368,18 +368,15 @@ def one_size(
             make_engine(Settings(environment="test", database_url=postgres.url))
         )
         upload_example(sessions, "graph500")
-        # As the chart deploys them: the extender beside the scheduler, writing no ledger, and the
-        # ledger's mirror in a process of its own.
-        ext = c.ExtenderProcess(cp, postgres.url, env={"TMC_LEDGER_MIRROR": "false"})
-        ext.start()
-        mirror = c.ExtenderProcess(cp, postgres.url, name="mirror", mirror_only=True)
-        mirror.start()
-        with_ext = c.scheduler_config(cp, ext.url)
+        # Both front doors read what the publisher publishes; it also keeps the ledger's mirror.
+        publisher = plugin_path.PublisherProcess(cp, postgres.url)
+        publisher.start()
+        publisher.wait_ready()
+        goext = GoExtenderProcess(cp)
+        goext.start()
+        with_ext = c.scheduler_config(cp, goext.url)
         bodies = [c.opted_in_pod(f"p{i}", "graph500", memory="256Mi") for i in range(pods)]
-        for ns in ("plain", "tmc", "warm", "plugin"):
-            c.new_namespace(api, ns)
-
-        for ns in ("goext",):
+        for ns in ("plain", "warm", "plugin", "goext"):
             c.new_namespace(api, ns)
         cp.start_scheduler(plain_config(with_ext))
         meter = CpuMeter(
@@ -390,42 +387,9 @@ def one_size(
         )
         stock = run(cp, "plain", [without_opt_in(b) for b in bodies], timeout)
         stock_cpu = meter.line(pods)
-        cp.start_scheduler(with_ext)
-        before = ext.metrics()
-        meter = CpuMeter(
-            {
-                "kube-apiserver": pid(cp.procs["kube-apiserver"]),
-                "scheduler": pid(cp.procs["kube-scheduler"]),
-                "extender": pid(ext.proc),
-                "mirror": pid(mirror.proc),
-            }
-        )
-        spy = None
-        if profile is not None and ext.proc is not None:
-            # Wall-clock samples of every thread, idle ones included, for the burst only.
-            spy_args = ["record", "--idle", "--threads", "-f", "speedscope", "-r", "200"]
-            spy_args += ["-o", str(profile), "-p", str(ext.proc.pid)]
-            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), *spy_args])
-            time.sleep(1)
-        try:
-            extender = run(cp, "tmc", bodies, timeout)
-        finally:
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)
-                spy.wait(60)
-        extender_cpu = meter.line(pods)
-        ext_metrics = ext.metrics()
-        after = verb_latency(ext_metrics)
-        first = verb_latency(before)
-        phases = bind_phases(ext_metrics)
-        # The plugin path, as the chart's scheduler.placement: plugin deploys it: tmc-scheduler,
-        # and the publisher (the plugin path's mirror) instead of the extender and its mirror.
+        c.delete_all_pods(api, "plain")
+        # The plugin front door, as the chart's default deploys it: tmc-scheduler.
         cp.stop_process("kube-scheduler")
-        ext.stop()
-        mirror.stop()
-        publisher = plugin_path.PublisherProcess(cp, postgres.url)
-        publisher.start()
-        publisher.wait_ready()
         plugin_path.start_plugin_scheduler(cp)
         # The steady state: the workload's recommendation is published before the burst (the
         # first pod of a new workload waits for it; that wait is not what is measured here).
@@ -448,14 +412,11 @@ def one_size(
         if profiling is not None:
             profiling.join(180)
         # The extender front door of the same engine: the stock kube-scheduler calling
-        # tmc-extender, which reads the recommendations the publisher published. The earlier
-        # bursts' pods go first: together they would fill the nodes' CPUs.
+        # tmc-extender. The plugin's pods go first: together they would fill the nodes' CPUs.
         cp.stop_process("tmc-scheduler")
-        for done in ("plain", "tmc", "plugin"):
-            c.delete_all_pods(api, done)
-        goext = GoExtenderProcess(cp)
-        goext.start()
-        cp.start_scheduler(c.scheduler_config(cp, goext.url))
+        c.delete_all_pods(api, "plugin")
+        cp.start_scheduler(with_ext)
+        before = goext.metrics()
         meter = CpuMeter(
             {
                 "kube-apiserver": pid(cp.procs["kube-apiserver"]),
@@ -464,8 +425,25 @@ def one_size(
                 "publisher": pid(publisher.proc),
             }
         )
-        go_extender = run(cp, "goext", bodies, timeout)
-        go_extender_cpu = meter.line(pods)
+        spy = None
+        if profile is not None and publisher.proc is not None:
+            # The publisher (and its mirror) under py-spy during the burst: wall-clock samples
+            # of every thread, idle ones included.
+            spy_args = ["record", "--idle", "--threads", "-f", "speedscope", "-r", "200"]
+            spy_args += ["-o", str(profile), "-p", str(publisher.proc.pid)]
+            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), *spy_args])
+            time.sleep(1)
+        try:
+            extender = run(cp, "goext", bodies, timeout)
+        finally:
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(60)
+        extender_cpu = meter.line(pods)
+        ext_metrics = goext.metrics()
+        after = verb_latency(ext_metrics)
+        first = verb_latency(before)
+        phases = bind_phases(ext_metrics)
         load_after = os.getloadavg()
         print(
             f"{nodes} nodes, {pods} pods (load average {load_before[0]:.1f} at the start, "
@@ -473,18 +451,15 @@ def one_size(
         )
         print(stock.line("stock", pods))
         print(stock_cpu)
-        print(extender.line("extender", pods))
-        print(extender_cpu)
         print(plugin.line("plugin", pods))
         print(plugin_cpu)
-        print(go_extender.line("go-extender", pods))
-        print(go_extender_cpu)
-        print(extender.ratio("extender", stock, "target >= 0.80"))
-        print(go_extender.ratio("go-extender", stock, "target >= 0.80"))
+        print(extender.line("extender", pods))
+        print(extender_cpu)
         print(plugin.ratio("plugin", stock, "target >= 0.95, median x <= 1.3"))
+        print(extender.ratio("extender", stock, "target >= 0.80"))
         print(f"  plugin: recommendation published in {warm.median * 1000:.0f} ms (first pod)")
         print(
-            "  bind phases (mean): "
+            "  extender bind phases (mean): "
             + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in phases.items())
         )
         errors, errors_before = verb_errors(ext_metrics), verb_errors(before)
@@ -497,14 +472,11 @@ def one_size(
             )
         if pprof is not None:
             print(f"  tmc-scheduler CPU profile during the plugin's burst ({cpu_profile}):")
-            print(pprof_top(cp.bin / "tmc-scheduler", cpu_profile))
+            print(pprof_top(Path(plugin_path.engine_binary("tmc-scheduler")), cpu_profile))
     except NotAllBound as exc:
         print(f"{nodes} nodes, {pods} pods: FAILED: {exc}")
         return False
     finally:
-        for running in (ext, mirror):
-            if running is not None:
-                running.stop()
         if goext is not None:
             goext.stop()
         if publisher is not None:
@@ -524,7 +496,8 @@ def main() -> None:
     ap.add_argument(
         "--profile",
         type=Path,
-        help="record the extender under py-spy during the burst (speedscope JSON, one per size)",
+        help="record the publisher under py-spy during the extender's burst (speedscope JSON, one "
+        "per size)",
     )
     ap.add_argument(
         "--pprof",

@@ -1,40 +1,18 @@
-"""Placing one configuration on one node: CAT way runs and the extender's packing score.
+"""CAT way runs: where a configuration's LLC ways go on a node.
 
-Pure functions, so that the scheduler's hot path and its tests share one definition.
+Pure functions, shared by the rebalancer, the ledger's demo reservations and the planning
+benchmark. The placement rule itself (the fit of a pod on a node, the packing score, the
+machine-pattern preference) is the Go engine's alone (scheduler/plugin/pkg/tmc); the Go tests
+hold its way runs to the same answers (ways_test.go).
 
 **LLC ways.** Intel CAT gives a class of service a *contiguous* capacity bitmask (bit i = way i).
 A node's ways are therefore not a count but a bitmask of the ways already handed out; a request
 for w ways needs a free *run* of w adjacent bits. Runs are chosen best-fit: the shortest free run
 that holds w, at its low end, which keeps long runs whole for the wide requests that need them.
 `fragmentation` is 1 - (longest free run / free ways): 0 when every free way is in one run.
-
-**The packing score** (the extender's prioritize; kube-scheduler wants an integer 0..10). For a
-node and a configuration placed on it, with u_r the node's utilization of resource r *after* the
-placement, over the resources the node has (CPU, DRAM, LLC ways, and slow memory when it has a
-slow tier: its own or its rack pool's):
-
-    fill      = mean_r u_r                         dense packing: fuller nodes first (MostAllocated)
-    imbalance = max_r u_r - min_r u_r              stranding: one resource full, another idle
-    cat_waste = (best-fit run length - w) / ways   ways left in the chosen run, cut off from others
-    raw       = fill - IMBALANCE_WEIGHT * imbalance - CAT_WASTE_WEIGHT * cat_waste   in [-1, 1]
-    score     = round(10 * (raw + 1) / 2)
-
-TMC's Algorithm 1 already chose the configuration against the cluster's utilization (§3.5); this
-score only decides *where* it goes, preferring to fill machines evenly in every resource so that
-none is left with, say, free ways and no DRAM (the stranding the paper's compaction measures).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-
-import numpy as np
-import numpy.typing as npt
-
-MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
-IMBALANCE_WEIGHT = 0.5
-CAT_WASTE_WEIGHT = 0.5
-
 
 # -- CAT capacity bitmasks --------------------------------------------------------------------
 
@@ -95,103 +73,3 @@ def best_fit_run(used: int, ways: int, need: int) -> int | None:
         return None
     _, start = min(fitting)
     return run_mask(start, need)
-
-
-def best_fit_table(used: int, ways: int) -> list[int]:
-    """For each need 0..ways, the length of the best-fit run (0 when none holds it): what the
-    vectorised score needs, kept per node and rebuilt only when its mask changes."""
-    lengths = sorted(length for _, length in free_runs(used, ways))
-    table = [0] * (ways + 1)
-    for need in range(1, ways + 1):
-        table[need] = next((length for length in lengths if length >= need), 0)
-    return table
-
-
-# -- the packing score ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NodeLoad:
-    """One node's capacity and what is already reserved on it. Slow memory is the node's own or,
-    for a pooled node, its rack pool's (capacity and reservations of the whole pool)."""
-
-    cpus: float
-    dram_bytes: float
-    slow_bytes: float
-    llc_ways: int
-    used_cpus: float
-    used_dram_bytes: float
-    used_slow_bytes: float
-    llc_used_mask: int
-
-
-@dataclass(frozen=True)
-class Ask:
-    vcpus: float
-    dram_bytes: float
-    slow_bytes: float
-    llc_ways: int
-
-
-def _raw_to_score(raw: float) -> int:
-    return round(MAX_SCORE * min(1.0, max(0.0, (raw + 1.0) / 2.0)))
-
-
-def packing_score(node: NodeLoad, ask: Ask) -> int:
-    """The score of placing `ask` on `node` (see the module docstring); 0 if it does not fit."""
-    run = best_fit_length(node.llc_used_mask, node.llc_ways, ask.llc_ways)
-    if run is None:
-        return 0
-    shares = [
-        (node.used_cpus + ask.vcpus) / node.cpus,
-        (node.used_dram_bytes + ask.dram_bytes) / node.dram_bytes,
-        (node.llc_used_mask.bit_count() + ask.llc_ways) / node.llc_ways,
-    ]
-    if node.slow_bytes > 0:
-        shares.append((node.used_slow_bytes + ask.slow_bytes) / node.slow_bytes)
-    if max(shares) > 1.0:
-        return 0
-    fill = sum(shares) / len(shares)
-    imbalance = max(shares) - min(shares)
-    waste = (run - ask.llc_ways) / node.llc_ways
-    return _raw_to_score(fill - IMBALANCE_WEIGHT * imbalance - CAT_WASTE_WEIGHT * waste)
-
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-
-
-def packing_scores(
-    cpus: FloatArray,
-    dram_bytes: FloatArray,
-    slow_bytes: FloatArray,
-    llc_ways: IntArray,
-    used_cpus: FloatArray,
-    used_dram_bytes: FloatArray,
-    used_slow_bytes: FloatArray,
-    used_ways: IntArray,
-    best_fit: IntArray,
-    ask: Ask,
-) -> IntArray:
-    """`packing_score` for many nodes at once (the same formula, tested equal); `best_fit` is each
-    node's `best_fit_table(...)[ask.llc_ways]`."""
-    shares = np.stack(
-        [
-            (used_cpus + ask.vcpus) / cpus,
-            (used_dram_bytes + ask.dram_bytes) / dram_bytes,
-            (used_ways + ask.llc_ways) / llc_ways,
-            np.divide(
-                used_slow_bytes + ask.slow_bytes,
-                slow_bytes,
-                out=np.full(len(cpus), np.nan),
-                where=slow_bytes > 0,
-            ),
-        ]
-    )
-    fill = np.nanmean(shares, axis=0)
-    top = np.nanmax(shares, axis=0)
-    imbalance = top - np.nanmin(shares, axis=0)
-    waste = (best_fit - ask.llc_ways) / llc_ways
-    raw = fill - IMBALANCE_WEIGHT * imbalance - CAT_WASTE_WEIGHT * waste
-    score = np.rint(MAX_SCORE * np.clip((raw + 1.0) / 2.0, 0.0, 1.0)).astype(np.int64)
-    return np.where((best_fit == 0) | (top > 1.0), 0, score)

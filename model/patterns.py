@@ -9,9 +9,10 @@ plan's machine kind (`tmc.dev/pattern`, `model.node_contract.NodePattern`). Plac
 prefers, for a pod, the nodes whose pattern still has room for the pod's workload; a node without
 a pattern, or without room in it, stays usable: a preference, never a filter.
 
-Pure: no HTTP, SQL or Kubernetes. The scheduler extender (`scheduler/state.py`), the Go plugin
-(`scheduler/plugin/pkg/tmc/patterns.go`, a port of this file) and the simulator replay the same
-rule.
+Pure: no HTTP, SQL or Kubernetes. The scheduler's rule is the Go engine's
+(`scheduler/plugin/pkg/tmc/patterns.go`, with the packing score it is combined with); the
+preference here is the model the planning benchmark's simulator is checked against
+(`bench/planning.py`), and scheduler/conformance/patterns.json holds both to the same answers.
 
 **Counting placed VMs on a node's slots** (`placed_per_slot`). Pods are counted by (workload,
 dram_bytes, slow_bytes, llc_ways), which is what their placement annotation says. A pod first
@@ -29,14 +30,6 @@ room, in the pattern's order. Pods of a workload the pattern does not name fill 
 "Room for the workload" is the slots of the workload minus every pod of it on the node (so a pod
 in an unplanned configuration still takes one of its workload's places).
 
-**With the packing score** (`combine`, over the nodes a pod may go to, after filter): the nodes
-at the highest preference present keep their packing score (`model.packing.packing_score`, at
-least 1), every other node scores 0. So packing decides among the nodes the plan prefers, the
-plan decides between preferred and other nodes, and when no candidate node prefers the pod (no
-patterns, or every slot of its workload full) the scores are the packing scores unchanged.
-kube-scheduler's extender scores stop at 10, so the rule ranks nodes relative to the candidates
-rather than adding a fixed bonus, which would need a wider scale.
-
 **Adopting a plan** (`plan_machines`, `assign_machines`): the planned machines become patterns
 (one per machine of the plan, the slots from each `"class#option"` and the option's demand; the
 class is the pod's workload name), and the patterns are spread over the nodes of the plan's kind
@@ -53,7 +46,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from model.node_contract import MAX_PATTERN_SLOTS, NodePattern, PatternSlot
-from model.packing import MAX_SCORE
 
 NONE = 0
 WORKLOAD = 1
@@ -117,24 +109,6 @@ def preference(
         if s.key == key and placed.get(key, 0) < s.count:
             return EXACT
     return WORKLOAD
-
-
-def combine(preferences: Sequence[int], packing: Sequence[int]) -> list[int]:
-    """The scores (0..MAX_SCORE) of the nodes a pod may go to, from each one's preference and
-    packing score: the nodes at the highest preference present keep their packing score (at
-    least 1), the others score 0; with no preference anywhere, the packing scores unchanged."""
-    if len(preferences) != len(packing):
-        raise ValueError("one preference per packing score")
-    top = max(preferences, default=NONE)
-    if top == NONE:
-        return list(packing)
-    return [
-        max(1, min(MAX_SCORE, s)) if p == top else 0
-        for p, s in zip(preferences, packing, strict=True)
-    ]
-
-
-# -- adopting a plan -----------------------------------------------------------------------------
 
 
 def plan_machines(

@@ -1,25 +1,24 @@
-"""The cluster-state feeder: watches nodes and pods on the API server, the truth, and keeps two
-copies of what it says (the VPA recommender's input -> state split: this is the input).
+"""The cluster-state feeder: watches nodes and pods on the API server, the truth, and keeps what
+the service needs of it. It places nothing: the Go engine (tmc-scheduler or tmc-extender) does.
 
-* **The extender's cache** (`scheduler.state.ClusterState`, when given): node capacity, and what
-  every bound pod holds by its placement annotation. Rebuilt from a listing by `sync` (at start,
-  after a watch breaks, and every `resync_seconds`) and kept by the watch events. No database:
-  placement goes on while PostgreSQL is down.
 * **The ledger's mirror** (PostgreSQL, when `sessions` is given): the `nodes`, `reservations` and
-  `placement_log` tables, which the dashboard, the planner, the rebalancer and verification runs
-  read. Written off the placement path, by the feeder's own thread, in batches; when a write
-  fails (the database is down), the mirror is marked stale and rewritten from a fresh listing
-  once the database answers again.
+  `placement_log` tables, which the dashboard, the planner, the rebalancer, verification runs and
+  the publisher's utilization (Algorithm 1's packing penalty) read. A bound pod counts what the
+  placement tmc's scheduler wrote says (only tmc's scheduler may write it: the chart's admission
+  policies). Written off the placement path, by the feeder's own thread, in batches; when a
+  write fails (the database is down), the mirror is marked stale and rewritten from a fresh
+  listing once the database answers again.
+* **The pairs live pods name**: every pending opted-in pod is handed to the publisher
+  (`prefetch`), and the (workload, objective) pairs that live opted-in pods name are counted, so
+  that the publisher can delete objects no live pod names.
 
 Nodes publish their tiered capacity (the node agent writes it; `node_capacity` reads it): label
 `tmc.dev/host-kind`; annotations `tmc.dev/dram-bytes`, `tmc.dev/slow-bytes` (node-local, absent or
 0 for none), `tmc.dev/llc-ways`, optionally `tmc.dev/cpus` (else allocatable CPU),
 `tmc.dev/slow-pool` and `tmc.dev/slow-pool-bytes` (the rack pool it draws from, and its size);
 the operator may add `tmc.dev/pattern` (a capacity plan's machine, `model/patterns.py`).
-A deleted or finished pod releases what it held; a pending opted-in pod warms the recommendation
-cache before the scheduler asks.
-
-The feeder needs no HTTP server and no extender: `Feeder(cluster, sessions)` alone is the mirror.
+A deleted or finished pod releases what it held; a pending opted-in pod is published for before
+the scheduler asks.
 """
 
 from __future__ import annotations
@@ -44,11 +43,9 @@ from scheduler.pods import (
     DEFAULT_OPT_IN_RESOURCE,
     BadPod,
     PodAsk,
-    PodBook,
     parse_quantity,
     read_pod,
 )
-from scheduler.state import ClusterState
 from store.db import unit_of_work
 
 log = logging.getLogger("tmc.scheduler.feeder")
@@ -170,8 +167,8 @@ class _Changes:
 
 
 class Prefetcher(Protocol):
-    """Told of every pending opted-in pod, so its configuration is ready before the scheduler
-    asks: the extender's recommendation cache, or the recommendation publisher."""
+    """Told of every pending opted-in pod, so its configuration is published before the
+    scheduler asks: the recommendation publisher."""
 
     def prefetch(self, pod: PodAsk) -> None: ...
 
@@ -181,7 +178,6 @@ class Feeder:
         self,
         cluster: KubeCluster,
         sessions: sessionmaker[Session] | None,
-        state: ClusterState | None = None,
         recommender: Prefetcher | None = None,
         *,
         opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE,
@@ -189,21 +185,17 @@ class Feeder:
         watch_timeout_seconds: int = 240,
         mirror_retry_seconds: float = 2.0,
         mirror_batch_seconds: float = 0.2,
-        pods: PodBook | None = None,
     ) -> None:
-        """`state`: the extender's cache to keep (None: none). `sessions`: the ledger's database
-        to mirror into (None: no mirror, as in an extender beside a mirror of its own). `pods`:
-        the opted-in pods, kept for bind (None: none)."""
+        """`sessions`: the ledger's database to mirror into (None: no mirror). `recommender`:
+        told of every pending opted-in pod (None: nobody)."""
         self.cluster = cluster
         self.sessions = sessions
-        self.state = state
         self.recommender = recommender
         self.opt_in_resource = opt_in_resource
         self.resync_seconds = resync_seconds
         self.watch_timeout_seconds = watch_timeout_seconds
         self.mirror_retry_seconds = mirror_retry_seconds
         self.mirror_batch_seconds = mirror_batch_seconds
-        self.pods = pods
         self.synced = threading.Event()
         self.mirror_synced = threading.Event()  # set once the mirror equals a listing
         self._stop = threading.Event()
@@ -222,6 +214,9 @@ class Feeder:
         self._wake = threading.Event()
         self._mirrored: dict[str, Held] = {}
         self.last_mirror: ledger.Mirrored | None = None
+        # The (workload, objective) pair each live opted-in pod names (pod uid -> pair).
+        self._named: dict[str, tuple[str, str]] = {}
+        self._named_lock = threading.Lock()
 
     # -- full sync --------------------------------------------------------------------------
 
@@ -237,27 +232,22 @@ class Feeder:
         return caps, bound, pods, node_rv, pod_rv
 
     def sync(self) -> Synced:
-        """List nodes and pods; rebuild the cache from them (no database), and hand the listing
-        to the mirror."""
+        """List nodes and pods; hand the listing to the mirror, and learn the pairs live pods
+        name."""
         with self._sync_lock:
-            listed_at = time.monotonic()
             if self.sessions is not None:
                 with self._changes_lock:
                     # The listing covers every change queued before it; those after it are
                     # newer than the listing and are written after it.
                     self._changes = _Changes()
             caps, bound, pods, node_rv, pod_rv = self._list()
-            if self.state is not None:
-                pools = {c.pool: b for c, b in caps if c.pool is not None and b is not None}
-                self.state.rebuild(
-                    [c for c, _ in caps],
-                    pools,
-                    [p.held for p in bound.values()],
-                    listed_at=listed_at,
-                )
             self._seen = {c.name: (c, b) for c, b in caps}
-            if self.pods is not None:
-                self.pods.replace_all([p for p in pods if self._opted_in(p) and not _terminal(p)])
+            named: dict[str, tuple[str, str]] = {}
+            for pod in pods:
+                if not _terminal(pod) and (pair := self._pair_of(pod)) is not None:
+                    named[str((pod.get("metadata") or {}).get("uid", ""))] = pair
+            with self._named_lock:
+                self._named = named
             if self.sessions is not None:
                 with self._changes_lock:
                     self._listing = (caps, bound)
@@ -434,8 +424,6 @@ class Feeder:
     def on_node(self, event: str, node: dict[str, Any]) -> None:
         name = str((node.get("metadata") or {}).get("name", ""))
         if event == "DELETED":
-            if self.state is not None:
-                self.state.set_ready(name, False)
             self._seen.pop(name, None)
             self._queue_node(name, None)
             return
@@ -444,31 +432,37 @@ class Feeder:
             return
         if self._seen.get(name) == found:
             return  # a heartbeat or a label change: nothing tiered changed
-        cap, pool_bytes = found
-        if self.state is not None:
-            if cap.pool is not None and pool_bytes is not None:
-                self.state.set_pool(cap.pool, pool_bytes)
-            self.state.upsert_node(cap)
         self._seen[name] = found
         self._queue_node(name, found)
 
-    def _opted_in(self, pod: dict[str, Any]) -> bool:
+    def _pair_of(self, pod: dict[str, Any]) -> tuple[str, str] | None:
+        """The (workload, objective) an opted-in pod names, or None."""
         try:
-            return read_pod(pod, self.opt_in_resource).opted_in
+            ask = read_pod(pod, self.opt_in_resource)
         except BadPod:
-            return False
+            return None
+        if not ask.opted_in or ask.workload is None:
+            return None
+        return ask.workload, ask.objective
+
+    def pairs_named(self) -> set[tuple[str, str]]:
+        """The (workload, objective) pairs that live opted-in pods name now."""
+        with self._named_lock:
+            return set(self._named.values())
 
     def on_pod(self, event: str, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid", ""))
         if event == "DELETED" or _terminal(pod):
-            if self.state is not None:
-                self.state.release(uid)
-            if self.pods is not None:
-                self.pods.drop(pod)
+            with self._named_lock:
+                self._named.pop(uid, None)
             self._placed_seen.pop(uid, None)
             self._queue_pod(uid, None)
             return
+        pair = self._pair_of(pod)
+        if pair is not None:
+            with self._named_lock:
+                self._named[uid] = pair
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             # Bound: its placement annotation says what it holds, whoever bound it, and it
@@ -481,21 +475,14 @@ class Feeder:
             if placed is None:
                 return
             self._placed_seen[uid] = seen
-            if self.pods is not None:
-                self.pods.put(pod)
-            if self.state is not None and self.state.held(uid) != placed.held:
-                self.state.hold(placed.held)
             self._queue_pod(uid, placed)
             return
         try:
             ask = read_pod(pod, self.opt_in_resource)
         except BadPod:
             return
-        if ask.opted_in:
-            if self.pods is not None:
-                self.pods.put(pod)
-            if self.recommender is not None:
-                self.recommender.prefetch(ask)
+        if ask.opted_in and self.recommender is not None:
+            self.recommender.prefetch(ask)
 
     def _prefetch(self, pod: dict[str, Any]) -> None:
         if self.recommender is None:

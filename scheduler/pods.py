@@ -1,14 +1,12 @@
-"""What the extender reads off a pod: whether it opted in, its workload and objective, and its
-CPU and memory requests. Pods arrive as plain JSON (the scheduler's informer copies)."""
+"""What the publisher reads off a pod: whether it opted in, and the (workload, objective) pair it
+names. Pods arrive as plain JSON (the watch's copies). What a pod asks of a node (CPUs, memory,
+the configuration) is the Go engine's to read (scheduler/plugin/pkg/tmc/ask.go)."""
 
 from __future__ import annotations
 
-import math
 import re
-import threading
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
 
 from model.errors import InvalidRequest
 from model.node_contract import OBJECTIVE_ANNOTATION, WORKLOAD_ANNOTATION
@@ -39,7 +37,7 @@ _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 
 
 class BadPod(ValueError):
-    """A request whose pod cannot be read: answered with the extender's Error field."""
+    """A pod whose requests cannot be read: it is not published for."""
 
 
 # Bounds that keep every quantity a small, finite number before Decimal arithmetic sees it:
@@ -47,8 +45,6 @@ class BadPod(ValueError):
 # is no real pod. Kubernetes itself caps quantities near 2^63 (milli-units).
 MAX_QUANTITY_TEXT = 64
 MAX_EXPONENT = 24
-MAX_CPUS = Decimal(4096)
-MAX_MEMORY_BYTES = Decimal(2) ** 52
 
 
 def parse_quantity(value: object) -> Decimal:
@@ -78,8 +74,6 @@ class PodAsk:
     name: str
     workload: str | None
     objective: str
-    cpus: int  # whole vCPUs: a configuration's unit
-    memory_bytes: int
     opted_in: bool
 
 
@@ -110,12 +104,7 @@ def read_pod(pod: object, opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE) -> Pod
     if not isinstance(annotations, dict):
         raise BadPod("Pod annotations are not an object")
     containers = spec.get("containers")
-    # Init containers run before the others, one at a time: the pod needs the larger of the two.
     init = spec.get("initContainers")
-    cpu = max(_requests(containers, "cpu"), _max_single(init, "cpu"))
-    memory = max(_requests(containers, "memory"), _max_single(init, "memory"))
-    if cpu > MAX_CPUS or memory > MAX_MEMORY_BYTES:
-        raise BadPod(f"the pod asks for more than a node can hold ({cpu} CPUs, {memory} bytes)")
     opted = _requests(containers, opt_in_resource) > 0 or _max_single(init, opt_in_resource) > 0
     workload = annotations.get(WORKLOAD_ANNOTATION)
     return PodAsk(
@@ -124,8 +113,6 @@ def read_pod(pod: object, opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE) -> Pod
         name=str(meta.get("name") or ""),
         workload=str(workload) if workload else None,
         objective=canonical_objective(str(annotations.get(OBJECTIVE_ANNOTATION) or "cheapest")),
-        cpus=max(1, math.ceil(cpu)),
-        memory_bytes=int(memory),
         opted_in=opted,
     )
 
@@ -134,58 +121,6 @@ def _max_single(containers: object, resource: str) -> Decimal:
     if not isinstance(containers, list):
         return Decimal(0)
     return max((_requests([c], resource) for c in containers), default=Decimal(0))
-
-
-def annotation_of(pod: dict[str, Any], key: str) -> str | None:
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(key)
-    return None if value is None else str(value)
-
-
-@dataclass(frozen=True)
-class Seen:
-    """An opted-in pod as the watch last delivered it: its uid, its node once bound, and, while
-    it is pending, the API server's copy (what a bind decides from)."""
-
-    uid: str
-    node: str | None
-    pod: dict[str, Any] | None
-
-
-class PodBook:
-    """The opted-in pods the feeder's watch has seen, by namespace and name: bind reads the pod
-    here, as kube-scheduler reads its informer, instead of asking the API server once more. A pod
-    not here, or here under another uid, is read from the API server."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pods: dict[tuple[str, str], Seen] = {}
-
-    def put(self, pod: dict[str, Any]) -> None:
-        meta = pod.get("metadata") or {}
-        node = (pod.get("spec") or {}).get("nodeName")
-        key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
-        seen = Seen(str(meta.get("uid") or ""), str(node) if node else None, None if node else pod)
-        with self._lock:
-            self._pods[key] = seen
-
-    def drop(self, pod: dict[str, Any]) -> None:
-        meta = pod.get("metadata") or {}
-        key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
-        with self._lock:
-            found = self._pods.get(key)
-            if found is not None and found.uid == str(meta.get("uid") or ""):
-                del self._pods[key]
-
-    def replace_all(self, pods: list[dict[str, Any]]) -> None:
-        book = PodBook()
-        for pod in pods:
-            book.put(pod)
-        with self._lock:
-            self._pods = book._pods
-
-    def get(self, namespace: str, name: str) -> Seen | None:
-        with self._lock:
-            return self._pods.get((namespace, name))
 
 
 def canonical_objective(text: str) -> str:

@@ -20,6 +20,12 @@ PostgreSQL is down (with the last recommendation).
 * A pair that cannot be recommended (no usable profile, an invalid objective, nothing feasible)
   is published as a fallback with its reason, so its pods are placed at once, not after a wait.
 * A transient failure (the database is down) publishes nothing: the last object stays.
+* An object that no live opted-in pod has named for `gc_grace_seconds` is deleted (the feeder
+  counts the pairs live pods name), so objects do not outlive their workloads; a pod naming the
+  pair again has it published again at once. An object someone else deleted is published again
+  at the next look if a live pod names it (the engine makes such a pod wait for it).
+* Utilization (Algorithm 1's packing penalty) is read from the ledger's mirror of the bound pods'
+  placements, which the feeder keeps: the publisher places nothing and keeps no cache of nodes.
 
 `python -m scheduler.publisher` runs it with the feeder, which keeps the PostgreSQL ledger a
 mirror of the bound pods' placements for the dashboard, the planner and the rebalancer.
@@ -29,9 +35,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import queue
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -43,6 +51,7 @@ from pydantic import Field
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.decisions import DecisionService, fits_since
+from ledger import store as ledger
 from model import Utilization
 from model.node_contract import (
     GROUP,
@@ -60,9 +69,8 @@ from scheduler.decisions import FallbackReason, decide_pair
 from scheduler.feeder import Feeder
 from scheduler.kube import KubeCluster, api_client
 from scheduler.pods import PodAsk
-from scheduler.settings import ExtenderSettings, load_settings
-from scheduler.state import ClusterState
-from store.db import make_engine, make_session_factory
+from scheduler.settings import FeederSettings, load_settings
+from store.db import make_engine, make_session_factory, unit_of_work
 
 log = logging.getLogger("tmc.scheduler.publisher")
 
@@ -80,6 +88,8 @@ class RecommendationObjects(Protocol):
     def upsert(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
     def write_status(self, name: str, status: dict[str, Any]) -> None: ...
+
+    def delete(self, name: str) -> None: ...
 
 
 class KubeRecommendations:
@@ -146,6 +156,20 @@ class KubeRecommendations:
             {"status": status},
             _request_timeout=REQUEST_TIMEOUT,
         )
+
+    def delete(self, name: str) -> None:
+        """Deletes the object; one already gone is no error."""
+        try:
+            self._api.delete_cluster_custom_object(
+                GROUP,
+                RECOMMENDATION_VERSION,
+                RECOMMENDATION_PLURAL,
+                name,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
 
 @dataclass(frozen=True)
@@ -307,13 +331,22 @@ class RecommendationPublisher:
         refresh_seconds: float = 60.0,
         new_fits: Callable[[], set[str]] | None = None,
         fit_poll_seconds: float = 2.0,
+        named: Callable[[], set[Pair]] | None = None,
+        gc_grace_seconds: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`named`: the pairs live opted-in pods name now (None: objects are never deleted).
+        An object none of them has named for `gc_grace_seconds` is deleted."""
         self._objects = objects
         self._decide = decide
         self._refresh = refresh_seconds
         self._new_fits = new_fits
         self._fit_poll = fit_poll_seconds
         self._published: dict[Pair, Recommendation] = {}
+        self._named = named
+        self._grace = gc_grace_seconds
+        self._clock = clock
+        self._unnamed_since: dict[Pair, float] = {}
         self._queued: set[Pair] = set()
         self._work: queue.Queue[Pair] = queue.Queue()
         self._lock = threading.Lock()
@@ -389,6 +422,77 @@ class RecommendationPublisher:
         )
         return True
 
+    def collect(self) -> list[Pair]:
+        """Delete the objects of pairs that no live pod has named for the grace period; returns
+        the pairs deleted. A pair named again keeps its object and its clock restarts."""
+        if self._named is None:
+            return []
+        named = self._named()
+        now = self._clock()
+        with self._lock:
+            published = list(self._published)
+        expired: list[Pair] = []
+        for pair in published:
+            if pair in named:
+                self._unnamed_since.pop(pair, None)
+                continue
+            since = self._unnamed_since.setdefault(pair, now)
+            if now - since >= self._grace:
+                expired.append(pair)
+        for pair in expired:
+            with self._lock:
+                if pair in self._queued:
+                    continue  # a pod named it meanwhile: it is being published again
+                rec = self._published.pop(pair, None)
+            if rec is None:
+                continue
+            try:
+                self._objects.delete(rec.to_object()["metadata"]["name"])
+            except Exception:
+                with self._lock:
+                    self._published.setdefault(pair, rec)  # tried again at the next collection
+                raise
+            self._unnamed_since.pop(pair, None)
+            log.info("deleted %s/%s: no live pod has named it for %.0f s", *pair, self._grace)
+        for pair in list(self._unnamed_since):
+            if pair not in published:
+                del self._unnamed_since[pair]
+        return expired
+
+    def reconcile(self) -> list[Pair]:
+        """Learn of objects deleted by someone else (an operator, a namespace's cleanup): their
+        pairs are forgotten, and those a live pod names are published again, so that a pod
+        waiting for its pair's object is not left waiting. Returns the pairs published again."""
+        if self._named is None:
+            return []
+        listed: set[Pair] = set()
+        for obj in self._objects.list():
+            spec = obj.get("spec") or {}
+            if isinstance(spec.get("workload"), str) and isinstance(spec.get("objective"), str):
+                listed.add((spec["workload"], spec["objective"]))
+        named = self._named()
+        again: list[Pair] = []
+        with self._lock:
+            gone = [pair for pair in self._published if pair not in listed]
+            for pair in gone:
+                del self._published[pair]
+        for pair in gone:
+            if pair in named:
+                log.info("%s/%s was deleted by someone else; publishing it again", *pair)
+                self.request(pair)
+                again.append(pair)
+        return again
+
+    def _collect_loop(self) -> None:
+        # A quarter of the grace period between looks: an object lives at most 1.25 graces past
+        # its last pod, and one deleted by someone else is back within a look.
+        while not self._stop.wait(max(1.0, min(self._grace / 4, 60.0))):
+            try:
+                self.reconcile()
+                self.collect()
+            except Exception as exc:  # the API server refused: tried again at the next look
+                log.warning("deleting unnamed recommendations failed: %s", exc)
+
     def _work_loop(self) -> None:
         while not self._stop.is_set():
             try:
@@ -444,6 +548,8 @@ class RecommendationPublisher:
         ]
         if self._new_fits is not None:
             threads.append(threading.Thread(target=self._fit_loop, name="tmc-fits", daemon=True))
+        if self._named is not None:
+            threads.append(threading.Thread(target=self._collect_loop, name="tmc-gc", daemon=True))
         for t in threads:
             t.start()
         return threads
@@ -489,11 +595,44 @@ class ServiceDecisions:
         )
 
 
-class PublisherSettings(ExtenderSettings):
+class LedgerUtilization:
+    """The cluster's utilization from the ledger's mirror of the bound pods, read at most every
+    `max_age_seconds` (a burst of decisions shares one read)."""
+
+    def __init__(self, sessions: sessionmaker[Session], max_age_seconds: float = 2.0) -> None:
+        self._sessions = sessions
+        self._max_age = max_age_seconds
+        self._lock = threading.Lock()
+        self._at = -math.inf
+        self._value = Utilization()
+
+    def __call__(self) -> Utilization:
+        with self._lock:
+            if time.monotonic() - self._at >= self._max_age:
+                with unit_of_work(self._sessions) as session:
+                    self._value = ledger.utilization(session)
+                self._at = time.monotonic()
+            return self._value
+
+
+class PublisherSettings(FeederSettings):
     # How often every published pair is decided again against the cluster's utilization.
     publisher_refresh_seconds: float = Field(default=60.0, ge=1, le=86_400)
     # How often the publisher looks for profiles' new fits, to publish them at once.
     publisher_fit_poll_seconds: float = Field(default=2.0, ge=0.2, le=3_600)
+    # How long an object may go unnamed by any live pod before it is deleted.
+    publisher_gc_grace_seconds: float = Field(default=600.0, ge=1, le=30 * 86_400)
+
+
+@dataclass
+class _Prefetch:
+    """The feeder's prefetch target, made before the publisher (which reads the feeder's pairs)."""
+
+    to: list[RecommendationPublisher]
+
+    def prefetch(self, pod: PodAsk) -> None:
+        for publisher in self.to:
+            publisher.prefetch(pod)
 
 
 def main() -> None:
@@ -507,28 +646,34 @@ def main() -> None:
     try:
         api = api_client(settings.kubeconfig)
     except (config.ConfigException, OSError) as exc:
-        raise SystemExit(f"tmc publisher: no Kubernetes API to talk to ({exc})") from None
+        raise SystemExit(
+            f"tmc publisher: no Kubernetes API to talk to ({exc}); run it in a pod with its "
+            "service account, or set TMC_KUBECONFIG"
+        ) from None
     sessions = make_session_factory(make_engine(settings))
-    state = ClusterState()
-    publisher = RecommendationPublisher(
-        KubeRecommendations(api),
-        ServiceDecisions(sessions, state.utilization, settings.default_threshold),
-        refresh_seconds=settings.publisher_refresh_seconds,
-        new_fits=NewFits(sessions),
-        fit_poll_seconds=settings.publisher_fit_poll_seconds,
-    )
+    publisher_of: list[RecommendationPublisher] = []
     # The feeder tells the publisher of every pending opted-in pod (those already pending at
-    # its first listing too), and keeps the ledger a mirror of the bound pods.
+    # its first listing too), counts the pairs live pods name, and keeps the ledger a mirror of
+    # the bound pods.
     feeder = Feeder(
         KubeCluster(api),
         sessions,
-        state,
-        publisher,
+        _Prefetch(publisher_of),
         opt_in_resource=settings.opt_in_resource,
         resync_seconds=settings.resync_seconds,
         watch_timeout_seconds=settings.watch_timeout_seconds,
         mirror_retry_seconds=settings.mirror_retry_seconds,
     )
+    publisher = RecommendationPublisher(
+        KubeRecommendations(api),
+        ServiceDecisions(sessions, LedgerUtilization(sessions), settings.default_threshold),
+        refresh_seconds=settings.publisher_refresh_seconds,
+        new_fits=NewFits(sessions),
+        fit_poll_seconds=settings.publisher_fit_poll_seconds,
+        named=feeder.pairs_named,
+        gc_grace_seconds=settings.publisher_gc_grace_seconds,
+    )
+    publisher_of.append(publisher)
     log.info("published recommendations found at start: %d", publisher.load())
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -118,11 +118,11 @@ def test_no_route_opens_a_transaction_by_hand() -> None:
     assert offenders == []
 
 
-def test_the_extender_process_loads_no_web_framework_or_task_queue() -> None:
+def test_the_publisher_process_loads_no_web_framework_or_task_queue() -> None:
     # What the import contract says statically, checked on the running interpreter: everything
-    # the extender's entry point imports, and nothing of the API's stack among it.
+    # the publisher's entry point imports, and nothing of the API's stack among it.
     probe = (
-        "import sys, scheduler.__main__, scheduler.extender, scheduler.feeder;"
+        "import sys, scheduler.publisher, scheduler.feeder;"
         "print(','.join(sorted(m for m in ('fastapi', 'starlette', 'uvicorn', 'celery',"
         " 'kombu', 'redis') if m in sys.modules)))"
     )

@@ -74,7 +74,7 @@ mmdebstrap --variant=minbase --mode=root --include="$PACKAGES" \
     --customize-hook='rm -f "$1/tmp/build-ca.crt"' \
     --customize-hook='echo "tmc:x:10001:10001:tmc:/nonexistent:/usr/sbin/nologin" >> "$1/etc/passwd"; echo "tmc:x:10001:" >> "$1/etc/group"' \
     --customize-hook='for c in "tmc --help" "tmc-agent --help" "python -m api.bootstrap --help"; do chroot "$1" env PYTHONDONTWRITEBYTECODE=1 /opt/tmc/bin/$c >/dev/null || exit 1; done' \
-    --customize-hook='chroot "$1" env PYTHONDONTWRITEBYTECODE=1 /opt/tmc/bin/python -c "import api.app, scheduler.server, scheduler.__main__, api.tasks, tmc_agent.serve"' \
+    --customize-hook='chroot "$1" env PYTHONDONTWRITEBYTECODE=1 /opt/tmc/bin/python -c "import api.app, scheduler.publisher, api.tasks, tmc_agent.serve"' \
     "${TOOL_CHECK[@]}" \
     --customize-hook='find "$1/app" "$1/opt/tmc" -name __pycache__ -prune -exec rm -rf {} +' \
     --customize-hook='rm -f "$1/etc/resolv.conf"; echo tmc > "$1/etc/hostname"' \

@@ -4,7 +4,11 @@
 # and build cache as tests/scheduler/controlplane/build.sh, so that a warm cache rebuilds it in
 # seconds and CI's fresh clones on this machine share it.
 #
-# Usage: scheduler/plugin/build.sh      (idempotent; prints tmc-scheduler's path)
+# The binaries go into a folder named by a hash of the module's sources (engine-<hash>), so that
+# checkouts at different commits that share the cache never run each other's build, and a
+# checkout whose sources are unchanged reuses its build without invoking Go.
+#
+# Usage: scheduler/plugin/build.sh      (idempotent; prints the folder holding both binaries)
 set -euo pipefail
 
 K8S_VERSION=${TMC_K8S_VERSION:-v1.36.3}
@@ -32,6 +36,16 @@ if ! grep -q "k8s.io/kubernetes $K8S_VERSION\$" "$HERE/go.mod"; then
     exit 2
 fi
 
+# The hash covers everything go build reads from this module (not the module cache, which
+# go.sum pins).
+SOURCES=$(cd "$HERE" && find go.mod go.sum cmd pkg -type f \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' \) \
+    ! -name '*_test.go' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
+OUT=$BIN/engine-$SOURCES
+if [ -x "$OUT/tmc-scheduler" ] && [ -x "$OUT/tmc-extender" ]; then
+    echo "$OUT"
+    exit 0
+fi
+
 mkdir -p "$BIN"
 minor=$(echo "$K8S_VERSION" | cut -d. -f2)
 # Version stamping as the release build does, so that the binary reports the real version.
@@ -40,12 +54,18 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ldflags+=" -X $pkg.gitTreeState=clean"
 done
-# go build is itself incremental (the build cache): with nothing changed it relinks nothing and
-# leaves the binary as it is; it writes the output only when it succeeds.
+# Built into a private folder and renamed into place: a second build of the same sources running
+# at once (two checkouts) finds either nothing or a complete folder, never a half-written binary.
+work=$(mktemp -d "$BIN/.engine-$SOURCES.XXXXXX")
+trap 'rm -rf "$work"' EXIT
 start=$(date +%s)
 for cmd in tmc-scheduler tmc-extender; do
     (cd "$HERE" && "$GO" build -trimpath -tags selinux,notest,grpcnotrace -ldflags "$ldflags" \
-        -o "$BIN/$cmd" "./cmd/$cmd")
+        -o "$work/$cmd" "./cmd/$cmd")
 done
+if ! mv -T "$work" "$OUT" 2>/dev/null; then
+    # Another build of the same sources got there first: its binaries are the same.
+    [ -x "$OUT/tmc-scheduler" ] || { log "could not install $OUT"; exit 1; }
+fi
 log "built in $(( $(date +%s) - start )) s ($("$GO" version))"
-echo "$BIN/tmc-scheduler"
+echo "$OUT"

@@ -1,5 +1,5 @@
 """Fixtures for the scheduler tests: a real PostgreSQL with migrations applied, empty tables per
-test, and an extender wired to it."""
+test, and the ledger's test nodes."""
 
 from __future__ import annotations
 
@@ -16,12 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.services import profiles
 from api.settings import Settings
 from ledger import nodes as ledger_nodes
-from ledger import store as ledger
 from ledger.types import NodeCapacity
 from model.resources import GIB
-from scheduler.decisions import Recommender
-from scheduler.extender import Extender
-from scheduler.state import ClusterState
 from store.db import make_engine, make_session_factory, unit_of_work
 from tests.fixtures.database import empty_tables
 from tests.services import PostgresServer
@@ -125,24 +121,10 @@ def tiered_nodes() -> list[tuple[NodeCapacity, int | None]]:
     ]
 
 
-def register(sessions: sessionmaker[Session], state: ClusterState) -> None:
+def register(sessions: sessionmaker[Session]) -> None:
     with unit_of_work(sessions) as session:
         for cap, pool_bytes in tiered_nodes():
             ledger_nodes.register_node(session, cap, pool_bytes)
-        state.replace_all(*ledger.load(session))
-
-
-@pytest.fixture
-def cluster() -> RecordingCluster:
-    return RecordingCluster()
-
-
-@pytest.fixture
-def extender(sessions: sessionmaker[Session], cluster: RecordingCluster) -> Extender:
-    state = ClusterState()
-    register(sessions, state)
-    recommender = Recommender(sessions, state.utilization, ttl_seconds=60)
-    return Extender(state, recommender, cluster)
 
 
 def upload_example(sessions: sessionmaker[Session], name: str) -> None:

@@ -18,9 +18,10 @@ from prometheus_client import CollectorRegistry
 
 from api.app import tune_collection
 from api.deps import Metrics
-from scheduler.server import ExtenderMetrics
 
-CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "tmc"
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "tmc"
+GO_EXTENDER = ROOT / "scheduler" / "plugin" / "pkg" / "tmc" / "extender.go"
 K8S_VERSION = "1.36.0"
 # k8s.io/kube-scheduler/config/v1 Extender, ExtenderManagedResource, ExtenderTLSConfig.
 EXTENDER_FIELDS = {
@@ -326,10 +327,31 @@ PROMQL_WORDS = {
 }  # fmt: skip
 
 
+def go_extender_metrics() -> dict[str, set[str]]:
+    """The series tmc-extender registers (scheduler/plugin/pkg/tmc/extender.go): each vector's
+    name, kind and label names, read from its declaration."""
+    found: dict[str, set[str]] = {}
+    declared = re.findall(
+        r"prometheus\.New(Counter|Histogram)Vec\(prometheus\.\w+Opts\{\s*Name:\s*\"(\w+)\""
+        r".*?\}, \[\]string\{([^}]*)\}\)",
+        GO_EXTENDER.read_text(),
+        re.S,
+    )
+    assert len(declared) >= 3, declared
+    for kind, name, labels in declared:
+        names = set(re.findall(r'"(\w+)"', labels))
+        if kind == "Counter":
+            found[name] = names
+        else:
+            for suffix in ("_bucket", "_sum", "_count"):
+                found[name + suffix] = names | ({"le"} if suffix == "_bucket" else set())
+    return found
+
+
 def exported_metrics() -> dict[str, set[str]]:
     """Every metric the API's and the extender's /metrics expose, with its label names, taken
-    from the very registries the code builds."""
-    registries = [Metrics().registry, ExtenderMetrics().registry]
+    from the very registries the code builds (the Go extender's from its declarations)."""
+    registries = [Metrics().registry]
     api_process = CollectorRegistry()
     undo = tune_collection(api_process, 0)
     undo()
@@ -344,7 +366,7 @@ def exported_metrics() -> dict[str, set[str]]:
             suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
             for suffix in suffixes.get(metric.type, [""]):
                 found[metric.name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
-    return found
+    return {**found, **go_extender_metrics()}
 
 
 def test_every_alert_names_metrics_and_labels_the_code_exports() -> None:

@@ -1,10 +1,12 @@
 # The kubernetes client takes plain dicts for bodies at run time; its stubs say models only.
 # mypy: disable-error-code="arg-type,union-attr,no-untyped-call"
-"""End to end with a real control plane, every hop its own process: etcd, kube-apiserver and
-kube-scheduler (the chart's own KubeSchedulerConfiguration, the chart's RBAC), the extender
-(`python -m scheduler`: placing from its cache, mirroring into a real PostgreSQL ledger), and
+"""The extender front door end to end, every hop its own process: etcd, kube-apiserver and the
+stock kube-scheduler (the chart's extender KubeSchedulerConfiguration: mutual TLS,
+nodeCacheCapable, managedResources; the chart's RBAC) calling tmc-extender (the Go engine, built
+from scheduler/plugin with tmc-scheduler), the recommendation publisher on a real PostgreSQL
+(publishing TieredRecommendations, mirroring the bound pods into the ledger), and
 `tmc-agent serve` per fake node (fake sysfs/resctrl/cgroup trees: the hardware this machine
-lacks).
+lacks). As on the plugin's path, nothing on the placement path calls the service or PostgreSQL.
 
 The control plane is built from Go modules by controlplane/build.sh (cached outside the
 repository). Where it cannot be built the tests skip with the reason, except in CI (CI=true),
@@ -13,9 +15,13 @@ where that is a failure: these tests are what proves the cluster half.
 
 from __future__ import annotations
 
+import json
 import re
+import ssl
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,11 +39,11 @@ from tests.scheduler.controlplane import (
     NAMESPACE,
     SERVICE_ACCOUNTS,
     ControlPlane,
-    Unavailable,
-    unavailable,
 )
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import patterns as planned
+from tests.scheduler.controlplane import plugin as plugin_path
+from tests.scheduler.controlplane.goextender import GoExtenderProcess
 from tests.services import PostgresServer, wait_until
 
 pytestmark = pytest.mark.slow
@@ -45,13 +51,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def plane() -> Iterator[ControlPlane]:
-    try:
-        cp = ControlPlane()
-    except Unavailable as exc:
-        unavailable(exc)
-    cp.start()
+    cp = (
+        plugin_path.start_plugin_plane()
+    )  # builds tmc-extender too; the CRD and the publisher's RBAC
     c.use_ecdsa_extender_certificates(cp)  # the key type the chart makes
-    c.install_rbac(cp)
     yield cp
     cp.close()
 
@@ -59,11 +62,12 @@ def plane() -> Iterator[ControlPlane]:
 class Stack(c.PlacementStack):
     """The extender's placement path of one test module."""
 
-    process_logs = ("extender", "kube-scheduler")
+    process_logs = ("publisher", "tmc-extender", "kube-scheduler")
 
     def __init__(self, cp: ControlPlane, pg: PostgresServer) -> None:
         super().__init__(cp, pg)
-        self.extender = c.ExtenderProcess(cp, pg.url)
+        self.publisher = plugin_path.PublisherProcess(cp, pg.url)
+        self.extender = GoExtenderProcess(cp)
 
 
 @pytest.fixture(scope="module")
@@ -71,10 +75,13 @@ def stack(plane: ControlPlane, postgres: PostgresServer) -> Iterator[Stack]:
     empty_tables(postgres.dsn())
     s = Stack(plane, postgres)
     s.start_nodes()
+    s.publisher.start()
+    s.publisher.wait_ready()
     s.extender.start()
     plane.start_scheduler(c.scheduler_config(plane, s.extender.url))
     yield s
     s.stop_nodes()
+    s.publisher.stop()
     s.extender.stop()
     plane.stop_process("kube-scheduler")
 
@@ -179,10 +186,6 @@ def test_the_example_pod_is_placed_and_its_plan_reaches_the_node(stack: Stack, n
             (placement.recommendation_id,),
         ).fetchone()
     assert row is not None and row[1] == conf.llc_ways
-    # kube-scheduler's requests were read as bytes, never parsed name by name.
-    metrics = stack.extender.metrics()
-    assert 'tmc_extender_node_lists_total{read="bytes"}' in metrics
-    assert 'tmc_extender_node_lists_total{read="parsed"}' not in metrics
 
     node = node_of(stack, placement.node)
     cgroup = node.kubelet_starts(uid, threads=[4242, 4243])
@@ -239,10 +242,29 @@ def test_fallbacks_and_disjoint_masks(stack: Stack, ns: str) -> None:
             assert p.spec.node_name != "dram-only"
 
 
+def test_the_verbs_refuse_a_caller_without_the_schedulers_certificate(stack: Stack) -> None:
+    """A probe (the CA trusted, no client certificate) reads /readyz but not the verbs."""
+    ctx = c.probe_tls(stack.extender.tls)
+    body = json.dumps({"Pod": c.opted_in_pod("x", "graph500"), "NodeNames": [], "Nodes": None})
+    request = urllib.request.Request(
+        stack.extender.url + "/filter", data=body.encode(), method="POST"
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=5, context=ctx)
+    assert refused.value.code == 401
+    assert "client certificate" in json.loads(refused.value.read())["Error"]
+    other = ssl.create_default_context(cafile=str(stack.extender.tls / "ca.crt"))
+    with urllib.request.urlopen(
+        stack.extender.url.replace("/scheduler", "/readyz"), timeout=5, context=other
+    ) as ok:
+        assert ok.status == 200
+
+
 def test_extender_killed_mid_burst_and_restarted(stack: Stack, ns: str) -> None:
-    """SIGKILL while binds are in flight, a pod deleted and a ledger row lost while it is down:
-    after the restart (its cache rebuilt from the API server) no pod is bound twice, nothing is
-    over-committed, and the mirror equals the bound pods: no leak, the lost row restored."""
+    """tmc-extender SIGKILLed while binds are in flight and a pod deleted while it is down:
+    after the restart (its cache rebuilt from the API server) every pod is placed with its
+    recommendation, none twice, nothing is over-committed, and the mirror (the publisher's,
+    which kept running) equals the bound pods: no leak."""
     names = [f"b{i}" for i in range(24)]
     creator = threading.Thread(
         target=c.create_pods,
@@ -258,13 +280,16 @@ def test_extender_killed_mid_burst_and_restarted(stack: Stack, ns: str) -> None:
     creator.join()
     bound_now = [p for p in stack.api.list_namespaced_pod(ns).items if p.spec.node_name]
     assert bound_now, "some pods were bound before the kill"
-    gone, lost = str(bound_now[0].metadata.name), str(bound_now[-1].metadata.name)
+    gone = str(bound_now[0].metadata.name)
     stack.api.delete_namespaced_pod(gone, ns, grace_period_seconds=0)
-    with psycopg.connect(stack.dsn, autocommit=True) as conn:
-        conn.execute("DELETE FROM reservations WHERE namespace = %s AND pod_name = %s", (ns, lost))
     stack.extender.start()
     left = [n for n in names if n != gone]
     pods = placed(stack, left, ns, timeout=120)
+    assert all(
+        (q := Placement.from_annotations(pod.metadata.annotations)) is not None
+        and q.fallback is None
+        for pod in pods.values()
+    )
     held = mirrored(stack, ns)
     assert set(held) == {f"{ns}/{n}" for n in left}, "no leak, nothing missing"
     for n in left:  # each pod bound once, where its ledger row says
@@ -284,8 +309,8 @@ def test_kube_scheduler_restarted(stack: Stack, ns: str) -> None:
 
 
 def test_postgres_down_during_a_burst(stack: Stack, ns: str) -> None:
-    """PostgreSQL stopped in the middle of a burst: pods whose workload has a known decision
-    are still placed (from the extender's cache; the decision may be stale, never a fallback),
+    """PostgreSQL stopped in the middle of a burst: pods of a published pair are still placed
+    with its recommendation (the engine reads the published object, never the database),
     nothing is over-committed, and once PostgreSQL is back the mirror equals the bound pods,
     a pod deleted while it was down included."""
     c.create_pods(stack.api, [c.opted_in_pod("warm", "graph500")], ns)
@@ -315,7 +340,7 @@ def test_postgres_down_during_a_burst(stack: Stack, ns: str) -> None:
 
 
 def test_api_service_down_does_not_stop_placement(stack: Stack, ns: str) -> None:
-    """The extender asks the service layer in-process (api.decisions), so the API service's
+    """The publisher asks the service layer in-process (api.decisions), so the API service's
     pods are not on the placement path: this stack runs none at all, and pods still get
     recommendations (not fallbacks) that land in the decision log."""
     c.create_pods(stack.api, [c.opted_in_pod(f"a{i}", "graph500") for i in range(3)], ns)
@@ -338,9 +363,7 @@ def test_two_scheduler_extender_pairs_with_leader_election_under_a_burst(
     mid-burst: the other pair takes over from its own cache, kept by the watch. Nothing is
     over-committed, checked on the bound pods' placements at the API server and on the mirror,
     which equals them; only a leader's extender was called."""
-    second = c.ExtenderProcess(
-        stack.cp, stack.pg.url, name="extender-2", env={"TMC_LEDGER_MIRROR": "false"}
-    )
+    second = GoExtenderProcess(stack.cp, name="tmc-extender-2")
     second.start()
     first_config = c.with_short_lease(
         c.scheduler_config(stack.cp, stack.extender.url, leaderElect=True)
@@ -381,7 +404,7 @@ def _bound_count(stack: Stack, ns: str) -> int:
     return len([p for p in stack.api.list_namespaced_pod(ns).items if p.spec.node_name])
 
 
-def _verb_calls(extender: c.ExtenderProcess) -> float:
+def _verb_calls(extender: GoExtenderProcess) -> float:
     """Filter calls the extender has answered, from its /metrics."""
     found = re.findall(
         r'^tmc_extender_requests_total\{outcome="[^"]+",verb="filter"\} (\S+)$',
@@ -406,8 +429,8 @@ _seen: dict[str, tuple[int, float]] = {}
 
 
 def test_pending_pod_waits_for_room_then_binds(stack: Stack, ns: str) -> None:
-    """A pod that fits nowhere now stays pending with the extender's reasons and is placed
-    when a reservation is released."""
+    """A pod that fits nowhere now stays pending with the engine's reasons and is placed when
+    a reservation is released."""
     big = [c.opted_in_pod(f"big{i}", None, cpu="12") for i in range(4)]
     c.create_pods(stack.api, big, ns)
     placed(stack, [f"big{i}" for i in range(4)], ns)
@@ -429,8 +452,14 @@ def test_the_rendered_chart_is_accepted_by_the_real_api_server(stack: Stack) -> 
         created = 0
         for name, text in rendered.items():
             for doc in yaml.safe_load_all(text):
-                # RBAC and the admission policies are installed already (cluster.install_rbac).
-                installed = name.endswith(("rbac.yaml", "admission.yaml"))
+                # RBAC and the admission policies are installed already (cluster.install_rbac),
+                # and so are the plugin's and the publisher's accounts and roles
+                # (plugin.install_plugin).
+                installed = name.endswith(("rbac.yaml", "admission.yaml")) or (
+                    name.endswith("plugin.yaml")
+                    and doc
+                    and doc["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+                )
                 if not doc or doc["kind"] == "ServiceMonitor" or installed:
                     continue
                 k8s_utils.create_from_dict(client, doc, namespace=NAMESPACE, dry_run="All")

@@ -78,7 +78,7 @@ def stack() -> Iterator[Stack]:
         config_map = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "ConfigMap")
         config = cp.dir / "plugin-config-forgery.yaml"
         config.write_text(config_map["data"]["scheduler-config.yaml"])
-        cp.start_scheduler(config, binary=p.SCHEDULER_BINARY, name="tmc-scheduler")
+        cp.start_scheduler(config, binary=p.engine_binary("tmc-scheduler"), name="tmc-scheduler")
         # Then a node annotates itself into the same pool claiming 4 PB, while the scheduler
         # runs: on the previous engine a pool was as large as the last node to say so.
         c.register_node(api, tmc_node("greedy", 4 * 10**15))

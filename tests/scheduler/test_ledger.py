@@ -1,13 +1,12 @@
 """The ledger on a real PostgreSQL: contiguous runs, rack pools and row locks (its own placements,
 for the embedded demo); the mirror of the bound pods' placements; and the feeder's handling of
-node and pod events, for the extender's cache and for the mirror, with the database down and
+node and pod events for the mirror and the pairs live pods name, with the database down and
 back."""
 
 from __future__ import annotations
 
 import copy
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -19,11 +18,8 @@ from ledger import nodes as ledger_nodes
 from ledger import store as ledger
 from ledger.types import Held, HeldElsewhere, NodeCapacity, NoRoom
 from model.node_contract import PlacedConfiguration, Placement
-from model.packing import Ask, is_contiguous
 from model.resources import GIB
-from scheduler.decisions import Recommender
-from scheduler.feeder import Feeder, node_capacity, placed_of
-from scheduler.state import ClusterState, Wanted
+from scheduler.feeder import Feeder, node_capacity
 from store.db import unit_of_work
 from store.orm import Node, PlacementRecord, Reservation
 from tests.scheduler.conftest import register
@@ -39,14 +35,13 @@ def want(uid: str, ways: int | None = 4, slow: int = 0, dram: int = GIB) -> ledg
 
 
 @pytest.fixture
-def state(sessions: sessionmaker[Session]) -> ClusterState:
-    s = ClusterState()
-    register(sessions, s)
-    return s
+def state(sessions: sessionmaker[Session]) -> None:
+    """The ledger's test nodes registered."""
+    register(sessions)
 
 
 def test_runs_are_best_fit_and_released_ways_are_reused(
-    sessions: sessionmaker[Session], state: ClusterState
+    sessions: sessionmaker[Session], state: None
 ) -> None:
     with unit_of_work(sessions) as session:
         a = reserve(session, "node-1", want("a", 4))
@@ -62,7 +57,7 @@ def test_runs_are_best_fit_and_released_ways_are_reused(
 
 
 def test_reserve_is_idempotent_per_pod_and_never_takes_another_nodes_row(
-    sessions: sessionmaker[Session], state: ClusterState
+    sessions: sessionmaker[Session], state: None
 ) -> None:
     with unit_of_work(sessions) as session:
         first = reserve(session, "node-1", want("a"))
@@ -79,7 +74,7 @@ def test_reserve_is_idempotent_per_pod_and_never_takes_another_nodes_row(
 
 
 def test_a_row_older_than_any_bind_is_a_dead_attempts_and_moves(
-    sessions: sessionmaker[Session], state: ClusterState
+    sessions: sessionmaker[Session], state: None
 ) -> None:
     # The extender killed between its commit and its Binding: the pod is still unbound, and its
     # retry may go to another node once no bind can still be in flight.
@@ -96,7 +91,7 @@ def test_a_row_older_than_any_bind_is_a_dead_attempts_and_moves(
 
 
 def test_a_failed_attempt_releases_only_a_row_no_other_attempt_relies_on(
-    sessions: sessionmaker[Session], state: ClusterState
+    sessions: sessionmaker[Session], state: None
 ) -> None:
     with unit_of_work(sessions) as session:
         ledger.reserve(session, "node-1", want("a"), attempt="first")
@@ -111,7 +106,7 @@ def test_a_failed_attempt_releases_only_a_row_no_other_attempt_relies_on(
 
 
 def test_slow_memory_comes_from_the_rack_pool_and_the_pool_runs_out(
-    sessions: sessionmaker[Session], state: ClusterState
+    sessions: sessionmaker[Session], state: None
 ) -> None:
     with unit_of_work(sessions) as session:
         ledger_nodes.register_node(
@@ -134,7 +129,7 @@ def ledger_node(name: str, pool: str | None) -> NodeCapacity:
 
 
 def test_concurrent_pool_binds_from_two_nodes_never_overbook_the_pool(
-    sessions: sessionmaker[Session], state: ClusterState
+    sessions: sessionmaker[Session], state: None
 ) -> None:
     with unit_of_work(sessions) as session:
         ledger_nodes.register_node(session, ledger_node("node-5", "rack-a"), None)
@@ -160,7 +155,7 @@ def test_concurrent_pool_binds_from_two_nodes_never_overbook_the_pool(
         assert ledger.pool_used(session, "rack-a") == 240 * GIB
 
 
-def test_no_room_reasons(sessions: sessionmaker[Session], state: ClusterState) -> None:
+def test_no_room_reasons(sessions: sessionmaker[Session], state: None) -> None:
     with unit_of_work(sessions) as session:
         with pytest.raises(NoRoom, match="contiguous LLC ways"):
             reserve(session, "node-4", want("a", 9))
@@ -176,7 +171,7 @@ def placed(uid: str, node: str, mask: int, rec: str | None = None) -> ledger.Pla
 
 
 def test_mirror_makes_the_ledger_equal_to_the_bound_pods(
-    sessions: sessionmaker[Session], state: ClusterState
+    sessions: sessionmaker[Session], state: None
 ) -> None:
     with unit_of_work(sessions) as session:
         gone = reserve(session, "node-1", want("gone"))
@@ -288,93 +283,77 @@ def reservations(sessions: sessionmaker[Session]) -> dict[str, tuple[str, int]]:
         return {r.pod_uid: (r.node_name, r.llc_mask) for r in session.scalars(select(Reservation))}
 
 
-def test_feeder_events_keep_the_cache_and_the_mirror_in_step(
-    sessions: sessionmaker[Session],
-) -> None:
-    state = ClusterState()
-    recommender = Recommender(sessions, state.utilization)
+def opted_in(uid: str, workload: str, objective: str, node: str | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "uid": uid,
+            "name": uid,
+            "namespace": "default",
+            "annotations": {"tmc.dev/workload": workload, "tmc.dev/objective": objective},
+        },
+        "spec": {
+            **({"nodeName": node} if node else {}),
+            "containers": [{"resources": {"requests": {"tmc.dev/tiered": "1"}}}],
+        },
+        "status": {"phase": "Running" if node else "Pending"},
+    }
+
+
+def test_feeder_events_keep_the_mirror_in_step(sessions: sessionmaker[Session]) -> None:
     listed = ListedCluster()
-    feeder = Feeder(listed, sessions, state, recommender)  # type: ignore[arg-type]
+    feeder = Feeder(listed, sessions)  # type: ignore[arg-type]
     feeder.mirror_all()  # the first listing: nothing there yet
     feeder.on_node("ADDED", TIERED_NODE)
-    assert state.node("node-7") is not None
     pod = bound_pod("p1", "node-7", 0xF0, slow=10 * GIB)
     feeder.on_pod("MODIFIED", pod)
-    cached = state.held("p1")
-    assert cached is not None and cached.slow_from_pool and cached.llc_mask == 0xF0
-    assert state.utilization().slow > 0
     feeder.mirror_pending()
     assert reservations(sessions) == {"p1": ("node-7", 0xF0)}
     with unit_of_work(sessions) as session:
         assert session.get(Node, "node-7") is not None
         logged = session.get(PlacementRecord, "p1")
         assert logged is not None and logged.llc_ways == 4 and logged.slow_ratio == 0.5
+        assert ledger.utilization(session).slow > 0  # what the publisher decides against
     feeder.on_pod("DELETED", pod)
-    assert state.held("p1") is None and state.used_mask("node-7") == 0
     feeder.mirror_pending()
     assert reservations(sessions) == {}
     with unit_of_work(sessions) as session:  # the evidence for verification runs stays
         assert session.get(PlacementRecord, "p1") is not None
     feeder.on_node("DELETED", TIERED_NODE)
-    assert state.node("node-7") is not None and not state.node("node-7").ready  # type: ignore[union-attr]
-    verdict = state.filter(["node-7"], Ask(1, GIB, 0, 1))
-    assert verdict.full_now == {"node-7": "tmc: node is not ready"}
     feeder.mirror_pending()
     with unit_of_work(sessions) as session:
         assert not session.get(Node, "node-7").ready  # type: ignore[union-attr]
 
 
-def test_a_bound_pods_annotation_replaces_what_the_cache_assumed(
-    sessions: sessionmaker[Session], state: ClusterState
-) -> None:
-    """Whoever bound the pod, the API server's placement is what it holds."""
-    feeder = Feeder(ListedCluster(), None, state)  # type: ignore[arg-type]
-    wanted = Wanted("p1", "default", "p1", 1, GIB, 0, 4)
-    assert state.assume("node-1", wanted, "attempt").llc_mask == 0xF
-    feeder.on_pod("MODIFIED", bound_pod("p1", "node-1", 0xF00))
-    assert state.held("p1").llc_mask == 0xF00  # type: ignore[union-attr]
-    assert state.used_mask("node-1") == 0xF00 and state.in_flight() == {}
-    assert not state.forget("p1", "node-1", "attempt")  # bound: no attempt may drop it
-
-
-def test_a_rebuild_keeps_binds_in_flight_and_what_the_listing_could_not_see(
-    sessions: sessionmaker[Session], state: ClusterState
-) -> None:
+def test_the_feeder_counts_the_pairs_live_pods_name() -> None:
+    """Pending and bound opted-in pods name their (workload, canonical objective) pair; a pod
+    deleted or finished names nothing; a listing replaces what the events said."""
     listed = ListedCluster()
-    listed.nodes = [TIERED_NODE]
-    listed.pods = {"old": bound_pod("old", "node-7", 0x3)}
-    feeder = Feeder(listed, None, state)  # type: ignore[arg-type]
+    listed.pods = {"a": opted_in("a", "kv", "slo:5.000%")}
+    feeder = Feeder(listed, None)  # type: ignore[arg-type]
     feeder.sync()
-    assert state.node("node-1") is None  # the listing is the truth: node-7 only
-    assert state.used_mask("node-7") == 0x3
-    state.assume("node-7", Wanted("flying", "default", "flying", 1, GIB, 0, 2), "a")
-    feeder.sync()  # a listing that cannot show the bind in flight
-    assert state.used_mask("node-7") == 0x3 | 0xC
-    listed.pods.pop("old")  # deleted: gone with the next listing
-    feeder.sync()
-    assert state.used_mask("node-7") == 0xC and state.in_flight() == {"flying": "a"}
-    # A listing begun before a pod's deletion reached the watch does not bring it back, and
-    # one begun before a pod's placement reached it does not drop it.
-    listed.pods["late"] = bound_pod("late", "node-7", 0x30)
-    feeder.on_pod("MODIFIED", listed.pods["late"])
-    began = time.monotonic()
-    feeder.on_pod("DELETED", listed.pods["late"])
-    feeder.on_pod("MODIFIED", bound_pod("new", "node-7", 0xC0))
-    cap, late = node_capacity(TIERED_NODE), placed_of(listed.pods["late"])
-    assert cap is not None and late is not None
-    state.rebuild([cap[0]], {"rack-b": 384 * GIB}, [late.held], listed_at=began)
-    assert state.held("late") is None and state.used_mask("node-7") == 0xC | 0xC0
+    assert feeder.pairs_named() == {("kv", "slo:5%")}
+    feeder.on_pod("ADDED", opted_in("b", "db", "cheapest", node="node-1"))
+    plain = opted_in("c", "web", "cheapest")
+    plain["spec"]["containers"] = [{}]
+    feeder.on_pod("ADDED", plain)  # not opted in: names nothing
+    assert feeder.pairs_named() == {("kv", "slo:5%"), ("db", "cheapest")}
+    finished = opted_in("b", "db", "cheapest", node="node-1")
+    finished["status"]["phase"] = "Succeeded"
+    feeder.on_pod("MODIFIED", finished)
+    feeder.on_pod("DELETED", listed.pods["a"])
+    assert feeder.pairs_named() == set()
+    feeder.sync()  # the listing still has a: it names its pair again
+    assert feeder.pairs_named() == {("kv", "slo:5%")}
 
 
 def test_the_mirror_catches_up_after_the_database_was_down(
     sessions: sessionmaker[Session], postgres: PostgresServer
 ) -> None:
-    """Events while PostgreSQL is down keep the cache; the mirror, stale, is rewritten from a
+    """Events while PostgreSQL is down are not lost: the mirror, stale, is rewritten from a
     listing once the database answers, equal to the bound pods."""
-    state = ClusterState()
     listed = ListedCluster()
     listed.nodes = [TIERED_NODE]
-    feeder = Feeder(listed, sessions, state)  # type: ignore[arg-type]
+    feeder = Feeder(listed, sessions)  # type: ignore[arg-type]
     feeder.sync()
     feeder.mirror_pending()
     kept = bound_pod("kept", "node-7", 0x1)
@@ -389,19 +368,8 @@ def test_the_mirror_catches_up_after_the_database_was_down(
         feeder.on_pod("DELETED", listed.pods.pop("kept"))
         with pytest.raises(OperationalError):
             feeder.mirror_pending()
-        assert state.used_mask("node-7") == 0x70  # placement goes on from the cache
     finally:
         postgres.start()
     feeder.mirror_pending()  # stale: a fresh listing, written in full
     assert reservations(sessions) == {f"b{i}": ("node-7", 0x10 << i) for i in range(3)}
     assert feeder.last_mirror is not None and feeder.last_mirror.released == ["kept"]
-
-
-def test_masks_in_the_cache_match_the_ledger(
-    sessions: sessionmaker[Session], state: ClusterState
-) -> None:
-    with unit_of_work(sessions) as session:
-        for i in range(5):
-            state.hold(reserve(session, "node-1", want(f"p{i}", 3)))
-    assert state.used_mask("node-1") == (1 << 15) - 1
-    assert all(is_contiguous(h.llc_mask) for h in state.all_held())

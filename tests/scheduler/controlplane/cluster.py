@@ -1,8 +1,8 @@
 # The kubernetes client takes plain dicts for bodies at run time; its stubs say models only.
 # mypy: disable-error-code="arg-type,union-attr,no-untyped-call"
 """The whole placement path on loopback, every hop a real process: the control plane, the chart's
-RBAC and KubeSchedulerConfiguration, the extender (`python -m scheduler`; beside each of several
-kube-scheduler replicas with leader election, as the chart runs them) on a real PostgreSQL, and a
+RBAC and KubeSchedulerConfiguration for the stock kube-scheduler calling tmc-extender (beside
+each of several kube-scheduler replicas with leader election, as the chart runs them), and a
 node agent (`tmc-agent serve`) per fake node on a fake host tree (sysfs, resctrl, cgroup v2: the
 only fakes, for hardware this machine lacks).
 
@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -388,60 +387,6 @@ class ComponentProcess:
                 self.proc.kill()
                 self.proc.wait(5)
             self.proc = None
-
-
-class ExtenderProcess(ComponentProcess):
-    """`python -m scheduler` with the extender's own service-account identity."""
-
-    def __init__(
-        self,
-        cp: ControlPlane,
-        database_url: str,
-        name: str = "extender",
-        *,
-        env: dict[str, str] | None = None,
-        mirror_only: bool = False,
-    ) -> None:
-        self.port = free_port()
-        self.mirror_only = mirror_only
-        own = {
-            "TMC_DATABASE_URL": database_url,
-            "TMC_KUBECONFIG": str(cp.kubeconfig("extender")),
-            "TMC_EXTENDER_HOST": "127.0.0.1",
-            "TMC_EXTENDER_PORT": str(self.port),
-            "TMC_RESYNC_SECONDS": "3600",
-            "TMC_EXTENDER_TLS_CERT_FILE": str(cp.extender_tls / "tls.crt"),
-            "TMC_EXTENDER_TLS_KEY_FILE": str(cp.extender_tls / "tls.key"),
-            "TMC_EXTENDER_CLIENT_CA_FILE": str(cp.extender_tls / "ca.crt"),
-            "TMC_EXTENDER_CLIENT_NAMES": '["tmc-scheduler"]',
-        }
-        super().__init__(cp.dir / f"{name}.log", {**own, **(env or {})})
-        self.tls = cp.extender_tls
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}/scheduler"
-
-    def start(self, wait: bool = True) -> None:
-        self.spawn("scheduler", *(["--mirror-only"] if self.mirror_only else []))
-        if wait:
-            self.wait_ready()
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        def ready() -> bool:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the extender exited: {self.log.read_text()[-2000:]}")
-            url = f"https://127.0.0.1:{self.port}/readyz"
-            with urllib.request.urlopen(url, timeout=1, context=probe_tls(self.tls)) as r:
-                return bool(r.status == 200)
-
-        wait_until(ready, timeout, "extender")
-
-    def metrics(self) -> str:
-        url = f"https://127.0.0.1:{self.port}/metrics"
-        with urllib.request.urlopen(url, timeout=5, context=probe_tls(self.tls)) as r:
-            return str(r.read().decode())
 
 
 class RoundRobinService:

@@ -9,6 +9,7 @@ import urllib.request
 
 from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane.cluster import probe_tls
+from tests.scheduler.controlplane.plugin import engine_binary
 from tests.services import free_port, wait_until
 
 
@@ -28,7 +29,7 @@ class GoExtenderProcess:
     def start(self, wait: bool = True) -> None:
         self.proc = subprocess.Popen(
             [
-                str(self.cp.bin / "tmc-extender"),
+                engine_binary("tmc-extender"),
                 f"--kubeconfig={self.cp.kubeconfig('extender')}",
                 f"--listen=127.0.0.1:{self.port}",
                 f"--tls-cert-file={self.tls / 'tls.crt'}",
@@ -52,6 +53,12 @@ class GoExtenderProcess:
                 return bool(r.status == 200)
 
         wait_until(ready, timeout, "tmc-extender")
+
+    def metrics(self) -> str:
+        """/metrics, open to probes as the chart's ServiceMonitor reads it."""
+        url = f"https://127.0.0.1:{self.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5, context=probe_tls(self.tls)) as r:
+            return str(r.read().decode())
 
     def kill(self) -> None:
         """SIGKILL: a crash, no graceful shutdown."""

@@ -35,18 +35,27 @@ from tests.scheduler.controlplane.cluster import (
 from tests.services import wait_until
 
 CRD = ROOT / "deploy" / "helm" / "tmc" / "crds" / "tieredrecommendations.yaml"
-SCHEDULER_BINARY = "tmc-scheduler"
-
-
 PLUGIN_BUILD = ROOT / "scheduler" / "plugin" / "build.sh"
+_built: list[Path] = []  # this checkout's engine folder, once built
 
 
-def build_scheduler() -> None:
-    """tmc-scheduler from this checkout, always: the binary in the shared cache may come from
-    another one, and go build relinks nothing when it is current (about a second)."""
+def build_scheduler() -> Path:
+    """tmc-scheduler and tmc-extender from this checkout's sources: build.sh keeps them in a
+    folder named by the sources' hash, so another checkout sharing the cache never runs this
+    one's build nor this one its (an unchanged checkout costs a hash of its files)."""
     built = subprocess.run(["bash", str(PLUGIN_BUILD)], check=False, capture_output=True, text=True)
     if built.returncode != 0:
         raise Unavailable(f"tmc-scheduler did not build: {built.stderr[-2000:]}")
+    folder = Path(built.stdout.strip().splitlines()[-1])
+    _built[:] = [folder]
+    return folder
+
+
+def engine_binary(name: str) -> str:
+    """The absolute path of this checkout's `tmc-scheduler` or `tmc-extender` (built first if
+    this process has not yet)."""
+    folder = _built[0] if _built else build_scheduler()
+    return str(folder / name)
 
 
 def start_plugin_plane(*, legacy_watches: bool = False) -> ControlPlane:
@@ -108,18 +117,28 @@ def plugin_config(cp: ControlPlane, name: str = "tmc-scheduler", **extra: Any) -
 
 
 def start_plugin_scheduler(cp: ControlPlane, name: str = "tmc-scheduler", **extra: Any) -> None:
-    cp.start_scheduler(plugin_config(cp, name, **extra), binary=SCHEDULER_BINARY, name=name)
+    cp.start_scheduler(
+        plugin_config(cp, name, **extra), binary=engine_binary("tmc-scheduler"), name=name
+    )
 
 
 class PublisherProcess(ComponentProcess):
     """`python -m scheduler.publisher` with the publisher's own service-account identity."""
 
-    def __init__(self, cp: ControlPlane, database_url: str, *, refresh_seconds: float = 3600):
+    def __init__(
+        self,
+        cp: ControlPlane,
+        database_url: str,
+        *,
+        refresh_seconds: float = 3600,
+        gc_grace_seconds: float = 600,
+    ):
         env = {
             "TMC_DATABASE_URL": database_url,
             "TMC_KUBECONFIG": str(cp.kubeconfig("publisher")),
             "TMC_RESYNC_SECONDS": "3600",
             "TMC_PUBLISHER_REFRESH_SECONDS": str(refresh_seconds),
+            "TMC_PUBLISHER_GC_GRACE_SECONDS": str(gc_grace_seconds),
         }
         super().__init__(cp.dir / "publisher.log", env)
 

@@ -53,7 +53,7 @@ func parse() options {
 	flag.StringVar(&o.clientNames, "client-names", "", "comma-separated common names that may call the verbs (empty: any the CA signed)")
 	flag.BoolVar(&o.insecureHTTP, "insecure-http", false, "serve the verbs over plain HTTP, unauthenticated (tests and demos only)")
 	flag.DurationVar(&o.recommendationWait, "recommendation-wait", tmc.DefaultRecommendationWait,
-		"how long a pod of a pair with no published recommendation waits for it before the fallback (0..5m)")
+		"how long a pod of a pair with no published recommendation waits for it before the fallback (0..5m; negative, the default: until it is published)")
 	flag.Float64Var(&o.qps, "kube-api-qps", 200, "requests per second to the API server")
 	flag.IntVar(&o.burst, "kube-api-burst", 400, "burst of requests to the API server")
 	flag.Int64Var(&o.maxBodyBytes, "max-body-bytes", tmc.DefaultMaxBodyBytes,
@@ -99,8 +99,11 @@ func run(o options) error {
 	if o.maxBodyBytes < 1024 || o.maxBodyBytes > 1<<30 {
 		return fmt.Errorf("--max-body-bytes must be in 1 KiB..1 GiB, not %d", o.maxBodyBytes)
 	}
-	if o.recommendationWait < 0 || o.recommendationWait > 5*time.Minute {
-		return fmt.Errorf("--recommendation-wait must be in 0..5m, not %s", o.recommendationWait)
+	if o.recommendationWait < 0 {
+		o.recommendationWait = tmc.WaitUntilPublished // any negative wait: until published
+	}
+	if o.recommendationWait > 5*time.Minute {
+		return fmt.Errorf("--recommendation-wait must be negative (until published) or in 0..5m, not %s", o.recommendationWait)
 	}
 	given := map[string]string{}
 	for _, pair := range strings.Split(o.rackPools, ",") {

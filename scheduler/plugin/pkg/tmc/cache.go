@@ -65,7 +65,16 @@ type Cache struct {
 	claims     map[string]int64               // node -> the pool size it publishes
 	member     map[string]string              // node -> its rack pool
 	racks      map[string]map[string]struct{} // rack pool -> its nodes
+	// Pods released for good (deleted or finished), newest last: a late observation of such a
+	// pod (an informer's event delivered after the queueing hint released it) must not count it
+	// again. UIDs never come back; the most recent releasedKept are remembered.
+	released      map[types.UID]struct{}
+	releasedOrder []types.UID
 }
+
+// releasedKept bounds the released pods remembered: far more than can be in flight between
+// two listeners of one event.
+const releasedKept = 65536
 
 // NewCache is an empty cache.
 func NewCache() *Cache {
@@ -76,6 +85,7 @@ func NewCache() *Cache {
 		claims:     map[string]int64{},
 		member:     map[string]string{},
 		racks:      map[string]map[string]struct{}{},
+		released:   map[types.UID]struct{}{},
 	}
 }
 
@@ -276,6 +286,14 @@ func (c *Cache) Release(uid types.UID) {
 	if held, ok := c.pods[uid]; ok {
 		c.removeLocked(held)
 	}
+	if _, seen := c.released[uid]; !seen {
+		c.released[uid] = struct{}{}
+		c.releasedOrder = append(c.releasedOrder, uid)
+		if len(c.releasedOrder) > releasedKept {
+			delete(c.released, c.releasedOrder[0])
+			c.releasedOrder = c.releasedOrder[1:]
+		}
+	}
 }
 
 // Bind records what a bound pod's placement annotation says it holds, replacing what Reserve
@@ -291,6 +309,9 @@ func (c *Cache) Bind(uid types.UID, p *Placement) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if _, gone := c.released[uid]; gone {
+		return // deleted or finished: a late event of it counts nothing
+	}
 	if held, ok := c.pods[uid]; ok {
 		if held == r {
 			return
@@ -298,6 +319,23 @@ func (c *Cache) Bind(uid types.UID, p *Placement) {
 		c.removeLocked(held)
 	}
 	c.addLocked(r)
+}
+
+// BoundOn lists the pods counted as bound on a node.
+func (c *Cache) BoundOn(node string) []types.UID {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	use := c.nodes[node]
+	if use == nil {
+		return nil
+	}
+	out := make([]types.UID, 0, len(use.masks))
+	for uid := range use.masks {
+		if r, ok := c.pods[uid]; ok && r.Bound {
+			out = append(out, uid)
+		}
+	}
+	return out
 }
 
 // Held is a pod's reservation, if the cache has one.

@@ -229,3 +229,16 @@ func TestARackPoolsSizeIsTheOperatorsNotTheLastNodes(t *testing.T) {
 		t.Fatalf("configured 0: got %d", u.PoolSlowBytes)
 	}
 }
+
+// A pod released for good is not counted again by a late event of it.
+func TestAReleasedPodIsNotCountedAgainByALateEvent(t *testing.T) {
+	c := NewCache()
+	ways := "0x3"
+	p := &Placement{Node: "a", Configuration: PlacedConfiguration{VCPUs: 1, DRAMBytes: 1 << 30, LLCWays: 2}, LLCMask: ways}
+	c.Bind("u", p)
+	c.Release("u")
+	c.Bind("u", p)
+	if _, ok := c.Held("u"); ok || c.Len() != 0 {
+		t.Fatalf("a late event counted a released pod again")
+	}
+}

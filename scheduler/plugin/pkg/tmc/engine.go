@@ -27,7 +27,14 @@ type Engine struct {
 	// wait is how long a pod whose workload has no published recommendation waits for one.
 	wait time.Duration
 	now  func() time.Time
+	// fence, when set, must be held at each bind (a stale leader binds nothing).
+	fence *Fence
+	// podExists reports whether the pod informer's store still holds a pod (nil: no store).
+	podExists func(types.UID) bool
 }
+
+// SetFence makes every bind require the placement lease.
+func SetFence(e *Engine, f *Fence) { e.fence = f }
 
 // NewEngine is an engine with an empty cache. published may be nil (pods' annotations only);
 // wait is how long, from its creation, a pod of an unpublished pair waits for its object.
@@ -39,11 +46,18 @@ func NewEngine(client kubernetes.Interface, published Published, wait time.Durat
 func (e *Engine) Cache() *Cache { return e.cache }
 
 // Refusal is why a pod cannot be placed now. Waiting: its recommendation may still come (try
-// again shortly); otherwise no node will ever take it as it is.
+// again); otherwise no node will ever take it as it is. UntilPublished: it waits for its pair's
+// object with no deadline, and moves when the object appears (the plugin's queueing hint; the
+// extender's callers retry it with their backoff).
 type Refusal struct {
-	Message string
-	Waiting bool
+	Message        string
+	Waiting        bool
+	UntilPublished bool
 }
+
+// WaitUntilPublished is the wait of a pod of an unpublished pair that never falls back: it waits
+// for its object however long the publisher takes.
+const WaitUntilPublished time.Duration = -1
 
 // Ask reads what the pod asks for: (nil, nil) for a pod that is not tmc's (it does not request
 // OptInResource), a Refusal for one that cannot be placed now.
@@ -55,13 +69,22 @@ func (e *Engine) Ask(pod *v1.Pod) (*PodAsk, *Refusal) {
 	if !ask.OptedIn {
 		return nil, nil
 	}
-	if ask.Unpublished && e.published != nil && e.wait > 0 && e.now != nil {
+	if ask.Unpublished && e.published != nil && e.wait != 0 && e.now != nil {
+		pair := fmt.Sprintf("workload %q, objective %q", clip(*ask.Workload, 253), clip(ask.Objective, 64))
+		if e.wait < 0 {
+			// Never the fallback (every way of the longest free run) for a pod whose pair
+			// simply has not been published yet: the publisher publishes it when it sees the
+			// pod, and the pod moves when the object appears.
+			return nil, &Refusal{Waiting: true, UntilPublished: true, Message: fmt.Sprintf(
+				"tmc: waiting for the recommendation of %s: no %s is published for it yet",
+				pair, RecommendationKind)}
+		}
 		// The publisher sees the pod's workload when the pod is created and publishes within a
 		// second or so: the pod is tried again until then, up to the wait.
 		if age := e.now().Sub(pod.CreationTimestamp.Time); age < e.wait {
 			return nil, &Refusal{Waiting: true, Message: fmt.Sprintf(
-				"tmc: waiting for the recommendation of workload %q, objective %q (%s; fallback after %s)",
-				clip(*ask.Workload, 253), clip(ask.Objective, 64), RecommendationKind, e.wait)}
+				"tmc: waiting for the recommendation of %s (%s; fallback after %s)",
+				pair, RecommendationKind, e.wait)}
 		}
 	}
 	return ask, nil
@@ -89,7 +112,29 @@ func (e *Engine) Fit(node *v1.Node, ask *PodAsk) *Verdict {
 	if !nodeReady(node) {
 		return &Verdict{Reason: "tmc: node is not ready"}
 	}
+	if v != nil && e.releaseGone(node.Name) {
+		v = Judge(e.cache.Usage(node.Name, capacity, cpus), ask.Ask())
+	}
 	return v
+}
+
+// releaseGone releases the node's bound pods that the pod informer's store no longer holds
+// (deleted, or finished: the scheduler's informer drops ended pods). The store is updated before
+// any listener hears of the change, so a pod moved by the event that freed the room finds it
+// free here even when this engine's own listener has not run yet. Called only when a node is
+// full for a pod: the common path costs nothing.
+func (e *Engine) releaseGone(node string) bool {
+	if e.podExists == nil {
+		return false
+	}
+	released := false
+	for _, uid := range e.cache.BoundOn(node) {
+		if !e.podExists(uid) {
+			e.cache.Release(uid)
+			released = true
+		}
+	}
+	return released
 }
 
 // RawScore is the node's preference for the pod (its machine pattern) and its packing score, as
@@ -149,6 +194,10 @@ func (e *Engine) Bind(ctx context.Context, pod *v1.Pod, ask *PodAsk, nodeName st
 	if err != nil {
 		return err
 	}
+	// Right before the request: a replica paused since its cycle began finds its lease stale.
+	if err := e.fence.Held(); err != nil {
+		return err
+	}
 	if err := e.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("tmc: binding pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
@@ -161,7 +210,21 @@ func (e *Engine) Bind(ctx context.Context, pod *v1.Pod, ask *PodAsk, nodeName st
 // Watch feeds the cache from an informer factory's pods and nodes.
 func (e *Engine) Watch(factory informers.SharedInformerFactory) error {
 	core := factory.Core().V1()
-	if _, err := core.Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	pods := core.Pods().Informer()
+	if err := pods.AddIndexers(cache.Indexers{podUIDIndex: func(obj any) ([]string, error) {
+		if pod := asPod(obj); pod != nil {
+			return []string{string(pod.UID)}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return fmt.Errorf("%s: indexing pods by uid: %w", Name, err)
+	}
+	indexer := pods.GetIndexer()
+	e.podExists = func(uid types.UID) bool {
+		found, err := indexer.ByIndex(podUIDIndex, string(uid))
+		return err != nil || len(found) > 0 // an index error keeps the pod: never over-commit
+	}
+	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { e.ObservePod(asPod(obj)) },
 		UpdateFunc: func(_, obj any) { e.ObservePod(asPod(obj)) },
 		DeleteFunc: func(obj any) {
@@ -185,6 +248,9 @@ func (e *Engine) Watch(factory informers.SharedInformerFactory) error {
 	}
 	return nil
 }
+
+// podUIDIndex indexes the pod informer's store by pod UID.
+const podUIDIndex = "tmc.dev/pod-uid"
 
 func asPod(obj any) *v1.Pod {
 	if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {

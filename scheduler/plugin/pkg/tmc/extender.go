@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -295,6 +296,13 @@ func (x *Extender) Filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFil
 			}
 		}
 	}
+	if len(kept) == 0 && len(out.FailedNodes) > 0 {
+		// Nothing fits now but some node may once room is freed. An error makes kube-scheduler
+		// try the pod again on its backoff: this process's informers and kube-scheduler's are
+		// two watches, and the event that frees the room may reach kube-scheduler (and move
+		// the pod) before it reaches this cache, after which no further event would come.
+		out.Error = fullNowError(out.FailedNodes, out.FailedAndUnresolvableNodes)
+	}
 	if args.NodeNames != nil {
 		keptNames := make([]string, 0, len(kept))
 		for _, i := range kept {
@@ -309,6 +317,38 @@ func (x *Extender) Filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFil
 	}
 	out.Nodes = list
 	return out
+}
+
+// FullNowPrefix starts the error a filter answers when no node fits now but some may later.
+const FullNowPrefix = "tmc: no node can hold the pod now; tried again on backoff: "
+
+// fullNowError lists each refused node with its reason ("name: reason; ..."), bounded.
+func fullNowError(full, never extenderv1.FailedNodesMap) string {
+	var b strings.Builder
+	b.WriteString(FullNowPrefix)
+	names := make([]string, 0, len(full)+len(never))
+	for name := range full {
+		names = append(names, name)
+	}
+	for name := range never {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for i, name := range names {
+		reason, ok := full[name]
+		if !ok {
+			reason = never[name]
+		}
+		if b.Len() > 8192 {
+			fmt.Fprintf(&b, "; and %d more", len(names)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(name + ": " + reason)
+	}
+	return b.String()
 }
 
 // Prioritize scores the nodes that passed Filter, 0..10, as the plugin's NormalizeScore does

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -80,7 +81,10 @@ func (r *conformanceRun) attemptExtender(pod *v1.Pod, want *tableExpect) {
 		}
 		return
 	}
-	if filtered.Error != "" || filtered.NodeNames == nil {
+	// The contract of the filter's Error: set exactly when no node fits now but some node is
+	// only full (kube-scheduler then tries the pod again on its backoff).
+	fullOnly := len(*orEmptyNames(filtered.NodeNames)) == 0 && len(filtered.FailedNodes) > 0
+	if (filtered.Error != "") != fullOnly || (fullOnly && !strings.HasPrefix(filtered.Error, FullNowPrefix)) || filtered.NodeNames == nil {
 		r.mismatch("filter: %+v", filtered)
 		return
 	}
@@ -162,4 +166,11 @@ func (r *conformanceRun) attemptExtender(pod *v1.Pod, want *tableExpect) {
 	if held, ok := r.plugin.cache.Held(pod.UID); !ok || !held.Bound || held.LLCMask != placement.LLCMaskBits() || held.SlowFromPool != placement.SlowFromPool {
 		r.mismatch("the cache holds %+v for the bound pod", held)
 	}
+}
+
+func orEmptyNames(names *[]string) *[]string {
+	if names == nil {
+		return &[]string{}
+	}
+	return names
 }

@@ -334,3 +334,92 @@ func TestExtenderMetrics(t *testing.T) {
 		}
 	}
 }
+
+func TestExtenderTwentyParallelBindsOfOnePodLeaveOneReservation(t *testing.T) {
+	h := newExtenderHarness(t, twoNodes()...)
+	pod := h.create(tieredPod("p", nil, "1", "1Gi"))
+	const n = 20
+	errs := make([]string, n)
+	var start, done sync.WaitGroup
+	start.Add(1)
+	for i := 0; i < n; i++ {
+		done.Add(1)
+		go func(i int) {
+			defer done.Done()
+			start.Wait()
+			errs[i] = h.bind(pod, "a")
+		}(i)
+	}
+	start.Done()
+	done.Wait()
+	held, ok := h.engine.cache.Held(pod.UID)
+	if !ok || held.Node != "a" || !held.Bound || h.engine.cache.Len() != 1 {
+		t.Fatalf("the cache holds %+v (%d reservations): %v", held, h.engine.cache.Len(), errs)
+	}
+	capacity, cpus, _ := nodeCapacity(tmcNode("a", 8, 32<<30, 64<<30, 8, "", 0))
+	if u := h.engine.cache.Usage("a", capacity, cpus); u.UsedCPUs != 1 || u.UsedMask != held.LLCMask {
+		t.Fatalf("node a counts %+v for one pod holding %#x", u, held.LLCMask)
+	}
+	for _, e := range errs {
+		if e != "" && !strings.Contains(e, "another attempt") {
+			t.Fatalf("a bind failed otherwise: %s", e)
+		}
+	}
+}
+
+func TestExtenderAForgedFilterCannotRewriteARunningPodsReservation(t *testing.T) {
+	h := newExtenderHarness(t, twoNodes()...)
+	pod := h.create(tieredPod("p", nil, "1", "1Gi"))
+	if e := h.bind(pod, "a"); e != "" {
+		t.Fatal(e)
+	}
+	held, _ := h.engine.cache.Held(pod.UID)
+	placed := h.get("p").Annotations[PlacementAnnotation]
+	// The filter carries the running pod asking for every way and more CPUs; then a bind.
+	forged := h.get("p").DeepCopy()
+	forged.Spec.NodeName = ""
+	forged.Annotations[RecommendationAnnotation] = `{"schema":"tmc.recommendation/v1","dram_bytes":1073741824,"slow_bytes":0,"llc_ways":8,"slow_ratio":0.0,"plan":[]}`
+	names := []string{"a", "b"}
+	_ = h.ext.Filter(&extenderv1.ExtenderArgs{Pod: forged, NodeNames: &names})
+	_ = h.bind(forged, "a")
+	again, ok := h.engine.cache.Held(pod.UID)
+	if !ok || again.LLCMask != held.LLCMask || again.Node != "a" || h.engine.cache.Len() != 1 {
+		t.Fatalf("the reservation became %+v (was %+v)", again, held)
+	}
+	if got := h.get("p").Annotations[PlacementAnnotation]; got != placed {
+		t.Fatalf("the placement was rewritten: %q", got)
+	}
+}
+
+// Whatever body a verb is sent, it answers 200 with an error, 400 or 413: never a 5xx, never a
+// hang.
+func TestExtenderFuzzedBodiesNeverAnswer5xx(t *testing.T) {
+	h := newExtenderHarness(t, twoNodes()...)
+	handler := h.ext.Handler("/scheduler")
+	bodies := []string{
+		"", "null", "{}", "[]", `{"Pod":null}`, `{"Pod":{}}`, `{"Pod":{"metadata":{"name":1}}}`,
+		`{"Pod":{"spec":{"containers":[{"resources":{"requests":{"cpu":"1e400","tmc.dev/tiered":"1"}}}]}},"NodeNames":["a"]}`,
+		`{"Pod":{"spec":{"containers":[{"resources":{"requests":{"memory":"99999999999999999999Ei","tmc.dev/tiered":"1"}}}]}},"NodeNames":["a","a","zz"]}`,
+		`{"Pod":{"metadata":{"annotations":{"tmc.dev/recommendation":"{\"schema\":\"x\"}"}}},"NodeNames":null,"Nodes":{"items":[{}]}}`,
+		`{"PodName":"","PodNamespace":"","PodUID":"","Node":""}`, `{"PodName":"x","PodNamespace":"default","PodUID":"u","Node":"nowhere"}`,
+		`{"Pod":{},"Nodes":{"items":null}}`, strings.Repeat("[", 10000), `"` + strings.Repeat("a", 100000) + `"`,
+	}
+	for _, verb := range []string{"filter", "prioritize", "bind"} {
+		for _, body := range bodies {
+			rec := httptest.NewRecorder()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				handler.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/scheduler/"+verb, strings.NewReader(body)))
+			}()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s hung on %.60q", verb, body)
+			}
+			if rec.Code >= 500 {
+				t.Errorf("%s %.60q: %d %s", verb, body, rec.Code, rec.Body.String())
+			}
+		}
+	}
+}

@@ -3,6 +3,8 @@ package tmc
 import (
 	"context"
 	"fmt"
+	"maps"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -10,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -37,21 +40,25 @@ type TmcPlacement struct {
 
 // Args are the plugin's arguments in the KubeSchedulerConfiguration (pluginConfig).
 type Args struct {
-	// RecommendationWaitSeconds is how long, from its creation, a pod of a workload with no
-	// published recommendation waits for the publisher (retried with the scheduler's backoff)
-	// before it is placed with the fallback. 0: no wait. Default 10, at most 300.
+	// RecommendationWaitSeconds is what a pod of a workload with no published recommendation
+	// does: -1 (the default) waits for its pair's object however long it takes, and moves when
+	// the object appears; 0 is placed at once with the fallback; 1..300 waits that long from
+	// its creation (retried with the scheduler's backoff), then is placed with the fallback.
 	RecommendationWaitSeconds *int64 `json:"recommendationWaitSeconds,omitempty"`
 	// RackPools are the rack pools' sizes (Kubernetes quantities, "256Gi"), set by the
 	// operator: a pool named here has this size whatever its nodes publish.
 	RackPools map[string]string `json:"rackPools,omitempty"`
+	// PlacementLease, when set, is the lease a replica must hold to bind (FenceArgs). Set it
+	// wherever replicas elect a leader.
+	PlacementLease *FenceArgs `json:"placementLease,omitempty"`
 }
 
-// DefaultRecommendationWait is the wait when the configuration does not set one: the publisher
-// answers a new workload in about a second, and a scheduler backoff starts at one.
-const DefaultRecommendationWait = 10 * time.Second
+// DefaultRecommendationWait is the wait when the configuration does not set one: until the
+// pair's object is published (never the fallback for a pair merely not published yet).
+const DefaultRecommendationWait = WaitUntilPublished
 
 // ParseArgs decodes and bounds the plugin's arguments: the recommendation wait and the rack
-// pools' sizes.
+// pools' sizes. Every error names the argument; nothing here panics.
 func ParseArgs(obj runtime.Object) (time.Duration, map[string]int64, error) {
 	var args Args
 	if obj != nil {
@@ -66,10 +73,14 @@ func ParseArgs(obj runtime.Object) (time.Duration, map[string]int64, error) {
 	if args.RecommendationWaitSeconds == nil {
 		return DefaultRecommendationWait, pools, nil
 	}
-	if s := *args.RecommendationWaitSeconds; s < 0 || s > 300 {
-		return 0, nil, fmt.Errorf("%s: recommendationWaitSeconds must be in 0..300, not %d", Name, s)
+	switch s := *args.RecommendationWaitSeconds; {
+	case s == -1:
+		return WaitUntilPublished, pools, nil
+	case s < 0 || s > 300:
+		return 0, nil, fmt.Errorf("%s: recommendationWaitSeconds must be -1 (until published) or in 0..300, not %d", Name, s)
+	default:
+		return time.Duration(s) * time.Second, pools, nil
 	}
-	return time.Duration(*args.RecommendationWaitSeconds) * time.Second, pools, nil
 }
 
 // ParseRackPools reads rack pools' sizes: names as a node's tmc.dev/slow-pool, sizes as
@@ -101,7 +112,119 @@ var (
 	_ fwk.ReservePlugin   = (*TmcPlacement)(nil)
 	_ fwk.BindPlugin      = (*TmcPlacement)(nil)
 	_ fwk.SignPlugin      = (*TmcPlacement)(nil)
+
+	_ fwk.EnqueueExtensions = (*TmcPlacement)(nil)
 )
+
+// RecommendationEvents names the published recommendations for kube-scheduler's event handlers
+// (<plural>.<version>.<group>: it watches them with a dynamic informer).
+const RecommendationEvents fwk.EventResource = "tieredrecommendations.v1alpha1." + Group
+
+// EventsToRegister: what may make a pod this plugin refused placeable. A pod waiting for its
+// pair's object moves when an object for its pair is added or updated (RecommendationHint);
+// a pod refused for room moves when another pod goes (its reservation freed: a deletion, or a
+// bound pod finishing, which the scheduler's informer sees as one) or a node comes or changes
+// (capacity, readiness, pattern); a pod moves when what it names or asks changes (PodHint).
+func (p *TmcPlacement) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: RecommendationEvents, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.recommendationHint},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: p.podDeleted},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: p.podUpdated},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.All}},
+	}, nil
+}
+
+// recommendationHint is RecommendationHint, and for an object that moves a pod it also records
+// the object in the plugin's index: kube-scheduler's informer and the plugin's are two watches,
+// and the pod it moves may be tried again before the plugin's own informer has the object (it
+// would then be refused again, and wait for an event that has passed).
+func (p *TmcPlacement) recommendationHint(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	hint, err := RecommendationHint(logger, pod, oldObj, newObj)
+	if hint == fwk.Queue {
+		if index, ok := p.published.(*RecommendationIndex); ok {
+			if u, ok := newObj.(*unstructured.Unstructured); ok {
+				spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+				index.Set(u.GetName(), spec)
+			}
+		}
+	}
+	return hint, err
+}
+
+// podDeleted queues a pod when another pod goes, and releases the gone pod's reservation in the
+// engine's cache first: the engine's informer handler and kube-scheduler's are two listeners,
+// and the pod moved here may be tried again before the engine's handler has freed the room (it
+// would then be refused again, and wait for an event that has passed). Only a pod that was on
+// a node is released (a pending pod's "delete" as it is bound is not a release); releasing twice
+// is harmless.
+func (p *TmcPlacement) podDeleted(_ klog.Logger, pod *v1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
+	gone := asPod(oldObj)
+	if gone == nil {
+		return fwk.Queue, nil
+	}
+	if pod != nil && gone.UID == pod.UID {
+		return fwk.QueueSkip, nil
+	}
+	if gone.Spec.NodeName != "" && p.Engine != nil && p.cache != nil {
+		p.cache.Release(gone.UID)
+	}
+	return fwk.Queue, nil
+}
+
+// podUpdated is PodHint, and for another pod that ended it also releases what that pod held in
+// the engine's cache first, for the reason podDeleted does.
+func (p *TmcPlacement) podUpdated(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	hint, err := PodHint(logger, pod, oldObj, newObj)
+	if ended := asPod(newObj); hint == fwk.Queue && ended != nil && (pod == nil || ended.UID != pod.UID) && p.Engine != nil && p.cache != nil {
+		p.ObservePod(ended) // a finished pod's reservation is released
+	}
+	return hint, err
+}
+
+// PodHint: the pod's own update moves it only when its annotations or spec changed (what it
+// names or asks); its status, which the scheduler itself writes when it refuses the pod, does
+// not. Another pod's update moves it only when that pod ended (what it held is freed).
+func PodHint(_ klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	updated, ok := newObj.(*v1.Pod)
+	if !ok || pod == nil {
+		return fwk.Queue, nil
+	}
+	before, _ := oldObj.(*v1.Pod)
+	if updated.UID == pod.UID {
+		if before == nil || !maps.Equal(before.Annotations, updated.Annotations) || !reflect.DeepEqual(before.Spec, updated.Spec) {
+			return fwk.Queue, nil
+		}
+		return fwk.QueueSkip, nil
+	}
+	if updated.Status.Phase == v1.PodSucceeded || updated.Status.Phase == v1.PodFailed {
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
+}
+
+// RecommendationHint queues a pod when the object added or updated is its pair's (the pod's
+// workload and its objective, canonical as the publisher names it); any other object cannot
+// change what the pod waits for.
+func RecommendationHint(_ klog.Logger, pod *v1.Pod, _, newObj any) (fwk.QueueingHint, error) {
+	u, ok := newObj.(*unstructured.Unstructured)
+	if !ok || pod == nil {
+		return fwk.Queue, nil // not what was expected: queueing is the safe answer
+	}
+	workload, _, _ := unstructured.NestedString(u.Object, "spec", "workload")
+	objective, _, _ := unstructured.NestedString(u.Object, "spec", "objective")
+	want := pod.Annotations[WorkloadAnnotation]
+	if want == "" || want != workload {
+		return fwk.QueueSkip, nil
+	}
+	given := pod.Annotations[ObjectiveAnnotation]
+	if given == "" {
+		given = defaultObjective
+	}
+	if canonical(given) != objective {
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
+}
 
 // New builds the plugin and feeds its cache from the scheduler's informers: bound pods'
 // placements (so that a restarted scheduler starts from what the API server holds; kube-scheduler
@@ -110,6 +233,16 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	wait, pools, err := ParseArgs(obj)
 	if err != nil {
 		return nil, err
+	}
+	var args Args
+	if obj != nil {
+		if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
+			return nil, fmt.Errorf("%s: arguments: %w", Name, err)
+		}
+	}
+	fence, err := NewFence(ctx, h.ClientSet(), args.PlacementLease)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	p := &TmcPlacement{
 		Engine: NewEngine(h.ClientSet(), nil, wait),
@@ -122,6 +255,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		},
 	}
 	SetRackPools(p.Engine, pools)
+	SetFence(p.Engine, fence)
 	if err := p.Watch(h.SharedInformerFactory()); err != nil {
 		return nil, err
 	}
@@ -210,9 +344,15 @@ func requestsTiered(pod *v1.Pod) bool {
 func (p *TmcPlacement) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	ask, refused := p.Ask(pod)
 	if refused != nil {
+		if refused.UntilPublished {
+			// Unschedulable, not an error: the pod sits in the unschedulable queue until its
+			// pair's object is added or updated (RecommendationHint), not on error backoff.
+			// No preemption can help it.
+			return nil, newStatus(fwk.UnschedulableAndUnresolvable, refused.Message)
+		}
 		if refused.Waiting {
 			// An error (not "unschedulable") puts the pod in the backoff queue, which retries it
-			// by itself: no cluster event is needed for the next try.
+			// by itself until its bounded wait ends: no cluster event is needed for the next try.
 			return nil, newStatus(fwk.Error, refused.Message)
 		}
 		return nil, newStatus(fwk.UnschedulableAndUnresolvable, refused.Message)
@@ -220,6 +360,8 @@ func (p *TmcPlacement) PreFilter(_ context.Context, state fwk.CycleState, pod *v
 	if ask == nil {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
+	// Asked to place a pod: this replica schedules, and contends for the placement lease.
+	p.fence.Campaign()
 	state.Write(stateKey, &cycleState{ask: ask})
 	return nil, nil
 }

@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
@@ -145,12 +147,116 @@ func TestAPodWaitsForItsRecommendationThenFallsBack(t *testing.T) {
 	}
 }
 
+// By default a pod of an unpublished pair waits for its object however old it is: unschedulable
+// (so it is moved by the object's event, not retried on error backoff), never the fallback.
+func TestByDefaultAPodWaitsUntilItsPairIsPublished(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	index := NewRecommendationIndex()
+	p := &TmcPlacement{Engine: &Engine{cache: NewCache(), published: index, wait: DefaultRecommendationWait, now: func() time.Time { return now }}}
+	pod := tieredPod("old", map[string]string{WorkloadAnnotation: "graph500", ObjectiveAnnotation: "slo:5.000%"}, "1", "1Gi")
+	pod.CreationTimestamp = metav1.NewTime(now.Add(-time.Hour))
+	_, status := p.PreFilter(context.Background(), framework.NewCycleState(), pod, nil)
+	if status.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(status.Message(), "waiting for the recommendation") {
+		t.Fatalf("an hour-old pod of an unpublished pair: %v", status)
+	}
+	index.Set("graph500-slo", map[string]any{"workload": "graph500", "objective": "slo:5%", "dram_bytes": 1 << 30, "slow_bytes": 0, "llc_ways": 2, "slow_ratio": 0.0, "plan": []any{}})
+	state := framework.NewCycleState()
+	if _, status = p.PreFilter(context.Background(), state, pod, nil); !status.IsSuccess() {
+		t.Fatalf("once published: %v", status)
+	}
+	if s, err := readState(state); err != nil || s.ask.Fallback != nil {
+		t.Fatalf("the published recommendation expected: %+v %v", s, err)
+	}
+}
+
+func TestRecommendationHintQueuesOnlyThePodsOfThePair(t *testing.T) {
+	pod := tieredPod("p", map[string]string{WorkloadAnnotation: "graph500", ObjectiveAnnotation: "slo:5.000%"}, "1", "1Gi")
+	object := func(workload, objective string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"workload": workload, "objective": objective}}}
+	}
+	for name, c := range map[string]struct {
+		obj  any
+		want fwk.QueueingHint
+	}{
+		"its pair":          {object("graph500", "slo:5%"), fwk.Queue},
+		"another workload":  {object("bfs", "slo:5%"), fwk.QueueSkip},
+		"another objective": {object("graph500", "cheapest"), fwk.QueueSkip},
+		"not an object":     {"x", fwk.Queue},
+	} {
+		if got, err := RecommendationHint(klog.Background(), pod, nil, c.obj); err != nil || got != c.want {
+			t.Errorf("%s: %v %v", name, got, err)
+		}
+	}
+	// The plugin's hint also records the object, so that the pod it moves finds it.
+	index := NewRecommendationIndex()
+	plugin := &TmcPlacement{Engine: &Engine{cache: NewCache(), published: index}}
+	full := object("graph500", "slo:5%")
+	full.SetName("graph500-slo")
+	if got, _ := plugin.recommendationHint(klog.Background(), pod, nil, full); got != fwk.Queue || index.Len() != 1 {
+		t.Errorf("the plugin's hint: %v, %d held", got, index.Len())
+	}
+	anon := tieredPod("anon", map[string]string{WorkloadAnnotation: "kv"}, "1", "1Gi")
+	if got, _ := RecommendationHint(klog.Background(), anon, nil, object("kv", "cheapest")); got != fwk.Queue {
+		t.Errorf("a pod without an objective waits for the cheapest: %v", got)
+	}
+	events, err := plugin.EventsToRegister(context.Background())
+	if err != nil || len(events) != 4 || events[0].Event.Resource != "tieredrecommendations.v1alpha1.tmc.dev" {
+		t.Errorf("events: %+v %v", events, err)
+	}
+}
+
+func TestPodHintIgnoresTheSchedulersOwnStatusWrites(t *testing.T) {
+	pod := tieredPod("p", map[string]string{WorkloadAnnotation: "kv"}, "1", "1Gi")
+	pod.UID = "p"
+	status := pod.DeepCopy()
+	status.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse}}
+	renamed := pod.DeepCopy()
+	renamed.Annotations[WorkloadAnnotation] = "db"
+	other := tieredPod("q", nil, "1", "1Gi")
+	other.UID = "q"
+	ended := other.DeepCopy()
+	ended.Status.Phase = v1.PodSucceeded
+	for name, c := range map[string]struct {
+		before, after *v1.Pod
+		want          fwk.QueueingHint
+	}{
+		"its own status":         {pod, status, fwk.QueueSkip},
+		"its own annotations":    {pod, renamed, fwk.Queue},
+		"another pod running":    {other, other, fwk.QueueSkip},
+		"another pod that ended": {other, ended, fwk.Queue},
+	} {
+		if got, err := PodHint(klog.Background(), pod, c.before, c.after); err != nil || got != c.want {
+			t.Errorf("%s: %v %v", name, got, err)
+		}
+	}
+}
+
+// A deleted pod's room is free before the pod it moves is tried again.
+func TestPodDeletedReleasesBeforeItQueues(t *testing.T) {
+	h := newExtenderHarness(t, twoNodes()...)
+	bound := h.create(tieredPod("bound", nil, "1", "1Gi"))
+	if e := h.bind(bound, "a"); e != "" {
+		t.Fatal(e)
+	}
+	plugin := &TmcPlacement{Engine: h.engine}
+	waiting := tieredPod("waiting", nil, "1", "1Gi")
+	waiting.UID = "waiting"
+	gone := h.get("bound")
+	if got, _ := plugin.podDeleted(klog.Background(), waiting, gone, nil); got != fwk.Queue || h.engine.cache.Len() != 0 {
+		t.Fatalf("%v, %d reservations left", got, h.engine.cache.Len())
+	}
+	pending := tieredPod("pending", nil, "1", "1Gi")
+	if got, _ := plugin.podDeleted(klog.Background(), waiting, pending, nil); got != fwk.Queue {
+		t.Fatalf("a pending pod's delete: %v", got)
+	}
+}
+
 func TestArgsAreBounded(t *testing.T) {
-	if wait, pools, err := ParseArgs(nil); err != nil || wait != DefaultRecommendationWait || len(pools) != 0 {
+	if wait, pools, err := ParseArgs(nil); err != nil || wait != WaitUntilPublished || len(pools) != 0 {
 		t.Errorf("default: %v %v %v", wait, pools, err)
 	}
 	for raw, ok := range map[string]bool{
-		`{"recommendationWaitSeconds": 0}`: true, `{"recommendationWaitSeconds": 301}`: false, `{"recommendationWaitSeconds": -1}`: false,
+		`{"recommendationWaitSeconds": 0}`: true, `{"recommendationWaitSeconds": 301}`: false, `{"recommendationWaitSeconds": -1}`: true, `{"recommendationWaitSeconds": -2}`: false,
 		`{"rackPools": {"rack-a": "256Gi"}}`: true, `{"rackPools": {"Rack A": "1Gi"}}`: false, `{"rackPools": {"r": "-1"}}`: false,
 		`{"rackPools": {"r": "5Pi"}}`: false, `{"rackPools": {"r": "lots"}}`: false, `{"rackPools": {"r": "0.5"}}`: false,
 	} {

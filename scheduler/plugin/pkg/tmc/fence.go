@@ -1,0 +1,118 @@
+package tmc
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+)
+
+// FenceArgs configure the placement lease: a Lease that a replica must hold, freshly renewed,
+// at the moment it binds. kube-scheduler's own leader election picks the replica that
+// schedules, but a leader paused (SIGSTOP, a stalled VM) and resumed keeps scheduling from its
+// stale cache until its elector notices the lost lease; the placement lease fences its binds:
+// a bind is refused unless this replica holds the lease and renewed it less than
+// leaseDuration - margin ago (on this process's monotonic clock, which a pause does not stop).
+// Another replica acquires the lease only after seeing it unrenewed for leaseDuration, so two
+// replicas never both pass the check. A replica campaigns for the lease only once it is asked to
+// place a pod: only the scheduling leader (and its extender) ever are.
+type FenceArgs struct {
+	Namespace            string `json:"namespace"`
+	Name                 string `json:"name"`
+	LeaseDurationSeconds *int64 `json:"leaseDurationSeconds,omitempty"`
+	RenewDeadlineSeconds *int64 `json:"renewDeadlineSeconds,omitempty"`
+	RetryPeriodSeconds   *int64 `json:"retryPeriodSeconds,omitempty"`
+}
+
+// Fence is a placement lease held by this process.
+type Fence struct {
+	elector *leaderelection.LeaderElector
+	margin  time.Duration
+	lease   string
+	once    sync.Once
+	ctx     context.Context
+}
+
+func secondsOr(v *int64, def int64) int64 {
+	if v == nil {
+		return def
+	}
+	return *v
+}
+
+// NewFence validates the arguments and builds the fence (it campaigns on first use).
+func NewFence(ctx context.Context, client kubernetes.Interface, args *FenceArgs) (*Fence, error) {
+	if args == nil {
+		return nil, nil
+	}
+	if args.Namespace == "" || args.Name == "" || len(args.Name) > 253 || !dnsName.MatchString(args.Name) || !dnsName.MatchString(args.Namespace) {
+		return nil, fmt.Errorf("placementLease: namespace and name must be DNS names, not %q/%q", clip(args.Namespace, 40), clip(args.Name, 40))
+	}
+	lease, renew, retry := secondsOr(args.LeaseDurationSeconds, 15), secondsOr(args.RenewDeadlineSeconds, 10), secondsOr(args.RetryPeriodSeconds, 2)
+	if retry < 1 || renew <= retry || lease <= renew || lease > 300 {
+		return nil, fmt.Errorf("placementLease: need 1 <= retryPeriod < renewDeadline < leaseDuration <= 300 s, not %d/%d/%d", retry, renew, lease)
+	}
+	host, _ := os.Hostname()
+	identity := clip(host, 60) + "_" + string(uuid.NewUUID())
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, args.Namespace, args.Name,
+		client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: identity})
+	if err != nil {
+		return nil, fmt.Errorf("placementLease: %w", err)
+	}
+	f := &Fence{lease: args.Namespace + "/" + args.Name, ctx: ctx}
+	// The margin covers the time from a renew's request to its answer (observedTime is taken
+	// after the answer) and the clocks' drift over a lease: the retry period.
+	f.margin = time.Duration(retry) * time.Second
+	f.elector, err = leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:          lock,
+		LeaseDuration: time.Duration(lease) * time.Second,
+		RenewDeadline: time.Duration(renew) * time.Second,
+		RetryPeriod:   time.Duration(retry) * time.Second,
+		Name:          f.lease,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(context.Context) { klog.InfoS("placement lease acquired", "lease", f.lease, "identity", identity) },
+			OnStoppedLeading: func() { klog.InfoS("placement lease lost", "lease", f.lease, "identity", identity) },
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("placementLease: %w", err)
+	}
+	return f, nil
+}
+
+// Campaign starts contending for the lease (once; a lost lease is contended for again).
+func (f *Fence) Campaign() {
+	if f == nil {
+		return
+	}
+	f.once.Do(func() {
+		go func() {
+			for f.ctx.Err() == nil {
+				f.elector.Run(f.ctx)
+			}
+		}()
+	})
+}
+
+// Held is nil when this replica may bind now: it holds the lease and renewed it recently enough
+// that no other replica can have taken it.
+func (f *Fence) Held() error {
+	if f == nil {
+		return nil
+	}
+	f.Campaign()
+	if !f.elector.IsLeader() {
+		return fmt.Errorf("tmc: this replica does not hold the placement lease %s (another replica places pods, or this one is taking over)", f.lease)
+	}
+	if err := f.elector.Check(-f.margin); err != nil {
+		return fmt.Errorf("tmc: the placement lease %s was not renewed in time; this replica binds nothing until it is: %v", f.lease, err)
+	}
+	return nil
+}
