@@ -424,7 +424,11 @@ def totals(session: Session) -> Totals:
             Reservation.slow_from_pool.is_(True)
         )
     )
-    masks = session.scalars(select(on_ready.c.llc_mask)).all()
+    # Masks are contiguous runs of at most 64 ways, so a fleet holds at most a few thousand
+    # distinct ones: counted by value in the database, popcounted here.
+    masks = session.execute(
+        select(on_ready.c.llc_mask, func.count()).group_by(on_ready.c.llc_mask)
+    ).all()
     return Totals(
         cpus=int(cap[0]),
         dram_bytes=int(cap[1]),
@@ -433,7 +437,7 @@ def totals(session: Session) -> Totals:
         reserved_cpus=int(used[0]),
         reserved_dram_bytes=int(used[1]),
         reserved_slow_bytes=int(used[2]) + int(from_pools or 0),
-        reserved_llc_ways=sum(m.bit_count() for m in masks),
+        reserved_llc_ways=sum(int(m).bit_count() * int(n) for m, n in masks),
         nodes=int(cap[4]),
     )
 

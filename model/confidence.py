@@ -108,12 +108,17 @@ class ErrorTerms:
     # The gap to the uncovered prediction, per point: a bias all points share (the same slow
     # penalties under-charged), so it moves them together and cancels in their differences.
     cover: FloatArray | None = None
+    # Each a scalar error of the fit times how much a point depends on it (the residuals the
+    # calibration through the reference runs removed): fully correlated over the points, so they
+    # widen each point's interval but cancel in the difference of two points alike.
+    biases: tuple[FloatArray, ...] = ()
 
     @property
     def sigma(self) -> FloatArray:
         cover = 0.0 if self.cover is None else self.cover**2
+        bias = sum((b**2 for b in self.biases), np.zeros_like(self.slow))
         out: FloatArray = np.sqrt(
-            self.noise**2 + self.slow**2 + self.curve**2 + self.floor**2 + cover
+            self.noise**2 + self.slow**2 + self.curve**2 + self.floor**2 + cover + bias
         )
         return out
 
@@ -135,6 +140,7 @@ class ErrorTerms:
                 + self.slow * self.slow[j] * rho_slow
                 + self.curve * self.curve[j] * rho_curve
                 + (0.0 if self.cover is None else self.cover * self.cover[j])
+                + sum((b * b[j] for b in self.biases), np.zeros_like(self.slow))
             )
         )
         var = (k * sigma) ** 2 + (k[j] * sigma[j]) ** 2 - 2.0 * cov
@@ -248,21 +254,24 @@ def prediction_interval(
     slow = math.hypot(slow_penalty_spread, sampling) * phi
     # A residual the calibration through the reference runs removed is still a disagreement
     # between the stall samples and the cycles, and it widens the intervals it affects: fastmax's
-    # everywhere (as run noise), slowmax's the slow term in proportion to the time on slow memory
-    # (all of it at slowmax's own share), fastmin's the way count's term as far as a point leans
-    # on fastmin (`way_anchor`).
+    # everywhere (as run noise); slowmax's in proportion to a point's time on slow memory (all of
+    # it at slowmax's own share) and fastmin's as far as a point leans on fastmin (`way_anchor`),
+    # each one error of the fit that all points share (`ErrorTerms.biases`).
     before = diagnostics.uncalibrated_residuals
     noise = max(noise, abs(before.get("fastmax", 0.0)))
     phi_ref = float(phi.max())
-    if phi_ref > 0:
-        slow = np.hypot(slow, abs(before.get("slowmax", 0.0)) * phi / phi_ref)
-    calibrated_curve = abs(before.get("fastmin", 0.0)) * anchor
+    biases = []
+    if phi_ref > 0 and before.get("slowmax"):
+        biases.append((abs(before["slowmax"]) * phi / phi_ref).ravel())
+    if before.get("fastmin"):
+        biases.append((abs(before["fastmin"]) * anchor).ravel())
     cover = uncovered_gap(prediction) / NormalDist().inv_cdf(UNCOVERED_LEVEL) if uncovered else None
     terms = ErrorTerms(
         noise=noise,
         slow=slow.ravel(),
         cover=None if cover is None else cover.ravel(),
-        curve=np.hypot(miss_curve_spread * psi, calibrated_curve).ravel(),
+        biases=tuple(biases),
+        curve=(miss_curve_spread * psi).ravel(),
         floor=model_floor,
         anchor=anchor.ravel().copy(),
         slow_ratio=np.repeat(np.asarray(prediction.slow_ratios, dtype=np.float64), shape[1]),
