@@ -20,7 +20,7 @@ from api.services.recommendations import DecisionInput, decide
 from model import Configuration, NoFeasibleConfiguration, Objective, TmcError, Utilization
 from model.node_contract import StructurePlan
 from store.db import unit_of_work
-from store.orm import FittedModelRow, Profile, Workload
+from store.orm import FittedModelRow, PriceProfileRow, Profile, VerificationRunRow, Workload
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,29 @@ class NewFit:
     fit_id: str
     created_at: datetime
     workload: str
+
+
+def runs_since(sessions: sessionmaker[Session], after: datetime | None) -> list[NewFit]:
+    """The verification runs stored after `after` (all of them when None), as (run row id, its
+    time, its workload): a run corrects its workload's decisions, so its pairs are decided again."""
+    query = select(VerificationRunRow.id, VerificationRunRow.created_at, Workload.name).join(
+        Profile, VerificationRunRow.profile_id == Profile.id
+    )
+    query = query.join(Workload, Profile.workload_id == Workload.id)
+    if after is not None:
+        query = query.where(VerificationRunRow.created_at > after)
+    with sessions() as session:
+        return [NewFit(run_id, created, name) for run_id, created, name in session.execute(query)]
+
+
+def default_prices(sessions: sessionmaker[Session]) -> str | None:
+    """The id of the default price profile (decisions are priced with it): when it changes,
+    every pair is decided again."""
+    with sessions() as session:
+        found = session.scalar(
+            select(PriceProfileRow.id).where(PriceProfileRow.is_default.is_(True)).limit(1)
+        )
+    return None if found is None else str(found)
 
 
 def fits_since(sessions: sessionmaker[Session], after: datetime | None) -> list[NewFit]:

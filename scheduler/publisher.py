@@ -15,8 +15,13 @@ PostgreSQL is down (with the last recommendation).
 * A profile's new fit is published at once: every `fit_poll_seconds` the publisher looks for
   fits newer than the last it saw (one indexed query), and decides again the published pairs
   of their workloads, so the next pod of the workload is placed with it.
-* Every `refresh_seconds` every published pair is decided again (utilization moves the packing
-  penalty); the object is rewritten only when the configuration or plan changed.
+* The publisher's work grows with what changed, not with the pairs: a profile's new fit or a
+  workload's new verification run decides that workload's pairs again, another default price
+  profile every pair (looked for every `fit_poll_seconds`, three indexed queries); every
+  `refresh_seconds` the cluster's utilization is read, and every pair is decided again only if
+  some resource moved by more than `utilization_tolerance` since (Algorithm 1's packing penalty
+  moves with it) or the decisions are `max_age_seconds` old. An object is rewritten only when the
+  configuration or plan changed.
 * A pair that cannot be recommended (no usable profile, an invalid objective, nothing feasible)
   is published as a fallback with its reason, so its pods are placed at once, not after a wait.
 * A transient failure (the database is down) publishes nothing: the last object stays.
@@ -50,7 +55,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import Field
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.decisions import DecisionService, fits_since
+from api.decisions import DecisionService, NewFit, default_prices, fits_since, runs_since
 from ledger import store as ledger
 from model import Utilization
 from model.node_contract import (
@@ -295,31 +300,60 @@ def _configuration_of(rec: Recommendation) -> dict[str, Any]:
     return rec.model_dump(mode="json", exclude={"recommendation_id"})
 
 
-class NewFits:
-    """The workloads that gained a fitted model since the last call (the fitted_models table,
-    by its indexed creation time). A fit is stamped before its transaction commits, so each
-    look reaches back LOOKBACK past the newest fit seen and skips the fits it already
-    returned."""
+@dataclass(frozen=True)
+class Changed:
+    """What changed since the last look: workloads with a new fit or a new verification run
+    (their pairs are decided again), and whether the default price profile changed (every
+    pair is)."""
+
+    workloads: set[str]
+    prices: bool = False
+
+
+class _Since:
+    """Rows made after the newest one seen, by an indexed creation time. A row is stamped before
+    its transaction commits, so each look reaches back LOOKBACK past the newest row seen and
+    skips the rows it already returned."""
 
     LOOKBACK = timedelta(seconds=60)
 
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
-        self._sessions = sessions
+    def __init__(self, rows: Callable[[datetime | None], list[NewFit]]) -> None:
+        self._rows = rows
         self._since: datetime | None = None
         self._seen: set[str] = set()
 
     def __call__(self) -> set[str]:
         since = self._since - self.LOOKBACK if self._since is not None else None
-        rows = [(f.fit_id, f.created_at, f.workload) for f in fits_since(self._sessions, since)]
+        rows = [(r.fit_id, r.created_at, r.workload) for r in self._rows(since)]
         first = self._since is None
-        fresh = {name for fit_id, _, name in rows if fit_id not in self._seen}
-        self._seen = {fit_id for fit_id, _, _ in rows}
+        fresh = {name for row_id, _, name in rows if row_id not in self._seen}
+        self._seen = {row_id for row_id, _, _ in rows}
         if rows:
             self._since = max(created for _, created, _ in rows)
         elif first:
             self._since = datetime.now(UTC)
-        # The first look learns what exists: those fits are what the published objects hold.
+        # The first look learns what exists: those rows are what the published objects hold.
         return set() if first else fresh
+
+
+class WhatChanged:
+    """The changes a published decision depends on, other than utilization: a profile's new fit,
+    a workload's new verification run, another default price profile. Three indexed queries a
+    look, whatever the number of pairs."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._fits = _Since(lambda after: fits_since(sessions, after))
+        self._runs = _Since(lambda after: runs_since(sessions, after))
+        self._sessions = sessions
+        self._default: str | None = None
+        self._looked = False
+
+    def __call__(self) -> Changed:
+        workloads = self._fits() | self._runs()
+        default = default_prices(self._sessions)
+        prices = self._looked and default != self._default
+        self._default, self._looked = default, True
+        return Changed(workloads, prices)
 
 
 class RecommendationPublisher:
@@ -329,19 +363,32 @@ class RecommendationPublisher:
         decide: Callable[[str, str], Decided | None],
         *,
         refresh_seconds: float = 60.0,
-        new_fits: Callable[[], set[str]] | None = None,
+        changes: Callable[[], Changed] | None = None,
         fit_poll_seconds: float = 2.0,
         named: Callable[[], set[Pair]] | None = None,
         gc_grace_seconds: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
+        utilization: Callable[[], Utilization] | None = None,
+        utilization_tolerance: float = 0.05,
+        max_age_seconds: float = 3600.0,
     ) -> None:
         """`named`: the pairs live opted-in pods name now (None: objects are never deleted).
-        An object none of them has named for `gc_grace_seconds` is deleted."""
+        An object none of them has named for `gc_grace_seconds` is deleted.
+
+        Every `refresh_seconds` the pairs are decided again only if the cluster's utilization
+        (`utilization`) moved by more than `utilization_tolerance` in some resource since they
+        were, or `max_age_seconds` passed; `changes` names the rest of what a decision depends
+        on (new fits and verification runs: those workloads' pairs; new default prices: all)."""
         self._objects = objects
         self._decide = decide
         self._refresh = refresh_seconds
-        self._new_fits = new_fits
+        self._changes = changes
         self._fit_poll = fit_poll_seconds
+        self._utilization = utilization
+        self._tolerance = utilization_tolerance
+        self._max_age = max_age_seconds
+        self._decided_at = -math.inf  # when every pair was last decided
+        self._decided_with: Utilization | None = None  # against what utilization
         self._published: dict[Pair, Recommendation] = {}
         self._named = named
         self._grace = gc_grace_seconds
@@ -510,43 +557,76 @@ class RecommendationPublisher:
                 # Whatever went wrong with one pair, the others are still published.
                 log.exception("publishing %s/%s failed", pair[0], pair[1])
 
+    def refresh(self) -> int:
+        """Decide every published pair again if what they all depend on moved: the utilization
+        by more than the tolerance in some resource, or the decisions are `max_age_seconds`
+        old. Returns the pairs asked for (0 when nothing changed: no decision is made)."""
+        now = self._clock()
+        util = None
+        if self._utilization is not None:
+            try:
+                util = self._utilization()
+            except Exception as exc:  # the database is down: the last objects stay
+                log.warning("reading utilization failed: %s", exc)
+                return 0
+        basis = self._decided_with
+        moved = (
+            util is not None
+            and basis is not None
+            and max(abs(a - b) for a, b in zip(util.as_tuple(), basis.as_tuple(), strict=True))
+            > self._tolerance
+        )
+        if not moved and now - self._decided_at < self._max_age:
+            return 0
+        with self._lock:
+            pairs = list(self._published)
+        for pair in pairs:
+            self.request(pair)
+        self._decided_at, self._decided_with = now, util
+        if pairs:
+            log.info("utilization moved or decisions aged: %d pairs decided again", len(pairs))
+        return len(pairs)
+
     def _refresh_loop(self) -> None:
         while not self._stop.wait(self._refresh):
-            with self._lock:
-                pairs = list(self._published)
-            for pair in pairs:
-                self.request(pair)
+            self.refresh()
 
-    def fits_changed(self, workloads: set[str]) -> int:
-        """Decide again every published pair of these workloads (they have a new fit)."""
+    def changed(self, what: Changed) -> int:
+        """Decide again the published pairs a change touches: those of workloads with a new fit
+        or verification run; every pair when the default prices changed."""
         with self._lock:
-            pairs = [pair for pair in self._published if pair[0] in workloads]
+            pairs = [pair for pair in self._published if what.prices or pair[0] in what.workloads]
         for pair in pairs:
             self.request(pair)
         return len(pairs)
 
     def _fit_loop(self) -> None:
-        assert self._new_fits is not None
+        assert self._changes is not None
         try:
-            self._new_fits()  # the fits that exist at start: what is published already holds
+            self._changes()  # what exists at start: what is published already holds
         except Exception as exc:
-            log.warning("looking for new fits failed: %s", exc)
+            log.warning("looking for changes failed: %s", exc)
         while not self._stop.wait(self._fit_poll):
             try:
-                workloads = self._new_fits()
+                what = self._changes()
             except Exception as exc:  # the database is down: the refresh still runs
-                log.warning("looking for new fits failed: %s", exc)
+                log.warning("looking for changes failed: %s", exc)
                 continue
-            if workloads:
-                n = self.fits_changed(workloads)
-                log.info("new fits for %s: %d published pairs decided again", sorted(workloads), n)
+            if what.workloads or what.prices:
+                n = self.changed(what)
+                log.info(
+                    "new fits or runs for %s%s: %d published pairs decided again",
+                    sorted(what.workloads),
+                    ", new default prices" if what.prices else "",
+                    n,
+                )
 
     def start(self) -> list[threading.Thread]:
         threads = [
             threading.Thread(target=self._work_loop, name="tmc-publish", daemon=True),
             threading.Thread(target=self._refresh_loop, name="tmc-publish-refresh", daemon=True),
         ]
-        if self._new_fits is not None:
+        if self._changes is not None:
             threads.append(threading.Thread(target=self._fit_loop, name="tmc-fits", daemon=True))
         if self._named is not None:
             threads.append(threading.Thread(target=self._collect_loop, name="tmc-gc", daemon=True))
@@ -616,9 +696,15 @@ class LedgerUtilization:
 
 
 class PublisherSettings(FeederSettings):
-    # How often every published pair is decided again against the cluster's utilization.
+    # How often the publisher looks whether the cluster's utilization moved (every published
+    # pair is decided again only then, or when the decisions are publisher_max_age_seconds old).
     publisher_refresh_seconds: float = Field(default=60.0, ge=1, le=86_400)
-    # How often the publisher looks for profiles' new fits, to publish them at once.
+    # How far a resource's utilization (a share, 0-1) must move to decide every pair again:
+    # Algorithm 1's packing penalty moves with it, little below this.
+    publisher_utilization_tolerance: float = Field(default=0.05, ge=0.0, le=1.0)
+    # Every pair is decided again at least this often, whatever changed.
+    publisher_max_age_seconds: float = Field(default=3600.0, ge=1, le=7 * 86_400)
+    # How often the publisher looks for new fits, verification runs and default prices.
     publisher_fit_poll_seconds: float = Field(default=2.0, ge=0.2, le=3_600)
     # How long an object may go unnamed by any live pod before it is deleted.
     publisher_gc_grace_seconds: float = Field(default=600.0, ge=1, le=30 * 86_400)
@@ -664,11 +750,15 @@ def main() -> None:
         watch_timeout_seconds=settings.watch_timeout_seconds,
         mirror_retry_seconds=settings.mirror_retry_seconds,
     )
+    utilization = LedgerUtilization(sessions)
     publisher = RecommendationPublisher(
         KubeRecommendations(api),
-        ServiceDecisions(sessions, LedgerUtilization(sessions), settings.default_threshold),
+        ServiceDecisions(sessions, utilization, settings.default_threshold),
         refresh_seconds=settings.publisher_refresh_seconds,
-        new_fits=NewFits(sessions),
+        changes=WhatChanged(sessions),
+        utilization=utilization,
+        utilization_tolerance=settings.publisher_utilization_tolerance,
+        max_age_seconds=settings.publisher_max_age_seconds,
         fit_poll_seconds=settings.publisher_fit_poll_seconds,
         named=feeder.pairs_named,
         gc_grace_seconds=settings.publisher_gc_grace_seconds,

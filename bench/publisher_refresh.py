@@ -1,0 +1,88 @@
+"""The publisher's refresh at a fleet's number of pairs: the CPU a refresh costs when nothing
+changed, when 1 % of the workloads changed, and when utilization moved (every pair decided
+again, as every refresh did before). Decisions are a stub here (each one is a call into the
+service, ~3 ms of worker CPU by `bench.service_load`): the figure is the publisher's own work,
+and the count of decisions it asks for.
+
+    python -m bench.publisher_refresh [--pairs 30000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from model import Utilization
+from model.node_contract import Recommendation
+from scheduler.publisher import Changed, Decided, RecommendationPublisher
+
+
+class _Objects:
+    def __init__(self) -> None:
+        self.bodies: dict[str, dict[str, Any]] = {}
+
+    def list(self) -> list[dict[str, Any]]:
+        return list(self.bodies.values())
+
+    def upsert(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.bodies[body["metadata"]["name"]] = body
+        return {**body, "metadata": {**body["metadata"], "generation": 1}}
+
+    def write_status(self, name: str, status: dict[str, Any]) -> None:
+        self.bodies[name]["status"] = status
+
+    def delete(self, name: str) -> None:
+        self.bodies.pop(name, None)
+
+
+def _drain(pub: RecommendationPublisher) -> int:
+    n = 0
+    while not pub._work.empty():
+        pair = pub._work.get_nowait()
+        with pub._lock:
+            pub._queued.discard(pair)
+        pub.publish(pair)
+        n += 1
+    return n
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=30_000)
+    args = parser.parse_args(argv)
+    workloads = max(1, args.pairs // 3)  # three objectives per workload
+    decided = [0]
+    util = [Utilization(cpu=0.5, dram=0.5, slow=0.2, llc=0.3)]
+
+    def decide(workload: str, objective: str) -> Decided:
+        decided[0] += 1
+        return Decided(Recommendation(workload=workload, objective=objective, llc_ways=2))
+
+    pub = RecommendationPublisher(_Objects(), decide, utilization=lambda: util[0])
+    for i in range(args.pairs):
+        pub.publish(
+            (f"w{i % workloads:05d}", ("cheapest", "slo:5%", "slo:10%")[i // workloads % 3])
+        )
+    pub.refresh()
+    _drain(pub)
+
+    def measure(label: str, step: Any) -> None:
+        decided[0] = 0
+        started = time.process_time()
+        asked = step()
+        _drain(pub)
+        cpu = time.process_time() - started
+        print(f"  {label}: {cpu:.3f} CPU s, {asked} pairs asked for, {decided[0]} decisions")
+
+    print(f"# publisher refresh, {args.pairs} published pairs ({workloads} workloads x 3)")
+    measure("nothing changed (utilization within 0.05)", pub.refresh)
+    changed = {f"w{i:05d}" for i in range(0, workloads, 100)}  # 1 % of the workloads
+    measure("1 % of the workloads with a new fit or run", lambda: pub.changed(Changed(changed)))
+    util[0] = Utilization(cpu=0.5, dram=0.6, slow=0.2, llc=0.3)
+    measure("utilization moved: every pair (what every refresh did before)", pub.refresh)
+
+
+if __name__ == "__main__":
+    main()
