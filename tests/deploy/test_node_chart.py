@@ -51,3 +51,22 @@ def test_without_nri_the_agent_applies_placements_and_writes_no_events() -> None
     assert all("events" not in r["resources"] for r in role["rules"])
     names = {d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
     assert "demo-tmc-agent-own-events" not in names
+
+
+def test_prometheus_scrapes_the_plugins_port_when_asked() -> None:
+    docs = render({"serviceMonitor": {"enabled": True}})
+    monitor = by_name(docs, "PodMonitor", "demo-tmc-nri")
+    port = monitor["spec"]["podMetricsEndpoints"][0]["port"]
+    pod = daemonset({"serviceMonitor": {"enabled": True}})
+    nri = next(c for c in pod["containers"] if c["name"] == "nri")
+    assert port in {p["name"] for p in nri["ports"]}
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    labels = by_name(docs, "DaemonSet", "demo-tmc-agent")["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= labels.items()
+    # Without tmc-nri, or without the Prometheus Operator, there is nothing to scrape.
+    assert not [
+        d
+        for d in render({"serviceMonitor": {"enabled": True}, "agent": {"nri": {"enabled": False}}})
+        if d["kind"] == "PodMonitor"
+    ]
+    assert not [d for d in render() if d["kind"] == "PodMonitor"]

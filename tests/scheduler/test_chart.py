@@ -217,7 +217,7 @@ def test_default_install_needs_no_prometheus_operator() -> None:
     assert not [d for d in render() if d["apiVersion"].startswith("monitoring.coreos.com/")]
     docs = render({"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}})
     kinds = sorted(d["kind"] for d in docs if d["apiVersion"].startswith("monitoring.coreos.com/"))
-    assert kinds == ["PrometheusRule", "ServiceMonitor", "ServiceMonitor"]
+    assert kinds == ["PodMonitor", "PrometheusRule", "ServiceMonitor", "ServiceMonitor"]
     extender = by_name(docs, "ServiceMonitor", "demo-tmc-extender")
     (endpoint,) = extender["spec"]["endpoints"]
     # The extender serves TLS with the chart's CA; the API plain HTTP.
