@@ -331,13 +331,21 @@ def go_extender_metrics() -> dict[str, set[str]]:
     """The series tmc-extender registers (scheduler/plugin/pkg/tmc/extender.go): each vector's
     name, kind and label names, read from its declaration."""
     found: dict[str, set[str]] = {}
+    # The extender's own vectors, and the engine's (metrics.go), which it registers too.
+    source = GO_EXTENDER.read_text() + GO_EXTENDER.with_name("metrics.go").read_text()
     declared = re.findall(
         r"prometheus\.New(Counter|Histogram)Vec\(prometheus\.\w+Opts\{\s*Name:\s*\"(\w+)\""
         r".*?\}, \[\]string\{([^}]*)\}\)",
-        GO_EXTENDER.read_text(),
+        source,
         re.S,
     )
-    assert len(declared) >= 3, declared
+    declared += [
+        ("Histogram", name, "")
+        for name in re.findall(
+            r"prometheus\.NewHistogram\(prometheus\.HistogramOpts\{\s*Name:\s*\"(\w+)\"", source
+        )
+    ]
+    assert len(declared) >= 5, declared
     for kind, name, labels in declared:
         names = set(re.findall(r'"(\w+)"', labels))
         if kind == "Counter":

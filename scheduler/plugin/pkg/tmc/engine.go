@@ -184,7 +184,9 @@ func (e *Engine) Forget(uid types.UID) { e.cache.Forget(uid) }
 // Bind binds the pod to the node with its placement in one request (the Binding's annotations,
 // which the API server writes onto the pod in the same update that sets its node), from the
 // reservation the cache holds for it there.
-func (e *Engine) Bind(ctx context.Context, pod *v1.Pod, ask *PodAsk, nodeName string) error {
+func (e *Engine) Bind(ctx context.Context, pod *v1.Pod, ask *PodAsk, nodeName string) (err error) {
+	started := time.Now()
+	defer func() { placement.observeBind(ask, err, started) }()
 	held, ok := e.cache.Held(pod.UID)
 	if !ok || held.Node != nodeName {
 		return fmt.Errorf("tmc: pod %s/%s holds no reservation on %s", pod.Namespace, pod.Name, nodeName)

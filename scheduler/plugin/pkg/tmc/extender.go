@@ -228,6 +228,8 @@ func newExtenderMetrics() *extenderMetrics {
 		}, []string{"phase"}),
 	}
 	m.registry.MustRegister(m.calls, m.latency, m.bindPhase)
+	// The engine's binds, as the plugin exports them on tmc-scheduler's /metrics.
+	m.registry.MustRegister(placement.collectors()...)
 	return m
 }
 

@@ -2,6 +2,7 @@ package tmc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -101,6 +102,9 @@ func (f *Fence) Campaign() {
 	})
 }
 
+// ErrLeaseLost is what a bind refused by the fence wraps: this replica may not bind now.
+var ErrLeaseLost = errors.New("the placement lease is not held")
+
 // Held is nil when this replica may bind now: it holds the lease and renewed it recently enough
 // that no other replica can have taken it.
 func (f *Fence) Held() error {
@@ -109,10 +113,10 @@ func (f *Fence) Held() error {
 	}
 	f.Campaign()
 	if !f.elector.IsLeader() {
-		return fmt.Errorf("tmc: this replica does not hold the placement lease %s (another replica places pods, or this one is taking over)", f.lease)
+		return fmt.Errorf("tmc: this replica does not hold the placement lease %s (another replica places pods, or this one is taking over): %w", f.lease, ErrLeaseLost)
 	}
 	if err := f.elector.Check(-f.margin); err != nil {
-		return fmt.Errorf("tmc: the placement lease %s was not renewed in time; this replica binds nothing until it is: %v", f.lease, err)
+		return fmt.Errorf("tmc: the placement lease %s was not renewed in time; this replica binds nothing until it is (%v): %w", f.lease, err, ErrLeaseLost)
 	}
 	return nil
 }

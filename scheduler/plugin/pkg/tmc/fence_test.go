@@ -2,6 +2,7 @@ package tmc
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +41,7 @@ func TestFenceRefusesOnceTheLeaseMayHavePassed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := first.Held(); err == nil || !strings.Contains(err.Error(), "does not hold") {
+	if err := first.Held(); err == nil || !strings.Contains(err.Error(), "does not hold") || !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("before acquiring: %v", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -57,7 +58,7 @@ func TestFenceRefusesOnceTheLeaseMayHavePassed(t *testing.T) {
 	second.Campaign()
 	stop() // the first stops renewing, without releasing: a pause, as far as the lease sees
 	time.Sleep(2200 * time.Millisecond)
-	if err := first.Held(); err == nil || !strings.Contains(err.Error(), "not renewed in time") {
+	if err := first.Held(); err == nil || !strings.Contains(err.Error(), "not renewed in time") || !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("a replica that stopped renewing still binds: %v", err)
 	}
 	if second.Held() == nil {

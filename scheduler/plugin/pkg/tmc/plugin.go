@@ -244,6 +244,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
+	registerPlacementMetrics()
 	p := &TmcPlacement{
 		Engine: NewEngine(h.ClientSet(), nil, wait),
 		node: func(name string) (*v1.Node, error) {
