@@ -261,6 +261,8 @@ ALLOWED = {
         ("create", "tieredrecommendations.tmc.dev", ""),
         ("update", "tieredrecommendations.tmc.dev", ""),
         ("patch", "tieredrecommendations.tmc.dev", "status"),
+        # Objects no live pod has named for the grace period are deleted.
+        ("delete", "tieredrecommendations.tmc.dev", ""),
     ],
     "api": [],
 }
@@ -292,7 +294,6 @@ DENIED = {
     "publisher": [
         ("get", "nodes", ""),
         ("create", "pods", "binding"),
-        ("delete", "tieredrecommendations.tmc.dev", ""),
         ("get", "secrets", ""),
     ],
     "api": [("get", "pods", ""), ("list", "nodes", ""), ("get", "secrets", "")],
