@@ -19,7 +19,9 @@ from model.node_contract import Recommendation
 from scheduler.publisher import Changed, Decided, RecommendationPublisher
 
 
-class _Objects:
+class InMemoryObjects:
+    """The objects' store in memory (the real one is the API server's, tested end to end)."""
+
     def __init__(self) -> None:
         self.bodies: dict[str, dict[str, Any]] = {}
 
@@ -37,17 +39,6 @@ class _Objects:
         self.bodies.pop(name, None)
 
 
-def _drain(pub: RecommendationPublisher) -> int:
-    n = 0
-    while not pub._work.empty():
-        pair = pub._work.get_nowait()
-        with pub._lock:
-            pub._queued.discard(pair)
-        pub.publish(pair)
-        n += 1
-    return n
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=30_000)
@@ -60,19 +51,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         decided[0] += 1
         return Decided(Recommendation(workload=workload, objective=objective, llc_ways=2))
 
-    pub = RecommendationPublisher(_Objects(), decide, utilization=lambda: util[0])
+    pub = RecommendationPublisher(InMemoryObjects(), decide, utilization=lambda: util[0])
     for i in range(args.pairs):
         pub.publish(
             (f"w{i % workloads:05d}", ("cheapest", "slo:5%", "slo:10%")[i // workloads % 3])
         )
     pub.refresh()
-    _drain(pub)
+    pub.publish_pending()
 
     def measure(label: str, step: Any) -> None:
         decided[0] = 0
         started = time.process_time()
         asked = step()
-        _drain(pub)
+        pub.publish_pending()
         cpu = time.process_time() - started
         print(f"  {label}: {cpu:.3f} CPU s, {asked} pairs asked for, {decided[0]} decisions")
 

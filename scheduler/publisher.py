@@ -540,14 +540,30 @@ class RecommendationPublisher:
             except Exception as exc:  # the API server refused: tried again at the next look
                 log.warning("deleting unnamed recommendations failed: %s", exc)
 
+    def take(self, timeout: float | None = None) -> Pair | None:
+        """The next pair asked for (None when none came within `timeout`; at once with 0)."""
+        try:
+            pair = self._work.get(timeout=timeout) if timeout else self._work.get_nowait()
+        except queue.Empty:
+            return None
+        with self._lock:
+            self._queued.discard(pair)
+        return pair
+
+    def publish_pending(self) -> int:
+        """Publish, in this thread, every pair asked for so far (what the work loop does in
+        its own); returns how many."""
+        n = 0
+        while (pair := self.take()) is not None:
+            self.publish(pair)
+            n += 1
+        return n
+
     def _work_loop(self) -> None:
         while not self._stop.is_set():
-            try:
-                pair = self._work.get(timeout=0.5)
-            except queue.Empty:
+            pair = self.take(timeout=0.5)
+            if pair is None:
                 continue
-            with self._lock:
-                self._queued.discard(pair)
             try:
                 self.publish(pair)
             except (ApiException, OSError) as exc:

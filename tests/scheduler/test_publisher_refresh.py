@@ -6,37 +6,17 @@ fit or verification run decides its workload's pairs only, new default prices al
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from fastapi.testclient import TestClient
 
 from api.auth import Role
 from api.settings import Settings
+from bench.publisher_refresh import InMemoryObjects
 from model import Utilization
 from model.node_contract import Recommendation
 from scheduler.publisher import Changed, Decided, RecommendationPublisher, WhatChanged
 from store.db import make_engine, make_session_factory
 from tests.fixtures.service import auth, example
-
-
-class Objects:
-    """The objects' store in memory (the real one is the API server's, tested end to end)."""
-
-    def __init__(self) -> None:
-        self.bodies: dict[str, dict[str, Any]] = {}
-
-    def list(self) -> list[dict[str, Any]]:
-        return list(self.bodies.values())
-
-    def upsert(self, body: dict[str, Any]) -> dict[str, Any]:
-        self.bodies[body["metadata"]["name"]] = {**body, "metadata": {**body["metadata"]}}
-        return {**body, "metadata": {**body["metadata"], "generation": 1}}
-
-    def write_status(self, name: str, status: dict[str, Any]) -> None:
-        self.bodies[name]["status"] = status
-
-    def delete(self, name: str) -> None:
-        self.bodies.pop(name, None)
 
 
 class Clock:
@@ -59,7 +39,7 @@ def publisher(
         return Decided(Recommendation(workload=workload, objective=objective, llc_ways=2))
 
     pub = RecommendationPublisher(
-        Objects(),
+        InMemoryObjects(),
         decide,
         clock=clock,
         utilization=lambda: util[0],
@@ -72,32 +52,20 @@ def publisher(
     return pub, decided, clock, util
 
 
-def drain(pub: RecommendationPublisher) -> int:
-    """Publish what was asked for (the work thread's job), and say how many."""
-    n = 0
-    while not pub._work.empty():
-        pair = pub._work.get_nowait()
-        with pub._lock:
-            pub._queued.discard(pair)
-        pub.publish(pair)
-        n += 1
-    return n
-
-
 def test_a_refresh_decides_nothing_unless_utilization_moved_or_decisions_aged() -> None:
     pub, decided, clock, util = publisher(3000)
     # The first refresh decides every pair (nothing is known of what they were decided with).
-    assert pub.refresh() == 3000 and drain(pub) == 3000
+    assert pub.refresh() == 3000 and pub.publish_pending() == 3000
     decided.clear()
     # Utilization within the tolerance, for the rest of the hour: no decision at all.
     for minute in range(1, 60):
         clock.now += 60
         util[0] = Utilization(cpu=0.5 + 0.04 * (minute % 2), dram=0.52, slow=0.2, llc=0.3)
         assert pub.refresh() == 0
-    assert drain(pub) == 0 and decided == []
+    assert pub.publish_pending() == 0 and decided == []
     # One resource moved past it: every pair, once.
     util[0] = Utilization(cpu=0.5, dram=0.6, slow=0.2, llc=0.3)
-    assert pub.refresh() == 3000 and drain(pub) == 3000
+    assert pub.refresh() == 3000 and pub.publish_pending() == 3000
     assert len(set(decided)) == 3000
     decided.clear()
     # And the decisions age: every pair again after max_age_seconds, even if nothing moved.
@@ -109,7 +77,7 @@ def test_a_refresh_decides_nothing_unless_utilization_moved_or_decisions_aged() 
 
 def test_a_change_decides_the_pairs_it_touches() -> None:
     pub, decided, _, _ = publisher(3000)
-    assert pub.changed(Changed({"w7"})) == 60 and drain(pub) == 60
+    assert pub.changed(Changed({"w7"})) == 60 and pub.publish_pending() == 60
     assert {w for w, _ in decided} == {"w7"}
     decided.clear()
     assert pub.changed(Changed(set(), prices=True)) == 3000
