@@ -43,6 +43,9 @@ class Settings(DatabaseSettings):
     # client's next connection may land on another worker (api.app.ConnectionRequestLimit).
     requests_per_connection: int = Field(default=100, ge=0, le=1_000_000)
     planner_processes: int = Field(default=1, ge=1, le=64)
+    # Algorithm 1's answers kept per API worker by their complete inputs (0: none kept), so
+    # that the same question within one utilization snapshot is answered once.
+    decision_memo_entries: int = Field(default=256, ge=0, le=100_000)
     # How long a decision that nothing refers to is kept after it was last made.
     # At least a day: a process counts a repeat on a decision it saw within the last minute.
     decision_retention_days: float = Field(default=30.0, ge=1.0, le=3650)

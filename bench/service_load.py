@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.auth import Role, new_token, token_hash
@@ -200,6 +201,44 @@ def demo_service(postgres: PostgresServer, redis_server: RedisServer) -> tuple[s
     return token, env
 
 
+# Seeds a database with another source tree's own schema and demo, so that a baseline reads
+# data in its own format (bundles gain fields between releases); the token is this run's.
+_SEED_BASELINE = """
+import os, sys
+from api.auth import Role, token_hash
+from api.demo import load_demo
+from api.migrate import upgrade_to_head
+from api.settings import Settings
+from store.db import make_engine, make_session_factory, unit_of_work
+from store.orm import ApiToken
+url = os.environ["TMC_DATABASE_URL"]
+upgrade_to_head(url)
+settings = Settings(environment="test", database_url=url, redis_url=os.environ["TMC_REDIS_URL"])
+sessions = make_session_factory(make_engine(settings))
+load_demo(sessions)
+with unit_of_work(sessions) as session:
+    session.add(ApiToken(name="bench", role=Role.operator, token_hash=token_hash(sys.argv[1])))
+"""
+
+
+def baseline_service(
+    postgres: PostgresServer, tree: Path, token: str, env: dict[str, str]
+) -> dict[str, str]:
+    """A database of its own for the baseline tree, migrated and seeded by that tree's code."""
+    with psycopg.connect(postgres.dsn("postgres"), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE tmc_baseline")
+    url = postgres.url.rsplit("/", 1)[0] + "/tmc_baseline"
+    baseline_env = {**env, "TMC_DATABASE_URL": url, "PYTHONPATH": str(tree)}
+    subprocess.run(
+        [sys.executable, "-c", _SEED_BASELINE, token],
+        cwd=tree,
+        env=baseline_env,
+        check=True,
+        timeout=300,
+    )
+    return {"TMC_DATABASE_URL": url}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=60)
@@ -228,6 +267,16 @@ def main() -> None:
     try:
         token, service_env = demo_service(postgres, redis_server)
         env = {**os.environ, **service_env, "TMC_UTILIZATION_SNAPSHOT_SECONDS": "2"}
+        # "distinct": this tree with Algorithm 1's answers not kept, as if every request asked
+        # a question of its own (other utilization, workload or objective): the decision's cost
+        # without the memo that serves the benchmark's repeated question.
+        trees.insert(1, ("distinct", ROOT))
+        tree_env: dict[str, dict[str, str]] = {
+            "this": {},
+            "distinct": {"TMC_DECISION_MEMO_ENTRIES": "0"},
+        }
+        if args.baseline:
+            tree_env["baseline"] = baseline_service(postgres, args.baseline.resolve(), token, env)
         worker = CeleryWorker(env, name="bench")
         worker.start()
         beat_dir = tempfile.mkdtemp(prefix="tmc-beat-")
@@ -263,7 +312,12 @@ def main() -> None:
             with contextlib.ExitStack() as servers:
                 bases = {
                     label: servers.enter_context(
-                        uvicorn_server(env, workers=args.workers, spread=spread, source=tree)
+                        uvicorn_server(
+                            {**env, **tree_env[label]},
+                            workers=args.workers,
+                            spread=spread,
+                            source=tree,
+                        )
                     )
                     for label, tree in trees
                 }
@@ -306,16 +360,20 @@ def main() -> None:
                 ratio = p99["this", "reuseport", concurrency] / shared if shared else float("nan")
                 print(f"p99 reuseport / shared, bursts of {concurrency}: {ratio:.2f}")
         if args.baseline:
-            for spread in args.spread:
-                for concurrency in args.concurrency:
-                    this, base_ = ("this", spread, concurrency), ("baseline", spread, concurrency)
-                    print(
-                        f"ratio this / baseline, {spread}, bursts of {concurrency}:"
-                        f" CPU per request {cpu_ms[this] / cpu_ms[base_]:.2f}"
-                        f" ({cpu_ms[this]:.2f} / {cpu_ms[base_]:.2f} ms),"
-                        f" p99 {p99[this] / p99[base_] if p99[base_] else float('nan'):.2f}"
-                        f" ({p99[this]:.1f} / {p99[base_]:.1f} ms)"
-                    )
+            for label in ("this", "distinct"):
+                for spread in args.spread:
+                    for concurrency in args.concurrency:
+                        this, base_ = (
+                            (label, spread, concurrency),
+                            ("baseline", spread, concurrency),
+                        )
+                        print(
+                            f"ratio {label} / baseline, {spread}, bursts of {concurrency}:"
+                            f" CPU per request {cpu_ms[this] / cpu_ms[base_]:.2f}"
+                            f" ({cpu_ms[this]:.2f} / {cpu_ms[base_]:.2f} ms),"
+                            f" p99 {p99[this] / p99[base_] if p99[base_] else float('nan'):.2f}"
+                            f" ({p99[this]:.1f} / {p99[base_]:.1f} ms)"
+                        )
     finally:
         for proc in procs:
             proc.terminate()

@@ -6,9 +6,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
@@ -109,11 +110,40 @@ class DecisionMemo:
                 found.written_at = time.monotonic()
 
 
+class ResultMemo:
+    """Algorithm 1's answers by their complete inputs, most recent first. A decision is a pure
+    function of the fit, the machine, the grid, the verification runs, the prices, the live
+    utilization, the objective and the threshold; every one of these is in the key, so a hit is
+    the answer the model would give again. Pods of one workload asking within one utilization
+    snapshot (a scale-out, the publisher's refresh) ask the same question many times."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._found: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> Any | None:
+        with self._lock:
+            found = self._found.get(key)
+            if found is not None:
+                self._found.move_to_end(key)
+            return found
+
+    def put(self, key: Hashable, value: Any) -> None:
+        if self._size == 0:
+            return
+        with self._lock:
+            self._found[key] = value
+            self._found.move_to_end(key)
+            while len(self._found) > self._size:
+                self._found.popitem(last=False)
+
+
 class ModelCache:
     """Fitted models and price profile versions are immutable rows, so they are kept in memory,
     prepared, after the first use."""
 
-    def __init__(self, size: int = 512) -> None:
+    def __init__(self, size: int = 512, answers: int = 256) -> None:
         self._size = size
         self._models: OrderedDict[str, Prepared] = OrderedDict()
         self._prices: dict[str, PriceProfile] = {}
@@ -123,6 +153,7 @@ class ModelCache:
         )
         self._lock = threading.Lock()
         self.decisions = DecisionMemo()
+        self.results = ResultMemo(answers)
 
     def model(self, session: Session, fitted_id: str) -> Prepared:
         with self._lock:

@@ -59,6 +59,15 @@ class RecommendationRecord:
     repeated: bool = False
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """Algorithm 1's answer, kept for its inputs: shared between requests, so never changed."""
+
+    recommendation: Recommendation
+    result: dict[str, Any]  # its JSON form
+    encoded: EncodedJSON  # and those bytes
+
+
 def decide(session: Session, req: DecisionInput, cache: ModelCache) -> RecommendationRecord:
     """Recommend and record. Raises NotFound (no such workload or price profile), NotFitted (no
     usable profile), InvalidInput or the model's errors (an invalid bundle, nothing feasible)."""
@@ -106,18 +115,34 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
         repo.mark_price_profile_used(session, price_id)
         after_commit(session, lambda: cache.prices_known_used.add(price_id))
 
-    rec = recommend(
-        prepared.predictor,
-        machine=machine,
-        prices=prices,
-        utilization=req.utilization,
-        objective=req.objective,
-        threshold=req.threshold,
-        grid=grid,
-        observations=observations,
+    inputs = (
+        fitted_id,
+        machine,
+        req.grid,  # with the fit, names the grid
+        resolved.profile_id,
+        resolved.run_count,
+        resolved.newest_run_id,
+        price_id,
+        req.utilization,
+        req.objective,
+        req.threshold,
     )
-    result = rec.model_dump(mode="json")
-    encoded = EncodedJSON(orjson.dumps(result))
+    answered: _Answer | None = cache.results.get(inputs)
+    if answered is None:
+        rec = recommend(
+            prepared.predictor,
+            machine=machine,
+            prices=prices,
+            utilization=req.utilization,
+            objective=req.objective,
+            threshold=req.threshold,
+            grid=grid,
+            observations=observations,
+        )
+        result = rec.model_dump(mode="json")
+        answered = _Answer(rec, result, EncodedJSON(orjson.dumps(result)))
+        cache.results.put(inputs, answered)
+    rec, result, encoded = answered.recommendation, answered.result, answered.encoded
     chosen = rec.chosen.configuration
     key = decision_key(
         resolved.workload_id,
