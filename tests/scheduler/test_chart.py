@@ -168,16 +168,6 @@ def test_authentication_is_on_by_default() -> None:
     )
     assert set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key", "client.crt", "client.key"}
 
-    def extender_command(docs: list[dict[str, Any]]) -> list[str]:
-        scheduler = by_name(docs, "Deployment", "demo-tmc-scheduler")
-        (container,) = [
-            c
-            for c in scheduler["spec"]["template"]["spec"]["containers"]
-            if c["name"] == "extender"
-        ]
-        command: list[str] = container["command"]
-        return command
-
     command = extender_command(docs)
     assert "--client-ca-file=/etc/tmc/tls/ca.crt" in command
     assert "--client-names=tmc-scheduler" in command
@@ -185,6 +175,29 @@ def test_authentication_is_on_by_default() -> None:
     insecure = extender_command(render({**EXTENDER, "extender": {"tls": {"enabled": False}}}))
     assert "--insecure-http" in insecure  # said out loud, never silent
     assert not [c for c in insecure if c.startswith("--client-ca-file")]
+
+
+def extender_command(docs: list[dict[str, Any]]) -> list[str]:
+    scheduler = by_name(docs, "Deployment", "demo-tmc-scheduler")
+    (container,) = [
+        c for c in scheduler["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"
+    ]
+    command: list[str] = container["command"]
+    return command
+
+
+def test_the_extenders_binds_are_fenced_by_the_placement_lease_with_leader_election() -> None:
+    """With leader election, each extender needs the release's placement lease to bind, with
+    the timings the operator sets; without it (one replica), no lease."""
+    lease = {"leaseDurationSeconds": 20, "renewDeadlineSeconds": 12, "retryPeriodSeconds": 3}
+    command = extender_command(
+        render({"scheduler": {**EXTENDER["scheduler"], "placementLease": lease}})
+    )
+    assert "--placement-lease=tmc/tmc-scheduler-placement" in command
+    for flag, value in (("duration", "20s"), ("renew-deadline", "12s"), ("retry-period", "3s")):
+        assert f"--placement-{'lease-' if flag == 'duration' else ''}{flag}={value}" in command
+    alone = extender_command(render({"scheduler": {**EXTENDER["scheduler"], "leaderElect": False}}))
+    assert not [c for c in alone if c.startswith("--placement-")]
 
 
 def test_every_extender_field_is_explained() -> None:

@@ -16,7 +16,9 @@ where that is a failure: these tests are what proves the cluster half.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import ssl
 import threading
 import time
@@ -397,6 +399,101 @@ def test_two_scheduler_extender_pairs_with_leader_election_under_a_burst(
     finally:
         stack.cp.stop_process("kube-scheduler-2")
         stack.cp.start_scheduler(c.scheduler_config(stack.cp, stack.extender.url))
+        second.stop()
+
+
+# The placement lease as the chart gives each extender with leader election (namespace and
+# name), with timings as short as the schedulers' leader election in these tests.
+PLACEMENT_LEASE = (
+    f"--placement-lease={NAMESPACE}/tmc-scheduler-placement",
+    "--placement-lease-duration=4s",
+    "--placement-renew-deadline=3s",
+    "--placement-retry-period=1s",
+)
+
+
+def test_a_paused_pair_and_a_stopped_scheduler_hand_placement_over_safely(
+    stack: Stack, ns: str
+) -> None:
+    """Two scheduler-extender pairs with leader election and the placement lease, as the chart
+    deploys them. First the leading kube-scheduler alone is paused (SIGSTOP) while its extender
+    runs on: the other pair takes over and places pods, because an extender no longer asked to
+    place pods lets the placement lease go. Then the new leading pair, scheduler and extender,
+    is paused mid-burst while pods are freed, and resumed once the first pair (restarted) has
+    taken over: its extender's cache is stale, and the lease refuses its binds. Nothing is
+    over-committed on the API server at the end."""
+    first = GoExtenderProcess(
+        stack.cp, "tmc-extender-a", user="scheduler", extra_args=PLACEMENT_LEASE
+    )
+    second = GoExtenderProcess(
+        stack.cp, "tmc-extender-b", user="scheduler", extra_args=PLACEMENT_LEASE
+    )
+    first.start()
+    second.start()
+    configs = {
+        "kube-scheduler": c.with_short_lease(
+            c.scheduler_config(stack.cp, first.url, leaderElect=True)
+        ),
+        "kube-scheduler-2": c.with_short_lease(
+            c.scheduler_config(stack.cp, second.url, leaderElect=True)
+        ),
+    }
+    paused: list[int] = []
+    try:
+        stack.cp.start_scheduler(configs["kube-scheduler"])
+        wait_until(lambda: c.leads(stack.cp, "kube-scheduler"), 30, "the first pair leading")
+        c.start_scheduler_replica(stack.cp, configs["kube-scheduler-2"], "kube-scheduler-2")
+
+        def create(prefix: str, count: int) -> None:
+            for i in range(count):
+                c.create_pods(stack.api, [c.opted_in_pod(f"{prefix}{i}", "graph500")], ns)
+                time.sleep(0.1)
+
+        creator = threading.Thread(target=create, args=("a", 60))
+        creator.start()
+        wait_until(lambda: _bound_count(stack, ns) >= 4, 60, "the first pair binding")
+        # The leading scheduler stops; its extender does not.
+        leader = stack.cp.procs["kube-scheduler"].pid
+        os.kill(leader, signal.SIGSTOP)
+        paused.append(leader)
+        wait_until(lambda: c.leads(stack.cp, "kube-scheduler-2"), 30, "the second pair leading")
+        before = _bound_count(stack, ns)
+        creator.join()
+        # The idle extender lets the lease go after its duration; then the second binds.
+        wait_until(lambda: _bound_count(stack, ns) > before, 60, "the second pair binding")
+        os.kill(leader, signal.SIGCONT)
+        paused.remove(leader)
+        stack.cp.stop_process("kube-scheduler")  # it lost the election: as a pod, restarted
+        stack.cp.start_scheduler(configs["kube-scheduler"])
+
+        # Now the second pair, scheduler and extender, is paused while pods come and go.
+        creator = threading.Thread(target=create, args=("b", 60))
+        creator.start()
+        wait_until(lambda: _bound_count(stack, ns) > before + 3, 60, "the second pair binding more")
+        assert second.proc is not None
+        pair = [stack.cp.procs["kube-scheduler-2"].pid, second.proc.pid]
+        for pid in pair:
+            os.kill(pid, signal.SIGSTOP)
+            paused.append(pid)
+        wait_until(lambda: c.leads(stack.cp, "kube-scheduler"), 30, "the first pair leading again")
+        for pod in [
+            p.metadata.name for p in stack.api.list_namespaced_pod(ns).items if p.spec.node_name
+        ][:3]:
+            stack.api.delete_namespaced_pod(pod, ns, grace_period_seconds=0)
+        freed = _bound_count(stack, ns)
+        wait_until(lambda: _bound_count(stack, ns) > freed, 60, "the first pair binding again")
+        for pid in pair:
+            os.kill(pid, signal.SIGCONT)
+            paused.remove(pid)
+        creator.join()
+        wait_until(lambda: _stable_bound(stack, ns, 8.0), 240, "the burst placed as far as it fits")
+        assert c.overcommitted_on_the_api_server(stack.api) == []
+    finally:
+        for pid in paused:
+            os.kill(pid, signal.SIGCONT)
+        stack.cp.stop_process("kube-scheduler-2")
+        stack.cp.start_scheduler(c.scheduler_config(stack.cp, stack.extender.url))
+        first.stop()
         second.stop()
 
 

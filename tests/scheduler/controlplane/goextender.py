@@ -14,9 +14,20 @@ from tests.services import free_port, wait_until
 
 
 class GoExtenderProcess:
-    def __init__(self, cp: ControlPlane, name: str = "tmc-extender") -> None:
+    def __init__(
+        self,
+        cp: ControlPlane,
+        name: str = "tmc-extender",
+        *,
+        user: str = "extender",
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        """`user`: whose service-account identity it runs as (the chart runs it in the scheduler's
+        pod, as the scheduler's); `extra_args`: more flags (the placement lease's)."""
         self.cp = cp
         self.name = name
+        self.user = user
+        self.extra_args = extra_args
         self.port = free_port()
         self.tls = cp.extender_tls
         self.log = cp.dir / f"{name}.log"
@@ -30,12 +41,13 @@ class GoExtenderProcess:
         self.proc = subprocess.Popen(
             [
                 engine_binary("tmc-extender"),
-                f"--kubeconfig={self.cp.kubeconfig('extender')}",
+                f"--kubeconfig={self.cp.kubeconfig(self.user)}",
                 f"--listen=127.0.0.1:{self.port}",
                 f"--tls-cert-file={self.tls / 'tls.crt'}",
                 f"--tls-key-file={self.tls / 'tls.key'}",
                 f"--client-ca-file={self.tls / 'ca.crt'}",
                 "--client-names=tmc-scheduler",
+                *self.extra_args,
             ],
             stdout=self.log.open("ab"),
             stderr=subprocess.STDOUT,

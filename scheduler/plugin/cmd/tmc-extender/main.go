@@ -40,6 +40,9 @@ type options struct {
 	burst                           int
 	maxBodyBytes                    int64
 	rackPools                       string
+	placementLease                  string
+	leaseDuration, renewDeadline    time.Duration
+	retryPeriod                     time.Duration
 }
 
 func parse() options {
@@ -60,6 +63,12 @@ func parse() options {
 		"the largest request body (bytes); node names for 20,000 nodes are ~0.3 MiB")
 	flag.StringVar(&o.rackPools, "rack-pools", "",
 		"the rack pools' sizes the operator sets, name=quantity,... (256Gi): authoritative over what nodes publish")
+	flag.StringVar(&o.placementLease, "placement-lease", "",
+		"namespace/name of the Lease this replica must hold, freshly renewed, at each bind, so that a "+
+			"leader paused and resumed binds nothing from its stale cache (empty: no fence; the chart sets it with leader election)")
+	flag.DurationVar(&o.leaseDuration, "placement-lease-duration", 15*time.Second, "the placement lease's duration")
+	flag.DurationVar(&o.renewDeadline, "placement-renew-deadline", 10*time.Second, "how long the holder keeps trying to renew it")
+	flag.DurationVar(&o.retryPeriod, "placement-retry-period", 2*time.Second, "how often it is renewed or contended for")
 	klog.InitFlags(nil)
 	flag.Parse()
 	return o
@@ -93,6 +102,46 @@ func tlsConfig(o options) (*tls.Config, error) {
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		MinVersion:   tls.VersionTLS12,
 	}, nil
+}
+
+// placementFence is the lease every bind needs (nil without --placement-lease), validated as the
+// plugin's placementLease is: whole seconds, retry < renew deadline < duration <= 300 s.
+func placementFence(ctx context.Context, client kubernetes.Interface, o options) (*tmc.Fence, error) {
+	if o.placementLease == "" {
+		return nil, nil
+	}
+	namespace, name, ok := strings.Cut(o.placementLease, "/")
+	if !ok {
+		return nil, fmt.Errorf("--placement-lease: %q is not namespace/name", o.placementLease)
+	}
+	seconds := func(flagName string, d time.Duration) (*int64, error) {
+		if d <= 0 || d%time.Second != 0 {
+			return nil, fmt.Errorf("--%s must be a positive whole number of seconds, not %s", flagName, d)
+		}
+		s := int64(d / time.Second)
+		return &s, nil
+	}
+	args := &tmc.FenceArgs{Namespace: namespace, Name: name}
+	var err error
+	if args.LeaseDurationSeconds, err = seconds("placement-lease-duration", o.leaseDuration); err != nil {
+		return nil, err
+	}
+	if args.RenewDeadlineSeconds, err = seconds("placement-renew-deadline", o.renewDeadline); err != nil {
+		return nil, err
+	}
+	if args.RetryPeriodSeconds, err = seconds("placement-retry-period", o.retryPeriod); err != nil {
+		return nil, err
+	}
+	fence, err := tmc.NewFence(ctx, client, args)
+	if err != nil {
+		return nil, err
+	}
+	// The extender is not its scheduler: it lets the lease go once its scheduler stops asking
+	// it to place pods for a lease's duration, so that another pair can take over.
+	if err := fence.ReleaseWhenIdle(o.leaseDuration); err != nil {
+		return nil, err
+	}
+	return fence, nil
 }
 
 func run(o options) error {
@@ -145,8 +194,13 @@ func run(o options) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
+	fence, err := placementFence(ctx, client, o)
+	if err != nil {
+		return err
+	}
 	engine := tmc.NewEngine(client, nil, o.recommendationWait)
 	tmc.SetRackPools(engine, pools)
+	tmc.SetFence(engine, fence)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	if err := engine.Watch(factory); err != nil {
 		return err

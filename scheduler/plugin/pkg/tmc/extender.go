@@ -272,6 +272,11 @@ func (x *Extender) Filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFil
 	}
 	names, nodes := x.candidates(args)
 	ask, refused := x.engine.Ask(args.Pod)
+	if ask != nil {
+		// Asked to place a pod: this replica's scheduler leads, so contend for the placement
+		// lease before the first bind needs it.
+		x.engine.fence.Campaign()
+	}
 	var kept []int
 	switch {
 	case refused != nil && refused.Waiting:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -35,10 +36,17 @@ type FenceArgs struct {
 // Fence is a placement lease held by this process.
 type Fence struct {
 	elector *leaderelection.LeaderElector
+	config  leaderelection.LeaderElectionConfig
 	margin  time.Duration
 	lease   string
 	once    sync.Once
 	ctx     context.Context
+	// idle, when positive, releases the lease after this long without being asked to place a
+	// pod (ReleaseWhenIdle); asked is when it last was, on the monotonic clock since start.
+	idle  time.Duration
+	start time.Time
+	asked atomic.Int64
+	wake  chan struct{}
 }
 
 func secondsOr(v *int64, def int64) int64 {
@@ -67,11 +75,11 @@ func NewFence(ctx context.Context, client kubernetes.Interface, args *FenceArgs)
 	if err != nil {
 		return nil, fmt.Errorf("placementLease: %w", err)
 	}
-	f := &Fence{lease: args.Namespace + "/" + args.Name, ctx: ctx}
+	f := &Fence{lease: args.Namespace + "/" + args.Name, ctx: ctx, start: time.Now(), wake: make(chan struct{}, 1)}
 	// The margin covers the time from a renew's request to its answer (observedTime is taken
 	// after the answer) and the clocks' drift over a lease: the retry period.
 	f.margin = time.Duration(retry) * time.Second
-	f.elector, err = leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+	f.config = leaderelection.LeaderElectionConfig{
 		Lock:          lock,
 		LeaseDuration: time.Duration(lease) * time.Second,
 		RenewDeadline: time.Duration(renew) * time.Second,
@@ -81,25 +89,92 @@ func NewFence(ctx context.Context, client kubernetes.Interface, args *FenceArgs)
 			OnStartedLeading: func(context.Context) { klog.InfoS("placement lease acquired", "lease", f.lease, "identity", identity) },
 			OnStoppedLeading: func() { klog.InfoS("placement lease lost", "lease", f.lease, "identity", identity) },
 		},
-	})
+	}
+	f.elector, err = leaderelection.NewLeaderElector(f.config)
 	if err != nil {
 		return nil, fmt.Errorf("placementLease: %w", err)
 	}
 	return f, nil
 }
 
-// Campaign starts contending for the lease (once; a lost lease is contended for again).
+// ReleaseWhenIdle makes the replica give the lease up after `idle` without being asked to place
+// a pod, and contend again when it next is. For a process that is not its scheduler (the
+// extender beside a kube-scheduler): should the scheduler stop or lose its election while the
+// extender runs on, the extender would otherwise keep renewing the lease, and the new leader's
+// extender could never bind. The lease is released (not left to expire), so another pair binds
+// at once. Call it before the first Campaign.
+func (f *Fence) ReleaseWhenIdle(idle time.Duration) error {
+	if f == nil {
+		return nil
+	}
+	if idle <= 0 {
+		return fmt.Errorf("placementLease: the idle time must be positive, not %s", idle)
+	}
+	config := f.config
+	config.ReleaseOnCancel = true
+	elector, err := leaderelection.NewLeaderElector(config)
+	if err != nil {
+		return fmt.Errorf("placementLease: %w", err)
+	}
+	f.idle, f.config, f.elector = idle, config, elector
+	return nil
+}
+
+// Campaign records that this replica is asked to place a pod and makes sure it contends for the
+// lease (a lost lease is contended for again).
 func (f *Fence) Campaign() {
 	if f == nil {
 		return
 	}
-	f.once.Do(func() {
+	f.asked.Store(int64(time.Since(f.start)))
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+	f.once.Do(func() { go f.contend() })
+}
+
+func (f *Fence) askedWithin(d time.Duration) bool {
+	return time.Since(f.start)-time.Duration(f.asked.Load()) < d
+}
+
+func (f *Fence) contend() {
+	for f.ctx.Err() == nil {
+		if f.idle <= 0 {
+			f.elector.Run(f.ctx)
+			continue
+		}
+		run, cancel := context.WithCancel(f.ctx)
 		go func() {
-			for f.ctx.Err() == nil {
-				f.elector.Run(f.ctx)
+			tick := time.NewTicker(f.idle / 4)
+			defer tick.Stop()
+			for {
+				select {
+				case <-run.Done():
+					return
+				case <-tick.C:
+					if !f.askedWithin(f.idle) {
+						cancel() // the elector releases the lease as it returns
+						return
+					}
+				}
 			}
 		}()
-	})
+		f.elector.Run(run)
+		cancel()
+		// Wait to be asked again (a request that came while the elector stopped counts).
+		select {
+		case <-f.wake:
+		default:
+		}
+		if f.askedWithin(f.idle) {
+			continue
+		}
+		select {
+		case <-f.ctx.Done():
+		case <-f.wake:
+		}
+	}
 }
 
 // ErrLeaseLost is what a bind refused by the fence wraps: this replica may not bind now.

@@ -72,3 +72,50 @@ func TestFenceRefusesOnceTheLeaseMayHavePassed(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A replica that releases when idle (the extender, beside a scheduler that may stop calling it)
+// gives the lease up once it is no longer asked to place pods, well before the lease would
+// expire, so another replica binds at once; asked again, it contends again.
+func TestFenceReleasedWhenIdle(t *testing.T) {
+	client := fake.NewSimpleClientset()
+	args := &FenceArgs{Namespace: "tmc", Name: "placement", LeaseDurationSeconds: int64p(30), RenewDeadlineSeconds: int64p(20), RetryPeriodSeconds: int64p(1)}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	first, err := NewFence(ctx, client, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.ReleaseWhenIdle(0); err == nil {
+		t.Fatal("a zero idle time accepted")
+	}
+	if err := first.ReleaseWhenIdle(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld := func(f *Fence, ask bool, within time.Duration, what string) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for {
+			if ask {
+				f.Campaign()
+			}
+			if f.Held() == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %v", what, f.Held())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitHeld(first, true, 5*time.Second, "the first replica never acquired the lease")
+	second, err := NewFence(ctx, client, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first is not asked any more: within the idle time and a tick it lets go, and the
+	// second, contending every retry period, holds the lease long before 30 s.
+	waitHeld(second, true, 6*time.Second, "the second replica never took the released lease")
+	if err := first.Held(); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("the idle replica still binds: %v", err)
+	}
+}
