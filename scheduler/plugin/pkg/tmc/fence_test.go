@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -117,5 +118,69 @@ func TestFenceReleasedWhenIdle(t *testing.T) {
 	waitHeld(second, true, 6*time.Second, "the second replica never took the released lease")
 	if err := first.Held(); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("the idle replica still binds: %v", err)
+	}
+}
+
+// Two replicas against one API server, the second taking over while the first is paused: the
+// first's cache is stale (it never saw the second's binds). Without the placement lease the
+// resumed replica binds a pod onto the ways the other gave away; with it, it binds nothing.
+func TestAStaleReplicaOvercommitsWithoutTheLeaseAndBindsNothingWithIt(t *testing.T) {
+	args := &FenceArgs{Namespace: "tmc", Name: "placement", LeaseDurationSeconds: int64p(3), RenewDeadlineSeconds: int64p(2), RetryPeriodSeconds: int64p(1)}
+	for _, fenced := range []bool{false, true} {
+		h := newHarness(t, tmcNode("n1", 16, 64<<30, 0, 4, "", 0))
+		stale := h.plugin
+		fresh := h.restart()
+		if fenced {
+			pause, resume := context.WithCancel(context.Background())
+			first, err := NewFence(pause, h.client, args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			SetFence(stale.Engine, first)
+			deadline := time.Now().Add(5 * time.Second)
+			for first.Campaign(); first.Held() != nil; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the first replica never acquired the lease: %v", first.Held())
+				}
+			}
+			resume() // paused: it renews no more (and releases nothing)
+			second, err := NewFence(context.Background(), h.client, args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			SetFence(fresh.Engine, second)
+			deadline = time.Now().Add(8 * time.Second)
+			for second.Campaign(); second.Held() != nil; time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the second replica never took over: %v", second.Held())
+				}
+			}
+		}
+		h.plugin = fresh // the new leader places a pod: the fallback takes every free way
+		if node, st := h.schedule(tieredPod("x", nil, "1", "1Gi")); !st.IsSuccess() || node != "n1" {
+			t.Fatalf("the new leader: %q %v", node, st)
+		}
+		h.plugin = stale // resumed: its cache still has every way free
+		_, st := h.schedule(tieredPod("y", nil, "1", "1Gi"))
+		bound, err := h.client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var masks []string
+		for _, p := range bound.Items {
+			if p.Spec.NodeName != "" {
+				masks = append(masks, p.Name+"="+p.Annotations[LLCMaskAnnotation])
+			}
+		}
+		if !fenced {
+			// The control: what the lease prevents.
+			if !st.IsSuccess() || len(masks) != 2 {
+				t.Fatalf("without the lease, the stale replica was expected to over-commit: %v %v", st, masks)
+			}
+			continue
+		}
+		if st.IsSuccess() || !strings.Contains(st.Message(), "placement lease") || len(masks) != 1 {
+			t.Fatalf("with the lease, the stale replica bound: %v %v", st, masks)
+		}
 	}
 }
