@@ -8,6 +8,7 @@ publishes none, until an operator sizes it). Every write runs inside the caller'
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
@@ -58,6 +59,24 @@ class Registered:
     node: Node
     new_host_kind: bool  # the node's kind was unknown and was registered from its shape
     new_pool: bool
+
+
+def pool_sizes(
+    claims: Iterable[tuple[str | None, int | None]], configured: Mapping[str, int]
+) -> dict[str, int]:
+    """Each rack pool's size, from its members' claims (pool name, size each node publishes):
+    the operator's configured size when there is one, else the smallest claim of a current
+    member, so that one node can shrink a pool but not grow it (the placement engine's rule).
+    A pool with no configured size and no claim is left out."""
+    sizes: dict[str, int] = {}
+    for pool, claim in claims:
+        if pool is None:
+            continue
+        if pool in configured:
+            sizes[pool] = configured[pool]
+        elif claim is not None:
+            sizes[pool] = min(claim, sizes.get(pool, claim))
+    return sizes
 
 
 def register_node(session: Session, cap: NodeCapacity, pool_bytes: int | None = None) -> Registered:

@@ -27,6 +27,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -185,6 +186,7 @@ class Feeder:
         watch_timeout_seconds: int = 240,
         mirror_retry_seconds: float = 2.0,
         mirror_batch_seconds: float = 0.2,
+        rack_pools: Mapping[str, int] | None = None,
     ) -> None:
         """`sessions`: the ledger's database to mirror into (None: no mirror). `recommender`:
         told of every pending opted-in pod (None: nobody)."""
@@ -196,6 +198,8 @@ class Feeder:
         self.watch_timeout_seconds = watch_timeout_seconds
         self.mirror_retry_seconds = mirror_retry_seconds
         self.mirror_batch_seconds = mirror_batch_seconds
+        # The operator's rack pool sizes: authoritative over the nodes' claims (pool_sizes).
+        self.rack_pools = dict(rack_pools or {})
         self.synced = threading.Event()
         self.mirror_synced = threading.Event()  # set once the mirror equals a listing
         self._stop = threading.Event()
@@ -281,7 +285,11 @@ class Feeder:
         with self._mirror_lock:
             try:
                 with unit_of_work(self.sessions) as session:
-                    for cap, pool_bytes in caps:
+                    sizes = ledger_nodes.pool_sizes(
+                        ((cap.pool, claim) for cap, claim in caps), self.rack_pools
+                    )
+                    for cap, _claim in caps:
+                        pool_bytes = sizes.get(cap.pool) if cap.pool is not None else None
                         ledger_nodes.register_node(session, cap, pool_bytes)
                     report = ledger.mirror(session, bound)
             except Exception:
@@ -324,7 +332,19 @@ class Feeder:
                         if found is None:
                             ledger_nodes.set_ready(session, name, False)
                         else:
-                            ledger_nodes.register_node(session, *found)
+                            cap, claim = found
+                            # The pool's size over every current member (list(): one step
+                            # under the GIL while the watch thread may add to it).
+                            members = [
+                                (c.pool, n)
+                                for c, n in list(self._seen.values())
+                                if c.pool == cap.pool
+                            ]
+                            sizes = ledger_nodes.pool_sizes(
+                                [*members, (cap.pool, claim)], self.rack_pools
+                            )
+                            pool_bytes = sizes.get(cap.pool) if cap.pool is not None else None
+                            ledger_nodes.register_node(session, cap, pool_bytes)
                     ledger.forget(session, gone)
                     report = ledger.record(session, placed)
             except Exception:

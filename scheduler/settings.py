@@ -4,12 +4,14 @@ They do not inherit the API's: the publisher runs no HTTP API, no Celery and no 
 
 from __future__ import annotations
 
+import re
 from typing import TypeVar
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
+from model.node_contract import MAX_BYTES
 from model.objectives import DEFAULT_THRESHOLD
-from scheduler.pods import DEFAULT_OPT_IN_RESOURCE
+from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, parse_quantity
 from store.settings import DatabaseSettings
 
 
@@ -28,6 +30,30 @@ class FeederSettings(DatabaseSettings):
     # While the ledger's database is unreachable, the mirror tries again this often.
     mirror_retry_seconds: float = Field(default=2.0, gt=0)
     watch_timeout_seconds: int = Field(default=240, ge=1)
+    # The rack pools' sizes the operator sets (the chart's rackPools, as JSON: {"rack-a":
+    # "256Gi"}), authoritative over what nodes publish, as they are for the placement engine.
+    rack_pools: dict[str, int] = Field(default_factory=dict, max_length=10_000)
+
+    @field_validator("rack_pools", mode="before")
+    @classmethod
+    def _pool_sizes(cls, given: object) -> dict[str, int]:
+        if not isinstance(given, dict):
+            raise ValueError("a JSON object of pool name to size")
+        sizes: dict[str, int] = {}
+        for name, text in given.items():
+            if not isinstance(name, str) or len(name) > 253 or not _DNS_NAME.match(name):
+                raise ValueError(f"{str(name)[:40]!r} is not a DNS subdomain name")
+            try:
+                size = parse_quantity(text)
+            except BadPod as exc:
+                raise ValueError(f"{name}: {exc}") from None
+            if size != int(size) or not 0 <= size < MAX_BYTES:
+                raise ValueError(f"{name}: {str(text)[:40]} must be whole bytes in 0..2^52")
+            sizes[name] = int(size)
+        return sizes
+
+
+_DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 SettingsT = TypeVar("SettingsT", bound=FeederSettings)

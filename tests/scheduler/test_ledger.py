@@ -20,8 +20,9 @@ from ledger.types import Held, HeldElsewhere, NodeCapacity, NoRoom
 from model.node_contract import PlacedConfiguration, Placement
 from model.resources import GIB
 from scheduler.feeder import Feeder, node_capacity
+from scheduler.settings import FeederSettings
 from store.db import unit_of_work
-from store.orm import Node, PlacementRecord, Reservation
+from store.orm import Node, PlacementRecord, RackPool, Reservation
 from tests.scheduler.conftest import register
 from tests.services import PostgresServer
 
@@ -322,6 +323,52 @@ def test_feeder_events_keep_the_mirror_in_step(sessions: sessionmaker[Session]) 
     feeder.mirror_pending()
     with unit_of_work(sessions) as session:
         assert not session.get(Node, "node-7").ready  # type: ignore[union-attr]
+
+
+def pooled_node(name: str, claim: int) -> dict[str, Any]:
+    node = copy.deepcopy(TIERED_NODE)
+    node["metadata"]["name"] = name
+    node["metadata"]["annotations"]["tmc.dev/slow-pool-bytes"] = str(claim)
+    return node
+
+
+def pool_size(sessions: sessionmaker[Session], name: str) -> int | None:
+    with unit_of_work(sessions) as session:
+        pool = session.get(RackPool, name)
+        return None if pool is None else pool.slow_bytes
+
+
+def test_a_rack_pools_size_is_the_operators_not_the_last_nodes_claim(
+    sessions: sessionmaker[Session],
+) -> None:
+    """The mirror sizes a rack pool as the placement engine does: the operator's size (the
+    chart's rackPools) when given; else the smallest claim of a current member, so that a node
+    claiming a huge pool grows it for nobody."""
+    assert ledger_nodes.pool_sizes([("a", 5), ("a", 3), (None, 9), ("b", None)], {}) == {"a": 3}
+    assert ledger_nodes.pool_sizes([("a", 5), ("b", 7)], {"a": 2, "c": 1}) == {"a": 2, "b": 7}
+    for configured, expected in (({}, 384 * GIB), ({"rack-b": 256 * GIB}, 256 * GIB)):
+        listed = ListedCluster()
+        feeder = Feeder(listed, sessions, rack_pools=configured)  # type: ignore[arg-type]
+        feeder.mirror_all()
+        feeder.on_node("ADDED", pooled_node("node-7", 384 * GIB))
+        feeder.on_node("ADDED", pooled_node("greedy", 900 * 1024 * GIB))  # written last
+        feeder.mirror_pending()
+        assert pool_size(sessions, "rack-b") == expected
+
+
+def test_the_operators_pool_sizes_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMC_RACK_POOLS", '{"rack-a": "256Gi", "rack-b": 1024}')
+    assert FeederSettings().rack_pools == {"rack-a": 256 * GIB, "rack-b": 1024}
+    for bad in (
+        '{"Rack A": "1Gi"}',
+        '{"r": "-1"}',
+        '{"r": "5Pi"}',
+        '{"r": "lots"}',
+        '{"r": "0.5"}',
+    ):
+        monkeypatch.setenv("TMC_RACK_POOLS", bad)
+        with pytest.raises(ValueError, match="rack_pools"):
+            FeederSettings()
 
 
 def test_the_feeder_counts_the_pairs_live_pods_name() -> None:
