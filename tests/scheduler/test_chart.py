@@ -423,7 +423,7 @@ class _PublisherGauges:
 
 def publisher_registry() -> CollectorRegistry:
     metrics = PublisherMetrics()
-    metrics.registry.register(_PublisherGauges())  # type: ignore[arg-type]
+    metrics.registry.register(_PublisherGauges())
     return metrics.registry
 
 

@@ -92,9 +92,10 @@ def test_a_namespace_over_its_bound_gets_an_event_and_no_new_object(
     except TimeoutError as exc:
         raise AssertionError(f"{exc}\n{publisher.log.read_text()[-3000:]}") from exc
     (event,) = bound_events(api, tenant, "three")
+    message = event.message or ""
     assert event.type == "Warning"
-    assert f"namespace {tenant}" in event.message and f"bound is {BOUND}" in event.message
-    assert "'qa-3'" in event.message and event.source.component == "tmc-publisher"
+    assert f"namespace {tenant}" in message and f"bound is {BOUND}" in message
+    assert "'qa-3'" in message and event.source.component == "tmc-publisher"
     # The same pod is told once, and its pair has no object.
     time.sleep(2)
     assert ("qa-3", "cheapest") not in pairs(plane)
