@@ -13,16 +13,23 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.auth import Role
+from api.settings import Settings
 from bench.publisher_refresh import InMemoryObjects
+from model import Utilization
 from model.node_contract import PlacedConfiguration, Placement, Recommendation
+from model.objectives import DEFAULT_THRESHOLD
 from model.resources import GIB
 from scheduler.feeder import Feeder, PodRef
 from scheduler.metrics import FALLBACK_REASONS, PublisherMetrics, fallback_class, serve
-from scheduler.publisher import BOUND_REASON, Decided, RecommendationPublisher
+from scheduler.publisher import BOUND_REASON, Decided, RecommendationPublisher, ServiceDecisions
+from store.db import make_engine, make_session_factory
+from tests.fixtures.service import auth, example
 from tests.scheduler.test_ledger import TIERED_NODE, ListedCluster, bound_pod, opted_in
 from tests.services import PostgresServer
 
@@ -306,3 +313,27 @@ def test_the_bound_per_namespace_with_the_feeder_naming_the_pairs() -> None:
     pub.publish_pending()
     assert workloads() == {"w2", "w3", "w5"}
     assert pub.figures().waiting_for_bound == 0
+
+
+def test_decisions_stored_and_repeated_by_the_service_on_postgresql(
+    client: TestClient, settings: Settings
+) -> None:
+    """Through the service's decision log: the pair's first decision is a new row, the same
+    decision again a repeat counted on it; a workload with no profile is a fallback, not logged."""
+    client.post("/v1/profiles", content=example("graph500"), headers=auth(Role.agent))
+    fitted = client.post("/recommend", json={"workload": "graph500"}, headers=auth(Role.scheduler))
+    assert fitted.status_code == 200, fitted.text  # its fit exists by now
+    sessions = make_session_factory(make_engine(settings))
+    util = Utilization(cpu=0.2, dram=0.2, slow=0.1, llc=0.2)
+    pub = RecommendationPublisher(
+        InMemoryObjects(), ServiceDecisions(sessions, lambda: util, DEFAULT_THRESHOLD)
+    )
+    for _ in range(3):
+        assert pub.publish(("graph500", "slo:10%"))
+    assert pub.publish(("nobody", "cheapest"))
+    value = pub.metrics.registry.get_sample_value
+    assert value("tmc_decisions_logged_total", {"stored": "stored"}) == 1
+    assert value("tmc_decisions_logged_total", {"stored": "repeat"}) == 2
+    assert value("tmc_publisher_decisions_total", {"outcome": "recommended"}) == 3
+    assert value("tmc_publisher_decisions_total", {"outcome": "fallback"}) == 1
+    assert pub.figures().fallbacks == {"NotFound": 1}  # the model's error class names it
