@@ -9,8 +9,11 @@ the service needs of it. It places nothing: the Go engine (tmc-scheduler or tmc-
   write fails (the database is down), the mirror is marked stale and rewritten from a fresh
   listing once the database answers again.
 * **The pairs live pods name**: every pending opted-in pod is handed to the publisher
-  (`prefetch`), and the (workload, objective) pairs that live opted-in pods name are counted, so
-  that the publisher can delete objects no live pod names.
+  (`prefetch`), and the (workload, objective) pairs that live opted-in pods name are counted with
+  their namespaces, so that the publisher can delete objects no live pod names and bound the
+  objects of each namespace.
+* **Its figures** for the publisher's /metrics: the changes not yet mirrored and how long they
+  have waited, and the bound pods placed with the fallback by reason.
 
 Nodes publish their tiered capacity (the node agent writes it; `node_capacity` reads it): label
 `tmc.dev/host-kind`; annotations `tmc.dev/dram-bytes`, `tmc.dev/slow-bytes` (node-local, absent or
@@ -374,7 +377,6 @@ class Feeder:
             ]
             gone = [uid for uid, p in changes.pods.items() if p is None and uid in self._mirrored]
             if not placed and not gone and not changes.nodes:
-                self._observe_lag(changes)
                 return
             try:
                 with unit_of_work(self.sessions) as session:
@@ -393,13 +395,13 @@ class Feeder:
             for p in placed:
                 if p.held.pod_uid not in report.skipped:
                     self._mirrored[p.held.pod_uid] = p.held
-            self._observe_lag(changes)
-
-    def _observe_lag(self, written: _Changes) -> None:
-        """Each pod change just written: how long it waited since its event reached us."""
-        now = time.monotonic()
-        for since in written.since.values():
-            self.metrics.mirror_lag.observe(max(0.0, now - since))
+            now = time.monotonic()
+            # Each row just written or released: how long since its pod's event reached us (a
+            # change that needed no write, such as another scheduler's pod deleted, is not).
+            for uid in [*gone, *(p.held.pod_uid for p in placed)]:
+                since = changes.since.get(uid)
+                if since is not None:
+                    self.metrics.mirror_lag.observe(max(0.0, now - since))
 
     def figures(self) -> MirrorFigures:
         """The mirror's figures now (read by a scrape): what waits to be written and for how

@@ -31,6 +31,13 @@ PostgreSQL is down (with the last recommendation).
   at the next look if a live pod names it (the engine makes such a pod wait for it).
 * Utilization (Algorithm 1's packing penalty) is read from the ledger's mirror of the bound pods'
   placements, which the feeder keeps: the publisher places nothing and keeps no cache of nodes.
+* Objects are bounded per namespace (`max_pairs_per_namespace`): a pair counts against the
+  namespaces whose live pods name it (the feeder says which), and a pair with no object yet is
+  published only if one of them holds fewer; the others wait, their pending pods told by an Event,
+  until a namespace naming them has room. TieredRecommendations are cluster-scoped, so no
+  ResourceQuota can count them, and the publisher is their only writer.
+* Its own Prometheus series (scheduler/metrics.py) say what it holds, how old the decisions
+  behind its objects are, how far the mirror is behind, and what the bound refused.
 
 `python -m scheduler.publisher` runs it with the feeder, which keeps the PostgreSQL ledger a
 mirror of the bound pods' placements for the dashboard, the planner and the rebalancer.
