@@ -274,11 +274,14 @@ class Feeder:
         """List nodes and pods; hand the listing to the mirror, and learn the pairs live pods
         name."""
         with self._sync_lock:
+            covered: float | None = None  # the oldest change the listing replaces
             if self.sessions is not None:
                 with self._changes_lock:
                     # The listing covers every change queued before it; those after it are
                     # newer than the listing and are written after it.
+                    covered = self._changes.oldest()
                     self._changes = _Changes()
+            listed_at = time.monotonic()
             caps, bound, pods, node_rv, pod_rv = self._list()
             self._seen = {c.name: (c, b) for c, b in caps}
             with self._named_lock:
@@ -292,10 +295,9 @@ class Feeder:
             self._bound_uids = set(bound)
             if self.sessions is not None:
                 with self._changes_lock:
-                    oldest = self._changes.oldest()
                     self._listing = (caps, bound)
                     self._listing_since = min(
-                        t for t in (oldest, self._listing_since, time.monotonic()) if t is not None
+                        t for t in (covered, self._listing_since, listed_at) if t is not None
                     )
                 self._wake.set()
             self._placed_seen = {}  # the next event of each bound pod is read again
@@ -315,10 +317,12 @@ class Feeder:
         with self._changes_lock:
             # The listing covers every change queued before it; those after it are newer and
             # are written after it (`mirror_pending`).
+            times = [self._changes.oldest(), self._listing_since]
+            covered = min((t for t in times if t is not None), default=None)
             self._changes = _Changes()
-            self._listing = None
+            self._listing, self._listing_since = None, None
         caps, bound, _pods, _nrv, _prv = self._list()
-        return self._write_listing(caps, bound)
+        return self._write_listing(caps, bound, since=covered)
 
     def _mark_stale(self, since: float | None) -> None:
         """The ledger may differ from the API server from `since` (now when None) on."""

@@ -188,6 +188,32 @@ def test_the_mirror_says_what_waits_and_how_long_its_rows_took(
     assert f.in_step and f.oldest_pending_seconds == 0
 
 
+def test_a_listing_that_replaces_waiting_changes_keeps_their_wait(
+    sessions: sessionmaker[Session],
+) -> None:
+    """A resync's listing covers the changes queued before it: what waits is counted from the
+    oldest of them until the listing is written, and nothing is left counting after."""
+    listed = ListedCluster()
+    listed.nodes = [TIERED_NODE]
+    feeder = Feeder(listed, sessions)  # type: ignore[arg-type]
+    feeder.sync()
+    feeder.mirror_pending()
+    feeder.on_pod("ADDED", bound_pod("q0", "node-7", 0x1))
+    time.sleep(0.3)
+    listed.pods = {"q0": bound_pod("q0", "node-7", 0x1)}
+    feeder.sync()  # the periodic resync
+    f = feeder.figures()
+    assert f.pending_changes == 0 and f.oldest_pending_seconds >= 0.3
+    feeder.mirror_pending()
+    assert feeder.figures().oldest_pending_seconds == 0
+    feeder.on_pod("ADDED", bound_pod("q1", "node-7", 0x2))
+    listed.pods["q1"] = bound_pod("q1", "node-7", 0x2)
+    feeder.sync()
+    feeder.mirror_all()  # a full rewrite takes the waiting listing with it
+    f = feeder.figures()
+    assert f.in_step and f.oldest_pending_seconds == 0
+
+
 def placed_with_fallback(uid: str, why: str | None) -> dict[str, Any]:
     pod = bound_pod(uid, "node-7", 0x1)
     placement = Placement(
