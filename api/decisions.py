@@ -36,6 +36,8 @@ class WorkloadDecision:
     recommendation_id: str
     configuration: Configuration
     plan: tuple[StructurePlan, ...]  # per tagged structure, fast and slow bytes
+    # The decision log counted it on the pair's identical newest decision instead of a new row.
+    repeated: bool = False
 
 
 class NoDecision(Exception):
@@ -85,7 +87,10 @@ class DecisionService:
             for p in r.placement
         )
         return WorkloadDecision(
-            recommendation_id=record.id, configuration=r.chosen.configuration, plan=plan
+            recommendation_id=record.id,
+            configuration=r.chosen.configuration,
+            plan=plan,
+            repeated=record.repeated,
         )
 
 

@@ -258,6 +258,7 @@ class Placed:
     held: Held
     recommendation_id: str | None
     slow_ratio: float
+    fallback: str | None = None  # why the pod holds the fallback, when it does
 
 
 @dataclass

@@ -35,6 +35,7 @@ class Recommended:
     recommendation_id: str
     computed_at: float
     plan: tuple[StructurePlan, ...] = ()
+    repeated: bool = False  # the decision log counted it on an identical one, not a new row
 
 
 # Why a workload cannot be recommended: a fallback reason.
@@ -91,4 +92,5 @@ def decide_pair(
         recommendation_id=decided.recommendation_id,
         computed_at=time.monotonic(),
         plan=decided.plan,
+        repeated=decided.repeated,
     )

@@ -9,8 +9,11 @@ the service needs of it. It places nothing: the Go engine (tmc-scheduler or tmc-
   write fails (the database is down), the mirror is marked stale and rewritten from a fresh
   listing once the database answers again.
 * **The pairs live pods name**: every pending opted-in pod is handed to the publisher
-  (`prefetch`), and the (workload, objective) pairs that live opted-in pods name are counted, so
-  that the publisher can delete objects no live pod names.
+  (`prefetch`), and the (workload, objective) pairs that live opted-in pods name are counted with
+  their namespaces, so that the publisher can delete objects no live pod names and bound the
+  objects of each namespace.
+* **Its figures** for the publisher's /metrics: the changes not yet mirrored and how long they
+  have waited, and the bound pods placed with the fallback by reason.
 
 Nodes publish their tiered capacity (the node agent writes it; `node_capacity` reads it): label
 `tmc.dev/host-kind`; annotations `tmc.dev/dram-bytes`, `tmc.dev/slow-bytes` (node-local, absent or
@@ -29,7 +32,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
@@ -40,6 +43,7 @@ from ledger.types import Held, NodeCapacity
 from model import node_contract as contract
 from model.node_contract import PLACEMENT_ANNOTATION
 from scheduler.kube import KubeCluster
+from scheduler.metrics import MirrorFigures, PublisherMetrics, fallback_class
 from scheduler.pods import (
     DEFAULT_OPT_IN_RESOURCE,
     BadPod,
@@ -144,7 +148,7 @@ def placed_of(pod: dict[str, Any]) -> ledger.Placed | None:
         llc_mask=p.llc_mask_bits,
         workload=p.workload,
     )
-    return ledger.Placed(held, p.recommendation_id, c.slow_ratio)
+    return ledger.Placed(held, p.recommendation_id, c.slow_ratio, p.fallback)
 
 
 def _terminal(pod: dict[str, Any]) -> bool:
@@ -165,6 +169,30 @@ class _Changes:
 
     nodes: dict[str, tuple[NodeCapacity, int | None] | None] = field(default_factory=dict)
     pods: dict[str, ledger.Placed | None] = field(default_factory=dict)  # None: released
+    # When each pod's and node's change first reached the feeder (time.monotonic()): the lag.
+    since: dict[str, float] = field(default_factory=dict)
+    nodes_since: dict[str, float] = field(default_factory=dict)
+
+    def oldest(self) -> float | None:
+        times = [*self.since.values(), *self.nodes_since.values()]
+        return min(times) if times else None
+
+
+class PodRef(NamedTuple):
+    """A pod, as an Event names it."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class _Naming:
+    """What a live opted-in pod names, and where it is."""
+
+    pod: PodRef
+    pair: tuple[str, str]
+    bound: bool
 
 
 class Prefetcher(Protocol):
@@ -187,9 +215,11 @@ class Feeder:
         mirror_retry_seconds: float = 2.0,
         mirror_batch_seconds: float = 0.2,
         rack_pools: Mapping[str, int] | None = None,
+        metrics: PublisherMetrics | None = None,
     ) -> None:
         """`sessions`: the ledger's database to mirror into (None: no mirror). `recommender`:
         told of every pending opted-in pod (None: nobody)."""
+        self.metrics = metrics if metrics is not None else PublisherMetrics()
         self.cluster = cluster
         self.sessions = sessions
         self.recommender = recommender
@@ -215,12 +245,21 @@ class Feeder:
         self._listing: tuple[list[tuple[NodeCapacity, int | None]], dict[str, ledger.Placed]] | None
         self._listing = None
         self._stale = True  # the ledger may differ from the API server: rewrite it in full
+        self._stale_since: float | None = time.monotonic()  # nothing is mirrored yet
+        self._listing_since: float | None = None  # the oldest change a waiting listing covers
         self._wake = threading.Event()
         self._mirrored: dict[str, Held] = {}
         self.last_mirror: ledger.Mirrored | None = None
-        # The (workload, objective) pair each live opted-in pod names (pod uid -> pair).
-        self._named: dict[str, tuple[str, str]] = {}
+        # The (workload, objective) pair each live opted-in pod names (pod uid -> what), and
+        # by pair: the pods naming it and how many of them are in each namespace.
+        self._named: dict[str, _Naming] = {}
+        self._pods_of: dict[tuple[str, str], set[str]] = {}
+        self._namers: dict[tuple[str, str], dict[str, int]] = {}
         self._named_lock = threading.Lock()
+        # The fallback class of each live bound pod placed with the fallback (pod uid -> class),
+        # and the live bound pods with tmc's placement.
+        self._fallback_of: dict[str, str] = {}
+        self._bound_uids: set[str] = set()
 
     # -- full sync --------------------------------------------------------------------------
 
@@ -239,22 +278,31 @@ class Feeder:
         """List nodes and pods; hand the listing to the mirror, and learn the pairs live pods
         name."""
         with self._sync_lock:
+            covered: float | None = None  # the oldest change the listing replaces
             if self.sessions is not None:
                 with self._changes_lock:
                     # The listing covers every change queued before it; those after it are
                     # newer than the listing and are written after it.
+                    covered = self._changes.oldest()
                     self._changes = _Changes()
+            listed_at = time.monotonic()
             caps, bound, pods, node_rv, pod_rv = self._list()
             self._seen = {c.name: (c, b) for c, b in caps}
-            named: dict[str, tuple[str, str]] = {}
-            for pod in pods:
-                if not _terminal(pod) and (pair := self._pair_of(pod)) is not None:
-                    named[str((pod.get("metadata") or {}).get("uid", ""))] = pair
             with self._named_lock:
-                self._named = named
+                self._named, self._pods_of, self._namers = {}, {}, {}
+                for pod in pods:
+                    if not _terminal(pod) and (naming := self._naming_of(pod)) is not None:
+                        self._name(naming)
+            self._fallback_of = {
+                uid: fallback_class(p.fallback) for uid, p in bound.items() if p.fallback
+            }
+            self._bound_uids = set(bound)
             if self.sessions is not None:
                 with self._changes_lock:
                     self._listing = (caps, bound)
+                    self._listing_since = min(
+                        t for t in (covered, self._listing_since, listed_at) if t is not None
+                    )
                 self._wake.set()
             self._placed_seen = {}  # the next event of each bound pod is read again
             if self.recommender is not None:
@@ -273,13 +321,24 @@ class Feeder:
         with self._changes_lock:
             # The listing covers every change queued before it; those after it are newer and
             # are written after it (`mirror_pending`).
+            times = [self._changes.oldest(), self._listing_since]
+            covered = min((t for t in times if t is not None), default=None)
             self._changes = _Changes()
-            self._listing = None
+            self._listing, self._listing_since = None, None
         caps, bound, _pods, _nrv, _prv = self._list()
-        return self._write_listing(caps, bound)
+        return self._write_listing(caps, bound, since=covered)
+
+    def _mark_stale(self, since: float | None) -> None:
+        """The ledger may differ from the API server from `since` (now when None) on."""
+        at = since if since is not None else time.monotonic()
+        self._stale = True
+        self._stale_since = at if self._stale_since is None else min(self._stale_since, at)
 
     def _write_listing(
-        self, caps: list[tuple[NodeCapacity, int | None]], bound: dict[str, ledger.Placed]
+        self,
+        caps: list[tuple[NodeCapacity, int | None]],
+        bound: dict[str, ledger.Placed],
+        since: float | None = None,
     ) -> ledger.Mirrored:
         assert self.sessions is not None
         with self._mirror_lock:
@@ -293,10 +352,10 @@ class Feeder:
                         ledger_nodes.register_node(session, cap, pool_bytes)
                     report = ledger.mirror(session, bound)
             except Exception:
-                self._stale = True
+                self._mark_stale(since)
                 raise
             self._mirrored = {uid: p.held for uid, p in bound.items() if uid not in report.skipped}
-            self._stale = False
+            self._stale, self._stale_since = False, None
             self.last_mirror = report
             self.mirror_synced.set()
             return report
@@ -307,9 +366,14 @@ class Feeder:
         assert self.sessions is not None
         with self._changes_lock:
             listing, self._listing = self._listing, None
+            listed_since, self._listing_since = self._listing_since, None
             changes, self._changes = self._changes, _Changes()
         if listing is not None:
-            self._write_listing(*listing)
+            try:
+                self._write_listing(*listing, since=listed_since)
+            except Exception:
+                self._mark_stale(changes.oldest())
+                raise
         if self._stale:
             # Ask the database first: while it is down, a listing of every pod each retry would
             # load the API server for nothing.
@@ -348,19 +412,50 @@ class Feeder:
                     ledger.forget(session, gone)
                     report = ledger.record(session, placed)
             except Exception:
-                self._stale = True
+                self._mark_stale(changes.oldest())
                 raise
             for uid in gone:
                 self._mirrored.pop(uid, None)
             for p in placed:
                 if p.held.pod_uid not in report.skipped:
                     self._mirrored[p.held.pod_uid] = p.held
+            now = time.monotonic()
+            # Each row just written or released: how long since its pod's event reached us (a
+            # change that needed no write, such as another scheduler's pod deleted, is not).
+            for uid in [*gone, *(p.held.pod_uid for p in placed)]:
+                since = changes.since.get(uid)
+                if since is not None:
+                    self.metrics.mirror_lag.observe(max(0.0, now - since))
+
+    def figures(self) -> MirrorFigures:
+        """The mirror's figures now (read by a scrape): what waits to be written and for how
+        long, whether the ledger is in step, and the bound pods by placement."""
+        now = time.monotonic()
+        with self._changes_lock:
+            pending = len(self._changes.pods) + len(self._changes.nodes)
+            times = [self._changes.oldest(), self._listing_since]
+        if self.sessions is None:
+            pending, times = 0, []
+        elif self._stale:
+            times.append(self._stale_since)
+        known = [t for t in times if t is not None]
+        fallback: dict[str, int] = {}
+        for reason in list(self._fallback_of.values()):
+            fallback[reason] = fallback.get(reason, 0) + 1
+        return MirrorFigures(
+            pending_changes=pending,
+            oldest_pending_seconds=max(0.0, now - min(known)) if known else 0.0,
+            in_step=self.sessions is None or not self._stale,
+            bound_pods=len(self._bound_uids),
+            fallback_pods=fallback,
+        )
 
     def _queue_node(self, name: str, found: tuple[NodeCapacity, int | None] | None) -> None:
         if self.sessions is None:
             return
         with self._changes_lock:
             self._changes.nodes[name] = found
+            self._changes.nodes_since.setdefault(name, time.monotonic())
         self._wake.set()
 
     def _queue_pod(self, uid: str, placed: ledger.Placed | None) -> None:
@@ -368,6 +463,7 @@ class Feeder:
             return
         with self._changes_lock:
             self._changes.pods[uid] = placed
+            self._changes.since.setdefault(uid, time.monotonic())
         self._wake.set()
 
     def _mirror_loop(self) -> None:
@@ -455,34 +551,84 @@ class Feeder:
         self._seen[name] = found
         self._queue_node(name, found)
 
-    def _pair_of(self, pod: dict[str, Any]) -> tuple[str, str] | None:
-        """The (workload, objective) an opted-in pod names, or None."""
+    def _naming_of(self, pod: dict[str, Any]) -> _Naming | None:
+        """What an opted-in pod names, or None."""
         try:
             ask = read_pod(pod, self.opt_in_resource)
         except BadPod:
             return None
         if not ask.opted_in or ask.workload is None:
             return None
-        return ask.workload, ask.objective
+        bound = bool((pod.get("spec") or {}).get("nodeName"))
+        return _Naming(
+            PodRef(ask.namespace, ask.name, ask.uid), (ask.workload, ask.objective), bound
+        )
+
+    # The indexes below are kept under _named_lock.
+
+    def _name(self, naming: _Naming) -> None:
+        uid = naming.pod.uid
+        if self._named.get(uid) == naming:
+            return
+        self._unname(uid)
+        self._named[uid] = naming
+        self._pods_of.setdefault(naming.pair, set()).add(uid)
+        counts = self._namers.setdefault(naming.pair, {})
+        counts[naming.pod.namespace] = counts.get(naming.pod.namespace, 0) + 1
+
+    def _unname(self, uid: str) -> None:
+        gone = self._named.pop(uid, None)
+        if gone is None:
+            return
+        pods = self._pods_of.get(gone.pair, set())
+        pods.discard(uid)
+        if not pods:
+            self._pods_of.pop(gone.pair, None)
+        counts = self._namers.get(gone.pair, {})
+        counts[gone.pod.namespace] = counts.get(gone.pod.namespace, 1) - 1
+        if counts[gone.pod.namespace] <= 0:
+            del counts[gone.pod.namespace]
+        if not counts:
+            self._namers.pop(gone.pair, None)
 
     def pairs_named(self) -> set[tuple[str, str]]:
         """The (workload, objective) pairs that live opted-in pods name now."""
         with self._named_lock:
-            return set(self._named.values())
+            return set(self._namers)
+
+    def naming(self) -> dict[tuple[str, str], frozenset[str]]:
+        """Each pair live opted-in pods name, with the namespaces of those pods."""
+        with self._named_lock:
+            return {pair: frozenset(counts) for pair, counts in self._namers.items()}
+
+    def namespaces_naming(self, pair: tuple[str, str]) -> frozenset[str]:
+        """The namespaces whose live opted-in pods name `pair`."""
+        with self._named_lock:
+            return frozenset(self._namers.get(pair, ()))
+
+    def waiting_pods(self, pair: tuple[str, str], namespace: str) -> list[PodRef]:
+        """The pending (not yet bound) pods of `namespace` that name `pair`."""
+        with self._named_lock:
+            found = [self._named[uid] for uid in self._pods_of.get(pair, ())]
+        return sorted(n.pod for n in found if n.pod.namespace == namespace and not n.bound)
 
     def on_pod(self, event: str, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid", ""))
         if event == "DELETED" or _terminal(pod):
             with self._named_lock:
-                self._named.pop(uid, None)
+                self._unname(uid)
             self._placed_seen.pop(uid, None)
+            self._fallback_of.pop(uid, None)
+            self._bound_uids.discard(uid)
             self._queue_pod(uid, None)
             return
-        pair = self._pair_of(pod)
-        if pair is not None:
-            with self._named_lock:
-                self._named[uid] = pair
+        naming = self._naming_of(pod)
+        with self._named_lock:
+            if naming is not None:
+                self._name(naming)
+            else:
+                self._unname(uid)
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             # Bound: its placement annotation says what it holds, whoever bound it, and it
@@ -495,6 +641,11 @@ class Feeder:
             if placed is None:
                 return
             self._placed_seen[uid] = seen
+            self._bound_uids.add(uid)
+            if placed.fallback:
+                self._fallback_of[uid] = fallback_class(placed.fallback)
+            else:
+                self._fallback_of.pop(uid, None)
             self._queue_pod(uid, placed)
             return
         try:

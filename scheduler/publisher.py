@@ -31,6 +31,13 @@ PostgreSQL is down (with the last recommendation).
   at the next look if a live pod names it (the engine makes such a pod wait for it).
 * Utilization (Algorithm 1's packing penalty) is read from the ledger's mirror of the bound pods'
   placements, which the feeder keeps: the publisher places nothing and keeps no cache of nodes.
+* Objects are bounded per namespace (`max_pairs_per_namespace`): a pair counts against the
+  namespaces whose live pods name it (the feeder says which), and a pair with no object yet is
+  published only if one of them holds fewer; the others wait, their pending pods told by an Event,
+  until a namespace naming them has room. TieredRecommendations are cluster-scoped, so no
+  ResourceQuota can count them, and the publisher is their only writer.
+* Its own Prometheus series (scheduler/metrics.py) say what it holds, how old the decisions
+  behind its objects are, how far the mirror is behind, and what the bound refused.
 
 `python -m scheduler.publisher` runs it with the feeder, which keeps the PostgreSQL ledger a
 mirror of the bound pods' placements for the dashboard, the planner and the rebalancer.
@@ -42,7 +49,9 @@ import argparse
 import logging
 import math
 import queue
+import secrets
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -71,8 +80,9 @@ from model.node_contract import (
 )
 from model.resources import GIB
 from scheduler.decisions import FallbackReason, decide_pair
-from scheduler.feeder import Feeder
+from scheduler.feeder import Feeder, PodRef
 from scheduler.kube import KubeCluster, api_client
+from scheduler.metrics import OBJECT_STATES, PublishedFigures, PublisherMetrics, serve
 from scheduler.pods import PodAsk
 from scheduler.settings import FeederSettings, load_settings
 from store.db import make_engine, make_session_factory, unit_of_work
@@ -177,6 +187,67 @@ class KubeRecommendations:
                 raise
 
 
+class Tenants(Protocol):
+    """Who names which pairs: the namespaces of the live opted-in pods (the feeder)."""
+
+    def naming(self) -> dict[Pair, frozenset[str]]: ...
+
+    def namespaces_naming(self, pair: Pair) -> frozenset[str]: ...
+
+    def waiting_pods(self, pair: Pair, namespace: str) -> list[PodRef]: ...
+
+
+class PodEvents(Protocol):
+    """Where a pod is told why it waits (Kubernetes Events)."""
+
+    def warn(self, pod: PodRef, reason: str, message: str) -> None: ...
+
+
+class KubeEvents:
+    """Events about pods, in the pods' namespaces, as `kubectl describe pod` shows them."""
+
+    def __init__(self, api: client.ApiClient, component: str = "tmc-publisher") -> None:
+        self._core = client.CoreV1Api(api)
+        self._component = component
+        self._instance = socket.gethostname()[:128]
+
+    def warn(self, pod: PodRef, reason: str, message: str) -> None:
+        stamp = _now()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{pod.name[:200]}.{secrets.token_hex(8)}",
+                "namespace": pod.namespace,
+            },
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": pod.namespace,
+                "name": pod.name,
+                "uid": pod.uid,
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning",
+            "source": {"component": self._component, "host": self._instance},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        self._core.create_namespaced_event(
+            pod.namespace,
+            body,  # type: ignore[arg-type]  # the client sends plain dicts as they are
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+
+
+# The reason of the Event a pod gets when its namespace's bound keeps its pair unpublished.
+BOUND_REASON = "RecommendationBoundReached"
+# At most this many pods are told per refusal (the rest are told at their next event).
+MAX_EVENTS_PER_REFUSAL = 20
+
+
 @dataclass(frozen=True)
 class Decided:
     """A pair's recommendation, and for a fallback its cause as one CamelCase word (the reason
@@ -184,6 +255,9 @@ class Decided:
 
     recommendation: Recommendation
     fallback_cause: str = ""
+    # What the decision log did with the decision: "stored" (a new row), "repeat" (counted on
+    # the pair's identical newest one), "" (not logged: a fallback).
+    logged: str = ""
 
 
 # The most a Binding may add to a pod (both placement annotations, keys and values): the Go
@@ -215,14 +289,14 @@ def placement_annotations_bytes(rec: Recommendation) -> int:
     return sum(len(k) + len(v) for k, v in placement.to_annotations().items())
 
 
-def bounded(rec: Recommendation) -> Decided:
+def bounded(rec: Recommendation, logged: str = "") -> Decided:
     """`rec` as published: a recommendation whose placement would not fit tmc's bound on a
     pod's annotations is published as a fallback saying so (the engine would refuse it too)."""
     if rec.fallback is not None:
-        return Decided(rec)
+        return Decided(rec, logged=logged)
     size = placement_annotations_bytes(rec)
     if size <= MAX_PLACEMENT_ANNOTATIONS_BYTES:
-        return Decided(rec)
+        return Decided(rec, logged=logged)
     why = (
         f"the placement would take {size} bytes of pod annotations ({len(rec.plan)} structures),"
         f" over tmc's bound of {MAX_PLACEMENT_ANNOTATIONS_BYTES}"
@@ -233,7 +307,7 @@ def bounded(rec: Recommendation) -> Decided:
         recommendation_id=rec.recommendation_id,
         fallback=why,
     )
-    return Decided(fallback, "PlacementTooLarge")
+    return Decided(fallback, "PlacementTooLarge", logged)
 
 
 def _now() -> str:
@@ -292,6 +366,29 @@ def status_of(
         "slowGiB": "-" if fallback else _gib(rec.slow_bytes),
         "conditions": [published, why],
     }
+
+
+def _written_at(obj: Mapping[str, Any], default: float) -> float:
+    """When an object was last written (seconds since the epoch): the newest time of its
+    managed fields, else its creation; `default` when it says neither."""
+    meta = obj.get("metadata") or {}
+    times = [str(f.get("time")) for f in meta.get("managedFields") or [] if isinstance(f, Mapping)]
+    times.append(str(meta.get("creationTimestamp")))
+    parsed = []
+    for text in times:
+        try:
+            parsed.append(datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC))
+        except ValueError:
+            continue
+    return max(parsed).timestamp() if parsed else default
+
+
+def _fallback_reason(obj: Mapping[str, Any]) -> str:
+    """The reason of an object's Fallback condition (what a loaded fallback object says)."""
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("type") == "Fallback" and c.get("status") == "True":
+            return str(c.get("reason") or "NoRecommendation")[:64]
+    return "NoRecommendation"
 
 
 def _configuration_of(rec: Recommendation) -> dict[str, Any]:
@@ -371,9 +468,20 @@ class RecommendationPublisher:
         utilization: Callable[[], Utilization] | None = None,
         utilization_tolerance: float = 0.05,
         max_age_seconds: float = 3600.0,
+        tenants: Tenants | None = None,
+        max_pairs_per_namespace: int | None = None,
+        events: PodEvents | None = None,
+        metrics: PublisherMetrics | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         """`named`: the pairs live opted-in pods name now (None: objects are never deleted).
         An object none of them has named for `gc_grace_seconds` is deleted.
+
+        `tenants` and `max_pairs_per_namespace` (both, or no bound): a pair is charged to the
+        namespaces whose live pods name it (while its object lives, to those that named it
+        last); a pair with no object yet is published only if one of the namespaces naming it
+        holds fewer than the bound. The others wait, their pending pods told why (`events`),
+        and are published once their namespace's count drops.
 
         Every `refresh_seconds` the pairs are decided again only if the cluster's utilization
         (`utilization`) moved by more than `utilization_tolerance` in some resource since they
@@ -398,6 +506,24 @@ class RecommendationPublisher:
         self._work: queue.Queue[Pair] = queue.Queue()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self.metrics = metrics if metrics is not None else PublisherMetrics()
+        self._wall = wall_clock
+        # When the decision behind each published object was made (clock()), and the reason of
+        # each fallback object's Fallback condition.
+        self._decision_at: dict[Pair, float] = {}
+        self._causes: dict[Pair, str] = {}
+        # Objects found at start whose status is stale: they exist, so the bound lets them be.
+        self._existing: set[Pair] = set()
+        # The bound per namespace: each object's namespaces, each namespace's objects, the pairs
+        # refused (with the namespaces that named them) and the pods told of it (uid -> pair).
+        self._tenants = tenants
+        self._bound = max_pairs_per_namespace if tenants is not None else None
+        self._events = events
+        self._owners: dict[Pair, frozenset[str]] = {}
+        self._owned: dict[str, set[Pair]] = {}
+        self._refused: dict[Pair, frozenset[str]] = {}
+        self._told: dict[str, Pair] = {}
+        self._charged_once = False
 
     # -- what is wanted ------------------------------------------------------------------------
 
@@ -417,10 +543,17 @@ class RecommendationPublisher:
                 generation = (obj.get("metadata") or {}).get("generation")
                 observed = (obj.get("status") or {}).get("observedGeneration")
                 if generation is not None and observed != generation:
+                    with self._lock:
+                        self._existing.add(pair)
                     self.request(pair)
                 else:
                     with self._lock:
                         self._published[pair] = rec
+                        # Its decision is at least as old as the object's last write.
+                        age = max(0.0, self._wall() - _written_at(obj, self._wall()))
+                        self._decision_at[pair] = self._clock() - age
+                        if rec.fallback is not None:
+                            self._causes[pair] = _fallback_reason(obj)
                 loaded += 1
         return loaded
 
@@ -445,21 +578,40 @@ class RecommendationPublisher:
 
     def publish(self, pair: Pair) -> bool:
         """Decide the pair and write its object if what a pod would get changed. False when
-        nothing could be decided now (the database is down): the last object stays."""
+        nothing could be decided now (the database is down), or the pair has no object and its
+        namespaces are at their bound (`admit`): the last object stays."""
+        charge = self.admit(pair)
+        if charge is None:
+            return False
         decided = self._decide(*pair)
         if decided is None:
+            self.metrics.decisions.labels("unavailable").inc()
             return False
         rec = decided.recommendation
+        self.metrics.decisions.labels("fallback" if rec.fallback else "recommended").inc()
+        if decided.logged:
+            self.metrics.decisions_logged.labels(decided.logged).inc()
         with self._lock:
             before = self._published.get(pair)
+            if before is not None:
+                self._decision_at[pair] = self._clock()  # the object stands: decided again
         if before is not None and _configuration_of(before) == _configuration_of(rec):
             return True
         body = rec.to_object()
         written = self._objects.upsert(body)
         # Remembered only once the status says so: a failed status write is retried.
         self._objects.write_status(body["metadata"]["name"], status_of(decided, written))
+        self.metrics.writes.labels("written").inc()
         with self._lock:
             self._published[pair] = rec
+            self._existing.discard(pair)
+            self._decision_at[pair] = self._clock()
+            if rec.fallback is not None:
+                self._causes[pair] = decided.fallback_cause or "NoRecommendation"
+            else:
+                self._causes.pop(pair, None)
+            if charge:
+                self._charge(pair, charge)
         log.info(
             "published %s/%s: %s",
             pair[0],
@@ -475,6 +627,8 @@ class RecommendationPublisher:
         if self._named is None:
             return []
         named = self._named()
+        if self._tenants is not None:
+            self.recharge(self._tenants.naming())
         now = self._clock()
         with self._lock:
             published = list(self._published)
@@ -500,6 +654,8 @@ class RecommendationPublisher:
                     self._published.setdefault(pair, rec)  # tried again at the next collection
                 raise
             self._unnamed_since.pop(pair, None)
+            self._forget(pair)
+            self.metrics.writes.labels("deleted").inc()
             log.info("deleted %s/%s: no live pod has named it for %.0f s", *pair, self._grace)
         for pair in list(self._unnamed_since):
             if pair not in published:
@@ -523,12 +679,182 @@ class RecommendationPublisher:
             gone = [pair for pair in self._published if pair not in listed]
             for pair in gone:
                 del self._published[pair]
+            self._existing &= listed
+        for pair in gone:
+            self._forget(pair)
         for pair in gone:
             if pair in named:
                 log.info("%s/%s was deleted by someone else; publishing it again", *pair)
                 self.request(pair)
                 again.append(pair)
         return again
+
+    # -- the bound per namespace ----------------------------------------------------------------
+
+    def admit(self, pair: Pair) -> frozenset[str] | None:
+        """Whether `pair` may be published: the namespaces to charge it to (empty: its object
+        exists, or there is no bound), or None when it may not. A pair with no object yet needs
+        a namespace naming it with room under the bound; when none has room, the pair waits
+        (counted once, its pending pods told) until one has."""
+        if self._tenants is None or self._bound is None:
+            return frozenset()
+        with self._lock:
+            if pair in self._published or pair in self._existing:
+                return frozenset()
+            charged = self._charged_once
+        if not charged:
+            self.recharge(self._tenants.naming())
+        namers = self._tenants.namespaces_naming(pair)
+        with self._lock:
+            if not namers:
+                # No live pod names it any more: nothing waits for it.
+                self._drop_refused(pair)
+                return None
+            counts = {ns: len(self._owned.get(ns, ())) for ns in namers}
+            if any(n < self._bound for n in counts.values()):
+                self._drop_refused(pair)
+                return namers
+            first = pair not in self._refused
+            self._refused[pair] = namers
+        if first:
+            self.metrics.refusals.inc()
+            log.info(
+                "not publishing %s/%s: namespaces %s are at their bound of %d pairs",
+                *pair,
+                ", ".join(sorted(namers)),
+                self._bound,
+            )
+        self._tell(pair, counts)
+        return None
+
+    def _charge(self, pair: Pair, namespaces: frozenset[str]) -> None:
+        """Attribute `pair` to `namespaces` (under the lock)."""
+        old = self._owners.get(pair, frozenset())
+        for ns in old - namespaces:
+            owned = self._owned.get(ns)
+            if owned is not None:
+                owned.discard(pair)
+                if not owned:
+                    del self._owned[ns]
+        for ns in namespaces - old:
+            self._owned.setdefault(ns, set()).add(pair)
+        if namespaces:
+            self._owners[pair] = namespaces
+        else:
+            self._owners.pop(pair, None)
+
+    def _forget(self, pair: Pair) -> None:
+        """A pair's object is gone: nothing is held for it any more."""
+        with self._lock:
+            self._decision_at.pop(pair, None)
+            self._causes.pop(pair, None)
+            self._charge(pair, frozenset())
+
+    def _drop_refused(self, pair: Pair) -> None:
+        """(Under the lock.)"""
+        if self._refused.pop(pair, None) is not None:
+            for uid in [uid for uid, p in self._told.items() if p == pair]:
+                del self._told[uid]
+
+    def recharge(self, naming: Mapping[Pair, frozenset[str]]) -> None:
+        """Attribute every object to the namespaces whose live pods name its pair now; an object
+        no live pod names stays with the namespaces that named it last, until it is deleted (so
+        that pods created and deleted in turn cannot make a namespace's objects pile up)."""
+        with self._lock:
+            self._charged_once = True
+            held = set(self._published) | self._existing
+            for pair in held:
+                namers = naming.get(pair)
+                if namers:
+                    self._charge(pair, namers)
+            for pair in [p for p in self._owners if p not in held]:
+                self._charge(pair, frozenset())
+
+    def retry_refused(self) -> list[Pair]:
+        """Ask again for the refused pairs that a namespace naming them now has room for (its
+        pods went away and its objects were deleted); forget those no live pod names. Returns
+        the pairs asked for."""
+        if self._tenants is None or self._bound is None:
+            return []
+        bound = self._bound
+        with self._lock:
+            refused = list(self._refused)
+        again: list[Pair] = []
+        for pair in refused:
+            namers = self._tenants.namespaces_naming(pair)
+            waiting = {pod.uid for ns in namers for pod in self._tenants.waiting_pods(pair, ns)}
+            with self._lock:
+                for uid in [u for u, p in self._told.items() if p == pair and u not in waiting]:
+                    del self._told[uid]  # gone or bound: told no more
+                if not namers:
+                    self._drop_refused(pair)
+                    continue
+                room = any(len(self._owned.get(ns, ())) < bound for ns in namers)
+            if room:
+                self.request(pair)
+                again.append(pair)
+        return again
+
+    def _tell(self, pair: Pair, counts: Mapping[str, int]) -> None:
+        """An Event on each pending pod that waits for `pair` (once per pod)."""
+        if self._events is None or self._tenants is None:
+            return
+        told = 0
+        for ns in sorted(counts):
+            for pod in self._tenants.waiting_pods(pair, ns):
+                with self._lock:
+                    if pod.uid in self._told:
+                        continue
+                    self._told[pod.uid] = pair
+                message = (
+                    f"no TieredRecommendation is published for workload {pair[0]!r} and"
+                    f" objective {pair[1]!r}: namespace {ns} already holds {counts[ns]} published"
+                    f" (workload, objective) pairs and its bound is {self._bound} (the chart's"
+                    " plugin.maxPairsPerNamespace). It is published once the namespace holds"
+                    " fewer: pods naming other pairs go away and their objects are deleted after"
+                    " the grace period."
+                )
+                try:
+                    self._events.warn(pod, BOUND_REASON, message)
+                except Exception as exc:  # the pod still waits; told at its next event
+                    log.warning("telling %s/%s of its bound failed: %s", ns, pod.name, exc)
+                    with self._lock:
+                        self._told.pop(pod.uid, None)
+                told += 1
+                if told >= MAX_EVENTS_PER_REFUSAL:
+                    return
+
+    def figures(self) -> PublishedFigures:
+        """What is published now, for the metrics: objects by state and fallback reason, the
+        age of the oldest decision behind one, the queue, and the bound's refusals."""
+        now = self._clock()
+        with self._lock:
+            objects = dict.fromkeys(OBJECT_STATES, 0)
+            fallbacks: dict[str, int] = {}
+            oldest = now
+            for pair, rec in self._published.items():
+                if rec.fallback is None:
+                    objects["recommended"] += 1
+                else:
+                    objects["fallback"] += 1
+                    cause = self._causes.get(pair, "NoRecommendation")
+                    fallbacks[cause] = fallbacks.get(cause, 0) + 1
+                oldest = min(oldest, self._decision_at.get(pair, now))
+            bound = self._bound
+            at_bound = (
+                sum(1 for pairs in self._owned.values() if len(pairs) >= bound)
+                if bound is not None
+                else 0
+            )
+            return PublishedFigures(
+                objects=objects,
+                fallbacks=fallbacks,
+                oldest_decision_seconds=max(0.0, now - oldest),
+                queued=len(self._queued),
+                waiting_for_bound=len(self._refused),
+                namespaces_at_bound=at_bound,
+                max_pairs_per_namespace=bound,
+            )
 
     def _collect_loop(self) -> None:
         # A quarter of the grace period between looks: an object lives at most 1.25 graces past
@@ -539,6 +865,7 @@ class RecommendationPublisher:
                 self.collect()
             except Exception as exc:  # the API server refused: tried again at the next look
                 log.warning("deleting unnamed recommendations failed: %s", exc)
+            self.retry_refused()
 
     def take(self, timeout: float | None = None) -> Pair | None:
         """The next pair asked for (None when none came within `timeout`; at once with 0)."""
@@ -687,7 +1014,8 @@ class ServiceDecisions:
                 llc_ways=outcome.llc_ways,
                 slow_ratio=outcome.slow_ratio,
                 plan=list(outcome.plan),
-            )
+            ),
+            logged="repeat" if outcome.repeated else "stored",
         )
 
 
@@ -724,6 +1052,12 @@ class PublisherSettings(FeederSettings):
     publisher_fit_poll_seconds: float = Field(default=2.0, ge=0.2, le=3_600)
     # How long an object may go unnamed by any live pod before it is deleted.
     publisher_gc_grace_seconds: float = Field(default=600.0, ge=1, le=30 * 86_400)
+    # The most (workload, objective) pairs published for the pods of one namespace: past it, the
+    # namespace's new pairs wait (their pods get an Event) until it holds fewer.
+    publisher_max_pairs_per_namespace: int = Field(default=100, ge=1, le=100_000)
+    # The port of the publisher's Prometheus /metrics (0: not served), and where it listens.
+    publisher_metrics_port: int = Field(default=9466, ge=0, le=65_535)
+    publisher_metrics_address: str = Field(default="0.0.0.0", min_length=1, max_length=253)
 
 
 @dataclass
@@ -753,6 +1087,7 @@ def main() -> None:
             "service account, or set TMC_KUBECONFIG"
         ) from None
     sessions = make_session_factory(make_engine(settings))
+    metrics = PublisherMetrics()
     publisher_of: list[RecommendationPublisher] = []
     # The feeder tells the publisher of every pending opted-in pod (those already pending at
     # its first listing too), counts the pairs live pods name, and keeps the ledger a mirror of
@@ -766,6 +1101,7 @@ def main() -> None:
         watch_timeout_seconds=settings.watch_timeout_seconds,
         mirror_retry_seconds=settings.mirror_retry_seconds,
         rack_pools=settings.rack_pools,
+        metrics=metrics,
     )
     utilization = LedgerUtilization(sessions)
     publisher = RecommendationPublisher(
@@ -779,8 +1115,26 @@ def main() -> None:
         fit_poll_seconds=settings.publisher_fit_poll_seconds,
         named=feeder.pairs_named,
         gc_grace_seconds=settings.publisher_gc_grace_seconds,
+        tenants=feeder,
+        max_pairs_per_namespace=settings.publisher_max_pairs_per_namespace,
+        events=KubeEvents(api),
+        metrics=metrics,
     )
     publisher_of.append(publisher)
+    metrics.watch(publisher, feeder)
+    if settings.publisher_metrics_port:
+        try:
+            server = serve(
+                metrics.registry,
+                settings.publisher_metrics_port,
+                settings.publisher_metrics_address,
+            )
+        except OSError as exc:
+            raise SystemExit(
+                f"tmc publisher: cannot serve metrics on {settings.publisher_metrics_address}:"
+                f"{settings.publisher_metrics_port} ({exc})"
+            ) from None
+        log.info("metrics on http://%s:%d/metrics", *server.server_address[:2])
     log.info("published recommendations found at start: %d", publisher.load())
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,8 +1,10 @@
 """Every series the Grafana dashboard (deploy/grafana/tmc.json) and the chart's PrometheusRule
 name is one that something tmc runs exports: the API's, scraped from a real service on
 PostgreSQL and Redis (two workers adding up their metrics, as the chart runs it) after traffic
-that makes its labelled series appear; tmc-nri's and tmc-extender's, listed by `go test` from the
-registries those binaries build; and Prometheus's own `up`. Label names used in selectors and
+that makes its labelled series appear; the publisher's, scraped from a real
+`python -m scheduler.publisher` on a real API server after a pod made it publish; tmc-nri's and
+tmc-extender's (whose registry holds the engine's series that tmc-scheduler serves too), listed
+by `go test` from the registries those binaries build; and Prometheus's own `up`. Label names used in selectors and
 groupings are checked too, against the series' labels and those Prometheus adds to a target."""
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ from api.auth import Role
 from api.settings import Settings
 from model.resources import GIB
 from tests.fixtures.service import TOKENS, example
-from tests.services import PostgresServer, uvicorn_server
+from tests.scheduler.controlplane import cluster as c
+from tests.scheduler.controlplane import plugin as plugin_path
+from tests.services import PostgresServer, free_port, uvicorn_server, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "tmc"
@@ -225,19 +229,62 @@ def api_series_after_traffic(settings: Settings, postgres: PostgresServer, tmp: 
         assert http.post("/v1/planner/capacity", headers=operator, json=plan).status_code == 200
         assert http.get("/v1/workloads").status_code == 401
         text = http.get("/metrics").text
+    return Exported(scraped_samples(text), {})
+
+
+def scraped_samples(text: str) -> dict[str, frozenset[str]]:
     samples: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             samples.setdefault(sample.name, set()).update(sample.labels)
-    return Exported({k: frozenset(v) for k, v in samples.items()}, {})
+    return {k: frozenset(v) for k, v in samples.items()}
+
+
+# The publisher's own series (scheduler/metrics.py): what the publisher's scrape must hold.
+PUBLISHER_PREFIXES = ("tmc_published_", "tmc_publisher_", "tmc_mirror_", "tmc_pods_placed")
+
+
+def publisher_series(postgres: PostgresServer) -> dict[str, frozenset[str]]:
+    """The publisher's /metrics, scraped from `python -m scheduler.publisher` with the chart's
+    RBAC on a real API server and the test's PostgreSQL, once a pending pod made it publish a
+    pair (a workload with no profile: a fallback object, with its reason)."""
+    plane = plugin_path.start_plugin_plane()
+    try:
+        proc = plugin_path.PublisherProcess(plane, postgres.url, metrics_port=free_port())
+        proc.start()
+        try:
+            proc.wait_ready()
+            api = c.core(plane)
+            ns = c.new_namespace(api, "metrics")
+            c.create_pods(api, [c.opted_in_pod("p", "no-profile-here")], ns)
+            # Published (its object, then its status written, then held): the fallback counted.
+            wait_until(
+                lambda: "tmc_published_fallbacks" in scraped_samples(proc.metrics()),
+                30,
+                "the pair published as a fallback",
+            )
+            assert ("no-profile-here", "cheapest") in plugin_path.recommendations(plane)
+            return scraped_samples(proc.metrics())
+        finally:
+            proc.stop()
+    finally:
+        plane.close()
 
 
 def everything_exported(settings: Settings, postgres: PostgresServer, tmp: Path) -> Exported:
     api = api_series_after_traffic(settings, postgres, tmp)
+    publisher = publisher_series(postgres)
+    assert "tmc_published_recommendations" in publisher and "tmc_mirror_lag_seconds_bucket" in (
+        publisher
+    )
     nri = go_metric_names(ROOT / "node" / "nri", "./internal/tmcnri")
     extender = go_metric_names(ROOT / "scheduler" / "plugin", "./pkg/tmc")
     assert "tmc_nri_containers_total" in nri and "tmc_extender_requests_total" in extender
-    return Exported(api.samples, {**nri, **extender})
+    assert "tmc_placement_binds_total" in extender
+    samples = dict(api.samples)
+    for name, labels in publisher.items():  # both log decisions: tmc_decisions_logged_total
+        samples[name] = samples.get(name, frozenset()) | labels
+    return Exported(samples, {**nri, **extender})
 
 
 @pytest.fixture
@@ -266,6 +313,12 @@ def test_dashboard_and_alerts_name_only_exported_series(exported: Exported) -> N
         "tmc_extender_requests_total", "tmc_extender_request_duration_seconds_bucket",
         "tmc_extender_bind_phase_seconds_bucket", "tmc_nri_containers_total",
         "tmc_nri_unapplied_total", "tmc_nri_create_container_seconds_bucket",
+        "tmc_placement_binds_total", "tmc_placement_bind_seconds_bucket",
+        "tmc_published_recommendations", "tmc_published_fallbacks",
+        "tmc_published_oldest_decision_seconds", "tmc_publisher_decisions_total",
+        "tmc_mirror_oldest_pending_seconds", "tmc_mirror_lag_seconds_bucket",
+        "tmc_mirror_pending_changes", "tmc_pods_placed_fallback",
+        "tmc_publisher_pairs_waiting_for_bound", "tmc_publisher_pairs_refused_total",
     ):  # fmt: skip
         assert wanted in on_dashboard, wanted
 
@@ -285,6 +338,21 @@ def test_a_series_nobody_exports_is_caught(exported: Exported, tmp_path: Path) -
     ]
     dashboard["panels"][1]["targets"][0]["expr"] = "rate(tmc_http_requests_total_bucket[5m])"
     assert unexported("dashboard", dashboard_queries(dashboard), exported) != []
+    # The publisher's: a label its series lacks, and its series once the running publisher's
+    # scrape is taken away (they are known from nothing else).
+    dashboard["panels"][1]["targets"][0]["expr"] = 'max(tmc_mirror_pending_changes{state="x"})'
+    assert unexported("dashboard", dashboard_queries(dashboard), exported) == [
+        "dashboard: tmc_mirror_pending_changes has no label ['state']"
+    ]
+    without = Exported(
+        {k: v for k, v in exported.samples.items() if not k.startswith(PUBLISHER_PREFIXES)},
+        exported.families,
+    )
+    missing = unexported("dashboard", dashboard_queries(json.loads(DASHBOARD.read_text())), without)
+    assert "dashboard: tmc_mirror_oldest_pending_seconds is exported by nothing tmc runs" in missing
+    assert "alerts: tmc_published_oldest_decision_seconds is exported by nothing tmc runs" in (
+        unexported("alerts", alert_expressions(CHART), without)
+    )
 
     chart = tmp_path / "tmc"
     shutil.copytree(CHART, chart)

@@ -18,6 +18,13 @@ from prometheus_client import CollectorRegistry
 
 from api.app import tune_collection
 from api.deps import Metrics
+from scheduler.metrics import (
+    MirrorFigures,
+    PublishedFigures,
+    PublisherMetrics,
+    mirror_families,
+    published_families,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "tmc"
@@ -230,7 +237,41 @@ def test_default_install_needs_no_prometheus_operator() -> None:
     assert not [d for d in render() if d["apiVersion"].startswith("monitoring.coreos.com/")]
     docs = render({"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}})
     kinds = sorted(d["kind"] for d in docs if d["apiVersion"].startswith("monitoring.coreos.com/"))
-    assert kinds == ["PodMonitor", "PrometheusRule", "ServiceMonitor", "ServiceMonitor"]
+    assert kinds == [
+        "PodMonitor", "PodMonitor", "PodMonitor", "PrometheusRule", "ServiceMonitor",
+        "ServiceMonitor",
+    ]  # fmt: skip
+    # The publisher's port, and tmc-scheduler's HTTPS port with the metrics reader's token.
+    publisher = by_name(docs, "PodMonitor", "demo-tmc-publisher")
+    assert publisher["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    deployment = by_name(docs, "Deployment", "demo-tmc-publisher")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9466}]
+    assert env_of(container)["TMC_PUBLISHER_METRICS_PORT"] == "9466"
+    (plugin,) = by_name(docs, "PodMonitor", "demo-tmc-plugin-scheduler")["spec"][
+        "podMetricsEndpoints"
+    ]
+    assert plugin["port"] == "https" and plugin["scheme"] == "https"
+    assert plugin["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "demo-tmc-metrics-reader-token", "key": "token"},
+    }
+    token = by_name(docs, "Secret", "demo-tmc-metrics-reader-token")
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert token["metadata"]["annotations"] == {
+        "kubernetes.io/service-account.name": "demo-tmc-metrics-reader"
+    }
+    reader = by_name(docs, "ClusterRole", "demo-tmc-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    scheduler = by_name(docs, "Deployment", "demo-tmc-plugin-scheduler")
+    (container,) = scheduler["spec"]["template"]["spec"]["containers"]
+    assert container["ports"] == [{"name": "https", "containerPort": 10259}]
+    # On the extender's path its /metrics carries the engine's series: no tmc-scheduler to scrape.
+    on_extender = render(
+        {"serviceMonitor": {"enabled": True}, "scheduler": {"placement": "extender"}}
+    )
+    names = {d["metadata"]["name"] for d in on_extender if d["kind"] == "PodMonitor"}
+    assert names == {"demo-tmc-nri", "demo-tmc-publisher"}
     extender = by_name(docs, "ServiceMonitor", "demo-tmc-extender")
     (endpoint,) = extender["spec"]["endpoints"]
     # The extender serves TLS with the chart's CA; the API plain HTTP.
@@ -243,6 +284,22 @@ def test_default_install_needs_no_prometheus_operator() -> None:
     api = by_name(docs, "ServiceMonitor", "demo-tmc-api")
     assert api["spec"]["endpoints"][0]["path"] == "/metrics"
     assert "scheme" not in api["spec"]["endpoints"][0]
+
+
+def test_the_bound_on_published_pairs_per_namespace_is_checked_and_reaches_the_publisher() -> None:
+    def publisher_env(values: dict[str, Any]) -> dict[str, Any]:
+        deployment = by_name(render(values), "Deployment", "demo-tmc-publisher")
+        return env_of(deployment["spec"]["template"]["spec"]["containers"][0])
+
+    assert publisher_env({})["TMC_PUBLISHER_MAX_PAIRS_PER_NAMESPACE"] == "100"
+    mine = publisher_env({"plugin": {"maxPairsPerNamespace": 7}})
+    assert mine["TMC_PUBLISHER_MAX_PAIRS_PER_NAMESPACE"] == "7"
+    for bad in (0, -1, 2.5, 100_001, "ten", None):
+        with pytest.raises(Exception, match=r"plugin\.maxPairsPerNamespace must be a whole number"):
+            render({"plugin": {"maxPairsPerNamespace": bad}})
+    # The publisher tells waiting pods why: it may create Events, nothing more about pods.
+    role = by_name(render(), "ClusterRole", "demo-tmc-publisher")
+    assert {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]} in role["rules"]
 
 
 def test_first_tokens_come_from_random_secrets_the_api_stores() -> None:
@@ -369,10 +426,24 @@ def go_extender_metrics() -> dict[str, set[str]]:
     return found
 
 
+class _PublisherGauges:
+    """The publisher's gauges as a scrape yields them, for a publisher holding nothing."""
+
+    def collect(self) -> Any:
+        yield from published_families(PublishedFigures({}, {}, 0.0, 0, 0, 0, 100))
+        yield from mirror_families(MirrorFigures(0, 0.0, True, 0))
+
+
+def publisher_registry() -> CollectorRegistry:
+    metrics = PublisherMetrics()
+    metrics.registry.register(_PublisherGauges())
+    return metrics.registry
+
+
 def exported_metrics() -> dict[str, set[str]]:
     """Every metric the API's and the extender's /metrics expose, with its label names, taken
     from the very registries the code builds (the Go extender's from its declarations)."""
-    registries = [Metrics().registry]
+    registries = [Metrics().registry, publisher_registry()]
     api_process = CollectorRegistry()
     undo = tune_collection(api_process, 0)
     undo()

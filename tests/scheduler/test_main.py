@@ -4,6 +4,7 @@ one-line errors for a missing Kubernetes API or a bad setting."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +48,38 @@ def test_a_bad_setting_is_one_line() -> None:
         "tmc publisher: bad setting: TMC_PUBLISHER_GC_GRACE_SECONDS: Input should be a valid "
         "number, unable to parse string as a number"
     )
+
+
+def test_bad_bound_and_metrics_port_are_one_line() -> None:
+    for name, value, says in (
+        ("TMC_PUBLISHER_MAX_PAIRS_PER_NAMESPACE", "0", "greater than or equal to 1"),
+        ("TMC_PUBLISHER_MAX_PAIRS_PER_NAMESPACE", "1e9", "valid integer"),
+        ("TMC_PUBLISHER_METRICS_PORT", "70000", "less than or equal to 65535"),
+    ):
+        done = run(**{name: value})
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        line = done.stderr.strip()
+        assert line.startswith(f"tmc publisher: bad setting: {name}: ") and says in line, line
+
+
+def test_a_metrics_port_in_use_is_one_line(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n"
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run(
+            TMC_KUBECONFIG=str(kubeconfig),
+            TMC_DATABASE_URL=f"sqlite:///{tmp_path / 'tmc.db'}",
+            TMC_PUBLISHER_METRICS_PORT=str(port),
+            TMC_PUBLISHER_METRICS_ADDRESS="127.0.0.1",
+        )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"tmc publisher: cannot serve metrics on 127.0.0.1:{port}"), last

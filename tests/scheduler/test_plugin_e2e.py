@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 import pytest
 from kubernetes import client as k8s
+from prometheus_client.parser import text_string_to_metric_families
 
 from model.node_contract import Placement, parse_plan_file
 from tests.fixtures.database import empty_tables
@@ -31,7 +32,7 @@ from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import patterns as planned
 from tests.scheduler.controlplane import plugin as p
-from tests.services import PostgresServer, wait_until
+from tests.services import PostgresServer, free_port, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +51,7 @@ class Stack(c.PlacementStack):
 
     def __init__(self, cp: ControlPlane, pg: PostgresServer) -> None:
         super().__init__(cp, pg)
-        self.publisher = p.PublisherProcess(cp, pg.url)
+        self.publisher = p.PublisherProcess(cp, pg.url, metrics_port=free_port())
 
 
 @pytest.fixture(scope="module")
@@ -194,6 +195,32 @@ def test_a_workload_without_a_profile_is_published_as_a_fallback(stack: Stack, n
         cond.last_transition_time for cond in pod.status.conditions if cond.type == "PodScheduled"
     )
     assert (scheduled - created).total_seconds() < 9, waited
+    # The publisher counts the bound pod by the reason in its placement, once its row is in the
+    # ledger's mirror (its lag observed, nothing left waiting).
+
+    def series() -> dict[tuple[str, str], float]:
+        return {
+            (s.name, s.labels.get("reason", "")): s.value
+            for family in text_string_to_metric_families(stack.publisher.metrics())
+            for s in family.samples
+        }
+
+    def counted() -> bool:
+        got = series()
+        return (
+            got[("tmc_pods_placed_fallback", "no_configuration")] >= 1
+            and got[("tmc_mirror_lag_seconds_count", "")] >= 1
+            and got[("tmc_mirror_pending_changes", "")] == 0
+        )
+
+    wait_until(counted, 30, "the fallback pod counted and mirrored")
+    got = series()
+    assert got[("tmc_pods_placed_fallback", "unpublished")] == 0
+    assert got[("tmc_mirror_oldest_pending_seconds", "")] == 0
+    assert got[("tmc_mirror_in_step", "")] == 1
+    lag = got[("tmc_mirror_lag_seconds_sum", "")] / got[("tmc_mirror_lag_seconds_count", "")]
+    assert lag < 5, lag  # a row a few tenths of a second after its event, on this machine
+    print(f"mirror lag: {lag:.3f} s mean over {got[('tmc_mirror_lag_seconds_count', '')]:.0f}")
 
 
 def bound_in(stack: Stack, ns: str) -> dict[str, k8s.V1Pod]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -132,14 +133,22 @@ class PublisherProcess(ComponentProcess):
         *,
         refresh_seconds: float = 3600,
         gc_grace_seconds: float = 600,
+        metrics_port: int = 0,
+        max_pairs_per_namespace: int = 100,
     ):
+        """`metrics_port`: where its /metrics listens on loopback (0: not served, so that
+        publishers of tests running side by side do not fight over the default port)."""
         env = {
             "TMC_DATABASE_URL": database_url,
             "TMC_KUBECONFIG": str(cp.kubeconfig("publisher")),
             "TMC_RESYNC_SECONDS": "3600",
             "TMC_PUBLISHER_REFRESH_SECONDS": str(refresh_seconds),
             "TMC_PUBLISHER_GC_GRACE_SECONDS": str(gc_grace_seconds),
+            "TMC_PUBLISHER_METRICS_PORT": str(metrics_port),
+            "TMC_PUBLISHER_METRICS_ADDRESS": "127.0.0.1",
+            "TMC_PUBLISHER_MAX_PAIRS_PER_NAMESPACE": str(max_pairs_per_namespace),
         }
+        self.metrics_port = metrics_port
         super().__init__(cp.dir / "publisher.log", env)
 
     def start(self) -> None:
@@ -155,6 +164,14 @@ class PublisherProcess(ComponentProcess):
             return "the ledger mirror is in step" in self.log.read_text(errors="replace")
 
         wait_until(ready, timeout, "the publisher")
+
+    def metrics(self) -> str:
+        """Its /metrics, as Prometheus scrapes it."""
+        assert self.metrics_port, "started without a metrics port"
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10
+        ) as r:
+            return str(r.read().decode())
 
 
 def recommendations(cp: ControlPlane) -> dict[tuple[str, str], dict[str, Any]]:

@@ -54,3 +54,23 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "tmc.agentTokenSecret" -}}
 {{- default (printf "%s-agent-token" (include "tmc.fullname" .)) .Values.agent.token.existingSecret -}}
 {{- end -}}
+
+{{/* plugin.maxPairsPerNamespace, checked: a whole number in 1..100000. */}}
+{{- define "tmc.maxPairsPerNamespace" -}}
+{{- $v := .Values.plugin.maxPairsPerNamespace -}}
+{{- $ok := false -}}
+{{- if or (kindIs "float64" $v) (kindIs "int" $v) (kindIs "int64" $v) -}}
+{{- if and (eq (float64 $v) (float64 (int64 $v))) (ge (int64 $v) 1) (le (int64 $v) 100000) -}}
+{{- $ok = true -}}
+{{- end -}}
+{{- end -}}
+{{- if not $ok -}}
+{{- fail (printf "plugin.maxPairsPerNamespace must be a whole number in 1..100000, not %v" $v) -}}
+{{- end -}}
+{{- int64 $v -}}
+{{- end -}}
+
+{{/* The metrics reader's token Secret (scrapes tmc-scheduler's /metrics). */}}
+{{- define "tmc.metricsReaderSecret" -}}
+{{- printf "%s-metrics-reader-token" (include "tmc.fullname" .) -}}
+{{- end -}}
