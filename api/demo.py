@@ -16,8 +16,8 @@ from api.auth import Role, new_token, token_hash
 from api.services import profiles
 from ledger import nodes as ledger_nodes
 from ledger import store as ledger
-from ledger.store import Want
-from ledger.types import NodeCapacity
+from ledger.store import Placed
+from ledger.types import Held, NodeCapacity
 from model import InvalidBundle, MachineShape
 from model.resources import GIB
 from store.db import unit_of_work
@@ -49,8 +49,8 @@ DEMO_RESERVATIONS = [
 
 
 def load_demo(sessions: sessionmaker[Session]) -> None:
-    """The cluster through the ledger (the same rules as a node agent's capacity and a bind),
-    then the example workloads, uploaded and fitted as the fit task would."""
+    """The cluster through the ledger (as node agents' capacity and the mirror of bound pods
+    write it), then the example workloads, uploaded and fitted as the fit task would."""
     local_kind = example_host_kind()
     with unit_of_work(sessions) as session:
         ledger_nodes.register_host_kind(
@@ -73,19 +73,30 @@ def load_demo(sessions: sessionmaker[Session]) -> None:
             ledger_nodes.register_node(
                 session, NodeCapacity(f"pooled-{i}", POOLED_KIND, 12, 24 * GIB, 0, 48, "rack-b")
             )
-        for node, vcpus, dram, slow, ways in DEMO_RESERVATIONS:
-            # Idempotent: reserve gives a pod that holds its reservation what it has.
-            want = Want(
-                pod_uid=f"demo-{node}",
-                namespace="demo",
-                pod_name=f"batch-{node}",
-                vcpus=vcpus,
-                dram_bytes=dram * GIB,
-                slow_bytes=slow * GIB,
-                llc_ways=ways,
-                recommendation_id=None,
-            )
-            ledger.reserve(session, node, want, attempt="demo")
+        # Pods bound before the demo starts, as the placement engine would have placed them
+        # (the lowest ways; slow memory from the node's rack pool when it has one), mirrored
+        # as the publisher mirrors bound pods. Idempotent: a pod already recorded is kept.
+        ledger.record(
+            session,
+            [
+                Placed(
+                    Held(
+                        pod_uid=f"demo-{node}",
+                        namespace="demo",
+                        pod_name=f"batch-{node}",
+                        node=node,
+                        vcpus=vcpus,
+                        dram_bytes=dram * GIB,
+                        slow_bytes=slow * GIB,
+                        slow_from_pool=node.startswith("pooled-") and slow > 0,
+                        llc_mask=(1 << ways) - 1,
+                    ),
+                    recommendation_id=None,
+                    slow_ratio=0.0,
+                )
+                for node, vcpus, dram, slow, ways in DEMO_RESERVATIONS
+            ],
+        )
     for path in sorted(EXAMPLES.glob("*.json")):
         try:
             with unit_of_work(sessions) as session:

@@ -1,17 +1,12 @@
 """The tiered-resource ledger: reservations of DRAM, slow memory (node-local or from the node's
 rack pool) and a contiguous run of LLC ways, in the service's database (store.orm's tables).
 
-The extender places pods from its own cache and the API server (a bound pod's placement
-annotation is the truth); this ledger is the **mirror** of those placements, written from the
-pod watch by `mirror` (a full listing) and `record`/`release` (one event each), and read by the
-dashboard, the planner, the rebalancer and verification runs (`placement_log`). Every write runs
+The placement engine (Go: tmc-scheduler's plugin or tmc-extender) places pods from its own cache
+and the API server (a bound pod's placement annotation is the truth); this ledger is the
+**mirror** of those placements, written from the pod watch by `mirror` (a full listing) and
+`record`/`forget` (events), and read by the dashboard, the planner, the rebalancer and
+verification runs (`placement_log`). It holds no placement rule of its own. Every write runs
 inside the caller's transaction (store.db.unit_of_work).
-
-`reserve` places by itself, for the embedded demo (no API server): it takes row locks (SELECT ...
-FOR UPDATE on PostgreSQL) on the node and, for pooled slow memory, on the rack pool, always in that
-order, then re-reads what is held under the lock, so that two reservations racing for the same
-node, or for the same pool from two nodes, are serialised and neither double-books. SQLite ignores
-FOR UPDATE but runs one writer at a time.
 """
 
 from __future__ import annotations
@@ -19,16 +14,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from ledger.types import Held, HeldElsewhere, NodeCapacity, NoRoom
+from ledger.types import Held, NodeCapacity
 from ledger.utilization import Totals, utilization_of
 from model import Utilization
-from model.packing import best_fit_run, free_runs, run_mask
-from store.orm import Node, PlacementRecord, RackPool, RecommendationRow, Reservation, utcnow
+from store.orm import Node, PlacementRecord, RackPool, RecommendationRow, Reservation
 
 log = logging.getLogger("tmc.ledger")
 
@@ -67,132 +61,6 @@ def load(session: Session) -> tuple[list[NodeCapacity], dict[str, int], list[Hel
     return nodes, pools, held
 
 
-@dataclass(frozen=True)
-class Want:
-    pod_uid: str
-    namespace: str
-    pod_name: str
-    vcpus: int
-    dram_bytes: int
-    slow_bytes: int
-    llc_ways: int | None  # None: the fallback's "all available ways" (the longest free run)
-    recommendation_id: str | None
-    slow_ratio: float = 0.0  # the decision's, for the placement log
-
-
-def reserve(session: Session, node_name: str, want: Want, attempt: str) -> Held:
-    """Reserve `want` on `node_name` for the bind attempt `attempt`, or raise NoRoom or
-    HeldElsewhere. Idempotent per pod and node: a retried bind to the same node gets the
-    reservation the pod already has there (then owned by no single attempt, see `release`), or a
-    fresh one when the decision changed. The caller has checked that the pod is not bound. A
-    reservation of it on another node then belongs to a bind in flight there (HeldElsewhere),
-    unless it is older than any bind can take: that bind died, and its row goes.
-
-    The node's row lock comes first, then the pod's reservation is read under it: two binds of
-    one pod to one node (a retry racing the original) serialise on the node and the second finds
-    the first's row. Two binds of one pod to different nodes may both insert; the unique pod_uid
-    makes the later commit fail, and the caller answers that another attempt is binding it."""
-    node = session.scalars(
-        select(Node).where(Node.name == node_name).with_for_update()
-    ).one_or_none()
-    found = session.scalars(
-        select(Reservation).where(Reservation.pod_uid == want.pod_uid).with_for_update()
-    ).one_or_none()
-    if found is not None and found.node_name != node_name:
-        if not _from_a_dead_attempt(found):
-            raise HeldElsewhere(found.node_name)
-        # A bind that died between its commit and its Binding (the extender killed, say): the
-        # pod is unbound (the caller checked), so its old row goes.
-        session.delete(found)
-        session.flush()
-        found = None
-    if found is not None:
-        same = (
-            found.vcpus == want.vcpus
-            and found.dram_bytes == want.dram_bytes
-            and found.slow_bytes == want.slow_bytes
-            and (want.llc_ways is None or found.llc_mask.bit_count() == want.llc_ways)
-        )
-        if same:
-            # Two attempts now rely on this row: neither may release it alone. Should both
-            # fail, it stays until the pod goes.
-            found.attempt = None
-            session.flush()
-            return held_of(found)
-        # Another decision for the pod on the same node (recomputed since the first attempt):
-        # the old row goes, the pod gets what is asked now.
-        session.delete(found)
-        session.flush()
-
-    if node is None:
-        raise NoRoom(f"node {node_name} is not in the ledger")
-    if not node.ready:
-        raise NoRoom(f"node {node_name} is not ready")
-    held = session.scalars(select(Reservation).where(Reservation.node_name == node_name)).all()
-    if node.cpus - sum(r.vcpus for r in held) < want.vcpus:
-        raise NoRoom(f"node {node_name}: not enough free CPUs")
-    if node.dram_bytes - sum(r.dram_bytes for r in held) < want.dram_bytes:
-        raise NoRoom(f"node {node_name}: not enough free DRAM")
-
-    from_pool = False
-    if want.slow_bytes > 0:
-        local_free = node.slow_bytes - sum(r.slow_bytes for r in held if not r.slow_from_pool)
-        if local_free < want.slow_bytes:
-            if node.pool_name is None:
-                raise NoRoom(f"node {node_name}: not enough free slow memory")
-            pool = session.scalars(
-                select(RackPool).where(RackPool.name == node.pool_name).with_for_update()
-            ).one()
-            if pool.slow_bytes - pool_used(session, pool.name) < want.slow_bytes:
-                raise NoRoom(f"rack pool {pool.name}: not enough free slow memory")
-            from_pool = True
-
-    used = 0
-    for r in held:
-        used |= r.llc_mask
-    mask = choose_ways(used, node.llc_ways, want.llc_ways)
-    if mask is None:
-        raise NoRoom(f"node {node_name}: no free run of {want.llc_ways} contiguous LLC ways")
-
-    row = Reservation(
-        pod_uid=want.pod_uid,
-        namespace=want.namespace,
-        pod_name=want.pod_name,
-        node_name=node_name,
-        vcpus=want.vcpus,
-        dram_bytes=want.dram_bytes,
-        slow_bytes=want.slow_bytes,
-        slow_from_pool=from_pool,
-        llc_mask=mask,
-        recommendation_id=want.recommendation_id,
-        attempt=attempt,
-    )
-    session.add(row)
-    _log_placement(session, row, want.slow_ratio)
-    session.flush()
-    return held_of(row)
-
-
-def choose_ways(used: int, ways: int, need: int | None) -> int | None:
-    """The CAT run a new reservation gets on a node whose held ways are `used`: best fit for
-    `need` ways, or, for the fallback (`need` None), every way of the longest free run (the
-    lowest on a tie). None when nothing fits. The one rule for the ledger and the extender."""
-    if need is None:
-        runs = free_runs(used, ways)
-        start, length = max(runs, key=lambda run: (run[1], -run[0]), default=(0, 0))
-        return run_mask(start, length) if length else None
-    return best_fit_run(used, ways, need)
-
-
-# No bind takes this long (kube-scheduler gives an extender verb 5 s): a younger reservation of an
-# unbound pod on another node is a bind in flight, an older one a bind that died.
-BIND_IN_FLIGHT = timedelta(seconds=15)
-
-
-def _from_a_dead_attempt(row: Reservation) -> bool:
-    return utcnow() - row.created_at > BIND_IN_FLIGHT
-
-
 def _log_placement(
     session: Session,
     row: Reservation,
@@ -224,30 +92,6 @@ def prune_placement_log(session: Session, before: datetime) -> None:
             PlacementRecord.created_at < before, PlacementRecord.pod_uid.not_in(held)
         )
     )
-
-
-def pool_used(session: Session, pool: str) -> int:
-    used = session.scalar(
-        select(func.coalesce(func.sum(Reservation.slow_bytes), 0))
-        .join(Node, Node.name == Reservation.node_name)
-        .where(Node.pool_name == pool, Reservation.slow_from_pool.is_(True))
-    )
-    return int(used or 0)
-
-
-def release(
-    session: Session, pod_uid: str, node_name: str | None = None, attempt: str | None = None
-) -> bool:
-    """Release the pod's reservation: only the one on `node_name`, when given (a failed bind to
-    one node never releases what another attempt holds elsewhere), and only while `attempt` owns
-    it, when given (a failed attempt never releases a row that another attempt also relies on)."""
-    query = delete(Reservation).where(Reservation.pod_uid == pod_uid)
-    if node_name is not None:
-        query = query.where(Reservation.node_name == node_name)
-    if attempt is not None:
-        query = query.where(Reservation.attempt == attempt)
-    result = session.execute(query)
-    return bool(getattr(result, "rowcount", 0))
 
 
 @dataclass(frozen=True)

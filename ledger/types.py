@@ -37,17 +37,3 @@ class Held:
     slow_from_pool: bool
     llc_mask: int
     workload: str | None = None  # the placement's workload: what a node's pattern counts
-
-
-class NoRoom(Exception):
-    """The node (or its rack pool) cannot hold the configuration now: the bind fails."""
-
-
-class HeldElsewhere(Exception):
-    """The pod holds (or a bind in flight assumed) a reservation on another node."""
-
-    def __init__(self, node: str) -> None:
-        super().__init__(
-            f"the pod holds a reservation on {node}: another bind attempt is in flight"
-        )
-        self.node = node

@@ -18,13 +18,13 @@ from tmc_agent.discover import discover
 from tmc_agent.settings import AgentSettings
 
 from ledger import nodes as ledger_nodes
-from ledger import store as ledger
 from ledger.types import NodeCapacity
 from model.node_contract import VERIFICATION_RUN_ANNOTATION
 from store.db import make_engine, make_session_factory, unit_of_work
 from store.settings import DatabaseSettings
 from tests.agent import fakehost
 from tests.agent.test_serve import NODE, FakeNodeApi, FakePods, placement_pod
+from tests.fixtures.ledger import hold
 from tests.fixtures.service import example
 from tests.services import free_port, uvicorn_server
 
@@ -115,10 +115,17 @@ def test_a_succeeded_opted_in_pod_becomes_one_verification_run(tmp_path: Path) -
         ) as session:
             cap = NodeCapacity(NODE, "k", 12, 24 << 30, 128 << 30, 48, None)
             ledger_nodes.register_node(session, cap)
-            want = ledger.Want(
-                "0000-good", "default", "verify-graph500", 1, 4 << 30, 12 << 30, 4, decision, 0.75
+            hold(
+                session,
+                NODE,
+                "0000-good",
+                pod_name="verify-graph500",
+                dram_bytes=4 << 30,
+                slow_bytes=12 << 30,
+                llc_mask=0xF,
+                recommendation_id=decision,
+                slow_ratio=0.75,
             )
-            ledger.reserve(session, NODE, want, attempt="test")
 
         def agent(url: str) -> serve.Agent:
             settings = AgentSettings(

@@ -11,9 +11,9 @@ from fastapi.testclient import TestClient
 from api.auth import Role
 from api.paging import LIST_PAGE_MAX
 from api.settings import Settings
-from ledger import store as ledger
 from model.resources import GIB
 from store.db import make_engine, make_session_factory, unit_of_work
+from tests.fixtures.ledger import hold
 from tests.fixtures.service import auth, example
 
 AGENT = auth(Role.agent)
@@ -102,9 +102,18 @@ def _fleet(client: TestClient, settings: Settings) -> None:
     with unit_of_work(make_session_factory(make_engine(settings))) as session:
         for i in range(5):
             for j in range(2):
-                uid = f"uid-{i}-{j}"
-                want = ledger.Want(uid, "tenant", f"pod-{i}-{j}", 2, 4 * GIB, 8 * GIB, 2, None)
-                ledger.reserve(session, f"node-{i}", want, attempt="test")
+                hold(
+                    session,
+                    f"node-{i}",
+                    f"uid-{i}-{j}",
+                    namespace="tenant",
+                    pod_name=f"pod-{i}-{j}",
+                    vcpus=2,
+                    dram_bytes=4 * GIB,
+                    slow_bytes=8 * GIB,
+                    slow_from_pool=i < 3,  # nodes 0-2 have no slow memory of their own
+                    llc_mask=0b11 << (2 * j),
+                )
 
 
 def test_the_fleets_lists_page_by_cursor(client: TestClient, settings: Settings) -> None:
@@ -139,8 +148,15 @@ def test_the_fleets_lists_page_by_cursor(client: TestClient, settings: Settings)
     # A pod placed on an earlier node between two pages is not seen later; none is repeated.
     first = client.get("/v1/cluster/reservations?limit=4", headers=VIEWER)
     with unit_of_work(make_session_factory(make_engine(settings))) as session:
-        want = ledger.Want("uid-0-9", "tenant", "late", 1, GIB, 0, 1, None)
-        ledger.reserve(session, "node-0", want, attempt="test")
+        hold(
+            session,
+            "node-0",
+            "uid-0-9",
+            namespace="tenant",
+            pod_name="late",
+            dram_bytes=GIB,
+            llc_mask=0b10000,
+        )
     link = first.headers["link"]
     rest = follow(client, link[1 : link.index(">")].removeprefix("http://testserver"))
     seen = [r["pod_uid"] for r in first.json()] + [r["pod_uid"] for p in rest for r in p]

@@ -7,10 +7,9 @@ from fastapi.testclient import TestClient
 from api.auth import Role
 from api.settings import Settings
 from ledger import nodes as ledger_nodes
-from ledger import store as ledger
-from ledger.store import Want
 from ledger.types import NodeCapacity
 from store.db import make_engine, make_session_factory, unit_of_work
+from tests.fixtures.ledger import hold
 from tests.fixtures.service import auth
 
 GIB = 1 << 30
@@ -135,8 +134,8 @@ def test_rebalance_is_a_dry_run_with_the_greedy_answer_beside_it(client: TestCli
 
 
 def ledger_cluster(settings: Settings) -> None:
-    """Three ready nodes (two on a rack pool), one not ready, and pods reserved by the ledger's
-    own code: the first node is nearly empty, the others have room for its pods."""
+    """Three ready nodes (two on a rack pool), one not ready, and bound pods as the mirror
+    records them: the first node is nearly empty, the others have room for its pods."""
     with unit_of_work(make_session_factory(make_engine(settings))) as session:
         ledger_nodes.register_pool(session, "rack-1", 256 * GIB)
         for name, pool, local in (("n0", "rack-1", 0), ("n1", "rack-1", 0), ("n2", None, 128)):
@@ -155,11 +154,23 @@ def ledger_cluster(settings: Settings) -> None:
             ("n2", "web", "c", 8 * GIB, 12),
             ("down", "web", "lost", 0, 1),
         ]
+        low: dict[str, int] = {}  # each node's next free way: the pods hold disjoint runs
         for where, ns, pod, slow, ways in wants:
-            ledger.reserve(
-                session, where, Want(f"uid-{pod}", ns, pod, 4, 4 * GIB, slow, ways, None), "test"
+            at = low.get(where, 0)
+            hold(
+                session,
+                where,
+                f"uid-{pod}",
+                namespace=ns,
+                pod_name=pod,
+                vcpus=4,
+                dram_bytes=4 * GIB,
+                slow_bytes=slow,
+                slow_from_pool=where in ("n0", "n1") and slow > 0,  # no slow memory of their own
+                llc_mask=((1 << ways) - 1) << at,
             )
-        # Reserve refuses a node that is not ready: "down" goes down once its pod is placed.
+            low[where] = at + ways
+        # "down" goes down once its pod is placed.
         ledger_nodes.set_ready(session, "down", False)
 
 

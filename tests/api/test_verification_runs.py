@@ -13,11 +13,11 @@ from api.auth import Role, token_hash
 from api.services import verification
 from api.settings import Settings
 from ledger import nodes as ledger_nodes
-from ledger import store as ledger
 from ledger.types import NodeCapacity
 from model.resources import GIB
 from store.db import make_engine, make_session_factory, unit_of_work
 from store.orm import ApiToken
+from tests.fixtures.ledger import hold
 from tests.fixtures.service import auth, example
 
 AGENT = {**auth(Role.agent), "Content-Type": "application/json"}
@@ -41,13 +41,20 @@ def place(
     ways: int,
     node: str = "n1",
 ) -> None:
-    """A pod placed by the ledger, as a bind does: its reservation and its placement record."""
+    """A bound pod as the mirror records it: its reservation and its placement record."""
     with unit_of_work(make_session_factory(make_engine(settings))) as session:
         for name in ("n1", "n2"):
             cap = NodeCapacity(name, "k", 64, 1024 * GIB, 1024 * GIB, 64, None)
             ledger_nodes.register_node(session, cap)
-        want = ledger.Want(uid, "default", uid, 1, GIB, 0, ways, decision_id, slow_ratio)
-        ledger.reserve(session, node, want, attempt="test")
+        hold(
+            session,
+            node,
+            uid,
+            dram_bytes=GIB,
+            llc_mask=(1 << ways) - 1,
+            recommendation_id=decision_id,
+            slow_ratio=slow_ratio,
+        )
 
 
 def node_token(settings: Settings, node: str) -> dict[str, str]:

@@ -1,22 +1,21 @@
-"""The ledger on a real PostgreSQL: contiguous runs, rack pools and row locks (its own placements,
-for the embedded demo); the mirror of the bound pods' placements; and the feeder's handling of
-node and pod events for the mirror and the pairs live pods name, with the database down and
-back."""
+"""The ledger on a real PostgreSQL: the mirror of the bound pods' placements (it holds no
+placement rule: the engine in Go decides); rack pools sized as the engine sizes them; and the
+feeder's handling of node and pod events for the mirror and the pairs live pods name, with the
+database down and back."""
 
 from __future__ import annotations
 
 import copy
-import threading
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ledger import nodes as ledger_nodes
 from ledger import store as ledger
-from ledger.types import Held, HeldElsewhere, NodeCapacity, NoRoom
+from ledger.types import Held
 from model.node_contract import PlacedConfiguration, Placement
 from model.resources import GIB
 from scheduler.feeder import Feeder, node_capacity
@@ -27,143 +26,10 @@ from tests.scheduler.conftest import register
 from tests.services import PostgresServer
 
 
-def reserve(session: Session, node: str, w: ledger.Want) -> Held:
-    return ledger.reserve(session, node, w, attempt="test")
-
-
-def want(uid: str, ways: int | None = 4, slow: int = 0, dram: int = GIB) -> ledger.Want:
-    return ledger.Want(uid, "default", uid, 1, dram, slow, ways, None)
-
-
 @pytest.fixture
 def state(sessions: sessionmaker[Session]) -> None:
     """The ledger's test nodes registered."""
     register(sessions)
-
-
-def test_runs_are_best_fit_and_released_ways_are_reused(
-    sessions: sessionmaker[Session], state: None
-) -> None:
-    with unit_of_work(sessions) as session:
-        a = reserve(session, "node-1", want("a", 4))
-        b = reserve(session, "node-1", want("b", 2))
-        c = reserve(session, "node-1", want("c", 4))
-    assert (a.llc_mask, b.llc_mask, c.llc_mask) == (0xF, 0x30, 0x3C0)
-    with unit_of_work(sessions) as session:
-        assert ledger.release(session, "b")
-        d = reserve(session, "node-1", want("d", 2))
-        e = reserve(session, "node-1", want("e", 3))
-    assert d.llc_mask == 0x30  # the 2-way hole, not the long free tail
-    assert e.llc_mask == 0x1C00
-
-
-def test_reserve_is_idempotent_per_pod_and_never_takes_another_nodes_row(
-    sessions: sessionmaker[Session], state: None
-) -> None:
-    with unit_of_work(sessions) as session:
-        first = reserve(session, "node-1", want("a"))
-        again = reserve(session, "node-1", want("a"))
-        # A bind of the same pod elsewhere is another attempt in flight: it is refused, and the
-        # row stays where it is until its own attempt releases it.
-        with pytest.raises(HeldElsewhere, match="node-1"):
-            reserve(session, "node-4", want("a"))
-        rows = session.scalars(select(Reservation)).all()
-        assert first == again and [r.node_name for r in rows] == ["node-1"]
-        assert ledger.release(session, "a", "node-1")
-        moved = reserve(session, "node-4", want("a"))
-    assert moved.node == "node-4"
-
-
-def test_a_row_older_than_any_bind_is_a_dead_attempts_and_moves(
-    sessions: sessionmaker[Session], state: None
-) -> None:
-    # The extender killed between its commit and its Binding: the pod is still unbound, and its
-    # retry may go to another node once no bind can still be in flight.
-    with unit_of_work(sessions) as session:
-        reserve(session, "node-1", want("a"))
-        session.execute(
-            update(Reservation)
-            .where(Reservation.pod_uid == "a")
-            .values(created_at=Reservation.created_at - ledger.BIND_IN_FLIGHT * 2)
-        )
-        moved = reserve(session, "node-4", want("a"))
-        rows = session.scalars(select(Reservation)).all()
-    assert moved.node == "node-4" and [r.node_name for r in rows] == ["node-4"]
-
-
-def test_a_failed_attempt_releases_only_a_row_no_other_attempt_relies_on(
-    sessions: sessionmaker[Session], state: None
-) -> None:
-    with unit_of_work(sessions) as session:
-        ledger.reserve(session, "node-1", want("a"), attempt="first")
-        assert not ledger.release(session, "a", "node-1", attempt="other")
-        ledger.reserve(session, "node-1", want("a"), attempt="retry")  # relies on the same row
-        assert not ledger.release(session, "a", "node-1", attempt="first")
-        assert not ledger.release(session, "a", "node-1", attempt="retry")
-        ledger.reserve(session, "node-1", want("b"), attempt="alone")
-        assert ledger.release(session, "b", "node-1", attempt="alone")
-        kept = session.scalars(select(Reservation.pod_uid)).all()
-    assert kept == ["a"]
-
-
-def test_slow_memory_comes_from_the_rack_pool_and_the_pool_runs_out(
-    sessions: sessionmaker[Session], state: None
-) -> None:
-    with unit_of_work(sessions) as session:
-        ledger_nodes.register_node(
-            session,
-            ledger_node("node-5", pool="rack-a"),
-            None,
-        )
-        a = reserve(session, "node-2", want("a", slow=200 * GIB))
-        assert a.slow_from_pool
-        with pytest.raises(NoRoom, match="rack pool rack-a"):
-            reserve(session, "node-5", want("b", slow=100 * GIB))
-        local = reserve(session, "node-1", want("c", slow=100 * GIB))
-        assert not local.slow_from_pool
-        with pytest.raises(NoRoom, match="slow memory"):
-            reserve(session, "node-3", want("d", slow=1))
-
-
-def ledger_node(name: str, pool: str | None) -> NodeCapacity:
-    return NodeCapacity(name, "test-pooled", 12, 24 * GIB, 0, 48, pool)
-
-
-def test_concurrent_pool_binds_from_two_nodes_never_overbook_the_pool(
-    sessions: sessionmaker[Session], state: None
-) -> None:
-    with unit_of_work(sessions) as session:
-        ledger_nodes.register_node(session, ledger_node("node-5", "rack-a"), None)
-    ok: list[str] = []
-    barrier = threading.Barrier(8)
-
-    def take(i: int) -> None:
-        barrier.wait()
-        try:
-            with unit_of_work(sessions) as session:
-                reserve(session, ("node-2", "node-5")[i % 2], want(f"p{i}", 1, slow=60 * GIB))
-            ok.append(f"p{i}")
-        except NoRoom:
-            pass
-
-    threads = [threading.Thread(target=take, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(ok) == 4  # 256 GiB pool, 60 GiB each
-    with unit_of_work(sessions) as session:
-        assert ledger.pool_used(session, "rack-a") == 240 * GIB
-
-
-def test_no_room_reasons(sessions: sessionmaker[Session], state: None) -> None:
-    with unit_of_work(sessions) as session:
-        with pytest.raises(NoRoom, match="contiguous LLC ways"):
-            reserve(session, "node-4", want("a", 9))
-        with pytest.raises(NoRoom, match="DRAM"):
-            reserve(session, "node-1", want("b", 1, dram=25 * GIB))
-        with pytest.raises(NoRoom, match="not in the ledger"):
-            reserve(session, "node-9", want("c"))
 
 
 def placed(uid: str, node: str, mask: int, rec: str | None = None) -> ledger.Placed:
@@ -174,12 +40,13 @@ def placed(uid: str, node: str, mask: int, rec: str | None = None) -> ledger.Pla
 def test_mirror_makes_the_ledger_equal_to_the_bound_pods(
     sessions: sessionmaker[Session], state: None
 ) -> None:
+    before = [placed("gone", "node-1", 0xF), placed("kept", "node-1", 0xF0)]
+    before.append(placed("moved", "node-1", 0xF00))
     with unit_of_work(sessions) as session:
-        gone = reserve(session, "node-1", want("gone"))
-        kept = reserve(session, "node-1", want("kept"))
-        reserve(session, "node-1", want("moved"))
+        assert sorted(ledger.record(session, before).recorded) == ["gone", "kept", "moved"]
+    gone, kept = before[0].held, before[1]
     bound = {
-        "kept": ledger.Placed(kept, None, 0.0),
+        "kept": kept,
         "moved": placed("moved", "node-4", 0b1100),  # its annotation says another node
         "new": placed("new", "node-3", 0xF0, rec="no-such-decision"),
         "elsewhere": placed("elsewhere", "not-a-tmc-node", 0x1),
