@@ -53,6 +53,32 @@ def test_container_created_while_the_plugin_is_down_is_corrected_and_reported(
     assert done.returncode != 0 and "overlaps default/late's 0x3" in done.stderr
 
 
+def test_a_pod_that_requires_the_plugin_is_refused_while_it_is_down_then_configured(
+    node: Node, start_plugin: PluginFactory
+) -> None:
+    """The scheduler binds placed pods with NRI's required-plugins annotation naming tmc-nri
+    (where the chart says the nodes run it): while the plugin is down the runtime's validator
+    refuses the pod's containers, with the reason, and the kubelet's retry, once the plugin is
+    back, creates them configured. A pod that does not ask is created as before."""
+    ann = {**placed("0x30", 2, 64 << 20), "required-plugins.noderesource.dev/pod": '["tmc"]'}
+    plugin = start_plugin()
+    plugin.stop()
+    time.sleep(0.5)
+    pod = node.runtime.run_pod("strict", uid(30), ann)
+    refused = node.runtime.create(pod, "strict", uid(30), ann, "strict", check=False)
+    assert refused.returncode != 0
+    # crictl quotes the runtime's message, escaping its quotes.
+    assert 'required plugin "tmc" not present' in refused.stderr.replace('\\"', '"')
+    plain = create(node, "plain", 31, {})  # not tmc's, asks for nothing: created
+    assert "TMC_PLAN" not in env_of(node.runtime.spec(plain))
+
+    start_plugin()
+    cid = node.runtime.create(pod, "strict", uid(30), ann, "strict").stdout.strip()
+    spec = node.runtime.spec(cid)
+    assert spec["linux"]["resources"]["memory"]["limit"] == 64 << 20
+    assert env_of(spec)["TMC_PLAN"] and tmc_mounts(spec)
+
+
 def test_runtime_restart_keeps_the_node_check_and_the_plugin_reconnects(
     node: Node, start_plugin: PluginFactory
 ) -> None:

@@ -225,6 +225,9 @@ state = "{base}/state"
   plugin_path = "{base}/nri-plugins"
   plugin_registration_timeout = "5s"
   plugin_request_timeout = "2s"
+  # Checks a pod's required-plugins annotation (docs/install.md, as the nodes are set up).
+  [plugins."io.containerd.nri.v1.nri".default_validator]
+    enable = true
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
   [plugins."io.containerd.cri.v1.images".pinned_images]

@@ -41,6 +41,7 @@ type options struct {
 	maxBodyBytes                    int64
 	rackPools                       string
 	placementLease                  string
+	requiredNodePlugin              string
 	leaseDuration, renewDeadline    time.Duration
 	retryPeriod                     time.Duration
 }
@@ -66,6 +67,8 @@ func parse() options {
 	flag.StringVar(&o.placementLease, "placement-lease", "",
 		"namespace/name of the Lease this replica must hold, freshly renewed, at each bind, so that a "+
 			"leader paused and resumed binds nothing from its stale cache (empty: no fence; the chart sets it with leader election)")
+	flag.StringVar(&o.requiredNodePlugin, "required-node-plugin", "",
+		"the NRI plugin a placed pod's containers require on the node (\"tmc\" where nodes run tmc-nri; empty: none)")
 	flag.DurationVar(&o.leaseDuration, "placement-lease-duration", 15*time.Second, "the placement lease's duration")
 	flag.DurationVar(&o.renewDeadline, "placement-renew-deadline", 10*time.Second, "how long the holder keeps trying to renew it")
 	flag.DurationVar(&o.retryPeriod, "placement-retry-period", 2*time.Second, "how often it is renewed or contended for")
@@ -201,6 +204,9 @@ func run(o options) error {
 	engine := tmc.NewEngine(client, nil, o.recommendationWait)
 	tmc.SetRackPools(engine, pools)
 	tmc.SetFence(engine, fence)
+	if err := tmc.RequireNodePlugin(engine, o.requiredNodePlugin); err != nil {
+		return fmt.Errorf("--required-node-plugin: %w", err)
+	}
 	factory := informers.NewSharedInformerFactory(client, 0)
 	if err := engine.Watch(factory); err != nil {
 		return err

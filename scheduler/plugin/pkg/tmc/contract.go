@@ -44,6 +44,11 @@ const (
 	MaxBytes   = v1alpha1.MaxBytes
 	MaxLLCWays = v1alpha1.MaxLLCWays
 	MaxCPUs    = v1alpha1.MaxCPUs
+
+	// RequiredPluginsAnnotation is NRI's: the node plugins that must have processed each of the
+	// pod's containers at creation, or the runtime's default validator refuses the container
+	// (containerd 2.x with [plugins."io.containerd.nri.v1.nri".default_validator] enable).
+	RequiredPluginsAnnotation = "required-plugins.noderesource.dev/pod"
 )
 
 // The contract's shapes are the API types (pkg/apis/tmc/v1alpha1); the engine reads and writes

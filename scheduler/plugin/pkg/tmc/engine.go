@@ -31,10 +31,24 @@ type Engine struct {
 	fence *Fence
 	// podExists reports whether the pod informer's store still holds a pod (nil: no store).
 	podExists func(types.UID) bool
+	// nodePlugin, when set, is the NRI plugin a placed pod's containers require on the node.
+	nodePlugin string
 }
 
 // SetFence makes every bind require the placement lease.
 func SetFence(e *Engine, f *Fence) { e.fence = f }
+
+// RequireNodePlugin makes every bind ask the node's runtime to refuse the pod's containers
+// unless the NRI plugin `name` (tmc-nri registers as "tmc") processed them: a container
+// created while the plugin is down fails, and the kubelet retries it, rather than running
+// without its configuration. Set it only where the nodes enforce placements through NRI.
+func RequireNodePlugin(e *Engine, name string) error {
+	if name != "" && (len(name) > 63 || !dnsName.MatchString(name)) {
+		return fmt.Errorf("the required node plugin must be a DNS label, not %q", clip(name, 40))
+	}
+	e.nodePlugin = name
+	return nil
+}
 
 // NewEngine is an engine with an empty cache. published may be nil (pods' annotations only);
 // wait is how long, from its creation, a pod of an unpublished pair waits for its object.
@@ -195,6 +209,9 @@ func (e *Engine) Bind(ctx context.Context, pod *v1.Pod, ask *PodAsk, nodeName st
 	binding, err := PlacementBinding(pod, placement)
 	if err != nil {
 		return err
+	}
+	if e.nodePlugin != "" {
+		binding.Annotations[RequiredPluginsAnnotation] = `["` + e.nodePlugin + `"]`
 	}
 	// Right before the request: a replica paused since its cycle began finds its lease stale.
 	if err := e.fence.Held(); err != nil {

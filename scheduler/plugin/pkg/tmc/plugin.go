@@ -51,6 +51,9 @@ type Args struct {
 	// PlacementLease, when set, is the lease a replica must hold to bind (FenceArgs). Set it
 	// wherever replicas elect a leader.
 	PlacementLease *FenceArgs `json:"placementLease,omitempty"`
+	// RequiredNodePlugin, when set, is the NRI plugin a placed pod's containers require on
+	// the node (RequireNodePlugin): "tmc" where nodes run tmc-nri.
+	RequiredNodePlugin string `json:"requiredNodePlugin,omitempty"`
 }
 
 // DefaultRecommendationWait is the wait when the configuration does not set one: until the
@@ -257,6 +260,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	SetRackPools(p.Engine, pools)
 	SetFence(p.Engine, fence)
+	if err := RequireNodePlugin(p.Engine, args.RequiredNodePlugin); err != nil {
+		return nil, fmt.Errorf("%s: requiredNodePlugin: %w", Name, err)
+	}
 	if err := p.Watch(h.SharedInformerFactory()); err != nil {
 		return nil, err
 	}
