@@ -23,7 +23,11 @@ configuration (docs/model.md, "Queueing"): a fixed point, since the load depends
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -38,6 +42,10 @@ IntArray = NDArray[np.int64]
 # Fixed-point steps between a configuration's slow-tier load and its run time (converges in a
 # handful: the load moves the time by at most the loaded-latency ratio).
 QUEUE_ITERATIONS = 12
+# Results kept with each predictor (Predictor.kept): a grid's predictions per grid and set of
+# verification runs; a workload is decided on one or two grids.
+KEPT_PER_PREDICTOR = 8
+T = TypeVar("T")
 # The window effect (a partly slow structure's window waits for its slowest miss) holds only when
 # the misses in flight together fall on independent pages. Streams and multi-line objects put
 # them on one 4 KiB page, slow or fast together, and the charge is then linear. The bundle cannot
@@ -141,6 +149,24 @@ class Predictor:
         self._scale = None if scale is None else np.asarray(scale, dtype=np.float64)
         mlp = model.window_mlp_by_structure if window_effect else None
         self._mlp = None if mlp is None else np.asarray(mlp, dtype=np.float64)
+        self._kept: OrderedDict[Hashable, Any] = OrderedDict()
+        self._kept_lock = threading.Lock()
+
+    def kept(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """`compute()`'s result, kept by `key` with this predictor (the few most recent): for
+        what depends only on the fit and the key, such as a grid's predictions, which every
+        decision for the workload on that grid repeats. Callers never change what they get."""
+        with self._kept_lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                found: T = self._kept[key]
+                return found
+        value = compute()
+        with self._kept_lock:
+            self._kept[key] = value
+            while len(self._kept) > KEPT_PER_PREDICTOR:
+                self._kept.popitem(last=False)
+        return value
 
     # -- MAR and per-structure rates ---------------------------------------------------------
 

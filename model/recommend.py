@@ -206,14 +206,10 @@ def price_grid(
     observations: Sequence[Observation] = (),
 ) -> PricedGrid:
     m = predictor.model
-    p = predictor.predict(np.asarray(grid.slow_ratios), np.asarray(grid.llc_ways, dtype=np.int64))
-    interval = prediction_interval(p, m.diagnostics)
-    sigma = interval.sigma
-    fix = None
-    if observations:
-        fix = observed_grid(predictor, p.slow_ratios, p.llc_ways, sigma, observations)
-        p = corrected_grid(p, fix)
-        sigma = fix.sigma
+    p, sigma, fix, terms = predictor.kept(
+        ("grid", grid, tuple(observations)),
+        lambda: _predicted_grid(predictor, grid, observations),
+    )
     dram_gib = p.dram_bytes / GIB
     slow_gib = p.slow_bytes / GIB
     memory_hour = dram_gib * prices.dram_gib_hour + slow_gib * prices.slow_gib_hour
@@ -239,9 +235,29 @@ def price_grid(
         ],
         axis=-1,
     ).reshape(-1, 4)
-    return PricedGrid(
-        p, hourly.ravel(), cost.ravel(), feasible.ravel(), demand, sigma, fix, interval.terms
-    )
+    return PricedGrid(p, hourly.ravel(), cost.ravel(), feasible.ravel(), demand, sigma, fix, terms)
+
+
+def _predicted_grid(
+    predictor: Predictor, grid: Grid, observations: Sequence[Observation]
+) -> tuple[GridPrediction, FloatArray, GridCorrection | None, ErrorTerms | None]:
+    """The grid's predictions, their uncertainty and the runs' correction: what depends on the
+    fit, the grid and the runs only (not on prices, machine, utilization or objective), so it is
+    kept with the predictor. Its arrays are made read-only, as every caller shares them."""
+    p = predictor.predict(np.asarray(grid.slow_ratios), np.asarray(grid.llc_ways, dtype=np.int64))
+    interval = prediction_interval(p, predictor.model.diagnostics)
+    sigma = interval.sigma
+    fix = None
+    if observations:
+        fix = observed_grid(predictor, p.slow_ratios, p.llc_ways, sigma, observations)
+        p = corrected_grid(p, fix)
+        sigma = fix.sigma
+    for shared in (p, fix):
+        for value in vars(shared).values() if shared is not None else ():
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
+    sigma.flags.writeable = False
+    return p, sigma, fix, interval.terms
 
 
 def recommend(
