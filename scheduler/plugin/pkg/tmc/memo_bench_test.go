@@ -5,20 +5,39 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
+
+// benchNodes are n nodes as bench/scheduler_e2e.py registers them: half with a local slow tier,
+// half on 384 GiB rack pools of 32 nodes, each already holding one reservation.
+func benchNodes(e *Engine, n int) []*v1.Node {
+	nodes := make([]*v1.Node, 0, n)
+	for i := 0; i < n; i++ {
+		var node *v1.Node
+		if i%2 == 1 {
+			node = tmcNode(fmt.Sprintf("n%05d", i), 12, 24<<30, 0, 48, fmt.Sprintf("rack-%d", i/64), 384<<30)
+		} else {
+			node = tmcNode(fmt.Sprintf("n%05d", i), 12, 24<<30, 128<<30, 48, "", 0)
+		}
+		node.ResourceVersion = "7"
+		e.ObserveNode(node)
+		capacity, cpus, _ := nodeCapacity(node)
+		held := &PodAsk{OptedIn: true, VCPUs: 1, DRAMBytes: 1 << 30, SlowBytes: 2 << 30, LLCWays: 3}
+		if _, err := e.cache.Assume(types.UID(fmt.Sprintf("held-%d", i)), node.Name, capacity, cpus, held); err != nil {
+			panic(err)
+		}
+		nodes = append(nodes, node)
+	}
+	return nodes
+}
 
 // BenchmarkFitAndScoreOver5000Nodes is Filter's and Score's per-node work for one pod over
 // 5,000 nodes whose capacity is already parsed: the memo lookup, the fit and the score.
 func BenchmarkFitAndScoreOver5000Nodes(b *testing.B) {
 	e := &Engine{cache: NewCache()}
-	nodes := make([]*v1.Node, 0, 5000)
-	for i := 0; i < 5000; i++ {
-		n := tmcNode(fmt.Sprintf("n%05d", i), 12, 24<<30, 128<<30, 48, "", 0)
-		n.ResourceVersion = "7"
-		e.ObserveNode(n)
-		nodes = append(nodes, n)
-	}
+	nodes := benchNodes(e, 5000)
 	ask := &PodAsk{OptedIn: true, VCPUs: 1, DRAMBytes: 1 << 30, SlowBytes: 1 << 30, LLCWays: 2}
+	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for _, n := range nodes {
