@@ -16,10 +16,12 @@ scheduler profile with no extender. Prints, per node count and path: pods/s from
 create to the last bind, the median and 99th-percentile create-to-bound time, a `ratio` line per
 tmc path against the stock run, and the extender's time per verb from its own
 /metrics (mean, and the histogram bucket that holds the 99th percentile), and each process's CPU
-seconds per pod during each burst (user + system time from /proc: kube-apiserver, the scheduler,
-the extender, the publisher with its mirror). With --profile, the publisher under py-spy during
-the extender's burst. With --pprof, tmc-scheduler's CPU profile during the
-plugin's burst (its /debug/pprof, as the admin) is written to DIR and its top functions printed.
+seconds per pod during each burst (user + system time from /proc: kube-apiserver, etcd, the
+scheduler, the extender, the publisher with its mirror (one process, as the chart runs them),
+PostgreSQL with its backends, and the benchmark itself, which creates the pods and watches them).
+With --profile, the publisher under py-spy during the extender's burst. With --pprof,
+tmc-scheduler's CPU profile during the plugin's burst (its /debug/pprof, as the admin) is written
+to DIR and its top functions printed.
 The load average at the start and end of each size is printed: the figures are only comparable
 on a quiet machine. A pod not seen bound
 within --timeout fails the run (exit status 1): the figures are never computed on a smaller
@@ -66,27 +68,60 @@ from tests.services import PostgresServer
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def _stat(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process so far (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+    fields = _stat(pid)
+    if fields is None:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
-class CpuMeter:
-    """CPU seconds per pod of named processes over one burst."""
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process and of its children, living and reaped: PostgreSQL's postmaster
+    and its backends (a backend's time reaches the postmaster's cutime when it exits)."""
+    fields = _stat(pid)
+    if fields is None:
+        return 0.0
+    ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            child = _stat(int(entry.name))
+            if child is not None and int(child[1]) == pid:  # ppid
+                ticks += sum(int(f) for f in child[11:15])
+    return ticks / CLOCK_TICKS
 
-    def __init__(self, pids: dict[str, int | None]) -> None:
+
+class CpuMeter:
+    """CPU seconds per pod of named processes over one burst. Names in `trees` count the
+    process with its children."""
+
+    def __init__(self, pids: dict[str, int | None], trees: tuple[str, ...] = ()) -> None:
         self.pids = {name: pid for name, pid in pids.items() if pid is not None}
-        self.before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self.trees = trees
+        self.before = {name: self._seconds(name, pid) for name, pid in self.pids.items()}
+
+    def _seconds(self, name: str, pid: int) -> float:
+        return tree_cpu_seconds(pid) if name in self.trees else cpu_seconds(pid)
 
     def line(self, pods: int) -> str:
-        used = {n: cpu_seconds(pid) - self.before[n] for n, pid in self.pids.items()}
+        used = {n: self._seconds(n, pid) - self.before[n] for n, pid in self.pids.items()}
         parts = [f"{n} {1000 * v / pods:.1f} ms" for n, v in used.items()]
         total = sum(used.values())
         return f"    CPU per pod: {', '.join(parts)}; total {1000 * total / pods:.1f} ms"
+
+
+def postmaster_pid(postgres: PostgresServer) -> int | None:
+    try:
+        return int((postgres.data / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def profile_scheduler(cp: ControlPlane, name: str, seconds: int, out: Path) -> threading.Thread:
@@ -379,11 +414,18 @@ def one_size(
         for ns in ("plain", "warm", "plugin", "goext"):
             c.new_namespace(api, ns)
         cp.start_scheduler(plain_config(with_ext))
+        # Every process on the placement path, and the PostgreSQL the publisher's mirror writes
+        # to; "bench" is this process, which creates the pods and watches them bound.
+        common = {
+            "kube-apiserver": pid(cp.procs["kube-apiserver"]),
+            "etcd": pid(cp.procs["etcd"]),
+            "postgres": postmaster_pid(postgres),
+            "bench": os.getpid(),
+        }
+        trees = ("postgres",)
         meter = CpuMeter(
-            {
-                "kube-apiserver": pid(cp.procs["kube-apiserver"]),
-                "scheduler": pid(cp.procs["kube-scheduler"]),
-            }
+            {**common, "scheduler": pid(cp.procs["kube-scheduler"])},
+            trees,
         )
         stock = run(cp, "plain", [without_opt_in(b) for b in bodies], timeout)
         stock_cpu = meter.line(pods)
@@ -397,10 +439,11 @@ def one_size(
         c.delete_all_pods(api, "warm")
         meter = CpuMeter(
             {
-                "kube-apiserver": pid(cp.procs["kube-apiserver"]),
+                **common,
                 "scheduler": pid(cp.procs["tmc-scheduler"]),
-                "publisher": pid(publisher.proc),
-            }
+                "publisher+mirror": pid(publisher.proc),
+            },
+            trees,
         )
         profiling = None
         if pprof is not None:
@@ -419,11 +462,12 @@ def one_size(
         before = goext.metrics()
         meter = CpuMeter(
             {
-                "kube-apiserver": pid(cp.procs["kube-apiserver"]),
+                **common,
                 "scheduler": pid(cp.procs["kube-scheduler"]),
                 "extender": pid(goext.proc),
-                "publisher": pid(publisher.proc),
-            }
+                "publisher+mirror": pid(publisher.proc),
+            },
+            trees,
         )
         spy = None
         if profile is not None and publisher.proc is not None:

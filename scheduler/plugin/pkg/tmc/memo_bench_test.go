@@ -47,3 +47,26 @@ func BenchmarkFitAndScoreOver5000Nodes(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAskWithAPublishedRecommendation is a pod's ask read against a published
+// recommendation with a plan of 8 structures: once per pod in PreFilter, and in each of the
+// extender's filter, prioritize and bind.
+func BenchmarkAskWithAPublishedRecommendation(b *testing.B) {
+	index := NewRecommendationIndex()
+	plan := make([]any, 8)
+	for i := range plan {
+		plan[i] = map[string]any{"tag": fmt.Sprintf("structure_%d", i), "fast_bytes": 1 << 28, "slow_bytes": 1 << 27}
+	}
+	index.Set("graph500-cheapest", map[string]any{
+		"schema": RecommendationSchema, "workload": "graph500", "objective": "cheapest", "recommendation_id": "r-1",
+		"dram_bytes": 2 << 30, "slow_bytes": 1 << 30, "llc_ways": 4, "slow_ratio": 0.3, "plan": plan,
+	})
+	pod := tieredPod("bfs", map[string]string{WorkloadAnnotation: "graph500"}, "1", "256Mi")
+	b.ReportAllocs()
+	for range b.N {
+		ask, err := ReadPodWith(pod, index)
+		if err != nil || ask.Fallback != nil {
+			b.Fatal(err, *ask.Fallback)
+		}
+	}
+}
