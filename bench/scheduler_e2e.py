@@ -424,7 +424,12 @@ def one_size(
         }
         trees = ("postgres",)
         meter = CpuMeter(
-            {**common, "scheduler": pid(cp.procs["kube-scheduler"])},
+            {
+                **common,
+                "scheduler": pid(cp.procs["kube-scheduler"]),
+                # It runs during every burst and sees every pod's events, tmc's or not.
+                "publisher+mirror": pid(publisher.proc),
+            },
             trees,
         )
         stock = run(cp, "plain", [without_opt_in(b) for b in bodies], timeout)
