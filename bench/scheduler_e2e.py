@@ -20,8 +20,8 @@ seconds per pod during each burst (user + system time from /proc: kube-apiserver
 scheduler, the extender, the publisher with its mirror (one process, as the chart runs them),
 PostgreSQL with its backends, and the benchmark itself, which creates the pods and watches them).
 With --profile, the publisher under py-spy during the extender's burst. With --pprof,
-tmc-scheduler's CPU profile during the plugin's burst (its /debug/pprof, as the admin) is written
-to DIR and its top functions printed.
+tmc-scheduler's CPU profile during the plugin's burst and kube-scheduler's during the extender's
+(their /debug/pprof, as the admin) are written to DIR and their top functions printed.
 The load average at the start and end of each size is printed: the figures are only comparable
 on a quiet machine. A pod not seen bound
 within --timeout fails the run (exit status 1): the figures are never computed on a smaller
@@ -125,7 +125,7 @@ def postmaster_pid(postgres: PostgresServer) -> int | None:
 
 
 def profile_scheduler(cp: ControlPlane, name: str, seconds: int, out: Path) -> threading.Thread:
-    """tmc-scheduler's CPU profile for `seconds`, fetched in a thread (its /debug/pprof/profile
+    """A scheduler's CPU profile for `seconds`, fetched in a thread (its /debug/pprof/profile
     answers when the time is up), written to out."""
 
     def fetch() -> None:
@@ -482,8 +482,16 @@ def one_size(
             spy_args += ["-o", str(profile), "-p", str(publisher.proc.pid)]
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), *spy_args])
             time.sleep(1)
+        ext_profiling = None
+        if pprof is not None:
+            # kube-scheduler's side of the extender protocol (its HTTP client, the JSON of each
+            # call) during the extender's burst.
+            ext_profile = pprof / f"kube-scheduler-extender.{nodes}.pprof"
+            ext_profiling = profile_scheduler(cp, "kube-scheduler", max(5, pods // 60), ext_profile)
         try:
             extender = run(cp, "goext", bodies, timeout)
+            if ext_profiling is not None:
+                ext_profiling.join(180)
         finally:
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
@@ -522,6 +530,8 @@ def one_size(
         if pprof is not None:
             print(f"  tmc-scheduler CPU profile during the plugin's burst ({cpu_profile}):")
             print(pprof_top(Path(plugin_path.engine_binary("tmc-scheduler")), cpu_profile))
+            print(f"  kube-scheduler CPU profile during the extender's burst ({ext_profile}):")
+            print(pprof_top(cp.bin / "kube-scheduler", ext_profile))
     except NotAllBound as exc:
         print(f"{nodes} nodes, {pods} pods: FAILED: {exc}")
         return False

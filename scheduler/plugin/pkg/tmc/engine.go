@@ -243,6 +243,7 @@ func (e *Engine) Watch(factory informers.SharedInformerFactory) error {
 		DeleteFunc: func(obj any) {
 			if node := asNode(obj); node != nil {
 				e.cache.RemoveNode(node.Name)
+				parsed.Forget(node.Name)
 			}
 		},
 	}); err != nil {

@@ -70,3 +70,23 @@ func BenchmarkAskWithAPublishedRecommendation(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFitAndScoreParallel is the same work from parallel goroutines, as kube-scheduler
+// runs Filter and Score (16 at a time): the lookups must not contend.
+func BenchmarkFitAndScoreParallel(b *testing.B) {
+	e := &Engine{cache: NewCache()}
+	nodes := benchNodes(e, 5000)
+	ask := &PodAsk{OptedIn: true, VCPUs: 1, DRAMBytes: 1 << 30, SlowBytes: 1 << 30, LLCWays: 2}
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			n := nodes[i%len(nodes)]
+			if e.Fit(n, ask) == nil {
+				_ = e.RawScore(n, ask)
+			}
+			i++
+		}
+	})
+}
