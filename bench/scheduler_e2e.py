@@ -7,7 +7,7 @@ kube-scheduler calling tmc-extender (the same engine's extender front door). Bot
 read what the recommendation publisher publishes; it also keeps the ledger's mirror.
 
     python -m bench.scheduler_e2e [--pods 500] [--nodes 100 5000] [--profile out.json]
-                                  [--pprof DIR]
+                                  [--pprof DIR] [--compare-engine DIR]
 
 Needs the control plane of tests/scheduler/controlplane (built from Go modules). Nodes carry the
 capacity annotations an agent publishes (model.node_contract), written directly: agents are not
@@ -22,6 +22,8 @@ PostgreSQL with its backends, and the benchmark itself, which creates the pods a
 With --profile, the publisher under py-spy during the extender's burst. With --pprof,
 tmc-scheduler's CPU profile during the plugin's burst and kube-scheduler's during the extender's
 (their /debug/pprof, as the admin) are written to DIR and their top functions printed.
+With --compare-engine DIR, DIR's tmc-scheduler (another commit's build) places the same pods
+right after this checkout's: a before/after in one run.
 The load average at the start and end of each size is printed: the figures are only comparable
 on a quiet machine. A pod not seen bound
 within --timeout fails the run (exit status 1): the figures are never computed on a smaller
@@ -37,6 +39,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import ssl
 import statistics
 import subprocess
@@ -63,7 +66,7 @@ from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import plugin as plugin_path
 from tests.scheduler.controlplane.goextender import GoExtenderProcess
-from tests.services import PostgresServer
+from tests.services import PostgresServer, wait_until
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -365,6 +368,35 @@ def plain_config(with_extender: Path) -> Path:
     return path
 
 
+def in_tree_fit_config(config: Path) -> Path:
+    """tmc-scheduler's configuration with the in-tree NodeResourcesFit (same arguments) in place
+    of TmcNodeResourcesFit: for an engine built before it existed (--compare-engine)."""
+    cfg = yaml.safe_load(config.read_text())
+    for profile in cfg["profiles"]:
+        multi = profile["plugins"]["multiPoint"]
+        multi.pop("disabled", None)
+        multi["enabled"] = [p for p in multi["enabled"] if p["name"] != "TmcNodeResourcesFit"]
+        for entry in profile.get("pluginConfig", []):
+            if entry["name"] == "TmcNodeResourcesFit":
+                entry["name"] = "NodeResourcesFit"
+    path = config.with_name("compare-" + config.name)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def serving(cp: ControlPlane, name: str) -> None:
+    """Until a scheduler's secure port accepts connections (its log says it started first)."""
+
+    def accepts() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", cp.secure_ports[name]), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    wait_until(accepts, 60, f"{name}'s secure port")
+
+
 def without_opt_in(body: dict[str, Any]) -> dict[str, Any]:
     plain = copy.deepcopy(body)
     plain["spec"]["schedulerName"] = "plain"
@@ -379,7 +411,12 @@ def pid(proc: subprocess.Popen[bytes] | None) -> int | None:
 
 
 def one_size(
-    nodes: int, pods: int, timeout: float, profile: Path | None, pprof: Path | None = None
+    nodes: int,
+    pods: int,
+    timeout: float,
+    profile: Path | None,
+    pprof: Path | None = None,
+    compare: Path | None = None,
 ) -> bool:
     """Every run at one node count; False when a run did not see every pod bound."""
     cp = ControlPlane()
@@ -411,7 +448,7 @@ def one_size(
         goext.start()
         with_ext = c.scheduler_config(cp, goext.url)
         bodies = [c.opted_in_pod(f"p{i}", "graph500", memory="256Mi") for i in range(pods)]
-        for ns in ("plain", "warm", "plugin", "goext"):
+        for ns in ("plain", "warm", "plugin", "compare", "goext"):
             c.new_namespace(api, ns)
         cp.start_scheduler(plain_config(with_ext))
         # Every process on the placement path, and the PostgreSQL the publisher's mirror writes
@@ -459,11 +496,32 @@ def one_size(
         plugin_cpu = meter.line(pods)
         if profiling is not None:
             profiling.join(180)
-        # The extender front door of the same engine: the stock kube-scheduler calling
-        # tmc-extender. The plugin's pods go first: together they would fill the nodes' CPUs.
         cp.stop_process("tmc-scheduler")
         c.delete_all_pods(api, "plugin")
+        compared = compared_cpu = None
+        if compare is not None:
+            # Another build of tmc-scheduler (an earlier commit's) on the same pods, nodes and
+            # control plane, right after this one's: a before/after in one run.
+            config = in_tree_fit_config(plugin_path.plugin_config(cp))
+            cp.start_scheduler(config, binary=str(compare / "tmc-scheduler"), name="tmc-scheduler")
+            run(cp, "warm", [c.opted_in_pod("warm2", "graph500", memory="256Mi")], timeout)
+            c.delete_all_pods(api, "warm")
+            meter = CpuMeter(
+                {
+                    **common,
+                    "scheduler": pid(cp.procs["tmc-scheduler"]),
+                    "publisher+mirror": pid(publisher.proc),
+                },
+                trees,
+            )
+            compared = run(cp, "compare", bodies, timeout)
+            compared_cpu = meter.line(pods)
+            cp.stop_process("tmc-scheduler")
+            c.delete_all_pods(api, "compare")
+        # The extender front door of the same engine: the stock kube-scheduler calling
+        # tmc-extender. The plugin's pods go first: together they would fill the nodes' CPUs.
         cp.start_scheduler(with_ext)
+        serving(cp, "kube-scheduler")
         before = goext.metrics()
         meter = CpuMeter(
             {
@@ -510,10 +568,15 @@ def one_size(
         print(stock_cpu)
         print(plugin.line("plugin", pods))
         print(plugin_cpu)
+        if compared is not None:
+            print(compared.line("plugin (compare)", pods))
+            print(compared_cpu)
         print(extender.line("extender", pods))
         print(extender_cpu)
         print(plugin.ratio("plugin", stock, "target >= 0.95, median x <= 1.3"))
         print(extender.ratio("extender", stock, "target >= 0.80"))
+        if compared is not None:
+            print(compared.ratio(f"compare ({compare.name})", stock, "the other build"))
         print(f"  plugin: recommendation published in {warm.median * 1000:.0f} ms (first pod)")
         print(
             "  extender bind phases (mean): "
@@ -563,6 +626,13 @@ def main() -> None:
         type=Path,
         help="write tmc-scheduler's CPU profile during the plugin's burst into this folder",
     )
+    ap.add_argument(
+        "--compare-engine",
+        type=Path,
+        help="a folder holding another build's tmc-scheduler (scheduler/plugin/build.sh of an "
+        "earlier commit): its burst runs right after the plugin's, with the in-tree "
+        "NodeResourcesFit, and is printed as 'plugin (compare)'",
+    )
     args = ap.parse_args()
     if args.pods > 12 * min(args.nodes):
         ap.error("every pod requests a CPU: --pods must fit in 12 CPUs a node")
@@ -573,6 +643,7 @@ def main() -> None:
             args.timeout,
             args.profile.with_suffix(f".{n}.json") if args.profile else None,
             args.pprof,
+            args.compare_engine,
         )
         for n in args.nodes
     ]
