@@ -21,7 +21,8 @@ scheduler, the extender, the publisher with its mirror (one process, as the char
 PostgreSQL with its backends, and the benchmark itself, which creates the pods and watches them).
 With --profile, the publisher under py-spy during the extender's burst. With --pprof,
 tmc-scheduler's CPU profile during the plugin's burst and kube-scheduler's during the extender's
-(their /debug/pprof, as the admin) are written to DIR and their top functions printed.
+(their /debug/pprof, as the admin) are written to DIR and their top functions printed, and
+kube-apiserver's during both.
 With --compare-engine DIR, DIR's tmc-scheduler (another commit's build) places the same pods
 right after this checkout's: a before/after in one run.
 The load average at the start and end of each size is printed: the figures are only comparable
@@ -129,10 +130,11 @@ def postmaster_pid(postgres: PostgresServer) -> int | None:
 
 def profile_scheduler(cp: ControlPlane, name: str, seconds: int, out: Path) -> threading.Thread:
     """A scheduler's CPU profile for `seconds`, fetched in a thread (its /debug/pprof/profile
-    answers when the time is up), written to out."""
+    answers when the time is up), written to out; name "kube-apiserver" is the API server's."""
+    port = cp.api_port if name == "kube-apiserver" else cp.secure_ports[name]
 
     def fetch() -> None:
-        url = f"https://127.0.0.1:{cp.secure_ports[name]}/debug/pprof/profile?seconds={seconds}"
+        url = f"https://127.0.0.1:{port}/debug/pprof/profile?seconds={seconds}"
         req = urllib.request.Request(url, headers={"Authorization": f"Bearer {cp.admin_token}"})
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
@@ -492,10 +494,13 @@ def one_size(
             pprof.mkdir(parents=True, exist_ok=True)
             cpu_profile = pprof / f"tmc-scheduler.{nodes}.pprof"
             profiling = profile_scheduler(cp, "tmc-scheduler", max(5, pods // 60), cpu_profile)
+            api_profile = pprof / f"kube-apiserver-plugin.{nodes}.pprof"
+            api_profiling = profile_scheduler(cp, "kube-apiserver", max(5, pods // 60), api_profile)
         plugin = run(cp, "plugin", bodies, timeout)
         plugin_cpu = meter.line(pods)
         if profiling is not None:
             profiling.join(180)
+            api_profiling.join(180)
         cp.stop_process("tmc-scheduler")
         c.delete_all_pods(api, "plugin")
         compared = compared_cpu = None
@@ -546,10 +551,15 @@ def one_size(
             # call) during the extender's burst.
             ext_profile = pprof / f"kube-scheduler-extender.{nodes}.pprof"
             ext_profiling = profile_scheduler(cp, "kube-scheduler", max(5, pods // 60), ext_profile)
+            ext_api_profile = pprof / f"kube-apiserver-extender.{nodes}.pprof"
+            ext_api_profiling = profile_scheduler(
+                cp, "kube-apiserver", max(5, pods // 60), ext_api_profile
+            )
         try:
             extender = run(cp, "goext", bodies, timeout)
             if ext_profiling is not None:
                 ext_profiling.join(180)
+                ext_api_profiling.join(180)
         finally:
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
@@ -595,6 +605,7 @@ def one_size(
             print(pprof_top(Path(plugin_path.engine_binary("tmc-scheduler")), cpu_profile))
             print(f"  kube-scheduler CPU profile during the extender's burst ({ext_profile}):")
             print(pprof_top(cp.bin / "kube-scheduler", ext_profile))
+            print(f"  kube-apiserver's CPU profiles: {api_profile}, {ext_api_profile}")
     except NotAllBound as exc:
         print(f"{nodes} nodes, {pods} pods: FAILED: {exc}")
         return False
