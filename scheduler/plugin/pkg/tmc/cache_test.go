@@ -261,9 +261,12 @@ func TestPoolUsageIsTheSumOverItsMembers(t *testing.T) {
 			capacity.SlowPoolBytes = ptr(int64(500 + rng.IntN(500)))
 		}
 		capacityOf[name] = capacity
-		if rng.IntN(5) == 0 {
+		switch rng.IntN(6) {
+		case 0:
 			c.RemoveNode(name)
 			return
+		case 1:
+			c.ForgetNode(name) // what was parsed of it: the usage stays
 		}
 		c.SetNode(name, capacity)
 	}
@@ -298,6 +301,31 @@ func TestPoolUsageIsTheSumOverItsMembers(t *testing.T) {
 					step, node, got.PoolSlowBytes, got.UsedPoolSlowBytes, want.PoolSlowBytes, want.UsedPoolSlowBytes)
 			}
 		}
+	}
+}
+
+// TestANodesRecordGoesWithItsLastUse: a node's record (what it holds, its pool, its parsed
+// metadata) is dropped once none of them is left, so deleted nodes do not pile up.
+func TestANodesRecordGoesWithItsLastUse(t *testing.T) {
+	c := NewCache()
+	node := tmcNode("a", 8, 32<<30, 0, 8, "rack", 100<<30)
+	node.ResourceVersion = "1"
+	state := c.State(node, PlacedKey{}, false)
+	if state.Capacity == nil || state.CPUs != 8 {
+		t.Fatalf("state: %+v", state)
+	}
+	c.SetNode("a", state.Capacity)
+	if _, err := c.Assume("p", "a", state.Capacity, state.CPUs, recommendedAsk(1, 1<<30, 1<<30, 1)); err != nil {
+		t.Fatal(err)
+	}
+	c.RemoveNode("a")
+	c.ForgetNode("a")
+	if len(c.nodes) != 1 {
+		t.Fatalf("a node still holding a pod lost its record: %d records", len(c.nodes))
+	}
+	c.Release("p")
+	if len(c.nodes) != 0 || len(c.racks) != 0 || len(c.poolUsed) != 0 {
+		t.Fatalf("records left: %d nodes, %d racks, %d pool sums", len(c.nodes), len(c.racks), len(c.poolUsed))
 	}
 }
 

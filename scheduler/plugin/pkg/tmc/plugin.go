@@ -6,7 +6,6 @@ import (
 	"maps"
 	"reflect"
 	"strings"
-	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -372,29 +371,15 @@ func (p *TmcPlacement) PreFilter(_ context.Context, state fwk.CycleState, pod *v
 func (p *TmcPlacement) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // nodeCapacity is a node's tiered capacity and the CPUs it offers: tmc.dev/cpus, else its
-// allocatable CPUs (whole, at least one), as the extender counts them.
+// allocatable CPUs (whole, at least one), as the extender counts them. Filter and Score read it
+// through the cache (Cache.State), which parses a node once per object version.
 func nodeCapacity(node *v1.Node) (*NodeCapacity, int64, error) {
-	if node.ResourceVersion == "" {
-		return parseNodeCapacity(node)
-	}
-	p := parsed.of(node)
-	return p.capacity, p.cpus, p.err
+	return parseNodeCapacity(node)
 }
 
-// nodePattern is the node's machine pattern, parsed once per object version like its capacity;
-// nil for none or an unreadable one (logged once per version: a preference lost, never a node).
-func nodePattern(node *v1.Node) *NodePattern {
-	if _, ok := node.Annotations[PatternAnnotation]; !ok {
-		return nil
-	}
-	if node.ResourceVersion == "" {
-		pattern, _ := parsePattern(node)
-		return pattern
-	}
-	return parsed.of(node).pattern
-}
-
-// parsedNode is what a node's metadata says, parsed once per object version.
+// parsedNode is what a node's metadata says at one object version: its capacity, CPUs and
+// machine pattern (nil for none or an unreadable one, logged once per version: a preference
+// lost, never a node).
 type parsedNode struct {
 	version  string
 	capacity *NodeCapacity
@@ -403,42 +388,13 @@ type parsedNode struct {
 	pattern  *NodePattern
 }
 
-// nodeMemo holds, per node name, the last version of the node parsed: Filter and Score ask for
-// every node for every pod, and a node changes far less often. One entry holds the capacity
-// and the pattern (one lookup in Score for both), in a map under a read lock: at 5,000 nodes
-// a sync.Map's lookups (an interface key hashed and compared) were 7 % of tmc-scheduler's
-// CPU, and a name+version key before them 13 %. An updated node is parsed again; a node
-// deleted is forgotten (Forget, from the node informer).
-type nodeMemo struct {
-	mu    sync.RWMutex
-	nodes map[string]*parsedNode
-}
-
-var parsed = &nodeMemo{nodes: map[string]*parsedNode{}}
-
-func (m *nodeMemo) of(node *v1.Node) *parsedNode {
-	m.mu.RLock()
-	p := m.nodes[node.Name]
-	m.mu.RUnlock()
-	if p != nil && p.version == node.ResourceVersion {
-		return p
-	}
-	p = &parsedNode{version: node.ResourceVersion}
+func parseNode(node *v1.Node) *parsedNode {
+	p := &parsedNode{version: node.ResourceVersion}
 	p.capacity, p.cpus, p.err = parseNodeCapacity(node)
 	if _, ok := node.Annotations[PatternAnnotation]; ok {
 		p.pattern, _ = parsePattern(node)
 	}
-	m.mu.Lock()
-	m.nodes[node.Name] = p
-	m.mu.Unlock()
 	return p
-}
-
-// Forget drops a deleted node's entry.
-func (m *nodeMemo) Forget(name string) {
-	m.mu.Lock()
-	delete(m.nodes, name)
-	m.mu.Unlock()
 }
 
 func parsePattern(node *v1.Node) (*NodePattern, error) {
@@ -449,13 +405,13 @@ func parsePattern(node *v1.Node) (*NodePattern, error) {
 	return pattern, err
 }
 
-// countedAs is what the pod counts as against a node's pattern: nil without a workload. A
+// countedAs is what the pod counts as against a node's pattern; false without a workload. A
 // fallback's ways are not chosen yet (0), so it matches no slot exactly.
-func countedAs(ask *PodAsk) *PlacedKey {
+func countedAs(ask *PodAsk) (PlacedKey, bool) {
 	if ask.Workload == nil || *ask.Workload == "" {
-		return nil
+		return PlacedKey{}, false
 	}
-	return &PlacedKey{Workload: *ask.Workload, DRAMBytes: ask.DRAMBytes, SlowBytes: ask.SlowBytes, LLCWays: ask.LLCWays}
+	return PlacedKey{Workload: *ask.Workload, DRAMBytes: ask.DRAMBytes, SlowBytes: ask.SlowBytes, LLCWays: ask.LLCWays}, true
 }
 
 func parseNodeCapacity(node *v1.Node) (*NodeCapacity, int64, error) {
