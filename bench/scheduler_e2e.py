@@ -7,7 +7,7 @@ kube-scheduler calling tmc-extender (the same engine's extender front door). Bot
 read what the recommendation publisher publishes; it also keeps the ledger's mirror.
 
     python -m bench.scheduler_e2e [--pods 500] [--nodes 100 5000] [--profile out.json]
-                                  [--pprof DIR]
+                                  [--pprof DIR] [--compare-engine DIR]
 
 Needs the control plane of tests/scheduler/controlplane (built from Go modules). Nodes carry the
 capacity annotations an agent publishes (model.node_contract), written directly: agents are not
@@ -16,10 +16,15 @@ scheduler profile with no extender. Prints, per node count and path: pods/s from
 create to the last bind, the median and 99th-percentile create-to-bound time, a `ratio` line per
 tmc path against the stock run, and the extender's time per verb from its own
 /metrics (mean, and the histogram bucket that holds the 99th percentile), and each process's CPU
-seconds per pod during each burst (user + system time from /proc: kube-apiserver, the scheduler,
-the extender, the publisher with its mirror). With --profile, the publisher under py-spy during
-the extender's burst. With --pprof, tmc-scheduler's CPU profile during the
-plugin's burst (its /debug/pprof, as the admin) is written to DIR and its top functions printed.
+seconds per pod during each burst (user + system time from /proc: kube-apiserver, etcd, the
+scheduler, the extender, the publisher with its mirror (one process, as the chart runs them),
+PostgreSQL with its backends, and the benchmark itself, which creates the pods and watches them).
+With --profile, the publisher under py-spy during the extender's burst. With --pprof,
+tmc-scheduler's CPU profile during the plugin's burst and kube-scheduler's during the extender's
+(their /debug/pprof, as the admin) are written to DIR and their top functions printed, and
+kube-apiserver's during both.
+With --compare-engine DIR, DIR's tmc-scheduler (another commit's build) places the same pods
+right after this checkout's: a before/after in one run.
 The load average at the start and end of each size is printed: the figures are only comparable
 on a quiet machine. A pod not seen bound
 within --timeout fails the run (exit status 1): the figures are never computed on a smaller
@@ -35,6 +40,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import ssl
 import statistics
 import subprocess
@@ -61,40 +67,74 @@ from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import plugin as plugin_path
 from tests.scheduler.controlplane.goextender import GoExtenderProcess
-from tests.services import PostgresServer
+from tests.services import PostgresServer, wait_until
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def _stat(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process so far (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+    fields = _stat(pid)
+    if fields is None:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
-class CpuMeter:
-    """CPU seconds per pod of named processes over one burst."""
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process and of its children, living and reaped: PostgreSQL's postmaster
+    and its backends (a backend's time reaches the postmaster's cutime when it exits)."""
+    fields = _stat(pid)
+    if fields is None:
+        return 0.0
+    ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            child = _stat(int(entry.name))
+            if child is not None and int(child[1]) == pid:  # ppid
+                ticks += sum(int(f) for f in child[11:15])
+    return ticks / CLOCK_TICKS
 
-    def __init__(self, pids: dict[str, int | None]) -> None:
+
+class CpuMeter:
+    """CPU seconds per pod of named processes over one burst. Names in `trees` count the
+    process with its children."""
+
+    def __init__(self, pids: dict[str, int | None], trees: tuple[str, ...] = ()) -> None:
         self.pids = {name: pid for name, pid in pids.items() if pid is not None}
-        self.before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self.trees = trees
+        self.before = {name: self._seconds(name, pid) for name, pid in self.pids.items()}
+
+    def _seconds(self, name: str, pid: int) -> float:
+        return tree_cpu_seconds(pid) if name in self.trees else cpu_seconds(pid)
 
     def line(self, pods: int) -> str:
-        used = {n: cpu_seconds(pid) - self.before[n] for n, pid in self.pids.items()}
+        used = {n: self._seconds(n, pid) - self.before[n] for n, pid in self.pids.items()}
         parts = [f"{n} {1000 * v / pods:.1f} ms" for n, v in used.items()]
         total = sum(used.values())
         return f"    CPU per pod: {', '.join(parts)}; total {1000 * total / pods:.1f} ms"
 
 
+def postmaster_pid(postgres: PostgresServer) -> int | None:
+    try:
+        return int((postgres.data / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def profile_scheduler(cp: ControlPlane, name: str, seconds: int, out: Path) -> threading.Thread:
-    """tmc-scheduler's CPU profile for `seconds`, fetched in a thread (its /debug/pprof/profile
-    answers when the time is up), written to out."""
+    """A scheduler's CPU profile for `seconds`, fetched in a thread (its /debug/pprof/profile
+    answers when the time is up), written to out; name "kube-apiserver" is the API server's."""
+    port = cp.api_port if name == "kube-apiserver" else cp.secure_ports[name]
 
     def fetch() -> None:
-        url = f"https://127.0.0.1:{cp.secure_ports[name]}/debug/pprof/profile?seconds={seconds}"
+        url = f"https://127.0.0.1:{port}/debug/pprof/profile?seconds={seconds}"
         req = urllib.request.Request(url, headers={"Authorization": f"Bearer {cp.admin_token}"})
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
@@ -330,6 +370,41 @@ def plain_config(with_extender: Path) -> Path:
     return path
 
 
+def in_tree_fit_config(config: Path) -> Path:
+    """tmc-scheduler's configuration with the in-tree NodeResourcesFit (same arguments) in place
+    of TmcNodeResourcesFit: for an engine built before it existed (--compare-engine)."""
+    cfg = yaml.safe_load(config.read_text())
+    for profile in cfg["profiles"]:
+        multi = profile["plugins"]["multiPoint"]
+        multi.pop("disabled", None)
+        multi["enabled"] = [p for p in multi["enabled"] if p["name"] != "TmcNodeResourcesFit"]
+        for entry in profile.get("pluginConfig", []):
+            if entry["name"] == "TmcNodeResourcesFit":
+                entry["name"] = "NodeResourcesFit"
+    path = config.with_name("compare-" + config.name)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def warm_up(cp: ControlPlane, body: dict[str, Any], timeout: float) -> None:
+    """One pod placed (in namespace warm, then deleted) by the scheduler just started."""
+    run(cp, "warm", [body], timeout)
+    c.delete_all_pods(c.core(cp), "warm")
+
+
+def serving(cp: ControlPlane, name: str) -> None:
+    """Until a scheduler's secure port accepts connections (its log says it started first)."""
+
+    def accepts() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", cp.secure_ports[name]), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    wait_until(accepts, 60, f"{name}'s secure port")
+
+
 def without_opt_in(body: dict[str, Any]) -> dict[str, Any]:
     plain = copy.deepcopy(body)
     plain["spec"]["schedulerName"] = "plain"
@@ -344,7 +419,12 @@ def pid(proc: subprocess.Popen[bytes] | None) -> int | None:
 
 
 def one_size(
-    nodes: int, pods: int, timeout: float, profile: Path | None, pprof: Path | None = None
+    nodes: int,
+    pods: int,
+    timeout: float,
+    profile: Path | None,
+    pprof: Path | None = None,
+    compare: Path | None = None,
 ) -> bool:
     """Every run at one node count; False when a run did not see every pod bound."""
     cp = ControlPlane()
@@ -376,14 +456,32 @@ def one_size(
         goext.start()
         with_ext = c.scheduler_config(cp, goext.url)
         bodies = [c.opted_in_pod(f"p{i}", "graph500", memory="256Mi") for i in range(pods)]
-        for ns in ("plain", "warm", "plugin", "goext"):
+        for ns in ("plain", "warm", "plugin", "compare", "goext"):
             c.new_namespace(api, ns)
         cp.start_scheduler(plain_config(with_ext))
+        # Every scheduler places one pod before its burst: one just started still lists the
+        # nodes (20,000 take seconds), and pods created meanwhile would wait for that, not for
+        # their placement.
+        warm_up(
+            cp, without_opt_in(c.opted_in_pod("warm-stock", "graph500", memory="256Mi")), timeout
+        )
+        # Every process on the placement path, and the PostgreSQL the publisher's mirror writes
+        # to; "bench" is this process, which creates the pods and watches them bound.
+        common = {
+            "kube-apiserver": pid(cp.procs["kube-apiserver"]),
+            "etcd": pid(cp.procs["etcd"]),
+            "postgres": postmaster_pid(postgres),
+            "bench": os.getpid(),
+        }
+        trees = ("postgres",)
         meter = CpuMeter(
             {
-                "kube-apiserver": pid(cp.procs["kube-apiserver"]),
+                **common,
                 "scheduler": pid(cp.procs["kube-scheduler"]),
-            }
+                # It runs during every burst and sees every pod's events, tmc's or not.
+                "publisher+mirror": pid(publisher.proc),
+            },
+            trees,
         )
         stock = run(cp, "plain", [without_opt_in(b) for b in bodies], timeout)
         stock_cpu = meter.line(pods)
@@ -397,33 +495,60 @@ def one_size(
         c.delete_all_pods(api, "warm")
         meter = CpuMeter(
             {
-                "kube-apiserver": pid(cp.procs["kube-apiserver"]),
+                **common,
                 "scheduler": pid(cp.procs["tmc-scheduler"]),
-                "publisher": pid(publisher.proc),
-            }
+                "publisher+mirror": pid(publisher.proc),
+            },
+            trees,
         )
         profiling = None
         if pprof is not None:
             pprof.mkdir(parents=True, exist_ok=True)
             cpu_profile = pprof / f"tmc-scheduler.{nodes}.pprof"
             profiling = profile_scheduler(cp, "tmc-scheduler", max(5, pods // 60), cpu_profile)
+            api_profile = pprof / f"kube-apiserver-plugin.{nodes}.pprof"
+            api_profiling = profile_scheduler(cp, "kube-apiserver", max(5, pods // 60), api_profile)
         plugin = run(cp, "plugin", bodies, timeout)
         plugin_cpu = meter.line(pods)
         if profiling is not None:
             profiling.join(180)
-        # The extender front door of the same engine: the stock kube-scheduler calling
-        # tmc-extender. The plugin's pods go first: together they would fill the nodes' CPUs.
+            api_profiling.join(180)
         cp.stop_process("tmc-scheduler")
         c.delete_all_pods(api, "plugin")
+        compared = compared_cpu = None
+        if compare is not None:
+            # Another build of tmc-scheduler (an earlier commit's) on the same pods, nodes and
+            # control plane, right after this one's: a before/after in one run.
+            config = in_tree_fit_config(plugin_path.plugin_config(cp))
+            cp.start_scheduler(config, binary=str(compare / "tmc-scheduler"), name="tmc-scheduler")
+            run(cp, "warm", [c.opted_in_pod("warm2", "graph500", memory="256Mi")], timeout)
+            c.delete_all_pods(api, "warm")
+            meter = CpuMeter(
+                {
+                    **common,
+                    "scheduler": pid(cp.procs["tmc-scheduler"]),
+                    "publisher+mirror": pid(publisher.proc),
+                },
+                trees,
+            )
+            compared = run(cp, "compare", bodies, timeout)
+            compared_cpu = meter.line(pods)
+            cp.stop_process("tmc-scheduler")
+            c.delete_all_pods(api, "compare")
+        # The extender front door of the same engine: the stock kube-scheduler calling
+        # tmc-extender. The plugin's pods go first: together they would fill the nodes' CPUs.
         cp.start_scheduler(with_ext)
+        serving(cp, "kube-scheduler")
+        warm_up(cp, c.opted_in_pod("warm-extender", "graph500", memory="256Mi"), timeout)
         before = goext.metrics()
         meter = CpuMeter(
             {
-                "kube-apiserver": pid(cp.procs["kube-apiserver"]),
+                **common,
                 "scheduler": pid(cp.procs["kube-scheduler"]),
                 "extender": pid(goext.proc),
-                "publisher": pid(publisher.proc),
-            }
+                "publisher+mirror": pid(publisher.proc),
+            },
+            trees,
         )
         spy = None
         if profile is not None and publisher.proc is not None:
@@ -433,8 +558,21 @@ def one_size(
             spy_args += ["-o", str(profile), "-p", str(publisher.proc.pid)]
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), *spy_args])
             time.sleep(1)
+        ext_profiling = None
+        if pprof is not None:
+            # kube-scheduler's side of the extender protocol (its HTTP client, the JSON of each
+            # call) during the extender's burst.
+            ext_profile = pprof / f"kube-scheduler-extender.{nodes}.pprof"
+            ext_profiling = profile_scheduler(cp, "kube-scheduler", max(5, pods // 60), ext_profile)
+            ext_api_profile = pprof / f"kube-apiserver-extender.{nodes}.pprof"
+            ext_api_profiling = profile_scheduler(
+                cp, "kube-apiserver", max(5, pods // 60), ext_api_profile
+            )
         try:
             extender = run(cp, "goext", bodies, timeout)
+            if ext_profiling is not None:
+                ext_profiling.join(180)
+                ext_api_profiling.join(180)
         finally:
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
@@ -453,10 +591,15 @@ def one_size(
         print(stock_cpu)
         print(plugin.line("plugin", pods))
         print(plugin_cpu)
+        if compared is not None:
+            print(compared.line("plugin (compare)", pods))
+            print(compared_cpu)
         print(extender.line("extender", pods))
         print(extender_cpu)
         print(plugin.ratio("plugin", stock, "target >= 0.95, median x <= 1.3"))
         print(extender.ratio("extender", stock, "target >= 0.80"))
+        if compared is not None:
+            print(compared.ratio(f"compare ({compare.name})", stock, "the other build"))
         print(f"  plugin: recommendation published in {warm.median * 1000:.0f} ms (first pod)")
         print(
             "  extender bind phases (mean): "
@@ -473,6 +616,9 @@ def one_size(
         if pprof is not None:
             print(f"  tmc-scheduler CPU profile during the plugin's burst ({cpu_profile}):")
             print(pprof_top(Path(plugin_path.engine_binary("tmc-scheduler")), cpu_profile))
+            print(f"  kube-scheduler CPU profile during the extender's burst ({ext_profile}):")
+            print(pprof_top(cp.bin / "kube-scheduler", ext_profile))
+            print(f"  kube-apiserver's CPU profiles: {api_profile}, {ext_api_profile}")
     except NotAllBound as exc:
         print(f"{nodes} nodes, {pods} pods: FAILED: {exc}")
         return False
@@ -504,6 +650,13 @@ def main() -> None:
         type=Path,
         help="write tmc-scheduler's CPU profile during the plugin's burst into this folder",
     )
+    ap.add_argument(
+        "--compare-engine",
+        type=Path,
+        help="a folder holding another build's tmc-scheduler (scheduler/plugin/build.sh of an "
+        "earlier commit): its burst runs right after the plugin's, with the in-tree "
+        "NodeResourcesFit, and is printed as 'plugin (compare)'",
+    )
     args = ap.parse_args()
     if args.pods > 12 * min(args.nodes):
         ap.error("every pod requests a CPU: --pods must fit in 12 CPUs a node")
@@ -514,6 +667,7 @@ def main() -> None:
             args.timeout,
             args.profile.with_suffix(f".{n}.json") if args.profile else None,
             args.pprof,
+            args.compare_engine,
         )
         for n in args.nodes
     ]

@@ -115,7 +115,13 @@ def test_placement_renders_one_scheduler_for_the_opted_in_pods() -> None:
     )
     (profile,) = config["profiles"]
     assert profile["schedulerName"] == "tmc-scheduler"
-    assert profile["plugins"]["multiPoint"]["enabled"] == [{"name": "TmcPlacement", "weight": 1}]
+    assert profile["plugins"]["multiPoint"] == {
+        "disabled": [{"name": "NodeResourcesFit"}],
+        "enabled": [
+            {"name": "TmcNodeResourcesFit", "weight": 1},
+            {"name": "TmcPlacement", "weight": 1},
+        ],
+    }
     with pytest.raises(Exception, match=r"scheduler\.placement must be extender or plugin"):
         render({"scheduler": {"placement": "both"}})
 

@@ -1,6 +1,9 @@
 package tmc
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -241,4 +244,113 @@ func TestAReleasedPodIsNotCountedAgainByALateEvent(t *testing.T) {
 	if _, ok := c.Held("u"); ok || c.Len() != 0 {
 		t.Fatalf("a late event counted a released pod again")
 	}
+}
+
+// TestPoolUsageIsTheSumOverItsMembers: the running sums a node's usage reads agree, after
+// reservations, releases and nodes joining, leaving and changing pools in any order, with a
+// walk over the pools' members.
+func TestPoolUsageIsTheSumOverItsMembers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	c := NewCache()
+	pools := []string{"", "r0", "r1", "r2"}
+	capacityOf := map[string]*NodeCapacity{}
+	setNode := func(name string) {
+		pool := pools[rng.IntN(len(pools))]
+		capacity := &NodeCapacity{DRAMBytes: 1 << 40, SlowBytes: int64(rng.IntN(2)) * 50, LLCWays: 48, SlowPool: pool}
+		if pool != "" && rng.IntN(3) > 0 {
+			capacity.SlowPoolBytes = ptr(int64(500 + rng.IntN(500)))
+		}
+		capacityOf[name] = capacity
+		switch rng.IntN(6) {
+		case 0:
+			c.RemoveNode(name)
+			return
+		case 1:
+			c.ForgetNode(name) // what was parsed of it: the usage stays
+		}
+		c.SetNode(name, capacity)
+	}
+	var held []types.UID
+	for step := range 3000 {
+		name := fmt.Sprintf("n%d", rng.IntN(12))
+		switch rng.IntN(4) {
+		case 0:
+			setNode(name)
+		case 1, 2:
+			capacity := capacityOf[name]
+			if capacity == nil {
+				setNode(name)
+				capacity = capacityOf[name]
+			}
+			uid := types.UID(fmt.Sprint("p", step))
+			if _, err := c.Assume(uid, name, capacity, 1000, recommendedAsk(1, 1, int64(1+rng.IntN(40)), 1)); err == nil {
+				held = append(held, uid)
+			}
+		default:
+			if len(held) > 0 {
+				i := rng.IntN(len(held))
+				c.Release(held[i])
+				held = slices.Delete(held, i, i+1)
+			}
+		}
+		for node, capacity := range capacityOf {
+			got := c.Usage(node, capacity, 1000)
+			want := walkedPoolUsage(c, node, capacity)
+			if got.PoolSlowBytes != want.PoolSlowBytes || got.UsedPoolSlowBytes != want.UsedPoolSlowBytes {
+				t.Fatalf("step %d, node %s: pool %d used %d, a walk over the members says %d used %d",
+					step, node, got.PoolSlowBytes, got.UsedPoolSlowBytes, want.PoolSlowBytes, want.UsedPoolSlowBytes)
+			}
+		}
+	}
+}
+
+// TestANodesRecordGoesWithItsLastUse: a node's record (what it holds, its pool, its parsed
+// metadata) is dropped once none of them is left, so deleted nodes do not pile up.
+func TestANodesRecordGoesWithItsLastUse(t *testing.T) {
+	c := NewCache()
+	node := tmcNode("a", 8, 32<<30, 0, 8, "rack", 100<<30)
+	node.ResourceVersion = "1"
+	state := c.State(node, PlacedKey{}, false)
+	if state.Capacity == nil || state.CPUs != 8 {
+		t.Fatalf("state: %+v", state)
+	}
+	c.SetNode("a", state.Capacity)
+	if _, err := c.Assume("p", "a", state.Capacity, state.CPUs, recommendedAsk(1, 1<<30, 1<<30, 1)); err != nil {
+		t.Fatal(err)
+	}
+	c.RemoveNode("a")
+	c.ForgetNode("a")
+	if len(c.nodes) != 1 {
+		t.Fatalf("a node still holding a pod lost its record: %d records", len(c.nodes))
+	}
+	c.Release("p")
+	if len(c.nodes) != 0 || len(c.racks) != 0 || len(c.poolUsed) != 0 {
+		t.Fatalf("records left: %d nodes, %d racks, %d pool sums", len(c.nodes), len(c.racks), len(c.poolUsed))
+	}
+}
+
+// walkedPoolUsage is a node's pool size and usage by a walk over the pool's members.
+func walkedPoolUsage(c *Cache, name string, capacity *NodeCapacity) Usage {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var u Usage
+	pool := capacity.SlowPool
+	if pool == "" {
+		return u
+	}
+	size, claimed := int64(0), false
+	for member := range c.racks[pool] {
+		if v, ok := c.claims[member]; ok && (!claimed || v < size) {
+			size, claimed = v, true
+		}
+		u.UsedPoolSlowBytes += c.takenFromPool(member)
+	}
+	if configured, ok := c.configured[pool]; ok {
+		size = configured
+	}
+	u.PoolSlowBytes = size
+	if _, listed := c.racks[pool][name]; !listed {
+		u.UsedPoolSlowBytes += c.takenFromPool(name)
+	}
+	return u
 }

@@ -110,14 +110,15 @@ func (e *Engine) Fit(node *v1.Node, ask *PodAsk) *Verdict {
 	if node == nil {
 		return &Verdict{Reason: "tmc: node not found", Unresolvable: true}
 	}
-	capacity, cpus, err := nodeCapacity(node)
-	if err != nil {
-		return &Verdict{Reason: "tmc: " + err.Error(), Unresolvable: true}
+	state := e.cache.State(node, PlacedKey{}, false)
+	capacity, cpus := state.Capacity, state.CPUs
+	if state.Err != nil {
+		return &Verdict{Reason: "tmc: " + state.Err.Error(), Unresolvable: true}
 	}
 	if capacity == nil {
 		return &Verdict{Reason: "tmc: node publishes no tiered capacity (not a tmc node)", Unresolvable: true}
 	}
-	v := Judge(e.cache.Usage(node.Name, capacity, cpus), ask.Ask())
+	v := Judge(state.Usage, ask.Ask())
 	if v != nil && v.Unresolvable {
 		return v
 	}
@@ -158,13 +159,13 @@ func (e *Engine) RawScore(node *v1.Node, ask *PodAsk) int {
 	if node == nil {
 		return 0
 	}
-	capacity, cpus, err := nodeCapacity(node)
-	if err != nil || capacity == nil || capacity.DRAMBytes == 0 {
+	key, counted := countedAs(ask)
+	state := e.cache.State(node, key, counted)
+	if state.Err != nil || state.Capacity == nil || state.Capacity.DRAMBytes == 0 {
 		return 0 // Fit kept it out; a node that changed since scores lowest
 	}
-	score := PackingScore(e.cache.Usage(node.Name, capacity, cpus).Load(), ask.Ask())
-	preference := e.cache.Preference(node.Name, nodePattern(node), countedAs(ask))
-	return preference*scoreBase + score
+	score := PackingScore(state.Usage.Load(), ask.Ask())
+	return state.Preference*scoreBase + score
 }
 
 // Normalize turns raw scores (RawScore, over the nodes that fit) into scores 0..MaxPackingScore:
@@ -260,6 +261,7 @@ func (e *Engine) Watch(factory informers.SharedInformerFactory) error {
 		DeleteFunc: func(obj any) {
 			if node := asNode(obj); node != nil {
 				e.cache.RemoveNode(node.Name)
+				e.cache.ForgetNode(node.Name)
 			}
 		},
 	}); err != nil {

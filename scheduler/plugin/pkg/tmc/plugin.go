@@ -6,7 +6,6 @@ import (
 	"maps"
 	"reflect"
 	"strings"
-	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -378,55 +377,30 @@ func (p *TmcPlacement) PreFilter(_ context.Context, state fwk.CycleState, pod *v
 func (p *TmcPlacement) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // nodeCapacity is a node's tiered capacity and the CPUs it offers: tmc.dev/cpus, else its
-// allocatable CPUs (whole, at least one), as the extender counts them.
+// allocatable CPUs (whole, at least one), as the extender counts them. Filter and Score read it
+// through the cache (Cache.State), which parses a node once per object version.
 func nodeCapacity(node *v1.Node) (*NodeCapacity, int64, error) {
-	if node.ResourceVersion == "" {
-		return parseNodeCapacity(node)
-	}
-	// Filter and Score ask for every node for every pod; a node changes far less often. The
-	// memo holds the last version parsed per node name (one lookup, no key to build: at 5,000
-	// nodes the former name+version key was 13 % of tmc-scheduler's CPU), so an updated node is
-	// parsed again.
-	if found, ok := parsedNodes.Load(node.Name); ok {
-		if p := found.(*parsedNode); p.version == node.ResourceVersion {
-			return p.capacity, p.cpus, p.err
-		}
-	}
-	capacity, cpus, err := parseNodeCapacity(node)
-	parsedNodes.Store(node.Name, &parsedNode{version: node.ResourceVersion, capacity: capacity, cpus: cpus, err: err})
-	return capacity, cpus, err
+	return parseNodeCapacity(node)
 }
 
+// parsedNode is what a node's metadata says at one object version: its capacity, CPUs and
+// machine pattern (nil for none or an unreadable one, logged once per version: a preference
+// lost, never a node).
 type parsedNode struct {
 	version  string
 	capacity *NodeCapacity
 	cpus     int64
 	err      error
+	pattern  *NodePattern
 }
 
-type parsedPattern struct {
-	version string
-	pattern *NodePattern
-}
-
-// nodePattern is the node's machine pattern, parsed once per object version like its capacity;
-// nil for none or an unreadable one (logged once per version: a preference lost, never a node).
-func nodePattern(node *v1.Node) *NodePattern {
-	if _, ok := node.Annotations[PatternAnnotation]; !ok {
-		return nil
+func parseNode(node *v1.Node) *parsedNode {
+	p := &parsedNode{version: node.ResourceVersion}
+	p.capacity, p.cpus, p.err = parseNodeCapacity(node)
+	if _, ok := node.Annotations[PatternAnnotation]; ok {
+		p.pattern, _ = parsePattern(node)
 	}
-	if node.ResourceVersion == "" {
-		pattern, _ := parsePattern(node)
-		return pattern
-	}
-	if found, ok := parsedPatterns.Load(node.Name); ok {
-		if p := found.(*parsedPattern); p.version == node.ResourceVersion {
-			return p.pattern
-		}
-	}
-	pattern, _ := parsePattern(node)
-	parsedPatterns.Store(node.Name, &parsedPattern{version: node.ResourceVersion, pattern: pattern})
-	return pattern
+	return p
 }
 
 func parsePattern(node *v1.Node) (*NodePattern, error) {
@@ -437,17 +411,14 @@ func parsePattern(node *v1.Node) (*NodePattern, error) {
 	return pattern, err
 }
 
-// countedAs is what the pod counts as against a node's pattern: nil without a workload. A
+// countedAs is what the pod counts as against a node's pattern; false without a workload. A
 // fallback's ways are not chosen yet (0), so it matches no slot exactly.
-func countedAs(ask *PodAsk) *PlacedKey {
+func countedAs(ask *PodAsk) (PlacedKey, bool) {
 	if ask.Workload == nil || *ask.Workload == "" {
-		return nil
+		return PlacedKey{}, false
 	}
-	return &PlacedKey{Workload: *ask.Workload, DRAMBytes: ask.DRAMBytes, SlowBytes: ask.SlowBytes, LLCWays: ask.LLCWays}
+	return PlacedKey{Workload: *ask.Workload, DRAMBytes: ask.DRAMBytes, SlowBytes: ask.SlowBytes, LLCWays: ask.LLCWays}, true
 }
-
-// parsedNodes and parsedPatterns hold, per node name, the last version of the node parsed.
-var parsedNodes, parsedPatterns sync.Map
 
 func parseNodeCapacity(node *v1.Node) (*NodeCapacity, int64, error) {
 	capacity, err := ParseNodeCapacity(node.Labels, node.Annotations)

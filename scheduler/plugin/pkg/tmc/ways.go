@@ -32,17 +32,33 @@ func IsContiguous(mask uint64) bool {
 // FreeRuns lists the free runs of a node's ways, lowest first.
 func FreeRuns(used uint64, ways int) []Run {
 	var runs []Run
-	start := -1
-	for way := 0; way <= ways; way++ {
-		free := way < ways && (used>>way)&1 == 0
-		if free && start < 0 {
-			start = way
-		} else if !free && start >= 0 {
-			runs = append(runs, Run{start, way - start})
-			start = -1
-		}
+	for r, next := nextFreeRun(used, ways, 0); r.Length > 0; r, next = nextFreeRun(used, ways, next) {
+		runs = append(runs, r)
 	}
 	return runs
+}
+
+// nextFreeRun is the first free run at or after way from, and the way after it; a zero Run when
+// there is none. It allocates nothing: Filter and Score look for runs on every node for every
+// pod.
+func nextFreeRun(used uint64, ways, from int) (Run, int) {
+	if ways > 64 {
+		ways = 64
+	}
+	if from >= ways {
+		return Run{}, ways
+	}
+	// Free ways are the zero bits below ways; skip the used ones, then count the free ones.
+	free := ^used >> from
+	if ways-from < 64 {
+		free &= (uint64(1) << (ways - from)) - 1
+	}
+	if free == 0 {
+		return Run{}, ways
+	}
+	start := from + bits.TrailingZeros64(free)
+	length := bits.TrailingZeros64(^(free >> (start - from)))
+	return Run{start, length}, start + length
 }
 
 // UsedWays counts the ways a mask holds.
@@ -52,7 +68,7 @@ func UsedWays(used uint64) int { return bits.OnesCount64(used) }
 // holds them.
 func BestFitLength(used uint64, ways, need int) int {
 	best := 0
-	for _, r := range FreeRuns(used, ways) {
+	for r, next := nextFreeRun(used, ways, 0); r.Length > 0; r, next = nextFreeRun(used, ways, next) {
 		if r.Length >= need && (best == 0 || r.Length < best) {
 			best = r.Length
 		}

@@ -1,6 +1,10 @@
 package tmc
 
-import "testing"
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
 
 // For every mask of a 6-way node: best_fit_run for each need 1..6 (-1: none) and the run the
 // ledger's fallback takes (every way of the longest free run, lowest on a tie; -1: none), as
@@ -110,5 +114,48 @@ func TestContiguousMasks(t *testing.T) {
 	}
 	if _, ok := BestFitRun(0, 8, 0); ok {
 		t.Error("a mask of zero ways was handed out")
+	}
+}
+
+// naiveFreeRuns is the way-by-way scan FreeRuns must agree with.
+func naiveFreeRuns(used uint64, ways int) []Run {
+	var runs []Run
+	start := -1
+	for way := 0; way <= ways; way++ {
+		free := way < ways && (used>>way)&1 == 0
+		if free && start < 0 {
+			start = way
+		} else if !free && start >= 0 {
+			runs = append(runs, Run{start, way - start})
+			start = -1
+		}
+	}
+	return runs
+}
+
+func TestFreeRunsAgreeWithAWayByWayScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 33))
+	masks := []uint64{0, ^uint64(0), 1, 1 << 63, 0x5555555555555555, 0x00ff00ff00ff00ff}
+	for range 2000 {
+		masks = append(masks, rng.Uint64()&rng.Uint64())
+	}
+	for _, used := range masks {
+		for _, ways := range []int{1, 2, 11, 20, 47, 48, 63, 64} {
+			got, want := FreeRuns(used, ways), naiveFreeRuns(used, ways)
+			if !slices.Equal(got, want) {
+				t.Fatalf("FreeRuns(%#x, %d) = %v, want %v", used, ways, got, want)
+			}
+			for need := 1; need <= ways; need += 5 {
+				best := 0
+				for _, r := range want {
+					if r.Length >= need && (best == 0 || r.Length < best) {
+						best = r.Length
+					}
+				}
+				if got := BestFitLength(used, ways, need); got != best {
+					t.Fatalf("BestFitLength(%#x, %d, %d) = %d, want %d", used, ways, need, got, best)
+				}
+			}
+		}
 	}
 }
