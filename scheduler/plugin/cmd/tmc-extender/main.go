@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -42,6 +43,7 @@ type options struct {
 	rackPools                       string
 	placementLease                  string
 	requiredNodePlugin              string
+	pprofAddress                    string
 	leaseDuration, renewDeadline    time.Duration
 	retryPeriod                     time.Duration
 }
@@ -69,6 +71,8 @@ func parse() options {
 			"leader paused and resumed binds nothing from its stale cache (empty: no fence; the chart sets it with leader election)")
 	flag.StringVar(&o.requiredNodePlugin, "required-node-plugin", "",
 		"the NRI plugin a placed pod's containers require on the node (\"tmc\" where nodes run tmc-nri; empty: none)")
+	flag.StringVar(&o.pprofAddress, "pprof-address", "",
+		"serve Go's profiler (/debug/pprof) on this address, e.g. 127.0.0.1:6060 (empty: not served; never expose it)")
 	flag.DurationVar(&o.leaseDuration, "placement-lease-duration", 15*time.Second, "the placement lease's duration")
 	flag.DurationVar(&o.renewDeadline, "placement-renew-deadline", 10*time.Second, "how long the holder keeps trying to renew it")
 	flag.DurationVar(&o.retryPeriod, "placement-retry-period", 2*time.Second, "how often it is renewed or contended for")
@@ -145,6 +149,28 @@ func placementFence(ctx context.Context, client kubernetes.Interface, o options)
 		return nil, err
 	}
 	return fence, nil
+}
+
+// serveProfiler serves Go's CPU, heap and goroutine profiles on their own listener, apart from
+// the verbs' (which need a client certificate): for a benchmark or an operator on the node.
+func serveProfiler(ctx context.Context, address string) (string, error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	listener, err := net.Listen("tcp", address)
+	if err != nil {
+		return "", fmt.Errorf("--pprof-address: %w", err)
+	}
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = server.Close()
+	}()
+	go func() { _ = server.Serve(listener) }()
+	klog.InfoS("serving the profiler", "address", listener.Addr().String())
+	return listener.Addr().String(), nil
 }
 
 func run(o options) error {
@@ -260,6 +286,11 @@ func run(o options) error {
 		defer cancel()
 		_ = server.Shutdown(shutdown)
 	}()
+	if o.pprofAddress != "" {
+		if _, err := serveProfiler(ctx, o.pprofAddress); err != nil {
+			return err
+		}
+	}
 	scheme := map[bool]string{true: "https", false: "http"}[secure]
 	klog.InfoS("serving the extender verbs", "address", fmt.Sprintf("%s://%s%s", scheme, listener.Addr(), o.prefix))
 	if err := server.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -40,5 +42,26 @@ func TestPlacementFenceFromFlags(t *testing.T) {
 		if _, err := placementFence(ctx, client, o); err == nil || !strings.Contains(err.Error(), "placement") {
 			t.Errorf("%s: want an error naming the placement lease flags, got %v", name, err)
 		}
+	}
+}
+
+func TestTheProfilerIsServedOnlyWhereAsked(t *testing.T) {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	address, err := serveProfiler(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + address + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine") {
+		t.Fatalf("the goroutine profile: %d %.200s", resp.StatusCode, body)
+	}
+	if _, err := serveProfiler(ctx, "not an address"); err == nil {
+		t.Fatal("a bad address accepted")
 	}
 }
