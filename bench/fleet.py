@@ -9,9 +9,9 @@ decisions, and the same for a fleet ten times smaller, so that the growth shows.
 The fleet is written straight into the tables with COPY (not through the API: a million
 decisions through /recommend would take hours): every workload gets a copy of the graph500
 example's profile and fitted model, every decision a copy of a real decision's explanation, and
-every pod a reservation and a placement log row on a random node. Then one uvicorn worker
-answers each request `--requests` times, and plans a live rebalance (the whole ledger, and 100
-nodes). Then the publisher, in this process on the same database, with every workload's three
+every pod a reservation (its slow memory from the rack pool on a pooled node) and a placement
+log row on a random node. Then one uvicorn worker answers each request `--requests` times, and
+plans a live rebalance (the whole ledger, and 100 nodes). Then the publisher, in this process on the same database, with every workload's three
 pairs published: one refresh when nothing changed, one with 1 % of the workloads changed, one
 where the utilization moved (every pair decided by the service); and the ledger's mirror given a
 burst of `--burst` pods bound, then deleted. Prints per request p50 and p99, each step's wall and
@@ -234,7 +234,9 @@ def populate(settings: Settings, fleet: Fleet, seed: int = 1) -> float:
 
         _copy(conn, "recommendations", decisions())
         pods = [f"fleet-pod-{i:06d}" for i in range(fleet.pods)]
-        placed_on = [nodes[rng.randrange(len(nodes))] for _ in pods]
+        placed_index = [rng.randrange(len(nodes)) for _ in pods]
+        placed_on = [nodes[i] for i in placed_index]
+        pooled_nodes = len(pools) * POOL_NODES  # the first nodes draw on rack pools
         _copy(
             conn,
             "reservations",
@@ -248,7 +250,7 @@ def populate(settings: Settings, fleet: Fleet, seed: int = 1) -> float:
                     "vcpus": 1,
                     "dram_bytes": GIB,
                     "slow_bytes": GIB,
-                    "slow_from_pool": False,
+                    "slow_from_pool": placed_index[i] < pooled_nodes,
                     "llc_mask": 1 << (i % 48),
                     "recommendation_id": decision_ids[i % len(decision_ids)],
                     "attempt": None,
