@@ -517,11 +517,12 @@ def mirror_burst(settings: Settings, fleet: Fleet, pods: int, seed: int = 2) -> 
     return out
 
 
-def rebalance(base: str, token: str) -> dict[str, Step]:
-    """The live rebalance: the whole ledger (refused over the planner's size bound), and the
-    first 100 nodes (a pool's worth of pods at a time), with a 5 s search limit."""
+def rebalance(base: str, token: str, nodes: int) -> dict[str, Step]:
+    """The live rebalance: the whole ledger (refused over the planner's size bound at either
+    fleet), and the first 100 nodes (fewer in a smaller fleet; ~500 pods at 20,000 nodes), with
+    a 5 s search limit."""
     headers = {"Authorization": f"Bearer {token}"}
-    first = [f"fleet-node-{i:05d}" for i in range(100)]
+    first = [f"fleet-node-{i:05d}" for i in range(min(100, nodes))]
     out: dict[str, Step] = {}
     with httpx.Client(timeout=300, headers=headers) as client:
         for label, body in (
@@ -576,7 +577,9 @@ def run_fleet(fleet: Fleet, requests: int, burst: int, full_refresh: bool) -> Fl
             wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 60, "readiness")
             check_visible(base, token, fleet)
             figures = measure(base, token, requests)
-            steps.update({f"live rebalance, {k}": v for k, v in rebalance(base, token).items()})
+            steps.update(
+                {f"live rebalance, {k}": v for k, v in rebalance(base, token, fleet.nodes).items()}
+            )
         steps.update(
             {
                 f"publisher {k}": v
