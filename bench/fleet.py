@@ -4,13 +4,19 @@ decisions, and the same for a fleet ten times smaller, so that the growth shows.
 
     python -m bench.fleet [--nodes 20000] [--workloads 10000] [--pods 100000]
                           [--decisions 1000000] [--requests 20] [--smaller 10]
+                          [--burst 1000] [--no-full-refresh]
 
 The fleet is written straight into the tables with COPY (not through the API: a million
 decisions through /recommend would take hours): every workload gets a copy of the graph500
 example's profile and fitted model, every decision a copy of a real decision's explanation, and
-every pod a reservation and a placement log row on a random node. Then one uvicorn worker
-answers each request `--requests` times. Prints per request p50 and p99, the generation's time,
-the database's size, and the ratio of each p99 to the smaller fleet's, measured in the same run.
+every pod a reservation (its slow memory from the rack pool on a pooled node) and a placement
+log row on a random node. Then one uvicorn worker answers each request `--requests` times, and
+plans a live rebalance (the whole ledger, and 100 nodes). Then the publisher, in this process on the same database, with every workload's three
+pairs published: one refresh when nothing changed, one with 1 % of the workloads changed, one
+where the utilization moved (every pair decided by the service); and the ledger's mirror given a
+burst of `--burst` pods bound, then deleted. Prints per request p50 and p99, each step's wall and
+CPU seconds, the generation's time, the database's size, and the ratios of the fleet's figures
+to the smaller fleet's, measured in the same run.
 """
 
 from __future__ import annotations
@@ -24,10 +30,10 @@ import random
 import statistics
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import psycopg
@@ -38,8 +44,20 @@ from api.migrate import upgrade_to_head
 from api.services.models import ModelCache
 from api.services.recommendations import DecisionInput, decide
 from api.settings import Settings
+from bench.publisher_refresh import InMemoryObjects
 from model import Utilization, parse_objective
+from model.node_contract import PlacedConfiguration, Placement, Recommendation
 from model.resources import GIB
+from scheduler.feeder import Feeder
+from scheduler.metrics import PublisherMetrics
+from scheduler.publisher import (
+    Changed,
+    Decided,
+    LedgerUtilization,
+    RecommendationPublisher,
+    ServiceDecisions,
+    WhatChanged,
+)
 from store.db import make_engine, make_session_factory, unit_of_work
 from store.orm import ApiToken
 from tests.services import PostgresServer, RedisServer, uvicorn_server, wait_until
@@ -216,7 +234,9 @@ def populate(settings: Settings, fleet: Fleet, seed: int = 1) -> float:
 
         _copy(conn, "recommendations", decisions())
         pods = [f"fleet-pod-{i:06d}" for i in range(fleet.pods)]
-        placed_on = [nodes[rng.randrange(len(nodes))] for _ in pods]
+        placed_index = [rng.randrange(len(nodes)) for _ in pods]
+        placed_on = [nodes[i] for i in placed_index]
+        pooled_nodes = len(pools) * POOL_NODES  # the first nodes draw on rack pools
         _copy(
             conn,
             "reservations",
@@ -230,7 +250,7 @@ def populate(settings: Settings, fleet: Fleet, seed: int = 1) -> float:
                     "vcpus": 1,
                     "dram_bytes": GIB,
                     "slow_bytes": GIB,
-                    "slow_from_pool": False,
+                    "slow_from_pool": placed_index[i] < pooled_nodes,
                     "llc_mask": 1 << (i % 48),
                     "recommendation_id": decision_ids[i % len(decision_ids)],
                     "attempt": None,
@@ -341,7 +361,200 @@ def database_bytes(settings: Settings) -> int:
     return int(row[0])
 
 
-def run_fleet(fleet: Fleet, requests: int) -> tuple[float, int, dict[str, Timing]]:
+# -- the publisher, the mirror and the planner at the fleet -----------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One timed step: the bench process's CPU seconds (the publisher's own work; PostgreSQL's
+    is not in it) and its wall seconds, with what it did."""
+
+    cpu: float
+    wall: float
+    what: str
+
+
+def _timed(step: Callable[[], str]) -> Step:
+    cpu, wall = time.process_time(), time.perf_counter()
+    what = step()
+    return Step(time.process_time() - cpu, time.perf_counter() - wall, what)
+
+
+class _Switch:
+    """The publisher's decisions: a cheap stand-in while its published pairs are set up, then
+    the service's real ones (the decision log on PostgreSQL) for what is measured."""
+
+    def __init__(self, real: Callable[[str, str], Decided | None]) -> None:
+        self.real: Callable[[str, str], Decided | None] | None = None
+        self._later = real
+        self.count = 0
+
+    def go_live(self) -> None:
+        self.real = self._later
+
+    def __call__(self, workload: str, objective: str) -> Decided | None:
+        self.count += 1
+        if self.real is not None:
+            return self.real(workload, objective)
+        return Decided(Recommendation(workload=workload, objective=objective, llc_ways=2))
+
+
+def publisher_refresh(settings: Settings, fleet: Fleet, full: bool) -> dict[str, Step]:
+    """The publisher with every fleet workload's three pairs published: a refresh when nothing
+    changed (what changed looked up, utilization read from the ledger), one where 1 % of the
+    workloads changed (their pairs decided by the service), and, with `full`, one where the
+    utilization moved (every pair decided again)."""
+    sessions = make_session_factory(make_engine(settings))
+    util = LedgerUtilization(sessions)  # read at most every 2 s, as the publisher does
+    moved = [False]
+
+    def utilization() -> Utilization:
+        u = util()
+        # A move past the tolerance, to make every pair due (the tables are left as they are).
+        return (
+            Utilization(cpu=min(1.0, u.cpu + 0.5), dram=u.dram, slow=u.slow, llc=u.llc)
+            if (moved[0])
+            else u
+        )
+
+    decide = _Switch(ServiceDecisions(sessions, util, 0.025))
+    changes = WhatChanged(sessions)
+    pub = RecommendationPublisher(
+        InMemoryObjects(), decide, changes=changes, utilization=utilization
+    )
+    names = [f"fleet-{i:05d}" for i in range(fleet.workloads)]
+    for name in names:
+        for objective in OBJECTIVES:
+            pub.publish((name, objective))
+    changes()  # the first look learns what exists
+    pub.refresh()  # the first refresh after start decides every pair: the stand-in's
+    pub.publish_pending()
+    decide.go_live()
+    time.sleep(2.1)  # the utilization read is due again, as at each minute's refresh
+    out: dict[str, Step] = {}
+
+    def nothing() -> str:
+        decide.count = 0
+        asked = pub.changed(changes()) + pub.refresh()
+        pub.publish_pending()
+        return f"{asked} pairs asked for, {decide.count} decided"
+
+    out["refresh, nothing changed"] = _timed(nothing)
+    hundredth = {n for i, n in enumerate(names) if i % 100 == 0}
+
+    def some() -> str:
+        decide.count = 0
+        asked = pub.changed(Changed(hundredth))
+        pub.publish_pending()
+        return f"{asked} pairs asked for, {decide.count} decided by the service"
+
+    out["1 % of the workloads changed"] = _timed(some)
+    if full:
+        time.sleep(2.1)
+        moved[0] = True
+
+        def every() -> str:
+            decide.count = 0
+            asked = pub.refresh()
+            pub.publish_pending()
+            return f"{asked} pairs asked for, {decide.count} decided by the service"
+
+        out["utilization moved: every pair"] = _timed(every)
+    return out
+
+
+def _bound_pod(uid: str, node: str, mask: int) -> dict[str, Any]:
+    placement = Placement(
+        node=node,
+        workload="fleet-00000",
+        configuration=PlacedConfiguration(
+            vcpus=1, dram_bytes=GIB, slow_bytes=0, slow_ratio=0.0, llc_ways=mask.bit_count()
+        ),
+        llc_mask=hex(mask),
+    )
+    return {
+        "metadata": {
+            "uid": uid,
+            "name": uid,
+            "namespace": "burst",
+            "annotations": dict(placement.to_annotations()),
+        },
+        "spec": {"nodeName": node},
+        "status": {"phase": "Running"},
+    }
+
+
+def mirror_burst(settings: Settings, fleet: Fleet, pods: int, seed: int = 2) -> dict[str, Step]:
+    """`pods` pods bound at once on random fleet nodes, then deleted at once: from the first
+    watch event to the last row written in the ledger's mirror (the mirror's thread adds its
+    `mirror_batch_seconds`, 0.2 s, of gathering before it writes). The ledger already equals the
+    API server (written in bulk above), so the feeder starts in step rather than rewriting it."""
+    sessions = make_session_factory(make_engine(settings))
+    metrics = PublisherMetrics()
+    feeder = Feeder(cast(Any, None), sessions, metrics=metrics)
+    # In step with the bulk-written ledger: no first full rewrite (that is a listing's cost).
+    feeder._stale, feeder._stale_since = False, None
+    rng = random.Random(seed)
+    burst = [
+        _bound_pod(f"burst-{i:05d}", f"fleet-node-{rng.randrange(fleet.nodes):05d}", 1 << (i % 48))
+        for i in range(pods)
+    ]
+    out: dict[str, Step] = {}
+    for label, event in (("bound", "ADDED"), ("deleted", "DELETED")):
+
+        def run(event: str = event) -> str:
+            for pod in burst:
+                feeder.on_pod(event, pod)
+            waited = feeder.figures().oldest_pending_seconds
+            feeder.mirror_pending()
+            return f"oldest change waited {waited * 1000:.0f} ms before the write began"
+
+        out[f"{pods} pods {label}"] = _timed(run)
+    lag = metrics.registry.get_sample_value
+    written = lag("tmc_mirror_lag_seconds_count") or 0
+    if written != 2 * pods:
+        raise RuntimeError(f"the mirror wrote {written:.0f} of {2 * pods} changes")
+    return out
+
+
+def rebalance(base: str, token: str, nodes: int) -> dict[str, Step]:
+    """The live rebalance: the whole ledger (refused over the planner's size bound at either
+    fleet), and the first 100 nodes (fewer in a smaller fleet; ~500 pods at 20,000 nodes), with
+    a 5 s search limit."""
+    headers = {"Authorization": f"Bearer {token}"}
+    first = [f"fleet-node-{i:05d}" for i in range(min(100, nodes))]
+    out: dict[str, Step] = {}
+    with httpx.Client(timeout=300, headers=headers) as client:
+        for label, body in (
+            ("whole ledger", {"time_limit_seconds": 5}),
+            ("100 nodes", {"nodes": first, "time_limit_seconds": 5}),
+        ):
+
+            def post(body: dict[str, Any] = body) -> str:
+                got = client.post(f"{base}/v1/planner/rebalance/live", json=body)
+                if got.status_code != 200:
+                    return f"{got.status_code}: {got.json().get('detail', '')}"[:160]
+                plan = got.json()["plan"]
+                return (
+                    f"200, {plan['status']}: {len(plan['moves'])} moves,"
+                    f" {plan['nodes_before']} -> {plan['nodes_after']} nodes"
+                )
+
+            step = _timed(post)
+            # The bench only waits: the time is the service's and the solver's.
+            out[label] = Step(0.0, step.wall, step.what)
+    return out
+
+
+@dataclass(frozen=True)
+class FleetRun:
+    generated_seconds: float
+    database_bytes: int
+    requests: dict[str, Timing]
+    steps: dict[str, Step]  # the publisher's refresh, the mirror's burst, the rebalance
+
+
+def run_fleet(fleet: Fleet, requests: int, burst: int, full_refresh: bool) -> FleetRun:
     postgres, redis_server = PostgresServer(), RedisServer()
     try:
         upgrade_to_head(postgres.url)
@@ -359,11 +572,22 @@ def run_fleet(fleet: Fleet, requests: int) -> tuple[float, int, dict[str, Timing
             "TMC_DATABASE_URL": postgres.url,
             "TMC_REDIS_URL": redis_server.url,
         }
+        steps: dict[str, Step] = {}
         with uvicorn_server(env) as base:
             wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 60, "readiness")
             check_visible(base, token, fleet)
             figures = measure(base, token, requests)
-        return seconds, size, figures
+            steps.update(
+                {f"live rebalance, {k}": v for k, v in rebalance(base, token, fleet.nodes).items()}
+            )
+        steps.update(
+            {
+                f"publisher {k}": v
+                for k, v in publisher_refresh(settings, fleet, full_refresh).items()
+            }
+        )
+        steps.update({f"mirror, {k}": v for k, v in mirror_burst(settings, fleet, burst).items()})
+        return FleetRun(seconds, size, figures, steps)
     finally:
         redis_server.close()
         postgres.close()
@@ -377,28 +601,49 @@ def main() -> None:
     parser.add_argument("--decisions", type=int, default=1_000_000)
     parser.add_argument("--requests", type=int, default=20, help="per request group")
     parser.add_argument("--smaller", type=int, default=10, help="the comparison fleet's divisor")
+    parser.add_argument("--burst", type=int, default=1000, help="pods bound at once (mirror)")
+    parser.add_argument(
+        "--no-full-refresh",
+        action="store_true",
+        help="skip the refresh that decides every published pair again (minutes at the fleet)",
+    )
     args = parser.parse_args()
     big = Fleet(args.nodes, args.workloads, args.pods, args.decisions)
     fleets = [big.smaller(args.smaller), big] if args.smaller > 1 else [big]
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"# tmc at a fleet's size: 1 uvicorn worker, PostgreSQL; load average {load}")
-    results = []
+    results: list[FleetRun] = []
     for fleet in fleets:
-        seconds, size, figures = run_fleet(fleet, args.requests)
-        results.append(figures)
+        run = run_fleet(fleet, args.requests, args.burst, not args.no_full_refresh)
+        results.append(run)
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         print(
             f"## {fleet.nodes} nodes, {fleet.workloads} workloads, {fleet.pods} bound pods,"
-            f" {fleet.decisions} decisions: generated in {seconds:.0f} s;"
-            f" database {size / 2**20:.0f} MiB"
+            f" {fleet.decisions} decisions: generated in {run.generated_seconds:.0f} s;"
+            f" database {run.database_bytes / 2**20:.0f} MiB; load average now {load}",
+            flush=True,
         )
-        for name, t in figures.items():
+        for name, t in run.requests.items():
             failed = f"  FAILED: {t.failed}" if t.failed else ""
             print(f"  {name}: p50 {t.p50 * 1000:.1f} ms, p99 {t.p99 * 1000:.1f} ms{failed}")
+        for name, step in run.steps.items():
+            print(
+                f"  {name}: {step.wall:.2f} s wall, {step.cpu:.2f} CPU s (bench process);"
+                f" {step.what}",
+                flush=True,
+            )
     if len(results) == 2:
-        print(f"## p99 at the fleet / at the fleet {args.smaller}x smaller (same run)")
+        small, large = results
+        print(f"## at the fleet / at the fleet {args.smaller}x smaller (same run)")
+        ratio = large.database_bytes / max(small.database_bytes, 1)
+        print(f"  database size: {ratio:.1f}x")
         for name in REQUESTS:
-            ratio = results[1][name].p99 / max(results[0][name].p99, 1e-9)
-            print(f"  {name}: {ratio:.1f}x")
+            ratio = large.requests[name].p99 / max(small.requests[name].p99, 1e-9)
+            print(f"  {name} p99: {ratio:.1f}x")
+        for name in large.steps:
+            if name in small.steps:
+                ratio = large.steps[name].wall / max(small.steps[name].wall, 1e-9)
+                print(f"  {name} wall: {ratio:.1f}x")
 
 
 if __name__ == "__main__":

@@ -212,12 +212,22 @@ def pool_use(
     )
     for pool_name, node_name in rows:
         members[str(pool_name)].append(node_name)
+    # Per member node, its pool draws by the reservations' node index (a correlated subquery):
+    # a join made PostgreSQL hash every pooled reservation of the fleet for one page.
+    drawn = (
+        select(func.sum(Reservation.slow_bytes))
+        .where(Reservation.node_name == Node.name, Reservation.slow_from_pool.is_(True))
+        .correlate(Node)
+        .scalar_subquery()
+    )
+    per_node = (
+        select(Node.pool_name.label("pool"), drawn.label("drawn"))
+        .where(Node.pool_name.in_(names))
+        .subquery()
+    )
     reserved = dict(
         session.execute(
-            select(Node.pool_name, func.sum(Reservation.slow_bytes))
-            .join(Reservation, Reservation.node_name == Node.name)
-            .where(Node.pool_name.in_(names), Reservation.slow_from_pool.is_(True))
-            .group_by(Node.pool_name)
+            select(per_node.c.pool, func.sum(per_node.c.drawn)).group_by(per_node.c.pool)
         ).all()
     )
     return [

@@ -287,3 +287,52 @@ def test_the_mirror_catches_up_after_the_database_was_down(
     feeder.mirror_pending()  # stale: a fresh listing, written in full
     assert reservations(sessions) == {f"b{i}": ("node-7", 0x10 << i) for i in range(3)}
     assert feeder.last_mirror is not None and feeder.last_mirror.released == ["kept"]
+
+
+def test_totals_count_what_ready_nodes_hold_and_every_pool_draw(
+    sessions: sessionmaker[Session],
+) -> None:
+    """The cluster's sums: reservations on ready nodes (a not-ready node's are not counted),
+    slow memory drawn from a pool whatever its node, and each reservation's ways (a 64-way
+    host's top way included)."""
+    kinds = (
+        ("local", 32, 256 * GIB, None),
+        ("pooled", 16, 0, "rack-t"),
+        ("down", 8, 64 * GIB, None),
+    )
+    with unit_of_work(sessions) as session:
+        ledger_nodes.register_pool(session, "rack-t", 512 * GIB)
+        for name, cpus, slow, pool in kinds:
+            cap = NodeCapacity(name, "test-kind", cpus, 128 * GIB, slow, 64, pool)
+            ledger_nodes.register_node(session, cap)
+        held = [  # node, vcpus, DRAM GiB, slow GiB, from the pool, mask
+            ("local", 2, 4, 8, False, 0xF),
+            ("local", 1, 2, 0, False, 0xF << 60),
+            ("pooled", 3, 6, 16, True, 0x3 << 10),
+            ("down", 4, 8, 32, False, 0xFF),
+            ("down", 1, 1, 5, True, 0x1),  # a pool draw by a node that went down
+        ]
+        for i, (node, vcpus, dram, slow, pooled, mask) in enumerate(held):
+            session.add(
+                Reservation(
+                    pod_uid=f"t{i}",
+                    namespace="default",
+                    pod_name=f"t{i}",
+                    node_name=node,
+                    vcpus=vcpus,
+                    dram_bytes=dram * GIB,
+                    slow_bytes=slow * GIB,
+                    slow_from_pool=pooled,
+                    llc_mask=mask,
+                )
+            )
+    with unit_of_work(sessions) as session:
+        ledger_nodes.set_ready(session, "down", False)
+    with unit_of_work(sessions) as session:
+        t = ledger.totals(session)
+    assert (t.nodes, t.cpus, t.llc_ways) == (2, 48, 128)
+    assert t.slow_bytes == (256 + 512) * GIB
+    assert (t.reserved_cpus, t.reserved_dram_bytes) == (6, 12 * GIB)
+    # Local slow memory on ready nodes (8), and every pool draw (16, and 5 on the node down).
+    assert t.reserved_slow_bytes == (8 + 16 + 5) * GIB
+    assert t.reserved_llc_ways == 4 + 4 + 2
