@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ledger import nodes as ledger_nodes
 from ledger import store as ledger
-from ledger.types import Held
+from ledger.types import Held, NodeCapacity
 from model.node_contract import PlacedConfiguration, Placement
 from model.resources import GIB
 from scheduler.feeder import Feeder, node_capacity
