@@ -16,9 +16,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from ledger import nodes as ledger_nodes
 from ledger import store as ledger
 from ledger.types import Held
-from model.node_contract import PlacedConfiguration, Placement
+from model.node_contract import PLACEMENT_ANNOTATION, PlacedConfiguration, Placement
 from model.resources import GIB
 from scheduler.feeder import Feeder, node_capacity
+from scheduler.pods import PodAsk
 from scheduler.settings import FeederSettings
 from store.db import unit_of_work
 from store.orm import Node, PlacementRecord, RackPool, Reservation
@@ -258,6 +259,94 @@ def test_the_feeder_counts_the_pairs_live_pods_name() -> None:
     assert feeder.pairs_named() == set()
     feeder.sync()  # the listing still has a: it names its pair again
     assert feeder.pairs_named() == {("kv", "slo:5%")}
+
+
+class Asked:
+    """The publisher's side of the feeder: the pending opted-in pods it was told of."""
+
+    def __init__(self) -> None:
+        self.asks: list[PodAsk] = []
+
+    def prefetch(self, pod: PodAsk) -> None:
+        self.asks.append(pod)
+
+
+def test_a_pods_event_that_changes_what_it_names_is_never_skipped() -> None:
+    """A pod's events are read again only when what they say changed; any change of the
+    opt-in, the workload or the objective is read, and a pending opted-in pod is handed to the
+    publisher at each event, as read now."""
+    asked = Asked()
+    feeder = Feeder(ListedCluster(), None, asked)  # type: ignore[arg-type]
+    feeder.sync()
+    pod = opted_in("a", "kv", "cheapest")
+    feeder.on_pod("ADDED", pod)
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))  # a status change: the same pair
+    assert feeder.pairs_named() == {("kv", "cheapest")}
+    assert [(a.workload, a.objective) for a in asked.asks] == [("kv", "cheapest")] * 2
+    pod["metadata"]["annotations"]["tmc.dev/objective"] = "slo:5.000%"
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == {("kv", "slo:5%")}
+    pod["metadata"]["annotations"]["tmc.dev/workload"] = "db"
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == {("db", "slo:5%")}
+    assert asked.asks[-1].workload == "db"
+    # The opt-in withdrawn (a request of 0, then none at all), then given back by the limit.
+    pod["spec"]["containers"] = [{"resources": {"requests": {"tmc.dev/tiered": "0"}}}]
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == set()
+    pod["spec"]["containers"] = [{"resources": {"requests": {"cpu": "1"}}}]
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == set()
+    pod["spec"]["initContainers"] = [{"resources": {"limits": {"tmc.dev/tiered": "1"}}}]
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == {("db", "slo:5%")}
+    told = len(asked.asks)
+    pod["spec"]["initContainers"] = [{"resources": {"limits": {"tmc.dev/tiered": "-1"}}}]
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))  # unreadable: names nothing, told nothing
+    assert feeder.pairs_named() == set() and len(asked.asks) == told
+    # Bound, the same pod still names its pair; a status event of the bound pod too.
+    pod["spec"]["initContainers"] = []
+    pod["spec"]["containers"] = [{"resources": {"requests": {"tmc.dev/tiered": "1"}}}]
+    pod["spec"]["nodeName"] = "node-1"
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == {("db", "slo:5%")} and len(asked.asks) == told
+    assert feeder.waiting_pods(("db", "slo:5%"), "default") == []
+
+
+def test_a_bound_pods_new_placement_is_never_skipped(sessions: sessionmaker[Session]) -> None:
+    """A bound pod's placement is read again whenever its annotation's text changes (another
+    placement, or an unreadable one made readable), and not for its status events."""
+    feeder = Feeder(ListedCluster(), sessions)  # type: ignore[arg-type]
+    feeder.mirror_all()
+    feeder.on_node("ADDED", TIERED_NODE)
+    feeder.mirror_pending()
+    pod = bound_pod("p1", "node-7", 0x1)
+    feeder.on_pod("ADDED", pod)
+    feeder.mirror_pending()
+    assert reservations(sessions) == {"p1": ("node-7", 0x1)}
+    status = copy.deepcopy(pod)
+    status["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    feeder.on_pod("MODIFIED", status)
+    assert feeder.figures().pending_changes == 0  # the same placement text: nothing to write
+    moved = bound_pod("p1", "node-7", 0x6)
+    feeder.on_pod("MODIFIED", moved)
+    assert feeder.figures().pending_changes == 1
+    feeder.mirror_pending()
+    assert reservations(sessions) == {"p1": ("node-7", 0x6)}
+    unreadable = copy.deepcopy(moved)
+    unreadable["metadata"]["annotations"][PLACEMENT_ANNOTATION] = "{not json"
+    feeder.on_pod("MODIFIED", unreadable)
+    feeder.on_pod("MODIFIED", copy.deepcopy(unreadable))
+    assert feeder.figures().pending_changes == 0  # what it held stays mirrored
+    feeder.on_pod("MODIFIED", bound_pod("p1", "node-7", 0x18))
+    feeder.mirror_pending()
+    assert reservations(sessions) == {"p1": ("node-7", 0x18)}
+    assert feeder.figures().bound_pods == 1
+    # The placement text back to an earlier one is a change too.
+    feeder.on_pod("MODIFIED", moved)
+    feeder.mirror_pending()
+    assert reservations(sessions) == {"p1": ("node-7", 0x6)}
 
 
 def test_the_mirror_catches_up_after_the_database_was_down(
