@@ -6,6 +6,8 @@ database down and back."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +15,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.migrate import upgrade_to_head
+from api.settings import Settings
 from ledger import nodes as ledger_nodes
 from ledger import store as ledger
 from ledger.types import Held
@@ -21,7 +25,7 @@ from model.resources import GIB
 from scheduler.feeder import Feeder, node_capacity
 from scheduler.pods import PodAsk
 from scheduler.settings import FeederSettings
-from store.db import unit_of_work
+from store.db import make_engine, make_session_factory, unit_of_work
 from store.orm import Node, PlacementRecord, RackPool, Reservation
 from tests.scheduler.conftest import register
 from tests.services import PostgresServer
@@ -67,6 +71,67 @@ def test_mirror_makes_the_ledger_equal_to_the_bound_pods(
     with unit_of_work(sessions) as session:
         again = ledger.mirror(session, bound)
     assert (again.recorded, again.released) == ([], [])  # idempotent
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def either_database(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[sessionmaker[Session]]:
+    """The ledger's database as the service runs it (PostgreSQL) and as the embedded mode
+    does (SQLite), migrated, with the test nodes registered."""
+    if request.param == "postgresql":
+        found: sessionmaker[Session] = request.getfixturevalue("sessions")
+        register(found)
+        yield found
+        return
+    url = f"sqlite:///{tmp_path / 'tmc.db'}"
+    upgrade_to_head(url)
+    engine = make_engine(Settings(environment="test", database_url=url))
+    found = make_session_factory(engine)
+    register(found)
+    yield found
+    engine.dispose()
+
+
+def test_a_batch_is_written_as_its_placements_say(
+    either_database: sessionmaker[Session],
+) -> None:
+    """A batch of placements: new rows written, changed rows replaced, equal rows left alone,
+    pods on unknown nodes skipped; each placement logged once per pod, its first time kept."""
+    sessions = either_database
+    with unit_of_work(sessions) as session:
+        first = ledger.record(session, [placed("a", "node-1", 0xF), placed("b", "node-1", 0xF0)])
+    assert sorted(first.recorded) == ["a", "b"]
+    with unit_of_work(sessions) as session:
+        logged_at = {r.pod_uid: r.created_at for r in session.scalars(select(PlacementRecord))}
+        ids = {r.pod_uid: r.id for r in session.scalars(select(Reservation))}
+    batch = [
+        placed("a", "node-1", 0xF),  # unchanged
+        placed("b", "node-3", 0x3, rec="no-such-decision"),  # moved
+        placed("c", "not-a-tmc-node", 0x1),
+        placed("d", "node-4", 1 << 63),  # a 64-way host's top way
+    ]
+    with unit_of_work(sessions) as session:
+        again = ledger.record(session, batch)
+    assert (sorted(again.recorded), again.skipped) == (["b", "d"], ["c"])
+    assert reservations(sessions) == {
+        "a": ("node-1", 0xF),
+        "b": ("node-3", 0x3),
+        "d": ("node-4", 1 << 63),
+    }
+    with unit_of_work(sessions) as session:
+        rows = {r.pod_uid: r for r in session.scalars(select(Reservation))}
+        log = {r.pod_uid: r for r in session.scalars(select(PlacementRecord))}
+        assert rows["a"].id == ids["a"] and rows["b"].id != ids["b"]
+        assert rows["b"].recommendation_id is None and rows["b"].attempt is None
+        assert set(log) == {"a", "b", "d"}
+        assert (log["b"].node_name, log["b"].llc_ways, log["b"].slow_ratio) == ("node-3", 2, 0.25)
+        assert log["b"].created_at == logged_at["b"]  # when it was first placed
+        assert log["d"].llc_ways == 1
+    with unit_of_work(sessions) as session:
+        listing = ledger.mirror(session, {"b": batch[1], "e": placed("e", "node-1", 0x100)})
+    assert (listing.recorded, sorted(listing.released)) == (["e"], ["a", "d"])
+    assert reservations(sessions) == {"b": ("node-3", 0x3), "e": ("node-1", 0x100)}
 
 
 TIERED_NODE: dict[str, Any] = {
