@@ -15,8 +15,9 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import cast
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import Table, delete, func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -35,6 +36,11 @@ from store.orm import (
 )
 
 log = logging.getLogger("tmc.ledger")
+
+# The mirror's batches are written with the tables' statements, not the ORM's bulk path: rows are
+# plain values and nothing reads them back as objects.
+_RESERVATIONS = cast(Table, Reservation.__table__)
+_PLACEMENT_LOG = cast(Table, PlacementRecord.__table__)
 
 
 def held_of(row: Reservation) -> Held:
@@ -103,7 +109,7 @@ def _log_placements(session: Session, placed: list[tuple[Placed, str | None]]) -
                         setattr(found, key, value)
         session.flush()
         return
-    stmt = pg_insert(PlacementRecord) if dialect == "postgresql" else sqlite_insert(PlacementRecord)
+    stmt = pg_insert(_PLACEMENT_LOG) if dialect == "postgresql" else sqlite_insert(_PLACEMENT_LOG)
     updated = ("namespace", "pod_name", "node_name", "recommendation_id", "slow_ratio", "llc_ways")
     # A pod's records in one batch are at most one (its latest placement): an upsert may not
     # touch one row twice.
@@ -181,7 +187,7 @@ def _write(session: Session, placed: list[Placed], replaced: Iterable[str]) -> N
     known = _known_decisions(session, placed)
     with_rid = [(p, p.recommendation_id if p.recommendation_id in known else None) for p in placed]
     session.execute(
-        insert(Reservation),
+        insert(_RESERVATIONS),
         [
             {
                 "id": new_id(),
