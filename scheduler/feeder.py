@@ -160,6 +160,12 @@ def _terminal(pod: dict[str, Any]) -> bool:
 _IRREGULAR = object()  # a pod whose shape only `read_pod` judges
 
 
+def _exact(value: object) -> object:
+    """A raw JSON value compared by type too: `1`, `1.0` and `true` are equal in Python but not
+    read alike (an API server sends strings here; anything else is compared by its repr)."""
+    return value if value is None or type(value) is str else (type(value).__name__, repr(value))
+
+
 def _opt_in_texts(containers: object, resource: str) -> tuple[object, ...] | object:
     """The opt-in resource's raw request (else limit) of each container naming it, as
     `read_pod` reads them, without parsing any quantity; `_IRREGULAR` for a shape that only
@@ -181,7 +187,7 @@ def _opt_in_texts(containers: object, resource: str) -> tuple[object, ...] | obj
         raw = requests.get(resource)
         if raw is None:
             raw = limits.get(resource)
-        found.append(raw)
+        found.append(_exact(raw))
     return tuple(found)
 
 
@@ -205,11 +211,11 @@ def _ask_inputs(pod: dict[str, Any], resource: str) -> tuple[object, ...] | None
     return (
         containers,
         init,
-        meta.get("uid"),
-        meta.get("namespace"),
-        meta.get("name"),
-        annotations.get(WORKLOAD_ANNOTATION),
-        annotations.get(OBJECTIVE_ANNOTATION),
+        _exact(meta.get("uid")),
+        _exact(meta.get("namespace")),
+        _exact(meta.get("name")),
+        _exact(annotations.get(WORKLOAD_ANNOTATION)),
+        _exact(annotations.get(OBJECTIVE_ANNOTATION)),
     )
 
 

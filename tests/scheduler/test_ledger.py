@@ -366,6 +366,13 @@ def test_a_pods_event_that_changes_what_it_names_is_never_skipped() -> None:
     feeder.on_pod("MODIFIED", copy.deepcopy(pod))
     assert feeder.pairs_named() == {("db", "slo:5%")}
     told = len(asked.asks)
+    # Equal in Python, not alike as quantities: a boolean is no quantity.
+    pod["spec"]["initContainers"] = [{"resources": {"limits": {"tmc.dev/tiered": 1}}}]
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    pod["spec"]["initContainers"] = [{"resources": {"limits": {"tmc.dev/tiered": True}}}]
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == set()
+    told = len(asked.asks)
     pod["spec"]["initContainers"] = [{"resources": {"limits": {"tmc.dev/tiered": "-1"}}}]
     feeder.on_pod("MODIFIED", copy.deepcopy(pod))  # unreadable: names nothing, told nothing
     assert feeder.pairs_named() == set() and len(asked.asks) == told
