@@ -96,29 +96,16 @@ def _log_placements(session: Session, placed: list[tuple[Placed, str | None]]) -
         }
         for p, rid in placed
     ]
-    dialect = session.get_bind().dialect.name
-    if dialect not in ("postgresql", "sqlite"):
-        # No upsert statement known here: the records are written one by one.
-        for row in values:
-            found = session.get(PlacementRecord, row["pod_uid"])
-            if found is None:
-                session.add(PlacementRecord(**row))
-            else:
-                for key, value in row.items():
-                    if key != "created_at":
-                        setattr(found, key, value)
-        session.flush()
-        return
-    stmt = pg_insert(_PLACEMENT_LOG) if dialect == "postgresql" else sqlite_insert(_PLACEMENT_LOG)
+    # The service's two databases (store.db): PostgreSQL, and SQLite for the embedded mode.
+    postgres = session.get_bind().dialect.name == "postgresql"
+    stmt = pg_insert(_PLACEMENT_LOG) if postgres else sqlite_insert(_PLACEMENT_LOG)
     updated = ("namespace", "pod_name", "node_name", "recommendation_id", "slow_ratio", "llc_ways")
-    # A pod's records in one batch are at most one (its latest placement): an upsert may not
-    # touch one row twice.
     session.execute(
         stmt.on_conflict_do_update(
             index_elements=["pod_uid"],
             set_={name: stmt.excluded[name] for name in updated},
         ),
-        list({row["pod_uid"]: row for row in values}.values()),
+        values,
     )
 
 
