@@ -15,16 +15,32 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import cast
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import Table, delete, func, insert, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from ledger.types import Held, NodeCapacity
 from ledger.utilization import Totals, utilization_of
 from model import Utilization
-from store.orm import Node, PlacementRecord, RackPool, RecommendationRow, Reservation
+from store.orm import (
+    Node,
+    PlacementRecord,
+    RackPool,
+    RecommendationRow,
+    Reservation,
+    new_id,
+    utcnow,
+)
 
 log = logging.getLogger("tmc.ledger")
+
+# The mirror's batches are written with the tables' statements, not the ORM's bulk path: rows are
+# plain values and nothing reads them back as objects.
+_RESERVATIONS = cast(Table, Reservation.__table__)
+_PLACEMENT_LOG = cast(Table, PlacementRecord.__table__)
 
 
 def held_of(row: Reservation) -> Held:
@@ -61,27 +77,36 @@ def load(session: Session) -> tuple[list[NodeCapacity], dict[str, int], list[Hel
     return nodes, pools, held
 
 
-def _log_placement(
-    session: Session,
-    row: Reservation,
-    slow_ratio: float,
-    logged: dict[str, PlacementRecord] | None = None,
-) -> None:
-    """The placement, as the evidence a verification run of this pod is checked against.
-    `logged`: the batch's existing records, loaded at once (None: looked up here)."""
-    if logged is not None:
-        found = logged.get(row.pod_uid)
-    else:
-        # No autoflush: the rows a batch adds are written together when it ends, not one
-        # flush (and round trip) per pod before each lookup.
-        with session.no_autoflush:
-            found = session.get(PlacementRecord, row.pod_uid)
-    if found is None:
-        found = PlacementRecord(pod_uid=row.pod_uid)
-        session.add(found)
-    found.namespace, found.pod_name, found.node_name = row.namespace, row.pod_name, row.node_name
-    found.recommendation_id = row.recommendation_id
-    found.slow_ratio, found.llc_ways = slow_ratio, row.llc_mask.bit_count()
+def _log_placements(session: Session, placed: list[tuple[Placed, str | None]]) -> None:
+    """The placements, as the evidence a verification run of each pod is checked against: one
+    statement inserting each pod's record or updating the one it has (its `created_at`, when the
+    pod was first placed, is kept). `placed`: each placement with the decision its row names."""
+    if not placed:
+        return
+    values = [
+        {
+            "pod_uid": p.held.pod_uid,
+            "namespace": p.held.namespace,
+            "pod_name": p.held.pod_name,
+            "node_name": p.held.node,
+            "recommendation_id": rid,
+            "slow_ratio": p.slow_ratio,
+            "llc_ways": p.held.llc_mask.bit_count(),
+            "created_at": utcnow(),
+        }
+        for p, rid in placed
+    ]
+    # The service's two databases (store.db): PostgreSQL, and SQLite for the embedded mode.
+    postgres = session.get_bind().dialect.name == "postgresql"
+    stmt = pg_insert(_PLACEMENT_LOG) if postgres else sqlite_insert(_PLACEMENT_LOG)
+    updated = ("namespace", "pod_name", "node_name", "recommendation_id", "slow_ratio", "llc_ways")
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["pod_uid"],
+            set_={name: stmt.excluded[name] for name in updated},
+        ),
+        values,
+    )
 
 
 def prune_placement_log(session: Session, before: datetime) -> None:
@@ -113,15 +138,20 @@ class Mirrored:
     skipped: list[str] = field(default_factory=list)
 
 
-def _same(row: Reservation, h: Held) -> bool:
-    return (
-        row.node_name == h.node
-        and row.vcpus == h.vcpus
-        and row.dram_bytes == h.dram_bytes
-        and row.slow_bytes == h.slow_bytes
-        and row.slow_from_pool == h.slow_from_pool
-        and row.llc_mask == h.llc_mask
-    )
+# What a reservation row holds, compared with a pod's placement to find the rows to write.
+_HELD_COLUMNS = (
+    Reservation.pod_uid,
+    Reservation.node_name,
+    Reservation.vcpus,
+    Reservation.dram_bytes,
+    Reservation.slow_bytes,
+    Reservation.slow_from_pool,
+    Reservation.llc_mask,
+)
+
+
+def _held_key(h: Held) -> tuple[str, int, int, int, bool, int]:
+    return (h.node, h.vcpus, h.dram_bytes, h.slow_bytes, h.slow_from_pool, h.llc_mask)
 
 
 def _known_decisions(session: Session, placed: Iterable[Placed]) -> set[str]:
@@ -131,67 +161,72 @@ def _known_decisions(session: Session, placed: Iterable[Placed]) -> set[str]:
     return set(session.scalars(select(RecommendationRow.id).where(RecommendationRow.id.in_(ids))))
 
 
-def _write(
-    session: Session,
-    found: Reservation | None,
-    p: Placed,
-    known: set[str],
-    logged: dict[str, PlacementRecord] | None = None,
-) -> None:
-    h = p.held
-    if found is not None:
-        session.delete(found)
-        session.flush()
-    rid = p.recommendation_id if p.recommendation_id in known else None
-    row = Reservation(
-        pod_uid=h.pod_uid,
-        namespace=h.namespace,
-        pod_name=h.pod_name,
-        node_name=h.node,
-        vcpus=h.vcpus,
-        dram_bytes=h.dram_bytes,
-        slow_bytes=h.slow_bytes,
-        slow_from_pool=h.slow_from_pool,
-        llc_mask=h.llc_mask,
-        recommendation_id=rid,
+def _write(session: Session, placed: list[Placed], replaced: Iterable[str]) -> None:
+    """Each pod's row made what its placement says, in a few statements for the whole batch:
+    the rows it replaces (`replaced`, pod uids) deleted, the new rows inserted, the placements
+    logged. Written with SQL statements, not ORM objects: a burst's rows cost one round trip
+    and no per-row bookkeeping; a Reservation already loaded in the session is not refreshed."""
+    replaced = list(replaced)
+    if replaced:
+        session.execute(delete(Reservation).where(Reservation.pod_uid.in_(replaced)))
+    if not placed:
+        return
+    known = _known_decisions(session, placed)
+    with_rid = [(p, p.recommendation_id if p.recommendation_id in known else None) for p in placed]
+    session.execute(
+        insert(_RESERVATIONS),
+        [
+            {
+                "id": new_id(),
+                "pod_uid": p.held.pod_uid,
+                "namespace": p.held.namespace,
+                "pod_name": p.held.pod_name,
+                "node_name": p.held.node,
+                "vcpus": p.held.vcpus,
+                "dram_bytes": p.held.dram_bytes,
+                "slow_bytes": p.held.slow_bytes,
+                "slow_from_pool": p.held.slow_from_pool,
+                "llc_mask": p.held.llc_mask,
+                "recommendation_id": rid,
+                "attempt": None,
+                "created_at": utcnow(),
+            }
+            for p, rid in with_rid
+        ],
     )
-    session.add(row)
-    _log_placement(session, row, p.slow_ratio, logged)
+    _log_placements(session, with_rid)
 
 
 def record(session: Session, placed: Iterable[Placed]) -> Mirrored:
     """Mirror bound pods' placements (watch events): each pod's row made equal to what its
     annotation says, and its placement logged. A pod on a node the ledger does not have is
-    skipped (the node's registration comes first in the feeder's order). A few queries per
+    skipped (the node's registration comes first in the feeder's order). A few statements per
     batch, not per pod: a burst's events arrive together."""
     out = Mirrored()
-    placed = list(placed)
-    if not placed:
+    # One placement per pod, its latest (a batch is the latest state per pod already).
+    latest = {p.held.pod_uid: p for p in placed}
+    if not latest:
         return out
-    uids = [p.held.pod_uid for p in placed]
+    uids = list(latest)
     rows = {
-        r.pod_uid: r
-        for r in session.scalars(select(Reservation).where(Reservation.pod_uid.in_(uids)))
+        r[0]: tuple(r[1:])
+        for r in session.execute(select(*_HELD_COLUMNS).where(Reservation.pod_uid.in_(uids)))
     }
-    # The batch's placement-log records, loaded at once: no lookup (and no flush) per pod.
-    logged = {
-        r.pod_uid: r
-        for r in session.scalars(select(PlacementRecord).where(PlacementRecord.pod_uid.in_(uids)))
-    }
-    known = _known_decisions(session, placed)
     nodes = set(
-        session.scalars(select(Node.name).where(Node.name.in_({p.held.node for p in placed})))
+        session.scalars(
+            select(Node.name).where(Node.name.in_({p.held.node for p in latest.values()}))
+        )
     )
-    for p in placed:
-        found = rows.get(p.held.pod_uid)
-        if found is not None and _same(found, p.held):
+    writes: list[Placed] = []
+    for uid, p in latest.items():
+        if rows.get(uid) == _held_key(p.held):
             continue
         if p.held.node not in nodes:
-            out.skipped.append(p.held.pod_uid)
+            out.skipped.append(uid)
             continue
-        _write(session, found, p, known, logged)
-        out.recorded.append(p.held.pod_uid)
-    session.flush()
+        writes.append(p)
+        out.recorded.append(uid)
+    _write(session, writes, (p.held.pod_uid for p in writes if p.held.pod_uid in rows))
     return out
 
 
@@ -200,24 +235,25 @@ def mirror(session: Session, bound: Mapping[str, Placed]) -> Mirrored:
     server): rows of pods no longer bound go, missing or different rows are written. What the
     API server says is recorded as it is; the extender, not the mirror, decides placements."""
     out = Mirrored()
-    rows = {r.pod_uid: r for r in session.scalars(select(Reservation))}
-    for uid, row in rows.items():
-        if uid not in bound:
-            session.delete(row)
-            out.released.append(uid)
-    session.flush()
-    known = _known_decisions(session, bound.values())
+    rows = {r[0]: tuple(r[1:]) for r in session.execute(select(*_HELD_COLUMNS))}
+    out.released = [uid for uid in rows if uid not in bound]
     nodes = set(session.scalars(select(Node.name)))
+    writes: list[Placed] = []
     for uid, p in bound.items():
-        found = rows.get(uid)
-        if found is not None and _same(found, p.held):
+        if rows.get(uid) == _held_key(p.held):
             continue
         if p.held.node not in nodes:
             out.skipped.append(uid)
             continue
-        _write(session, found, p, known)
+        writes.append(p)
         out.recorded.append(uid)
-    session.flush()
+    replaced = [*out.released, *(p.held.pod_uid for p in writes if p.held.pod_uid in rows)]
+    # Every row replaced or released goes before any is written (a pod's new row may not meet
+    # its old one); in bounded statements: a listing may rewrite every row.
+    for i in range(0, len(replaced), _CHUNK):
+        _write(session, [], replaced[i : i + _CHUNK])
+    for i in range(0, len(writes), _CHUNK):
+        _write(session, writes[i : i + _CHUNK], [])
     if out.recorded or out.released or out.skipped:
         log.info(
             "mirrored the bound pods: %d written, %d released, %d on unknown nodes",
@@ -226,6 +262,10 @@ def mirror(session: Session, bound: Mapping[str, Placed]) -> Mirrored:
             len(out.skipped),
         )
     return out
+
+
+# Rows per statement when a listing rewrites many: a bounded IN list and parameter count.
+_CHUNK = 1000
 
 
 def forget(session: Session, pod_uids: Iterable[str]) -> int:

@@ -46,6 +46,8 @@ from scheduler.kube import KubeCluster
 from scheduler.metrics import MirrorFigures, PublisherMetrics, fallback_class
 from scheduler.pods import (
     DEFAULT_OPT_IN_RESOURCE,
+    OBJECTIVE_ANNOTATION,
+    WORKLOAD_ANNOTATION,
     BadPod,
     PodAsk,
     parse_quantity,
@@ -155,6 +157,68 @@ def _terminal(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+_IRREGULAR = object()  # a pod whose shape only `read_pod` judges
+
+
+def _exact(value: object) -> object:
+    """A raw JSON value compared by type too: `1`, `1.0` and `true` are equal in Python but not
+    read alike (an API server sends strings here; anything else is compared by its repr)."""
+    return value if value is None or type(value) is str else (type(value).__name__, repr(value))
+
+
+def _opt_in_texts(containers: object, resource: str) -> tuple[object, ...] | object:
+    """The opt-in resource's raw request (else limit) of each container naming it, as
+    `read_pod` reads them, without parsing any quantity; `_IRREGULAR` for a shape that only
+    `read_pod` should judge (it raises or fails on it)."""
+    if containers is None:
+        return ()
+    if not isinstance(containers, list):
+        return _IRREGULAR
+    found: list[object] = []
+    for c in containers:
+        if not isinstance(c, dict):
+            return _IRREGULAR
+        res = c.get("resources") or {}
+        if not isinstance(res, dict):
+            return _IRREGULAR
+        requests, limits = res.get("requests") or {}, res.get("limits") or {}
+        if not isinstance(requests, dict) or not isinstance(limits, dict):
+            return _IRREGULAR
+        raw = requests.get(resource)
+        if raw is None:
+            raw = limits.get(resource)
+        found.append(_exact(raw))
+    return tuple(found)
+
+
+def _ask_inputs(pod: dict[str, Any], resource: str) -> tuple[object, ...] | None:
+    """Everything `read_pod` reads of a pod, raw: two pods with equal inputs read the same.
+    An empty tuple: no container names the opt-in resource, so the pod is not opted in and
+    names nothing, whatever else it says. None: an irregular shape, read in full."""
+    meta, spec = pod.get("metadata"), pod.get("spec")
+    if not isinstance(meta, dict) or not isinstance(spec, dict):
+        return None
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        return None
+    containers = _opt_in_texts(spec.get("containers"), resource)
+    init = _opt_in_texts(spec.get("initContainers"), resource)
+    if containers is _IRREGULAR or init is _IRREGULAR:
+        return None
+    assert isinstance(containers, tuple) and isinstance(init, tuple)
+    if all(raw is None for raw in (*containers, *init)):
+        return ()
+    return (
+        containers,
+        init,
+        _exact(meta.get("uid")),
+        _exact(meta.get("namespace")),
+        _exact(meta.get("name")),
+        _exact(annotations.get(WORKLOAD_ANNOTATION)),
+        _exact(annotations.get(OBJECTIVE_ANNOTATION)),
+    )
+
+
 @dataclass
 class Synced:
     """What a full listing found."""
@@ -236,8 +300,13 @@ class Feeder:
         self._rv: dict[str, str] = {}
         self._sync_lock = threading.Lock()
         self._seen: dict[str, tuple[NodeCapacity, int | None]] = {}
-        # Per bound pod: the node and placement annotation last read from its events.
+        # Per bound pod: the node and placement annotation last read from its events (read
+        # whether or not the annotation was readable: the same text reads the same).
         self._placed_seen: dict[str, tuple[str, str | None]] = {}
+        # Per live pod that names the opt-in resource: what `read_pod` read of it, and from
+        # which raw inputs (`_ask_inputs`); None when it raised. A pod's status events carry
+        # the same inputs: read once.
+        self._asks: dict[str, tuple[tuple[object, ...], PodAsk | None]] = {}
         # The mirror: writes waiting, a listing to write in full, and what the ledger holds.
         self._mirror_lock = threading.Lock()  # one writer at a time
         self._changes_lock = threading.Lock()
@@ -305,6 +374,7 @@ class Feeder:
                     )
                 self._wake.set()
             self._placed_seen = {}  # the next event of each bound pod is read again
+            self._asks = {}
             if self.recommender is not None:
                 for pod in pods:
                     if not (pod.get("spec") or {}).get("nodeName"):
@@ -551,18 +621,39 @@ class Feeder:
         self._seen[name] = found
         self._queue_node(name, found)
 
-    def _naming_of(self, pod: dict[str, Any]) -> _Naming | None:
-        """What an opted-in pod names, or None."""
-        try:
-            ask = read_pod(pod, self.opt_in_resource)
-        except BadPod:
-            return None
+    def _naming_of(self, pod: dict[str, Any], ask: PodAsk | None = None) -> _Naming | None:
+        """What an opted-in pod names, or None. `ask`: the pod as already read."""
+        if ask is None:
+            try:
+                ask = read_pod(pod, self.opt_in_resource)
+            except BadPod:
+                return None
         if not ask.opted_in or ask.workload is None:
             return None
         bound = bool((pod.get("spec") or {}).get("nodeName"))
         return _Naming(
             PodRef(ask.namespace, ask.name, ask.uid), (ask.workload, ask.objective), bound
         )
+
+    def _ask_of(self, uid: str, pod: dict[str, Any]) -> PodAsk | None:
+        """`read_pod` of a live pod's event (None when it raised), read again only when what
+        it reads changed: most events of a pod are its status. A pod no container of which
+        names the opt-in resource is not read at all, nor remembered: it is not opted in."""
+        inputs = _ask_inputs(pod, self.opt_in_resource)
+        if inputs == ():
+            self._asks.pop(uid, None)
+            return None
+        if inputs is not None:
+            known = self._asks.get(uid)
+            if known is not None and known[0] == inputs:
+                return known[1]
+        try:
+            ask: PodAsk | None = read_pod(pod, self.opt_in_resource)
+        except BadPod:
+            ask = None
+        if inputs is not None:
+            self._asks[uid] = (inputs, ask)
+        return ask
 
     # The indexes below are kept under _named_lock.
 
@@ -619,28 +710,30 @@ class Feeder:
             with self._named_lock:
                 self._unname(uid)
             self._placed_seen.pop(uid, None)
+            self._asks.pop(uid, None)
             self._fallback_of.pop(uid, None)
             self._bound_uids.discard(uid)
             self._queue_pod(uid, None)
             return
-        naming = self._naming_of(pod)
+        ask = self._ask_of(uid, pod)
+        naming = self._naming_of(pod, ask) if ask is not None else None
         with self._named_lock:
             if naming is not None:
                 self._name(naming)
-            else:
+            elif uid in self._named:
                 self._unname(uid)
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             # Bound: its placement annotation says what it holds, whoever bound it, and it
             # replaces what this cache assumed for it. A bound pod's later events (its status)
-            # carry the same placement: read once.
+            # carry the same placement text: read once, compared as text.
             seen = (str(node), (meta.get("annotations") or {}).get(PLACEMENT_ANNOTATION))
             if seen[1] is None or self._placed_seen.get(uid) == seen:
                 return
+            self._placed_seen[uid] = seen
             placed = placed_of(pod)
             if placed is None:
                 return
-            self._placed_seen[uid] = seen
             self._bound_uids.add(uid)
             if placed.fallback:
                 self._fallback_of[uid] = fallback_class(placed.fallback)
@@ -648,11 +741,7 @@ class Feeder:
                 self._fallback_of.pop(uid, None)
             self._queue_pod(uid, placed)
             return
-        try:
-            ask = read_pod(pod, self.opt_in_resource)
-        except BadPod:
-            return
-        if ask.opted_in and self.recommender is not None:
+        if ask is not None and ask.opted_in and self.recommender is not None:
             self.recommender.prefetch(ask)
 
     def _prefetch(self, pod: dict[str, Any]) -> None:

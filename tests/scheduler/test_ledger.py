@@ -6,6 +6,8 @@ database down and back."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,14 +15,17 @@ from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.migrate import upgrade_to_head
+from api.settings import Settings
 from ledger import nodes as ledger_nodes
 from ledger import store as ledger
 from ledger.types import Held, NodeCapacity
-from model.node_contract import PlacedConfiguration, Placement
+from model.node_contract import PLACEMENT_ANNOTATION, PlacedConfiguration, Placement
 from model.resources import GIB
 from scheduler.feeder import Feeder, node_capacity
+from scheduler.pods import PodAsk
 from scheduler.settings import FeederSettings
-from store.db import unit_of_work
+from store.db import make_engine, make_session_factory, unit_of_work
 from store.orm import Node, PlacementRecord, RackPool, Reservation
 from tests.scheduler.conftest import register
 from tests.services import PostgresServer
@@ -66,6 +71,67 @@ def test_mirror_makes_the_ledger_equal_to_the_bound_pods(
     with unit_of_work(sessions) as session:
         again = ledger.mirror(session, bound)
     assert (again.recorded, again.released) == ([], [])  # idempotent
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def either_database(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[sessionmaker[Session]]:
+    """The ledger's database as the service runs it (PostgreSQL) and as the embedded mode
+    does (SQLite), migrated, with the test nodes registered."""
+    if request.param == "postgresql":
+        found: sessionmaker[Session] = request.getfixturevalue("sessions")
+        register(found)
+        yield found
+        return
+    url = f"sqlite:///{tmp_path / 'tmc.db'}"
+    upgrade_to_head(url)
+    engine = make_engine(Settings(environment="test", database_url=url))
+    found = make_session_factory(engine)
+    register(found)
+    yield found
+    engine.dispose()
+
+
+def test_a_batch_is_written_as_its_placements_say(
+    either_database: sessionmaker[Session],
+) -> None:
+    """A batch of placements: new rows written, changed rows replaced, equal rows left alone,
+    pods on unknown nodes skipped; each placement logged once per pod, its first time kept."""
+    sessions = either_database
+    with unit_of_work(sessions) as session:
+        first = ledger.record(session, [placed("a", "node-1", 0xF), placed("b", "node-1", 0xF0)])
+    assert sorted(first.recorded) == ["a", "b"]
+    with unit_of_work(sessions) as session:
+        logged_at = {r.pod_uid: r.created_at for r in session.scalars(select(PlacementRecord))}
+        ids = {r.pod_uid: r.id for r in session.scalars(select(Reservation))}
+    batch = [
+        placed("a", "node-1", 0xF),  # unchanged
+        placed("b", "node-3", 0x3, rec="no-such-decision"),  # moved
+        placed("c", "not-a-tmc-node", 0x1),
+        placed("d", "node-4", 1 << 63),  # a 64-way host's top way
+    ]
+    with unit_of_work(sessions) as session:
+        again = ledger.record(session, batch)
+    assert (sorted(again.recorded), again.skipped) == (["b", "d"], ["c"])
+    assert reservations(sessions) == {
+        "a": ("node-1", 0xF),
+        "b": ("node-3", 0x3),
+        "d": ("node-4", 1 << 63),
+    }
+    with unit_of_work(sessions) as session:
+        rows = {r.pod_uid: r for r in session.scalars(select(Reservation))}
+        log = {r.pod_uid: r for r in session.scalars(select(PlacementRecord))}
+        assert rows["a"].id == ids["a"] and rows["b"].id != ids["b"]
+        assert rows["b"].recommendation_id is None and rows["b"].attempt is None
+        assert set(log) == {"a", "b", "d"}
+        assert (log["b"].node_name, log["b"].llc_ways, log["b"].slow_ratio) == ("node-3", 2, 0.25)
+        assert log["b"].created_at == logged_at["b"]  # when it was first placed
+        assert log["d"].llc_ways == 1
+    with unit_of_work(sessions) as session:
+        listing = ledger.mirror(session, {"b": batch[1], "e": placed("e", "node-1", 0x100)})
+    assert (listing.recorded, sorted(listing.released)) == (["e"], ["a", "d"])
+    assert reservations(sessions) == {"b": ("node-3", 0x3), "e": ("node-1", 0x100)}
 
 
 TIERED_NODE: dict[str, Any] = {
@@ -258,6 +324,101 @@ def test_the_feeder_counts_the_pairs_live_pods_name() -> None:
     assert feeder.pairs_named() == set()
     feeder.sync()  # the listing still has a: it names its pair again
     assert feeder.pairs_named() == {("kv", "slo:5%")}
+
+
+class Asked:
+    """The publisher's side of the feeder: the pending opted-in pods it was told of."""
+
+    def __init__(self) -> None:
+        self.asks: list[PodAsk] = []
+
+    def prefetch(self, pod: PodAsk) -> None:
+        self.asks.append(pod)
+
+
+def test_a_pods_event_that_changes_what_it_names_is_never_skipped() -> None:
+    """A pod's events are read again only when what they say changed; any change of the
+    opt-in, the workload or the objective is read, and a pending opted-in pod is handed to the
+    publisher at each event, as read now."""
+    asked = Asked()
+    feeder = Feeder(ListedCluster(), None, asked)  # type: ignore[arg-type]
+    feeder.sync()
+    pod = opted_in("a", "kv", "cheapest")
+    feeder.on_pod("ADDED", pod)
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))  # a status change: the same pair
+    assert feeder.pairs_named() == {("kv", "cheapest")}
+    assert [(a.workload, a.objective) for a in asked.asks] == [("kv", "cheapest")] * 2
+    pod["metadata"]["annotations"]["tmc.dev/objective"] = "slo:5.000%"
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == {("kv", "slo:5%")}
+    pod["metadata"]["annotations"]["tmc.dev/workload"] = "db"
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == {("db", "slo:5%")}
+    assert asked.asks[-1].workload == "db"
+    # The opt-in withdrawn (a request of 0, then none at all), then given back by the limit.
+    pod["spec"]["containers"] = [{"resources": {"requests": {"tmc.dev/tiered": "0"}}}]
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == set()
+    pod["spec"]["containers"] = [{"resources": {"requests": {"cpu": "1"}}}]
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == set()
+    pod["spec"]["initContainers"] = [{"resources": {"limits": {"tmc.dev/tiered": "1"}}}]
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == {("db", "slo:5%")}
+    told = len(asked.asks)
+    # Equal in Python, not alike as quantities: a boolean is no quantity.
+    pod["spec"]["initContainers"] = [{"resources": {"limits": {"tmc.dev/tiered": 1}}}]
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    pod["spec"]["initContainers"] = [{"resources": {"limits": {"tmc.dev/tiered": True}}}]
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == set()
+    told = len(asked.asks)
+    pod["spec"]["initContainers"] = [{"resources": {"limits": {"tmc.dev/tiered": "-1"}}}]
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))  # unreadable: names nothing, told nothing
+    assert feeder.pairs_named() == set() and len(asked.asks) == told
+    # Bound, the same pod still names its pair; a status event of the bound pod too.
+    pod["spec"]["initContainers"] = []
+    pod["spec"]["containers"] = [{"resources": {"requests": {"tmc.dev/tiered": "1"}}}]
+    pod["spec"]["nodeName"] = "node-1"
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == {("db", "slo:5%")} and len(asked.asks) == told
+    assert feeder.waiting_pods(("db", "slo:5%"), "default") == []
+
+
+def test_a_bound_pods_new_placement_is_never_skipped(sessions: sessionmaker[Session]) -> None:
+    """A bound pod's placement is read again whenever its annotation's text changes (another
+    placement, or an unreadable one made readable), and not for its status events."""
+    feeder = Feeder(ListedCluster(), sessions)  # type: ignore[arg-type]
+    feeder.mirror_all()
+    feeder.on_node("ADDED", TIERED_NODE)
+    feeder.mirror_pending()
+    pod = bound_pod("p1", "node-7", 0x1)
+    feeder.on_pod("ADDED", pod)
+    feeder.mirror_pending()
+    assert reservations(sessions) == {"p1": ("node-7", 0x1)}
+    status = copy.deepcopy(pod)
+    status["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    feeder.on_pod("MODIFIED", status)
+    assert feeder.figures().pending_changes == 0  # the same placement text: nothing to write
+    moved = bound_pod("p1", "node-7", 0x6)
+    feeder.on_pod("MODIFIED", moved)
+    assert feeder.figures().pending_changes == 1
+    feeder.mirror_pending()
+    assert reservations(sessions) == {"p1": ("node-7", 0x6)}
+    unreadable = copy.deepcopy(moved)
+    unreadable["metadata"]["annotations"][PLACEMENT_ANNOTATION] = "{not json"
+    feeder.on_pod("MODIFIED", unreadable)
+    feeder.on_pod("MODIFIED", copy.deepcopy(unreadable))
+    assert feeder.figures().pending_changes == 0  # what it held stays mirrored
+    feeder.on_pod("MODIFIED", bound_pod("p1", "node-7", 0x18))
+    feeder.mirror_pending()
+    assert reservations(sessions) == {"p1": ("node-7", 0x18)}
+    assert feeder.figures().bound_pods == 1
+    # The placement text back to an earlier one is a change too.
+    feeder.on_pod("MODIFIED", moved)
+    feeder.mirror_pending()
+    assert reservations(sessions) == {"p1": ("node-7", 0x6)}
 
 
 def test_the_mirror_catches_up_after_the_database_was_down(
