@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from ledger.types import NodeCapacity
@@ -137,18 +138,21 @@ class NodeUse:
     llc_mask: int  # the union of the reserved CAT masks
 
 
+def _page(query: Select[Any], name: Any, after: str | None, limit: int | None) -> Select[Any]:
+    """Rows by `name`: all of them, or a page of `limit` after the one named `after`."""
+    query = query.order_by(name)
+    if after is not None:
+        query = query.where(name > after)
+    return query if limit is None else query.limit(limit)
+
+
 def node_use(
     session: Session, *, after: str | None = None, limit: int | None = None
 ) -> list[NodeUse]:
     """Nodes by name with their reserved sums (nodes without reservations included): all of
     them, or one page of `limit` after the node named `after`. A page reads only its own
     nodes' reservations, so its cost does not grow with the fleet."""
-    nodes_query = select(Node).order_by(Node.name)
-    if after is not None:
-        nodes_query = nodes_query.where(Node.name > after)
-    if limit is not None:
-        nodes_query = nodes_query.limit(limit)
-    nodes = list(session.scalars(nodes_query))
+    nodes: list[Node] = list(session.scalars(_page(select(Node), Node.name, after, limit)))
     if not nodes:
         return []
     held = select(
@@ -197,12 +201,9 @@ def pool_use(
     """Rack pools by name (all, or a page of `limit` after `after`) with their member nodes and
     what those reserved from the pool: three queries whose cost follows the page, not the
     fleet."""
-    query = select(RackPool).order_by(RackPool.name)
-    if after is not None:
-        query = query.where(RackPool.name > after)
-    if limit is not None:
-        query = query.limit(limit)
-    pools = list(session.scalars(query))
+    pools: list[RackPool] = list(
+        session.scalars(_page(select(RackPool), RackPool.name, after, limit))
+    )
     if not pools:
         return []
     names = [p.name for p in pools]

@@ -23,8 +23,6 @@ configuration (docs/model.md, "Queueing"): a fixed point, since the load depends
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -35,6 +33,7 @@ from pydantic import BaseModel, ConfigDict
 
 from model.fit import QUEUE_UTILIZATION_CAP, WINDOW_MLP_MAX, FittedModel
 from model.grid import PAPER_LLC_WAYS, PAPER_SLOW_RATIOS
+from model.memo import Recent
 from model.misscurve import FloatArray, interpolate
 from model.resources import MIB, split_memory
 
@@ -149,23 +148,13 @@ class Predictor:
         self._scale = None if scale is None else np.asarray(scale, dtype=np.float64)
         mlp = model.window_mlp_by_structure if window_effect else None
         self._mlp = None if mlp is None else np.asarray(mlp, dtype=np.float64)
-        self._kept: OrderedDict[Hashable, Any] = OrderedDict()
-        self._kept_lock = threading.Lock()
+        self._kept: Recent[Hashable, Any] = Recent(KEPT_PER_PREDICTOR)
 
     def kept(self, key: Hashable, compute: Callable[[], T]) -> T:
         """`compute()`'s result, kept by `key` with this predictor (the few most recent): for
         what depends only on the fit and the key, such as a grid's predictions, which every
         decision for the workload on that grid repeats. Callers never change what they get."""
-        with self._kept_lock:
-            if key in self._kept:
-                self._kept.move_to_end(key)
-                found: T = self._kept[key]
-                return found
-        value = compute()
-        with self._kept_lock:
-            self._kept[key] = value
-            while len(self._kept) > KEPT_PER_PREDICTOR:
-                self._kept.popitem(last=False)
+        value: T = self._kept.get_or_compute(key, compute)
         return value
 
     # -- MAR and per-structure rates ---------------------------------------------------------

@@ -27,6 +27,7 @@ from model import (
     machine_of_host,
     paper_grid,
 )
+from model.memo import Recent
 from model.verification import MAX_OBSERVATIONS, Observation
 from store.orm import HostKind
 
@@ -110,73 +111,39 @@ class DecisionMemo:
                 found.written_at = time.monotonic()
 
 
-class ResultMemo:
-    """Algorithm 1's answers by their complete inputs, most recent first. A decision is a pure
-    function of the fit, the machine, the grid, the verification runs, the prices, the live
-    utilization, the objective and the threshold; every one of these is in the key, so a hit is
-    the answer the model would give again. Pods of one workload asking within one utilization
-    snapshot (a scale-out, the publisher's refresh) ask the same question many times."""
-
-    def __init__(self, size: int = 256) -> None:
-        self._size = size
-        self._found: OrderedDict[Hashable, Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable) -> Any | None:
-        with self._lock:
-            found = self._found.get(key)
-            if found is not None:
-                self._found.move_to_end(key)
-            return found
-
-    def put(self, key: Hashable, value: Any) -> None:
-        if self._size == 0:
-            return
-        with self._lock:
-            self._found[key] = value
-            self._found.move_to_end(key)
-            while len(self._found) > self._size:
-                self._found.popitem(last=False)
-
-
 class ModelCache:
     """Fitted models and price profile versions are immutable rows, so they are kept in memory,
-    prepared, after the first use."""
+    prepared, after the first use.
+
+    `results` keeps Algorithm 1's answers by their complete inputs. A decision is a pure function
+    of the fit, the machine, the grid, the verification runs, the prices, the live utilization,
+    the objective and the threshold; every one of these is in the key, so a hit is the answer
+    the model would give again. Pods of one workload asking within one utilization snapshot (a
+    scale-out, the publisher's refresh) ask the same question many times."""
 
     def __init__(self, size: int = 512, answers: int = 256) -> None:
-        self._size = size
-        self._models: OrderedDict[str, Prepared] = OrderedDict()
+        self._models: Recent[str, Prepared] = Recent(size)
         self._prices: dict[str, PriceProfile] = {}
         self.prices_known_used: set[str] = set()
-        self._runs: OrderedDict[tuple[str, int, str | None], tuple[Observation, ...]] = (
-            OrderedDict()
-        )
-        self._lock = threading.Lock()
+        self._runs: Recent[tuple[str, int, str | None], tuple[Observation, ...]] = Recent(size)
         self.decisions = DecisionMemo()
-        self.results = ResultMemo(answers)
+        self.results: Recent[Hashable, Any] = Recent(answers)
 
     def model(self, session: Session, fitted_id: str) -> Prepared:
-        with self._lock:
-            found = self._models.get(fitted_id)
-            if found is not None:
-                self._models.move_to_end(fitted_id)
-                return found
+        return self._models.get_or_compute(fitted_id, lambda: self._prepare(session, fitted_id))
+
+    def _prepare(self, session: Session, fitted_id: str) -> Prepared:
         row = repo.get_fitted(session, fitted_id)
         if row is None:
             raise NotFound("fitted model", fitted_id)
         profile = repo.get_profile(session, row.profile_id)
         assert profile is not None  # a foreign key
         host = ProfileBundle.model_validate(profile.bundle).host
-        prepared = Prepared(
+        return Prepared(
             predictor=Predictor(FittedModel.model_validate(row.model)),
             bundle_machine=machine_of_host(host),
             host_grid=host_grid(host.llc_ways, host.min_llc_ways),
         )
-        with self._lock:
-            self._models[fitted_id] = prepared
-            while len(self._models) > self._size:
-                self._models.popitem(last=False)
-        return prepared
 
     def price(self, session: Session, price_id: str) -> PriceProfile:
         found = self._prices.get(price_id)
@@ -194,19 +161,15 @@ class ModelCache:
         runs or its newest run changed (most profiles have none: no read at all)."""
         if count == 0:
             return ()
-        key = (profile_id, count, newest)
-        with self._lock:
-            found = self._runs.get(key)
-        if found is not None:
-            return found
-        runs = tuple(
-            Observation(
-                slow_ratio=r.slow_ratio, llc_ways=r.llc_ways, seconds=r.seconds, run_id=r.run_id
-            )
-            for r in repo.verification_runs(session, profile_id, MAX_OBSERVATIONS)
+        return self._runs.get_or_compute(
+            (profile_id, count, newest),
+            lambda: tuple(
+                Observation(
+                    slow_ratio=r.slow_ratio,
+                    llc_ways=r.llc_ways,
+                    seconds=r.seconds,
+                    run_id=r.run_id,
+                )
+                for r in repo.verification_runs(session, profile_id, MAX_OBSERVATIONS)
+            ),
         )
-        with self._lock:
-            self._runs[key] = runs
-            while len(self._runs) > self._size:
-                self._runs.popitem(last=False)
-        return runs

@@ -1,4 +1,4 @@
-"""Algorithm 1's answers kept by their complete inputs (api.services.models.ResultMemo), on real
+"""Algorithm 1's answers kept by their complete inputs (api.services.models.ModelCache.results), on real
 PostgreSQL: the same question is answered once; any input that changes, the machine included,
 is a new question; with no entries kept, every question is computed."""
 
@@ -44,7 +44,7 @@ def kind(client: TestClient, dram_gib: int) -> None:
 
 
 def kept(client: TestClient) -> int:
-    return len(client.app.state.tmc.models.results._found)  # type: ignore[attr-defined]
+    return len(client.app.state.tmc.models.results)  # type: ignore[attr-defined]
 
 
 def test_the_same_question_is_answered_once(client: TestClient) -> None:
