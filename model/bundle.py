@@ -37,6 +37,9 @@ STALL_COUNTER_NOISE = 0.05
 # counter values below 10^18 keep per-instruction ratios and their products well inside float64.
 MAX_BYTES = 1 << 50  # 1 PiB: no single machine's memory, structure or footprint is larger
 MAX_COUNT = 10**18  # instructions, cycles, misses over one run (~10 years at 3 GHz)
+# A run's cycles per instruction: a core that retires one instruction per 10,000 cycles is waiting
+# on nothing a model of memory explains.
+MAX_SWEEP_CPI = 1e4
 MAX_SAMPLES = 10**12
 MAX_SECONDS = 1e7  # ~116 days for one reference run
 MAX_BANDWIDTH = 1e13  # 10 TB/s per tier
@@ -131,6 +134,14 @@ class ReferenceRun(_Wire):
 class MissCurvePoint(_Wire):
     llc_ways: int = Field(ge=1, le=64)
     misses_per_instruction: float = Field(ge=0.0, le=10.0)
+    cycles_per_instruction: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=MAX_SWEEP_CPI,
+        description="the sweep run's cycles per instruction at this way count, all in DRAM (the"
+        " same `perf stat` that counts the misses counts the cycles); given at every point or at"
+        " none",
+    )
 
 
 class TierTraffic(_Wire):
@@ -445,6 +456,15 @@ def _check_miss_curve(b: ProfileBundle) -> list[Problem]:
                 )
             )
         lowest = min(lowest, mpi)
+    with_cpi = sum(p.cycles_per_instruction is not None for p in b.miss_curve)
+    if 0 < with_cpi < len(b.miss_curve):
+        out.append(
+            Problem(
+                "miss_curve[].cycles_per_instruction",
+                f"given at {with_cpi} of {len(b.miss_curve)} points: give it at every point or at"
+                " none",
+            )
+        )
     return out
 
 

@@ -163,6 +163,10 @@ class FittedModel(BaseModel):
     ways_max: int
     curve_ways: list[int]
     curve_mar: list[float] = Field(description="MAR(w), anchored to fastmin/fastmax counters")
+    curve_cpi: list[float] | None = Field(
+        default=None,
+        description="the way sweep's CPI at each of curve_ways, all in DRAM, where measured",
+    )
     access_rate_at_min: list[float] = Field(description="per tag, accesses/instruction at ways_min")
     access_rate_at_max: list[float] = Field(description="per tag, accesses/instruction at ways_max")
     cpi_cache: float
@@ -393,6 +397,7 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
         ways_max=w_max,
         curve_ways=curve_ways,
         curve_mar=curve_mar,
+        curve_cpi=_sweep_cpi(bundle),
         access_rate_at_min=rates_min,
         access_rate_at_max=rates_max,
         cpi_cache=cpi_cache,
@@ -799,6 +804,15 @@ def _reference_cpis(
         "fastmin": cpi_cache + sum(a * p * c for a, p, c in zip(rates_min, pd, k, strict=True)),
         "slowmax": cpi_cache + sum(a * (p + q) for a, p, q in zip(rates_max, pd, ps, strict=True)),
     }
+
+
+def _sweep_cpi(bundle: ProfileBundle) -> list[float] | None:
+    """The way sweep's CPI per curve point, where every point has it (the bundle's checks allow
+    all or none)."""
+    cpis = [p.cycles_per_instruction for p in bundle.miss_curve]
+    if any(c is None for c in cpis):
+        return None
+    return [float(c) for c in cpis if c is not None]
 
 
 def _dot(a: list[float], b: list[float]) -> float:

@@ -56,6 +56,14 @@ WINDOW_EFFECT = False
 # counts (`FittedModel.slow_scale_at_min_by_structure`): with fewer ways more of its misses are
 # in flight together and each waits less, on either tier.
 OVERLAP_SCALE = True
+# Where the way sweep measured CPI at every way count (all in DRAM), the memory stall between
+# fastmin's and fastmax's way counts follows the sweep's shape instead of the miss curve's: the
+# misses a few more ways remove are not all alike (a stream's overlap, a pointer chase's wait).
+SWEEP_SHAPE = True
+# A sweep whose CPI moves by less than this share between the two way counts is flat (noise).
+SWEEP_FLAT = 0.01
+# The sweep scales the penalties by no more than the overlap scale may (fit.OVERLAP_SCALE_RANGE).
+SWEEP_FACTOR_RANGE = (0.25, 4.0)
 # One core's instruction window (Skylake-SP's reorder buffer): misses of one structure further
 # apart than this cannot be in flight together.
 WINDOW_INSTRUCTIONS = 224.0
@@ -129,6 +137,7 @@ class Predictor:
         *,
         window_effect: bool = WINDOW_EFFECT,
         overlap_scale: bool = OVERLAP_SCALE,
+        sweep_shape: bool = SWEEP_SHAPE,
     ) -> None:
         self.model = model
         self._sizes = np.asarray(model.sizes_bytes, dtype=np.int64)
@@ -149,6 +158,11 @@ class Predictor:
         mlp = model.window_mlp_by_structure if window_effect else None
         self._mlp = None if mlp is None else np.asarray(mlp, dtype=np.float64)
         self._kept: Recent[Hashable, Any] = Recent(KEPT_PER_PREDICTOR)
+        self._sweep_cpi = (
+            None
+            if model.curve_cpi is None or not sweep_shape
+            else np.asarray(model.curve_cpi, dtype=np.float64)
+        )
 
     def kept(self, key: Hashable, compute: Callable[[], T]) -> T:
         """`compute()`'s result, kept by `key` with this predictor (the few most recent): for
@@ -227,7 +241,8 @@ class Predictor:
                 rates = self.rates_at_position(float(hj), float(mar[j]))
                 share = self.slow_bytes_per_structure(rates, slow) / self._sizes_f[None, :]
                 mar_slow[:, j] = share @ rates
-            cpi = m.cpi_cache + mar[None, :] * m.p_dram + mar_slow * m.p_slow
+            c = self._sweep_factor(ways_f, mar * m.p_dram)
+            cpi = m.cpi_cache + c[None, :] * (mar[None, :] * m.p_dram + mar_slow * m.p_slow)
         else:
             cpi = np.empty_like(mar_slow)
             uncovered = np.empty_like(mar_slow)
@@ -235,10 +250,10 @@ class Predictor:
                 rates = self.rates_at_position(float(hj), float(mar[j]))
                 share = self.slow_bytes_per_structure(rates, slow) / self._sizes_f[None, :]
                 mar_slow[:, j] = share @ rates
-                pd, ps = self._pd, self._ps
-                if self._scale is not None:
-                    k = 1.0 + (self._scale - 1.0) * float(np.clip(hj, 0.0, 1.0))
-                    pd, ps = pd * k, ps * k
+                pd, ps = self._penalties_at(float(hj))
+                if self._sweep_cpi is not None:
+                    scale = self._sweep_factor(ways_f[j : j + 1], np.asarray([rates @ pd]))
+                    pd, ps = pd * scale[0], ps * scale[0]
                 stall, alone = self._slow_stall(share, rates, pd, ps)
                 cpi[:, j] = m.cpi_cache + rates @ pd + stall
                 uncovered[:, j] = m.cpi_cache + rates @ pd + np.maximum(alone, stall)
@@ -261,6 +276,43 @@ class Predictor:
             extrapolated=(ways < m.ways_min) | (ways > m.ways_max),
             seconds_uncovered=seconds_uncovered,
         )
+
+    def _penalties_at(self, h: float) -> tuple[FloatArray, FloatArray]:
+        """Per-structure (DRAM, slow) penalties at curve position h, with the overlap scale."""
+        if self._scale is None:
+            return self._pd, self._ps
+        k = 1.0 + (self._scale - 1.0) * float(np.clip(h, 0.0, 1.0))
+        return self._pd * k, self._ps * k
+
+    def _dram_stall(self, ways: float) -> float:
+        """The model's memory stall per instruction all in DRAM at `ways`, before the sweep's
+        shape (at fastmin's and fastmax's way counts: the reference runs', by the fit)."""
+        w = np.asarray([ways], dtype=np.float64)
+        h, mar = float(self.curve_position(w)[0]), float(self.mar(w)[0])
+        if not self._per_structure:
+            return mar * self.model.p_dram
+        return float(self.rates_at_position(h, mar) @ self._penalties_at(h)[0])
+
+    def _sweep_factor(self, ways: FloatArray, dram_stall: FloatArray) -> FloatArray:
+        """Per way count, how much the memory penalties scale so that the all-DRAM stall
+        follows the way sweep's CPI between the two reference runs (align and scale, as Fig. 5
+        does with the miss curve): 1 at fastmin's and fastmax's way counts, and 1 everywhere
+        without a measured sweep or where the sweep is flat."""
+        ones = np.ones(len(ways))
+        if self._sweep_cpi is None:
+            return ones
+        m = self.model
+        s_min = float(np.interp(m.ways_min, self._curve_w, self._sweep_cpi))
+        s_max = float(np.interp(m.ways_max, self._curve_w, self._sweep_cpi))
+        if abs(s_min - s_max) <= SWEEP_FLAT * s_max:
+            return ones
+        g = (np.interp(ways, self._curve_w, self._sweep_cpi) - s_max) / (s_min - s_max)
+        d_min, d_max = self._dram_stall(float(m.ways_min)), self._dram_stall(float(m.ways_max))
+        target = d_max + (d_min - d_max) * g
+        factor = np.divide(target, dram_stall, out=ones.copy(), where=dram_stall > 0)
+        lo, hi = SWEEP_FACTOR_RANGE
+        out: FloatArray = np.clip(factor, lo, hi)
+        return out
 
     def _slow_stall(
         self, share: FloatArray, rates: FloatArray, pd: FloatArray, ps: FloatArray

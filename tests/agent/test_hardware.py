@@ -196,6 +196,13 @@ def test_hardware_profile_end_to_end_on_a_fake_optane_host(tmp_path: Path) -> No
     assert bundle.host.slow_tier.kind == "optane" and bundle.host.min_llc_ways == 1
     mpi = [p.misses_per_instruction for p in bundle.miss_curve]
     assert len(mpi) == 11 and mpi == sorted(mpi, reverse=True)
+    # The sweep's cycles come from the same perf stat: CPI at every way count, all in DRAM.
+    misses_at_11 = 40_000_000
+    assert bundle.miss_curve[-1].cycles_per_instruction == pytest.approx(
+        (6_000_000_000 + 100 * misses_at_11) / 8_000_000_000
+    )
+    cpi = [p.cycles_per_instruction or 0.0 for p in bundle.miss_curve]
+    assert cpi == sorted(cpi, reverse=True) and cpi[-1] > 0
     # Each run bound memory to the right node, inside the resctrl group, with PEBS sampling.
     runs = [c for c in runner.calls if c[0] == "sh"]
     assert "--membind=0" in runs[0][2] and "--membind=2" in runs[2][2]

@@ -168,6 +168,24 @@ def test_a_miss_curve_rising_within_noise_is_accepted_and_smoothed() -> None:
     assert all(a >= b for a, b in itertools.pairwise(model.curve_mar))
 
 
+def test_the_sweeps_cpi_is_given_at_every_curve_point_or_at_none() -> None:
+    data = make_bundle()
+    for point in data["miss_curve"]:
+        point["cycles_per_instruction"] = 0.6 + 80.0 * point["misses_per_instruction"]
+    assert parse_bundle(data).miss_curve[0].cycles_per_instruction == pytest.approx(2.2)
+    del data["miss_curve"][2]["cycles_per_instruction"]
+    assert rejected_fields(data) == ["miss_curve[].cycles_per_instruction"]
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, math.nan, math.inf, 1e5])
+def test_a_sweep_cpi_no_core_could_run_at_is_rejected(value: float) -> None:
+    data = make_bundle()
+    for point in data["miss_curve"]:
+        point["cycles_per_instruction"] = 1.0
+    data["miss_curve"][1]["cycles_per_instruction"] = value
+    assert "miss_curve[1].cycles_per_instruction" in rejected_fields(data)
+
+
 def test_a_rise_is_measured_against_the_lowest_point_so_far_not_the_previous_one() -> None:
     # Two rises of 6 % each stay within noise step by step but add up to 12 % over the minimum.
     data = make_bundle()

@@ -163,3 +163,41 @@ def test_a_round_tripped_model_predicts_identically(stall_counters: bool) -> Non
     for name in ("mar", "mar_slow", "cpi", "seconds", "slowdown", "dram_bytes", "slow_bytes"):
         assert np.array_equal(getattr(before, name), getattr(after, name)), name
     assert Predictor(model).placement(0.3, 4) == Predictor(again).placement(0.3, 4)
+
+
+def _with_sweep(raise_at: dict[int, float]) -> dict[str, Any]:
+    """The default bundle with the way sweep's CPI: the model's own CPI all in DRAM (0.6 + 80 x
+    MAR), raised at some way counts, as misses that cost more than the average would do."""
+    data = make_bundle()
+    for point in data["miss_curve"]:
+        w = point["llc_ways"]
+        point["cycles_per_instruction"] = (
+            0.6 + 80.0 * point["misses_per_instruction"] + (raise_at.get(w, 0.0))
+        )
+    return data
+
+
+def test_all_in_dram_the_prediction_follows_the_way_sweeps_cpi() -> None:
+    # A sweep 0.15 CPI above the miss curve's shape at 12 ways: the misses 12 ways add over 28
+    # cost more than fastmin's overlapping ones. The prediction passes through it, and still
+    # through the two reference runs.
+    model = fit(parse_bundle(_with_sweep({12: 0.15})))
+    assert model.curve_cpi is not None
+    grid = Predictor(model).predict(np.asarray([0.0, 0.5]), np.asarray([1, 12, 28]))
+    assert grid.cpi[0, 0] == pytest.approx(0.6 + 80.0 * 0.020, rel=1e-6)
+    assert grid.cpi[0, 2] == pytest.approx(0.6 + 80.0 * 0.0070, rel=1e-6)
+    assert grid.cpi[0, 1] == pytest.approx(0.6 + 80.0 * 0.008 + 0.15, rel=1e-6)
+    # Without the sweep, the same bundle follows the miss curve's shape.
+    plain = Predictor(model, sweep_shape=False).predict(np.asarray([0.0, 0.5]), np.asarray([12]))
+    assert plain.cpi[0, 0] == pytest.approx(0.6 + 80.0 * 0.008, rel=1e-6)
+    # The slow tier's extra latency is waited the same way: its share scales alike.
+    factor = (grid.cpi[0, 1] - 0.6) / (plain.cpi[0, 0] - 0.6)
+    assert grid.cpi[1, 1] - 0.6 == pytest.approx((plain.cpi[1, 0] - 0.6) * factor, rel=1e-6)
+
+
+def test_a_sweep_that_agrees_with_the_miss_curve_changes_nothing() -> None:
+    model = fit(parse_bundle(_with_sweep({})))
+    ratios, ways = np.asarray([0.0, 0.3, 1.0]), np.asarray([1, 4, 12, 20, 28])
+    with_sweep = Predictor(model).predict(ratios, ways).cpi
+    without = Predictor(model, sweep_shape=False).predict(ratios, ways).cpi
+    np.testing.assert_allclose(with_sweep, without, rtol=1e-9)

@@ -366,3 +366,23 @@ def test_a_disagreement_the_calibration_removes_still_widens_the_interval() -> N
     forgotten = skewed.diagnostics.model_copy(update={"uncalibrated_residuals": {}})
     narrow = prediction_interval(prediction, forgotten).sigma
     assert (wide >= narrow - 1e-12).all() and (wide > narrow * 1.5).any()
+
+
+def test_per_structure_penalties_follow_the_way_sweep_between_the_reference_runs() -> None:
+    data = per_structure_bundle()
+    plain = Predictor(fit(parse_bundle(data)))
+    ways = [p["llc_ways"] for p in data["miss_curve"]]
+    at = plain.predict(np.asarray([0.0]), np.asarray(ways, dtype=np.int64)).cpi[0]
+    # The sweep: the model's own CPI all in DRAM, except 0.1 higher at 12 ways.
+    for point, cpi in zip(data["miss_curve"], at, strict=True):
+        point["cycles_per_instruction"] = float(cpi) + (0.1 if point["llc_ways"] == 12 else 0.0)
+    model = fit(parse_bundle(data))
+    assert model.penalty_path == "per_structure" and model.curve_cpi is not None
+    swept = Predictor(model).predict(np.asarray([0.0, 1.0]), np.asarray([1, 12, 28])).cpi
+    i12 = ways.index(12)
+    assert swept[0, 0] == pytest.approx(at[0], rel=1e-6)  # fastmin
+    assert swept[0, 2] == pytest.approx(at[-1], rel=1e-6)  # fastmax
+    assert swept[0, 1] == pytest.approx(at[i12] + 0.1, rel=1e-6)
+    slow = plain.predict(np.asarray([1.0]), np.asarray([12, 28])).cpi[0]
+    assert swept[1, 2] == pytest.approx(slow[1], rel=1e-6)  # slowmax
+    assert swept[1, 1] > slow[0]

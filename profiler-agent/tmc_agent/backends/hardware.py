@@ -396,8 +396,19 @@ def _profile_runs(
                 misses = rec.counters.get("longest_lat_cache.miss")
                 if not instr or misses is None:
                     raise HardwareError("perf stat gave no instructions/LLC misses for the sweep")
-                curve.append(MissCurvePoint(llc_ways=w, misses_per_instruction=misses / instr))
+                # The same run's cycles give the sweep's CPI (all in DRAM) at this way count.
+                cycles = rec.counters.get("cycles")
+                curve.append(
+                    MissCurvePoint(
+                        llc_ways=w,
+                        misses_per_instruction=misses / instr,
+                        cycles_per_instruction=cycles / instr if cycles else None,
+                    )
+                )
                 steps.advance(s)
+        if any(p.cycles_per_instruction is None for p in curve):
+            # A bundle gives the sweep's CPI at every point or at none.
+            curve = [p.model_copy(update={"cycles_per_instruction": None}) for p in curve]
         managed: ManagedRun | None = None
         if opts.tiering:
             with step(steps, "managed run (page manager on, timed PEBS samples)", 1) as s:

@@ -318,9 +318,18 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
             )
             steps.advance(s)
     per_instruction = prep.misses_by_ways(opts.ways_max) / prep.measured_instructions()
+    # The way sweep runs the program at every way count, all in DRAM; a hardware sweep's
+    # `perf stat` counts cycles beside the misses, and so does this one.
+    with step(steps, "way sweep on the host model (every way count, all in DRAM)", 1) as s:
+        sweep = run_many(prep, [(0.0, w, all_in(workload, "fast")) for w in ways])
+        steps.advance(s)
     curve = [
-        MissCurvePoint(llc_ways=w, misses_per_instruction=float(per_instruction[w - 1]))
-        for w in ways
+        MissCurvePoint(
+            llc_ways=w,
+            misses_per_instruction=float(per_instruction[w - 1]),
+            cycles_per_instruction=max(r.cycles, 1) / max(r.instructions, 1),
+        )
+        for w, r in zip(ways, sweep, strict=True)
     ]
     desc = host_description(host)
     cpu = (
