@@ -176,7 +176,7 @@ def evaluate(name: str, bundle: ProfileBundle, stream: Path) -> ProgramResult:
     runs = run_many(prep, [(r, k, predictor.placement(r, k)) for r, k in configs])
     truth = np.asarray([x.wall_seconds for x in runs])
     predicted = priced.prediction.seconds.ravel()
-    sigma = prediction_interval(priced.prediction, fitted.diagnostics).sigma.ravel()
+    sigma = prediction_interval(priced.prediction, fitted.diagnostics).promise_sigma.ravel()
     z90 = NormalDist().inv_cdf(UPPER_LEVEL)
     z_product = NormalDist().inv_cdf(DEFAULT_CONFIDENCE)
 

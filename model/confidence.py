@@ -24,11 +24,12 @@ of its predicted time is
   sample counts, whose relative sampling error is about 1/sqrt(n);
 - MISS_CURVE_SPREAD: the miss curve between the profiled way counts is interpolated.
 
-plus, in quadrature, the gap to the uncovered prediction (each slow structure charged as if no
-other structure's slow misses hid its own, `model.predict`), taken as the `UNCOVERED_LEVEL`
-quantile: a structure's slow penalty measured in slowmax may be the share of a stall it
-overlapped with others, and alone it waits longer. That gap is a bias the configurations share,
-so it is fully correlated between points and cancels in their differences (the cost band).
+A promise (a run time's or slowdown's upper bound, and so an SLO's test) adds, in quadrature,
+the gap to the uncovered prediction (each slow structure charged as if no other structure's slow
+misses hid its own, `model.predict`), taken as the `UNCOVERED_LEVEL` quantile: a structure's
+slow penalty measured in slowmax may be the share of a stall it overlapped with others, and
+alone it waits longer. The gap is one-sided and a bias the configurations share, so it stays out
+of the cost band (differences between points) and the verification runs' prior.
 
 The interface takes only what any fit exposes, the grid prediction and the fit's diagnostics, so
 that it keeps working when the fit's internals change.
@@ -86,9 +87,12 @@ DEFAULT_BAND_CONFIDENCE = 0.9
 # this level: on the real-program corpus it is pessimistic for most points and right for those
 # whose structures' misses really wait alone (docs/model.md, "Real programs").
 UNCOVERED_LEVEL = 0.9
-# Off in the product: with it, the regime map's verified cost band broke on one quick regime
-# (within T in 75.7 % of its mixes, against 100 % without); docs/model.md, "Real programs".
-UNCOVERED_IN_INTERVAL = False
+# The gap is one-sided (a covered structure only ever waits longer alone) and it is a bias, not
+# noise: it widens the promises (a run time's or a slowdown's upper bound, an SLO's test), never
+# the cost band or the verification runs' prior, which judge differences between points and
+# expected savings (with it there, the regime map's verified cost band broke on one quick regime:
+# within T in 75.7 % of its mixes, against 100 % without; docs/model.md, "Real programs").
+UNCOVERED_IN_PROMISES = True
 # Likewise for way counts, in octaves: the miss curve's error at 4 ways is mostly its error at 3
 # and 6, little of its error at 28.
 WAYS_CORRELATION = 1.0
@@ -105,9 +109,6 @@ class ErrorTerms:
     anchor: FloatArray  # 0 at fastmax's way count, 1 at fastmin's (see the module's text)
     slow_ratio: FloatArray  # per point
     llc_ways: FloatArray  # per point
-    # The gap to the uncovered prediction, per point: a bias all points share (the same slow
-    # penalties under-charged), so it moves them together and cancels in their differences.
-    cover: FloatArray | None = None
     # Each a scalar error of the fit times how much a point depends on it (the residuals the
     # calibration through the reference runs removed): fully correlated over the points, so they
     # widen each point's interval but cancel in the difference of two points alike.
@@ -115,10 +116,9 @@ class ErrorTerms:
 
     @property
     def sigma(self) -> FloatArray:
-        cover = 0.0 if self.cover is None else self.cover**2
         bias = sum((b**2 for b in self.biases), np.zeros_like(self.slow))
         out: FloatArray = np.sqrt(
-            self.noise**2 + self.slow**2 + self.curve**2 + self.floor**2 + cover + bias
+            self.noise**2 + self.slow**2 + self.curve**2 + self.floor**2 + bias
         )
         return out
 
@@ -139,7 +139,6 @@ class ErrorTerms:
                 self.noise**2 * rho_noise
                 + self.slow * self.slow[j] * rho_slow
                 + self.curve * self.curve[j] * rho_curve
-                + (0.0 if self.cover is None else self.cover * self.cover[j])
                 + sum((b * b[j] for b in self.biases), np.zeros_like(self.slow))
             )
         )
@@ -156,6 +155,8 @@ class PredictionInterval:
     sigma: FloatArray
     confidence: float
     terms: ErrorTerms | None = None  # for differences between points (`ErrorTerms`)
+    # The uncovered gap as a one-sided standard deviation per point (`cover_sigma`); None: 0.
+    cover: FloatArray | None = None
 
     @property
     def z(self) -> float:
@@ -163,9 +164,38 @@ class PredictionInterval:
         return NormalDist().inv_cdf(self.confidence)
 
     def upper(self, value: FloatArray) -> FloatArray:
-        """The one-sided upper bound of a predicted time or cost (same shape as sigma)."""
+        """The one-sided upper bound of a predicted cost (same shape as sigma): the cost band's
+        and the verification runs' symmetric uncertainty."""
         out: FloatArray = value * (1.0 + self.z * self.sigma)
         return out
+
+    @property
+    def promise_sigma(self) -> FloatArray:
+        """sigma with the uncovered gap in quadrature: what a promise is stated on."""
+        return promise_sigma(self.sigma, self.cover)
+
+    def promise_upper(self, value: FloatArray) -> FloatArray:
+        """The one-sided upper bound of a predicted time that a promise states."""
+        out: FloatArray = value * (1.0 + self.z * self.promise_sigma)
+        return out
+
+
+def promise_sigma(sigma: FloatArray, cover: FloatArray | None) -> FloatArray:
+    """A promise's relative standard deviation: `sigma` and the one-sided cover term."""
+    if cover is None:
+        return sigma
+    out: FloatArray = np.sqrt(sigma**2 + cover**2)
+    return out
+
+
+def cover_sigma(prediction: GridPrediction) -> FloatArray | None:
+    """The gap to the uncovered prediction as a standard deviation, so that the upper bound
+    reaches the uncovered prediction at `UNCOVERED_LEVEL` (None where the fit has none or the
+    product does not use it)."""
+    if not UNCOVERED_IN_PROMISES or prediction.seconds_uncovered is None:
+        return None
+    out: FloatArray = uncovered_gap(prediction) / NormalDist().inv_cdf(UNCOVERED_LEVEL)
+    return out
 
 
 def slow_stall_share(prediction: GridPrediction) -> FloatArray:
@@ -239,7 +269,6 @@ def prediction_interval(
     slow_penalty_spread: float = SLOW_PENALTY_SPREAD,
     miss_curve_spread: float = MISS_CURVE_SPREAD,
     model_floor: float = MODEL_FLOOR,
-    uncovered: bool = UNCOVERED_IN_INTERVAL,
 ) -> PredictionInterval:
     if not 0.5 <= confidence < 1.0:
         raise ValueError("confidence lies in [0.5, 1)")
@@ -265,11 +294,9 @@ def prediction_interval(
         biases.append((abs(before["slowmax"]) * phi / phi_ref).ravel())
     if before.get("fastmin"):
         biases.append((abs(before["fastmin"]) * anchor).ravel())
-    cover = uncovered_gap(prediction) / NormalDist().inv_cdf(UNCOVERED_LEVEL) if uncovered else None
     terms = ErrorTerms(
         noise=noise,
         slow=slow.ravel(),
-        cover=None if cover is None else cover.ravel(),
         biases=tuple(biases),
         curve=(miss_curve_spread * psi).ravel(),
         floor=model_floor,
@@ -277,7 +304,12 @@ def prediction_interval(
         slow_ratio=np.repeat(np.asarray(prediction.slow_ratios, dtype=np.float64), shape[1]),
         llc_ways=np.tile(np.asarray(prediction.llc_ways, dtype=np.float64), shape[0]),
     )
-    return PredictionInterval(sigma=terms.sigma.reshape(shape), confidence=confidence, terms=terms)
+    return PredictionInterval(
+        sigma=terms.sigma.reshape(shape),
+        confidence=confidence,
+        terms=terms,
+        cover=cover_sigma(prediction),
+    )
 
 
 def slowdown_sigma(sigma: FloatArray, prediction: GridPrediction, ways_max: int) -> FloatArray:

@@ -262,6 +262,10 @@ class Predictor:
         seconds_uncovered = None
         if uncovered is not None:
             uncovered = np.maximum(monotone_envelope(uncovered, ratios, ways), cpi)
+            # More slow memory never saves time: no point waits longer than the grid's most
+            # slow point at its way count.
+            top = int(np.argmax(ratios))
+            uncovered = np.maximum(np.minimum(uncovered, cpi[top][None, :]), cpi)
             seconds_uncovered = m.fastmax_seconds * uncovered / self._fastmax_cpi
         return GridPrediction(
             slow_ratios=ratios,

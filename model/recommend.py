@@ -16,6 +16,7 @@ from model.confidence import (
     DEFAULT_CONFIDENCE,
     ErrorTerms,
     PredictionInterval,
+    cover_sigma,
     paired_bounds,
     prediction_interval,
     slowdown_sigma,
@@ -176,6 +177,9 @@ class PricedGrid:
     sigma: FloatArray  # [ratio, ways] relative standard deviation of each predicted time
     correction: GridCorrection | None = None  # from verification runs, already applied
     terms: ErrorTerms | None = None  # the uncorrected sigma's terms, for paired differences
+    # [ratio, ways] the uncovered gap as a one-sided sigma, for promises only (0 where a run
+    # measured the point); None without one (`model.confidence.cover_sigma`)
+    cover: FloatArray | None = None
 
     @property
     def measured(self) -> np.ndarray:
@@ -206,7 +210,7 @@ def price_grid(
     observations: Sequence[Observation] = (),
 ) -> PricedGrid:
     m = predictor.model
-    p, sigma, fix, terms = predictor.kept(
+    p, sigma, fix, terms, cover = predictor.kept(
         ("grid", grid, tuple(observations)),
         lambda: _predicted_grid(predictor, grid, observations),
     )
@@ -235,12 +239,14 @@ def price_grid(
         ],
         axis=-1,
     ).reshape(-1, 4)
-    return PricedGrid(p, hourly.ravel(), cost.ravel(), feasible.ravel(), demand, sigma, fix, terms)
+    return PricedGrid(
+        p, hourly.ravel(), cost.ravel(), feasible.ravel(), demand, sigma, fix, terms, cover
+    )
 
 
 def _predicted_grid(
     predictor: Predictor, grid: Grid, observations: Sequence[Observation]
-) -> tuple[GridPrediction, FloatArray, GridCorrection | None, ErrorTerms | None]:
+) -> tuple[GridPrediction, FloatArray, GridCorrection | None, ErrorTerms | None, FloatArray | None]:
     """The grid's predictions, their uncertainty and the runs' correction: what depends on the
     fit, the grid and the runs only (not on prices, machine, utilization or objective), so it is
     kept with the predictor. Its arrays are made read-only, as every caller shares them."""
@@ -252,12 +258,19 @@ def _predicted_grid(
         fix = observed_grid(predictor, p.slow_ratios, p.llc_ways, sigma, observations)
         p = corrected_grid(p, fix)
         sigma = fix.sigma
+    # The gap to the uncovered prediction, against the corrected times (a run that found the
+    # model low has closed part of it) and none where a run measured the point.
+    cover = cover_sigma(p)
+    if cover is not None and fix is not None:
+        cover = np.where(fix.measured, 0.0, cover)
     for shared in (p, fix):
         for value in vars(shared).values() if shared is not None else ():
             if isinstance(value, np.ndarray):
                 value.flags.writeable = False
     sigma.flags.writeable = False
-    return p, sigma, fix, interval.terms
+    if cover is not None:
+        cover.flags.writeable = False
+    return p, sigma, fix, interval.terms, cover
 
 
 def recommend(
@@ -302,11 +315,15 @@ def recommend(
         raise InvalidRequest("observations", str(exc)) from exc
     p = priced.prediction
     slowdown = p.slowdown.ravel()
-    interval = None if confidence is None else PredictionInterval(priced.sigma, confidence)
-    seconds_upper = None if interval is None else interval.upper(p.seconds).ravel()
+    interval = (
+        None
+        if confidence is None
+        else PredictionInterval(priced.sigma, confidence, cover=priced.cover)
+    )
+    seconds_upper = None if interval is None else interval.promise_upper(p.seconds).ravel()
     slowdown_upper = None
     if interval is not None:
-        relative_sigma = slowdown_sigma(priced.sigma, p, fitted.ways_max)
+        relative_sigma = slowdown_sigma(interval.promise_sigma, p, fitted.ways_max)
         slowdown_upper = (
             PredictionInterval(relative_sigma, interval.confidence).upper(p.seconds).ravel()
             / fitted.fastmax_seconds

@@ -8,12 +8,14 @@ takes). Whether the equation describes a machine is the simulator's question (te
 from __future__ import annotations
 
 import copy
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 import pytest
 
 from model import Predictor, fit, parse_bundle
+from model.confidence import UNCOVERED_LEVEL, prediction_interval
 from model.fit import CPI_RESIDUAL_FLAG, QUEUE_KAPPA, WINDOW_MLP_MAX, FittedModel
 from tests.factories import GHZ, Shape, make_bundle
 
@@ -386,3 +388,20 @@ def test_per_structure_penalties_follow_the_way_sweep_between_the_reference_runs
     slow = plain.predict(np.asarray([1.0]), np.asarray([12, 28])).cpi[0]
     assert swept[1, 2] == pytest.approx(slow[1], rel=1e-6)  # slowmax
     assert swept[1, 1] > slow[0]
+
+
+def test_a_promise_reaches_the_uncovered_prediction_and_the_cost_band_does_not() -> None:
+    # "warm" hid behind "hot" in slowmax: alone on the slow tier it may wait far longer. The
+    # upper bound a promise states reaches that at UNCOVERED_LEVEL; the cost band's does not move.
+    pen = {"hot": (200.0, 400.0), "warm": (4.0, 5.0), "cold": (60.0, 100.0)}
+    model = fit(parse_bundle(per_structure_bundle(pen)))
+    p = Predictor(model).predict(np.asarray([0.0, 0.2, 1.0]), np.asarray([28], dtype=np.int64))
+    assert p.seconds_uncovered is not None
+    gap = p.seconds_uncovered / p.seconds - 1.0
+    assert gap[1, 0] > 0.01 and gap[0, 0] == 0.0 and gap[2, 0] == pytest.approx(0.0, abs=1e-12)
+    interval = prediction_interval(p, model.diagnostics, confidence=UNCOVERED_LEVEL)
+    promise = interval.promise_upper(p.seconds)
+    assert (promise >= p.seconds_uncovered * (1.0 - 1e-9)).all()
+    assert (interval.upper(p.seconds) < promise).any()
+    z = NormalDist().inv_cdf(UNCOVERED_LEVEL)
+    np.testing.assert_allclose(interval.upper(p.seconds), p.seconds * (1.0 + z * interval.sigma))
