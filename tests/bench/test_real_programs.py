@@ -50,12 +50,12 @@ def test_the_model_passes_through_its_own_reference_runs(results: list[ProgramRe
 def test_the_advice_holds_in_truth(results: list[ProgramResult]) -> None:
     s = summarize(results)
     assert s["cheapest_gap_worst"] <= 0.03
-    # Measured 8.4 % on these three (twotier 2.0 %, listchase 8.0 %, phases 15.1 %): the corpus
+    # Measured 8.7 % on these three (twotier 3.5 %, listchase 8.0 %, phases 14.7 %): the corpus
     # misses the 5 % target (docs/model.md, "Real programs"); past 12 % something regressed.
     assert s["mape"] <= 0.12
     assert s["slo:5%"]["kept"] == s["slo:5%"]["decisions"]
     assert s["slo:10%"]["kept"] == s["slo:10%"]["decisions"]
-    assert s["coverage_90"] >= 0.85  # measured 90.9 %
+    assert s["coverage_90"] >= 0.85  # measured 93.5 % (the whole corpus: 90.8 %)
     text = markdown(results, s)
     assert all(f"| {name} |" in text for name in FAST)
 
@@ -78,6 +78,14 @@ def test_a_bundle_from_the_cli_says_why_its_path(tmp_path: Path) -> None:
     assert slowmax.cycles > fastmax.cycles
     model = fit(bundle)
     assert model.diagnostics.path_reason
+    # The way sweep ran on the same host model: its CPI at fastmax's and fastmin's way counts is
+    # those runs' own, and the fit keeps it for the LLC axis.
+    sweep = {p.llc_ways: p.cycles_per_instruction for p in bundle.miss_curve}
+    fastmin = bundle.run("fastmin")
+    for run in (fastmax, fastmin):
+        cpi = run.cycles / run.instructions
+        assert sweep[run.configuration.llc_ways] == pytest.approx(cpi, rel=1e-6)
+    assert model.curve_cpi is not None and len(model.curve_cpi) == len(bundle.miss_curve)
     assert (tmp_path / "llc_stream.npz").exists()
     # A verification run on the profile's own clock: the replay of slowmax's configuration is
     # slowmax's reference run.
