@@ -20,8 +20,9 @@ seconds per pod during each burst (user + system time from /proc: kube-apiserver
 scheduler, the extender, the publisher with its mirror (one process, as the chart runs them),
 PostgreSQL with its backends, and the benchmark itself, which creates the pods and watches them).
 With --profile, the publisher under py-spy during the extender's burst. With --pprof,
-tmc-scheduler's CPU profile during the plugin's burst and kube-scheduler's during the extender's
-(their /debug/pprof, as the admin) are written to DIR and their top functions printed, and
+tmc-scheduler's CPU profile during the plugin's burst, and kube-scheduler's and tmc-extender's
+during the extender's (their /debug/pprof: the schedulers' as the admin, tmc-extender's from its
+--pprof-address on loopback), are written to DIR and their top functions printed, and
 kube-apiserver's during both.
 With --compare-engine DIR, DIR's tmc-scheduler (another commit's build) places the same pods
 right after this checkout's: a before/after in one run.
@@ -67,7 +68,7 @@ from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import plugin as plugin_path
 from tests.scheduler.controlplane.goextender import GoExtenderProcess
-from tests.services import PostgresServer, wait_until
+from tests.services import PostgresServer, free_port, wait_until
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -140,6 +141,20 @@ def profile_scheduler(cp: ControlPlane, name: str, seconds: int, out: Path) -> t
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE  # its self-signed serving certificate, on loopback
         with urllib.request.urlopen(req, timeout=seconds + 60, context=ctx) as r:
+            out.write_bytes(r.read())
+
+    thread = threading.Thread(target=fetch, daemon=True)
+    thread.start()
+    return thread
+
+
+def profile_extender(address: str, seconds: int, out: Path) -> threading.Thread:
+    """tmc-extender's CPU profile for `seconds` from its --pprof-address (plain HTTP on
+    loopback), fetched in a thread, written to out."""
+
+    def fetch() -> None:
+        url = f"http://{address}/debug/pprof/profile?seconds={seconds}"
+        with urllib.request.urlopen(url, timeout=seconds + 60) as r:
             out.write_bytes(r.read())
 
     thread = threading.Thread(target=fetch, daemon=True)
@@ -452,7 +467,9 @@ def one_size(
         publisher = plugin_path.PublisherProcess(cp, postgres.url)
         publisher.start()
         publisher.wait_ready()
-        goext = GoExtenderProcess(cp)
+        # Its profiler on a loopback port of its own (never the verbs' TLS port).
+        goext_pprof = f"127.0.0.1:{free_port()}"
+        goext = GoExtenderProcess(cp, extra_args=(f"--pprof-address={goext_pprof}",))
         goext.start()
         with_ext = c.scheduler_config(cp, goext.url)
         bodies = [c.opted_in_pod(f"p{i}", "graph500", memory="256Mi") for i in range(pods)]
@@ -564,6 +581,8 @@ def one_size(
             # call) during the extender's burst.
             ext_profile = pprof / f"kube-scheduler-extender.{nodes}.pprof"
             ext_profiling = profile_scheduler(cp, "kube-scheduler", max(5, pods // 60), ext_profile)
+            goext_profile = pprof / f"tmc-extender.{nodes}.pprof"
+            goext_profiling = profile_extender(goext_pprof, max(5, pods // 60), goext_profile)
             ext_api_profile = pprof / f"kube-apiserver-extender.{nodes}.pprof"
             ext_api_profiling = profile_scheduler(
                 cp, "kube-apiserver", max(5, pods // 60), ext_api_profile
@@ -573,6 +592,7 @@ def one_size(
             if ext_profiling is not None:
                 ext_profiling.join(180)
                 ext_api_profiling.join(180)
+                goext_profiling.join(180)
         finally:
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
@@ -618,6 +638,8 @@ def one_size(
             print(pprof_top(Path(plugin_path.engine_binary("tmc-scheduler")), cpu_profile))
             print(f"  kube-scheduler CPU profile during the extender's burst ({ext_profile}):")
             print(pprof_top(cp.bin / "kube-scheduler", ext_profile))
+            print(f"  tmc-extender CPU profile during the extender's burst ({goext_profile}):")
+            print(pprof_top(Path(plugin_path.engine_binary("tmc-extender")), goext_profile))
             print(f"  kube-apiserver's CPU profiles: {api_profile}, {ext_api_profile}")
     except NotAllBound as exc:
         print(f"{nodes} nodes, {pods} pods: FAILED: {exc}")
