@@ -22,8 +22,8 @@ PostgreSQL with its backends, and the benchmark itself, which creates the pods a
 With --profile, the publisher under py-spy during the extender's burst. With --pprof,
 tmc-scheduler's CPU profile during the plugin's burst, and kube-scheduler's and tmc-extender's
 during the extender's (their /debug/pprof: the schedulers' as the admin, tmc-extender's from its
---pprof-address on loopback), are written to DIR and their top functions printed, and
-kube-apiserver's during both.
+--pprof-address on loopback), and the stock kube-scheduler's during its own burst, are written
+to DIR and their top functions printed, and kube-apiserver's during every burst.
 With --compare-engine DIR, DIR's tmc-scheduler (another commit's build) places the same pods
 right after this checkout's: a before/after in one run.
 The load average at the start and end of each size is printed: the figures are only comparable
@@ -105,11 +105,18 @@ def tree_cpu_seconds(pid: int) -> float:
 
 class CpuMeter:
     """CPU seconds per pod of named processes over one burst. Names in `trees` count the
-    process with its children."""
+    process with its children. With `api`, also the API server's requests per pod."""
 
-    def __init__(self, pids: dict[str, int | None], trees: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        pids: dict[str, int | None],
+        trees: tuple[str, ...] = (),
+        api: ControlPlane | None = None,
+    ) -> None:
         self.pids = {name: pid for name, pid in pids.items() if pid is not None}
         self.trees = trees
+        self.api = api
+        self.requests = api_requests(api) if api is not None else {}
         self.before = {name: self._seconds(name, pid) for name, pid in self.pids.items()}
 
     def _seconds(self, name: str, pid: int) -> float:
@@ -119,7 +126,10 @@ class CpuMeter:
         used = {n: self._seconds(n, pid) - self.before[n] for n, pid in self.pids.items()}
         parts = [f"{n} {1000 * v / pods:.1f} ms" for n, v in used.items()]
         total = sum(used.values())
-        return f"    CPU per pod: {', '.join(parts)}; total {1000 * total / pods:.1f} ms"
+        line = f"    CPU per pod: {', '.join(parts)}; total {1000 * total / pods:.1f} ms"
+        if self.api is not None:
+            line += "\n" + requests_line(self.requests, api_requests(self.api), pods)
+        return line
 
 
 def postmaster_pid(postgres: PostgresServer) -> int | None:
@@ -162,6 +172,44 @@ def profile_extender(address: str, seconds: int, out: Path) -> threading.Thread:
     return thread
 
 
+REQUEST_SERIES = re.compile(r"^apiserver_request_total\{([^}]*)\} (\S+)$", re.M)
+
+
+def api_requests(cp: ControlPlane) -> dict[tuple[str, str], float]:
+    """The API server's requests so far by (verb, resource[/subresource]), from its /metrics (as
+    the admin): what each path asks of it per pod, writes and watches alike."""
+    req = urllib.request.Request(
+        f"https://127.0.0.1:{cp.api_port}/metrics",
+        headers={"Authorization": f"Bearer {cp.admin_token}"},
+    )
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # its self-signed serving certificate, on loopback
+    with urllib.request.urlopen(req, timeout=30, context=ctx) as r:
+        text = r.read().decode()
+    out: dict[tuple[str, str], float] = {}
+    for labels, value in REQUEST_SERIES.findall(text):
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        resource = fields.get("resource", "")
+        if fields.get("subresource"):
+            resource += "/" + fields["subresource"]
+        key = (fields.get("verb", ""), resource)
+        out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
+def requests_line(
+    before: dict[tuple[str, str], float], after: dict[tuple[str, str], float], pods: int
+) -> str:
+    """The requests per pod of one burst that came at least once per 20 pods."""
+    per_pod = {k: (v - before.get(k, 0.0)) / pods for k, v in after.items()}
+    shown = sorted((k for k, v in per_pod.items() if v >= 0.05), key=lambda k: -per_pod[k])
+    parts = [
+        f"{verb} {resource or '-'} {per_pod[(verb, resource)]:.2f}" for verb, resource in shown
+    ]
+    return f"    API requests per pod: {', '.join(parts)}"
+
+
 def pprof_top(binary: Path, profile: Path, lines: int = 15) -> str:
     go = shutil.which("go")
     if go is None or not profile.exists():
@@ -177,7 +225,8 @@ def pprof_top(binary: Path, profile: Path, lines: int = 15) -> str:
 
 
 def add_nodes(cp: ControlPlane, n: int) -> None:
-    """n tiered nodes: half with a local slow tier, half on 384 GiB rack pools of 32 nodes."""
+    """n tiered nodes: half with a local slow tier, half on 1 TiB rack pools of 32 nodes; each
+    holds 12 CPUs, so that 1,000 pods fit on 100 nodes with room to choose (10 a node)."""
     api = c.core(cp)
 
     def one(i: int) -> None:
@@ -185,11 +234,11 @@ def add_nodes(cp: ControlPlane, n: int) -> None:
         cap = NodeCapacity(
             host_kind="bench",
             cpus=12,
-            dram_bytes=24 * GIB,
+            dram_bytes=64 * GIB,
             slow_bytes=0 if pooled else 128 * GIB,
             llc_ways=48,
             slow_pool=f"rack-{i // 64}" if pooled else None,
-            slow_pool_bytes=384 * GIB if pooled else None,
+            slow_pool_bytes=1024 * GIB if pooled else None,
         )
         labels, annotations = cap.to_metadata()
         body = c.node_object(f"n{i:05d}")
@@ -499,9 +548,24 @@ def one_size(
                 "publisher+mirror": pid(publisher.proc),
             },
             trees,
+            api=cp,
         )
+        stock_api_profiling = None
+        if pprof is not None:
+            pprof.mkdir(parents=True, exist_ok=True)
+            stock_api_profile = pprof / f"kube-apiserver-stock.{nodes}.pprof"
+            stock_api_profiling = profile_scheduler(
+                cp, "kube-apiserver", max(5, pods // 60), stock_api_profile
+            )
+            stock_profile = pprof / f"kube-scheduler-stock.{nodes}.pprof"
+            stock_profiling = profile_scheduler(
+                cp, "kube-scheduler", max(5, pods // 60), stock_profile
+            )
         stock = run(cp, "plain", [without_opt_in(b) for b in bodies], timeout)
         stock_cpu = meter.line(pods)
+        if stock_api_profiling is not None:
+            stock_api_profiling.join(180)
+            stock_profiling.join(180)
         c.delete_all_pods(api, "plain")
         # The plugin front door, as the chart's default deploys it: tmc-scheduler.
         cp.stop_process("kube-scheduler")
@@ -517,6 +581,7 @@ def one_size(
                 "publisher+mirror": pid(publisher.proc),
             },
             trees,
+            api=cp,
         )
         profiling = None
         if pprof is not None:
@@ -547,6 +612,7 @@ def one_size(
                     "publisher+mirror": pid(publisher.proc),
                 },
                 trees,
+                api=cp,
             )
             compared = run(cp, "compare", bodies, timeout)
             compared_cpu = meter.line(pods)
@@ -566,6 +632,7 @@ def one_size(
                 "publisher+mirror": pid(publisher.proc),
             },
             trees,
+            api=cp,
         )
         spy = None
         if profile is not None and publisher.proc is not None:
@@ -634,13 +701,18 @@ def one_size(
                 f"p99 <= {p99 * 1000:g} ms"
             )
         if pprof is not None:
+            print(f"  kube-scheduler CPU profile during the stock burst ({stock_profile}):")
+            print(pprof_top(cp.bin / "kube-scheduler", stock_profile))
             print(f"  tmc-scheduler CPU profile during the plugin's burst ({cpu_profile}):")
             print(pprof_top(Path(plugin_path.engine_binary("tmc-scheduler")), cpu_profile))
             print(f"  kube-scheduler CPU profile during the extender's burst ({ext_profile}):")
             print(pprof_top(cp.bin / "kube-scheduler", ext_profile))
             print(f"  tmc-extender CPU profile during the extender's burst ({goext_profile}):")
             print(pprof_top(Path(plugin_path.engine_binary("tmc-extender")), goext_profile))
-            print(f"  kube-apiserver's CPU profiles: {api_profile}, {ext_api_profile}")
+            print(
+                f"  kube-apiserver's CPU profiles: {stock_api_profile}, {api_profile}, "
+                f"{ext_api_profile}"
+            )
     except NotAllBound as exc:
         print(f"{nodes} nodes, {pods} pods: FAILED: {exc}")
         return False
