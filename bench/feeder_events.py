@@ -4,7 +4,7 @@ tmc's scheduler with its placement, then its status events; as many plain pods o
 workloads beside them) fed through the feeder, its mirror writing into a real PostgreSQL in
 batches as its thread does. PostgreSQL's own CPU is not counted: the figure is the publisher's.
 
-    python -m bench.feeder_events [--pods 1000] [--nodes 500] [--batch 200] [--baseline DIR]
+    python -m bench.feeder_events [--pods 1000] [--nodes 500] [--batch 1000] [--baseline DIR]
 
 `--baseline DIR`: another checkout of tmc (e.g. `git worktree add --detach /tmp/tmc-base
 main`) measured in the same run, against the same database server, rounds interleaved; the
@@ -34,7 +34,9 @@ from store.orm import Base
 from store.settings import DatabaseSettings
 from tests.services import PostgresServer
 
-EVENTS_PER_BATCH = 200  # about what 0.2 s of a burst brings (the mirror's batch window)
+# About what the mirror's batch window (1 s, TMC_MIRROR_BATCH_SECONDS) gathers of a burst of
+# 100 pods/s: each tiered pod and its plain neighbour bring 10 events.
+EVENTS_PER_BATCH = 1000
 
 
 def tiered_node(i: int) -> dict[str, Any]:
@@ -171,9 +173,8 @@ def measure(
 def _child(tree: Path, database_url: str, pods: int, nodes: int, batch: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     args = [sys.executable, __file__, "--measure", database_url, "--pods", str(pods)]
-    args += ["--nodes", str(nodes)]
-    if batch != EVENTS_PER_BATCH:  # a baseline from before the option measures its default
-        args += ["--batch", str(batch)]
+    # This script, with the tree's packages: the same events and batches for every tree.
+    args += ["--nodes", str(nodes), "--batch", str(batch)]
     out = subprocess.run(args, env=env, cwd=tree, check=True, capture_output=True)
     result: dict[str, float] = json.loads(out.stdout.decode().strip().splitlines()[-1])
     return result
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         default=EVENTS_PER_BATCH,
         help="events the watch hands the mirror between two writes (10 a tiered pod with its "
-        "plain neighbour; the default is what 0.2 s of a 100 pods/s burst brings)",
+        "plain neighbour; the default is what 1 s of a 100 pods/s burst brings)",
     )
     parser.add_argument("--baseline", type=Path, help="another tmc checkout to compare with")
     parser.add_argument("--measure", metavar="DATABASE_URL", help=argparse.SUPPRESS)
