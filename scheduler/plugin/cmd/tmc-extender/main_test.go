@@ -24,6 +24,10 @@ import (
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"tmc.dev/scheduler-plugin/pkg/tmc"
 )
 
 func TestPlacementFenceFromFlags(t *testing.T) {
@@ -129,6 +133,7 @@ func TestTheVerbsAreServedOverHTTP2OnOneConnection(t *testing.T) {
 	ca, caKey, caDER := signed(t, "tmc-ca", nil, nil, x509.ExtKeyUsageAny)
 	_, serverKey, serverDER := signed(t, "tmc-extender", ca, caKey, x509.ExtKeyUsageServerAuth)
 	_, clientKey, clientDER := signed(t, "tmc-scheduler", ca, caKey, x509.ExtKeyUsageClientAuth)
+	_, otherKey, otherDER := signed(t, "someone-else", ca, caKey, x509.ExtKeyUsageClientAuth)
 	keyDER := func(k *ecdsa.PrivateKey) []byte {
 		der, err := x509.MarshalECPrivateKey(k)
 		if err != nil {
@@ -142,15 +147,18 @@ func TestTheVerbsAreServedOverHTTP2OnOneConnection(t *testing.T) {
 		keyFile:      pemFile(t, dir, "tls.key", "EC PRIVATE KEY", keyDER(serverKey)),
 		clientCAFile: pemFile(t, dir, "ca.crt", "CERTIFICATE", caDER),
 	}
+	// The extender's own handler, behind a recorder of each call's protocol that holds the
+	// calls a moment, so that they overlap as binds in flight do.
+	engine := tmc.NewEngine(fake.NewSimpleClientset(), nil, 0)
+	nodes := corelisters.NewNodeLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))
+	verbs := tmc.NewExtender(engine, nil, nodes, tmc.ExtenderOptions{
+		RequireClientCert: true, ClientNames: []string{"tmc-scheduler"},
+	}).Handler("/scheduler")
 	var protos sync.Map
 	server, listener, err := listen(o, true, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
-			http.Error(w, "no verified client certificate", http.StatusUnauthorized)
-			return
-		}
 		protos.Store(r.Proto, true)
-		time.Sleep(20 * time.Millisecond) // calls overlap, as binds in flight do
-		_, _ = io.WriteString(w, `{}`)
+		time.Sleep(20 * time.Millisecond)
+		verbs.ServeHTTP(w, r)
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +176,7 @@ func TestTheVerbsAreServedOverHTTP2OnOneConnection(t *testing.T) {
 	pool.AddCert(ca)
 	clientCert := tls.Certificate{Certificate: [][]byte{clientDER}, PrivateKey: clientKey}
 	url := "https://" + listener.Addr().String() + "/scheduler/filter"
-	calls := func(tr *http.Transport, n int) {
+	calls := func(tr *http.Transport, n int, want int) {
 		t.Helper()
 		client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 		var wg sync.WaitGroup
@@ -177,15 +185,15 @@ func TestTheVerbsAreServedOverHTTP2OnOneConnection(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				resp, err := client.Post(url, "application/json", strings.NewReader(`{}`))
+				resp, err := client.Post(url, "application/json", strings.NewReader(`{"Pod":null,"NodeNames":[]}`))
 				if err != nil {
 					errs <- err
 					return
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					errs <- fmt.Errorf("status %d", resp.StatusCode)
+				if resp.StatusCode != want {
+					errs <- fmt.Errorf("status %d, want %d", resp.StatusCode, want)
 				}
 			}()
 		}
@@ -200,8 +208,8 @@ func TestTheVerbsAreServedOverHTTP2OnOneConnection(t *testing.T) {
 	scheduler := utilnet.SetTransportDefaults(&http.Transport{TLSClientConfig: &tls.Config{
 		RootCAs: pool, Certificates: []tls.Certificate{clientCert}, MinVersion: tls.VersionTLS12,
 	}})
-	calls(scheduler, 1) // the first call opens the connection
-	calls(scheduler, 16)
+	calls(scheduler, 1, http.StatusOK) // the first call opens the connection
+	calls(scheduler, 16, http.StatusOK)
 	if _, ok := protos.Load("HTTP/2.0"); !ok {
 		t.Fatalf("kube-scheduler's transport did not speak HTTP/2: %v", keys(&protos))
 	}
@@ -213,10 +221,17 @@ func TestTheVerbsAreServedOverHTTP2OnOneConnection(t *testing.T) {
 	plain := &http.Transport{TLSClientConfig: &tls.Config{
 		RootCAs: pool, Certificates: []tls.Certificate{clientCert}, MinVersion: tls.VersionTLS12,
 	}, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}
-	calls(plain, 2)
+	calls(plain, 2, http.StatusOK)
 	if _, ok := protos.Load("HTTP/1.1"); !ok {
 		t.Fatalf("an HTTP/1.1 client was not served over HTTP/1.1: %v", keys(&protos))
 	}
+
+	// Over HTTP/2 as over HTTP/1.1, a certificate of the same CA for another name is refused.
+	other := utilnet.SetTransportDefaults(&http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, Certificates: []tls.Certificate{{Certificate: [][]byte{otherDER}, PrivateKey: otherKey}},
+		MinVersion: tls.VersionTLS12,
+	}})
+	calls(other, 3, http.StatusUnauthorized)
 }
 
 func keys(m *sync.Map) []any {
