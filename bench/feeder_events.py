@@ -4,7 +4,7 @@ tmc's scheduler with its placement, then its status events; as many plain pods o
 workloads beside them) fed through the feeder, its mirror writing into a real PostgreSQL in
 batches as its thread does. PostgreSQL's own CPU is not counted: the figure is the publisher's.
 
-    python -m bench.feeder_events [--pods 1000] [--nodes 500] [--baseline DIR]
+    python -m bench.feeder_events [--pods 1000] [--nodes 500] [--batch 1000] [--baseline DIR]
 
 `--baseline DIR`: another checkout of tmc (e.g. `git worktree add --detach /tmp/tmc-base
 main`) measured in the same run, against the same database server, rounds interleaved; the
@@ -34,7 +34,9 @@ from store.orm import Base
 from store.settings import DatabaseSettings
 from tests.services import PostgresServer
 
-EVENTS_PER_BATCH = 200  # about what 0.2 s of a burst brings (the mirror's batch window)
+# About what the mirror's batch window (1 s, TMC_MIRROR_BATCH_SECONDS) gathers of a burst of
+# 100 pods/s: each tiered pod and its plain neighbour bring 10 events.
+EVENTS_PER_BATCH = 1000
 
 
 def tiered_node(i: int) -> dict[str, Any]:
@@ -136,7 +138,9 @@ class Listed:
         return [], "1"
 
 
-def measure(database_url: str, pods: int, nodes: int) -> dict[str, float]:
+def measure(
+    database_url: str, pods: int, nodes: int, batch: int = EVENTS_PER_BATCH
+) -> dict[str, float]:
     """One run in this process, with whichever tmc is on sys.path."""
 
     engine = make_engine(DatabaseSettings(environment="test", database_url=database_url))
@@ -150,9 +154,9 @@ def measure(database_url: str, pods: int, nodes: int) -> dict[str, float]:
     feeder.mirror_pending()
     stream = events(pods, nodes)
     watch = mirror = 0.0
-    for start in range(0, len(stream), EVENTS_PER_BATCH):
+    for start in range(0, len(stream), batch):
         t0 = time.process_time()
-        for event, pod in stream[start : start + EVENTS_PER_BATCH]:
+        for event, pod in stream[start : start + batch]:
             feeder.on_pod(event, pod)
         t1 = time.process_time()
         feeder.mirror_pending()
@@ -166,12 +170,12 @@ def measure(database_url: str, pods: int, nodes: int) -> dict[str, float]:
     return {"events": float(len(stream)), "watch_s": watch, "mirror_s": mirror}
 
 
-def _child(tree: Path, database_url: str, pods: int, nodes: int) -> dict[str, float]:
+def _child(tree: Path, database_url: str, pods: int, nodes: int, batch: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     args = [sys.executable, __file__, "--measure", database_url, "--pods", str(pods)]
-    out = subprocess.run(
-        [*args, "--nodes", str(nodes)], env=env, cwd=tree, check=True, capture_output=True
-    )
+    # This script, with the tree's packages: the same events and batches for every tree.
+    args += ["--nodes", str(nodes), "--batch", str(batch)]
+    out = subprocess.run(args, env=env, cwd=tree, check=True, capture_output=True)
     result: dict[str, float] = json.loads(out.stdout.decode().strip().splitlines()[-1])
     return result
 
@@ -181,11 +185,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pods", type=int, default=1000, help="tiered pods (as many plain)")
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=EVENTS_PER_BATCH,
+        help="events the watch hands the mirror between two writes (10 a tiered pod with its "
+        "plain neighbour; the default is what 1 s of a 100 pods/s burst brings)",
+    )
     parser.add_argument("--baseline", type=Path, help="another tmc checkout to compare with")
     parser.add_argument("--measure", metavar="DATABASE_URL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
-        print(json.dumps(measure(args.measure, args.pods, args.nodes)))
+        print(json.dumps(measure(args.measure, args.pods, args.nodes, args.batch)))
         return
 
     here = Path(__file__).resolve().parents[1]
@@ -198,10 +209,13 @@ def main(argv: list[str] | None = None) -> None:
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
         for _ in range(args.rounds):  # interleaved: a noisy moment costs both alike
             for name, tree in trees.items():
-                runs[name].append(_child(tree, server.url, args.pods, args.nodes))
+                runs[name].append(_child(tree, server.url, args.pods, args.nodes, args.batch))
     finally:
         server.close()
-    print(f"{args.pods} tiered + {args.pods} plain pods, {args.nodes} nodes, {args.rounds} rounds")
+    print(
+        f"{args.pods} tiered + {args.pods} plain pods, {args.nodes} nodes, {args.rounds} rounds, "
+        f"{args.batch} events a batch"
+    )
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     per_pod: dict[str, float] = {}
     for name, results in runs.items():

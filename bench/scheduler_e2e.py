@@ -20,9 +20,10 @@ seconds per pod during each burst (user + system time from /proc: kube-apiserver
 scheduler, the extender, the publisher with its mirror (one process, as the chart runs them),
 PostgreSQL with its backends, and the benchmark itself, which creates the pods and watches them).
 With --profile, the publisher under py-spy during the extender's burst. With --pprof,
-tmc-scheduler's CPU profile during the plugin's burst and kube-scheduler's during the extender's
-(their /debug/pprof, as the admin) are written to DIR and their top functions printed, and
-kube-apiserver's during both.
+tmc-scheduler's CPU profile during the plugin's burst, and kube-scheduler's and tmc-extender's
+during the extender's (their /debug/pprof: the schedulers' as the admin, tmc-extender's from its
+--pprof-address on loopback), and the stock kube-scheduler's during its own burst, are written
+to DIR and their top functions printed, and kube-apiserver's during every burst.
 With --compare-engine DIR, DIR's tmc-scheduler (another commit's build) places the same pods
 right after this checkout's: a before/after in one run.
 The load average at the start and end of each size is printed: the figures are only comparable
@@ -67,7 +68,7 @@ from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import plugin as plugin_path
 from tests.scheduler.controlplane.goextender import GoExtenderProcess
-from tests.services import PostgresServer, wait_until
+from tests.services import PostgresServer, free_port, wait_until
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -104,11 +105,18 @@ def tree_cpu_seconds(pid: int) -> float:
 
 class CpuMeter:
     """CPU seconds per pod of named processes over one burst. Names in `trees` count the
-    process with its children."""
+    process with its children. With `api`, also the API server's requests per pod."""
 
-    def __init__(self, pids: dict[str, int | None], trees: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        pids: dict[str, int | None],
+        trees: tuple[str, ...] = (),
+        api: ControlPlane | None = None,
+    ) -> None:
         self.pids = {name: pid for name, pid in pids.items() if pid is not None}
         self.trees = trees
+        self.api = api
+        self.requests = api_requests(api) if api is not None else {}
         self.before = {name: self._seconds(name, pid) for name, pid in self.pids.items()}
 
     def _seconds(self, name: str, pid: int) -> float:
@@ -118,7 +126,10 @@ class CpuMeter:
         used = {n: self._seconds(n, pid) - self.before[n] for n, pid in self.pids.items()}
         parts = [f"{n} {1000 * v / pods:.1f} ms" for n, v in used.items()]
         total = sum(used.values())
-        return f"    CPU per pod: {', '.join(parts)}; total {1000 * total / pods:.1f} ms"
+        line = f"    CPU per pod: {', '.join(parts)}; total {1000 * total / pods:.1f} ms"
+        if self.api is not None:
+            line += "\n" + requests_line(self.requests, api_requests(self.api), pods)
+        return line
 
 
 def postmaster_pid(postgres: PostgresServer) -> int | None:
@@ -147,6 +158,58 @@ def profile_scheduler(cp: ControlPlane, name: str, seconds: int, out: Path) -> t
     return thread
 
 
+def profile_extender(address: str, seconds: int, out: Path) -> threading.Thread:
+    """tmc-extender's CPU profile for `seconds` from its --pprof-address (plain HTTP on
+    loopback), fetched in a thread, written to out."""
+
+    def fetch() -> None:
+        url = f"http://{address}/debug/pprof/profile?seconds={seconds}"
+        with urllib.request.urlopen(url, timeout=seconds + 60) as r:
+            out.write_bytes(r.read())
+
+    thread = threading.Thread(target=fetch, daemon=True)
+    thread.start()
+    return thread
+
+
+REQUEST_SERIES = re.compile(r"^apiserver_request_total\{([^}]*)\} (\S+)$", re.M)
+
+
+def api_requests(cp: ControlPlane) -> dict[tuple[str, str], float]:
+    """The API server's requests so far by (verb, resource[/subresource]), from its /metrics (as
+    the admin): what each path asks of it per pod, writes and watches alike."""
+    req = urllib.request.Request(
+        f"https://127.0.0.1:{cp.api_port}/metrics",
+        headers={"Authorization": f"Bearer {cp.admin_token}"},
+    )
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # its self-signed serving certificate, on loopback
+    with urllib.request.urlopen(req, timeout=30, context=ctx) as r:
+        text = r.read().decode()
+    out: dict[tuple[str, str], float] = {}
+    for labels, value in REQUEST_SERIES.findall(text):
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        resource = fields.get("resource", "")
+        if fields.get("subresource"):
+            resource += "/" + fields["subresource"]
+        key = (fields.get("verb", ""), resource)
+        out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
+def requests_line(
+    before: dict[tuple[str, str], float], after: dict[tuple[str, str], float], pods: int
+) -> str:
+    """The requests per pod of one burst that came at least once per 20 pods."""
+    per_pod = {k: (v - before.get(k, 0.0)) / pods for k, v in after.items()}
+    shown = sorted((k for k, v in per_pod.items() if v >= 0.05), key=lambda k: -per_pod[k])
+    parts = [
+        f"{verb} {resource or '-'} {per_pod[(verb, resource)]:.2f}" for verb, resource in shown
+    ]
+    return f"    API requests per pod: {', '.join(parts)}"
+
+
 def pprof_top(binary: Path, profile: Path, lines: int = 15) -> str:
     go = shutil.which("go")
     if go is None or not profile.exists():
@@ -162,7 +225,8 @@ def pprof_top(binary: Path, profile: Path, lines: int = 15) -> str:
 
 
 def add_nodes(cp: ControlPlane, n: int) -> None:
-    """n tiered nodes: half with a local slow tier, half on 384 GiB rack pools of 32 nodes."""
+    """n tiered nodes: half with a local slow tier, half on 1 TiB rack pools of 32 nodes; each
+    holds 12 CPUs, so that 1,000 pods fit on 100 nodes with room to choose (10 a node)."""
     api = c.core(cp)
 
     def one(i: int) -> None:
@@ -170,11 +234,11 @@ def add_nodes(cp: ControlPlane, n: int) -> None:
         cap = NodeCapacity(
             host_kind="bench",
             cpus=12,
-            dram_bytes=24 * GIB,
+            dram_bytes=64 * GIB,
             slow_bytes=0 if pooled else 128 * GIB,
             llc_ways=48,
             slow_pool=f"rack-{i // 64}" if pooled else None,
-            slow_pool_bytes=384 * GIB if pooled else None,
+            slow_pool_bytes=1024 * GIB if pooled else None,
         )
         labels, annotations = cap.to_metadata()
         body = c.node_object(f"n{i:05d}")
@@ -452,7 +516,9 @@ def one_size(
         publisher = plugin_path.PublisherProcess(cp, postgres.url)
         publisher.start()
         publisher.wait_ready()
-        goext = GoExtenderProcess(cp)
+        # Its profiler on a loopback port of its own (never the verbs' TLS port).
+        goext_pprof = f"127.0.0.1:{free_port()}"
+        goext = GoExtenderProcess(cp, extra_args=(f"--pprof-address={goext_pprof}",))
         goext.start()
         with_ext = c.scheduler_config(cp, goext.url)
         bodies = [c.opted_in_pod(f"p{i}", "graph500", memory="256Mi") for i in range(pods)]
@@ -482,9 +548,24 @@ def one_size(
                 "publisher+mirror": pid(publisher.proc),
             },
             trees,
+            api=cp,
         )
+        stock_api_profiling = None
+        if pprof is not None:
+            pprof.mkdir(parents=True, exist_ok=True)
+            stock_api_profile = pprof / f"kube-apiserver-stock.{nodes}.pprof"
+            stock_api_profiling = profile_scheduler(
+                cp, "kube-apiserver", max(5, pods // 60), stock_api_profile
+            )
+            stock_profile = pprof / f"kube-scheduler-stock.{nodes}.pprof"
+            stock_profiling = profile_scheduler(
+                cp, "kube-scheduler", max(5, pods // 60), stock_profile
+            )
         stock = run(cp, "plain", [without_opt_in(b) for b in bodies], timeout)
         stock_cpu = meter.line(pods)
+        if stock_api_profiling is not None:
+            stock_api_profiling.join(180)
+            stock_profiling.join(180)
         c.delete_all_pods(api, "plain")
         # The plugin front door, as the chart's default deploys it: tmc-scheduler.
         cp.stop_process("kube-scheduler")
@@ -500,6 +581,7 @@ def one_size(
                 "publisher+mirror": pid(publisher.proc),
             },
             trees,
+            api=cp,
         )
         profiling = None
         if pprof is not None:
@@ -530,6 +612,7 @@ def one_size(
                     "publisher+mirror": pid(publisher.proc),
                 },
                 trees,
+                api=cp,
             )
             compared = run(cp, "compare", bodies, timeout)
             compared_cpu = meter.line(pods)
@@ -549,6 +632,7 @@ def one_size(
                 "publisher+mirror": pid(publisher.proc),
             },
             trees,
+            api=cp,
         )
         spy = None
         if profile is not None and publisher.proc is not None:
@@ -564,6 +648,8 @@ def one_size(
             # call) during the extender's burst.
             ext_profile = pprof / f"kube-scheduler-extender.{nodes}.pprof"
             ext_profiling = profile_scheduler(cp, "kube-scheduler", max(5, pods // 60), ext_profile)
+            goext_profile = pprof / f"tmc-extender.{nodes}.pprof"
+            goext_profiling = profile_extender(goext_pprof, max(5, pods // 60), goext_profile)
             ext_api_profile = pprof / f"kube-apiserver-extender.{nodes}.pprof"
             ext_api_profiling = profile_scheduler(
                 cp, "kube-apiserver", max(5, pods // 60), ext_api_profile
@@ -573,6 +659,7 @@ def one_size(
             if ext_profiling is not None:
                 ext_profiling.join(180)
                 ext_api_profiling.join(180)
+                goext_profiling.join(180)
         finally:
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
@@ -614,11 +701,18 @@ def one_size(
                 f"p99 <= {p99 * 1000:g} ms"
             )
         if pprof is not None:
+            print(f"  kube-scheduler CPU profile during the stock burst ({stock_profile}):")
+            print(pprof_top(cp.bin / "kube-scheduler", stock_profile))
             print(f"  tmc-scheduler CPU profile during the plugin's burst ({cpu_profile}):")
             print(pprof_top(Path(plugin_path.engine_binary("tmc-scheduler")), cpu_profile))
             print(f"  kube-scheduler CPU profile during the extender's burst ({ext_profile}):")
             print(pprof_top(cp.bin / "kube-scheduler", ext_profile))
-            print(f"  kube-apiserver's CPU profiles: {api_profile}, {ext_api_profile}")
+            print(f"  tmc-extender CPU profile during the extender's burst ({goext_profile}):")
+            print(pprof_top(Path(plugin_path.engine_binary("tmc-extender")), goext_profile))
+            print(
+                f"  kube-apiserver's CPU profiles: {stock_api_profile}, {api_profile}, "
+                f"{ext_api_profile}"
+            )
     except NotAllBound as exc:
         print(f"{nodes} nodes, {pods} pods: FAILED: {exc}")
         return False

@@ -277,7 +277,7 @@ class Feeder:
         resync_seconds: float = 300.0,
         watch_timeout_seconds: int = 240,
         mirror_retry_seconds: float = 2.0,
-        mirror_batch_seconds: float = 0.2,
+        mirror_batch_seconds: float = 1.0,
         rack_pools: Mapping[str, int] | None = None,
         metrics: PublisherMetrics | None = None,
     ) -> None:

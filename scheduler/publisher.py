@@ -1100,6 +1100,7 @@ def main() -> None:
         resync_seconds=settings.resync_seconds,
         watch_timeout_seconds=settings.watch_timeout_seconds,
         mirror_retry_seconds=settings.mirror_retry_seconds,
+        mirror_batch_seconds=settings.mirror_batch_seconds,
         rack_pools=settings.rack_pools,
         metrics=metrics,
     )

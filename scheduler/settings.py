@@ -29,6 +29,11 @@ class FeederSettings(DatabaseSettings):
     resync_seconds: float = Field(default=300.0, gt=0)
     # While the ledger's database is unreachable, the mirror tries again this often.
     mirror_retry_seconds: float = Field(default=2.0, gt=0)
+    # How long the mirror gathers a burst's changes before it writes them in one transaction.
+    # Its cost is mostly per batch: a burst's rows written every second cost the publisher
+    # 0.08 ms of CPU per tiered pod, against 0.20 ms written every 0.2 s (bench.feeder_events
+    # --batch), and the mirror is off the placement path.
+    mirror_batch_seconds: float = Field(default=1.0, gt=0, le=60)
     watch_timeout_seconds: int = Field(default=240, ge=1)
     # The rack pools' sizes the operator sets (the chart's rackPools, as JSON: {"rack-a":
     # "256Gi"}), authoritative over what nodes publish, as they are for the placement engine.

@@ -103,11 +103,16 @@ func tlsConfig(o options) (*tls.Config, error) {
 	}
 	// A certificate is optional at the TLS layer (probes connect without one) and checked
 	// against the CA when given; the verbs insist on a verified one (Extender.Authorised).
+	// HTTP/2 is offered first: kube-scheduler's extender client negotiates it (its transport
+	// is apimachinery's, with HTTP/2 configured) and then sends every verb, binds in flight
+	// included, as streams of one connection. Over HTTP/1.1 it keeps two idle connections, so
+	// a burst's concurrent binds open new ones, each a TLS handshake on both sides.
 	return &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		ClientCAs:    pool,
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"h2", "http/1.1"},
 	}, nil
 }
 
@@ -173,6 +178,29 @@ func serveProfiler(ctx context.Context, address string) (string, error) {
 	return listener.Addr().String(), nil
 }
 
+// listen is the verbs' server and its listener: TLS (HTTP/2 or HTTP/1.1, tlsConfig) when secure.
+func listen(o options, secure bool, handler http.Handler) (*http.Server, net.Listener, error) {
+	server := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       60 * time.Second, // a slow body (slowloris) is cut
+		IdleTimeout:       120 * time.Second,
+	}
+	listener, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return nil, nil, err
+	}
+	if secure {
+		tc, err := tlsConfig(o)
+		if err != nil {
+			_ = listener.Close()
+			return nil, nil, err
+		}
+		listener = tls.NewListener(listener, tc)
+	}
+	return server, listener, nil
+}
+
 func run(o options) error {
 	if o.maxBodyBytes < 1024 || o.maxBodyBytes > 1<<30 {
 		return fmt.Errorf("--max-body-bytes must be in 1 KiB..1 GiB, not %d", o.maxBodyBytes)
@@ -216,7 +244,14 @@ func run(o options) error {
 		return fmt.Errorf("no Kubernetes API to talk to (%w): run it in a pod, or give --kubeconfig", err)
 	}
 	config.QPS, config.Burst = float32(o.qps), o.burst
-	client, err := kubernetes.NewForConfig(config)
+	// The typed client (the pod and node informers, the Binding, the placement lease) speaks
+	// protobuf, as kube-scheduler's does: its watch of every pod and node decodes cheaper than
+	// JSON, and the API server serves it from the encoding it keeps for kube-scheduler. The
+	// published recommendations are custom resources, read as JSON by their own client.
+	typed := rest.CopyConfig(config)
+	typed.ContentType = "application/vnd.kubernetes.protobuf"
+	typed.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	client, err := kubernetes.NewForConfig(typed)
 	if err != nil {
 		return err
 	}
@@ -263,22 +298,9 @@ func run(o options) error {
 	ext := tmc.NewExtender(engine, pods.Lister(), nodes.Lister(), tmc.ExtenderOptions{
 		RequireClientCert: secure, ClientNames: names, Ready: synced, MaxBodyBytes: o.maxBodyBytes,
 	})
-	server := &http.Server{
-		Handler:           ext.Handler(o.prefix),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       60 * time.Second, // a slow body (slowloris) is cut
-		IdleTimeout:       120 * time.Second,
-	}
-	listener, err := net.Listen("tcp", o.listen)
+	server, listener, err := listen(o, secure, ext.Handler(o.prefix))
 	if err != nil {
 		return err
-	}
-	if secure {
-		tc, err := tlsConfig(o)
-		if err != nil {
-			return err
-		}
-		listener = tls.NewListener(listener, tc)
 	}
 	go func() {
 		<-ctx.Done()

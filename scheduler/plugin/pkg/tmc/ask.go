@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -128,7 +129,7 @@ func ReadPodWith(pod *v1.Pod, published Published) (*PodAsk, error) {
 			raw, source = string(spec), "the published "+RecommendationKind
 		}
 	}
-	rec, why := readRecommendation(raw, source, ask)
+	rec, why := readRecommendationOnce(raw, source, ask)
 	if rec == nil && raw == "" && ask.Workload != nil {
 		ask.Unpublished = true
 		why = fmt.Sprintf("no recommendation is published for workload %q and objective %q (%s) and the pod pins none (%s)",
@@ -149,6 +150,57 @@ func ReadPodWith(pod *v1.Pod, published Published) (*PodAsk, error) {
 	ask.DRAMBytes, ask.SlowBytes, ask.SlowRatio, ask.LLCWays = rec.DRAMBytes, rec.SlowBytes, rec.SlowRatio, rec.LLCWays
 	ask.RecommendationID, ask.Plan = rec.RecommendationID, rec.Plan
 	return ask, nil
+}
+
+// readMemo keeps what readRecommendation answered for the texts it read: every pod of a workload
+// and objective reads the same published text (in PreFilter, and in each of the extender's
+// filter, prioritize and bind), and reading it (JSON, the bounds, the placement it would make)
+// cost a tenth of tmc-extender's CPU in a burst. An answer depends only on the key's fields.
+// Answers are shared between pods and never changed.
+var readMemo = struct {
+	sync.Mutex
+	answers map[readKey]readAnswer
+}{answers: map[readKey]readAnswer{}}
+
+// readMemoEntries bounds the answers kept: far more than the (workload, objective, vCPUs)
+// triples of the pods in flight; past it, the memo starts again.
+const readMemoEntries = 4096
+
+type readKey struct {
+	raw, source, objective, workload string
+	named                            bool // the pod names a workload
+	vcpus                            int64
+}
+
+type readAnswer struct {
+	rec *Recommendation
+	why string
+}
+
+// readRecommendationOnce is readRecommendation, remembered for the same text, source and pod
+// fields it reads (the workload, the objective and the vCPUs).
+func readRecommendationOnce(raw, source string, ask *PodAsk) (*Recommendation, string) {
+	if raw == "" {
+		return readRecommendation(raw, source, ask)
+	}
+	key := readKey{raw: raw, source: source, objective: ask.Objective, vcpus: ask.VCPUs}
+	if ask.Workload != nil {
+		key.workload, key.named = *ask.Workload, true
+	}
+	readMemo.Lock()
+	found, ok := readMemo.answers[key]
+	readMemo.Unlock()
+	if ok {
+		return found.rec, found.why
+	}
+	rec, why := readRecommendation(raw, source, ask)
+	readMemo.Lock()
+	if len(readMemo.answers) >= readMemoEntries {
+		clear(readMemo.answers)
+	}
+	readMemo.answers[key] = readAnswer{rec, why}
+	readMemo.Unlock()
+	return rec, why
 }
 
 // readRecommendation returns the recommendation in raw (from source, for messages), or nil and

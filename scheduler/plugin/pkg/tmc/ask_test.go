@@ -187,3 +187,65 @@ func TestReadPodLeavesRoomForThePodsOwnAnnotations(t *testing.T) {
 		t.Fatalf("fallback %v", ask.Fallback)
 	}
 }
+
+// A published text read once is answered from the memo for every pod with the same workload,
+// objective and vCPUs, and the answer is the one reading it afresh gives, for every field the
+// reading depends on: another workload, objective or vCPU count is read anew.
+func TestReadingAPublishedRecommendationIsRemembered(t *testing.T) {
+	index := NewRecommendationIndex()
+	spec := map[string]any{
+		"schema": RecommendationSchema, "workload": "graph500", "objective": "cheapest", "recommendation_id": "r-9",
+		"dram_bytes": 2 << 30, "slow_bytes": 1 << 30, "llc_ways": 4, "slow_ratio": 0.3,
+		"plan": []any{map[string]any{"tag": "edges", "fast_bytes": 1 << 29, "slow_bytes": 1 << 28}},
+	}
+	index.Set("graph500-cheapest", spec)
+	fallback := map[string]any{"schema": RecommendationSchema, "workload": "graph500", "objective": "slo:5%", "fallback": "no profile"}
+	index.Set("graph500-slo-5", fallback)
+	raw, _ := index.Lookup("graph500", "cheapest")
+	pods := []*v1.Pod{
+		tieredPod("a", map[string]string{WorkloadAnnotation: "graph500"}, "1", "256Mi"),
+		tieredPod("b", map[string]string{WorkloadAnnotation: "graph500"}, "1", "256Mi"),
+		tieredPod("c", map[string]string{WorkloadAnnotation: "graph500"}, "3", "256Mi"),
+		tieredPod("d", map[string]string{WorkloadAnnotation: "graph500", ObjectiveAnnotation: "slo:5%"}, "1", "256Mi"),
+		tieredPod("e", map[string]string{WorkloadAnnotation: "xsbench"}, "1", "256Mi"),
+		tieredPod("f", map[string]string{WorkloadAnnotation: "graph500", RecommendationAnnotation: string(raw)}, "1", "256Mi"),
+		tieredPod("g", map[string]string{WorkloadAnnotation: "other", RecommendationAnnotation: string(raw)}, "1", "256Mi"),
+	}
+	for round := range 3 {
+		for _, pod := range pods {
+			ask, err := ReadPodWith(pod, index)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// What reading the text afresh answers for this pod.
+			fresh := &PodAsk{Workload: ask.Workload, Objective: ask.Objective, VCPUs: ask.VCPUs}
+			text, source := pod.Annotations[RecommendationAnnotation], "the pod's "+RecommendationAnnotation
+			if text == "" {
+				if found, ok := index.Lookup(*ask.Workload, ask.Objective); ok {
+					text, source = string(found), "the published "+RecommendationKind
+				}
+			}
+			want, why := readRecommendation(text, source, fresh)
+			got, gotWhy := readRecommendationOnce(text, source, fresh)
+			gotJSON, _ := json.Marshal(got)
+			wantJSON, _ := json.Marshal(want)
+			if string(gotJSON) != string(wantJSON) || gotWhy != why {
+				t.Fatalf("round %d, pod %s: remembered %s %q, read afresh %s %q", round, pod.Name, gotJSON, gotWhy, wantJSON, why)
+			}
+		}
+	}
+	a, _ := ReadPodWith(pods[0], index)
+	b, _ := ReadPodWith(pods[1], index)
+	c, _ := ReadPodWith(pods[2], index)
+	g, _ := ReadPodWith(pods[6], index)
+	switch {
+	case a.Fallback != nil || a.DRAMBytes != 2<<30 || a.LLCWays != 4 || *a.RecommendationID != "r-9":
+		t.Fatalf("pod a: %+v", a)
+	case &a.Plan[0] != &b.Plan[0]:
+		t.Fatal("two pods of the same workload, objective and vCPUs read the text twice")
+	case c.VCPUs != 3 || c.Fallback != nil:
+		t.Fatalf("pod c (3 vCPUs): %+v", c)
+	case g.Fallback == nil || !strings.Contains(*g.Fallback, "another workload"):
+		t.Fatalf("a pinned text for another workload: %+v", g)
+	}
+}

@@ -34,8 +34,11 @@ type nodeUse struct {
 	mask                                uint64
 	masks                               map[types.UID]uint64 // per pod, to rebuild mask on release
 	placed                              map[PlacedKey]int    // pods by workload and configuration
-	// member is the node's rack pool as the node informer last said ("" for none).
+	// member is the node's rack pool as the node informer last said ("" for none), and pool
+	// its running sums (nil for none): judging a pooled node reads them through this pointer,
+	// not by the pool's name in a map.
 	member string
+	pool   *rackPool
 	// parsed is the node's metadata at one object version (nil: not parsed yet).
 	parsed *parsedNode
 }
@@ -150,10 +153,9 @@ type Cache struct {
 	claims     map[string]int64               // node -> the pool size it publishes
 	racks      map[string]map[string]struct{} // rack pool -> its nodes (each node's record says its own)
 	// Kept up to date as reservations and memberships change, so that a node's usage costs a
-	// few lookups instead of a walk over its pool's members (Filter and Score ask for every
+	// few loads instead of a walk over its pool's members (Filter and Score ask for every
 	// node for every pod: the walk was a fifth of tmc-scheduler's CPU at 5,000 nodes).
-	poolUsed  map[string]int64     // rack pool -> slow bytes its member nodes take from it
-	poolClaim map[string]poolClaim // rack pool -> the smallest claim of its members
+	pools map[string]*rackPool
 	// Pods released for good (deleted or finished), newest last: a late observation of such a
 	// pod (an informer's event delivered after the queueing hint released it) must not count it
 	// again. UIDs never come back; the most recent releasedKept are remembered.
@@ -173,8 +175,7 @@ func NewCache() *Cache {
 		configured: map[string]int64{},
 		claims:     map[string]int64{},
 		racks:      map[string]map[string]struct{}{},
-		poolUsed:   map[string]int64{},
-		poolClaim:  map[string]poolClaim{},
+		pools:      map[string]*rackPool{},
 		released:   map[types.UID]struct{}{},
 	}
 }
@@ -184,6 +185,13 @@ func NewCache() *Cache {
 type poolClaim struct {
 	size    int64
 	claimed bool
+}
+
+// rackPool is a rack pool's running sums: the slow bytes its member nodes take from it, and the
+// smallest size its members claim.
+type rackPool struct {
+	used  int64
+	claim poolClaim
 }
 
 // SetPools gives the rack pools' sizes the operator set: authoritative over what nodes publish.
@@ -196,12 +204,18 @@ func (c *Cache) SetPools(pools map[string]int64) {
 	}
 }
 
-// poolSizeLocked is a rack pool's capacity: the operator's, else the smallest member's claim.
-func (c *Cache) poolSizeLocked(pool string) int64 {
-	if size, ok := c.configured[pool]; ok {
-		return size
+// poolSizeLocked is a rack pool's capacity: the operator's, else the smallest member's claim
+// (rp is the pool's sums, nil when it has no member).
+func (c *Cache) poolSizeLocked(pool string, rp *rackPool) int64 {
+	if len(c.configured) > 0 {
+		if size, ok := c.configured[pool]; ok {
+			return size
+		}
 	}
-	return c.poolClaim[pool].size // 0 when no member claims a size
+	if rp == nil {
+		return 0
+	}
+	return rp.claim.size // 0 when no member claims a size
 }
 
 // claimLocked recomputes a rack pool's smallest claim after its membership or a claim changed,
@@ -210,8 +224,7 @@ func (c *Cache) claimLocked(pool string) {
 	members := c.racks[pool]
 	if len(members) == 0 {
 		delete(c.racks, pool)
-		delete(c.poolClaim, pool)
-		delete(c.poolUsed, pool)
+		delete(c.pools, pool)
 		return
 	}
 	claim := poolClaim{}
@@ -220,7 +233,17 @@ func (c *Cache) claimLocked(pool string) {
 			claim = poolClaim{v, true}
 		}
 	}
-	c.poolClaim[pool] = claim
+	c.poolLocked(pool).claim = claim
+}
+
+// poolLocked is a rack pool's sums, made when there are none.
+func (c *Cache) poolLocked(pool string) *rackPool {
+	rp := c.pools[pool]
+	if rp == nil {
+		rp = &rackPool{}
+		c.pools[pool] = rp
+	}
+	return rp
 }
 
 // takenFromPool is what a node's reservations take from its rack pool.
@@ -240,8 +263,8 @@ func (c *Cache) SetNode(name string, capacity *NodeCapacity) {
 	if n := c.nodes[name]; n != nil && n.member != "" {
 		old := n.member
 		delete(c.racks[old], name)
-		n.member = ""
-		c.poolUsed[old] -= n.slowFromPool
+		n.pool.used -= n.slowFromPool
+		n.member, n.pool = "", nil
 		c.claimLocked(old)
 		if n.idle() {
 			delete(c.nodes, name)
@@ -252,7 +275,8 @@ func (c *Cache) SetNode(name string, capacity *NodeCapacity) {
 		return
 	}
 	pool := capacity.SlowPool
-	c.recordLocked(name).member = pool
+	n := c.recordLocked(name)
+	n.member, n.pool = pool, c.poolLocked(pool)
 	if c.racks[pool] == nil {
 		c.racks[pool] = map[string]struct{}{}
 	}
@@ -260,7 +284,7 @@ func (c *Cache) SetNode(name string, capacity *NodeCapacity) {
 	if capacity.SlowPoolBytes != nil {
 		c.claims[name] = *capacity.SlowPoolBytes
 	}
-	c.poolUsed[pool] += c.takenFromPool(name)
+	n.pool.used += n.slowFromPool
 	c.claimLocked(pool)
 }
 
@@ -294,11 +318,19 @@ func (c *Cache) usageOfLocked(n *nodeUse, capacity *NodeCapacity, cpus int64) Us
 		u.UsedCPUs, u.UsedDRAMBytes, u.UsedLocalSlowBytes, u.UsedMask = n.cpus, n.dram, n.slowLocal, n.mask
 	}
 	if pool := capacity.SlowPool; pool != "" {
-		u.PoolSlowBytes = c.poolSizeLocked(pool)
-		u.UsedPoolSlowBytes = c.poolUsed[pool]
-		// A node whose membership the informer has not delivered yet still counts its own.
-		if n != nil && n.member != pool {
-			u.UsedPoolSlowBytes += n.slowFromPool
+		var rp *rackPool
+		if n != nil && n.member == pool {
+			rp = n.pool
+		} else {
+			rp = c.pools[pool]
+			// A node whose membership the informer has not delivered yet still counts its own.
+			if n != nil {
+				u.UsedPoolSlowBytes += n.slowFromPool
+			}
+		}
+		u.PoolSlowBytes = c.poolSizeLocked(pool, rp)
+		if rp != nil {
+			u.UsedPoolSlowBytes += rp.used
 		}
 	}
 	return u
@@ -491,8 +523,8 @@ func (c *Cache) addLocked(r Reservation) {
 	n.dram += r.DRAMBytes
 	if r.SlowFromPool {
 		n.slowFromPool += r.SlowBytes
-		if n.member != "" {
-			c.poolUsed[n.member] += r.SlowBytes
+		if n.pool != nil {
+			n.pool.used += r.SlowBytes
 		}
 	} else {
 		n.slowLocal += r.SlowBytes
@@ -514,8 +546,8 @@ func (c *Cache) removeLocked(r Reservation) {
 	n.dram -= r.DRAMBytes
 	if r.SlowFromPool {
 		n.slowFromPool -= r.SlowBytes
-		if n.member != "" {
-			c.poolUsed[n.member] -= r.SlowBytes
+		if n.pool != nil {
+			n.pool.used -= r.SlowBytes
 		}
 	} else {
 		n.slowLocal -= r.SlowBytes

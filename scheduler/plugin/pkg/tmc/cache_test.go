@@ -324,8 +324,8 @@ func TestANodesRecordGoesWithItsLastUse(t *testing.T) {
 		t.Fatalf("a node still holding a pod lost its record: %d records", len(c.nodes))
 	}
 	c.Release("p")
-	if len(c.nodes) != 0 || len(c.racks) != 0 || len(c.poolUsed) != 0 {
-		t.Fatalf("records left: %d nodes, %d racks, %d pool sums", len(c.nodes), len(c.racks), len(c.poolUsed))
+	if len(c.nodes) != 0 || len(c.racks) != 0 || len(c.pools) != 0 {
+		t.Fatalf("records left: %d nodes, %d racks, %d pool sums", len(c.nodes), len(c.racks), len(c.pools))
 	}
 }
 
