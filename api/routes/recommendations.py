@@ -7,6 +7,7 @@ from typing import Annotated
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from api import repositories as repo
@@ -18,6 +19,7 @@ from api.schemas import RecommendationOut, RecommendationSummary, RecommendIn
 from api.services import recommendations as decisions
 from api.services.recommendations import DecisionInput, RecommendationRecord
 from model import Recommendation, parse_objective
+from store.db import abandon, commit
 from store.orm import RecommendationRow
 
 router = APIRouter(tags=["recommendations"])
@@ -37,6 +39,20 @@ def recommendation_out(row: RecommendationRow, known: bool | None = None) -> Rec
         host_kind_known=known,
         recommendation=Recommendation.model_validate(row.result),
     )
+
+
+def _recommend_in_thread(body: RecommendIn, state: AppState, role: Role) -> Response:
+    """The decision in its own transaction, committed before the response is made: the whole
+    request's blocking work in one thread-pool hop (SessionDep would add a second, for the
+    commit, and the hand-offs cost about as much CPU as the resolving query)."""
+    session = state.sessions()
+    try:
+        response = _recommend(body, state, session, role)
+    except BaseException:
+        abandon(session)
+        raise
+    commit(session)
+    return response
 
 
 def _recommend(body: RecommendIn, state: AppState, session: Session, role: Role) -> Response:
@@ -90,17 +106,13 @@ def encode_record(record: RecommendationRecord) -> bytes:
     summary="Recommend a configuration (Algorithm 1) for a workload or an inline bundle",
     responses={404: {"description": "Unknown workload"}, 409: {"description": "Nothing fitted"}},
 )
-def recommend(
-    body: RecommendIn, state: StateDep, session: SessionDep, role: Recommender
-) -> Response:
-    return _recommend(body, state, session, role)
+async def recommend(body: RecommendIn, state: StateDep, role: Recommender) -> Response:
+    return await run_in_threadpool(_recommend_in_thread, body, state, role)
 
 
 @router.post("/v1/recommend", response_model=RecommendationOut)
-def recommend_v1(
-    body: RecommendIn, state: StateDep, session: SessionDep, role: Recommender
-) -> Response:
-    return _recommend(body, state, session, role)
+async def recommend_v1(body: RecommendIn, state: StateDep, role: Recommender) -> Response:
+    return await run_in_threadpool(_recommend_in_thread, body, state, role)
 
 
 @router.get("/v1/recommendations/{rec_id}", response_model=RecommendationOut)

@@ -28,6 +28,7 @@ from model import (
     paper_grid,
 )
 from model.memo import Recent
+from model.recommend import Shortlist
 from model.verification import MAX_OBSERVATIONS, Observation
 from store.orm import HostKind
 
@@ -119,15 +120,20 @@ class ModelCache:
     of the fit, the machine, the grid, the verification runs, the prices, the live utilization,
     the objective and the threshold; every one of these is in the key, so a hit is the answer
     the model would give again. Pods of one workload asking within one utilization snapshot (a
-    scale-out, the publisher's refresh) ask the same question many times."""
+    scale-out, the publisher's refresh) ask the same question many times.
 
-    def __init__(self, size: int = 512, answers: int = 256) -> None:
+    `shortlists` keeps, by the same inputs but the utilization, what the model computes before
+    the utilization matters (model.recommend.Shortlist): the same question under another
+    utilization runs only Algorithm 1's second round."""
+
+    def __init__(self, size: int = 512, answers: int = 256, shortlists: int = 256) -> None:
         self._models: Recent[str, Prepared] = Recent(size)
         self._prices: dict[str, PriceProfile] = {}
         self.prices_known_used: set[str] = set()
         self._runs: Recent[tuple[str, int, str | None], tuple[Observation, ...]] = Recent(size)
         self.decisions = DecisionMemo()
         self.results: Recent[Hashable, Any] = Recent(answers)
+        self.shortlists: Recent[Hashable, Shortlist] = Recent(shortlists)
 
     def model(self, session: Session, fitted_id: str) -> Prepared:
         return self._models.get_or_compute(fitted_id, lambda: self._prepare(session, fitted_id))

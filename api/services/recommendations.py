@@ -20,7 +20,8 @@ from api.errors import InvalidInput, NotFitted, NotFound
 from api.services.models import GridName, ModelCache
 from api.services.prices import ensure_default_price_profile, parse_price_key
 from api.services.profiles import fit_profile, upload_profile
-from model import Objective, Recommendation, Utilization, recommend
+from model import Objective, Recommendation, Utilization
+from model.recommend import choose, shortlist
 from store.db import EncodedJSON, after_commit
 from store.orm import new_id, utcnow
 
@@ -115,7 +116,7 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
         repo.mark_price_profile_used(session, price_id)
         after_commit(session, lambda: cache.prices_known_used.add(price_id))
 
-    inputs = (
+    question = (
         fitted_id,
         machine,
         req.grid,  # with the fit, names the grid
@@ -123,22 +124,25 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
         resolved.run_count,
         resolved.newest_run_id,
         price_id,
-        req.utilization,
         req.objective,
         req.threshold,
     )
+    inputs = (question, req.utilization)
     answered: _Answer | None = cache.results.get(inputs)
     if answered is None:
-        rec = recommend(
-            prepared.predictor,
-            machine=machine,
-            prices=prices,
-            utilization=req.utilization,
-            objective=req.objective,
-            threshold=req.threshold,
-            grid=grid,
-            observations=observations,
+        short = cache.shortlists.get_or_compute(
+            question,
+            lambda: shortlist(
+                prepared.predictor,
+                machine=machine,
+                prices=prices,
+                objective=req.objective,
+                threshold=req.threshold,
+                grid=grid,
+                observations=observations,
+            ),
         )
+        rec = choose(short, req.utilization)
         result = rec.model_dump(mode="json")
         answered = _Answer(rec, result, EncodedJSON(orjson.dumps(result)))
         cache.results.put(inputs, answered)
