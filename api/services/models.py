@@ -15,7 +15,6 @@ from sqlalchemy.orm import Session
 
 from api import repositories as repo
 from api.errors import NotFound
-from ledger.nodes import shape_of_kind
 from model import (
     FittedModel,
     Grid,
@@ -30,7 +29,6 @@ from model import (
 from model.memo import Recent
 from model.recommend import Shortlist
 from model.verification import MAX_OBSERVATIONS, Observation
-from store.orm import HostKind
 
 GridName = Literal["paper", "host"]
 PAPER_GRID = paper_grid()
@@ -44,9 +42,9 @@ class Prepared:
     bundle_machine: MachineShape
     host_grid: Grid
 
-    def machine(self, kind: HostKind | None) -> MachineShape:
+    def machine(self, kind: MachineShape | None) -> MachineShape:
         """The cluster's shape for the profile's host kind, else the bundle's own host."""
-        return shape_of_kind(kind) if kind is not None else self.bundle_machine
+        return kind if kind is not None else self.bundle_machine
 
     def grid(self, name: GridName) -> Grid:
         return self.host_grid if name == "host" else PAPER_GRID
