@@ -273,7 +273,8 @@ class Shortlist:
     explanation's parts that follow from them (the runners-up, the dropped candidates, the
     Pareto frontier). Only the second round's order, the penalties and what follows from the
     chosen configuration depend on the utilization (`choose`). Shared between threads: never
-    changed, except the placements it keeps per chosen configuration."""
+    changed, except for what it keeps per chosen configuration (a placement, the verification
+    state), which is the same whichever thread computes it."""
 
     predictor: Predictor
     grid: Grid
@@ -298,6 +299,7 @@ class Shortlist:
     chance: FloatArray | None  # per candidate, the chance it meets the objective in truth
     pareto: list[ParetoPoint]
     placements: dict[int, list[StructurePlacement]]
+    verifications: dict[tuple[int, int | None, int | None], VerificationState]
 
 
 def shortlist(
@@ -356,6 +358,16 @@ def shortlist(
     cost_upper = (
         None if interval is None else interval.upper(priced.cost.reshape(p.seconds.shape)).ravel()
     )
+    # The band's bounds against a best, computed once for it: the first round judges by them,
+    # and the explanation says why a candidate was dropped.
+    band_bounds = priced.paired_upper(band_confidence)
+    band_kept: dict[int, FloatArray] = {}
+
+    def band_of(best: int) -> FloatArray:
+        if best not in band_kept:
+            band_kept[best] = band_bounds(best)
+        return band_kept[best]
+
     first: FirstRound | None
     if cost_upper is not None and relative:
         first = confident_first_round(
@@ -365,7 +377,7 @@ def shortlist(
             acceptable,
             priced.demand,
             threshold,
-            paired_upper=priced.paired_upper(band_confidence),
+            paired_upper=band_of,
         )
     else:
         first = first_round(score, priced.cost, acceptable, priced.demand, threshold, relative)
@@ -415,7 +427,7 @@ def shortlist(
     others = others[np.lexsort((priced.cost[others], score[others]))][:RUNNERS_UP]
     # The band's bound of each candidate against the best: why one was dropped, and which
     # lighter one a run may admit.
-    band_upper = None if cost_upper is None else priced.paired_upper(band_confidence)(best)
+    band_upper = None if cost_upper is None else band_of(best)
     dropped = _dropped(
         priced,
         best,
@@ -457,6 +469,7 @@ def shortlist(
         chance=None if confidence is None else _chance(priced, slowdown, objective),
         pareto=pareto_frontier(priced),
         placements={},
+        verifications={},
     )
 
 
@@ -504,15 +517,21 @@ def choose(short: Shortlist, utilization: Utilization | None = None) -> Recommen
                 priced.measured,
                 short.acceptable,
             )
-        verification = _verification(
-            priced,
-            selection.chosen,
-            short.slowdown,
-            short.chance,
-            short.objective,
-            packing,
-            confirm,
-        )
+        # What follows from the chosen configuration and the band's two runs, kept per three:
+        # the utilization moves the choice among a few candidates.
+        key = (selection.chosen, packing, confirm)
+        verification = short.verifications.get(key)
+        if verification is None:
+            verification = _verification(
+                priced,
+                selection.chosen,
+                short.slowdown,
+                short.chance,
+                short.objective,
+                packing,
+                confirm,
+            )
+            short.verifications[key] = verification
     placement = short.placements.get(selection.chosen)
     if placement is None:
         placement = short.predictor.placement(chosen_ratio, chosen_ways)
@@ -791,7 +810,8 @@ def _chance(priced: PricedGrid, slowdown: FloatArray, objective: Objective) -> F
         # The chance that a candidate meets the SLO in truth (log-normal around the prediction).
         margin = np.log1p(objective.max_slowdown) - np.log1p(np.maximum(slowdown, -0.999))
         z = margin / np.maximum(sigma, 1e-9)
-        chance = np.asarray([NormalDist().cdf(float(v)) for v in z])
+        cdf = NormalDist().cdf
+        chance = np.asarray([cdf(v) for v in z.tolist()])
     else:
         chance = np.ones(priced.cost.size)
     chance = np.where(priced.feasible, chance, 0.0)
