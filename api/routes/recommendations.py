@@ -42,9 +42,23 @@ def recommendation_out(row: RecommendationRow, known: bool | None = None) -> Rec
 
 
 def _recommend_in_thread(body: RecommendIn, state: AppState, role: Role) -> Response:
-    """The decision in its own transaction, committed before the response is made: the whole
-    request's blocking work in one thread-pool hop (SessionDep would add a second, for the
-    commit, and the hand-offs cost about as much CPU as the resolving query)."""
+    """The decision committed before the response is made, the whole request's blocking work in
+    one thread-pool hop (SessionDep would add a second, for the commit, and the hand-offs cost
+    about as much CPU as the resolving query). For a named workload, each statement commits on
+    its own (`single_statements`): the decision reads one row and writes single statements."""
+    if body.profile is None:
+        session = state.sessions()
+        try:
+            decisions.single_statements(session)
+            response = _recommend(body, state, session, role)
+        except decisions.NeedsTransaction:
+            abandon(session)  # nothing was written: decide again, in a transaction
+        except BaseException:
+            abandon(session)
+            raise
+        else:
+            commit(session)
+            return response
     session = state.sessions()
     try:
         response = _recommend(body, state, session, role)

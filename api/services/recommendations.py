@@ -60,6 +60,25 @@ class RecommendationRecord:
     repeated: bool = False
 
 
+# Set on a session whose statements each commit on their own (`single_statements`).
+_SINGLE_STATEMENTS = "tmc.single_statements"
+
+
+class NeedsTransaction(Exception):
+    """Raised by `decide` on a `single_statements` session when the decision must write several
+    statements together (a profile's first fit, the default price profile's creation): the
+    caller decides again in a transaction. Nothing was written."""
+
+
+def single_statements(session: Session) -> None:
+    """Let `session` run each statement in a transaction of its own. A decision for a fitted
+    workload reads one row and writes at most two single statements (marking its price profile
+    used, then storing the decision or counting a repeat): without BEGIN and COMMIT it is one
+    round trip to the database where it was three. Call before the session's first statement."""
+    session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+    session.info[_SINGLE_STATEMENTS] = True
+
+
 @dataclass(frozen=True)
 class _Answer:
     """Algorithm 1's answer, kept for its inputs: shared between requests, so never changed."""
@@ -87,6 +106,9 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
     assert resolved is not None
 
     fitted_id, model_version = resolved.fitted_id, resolved.model_version
+    single = bool(session.info.get(_SINGLE_STATEMENTS))
+    if fitted_id is None and single:
+        raise NeedsTransaction("a first fit")
     if fitted_id is None:
         # The first decision for a profile whose fit task has not run yet: fitting takes
         # milliseconds, so it is done here rather than make the caller wait; the task will find
@@ -110,6 +132,8 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
             raise NotFound("price profile", req.price_profile)
         price_id = price_row.id
     else:
+        if resolved.default_price_id is None and single:
+            raise NeedsTransaction("the default price profile's creation")
         price_id = resolved.default_price_id or ensure_default_price_profile(session).id
     prices = cache.price(session, price_id)
     if price_id not in cache.prices_known_used:
