@@ -12,14 +12,13 @@ from sqlalchemy.orm import Session
 
 from api import repositories as repo
 from api.auth import GRANTS, Permission, Role
-from api.deps import AppState, SessionDep, StateDep, require
+from api.deps import AppState, SessionDep, StateDep, committed, require
 from api.errors import InvalidInput, NotFound
 from api.paging import CursorParam, decode_cursor, link_next
 from api.schemas import RecommendationOut, RecommendationSummary, RecommendIn
 from api.services import recommendations as decisions
 from api.services.recommendations import DecisionInput, RecommendationRecord
 from model import Recommendation, parse_objective
-from store.db import abandon, commit
 from store.orm import RecommendationRow
 
 router = APIRouter(tags=["recommendations"])
@@ -42,31 +41,14 @@ def recommendation_out(row: RecommendationRow, known: bool | None = None) -> Rec
 
 
 def _recommend_in_thread(body: RecommendIn, state: AppState, role: Role) -> Response:
-    """The decision committed before the response is made, the whole request's blocking work in
-    one thread-pool hop (SessionDep would add a second, for the commit, and the hand-offs cost
-    about as much CPU as the resolving query). For a named workload, each statement commits on
-    its own (`single_statements`): the decision reads one row and writes single statements."""
-    if body.profile is None:
-        session = state.sessions()
-        try:
-            decisions.single_statements(session)
-            response = _recommend(body, state, session, role)
-        except decisions.NeedsTransaction:
-            abandon(session)  # nothing was written: decide again, in a transaction
-        except BaseException:
-            abandon(session)
-            raise
-        else:
-            commit(session)
-            return response
-    session = state.sessions()
-    try:
-        response = _recommend(body, state, session, role)
-    except BaseException:
-        abandon(session)
-        raise
-    commit(session)
-    return response
+    """The decision committed before the response is made, the request's blocking work in one
+    thread-pool hop (the hand-offs cost about as much CPU as the resolving query). For a named
+    workload each statement commits on its own: it reads one row and writes single statements."""
+    return committed(
+        state,
+        lambda session: _recommend(body, state, session, role),
+        statements_alone=body.profile is None,
+    )
 
 
 def _recommend(body: RecommendIn, state: AppState, session: Session, role: Role) -> Response:
