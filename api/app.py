@@ -80,7 +80,10 @@ def build_state(settings: Settings) -> AppState:
         sessions=sessions,
         redis=client,
         utilization=UtilizationReader(client, settings.utilization_max_age_seconds),
-        models=ModelCache(answers=settings.decision_memo_entries),
+        models=ModelCache(
+            answers=settings.decision_memo_entries,
+            shortlists=settings.decision_shortlist_entries,
+        ),
         planner=PlanRunner(
             settings.planner_processes,
             settings.planner_queue,

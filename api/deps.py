@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import redis
 from fastapi import Depends, HTTPException, Request
@@ -20,6 +20,7 @@ from api import repositories as repo
 from api.auth import GRANTS, Caller, Permission, Role, token_hash
 from api.planning import PlanRunner
 from api.services.models import ModelCache
+from api.services.recommendations import NeedsTransaction, single_statements
 from api.settings import Settings
 from api.utilization import UtilizationReader
 from store.db import abandon, commit, unit_of_work
@@ -121,6 +122,37 @@ async def transaction(request: Request, state: StateDep) -> AsyncIterator[Sessio
 
 # scope="function": the transaction ends when the route returns, not after the response is sent.
 SessionDep = Annotated[Session, Depends(transaction, scope="function")]
+
+T = TypeVar("T")
+
+
+def committed(state: AppState, work: Callable[[Session], T], statements_alone: bool = False) -> T:
+    """`work`'s transaction, committed before it returns (rolled back if it raises): for a hot
+    route that runs its blocking work and the commit in one thread-pool hop, where SessionDep's
+    commit would be a second. With `statements_alone`, each statement commits on its own (no
+    BEGIN or COMMIT round trips); work that raises NeedsTransaction (it wrote nothing) runs
+    again in a transaction."""
+    if statements_alone:
+        session = state.sessions()
+        try:
+            single_statements(session)
+            result = work(session)
+        except NeedsTransaction:
+            abandon(session)
+        except BaseException:
+            abandon(session)
+            raise
+        else:
+            commit(session)
+            return result
+    session = state.sessions()
+    try:
+        result = work(session)
+    except BaseException:
+        abandon(session)
+        raise
+    commit(session)
+    return result
 
 
 # Declares the scheme in OpenAPI; the checks (and their problem+json errors) stay ours.

@@ -23,6 +23,8 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
 
+from model import MachineShape
+from model.memo import Recent
 from store.orm import (
     ApiToken,
     Base,
@@ -408,7 +410,7 @@ class Resolved:
     profile_error: str | None
     fitted_id: str | None
     model_version: str | None
-    kind: HostKind | None
+    kind: MachineShape | None  # the shape of the cluster's host kind for the profile, if known
     default_price_id: str | None
     # The profile's verification runs: how many, and the newest's id. Together they say whether
     # a cached copy of the runs is still current, without reading the runs.
@@ -420,17 +422,54 @@ def resolve_for_recommendation(
     session: Session, *, workload_key: str | None = None, profile_id: str | None = None
 ) -> Resolved | None:
     """Workload (by name or id) or profile -> its newest usable profile, that profile's fit, the
-    cluster's host kind for it, and the default price profile, in a single query."""
+    cluster's host kind for it, and the default price profile, in a single query. Run on the
+    session's connection: its columns are plain values, and the ORM's execution and loading
+    cost more CPU than the query does."""
     if profile_id is not None:
-        row = session.execute(_RESOLVE_PROFILE, {"profile_id": profile_id}).first()
+        statement, params = _RESOLVE_PROFILE, {"profile_id": profile_id}
     else:
         assert workload_key is not None
         workload_id = as_id(workload_key)
         if workload_id is not None:
-            row = session.execute(_RESOLVE_WORKLOAD_ID, {"key": workload_id}).first()
+            statement, params = _RESOLVE_WORKLOAD_ID, {"key": workload_id}
         else:
-            row = session.execute(_RESOLVE_WORKLOAD_NAME, {"key": workload_key}).first()
-    return None if row is None else Resolved(*row)
+            statement, params = _RESOLVE_WORKLOAD_NAME, {"key": workload_key}
+    row = session.connection().execute(statement, params).first()
+    if row is None:
+        return None
+    return Resolved(
+        workload_id=row[0],
+        profile_id=row[1],
+        content_hash=row[2],
+        profile_status=row[3],
+        profile_error=row[4],
+        fitted_id=row[5],
+        model_version=row[6],
+        kind=None if row[7] is None else _kind_shape(*row[7:12]),
+        default_price_id=row[12],
+        run_count=row[13],
+        newest_run_id=row[14],
+    )
+
+
+def _kind_shape(
+    cpus: int, dram_bytes: int, slow_bytes: int, llc_ways: int, slow_pooled: bool
+) -> MachineShape:
+    """A host kind's shape, made once per distinct shape (a cluster has a handful)."""
+    key = (cpus, dram_bytes, slow_bytes, llc_ways, slow_pooled)
+    return _KIND_SHAPES.get_or_compute(
+        key,
+        lambda: MachineShape(
+            cpus=cpus,
+            dram_bytes=dram_bytes,
+            slow_bytes=slow_bytes,
+            llc_ways=llc_ways,
+            slow_pooled=slow_pooled,
+        ),
+    )
+
+
+_KIND_SHAPES: Recent[tuple[int, int, int, int, bool], MachineShape] = Recent(64)
 
 
 def _resolve_statement(by: Literal["profile", "workload_id", "workload_name"]) -> Select[Any]:
@@ -460,7 +499,12 @@ def _resolve_statement(by: Literal["profile", "workload_id", "workload_name"]) -
         Profile.error,
         FittedModelRow.id,
         FittedModelRow.model_version,
-        HostKind,
+        # The kind's shape (None when the cluster has no such kind: cpus is never null).
+        HostKind.cpus,
+        HostKind.dram_bytes,
+        HostKind.slow_bytes,
+        HostKind.llc_ways,
+        HostKind.slow_pooled,
         default_price,
         run_count,
         newest_run,

@@ -46,6 +46,11 @@ class Settings(DatabaseSettings):
     # Algorithm 1's answers kept per API worker by their complete inputs (0: none kept), so
     # that the same question within one utilization snapshot is answered once.
     decision_memo_entries: int = Field(default=256, ge=0, le=100_000)
+    # What Algorithm 1 computes of a question before the utilization is known (the priced grid,
+    # its bounds, the first round, most of the explanation: model.recommend.Shortlist), kept
+    # per API worker by the question (0: none kept), so that the same question under a moved
+    # utilization only runs the second round.
+    decision_shortlist_entries: int = Field(default=256, ge=0, le=100_000)
     # How long a decision that nothing refers to is kept after it was last made.
     # At least a day: a process counts a repeat on a decision it saw within the last minute.
     decision_retention_days: float = Field(default=30.0, ge=1.0, le=3650)

@@ -4,7 +4,9 @@
     python -m bench.recommend_latency [--quick] [--profile examples/graph500.json]
 
 Prints median, p99 and mean per call for each grid, for the end-to-end `recommend` (prediction,
-pricing, Algorithm 1 and the explanation objects) and, separately, for prediction + pricing alone.
+pricing, Algorithm 1 and the explanation objects), for prediction + pricing alone, and for
+`choose` alone on a kept shortlist (the same question under another utilization, as the service
+answers it).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from model import (
     recommend,
 )
 from model.pricing import DEFAULT_PRICE_PROFILE
-from model.recommend import price_grid
+from model.recommend import choose, price_grid, shortlist
 
 TARGETS_MS = {"paper-77": 1.0, "host-11x48": 5.0}
 
@@ -77,6 +79,14 @@ def main() -> None:
         )
         print(
             f"{grid.name:>11} ({grid.size} points) predict+price only: {summary(measure(core, repeats))}"
+        )
+        # The service keeps a question's shortlist: under another utilization only `choose` runs.
+        short = shortlist(predictor, machine=machine, grid=grid)
+        moved = Utilization(cpu=0.3, dram=0.5, slow=0.6, llc=0.2)
+        again = partial(choose, short, moved)
+        print(
+            f"{grid.name:>11} ({grid.size} points) shortlist kept, choose only:"
+            f" {summary(measure(again, repeats))}"
         )
 
 

@@ -16,7 +16,11 @@ per worker).
 
 With --baseline DIR (another source tree of tmc, e.g. `git worktree add DIR <release>`), every
 row is measured twice in a row on the same PostgreSQL, Redis and Celery: this tree, then DIR;
-the last lines give this tree's CPU per request and p99 as ratios of the baseline's.
+the last lines give this tree's CPU per request and p99 as ratios of the baseline's. This tree
+is measured three ways: as configured ("this": `hey` repeats one question, answered from the
+answers a worker keeps), with no answers kept ("distinct": the question under a utilization of
+its own) and with neither answers nor questions' shortlists kept ("new": a question the worker
+has not seen).
 """
 
 from __future__ import annotations
@@ -268,12 +272,15 @@ def main() -> None:
         token, service_env = demo_service(postgres, redis_server)
         env = {**os.environ, **service_env, "TMC_UTILIZATION_SNAPSHOT_SECONDS": "2"}
         # "distinct": this tree with Algorithm 1's answers not kept, as if every request asked
-        # a question of its own (other utilization, workload or objective): the decision's cost
-        # without the memo that serves the benchmark's repeated question.
-        trees.insert(1, ("distinct", ROOT))
+        # the question under a utilization of its own: the decision's cost without the memo
+        # that serves the benchmark's repeated question. "new": nor the shortlists of its
+        # questions (model.recommend.Shortlist), as if every request asked for another
+        # workload or objective; the fit's grid predictions are still reused.
+        trees[1:1] = [("distinct", ROOT), ("new", ROOT)]
         tree_env: dict[str, dict[str, str]] = {
             "this": {},
             "distinct": {"TMC_DECISION_MEMO_ENTRIES": "0"},
+            "new": {"TMC_DECISION_MEMO_ENTRIES": "0", "TMC_DECISION_SHORTLIST_ENTRIES": "0"},
         }
         if args.baseline:
             tree_env["baseline"] = baseline_service(postgres, args.baseline.resolve(), token, env)
@@ -360,7 +367,7 @@ def main() -> None:
                 ratio = p99["this", "reuseport", concurrency] / shared if shared else float("nan")
                 print(f"p99 reuseport / shared, bursts of {concurrency}: {ratio:.2f}")
         if args.baseline:
-            for label in ("this", "distinct"):
+            for label in ("this", "distinct", "new"):
                 for spread in args.spread:
                     for concurrency in args.concurrency:
                         this, base_ = (

@@ -164,7 +164,10 @@ def node_use(
         Reservation.llc_mask,
     )
     if limit is not None or after is not None:
-        held = held.where(Reservation.node_name.in_([n.name for n in nodes]))
+        # A page is a run of consecutive names, and a reservation's node is a node: those
+        # between the page's first and last name are the page's, one range of the index (a
+        # list of the page's names would be hundreds of parameters to bind and plan).
+        held = held.where(Reservation.node_name.between(nodes[0].name, nodes[-1].name))
     sums: dict[str, list[int]] = {n.name: [0, 0, 0, 0, 0] for n in nodes}
     for name, vcpus, dram, slow, from_pool, mask in session.execute(held):
         acc = sums.get(name)
@@ -199,39 +202,33 @@ def pool_use(
     session: Session, *, after: str | None = None, limit: int | None = None
 ) -> list[PoolUse]:
     """Rack pools by name (all, or a page of `limit` after `after`) with their member nodes and
-    what those reserved from the pool: three queries whose cost follows the page, not the
+    what those reserved from the pool: two queries whose cost follows the page, not the
     fleet."""
     pools: list[RackPool] = list(
         session.scalars(_page(select(RackPool), RackPool.name, after, limit))
     )
     if not pools:
         return []
-    names = [p.name for p in pools]
-    members: dict[str, list[str]] = {n: [] for n in names}
-    rows = session.execute(
-        select(Node.pool_name, Node.name).where(Node.pool_name.in_(names)).order_by(Node.name)
-    )
-    for pool_name, node_name in rows:
-        members[str(pool_name)].append(node_name)
-    # Per member node, its pool draws by the reservations' node index (a correlated subquery):
-    # a join made PostgreSQL hash every pooled reservation of the fleet for one page.
+    members: dict[str, list[str]] = {p.name: [] for p in pools}
+    reserved: dict[str, int] = {p.name: 0 for p in pools}
+    # Per member node, its pool draws from the draws' partial index (node, size): a correlated
+    # subquery, as a join made PostgreSQL hash every pooled reservation of the fleet for one
+    # page. The page's pools are a run of consecutive names, so their members are the nodes
+    # whose pool lies between the first and last: one range of the pool index, one round trip.
     drawn = (
         select(func.sum(Reservation.slow_bytes))
         .where(Reservation.node_name == Node.name, Reservation.slow_from_pool.is_(True))
         .correlate(Node)
         .scalar_subquery()
     )
-    per_node = (
-        select(Node.pool_name.label("pool"), drawn.label("drawn"))
-        .where(Node.pool_name.in_(names))
-        .subquery()
+    rows = session.execute(
+        select(Node.pool_name, Node.name, drawn)
+        .where(Node.pool_name.between(pools[0].name, pools[-1].name))
+        .order_by(Node.name)
     )
-    reserved = dict(
-        session.execute(
-            select(per_node.c.pool, func.sum(per_node.c.drawn)).group_by(per_node.c.pool)
-        ).all()
-    )
+    for pool_name, node_name, slow in rows:
+        members[str(pool_name)].append(node_name)
+        reserved[str(pool_name)] += int(slow or 0)
     return [
-        PoolUse(pool=p, reserved_slow_bytes=int(reserved.get(p.name) or 0), nodes=members[p.name])
-        for p in pools
+        PoolUse(pool=p, reserved_slow_bytes=reserved[p.name], nodes=members[p.name]) for p in pools
     ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -29,7 +28,14 @@ from model.objectives import CHEAPEST, DEFAULT_THRESHOLD, Objective
 from model.predict import GridPrediction, Predictor, StructurePlacement
 from model.pricing import DEFAULT_PRICE_PROFILE, PriceProfile
 from model.resources import GIB, Configuration, Demand, MachineShape, Utilization
-from model.select import Selection, algorithm1, confident_algorithm1, packing_penalties
+from model.select import (
+    FirstRound,
+    Selection,
+    confident_first_round,
+    first_round,
+    packing_penalties,
+    second_round,
+)
 from model.verification import (
     GridCorrection,
     Observation,
@@ -273,32 +279,56 @@ def _predicted_grid(
     return p, sigma, fix, interval.terms, cover
 
 
-def recommend(
+@dataclass(frozen=True)
+class Shortlist:
+    """Everything of a recommendation that the cluster's utilization does not change: the priced
+    grid and its bounds, Algorithm 1's first round (the candidates within T of the best), and the
+    explanation's parts that follow from them (the runners-up, the dropped candidates, the
+    Pareto frontier). Only the second round's order, the penalties and what follows from the
+    chosen configuration depend on the utilization (`choose`). Shared between threads: never
+    changed, except for what it keeps per chosen configuration (a placement, the verification
+    state), which is the same whichever thread computes it."""
+
+    predictor: Predictor
+    grid: Grid
+    machine: MachineShape
+    prices: PriceProfile
+    objective: Objective
+    threshold: float
+    confidence: float | None
+    priced: PricedGrid
+    slowdown: FloatArray
+    slowdown_upper: FloatArray | None
+    acceptable: np.ndarray  # after an unmet objective: the closest configuration alone
+    first: FirstRound | None  # None: the objective is unmet (`unmet` says why)
+    unmet: UnmetObjective | None
+    closest: int | None
+    cheapest_cost: float
+    within_base: dict[int, Candidate]  # the first round's, without their packing penalty
+    others: list[Candidate]
+    dropped: list[DroppedCandidate]
+    band_upper: FloatArray | None
+    promise_upper: FloatArray | None  # the best's paired bounds at the promise's level
+    chance: FloatArray | None  # per candidate, the chance it meets the objective in truth
+    pareto: list[ParetoPoint]
+    placements: dict[int, list[StructurePlacement]]
+    verifications: dict[tuple[int, int | None, int | None], VerificationState]
+
+
+def shortlist(
     model: FittedModel | Predictor,
     *,
     machine: MachineShape,
     prices: PriceProfile = DEFAULT_PRICE_PROFILE,
-    utilization: Utilization | None = None,
     objective: Objective = CHEAPEST,
     threshold: float = DEFAULT_THRESHOLD,
     grid: Grid | None = None,
     confidence: float | None = DEFAULT_CONFIDENCE,
     observations: Sequence[Observation] = (),
     band_confidence: float = DEFAULT_BAND_CONFIDENCE,
-) -> Recommendation:
-    """Recommend a configuration for one workload. Without utilization the cluster is taken as
-    idle, every penalty is 0, and the choice is the objective's best.
-
-    With `confidence` (the default), a cost objective keeps only candidates within T of the best
-    with that confidence (`model.select.confident_algorithm1`, intervals from
-    `model.confidence`) and weighs packing gains by how long a candidate holds its resources;
-    `confidence=None` is the paper's Algorithm 1 as published. A promise (an SLO's slowdown
-    bound) is kept at `confidence`; the cost band's first round judges each candidate by the
-    uncertainty of its *difference* from the best (`model.confidence.ErrorTerms`) at
-    `band_confidence`, the level the regime map learns on held-out workloads.
-
-    `observations` are verification runs (`model.verification`): the predictions are corrected
-    where they were measured, and the answer names the configuration to measure next."""
+) -> Shortlist:
+    """`recommend`'s work before the utilization is known (its arguments but that one): a
+    caller that decides the same question under changing utilization keeps it and `choose`s."""
     if not 0.0 <= threshold <= 1.0:
         raise InvalidRequest("threshold", "must lie between 0 and 1")
     if confidence is not None and not 0.5 <= confidence < 1.0:
@@ -308,7 +338,6 @@ def recommend(
     predictor = model if isinstance(model, Predictor) else Predictor(model)
     fitted = predictor.model
     grid = grid or paper_grid()
-    util = utilization or Utilization()
     try:
         priced = price_grid(predictor, prices, grid, machine, observations)
     except ValueError as exc:
@@ -346,29 +375,31 @@ def recommend(
     cost_upper = (
         None if interval is None else interval.upper(priced.cost.reshape(p.seconds.shape)).ravel()
     )
+    # The band's bounds against a best, computed once for it: the first round judges by them,
+    # and the explanation says why a candidate was dropped.
+    band_bounds = priced.paired_upper(band_confidence)
+    band_kept: dict[int, FloatArray] = {}
+
+    def band_of(best: int) -> FloatArray:
+        if best not in band_kept:
+            band_kept[best] = band_bounds(best)
+        return band_kept[best]
+
+    first: FirstRound | None
     if cost_upper is not None and relative:
-        selection = confident_algorithm1(
+        first = confident_first_round(
             priced.cost,
             cost_upper,
             p.seconds.ravel(),
             acceptable,
             priced.demand,
-            np.asarray(util.as_tuple()),
             threshold,
-            paired_upper=priced.paired_upper(band_confidence),
+            paired_upper=band_of,
         )
     else:
-        selection = algorithm1(
-            score,
-            priced.cost,
-            acceptable,
-            priced.demand,
-            np.asarray(util.as_tuple()),
-            threshold,
-            relative=relative,
-        )
-    unmet = None
-    if selection is None:
+        first = first_round(score, priced.cost, acceptable, priced.demand, threshold, relative)
+    unmet = closest = None
+    if first is None:
         why = "fits the machine" if not priced.feasible.any() else f"meets {objective}"
         if (
             objective.max_slowdown is not None
@@ -395,83 +426,28 @@ def recommend(
         )
         acceptable = np.zeros_like(acceptable)
         acceptable[closest] = True
-        penalty = np.full(priced.cost.size, np.nan)
-        penalty[closest] = float(
-            packing_penalties(priced.demand[closest : closest + 1], np.asarray(util.as_tuple()))[0]
-        )
-        selection = Selection(
-            chosen=closest,
-            best=closest,
-            within=np.asarray([closest], dtype=np.int64),
-            penalty=penalty,
-        )
+    best = closest if first is None else first.best
+    within = np.asarray([closest]) if first is None else first.within
+    assert best is not None
 
     cheapest_cost = float(priced.cost[priced.feasible].min())
-
-    def candidates(indices: np.ndarray) -> list[Candidate]:
-        # Gathered with numpy and validated in one call: per-object construction would cost
-        # more than the whole prediction when dozens of candidates lie within T.
-        n_ways = len(p.llc_ways)
-        r, w = indices // n_ways, indices % n_ways
-        nothing = [None] * len(indices)
-        columns = zip(
-            p.slow_ratios[r].tolist(),
-            p.llc_ways[w].tolist(),
-            p.dram_bytes[r].tolist(),
-            p.slow_bytes[r].tolist(),
-            p.seconds.ravel()[indices].tolist(),
-            slowdown[indices].tolist(),
-            priced.cost[indices].tolist(),
-            selection.penalty[indices].tolist(),
-            priced.demand[indices].tolist(),
-            p.extrapolated[w].tolist(),
-            nothing if seconds_upper is None else seconds_upper[indices].tolist(),
-            nothing if slowdown_upper is None else slowdown_upper[indices].tolist(),
-            strict=True,
-        )
-        return _CANDIDATES.validate_python(
-            [
-                {
-                    "configuration": {
-                        "vcpus": fitted.vcpus,
-                        "dram_bytes": dram,
-                        "slow_bytes": slow,
-                        "slow_ratio": ratio,
-                        "llc_ways": ways,
-                    },
-                    "predicted_seconds": seconds,
-                    "slowdown": sd,
-                    "cost": cost,
-                    "cost_vs_cheapest": cost / cheapest_cost - 1.0,
-                    "packing_penalty": None if math.isnan(penalty) else penalty,
-                    "demand": {"cpu": d[0], "dram": d[1], "slow": d[2], "llc": d[3]},
-                    "extrapolated": ext,
-                    "predicted_seconds_upper": up_s,
-                    "slowdown_upper": up_sd,
-                }
-                for ratio, ways, dram, slow, seconds, sd, cost, penalty, d, ext, up_s, up_sd in (
-                    columns
-                )
-            ]
-        )
-
-    within = candidates(selection.within)
+    explain = _Explainer(
+        priced, fitted.vcpus, slowdown, seconds_upper, slowdown_upper, cheapest_cost
+    )
     in_within = np.zeros(priced.cost.size, dtype=bool)
-    in_within[selection.within] = True
+    in_within[within] = True
     beyond = acceptable & ~in_within
     if cost_upper is not None and relative:
         # Those within T by the prediction that the interval left out are listed in `dropped`.
-        beyond &= priced.cost > priced.cost[selection.best] * (1.0 + threshold)
+        beyond &= priced.cost > priced.cost[best] * (1.0 + threshold)
     others = np.flatnonzero(beyond)
     others = others[np.lexsort((priced.cost[others], score[others]))][:RUNNERS_UP]
     # The band's bound of each candidate against the best: why one was dropped, and which
     # lighter one a run may admit.
-    band_upper = (
-        None if cost_upper is None else priced.paired_upper(band_confidence)(selection.best)
-    )
+    band_upper = None if cost_upper is None else band_of(best)
     dropped = _dropped(
         priced,
-        selection.best,
+        best,
         acceptable,
         in_within,
         slowdown,
@@ -481,63 +457,234 @@ def recommend(
         threshold,
         (confidence, band_confidence),
         relative,
-        candidates,
+        explain.candidates,
     )
+    promise_upper = None
+    if confidence is not None and band_upper is not None and relative:
+        promise_upper = priced.paired_upper(confidence)(best)
+    return Shortlist(
+        predictor=predictor,
+        grid=grid,
+        machine=machine,
+        prices=prices,
+        objective=objective,
+        threshold=threshold,
+        confidence=confidence,
+        priced=priced,
+        slowdown=slowdown,
+        slowdown_upper=slowdown_upper,
+        acceptable=acceptable,
+        first=first,
+        unmet=unmet,
+        closest=closest,
+        cheapest_cost=cheapest_cost,
+        within_base=dict(zip(within.tolist(), explain.candidates(within), strict=True)),
+        others=explain.candidates(others),
+        dropped=dropped,
+        band_upper=band_upper,
+        promise_upper=promise_upper,
+        chance=None if confidence is None else _chance(priced, slowdown, objective),
+        pareto=pareto_frontier(priced),
+        placements={},
+        verifications={},
+    )
+
+
+def choose(short: Shortlist, utilization: Utilization | None = None) -> Recommendation:
+    """Algorithm 1's second round under `utilization` (None: an idle cluster) and the
+    recommendation it makes, explained."""
+    util = utilization or Utilization()
+    u = np.asarray(util.as_tuple())
+    priced = short.priced
+    if short.first is not None:
+        selection = second_round(short.first, priced.cost.size, u)
+    else:
+        closest = short.closest
+        assert closest is not None
+        penalty = np.full(priced.cost.size, np.nan)
+        penalty[closest] = float(packing_penalties(priced.demand[closest : closest + 1], u)[0])
+        selection = Selection(
+            chosen=closest,
+            best=closest,
+            within=np.asarray([closest], dtype=np.int64),
+            penalty=penalty,
+        )
+    # The first round's candidates as listed, each with its penalty under this utilization.
+    within = [
+        short.within_base[i].model_copy(update={"packing_penalty": p})
+        for i, p in zip(
+            selection.within.tolist(), selection.penalty[selection.within].tolist(), strict=True
+        )
+    ]
+    best = within[selection.within.tolist().index(selection.best)]
     chosen_ratio, chosen_ways = priced.ratio_and_ways(selection.chosen)
     verification = None
-    if confidence is not None:
+    if short.confidence is not None:
+        assert short.chance is not None
         packing = confirm = None
-        if band_upper is not None and relative:
+        if short.promise_upper is not None and short.band_upper is not None:
             packing, confirm = band_points(
                 priced.cost,
-                band_upper,
-                priced.paired_upper(confidence)(selection.best),
-                threshold,
+                short.band_upper,
+                short.promise_upper,
+                short.threshold,
                 priced.demand,
                 selection.best,
                 selection.within,
                 priced.measured,
-                acceptable,
+                short.acceptable,
             )
-        verification = _verification(
-            priced,
-            selection.chosen,
-            slowdown,
-            slowdown_upper,
-            objective,
-            confidence,
-            packing,
-            confirm,
-        )
+        # What follows from the chosen configuration and the band's two runs, kept per three:
+        # the utilization moves the choice among a few candidates.
+        key = (selection.chosen, packing, confirm)
+        verification = short.verifications.get(key)
+        if verification is None:
+            verification = _verification(
+                priced,
+                selection.chosen,
+                short.slowdown,
+                short.chance,
+                short.objective,
+                packing,
+                confirm,
+            )
+            short.verifications[key] = verification
+    placement = short.placements.get(selection.chosen)
+    if placement is None:
+        placement = short.predictor.placement(chosen_ratio, chosen_ways)
+        short.placements[selection.chosen] = placement
+    fitted = short.predictor.model
     chosen = within[0]
     return Recommendation(
         workload=fitted.workload,
         host_kind=fitted.host_kind,
         model_version=fitted.model_version,
-        objective=str(objective),
-        threshold=threshold,
-        grid=grid.name,
-        grid_size=grid.size,
+        objective=str(short.objective),
+        threshold=short.threshold,
+        grid=short.grid.name,
+        grid_size=short.grid.size,
         feasible_count=int(priced.feasible.sum()),
-        price_profile=prices.key,
-        currency=prices.currency,
-        machine=machine,
+        price_profile=short.prices.key,
+        currency=short.prices.currency,
+        machine=short.machine,
         utilization=util,
         fastmax_seconds=fitted.fastmax_seconds,
         chosen=chosen,
-        best=candidates(np.asarray([selection.best]))[0],
+        best=best,
         within_threshold=within,
-        other_candidates=candidates(others),
-        dropped=dropped,
-        confidence=confidence,
-        promise=promise(chosen, confidence),
-        pareto_frontier=pareto_frontier(priced),
-        placement=predictor.placement(chosen_ratio, chosen_ways),
+        other_candidates=short.others,
+        dropped=short.dropped,
+        confidence=short.confidence,
+        promise=promise(chosen, short.confidence),
+        pareto_frontier=short.pareto,
+        placement=placement,
         fit=fitted.diagnostics,
         verification=verification,
-        objective_met=unmet is None,
-        unmet=unmet,
+        objective_met=short.unmet is None,
+        unmet=short.unmet,
     )
+
+
+def recommend(
+    model: FittedModel | Predictor,
+    *,
+    machine: MachineShape,
+    prices: PriceProfile = DEFAULT_PRICE_PROFILE,
+    utilization: Utilization | None = None,
+    objective: Objective = CHEAPEST,
+    threshold: float = DEFAULT_THRESHOLD,
+    grid: Grid | None = None,
+    confidence: float | None = DEFAULT_CONFIDENCE,
+    observations: Sequence[Observation] = (),
+    band_confidence: float = DEFAULT_BAND_CONFIDENCE,
+) -> Recommendation:
+    """Recommend a configuration for one workload. Without utilization the cluster is taken as
+    idle, every penalty is 0, and the choice is the objective's best.
+
+    With `confidence` (the default), a cost objective keeps only candidates within T of the best
+    with that confidence (`model.select.confident_algorithm1`, intervals from
+    `model.confidence`) and weighs packing gains by how long a candidate holds its resources;
+    `confidence=None` is the paper's Algorithm 1 as published. A promise (an SLO's slowdown
+    bound) is kept at `confidence`; the cost band's first round judges each candidate by the
+    uncertainty of its *difference* from the best (`model.confidence.ErrorTerms`) at
+    `band_confidence`, the level the regime map learns on held-out workloads.
+
+    `observations` are verification runs (`model.verification`): the predictions are corrected
+    where they were measured, and the answer names the configuration to measure next.
+
+    The same as `choose(shortlist(...), utilization)`."""
+    short = shortlist(
+        model,
+        machine=machine,
+        prices=prices,
+        objective=objective,
+        threshold=threshold,
+        grid=grid,
+        confidence=confidence,
+        observations=observations,
+        band_confidence=band_confidence,
+    )
+    return choose(short, utilization)
+
+
+@dataclass(frozen=True)
+class _Explainer:
+    """Candidates of a priced grid as the explanation lists them (no packing penalty: the
+    second round's, set by `choose`)."""
+
+    priced: PricedGrid
+    vcpus: int
+    slowdown: FloatArray
+    seconds_upper: FloatArray | None
+    slowdown_upper: FloatArray | None
+    cheapest_cost: float
+
+    def candidates(self, indices: np.ndarray) -> list[Candidate]:
+        # Gathered with numpy and validated in one call: per-object construction would cost
+        # more than the whole prediction when dozens of candidates lie within T.
+        priced, p = self.priced, self.priced.prediction
+        vcpus = self.vcpus
+        n_ways = len(p.llc_ways)
+        r, w = indices // n_ways, indices % n_ways
+        nothing = [None] * len(indices)
+        columns = zip(
+            p.slow_ratios[r].tolist(),
+            p.llc_ways[w].tolist(),
+            p.dram_bytes[r].tolist(),
+            p.slow_bytes[r].tolist(),
+            p.seconds.ravel()[indices].tolist(),
+            self.slowdown[indices].tolist(),
+            priced.cost[indices].tolist(),
+            priced.demand[indices].tolist(),
+            p.extrapolated[w].tolist(),
+            nothing if self.seconds_upper is None else self.seconds_upper[indices].tolist(),
+            nothing if self.slowdown_upper is None else self.slowdown_upper[indices].tolist(),
+            strict=True,
+        )
+        cheapest_cost = self.cheapest_cost
+        return _CANDIDATES.validate_python(
+            [
+                {
+                    "configuration": {
+                        "vcpus": vcpus,
+                        "dram_bytes": dram,
+                        "slow_bytes": slow,
+                        "slow_ratio": ratio,
+                        "llc_ways": ways,
+                    },
+                    "predicted_seconds": seconds,
+                    "slowdown": sd,
+                    "cost": cost,
+                    "cost_vs_cheapest": cost / cheapest_cost - 1.0,
+                    "packing_penalty": None,
+                    "demand": {"cpu": d[0], "dram": d[1], "slow": d[2], "llc": d[3]},
+                    "extrapolated": ext,
+                    "predicted_seconds_upper": up_s,
+                    "slowdown_upper": up_sd,
+                }
+                for ratio, ways, dram, slow, seconds, sd, cost, d, ext, up_s, up_sd in columns
+            ]
+        )
 
 
 def promise(c: Candidate, confidence: float | None) -> str:
@@ -673,13 +820,31 @@ def _infeasible_after_runs(
     )
 
 
+def _chance(priced: PricedGrid, slowdown: FloatArray, objective: Objective) -> FloatArray:
+    """Per candidate, the chance that a run finds it acceptable, for `next_point`."""
+    sigma = priced.sigma.ravel()
+    if objective.max_slowdown is not None:
+        # The chance that a candidate meets the SLO in truth (log-normal around the prediction).
+        margin = np.log1p(objective.max_slowdown) - np.log1p(np.maximum(slowdown, -0.999))
+        z = margin / np.maximum(sigma, 1e-9)
+        cdf = NormalDist().cdf
+        chance = np.asarray([cdf(v) for v in z.tolist()])
+    else:
+        chance = np.ones(priced.cost.size)
+    chance = np.where(priced.feasible, chance, 0.0)
+    if objective.kind == "least_dram":
+        # Runs only check the promise here: their saving is not in cost.
+        chance = np.zeros_like(chance)
+    chance.flags.writeable = False
+    return chance
+
+
 def _verification(
     priced: PricedGrid,
     chosen: int,
     slowdown: FloatArray,
-    slowdown_upper: FloatArray | None,
+    chance: FloatArray,
     objective: Objective,
-    confidence: float,
     packing: int | None = None,
     confirm: int | None = None,
 ) -> VerificationState:
@@ -687,17 +852,6 @@ def _verification(
     p = priced.prediction
     measured = priced.measured
     sigma = priced.sigma.ravel()
-    if objective.max_slowdown is not None:
-        # The chance that a candidate meets the SLO in truth (log-normal around the prediction).
-        margin = np.log1p(objective.max_slowdown) - np.log1p(np.maximum(slowdown, -0.999))
-        z = margin / np.maximum(sigma, 1e-9)
-        chance = np.asarray([NormalDist().cdf(float(v)) for v in z])
-    else:
-        chance = np.ones(priced.cost.size)
-    chance = np.where(priced.feasible, chance, 0.0)
-    if objective.kind == "least_dram":
-        # Runs only check the promise here: their saving is not in cost.
-        chance = np.zeros_like(chance)
     wanted = next_point(
         priced.cost,
         sigma,

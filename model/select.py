@@ -31,6 +31,80 @@ def packing_penalties(demand: FloatArray, utilization: FloatArray) -> FloatArray
     return out
 
 
+@dataclass(frozen=True)
+class FirstRound:
+    """Algorithm 1's first round: the candidates within T of the best, which do not depend on
+    the cluster's utilization (only the second round's order does), with what the second round
+    reads of them."""
+
+    best: int
+    within: NDArray[np.int64]  # ascending
+    cost: FloatArray  # per candidate of `within`
+    demand: FloatArray  # [len(within), 4]
+    hold: FloatArray | None  # seconds_i / seconds_best (the confident round), or None
+
+
+def first_round(
+    score: FloatArray,
+    cost: FloatArray,
+    acceptable: NDArray[np.bool_],
+    demand: FloatArray,
+    threshold: float,
+    relative: bool = True,
+) -> FirstRound | None:
+    """`algorithm1`'s first round; None when nothing is acceptable."""
+    idx = np.flatnonzero(acceptable)
+    if idx.size == 0:
+        return None
+    s = score[idx]
+    best_local = int(np.lexsort((cost[idx], s))[0])
+    best_score = s[best_local]
+    if relative:
+        ok = s <= best_score * (1.0 + threshold) if best_score > 0 else s <= best_score
+    else:
+        ok = s <= best_score + threshold
+    within = idx[ok]
+    return FirstRound(int(idx[best_local]), within, cost[within], demand[within], None)
+
+
+def confident_first_round(
+    cost: FloatArray,
+    upper_cost: FloatArray,
+    seconds: FloatArray,
+    acceptable: NDArray[np.bool_],
+    demand: FloatArray,
+    threshold: float,
+    paired_upper: Callable[[int], FloatArray] | None = None,
+) -> FirstRound | None:
+    """`confident_algorithm1`'s first round; None when nothing is acceptable."""
+    idx = np.flatnonzero(acceptable)
+    if idx.size == 0:
+        return None
+    best_local = int(np.lexsort((upper_cost[idx], cost[idx]))[0])
+    best = int(idx[best_local])
+    limit = cost[best] * (1.0 + threshold)
+    near = idx[cost[idx] <= limit]
+    bound = upper_cost if paired_upper is None else paired_upper(best)
+    within = near[(bound[near] <= limit) | (near == best)]
+    hold = seconds[within] / seconds[best]
+    return FirstRound(best, within, cost[within], demand[within], hold)
+
+
+def second_round(first: FirstRound, size: int, utilization: FloatArray) -> Selection:
+    """The lowest packing penalty D_i . U among the first round's candidates (weighed by how
+    long each holds its resources, after the confident round), ties broken by cost, then by
+    index. `size`: the number of candidates, for the per-candidate penalty."""
+    within = first.within
+    chosen_penalty = packing_penalties(first.demand, utilization)
+    penalty = np.full(size, np.nan)
+    penalty[within] = chosen_penalty
+    weighed = chosen_penalty if first.hold is None else chosen_penalty * first.hold
+    rounded = np.round(weighed / PENALTY_TIE)
+    order = np.lexsort((within, first.cost, rounded))
+    ranked = within[order]
+    return Selection(chosen=int(ranked[0]), best=first.best, within=ranked, penalty=penalty)
+
+
 def algorithm1(
     score: FloatArray,
     cost: FloatArray,
@@ -43,25 +117,8 @@ def algorithm1(
     """First round: keep acceptable candidates whose score is within T of the best (relative,
     C_i / C_min - 1 <= T, or absolute for scores that are already shares). Second round: the
     lowest packing penalty, ties broken by cost. None when nothing is acceptable."""
-    idx = np.flatnonzero(acceptable)
-    if idx.size == 0:
-        return None
-    s = score[idx]
-    best_local = int(np.lexsort((cost[idx], s))[0])
-    best_score = s[best_local]
-    if relative:
-        ok = s <= best_score * (1.0 + threshold) if best_score > 0 else s <= best_score
-    else:
-        ok = s <= best_score + threshold
-    within = idx[ok]
-    penalty = np.full(score.shape, np.nan)
-    penalty[within] = packing_penalties(demand[within], utilization)
-    rounded = np.round(penalty[within] / PENALTY_TIE)
-    order = np.lexsort((within, cost[within], rounded))
-    ranked = within[order]
-    return Selection(
-        chosen=int(ranked[0]), best=int(idx[best_local]), within=ranked, penalty=penalty
-    )
+    first = first_round(score, cost, acceptable, demand, threshold, relative)
+    return None if first is None else second_round(first, score.size, utilization)
 
 
 def confident_algorithm1(
@@ -93,19 +150,7 @@ def confident_algorithm1(
     uncertainty of its *difference* from `best`, `model.confidence.ErrorTerms`), the first round
     keeps the candidates whose paired bound is within the limit: the error a candidate shares
     with the optimum (the same fit, the same miss curve) cannot make it dearer than the optimum."""
-    idx = np.flatnonzero(acceptable)
-    if idx.size == 0:
-        return None
-    best_local = int(np.lexsort((upper_cost[idx], cost[idx]))[0])
-    best = int(idx[best_local])
-    limit = cost[best] * (1.0 + threshold)
-    near = idx[cost[idx] <= limit]
-    bound = upper_cost if paired_upper is None else paired_upper(best)
-    within = near[(bound[near] <= limit) | (near == best)]
-    penalty = np.full(cost.shape, np.nan)
-    penalty[within] = packing_penalties(demand[within], utilization)
-    hold = seconds[within] / seconds[best]
-    rounded = np.round(penalty[within] * hold / PENALTY_TIE)
-    order = np.lexsort((within, cost[within], rounded))
-    ranked = within[order]
-    return Selection(chosen=int(ranked[0]), best=best, within=ranked, penalty=penalty)
+    first = confident_first_round(
+        cost, upper_cost, seconds, acceptable, demand, threshold, paired_upper
+    )
+    return None if first is None else second_round(first, cost.size, utilization)

@@ -19,6 +19,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
     true,
 )
 from sqlalchemy.engine import Dialect
@@ -166,6 +167,8 @@ class RackPool(Timestamped, Base):
 
 class Node(Timestamped, Base):
     __tablename__ = "nodes"
+    # A rack pool's members, for the pools' pages.
+    __table_args__ = (Index("ix_nodes_pool_name", "pool_name"),)
     name: Mapped[str] = mapped_column(String(253), primary_key=True)
     host_kind: Mapped[str] = mapped_column(ForeignKey("host_kinds.name"), index=True)
     cpus: Mapped[int] = mapped_column(Integer)
@@ -181,7 +184,17 @@ class Reservation(Timestamped, Base):
 
     __tablename__ = "reservations"
     # Pages of the reservations and placements lists, by node then pod.
-    __table_args__ = (Index("ix_reservations_node_pod", "node_name", "pod_uid"),)
+    # Pool draws per node with their size: a pools page sums its members' from the index alone.
+    __table_args__ = (
+        Index("ix_reservations_node_pod", "node_name", "pod_uid"),
+        Index(
+            "ix_reservations_pool_draws",
+            "node_name",
+            postgresql_include=["slow_bytes"],
+            postgresql_where=text("slow_from_pool IS TRUE"),
+            sqlite_where=text("slow_from_pool IS 1"),
+        ),
+    )
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     pod_uid: Mapped[str] = mapped_column(String(64), unique=True)
     namespace: Mapped[str] = mapped_column(String(253))

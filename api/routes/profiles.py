@@ -22,6 +22,7 @@ from api.schemas import (
 )
 from api.services import prices as price_profiles
 from api.services import profiles, verification
+from ledger import nodes as ledger_nodes
 from model import predicted_grid
 from model.verification import MAX_OBSERVATIONS, AppliedConfiguration
 from store.orm import Profile, VerificationRunRow
@@ -150,7 +151,8 @@ def get_workload_model(
     # The prepared model already holds the fit and what it needs of the bundle's host.
     prepared = state.models.model(session, row.id)
     fitted = prepared.predictor.model
-    machine = prepared.machine(repo.get_host_kind(session, profile.host_kind))
+    kind = repo.get_host_kind(session, profile.host_kind)
+    machine = prepared.machine(None if kind is None else ledger_nodes.shape_of_kind(kind))
     chosen_grid = prepared.grid("host" if grid == "host" else "paper")
     _, prices = price_profiles.resolve_price_profile(session, None)
     points = predicted_grid(prepared.predictor, machine=machine, prices=prices, grid=chosen_grid)

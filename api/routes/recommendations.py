@@ -7,11 +7,12 @@ from typing import Annotated
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from api import repositories as repo
 from api.auth import GRANTS, Permission, Role
-from api.deps import AppState, SessionDep, StateDep, require
+from api.deps import AppState, SessionDep, StateDep, committed, require
 from api.errors import InvalidInput, NotFound
 from api.paging import CursorParam, decode_cursor, link_next
 from api.schemas import RecommendationOut, RecommendationSummary, RecommendIn
@@ -36,6 +37,17 @@ def recommendation_out(row: RecommendationRow, known: bool | None = None) -> Rec
         utilization_source=row.utilization_source,
         host_kind_known=known,
         recommendation=Recommendation.model_validate(row.result),
+    )
+
+
+def _recommend_in_thread(body: RecommendIn, state: AppState, role: Role) -> Response:
+    """The decision committed before the response is made, the request's blocking work in one
+    thread-pool hop (the hand-offs cost about as much CPU as the resolving query). For a named
+    workload each statement commits on its own: it reads one row and writes single statements."""
+    return committed(
+        state,
+        lambda session: _recommend(body, state, session, role),
+        statements_alone=body.profile is None,
     )
 
 
@@ -90,17 +102,13 @@ def encode_record(record: RecommendationRecord) -> bytes:
     summary="Recommend a configuration (Algorithm 1) for a workload or an inline bundle",
     responses={404: {"description": "Unknown workload"}, 409: {"description": "Nothing fitted"}},
 )
-def recommend(
-    body: RecommendIn, state: StateDep, session: SessionDep, role: Recommender
-) -> Response:
-    return _recommend(body, state, session, role)
+async def recommend(body: RecommendIn, state: StateDep, role: Recommender) -> Response:
+    return await run_in_threadpool(_recommend_in_thread, body, state, role)
 
 
 @router.post("/v1/recommend", response_model=RecommendationOut)
-def recommend_v1(
-    body: RecommendIn, state: StateDep, session: SessionDep, role: Recommender
-) -> Response:
-    return _recommend(body, state, session, role)
+async def recommend_v1(body: RecommendIn, state: StateDep, role: Recommender) -> Response:
+    return await run_in_threadpool(_recommend_in_thread, body, state, role)
 
 
 @router.get("/v1/recommendations/{rec_id}", response_model=RecommendationOut)

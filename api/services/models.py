@@ -15,7 +15,6 @@ from sqlalchemy.orm import Session
 
 from api import repositories as repo
 from api.errors import NotFound
-from ledger.nodes import shape_of_kind
 from model import (
     FittedModel,
     Grid,
@@ -28,8 +27,8 @@ from model import (
     paper_grid,
 )
 from model.memo import Recent
+from model.recommend import Shortlist
 from model.verification import MAX_OBSERVATIONS, Observation
-from store.orm import HostKind
 
 GridName = Literal["paper", "host"]
 PAPER_GRID = paper_grid()
@@ -43,9 +42,9 @@ class Prepared:
     bundle_machine: MachineShape
     host_grid: Grid
 
-    def machine(self, kind: HostKind | None) -> MachineShape:
+    def machine(self, kind: MachineShape | None) -> MachineShape:
         """The cluster's shape for the profile's host kind, else the bundle's own host."""
-        return shape_of_kind(kind) if kind is not None else self.bundle_machine
+        return kind if kind is not None else self.bundle_machine
 
     def grid(self, name: GridName) -> Grid:
         return self.host_grid if name == "host" else PAPER_GRID
@@ -119,15 +118,20 @@ class ModelCache:
     of the fit, the machine, the grid, the verification runs, the prices, the live utilization,
     the objective and the threshold; every one of these is in the key, so a hit is the answer
     the model would give again. Pods of one workload asking within one utilization snapshot (a
-    scale-out, the publisher's refresh) ask the same question many times."""
+    scale-out, the publisher's refresh) ask the same question many times.
 
-    def __init__(self, size: int = 512, answers: int = 256) -> None:
+    `shortlists` keeps, by the same inputs but the utilization, what the model computes before
+    the utilization matters (model.recommend.Shortlist): the same question under another
+    utilization runs only Algorithm 1's second round."""
+
+    def __init__(self, size: int = 512, answers: int = 256, shortlists: int = 256) -> None:
         self._models: Recent[str, Prepared] = Recent(size)
         self._prices: dict[str, PriceProfile] = {}
         self.prices_known_used: set[str] = set()
         self._runs: Recent[tuple[str, int, str | None], tuple[Observation, ...]] = Recent(size)
         self.decisions = DecisionMemo()
         self.results: Recent[Hashable, Any] = Recent(answers)
+        self.shortlists: Recent[Hashable, Shortlist] = Recent(shortlists)
 
     def model(self, session: Session, fitted_id: str) -> Prepared:
         return self._models.get_or_compute(fitted_id, lambda: self._prepare(session, fitted_id))

@@ -20,7 +20,8 @@ from api.errors import InvalidInput, NotFitted, NotFound
 from api.services.models import GridName, ModelCache
 from api.services.prices import ensure_default_price_profile, parse_price_key
 from api.services.profiles import fit_profile, upload_profile
-from model import Objective, Recommendation, Utilization, recommend
+from model import Objective, Recommendation, Utilization
+from model.recommend import choose, shortlist
 from store.db import EncodedJSON, after_commit
 from store.orm import new_id, utcnow
 
@@ -59,6 +60,25 @@ class RecommendationRecord:
     repeated: bool = False
 
 
+# Set on a session whose statements each commit on their own (`single_statements`).
+_SINGLE_STATEMENTS = "tmc.single_statements"
+
+
+class NeedsTransaction(Exception):
+    """Raised by `decide` on a `single_statements` session when the decision must write several
+    statements together (a profile's first fit, the default price profile's creation): the
+    caller decides again in a transaction. Nothing was written."""
+
+
+def single_statements(session: Session) -> None:
+    """Let `session` run each statement in a transaction of its own. A decision for a fitted
+    workload reads one row and writes at most two single statements (marking its price profile
+    used, then storing the decision or counting a repeat): without BEGIN and COMMIT it is one
+    round trip to the database where it was three. Call before the session's first statement."""
+    session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+    session.info[_SINGLE_STATEMENTS] = True
+
+
 @dataclass(frozen=True)
 class _Answer:
     """Algorithm 1's answer, kept for its inputs: shared between requests, so never changed."""
@@ -86,6 +106,9 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
     assert resolved is not None
 
     fitted_id, model_version = resolved.fitted_id, resolved.model_version
+    single = bool(session.info.get(_SINGLE_STATEMENTS))
+    if fitted_id is None and single:
+        raise NeedsTransaction("a first fit")
     if fitted_id is None:
         # The first decision for a profile whose fit task has not run yet: fitting takes
         # milliseconds, so it is done here rather than make the caller wait; the task will find
@@ -109,13 +132,15 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
             raise NotFound("price profile", req.price_profile)
         price_id = price_row.id
     else:
+        if resolved.default_price_id is None and single:
+            raise NeedsTransaction("the default price profile's creation")
         price_id = resolved.default_price_id or ensure_default_price_profile(session).id
     prices = cache.price(session, price_id)
     if price_id not in cache.prices_known_used:
         repo.mark_price_profile_used(session, price_id)
         after_commit(session, lambda: cache.prices_known_used.add(price_id))
 
-    inputs = (
+    question = (
         fitted_id,
         machine,
         req.grid,  # with the fit, names the grid
@@ -123,22 +148,25 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
         resolved.run_count,
         resolved.newest_run_id,
         price_id,
-        req.utilization,
         req.objective,
         req.threshold,
     )
+    inputs = (question, req.utilization)
     answered: _Answer | None = cache.results.get(inputs)
     if answered is None:
-        rec = recommend(
-            prepared.predictor,
-            machine=machine,
-            prices=prices,
-            utilization=req.utilization,
-            objective=req.objective,
-            threshold=req.threshold,
-            grid=grid,
-            observations=observations,
+        short = cache.shortlists.get_or_compute(
+            question,
+            lambda: shortlist(
+                prepared.predictor,
+                machine=machine,
+                prices=prices,
+                objective=req.objective,
+                threshold=req.threshold,
+                grid=grid,
+                observations=observations,
+            ),
         )
+        rec = choose(short, req.utilization)
         result = rec.model_dump(mode="json")
         answered = _Answer(rec, result, EncodedJSON(orjson.dumps(result)))
         cache.results.put(inputs, answered)
