@@ -262,10 +262,14 @@ class Predictor:
         seconds_uncovered = None
         if uncovered is not None:
             uncovered = np.maximum(monotone_envelope(uncovered, ratios, ways), cpi)
-            # More slow memory never saves time: no point waits longer than the grid's most
-            # slow point at its way count.
-            top = int(np.argmax(ratios))
-            uncovered = np.maximum(np.minimum(uncovered, cpi[top][None, :]), cpi)
+            # More slow memory never saves time: no point waits longer than all of it slow at
+            # its way count (slowmax's ratio, predicted through the measured slowmax).
+            all_slow = (
+                cpi[int(np.argmax(ratios))]
+                if ratios.max() >= 1.0
+                else self.predict(np.ones(1), ways).cpi[0]
+            )
+            uncovered = np.maximum(np.minimum(uncovered, all_slow[None, :]), cpi)
             seconds_uncovered = m.fastmax_seconds * uncovered / self._fastmax_cpi
         return GridPrediction(
             slow_ratios=ratios,

@@ -405,3 +405,15 @@ def test_a_promise_reaches_the_uncovered_prediction_and_the_cost_band_does_not()
     assert (interval.upper(p.seconds) < promise).any()
     z = NormalDist().inv_cdf(UNCOVERED_LEVEL)
     np.testing.assert_allclose(interval.upper(p.seconds), p.seconds * (1.0 + z * interval.sigma))
+
+
+def test_the_uncovered_prediction_is_capped_by_all_slow_whatever_the_grid() -> None:
+    # A grid that stops short of ratio 1 keeps its top row's gap: the cap is all of it slow.
+    pen = {"hot": (200.0, 400.0), "warm": (4.0, 5.0), "cold": (60.0, 100.0)}
+    predictor = Predictor(fit(parse_bundle(per_structure_bundle(pen))))
+    ways = np.asarray([12, 28], dtype=np.int64)
+    full = predictor.predict(np.asarray([0.0, 0.2, 1.0]), ways)
+    short = predictor.predict(np.asarray([0.0, 0.2]), ways)
+    assert full.seconds_uncovered is not None and short.seconds_uncovered is not None
+    np.testing.assert_allclose(short.seconds_uncovered, full.seconds_uncovered[:2], rtol=1e-12)
+    assert (full.seconds_uncovered <= full.seconds[2][None, :] * (1 + 1e-12)).all()
