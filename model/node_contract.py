@@ -55,6 +55,10 @@ AGENT_STATUS_ANNOTATION = f"{GROUP}/agent-status"
 # "true" on a pod that runs the workload's profiled input: when it succeeds, the node agent reports
 # its run time as a verification run (model/verification.py).
 VERIFICATION_RUN_ANNOTATION = f"{GROUP}/verification-run"
+# The problem title the service answers a run with when its placement log holds no such pod.
+# The log is the ledger's mirror of the bound pods, written a moment after the bind, so the agent
+# retries this refusal for a while (a short run may finish first) and settles any other at once.
+RUN_NOT_PLACED = "Run not placed"
 
 RECOMMENDATION_ANNOTATION = f"{GROUP}/recommendation"
 # Written by the operator (`tmc plan patterns apply`) on a Node: a capacity plan's machine.

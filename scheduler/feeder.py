@@ -233,6 +233,9 @@ class _Changes:
 
     nodes: dict[str, tuple[NodeCapacity, int | None] | None] = field(default_factory=dict)
     pods: dict[str, ledger.Placed | None] = field(default_factory=dict)  # None: released
+    # Pods bound and gone within one batch: their placement is still recorded (the placement log
+    # is what a verification run is checked against), then released.
+    brief: dict[str, ledger.Placed] = field(default_factory=dict)
     # When each pod's and node's change first reached the feeder (time.monotonic()): the lag.
     since: dict[str, float] = field(default_factory=dict)
     nodes_since: dict[str, float] = field(default_factory=dict)
@@ -458,7 +461,12 @@ class Feeder:
                 if p is not None and self._mirrored.get(uid) != p.held
             ]
             gone = [uid for uid, p in changes.pods.items() if p is None and uid in self._mirrored]
-            if not placed and not gone and not changes.nodes:
+            brief = [
+                p
+                for uid, p in changes.brief.items()
+                if changes.pods.get(uid) is None and uid not in self._mirrored
+            ]
+            if not placed and not gone and not brief and not changes.nodes:
                 return
             try:
                 with unit_of_work(self.sessions) as session:
@@ -480,7 +488,8 @@ class Feeder:
                             pool_bytes = sizes.get(cap.pool) if cap.pool is not None else None
                             ledger_nodes.register_node(session, cap, pool_bytes)
                     ledger.forget(session, gone)
-                    report = ledger.record(session, placed)
+                    report = ledger.record(session, [*placed, *brief])
+                    ledger.forget(session, [p.held.pod_uid for p in brief])
             except Exception:
                 self._mark_stale(changes.oldest())
                 raise
@@ -532,6 +541,9 @@ class Feeder:
         if self.sessions is None:
             return
         with self._changes_lock:
+            pending = self._changes.pods.get(uid)
+            if placed is None and pending is not None:
+                self._changes.brief[uid] = pending
             self._changes.pods[uid] = placed
             self._changes.since.setdefault(uid, time.monotonic())
         self._wake.set()

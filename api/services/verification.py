@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from api import repositories as repo
 from api.auth import Caller, Role
 from api.errors import ApiError, Conflict, NotFitted, NotFound
+from model.node_contract import RUN_NOT_PLACED
 from store.orm import VerificationRunRow
 
 # Runs kept per profile: recommendations use the newest MAX_OBSERVATIONS; the rest is history,
@@ -24,8 +25,8 @@ from store.orm import VerificationRunRow
 MAX_STORED_RUNS = 256
 
 
-def _refused(detail: str) -> ApiError:
-    return ApiError(403, "Forbidden", detail)
+def _refused(detail: str, title: str = "Forbidden") -> ApiError:
+    return ApiError(403, title, detail)
 
 
 def check_provenance(
@@ -38,7 +39,8 @@ def check_provenance(
     if placed is None:
         raise _refused(
             f"run {run_id!r} names no pod tmc placed: an agent reports the runs of the pods tmc"
-            " placed (the run_id is the pod's uid); an operator may record other runs"
+            " placed (the run_id is the pod's uid); an operator may record other runs",
+            RUN_NOT_PLACED,
         )
     if caller.node is not None and placed.node != caller.node:
         raise _refused(

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from model.node_contract import RUN_NOT_PLACED
 from tmc_agent import shim, upload, verification
 from tmc_agent.capacity import CapacityPatch, capacity_patch
 from tmc_agent.discover import NodeReport, discover
@@ -40,6 +42,9 @@ log = logging.getLogger("tmc.agent.serve")
 # Pods whose last log line the agent remembers. Pods no longer listed on the node are forgotten
 # on each pass anyway; this caps a node that really runs this many at once.
 MAX_REMEMBERED_PODS = 10_000
+# How long a run the service refuses as not placed is tried again: the placement log lags the
+# bind by the mirror's batch (1 s) and, while PostgreSQL is briefly away, by its retries.
+PLACEMENT_LOG_GRACE_SECONDS = 120.0
 
 
 @dataclass
@@ -71,6 +76,8 @@ class Agent:
         # node only, and at most MAX_REMEMBERED_PODS, oldest said first out.
         self._said: dict[str, str] = {}
         self._reported: dict[str, str] = {}  # pod uid -> outcome, for runs already settled
+        # pod uid -> when the service first answered that no placement names it (monotonic)
+        self._not_placed_since: dict[str, float] = {}
         self._stop = threading.Event()
 
     def publish(self) -> CapacityPatch:
@@ -217,6 +224,16 @@ class Agent:
             elif status is None or status in upload.RETRYABLE:
                 out[key] = f"not reported yet ({status or body[:120]}); retried next pass"
                 self._say(key, out[key], logging.WARNING)
+            elif (
+                verification.problem_title(body) == RUN_NOT_PLACED
+                and self._not_placed_since.setdefault(uid, time.monotonic())
+                + PLACEMENT_LOG_GRACE_SECONDS
+                > time.monotonic()
+            ):
+                # The placement log (the ledger's mirror of bound pods) is written a moment
+                # after the bind: a short run may finish first.
+                out[key] = "not reported yet: the placement log has no record of it yet; retried"
+                self._say(key, out[key], logging.INFO)
             else:
                 why = verification.detail(body)
                 self._settle(uid, key, f"verification run refused ({status}): {why}", out)
@@ -229,6 +246,7 @@ class Agent:
         return self.config.plan_dir / "applied" if self.config.nri else None
 
     def _settle(self, uid: str, key: str, outcome: str, out: dict[str, str]) -> None:
+        self._not_placed_since.pop(uid, None)
         out[key] = outcome
         self._reported[uid] = outcome
         # Bounded: the oldest settled pods are long gone from the API server.

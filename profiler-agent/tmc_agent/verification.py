@@ -172,6 +172,14 @@ def post_run(
         return None, str(exc)
 
 
+def problem_title(body: str) -> str:
+    """A problem+json answer's `title` ("" when there is none)."""
+    try:
+        return str(json.loads(body).get("title") or "")
+    except (ValueError, AttributeError):
+        return ""
+
+
 def detail(body: str) -> str:
     try:
         return str(json.loads(body).get("detail") or body)[:200]

@@ -258,6 +258,26 @@ def test_feeder_events_keep_the_mirror_in_step(sessions: sessionmaker[Session]) 
         assert not session.get(Node, "node-7").ready  # type: ignore[union-attr]
 
 
+def test_a_pod_bound_and_gone_within_one_batch_is_still_in_the_placement_log(
+    sessions: sessionmaker[Session],
+) -> None:
+    # A short verification run: bound, run and finished before the mirror wrote anything. Its
+    # placement is the evidence the service checks the run against, so it is recorded, and
+    # nothing stays reserved.
+    feeder = Feeder(ListedCluster(), sessions)  # type: ignore[arg-type]
+    feeder.mirror_all()
+    feeder.on_node("ADDED", TIERED_NODE)
+    pod = bound_pod("brief", "node-7", 0x3)
+    feeder.on_pod("ADDED", pod)
+    feeder.on_pod("DELETED", pod)
+    feeder.mirror_pending()
+    assert reservations(sessions) == {}
+    with unit_of_work(sessions) as session:
+        logged = session.get(PlacementRecord, "brief")
+        assert logged is not None and logged.node_name == "node-7" and logged.llc_ways == 2
+    assert feeder.figures().bound_pods == 0
+
+
 def pooled_node(name: str, claim: int) -> dict[str, Any]:
     node = copy.deepcopy(TIERED_NODE)
     node["metadata"]["name"] = name
