@@ -163,6 +163,7 @@ class Predictor:
             if model.curve_cpi is None or not sweep_shape
             else np.asarray(model.curve_cpi, dtype=np.float64)
         )
+        self._sweep_ends = self._sweep_ends_of()
 
     def kept(self, key: Hashable, compute: Callable[[], T]) -> T:
         """`compute()`'s result, kept by `key` with this predictor (the few most recent): for
@@ -301,21 +302,30 @@ class Predictor:
             return mar * self.model.p_dram
         return float(self.rates_at_position(h, mar) @ self._penalties_at(h)[0])
 
+    def _sweep_ends_of(self) -> tuple[tuple[float, float], tuple[float, float]] | None:
+        """The sweep's CPI and the model's all-DRAM stall at fastmin's and fastmax's way counts
+        (the align-and-scale's two anchors, the same for every prediction); None where there is
+        no sweep or it is flat."""
+        if self._sweep_cpi is None:
+            return None
+        m = self.model
+        s_min = float(np.interp(m.ways_min, self._curve_w, self._sweep_cpi))
+        s_max = float(np.interp(m.ways_max, self._curve_w, self._sweep_cpi))
+        if abs(s_min - s_max) <= SWEEP_FLAT * s_max:
+            return None
+        d_ends = (self._dram_stall(float(m.ways_min)), self._dram_stall(float(m.ways_max)))
+        return (s_min, s_max), d_ends
+
     def _sweep_factor(self, ways: FloatArray, dram_stall: FloatArray) -> FloatArray:
         """Per way count, how much the memory penalties scale so that the all-DRAM stall
         follows the way sweep's CPI between the two reference runs (align and scale, as Fig. 5
         does with the miss curve): 1 at fastmin's and fastmax's way counts, and 1 everywhere
         without a measured sweep or where the sweep is flat."""
         ones = np.ones(len(ways))
-        if self._sweep_cpi is None:
+        if self._sweep_cpi is None or self._sweep_ends is None:
             return ones
-        m = self.model
-        s_min = float(np.interp(m.ways_min, self._curve_w, self._sweep_cpi))
-        s_max = float(np.interp(m.ways_max, self._curve_w, self._sweep_cpi))
-        if abs(s_min - s_max) <= SWEEP_FLAT * s_max:
-            return ones
+        (s_min, s_max), (d_min, d_max) = self._sweep_ends
         g = (np.interp(ways, self._curve_w, self._sweep_cpi) - s_max) / (s_min - s_max)
-        d_min, d_max = self._dram_stall(float(m.ways_min)), self._dram_stall(float(m.ways_max))
         target = d_max + (d_min - d_max) * g
         factor = np.divide(target, dram_stall, out=ones.copy(), where=dram_stall > 0)
         lo, hi = SWEEP_FACTOR_RANGE

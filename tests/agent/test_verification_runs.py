@@ -111,24 +111,28 @@ def test_a_succeeded_opted_in_pod_becomes_one_verification_run(
             json={"workload": "graph500"},
             headers={"Authorization": f"Bearer {scheduler}"},
         ).json()["id"]
-        # The pod that ran, as the extender placed it (its placement record is the evidence
-        # the service checks the run against).
-        with unit_of_work(
-            make_session_factory(make_engine(DatabaseSettings(database_url=db)))
-        ) as session:
+        sessions = make_session_factory(make_engine(DatabaseSettings(database_url=db)))
+
+        def placed(uid: str, name: str, mask: int) -> None:
+            """The pod that ran, as the engine placed it (its placement record is the evidence
+            the service checks the run against)."""
+            with unit_of_work(sessions) as session:
+                hold(
+                    session,
+                    NODE,
+                    uid,
+                    pod_name=name,
+                    dram_bytes=4 << 30,
+                    slow_bytes=12 << 30,
+                    llc_mask=mask,
+                    recommendation_id=decision,
+                    slow_ratio=0.75,
+                )
+
+        with unit_of_work(sessions) as session:
             cap = NodeCapacity(NODE, "k", 12, 24 << 30, 128 << 30, 48, None)
             ledger_nodes.register_node(session, cap)
-            hold(
-                session,
-                NODE,
-                "0000-good",
-                pod_name="verify-graph500",
-                dram_bytes=4 << 30,
-                slow_bytes=12 << 30,
-                llc_mask=0xF,
-                recommendation_id=decision,
-                slow_ratio=0.75,
-            )
+        placed("0000-good", "verify-graph500", 0xF)
 
         def agent(url: str) -> serve.Agent:
             settings = AgentSettings(
@@ -165,20 +169,7 @@ def test_a_succeeded_opted_in_pod_becomes_one_verification_run(
         pods.items.append(finished("0006-early", "verify-early"))
         early = a.report_runs(a.sync().finished)
         assert "placement log has no record of it yet" in early["default/verify-early"]
-        with unit_of_work(
-            make_session_factory(make_engine(DatabaseSettings(database_url=db)))
-        ) as session:
-            hold(
-                session,
-                NODE,
-                "0006-early",
-                pod_name="verify-early",
-                dram_bytes=4 << 30,
-                slow_bytes=12 << 30,
-                llc_mask=0xF0,
-                recommendation_id=decision,
-                slow_ratio=0.75,
-            )
+        placed("0006-early", "verify-early", 0xF0)
         late = a.report_runs(a.sync().finished)
         assert late["default/verify-early"] == "verification run of 90.500 s reported"
         # Past the grace, a pod the log never held is settled as refused.
