@@ -387,7 +387,7 @@ def test_two_scheduler_extender_pairs_with_leader_election_under_a_burst(
         stack.cp.stop_process("kube-scheduler")  # the leader goes, mid-burst
         creator.join()
         wait_until(lambda: c.leads(stack.cp, "kube-scheduler-2"), 30, "the second pair leading")
-        wait_until(lambda: _stable_bound(stack, ns, 8.0), 240, "the burst placed as far as it fits")
+        c.wait_burst_settled(stack.api, ns)
         truth = c.placements(stack.api)
         bound = {k for k in truth if k.startswith(ns + "/")}
         unbound = [p for p in stack.api.list_namespaced_pod(ns).items if not p.spec.node_name]
@@ -486,7 +486,7 @@ def test_a_paused_pair_and_a_stopped_scheduler_hand_placement_over_safely(
             os.kill(pid, signal.SIGCONT)
             paused.remove(pid)
         creator.join()
-        wait_until(lambda: _stable_bound(stack, ns, 8.0), 240, "the burst placed as far as it fits")
+        c.wait_burst_settled(stack.api, ns)
         assert c.overcommitted_on_the_api_server(stack.api) == []
     finally:
         for pid in paused:
@@ -509,20 +509,6 @@ def _verb_calls(extender: GoExtenderProcess) -> float:
         re.M,
     )
     return sum(float(v) for v in found)
-
-
-def _stable_bound(stack: Stack, ns: str, quiet_seconds: float) -> bool:
-    """True once the number of bound pods has not changed for `quiet_seconds`."""
-    count = len([p for p in stack.api.list_namespaced_pod(ns).items if p.spec.node_name])
-    now = time.monotonic()
-    last = _seen.get(ns)
-    if last is None or last[0] != count:
-        _seen[ns] = (count, now)
-        return False
-    return count > 0 and now - last[1] >= quiet_seconds
-
-
-_seen: dict[str, tuple[int, float]] = {}
 
 
 def test_pending_pod_waits_for_room_then_binds(stack: Stack, ns: str) -> None:

@@ -392,7 +392,7 @@ def test_two_replicas_with_leader_election_under_a_200_pod_burst(stack: Stack, n
         wait_until(
             lambda: "Successfully acquired lease" in stack.cp.log(other), 90, "the new leader"
         )
-        wait_until(lambda: _stable_bound(stack, ns, 8.0), 240, "the burst placed as it fits")
+        c.wait_burst_settled(stack.api, ns)
         pods = bound_in(stack, ns)
         assert len(pods) > 20, len(pods)
         for pod in pods.values():
@@ -403,20 +403,6 @@ def test_two_replicas_with_leader_election_under_a_200_pod_burst(stack: Stack, n
         for name in replicas:
             stack.cp.stop_process(name)
         p.start_plugin_scheduler(stack.cp)
-
-
-def _stable_bound(stack: Stack, ns: str, quiet_seconds: float) -> bool:
-    """True once the number of bound pods has not changed for `quiet_seconds`."""
-    count = len(bound_in(stack, ns))
-    now = time.monotonic()
-    last = _seen.get(ns)
-    if last is None or last[0] != count:
-        _seen[ns] = (count, now)
-        return False
-    return count > 0 and now - last[1] >= quiet_seconds
-
-
-_seen: dict[str, tuple[int, float]] = {}
 
 
 def test_a_node_agent_that_restarts_rereads_masks_and_reassigns_none(stack: Stack, ns: str) -> None:

@@ -519,6 +519,34 @@ def bound_pods(
     return pods
 
 
+# kube-scheduler's longest wait before it retries a pod that failed (podMaxBackoffSeconds, whose
+# default the test configurations keep). While a new leader takes the placement lease over (the
+# tests' leases last 4-5 s), its binds are refused and the pods back off: the longest quiet spell
+# of a burst that is still being placed is the takeover plus that backoff.
+SCHEDULER_MAX_BACKOFF_SECONDS = 10.0
+TEST_PLACEMENT_LEASE_SECONDS = 5.0
+
+
+def wait_burst_settled(api: k8s.CoreV1Api, namespace: str, timeout: float = 240) -> int:
+    """Waits until a burst is placed as far as it fits and returns how many pods are bound: the
+    count has not changed for longer than a takeover and the longest backoff together (with
+    margin), so no retried pod can still be on its way."""
+    quiet = 1.5 * (SCHEDULER_MAX_BACKOFF_SECONDS + TEST_PLACEMENT_LEASE_SECONDS)
+    last = (-1, time.monotonic())
+
+    def settled() -> bool:
+        nonlocal last
+        count = sum(1 for p in api.list_namespaced_pod(namespace).items if p.spec.node_name)
+        now = time.monotonic()
+        if count != last[0]:
+            last = (count, now)
+            return False
+        return count > 0 and now - last[1] >= quiet
+
+    wait_until(settled, timeout, f"the burst in {namespace} placed as far as it fits")
+    return last[0]
+
+
 def reservations(dsn: str) -> dict[str, dict[str, Any]]:
     """The ledger's rows by pod name."""
     with psycopg.connect(dsn) as conn:
