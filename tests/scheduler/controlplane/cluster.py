@@ -536,7 +536,7 @@ def wait_burst_settled(api: k8s.CoreV1Api, namespace: str, timeout: float = 240)
 
     def settled() -> bool:
         nonlocal last
-        count = sum(1 for p in api.list_namespaced_pod(namespace).items if p.spec.node_name)
+        count = len([p for p in api.list_namespaced_pod(namespace).items if p.spec.node_name])
         now = time.monotonic()
         if count != last[0]:
             last = (count, now)
