@@ -671,8 +671,10 @@ func (c *Cache) Bind(uid types.UID, p *Placement) {
 			return
 		}
 		if assumed := held; !assumed.Bound {
-			if assumed.Bound = true; assumed == r {
-				// What Reserve assumed, now bound: the same room, only marked bound.
+			assumed.Bound = true
+			if assumed == r {
+				// What Reserve assumed, now bound: the same room, only marked bound (no change
+				// to the node's usage, nothing to publish).
 				c.pods[uid] = r
 				return
 			}
