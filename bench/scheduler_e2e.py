@@ -25,7 +25,8 @@ during the extender's (their /debug/pprof: the schedulers' as the admin, tmc-ext
 --pprof-address on loopback), and the stock kube-scheduler's during its own burst, are written
 to DIR and their top functions printed, and kube-apiserver's during every burst.
 With --compare-engine DIR, DIR's tmc-scheduler (another commit's build) places the same pods
-right after this checkout's: a before/after in one run.
+right after this checkout's, on the same configuration (the in-tree NodeResourcesFit in place of
+TmcNodeResourcesFit for a build without it): a before/after in one run.
 The load average at the start and end of each size is printed: the figures are only comparable
 on a quiet machine. A pod not seen bound
 within --timeout fails the run (exit status 1): the figures are never computed on a smaller
@@ -450,6 +451,12 @@ def in_tree_fit_config(config: Path) -> Path:
     return path
 
 
+def registers_resources_fit(binary: Path) -> bool:
+    """Whether a tmc-scheduler build has TmcNodeResourcesFit (builds before it had not): the
+    other build then runs on this checkout's configuration, else on in_tree_fit_config's."""
+    return b"TmcNodeResourcesFit" in binary.read_bytes()
+
+
 def warm_up(cp: ControlPlane, body: dict[str, Any], timeout: float) -> None:
     """One pod placed (in namespace warm, then deleted) by the scheduler just started."""
     run(cp, "warm", [body], timeout)
@@ -601,7 +608,9 @@ def one_size(
         if compare is not None:
             # Another build of tmc-scheduler (an earlier commit's) on the same pods, nodes and
             # control plane, right after this one's: a before/after in one run.
-            config = in_tree_fit_config(plugin_path.plugin_config(cp))
+            config = plugin_path.plugin_config(cp)
+            if not registers_resources_fit(compare / "tmc-scheduler"):
+                config = in_tree_fit_config(config)
             cp.start_scheduler(config, binary=str(compare / "tmc-scheduler"), name="tmc-scheduler")
             run(cp, "warm", [c.opted_in_pod("warm2", "graph500", memory="256Mi")], timeout)
             c.delete_all_pods(api, "warm")
@@ -748,8 +757,9 @@ def main() -> None:
         "--compare-engine",
         type=Path,
         help="a folder holding another build's tmc-scheduler (scheduler/plugin/build.sh of an "
-        "earlier commit): its burst runs right after the plugin's, with the in-tree "
-        "NodeResourcesFit, and is printed as 'plugin (compare)'",
+        "earlier commit): its burst runs right after the plugin's (with the in-tree "
+        "NodeResourcesFit when the build has no TmcNodeResourcesFit), and is printed as "
+        "'plugin (compare)'",
     )
     args = ap.parse_args()
     if args.pods > 12 * min(args.nodes):

@@ -2,7 +2,9 @@ package tmc
 
 import (
 	"fmt"
+	"maps"
 	"sync"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,12 +30,26 @@ type Reservation struct {
 // nodeUse is everything the cache knows of one node, in one record so that judging a node for
 // a pod costs one lookup by name (at 20,000 nodes each lookup in a map that size is a cache
 // miss, and Filter and Score ask for every node for every pod): what its reservations hold,
-// the rack pool the node informer says it belongs to, and its metadata as last parsed.
+// the rack pool the node informer says it belongs to, and its metadata as last parsed. Its
+// fields are the writers' (under the cache's lock); view is what readers see of them.
 type nodeUse struct {
+	// view is the record as Filter and Score read it without a lock: made anew by every change
+	// and stored whole (nil until the node's metadata is parsed). First: the one field readers
+	// load.
+	view atomic.Pointer[nodeView]
+	// dirty: touched under the lock, its view not made anew yet.
+	dirty bool
+	// name is the node's name as the object last parsed spells it: the index's key, so that a
+	// lookup with that object's name compares the two strings by address, not by their bytes
+	// (a cache miss at 5,000 nodes).
+	name string
+
 	cpus, dram, slowLocal, slowFromPool int64
 	mask                                uint64
 	masks                               map[types.UID]uint64 // per pod, to rebuild mask on release
-	placed                              map[PlacedKey]int    // pods by workload and configuration
+	// placed counts pods by workload and configuration. A published view shares the map, so
+	// it is never changed in place: each change makes a new one.
+	placed map[PlacedKey]int
 	// member is the node's rack pool as the node informer last said ("" for none), and pool
 	// its running sums (nil for none): judging a pooled node reads them through this pointer,
 	// not by the pool's name in a map.
@@ -41,6 +57,22 @@ type nodeUse struct {
 	pool   *rackPool
 	// parsed is the node's metadata at one object version (nil: not parsed yet).
 	parsed *parsedNode
+}
+
+// nodeView is a node's record as one change left it, never changed once stored: the node's
+// metadata at one object version with what is held on it, in one block of memory, so that
+// judging the node reads this and its pool's two sums, and takes no lock.
+type nodeView struct {
+	// parsed is a copy, not a pointer: one block of memory to read.
+	parsed parsedNode
+	// usage is the node's capacity and what its reservations hold; for a pooled node, the
+	// pool's size and usage are read from pool when the node is judged.
+	usage Usage
+	pool  *rackPool
+	// locked: the node's metadata names a rack pool that its informer membership does not
+	// (one of the two is not delivered yet): read it under the lock, as the rare case it is.
+	locked bool
+	placed map[PlacedKey]int
 }
 
 // idle: nothing held, no pool membership, nothing parsed: the record can go.
@@ -52,17 +84,22 @@ func (r Reservation) key() (PlacedKey, bool) {
 }
 
 // NodeState is what Filter and Score read of a node for a pod: its tiered capacity and CPUs (as
-// nodeCapacity parses them), what is held on it, and its pattern's preference for the pod.
+// nodeCapacity parses them), whether it is ready, what is held on it, and its pattern's
+// preference for the pod.
 type NodeState struct {
 	Capacity   *NodeCapacity
 	CPUs       int64
 	Err        error
+	Ready      bool
 	Usage      Usage
 	Preference int
 }
 
 // State is a node's NodeState for a pod counted as pod (counted false: no preference asked), its
-// metadata parsed once per object version and kept in the node's record.
+// metadata parsed once per object version and kept in the node's record. Filter and Score call
+// it for every node, from kube-scheduler's 16 goroutines: it reads the node's published view
+// without a lock. What a writer changed is published before the writer returns, so the next
+// pod's Filter sees the reservation Reserve made for the one before.
 func (c *Cache) State(node *v1.Node, pod PlacedKey, counted bool) NodeState {
 	if node.ResourceVersion == "" {
 		// Not from an informer (tests): parsed each time, nothing kept.
@@ -70,6 +107,44 @@ func (c *Cache) State(node *v1.Node, pod PlacedKey, counted bool) NodeState {
 		c.mu.RLock()
 		defer c.mu.RUnlock()
 		return c.stateLocked(c.nodes[node.Name], p, pod, counted)
+	}
+	idx := c.index.Load()
+	if n := (*idx)[node.Name]; n != nil {
+		if v := n.view.Load(); v != nil && v.parsed.version == node.ResourceVersion && !v.locked {
+			return v.state(pod, counted)
+		}
+	}
+	return c.stateSlow(node, pod, counted, len(*idx))
+}
+
+// state is the view's NodeState, with its pool's sums as they are now.
+func (v *nodeView) state(pod PlacedKey, counted bool) NodeState {
+	p := &v.parsed
+	s := NodeState{Capacity: p.capacity, CPUs: p.cpus, Err: p.err, Ready: p.ready}
+	if p.capacity == nil {
+		return s
+	}
+	s.Usage = v.usage
+	if v.pool != nil {
+		s.Usage.PoolSlowBytes, s.Usage.UsedPoolSlowBytes = v.pool.size.Load(), v.pool.used.Load()
+	}
+	if counted && p.pattern != nil {
+		s.Preference = Preference(p.pattern, v.placed, &pod)
+	}
+	return s
+}
+
+// stateSlow is State for a node whose view is not in the index (new since the index was made),
+// not parsed at this version, or pooled in a way only the locked accounting answers.
+func (c *Cache) stateSlow(node *v1.Node, pod PlacedKey, counted bool, indexed int) NodeState {
+	if c.misses.Add(1) > int64(indexed/8) {
+		c.mu.Lock()
+		if c.drift > 0 {
+			c.reindexLocked()
+		} else {
+			c.misses.Store(0) // misses of another kind (new versions): a new index finds no more
+		}
+		c.mu.Unlock()
 	}
 	c.mu.RLock()
 	n := c.nodes[node.Name]
@@ -80,14 +155,17 @@ func (c *Cache) State(node *v1.Node, pod PlacedKey, counted bool) NodeState {
 	c.mu.RUnlock()
 	p := parseNode(node)
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	n = c.recordLocked(node.Name)
 	n.parsed = p
+	n.name = node.Name
+	c.drift++ // the index's key for it is an older object's name
+	c.touchLocked(n)
 	return c.stateLocked(n, p, pod, counted)
 }
 
 func (c *Cache) stateLocked(n *nodeUse, p *parsedNode, pod PlacedKey, counted bool) NodeState {
-	s := NodeState{Capacity: p.capacity, CPUs: p.cpus, Err: p.err}
+	s := NodeState{Capacity: p.capacity, CPUs: p.cpus, Err: p.err, Ready: p.ready}
 	if p.capacity == nil {
 		return s
 	}
@@ -102,24 +180,117 @@ func (c *Cache) stateLocked(n *nodeUse, p *parsedNode, pod PlacedKey, counted bo
 	return s
 }
 
-// recordLocked is the node's record, made when there is none.
+// touchLocked marks a node's record changed: its view is made anew when the lock is released.
+func (c *Cache) touchLocked(n *nodeUse) {
+	if !n.dirty {
+		n.dirty = true
+		c.touched = append(c.touched, n)
+	}
+	if n.pool != nil {
+		c.touchPoolLocked(n.pool)
+	}
+}
+
+func (c *Cache) touchPoolLocked(rp *rackPool) {
+	if !rp.dirty {
+		rp.dirty = true
+		c.touchedPools = append(c.touchedPools, rp)
+	}
+}
+
+// unlock publishes what the writer changed (the views of the nodes it touched, the sums of
+// their pools) and releases the lock: readers never see a change half made.
+func (c *Cache) unlock() {
+	for _, rp := range c.touchedPools {
+		rp.used.Store(rp.usedLocked)
+		rp.size.Store(c.poolSizeLocked(rp.name, rp))
+		rp.dirty = false
+	}
+	for _, n := range c.touched {
+		n.view.Store(c.viewLocked(n))
+		n.dirty = false
+	}
+	clear(c.touched)
+	clear(c.touchedPools)
+	c.touched, c.touchedPools = c.touched[:0], c.touchedPools[:0]
+	if c.drift > 0 && c.drift > len(c.nodes)/8 {
+		c.reindexLocked()
+	}
+	c.mu.Unlock()
+}
+
+// viewLocked is the node's record as readers are to see it now (nil: not parsed).
+func (c *Cache) viewLocked(n *nodeUse) *nodeView {
+	p := n.parsed
+	if p == nil {
+		return nil
+	}
+	v := &nodeView{parsed: *p, placed: n.placed}
+	if p.capacity == nil {
+		return v
+	}
+	capacity := p.capacity
+	v.usage = Usage{
+		CPUs: p.cpus, DRAMBytes: capacity.DRAMBytes, LocalSlowBytes: capacity.SlowBytes, LLCWays: capacity.LLCWays,
+		UsedCPUs: n.cpus, UsedDRAMBytes: n.dram, UsedLocalSlowBytes: n.slowLocal, UsedMask: n.mask,
+	}
+	if pool := capacity.SlowPool; pool != "" {
+		if n.member == pool {
+			v.pool = n.pool
+		} else {
+			v.locked = true
+		}
+	}
+	return v
+}
+
+// reindexLocked makes the index readers find records in: the records as they are, by name.
+// Made anew when records came or went (amortised: after an eighth of the records, or as many
+// reads that missed it), not on every change: the views it points to carry the changes.
+func (c *Cache) reindexLocked() {
+	index := make(map[string]*nodeUse, len(c.nodes))
+	for _, n := range c.nodes {
+		index[n.name] = n
+	}
+	c.index.Store(&index)
+	c.drift = 0
+	c.misses.Store(0)
+}
+
+// recordLocked is the node's record, made when there is none. A record the index still holds
+// for the name (the node's last record, dropped since) is taken back: a name has one record for
+// readers and writers alike.
 func (c *Cache) recordLocked(name string) *nodeUse {
 	n := c.nodes[name]
 	if n == nil {
-		n = &nodeUse{}
+		if idx := c.index.Load(); idx != nil {
+			n = (*idx)[name]
+		}
+		if n == nil {
+			n = &nodeUse{name: name}
+			c.drift++
+		}
 		c.nodes[name] = n
 	}
 	return n
 }
 
+// dropLocked forgets an idle record.
+func (c *Cache) dropLocked(name string, n *nodeUse) {
+	delete(c.nodes, name)
+	c.touchLocked(n) // its view goes
+	c.drift++
+}
+
 // ForgetNode drops what was parsed of a deleted node (its reservations go with its pods).
 func (c *Cache) ForgetNode(name string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if n := c.nodes[name]; n != nil {
 		n.parsed = nil
+		c.touchLocked(n)
 		if n.idle() {
-			delete(c.nodes, name)
+			c.dropLocked(name, n)
 		}
 	}
 }
@@ -143,6 +314,8 @@ func (c *Cache) Preference(name string, pattern *NodePattern, pod *PlacedKey) in
 // bound pods (their placement annotations, from the pod informer). It is the plugin's only
 // accounting: the API server is the source of truth and the cache is rebuilt from it on restart.
 type Cache struct {
+	// mu is the writers' lock (and the readers' on the rare paths): every writer releases it
+	// with unlock, which publishes what it changed.
 	mu    sync.RWMutex
 	pods  map[types.UID]Reservation
 	nodes map[string]*nodeUse
@@ -161,6 +334,15 @@ type Cache struct {
 	// again. UIDs never come back; the most recent releasedKept are remembered.
 	released      map[types.UID]struct{}
 	releasedOrder []types.UID
+	// index is the records by name as readers find them without the lock: a map never changed
+	// once stored, made anew (reindexLocked) when drift (records made or dropped since) or
+	// misses (reads that did not find a node in it) reach an eighth of the records.
+	index  atomic.Pointer[map[string]*nodeUse]
+	drift  int
+	misses atomic.Int64
+	// touched are the records and pools changed under the lock, published by unlock.
+	touched      []*nodeUse
+	touchedPools []*rackPool
 }
 
 // releasedKept bounds the released pods remembered: far more than can be in flight between
@@ -169,7 +351,7 @@ const releasedKept = 65536
 
 // NewCache is an empty cache.
 func NewCache() *Cache {
-	return &Cache{
+	c := &Cache{
 		pods:       map[types.UID]Reservation{},
 		nodes:      map[string]*nodeUse{},
 		configured: map[string]int64{},
@@ -178,6 +360,8 @@ func NewCache() *Cache {
 		pools:      map[string]*rackPool{},
 		released:   map[types.UID]struct{}{},
 	}
+	c.index.Store(&map[string]*nodeUse{})
+	return c
 }
 
 // poolClaim is the smallest pool size a rack pool's members publish; claimed false when none
@@ -190,17 +374,25 @@ type poolClaim struct {
 // rackPool is a rack pool's running sums: the slow bytes its member nodes take from it, and the
 // smallest size its members claim.
 type rackPool struct {
-	used  int64
-	claim poolClaim
+	name       string
+	usedLocked int64
+	claim      poolClaim
+	dirty      bool // touched under the lock, used and size not stored yet
+	// used and size are what readers see (size: the operator's or the smallest claim), stored
+	// when a writer that changed them releases the lock.
+	used, size atomic.Int64
 }
 
 // SetPools gives the rack pools' sizes the operator set: authoritative over what nodes publish.
 func (c *Cache) SetPools(pools map[string]int64) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	c.configured = map[string]int64{}
 	for name, size := range pools {
 		c.configured[name] = size
+	}
+	for _, rp := range c.pools {
+		c.touchPoolLocked(rp)
 	}
 }
 
@@ -233,14 +425,16 @@ func (c *Cache) claimLocked(pool string) {
 			claim = poolClaim{v, true}
 		}
 	}
-	c.poolLocked(pool).claim = claim
+	rp := c.poolLocked(pool)
+	rp.claim = claim
+	c.touchPoolLocked(rp)
 }
 
 // poolLocked is a rack pool's sums, made when there are none.
 func (c *Cache) poolLocked(pool string) *rackPool {
 	rp := c.pools[pool]
 	if rp == nil {
-		rp = &rackPool{}
+		rp = &rackPool{name: pool}
 		c.pools[pool] = rp
 	}
 	return rp
@@ -259,15 +453,16 @@ func (c *Cache) takenFromPool(name string) int64 {
 // membership, so reservations seen before their node's pool is known still count once it is.
 func (c *Cache) SetNode(name string, capacity *NodeCapacity) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if n := c.nodes[name]; n != nil && n.member != "" {
 		old := n.member
 		delete(c.racks[old], name)
-		n.pool.used -= n.slowFromPool
+		n.pool.usedLocked -= n.slowFromPool
+		c.touchLocked(n) // the pool it leaves, and its view
 		n.member, n.pool = "", nil
 		c.claimLocked(old)
 		if n.idle() {
-			delete(c.nodes, name)
+			c.dropLocked(name, n)
 		}
 	}
 	delete(c.claims, name)
@@ -284,7 +479,8 @@ func (c *Cache) SetNode(name string, capacity *NodeCapacity) {
 	if capacity.SlowPoolBytes != nil {
 		c.claims[name] = *capacity.SlowPoolBytes
 	}
-	n.pool.used += n.slowFromPool
+	n.pool.usedLocked += n.slowFromPool
+	c.touchLocked(n)
 	c.claimLocked(pool)
 }
 
@@ -330,7 +526,7 @@ func (c *Cache) usageOfLocked(n *nodeUse, capacity *NodeCapacity, cpus int64) Us
 		}
 		u.PoolSlowBytes = c.poolSizeLocked(pool, rp)
 		if rp != nil {
-			u.UsedPoolSlowBytes += rp.used
+			u.UsedPoolSlowBytes += rp.usedLocked
 		}
 	}
 	return u
@@ -391,7 +587,7 @@ func (u Usage) Load() NodeLoad {
 // free run). Assuming a pod it already holds on the same node changes nothing.
 func (c *Cache) Assume(uid types.UID, name string, capacity *NodeCapacity, cpus int64, ask *PodAsk) (Reservation, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if held, ok := c.pods[uid]; ok {
 		if held.Node == name {
 			return held, nil
@@ -431,7 +627,7 @@ func (c *Cache) Assume(uid types.UID, name string, capacity *NodeCapacity, cpus 
 // pod goes.
 func (c *Cache) Forget(uid types.UID) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if held, ok := c.pods[uid]; ok && !held.Bound {
 		c.removeLocked(held)
 	}
@@ -440,7 +636,7 @@ func (c *Cache) Forget(uid types.UID) {
 // Release drops a pod's reservation whatever its state: the pod was deleted or finished.
 func (c *Cache) Release(uid types.UID) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if held, ok := c.pods[uid]; ok {
 		c.removeLocked(held)
 	}
@@ -466,13 +662,22 @@ func (c *Cache) Bind(uid types.UID, p *Placement) {
 		r.Workload = *p.Workload
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if _, gone := c.released[uid]; gone {
 		return // deleted or finished: a late event of it counts nothing
 	}
 	if held, ok := c.pods[uid]; ok {
 		if held == r {
 			return
+		}
+		if assumed := held; !assumed.Bound {
+			assumed.Bound = true
+			if assumed == r {
+				// What Reserve assumed, now bound: the same room, only marked bound (no change
+				// to the node's usage, nothing to publish).
+				c.pods[uid] = r
+				return
+			}
 		}
 		c.removeLocked(held)
 	}
@@ -513,18 +718,24 @@ func (c *Cache) Len() int {
 
 func (c *Cache) addLocked(r Reservation) {
 	n := c.recordLocked(r.Node)
+	c.touchLocked(n)
 	if n.masks == nil {
-		n.masks, n.placed = map[types.UID]uint64{}, map[PlacedKey]int{}
+		n.masks = map[types.UID]uint64{}
 	}
 	if key, ok := r.key(); ok {
-		n.placed[key]++
+		placed := maps.Clone(n.placed)
+		if placed == nil {
+			placed = map[PlacedKey]int{}
+		}
+		placed[key]++
+		n.placed = placed
 	}
 	n.cpus += r.VCPUs
 	n.dram += r.DRAMBytes
 	if r.SlowFromPool {
 		n.slowFromPool += r.SlowBytes
 		if n.pool != nil {
-			n.pool.used += r.SlowBytes
+			n.pool.usedLocked += r.SlowBytes
 		}
 	} else {
 		n.slowLocal += r.SlowBytes
@@ -542,20 +753,23 @@ func (c *Cache) removeLocked(r Reservation) {
 	if n == nil {
 		return
 	}
+	c.touchLocked(n)
 	n.cpus -= r.VCPUs
 	n.dram -= r.DRAMBytes
 	if r.SlowFromPool {
 		n.slowFromPool -= r.SlowBytes
 		if n.pool != nil {
-			n.pool.used -= r.SlowBytes
+			n.pool.usedLocked -= r.SlowBytes
 		}
 	} else {
 		n.slowLocal -= r.SlowBytes
 	}
 	if key, ok := r.key(); ok {
-		if n.placed[key]--; n.placed[key] <= 0 {
-			delete(n.placed, key)
+		placed := maps.Clone(n.placed)
+		if placed[key]--; placed[key] <= 0 {
+			delete(placed, key)
 		}
+		n.placed = placed
 	}
 	// The mask is rebuilt from the node's other reservations: an overlapping one keeps its ways.
 	delete(n.masks, r.PodUID)
@@ -564,6 +778,6 @@ func (c *Cache) removeLocked(r Reservation) {
 		n.mask |= mask
 	}
 	if n.idle() {
-		delete(c.nodes, r.Node)
+		c.dropLocked(r.Node, n)
 	}
 }

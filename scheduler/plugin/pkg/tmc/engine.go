@@ -124,7 +124,7 @@ func (e *Engine) Fit(node *v1.Node, ask *PodAsk) *Verdict {
 	}
 	// After the capacity checks and before the load checks: a node too small for the pod
 	// never fits, ready or not.
-	if !nodeReady(node) {
+	if !state.Ready {
 		return &Verdict{Reason: "tmc: node is not ready"}
 	}
 	if v != nil && e.releaseGone(node.Name) {
@@ -161,7 +161,7 @@ func (e *Engine) RawScore(node *v1.Node, ask *PodAsk) int {
 	}
 	key, counted := countedAs(ask)
 	state := e.cache.State(node, key, counted)
-	if state.Err != nil || state.Capacity == nil || state.Capacity.DRAMBytes == 0 {
+	if state.Err != nil || state.Capacity == nil || state.Usage.DRAMBytes == 0 {
 		return 0 // Fit kept it out; a node that changed since scores lowest
 	}
 	score := PackingScore(state.Usage.Load(), ask.Ask())

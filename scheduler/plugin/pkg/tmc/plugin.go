@@ -392,10 +392,12 @@ type parsedNode struct {
 	cpus     int64
 	err      error
 	pattern  *NodePattern
+	// ready: nodeReady at this version (its conditions and cordon are part of the object).
+	ready bool
 }
 
 func parseNode(node *v1.Node) *parsedNode {
-	p := &parsedNode{version: node.ResourceVersion}
+	p := &parsedNode{version: node.ResourceVersion, ready: nodeReady(node)}
 	p.capacity, p.cpus, p.err = parseNodeCapacity(node)
 	if _, ok := node.Annotations[PatternAnnotation]; ok {
 		p.pattern, _ = parsePattern(node)
