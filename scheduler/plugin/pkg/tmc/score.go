@@ -61,8 +61,8 @@ func PackingScore(node NodeLoad, ask Ask) int {
 		shares[n] = (node.UsedSlowBytes + ask.SlowBytes) / node.SlowBytes
 		n++
 	}
-	// Comparisons, as Python's min and max make them (math.Min and math.Max, which also order
-	// NaNs and signed zeros, were a tenth of Score's time; the shares are finite here).
+	// Plain comparisons: math.Min and math.Max, which also order NaNs and signed zeros, were a
+	// tenth of Score's time, and the shares here are finite.
 	lo, hi, sum := shares[0], shares[0], 0.0
 	for _, s := range shares[:n] {
 		if s < lo {
