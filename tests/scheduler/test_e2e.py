@@ -487,7 +487,8 @@ def test_a_paused_pair_and_a_stopped_scheduler_hand_placement_over_safely(
             paused.remove(pid)
         creator.join()
         c.wait_burst_settled(stack.api, ns)
-        assert c.overcommitted_on_the_api_server(stack.api) == []
+        problems = c.overcommitted_on_the_api_server(stack.api)
+        assert problems == [], _overcommit_evidence(stack, problems, [first, second])
     finally:
         for pid in paused:
             os.kill(pid, signal.SIGCONT)
@@ -495,6 +496,27 @@ def test_a_paused_pair_and_a_stopped_scheduler_hand_placement_over_safely(
         stack.cp.start_scheduler(c.scheduler_config(stack.cp, stack.extender.url))
         first.stop()
         second.stop()
+
+
+def _overcommit_evidence(
+    stack: Stack, problems: list[str], extenders: list[GoExtenderProcess]
+) -> str:
+    """What an over-commit needs to be understood: the placements on the nodes named, and every
+    line of the schedulers' and extenders' logs that names one of those pods."""
+    held = c.placements(stack.api)
+    nodes = {p.rsplit(" on ", 1)[-1] for p in problems}
+    on_nodes = {k: r for k, r in held.items() if r["node"] in nodes}
+    pods = {k.split("/", 1)[-1] for k in on_nodes}
+    logs = {name: stack.cp.log(name) for name in ("kube-scheduler", "kube-scheduler-2")}
+    logs |= {x.log.name: x.log.read_text(errors="replace") for x in extenders}
+    lines = [
+        f"{name}: {line[:300]}"
+        for name, text in logs.items()
+        for line in text.splitlines()
+        if any(f"/{pod}" in line or f'"{pod}"' in line for pod in pods) or "lease" in line.lower()
+    ]
+    placed = "\n".join(f"{k}: {r}" for k, r in sorted(on_nodes.items()))
+    return f"{problems}\nplacements:\n{placed}\nlog lines:\n" + "\n".join(lines[-400:])
 
 
 def _bound_count(stack: Stack, ns: str) -> int:
