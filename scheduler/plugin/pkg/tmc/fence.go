@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
@@ -47,6 +48,10 @@ type Fence struct {
 	start time.Time
 	asked atomic.Int64
 	wake  chan struct{}
+	// identity is this replica's name in the lease; released is set from the moment an idle
+	// replica gives the lease up until it acquires it again (Held refuses meanwhile).
+	identity string
+	released atomic.Bool
 }
 
 func secondsOr(v *int64, def int64) int64 {
@@ -75,7 +80,7 @@ func NewFence(ctx context.Context, client kubernetes.Interface, args *FenceArgs)
 	if err != nil {
 		return nil, fmt.Errorf("placementLease: %w", err)
 	}
-	f := &Fence{lease: args.Namespace + "/" + args.Name, ctx: ctx, start: time.Now(), wake: make(chan struct{}, 1)}
+	f := &Fence{lease: args.Namespace + "/" + args.Name, ctx: ctx, start: time.Now(), wake: make(chan struct{}, 1), identity: identity}
 	// The margin covers the time from a renew's request to its answer (observedTime is taken
 	// after the answer) and the clocks' drift over a lease: the retry period.
 	f.margin = time.Duration(retry) * time.Second
@@ -86,7 +91,10 @@ func NewFence(ctx context.Context, client kubernetes.Interface, args *FenceArgs)
 		RetryPeriod:   time.Duration(retry) * time.Second,
 		Name:          f.lease,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(context.Context) { klog.InfoS("placement lease acquired", "lease", f.lease, "identity", identity) },
+			OnStartedLeading: func(context.Context) {
+				f.released.Store(false)
+				klog.InfoS("placement lease acquired", "lease", f.lease, "identity", identity)
+			},
 			OnStoppedLeading: func() { klog.InfoS("placement lease lost", "lease", f.lease, "identity", identity) },
 		},
 	}
@@ -103,6 +111,11 @@ func NewFence(ctx context.Context, client kubernetes.Interface, args *FenceArgs)
 // extender runs on, the extender would otherwise keep renewing the lease, and the new leader's
 // extender could never bind. The lease is released (not left to expire), so another pair binds
 // at once. Call it before the first Campaign.
+//
+// The release is this package's (release), not client-go's ReleaseOnCancel: that one reads the
+// lease and then clears it if the holder it last observed was itself, not the holder it just
+// read, so a replica whose renewals had stalled cleared a lease another replica had acquired in
+// the meantime, and both bound.
 func (f *Fence) ReleaseWhenIdle(idle time.Duration) error {
 	if f == nil {
 		return nil
@@ -110,14 +123,34 @@ func (f *Fence) ReleaseWhenIdle(idle time.Duration) error {
 	if idle <= 0 {
 		return fmt.Errorf("placementLease: the idle time must be positive, not %s", idle)
 	}
-	config := f.config
-	config.ReleaseOnCancel = true
-	elector, err := leaderelection.NewLeaderElector(config)
-	if err != nil {
-		return fmt.Errorf("placementLease: %w", err)
-	}
-	f.idle, f.config, f.elector = idle, config, elector
+	f.idle = idle
 	return nil
+}
+
+// release clears the lease if, as read now, this replica holds it. It is marked released
+// first, so that Held refuses from before the lease is free until it is acquired again. The
+// update carries the resource version just read: should another replica take the lease in
+// between, the update conflicts and nothing is cleared.
+func (f *Fence) release() {
+	f.released.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), f.config.RenewDeadline)
+	defer cancel()
+	record, _, err := f.config.Lock.Get(ctx)
+	if err != nil || record.HolderIdentity != f.identity {
+		return
+	}
+	now := metav1.NewTime(time.Now())
+	free := resourcelock.LeaderElectionRecord{
+		LeaderTransitions:    record.LeaderTransitions,
+		LeaseDurationSeconds: 1,
+		AcquireTime:          now,
+		RenewTime:            now,
+	}
+	if err := f.config.Lock.Update(ctx, free); err != nil {
+		klog.InfoS("placement lease not released (another replica holds it, or the API server did not answer)", "lease", f.lease, "err", err)
+		return
+	}
+	klog.InfoS("placement lease released: not asked to place pods", "lease", f.lease, "identity", f.identity)
 }
 
 // Campaign records that this replica is asked to place a pod and makes sure it contends for the
@@ -154,7 +187,7 @@ func (f *Fence) contend() {
 					return
 				case <-tick.C:
 					if !f.askedWithin(f.idle) {
-						cancel() // the elector releases the lease as it returns
+						cancel() // release gives the lease up once the elector returns
 						return
 					}
 				}
@@ -162,6 +195,7 @@ func (f *Fence) contend() {
 		}()
 		f.elector.Run(run)
 		cancel()
+		f.release()
 		// Wait to be asked again (a request that came while the elector stopped counts).
 		select {
 		case <-f.wake:
@@ -187,7 +221,7 @@ func (f *Fence) Held() error {
 		return nil
 	}
 	f.Campaign()
-	if !f.elector.IsLeader() {
+	if f.released.Load() || !f.elector.IsLeader() {
 		return fmt.Errorf("tmc: this replica does not hold the placement lease %s (another replica places pods, or this one is taking over): %w", f.lease, ErrLeaseLost)
 	}
 	if err := f.elector.Check(-f.margin); err != nil {
