@@ -469,7 +469,17 @@ def test_a_paused_pair_and_a_stopped_scheduler_hand_placement_over_safely(
         # Now the second pair, scheduler and extender, is paused while pods come and go.
         creator = threading.Thread(target=create, args=("b", 60))
         creator.start()
-        wait_until(lambda: _bound_count(stack, ns) > before + 3, 60, "the second pair binding more")
+        try:
+            wait_until(
+                lambda: _bound_count(stack, ns) > before + 3, 60, "the second pair binding more"
+            )
+        except TimeoutError as exc:
+            raise AssertionError(
+                f"{exc}: {before} bound before\n"
+                + _overcommit_evidence(
+                    stack, [f"none on {n.name}" for n in stack.nodes], [first, second]
+                )
+            ) from exc
         assert second.proc is not None
         pair = [stack.cp.procs["kube-scheduler-2"].pid, second.proc.pid]
         for pid in pair:
