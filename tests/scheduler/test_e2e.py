@@ -476,9 +476,7 @@ def test_a_paused_pair_and_a_stopped_scheduler_hand_placement_over_safely(
         except TimeoutError as exc:
             raise AssertionError(
                 f"{exc}: {before} bound before\n"
-                + _overcommit_evidence(
-                    stack, [f"none on {n.name}" for n in stack.nodes], [first, second]
-                )
+                + _placement_evidence(stack, {n.name for n in stack.nodes}, [first, second])
             ) from exc
         assert second.proc is not None
         pair = [stack.cp.procs["kube-scheduler-2"].pid, second.proc.pid]
@@ -498,7 +496,9 @@ def test_a_paused_pair_and_a_stopped_scheduler_hand_placement_over_safely(
         creator.join()
         c.wait_burst_settled(stack.api, ns)
         problems = c.overcommitted_on_the_api_server(stack.api)
-        assert problems == [], _overcommit_evidence(stack, problems, [first, second])
+        assert problems == [], f"{problems}\n" + _placement_evidence(
+            stack, {p.rsplit(" on ", 1)[-1] for p in problems}, [first, second]
+        )
     finally:
         for pid in paused:
             os.kill(pid, signal.SIGCONT)
@@ -508,13 +508,10 @@ def test_a_paused_pair_and_a_stopped_scheduler_hand_placement_over_safely(
         second.stop()
 
 
-def _overcommit_evidence(
-    stack: Stack, problems: list[str], extenders: list[GoExtenderProcess]
-) -> str:
+def _placement_evidence(stack: Stack, nodes: set[str], extenders: list[GoExtenderProcess]) -> str:
     """What an over-commit needs to be understood: the placements on the nodes named, and every
     line of the schedulers' and extenders' logs that names one of those pods."""
     held = c.placements(stack.api)
-    nodes = {p.rsplit(" on ", 1)[-1] for p in problems}
     on_nodes = {k: r for k, r in held.items() if r["node"] in nodes}
     pods = {k.split("/", 1)[-1] for k in on_nodes}
     logs = {name: stack.cp.log(name) for name in ("kube-scheduler", "kube-scheduler-2")}
@@ -526,7 +523,7 @@ def _overcommit_evidence(
         if any(f"/{pod}" in line or f'"{pod}"' in line for pod in pods) or "lease" in line.lower()
     ]
     placed = "\n".join(f"{k}: {r}" for k, r in sorted(on_nodes.items()))
-    return f"{problems}\nplacements:\n{placed}\nlog lines:\n" + "\n".join(lines[-400:])
+    return f"placements:\n{placed}\nlog lines:\n" + "\n".join(lines[-400:])
 
 
 def _bound_count(stack: Stack, ns: str) -> int:
