@@ -39,10 +39,11 @@ type nodeUse struct {
 	view atomic.Pointer[nodeView]
 	// dirty: touched under the lock, its view not made anew yet.
 	dirty bool
-	// name is the node's name as the object last parsed spells it: the index's key, so that a
-	// lookup with that object's name compares the two strings by address, not by their bytes
-	// (a cache miss at 5,000 nodes).
-	name string
+	// obj is the node object last parsed: the index's key. kube-scheduler's NodeInfo and the
+	// informer hand out the same object for a node's version, so a reader finds the record by
+	// the pointer it holds, without hashing or comparing the name's bytes (cache misses at
+	// 5,000 nodes).
+	obj *v1.Node
 
 	cpus, dram, slowLocal, slowFromPool int64
 	mask                                uint64
@@ -65,6 +66,9 @@ type nodeUse struct {
 type nodeView struct {
 	// parsed is a copy, not a pointer: one block of memory to read.
 	parsed parsedNode
+	// obj is the node object parsed: a reader holding another object (an older or newer
+	// version) takes the locked path.
+	obj *v1.Node
 	// usage is the node's capacity and what its reservations hold; for a pooled node, the
 	// pool's size and usage are read from pool when the node is judged.
 	usage Usage
@@ -109,8 +113,8 @@ func (c *Cache) State(node *v1.Node, pod PlacedKey, counted bool) NodeState {
 		return c.stateLocked(c.nodes[node.Name], p, pod, counted)
 	}
 	idx := c.index.Load()
-	if n := (*idx)[node.Name]; n != nil {
-		if v := n.view.Load(); v != nil && v.parsed.version == node.ResourceVersion && !v.locked {
+	if n := (*idx)[node]; n != nil {
+		if v := n.view.Load(); v != nil && v.obj == node && !v.locked {
 			return v.state(pod, counted)
 		}
 	}
@@ -148,18 +152,24 @@ func (c *Cache) stateSlow(node *v1.Node, pod PlacedKey, counted bool, indexed in
 	}
 	c.mu.RLock()
 	n := c.nodes[node.Name]
+	var p *parsedNode
 	if n != nil && n.parsed != nil && n.parsed.version == node.ResourceVersion {
-		defer c.mu.RUnlock()
-		return c.stateLocked(n, n.parsed, pod, counted)
+		if n.obj == node {
+			defer c.mu.RUnlock()
+			return c.stateLocked(n, n.parsed, pod, counted)
+		}
+		p = n.parsed // the same version in another object (a relist): nothing to parse again
 	}
 	c.mu.RUnlock()
-	p := parseNode(node)
+	if p == nil {
+		p = parseNode(node)
+	}
 	c.mu.Lock()
 	defer c.unlock()
 	n = c.recordLocked(node.Name)
 	n.parsed = p
-	n.name = node.Name
-	c.drift++ // the index's key for it is an older object's name
+	n.obj = node
+	c.drift++ // the index's key for it is an older object
 	c.touchLocked(n)
 	return c.stateLocked(n, p, pod, counted)
 }
@@ -225,7 +235,7 @@ func (c *Cache) viewLocked(n *nodeUse) *nodeView {
 	if p == nil {
 		return nil
 	}
-	v := &nodeView{parsed: *p, placed: n.placed}
+	v := &nodeView{parsed: *p, obj: n.obj, placed: n.placed}
 	if p.capacity == nil {
 		return v
 	}
@@ -244,33 +254,31 @@ func (c *Cache) viewLocked(n *nodeUse) *nodeView {
 	return v
 }
 
-// reindexLocked makes the index readers find records in: the records as they are, by name.
-// Made anew when records came or went (amortised: after an eighth of the records, or as many
-// reads that missed it), not on every change: the views it points to carry the changes.
+// reindexLocked makes the index readers find records in: the records as they are, by the node
+// object last parsed. Made anew when records came or went or were parsed from a new object
+// (amortised: after an eighth of the records, or as many reads that missed it), not on every
+// change: the views it points to carry the changes.
 func (c *Cache) reindexLocked() {
-	index := make(map[string]*nodeUse, len(c.nodes))
+	index := make(map[*v1.Node]*nodeUse, len(c.nodes))
 	for _, n := range c.nodes {
-		index[n.name] = n
+		if n.obj != nil {
+			index[n.obj] = n
+		}
 	}
 	c.index.Store(&index)
 	c.drift = 0
 	c.misses.Store(0)
 }
 
-// recordLocked is the node's record, made when there is none. A record the index still holds
-// for the name (the node's last record, dropped since) is taken back: a name has one record for
-// readers and writers alike.
+// recordLocked is the node's record, made when there is none. The index may still hold a
+// record dropped for the name, under its last object: its view is gone (nil), so a reader that
+// finds it takes the locked path, which reads this one.
 func (c *Cache) recordLocked(name string) *nodeUse {
 	n := c.nodes[name]
 	if n == nil {
-		if idx := c.index.Load(); idx != nil {
-			n = (*idx)[name]
-		}
-		if n == nil {
-			n = &nodeUse{name: name}
-			c.drift++
-		}
+		n = &nodeUse{}
 		c.nodes[name] = n
+		c.drift++
 	}
 	return n
 }
@@ -334,10 +342,11 @@ type Cache struct {
 	// again. UIDs never come back; the most recent releasedKept are remembered.
 	released      map[types.UID]struct{}
 	releasedOrder []types.UID
-	// index is the records by name as readers find them without the lock: a map never changed
-	// once stored, made anew (reindexLocked) when drift (records made or dropped since) or
-	// misses (reads that did not find a node in it) reach an eighth of the records.
-	index  atomic.Pointer[map[string]*nodeUse]
+	// index is the records by node object as readers find them without the lock: a map never
+	// changed once stored, made anew (reindexLocked) when drift (records made, dropped or parsed
+	// from a new object since) or misses (reads that did not find a node in it) reach an eighth
+	// of the records.
+	index  atomic.Pointer[map[*v1.Node]*nodeUse]
 	drift  int
 	misses atomic.Int64
 	// touched are the records and pools changed under the lock, published by unlock.
@@ -360,7 +369,7 @@ func NewCache() *Cache {
 		pools:      map[string]*rackPool{},
 		released:   map[types.UID]struct{}{},
 	}
-	c.index.Store(&map[string]*nodeUse{})
+	c.index.Store(&map[*v1.Node]*nodeUse{})
 	return c
 }
 
