@@ -295,7 +295,7 @@ func (c *Cache) ForgetNode(name string) {
 	c.mu.Lock()
 	defer c.unlock()
 	if n := c.nodes[name]; n != nil {
-		n.parsed = nil
+		n.parsed, n.obj = nil, nil
 		c.touchLocked(n)
 		if n.idle() {
 			c.dropLocked(name, n)
@@ -491,6 +491,21 @@ func (c *Cache) SetNode(name string, capacity *NodeCapacity) {
 	n.pool.usedLocked += n.slowFromPool
 	c.touchLocked(n)
 	c.claimLocked(pool)
+}
+
+// Observed records a node's object as its informer delivers it, with its metadata parsed: the
+// node's view follows the object at once, and the record does not keep the object it replaces
+// alive (only the index does, until it is made anew: at most an eighth of the nodes).
+func (c *Cache) Observed(node *v1.Node, parsed *parsedNode) {
+	c.mu.Lock()
+	defer c.unlock()
+	n := c.recordLocked(node.Name)
+	if n.obj == node {
+		return
+	}
+	n.parsed, n.obj = parsed, node
+	c.drift++ // the index's key for it is an older object
+	c.touchLocked(n)
 }
 
 // RemoveNode forgets a node's pool membership (its pods' reservations go with the pods).

@@ -321,17 +321,20 @@ func (e *Engine) ObservePod(pod *v1.Pod) {
 	e.cache.Bind(pod.UID, placement)
 }
 
-// ObserveNode records a node's rack pool and the pool's capacity.
+// ObserveNode records a node's rack pool and the pool's capacity, and the node's metadata as
+// this object says it.
 func (e *Engine) ObserveNode(node *v1.Node) {
 	if node == nil {
 		return
 	}
-	capacity, err := ParseNodeCapacity(node.Labels, node.Annotations)
-	if err != nil {
-		klog.ErrorS(err, "unreadable tiered capacity", "node", klog.KObj(node))
-		capacity = nil
+	parsed := parseNode(node)
+	if parsed.err != nil {
+		klog.ErrorS(parsed.err, "unreadable tiered capacity", "node", klog.KObj(node))
 	}
-	e.cache.SetNode(node.Name, capacity)
+	e.cache.SetNode(node.Name, parsed.capacity)
+	if node.ResourceVersion != "" {
+		e.cache.Observed(node, parsed)
+	}
 }
 
 // SetRackPools gives the engine the rack pools' sizes the operator set (the chart's rackPools):

@@ -3,9 +3,11 @@ package tmc
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
+	"weak"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -184,5 +186,45 @@ func TestTheNextPodsFilterSeesEachReservation(t *testing.T) {
 	writers.Wait()
 	if placed < 100 {
 		t.Fatalf("only %d pods placed", placed)
+	}
+}
+
+// TestAnUpdatedNodesOldObjectIsNotKeptAlive: readers find a node's record by the object they
+// hold, so the record keeps the object it last parsed; the node informer's update replaces it
+// at once, and once the index is made anew nothing of the cache holds the old object (the node
+// informer's memory is not doubled by nodes that no pod was judged against since their update).
+func TestAnUpdatedNodesOldObjectIsNotKeptAlive(t *testing.T) {
+	e := &Engine{cache: NewCache()}
+	c := e.cache
+	old := tmcNode("n1", 8, 64<<30, 0, 12, "", 0)
+	old.ResourceVersion = "1"
+	e.ObserveNode(old)
+	key := PlacedKey{Workload: "a"}
+	if s := c.State(old, key, true); s.Capacity == nil || s.Capacity.DRAMBytes != 64<<30 {
+		t.Fatalf("the node as first observed: %+v", s)
+	}
+	gone := weak.Make(old)
+	updated := tmcNode("n1", 8, 32<<30, 0, 12, "", 0)
+	updated.ResourceVersion = "2"
+	e.ObserveNode(updated)
+	old = nil
+	n := c.nodes["n1"]
+	if n.obj != updated || n.view.Load().obj != updated {
+		t.Fatalf("the record and its view keep another object than the update's")
+	}
+	if s := c.State(updated, key, true); s.Capacity == nil || s.Capacity.DRAMBytes != 32<<30 {
+		t.Fatalf("the node as updated: %+v", s)
+	}
+	c.mu.Lock()
+	c.reindexLocked()
+	c.mu.Unlock()
+	runtime.GC()
+	if gone.Value() != nil {
+		t.Fatal("the node's object before its update is still reachable from the cache")
+	}
+	misses := c.misses.Load()
+	c.State(updated, key, true)
+	if c.misses.Load() != misses {
+		t.Fatal("the updated node is read through the locked path after the index was made anew")
 	}
 }
