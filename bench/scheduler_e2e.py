@@ -56,12 +56,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import watch as k8s_watch
 
 from api.migrate import upgrade_to_head
 from api.settings import Settings
 from model.node_contract import NodeCapacity
 from model.resources import GIB
+from scheduler.kube import watch_events
 from store.db import make_engine, make_session_factory
 from tests.fixtures.database import empty_tables
 from tests.scheduler.conftest import upload_example
@@ -280,29 +280,27 @@ def watch_binds(
                         bound.setdefault(str(pod.metadata.name), seen)
                 rv = str(listed.metadata.resource_version)
                 started.set()
-            w = k8s_watch.Watch()
             left = max(1, int(deadline - time.monotonic()))
-            # Plain JSON, not model objects: the watcher shares the machine with what it
-            # measures, and building a V1Pod per event costs more than the event itself.
-            for event in w.stream(
-                api.list_namespaced_pod,
-                ns,
-                resource_version=rv,
-                timeout_seconds=left,
-                deserialize=False,
-            ):
-                if event["type"] == "ERROR":
-                    rv = ""  # expired: list again
-                    break
-                meta = event["object"].get("metadata") or {}
-                rv = str(meta.get("resourceVersion") or rv)
-                if (event["object"].get("spec") or {}).get("nodeName"):
-                    bound.setdefault(str(meta.get("name")), time.monotonic())
-                if len(bound) >= expected:
-                    w.stop()
+            # The raw stream decoded with orjson, as the publisher reads it: the watcher shares
+            # the machine with what it measures, and the client's own watch decodes each line
+            # to text and then with `json` (a V1Pod per event would cost more still).
+            response: Any = api.list_namespaced_pod(
+                ns, watch=True, resource_version=rv, timeout_seconds=left, _preload_content=False
+            )
+            try:
+                for kind, obj in watch_events(response.stream(amt=None, decode_content=False)):
+                    meta = obj.get("metadata") or {}
+                    rv = str(meta.get("resourceVersion") or rv)
+                    if kind != "BOOKMARK" and (obj.get("spec") or {}).get("nodeName"):
+                        bound.setdefault(str(meta.get("name")), time.monotonic())
+                    if len(bound) >= expected:
+                        break
+            finally:
+                response.close()
+                response.release_conn()
         except Exception:
-            # A dropped connection, or an ERROR event (the plain-JSON stream raises a KeyError
-            # on one, such as 410 Gone): list again, which also counts what the gap missed.
+            # A dropped connection, or an ERROR event (WatchEnded, such as 410 Gone): list
+            # again, which also counts what the gap missed.
             rv = ""
             time.sleep(0.2)
     return max(reopened, 0)
@@ -352,7 +350,14 @@ def run(cp: ControlPlane, ns: str, bodies: list[dict[str, Any]], timeout: float)
 
     def create(body: dict[str, Any]) -> None:
         created[str(body["metadata"]["name"])] = time.monotonic()
-        api.create_namespaced_pod(ns, body)
+        # The answer read as bytes, not built into a V1Pod: the creator shares the machine too.
+        response: Any = api.create_namespaced_pod(ns, body, _preload_content=False)
+        try:
+            if not 200 <= response.status <= 299:
+                raise NotAllBound(f"{ns}: creating a pod answered {response.status}")
+            response.drain_conn()  # read to the end, so that the connection goes back to the pool
+        finally:
+            response.release_conn()
 
     start = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
