@@ -14,7 +14,9 @@ capacity annotations an agent publishes (model.node_contract), written directly:
 on the scheduling path. "Without" runs the same pods minus the opt-in resource under a second
 scheduler profile with no extender; it runs first (after a whole burst of them that is not
 measured: a control plane's first burst is slower) and again last, after the tmc paths, so that
-the effect of the order of the runs shows. Prints, per node count and path: pods/s from the first
+the effect of the order of the runs shows. Each measured burst starts once the machine is quiet
+(under a tenth of its CPU busy for a second, at most 30 s of waiting): what the burst before
+left behind (its deletions reaching every watcher, the mirror's writes) is not counted in it. Prints, per node count and path: pods/s from the first
 create to the last bind, the median and 99th-percentile create-to-bound time, a `ratio` line per
 tmc path against the stock run, and the extender's time per verb from its own
 /metrics (mean, and the histogram bucket that holds the 99th percentile), and each process's CPU
@@ -104,6 +106,30 @@ def tree_cpu_seconds(pid: int) -> float:
             if child is not None and int(child[1]) == pid:  # ppid
                 ticks += sum(int(f) for f in child[11:15])
     return ticks / CLOCK_TICKS
+
+
+def machine_busy(interval: float = 1.0) -> float:
+    """The share of the machine's CPU time (all cores) spent busy over `interval` seconds."""
+
+    def sample() -> tuple[int, int]:
+        fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = fields[3] + fields[4]  # idle, iowait
+        return sum(fields) - idle, sum(fields)
+
+    busy0, total0 = sample()
+    time.sleep(interval)
+    busy1, total1 = sample()
+    return (busy1 - busy0) / max(1, total1 - total0)
+
+
+def settle(quiet: float = 0.10, timeout: float = 30.0) -> float:
+    """Wait until the machine is quiet (busy below `quiet` of its cores over a second): what the
+    last burst left behind (its deletions reaching every watcher, the mirror's batches) is done
+    before the next one is measured. Returns the seconds waited; gives up after `timeout`."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout and machine_busy() >= quiet:
+        pass
+    return time.monotonic() - start
 
 
 class CpuMeter:
@@ -559,6 +585,7 @@ def one_size(
             "bench": os.getpid(),
         }
         trees = ("postgres",)
+        settle()
         meter = CpuMeter(
             {
                 **common,
@@ -593,6 +620,7 @@ def one_size(
         # first pod of a new workload waits for it; that wait is not what is measured here).
         warm = run(cp, "warm", [c.opted_in_pod("warm", "graph500", memory="256Mi")], timeout)
         c.delete_all_pods(api, "warm")
+        settle()
         meter = CpuMeter(
             {
                 **common,
@@ -626,6 +654,7 @@ def one_size(
             cp.start_scheduler(config, binary=str(compare / "tmc-scheduler"), name="tmc-scheduler")
             run(cp, "warm", [c.opted_in_pod("warm2", "graph500", memory="256Mi")], timeout)
             c.delete_all_pods(api, "warm")
+            settle()
             meter = CpuMeter(
                 {
                     **common,
@@ -645,6 +674,7 @@ def one_size(
         serving(cp, "kube-scheduler")
         warm_up(cp, c.opted_in_pod("warm-extender", "graph500", memory="256Mi"), timeout)
         before = goext.metrics()
+        settle()
         meter = CpuMeter(
             {
                 **common,
@@ -697,6 +727,7 @@ def one_size(
         warm_up(
             cp, without_opt_in(c.opted_in_pod("warm-stock2", "graph500", memory="256Mi")), timeout
         )
+        settle()
         meter = CpuMeter(
             {
                 **common,
