@@ -4,7 +4,8 @@ tmc's scheduler with its placement, then its status events; as many plain pods o
 workloads beside them) read as the API server's watch body (one JSON line an event, the objects
 as an API server writes them, managed fields included) through the feeder's own watch
 (`KubeCluster.watch`, the feeder's watch loop), its mirror writing into a real PostgreSQL in
-batches as its thread does. PostgreSQL's own CPU is not counted: the figure is the publisher's.
+batches as its thread does. The figure is the publisher's; PostgreSQL's CPU for the same burst
+(its backends', read from /proc: the server runs on this machine) is printed beside it.
 
     python -m bench.feeder_events [--pods 1000] [--nodes 500] [--batch 1000] [--baseline DIR]
 
@@ -29,6 +30,7 @@ from typing import Any
 import orjson
 from kubernetes import client
 from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
 
 from api.migrate import upgrade_to_head
 from model.node_contract import PlacedConfiguration, Placement, StructurePlan
@@ -318,15 +320,40 @@ def measure(
     cluster.core = recorded  # type: ignore[assignment]
     feeder.sync()
     feeder.mirror_pending()
+    server_before = server_cpu(sessions)
     t0 = time.process_time()
     feeder._loop("pod")  # the pod watch's thread, here until the body ends
     both = time.process_time() - t0
+    server = server_cpu(sessions) - server_before
     with unit_of_work(sessions) as session:
         rows = session.execute(text("SELECT count(*) FROM reservations")).scalar_one()
     engine.dispose()
     if rows != pods:
         raise SystemExit(f"the mirror holds {rows} rows, not {pods}")
-    return {"events": float(len(stream)), "watch_s": both - mirror, "mirror_s": mirror}
+    return {
+        "events": float(len(stream)),
+        "watch_s": both - mirror,
+        "mirror_s": mirror,
+        "server_s": server,
+    }
+
+
+def server_cpu(sessions: sessionmaker[Session]) -> float:
+    """CPU seconds the database server's client backends have used (the mirror's pooled
+    connections stay open across the burst)."""
+    with unit_of_work(sessions) as session:
+        pids = session.scalars(
+            text("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'")
+        ).all()
+    ticks = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _child(tree: Path, database_url: str, pods: int, nodes: int, batch: int) -> dict[str, float]:
@@ -381,11 +408,13 @@ def main(argv: list[str] | None = None) -> None:
         n_events = results[0]["events"]
         watch = statistics.median(r["watch_s"] for r in results)
         mirror = statistics.median(r["mirror_s"] for r in results)
+        postgres = statistics.median(r["server_s"] for r in results)
         per_pod[name] = (watch + mirror) / args.pods
         print(
             f"{name:>10}: watch {watch / n_events * 1e6:7.1f} us/event, "
             f"mirror {mirror / args.pods * 1e3:6.3f} ms/tiered pod, "
-            f"both {per_pod[name] * 1e3:6.3f} ms CPU per tiered pod (median of {len(results)})"
+            f"both {per_pod[name] * 1e3:6.3f} ms CPU per tiered pod (median of {len(results)}); "
+            f"PostgreSQL {postgres / args.pods * 1e3:6.3f} ms"
         )
     if "baseline" in per_pod:
         print(f"ratio this tree / baseline: {per_pod['this tree'] / per_pod['baseline']:.2f}")
