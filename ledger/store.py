@@ -33,6 +33,8 @@ from store.orm import (
     RecommendationRow,
     Reservation,
     new_id,
+    read_mask,
+    stored_mask,
     utcnow,
 )
 
@@ -258,12 +260,6 @@ def _postgres(session: Session) -> bool:
     return session.get_bind().dialect.name == "postgresql"
 
 
-def _signed64(mask: int) -> int:
-    """A CAT mask as the reservations table stores it (store.orm.CatMask)."""
-    mask &= (1 << 64) - 1
-    return mask - (1 << 64) if mask >> 63 else mask
-
-
 def _record_postgres(session: Session, latest: dict[str, Placed]) -> Mirrored:
     """`record` on PostgreSQL: one look-up and one write (and a delete of the rows replaced,
     when there are some) for the whole batch."""
@@ -295,7 +291,7 @@ def _record_postgres(session: Session, latest: dict[str, Placed]) -> Mirrored:
     for i, p in enumerate(batch):
         _, has_row, node, vcpus, dram, slow, pool, mask, node_known, rid_known = by_position[i]
         h = p.held
-        if has_row and (node, vcpus, dram, slow, pool, int(mask) & ((1 << 64) - 1)) == (
+        if has_row and (node, vcpus, dram, slow, pool, read_mask(mask)) == (
             h.node,
             h.vcpus,
             h.dram_bytes,
@@ -335,7 +331,7 @@ def _write_postgres(
             "dram_bytes": p.held.dram_bytes,
             "slow_bytes": p.held.slow_bytes,
             "slow_from_pool": p.held.slow_from_pool,
-            "llc_mask": _signed64(p.held.llc_mask),
+            "llc_mask": stored_mask(p.held.llc_mask),
             "recommendation_id": rid,
             "slow_ratio": p.slow_ratio,
             "llc_ways": p.held.llc_mask.bit_count(),

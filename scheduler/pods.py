@@ -136,8 +136,8 @@ def canonical_objective(text: str) -> str:
 
 
 # A cluster's pods name a handful of objectives, each read for every opted-in pod: the reading of
-# each short text is remembered (parsing it was a third of `read_pod`). Long texts, which no valid
-# objective is, are read each time rather than kept.
+# each short text is remembered (parsing it was a third of `read_pod`). Longer texts (a pod may
+# write anything there) are read each time rather than kept.
 _MAX_REMEMBERED_OBJECTIVE = 64
 
 
