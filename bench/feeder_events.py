@@ -1,8 +1,11 @@
 """The publisher's pod watch and the ledger's mirror during a burst, in CPU seconds of the
 publisher's process: a recorded-shape stream of pod events (each tiered pod created, bound by
 tmc's scheduler with its placement, then its status events; as many plain pods of other
-workloads beside them) fed through the feeder, its mirror writing into a real PostgreSQL in
-batches as its thread does. PostgreSQL's own CPU is not counted: the figure is the publisher's.
+workloads beside them) read as the API server's watch body (one JSON line an event, the objects
+as an API server writes them, managed fields included) through the feeder's own watch
+(`KubeCluster.watch`, the feeder's watch loop), its mirror writing into a real PostgreSQL in
+batches as its thread does. The figure is the publisher's; PostgreSQL's CPU for the same burst
+(its backends', read from /proc: the server runs on this machine) is printed beside it.
 
     python -m bench.feeder_events [--pods 1000] [--nodes 500] [--batch 1000] [--baseline DIR]
 
@@ -20,15 +23,20 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+from kubernetes import client
 from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
 
 from api.migrate import upgrade_to_head
-from model.node_contract import PlacedConfiguration, Placement
+from model.node_contract import PlacedConfiguration, Placement, StructurePlan
 from model.resources import GIB
 from scheduler.feeder import Feeder
+from scheduler.kube import KubeCluster
 from store.db import make_engine, make_session_factory, unit_of_work
 from store.orm import Base
 from store.settings import DatabaseSettings
@@ -60,32 +68,122 @@ def tiered_node(i: int) -> dict[str, Any]:
 
 
 def _pod(uid: str, tiered: bool) -> dict[str, Any]:
+    """A pod as the API server writes it, just created: defaults, and the creator's managed
+    fields."""
     resources: dict[str, Any] = {"requests": {"cpu": "1", "memory": "1Gi"}}
     annotations: dict[str, str] = {}
     if tiered:
         resources["requests"]["tmc.dev/tiered"] = "1"
         resources["limits"] = {"tmc.dev/tiered": "1"}
         annotations = {"tmc.dev/workload": f"w{int(uid[1:]) % 20}", "tmc.dev/objective": "slo:5%"}
+    fields: dict[str, Any] = {
+        "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+        "f:spec": {
+            "f:containers": {
+                'k:{"name":"main"}': {
+                    ".": {},
+                    "f:image": {},
+                    "f:imagePullPolicy": {},
+                    "f:name": {},
+                    "f:resources": {".": {}, "f:requests": {".": {}, "f:cpu": {}, "f:memory": {}}},
+                    "f:terminationMessagePath": {},
+                    "f:terminationMessagePolicy": {},
+                }
+            },
+            "f:dnsPolicy": {},
+            "f:enableServiceLinks": {},
+            "f:restartPolicy": {},
+            "f:schedulerName": {},
+            "f:securityContext": {},
+            "f:terminationGracePeriodSeconds": {},
+        },
+    }
     return {
+        "kind": "Pod",
+        "apiVersion": "v1",
         "metadata": {
-            "uid": uid,
             "name": uid,
             "namespace": "bench",
+            "uid": f"6f1c6a53-1b0f-4f57-9d3c-{uid:0>12}",
             "resourceVersion": "1",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
             "labels": {"app": "bench"},
             "annotations": annotations,
+            "managedFields": [
+                {
+                    "manager": "bench",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": "2026-01-01T00:00:00Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": fields,
+                }
+            ],
         },
         "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": resources,
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent",
+                }
+            ],
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "securityContext": {},
             "schedulerName": "tmc-scheduler" if tiered else "default-scheduler",
-            "containers": [{"name": "main", "image": "busybox", "resources": resources}],
+            "tolerations": [
+                {
+                    "key": f"node.kubernetes.io/{taint}",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                }
+                for taint in ("not-ready", "unreachable")
+            ],
+            "priority": 0,
+            "enableServiceLinks": True,
+            "preemptionPolicy": "PreemptLowerPriority",
         },
-        "status": {"phase": "Pending"},
+        "status": {"phase": "Pending", "qosClass": "Burstable"},
+    }
+
+
+def _running(i: int, ready: bool) -> dict[str, Any]:
+    """A pod's status once its node's kubelet runs it."""
+    started = "2026-01-01T00:00:05Z"
+    return {
+        "phase": "Running",
+        "conditions": [
+            {"type": kind, "status": "True" if ready or kind == "PodScheduled" else "False"}
+            for kind in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+        ],
+        "hostIP": f"192.168.{i // 250}.{i % 250}",
+        "podIP": f"10.0.{i // 250}.{i % 250}",
+        "startTime": started,
+        "containerStatuses": [
+            {
+                "name": "main",
+                "state": {"running": {"startedAt": started}},
+                "ready": ready,
+                "restartCount": 0,
+                "image": "registry.k8s.io/pause:3.10",
+                "imageID": "registry.k8s.io/pause@sha256:" + "0" * 64,
+                "containerID": f"containerd://{i:064x}",
+                "started": True,
+            }
+        ],
+        "qosClass": "Burstable",
     }
 
 
 def events(pods: int, nodes: int) -> list[tuple[str, dict[str, Any]]]:
-    """Each pod's life in a burst: created, bound (tmc's pods with their placement), then
-    three status events; a plain pod beside each tiered one."""
+    """Each pod's life in a burst: created, bound (tmc's pods with their placement and its
+    per-structure plan), then three status events; a plain pod beside each tiered one."""
 
     out: list[tuple[str, dict[str, Any]]] = []
     for i in range(pods):
@@ -95,6 +193,7 @@ def events(pods: int, nodes: int) -> list[tuple[str, dict[str, Any]]]:
             out.append(("ADDED", json.loads(json.dumps(pod))))
             node = f"node-{i % nodes:05d}"
             pod["spec"]["nodeName"] = node
+            pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
             if tiered:
                 placement = Placement(
                     node=node,
@@ -111,31 +210,87 @@ def events(pods: int, nodes: int) -> list[tuple[str, dict[str, Any]]]:
                     slow_from_pool=False,
                     recommendation_id=None,
                     fallback=None,
-                    plan=[],
+                    plan=[
+                        StructurePlan(tag=tag, fast_bytes=GIB // 4, slow_bytes=GIB // 4)
+                        for tag in ("edges", "vertices", "queue")
+                    ],
                 )
                 pod["metadata"]["annotations"].update(placement.to_annotations())
             out.append(("MODIFIED", json.loads(json.dumps(pod))))
-            for phase, ready in (("Pending", "False"), ("Running", "False"), ("Running", "True")):
-                pod["status"] = {
-                    "phase": phase,
-                    "conditions": [{"type": "Ready", "status": ready}],
-                    "podIP": f"10.0.{i // 250}.{i % 250}",
-                }
+            for phase, ready in (("Pending", False), ("Running", False), ("Running", True)):
+                pod["status"] = _running(i, ready)
+                pod["status"]["phase"] = phase
                 out.append(("MODIFIED", json.loads(json.dumps(pod))))
     return out
 
 
-class Listed:
-    """The API server's lists (empty at the start of the burst but for the nodes)."""
+def watch_lines(stream: list[tuple[str, dict[str, Any]]]) -> list[bytes]:
+    """The events as the API server's watch body holds them: one JSON object a line, its type
+    first, each object with its own resource version."""
+    lines = []
+    for version, (event, pod) in enumerate(stream, start=2):
+        pod["metadata"]["resourceVersion"] = str(version)
+        lines.append(orjson.dumps({"type": event, "object": pod}) + b"\n")
+    return lines
 
-    def __init__(self, nodes: list[dict[str, Any]]) -> None:
-        self.nodes = nodes
 
-    def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
-        return list(self.nodes), "1"
+class _Body:
+    """A response the client read with _preload_content=False."""
 
-    def list_pods(self) -> tuple[list[dict[str, Any]], str]:
-        return [], "1"
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.status = 200
+
+    def release_conn(self) -> None:
+        pass
+
+
+class _Watch(_Body):
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        super().__init__(b"")
+        self._chunks = chunks
+
+    def stream(self, amt: int | None = None, decode_content: bool = False) -> Iterator[bytes]:
+        return self._chunks
+
+    def close(self) -> None:
+        pass
+
+
+class Recorded:
+    """The API server's answers to the feeder's calls (`KubeCluster`'s), from a recording: the
+    nodes, no pods at the start of the burst, and one pod watch whose body is the burst, an event
+    a chunk as the API server flushes them. After each `batch` events, `between` runs (the
+    mirror's write), and once the body is read, `done`."""
+
+    def __init__(
+        self,
+        nodes: list[dict[str, Any]],
+        lines: list[bytes],
+        batch: int,
+        between: Callable[[], None],
+        done: Callable[[], None],
+    ) -> None:
+        self.nodes, self.lines, self.batch = nodes, lines, batch
+        self.between, self.done = between, done
+        self.watched = False
+
+    def list_node(self, **_: Any) -> _Body:
+        return _Body(orjson.dumps({"items": self.nodes, "metadata": {"resourceVersion": "1"}}))
+
+    def list_pod_for_all_namespaces(self, watch: bool = False, **_: Any) -> _Body:
+        if not watch:
+            return _Body(b'{"items": [], "metadata": {"resourceVersion": "1"}}')
+        if self.watched:  # the feeder's watch failed and it watches again: no figure then
+            raise SystemExit("the feeder's pod watch failed (see its log)")
+        self.watched = True
+        return _Watch(self._body())
+
+    def _body(self) -> Iterator[bytes]:
+        for start in range(0, len(self.lines), self.batch):
+            yield from self.lines[start : start + self.batch]
+            self.between()
+        self.done()
 
 
 def measure(
@@ -148,26 +303,57 @@ def measure(
     with unit_of_work(sessions) as session:
         names = ", ".join(t.name for t in Base.metadata.sorted_tables)
         session.execute(text(f"TRUNCATE {names} CASCADE"))
+    stream = events(pods, nodes)
+    lines = watch_lines(stream)
+    mirror = 0.0
+
+    def write() -> None:
+        nonlocal mirror
+        t0 = time.process_time()
+        feeder.mirror_pending()
+        mirror += time.process_time() - t0
+
+    cluster = KubeCluster(client.ApiClient())
+    feeder = Feeder(cluster, sessions)
     node_objects = [tiered_node(i) for i in range(nodes)]
-    feeder = Feeder(Listed(node_objects), sessions)  # type: ignore[arg-type]
+    recorded = Recorded(node_objects, lines, batch, write, feeder.stop)
+    cluster.core = recorded  # type: ignore[assignment]
     feeder.sync()
     feeder.mirror_pending()
-    stream = events(pods, nodes)
-    watch = mirror = 0.0
-    for start in range(0, len(stream), batch):
-        t0 = time.process_time()
-        for event, pod in stream[start : start + batch]:
-            feeder.on_pod(event, pod)
-        t1 = time.process_time()
-        feeder.mirror_pending()
-        t2 = time.process_time()
-        watch, mirror = watch + t1 - t0, mirror + t2 - t1
+    server_before = server_cpu(sessions)
+    t0 = time.process_time()
+    feeder._loop("pod")  # the pod watch's thread, here until the body ends
+    both = time.process_time() - t0
+    server = server_cpu(sessions) - server_before
     with unit_of_work(sessions) as session:
         rows = session.execute(text("SELECT count(*) FROM reservations")).scalar_one()
     engine.dispose()
     if rows != pods:
         raise SystemExit(f"the mirror holds {rows} rows, not {pods}")
-    return {"events": float(len(stream)), "watch_s": watch, "mirror_s": mirror}
+    return {
+        "events": float(len(stream)),
+        "watch_s": both - mirror,
+        "mirror_s": mirror,
+        "server_s": server,
+    }
+
+
+def server_cpu(sessions: sessionmaker[Session]) -> float:
+    """CPU seconds the database server's client backends have used (the mirror's pooled
+    connections stay open across the burst)."""
+    with unit_of_work(sessions) as session:
+        pids = session.scalars(
+            text("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'")
+        ).all()
+    ticks = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _child(tree: Path, database_url: str, pods: int, nodes: int, batch: int) -> dict[str, float]:
@@ -222,11 +408,13 @@ def main(argv: list[str] | None = None) -> None:
         n_events = results[0]["events"]
         watch = statistics.median(r["watch_s"] for r in results)
         mirror = statistics.median(r["mirror_s"] for r in results)
+        postgres = statistics.median(r["server_s"] for r in results)
         per_pod[name] = (watch + mirror) / args.pods
         print(
             f"{name:>10}: watch {watch / n_events * 1e6:7.1f} us/event, "
             f"mirror {mirror / args.pods * 1e3:6.3f} ms/tiered pod, "
-            f"both {per_pod[name] * 1e3:6.3f} ms CPU per tiered pod (median of {len(results)})"
+            f"both {per_pod[name] * 1e3:6.3f} ms CPU per tiered pod (median of {len(results)}); "
+            f"PostgreSQL {postgres / args.pods * 1e3:6.3f} ms"
         )
     if "baseline" in per_pod:
         print(f"ratio this tree / baseline: {per_pod['this tree'] / per_pod['baseline']:.2f}")

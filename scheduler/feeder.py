@@ -187,7 +187,8 @@ def _opt_in_texts(containers: object, resource: str) -> tuple[object, ...] | obj
         raw = requests.get(resource)
         if raw is None:
             raw = limits.get(resource)
-        found.append(_exact(raw))
+        # Compared by type too, as `_exact` does (inlined: read for every event of every pod).
+        found.append(raw if raw is None or type(raw) is str else _exact(raw))
     return tuple(found)
 
 
@@ -206,7 +207,7 @@ def _ask_inputs(pod: dict[str, Any], resource: str) -> tuple[object, ...] | None
     if containers is _IRREGULAR or init is _IRREGULAR:
         return None
     assert isinstance(containers, tuple) and isinstance(init, tuple)
-    if all(raw is None for raw in (*containers, *init)):
+    if containers.count(None) == len(containers) and init.count(None) == len(init):
         return ()
     return (
         containers,

@@ -168,12 +168,18 @@ def watch_events(chunks: Iterable[bytes]) -> Iterator[tuple[str, dict[str, Any]]
     for chunk in chunks:
         if not chunk:
             continue
+        if not rest and chunk.find(b"\n") == len(chunk) - 1:
+            # One whole event, as the API server flushes them: decoded as it is (JSON allows the
+            # newline after the object), not copied by a split.
+            if not chunk.isspace():
+                yield _event(chunk)
+            continue
         lines = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
         rest = lines.pop()
         for line in lines:
-            if line.strip():
+            if line and not line.isspace():
                 yield _event(line)
-    if rest.strip():
+    if rest and not rest.isspace():
         yield _event(rest)
 
 

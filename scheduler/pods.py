@@ -4,6 +4,7 @@ the configuration) is the Go engine's to read (scheduler/plugin/pkg/tmc/ask.go).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -129,7 +130,22 @@ def canonical_objective(text: str) -> str:
     kept as written (its pair is published as a fallback that says why). The Go engine
     canonicalises the same way (CanonicalObjective; the shared cases are
     scheduler/conformance/objectives.json)."""
+    if len(text) > _MAX_REMEMBERED_OBJECTIVE:
+        return _canonical_objective(text)
+    return _remembered_objective(text)
+
+
+# A cluster's pods name a handful of objectives, each read for every opted-in pod: the reading of
+# each short text is remembered (parsing it was a third of `read_pod`). Longer texts (a pod may
+# write anything there) are read each time rather than kept.
+_MAX_REMEMBERED_OBJECTIVE = 64
+
+
+def _canonical_objective(text: str) -> str:
     try:
         return str(parse_objective(text))
     except InvalidRequest:
         return text
+
+
+_remembered_objective = functools.lru_cache(maxsize=1024)(_canonical_objective)

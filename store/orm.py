@@ -44,13 +44,21 @@ class CatMask(TypeDecorator[int]):
     cache_ok = True
 
     def process_bind_param(self, value: int | None, dialect: Dialect) -> int | None:
-        if value is None:
-            return None
-        value &= (1 << 64) - 1
-        return value - (1 << 64) if value >> 63 else value
+        return None if value is None else stored_mask(value)
 
     def process_result_value(self, value: int | None, dialect: Dialect) -> int | None:
-        return None if value is None else int(value) & ((1 << 64) - 1)
+        return None if value is None else read_mask(value)
+
+
+def stored_mask(mask: int) -> int:
+    """A CAT mask as a BIGINT column holds it (CatMask), for statements that bypass the type."""
+    mask &= (1 << 64) - 1
+    return mask - (1 << 64) if mask >> 63 else mask
+
+
+def read_mask(value: int) -> int:
+    """The unsigned CAT mask a BIGINT column's value stands for."""
+    return int(value) & ((1 << 64) - 1)
 
 
 class UtcDateTime(TypeDecorator[datetime]):

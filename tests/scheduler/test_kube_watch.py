@@ -82,6 +82,11 @@ def test_a_watch_body_split_anywhere_reads_the_same() -> None:
         assert list(watch_events(chunks)) == want, size
     # The last line without its newline (the server's end) is still read.
     assert list(watch_events([body.rstrip(b"\n")])) == want
+    # An event a chunk, as the API server flushes them, with blank lines between (read whole,
+    # without a split), and a chunk that ends one event and holds all of the next.
+    lines = [orjson.dumps(e) + b"\n" for e in events]
+    assert list(watch_events([lines[0], b"\n", b" \r\n", lines[1], lines[2]])) == want
+    assert list(watch_events([lines[0][:5], lines[0][5:] + lines[1], lines[2]])) == want
 
 
 def test_an_error_event_ends_the_watch() -> None:
