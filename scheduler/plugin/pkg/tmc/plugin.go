@@ -6,6 +6,7 @@ import (
 	"maps"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -35,6 +37,26 @@ type TmcPlacement struct {
 	*Engine
 	// node returns a node of the scheduling cycle's snapshot (Reserve needs its capacity).
 	node func(name string) (*v1.Node, error)
+	// cycle is the scheduling cycle PreFilter last began: Filter and Score, called for every
+	// node judged, find the pod's ask here instead of in the cycle state's map (a hash of the
+	// key and a lookup per node). kube-scheduler's scheduling cycle is serial; a state or pod
+	// that is not this one (a preemption's copy of the state) is read from the state as before.
+	cycle atomic.Pointer[cycleOf]
+}
+
+// cycleOf is one scheduling cycle's state object, pod and what PreFilter wrote into the state.
+type cycleOf struct {
+	state fwk.CycleState
+	pod   types.UID
+	data  *cycleState
+}
+
+// readCycle is readState for the cycle PreFilter last began, without the state's map.
+func (p *TmcPlacement) readCycle(state fwk.CycleState, pod *v1.Pod) (*cycleState, error) {
+	if c := p.cycle.Load(); c != nil && c.state == state && pod != nil && c.pod == pod.UID {
+		return c.data, nil
+	}
+	return readState(state)
 }
 
 // Args are the plugin's arguments in the KubeSchedulerConfiguration (pluginConfig).
@@ -368,7 +390,9 @@ func (p *TmcPlacement) PreFilter(_ context.Context, state fwk.CycleState, pod *v
 	}
 	// Asked to place a pod: this replica schedules, and contends for the placement lease.
 	p.fence.Campaign()
-	state.Write(stateKey, &cycleState{ask: ask})
+	data := &cycleState{ask: ask}
+	state.Write(stateKey, data)
+	p.cycle.Store(&cycleOf{state: state, pod: pod.UID, data: data})
 	return nil, nil
 }
 
@@ -443,8 +467,8 @@ func allocatableCPUs(alloc v1.ResourceList) int64 {
 }
 
 // Filter keeps the nodes that can hold the pod's configuration now.
-func (p *TmcPlacement) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod, info fwk.NodeInfo) *fwk.Status {
-	s, err := readState(state)
+func (p *TmcPlacement) Filter(_ context.Context, state fwk.CycleState, pod *v1.Pod, info fwk.NodeInfo) *fwk.Status {
+	s, err := p.readCycle(state, pod)
 	if err != nil {
 		return asStatus(err)
 	}
@@ -485,8 +509,8 @@ func (p *TmcPlacement) PreScore(_ context.Context, state fwk.CycleState, _ *v1.P
 // Score is the node's preference for the pod (its machine pattern, Preference) and its packing
 // score, as preference * 11 + packing; NormalizeScore combines them over the nodes that passed
 // Filter (Combine) and scales the extender's 0..10 to the framework's 0..100.
-func (p *TmcPlacement) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, info fwk.NodeInfo) (int64, *fwk.Status) {
-	s, err := readState(state)
+func (p *TmcPlacement) Score(_ context.Context, state fwk.CycleState, pod *v1.Pod, info fwk.NodeInfo) (int64, *fwk.Status) {
+	s, err := p.readCycle(state, pod)
 	if err != nil {
 		return 0, asStatus(err)
 	}

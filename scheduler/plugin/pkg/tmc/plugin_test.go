@@ -385,3 +385,31 @@ func TestStatusMessagesAreNoFormatStrings(t *testing.T) {
 		t.Fatal("asStatus(nil) is success")
 	}
 }
+
+// TestFilterJudgesThePodOfItsOwnCycle: Filter and Score find the ask of the cycle PreFilter
+// last began without the state's map; a state of another cycle (an earlier pod's) or a copy of
+// this one (preemption's) is read from the state itself, so each pod is judged by its own ask.
+func TestFilterJudgesThePodOfItsOwnCycle(t *testing.T) {
+	h := newHarness(t, tmcNode("n1", 16, 8<<30, 0, 11, "", 0))
+	ctx := context.Background()
+	big, small := tieredPod("big", nil, "1", "16Gi"), tieredPod("small", nil, "1", "1Gi")
+	sBig, sSmall := framework.NewCycleState(), framework.NewCycleState()
+	if _, st := h.plugin.PreFilter(ctx, sBig, big, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if _, st := h.plugin.PreFilter(ctx, sSmall, small, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := h.plugin.Filter(ctx, sSmall, small, h.infos["n1"]); !st.IsSuccess() {
+		t.Errorf("the pod of the cycle in progress: %v", st)
+	}
+	if st := h.plugin.Filter(ctx, sBig, big, h.infos["n1"]); st.IsSuccess() {
+		t.Error("a pod of an earlier cycle was judged by the ask of the cycle in progress")
+	}
+	if st := h.plugin.Filter(ctx, sSmall.Clone(), small, h.infos["n1"]); !st.IsSuccess() {
+		t.Errorf("a copy of the cycle's state: %v", st)
+	}
+	if _, st := h.plugin.Score(ctx, sBig, big, h.infos["n1"]); !st.IsSuccess() {
+		t.Errorf("Score with an earlier cycle's state: %v", st)
+	}
+}
