@@ -585,17 +585,17 @@ def one_size(
             "bench": os.getpid(),
         }
         trees = ("postgres",)
-        settle()
-        meter = CpuMeter(
-            {
-                **common,
-                "scheduler": pid(cp.procs["kube-scheduler"]),
-                # It runs during every burst and sees every pod's events, tmc's or not.
-                "publisher+mirror": pid(publisher.proc),
-            },
-            trees,
-            api=cp,
-        )
+
+        def measured(procs: dict[str, int | None]) -> CpuMeter:
+            """The meter of a burst about to start, once the machine is quiet: the processes
+            every path shares, `procs`, and the publisher with its mirror, which runs during
+            every burst and sees every pod's events, tmc's or not."""
+            settle()
+            return CpuMeter(
+                {**common, **procs, "publisher+mirror": pid(publisher.proc)}, trees, api=cp
+            )
+
+        meter = measured({"scheduler": pid(cp.procs["kube-scheduler"])})
         stock_api_profiling = None
         if pprof is not None:
             pprof.mkdir(parents=True, exist_ok=True)
@@ -620,16 +620,7 @@ def one_size(
         # first pod of a new workload waits for it; that wait is not what is measured here).
         warm = run(cp, "warm", [c.opted_in_pod("warm", "graph500", memory="256Mi")], timeout)
         c.delete_all_pods(api, "warm")
-        settle()
-        meter = CpuMeter(
-            {
-                **common,
-                "scheduler": pid(cp.procs["tmc-scheduler"]),
-                "publisher+mirror": pid(publisher.proc),
-            },
-            trees,
-            api=cp,
-        )
+        meter = measured({"scheduler": pid(cp.procs["tmc-scheduler"])})
         profiling = None
         if pprof is not None:
             pprof.mkdir(parents=True, exist_ok=True)
@@ -654,16 +645,7 @@ def one_size(
             cp.start_scheduler(config, binary=str(compare / "tmc-scheduler"), name="tmc-scheduler")
             run(cp, "warm", [c.opted_in_pod("warm2", "graph500", memory="256Mi")], timeout)
             c.delete_all_pods(api, "warm")
-            settle()
-            meter = CpuMeter(
-                {
-                    **common,
-                    "scheduler": pid(cp.procs["tmc-scheduler"]),
-                    "publisher+mirror": pid(publisher.proc),
-                },
-                trees,
-                api=cp,
-            )
+            meter = measured({"scheduler": pid(cp.procs["tmc-scheduler"])})
             compared = run(cp, "compare", bodies, timeout)
             compared_cpu = meter.line(pods)
             cp.stop_process("tmc-scheduler")
@@ -674,16 +656,8 @@ def one_size(
         serving(cp, "kube-scheduler")
         warm_up(cp, c.opted_in_pod("warm-extender", "graph500", memory="256Mi"), timeout)
         before = goext.metrics()
-        settle()
-        meter = CpuMeter(
-            {
-                **common,
-                "scheduler": pid(cp.procs["kube-scheduler"]),
-                "extender": pid(goext.proc),
-                "publisher+mirror": pid(publisher.proc),
-            },
-            trees,
-            api=cp,
+        meter = measured(
+            {"scheduler": pid(cp.procs["kube-scheduler"]), "extender": pid(goext.proc)}
         )
         spy = None
         if profile is not None and publisher.proc is not None:
@@ -727,16 +701,7 @@ def one_size(
         warm_up(
             cp, without_opt_in(c.opted_in_pod("warm-stock2", "graph500", memory="256Mi")), timeout
         )
-        settle()
-        meter = CpuMeter(
-            {
-                **common,
-                "scheduler": pid(cp.procs["kube-scheduler"]),
-                "publisher+mirror": pid(publisher.proc),
-            },
-            trees,
-            api=cp,
-        )
+        meter = measured({"scheduler": pid(cp.procs["kube-scheduler"])})
         stock_again = run(cp, "plain2", [without_opt_in(b) for b in bodies], timeout)
         stock_again_cpu = meter.line(pods)
         after = verb_latency(ext_metrics)

@@ -80,6 +80,29 @@ def load(session: Session) -> tuple[list[NodeCapacity], dict[str, int], list[Hel
     return nodes, pools, held
 
 
+def _pod_columns(p: Placed) -> dict[str, object]:
+    """Who the placement is of and where: the columns a reservation and a placement-log row share."""
+    return {
+        "pod_uid": p.held.pod_uid,
+        "namespace": p.held.namespace,
+        "pod_name": p.held.pod_name,
+        "node_name": p.held.node,
+    }
+
+
+def _held_columns(p: Placed, rid: str | None) -> dict[str, object]:
+    """A reservation's columns for `p` but its mask (stored by dialect) and bookkeeping; `rid`: the
+    decision the row names (None when the ledger does not have it)."""
+    return {
+        **_pod_columns(p),
+        "vcpus": p.held.vcpus,
+        "dram_bytes": p.held.dram_bytes,
+        "slow_bytes": p.held.slow_bytes,
+        "slow_from_pool": p.held.slow_from_pool,
+        "recommendation_id": rid,
+    }
+
+
 def _log_placements(session: Session, placed: list[tuple[Placed, str | None]]) -> None:
     """The placements, as the evidence a verification run of each pod is checked against: one
     statement inserting each pod's record or updating the one it has (its `created_at`, when the
@@ -88,10 +111,7 @@ def _log_placements(session: Session, placed: list[tuple[Placed, str | None]]) -
         return
     values = [
         {
-            "pod_uid": p.held.pod_uid,
-            "namespace": p.held.namespace,
-            "pod_name": p.held.pod_name,
-            "node_name": p.held.node,
+            **_pod_columns(p),
             "recommendation_id": rid,
             "slow_ratio": p.slow_ratio,
             "llc_ways": p.held.llc_mask.bit_count(),
@@ -185,17 +205,9 @@ def _write(session: Session, placed: list[Placed], replaced: Iterable[str]) -> N
         insert(_RESERVATIONS),
         [
             {
+                **_held_columns(p, rid),
                 "id": new_id(),
-                "pod_uid": p.held.pod_uid,
-                "namespace": p.held.namespace,
-                "pod_name": p.held.pod_name,
-                "node_name": p.held.node,
-                "vcpus": p.held.vcpus,
-                "dram_bytes": p.held.dram_bytes,
-                "slow_bytes": p.held.slow_bytes,
-                "slow_from_pool": p.held.slow_from_pool,
                 "llc_mask": p.held.llc_mask,
-                "recommendation_id": rid,
                 "attempt": None,
                 "created_at": utcnow(),
             }
@@ -323,16 +335,8 @@ def _write_postgres(
         return
     rows = [
         {
-            "pod_uid": p.held.pod_uid,
-            "namespace": p.held.namespace,
-            "pod_name": p.held.pod_name,
-            "node_name": p.held.node,
-            "vcpus": p.held.vcpus,
-            "dram_bytes": p.held.dram_bytes,
-            "slow_bytes": p.held.slow_bytes,
-            "slow_from_pool": p.held.slow_from_pool,
+            **_held_columns(p, rid),
             "llc_mask": stored_mask(p.held.llc_mask),
-            "recommendation_id": rid,
             "slow_ratio": p.slow_ratio,
             "llc_ways": p.held.llc_mask.bit_count(),
         }
