@@ -177,6 +177,32 @@ def _held_key(h: Held) -> tuple[str, int, int, int, bool, int]:
     return (h.node, h.vcpus, h.dram_bytes, h.slow_bytes, h.slow_from_pool, h.llc_mask)
 
 
+def _changed(
+    placed: Mapping[str, Placed],
+    rows: Mapping[str, tuple[object, ...]],
+    nodes: set[str],
+    out: Mirrored,
+) -> list[Placed]:
+    """The placements (by pod uid) to write: those whose row (`rows`, `_held_key`'s order) says
+    otherwise, on a node the ledger has (`nodes`); a pod on another node is skipped (the node's
+    registration comes first in the feeder's order). `out` records what is written or skipped."""
+    writes: list[Placed] = []
+    for uid, p in placed.items():
+        if rows.get(uid) == _held_key(p.held):
+            continue
+        if p.held.node not in nodes:
+            out.skipped.append(uid)
+            continue
+        writes.append(p)
+        out.recorded.append(uid)
+    return writes
+
+
+def _decisions_named(placed: list[Placed], known: set[str]) -> list[str | None]:
+    """The decision each placement's row names: its own when the ledger has it, else none."""
+    return [p.recommendation_id if p.recommendation_id in known else None for p in placed]
+
+
 def _known_decisions(session: Session, placed: Iterable[Placed]) -> set[str]:
     ids = {p.recommendation_id for p in placed if p.recommendation_id}
     if not ids:
@@ -190,17 +216,15 @@ def _write(session: Session, placed: list[Placed], replaced: Iterable[str]) -> N
     logged. Written with SQL statements, not ORM objects: a burst's rows cost one round trip
     and no per-row bookkeeping; a Reservation already loaded in the session is not refreshed."""
     replaced = list(replaced)
+    rids = _decisions_named(placed, _known_decisions(session, placed))
     if _postgres(session):
-        known = _known_decisions(session, placed)
-        rids = [p.recommendation_id if p.recommendation_id in known else None for p in placed]
         _write_postgres(session, placed, rids, replaced)
         return
     if replaced:
         session.execute(delete(Reservation).where(Reservation.pod_uid.in_(replaced)))
     if not placed:
         return
-    known = _known_decisions(session, placed)
-    with_rid = [(p, p.recommendation_id if p.recommendation_id in known else None) for p in placed]
+    with_rid = list(zip(placed, rids, strict=True))
     session.execute(
         insert(_RESERVATIONS),
         [
@@ -296,31 +320,22 @@ def _record_postgres(session: Session, latest: dict[str, Placed]) -> Mirrored:
             )
         },
     ).all()
-    by_position = {int(row[0]): row for row in found}
-    writes: list[Placed] = []
-    rids: list[str | None] = []
-    replaced: list[str] = []
-    for i, p in enumerate(batch):
-        _, has_row, node, vcpus, dram, slow, pool, mask, node_known, rid_known = by_position[i]
-        h = p.held
-        if has_row and (node, vcpus, dram, slow, pool, read_mask(mask)) == (
-            h.node,
-            h.vcpus,
-            h.dram_bytes,
-            h.slow_bytes,
-            h.slow_from_pool,
-            h.llc_mask,
-        ):
-            continue
-        if not node_known:
-            out.skipped.append(h.pod_uid)
-            continue
-        writes.append(p)
-        rids.append(p.recommendation_id if rid_known else None)
-        out.recorded.append(h.pod_uid)
+    # The lookup's rows as the shared rule reads them: each pod's row, the nodes and the
+    # decisions the ledger has.
+    rows: dict[str, tuple[object, ...]] = {}
+    nodes: set[str] = set()
+    known: set[str] = set()
+    for n, has_row, node, vcpus, dram, slow, pool, mask, node_known, rid_known in found:
+        p = batch[int(n)]
         if has_row:
-            replaced.append(h.pod_uid)
-    _write_postgres(session, writes, rids, replaced)
+            rows[p.held.pod_uid] = (node, vcpus, dram, slow, pool, read_mask(mask))
+        if node_known:
+            nodes.add(p.held.node)
+        if rid_known and p.recommendation_id:
+            known.add(p.recommendation_id)
+    writes = _changed(latest, rows, nodes, out)
+    replaced = [p.held.pod_uid for p in writes if p.held.pod_uid in rows]
+    _write_postgres(session, writes, _decisions_named(writes, known), replaced)
     return out
 
 
@@ -373,15 +388,7 @@ def record(session: Session, placed: Iterable[Placed]) -> Mirrored:
             select(Node.name).where(Node.name.in_({p.held.node for p in latest.values()}))
         )
     )
-    writes: list[Placed] = []
-    for uid, p in latest.items():
-        if rows.get(uid) == _held_key(p.held):
-            continue
-        if p.held.node not in nodes:
-            out.skipped.append(uid)
-            continue
-        writes.append(p)
-        out.recorded.append(uid)
+    writes = _changed(latest, rows, nodes, out)
     _write(session, writes, (p.held.pod_uid for p in writes if p.held.pod_uid in rows))
     return out
 
@@ -394,15 +401,7 @@ def mirror(session: Session, bound: Mapping[str, Placed]) -> Mirrored:
     rows = {r[0]: tuple(r[1:]) for r in session.execute(select(*_HELD_COLUMNS))}
     out.released = [uid for uid in rows if uid not in bound]
     nodes = set(session.scalars(select(Node.name)))
-    writes: list[Placed] = []
-    for uid, p in bound.items():
-        if rows.get(uid) == _held_key(p.held):
-            continue
-        if p.held.node not in nodes:
-            out.skipped.append(uid)
-            continue
-        writes.append(p)
-        out.recorded.append(uid)
+    writes = _changed(bound, rows, nodes, out)
     replaced = [*out.released, *(p.held.pod_uid for p in writes if p.held.pod_uid in rows)]
     # Every row replaced or released goes before any is written (a pod's new row may not meet
     # its old one); in bounded statements: a listing may rewrite every row.
