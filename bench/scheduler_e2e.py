@@ -20,9 +20,10 @@ left behind (its deletions reaching every watcher, the mirror's writes) is not c
 Prints, per node count and path: pods/s from the first create to the last bind, the median and
 99th-percentile create-to-bound time, a `ratio` line per tmc path against the stock run, and the
 extender's time per verb from its own /metrics (mean, and the histogram bucket that holds the
-99th percentile), and each process's CPU seconds per pod during each burst (user + system time from /proc: kube-apiserver, etcd, the
-scheduler, the extender, the publisher with its mirror (one process, as the chart runs them),
-PostgreSQL with its backends, and the benchmark itself, which creates the pods and watches them).
+99th percentile), and each process's CPU seconds per pod during each burst (user + system time
+from /proc: kube-apiserver, etcd, the scheduler, the extender, the publisher with its mirror
+(one process, as the chart runs them), PostgreSQL with its backends, and the benchmark itself,
+which creates the pods and watches them).
 With --profile, the publisher under py-spy during the extender's burst. With --pprof,
 tmc-scheduler's CPU profile during the plugin's burst, and kube-scheduler's and tmc-extender's
 during the extender's (their /debug/pprof: the schedulers' as the admin, tmc-extender's from its
