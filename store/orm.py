@@ -207,7 +207,8 @@ class Reservation(Timestamped, Base):
     pod_uid: Mapped[str] = mapped_column(String(64), unique=True)
     namespace: Mapped[str] = mapped_column(String(253))
     pod_name: Mapped[str] = mapped_column(String(253))
-    node_name: Mapped[str] = mapped_column(ForeignKey("nodes.name"), index=True)
+    # No index of its own: ix_reservations_node_pod leads with it.
+    node_name: Mapped[str] = mapped_column(ForeignKey("nodes.name"))
     vcpus: Mapped[int] = mapped_column(Integer)
     dram_bytes: Mapped[int] = mapped_column(BigInteger)
     slow_bytes: Mapped[int] = mapped_column(BigInteger)
