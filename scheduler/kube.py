@@ -1,32 +1,15 @@
-"""The extender's writes to the API server (Binding, annotations) and the reads bind and the
-feeder need, through the official kubernetes client. Responses are read as raw JSON (the same
-camelCase objects the scheduler sends), which also sidesteps the client's model classes: they
-reject the Binding API's empty response body."""
+"""The publisher's reads of the API server (nodes, pods, and their watch), through the official
+kubernetes client. Responses are read as raw JSON (the same camelCase objects the scheduler
+sees), which spares a burst's every pod the client's model classes."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from typing import Any, Protocol
-from urllib.parse import quote
+from typing import Any
 
 import orjson
 from kubernetes import client, config
-
-# A Binding that takes longer has missed kube-scheduler's own timeout for the verb (5 s).
-BIND_TIMEOUT_SECONDS = 5.0
-
-
-class Cluster(Protocol):
-    def bind(
-        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
-    ) -> None: ...
-
-    def annotate(
-        self, namespace: str, name: str, uid: str, annotations: dict[str, str | None]
-    ) -> None: ...
-
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
 
 
 def api_client(kubeconfig: str | None, context: str | None = None) -> client.ApiClient:
@@ -42,7 +25,7 @@ def api_client(kubeconfig: str | None, context: str | None = None) -> client.Api
     config.load_kube_config(  # type: ignore[no-untyped-call]
         config_file=kubeconfig, context=context, client_configuration=cfg
     )
-    # Binds come in bursts from the scheduler; keep enough pooled connections for them.
+    # Lists, watches and the recommendations' writes share one pool; keep enough connections.
     cfg.connection_pool_maxsize = 32
     return client.ApiClient(cfg)
 
@@ -54,7 +37,7 @@ def _json(response: Any) -> Any:
 def _drained(response: Any) -> bytes:
     """The body of a response read with _preload_content=False, its connection handed back to
     the pool: a response left unread keeps its connection, and the next call opens a new TLS
-    connection (a handshake's CPU on both sides, per bind)."""
+    connection (a handshake's CPU on both sides, per request)."""
     try:
         return bytes(response.data)
     finally:
@@ -65,61 +48,6 @@ class KubeCluster:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
-
-    def bind(
-        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
-    ) -> None:
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            # The UID is a precondition: a pod deleted and re-created under the same name since
-            # the scheduler looked at it is not bound by mistake. The API server copies the
-            # Binding's annotations onto the pod in the same write, so a pod is never bound
-            # without its placement, nor annotated without being bound.
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "uid": uid,
-                "annotations": annotations,
-            },
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding"
-        self._post(path, orjson.dumps(body))
-
-    def _post(self, path: str, body: bytes) -> None:
-        """POST `body` through the client's own connection pool, TLS settings and credentials
-        (a rotating service-account token included), without the generated client's layers:
-        a bind's one API write, on the same two cores as the scheduler in a burst."""
-        cfg = self.api.configuration
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-            "User-Agent": self.api.user_agent,
-        }
-        for auth in cfg.auth_settings().values():
-            if auth["in"] == "header" and auth["value"]:
-                headers[auth["key"]] = auth["value"]
-        response = self.api.rest_client.pool_manager.request(
-            "POST", cfg.host + path, body=body, headers=headers, timeout=BIND_TIMEOUT_SECONDS
-        )
-        if not 200 <= response.status <= 299:
-            text = bytes(response.data or b"")[:300].decode(errors="replace")
-            raise client.ApiException(status=response.status, reason=f"{response.reason}: {text}")
-
-    def annotate(
-        self, namespace: str, name: str, uid: str, annotations: dict[str, str | None]
-    ) -> None:
-        # metadata.uid in the patch is a precondition: the API server refuses the patch when the
-        # pod under this name is another one (deleted and re-created since the scheduler saw it).
-        body = {"metadata": {"uid": uid, "annotations": annotations}}
-        _drained(self.core.patch_namespaced_pod(name, namespace, body, _preload_content=False))
-
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        found: dict[str, Any] = _json(
-            self.core.read_namespaced_pod(name, namespace, _preload_content=False)
-        )
-        return found
 
     def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
         body = _json(self.core.list_node(_preload_content=False))

@@ -94,7 +94,7 @@ class Plane:
                             "resources": ["pods"],
                             "verbs": ["get", "list", "create", "patch", "delete"],
                         },
-                        # Beyond the issue's tenant: what its own scheduler would hold.
+                        # Beyond a tenant's usual rights: what its own scheduler would hold.
                         {
                             "apiGroups": [""],
                             "resources": ["pods/binding", "bindings"],
@@ -210,8 +210,9 @@ def refused(call: Callable[[], object]) -> str | None:
     return None
 
 
-def placed_pod(plane: Plane, name: str) -> None:
-    """A tenant's pod that tmc's scheduler has bound with its placement."""
+def placed_pod(plane: Plane, name: str, placer: str = "scheduler") -> None:
+    """A tenant's pod that tmc's scheduler (or, on the extender path, tmc-extender) has bound
+    with its placement."""
     plane.tenant.create_namespaced_pod(TENANT_NS, pod(name))
     uid = plane.tenant.read_namespaced_pod(name, TENANT_NS).metadata.uid
     body = {
@@ -220,7 +221,8 @@ def placed_pod(plane: Plane, name: str) -> None:
         "metadata": {"name": name, "namespace": TENANT_NS, "uid": uid, "annotations": PLACEMENT},
         "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"},
     }
-    plane.scheduler.create_namespaced_pod_binding(name, TENANT_NS, body, _preload_content=False)
+    binder = plane.scheduler if placer == "scheduler" else plane.extender
+    binder.create_namespaced_pod_binding(name, TENANT_NS, body, _preload_content=False)
     got = plane.admin.read_namespaced_pod(name, TENANT_NS)
     assert got.spec.node_name == "node-a"
     assert got.metadata.annotations["tmc.dev/llc-mask"] == "0xf0"
@@ -233,15 +235,8 @@ def test_tmc_scheduler_binds_with_its_placement(plane: Plane) -> None:
     placed_pod(plane, "placed")
 
 
-def test_tmc_extender_may_write_a_placement(plane: Plane) -> None:
-    """tmc-extender's identity binds on the extender path (and its mirror may annotate)."""
-    plane.tenant.create_namespaced_pod(TENANT_NS, pod("by-extender"))
-    uid = plane.tenant.read_namespaced_pod("by-extender", TENANT_NS).metadata.uid
-    plane.extender.patch_namespaced_pod(
-        "by-extender", TENANT_NS, {"metadata": {"uid": uid, "annotations": PLACEMENT}}
-    )
-    got = plane.admin.read_namespaced_pod("by-extender", TENANT_NS)
-    assert got.metadata.annotations["tmc.dev/placement"] == PLACEMENT["tmc.dev/placement"]
+def test_tmc_extender_binds_with_its_placement(plane: Plane) -> None:
+    placed_pod(plane, "by-extender", placer="extender")
 
 
 @pytest.mark.parametrize(
@@ -364,16 +359,30 @@ def test_a_tenant_cannot_pin_a_recommendation(plane: Plane) -> None:
 
 
 def test_tmc_components_cannot_pin_a_recommendation(plane: Plane) -> None:
-    """The scheduler writes placements, not recommendations; neither does the extender."""
-    plane.tenant.create_namespaced_pod(TENANT_NS, pod("pin-by-extender"))
-    why = refused(
-        lambda: plane.extender.patch_namespaced_pod(
-            "pin-by-extender",
-            TENANT_NS,
-            {"metadata": {"annotations": {"tmc.dev/recommendation": GREEDY}}},
+    """The placers write placements, not recommendations: a Binding that carries a pin (its
+    annotations are copied onto the pod) is refused, from either door's identity."""
+    for placer in (plane.scheduler, plane.extender):
+        name = f"pin-by-{'scheduler' if placer is plane.scheduler else 'extender'}"
+        plane.tenant.create_namespaced_pod(TENANT_NS, pod(name))
+        uid = plane.tenant.read_namespaced_pod(name, TENANT_NS).metadata.uid
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {
+                "name": name,
+                "namespace": TENANT_NS,
+                "uid": uid,
+                "annotations": {**PLACEMENT, "tmc.dev/recommendation": GREEDY},
+            },
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"},
+        }
+        why = refused(
+            partial(
+                placer.create_namespaced_pod_binding, name, TENANT_NS, body, _preload_content=False
+            )
         )
-    )
-    assert why is not None and "only an operator" in why, why
+        assert why is not None and "only an operator" in why, why
+        assert plane.admin.read_namespaced_pod(name, TENANT_NS).spec.node_name is None
 
 
 def test_an_operator_pins_a_recommendation_and_a_tenant_keeps_it(plane: Plane) -> None:

@@ -233,8 +233,10 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-# What each component's code calls (scheduler/kube.py, profiler-agent/tmc_agent/serve.py; the
-# API, worker and beat call nothing), and what it must not be able to do.
+# What each component's code calls (tmc-extender and tmc-scheduler in scheduler/plugin, the
+# publisher through scheduler/kube.py, profiler-agent/tmc_agent/serve.py; the API, worker and beat
+# call nothing), and what it must not be able to do. No tmc component patches a pod: the Binding
+# carries the placement.
 ALLOWED = {
     "extender": [
         ("list", "nodes", ""),
@@ -242,7 +244,6 @@ ALLOWED = {
         ("get", "pods", ""),
         ("list", "pods", ""),
         ("watch", "pods", ""),
-        ("patch", "pods", ""),
         ("create", "pods", "binding"),
     ],
     "agent": [("patch", "nodes", ""), ("list", "pods", "")],
@@ -257,7 +258,6 @@ ALLOWED = {
     "publisher": [
         ("list", "nodes", ""),
         ("watch", "pods", ""),
-        ("patch", "pods", ""),
         ("create", "tieredrecommendations.tmc.dev", ""),
         ("update", "tieredrecommendations.tmc.dev", ""),
         ("patch", "tieredrecommendations.tmc.dev", "status"),
@@ -270,6 +270,7 @@ DENIED = {
     "extender": [
         ("get", "nodes", ""),
         ("patch", "nodes", ""),
+        ("patch", "pods", ""),
         ("delete", "pods", ""),
         ("update", "pods", ""),
         ("create", "pods", ""),
@@ -293,6 +294,7 @@ DENIED = {
     ],
     "publisher": [
         ("get", "nodes", ""),
+        ("patch", "pods", ""),
         ("create", "pods", "binding"),
         ("get", "secrets", ""),
     ],
