@@ -2,6 +2,7 @@ package tmc
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -34,12 +35,26 @@ func (m *placementMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.binds, m.bindSeconds}
 }
 
-var registerWithScheduler sync.Once
+var (
+	registerWithScheduler sync.Once
+	registered            error
+)
 
 // registerPlacementMetrics adds the engine's series to kube-scheduler's registry, once per
-// process however many profiles build the plugin.
-func registerPlacementMetrics() {
-	registerWithScheduler.Do(func() { legacyregistry.RawMustRegister(placement.collectors()...) })
+// process however many profiles build the plugin. A name another component registered first is
+// an error for New to return, not a panic.
+func registerPlacementMetrics() error {
+	registerWithScheduler.Do(func() { registered = registerAll(legacyregistry.Registerer(), placement.collectors()) })
+	return registered
+}
+
+func registerAll(reg prometheus.Registerer, collectors []prometheus.Collector) error {
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("%s: registering its metrics: %w", Name, err)
+		}
+	}
+	return nil
 }
 
 // observeBind counts one bind of the engine.

@@ -3,9 +3,11 @@ package tmc
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -48,5 +50,19 @@ func TestBindsAreCountedByOutcomeAndPlacement(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("the extender's /metrics lacks tmc_placement_binds_total")
+	}
+}
+
+// A registry that already holds one of the engine's names (another plugin's series, say) makes
+// registration an error that New returns, never a panic in kube-scheduler's start.
+func TestARegisteredNameIsAnErrorNotAPanic(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "tmc_placement_binds_total", Help: "someone else's"}))
+	err := registerAll(reg, placement.collectors())
+	if err == nil || !strings.Contains(err.Error(), Name) {
+		t.Fatalf("registering over a taken name: %v", err)
+	}
+	if err := registerAll(prometheus.NewRegistry(), placement.collectors()); err != nil {
+		t.Fatalf("registering in an empty registry: %v", err)
 	}
 }

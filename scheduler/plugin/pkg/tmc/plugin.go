@@ -84,12 +84,25 @@ const DefaultRecommendationWait = WaitUntilPublished
 // ParseArgs decodes and bounds the plugin's arguments: the recommendation wait and the rack
 // pools' sizes. Every error names the argument; nothing here panics.
 func ParseArgs(obj runtime.Object) (time.Duration, map[string]int64, error) {
+	args, err := decodeArgs(obj)
+	if err != nil {
+		return 0, nil, err
+	}
+	return args.parsed()
+}
+
+func decodeArgs(obj runtime.Object) (Args, error) {
 	var args Args
 	if obj != nil {
 		if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
-			return 0, nil, fmt.Errorf("%s: arguments: %w", Name, err)
+			return Args{}, fmt.Errorf("%s: arguments: %w", Name, err)
 		}
 	}
+	return args, nil
+}
+
+// parsed is the arguments' recommendation wait and rack pools, checked against their bounds.
+func (args *Args) parsed() (time.Duration, map[string]int64, error) {
 	pools, err := ParseRackPools(args.RackPools)
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s: rackPools: %w", Name, err)
@@ -254,21 +267,21 @@ func RecommendationHint(_ klog.Logger, pod *v1.Pod, _, newObj any) (fwk.Queueing
 // placements (so that a restarted scheduler starts from what the API server holds; kube-scheduler
 // waits for these informers to sync before it schedules) and nodes' rack pools.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	wait, pools, err := ParseArgs(obj)
+	args, err := decodeArgs(obj)
 	if err != nil {
 		return nil, err
 	}
-	var args Args
-	if obj != nil {
-		if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
-			return nil, fmt.Errorf("%s: arguments: %w", Name, err)
-		}
+	wait, pools, err := args.parsed()
+	if err != nil {
+		return nil, err
 	}
 	fence, err := NewFence(ctx, h.ClientSet(), args.PlacementLease)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	registerPlacementMetrics()
+	if err := registerPlacementMetrics(); err != nil {
+		return nil, err
+	}
 	p := &TmcPlacement{
 		Engine: NewEngine(h.ClientSet(), nil, wait),
 		node: func(name string) (*v1.Node, error) {
