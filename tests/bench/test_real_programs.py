@@ -2,7 +2,7 @@
 built with gcc, profiled by the real `tmc-agent profile --backend trace` CLI (valgrind), fitted,
 and judged against the host model replaying each program's own trace at all 77 configurations.
 
-The thresholds are the issue's targets where the subset meets them with room, and the measured
+The thresholds are the accuracy targets where the subset meets them with room, and the measured
 figures with a margin where it does not (docs/model.md, "Real programs"): a regression past them
 is a real loss of accuracy, not noise (the trace backend's runs are deterministic).
 """
@@ -60,7 +60,7 @@ def test_the_advice_holds_in_truth(results: list[ProgramResult]) -> None:
     assert all(f"| {name} |" in text for name in FAST)
 
 
-def test_the_issue_example_is_coherent(results: list[ProgramResult]) -> None:
+def test_the_twotier_example_is_coherent(results: list[ProgramResult]) -> None:
     # twotier: a 64 MiB cold array written and read once, a 4 MiB hot hash table. slowmax is far
     # slower than fastmax, mostly in stalls on stores the L3-miss counter does not count.
     twotier = next(r for r in results if r.program == "twotier")

@@ -1,6 +1,6 @@
 # The kubernetes client takes plain dicts for bodies at run time; its stubs say models only.
 # mypy: disable-error-code="arg-type,union-attr,no-untyped-call,index"
-"""The issue's forgeries that reach past admission, on the real control plane with tmc-scheduler
+"""The forgeries that reach past admission, on the real control plane with tmc-scheduler
 (the plugin, built from this checkout) on the chart's configuration, RBAC and admission
 policies: an operator's pinned recommendations (the only pins admission lets through) whose
 placement would not fit a pod's annotations, and a node claiming a rack pool's size. Nodes are
