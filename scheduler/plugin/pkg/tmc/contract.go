@@ -14,8 +14,9 @@ import (
 )
 
 // The names of model/node_contract.py: what crosses between the scheduler and the node. The
-// node agent and the Python extender read and write the same keys, so they are spelled once here
-// and must never drift from the Python definitions.
+// node agent and the publisher's feeder (both Python) read and write the same keys, so they are
+// spelled once here and must never drift from the Python definitions (contract_test.go and
+// tests/scheduler/test_contract_schema.py hold the two sides together).
 const (
 	Group = v1alpha1.Group
 

@@ -2,8 +2,8 @@ package tmc
 
 import "math"
 
-// The packing score, ported from model/packing.py's packing_score so that the plugin and the
-// extender rank nodes alike. For a node and a configuration placed on it, with u_r the node's
+// The packing score: the engine's only copy, so the plugin's Score and the extender's prioritize
+// rank nodes alike. For a node and a configuration placed on it, with u_r the node's
 // utilization of resource r *after* the placement, over the resources the node has (CPU, DRAM,
 // LLC ways, and slow memory when it has a slow tier: its own or its rack pool's):
 //
@@ -13,8 +13,9 @@ import "math"
 //	raw       = fill - 0.5 * imbalance - 0.5 * cat_waste                   in [-1, 1]
 //	score     = round_half_even(10 * clip((raw + 1) / 2, 0, 1))
 //
-// Python's round() rounds halves to even, so the port does too: a score that differed from the
-// extender's by one on a tie would make the two paths place differently.
+// Halves round to even, as the score's first definition (Python's round()) did: the recorded
+// scores of score_test.go and the conformance table's expected scores were computed that way,
+// and rounding a tie the other way would move a node by one point and change where pods go.
 
 const (
 	// MaxPackingScore is the extender's scale (kube-scheduler's MaxExtenderPriority).

@@ -2,9 +2,10 @@ package tmc
 
 import "testing"
 
-// Every expected score below was computed by model/packing.py's packing_score on the same
-// inputs, so that a change on either side that makes the plugin and the extender rank nodes
-// differently fails here.
+// Every expected score below was computed on the same inputs by the score's first definition,
+// in Python (removed since the engine became its only implementation). They pin the rule: a
+// change to PackingScore that ranks any of these nodes differently fails here, and both front
+// doors rank through it.
 var pythonScores = []struct {
 	node NodeLoad
 	ask  Ask

@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// For every mask of a 6-way node: best_fit_run for each need 1..6 (-1: none) and the run the
-// ledger's fallback takes (every way of the longest free run, lowest on a tie; -1: none), as
-// model/packing.py and ledger/store.py compute them.
+// For every mask of a 6-way node: the best-fit run for each need 1..6 (-1: none), as
+// model/packing.py's best_fit_run computes it (the rebalancer and the planning benchmark use that
+// copy), and the run the fallback takes (every way of the longest free run, lowest on a tie; -1:
+// none), recorded from the Python rule the engine's fallback replaced.
 var pythonRuns = []struct {
 	used    uint64
 	fits    [6]int64
