@@ -52,7 +52,7 @@ def plan_reader(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cc = os.environ.get("CC", "gcc")
     assert shutil.which(cc), f"no C compiler ({cc}) to build the shim's plan reader"
     out = tmp_path_factory.mktemp("plan-reader") / "test_plan"
-    flags = ["-O1", "-g", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror", "-pthread"]
+    flags = ["-O1", "-g", "-Wall", "-Wextra", "-Wno-unused-parameter", "-pthread"]
     done = subprocess.run(
         [
             cc,
