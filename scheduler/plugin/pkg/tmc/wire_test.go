@@ -183,6 +183,14 @@ func TestWireCapturedFiltersKeepAPodThatDoesNotOptIn(t *testing.T) {
 		if (name == "filter-nodes") != (out.Nodes != nil) || (name == "filter-nodenames") != (out.NodeNames != nil) {
 			t.Fatalf("%s: answered in the other form: %+v", name, out)
 		}
+		if out.Nodes != nil {
+			// The very Node objects received, as kube-scheduler matches them.
+			for i, n := range wireNodes(t) {
+				if !reflect.DeepEqual(out.Nodes.Items[i], *n) {
+					t.Fatalf("%s: node %s came back changed", name, n.Name)
+				}
+			}
+		}
 		var scores extenderv1.HostPriorityList
 		post(t, h, "prioritize", wireBody(t, name), &scores)
 		for _, s := range scores {
