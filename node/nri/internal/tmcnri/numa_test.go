@@ -64,7 +64,9 @@ func TestNearestSlowNodeByDistance(t *testing.T) {
 }
 
 // The plan file has one grammar and two renderers (this one and model/node_contract.py's):
-// both are held to the same golden files, which the shim's parser reads in its own tests.
+// both are held to the same golden files (tests/fixtures/plans), which the shim's own parser
+// reads too (profiler-agent/alloc/tests/test_plan.c, run on every one of them by
+// tests/agent/test_plan_golden.py).
 func TestRenderPlanMatchesTheGoldenFiles(t *testing.T) {
 	dir := filepath.Join("..", "..", "..", "..", "tests", "fixtures", "plans")
 	cases, err := filepath.Glob(filepath.Join(dir, "*.json"))
