@@ -74,14 +74,16 @@ def node_capacity(node: dict[str, Any]) -> tuple[NodeCapacity, int | None] | Non
     except (contract.ContractError, BadPod) as exc:
         log.warning("node %s publishes unreadable tiered capacity: %s", meta.get("name"), exc)
         return None
-    conditions = {
-        c.get("type"): c.get("status")
-        for c in status.get("conditions") or []
-        if isinstance(c, dict)
-    }
-    ready = conditions.get("Ready") == "True" and not (node.get("spec") or {}).get(
-        "unschedulable", False
+    # The first Ready condition, as Kubernetes' own readers (and the engine) take it.
+    ready_status = next(
+        (
+            c.get("status")
+            for c in status.get("conditions") or []
+            if isinstance(c, dict) and c.get("type") == "Ready"
+        ),
+        None,
     )
+    ready = ready_status == "True" and not (node.get("spec") or {}).get("unschedulable", False)
     pattern = node_pattern(str(meta.get("name") or ""), meta.get("annotations"))
     cap = NodeCapacity(
         name=str(meta.get("name") or ""),

@@ -1,9 +1,7 @@
 """A node's capacity and readiness are read twice: by the mirror (scheduler.feeder.node_capacity,
 for the ledger's nodes table, the dashboard and the publisher's utilization) and by the Go engine
 (parseNode, for placement). Both are held to one table of Node objects and what each says,
-scheduler/conformance/nodes.json; the Go engine's test reads the same file. A case marked
-`python_differs` is a difference between the two not yet resolved: the engine meets the table,
-and this test fails once the mirror does too, so the marker is removed with the fix."""
+scheduler/conformance/nodes.json; the Go engine's test reads the same file."""
 
 from __future__ import annotations
 
@@ -53,9 +51,4 @@ def test_the_mirror_reads_each_node_as_the_table_says(
         "slow_pool_bytes": pool_bytes,
     } == want
     assert cap.name == case["node"]["metadata"]["name"]
-    if "python_differs" in case:
-        # A known difference, named in the table: the mirror must still differ (the marker goes
-        # with the fix), while the Go engine's test holds the engine to the table.
-        assert cap.ready is not expect["ready"], "the mirror agrees now: drop python_differs"
-    else:
-        assert cap.ready is expect["ready"]
+    assert cap.ready is expect["ready"]
