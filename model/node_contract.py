@@ -449,21 +449,41 @@ class PlanFile(BaseModel):
     slow_bytes: dict[str, int] = {}
 
 
+PLAN_MAX_NODE = 1023  # Linux's largest NUMA node number (MAX_NUMNODES is at most 1024)
+
+
+def _plan_number(word: str, bound: int, line: str) -> int:
+    # ASCII digits only, as the shim reads them: no sign, no "_", no other script's digits.
+    if not (word.isascii() and word.isdigit() and len(word) <= 20) or int(word) > bound:
+        raise ContractError(f"a plan file's line {line[:80]!r}: {word[:24]!r} is not in 0..{bound}")
+    return int(word)
+
+
 def parse_plan_file(text: str) -> PlanFile:
-    """The same grammar as the shim's `parse_plan`: unknown lines are ignored, as it does."""
+    """The same grammar as the shim's `parse_plan`. A line of a known keyword with other words or
+    a number out of bounds refuses the whole plan; unknown lines are ignored, as the shim does."""
     fields: dict[str, int] = {}
     tags: dict[str, int] = {}
     slow: dict[str, int] = {}
-    for line in text.splitlines():
-        words = line.split()
+    for line in text.split("\n"):
+        # Words as the shim splits them: on spaces, tabs and carriage returns only.
+        words = [w for w in re.split(r"[ \t\r]+", line) if w]
         if not words or words[0].startswith("#"):
             continue
-        if len(words) == 2 and words[0] in ("fast_node", "slow_node", "default_fast_bytes"):
-            fields[words[0]] = int(words[1])
-        elif len(words) in (3, 4) and words[0] == "tag":
-            tags[words[1]] = int(words[2])
+        keyword = words[0]
+        if keyword in ("fast_node", "slow_node", "default_fast_bytes"):
+            if len(words) != 2:
+                raise ContractError(f"a plan file's line {line[:80]!r}: {keyword} takes one number")
+            bound = PLAN_MAX_NODE if keyword.endswith("_node") else MAX_BYTES - 1
+            fields[keyword] = _plan_number(words[1], bound, line)
+        elif keyword == "tag":
+            if len(words) not in (3, 4):
+                raise ContractError(
+                    f"a plan file's line {line[:80]!r}: a tag line is `tag NAME FAST [SLOW]`"
+                )
+            tags[words[1]] = _plan_number(words[2], MAX_BYTES - 1, line)
             if len(words) == 4:
-                slow[words[1]] = int(words[3])
+                slow[words[1]] = _plan_number(words[3], MAX_BYTES - 1, line)
     if "fast_node" not in fields or "slow_node" not in fields:
         raise ContractError("a plan file names fast_node and slow_node")
     return PlanFile(

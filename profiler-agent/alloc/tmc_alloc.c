@@ -216,34 +216,67 @@ static uint64_t hash_name(const char *s) {
 static uint32_t tag_by_name_locked(const char *name);
 
 /* Plan lines: "fast_node N", "slow_node N", "default_fast_bytes N", "tag NAME FAST_BYTES" (a
- * fourth word, the slow bytes the plan expects, is for readers and ignored here). */
+ * fourth word, the slow bytes the plan expects, is for readers and ignored here). Numbers are
+ * ASCII decimal digits within bounds (nodes 0..1023, bytes below 2^52), as
+ * model/node_contract.py's parse_plan_file reads them; a known line with other words or another
+ * number refuses the whole plan (no node: nothing bound), and unknown lines are ignored. */
 static char plan_buf[1 << 16];
 
-static void parse_plan(void) {
+#define PLAN_MAX_NODE 1023ull
+#define PLAN_MAX_BYTES ((1ull << 52) - 1)
+
+/* `s` as a decimal number up to `max`, or -1 when it is anything else. */
+static int plan_number(const char *s, unsigned long long max, unsigned long long *out) {
+    unsigned long long v = 0;
+    if (!*s) return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9') return -1;
+        v = v * 10 + (unsigned long long)(*s - '0');
+        if (v > max) return -1; /* max < 2^52: no overflow before this check */
+    }
+    *out = v;
+    return 0;
+}
+
+/* 0 when the plan was read, -1 when it is refused. */
+static int parse_plan(void) {
     char *p = plan_buf;
+    int refused = 0;
     while (*p) {
         char *line = p;
         while (*p && *p != '\n') p++;
         if (*p) *p++ = 0;
-        char *words[3] = {0, 0, 0};
+        char *words[5] = {0, 0, 0, 0, 0};
         int n = 0;
         char *q = line;
-        while (*q && n < 3) {
-            while (*q == ' ' || *q == '\t') *q++ = 0;
+        while (*q && n < 5) {
+            while (*q == ' ' || *q == '\t' || *q == '\r') *q++ = 0;
             if (!*q) break;
             words[n++] = q;
-            while (*q && *q != ' ' && *q != '\t') q++;
+            while (*q && *q != ' ' && *q != '\t' && *q != '\r') q++;
         }
         if (n == 0 || words[0][0] == '#') continue;
-        if (n == 2 && !strcmp(words[0], "fast_node")) fast_node = (int)strtol(words[1], 0, 10);
-        else if (n == 2 && !strcmp(words[0], "slow_node")) slow_node = (int)strtol(words[1], 0, 10);
-        else if (n == 2 && !strcmp(words[0], "default_fast_bytes"))
-            default_fast_limit = strtoull(words[1], 0, 10);
-        else if (n == 3 && !strcmp(words[0], "tag")) {
-            uint32_t t = tag_by_name_locked(words[1]);
-            arenas[t].fast_limit = strtoull(words[2], 0, 10);
+        unsigned long long v = 0, slow = 0;
+        int is_node = !strcmp(words[0], "fast_node") || !strcmp(words[0], "slow_node");
+        if (is_node || !strcmp(words[0], "default_fast_bytes")) {
+            if (n != 2 || plan_number(words[1], is_node ? PLAN_MAX_NODE : PLAN_MAX_BYTES, &v)) {
+                refused = 1;
+                break;
+            }
+            if (!strcmp(words[0], "fast_node")) fast_node = (int)v;
+            else if (!strcmp(words[0], "slow_node")) slow_node = (int)v;
+            else default_fast_limit = v;
+        } else if (!strcmp(words[0], "tag")) {
+            if ((n != 3 && n != 4) || plan_number(words[2], PLAN_MAX_BYTES, &v) ||
+                (n == 4 && plan_number(words[3], PLAN_MAX_BYTES, &slow))) {
+                refused = 1;
+                break;
+            }
+            arenas[tag_by_name_locked(words[1])].fast_limit = v;
         }
     }
+    if (refused) fast_node = slow_node = -1; /* no plan: nothing is bound */
+    return refused ? -1 : 0;
 }
 
 /* ---- chunk ownership table ---------------------------------------------------------------- */
@@ -661,7 +694,7 @@ static void ensure_init(void) {
     new_tag_locked("(overflow)");
     const char *plan = getenv("TMC_PLAN");
     if (is_target && plan && *plan && read_file(plan, plan_buf, sizeof plan_buf)) {
-        parse_plan();
+        int refused = parse_plan();
         plan_active = fast_node >= 0;
         nodes_ok = plan_active && node_online(fast_node) && node_online(slow_node);
         /* Limits set before the plan's default was known get it now. */
@@ -670,7 +703,9 @@ static void ensure_init(void) {
         p = put_dec(p, fast_node);
         p = put_str(p, " slow_node ");
         p = put_dec(p, slow_node);
-        p = put_str(p, nodes_ok ? " binding\n" : " fallback: slow node not online, no binding\n");
+        p = put_str(p, refused    ? " refused: a malformed line, no binding\n"
+                       : nodes_ok ? " binding\n"
+                                  : " fallback: slow node not online, no binding\n");
         log_write(line, (size_t)(p - line));
     }
     pthread_mutex_unlock(&global_lock);

@@ -25,15 +25,6 @@ PLANS = sorted(GOLDEN.glob("*.plan"))
 REFUSED = sorted((GOLDEN / "refused").glob("*.plan"))
 ALLOC = Path(__file__).resolve().parents[2] / "profiler-agent" / "alloc"
 
-# Refused plan files the two readers do not yet agree on: what each does. The test requires them
-# to still differ, so an entry goes with the fix that makes them agree.
-READERS_DIFFER: dict[str, str] = {
-    "node-not-a-number.plan": "Python raises ValueError (not ContractError) on `fast_node x`; the"
-    " shim's strtol reads it as node 0 and applies the plan",
-    "tag-lines-malformed.plan": "Python ignores a five-word tag line and reads `1_000` as 1000;"
-    " the shim reads the first three words of any tag line (a: 5) and strtoull stops at `_` (b: 1)",
-}
-
 
 @dataclass(frozen=True)
 class ShimPlan:
@@ -146,14 +137,7 @@ def test_a_refused_plan_is_refused_by_both_readers(
         python_refuses = False
     except ContractError:
         python_refuses = True
-    except ValueError:
-        python_refuses = False  # refused, but not as the contract's error
-    if plan.name in READERS_DIFFER:
-        assert not (python_refuses and shim_refuses), (
-            f"both readers refuse {plan.name} now: drop it from READERS_DIFFER"
-        )
-    else:
-        assert (python_refuses, shim_refuses) == (True, True), shim_plan
+    assert (python_refuses, shim_refuses) == (True, True), shim_plan
 
 
 def test_the_shim_enforces_a_golden_plan(shim_build: shim.ShimBuild, tmp_path: Path) -> None:
