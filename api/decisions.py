@@ -1,8 +1,8 @@
 """The service's answer to the scheduler: one typed call, no response dictionaries.
 
-The extender asks "what should a pod of this workload get, for this objective, against this
-utilization?" and gets a `WorkloadDecision` (the configuration and the per-structure plan) or a
-`NoDecision` that says why not, which it turns into the documented fallback. Every decision is
+The recommendation publisher asks "what should a pod of this workload get, for this objective,
+against this utilization?" and gets a `WorkloadDecision` (the configuration and the per-structure
+plan) or a `NoDecision` that says why not, which it publishes as the documented fallback. Every decision is
 written to the same decision log as `POST /recommend` (`/v1/recommendations/{id}`).
 """
 
@@ -63,7 +63,7 @@ class DecisionService:
             objective=req.objective,
             threshold=req.threshold,
             utilization=req.utilization,
-            utilization_source="request",  # the extender's own live ledger cache
+            utilization_source="request",  # the publisher's, read from the ledger's mirror
         )
         try:
             with unit_of_work(self._sessions) as session:

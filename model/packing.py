@@ -1,7 +1,6 @@
 """CAT way runs: where a configuration's LLC ways go on a node.
 
-Pure functions, shared by the rebalancer, the ledger's demo reservations and the planning
-benchmark. The placement rule itself (the fit of a pod on a node, the packing score, the
+Pure functions, shared by the rebalancer and the planning benchmark. The placement rule itself (the fit of a pod on a node, the packing score, the
 machine-pattern preference) is the Go engine's alone (scheduler/plugin/pkg/tmc); the Go tests
 hold its way runs to the same answers (ways_test.go).
 

@@ -23,7 +23,6 @@ from tests.fixtures.database import empty_tables
 from tests.services import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[2]
-WIRE = Path(__file__).resolve().parent / "wire"
 
 
 @pytest.fixture(scope="session")
@@ -133,8 +132,3 @@ def upload_example(sessions: sessionmaker[Session], name: str) -> None:
             session, (ROOT / "examples" / f"{name}.json").read_bytes(), None
         )
         profiles.fit_profile(session, upload.profile.id)
-
-
-def wire(name: str) -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads((WIRE / name).read_text())
-    return loaded

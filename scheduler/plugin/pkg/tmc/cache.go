@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// Reservation is what one pod holds on a node: the plugin's unit of accounting, the same as a
-// row of the extender's ledger.
+// Reservation is what one pod holds on a node: the engine's unit of accounting, the same as a
+// row of the ledger's mirror.
 type Reservation struct {
 	PodUID       types.UID
 	Node         string
@@ -557,13 +557,14 @@ func (c *Cache) usageOfLocked(n *nodeUse, capacity *NodeCapacity, cpus int64) Us
 }
 
 // Verdict is why a node cannot take a pod; Unresolvable when it never can (its capacity, not
-// its load, is too small), as the extender's FailedAndUnresolvableNodes.
+// its load, is too small): the extender protocol's FailedAndUnresolvableNodes.
 type Verdict struct {
 	Reason       string
 	Unresolvable bool
 }
 
-// Judge checks, in the extender's order, whether a node can take ask now; nil when it can.
+// Judge checks, in one fixed order (the first refusal names the reason), whether a node can
+// take ask now; nil when it can.
 func Judge(u Usage, ask Ask) *Verdict {
 	never := func(why string) *Verdict { return &Verdict{"tmc: " + why, true} }
 	full := func(why string) *Verdict { return &Verdict{"tmc: " + why, false} }
@@ -605,8 +606,7 @@ func (u Usage) Load() NodeLoad {
 	}
 }
 
-// Assume reserves ask for a pod on a node, as the extender's bind does in its ledger: the checks
-// again under the lock, slow memory from the node first and else from its rack pool, and a CAT
+// Assume reserves ask for a pod on a node: the checks again under the lock, slow memory from the node first and else from its rack pool, and a CAT
 // run chosen from the bits actually held (best fit; the fallback takes every way of the longest
 // free run). Assuming a pod it already holds on the same node changes nothing.
 func (c *Cache) Assume(uid types.UID, name string, capacity *NodeCapacity, cpus int64, ask *PodAsk) (Reservation, error) {
@@ -675,8 +675,8 @@ func (c *Cache) Release(uid types.UID) {
 }
 
 // Bind records what a bound pod's placement annotation says it holds, replacing what Reserve
-// assumed for it: how a restarted scheduler recovers, and how a pod bound by another replica or
-// by the extender is counted.
+// assumed for it: how a restarted scheduler recovers, and how a pod bound by another replica
+// (or through the other front door) is counted.
 func (c *Cache) Bind(uid types.UID, p *Placement) {
 	r := Reservation{
 		PodUID: uid, Node: p.Node, VCPUs: p.Configuration.VCPUs, DRAMBytes: p.Configuration.DRAMBytes,

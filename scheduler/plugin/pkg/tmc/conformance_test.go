@@ -85,9 +85,6 @@ type tableStep struct {
 	Bound    *tablePod    `json:"bound"`
 	Finish   string       `json:"finish"`
 	Expect   *tableExpect `json:"expect"`
-	// ExtenderDiffers says why the extender does not meet this step's expectation yet; the
-	// plugin must.
-	ExtenderDiffers string `json:"extender_differs"`
 }
 
 type tableExpect struct {
