@@ -27,6 +27,7 @@ from model.node_contract import (
 )
 from model.resources import GIB
 from scheduler.publisher import Decided, bounded, status_of
+from tests.scheduler.test_contract_schema import resolved
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "scheduler/plugin/pkg/apis/tmc/contract/contract.schema.json"
@@ -57,16 +58,6 @@ def _crd_printer_columns() -> list[dict[str, Any]]:
     return columns
 
 
-def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
-    while "$ref" in node:
-        node = defs[node["$ref"].rsplit("/", 1)[-1]]
-    if "anyOf" in node:
-        options = [o for o in node["anyOf"] if o.get("type") != "null"]
-        assert len(options) == 1, f"a union other than X | None: {node}"
-        return _resolve(options[0], defs)
-    return node
-
-
 _TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
     "integer": (int,),
@@ -81,7 +72,7 @@ def violations(value: Any, node: dict[str, Any], defs: dict[str, Any], at: str =
     """Everything the API server would prune or refuse in `value` under the schema `node`: a
     field the schema does not declare (pruned), a missing required field, a wrong type, a value
     out of its bounds, length, pattern, enum or date-time format."""
-    node = _resolve(node, defs)
+    node = resolved(node, defs)
     here = at or "."
     found: list[str] = []
     kind = node.get("type")
@@ -141,7 +132,7 @@ def violations(value: Any, node: dict[str, Any], defs: dict[str, Any], at: str =
 
 def declared(node: dict[str, Any], defs: dict[str, Any], at: str = "") -> set[str]:
     """Every field path the schema declares (list items as `[]`)."""
-    node = _resolve(node, defs)
+    node = resolved(node, defs)
     paths: set[str] = set()
     for name, item in (node.get("properties") or {}).items():
         path = f"{at}.{name}"

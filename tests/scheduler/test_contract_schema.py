@@ -34,18 +34,24 @@ def _go_defs() -> dict[str, Any]:
     return defs
 
 
+def resolved(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """The schema node itself: references followed, an optional (`X | None`) its non-null type."""
+    while "$ref" in node:
+        node = defs[node["$ref"].rsplit("/", 1)[-1]]
+    if "anyOf" in node:
+        options = [o for o in node["anyOf"] if o.get("type") != "null"]
+        assert len(options) == 1, f"a union other than X | None: {node}"
+        return resolved(options[0], defs)
+    return node
+
+
 def _normal(node: dict[str, Any], defs: dict[str, Any]) -> Normal:
     """One schema node reduced to what the contract means: type, bounds, enum, and for objects
     their properties (each normalised) and required names; for arrays their items. Integer
     exclusive bounds become inclusive ones, `const` an enum of one, an optional (`X | None`,
     `nullable`) the non-null type; descriptions, titles, formats and defaults are not the
     contract's shape."""
-    while "$ref" in node:
-        node = defs[node["$ref"].rsplit("/", 1)[-1]]
-    if "anyOf" in node:
-        options = [o for o in node["anyOf"] if o.get("type") != "null"]
-        assert len(options) == 1, f"a union other than X | None: {node}"
-        return _normal(options[0], defs)
+    node = resolved(node, defs)
     out: Normal = {"type": node.get("type")}
     for key in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems", "pattern"):
         if key in node:
