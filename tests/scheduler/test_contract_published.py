@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from jsonschema import Draft202012Validator, FormatChecker, ValidationError, validators
 
 import model
 from model.node_contract import (
@@ -58,76 +59,53 @@ def _crd_printer_columns() -> list[dict[str, Any]]:
     return columns
 
 
-_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "object": (dict,),
-    "array": (list,),
-}
+def _distinct_list_map_keys(
+    validator: Any, keys: list[str], instance: Any, _schema: dict[str, Any]
+) -> Iterator[ValidationError]:
+    # The API server refuses a list-map (conditions, by type) with two items under one key.
+    if validator.is_type(instance, "array"):
+        seen = [tuple(item.get(k) for k in keys) for item in instance if isinstance(item, dict)]
+        if len(seen) != len(set(seen)):
+            yield ValidationError(f"two items with the same {keys}")
+
+
+_FORMATS = FormatChecker()
+
+
+@_FORMATS.checks("int64")
+def _int64(value: object) -> bool:
+    return not isinstance(value, int) or -(2**63) <= value < 2**63
+
+
+# jsonschema checks date-time only with an optional package; the API server's own reading is
+# RFC 3339, which fromisoformat reads (a "Z" as UTC).
+@_FORMATS.checks("date-time", raises=ValueError)
+def _date_time(value: object) -> bool:
+    return not isinstance(value, str) or bool(datetime.fromisoformat(value.replace("Z", "+00:00")))
+
+
+# JSON Schema as the API server applies a structural schema: its own list-map rule added, and the
+# date-time and int64 formats checked.
+_KubeValidator = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator, {"x-kubernetes-list-map-keys": _distinct_list_map_keys}
+)
 
 
 def violations(value: Any, node: dict[str, Any], defs: dict[str, Any], at: str = "") -> list[str]:
     """Everything the API server would prune or refuse in `value` under the schema `node`: a
-    field the schema does not declare (pruned), a missing required field, a wrong type, a value
-    out of its bounds, length, pattern, enum or date-time format."""
-    node = resolved(node, defs)
-    here = at or "."
-    found: list[str] = []
-    kind = node.get("type")
-    if kind is not None:
-        wanted = _TYPES[kind]
-        if not isinstance(value, wanted) or (kind != "boolean" and isinstance(value, bool)):
-            return [f"{here}: {value!r} is not a {kind}"]
-    if "enum" in node and value not in node["enum"]:
-        found.append(f"{here}: {value!r} is not one of {node['enum']}")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if "minimum" in node and value < node["minimum"]:
-            found.append(f"{here}: {value} below {node['minimum']}")
-        if "maximum" in node and value > node["maximum"]:
-            found.append(f"{here}: {value} above {node['maximum']}")
-        if "exclusiveMinimum" in node and value <= node["exclusiveMinimum"]:
-            found.append(f"{here}: {value} not above {node['exclusiveMinimum']}")
-        if "exclusiveMaximum" in node and value >= node["exclusiveMaximum"]:
-            found.append(f"{here}: {value} not below {node['exclusiveMaximum']}")
-        if node.get("format") == "int64" and not -(2**63) <= value < 2**63:
-            found.append(f"{here}: {value} is not an int64")
-    if isinstance(value, str):
-        if len(value) < node.get("minLength", 0):
-            found.append(f"{here}: shorter than {node['minLength']}")
-        if "maxLength" in node and len(value) > node["maxLength"]:
-            found.append(f"{here}: longer than {node['maxLength']}")
-        if "pattern" in node and not re.search(node["pattern"], value):
-            found.append(f"{here}: {value!r} does not match {node['pattern']}")
-        if node.get("format") == "date-time":
-            try:
-                datetime.fromisoformat(value.replace("Z", "+00:00"))
-            except ValueError:
-                found.append(f"{here}: {value!r} is not a date-time")
-    if isinstance(value, dict):
-        props: dict[str, Any] = node.get("properties") or {}
-        for name in node.get("required") or []:
-            if name not in value:
-                found.append(f"{at}.{name}: required, not written")
-        for name, item in value.items():
-            if name not in props:
-                found.append(f"{at}.{name}: not in the Go types (the API server prunes it)")
-            else:
-                found += violations(item, props[name], defs, f"{at}.{name}")
-    if isinstance(value, list):
-        if "maxItems" in node and len(value) > node["maxItems"]:
-            found.append(f"{here}: more than {node['maxItems']} items")
-        if len(value) < node.get("minItems", 0):
-            found.append(f"{here}: fewer than {node['minItems']} items")
-        keys = node.get("x-kubernetes-list-map-keys")
-        if keys:
-            seen = [tuple(v.get(k) for k in keys) for v in value if isinstance(v, dict)]
-            if len(seen) != len(set(seen)):
-                found.append(f"{here}: two items with the same {keys}")
-        for i, item in enumerate(value):
-            found += violations(item, node.get("items") or {}, defs, f"{at}[{i}]")
-    return found
+    field the schema does not declare (pruned), and whatever JSON Schema refuses (a missing
+    required field, a wrong type, a value out of its bounds, length, pattern, enum or format)."""
+    pruned = [
+        f"{path}: not in the Go types (the API server prunes it)"
+        for path in sorted(written(value, at) - declared(node, defs, at))
+    ]
+    checker = _KubeValidator({**node, "$defs": defs}, format_checker=_FORMATS)
+    refused = [
+        f"{at}{''.join(f'[{p}]' if isinstance(p, int) else f'.{p}' for p in e.absolute_path)}: "
+        + e.message
+        for e in checker.iter_errors(value)
+    ]
+    return pruned + refused
 
 
 def declared(node: dict[str, Any], defs: dict[str, Any], at: str = "") -> set[str]:
@@ -309,10 +287,13 @@ def test_a_drifted_status_is_found() -> None:
     node = defs["TieredRecommendationStatus"]
     status = status_of(CASES[0][1], {"metadata": {"generation": 1}}, now=NOW)
     drifted = {**status, "fallbackReason": "x", "dramGiB": 6.0}
-    drifted["conditions"] = [{**status["conditions"][0], "reason": "Not one word"}]
+    drifted["conditions"] = [
+        {**status["conditions"][0], "reason": "Not one word", "lastTransitionTime": "yesterday"}
+    ]
     found = violations(drifted, node, defs, ".status")
+    assert any(f.startswith(".status.conditions[0].lastTransitionTime:") for f in found), found
     assert ".status.fallbackReason: not in the Go types (the API server prunes it)" in found
-    assert ".status.dramGiB: 6.0 is not a string" in found
+    assert ".status.dramGiB: 6.0 is not of type 'string'" in found
     assert any(f.startswith(".status.conditions[0].reason:") for f in found)
     assert declared(node, defs, ".status") - written(status, ".status") == set()
     assert ".status.conditions[].observedGeneration" in declared(node, defs, ".status")
