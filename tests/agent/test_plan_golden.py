@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,29 +37,9 @@ class ShimPlan:
 
 
 @pytest.fixture(scope="module")
-def plan_reader(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """profiler-agent/alloc/tests/test_plan.c built as the Makefile builds the linked tests."""
-    cc = os.environ.get("CC", "gcc")
-    assert shutil.which(cc), f"no C compiler ({cc}) to build the shim's plan reader"
-    out = tmp_path_factory.mktemp("plan-reader") / "test_plan"
-    flags = ["-O1", "-g", "-Wall", "-Wextra", "-Wno-unused-parameter", "-pthread"]
-    done = subprocess.run(
-        [
-            cc,
-            *flags,
-            "-I",
-            str(ALLOC),
-            "-o",
-            str(out),
-            str(ALLOC / "tests" / "test_plan.c"),
-            "-ldl",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return out
+def plan_reader(shim_build: shim.ShimBuild) -> Path:
+    """profiler-agent/alloc/tests/test_plan.c, built by the shim's Makefile."""
+    return shim_build.tool("test_plan")
 
 
 def shim_reads(reader: Path, plan: Path, tmp_path: Path) -> ShimPlan:
