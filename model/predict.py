@@ -114,8 +114,10 @@ class GridPrediction:
 
     slow_ratios: FloatArray
     llc_ways: IntArray
-    dram_bytes: IntArray  # per ratio
-    slow_bytes: IntArray  # per ratio
+    # Per ratio, at the profile's footprint (what the prediction is of); a recommendation prices
+    # its own deployed size (`model.recommend.PricedGrid.dram_bytes`).
+    dram_bytes: IntArray
+    slow_bytes: IntArray
     mar: FloatArray  # per ways
     mar_slow: FloatArray
     cpi: FloatArray
@@ -212,10 +214,15 @@ class Predictor:
         order = np.lexsort((self._order_key, per_byte))
         return order
 
-    def slow_bytes_per_structure(self, rates: FloatArray, slow_bytes: IntArray) -> IntArray:
-        """[len(slow_bytes), n]: bytes of each structure in the slow tier, coldest filled first."""
+    def slow_bytes_per_structure(
+        self, rates: FloatArray, slow_bytes: IntArray, sizes: IntArray | None = None
+    ) -> IntArray:
+        """[len(slow_bytes), n]: bytes of each structure in the slow tier, coldest filled first.
+        `sizes` are the structures' bytes at a deployed size (`sized_structures`); the order is
+        the profile's either way, as a uniform scale keeps every structure's accesses per byte
+        in the same order."""
         order = self._coldest_first(rates)
-        sizes = self._sizes[order]
+        sizes = (self._sizes if sizes is None else sizes)[order]
         before = np.cumsum(sizes) - sizes
         in_slow_sorted = np.clip(slow_bytes[:, None] - before[None, :], 0, sizes[None, :])
         out = np.empty_like(in_slow_sorted)
@@ -403,12 +410,24 @@ class Predictor:
 
     # -- Placement -----------------------------------------------------------------------------
 
-    def placement(self, slow_ratio: float, llc_ways: int) -> list[StructurePlacement]:
-        """The per-structure plan for a configuration: the allocator's DRAM limit for each tag."""
+    def placement(
+        self, slow_ratio: float, llc_ways: int, memory_bytes: int | None = None
+    ) -> list[StructurePlacement]:
+        """The per-structure plan for a configuration: the allocator's DRAM limit for each tag.
+
+        At a deployed size (`memory_bytes`, None: the profile's footprint) every structure keeps
+        its share of the footprint (`sized_structures`) and the slow share of that size is
+        filled in the profile's order: the plan's bytes add up to exactly the configuration's
+        DRAM and slow bytes at that size. Rates and hotness stay the profile's (the program's
+        shape)."""
         m = self.model
-        _, slow_total = split_memory(m.footprint_bytes, slow_ratio)
+        memory = m.footprint_bytes if memory_bytes is None else memory_bytes
+        sizes = sized_structures(self._sizes, m.footprint_bytes, memory)
+        _, slow_total = split_memory(memory, slow_ratio)
         rates = self.access_rates(float(llc_ways))
-        slow = self.slow_bytes_per_structure(rates, np.asarray([slow_total], dtype=np.int64))[0]
+        slow = self.slow_bytes_per_structure(
+            rates, np.asarray([slow_total], dtype=np.int64), sizes
+        )[0]
         return [
             StructurePlacement(
                 tag=tag,
@@ -416,7 +435,29 @@ class Predictor:
                 fast_bytes=int(size - s),
                 slow_bytes=int(s),
                 accesses_per_instruction=float(rate),
-                hotness_per_mib=float(rate / (size / MIB)),
+                hotness_per_mib=float(rate / (traced / MIB)),
             )
-            for tag, size, s, rate in zip(m.tags, self._sizes, slow, rates, strict=True)
+            for tag, size, traced, s, rate in zip(
+                m.tags, sizes, self._sizes, slow, rates, strict=True
+            )
         ]
+
+
+def sized_structures(sizes: IntArray, footprint_bytes: int, memory_bytes: int) -> IntArray:
+    """Each structure's bytes at a deployed memory size: its share of the traced footprint, in
+    whole bytes that add up to exactly `memory_bytes` when the structures add up to the
+    footprint, as a checked bundle's do (the bytes left by rounding down go to the largest
+    remainders, the bundle's order on a tie).
+
+    A profile is the program's shape, traced on a small input: at the size it runs at, each
+    structure is taken to grow with the whole. Exact in integers: a float would lose bytes above
+    2**53."""
+    if memory_bytes == footprint_bytes:
+        return sizes
+    exact = [int(s) * memory_bytes for s in sizes.tolist()]
+    whole = [e // footprint_bytes for e in exact]
+    left = sum(exact) // footprint_bytes - sum(whole)
+    by_remainder = sorted(range(len(exact)), key=lambda i: (-(exact[i] % footprint_bytes), i))
+    for i in by_remainder[:left]:
+        whole[i] += 1
+    return np.asarray(whole, dtype=np.int64)

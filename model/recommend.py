@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
-from model.bundle import HostDescription, WorkloadId
+from model.bundle import MAX_BYTES, HostDescription, WorkloadId
 from model.confidence import (
     DEFAULT_BAND_CONFIDENCE,
     DEFAULT_CONFIDENCE,
@@ -25,9 +26,9 @@ from model.fit import FitDiagnostics, FittedModel
 from model.grid import Grid, paper_grid
 from model.misscurve import FloatArray
 from model.objectives import CHEAPEST, DEFAULT_THRESHOLD, Objective
-from model.predict import GridPrediction, Predictor, StructurePlacement
+from model.predict import GridPrediction, IntArray, Predictor, StructurePlacement
 from model.pricing import DEFAULT_PRICE_PROFILE, PriceProfile
-from model.resources import GIB, Configuration, Demand, MachineShape, Utilization
+from model.resources import GIB, Configuration, Demand, MachineShape, Utilization, split_memory
 from model.select import (
     FirstRound,
     Selection,
@@ -49,6 +50,29 @@ from model.verification import (
 
 RECOMMENDATION_SCHEMA = "tmc.recommendation/v1"
 RUNNERS_UP = 5  # other candidates, and dropped ones per reason, listed in an explanation
+# Where the memory size a recommendation is priced at came from: a pod's memory request, a size
+# the caller gave (a VM size), or the profile's traced footprint (the default).
+SizedFrom = Literal["request", "caller", "profile"]
+
+
+def sizing(memory_bytes: int | None, sized_from: SizedFrom | None) -> SizedFrom:
+    """Where a recommendation's size comes from, with the size checked: a caller that gives a
+    size says whose it is (a caller's by default); without one, it is the profile's."""
+    if memory_bytes is None:
+        if sized_from not in (None, "profile"):
+            raise InvalidRequest("sized_from", f"{sized_from!r} needs memory_bytes")
+        return "profile"
+    if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int):
+        raise InvalidRequest("memory_bytes", "must be a whole number of bytes")
+    if not 0 < memory_bytes <= MAX_BYTES:
+        raise InvalidRequest(
+            "memory_bytes", f"must lie between 1 and {MAX_BYTES} bytes (1 PiB), not {memory_bytes}"
+        )
+    if sized_from == "profile":
+        raise InvalidRequest(
+            "sized_from", "'profile' is the footprint's own size: give no memory_bytes with it"
+        )
+    return sized_from or "caller"
 
 
 class Candidate(BaseModel):
@@ -128,6 +152,19 @@ class Recommendation(BaseModel):
     feasible_count: int
     price_profile: str
     currency: str
+    memory_bytes: int = Field(
+        gt=0,
+        le=MAX_BYTES,
+        description="the memory size every candidate is priced, fitted to the machine and packed"
+        " at: each configuration's DRAM and slow bytes add up to it, and the placement plan is"
+        " scaled to it. The predicted times are the profile's (the program's shape)",
+    )
+    sized_from: SizedFrom = Field(
+        default="profile",
+        description="where memory_bytes came from: 'request' (a pod's memory request), 'caller'"
+        " (a size the caller gave, e.g. a VM's) or 'profile' (the traced footprint, used when no"
+        " size is given)",
+    )
     machine: MachineShape
     utilization: Utilization
     fastmax_seconds: float
@@ -166,6 +203,23 @@ class Recommendation(BaseModel):
     )
     unmet: UnmetObjective | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _profile_sized(cls, data: Any) -> Any:
+        """A recommendation stored before sizes were given was priced at the profile's
+        footprint, which its chosen configuration's bytes add up to."""
+        if not isinstance(data, dict) or "memory_bytes" in data:
+            return data
+        chosen = data.get("chosen")
+        config = chosen.get("configuration") if isinstance(chosen, dict) else None
+        if isinstance(config, dict):
+            memory = config.get("dram_bytes", 0) + config.get("slow_bytes", 0)
+        elif isinstance(chosen, Candidate):
+            memory = chosen.configuration.dram_bytes + chosen.configuration.slow_bytes
+        else:
+            return data
+        return {**data, "memory_bytes": memory, "sized_from": "profile"}
+
 
 _CANDIDATES = TypeAdapter(list[Candidate])
 _PARETO = TypeAdapter(list[ParetoPoint])
@@ -181,6 +235,11 @@ class PricedGrid:
     feasible: np.ndarray
     demand: FloatArray  # [n, 4]
     sigma: FloatArray  # [ratio, ways] relative standard deviation of each predicted time
+    # The memory size the grid is priced at, and each ratio's DRAM and slow bytes at that size
+    # (the prediction's own bytes are the profile's footprint's).
+    memory_bytes: int
+    dram_bytes: IntArray
+    slow_bytes: IntArray
     correction: GridCorrection | None = None  # from verification runs, already applied
     terms: ErrorTerms | None = None  # the uncorrected sigma's terms, for paired differences
     # [ratio, ways] the uncovered gap as a one-sided sigma, for promises only (0 where a run
@@ -214,14 +273,30 @@ def price_grid(
     grid: Grid,
     machine: MachineShape,
     observations: Sequence[Observation] = (),
+    memory_bytes: int | None = None,
 ) -> PricedGrid:
+    """Every grid point predicted and priced at `memory_bytes` (None: the profile's footprint).
+
+    A profile is the program's shape, traced on a small input, and the deployment gives its
+    size: the DRAM and slow bytes that are priced, fitted to the machine and packed are the
+    ratio's split of that size, while the predicted time is the profile's. At a traced
+    footprint of megabytes memory costs next to nothing beside a vCPU and all-DRAM always
+    wins: priced at the size it runs at, memory is its real share of the bill."""
+    sizing(memory_bytes, None)
     m = predictor.model
     p, sigma, fix, terms, cover = predictor.kept(
         ("grid", grid, tuple(observations)),
         lambda: _predicted_grid(predictor, grid, observations),
     )
-    dram_gib = p.dram_bytes / GIB
-    slow_gib = p.slow_bytes / GIB
+    memory = m.footprint_bytes if memory_bytes is None else memory_bytes
+    if memory == m.footprint_bytes:
+        dram_bytes, slow_bytes = p.dram_bytes, p.slow_bytes
+    else:
+        splits = [split_memory(memory, float(r)) for r in p.slow_ratios.tolist()]
+        dram_bytes = np.asarray([d for d, _ in splits], dtype=np.int64)
+        slow_bytes = np.asarray([sl for _, sl in splits], dtype=np.int64)
+    dram_gib = dram_bytes / GIB
+    slow_gib = slow_bytes / GIB
     memory_hour = dram_gib * prices.dram_gib_hour + slow_gib * prices.slow_gib_hour
     hourly = (
         m.vcpus * prices.vcpu_hour
@@ -229,24 +304,35 @@ def price_grid(
         + p.llc_ways[None, :] * prices.llc_way_hour
     )
     cost = hourly * p.seconds / 3600.0
-    fits_memory = (p.dram_bytes <= machine.dram_bytes) & (p.slow_bytes <= machine.slow_bytes)
+    fits_memory = (dram_bytes <= machine.dram_bytes) & (slow_bytes <= machine.slow_bytes)
     fits_ways = p.llc_ways <= machine.llc_ways
     feasible = (fits_memory[:, None] & fits_ways[None, :]) & (m.vcpus <= machine.cpus)
     shape = cost.shape
     slow_share = (
-        p.slow_bytes / machine.slow_bytes if machine.slow_bytes else np.zeros(len(p.slow_bytes))
+        slow_bytes / machine.slow_bytes if machine.slow_bytes else np.zeros(len(slow_bytes))
     )
     demand = np.stack(
         [
             np.full(shape, m.vcpus / machine.cpus),
-            np.broadcast_to((p.dram_bytes / machine.dram_bytes)[:, None], shape),
+            np.broadcast_to((dram_bytes / machine.dram_bytes)[:, None], shape),
             np.broadcast_to(slow_share[:, None], shape),
             np.broadcast_to((p.llc_ways / machine.llc_ways)[None, :], shape),
         ],
         axis=-1,
     ).reshape(-1, 4)
     return PricedGrid(
-        p, hourly.ravel(), cost.ravel(), feasible.ravel(), demand, sigma, fix, terms, cover
+        prediction=p,
+        hourly=hourly.ravel(),
+        cost=cost.ravel(),
+        feasible=feasible.ravel(),
+        demand=demand,
+        sigma=sigma,
+        memory_bytes=memory,
+        dram_bytes=dram_bytes,
+        slow_bytes=slow_bytes,
+        correction=fix,
+        terms=terms,
+        cover=cover,
     )
 
 
@@ -296,6 +382,7 @@ class Shortlist:
     objective: Objective
     threshold: float
     confidence: float | None
+    sized_from: SizedFrom
     priced: PricedGrid
     slowdown: FloatArray
     slowdown_upper: FloatArray | None
@@ -326,9 +413,12 @@ def shortlist(
     confidence: float | None = DEFAULT_CONFIDENCE,
     observations: Sequence[Observation] = (),
     band_confidence: float = DEFAULT_BAND_CONFIDENCE,
+    memory_bytes: int | None = None,
+    sized_from: SizedFrom | None = None,
 ) -> Shortlist:
     """`recommend`'s work before the utilization is known (its arguments but that one): a
     caller that decides the same question under changing utilization keeps it and `choose`s."""
+    sized = sizing(memory_bytes, sized_from)
     if not 0.0 <= threshold <= 1.0:
         raise InvalidRequest("threshold", "must lie between 0 and 1")
     if confidence is not None and not 0.5 <= confidence < 1.0:
@@ -339,7 +429,7 @@ def shortlist(
     fitted = predictor.model
     grid = grid or paper_grid()
     try:
-        priced = price_grid(predictor, prices, grid, machine, observations)
+        priced = price_grid(predictor, prices, grid, machine, observations, memory_bytes)
     except ValueError as exc:
         raise InvalidRequest("observations", str(exc)) from exc
     p = priced.prediction
@@ -366,6 +456,7 @@ def shortlist(
         decided_on = slowdown if slowdown_upper is None else slowdown_upper
         acceptable &= decided_on <= objective.max_slowdown + 1e-12
     if objective.kind == "least_dram":
+        # By share of the memory, which is the same at every size.
         n_ways = len(p.llc_ways)
         dram_share = np.repeat(p.dram_bytes / fitted.footprint_bytes, n_ways)
         score, relative = dram_share, False
@@ -470,6 +561,7 @@ def shortlist(
         objective=objective,
         threshold=threshold,
         confidence=confidence,
+        sized_from=sized,
         priced=priced,
         slowdown=slowdown,
         slowdown_upper=slowdown_upper,
@@ -551,7 +643,7 @@ def choose(short: Shortlist, utilization: Utilization | None = None) -> Recommen
             short.verifications[key] = verification
     placement = short.placements.get(selection.chosen)
     if placement is None:
-        placement = short.predictor.placement(chosen_ratio, chosen_ways)
+        placement = short.predictor.placement(chosen_ratio, chosen_ways, priced.memory_bytes)
         short.placements[selection.chosen] = placement
     fitted = short.predictor.model
     chosen = within[0]
@@ -566,6 +658,8 @@ def choose(short: Shortlist, utilization: Utilization | None = None) -> Recommen
         feasible_count=int(priced.feasible.sum()),
         price_profile=short.prices.key,
         currency=short.prices.currency,
+        memory_bytes=priced.memory_bytes,
+        sized_from=short.sized_from,
         machine=short.machine,
         utilization=util,
         fastmax_seconds=fitted.fastmax_seconds,
@@ -597,6 +691,8 @@ def recommend(
     confidence: float | None = DEFAULT_CONFIDENCE,
     observations: Sequence[Observation] = (),
     band_confidence: float = DEFAULT_BAND_CONFIDENCE,
+    memory_bytes: int | None = None,
+    sized_from: SizedFrom | None = None,
 ) -> Recommendation:
     """Recommend a configuration for one workload. Without utilization the cluster is taken as
     idle, every penalty is 0, and the choice is the objective's best.
@@ -612,6 +708,11 @@ def recommend(
     `observations` are verification runs (`model.verification`): the predictions are corrected
     where they were measured, and the answer names the configuration to measure next.
 
+    `memory_bytes` is the size the workload runs at (a pod's memory request, a VM's size; None:
+    the profile's footprint, `sized_from` says which): every candidate's DRAM and slow bytes
+    are its ratio's split of it, priced, fitted to the machine and packed at it, and the plan is
+    scaled to it; the predicted times are the profile's (`price_grid`).
+
     The same as `choose(shortlist(...), utilization)`."""
     short = shortlist(
         model,
@@ -623,6 +724,8 @@ def recommend(
         confidence=confidence,
         observations=observations,
         band_confidence=band_confidence,
+        memory_bytes=memory_bytes,
+        sized_from=sized_from,
     )
     return choose(short, utilization)
 
@@ -650,8 +753,8 @@ class _Explainer:
         columns = zip(
             p.slow_ratios[r].tolist(),
             p.llc_ways[w].tolist(),
-            p.dram_bytes[r].tolist(),
-            p.slow_bytes[r].tolist(),
+            priced.dram_bytes[r].tolist(),
+            priced.slow_bytes[r].tolist(),
             p.seconds.ravel()[indices].tolist(),
             self.slowdown[indices].tolist(),
             priced.cost[indices].tolist(),
@@ -952,10 +1055,12 @@ def predicted_grid(
     machine: MachineShape,
     prices: PriceProfile = DEFAULT_PRICE_PROFILE,
     grid: Grid | None = None,
+    memory_bytes: int | None = None,
 ) -> list[GridPoint]:
-    """Every grid point, ratio-major; cost_vs_cheapest is against the cheapest feasible point."""
+    """Every grid point, ratio-major; cost_vs_cheapest is against the cheapest feasible point.
+    Bytes and prices at `memory_bytes` (None: the profile's footprint), as `price_grid`."""
     predictor = model if isinstance(model, Predictor) else Predictor(model)
-    priced = price_grid(predictor, prices, grid or paper_grid(), machine)
+    priced = price_grid(predictor, prices, grid or paper_grid(), machine, (), memory_bytes)
     p = priced.prediction
     cheapest = float(priced.cost[priced.feasible].min()) if priced.feasible.any() else float("nan")
     n_ways = len(p.llc_ways)
@@ -966,8 +1071,8 @@ def predicted_grid(
             GridPoint(
                 slow_ratio=float(p.slow_ratios[r]),
                 llc_ways=int(p.llc_ways[w]),
-                dram_bytes=int(p.dram_bytes[r]),
-                slow_bytes=int(p.slow_bytes[r]),
+                dram_bytes=int(priced.dram_bytes[r]),
+                slow_bytes=int(priced.slow_bytes[r]),
                 mar=float(p.mar[w]),
                 mar_slow=float(p.mar_slow[r, w]),
                 cpi=float(p.cpi[r, w]),
