@@ -29,6 +29,9 @@ class DecisionRequest:
     objective: Objective
     threshold: float
     utilization: Utilization
+    # The pods' memory request, in bytes: the decision is priced, fitted and planned at it.
+    # None: at the profile's traced footprint.
+    memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class DecisionService:
             threshold=req.threshold,
             utilization=req.utilization,
             utilization_source="request",  # the publisher's, read from the ledger's mirror
+            memory_bytes=req.memory_bytes,
+            sized_from=None if req.memory_bytes is None else "request",
         )
         try:
             with unit_of_work(self._sessions) as session:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from model import FitDiagnostics, FittedModel, GridPoint, MachineShape, Recommendation, Utilization
+from model.bundle import MAX_BYTES
 from model.pricing import check_core_priced
 from model.verification import AppliedConfiguration, MeasuredRun
 
@@ -91,6 +92,17 @@ class RecommendIn(Strict):
     grid: Literal["paper", "host"] = "paper"
     price_profile: str | None = Field(
         default=None, description="name@version; omit for the default", max_length=80
+    )
+    memory_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_BYTES,
+        strict=True,
+        examples=[17179869184],
+        description="the memory size the workload runs at, in bytes (e.g. its VM's size): every"
+        " candidate is priced, fitted to the machine and packed at it, and the plan is scaled to"
+        " it; the predicted times stay the profile's. Omit to price at the profile's traced"
+        " footprint, which is only the program's shape on a small input",
     )
 
 

@@ -70,6 +70,8 @@ def _recommend(body: RecommendIn, state: AppState, session: Session, role: Role)
             grid=body.grid,
             price_profile=body.price_profile,
             may_upload=Permission.upload in GRANTS[role],
+            memory_bytes=body.memory_bytes,
+            sized_from=None if body.memory_bytes is None else "caller",
         ),
         state.models,
     )

@@ -21,7 +21,7 @@ from api.services.models import GridName, ModelCache
 from api.services.prices import ensure_default_price_profile, parse_price_key
 from api.services.profiles import fit_profile, upload_profile
 from model import Objective, Recommendation, Utilization
-from model.recommend import choose, shortlist
+from model.recommend import SizedFrom, choose, shortlist
 from store.db import EncodedJSON, after_commit
 from store.orm import new_id, utcnow
 
@@ -38,6 +38,10 @@ class DecisionInput:
     price_profile: str | None = None  # "name@version"; None: the default
     # Whether an inline bundle may become the workload's live profile (the caller may upload).
     may_upload: bool = False
+    # The memory size the workload runs at, and whose it is ("request": a pod's memory request,
+    # "caller": a size the caller gave); None: the profile's footprint.
+    memory_bytes: int | None = None
+    sized_from: SizedFrom | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,8 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
         price_id,
         req.objective,
         req.threshold,
+        req.memory_bytes,
+        req.sized_from,
     )
     inputs = (question, req.utilization)
     answered: _Answer | None = cache.results.get(inputs)
@@ -164,6 +170,8 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
                 threshold=req.threshold,
                 grid=grid,
                 observations=observations,
+                memory_bytes=req.memory_bytes,
+                sized_from=req.sized_from,
             ),
         )
         rec = choose(short, req.utilization)
@@ -185,6 +193,9 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
         f"{resolved.run_count}:{resolved.newest_run_id}",
         chosen.slow_ratio,
         chosen.llc_ways,
+        # A decision at a given size is another decision; one at the profile's footprint keeps
+        # the key it always had, so that it still counts as a repeat of those made before sizes.
+        *(() if req.memory_bytes is None else (rec.memory_bytes, rec.sized_from)),
     )
     now = utcnow()
     memo = cache.decisions
