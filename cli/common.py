@@ -3,21 +3,69 @@ error), reading its input files, and its common options."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import sys
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, NoReturn, TypeVar
 
 import typer
 from pydantic import ValidationError
 
-from model import DEFAULT_PRICE_PROFILE, PriceProfile, ProfileBundle, TmcError, parse_bundle
-from model.bundle import problems_from_validation
+from model import (
+    DEFAULT_PRICE_PROFILE,
+    InvalidRequest,
+    PriceProfile,
+    ProfileBundle,
+    TmcError,
+    parse_bundle,
+)
+from model.bundle import MAX_BYTES, problems_from_validation
 
 T = TypeVar("T")
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+# Kubernetes' quantity suffixes for bytes: binary (Ki = 1024) and decimal (k = 1000).
+_QUANTITY_UNITS = {
+    "": 1,
+    "Ki": 1 << 10,
+    "Mi": 1 << 20,
+    "Gi": 1 << 30,
+    "Ti": 1 << 40,
+    "Pi": 1 << 50,
+    "Ei": 1 << 60,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+}
+# Digits, an optional fraction, an optional exponent (1e9) or unit: short enough that no input
+# makes the arithmetic large.
+_QUANTITY = re.compile(r"(\d{1,20})(?:\.(\d{1,20}))?(?:[eE]([+-]?\d{1,2})|([KMGTPE]i|[kMGTPE]))?")
+
+
+def parse_memory(text: str, option: str = "--memory") -> int:
+    """A memory size as Kubernetes writes it (`4Gi`, `512Mi`, `1.5Gi`, `16G`, `1e9`) or plain
+    bytes (`4294967296`): whole bytes from 1 up to model.bundle.MAX_BYTES (1 PiB)."""
+    example = "e.g. 4Gi, 512Mi or 4294967296"
+    found = _QUANTITY.fullmatch(text.strip())
+    if found is None:
+        raise InvalidRequest(option, f"{text!r} is not a size in bytes ({example})")
+    whole, fraction, exponent, unit = found.groups()
+    value = Fraction(int(whole + (fraction or "")), 10 ** len(fraction or ""))
+    value *= Fraction(10) ** int(exponent or 0) * _QUANTITY_UNITS[unit or ""]
+    if value.denominator != 1:
+        raise InvalidRequest(option, f"{text!r} is not a whole number of bytes ({example})")
+    if not 0 < value <= MAX_BYTES:
+        raise InvalidRequest(
+            option, f"{text!r} is outside 1 byte .. 1Pi ({MAX_BYTES} bytes) ({example})"
+        )
+    return int(value)
 
 
 def tmc_command() -> str:

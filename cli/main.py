@@ -9,7 +9,8 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Sequence
+import urllib.parse
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from importlib import metadata
 from pathlib import Path
@@ -28,6 +29,7 @@ from cli.common import (
     guarded,
     load_bundle,
     load_prices,
+    parse_memory,
     settings_problem,
     tmc_command,
 )
@@ -48,6 +50,7 @@ from model import (
     parse_objective,
     recommend,
 )
+from model.bundle import MAX_BYTES
 
 
 class OneLineErrors(TyperGroup):
@@ -106,6 +109,11 @@ T = TypeVar("T")
 class GridChoice(StrEnum):
     paper = "paper"
     host = "host"
+
+
+class RecommendOutput(StrEnum):
+    table = "table"
+    json = "json"
 
 
 ProfileOpt = Annotated[
@@ -172,6 +180,23 @@ def parse_utilization(spec: str | None) -> tuple[Utilization | None, list[str]]:
     return Utilization(**values), [r for r in RESOURCES if r not in values]
 
 
+def deployed_size(memory: str | None, per_vcpu: str | None, vcpus: Callable[[], int]) -> int | None:
+    """The memory size to price at, in bytes: `--memory`, or `--memory-per-vcpu` times the
+    profile's vCPUs (a VM size); None: the profile's traced footprint."""
+    if memory is not None and per_vcpu is not None:
+        raise InvalidRequest("--memory", "give --memory or --memory-per-vcpu, not both")
+    if memory is not None:
+        return parse_memory(memory)
+    if per_vcpu is None:
+        return None
+    total = parse_memory(per_vcpu, "--memory-per-vcpu") * vcpus()
+    if total > MAX_BYTES:
+        raise InvalidRequest(
+            "--memory-per-vcpu", f"{per_vcpu} per vCPU is more than 1Pi ({MAX_BYTES} bytes) in all"
+        )
+    return total
+
+
 def choose_grid(choice: GridChoice, bundle: ProfileBundle) -> Grid:
     if choice is GridChoice.host:
         return host_grid(bundle.host.llc_ways, bundle.host.min_llc_ways)
@@ -204,9 +229,31 @@ def recommend_cmd(
     ] = DEFAULT_THRESHOLD,
     grid: GridOpt = GridChoice.paper,
     prices: PricesOpt = None,
+    memory: Annotated[
+        str | None,
+        typer.Option(
+            "--memory",
+            metavar="SIZE",
+            help="The memory size the workload runs at (its pod's request, its VM's size), e.g."
+            " 4Gi, 512Mi or 4294967296 bytes: priced, fitted and planned at it. Default: the"
+            " profile's traced footprint, only the program's shape on a small input.",
+        ),
+    ] = None,
+    memory_per_vcpu: Annotated[
+        str | None,
+        typer.Option(
+            "--memory-per-vcpu",
+            metavar="SIZE",
+            help="A VM size as memory per vCPU, e.g. 4Gi: --memory is the profile's vCPUs times it.",
+        ),
+    ] = None,
     server: ServerOpt = DEFAULT_SERVER,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
+    output: Annotated[
+        RecommendOutput,
+        typer.Option("--output", "-o", help="table | json (json: the same as --json)"),
+    ] = RecommendOutput.table,
 ) -> None:
     """Recommend a configuration for a profiled workload (Algorithm 1): from a bundle file here,
     or from the running service for a workload it knows."""
@@ -215,10 +262,19 @@ def recommend_cmd(
             "give --profile FILE (decided here) or --workload NAME (asks the service), one of "
             "them (see `tmc recommend --help`)"
         )
+    as_json = as_json or output is RecommendOutput.json
     if workload is not None:
         if prices is not None:
             fail("--prices is a file for --profile; the service uses its default price profile")
         given, assumed = guarded(lambda: parse_utilization(utilization))
+        api = Api(server=server, token=token, timeout=60.0)
+
+        def vcpus() -> int:
+            # The vCPUs of the profile the service decides with, for a VM size per vCPU.
+            fitted = api.get(f"/v1/workloads/{urllib.parse.quote(workload, safe='')}/model")
+            return int(fitted["model"]["vcpus"])
+
+        size = guarded(lambda: deployed_size(memory, memory_per_vcpu, vcpus))
         body: dict[str, object] = {
             "workload": workload,
             "objective": objective,
@@ -227,7 +283,9 @@ def recommend_cmd(
         }
         if given is not None:
             body["utilization"] = given.model_dump()
-        answer = Api(server=server, token=token, timeout=60.0).post("/recommend", body)
+        if size is not None:
+            body["memory_bytes"] = size
+        answer = api.post("/recommend", body)
         if as_json:
             sys.stdout.write(json.dumps(answer, indent=2) + "\n")
             return
@@ -240,12 +298,14 @@ def recommend_cmd(
     def run() -> None:
         bundle = load_bundle(profile)
         given, assumed = parse_utilization(utilization)
+        size = deployed_size(memory, memory_per_vcpu, lambda: bundle.vcpus)
         if assumed:
             typer.echo(
                 f"note: utilization of {', '.join(assumed)} not given: taken as 0 (idle)", err=True
             )
         result = recommend(
             fit(bundle),
+            memory_bytes=size,
             machine=machine_of_host(bundle.host),
             prices=load_prices(prices),
             utilization=given,

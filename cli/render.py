@@ -139,6 +139,14 @@ def no_verification_reason(rec: Recommendation) -> str:
     )
 
 
+# Where the size a recommendation is priced at came from, as a reader says it.
+_SIZED_FROM = {
+    "request": "the pod's memory request",
+    "caller": "the size given",
+    "profile": "the profile's traced footprint",
+}
+
+
 def render_recommendation(
     console: Console, rec: Recommendation, assumed: Sequence[str] = ()
 ) -> None:
@@ -161,6 +169,7 @@ def render_recommendation(
     summary.add_row("vCPUs", str(c.vcpus))
     summary.add_row("DRAM", size(c.dram_bytes))
     summary.add_row("slow memory", size(c.slow_bytes))
+    summary.add_row("priced at", f"{size(rec.memory_bytes)}, {_SIZED_FROM[rec.sized_from]}")
     summary.add_row("predicted time", seconds(rec.chosen.predicted_seconds))
     summary.add_row("slowdown vs fastmax", rec.promise or pct(rec.chosen.slowdown))
     if rec.chosen.predicted_seconds_upper is not None:
