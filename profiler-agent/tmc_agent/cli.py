@@ -448,7 +448,10 @@ def replay(
     ],
     recommendation: Annotated[
         Path | None,
-        typer.Option(help="a recommendation (tmc recommend -o json): its configuration and plan"),
+        typer.Option(
+            help="a recommendation (tmc recommend --profile BUNDLE -o json): its configuration"
+            " and plan"
+        ),
     ] = None,
     slow_ratio: Annotated[float | None, typer.Option(help="without --recommendation")] = None,
     llc_ways: Annotated[int | None, typer.Option(help="without --recommendation")] = None,
@@ -474,7 +477,7 @@ def replay(
         except (OSError, ValueError, KeyError, TypeError) as exc:
             fail(
                 f"{recommendation}: not a recommendation ({exc})",
-                "save one with tmc recommend --workload NAME -o json > rec.json",
+                "save one with tmc recommend --profile BUNDLE -o json > rec.json",
             )
     if slow_ratio is None or llc_ways is None:
         fail("no configuration given", "pass --recommendation FILE, or --slow-ratio and --llc-ways")
