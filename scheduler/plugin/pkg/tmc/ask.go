@@ -3,11 +3,14 @@ package tmc
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/bits"
 	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
@@ -22,6 +25,12 @@ import (
 // workload and objective name what it was computed for: when they are given and differ from the
 // pod's own annotations (a template edited after the fact), the recommendation is not trusted and
 // the pod gets the fallback. vCPUs are the pod's CPU request, as in the extender.
+//
+// A recommendation is the program's shape (a slow ratio, LLC ways, each structure's share of each
+// tier), profiled on a small input; the pod's own memory request is its size. The placement gives
+// the pod its request split by the ratio and the plan's shares (SizeToPod), so nothing ever holds a
+// container below what its pod asked for. The recommendation's bytes are used only for a pod that
+// requests no memory.
 const (
 	RecommendationAnnotation = Group + "/recommendation"
 	RecommendationSchema     = v1alpha1.RecommendationSchema
@@ -36,8 +45,12 @@ type PodAsk struct {
 	Workload  *string
 	Objective string
 	VCPUs     int64
-	// MemoryBytes is the pod's memory request: the fallback's DRAM.
+	// MemoryBytes is the pod's memory request: the fallback's DRAM, and the size a
+	// recommendation is split to.
 	MemoryBytes int64
+	// ProfileBytes is the footprint the recommendation was made for (its DRAM and slow bytes),
+	// kept to say when the pod asks for less than its profile traced; 0 for the fallback.
+	ProfileBytes int64
 
 	DRAMBytes        int64
 	SlowBytes        int64
@@ -64,32 +77,12 @@ func (a *PodAsk) Ask() Ask {
 	return Ask{VCPUs: float64(a.VCPUs), DRAMBytes: float64(a.DRAMBytes), SlowBytes: float64(a.SlowBytes), LLCWays: a.NeedWays()}
 }
 
-// sumRequests adds a resource's requests over containers; Kubernetes defaults a missing request
-// to the limit.
-func sumRequests(containers []v1.Container, name v1.ResourceName) resource.Quantity {
-	var total resource.Quantity
-	for _, c := range containers {
-		q, ok := c.Resources.Requests[name]
-		if !ok {
-			q, ok = c.Resources.Limits[name]
-		}
-		if ok {
-			total.Add(q)
-		}
-	}
-	return total
-}
-
-// podRequest is the larger of the containers' sum and any one init container (init containers
-// run before the others, one at a time).
+// podRequest is what the pod asks of one resource as the in-tree resource fit counts it
+// (component-helpers' PodRequests): the containers' sum, or an init container's when larger,
+// restartable init (sidecar) containers counted with the containers, pod-level requests and the
+// pod's overhead included.
 func podRequest(pod *v1.Pod, name v1.ResourceName) resource.Quantity {
-	need := sumRequests(pod.Spec.Containers, name)
-	for _, c := range pod.Spec.InitContainers {
-		if q := sumRequests([]v1.Container{c}, name); q.Cmp(need) > 0 {
-			need = q
-		}
-	}
-	return need
+	return resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})[name]
 }
 
 // ReadPod reads the pod's ask from the pod alone (its tmc.dev/recommendation annotation).
@@ -101,12 +94,11 @@ func ReadPod(pod *v1.Pod) (*PodAsk, error) { return ReadPodWith(pod, nil) }
 // unreadable or mismatched recommendation is not an error: the pod gets the fallback, and its
 // placement says why.
 func ReadPodWith(pod *v1.Pod, published Published) (*PodAsk, error) {
-	optIn := podRequest(pod, OptInResource)
-	if optIn.Sign() <= 0 {
+	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	if optIn := requests[OptInResource]; optIn.Sign() <= 0 {
 		return &PodAsk{}, nil
 	}
-	cpu := podRequest(pod, v1.ResourceCPU)
-	memory := podRequest(pod, v1.ResourceMemory)
+	cpu, memory := requests[v1.ResourceCPU], requests[v1.ResourceMemory]
 	if cpu.Cmp(*resource.NewQuantity(MaxCPUs, resource.DecimalSI)) > 0 || memory.Cmp(*resource.NewQuantity(MaxBytes, resource.BinarySI)) >= 0 {
 		return nil, fmt.Errorf("the pod asks for more than a node can hold (%s CPUs, %s bytes)", cpu.String(), memory.String())
 	}
@@ -129,7 +121,7 @@ func ReadPodWith(pod *v1.Pod, published Published) (*PodAsk, error) {
 			raw, source = string(spec), "the published "+RecommendationKind
 		}
 	}
-	rec, why := readRecommendationOnce(raw, source, ask)
+	rec, profile, why := readRecommendationOnce(raw, source, ask)
 	if rec == nil && raw == "" && ask.Workload != nil {
 		ask.Unpublished = true
 		why = fmt.Sprintf("no recommendation is published for workload %q and objective %q (%s) and the pod pins none (%s)",
@@ -147,9 +139,53 @@ func ReadPodWith(pod *v1.Pod, published Published) (*PodAsk, error) {
 		ask.Fallback = &why
 		return ask, nil
 	}
+	// rec is already at the pod's size (readRecommendation sizes it).
 	ask.DRAMBytes, ask.SlowBytes, ask.SlowRatio, ask.LLCWays = rec.DRAMBytes, rec.SlowBytes, rec.SlowRatio, rec.LLCWays
-	ask.RecommendationID, ask.Plan = rec.RecommendationID, rec.Plan
+	ask.RecommendationID, ask.Plan, ask.ProfileBytes = rec.RecommendationID, rec.Plan, profile
 	return ask, nil
+}
+
+// BelowProfile says whether the pod asks for less memory than its recommendation's profile
+// traced: it is given what it asked for, split by the recommendation, and told so.
+func (a *PodAsk) BelowProfile() bool {
+	return a.Fallback == nil && a.MemoryBytes > 0 && a.MemoryBytes < a.ProfileBytes
+}
+
+// SizeToPod is the recommendation at the pod's size: memoryBytes (the pod's request) split by the
+// slow ratio as model.resources.split_memory splits a footprint (DRAM rounded half to even, slow
+// the rest), and each structure's bytes in a tier scaled by that tier's new size, rounded down,
+// so that the plan never places more in a tier than the configuration holds. A pod that requests
+// no memory gets the recommendation's own bytes.
+func SizeToPod(rec *Recommendation, memoryBytes int64) (dram, slow int64, plan []StructurePlan) {
+	profile := rec.DRAMBytes + rec.SlowBytes
+	if memoryBytes <= 0 || memoryBytes == profile {
+		return rec.DRAMBytes, rec.SlowBytes, rec.Plan
+	}
+	// Bytes are below 2^52 (checked on the recommendation and the pod), so the float product is
+	// exact to the byte before rounding.
+	dram = int64(math.RoundToEven((1 - rec.SlowRatio) * float64(memoryBytes)))
+	dram = min(max(dram, 0), memoryBytes)
+	slow = memoryBytes - dram
+	if len(rec.Plan) == 0 {
+		return dram, slow, rec.Plan
+	}
+	plan = make([]StructurePlan, len(rec.Plan))
+	for i, s := range rec.Plan {
+		plan[i] = StructurePlan{Tag: s.Tag, FastBytes: scaleBytes(s.FastBytes, dram, rec.DRAMBytes), SlowBytes: scaleBytes(s.SlowBytes, slow, rec.SlowBytes)}
+	}
+	return dram, slow, plan
+}
+
+// scaleBytes is part × to / from, rounded down, computed exactly in 128 bits: part ≤ from, so the
+// quotient is at most to. A tier the recommendation left empty stays empty.
+func scaleBytes(part, to, from int64) int64 {
+	if from <= 0 || part <= 0 || to <= 0 {
+		return 0
+	}
+	part = min(part, from)
+	hi, lo := bits.Mul64(uint64(part), uint64(to))
+	q, _ := bits.Div64(hi, lo, uint64(from))
+	return int64(q)
 }
 
 // readMemo keeps what readRecommendation answered for the texts it read: every pod of a workload
@@ -169,21 +205,22 @@ const readMemoEntries = 4096
 type readKey struct {
 	raw, source, objective, workload string
 	named                            bool // the pod names a workload
-	vcpus                            int64
+	vcpus, memory                    int64
 }
 
 type readAnswer struct {
-	rec *Recommendation
-	why string
+	rec     *Recommendation
+	profile int64
+	why     string
 }
 
 // readRecommendationOnce is readRecommendation, remembered for the same text, source and pod
-// fields it reads (the workload, the objective and the vCPUs).
-func readRecommendationOnce(raw, source string, ask *PodAsk) (*Recommendation, string) {
+// fields it reads (the workload, the objective, the vCPUs and the memory request).
+func readRecommendationOnce(raw, source string, ask *PodAsk) (*Recommendation, int64, string) {
 	if raw == "" {
 		return readRecommendation(raw, source, ask)
 	}
-	key := readKey{raw: raw, source: source, objective: ask.Objective, vcpus: ask.VCPUs}
+	key := readKey{raw: raw, source: source, objective: ask.Objective, vcpus: ask.VCPUs, memory: ask.MemoryBytes}
 	if ask.Workload != nil {
 		key.workload, key.named = *ask.Workload, true
 	}
@@ -191,26 +228,26 @@ func readRecommendationOnce(raw, source string, ask *PodAsk) (*Recommendation, s
 	found, ok := readMemo.answers[key]
 	readMemo.Unlock()
 	if ok {
-		return found.rec, found.why
+		return found.rec, found.profile, found.why
 	}
-	rec, why := readRecommendation(raw, source, ask)
+	rec, profile, why := readRecommendation(raw, source, ask)
 	readMemo.Lock()
 	if len(readMemo.answers) >= readMemoEntries {
 		clear(readMemo.answers)
 	}
-	readMemo.answers[key] = readAnswer{rec, why}
+	readMemo.answers[key] = readAnswer{rec, profile, why}
 	readMemo.Unlock()
-	return rec, why
+	return rec, profile, why
 }
 
-// readRecommendation returns the recommendation in raw (from source, for messages), or nil and
-// the fallback's reason.
-func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, string) {
+// readRecommendation returns the recommendation in raw (from source, for messages) sized to the
+// pod (SizeToPod) with the footprint it was made for, or nil and the fallback's reason.
+func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, int64, string) {
 	if raw == "" {
-		return nil, "the pod carries no recommendation (" + RecommendationAnnotation + " annotation)"
+		return nil, 0, "the pod carries no recommendation (" + RecommendationAnnotation + " annotation)"
 	}
-	unreadable := func(why string) (*Recommendation, string) {
-		return nil, clip(source+" is unreadable: "+why, 512)
+	unreadable := func(why string) (*Recommendation, int64, string) {
+		return nil, 0, clip(source+" is unreadable: "+why, 512)
 	}
 	var rec Recommendation
 	dec := json.NewDecoder(strings.NewReader(raw))
@@ -222,16 +259,16 @@ func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, strin
 		return unreadable(fmt.Sprintf("schema %q is not %s", clip(rec.Schema, 40), RecommendationSchema))
 	}
 	if rec.Workload != nil && (ask.Workload == nil || *rec.Workload != *ask.Workload) {
-		return nil, "the recommendation is for another workload than the pod's " + WorkloadAnnotation
+		return nil, 0, "the recommendation is for another workload than the pod's " + WorkloadAnnotation
 	}
 	if rec.Objective != nil && canonical(*rec.Objective) != ask.Objective {
-		return nil, "the recommendation is for another objective than the pod's " + ObjectiveAnnotation
+		return nil, 0, "the recommendation is for another objective than the pod's " + ObjectiveAnnotation
 	}
 	if rec.Fallback != nil {
 		if *rec.Fallback == "" || len(*rec.Fallback) > 512 {
 			return unreadable("fallback must be 1..512 characters")
 		}
-		return &rec, ""
+		return &rec, 0, ""
 	}
 	switch {
 	case rec.DRAMBytes < 0 || rec.DRAMBytes >= MaxBytes || rec.SlowBytes < 0 || rec.SlowBytes >= MaxBytes:
@@ -253,14 +290,20 @@ func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, strin
 	if err := validatePlacement(&probe); err != nil {
 		return unreadable(strings.TrimPrefix(err.Error(), PlacementAnnotation+": "))
 	}
+	// The pod's placement is the recommendation at the pod's size; its plan keeps within the
+	// sized tiers by construction, and its annotations are measured as they will be written.
+	profile := rec.DRAMBytes + rec.SlowBytes
+	sized := rec
+	sized.DRAMBytes, sized.SlowBytes, sized.Plan = SizeToPod(&rec, ask.MemoryBytes)
+	probe.Configuration.DRAMBytes, probe.Configuration.SlowBytes, probe.Plan = sized.DRAMBytes, sized.SlowBytes, sized.Plan
 	// The probe's node is 5 bytes; a real one up to 253.
 	ann, err := PlacementAnnotations(&probe)
 	if err != nil {
 		return unreadable(err.Error())
 	}
 	if size := annotationsSize(ann) + 253; size > MaxPlacementAnnotationsBytes {
-		return nil, fmt.Sprintf("the placement of %s would take %d bytes of annotations, over tmc's bound of %d (the API server allows 256 KiB for all of a pod's)",
+		return nil, 0, fmt.Sprintf("the placement of %s would take %d bytes of annotations, over tmc's bound of %d (the API server allows 256 KiB for all of a pod's)",
 			source, size, MaxPlacementAnnotationsBytes)
 	}
-	return &rec, ""
+	return &sized, profile, ""
 }

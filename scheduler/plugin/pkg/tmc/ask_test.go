@@ -60,10 +60,11 @@ func TestReadPodFallback(t *testing.T) {
 }
 
 func TestReadPodInitContainersAndLimits(t *testing.T) {
-	// A request defaults to the limit; an init container larger than the containers' sum wins.
+	// An init container larger than the containers' sum wins. (A request missing beside a limit is
+	// defaulted to the limit by the API server before any scheduler reads the pod.)
 	pod := &v1.Pod{Spec: v1.PodSpec{
 		Containers: []v1.Container{
-			container(map[v1.ResourceName]string{v1.ResourceCPU: "1"}, map[v1.ResourceName]string{v1.ResourceMemory: "1Gi", OptInResource: "1"}),
+			container(map[v1.ResourceName]string{v1.ResourceCPU: "1", v1.ResourceMemory: "1Gi", OptInResource: "1"}, map[v1.ResourceName]string{v1.ResourceMemory: "1Gi", OptInResource: "1"}),
 			container(map[v1.ResourceName]string{v1.ResourceCPU: "1", v1.ResourceMemory: "1Gi"}, nil),
 		},
 		InitContainers: []v1.Container{container(map[v1.ResourceName]string{v1.ResourceCPU: "3", v1.ResourceMemory: "1Gi"}, nil)},
@@ -190,7 +191,7 @@ func TestReadPodLeavesRoomForThePodsOwnAnnotations(t *testing.T) {
 
 // A published text read once is answered from the memo for every pod with the same workload,
 // objective and vCPUs, and the answer is the one reading it afresh gives, for every field the
-// reading depends on: another workload, objective or vCPU count is read anew.
+// reading depends on: another workload, objective, vCPU count or memory request is read anew.
 func TestReadingAPublishedRecommendationIsRemembered(t *testing.T) {
 	index := NewRecommendationIndex()
 	spec := map[string]any{
@@ -203,13 +204,13 @@ func TestReadingAPublishedRecommendationIsRemembered(t *testing.T) {
 	index.Set("graph500-slo-5", fallback)
 	raw, _ := index.Lookup("graph500", "cheapest")
 	pods := []*v1.Pod{
-		tieredPod("a", map[string]string{WorkloadAnnotation: "graph500"}, "1", "256Mi"),
-		tieredPod("b", map[string]string{WorkloadAnnotation: "graph500"}, "1", "256Mi"),
-		tieredPod("c", map[string]string{WorkloadAnnotation: "graph500"}, "3", "256Mi"),
-		tieredPod("d", map[string]string{WorkloadAnnotation: "graph500", ObjectiveAnnotation: "slo:5%"}, "1", "256Mi"),
-		tieredPod("e", map[string]string{WorkloadAnnotation: "xsbench"}, "1", "256Mi"),
-		tieredPod("f", map[string]string{WorkloadAnnotation: "graph500", RecommendationAnnotation: string(raw)}, "1", "256Mi"),
-		tieredPod("g", map[string]string{WorkloadAnnotation: "other", RecommendationAnnotation: string(raw)}, "1", "256Mi"),
+		tieredPod("a", map[string]string{WorkloadAnnotation: "graph500"}, "1", "3Gi"),
+		tieredPod("b", map[string]string{WorkloadAnnotation: "graph500"}, "1", "3Gi"),
+		tieredPod("c", map[string]string{WorkloadAnnotation: "graph500"}, "3", "3Gi"),
+		tieredPod("d", map[string]string{WorkloadAnnotation: "graph500", ObjectiveAnnotation: "slo:5%"}, "1", "3Gi"),
+		tieredPod("e", map[string]string{WorkloadAnnotation: "xsbench"}, "1", "3Gi"),
+		tieredPod("f", map[string]string{WorkloadAnnotation: "graph500", RecommendationAnnotation: string(raw)}, "1", "3Gi"),
+		tieredPod("g", map[string]string{WorkloadAnnotation: "other", RecommendationAnnotation: string(raw)}, "1", "3Gi"),
 	}
 	for round := range 3 {
 		for _, pod := range pods {
@@ -218,15 +219,15 @@ func TestReadingAPublishedRecommendationIsRemembered(t *testing.T) {
 				t.Fatal(err)
 			}
 			// What reading the text afresh answers for this pod.
-			fresh := &PodAsk{Workload: ask.Workload, Objective: ask.Objective, VCPUs: ask.VCPUs}
+			fresh := &PodAsk{Workload: ask.Workload, Objective: ask.Objective, VCPUs: ask.VCPUs, MemoryBytes: ask.MemoryBytes}
 			text, source := pod.Annotations[RecommendationAnnotation], "the pod's "+RecommendationAnnotation
 			if text == "" {
 				if found, ok := index.Lookup(*ask.Workload, ask.Objective); ok {
 					text, source = string(found), "the published "+RecommendationKind
 				}
 			}
-			want, why := readRecommendation(text, source, fresh)
-			got, gotWhy := readRecommendationOnce(text, source, fresh)
+			want, _, why := readRecommendation(text, source, fresh)
+			got, _, gotWhy := readRecommendationOnce(text, source, fresh)
 			gotJSON, _ := json.Marshal(got)
 			wantJSON, _ := json.Marshal(want)
 			if string(gotJSON) != string(wantJSON) || gotWhy != why {
@@ -247,5 +248,94 @@ func TestReadingAPublishedRecommendationIsRemembered(t *testing.T) {
 		t.Fatalf("pod c (3 vCPUs): %+v", c)
 	case g.Fallback == nil || !strings.Contains(*g.Fallback, "another workload"):
 		t.Fatalf("a pinned text for another workload: %+v", g)
+	}
+}
+
+// A recommendation is the program's shape; the pod's memory request is its size. A pod asking for
+// 4 GiB with a recommendation made from a 32 MiB trace is given 4 GiB in all, split by the ratio,
+// and each structure keeps its share of its tier.
+func TestAPodIsGivenItsOwnRequestSplitByTheRecommendation(t *testing.T) {
+	const mib = int64(1) << 20
+	rec := fmt.Sprintf(`{"schema":"tmc.recommendation/v1","workload":"stream","objective":"cheapest","recommendation_id":"r-1",`+
+		`"dram_bytes":%d,"slow_bytes":%d,"llc_ways":3,"slow_ratio":0.25,`+
+		`"plan":[{"tag":"array","fast_bytes":%d,"slow_bytes":%d},{"tag":"hot","fast_bytes":%d,"slow_bytes":0}]}`,
+		24*mib, 8*mib, 8*mib, 8*mib, 16*mib)
+	index := NewRecommendationIndex()
+	var spec map[string]any
+	if err := json.Unmarshal([]byte(rec), &spec); err != nil {
+		t.Fatal(err)
+	}
+	index.Set("stream-cheapest", spec)
+	for _, c := range []struct {
+		name, memory     string
+		dram, slow       int64
+		array, hot, cold int64 // array's fast, hot's fast, array's slow
+		below            bool
+	}{
+		{"4Gi", "4Gi", 3 << 30, 1 << 30, 1 << 30, 2 << 30, 1 << 30, false},
+		{"the profile's own size", "32Mi", 24 * mib, 8 * mib, 8 * mib, 16 * mib, 8 * mib, false},
+		{"below the profile", "16Mi", 12 * mib, 4 * mib, 4 * mib, 8 * mib, 4 * mib, true},
+	} {
+		pod := tieredPod("s", map[string]string{WorkloadAnnotation: "stream"}, "1", c.memory)
+		ask, err := ReadPodWith(pod, index)
+		if err != nil || ask.Fallback != nil {
+			t.Fatalf("%s: %+v, %v", c.name, ask, err)
+		}
+		if ask.DRAMBytes != c.dram || ask.SlowBytes != c.slow || ask.DRAMBytes+ask.SlowBytes != ask.MemoryBytes {
+			t.Errorf("%s: DRAM %d slow %d, want %d and %d (the pod's %d in all)", c.name, ask.DRAMBytes, ask.SlowBytes, c.dram, c.slow, ask.MemoryBytes)
+		}
+		if ask.Plan[0].FastBytes != c.array || ask.Plan[1].FastBytes != c.hot || ask.Plan[0].SlowBytes != c.cold {
+			t.Errorf("%s: plan %+v", c.name, ask.Plan)
+		}
+		if ask.ProfileBytes != 32*mib || ask.BelowProfile() != c.below || ask.SlowRatio != 0.25 || ask.LLCWays != 3 {
+			t.Errorf("%s: profile %d, below %v, ratio %v, ways %d", c.name, ask.ProfileBytes, ask.BelowProfile(), ask.SlowRatio, ask.LLCWays)
+		}
+	}
+	// A pod that requests no memory is given the profile's bytes, as recommended.
+	none := tieredPod("s", map[string]string{WorkloadAnnotation: "stream"}, "1", "0")
+	ask, err := ReadPodWith(none, index)
+	if err != nil || ask.DRAMBytes != 24*mib || ask.SlowBytes != 8*mib || ask.Plan[0].FastBytes != 8*mib {
+		t.Fatalf("no memory request: %+v, %v", ask, err)
+	}
+}
+
+// Sizing never places more in a tier than the configuration holds, at any size and ratio, and
+// the tiers always add up to the pod's request.
+func TestSizingKeepsThePlanWithinItsTiers(t *testing.T) {
+	rec := &Recommendation{DRAMBytes: 7, SlowBytes: 5, SlowRatio: 5.0 / 12, LLCWays: 1,
+		Plan: []StructurePlan{{Tag: "a", FastBytes: 3, SlowBytes: 2}, {Tag: "b", FastBytes: 4, SlowBytes: 3}}}
+	for _, memory := range []int64{1, 2, 3, 11, 12, 13, 1000, 1<<40 + 3, MaxBytes - 1} {
+		dram, slow, plan := SizeToPod(rec, memory)
+		var fast, slowSum int64
+		for _, s := range plan {
+			fast += s.FastBytes
+			slowSum += s.SlowBytes
+		}
+		if dram+slow != memory || dram < 0 || slow < 0 || fast > dram || slowSum > slow {
+			t.Errorf("%d bytes: DRAM %d slow %d, plan %d and %d", memory, dram, slow, fast, slowSum)
+		}
+	}
+	// The split is model.resources.split_memory's: DRAM is round((1 - ratio) x size), half to even.
+	if dram, slow, _ := SizeToPod(&Recommendation{DRAMBytes: 1, SlowBytes: 1, SlowRatio: 0.5}, 5); dram != 2 || slow != 3 {
+		t.Errorf("5 bytes at 0.5: DRAM %d slow %d, want 2 and 3 as Python's round", dram, slow)
+	}
+}
+
+// The pod's ask counts what the in-tree fit counts: sidecars (restartable init containers) with
+// the containers, and the pod's overhead.
+func TestTheAskCountsSidecarsAndOverhead(t *testing.T) {
+	always := v1.ContainerRestartPolicyAlways
+	sidecar := container(map[v1.ResourceName]string{v1.ResourceCPU: "1", v1.ResourceMemory: "1Gi"}, nil)
+	sidecar.RestartPolicy = &always
+	pod := &v1.Pod{Spec: v1.PodSpec{
+		Containers: []v1.Container{container(
+			map[v1.ResourceName]string{v1.ResourceCPU: "2", v1.ResourceMemory: "2Gi", OptInResource: "1"},
+			map[v1.ResourceName]string{OptInResource: "1"})},
+		InitContainers: []v1.Container{sidecar},
+		Overhead:       v1.ResourceList{v1.ResourceMemory: resource.MustParse("512Mi")},
+	}}
+	ask, err := ReadPod(pod)
+	if err != nil || !ask.OptedIn || ask.VCPUs != 3 || ask.MemoryBytes != 3<<30+512<<20 {
+		t.Fatalf("%+v, %v", ask, err)
 	}
 }

@@ -229,12 +229,23 @@ func (sc *conformanceScenario) podObject(p tablePod) *v1.Pod {
 		}
 		ann[RecommendationAnnotation] = string(text)
 	}
+	// A request missing beside its limit is the limit: the API server defaults it so on create,
+	// before any scheduler reads the pod (the Python run creates the pods on a real one).
+	requests, limits := resourceList(p.Requests), resourceList(p.Limits)
+	if requests == nil && limits != nil {
+		requests = v1.ResourceList{}
+	}
+	for name, q := range limits {
+		if _, ok := requests[name]; !ok {
+			requests[name] = q
+		}
+	}
 	pod := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: "default", UID: types.UID("uid-" + p.Name), Annotations: ann},
 		Spec: v1.PodSpec{
 			SchedulerName: "tmc-scheduler",
 			Containers: []v1.Container{{Name: "main", Resources: v1.ResourceRequirements{
-				Requests: resourceList(p.Requests), Limits: resourceList(p.Limits),
+				Requests: requests, Limits: limits,
 			}}},
 		},
 	}

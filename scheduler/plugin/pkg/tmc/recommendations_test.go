@@ -52,11 +52,11 @@ func TestThePublishedRecommendationConfiguresThePod(t *testing.T) {
 	if !ask.Unpublished || ask.Fallback == nil || !strings.Contains(*ask.Fallback, "no recommendation is published") {
 		t.Fatalf("no recommendation for (graph500, cheapest): %+v", ask)
 	}
-	// A recommendation pinned on the pod wins over the published one.
+	// A recommendation pinned on the pod wins over the published one (sized to the pod's 4Gi).
 	pin, _ := json.Marshal(map[string]any{"schema": RecommendationSchema, "dram_bytes": 1 << 30, "slow_bytes": 0, "llc_ways": 2, "slow_ratio": 0, "plan": []any{}})
 	pod.Annotations[RecommendationAnnotation] = string(pin)
 	ask, _ = ReadPodWith(pod, index)
-	if ask.LLCWays != 2 || ask.DRAMBytes != 1<<30 {
+	if ask.LLCWays != 2 || ask.DRAMBytes != 4<<30 || ask.SlowBytes != 0 || ask.ProfileBytes != 1<<30 {
 		t.Fatalf("pinned recommendation not used: %+v", ask)
 	}
 }

@@ -102,6 +102,8 @@ func tiered(t *testing.T, raw []byte) []byte {
 		object(t, pod, "metadata", "annotations")[WorkloadAnnotation] = "probe"
 		for _, c := range object(t, pod, "spec")["containers"].([]any) {
 			object(t, c, "resources", "requests")[string(OptInResource)] = "1"
+			// The pod's size, which its placement is given: the recommendation's own 1 GiB.
+			object(t, c, "resources", "requests")["memory"] = "1Gi"
 			object(t, c, "resources", "limits")[string(OptInResource)] = "1"
 		}
 		if list, ok := body["Nodes"].(map[string]any); ok {
