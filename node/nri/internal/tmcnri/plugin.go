@@ -208,12 +208,8 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		rec.Applied = append(rec.Applied, "cpuset.mems "+FormatList(mems))
 	}
 
-	// Memory: what the placement gives the pod, never more than the container's own limit.
-	limit := pl.Configuration.DRAMBytes + pl.Configuration.SlowBytes
-	if own := ctr.GetLinux().GetResources().GetMemory().GetLimit().GetValue(); own > 0 && own < limit {
-		limit = own
-	}
-	if limit > 0 {
+	// Memory: the placement's bytes for a container without a limit of its own.
+	if limit, ok := MemoryLimit(pl, ctr.GetLinux().GetResources().GetMemory().GetLimit().GetValue()); ok {
 		adj.SetLinuxMemoryLimit(limit)
 		rec.Applied = append(rec.Applied, fmt.Sprintf("memory.limit %d", limit))
 	}
@@ -465,11 +461,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		u := &api.ContainerUpdate{ContainerId: ctr.GetId()}
 		u.SetIgnoreFailure()
 		fixed := []string{}
-		limit := c.DRAMBytes + c.SlowBytes
-		if own := ctr.GetLinux().GetResources().GetMemory().GetLimit().GetValue(); own > 0 && own < limit {
-			limit = own // as at creation: never above the container's own limit
-		}
-		if limit > 0 {
+		if limit, ok := MemoryLimit(pl, ctr.GetLinux().GetResources().GetMemory().GetLimit().GetValue()); ok {
 			u.SetLinuxMemoryLimit(limit)
 			fixed = append(fixed, fmt.Sprintf("memory limit %d", limit))
 		}
@@ -551,4 +543,19 @@ func InstallShim(bundled, shimDir string) (bool, error) {
 		return false, err
 	}
 	return true, os.Rename(tmp, dest)
+}
+
+// MemoryLimit is the memory limit a placement sets on a container whose own limit is own (0 for
+// none), and whether it sets one. The engine sizes a placement from its pod's memory request
+// (the recommendation's bytes only for a pod that requests none), so the placement's DRAM and slow
+// bytes together are at least what any one container of the pod asked for: a container without a
+// limit is held to them. A container's own limit is what its pod asked for and is never lowered,
+// since a profile traced on a small input must not cut a pod deployed on its real one. Container
+// creation and synchronization both read this one rule.
+func MemoryLimit(pl *Placement, own int64) (int64, bool) {
+	limit := pl.Configuration.DRAMBytes + pl.Configuration.SlowBytes
+	if own > 0 || limit <= 0 {
+		return 0, false
+	}
+	return limit, true
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
+
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
 
 const gib = int64(1) << 30
@@ -375,5 +377,50 @@ func TestInstallShimOnlyWhereNoneIs(t *testing.T) {
 	}
 	if _, err := InstallShim(filepath.Join(dir, "missing"), filepath.Join(dir, "other")); err == nil {
 		t.Error("a missing bundled shim is not an error")
+	}
+}
+
+// A container's own memory limit is what its pod asked for: the placement never lowers it, at
+// creation or when a container created without the plugin is corrected. A container without one
+// is held to the placement's bytes, which the engine sized from the pod's request.
+func TestAContainersOwnMemoryLimitIsNeverLowered(t *testing.T) {
+	f := newFixture(t, true)
+	ctx := context.Background()
+	withLimit := func(c *api.Container, limit int64) *api.Container {
+		c.Linux.Resources.Memory = &api.LinuxMemory{Limit: api.Int64(limit)}
+		return c
+	}
+	// Placed with 64 MiB (a profile's size), the container's own limit 8 GiB: kept.
+	p := pod("big", "6f1c2a9e-0b1f", placed("node-a", "0x3", 2, 48<<20, 16<<20))
+	adj, _, err := f.plugin.CreateContainer(ctx, p, withLimit(container("big", "0-1"), 8*gib))
+	must(t, err)
+	if lim := adj.GetLinux().GetResources().GetMemory().GetLimit(); lim != nil {
+		t.Errorf("a container's own 8 GiB limit was set to %d", lim.GetValue())
+	}
+	// Below the placement: kept too (the pod asked for it).
+	q := pod("small", "6f1c2a9e-0b2f", placed("node-a", "0xc", 2, 3*gib, gib))
+	adj, _, err = f.plugin.CreateContainer(ctx, q, withLimit(container("small", "0-1"), gib))
+	must(t, err)
+	if lim := adj.GetLinux().GetResources().GetMemory().GetLimit(); lim != nil {
+		t.Errorf("a container's own 1 GiB limit was set to %d", lim.GetValue())
+	}
+	// Synchronize reads the same rule: a late container with its own limit keeps it.
+	g := New(f.plugin.cfg, f.rec, f.rec)
+	late := pod("late", "6f1c2a9e-0b3f", placed("node-a", "0x30", 2, 48<<20, 16<<20))
+	cl := withLimit(container("late", "0-1"), 8*gib)
+	cl.PodSandboxId, cl.State = late.Id, api.ContainerState_CONTAINER_RUNNING
+	updates, err := g.Synchronize(ctx, []*api.PodSandbox{late}, []*api.Container{cl})
+	must(t, err)
+	if len(updates) != 1 || updates[0].GetLinux().GetResources().GetMemory().GetLimit() != nil {
+		t.Errorf("a late container's own limit was changed: %v", updates)
+	}
+	for _, c := range []struct {
+		own, want int64
+		set       bool
+	}{{0, 64 << 20, true}, {8 * gib, 0, false}, {1, 0, false}} {
+		pl := &Placement{Configuration: v1alpha1.PlacedConfiguration{DRAMBytes: 48 << 20, SlowBytes: 16 << 20}}
+		if got, set := MemoryLimit(pl, c.own); got != c.want || set != c.set {
+			t.Errorf("own %d: %d %v, want %d %v", c.own, got, set, c.want, c.set)
+		}
 	}
 }
