@@ -8,10 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 )
 
 // Engine is the placement rule and its state, the one implementation behind both front doors:
@@ -225,116 +222,6 @@ func (e *Engine) Bind(ctx context.Context, pod *v1.Pod, ask *PodAsk, nodeName st
 	// parallel attempt) may release it before the pod's deletion.
 	e.cache.Bind(pod.UID, placement)
 	return nil
-}
-
-// Watch feeds the cache from an informer factory's pods and nodes.
-func (e *Engine) Watch(factory informers.SharedInformerFactory) error {
-	core := factory.Core().V1()
-	pods := core.Pods().Informer()
-	if err := pods.AddIndexers(cache.Indexers{podUIDIndex: func(obj any) ([]string, error) {
-		if pod := asPod(obj); pod != nil {
-			return []string{string(pod.UID)}, nil
-		}
-		return nil, nil
-	}}); err != nil {
-		return fmt.Errorf("%s: indexing pods by uid: %w", Name, err)
-	}
-	indexer := pods.GetIndexer()
-	e.podExists = func(uid types.UID) bool {
-		found, err := indexer.ByIndex(podUIDIndex, string(uid))
-		return err != nil || len(found) > 0 // an index error keeps the pod: never over-commit
-	}
-	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { e.ObservePod(asPod(obj)) },
-		UpdateFunc: func(_, obj any) { e.ObservePod(asPod(obj)) },
-		DeleteFunc: func(obj any) {
-			if pod := asPod(obj); pod != nil {
-				e.cache.Release(pod.UID)
-			}
-		},
-	}); err != nil {
-		return fmt.Errorf("%s: watching pods: %w", Name, err)
-	}
-	if _, err := core.Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { e.ObserveNode(asNode(obj)) },
-		UpdateFunc: func(_, obj any) { e.ObserveNode(asNode(obj)) },
-		DeleteFunc: func(obj any) {
-			if node := asNode(obj); node != nil {
-				e.cache.RemoveNode(node.Name)
-				e.cache.ForgetNode(node.Name)
-			}
-		},
-	}); err != nil {
-		return fmt.Errorf("%s: watching nodes: %w", Name, err)
-	}
-	return nil
-}
-
-// podUIDIndex indexes the pod informer's store by pod UID.
-const podUIDIndex = "tmc.dev/pod-uid"
-
-func asPod(obj any) *v1.Pod {
-	if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = gone.Obj
-	}
-	pod, _ := obj.(*v1.Pod)
-	return pod
-}
-
-func asNode(obj any) *v1.Node {
-	if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = gone.Obj
-	}
-	node, _ := obj.(*v1.Node)
-	return node
-}
-
-// ObservePod counts a bound pod's placement in the cache and releases a finished pod's. A pod
-// annotated but not bound (only a hand-written annotation can be: the Binding sets both) is left
-// to Reserve/Forget: its next scheduling cycle writes a new placement.
-func (e *Engine) ObservePod(pod *v1.Pod) {
-	if pod == nil {
-		return
-	}
-	// A terminating pod still runs on its node and keeps its room until it is gone (the delete
-	// event), as kube-scheduler's own cache counts it.
-	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
-		e.cache.Release(pod.UID)
-		return
-	}
-	if pod.Spec.NodeName == "" {
-		return
-	}
-	placement, err := ParsePlacement(pod.Annotations)
-	if err != nil {
-		klog.ErrorS(err, "unreadable placement; the pod is not counted", "pod", klog.KObj(pod))
-		return
-	}
-	if placement == nil {
-		return
-	}
-	if placement.Node != pod.Spec.NodeName {
-		klog.InfoS("placement names another node than the pod's; not counted", "pod", klog.KObj(pod),
-			"placement", placement.Node, "node", pod.Spec.NodeName)
-		return
-	}
-	e.cache.Bind(pod.UID, placement)
-}
-
-// ObserveNode records a node's rack pool and the pool's capacity, and the node's metadata as
-// this object says it.
-func (e *Engine) ObserveNode(node *v1.Node) {
-	if node == nil {
-		return
-	}
-	parsed := parseNode(node)
-	if parsed.err != nil {
-		klog.ErrorS(parsed.err, "unreadable tiered capacity", "node", klog.KObj(node))
-	}
-	e.cache.SetNode(node.Name, parsed.capacity)
-	if node.ResourceVersion != "" {
-		e.cache.Observed(node, parsed)
-	}
 }
 
 // SetRackPools gives the engine the rack pools' sizes the operator set (the chart's rackPools):

@@ -3,8 +3,6 @@ package tmc
 import (
 	"context"
 	"fmt"
-	"maps"
-	"reflect"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -12,13 +10,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 )
@@ -153,116 +147,6 @@ var (
 	_ fwk.EnqueueExtensions = (*TmcPlacement)(nil)
 )
 
-// RecommendationEvents names the published recommendations for kube-scheduler's event handlers
-// (<plural>.<version>.<group>: it watches them with a dynamic informer).
-const RecommendationEvents fwk.EventResource = "tieredrecommendations.v1alpha1." + Group
-
-// EventsToRegister: what may make a pod this plugin refused placeable. A pod waiting for its
-// pair's object moves when an object for its pair is added or updated (RecommendationHint);
-// a pod refused for room moves when another pod goes (its reservation freed: a deletion, or a
-// bound pod finishing, which the scheduler's informer sees as one) or a node comes or changes
-// (capacity, readiness, pattern); a pod moves when what it names or asks changes (PodHint).
-func (p *TmcPlacement) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
-	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: RecommendationEvents, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.recommendationHint},
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: p.podDeleted},
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: p.podUpdated},
-		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.All}},
-	}, nil
-}
-
-// recommendationHint is RecommendationHint, and for an object that moves a pod it also records
-// the object in the plugin's index: kube-scheduler's informer and the plugin's are two watches,
-// and the pod it moves may be tried again before the plugin's own informer has the object (it
-// would then be refused again, and wait for an event that has passed).
-func (p *TmcPlacement) recommendationHint(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
-	hint, err := RecommendationHint(logger, pod, oldObj, newObj)
-	if hint == fwk.Queue {
-		if index, ok := p.published.(*RecommendationIndex); ok {
-			if u, ok := newObj.(*unstructured.Unstructured); ok {
-				spec, _, _ := unstructured.NestedMap(u.Object, "spec")
-				index.Set(u.GetName(), spec)
-			}
-		}
-	}
-	return hint, err
-}
-
-// podDeleted queues a pod when another pod goes, and releases the gone pod's reservation in the
-// engine's cache first: the engine's informer handler and kube-scheduler's are two listeners,
-// and the pod moved here may be tried again before the engine's handler has freed the room (it
-// would then be refused again, and wait for an event that has passed). Only a pod that was on
-// a node is released (a pending pod's "delete" as it is bound is not a release); releasing twice
-// is harmless.
-func (p *TmcPlacement) podDeleted(_ klog.Logger, pod *v1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
-	gone := asPod(oldObj)
-	if gone == nil {
-		return fwk.Queue, nil
-	}
-	if pod != nil && gone.UID == pod.UID {
-		return fwk.QueueSkip, nil
-	}
-	if gone.Spec.NodeName != "" && p.Engine != nil && p.cache != nil {
-		p.cache.Release(gone.UID)
-	}
-	return fwk.Queue, nil
-}
-
-// podUpdated is PodHint, and for another pod that ended it also releases what that pod held in
-// the engine's cache first, for the reason podDeleted does.
-func (p *TmcPlacement) podUpdated(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
-	hint, err := PodHint(logger, pod, oldObj, newObj)
-	if ended := asPod(newObj); hint == fwk.Queue && ended != nil && (pod == nil || ended.UID != pod.UID) && p.Engine != nil && p.cache != nil {
-		p.ObservePod(ended) // a finished pod's reservation is released
-	}
-	return hint, err
-}
-
-// PodHint: the pod's own update moves it only when its annotations or spec changed (what it
-// names or asks); its status, which the scheduler itself writes when it refuses the pod, does
-// not. Another pod's update moves it only when that pod ended (what it held is freed).
-func PodHint(_ klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
-	updated, ok := newObj.(*v1.Pod)
-	if !ok || pod == nil {
-		return fwk.Queue, nil
-	}
-	before, _ := oldObj.(*v1.Pod)
-	if updated.UID == pod.UID {
-		if before == nil || !maps.Equal(before.Annotations, updated.Annotations) || !reflect.DeepEqual(before.Spec, updated.Spec) {
-			return fwk.Queue, nil
-		}
-		return fwk.QueueSkip, nil
-	}
-	if updated.Status.Phase == v1.PodSucceeded || updated.Status.Phase == v1.PodFailed {
-		return fwk.Queue, nil
-	}
-	return fwk.QueueSkip, nil
-}
-
-// RecommendationHint queues a pod when the object added or updated is its pair's (the pod's
-// workload and its objective, canonical as the publisher names it); any other object cannot
-// change what the pod waits for.
-func RecommendationHint(_ klog.Logger, pod *v1.Pod, _, newObj any) (fwk.QueueingHint, error) {
-	u, ok := newObj.(*unstructured.Unstructured)
-	if !ok || pod == nil {
-		return fwk.Queue, nil // not what was expected: queueing is the safe answer
-	}
-	workload, _, _ := unstructured.NestedString(u.Object, "spec", "workload")
-	objective, _, _ := unstructured.NestedString(u.Object, "spec", "objective")
-	want := pod.Annotations[WorkloadAnnotation]
-	if want == "" || want != workload {
-		return fwk.QueueSkip, nil
-	}
-	given := pod.Annotations[ObjectiveAnnotation]
-	if given == "" {
-		given = defaultObjective
-	}
-	if canonical(given) != objective {
-		return fwk.QueueSkip, nil
-	}
-	return fwk.Queue, nil
-}
-
 // New builds the plugin and feeds its cache from the scheduler's informers: bound pods'
 // placements (so that a restarted scheduler starts from what the API server holds; kube-scheduler
 // waits for these informers to sync before it schedules) and nodes' rack pools.
@@ -312,32 +196,6 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		p.published = index
 	}
 	return p, nil
-}
-
-// recommendationSyncTimeout bounds the wait for the first list of published recommendations at
-// start: a cluster without the custom resource definition still schedules (every pod gets the
-// fallback, as it would without a recommendation).
-const recommendationSyncTimeout = 30 * time.Second
-
-// WatchRecommendations starts an informer on the published recommendations and waits, bounded,
-// for its first list, so that the scheduler's first pods find what is already published.
-func WatchRecommendations(ctx context.Context, client dynamic.Interface) (*RecommendationIndex, error) {
-	index := NewRecommendationIndex()
-	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
-	informer := factory.ForResource(RecommendationResource).Informer()
-	if _, err := informer.AddEventHandler(index.Handler()); err != nil {
-		return nil, fmt.Errorf("%s: watching %s: %w", Name, RecommendationResource.Resource, err)
-	}
-	factory.Start(ctx.Done())
-	syncCtx, cancel := context.WithTimeout(ctx, recommendationSyncTimeout)
-	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), informer.HasSynced) {
-		klog.ErrorS(nil, "published recommendations not listed in time; pods get the fallback until they are",
-			"resource", RecommendationResource.String(), "timeout", recommendationSyncTimeout)
-	} else {
-		klog.InfoS("published recommendations listed", "count", index.Len())
-	}
-	return index, nil
 }
 
 // Name is the plugin's name.
@@ -413,72 +271,6 @@ func (p *TmcPlacement) PreFilter(_ context.Context, state fwk.CycleState, pod *v
 // framework models them (nominated pods under preemption), only on its own reservations.
 func (p *TmcPlacement) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
-// nodeCapacity is a node's tiered capacity and the CPUs it offers: tmc.dev/cpus, else its
-// allocatable CPUs (whole, at least one), as the extender counts them. Filter and Score read it
-// through the cache (Cache.State), which parses a node once per object version.
-func nodeCapacity(node *v1.Node) (*NodeCapacity, int64, error) {
-	return parseNodeCapacity(node)
-}
-
-// parsedNode is what a node's metadata says at one object version: its capacity, CPUs and
-// machine pattern (nil for none or an unreadable one, logged once per version: a preference
-// lost, never a node).
-type parsedNode struct {
-	version  string
-	capacity *NodeCapacity
-	cpus     int64
-	err      error
-	pattern  *NodePattern
-	// ready: nodeReady at this version (its conditions and cordon are part of the object).
-	ready bool
-}
-
-func parseNode(node *v1.Node) *parsedNode {
-	p := &parsedNode{version: node.ResourceVersion, ready: nodeReady(node)}
-	p.capacity, p.cpus, p.err = parseNodeCapacity(node)
-	if _, ok := node.Annotations[PatternAnnotation]; ok {
-		p.pattern, _ = parsePattern(node)
-	}
-	return p
-}
-
-func parsePattern(node *v1.Node) (*NodePattern, error) {
-	pattern, err := ParsePattern(node.Annotations)
-	if err != nil {
-		klog.ErrorS(err, "unreadable machine pattern; the node is placed on as if it had none", "node", klog.KObj(node))
-	}
-	return pattern, err
-}
-
-// countedAs is what the pod counts as against a node's pattern; false without a workload. A
-// fallback's ways are not chosen yet (0), so it matches no slot exactly.
-func countedAs(ask *PodAsk) (PlacedKey, bool) {
-	if ask.Workload == nil || *ask.Workload == "" {
-		return PlacedKey{}, false
-	}
-	return PlacedKey{Workload: *ask.Workload, DRAMBytes: ask.DRAMBytes, SlowBytes: ask.SlowBytes, LLCWays: ask.LLCWays}, true
-}
-
-func parseNodeCapacity(node *v1.Node) (*NodeCapacity, int64, error) {
-	capacity, err := ParseNodeCapacity(node.Labels, node.Annotations)
-	if err != nil || capacity == nil {
-		return nil, 0, err
-	}
-	cpus := capacity.CPUs
-	if cpus == 0 {
-		cpus = allocatableCPUs(node.Status.Allocatable)
-	}
-	return capacity, cpus, nil
-}
-
-func allocatableCPUs(alloc v1.ResourceList) int64 {
-	q, ok := alloc[v1.ResourceCPU]
-	if !ok {
-		return 1
-	}
-	return min(MaxCPUs, max(1, q.MilliValue()/1000))
-}
-
 // Filter keeps the nodes that can hold the pod's configuration now.
 func (p *TmcPlacement) Filter(_ context.Context, state fwk.CycleState, pod *v1.Pod, info fwk.NodeInfo) *fwk.Status {
 	s, err := p.readCycle(state, pod)
@@ -493,22 +285,6 @@ func (p *TmcPlacement) Filter(_ context.Context, state fwk.CycleState, pod *v1.P
 	default:
 		return newStatus(fwk.Unschedulable, v.Reason)
 	}
-}
-
-// nodeReady is what the extender counts as ready: the Ready condition True and the node not
-// cordoned. kube-scheduler leaves both to other plugins (the not-ready taint to TaintToleration,
-// spec.unschedulable to NodeUnschedulable), so a pod that tolerates the taint, or a profile
-// without those plugins, would otherwise be placed where the extender never places one.
-func nodeReady(node *v1.Node) bool {
-	if node.Spec.Unschedulable {
-		return false
-	}
-	for _, c := range node.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return c.Status == v1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // PreScore skips the Score of pods the plugin does not place.

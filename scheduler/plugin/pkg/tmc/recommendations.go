@@ -1,11 +1,16 @@
 package tmc
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -103,4 +108,30 @@ func (x *RecommendationIndex) Handler() cache.ResourceEventHandler {
 			}
 		},
 	}
+}
+
+// recommendationSyncTimeout bounds the wait for the first list of published recommendations at
+// start: a cluster without the custom resource definition still schedules (every pod gets the
+// fallback, as it would without a recommendation).
+const recommendationSyncTimeout = 30 * time.Second
+
+// WatchRecommendations starts an informer on the published recommendations and waits, bounded,
+// for its first list, so that the scheduler's first pods find what is already published.
+func WatchRecommendations(ctx context.Context, client dynamic.Interface) (*RecommendationIndex, error) {
+	index := NewRecommendationIndex()
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
+	informer := factory.ForResource(RecommendationResource).Informer()
+	if _, err := informer.AddEventHandler(index.Handler()); err != nil {
+		return nil, fmt.Errorf("%s: watching %s: %w", Name, RecommendationResource.Resource, err)
+	}
+	factory.Start(ctx.Done())
+	syncCtx, cancel := context.WithTimeout(ctx, recommendationSyncTimeout)
+	defer cancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), informer.HasSynced) {
+		klog.ErrorS(nil, "published recommendations not listed in time; pods get the fallback until they are",
+			"resource", RecommendationResource.String(), "timeout", recommendationSyncTimeout)
+	} else {
+		klog.InfoS("published recommendations listed", "count", index.Len())
+	}
+	return index, nil
 }

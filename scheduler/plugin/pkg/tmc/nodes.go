@@ -1,0 +1,82 @@
+package tmc
+
+// What a node's metadata says: its tiered capacity, the CPUs it offers, its machine pattern and
+// whether it is ready, parsed once per object version.
+
+import (
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// nodeCapacity is a node's tiered capacity and the CPUs it offers: tmc.dev/cpus, else its
+// allocatable CPUs (whole, at least one), as the extender counts them. Filter and Score read it
+// through the cache (Cache.State), which parses a node once per object version.
+func nodeCapacity(node *v1.Node) (*NodeCapacity, int64, error) {
+	return parseNodeCapacity(node)
+}
+
+// parsedNode is what a node's metadata says at one object version: its capacity, CPUs and
+// machine pattern (nil for none or an unreadable one, logged once per version: a preference
+// lost, never a node).
+type parsedNode struct {
+	version  string
+	capacity *NodeCapacity
+	cpus     int64
+	err      error
+	pattern  *NodePattern
+	// ready: nodeReady at this version (its conditions and cordon are part of the object).
+	ready bool
+}
+
+func parseNode(node *v1.Node) *parsedNode {
+	p := &parsedNode{version: node.ResourceVersion, ready: nodeReady(node)}
+	p.capacity, p.cpus, p.err = parseNodeCapacity(node)
+	if _, ok := node.Annotations[PatternAnnotation]; ok {
+		p.pattern, _ = parsePattern(node)
+	}
+	return p
+}
+
+func parseNodeCapacity(node *v1.Node) (*NodeCapacity, int64, error) {
+	capacity, err := ParseNodeCapacity(node.Labels, node.Annotations)
+	if err != nil || capacity == nil {
+		return nil, 0, err
+	}
+	cpus := capacity.CPUs
+	if cpus == 0 {
+		cpus = allocatableCPUs(node.Status.Allocatable)
+	}
+	return capacity, cpus, nil
+}
+
+func allocatableCPUs(alloc v1.ResourceList) int64 {
+	q, ok := alloc[v1.ResourceCPU]
+	if !ok {
+		return 1
+	}
+	return min(MaxCPUs, max(1, q.MilliValue()/1000))
+}
+
+// nodeReady is what the extender counts as ready: the Ready condition True and the node not
+// cordoned. kube-scheduler leaves both to other plugins (the not-ready taint to TaintToleration,
+// spec.unschedulable to NodeUnschedulable), so a pod that tolerates the taint, or a profile
+// without those plugins, would otherwise be placed where the extender never places one.
+func nodeReady(node *v1.Node) bool {
+	if node.Spec.Unschedulable {
+		return false
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func parsePattern(node *v1.Node) (*NodePattern, error) {
+	pattern, err := ParsePattern(node.Annotations)
+	if err != nil {
+		klog.ErrorS(err, "unreadable machine pattern; the node is placed on as if it had none", "node", klog.KObj(node))
+	}
+	return pattern, err
+}
