@@ -33,8 +33,8 @@ type Cache struct {
 	// node for every pod: the walk was a fifth of tmc-scheduler's CPU at 5,000 nodes).
 	pools map[string]*rackPool
 	// Pods released for good (deleted or finished), newest last: a late observation of such a
-	// pod (an informer's event delivered after the queueing hint released it) must not count it
-	// again. UIDs never come back; the most recent releasedKept are remembered.
+	// pod (a Bind that returns after the pod went, an update delivered after its deletion) must not
+	// count it again. UIDs never come back; the most recent releasedKept are remembered.
 	released      map[types.UID]struct{}
 	releasedOrder []types.UID
 	// index is the records by node object as readers find them without the lock: a map never
@@ -118,6 +118,14 @@ func (c *Cache) Preference(name string, pattern *NodePattern, pod *PlacedKey) in
 // run chosen from the bits actually held (best fit; the fallback takes every way of the longest
 // free run). Assuming a pod it already holds on the same node changes nothing.
 func (c *Cache) Assume(uid types.UID, name string, capacity *NodeCapacity, cpus int64, ask *PodAsk) (Reservation, error) {
+	return c.AssumeWithout(uid, name, capacity, cpus, ask, nil)
+}
+
+// AssumeWithout is Assume judging the node as Filter did: without the bound pods that gone
+// reports gone (nil: none), whose reservations the informer's handler has not released yet.
+// They stay counted until it does (never less than the API server's pods), so the node's
+// sums may briefly hold both.
+func (c *Cache) AssumeWithout(uid types.UID, name string, capacity *NodeCapacity, cpus int64, ask *PodAsk, gone func(types.UID) bool) (Reservation, error) {
 	c.mu.Lock()
 	defer c.unlock()
 	if held, ok := c.pods[uid]; ok {
@@ -132,6 +140,11 @@ func (c *Cache) Assume(uid types.UID, name string, capacity *NodeCapacity, cpus 
 		c.removeLocked(held)
 	}
 	u := c.usageLocked(name, capacity, cpus)
+	if gone != nil && Judge(u, ask.Ask()) != nil {
+		if without, ok := c.usageWithoutLocked(c.nodes[name], capacity, cpus, gone); ok {
+			u = without
+		}
+	}
 	if v := Judge(u, ask.Ask()); v != nil {
 		return Reservation{}, fmt.Errorf("node %s: %s", name, v.Reason)
 	}

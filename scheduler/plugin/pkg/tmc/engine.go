@@ -28,6 +28,9 @@ type Engine struct {
 	fence *Fence
 	// podExists reports whether the pod informer's store still holds a pod (nil: no store).
 	podExists func(types.UID) bool
+	// waiting lists the pods not bound yet that read the recommendation of a pair (workload,
+	// canonical objective), from the pod informer's store (nil: no store).
+	waiting func(workload, objective string) []*v1.Pod
 	// nodePlugin, when set, is the NRI plugin a placed pod's containers require on the node.
 	nodePlugin string
 }
@@ -102,7 +105,9 @@ func (e *Engine) Ask(pod *v1.Pod) (*PodAsk, *Refusal) {
 }
 
 // Fit is whether node can hold ask now: nil when it can, else the verdict (Unresolvable when
-// it never can: not a tmc node, or too small; otherwise full, or not ready, now).
+// it never can: not a tmc node, or too small; otherwise full, or not ready, now). It only
+// reads the cache: Filter judges many nodes at once, and every change to the cache comes from
+// Reserve, Unreserve, Bind and the informers' handlers.
 func (e *Engine) Fit(node *v1.Node, ask *PodAsk) *Verdict {
 	if node == nil {
 		return &Verdict{Reason: "tmc: node not found", Unresolvable: true}
@@ -124,30 +129,21 @@ func (e *Engine) Fit(node *v1.Node, ask *PodAsk) *Verdict {
 	if !state.Ready {
 		return &Verdict{Reason: "tmc: node is not ready"}
 	}
-	if v != nil && e.releaseGone(node.Name) {
-		v = Judge(e.cache.Usage(node.Name, capacity, cpus), ask.Ask())
+	if v != nil && e.podExists != nil {
+		// Full with pods that may be gone: judged again as the API server has the node.
+		if u, ok := e.cache.UsageWithout(node.Name, capacity, cpus, e.gone); ok {
+			v = Judge(u, ask.Ask())
+		}
 	}
 	return v
 }
 
-// releaseGone releases the node's bound pods that the pod informer's store no longer holds
-// (deleted, or finished: the scheduler's informer drops ended pods). The store is updated before
-// any listener hears of the change, so a pod moved by the event that freed the room finds it
-// free here even when this engine's own listener has not run yet. Called only when a node is
-// full for a pod: the common path costs nothing.
-func (e *Engine) releaseGone(node string) bool {
-	if e.podExists == nil {
-		return false
-	}
-	released := false
-	for _, uid := range e.cache.BoundOn(node) {
-		if !e.podExists(uid) {
-			e.cache.Release(uid)
-			released = true
-		}
-	}
-	return released
-}
+// gone reports a pod the pod informer's store no longer holds (deleted, or finished: the
+// scheduler's informer drops ended pods). The store is updated before any listener hears of
+// the change, so a pod moved by the event that freed the room finds it free in Fit and Reserve
+// even when this engine's own handler has not released it yet: they judge without it, and the
+// handler releases it. Asked only when a node is full for a pod: the common path costs nothing.
+func (e *Engine) gone(uid types.UID) bool { return !e.podExists(uid) }
 
 // RawScore is the node's preference for the pod (its machine pattern) and its packing score, as
 // preference * scoreBase + packing: Normalize turns the raw scores of the nodes that fit into
@@ -187,7 +183,11 @@ func (e *Engine) Reserve(uid types.UID, node *v1.Node, ask *PodAsk) (Reservation
 	if capacity == nil {
 		return Reservation{}, fmt.Errorf("tmc: node %s publishes no tiered capacity", node.Name)
 	}
-	return e.cache.Assume(uid, node.Name, capacity, cpus, ask)
+	var gone func(types.UID) bool
+	if e.podExists != nil {
+		gone = e.gone
+	}
+	return e.cache.AssumeWithout(uid, node.Name, capacity, cpus, ask, gone)
 }
 
 // Forget drops what Reserve assumed for a pod that is not bound.

@@ -5,6 +5,8 @@ package tmc
 
 import (
 	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Usage is a node's capacity and what is held on it, slow memory split into the node's own and
@@ -50,6 +52,45 @@ func (c *Cache) usageOfLocked(n *nodeUse, capacity *NodeCapacity, cpus int64) Us
 		}
 	}
 	return u
+}
+
+// UsageWithout is the node's Usage less the bound reservations on it that gone reports gone
+// (the pod informer's store no longer holds the pod: deleted, or finished), and whether any
+// was: what the node holds as the API server has it, before the informer's handler has
+// released them. It only reads.
+func (c *Cache) UsageWithout(name string, capacity *NodeCapacity, cpus int64, gone func(types.UID) bool) (Usage, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.usageWithoutLocked(c.nodes[name], capacity, cpus, gone)
+}
+
+func (c *Cache) usageWithoutLocked(n *nodeUse, capacity *NodeCapacity, cpus int64, gone func(types.UID) bool) (Usage, bool) {
+	u := c.usageOfLocked(n, capacity, cpus)
+	if n == nil || gone == nil {
+		return u, false
+	}
+	discounted := false
+	var mask uint64
+	for uid, held := range n.masks {
+		r := c.pods[uid]
+		if !r.Bound || !gone(uid) {
+			mask |= held
+			continue
+		}
+		discounted = true
+		u.UsedCPUs -= r.VCPUs
+		u.UsedDRAMBytes -= r.DRAMBytes
+		switch {
+		case !r.SlowFromPool:
+			u.UsedLocalSlowBytes -= r.SlowBytes
+		case capacity.SlowPool != "":
+			u.UsedPoolSlowBytes -= r.SlowBytes
+		}
+	}
+	if discounted {
+		u.UsedMask = mask // rebuilt from the others: an overlapping one keeps its ways
+	}
+	return u, discounted
 }
 
 // Verdict is why a node cannot take a pod; Unresolvable when it never can (its capacity, not

@@ -1,6 +1,7 @@
 package tmc
 
-// Queueing hints: which cluster events may make a pod the plugin refused placeable.
+// Queueing hints: which cluster events may make a pod the plugin refused placeable. They only
+// read: the cache and the recommendation index change in the informers' handlers alone.
 
 import (
 	"context"
@@ -20,62 +21,33 @@ const RecommendationEvents fwk.EventResource = "tieredrecommendations.v1alpha1."
 // EventsToRegister: what may make a pod this plugin refused placeable. A pod waiting for its
 // pair's object moves when an object for its pair is added or updated (RecommendationHint);
 // a pod refused for room moves when another pod goes (its reservation freed: a deletion, or a
-// bound pod finishing, which the scheduler's informer sees as one) or a node comes or changes
-// (capacity, readiness, pattern); a pod moves when what it names or asks changes (PodHint).
+// bound pod finishing, which the scheduler's informer sees as one: PodDeletedHint) or a node
+// comes or changes (capacity, readiness, pattern); a pod moves when what it names or asks
+// changes (PodHint).
+//
+// The hints only read. kube-scheduler calls them once per pending pod for every event, on its
+// own informers, which are not the plugin's: the pod a hint moves may be tried before the
+// plugin's handlers have run. Fit and Reserve judge without the pods the informer's store no
+// longer holds (Engine.gone), and the recommendation informer's handler moves the pods waiting
+// for a pair when it records the pair's object (activateWaiting), so neither needs the hint to
+// write.
 func (p *TmcPlacement) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: RecommendationEvents, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.recommendationHint},
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: p.podDeleted},
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: p.podUpdated},
+		{Event: fwk.ClusterEvent{Resource: RecommendationEvents, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: RecommendationHint},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: PodDeletedHint},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: PodHint},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.All}},
 	}, nil
 }
 
-// recommendationHint is RecommendationHint, and for an object that moves a pod it also records
-// the object in the plugin's index: kube-scheduler's informer and the plugin's are two watches,
-// and the pod it moves may be tried again before the plugin's own informer has the object (it
-// would then be refused again, and wait for an event that has passed).
-func (p *TmcPlacement) recommendationHint(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
-	hint, err := RecommendationHint(logger, pod, oldObj, newObj)
-	if hint == fwk.Queue {
-		if index, ok := p.published.(*RecommendationIndex); ok {
-			if u, ok := newObj.(*unstructured.Unstructured); ok {
-				spec, _, _ := unstructured.NestedMap(u.Object, "spec")
-				index.Set(u.GetName(), spec)
-			}
-		}
-	}
-	return hint, err
-}
-
-// podDeleted queues a pod when another pod goes, and releases the gone pod's reservation in the
-// engine's cache first: the engine's informer handler and kube-scheduler's are two listeners,
-// and the pod moved here may be tried again before the engine's handler has freed the room (it
-// would then be refused again, and wait for an event that has passed). Only a pod that was on
-// a node is released (a pending pod's "delete" as it is bound is not a release); releasing twice
-// is harmless.
-func (p *TmcPlacement) podDeleted(_ klog.Logger, pod *v1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
+// PodDeletedHint queues a pod when another pod goes (what it held is freed); the pod's own
+// deletion moves nothing.
+func PodDeletedHint(_ klog.Logger, pod *v1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
 	gone := asPod(oldObj)
-	if gone == nil {
-		return fwk.Queue, nil
-	}
-	if pod != nil && gone.UID == pod.UID {
+	if gone != nil && pod != nil && gone.UID == pod.UID {
 		return fwk.QueueSkip, nil
 	}
-	if gone.Spec.NodeName != "" && p.Engine != nil && p.cache != nil {
-		p.cache.Release(gone.UID)
-	}
 	return fwk.Queue, nil
-}
-
-// podUpdated is PodHint, and for another pod that ended it also releases what that pod held in
-// the engine's cache first, for the reason podDeleted does.
-func (p *TmcPlacement) podUpdated(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
-	hint, err := PodHint(logger, pod, oldObj, newObj)
-	if ended := asPod(newObj); hint == fwk.Queue && ended != nil && (pod == nil || ended.UID != pod.UID) && p.Engine != nil && p.cache != nil {
-		p.ObservePod(ended) // a finished pod's reservation is released
-	}
-	return hint, err
 }
 
 // PodHint: the pod's own update moves it only when its annotations or spec changed (what it
@@ -121,4 +93,24 @@ func RecommendationHint(_ klog.Logger, pod *v1.Pod, _, newObj any) (fwk.Queueing
 		return fwk.QueueSkip, nil
 	}
 	return fwk.Queue, nil
+}
+
+// activateWaiting moves the pods waiting for a pair's object to the active queue, once the
+// plugin's index holds the object: kube-scheduler's event for the object may have moved them
+// before (RecommendationHint), and a pod tried then was refused again, to wait for an event
+// that has passed. A pod not in the unschedulable or backoff queue is left alone; one being
+// scheduled is tried again when its cycle ends.
+func (p *TmcPlacement) activateWaiting(activator fwk.PodActivator, workload, objective string) {
+	if activator == nil || p.Engine == nil || p.waiting == nil {
+		return
+	}
+	pods := p.waiting(workload, objective)
+	if len(pods) == 0 {
+		return
+	}
+	moved := make(map[string]*v1.Pod, len(pods))
+	for _, pod := range pods {
+		moved[pod.Namespace+"/"+pod.Name] = pod
+	}
+	activator.Activate(klog.Background(), moved)
 }

@@ -189,8 +189,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		if err != nil {
 			return nil, fmt.Errorf("%s: a client for %s: %w", Name, RecommendationResource.Resource, err)
 		}
-		index, err := WatchRecommendations(ctx, client)
-		if err != nil {
+		index := NewRecommendationIndex()
+		index.OnPublished(func(workload, objective string) { p.activateWaiting(h, workload, objective) })
+		if err := WatchRecommendationsInto(ctx, client, index); err != nil {
 			return nil, err
 		}
 		p.published = index

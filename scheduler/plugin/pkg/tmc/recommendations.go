@@ -32,9 +32,11 @@ type recommendationKey struct{ workload, objective string }
 // informer's events. The spec is kept as JSON and read per pod with the annotation's own parser:
 // one set of rules for both sources.
 type RecommendationIndex struct {
-	mu     sync.RWMutex
-	byKey  map[recommendationKey][]byte
-	byName map[string]recommendationKey
+	// published, when set, is told each pair whose object the informer's handler recorded.
+	published func(workload, objective string)
+	mu        sync.RWMutex
+	byKey     map[recommendationKey][]byte
+	byName    map[string]recommendationKey
 }
 
 // NewRecommendationIndex returns an empty index.
@@ -88,12 +90,23 @@ func (x *RecommendationIndex) Delete(name string) {
 	}
 }
 
+// OnPublished makes the index's informer handler tell published the pair (workload, objective)
+// of each object it records, after recording it: set before the informer starts.
+func (x *RecommendationIndex) OnPublished(published func(workload, objective string)) {
+	x.published = published
+}
+
 // Handler is the informer event handler that keeps the index.
 func (x *RecommendationIndex) Handler() cache.ResourceEventHandler {
 	set := func(obj any) {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			spec, _, _ := unstructured.NestedMap(u.Object, "spec")
 			x.Set(u.GetName(), spec)
+			workload, _ := spec["workload"].(string)
+			objective, _ := spec["objective"].(string)
+			if x.published != nil && workload != "" && objective != "" {
+				x.published(workload, objective)
+			}
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
@@ -119,10 +132,16 @@ const recommendationSyncTimeout = 30 * time.Second
 // for its first list, so that the scheduler's first pods find what is already published.
 func WatchRecommendations(ctx context.Context, client dynamic.Interface) (*RecommendationIndex, error) {
 	index := NewRecommendationIndex()
+	return index, WatchRecommendationsInto(ctx, client, index)
+}
+
+// WatchRecommendationsInto is WatchRecommendations into an index made by the caller (with its
+// OnPublished set).
+func WatchRecommendationsInto(ctx context.Context, client dynamic.Interface, index *RecommendationIndex) error {
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
 	informer := factory.ForResource(RecommendationResource).Informer()
 	if _, err := informer.AddEventHandler(index.Handler()); err != nil {
-		return nil, fmt.Errorf("%s: watching %s: %w", Name, RecommendationResource.Resource, err)
+		return fmt.Errorf("%s: watching %s: %w", Name, RecommendationResource.Resource, err)
 	}
 	factory.Start(ctx.Done())
 	syncCtx, cancel := context.WithTimeout(ctx, recommendationSyncTimeout)
@@ -133,5 +152,5 @@ func WatchRecommendations(ctx context.Context, client dynamic.Interface) (*Recom
 	} else {
 		klog.InfoS("published recommendations listed", "count", index.Len())
 	}
-	return index, nil
+	return nil
 }

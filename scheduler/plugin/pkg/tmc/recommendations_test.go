@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -187,14 +188,7 @@ func TestRecommendationHintQueuesOnlyThePodsOfThePair(t *testing.T) {
 			t.Errorf("%s: %v %v", name, got, err)
 		}
 	}
-	// The plugin's hint also records the object, so that the pod it moves finds it.
-	index := NewRecommendationIndex()
-	plugin := &TmcPlacement{Engine: &Engine{cache: NewCache(), published: index}}
-	full := object("graph500", "slo:5%")
-	full.SetName("graph500-slo")
-	if got, _ := plugin.recommendationHint(klog.Background(), pod, nil, full); got != fwk.Queue || index.Len() != 1 {
-		t.Errorf("the plugin's hint: %v, %d held", got, index.Len())
-	}
+	plugin := &TmcPlacement{Engine: &Engine{cache: NewCache(), published: NewRecommendationIndex()}}
 	anon := tieredPod("anon", map[string]string{WorkloadAnnotation: "kv"}, "1", "1Gi")
 	if got, _ := RecommendationHint(klog.Background(), anon, nil, object("kv", "cheapest")); got != fwk.Queue {
 		t.Errorf("a pod without an objective waits for the cheapest: %v", got)
@@ -231,23 +225,25 @@ func TestPodHintIgnoresTheSchedulersOwnStatusWrites(t *testing.T) {
 	}
 }
 
-// A deleted pod's room is free before the pod it moves is tried again.
-func TestPodDeletedReleasesBeforeItQueues(t *testing.T) {
-	h := newExtenderHarness(t, twoNodes()...)
-	bound := h.create(tieredPod("bound", nil, "1", "1Gi"))
-	if e := h.bind(bound, "a"); e != "" {
-		t.Fatal(e)
-	}
-	plugin := &TmcPlacement{Engine: h.engine}
+func TestPodDeletedHintQueuesForAnotherPodOnly(t *testing.T) {
 	waiting := tieredPod("waiting", nil, "1", "1Gi")
 	waiting.UID = "waiting"
-	gone := h.get("bound")
-	if got, _ := plugin.podDeleted(klog.Background(), waiting, gone, nil); got != fwk.Queue || h.engine.cache.Len() != 0 {
-		t.Fatalf("%v, %d reservations left", got, h.engine.cache.Len())
-	}
-	pending := tieredPod("pending", nil, "1", "1Gi")
-	if got, _ := plugin.podDeleted(klog.Background(), waiting, pending, nil); got != fwk.Queue {
-		t.Fatalf("a pending pod's delete: %v", got)
+	gone := tieredPod("gone", nil, "1", "1Gi")
+	gone.UID = "gone"
+	gone.Spec.NodeName = "a"
+	for name, c := range map[string]struct {
+		old  any
+		want fwk.QueueingHint
+	}{
+		"another pod":            {gone, fwk.Queue},
+		"its final state":        {cache.DeletedFinalStateUnknown{Obj: gone}, fwk.Queue},
+		"the pod itself":         {waiting, fwk.QueueSkip},
+		"not a pod":              {"x", fwk.Queue},
+		"a pending pod's delete": {tieredPod("pending", nil, "1", "1Gi"), fwk.Queue},
+	} {
+		if got, err := PodDeletedHint(klog.Background(), waiting, c.old, nil); err != nil || got != c.want {
+			t.Errorf("%s: %v %v", name, got, err)
+		}
 	}
 }
 

@@ -17,18 +17,36 @@ import (
 func (e *Engine) Watch(factory informers.SharedInformerFactory) error {
 	core := factory.Core().V1()
 	pods := core.Pods().Informer()
-	if err := pods.AddIndexers(cache.Indexers{podUIDIndex: func(obj any) ([]string, error) {
-		if pod := asPod(obj); pod != nil {
-			return []string{string(pod.UID)}, nil
-		}
-		return nil, nil
-	}}); err != nil {
-		return fmt.Errorf("%s: indexing pods by uid: %w", Name, err)
+	if err := pods.AddIndexers(cache.Indexers{
+		podUIDIndex: func(obj any) ([]string, error) {
+			if pod := asPod(obj); pod != nil {
+				return []string{string(pod.UID)}, nil
+			}
+			return nil, nil
+		},
+		podPairIndex: func(obj any) ([]string, error) {
+			if key, ok := waitingFor(asPod(obj)); ok {
+				return []string{key}, nil
+			}
+			return nil, nil
+		},
+	}); err != nil {
+		return fmt.Errorf("%s: indexing pods: %w", Name, err)
 	}
 	indexer := pods.GetIndexer()
 	e.podExists = func(uid types.UID) bool {
 		found, err := indexer.ByIndex(podUIDIndex, string(uid))
 		return err != nil || len(found) > 0 // an index error keeps the pod: never over-commit
+	}
+	e.waiting = func(workload, objective string) []*v1.Pod {
+		found, _ := indexer.ByIndex(podPairIndex, pairKey(workload, objective))
+		out := make([]*v1.Pod, 0, len(found))
+		for _, obj := range found {
+			if pod := asPod(obj); pod != nil {
+				out = append(out, pod)
+			}
+		}
+		return out
 	}
 	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { e.ObservePod(asPod(obj)) },
@@ -56,8 +74,32 @@ func (e *Engine) Watch(factory informers.SharedInformerFactory) error {
 	return nil
 }
 
-// podUIDIndex indexes the pod informer's store by pod UID.
-const podUIDIndex = "tmc.dev/pod-uid"
+// podUIDIndex indexes the pod informer's store by pod UID; podPairIndex indexes the pods not
+// bound yet by the pair (workload, objective) whose published recommendation they read.
+const (
+	podUIDIndex  = "tmc.dev/pod-uid"
+	podPairIndex = "tmc.dev/pod-pair"
+)
+
+// waitingFor is the pair a pod not bound yet reads its recommendation for, as an index key
+// (pairKey); false for a bound pod or one that names no workload.
+func waitingFor(pod *v1.Pod) (string, bool) {
+	if pod == nil || pod.Spec.NodeName != "" {
+		return "", false
+	}
+	workload := pod.Annotations[WorkloadAnnotation]
+	if workload == "" {
+		return "", false
+	}
+	objective := pod.Annotations[ObjectiveAnnotation]
+	if objective == "" {
+		objective = defaultObjective
+	}
+	return pairKey(workload, canonical(objective)), true
+}
+
+// pairKey is a pair's key in podPairIndex: the objective canonical, as the publisher names it.
+func pairKey(workload, objective string) string { return workload + "\x00" + objective }
 
 func asPod(obj any) *v1.Pod {
 	if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
