@@ -3,8 +3,8 @@ package tmc
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"math/bits"
 	"regexp"
 	"strconv"
 	"strings"
@@ -26,19 +26,17 @@ const (
 	WorkloadAnnotation  = Group + "/workload"
 	ObjectiveAnnotation = Group + "/objective"
 
-	PlacementAnnotation = Group + "/placement"
-	LLCMaskAnnotation   = Group + "/llc-mask"
+	PlacementAnnotation = v1alpha1.PlacementAnnotation
+	LLCMaskAnnotation   = v1alpha1.LLCMaskAnnotation
 
-	HostKindLabel            = Group + "/host-kind"
-	CPUsAnnotation           = Group + "/cpus"
-	DRAMAnnotation           = Group + "/dram-bytes"
-	SlowAnnotation           = Group + "/slow-bytes"
-	LLCWaysAnnotation        = Group + "/llc-ways"
-	SlowPoolAnnotation       = Group + "/slow-pool"
-	SlowPoolBytesAnnotation  = Group + "/slow-pool-bytes"
-	PlacementSchema          = v1alpha1.PlacementSchema
-	placementSchemaV1        = v1alpha1.PlacementSchemaV1
-	maxPlacementAnnotationSz = 256 * 1024 // the API server's own limit on annotations
+	HostKindLabel           = Group + "/host-kind"
+	CPUsAnnotation          = Group + "/cpus"
+	DRAMAnnotation          = Group + "/dram-bytes"
+	SlowAnnotation          = Group + "/slow-bytes"
+	LLCWaysAnnotation       = Group + "/llc-ways"
+	SlowPoolAnnotation      = Group + "/slow-pool"
+	SlowPoolBytesAnnotation = Group + "/slow-pool-bytes"
+	PlacementSchema         = v1alpha1.PlacementSchema
 
 	// MaxBytes, MaxLLCWays and MaxCPUs bound every number of the contract so that no annotation,
 	// however it was written, can overflow a computation downstream.
@@ -65,11 +63,7 @@ type (
 	Recommendation      = v1alpha1.Recommendation
 )
 
-var (
-	hexMask = regexp.MustCompile(`^0x[0-9a-fA-F]{1,16}$`)
-	dnsName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
-	tagText = regexp.MustCompile(`^[A-Za-z0-9_.:/()\[\]<>-]+$`)
-)
+var dnsName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
 
 // ContractError is metadata that claims to follow the contract but cannot be read.
 type ContractError struct{ Msg string }
@@ -235,95 +229,25 @@ func asciiOnly(s string) string {
 	return b.String()
 }
 
-// ParsePlacement is Placement.from_annotations: (nil, nil) when the pod has no placement, an
-// error when it has an unreadable one or the two annotations disagree.
+// ParsePlacement is Placement.from_annotations (v1alpha1.ParsePlacement, the one reader the
+// node shares): (nil, nil) when the pod has no placement, a *ContractError when it has an
+// unreadable one or the two annotations disagree.
 func ParsePlacement(ann map[string]string) (*Placement, error) {
-	raw := ann[PlacementAnnotation]
-	if raw == "" {
-		return nil, nil
-	}
-	if len(raw) > maxPlacementAnnotationSz {
-		return nil, contractErrorf("%s is not a JSON string under 256 KiB", PlacementAnnotation)
-	}
-	var p Placement
-	dec := json.NewDecoder(strings.NewReader(raw))
-	dec.DisallowUnknownFields() // the Python model forbids extra fields
-	if err := dec.Decode(&p); err != nil {
-		return nil, contractErrorf("%s: %v", PlacementAnnotation, err)
-	}
-	if p.Schema == "" {
-		p.Schema = PlacementSchema
-	}
-	if p.Objective == "" {
-		p.Objective = "cheapest"
-	}
-	if err := validatePlacement(&p); err != nil {
-		return nil, err
-	}
-	if side, ok := ann[LLCMaskAnnotation]; ok {
-		v, err := strconv.ParseUint(strings.TrimPrefix(side, "0x"), 16, 64)
-		if !hexMask.MatchString(side) || err != nil || v != p.LLCMaskBits() {
-			return nil, contractErrorf("%s %q disagrees with the placement", LLCMaskAnnotation, clip(side, 40))
-		}
-	}
-	return &p, nil
+	p, err := v1alpha1.ParsePlacement(ann)
+	return p, asContractError(err)
 }
 
-// validatePlacement holds a placement to the contract's bounds, so that the scheduler never
-// writes one the node would refuse, nor counts one it cannot read.
-func validatePlacement(p *Placement) error {
-	bad := func(format string, args ...any) error {
-		return contractErrorf(PlacementAnnotation+": "+format, args...)
+// validatePlacement holds a placement to the contract's bounds (Placement.Validate), so that
+// the scheduler never writes one the node would refuse, nor counts one it cannot read.
+func validatePlacement(p *Placement) error { return asContractError(p.Validate()) }
+
+// asContractError is the API types' refusal of a placement as the engine's ContractError.
+func asContractError(err error) error {
+	var bad *v1alpha1.PlacementError
+	if errors.As(err, &bad) {
+		return &ContractError{Msg: bad.Msg}
 	}
-	c := p.Configuration
-	switch {
-	case p.Schema != PlacementSchema && p.Schema != placementSchemaV1:
-		return bad("schema %q is not tmc.placement/v1 or v2", clip(p.Schema, 40))
-	case p.Node == "" || len(p.Node) > 253:
-		return bad("node: must be 1..253 characters")
-	case p.Workload != nil && len(*p.Workload) > 253:
-		return bad("workload: longer than 253 characters")
-	case len(p.Objective) > 64:
-		return bad("objective: longer than 64 characters")
-	case p.RecommendationID != nil && len(*p.RecommendationID) > 64:
-		return bad("recommendation_id: longer than 64 characters")
-	case p.Fallback != nil && len(*p.Fallback) > 512:
-		return bad("fallback: longer than 512 characters")
-	case c.VCPUs < 1 || c.VCPUs > MaxCPUs:
-		return bad("configuration.vcpus: must be in 1..%d", MaxCPUs)
-	case c.DRAMBytes < 0 || c.DRAMBytes >= MaxBytes || c.SlowBytes < 0 || c.SlowBytes >= MaxBytes:
-		return bad("configuration: bytes must be in 0..2^52")
-	case !(c.SlowRatio >= 0 && c.SlowRatio <= 1):
-		return bad("configuration.slow_ratio: must be in 0..1")
-	case c.LLCWays < 1 || c.LLCWays > MaxLLCWays:
-		return bad("configuration.llc_ways: must be in 1..%d", MaxLLCWays)
-	case !hexMask.MatchString(p.LLCMask):
-		return bad("llc_mask: must be a hex CAT mask such as 0xf0 (at most 64 bits)")
-	case !IsContiguous(p.LLCMaskBits()):
-		return bad("llc_mask: must be a non-empty run of contiguous ways")
-	case bits.OnesCount64(p.LLCMaskBits()) != c.LLCWays:
-		return bad("llc_mask and configuration.llc_ways disagree")
-	case len(p.Plan) > 4096:
-		return bad("plan: more than 4096 structures")
-	}
-	// The sums are compared as they grow: each term is under 2^52 and each running sum stays at
-	// most the configuration's (under 2^52), so no sum can overflow, however many structures
-	// (4,096 of almost 2^52 bytes would wrap an int64 past the check).
-	var fast, slow int64
-	for _, s := range p.Plan {
-		if len(s.Tag) > 128 || !tagText.MatchString(s.Tag) {
-			return bad("plan: tag %q is not in the bundle's tag alphabet", clip(s.Tag, 40))
-		}
-		if s.FastBytes < 0 || s.FastBytes >= MaxBytes || s.SlowBytes < 0 || s.SlowBytes >= MaxBytes {
-			return bad("plan: bytes must be in 0..2^52")
-		}
-		fast += s.FastBytes
-		slow += s.SlowBytes
-		if fast > c.DRAMBytes || slow > c.SlowBytes {
-			return bad("the plan places more in a tier than the configuration holds")
-		}
-	}
-	return nil
+	return err
 }
 
 // MaxPlacementAnnotationsBytes bounds what a Binding adds to a pod (both annotations, keys

@@ -1,0 +1,151 @@
+package v1alpha1
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/bits"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// The placement annotations, read by the engine (a bound pod's reservation) and by the node
+// (what its runtime applies), with the one parser below so that the two never disagree on
+// what a placement says or whether it can be trusted.
+const (
+	PlacementAnnotation = Group + "/placement"
+	LLCMaskAnnotation   = Group + "/llc-mask"
+	// MaxPlacementAnnotationBytes is the API server's own limit on all of a pod's annotations:
+	// nothing longer is a placement.
+	MaxPlacementAnnotationBytes = 256 * 1024
+	// DefaultObjective is a placement's objective when it names none.
+	DefaultObjective = "cheapest"
+)
+
+var (
+	hexMask = regexp.MustCompile(`^0x[0-9a-fA-F]{1,16}$`)
+	tagText = regexp.MustCompile(`^[A-Za-z0-9_.:/()\[\]<>-]+$`)
+)
+
+// PlacementError says why a placement annotation cannot be trusted.
+//
+// +kubebuilder:object:generate=false
+type PlacementError struct{ Msg string }
+
+func (e *PlacementError) Error() string { return e.Msg }
+
+func placementErrorf(format string, args ...any) error {
+	return &PlacementError{Msg: fmt.Sprintf(format, args...)}
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// ParsePlacement reads a pod's placement annotations (model.node_contract's
+// Placement.from_annotations): (nil, nil) for a pod tmc did not place (no placement, or an
+// empty one), a *PlacementError for one whose placement cannot be trusted: longer than the
+// API server allows, not one JSON object of the contract's fields (nothing after it), outside
+// the contract's bounds (Validate), or with a tmc.dev/llc-mask that disagrees. It never panics:
+// every number is range-checked before use.
+func ParsePlacement(ann map[string]string) (*Placement, error) {
+	raw := ann[PlacementAnnotation]
+	if raw == "" {
+		return nil, nil
+	}
+	if len(raw) > MaxPlacementAnnotationBytes {
+		return nil, placementErrorf("%s is not a JSON string under 256 KiB", PlacementAnnotation)
+	}
+	var p Placement
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields() // the contract forbids extra fields
+	if err := dec.Decode(&p); err != nil {
+		return nil, placementErrorf("%s: %s", PlacementAnnotation, clip(err.Error(), 200))
+	}
+	if dec.More() {
+		return nil, placementErrorf("%s: more than one JSON value", PlacementAnnotation)
+	}
+	if p.Schema == "" {
+		p.Schema = PlacementSchema
+	}
+	if p.Objective == "" {
+		p.Objective = DefaultObjective
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if side, ok := ann[LLCMaskAnnotation]; ok {
+		v, err := strconv.ParseUint(strings.TrimPrefix(side, "0x"), 16, 64)
+		if !hexMask.MatchString(side) || err != nil || v != p.LLCMaskBits() {
+			return nil, placementErrorf("%s %q disagrees with the placement", LLCMaskAnnotation, clip(side, 40))
+		}
+	}
+	return &p, nil
+}
+
+// Validate holds a placement to the contract's bounds (the markers on Placement spell the same
+// numbers), so that the scheduler never writes one the node would refuse, nor counts one it
+// cannot read, and the node applies none it should not.
+func (p *Placement) Validate() error {
+	bad := func(format string, args ...any) error {
+		return placementErrorf(PlacementAnnotation+": "+format, args...)
+	}
+	c := p.Configuration
+	switch {
+	case p.Schema != PlacementSchema && p.Schema != PlacementSchemaV1:
+		return bad("schema %q is not tmc.placement/v1 or v2", clip(p.Schema, 40))
+	case p.Node == "" || len(p.Node) > 253:
+		return bad("node: must be 1..253 characters")
+	case p.Workload != nil && len(*p.Workload) > 253:
+		return bad("workload: longer than 253 characters")
+	case len(p.Objective) > 64:
+		return bad("objective: longer than 64 characters")
+	case p.RecommendationID != nil && len(*p.RecommendationID) > 64:
+		return bad("recommendation_id: longer than 64 characters")
+	case p.Fallback != nil && len(*p.Fallback) > 512:
+		return bad("fallback: longer than 512 characters")
+	case c.VCPUs < 1 || c.VCPUs > MaxCPUs:
+		return bad("configuration.vcpus: must be in 1..%d", MaxCPUs)
+	case c.DRAMBytes < 0 || c.DRAMBytes >= MaxBytes || c.SlowBytes < 0 || c.SlowBytes >= MaxBytes:
+		return bad("configuration: bytes must be in 0..2^52")
+	case !(c.SlowRatio >= 0 && c.SlowRatio <= 1):
+		return bad("configuration.slow_ratio: must be in 0..1")
+	case c.LLCWays < 1 || c.LLCWays > MaxLLCWays:
+		return bad("configuration.llc_ways: must be in 1..%d", MaxLLCWays)
+	case !hexMask.MatchString(p.LLCMask):
+		return bad("llc_mask: must be a hex CAT mask such as 0xf0 (at most 64 bits)")
+	case !contiguous(p.LLCMaskBits()):
+		return bad("llc_mask: must be a non-empty run of contiguous ways")
+	case bits.OnesCount64(p.LLCMaskBits()) != c.LLCWays:
+		return bad("llc_mask and configuration.llc_ways disagree")
+	case len(p.Plan) > MaxPlanStructures:
+		return bad("plan: more than %d structures", MaxPlanStructures)
+	}
+	// The sums are compared as they grow: each term is under 2^52 and each running sum stays at
+	// most the configuration's (under 2^52), so no sum can overflow, however many structures
+	// (4,096 of almost 2^52 bytes would wrap an int64 past the check).
+	var fast, slow int64
+	for _, s := range p.Plan {
+		if len(s.Tag) > 128 || !tagText.MatchString(s.Tag) {
+			return bad("plan: tag %q is not in the bundle's tag alphabet", clip(s.Tag, 40))
+		}
+		if s.FastBytes < 0 || s.FastBytes >= MaxBytes || s.SlowBytes < 0 || s.SlowBytes >= MaxBytes {
+			return bad("plan: bytes must be in 0..2^52")
+		}
+		fast += s.FastBytes
+		slow += s.SlowBytes
+		if fast > c.DRAMBytes || slow > c.SlowBytes {
+			return bad("the plan places more in a tier than the configuration holds")
+		}
+	}
+	return nil
+}
+
+// contiguous: one non-empty run of ways, as CAT requires.
+func contiguous(mask uint64) bool {
+	low := mask & -mask
+	return mask != 0 && (mask+low)&mask == 0
+}
