@@ -35,9 +35,11 @@ type StructurePlan struct {
 	// +kubebuilder:validation:MaxLength=128
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:/()\[\]<>-]+$`
 	Tag string `json:"tag"`
+	// FastBytes is the structure's bytes in the fast tier (DRAM).
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=4503599627370495
 	FastBytes int64 `json:"fast_bytes"`
+	// SlowBytes is the structure's bytes in the slow tier (node-local or rack-pooled).
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=4503599627370495
 	SlowBytes int64 `json:"slow_bytes"`
@@ -48,13 +50,16 @@ type StructurePlan struct {
 // vCPUs are not in it: a pod gets what it requests. Fallback set means tmc has no configuration
 // for the pair: its pods get the fallback (all memory in DRAM) with this reason.
 type Recommendation struct {
+	// Schema is the recommendation's wire version, tmc.recommendation/v1.
 	// +optional
 	// +kubebuilder:validation:Enum=tmc.recommendation/v1
 	Schema string `json:"schema,omitempty"`
+	// Workload is the workload's name, as its pods' tmc.dev/workload annotation names it.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Workload *string `json:"workload,omitempty"`
+	// Objective is what the configuration was chosen for, canonical ("cheapest", "slo:5%", "least-dram:10%").
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
@@ -63,10 +68,13 @@ type Recommendation struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	RecommendationID *string `json:"recommendation_id,omitempty"`
+	// DRAMBytes is the configuration's DRAM at the size it was priced for; a pod gets its own
+	// memory request split by SlowRatio and the plan's shares.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=4503599627370495
 	DRAMBytes int64 `json:"dram_bytes,omitempty"`
+	// SlowBytes is the configuration's slow memory at the size it was priced for.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=4503599627370495
@@ -76,13 +84,17 @@ type Recommendation struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=64
 	LLCWays int `json:"llc_ways,omitempty"`
+	// SlowRatio is the share of the pod's memory placed in the slow tier, 0..1.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1
 	SlowRatio float64 `json:"slow_ratio,omitempty"`
+	// Plan is how much of each tagged structure goes to each tier.
 	// +optional
 	// +kubebuilder:validation:MaxItems=4096
 	Plan []StructurePlan `json:"plan,omitempty"`
+	// Fallback, when set, says why tmc has no configuration for the pair: its pods get the
+	// fallback (all memory in DRAM).
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
@@ -111,6 +123,8 @@ type TieredRecommendationStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=32
 	Slow string `json:"slowGiB,omitempty"`
+	// Conditions are Published (the spec is written for the generation observed) and Fallback
+	// (the spec is a fallback; its reason says why).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -136,8 +150,10 @@ type TieredRecommendation struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
+	// Spec is the recommended configuration, written by the publisher (or pinned by an operator).
 	// +kubebuilder:validation:XValidation:rule="has(self.workload) && has(self.objective)",message="a published recommendation names its workload and objective"
 	Spec Recommendation `json:"spec"`
+	// Status is what the publisher says about the spec it wrote.
 	// +optional
 	Status TieredRecommendationStatus `json:"status,omitempty"`
 }
@@ -148,23 +164,30 @@ type TieredRecommendation struct {
 type TieredRecommendationList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []TieredRecommendation `json:"items"`
+	// Items are the recommendations.
+	Items []TieredRecommendation `json:"items"`
 }
 
 // PlacedConfiguration is the configuration a pod was given.
 type PlacedConfiguration struct {
+	// VCPUs are the CPUs the pod was given: its CPU request.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=4096
 	VCPUs int64 `json:"vcpus"`
+	// DRAMBytes is the DRAM reserved for the pod.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=4503599627370495
 	DRAMBytes int64 `json:"dram_bytes"`
+	// SlowBytes is the slow memory reserved for the pod (node-local, or from the rack pool when
+	// slow_from_pool).
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=4503599627370495
 	SlowBytes int64 `json:"slow_bytes"`
+	// SlowRatio is the share of the pod's memory in the slow tier, 0..1.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1
 	SlowRatio PyFloat `json:"slow_ratio"`
+	// LLCWays is the number of last-level cache ways the pod was given.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=64
 	LLCWays int `json:"llc_ways"`
@@ -173,25 +196,32 @@ type PlacedConfiguration struct {
 // Placement is what the scheduler gave a pod: the tmc.dev/placement annotation, written by the
 // Binding. The field order is the annotation's, as every writer writes it.
 type Placement struct {
+	// Schema is the placement's wire version; tmc.placement/v2 when absent.
 	// +optional
 	// +kubebuilder:validation:Enum=tmc.placement/v1;tmc.placement/v2
 	Schema string `json:"schema"`
+	// Node is the node the pod was placed on; the node refuses a placement for another.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Node string `json:"node"`
+	// Workload is the pod's workload; null for a pod that names none.
 	// +optional
 	// +nullable
 	// +kubebuilder:validation:MaxLength=253
 	Workload *string `json:"workload"`
+	// Objective is what the configuration was chosen for; cheapest when absent.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
-	Objective     string              `json:"objective"`
+	Objective string `json:"objective"`
+	// Configuration is what the pod was given.
 	Configuration PlacedConfiguration `json:"configuration"`
 	// LLCMask is the CAT mask in hex ("0xf0"): a contiguous run of configuration.llc_ways ways.
 	// +kubebuilder:validation:Pattern=`^0x[0-9a-fA-F]{1,16}$`
 	LLCMask string `json:"llc_mask"`
+	// SlowFromPool says the slow memory comes from the node's rack pool, not the node's own.
 	// +optional
 	SlowFromPool bool `json:"slow_from_pool"`
+	// RecommendationID is the decision's id in the service's log; null for a fallback.
 	// +optional
 	// +nullable
 	// +kubebuilder:validation:MaxLength=64
@@ -201,6 +231,7 @@ type Placement struct {
 	// +nullable
 	// +kubebuilder:validation:MaxLength=512
 	Fallback *string `json:"fallback"`
+	// Plan is how much of each tagged structure goes to each tier, for the allocator shim.
 	// +optional
 	// +kubebuilder:validation:MaxItems=4096
 	Plan []StructurePlan `json:"plan"`
@@ -216,6 +247,8 @@ func (p *Placement) LLCMaskBits() uint64 {
 // the Node). Pooled slow memory is accounted on the pool (SlowPool, SlowPoolBytes), never in
 // SlowBytes, which is node-local only.
 type NodeCapacity struct {
+	// HostKind is the node's host kind (the tmc.dev/host-kind label): profiles are used only on
+	// the kind they were taken on.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
@@ -225,16 +258,20 @@ type NodeCapacity struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=4096
 	CPUs int64 `json:"cpus,omitempty"`
+	// DRAMBytes is the node's DRAM that tmc places.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=4503599627370495
 	DRAMBytes int64 `json:"dram_bytes"`
+	// SlowBytes is the node's own slow memory (never a rack pool's).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=4503599627370495
 	SlowBytes int64 `json:"slow_bytes,omitempty"`
+	// LLCWays is the number of last-level cache ways CAT can give out on the node.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=64
 	LLCWays int `json:"llc_ways"`
+	// SlowPool names the rack pool the node's pooled slow memory comes from; empty for none.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
@@ -249,18 +286,23 @@ type NodeCapacity struct {
 
 // PatternSlot is the VMs of one workload in one configuration on a planned machine.
 type PatternSlot struct {
+	// Workload is the slot's workload.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Workload string `json:"workload"`
+	// DRAMBytes is each VM's DRAM in the slot's configuration.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=4503599627370495
 	DRAMBytes int64 `json:"dram_bytes"`
+	// SlowBytes is each VM's slow memory in the slot's configuration.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=4503599627370495
 	SlowBytes int64 `json:"slow_bytes"`
+	// LLCWays is each VM's LLC ways in the slot's configuration.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=64
 	LLCWays int `json:"llc_ways"`
+	// Count is how many VMs of the slot the machine holds.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=4096
 	Count int `json:"count"`
@@ -269,16 +311,20 @@ type PatternSlot struct {
 // NodePattern is the tmc.dev/pattern annotation: which machine of which capacity plan a node
 // stands for, and that machine's slots.
 type NodePattern struct {
+	// Schema is the pattern's wire version, tmc.pattern/v1.
 	// +optional
 	// +kubebuilder:validation:Enum=tmc.pattern/v1
 	Schema string `json:"schema"`
+	// Plan names the capacity plan the machine is from.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._:-]+$`
 	Plan string `json:"plan"`
+	// Machine is the machine's index in the plan.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=99999
 	Machine int `json:"machine"`
+	// Slots are the machine's VMs, by workload and configuration.
 	// +kubebuilder:validation:MaxItems=64
 	Slots []PatternSlot `json:"slots"`
 }
