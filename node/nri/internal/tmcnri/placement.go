@@ -41,17 +41,10 @@ func clip(s string, n int) string {
 }
 
 // ParsePlacement reads a pod's placement annotations with the API types' one parser
-// (v1alpha1.ParsePlacement, the engine's too): (nil, nil) for a pod tmc did not place, a
-// *MalformedError for one whose placement cannot be trusted.
-//
-// One exception, the node's alone: a placement annotation that is present but empty is
-// malformed here, where the engine reads it as no placement. CreateContainer treats the key's
-// presence as "placed" and needs a placement or a reason; either way the container starts
-// without tmc's configuration, and here the pod's events say why.
+// (v1alpha1.ParsePlacement, the engine's too): (nil, nil) for a pod tmc did not place (an empty
+// annotation included, as the engine reads it), a *MalformedError for one whose placement
+// cannot be trusted.
 func ParsePlacement(ann map[string]string) (*Placement, error) {
-	if raw, ok := ann[PlacementAnnotation]; ok && raw == "" {
-		return nil, malformed("%s is empty", PlacementAnnotation)
-	}
 	p, err := v1alpha1.ParsePlacement(ann)
 	var bad *v1alpha1.PlacementError
 	if errors.As(err, &bad) {

@@ -27,7 +27,6 @@ func TestTheNodeReadsPlacementsAsTheTableSays(t *testing.T) {
 			Annotations map[string]string `json:"annotations"`
 			PadTo       int               `json:"pad_to"`
 			Verdict     string            `json:"verdict"`
-			NodeVerdict string            `json:"node_verdict"`
 			Node        string            `json:"node"`
 			LLCMask     string            `json:"llc_mask"`
 			Objective   string            `json:"objective"`
@@ -44,9 +43,6 @@ func TestTheNodeReadsPlacementsAsTheTableSays(t *testing.T) {
 			ann[PlacementAnnotation] = raw + strings.Repeat(" ", c.PadTo-len(raw))
 		}
 		want := c.Verdict
-		if c.NodeVerdict != "" {
-			want = c.NodeVerdict
-		}
 		p, err := ParsePlacement(ann)
 		got := "placed"
 		var bad *MalformedError

@@ -130,11 +130,11 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	start := p.now()
 	defer func() { p.count.Handled(p.now().Sub(start).Seconds()) }()
 	ann := pod.GetAnnotations()
-	if _, placed := ann[PlacementAnnotation]; !placed {
-		return nil, nil, nil
-	}
 	verification := ann[VerificationRunAnnotation] == "true"
 	pl, err := ParsePlacement(ann)
+	if pl == nil && err == nil {
+		return nil, nil, nil // not placed by tmc: no adjustment at all
+	}
 	if err == nil && !uidText.MatchString(pod.GetUid()) {
 		err = malformed("pod uid %q is not a Kubernetes uid", clip(pod.GetUid(), 70))
 	}

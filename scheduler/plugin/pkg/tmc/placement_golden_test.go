@@ -22,7 +22,6 @@ type placementVerdict struct {
 	Annotations map[string]string `json:"annotations"`
 	PadTo       int               `json:"pad_to"`
 	Verdict     string            `json:"verdict"`
-	NodeVerdict string            `json:"node_verdict"`
 	Node        string            `json:"node"`
 	LLCMask     string            `json:"llc_mask"`
 	Objective   string            `json:"objective"`
