@@ -120,9 +120,15 @@ class HostApplier:
         limit = p.dram_bytes + p.slow_bytes
         if (cgroup / "memory.max").exists():
             try:
-                if _write_if_changed(cgroup / "memory.max", str(limit)):
-                    log.info("%s: memory.max %d", p.key, limit)
-                out.applied.append(f"memory.max {limit}")
+                own = (cgroup / "memory.max").read_text().strip()
+                if own not in ("max", str(limit)) and _pods_own_limit(own, limit):
+                    # The kubelet set the pod's own limit: what the pod asked for is never
+                    # lowered (tmc-nri's MemoryLimit holds the same rule).
+                    out.applied.append(f"memory.max {own} (the pod's own)")
+                else:
+                    if _write_if_changed(cgroup / "memory.max", str(limit)):
+                        log.info("%s: memory.max %d", p.key, limit)
+                    out.applied.append(f"memory.max {limit}")
             except OSError as exc:
                 out.skipped.append(f"memory.max: {exc.strerror}")
         else:
@@ -192,3 +198,9 @@ class HostApplier:
             plan.unlink()
             removed.append(f"plan {plan.name}")
         return removed
+
+
+def _pods_own_limit(current: str, placed: int) -> bool:
+    """Whether `current` (a cgroup's memory.max) is a limit of the pod's own, set by the kubelet
+    from its containers' limits: a number, never tmc's placement (which the agent wrote)."""
+    return current.isdigit() and int(current) != placed

@@ -573,3 +573,15 @@ def test_serve_without_a_node_name_says_so(monkeypatch: pytest.MonkeyPatch) -> N
     result = CliRunner().invoke(app, ["serve", "--once"])
     assert result.exit_code == 2
     assert "TMC_AGENT_NODE_NAME" in result.output
+
+
+def test_a_pods_own_memory_limit_is_never_lowered(tmp_path: Path) -> None:
+    """The kubelet set the pod's cgroup to its own 8 GiB limit; the placement holds 4 GiB: the
+    agent keeps what the pod asked for, as tmc-nri does."""
+    paths = fakehost.amd_ibs_host(tmp_path / "host")
+    cg = pod_cgroup(paths, UID_A, [101])
+    (cg / "memory.max").write_text(f"{8 * GiB}\n")
+    agent = agent_for(paths, tmp_path, FakePods(placement_pod(UID_A, "a", slow=0)))
+    result = agent.sync().applied[UID_A]
+    assert (cg / "memory.max").read_text() == f"{8 * GiB}\n"
+    assert f"memory.max {8 * GiB} (the pod's own)" in result.applied

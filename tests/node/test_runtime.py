@@ -173,6 +173,25 @@ def test_fake_topology_and_resctrl_reach_the_spec(
     assert done.returncode != 0 and "bytes of DRAM; the node has" in done.stderr
 
 
+def test_a_pod_is_never_limited_below_its_own_ask(node: Node, start_plugin: PluginFactory) -> None:
+    """A recommendation made from a 32 MiB trace, placed for a pod requesting 4 GiB: the engine
+    gives the placement the pod's 4 GiB (scheduler/plugin ask.go, SizeToPod). A container without
+    a limit of its own is held to the placement's bytes; a container with its own limit keeps it,
+    larger or smaller, so a profile's small size never cuts the deployed program."""
+    start_plugin()
+    sized = placed("0x3", 2, 4 * GIB)
+    cid = create(node, "sized", 11, sized)
+    assert node.runtime.spec(cid)["linux"]["resources"]["memory"]["limit"] == 4 * GIB
+    assert seen(node.runtime.run_to_end(cid))["memory-limit-v1"] == [str(4 * GIB)]
+    # The pod's own limit, 8 GiB, above what its placement holds: kept, as the process sees it.
+    pod = node.runtime.run_pod("own", uid(12), placed("0xc", 2, 32 << 20))
+    cid = node.runtime.create(
+        pod, "own", uid(12), placed("0xc", 2, 32 << 20), "own", memory_limit=8 * GIB
+    ).stdout.strip()
+    assert node.runtime.spec(cid)["linux"]["resources"]["memory"]["limit"] == 8 * GIB
+    assert seen(node.runtime.run_to_end(cid))["memory-limit-v1"] == [str(8 * GIB)]
+
+
 def test_verification_run_that_cannot_be_applied_does_not_start(
     node: Node, start_plugin: PluginFactory
 ) -> None:

@@ -324,7 +324,10 @@ state = "{base}/state"
         container: str,
         cpuset: str = "",
         check: bool = True,
+        memory_limit: int = 0,
     ) -> subprocess.CompletedProcess[str]:
+        """CreateContainer as the kubelet asks it: `memory_limit` is the container's own limit
+        in bytes (0: none), passed as the kubelet passes a container's limits."""
         ctr_config = self.base / f"ctr-{uid}-{container}.json"
         ctr: dict[str, Any] = {
             "metadata": {"name": container},
@@ -332,8 +335,13 @@ state = "{base}/state"
             "command": ["/bin/probe"],
             "log_path": f"{container}.log",
         }
+        resources: dict[str, Any] = {}
         if cpuset:
-            ctr["linux"] = {"resources": {"cpuset_cpus": cpuset}}
+            resources["cpuset_cpus"] = cpuset
+        if memory_limit:
+            resources["memory_limit_in_bytes"] = memory_limit
+        if resources:
+            ctr["linux"] = {"resources": resources}
         ctr_config.write_text(json.dumps(ctr))
         pod_path = self.base / f"pod-{uid}.json"
         pod_path.write_text(json.dumps(pod_config(pod_name, uid, annotations, self.base)))
