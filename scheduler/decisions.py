@@ -60,15 +60,22 @@ def decide_pair(
     objective: str,
     threshold: float,
     utilization: Utilization,
+    memory_bytes: int | None = None,
 ) -> Outcome | None:
     """The recommendation for a (workload, objective), or why there is none (a fallback
-    reason), or None when nothing can be said now (the database is unreachable)."""
+    reason), or None when nothing can be said now (the database is unreachable).
+    `memory_bytes`: the size of the pods naming it, which it is priced at (None: the profile's
+    traced footprint)."""
     try:
         parsed = parse_objective(objective)
     except TmcError as exc:
         return FallbackReason(f"objective {objective!r} is not valid: {exc}", "InvalidObjective")
     req = DecisionRequest(
-        workload=workload, objective=parsed, threshold=threshold, utilization=utilization
+        workload=workload,
+        objective=parsed,
+        threshold=threshold,
+        utilization=utilization,
+        memory_bytes=memory_bytes,
     )
     try:
         decided = service.decide(req)

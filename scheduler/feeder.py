@@ -211,9 +211,13 @@ def _ask_inputs(pod: dict[str, Any], resource: str) -> tuple[object, ...] | None
     assert isinstance(containers, tuple) and isinstance(init, tuple)
     if containers.count(None) == len(containers) and init.count(None) == len(init):
         return ()
+    memory = _opt_in_texts(spec.get("containers"), "memory")
+    init_memory = _opt_in_texts(spec.get("initContainers"), "memory")
     return (
         containers,
         init,
+        memory,
+        init_memory,
         _exact(meta.get("uid")),
         _exact(meta.get("namespace")),
         _exact(meta.get("name")),
@@ -263,6 +267,7 @@ class _Naming:
     pod: PodRef
     pair: tuple[str, str]
     bound: bool
+    memory_bytes: int = 0  # the pod's memory request (0: none)
 
 
 class Prefetcher(Protocol):
@@ -647,7 +652,10 @@ class Feeder:
             return None
         bound = bool((pod.get("spec") or {}).get("nodeName"))
         return _Naming(
-            PodRef(ask.namespace, ask.name, ask.uid), (ask.workload, ask.objective), bound
+            PodRef(ask.namespace, ask.name, ask.uid),
+            (ask.workload, ask.objective),
+            bound,
+            ask.memory_bytes,
         )
 
     def _ask_of(self, uid: str, pod: dict[str, Any]) -> PodAsk | None:
@@ -711,6 +719,20 @@ class Feeder:
         """The namespaces whose live opted-in pods name `pair`."""
         with self._named_lock:
             return frozenset(self._namers.get(pair, ()))
+
+    def memory_of(self, pair: tuple[str, str]) -> int | None:
+        """The size `pair`'s recommendation is priced at: the median memory request of the live
+        pods naming it (the lower middle one), or None when none requests memory (the profile's
+        footprint is then the size). A pair's pods usually share one template, so this is their
+        request; a pair named by pods of several sizes is priced for the typical one, and each pod
+        is still given its own request at placement."""
+        with self._named_lock:
+            sizes = sorted(
+                n.memory_bytes
+                for uid in self._pods_of.get(pair, ())
+                if (n := self._named[uid]).memory_bytes > 0
+            )
+        return sizes[(len(sizes) - 1) // 2] if sizes else None
 
     def waiting_pods(self, pair: tuple[str, str], namespace: str) -> list[PodRef]:
         """The pending (not yet bound) pods of `namespace` that name `pair`."""

@@ -76,6 +76,13 @@ class PodAsk:
     workload: str | None
     objective: str
     opted_in: bool
+    # The pod's memory request in bytes (0: none): the size its pair's recommendation is priced
+    # at. The engine gives each pod its own request at placement; this is only the price's size.
+    memory_bytes: int = 0
+
+
+# A request past this is no pod's (the engine refuses pods above 2^52 bytes); it prices nothing.
+MAX_MEMORY_BYTES = 1 << 50
 
 
 def _requests(containers: object, resource: str) -> Decimal:
@@ -108,6 +115,11 @@ def read_pod(pod: object, opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE) -> Pod
     init = spec.get("initContainers")
     opted = _requests(containers, opt_in_resource) > 0 or _max_single(init, opt_in_resource) > 0
     workload = annotations.get(WORKLOAD_ANNOTATION)
+    memory = 0
+    if opted:
+        # As the in-tree fit counts it: the containers' sum, or an init container's when larger.
+        need = max(_requests(containers, "memory"), _max_single(init, "memory"))
+        memory = int(need) if need <= MAX_MEMORY_BYTES else 0
     return PodAsk(
         uid=str(meta.get("uid") or ""),
         namespace=str(meta.get("namespace") or "default"),
@@ -115,6 +127,7 @@ def read_pod(pod: object, opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE) -> Pod
         workload=str(workload) if workload else None,
         objective=canonical_objective(str(annotations.get(OBJECTIVE_ANNOTATION) or "cheapest")),
         opted_in=opted,
+        memory_bytes=memory,
     )
 
 

@@ -989,14 +989,19 @@ class ServiceDecisions:
         sessions: sessionmaker[Session],
         utilization: Callable[[], Utilization],
         threshold: float,
+        size_of: Callable[[Pair], int | None] | None = None,
     ) -> None:
+        """`size_of`: the memory request of the pods naming a pair, the size its recommendation
+        is priced at (None, or no callable: the profile's traced footprint)."""
         self._service = DecisionService(sessions)
         self._utilization = utilization
         self._threshold = threshold
+        self._size_of = size_of
 
     def __call__(self, workload: str, objective: str) -> Decided | None:
+        size = self._size_of((workload, objective)) if self._size_of is not None else None
         outcome = decide_pair(
-            self._service, workload, objective, self._threshold, self._utilization()
+            self._service, workload, objective, self._threshold, self._utilization(), size
         )
         if outcome is None:
             return None
@@ -1107,7 +1112,10 @@ def main() -> None:
     utilization = LedgerUtilization(sessions)
     publisher = RecommendationPublisher(
         KubeRecommendations(api),
-        ServiceDecisions(sessions, utilization, settings.default_threshold),
+        # Each pair is priced at the memory its pods request: the size it runs at.
+        ServiceDecisions(
+            sessions, utilization, settings.default_threshold, size_of=feeder.memory_of
+        ),
         refresh_seconds=settings.publisher_refresh_seconds,
         changes=WhatChanged(sessions),
         utilization=utilization,

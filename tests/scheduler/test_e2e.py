@@ -221,6 +221,15 @@ def test_the_example_pod_is_placed_and_its_plan_reaches_the_node(stack: Stack, n
     wait_until(lambda: not plan_path.exists() and not group.exists(), 30, "the agent cleaning up")
 
 
+def test_each_pod_is_given_its_own_request_split_by_the_recommendation(
+    stack: Stack, ns: str
+) -> None:
+    """A profile traced at 4480 MiB, pods requesting 8 GiB and 2 GiB: through the extender each
+    is given its own request in all, split by the recommended ratio and plan shares."""
+    c.create_pods(stack.api, c.sized_pods(), ns)
+    c.check_given_their_requests(stack.dsn, placed(stack, list(c.SIZED_PODS), ns))
+
+
 def test_fallbacks_and_disjoint_masks(stack: Stack, ns: str) -> None:
     names = [f"g{i}" for i in range(6)] + ["unprofiled", "anonymous"]
     bodies = [

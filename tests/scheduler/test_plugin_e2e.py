@@ -152,6 +152,16 @@ def test_the_example_pod_is_placed_by_the_plugin_and_its_plan_reaches_the_node(
     assert held["node"] == placement.node and int(held["mask"]) == placement.llc_mask_bits
 
 
+def test_each_pod_is_given_its_own_request_split_by_the_recommendation(
+    stack: Stack, ns: str
+) -> None:
+    """A profile traced at 4480 MiB, pods requesting 8 GiB and 2 GiB: through tmc-scheduler each
+    is given its own request in all, split by the recommended ratio and plan shares."""
+    bodies = c.sized_pods()
+    c.create_pods(stack.api, bodies, ns)
+    c.check_given_their_requests(stack.dsn, placed(stack, list(c.SIZED_PODS), ns))
+
+
 def test_pods_follow_the_adopted_plans_machine_patterns(
     stack: Stack, ns: str, tmp_path: Path
 ) -> None:

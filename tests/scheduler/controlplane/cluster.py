@@ -12,6 +12,7 @@ Used by tests/scheduler/test_e2e.py and bench/scheduler_e2e.py.
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import signal
 import ssl
@@ -773,3 +774,39 @@ def dump_logs(cp: ControlPlane, names: list[str]) -> str:
         if path.exists():
             out.append(f"--- {name} ---\n{path.read_text(errors='replace')[-6000:]}")
     return "\n".join(out)
+
+
+# Each pod's memory request, for `check_given_their_requests`: two sizes of one workload.
+SIZED_PODS = {"sized-8g": 8 * GIB, "sized-2g": 2 * GIB}
+
+
+def sized_pods() -> list[dict[str, Any]]:
+    """graph500's pods requesting 8 GiB and 2 GiB: its profile traced 4480 MiB."""
+    return [
+        opted_in_pod(name, "graph500", memory=f"{size // GIB}Gi")
+        for name, size in SIZED_PODS.items()
+    ]
+
+
+def check_given_their_requests(dsn: str, bound: dict[str, Any]) -> None:
+    """Each pod's placement gives it its own memory request, split by the recommended ratio as
+    the model splits a footprint (DRAM rounded half to even), its plan within each tier; the
+    decision it names was priced at a pod's request (the publisher's size for the pair)."""
+    for name, size in SIZED_PODS.items():
+        placement = Placement.from_annotations(bound[name].metadata.annotations)
+        assert placement is not None and placement.fallback is None, name
+        conf = placement.configuration
+        assert conf.dram_bytes + conf.slow_bytes == size, (name, conf)
+        assert conf.dram_bytes == round((1.0 - conf.slow_ratio) * size), (name, conf)
+        assert sum(s.fast_bytes for s in placement.plan) <= conf.dram_bytes
+        assert sum(s.slow_bytes for s in placement.plan) <= conf.slow_bytes
+        assert placement.plan, name
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute(
+                "SELECT result FROM recommendations WHERE id = %s",
+                (placement.recommendation_id,),
+            ).fetchone()
+        assert row is not None
+        result = row[0] if isinstance(row[0], dict) else json.loads(row[0])
+        assert result["sized_from"] == "request", result.get("sized_from")
+        assert result["memory_bytes"] in SIZED_PODS.values(), result["memory_bytes"]
