@@ -61,12 +61,14 @@ func (e *Engine) Cache() *Cache { return e.cache }
 
 // Refusal is why a pod cannot be placed now. Waiting: its recommendation may still come (try
 // again); otherwise no node will ever take it as it is. UntilPublished: it waits for its pair's
-// object with no deadline, and moves when the object appears (the plugin's queueing hint; the
-// extender's callers retry it with their backoff).
+// object with no deadline, and moves when the object appears (the plugin's PreEnqueue and
+// queueing hint; the extender's callers retry it with their backoff). Until: when a bounded
+// wait ends and the pod takes the fallback (zero when it waits until published).
 type Refusal struct {
 	Message        string
 	Waiting        bool
 	UntilPublished bool
+	Until          time.Time
 }
 
 // WaitUntilPublished is the wait of a pod of an unpublished pair that never falls back: it waits
@@ -96,7 +98,7 @@ func (e *Engine) Ask(pod *v1.Pod) (*PodAsk, *Refusal) {
 		// The publisher sees the pod's workload when the pod is created and publishes within a
 		// second or so: the pod is tried again until then, up to the wait.
 		if age := e.now().Sub(pod.CreationTimestamp.Time); age < e.wait {
-			return nil, &Refusal{Waiting: true, Message: fmt.Sprintf(
+			return nil, &Refusal{Waiting: true, Until: pod.CreationTimestamp.Add(e.wait), Message: fmt.Sprintf(
 				"tmc: waiting for the recommendation of %s (%s; fallback after %s)",
 				pair, RecommendationKind, e.wait)}
 		}

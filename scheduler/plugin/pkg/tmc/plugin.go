@@ -36,6 +36,8 @@ type TmcPlacement struct {
 	// key and a lookup per node). kube-scheduler's scheduling cycle is serial; a state or pod
 	// that is not this one (a preemption's copy of the state) is read from the state as before.
 	cycle atomic.Pointer[cycleOf]
+	// room holds the pods PreEnqueue keeps waiting for their recommendation (nil: none kept).
+	room *waitRoom
 }
 
 // cycleOf is one scheduling cycle's state object, pod and what PreFilter wrote into the state.
@@ -136,13 +138,14 @@ func ParseRackPools(given map[string]string) (map[string]int64, error) {
 }
 
 var (
-	_ fwk.PreFilterPlugin = (*TmcPlacement)(nil)
-	_ fwk.FilterPlugin    = (*TmcPlacement)(nil)
-	_ fwk.PreScorePlugin  = (*TmcPlacement)(nil)
-	_ fwk.ScorePlugin     = (*TmcPlacement)(nil)
-	_ fwk.ReservePlugin   = (*TmcPlacement)(nil)
-	_ fwk.BindPlugin      = (*TmcPlacement)(nil)
-	_ fwk.SignPlugin      = (*TmcPlacement)(nil)
+	_ fwk.PreEnqueuePlugin = (*TmcPlacement)(nil)
+	_ fwk.PreFilterPlugin  = (*TmcPlacement)(nil)
+	_ fwk.FilterPlugin     = (*TmcPlacement)(nil)
+	_ fwk.PreScorePlugin   = (*TmcPlacement)(nil)
+	_ fwk.ScorePlugin      = (*TmcPlacement)(nil)
+	_ fwk.ReservePlugin    = (*TmcPlacement)(nil)
+	_ fwk.BindPlugin       = (*TmcPlacement)(nil)
+	_ fwk.SignPlugin       = (*TmcPlacement)(nil)
 
 	_ fwk.EnqueueExtensions = (*TmcPlacement)(nil)
 )
@@ -183,6 +186,10 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	if err := p.Watch(h.SharedInformerFactory()); err != nil {
 		return nil, err
+	}
+	p.room = newWaitRoom(h, h.EventRecorder())
+	if _, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(p.room.handler()); err != nil {
+		return nil, fmt.Errorf("%s: watching pods: %w", Name, err)
 	}
 	if h.KubeConfig() != nil {
 		client, err := dynamic.NewForConfig(h.KubeConfig())
@@ -244,6 +251,8 @@ func requestsTiered(pod *v1.Pod) bool {
 func (p *TmcPlacement) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	ask, refused := p.Ask(pod)
 	if refused != nil {
+		// A pod waiting for its recommendation waits in PreEnqueue and is not attempted; it
+		// comes here only if its pair's object went between the queue and the cycle.
 		if refused.UntilPublished {
 			// Unschedulable, not an error: the pod sits in the unschedulable queue until its
 			// pair's object is added or updated (RecommendationHint), not on error backoff.
