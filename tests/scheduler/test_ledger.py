@@ -346,6 +346,32 @@ def test_the_feeder_counts_the_pairs_live_pods_name() -> None:
     assert feeder.pairs_named() == {("kv", "slo:5%")}
 
 
+def test_a_pair_is_priced_at_the_memory_its_pods_request() -> None:
+    """The size a pair's recommendation is priced at is the median memory request of the live
+    pods naming it (the lower middle one); pods asking for none are not counted, and a request
+    changed on a pod is read again."""
+    feeder = Feeder(ListedCluster(), None)  # type: ignore[arg-type]
+    feeder.sync()
+    pair = ("kv", "cheapest")
+    assert feeder.memory_of(pair) is None
+    sizes = {"a": "8Gi", "b": "2Gi", "c": "4Gi", "d": None}
+    pods = {}
+    for uid, size in sizes.items():
+        pod = opted_in(uid, "kv", "cheapest")
+        if size is not None:
+            pod["spec"]["containers"][0]["resources"]["requests"]["memory"] = size
+        pods[uid] = pod
+        feeder.on_pod("ADDED", copy.deepcopy(pod))
+    assert feeder.memory_of(pair) == 4 * GIB
+    feeder.on_pod("DELETED", pods["c"])
+    assert feeder.memory_of(pair) == 2 * GIB  # 2 and 8: the lower middle
+    # A larger init container is the pod's request, as the in-tree fit counts it.
+    pods["b"]["spec"]["initContainers"] = [{"resources": {"requests": {"memory": "16Gi"}}}]
+    feeder.on_pod("MODIFIED", copy.deepcopy(pods["b"]))
+    assert feeder.memory_of(pair) == 8 * GIB
+    assert feeder.memory_of(("other", "cheapest")) is None
+
+
 class Asked:
     """The publisher's side of the feeder: the pending opted-in pods it was told of."""
 
