@@ -192,6 +192,22 @@ def test_a_pod_is_never_limited_below_its_own_ask(node: Node, start_plugin: Plug
     assert seen(node.runtime.run_to_end(cid))["memory-limit-v1"] == [str(8 * GIB)]
 
 
+def test_a_placed_containers_memory_is_not_raised_after_creation(
+    node: Node, start_plugin: PluginFactory
+) -> None:
+    """`crictl update` (the path of a kubelet's resize too) may lower a placed container's memory
+    limit, never raise it past what the node admitted; the pod is told why."""
+    plugin = start_plugin()
+    cid = create(node, "held", 13, placed("0x30", 2, 64 << 20))
+    raised = node.runtime.crictl("update", "--memory", str(8 * GIB), cid, check=False)
+    assert raised.returncode != 0
+    assert "may not raise the memory limit" in raised.stderr + raised.stdout
+    assert node.runtime.spec(cid)["linux"]["resources"]["memory"]["limit"] == 64 << 20
+    assert "TmcUpdateRefused" in [e["reason"] for e in plugin.events()]
+    lowered = node.runtime.crictl("update", "--memory", str(32 << 20), cid, check=False)
+    assert lowered.returncode == 0, lowered.stderr
+
+
 def test_verification_run_that_cannot_be_applied_does_not_start(
     node: Node, start_plugin: PluginFactory
 ) -> None:

@@ -86,6 +86,9 @@ type Record struct {
 	Confirmed bool   `json:"confirmed"`
 	Started   bool   `json:"started"`
 	Created   string `json:"created"`
+	// MemoryLimit is the container's memory limit at creation (the placement's, or the
+	// container's own; 0 for none): an update may lower it, never raise it (UpdateContainer).
+	MemoryLimit int64 `json:"memory_limit"`
 }
 
 type admitted struct {
@@ -209,9 +212,12 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	}
 
 	// Memory: the placement's bytes for a container without a limit of its own.
-	if limit, ok := MemoryLimit(pl, ctr.GetLinux().GetResources().GetMemory().GetLimit().GetValue()); ok {
+	own := ctr.GetLinux().GetResources().GetMemory().GetLimit().GetValue()
+	rec.MemoryLimit = max(own, 0)
+	if limit, ok := MemoryLimit(pl, own); ok {
 		adj.SetLinuxMemoryLimit(limit)
 		rec.Applied = append(rec.Applied, fmt.Sprintf("memory.limit %d", limit))
+		rec.MemoryLimit = limit
 	}
 
 	// The plan and the shim. Without a slow node everything is DRAM: the plan names the DRAM
@@ -268,8 +274,12 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	return adj, nil, nil
 }
 
-// preload puts the allocator shim in the container unless its manifest already preloads it (the
-// manifests written before the plugin did it themselves, and keep working).
+// preload puts the allocator shim in the container: tmc's own copy, always mounted at
+// ContainerShimPath, first in LD_PRELOAD. A manifest's own LD_PRELOAD is kept after it, less any
+// entry named like the shim (manifests written before the plugin preloaded it from a path of
+// their own; loaded twice it would interpose twice): a path merely named like the shim is never
+// taken for it, and a manifest that mounts its own file where
+// tmc's shim goes is reported, not trusted: verification counts a run only where tmc's shim ran.
 func (p *Plugin) preload(ctr *api.Container, adj *api.ContainerAdjustment, rec *Record, skip func(string, string)) {
 	existing := ""
 	for _, kv := range ctr.GetEnv() {
@@ -277,9 +287,11 @@ func (p *Plugin) preload(ctr *api.Container, adj *api.ContainerAdjustment, rec *
 			existing = v
 		}
 	}
-	if strings.Contains(existing, shimName) {
-		rec.Applied = append(rec.Applied, "shim preloaded by the manifest")
-		return
+	for _, m := range ctr.GetMounts() {
+		if d := filepath.Clean(m.GetDestination()); d == ContainerShimPath || d == filepath.Dir(ContainerShimPath) {
+			skip("shim", "the manifest mounts its own "+d+", where tmc's shim goes")
+			return
+		}
 	}
 	if p.cfg.ShimDir == "" {
 		skip("shim", "no shim directory configured on this node")
@@ -293,8 +305,10 @@ func (p *Plugin) preload(ctr *api.Container, adj *api.ContainerAdjustment, rec *
 	adj.AddMount(&api.Mount{Destination: ContainerShimPath, Source: host, Type: "bind",
 		Options: []string{"bind", "ro", "rprivate"}})
 	value := ContainerShimPath
-	if existing != "" {
-		value += " " + existing
+	for _, entry := range strings.FieldsFunc(existing, func(r rune) bool { return r == ' ' || r == ':' }) {
+		if filepath.Base(entry) != shimName { // tmc's own copy stands for any path named so
+			value += " " + entry
+		}
 	}
 	adj.AddEnv("LD_PRELOAD", value)
 	rec.Applied = append(rec.Applied, "shim "+ContainerShimPath)
@@ -391,6 +405,33 @@ func (p *Plugin) PostStartContainer(_ context.Context, pod *api.PodSandbox, ctr 
 	}
 	rec.Started = true
 	return p.writeRecord(rec)
+}
+
+// UpdateContainer is the node's check after creation: a placed container's memory limit may be
+// lowered, never raised past (or lifted from) the limit it was created with, since the node
+// admitted the pod for the memory its placement holds; a runtime's own update (crictl update)
+// and the kubelet's resize of a running pod both come here. Other resources pass unchanged.
+func (p *Plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
+	rec, ok := p.readRecord(pod.GetUid(), ctr.GetName())
+	if !ok || rec.MemoryLimit <= 0 {
+		return nil, nil // not adjusted by tmc, or created with no limit to hold
+	}
+	asked := res.GetMemory().GetLimit()
+	if asked == nil {
+		return nil, nil // the update leaves the memory limit as it is
+	}
+	if v := asked.GetValue(); v > 0 && v <= rec.MemoryLimit {
+		return nil, nil
+	}
+	what := "lift the memory limit"
+	if v := asked.GetValue(); v > 0 {
+		what = fmt.Sprintf("raise the memory limit to %d bytes", v)
+	}
+	msg := fmt.Sprintf("container %s may not %s: it was placed with %d bytes (recreate the pod with a larger request to be placed again)",
+		ctr.GetName(), what, rec.MemoryLimit)
+	p.count.Unapplied("update")
+	p.report.Event(pod, true, "TmcUpdateRefused", msg)
+	return nil, &RefusedError{Msg: msg}
 }
 
 // StopPodSandbox frees what the pod held on this node: its containers are gone.

@@ -288,24 +288,90 @@ func TestMalformedPlacementStartsUnadjustedWithAnEvent(t *testing.T) {
 	}
 }
 
-func TestManifestThatPreloadsTheShimKeepsItsOwn(t *testing.T) {
+func TestTheShimIsAlwaysTmcsOwn(t *testing.T) {
 	f := newFixture(t, false)
-	adj, _, err := f.plugin.CreateContainer(context.Background(), pod("old", "uo", placed("node-a", "0x1", 1, gib, 0)),
+	ctx := context.Background()
+	// A manifest written before the plugin preloaded the shim from a path of its own: tmc's copy
+	// takes its place, once.
+	adj, _, err := f.plugin.CreateContainer(ctx, pod("old", "uo", placed("node-a", "0x1", 1, gib, 0)),
 		container("old", "", "LD_PRELOAD=/opt/tmc/libtmcalloc.so", "TMC_PLAN=/var/lib/tmc/plans/uo.plan"))
 	must(t, err)
-	if _, ok := envOf(adj)["LD_PRELOAD"]; ok {
-		t.Error("the manifest's own preload was replaced")
+	if got := envOf(adj)["LD_PRELOAD"]; got != ContainerShimPath {
+		t.Errorf("LD_PRELOAD %q, want tmc's shim alone", got)
 	}
-	// Its old path still names the same file the plugin wrote.
+	// Its old plan path still names the same file the plugin wrote.
 	if _, err := os.Stat(filepath.Join(f.plans, "uo.plan")); err != nil {
 		t.Error(err)
 	}
 	// Another preload is kept after the shim.
-	adj, _, err = f.plugin.CreateContainer(context.Background(), pod("p", "up", placed("node-a", "0x2", 1, gib, 0)),
+	adj, _, err = f.plugin.CreateContainer(ctx, pod("p", "up", placed("node-a", "0x2", 1, gib, 0)),
 		container("p", "", "LD_PRELOAD=/usr/lib/libjemalloc.so"))
 	must(t, err)
 	if got := envOf(adj)["LD_PRELOAD"]; got != ContainerShimPath+" /usr/lib/libjemalloc.so" {
 		t.Errorf("LD_PRELOAD %q", got)
+	}
+	// A path merely named like the shim, on a node whose shim is not installed: nothing is
+	// preloaded in its name, and the record is not complete (verification does not trust it).
+	must(t, os.Remove(filepath.Join(f.shim, shimName)))
+	fake := pod("fake", "6f1c2a9e-0f0f", placed("node-a", "0x4", 1, gib, 0))
+	adj, _, err = f.plugin.CreateContainer(ctx, fake, container("fake", "", "LD_PRELOAD=/tmp/x/libtmcalloc.so"))
+	must(t, err)
+	rec, ok := f.plugin.readRecord("6f1c2a9e-0f0f", "fake")
+	if !ok || rec.Complete || !strings.Contains(strings.Join(rec.Skipped, ";"), "shim") {
+		t.Fatalf("a fake preload was trusted: %+v", rec)
+	}
+	if _, set := envOf(adj)["LD_PRELOAD"]; set {
+		t.Error("LD_PRELOAD set with no shim mounted")
+	}
+	// A manifest mounting its own file where tmc's shim goes is not trusted either.
+	must(t, os.WriteFile(filepath.Join(f.shim, shimName), []byte("\x7fELF"), 0o644))
+	own := container("own", "")
+	own.Mounts = []*api.Mount{{Destination: ContainerShimPath, Source: "/tmp/evil.so", Type: "bind"}}
+	_, _, err = f.plugin.CreateContainer(ctx, pod("own", "6f1c2a9e-0f1f", placed("node-a", "0x8", 1, gib, 0)), own)
+	must(t, err)
+	if rec, _ := f.plugin.readRecord("6f1c2a9e-0f1f", "own"); rec == nil || rec.Complete {
+		t.Fatalf("a manifest's own shim mount was trusted: %+v", rec)
+	}
+}
+
+// A placed container's memory limit may be lowered after creation, never raised or lifted: the
+// node admitted the pod for what its placement holds (crictl update, a pod's resize).
+func TestAnUpdateNeverRaisesAPlacedContainersMemory(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	p := pod("small", "6f1c2a9e-0c1f", placed("node-a", "0x1", 1, 48<<20, 16<<20))
+	c := container("small", "")
+	_, _, err := f.plugin.CreateContainer(ctx, p, c)
+	must(t, err)
+	update := func(limit *int64) error {
+		res := &api.LinuxResources{}
+		if limit != nil {
+			res.Memory = &api.LinuxMemory{Limit: api.Int64(*limit)}
+		}
+		_, err := f.plugin.UpdateContainer(ctx, p, c, res)
+		return err
+	}
+	for _, v := range []int64{8 * gib, 64<<20 + 1, -1} {
+		if err := update(&v); err == nil || !strings.Contains(err.Error(), "was placed with 67108864 bytes") {
+			t.Errorf("an update to %d: %v", v, err)
+		}
+	}
+	if f.rec.unapplied["update"] != 3 || !strings.Contains(f.rec.reasons(), "TmcUpdateRefused") {
+		t.Errorf("refusals not reported: %v %v", f.rec.unapplied, f.rec.events)
+	}
+	lower := int64(32 << 20)
+	if err := update(&lower); err != nil {
+		t.Errorf("lowering refused: %v", err)
+	}
+	if err := update(nil); err != nil {
+		t.Errorf("an update leaving memory alone refused: %v", err)
+	}
+	// A pod tmc did not place is not tmc's to judge.
+	other := pod("plain", "6f1c2a9e-0c2f", nil)
+	big := int64(64 * gib)
+	res := &api.LinuxResources{Memory: &api.LinuxMemory{Limit: api.Int64(big)}}
+	if _, err := f.plugin.UpdateContainer(ctx, other, container("plain", ""), res); err != nil {
+		t.Errorf("an unplaced pod's update refused: %v", err)
 	}
 }
 
