@@ -92,7 +92,17 @@ class Plane:
                         {
                             "apiGroups": [""],
                             "resources": ["pods"],
-                            "verbs": ["get", "list", "create", "patch", "delete"],
+                            "verbs": ["get", "list", "create", "update", "patch", "delete"],
+                        },
+                        {
+                            "apiGroups": [""],
+                            "resources": ["pods/ephemeralcontainers", "pods/resize"],
+                            "verbs": ["patch"],
+                        },
+                        {
+                            "apiGroups": ["apps"],
+                            "resources": ["replicasets"],
+                            "verbs": ["get", "create", "delete"],
                         },
                         # Beyond a tenant's usual rights: what its own scheduler would hold.
                         {
@@ -100,7 +110,11 @@ class Plane:
                             "resources": ["pods/binding", "bindings"],
                             "verbs": ["create"],
                         },
-                        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
+                        {
+                            "apiGroups": [""],
+                            "resources": ["pods/status"],
+                            "verbs": ["update", "patch"],
+                        },
                     ],
                 },
             )
@@ -163,6 +177,11 @@ def plane() -> Iterator[Plane]:
         for name in ("node-a", "node-b"):
             c.register_node(c.core(cp), c.node_object(name))
         p = Plane(cp)
+        if not ADMISSION_VALUES["admission"].get("enabled", True):
+            # The chart without its policies: every forgery below must then get through (each
+            # test fails), which shows that the policies, not RBAC, refuse them.
+            yield p
+            return
         # A policy is enforced once the API server has compiled it: wait for the first refusal.
         wait_until(
             lambda: (
@@ -277,6 +296,146 @@ def test_a_tenant_cannot_rewrite_its_placement_after_binding(
     assert why is not None, "pods/status wrote a placement"
     got = plane.admin.read_namespaced_pod(name, TENANT_NS).metadata.annotations
     assert {k: got.get(k) for k in PLACEMENT} == PLACEMENT
+
+
+# Every kind of write a client can send, to the pod or to its status: adding tmc's annotations to
+# a pod that carries none of them, and removing a placement from a placed pod.
+WRITES = ["strategic-merge", "merge", "json", "apply", "replace"]
+CONTENT_TYPES = {
+    "strategic-merge": "application/strategic-merge-patch+json",
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "apply": "application/apply-patch+yaml",
+}
+
+
+def write_annotations(
+    api: k8s.CoreV1Api, how: str, status: bool, name: str, ann: dict[str, str | None]
+) -> None:
+    """Set (a value) or remove (None) annotations of a tenant's pod, as `how` writes them."""
+    if how == "replace":
+        current = api.read_namespaced_pod(name, TENANT_NS)
+        kept = dict(current.metadata.annotations or {})
+        for key, value in ann.items():
+            if value is None:
+                kept.pop(key, None)
+            else:
+                kept[key] = value
+        current.metadata.annotations = kept
+        replace = api.replace_namespaced_pod_status if status else api.replace_namespaced_pod
+        replace(name, TENANT_NS, current)
+        return
+    patch = api.patch_namespaced_pod_status if status else api.patch_namespaced_pod
+    options: dict[str, Any] = {"_content_type": CONTENT_TYPES[how]}
+    if how == "json":
+        removed = [k for k, v in ann.items() if v is None]
+        body: Any = [
+            {"op": "remove", "path": "/metadata/annotations/" + k.replace("/", "~1")}
+            for k in removed
+        ] or [{"op": "add", "path": "/metadata/annotations", "value": ann}]
+    elif how == "apply":
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": ann}}
+        options["field_manager"] = "tenant"
+        options["force"] = True
+    else:
+        body = {"metadata": {"annotations": ann}}
+    patch(name, TENANT_NS, body, **options)
+
+
+@pytest.mark.parametrize("status", [False, True], ids=["pod", "status"])
+@pytest.mark.parametrize("how", WRITES)
+def test_a_tenant_cannot_add_tmcs_annotations_by_any_kind_of_write(
+    plane: Plane, how: str, status: bool
+) -> None:
+    name = f"add-{how}-{'status' if status else 'pod'}"
+    plane.tenant.create_namespaced_pod(TENANT_NS, pod(name))
+    why = refused(partial(write_annotations, plane.tenant, how, status, name, dict(PLACEMENT)))
+    assert why is not None and "only tmc's scheduler may write a pod's placement" in why, why
+    pin: dict[str, str | None] = {"tmc.dev/recommendation": GREEDY}
+    why = refused(partial(write_annotations, plane.tenant, how, status, name, pin))
+    assert why is not None and "only an operator may pin a recommendation" in why, why
+    got = plane.admin.read_namespaced_pod(name, TENANT_NS).metadata.annotations or {}
+    assert not [k for k in got if k in PLACEMENT or k == "tmc.dev/recommendation"], got
+
+
+@pytest.mark.parametrize("status", [False, True], ids=["pod", "status"])
+@pytest.mark.parametrize("how", [w for w in WRITES if w != "apply"])
+def test_a_tenant_cannot_remove_a_placement_by_any_kind_of_write(
+    plane: Plane, how: str, status: bool
+) -> None:
+    """(A server-side apply removes only what its own manager set: never the scheduler's.)"""
+    name = f"remove-{how}-{'status' if status else 'pod'}"
+    placed_pod(plane, name)
+    removed: dict[str, str | None] = {"tmc.dev/placement": None}
+    why = refused(partial(write_annotations, plane.tenant, how, status, name, removed))
+    assert why is not None and "only tmc's scheduler may write a pod's placement" in why, why
+    got = plane.admin.read_namespaced_pod(name, TENANT_NS).metadata.annotations
+    assert {k: got.get(k) for k in PLACEMENT} == PLACEMENT
+
+
+def test_a_controllers_pod_template_cannot_carry_a_placement(plane: Plane) -> None:
+    """A tenant's ReplicaSet (a Deployment's, say) whose template carries a placement: the
+    controller creates the pods, and its creates are refused like the tenant's own."""
+    plane.cp.start_controller_manager(("replicaset-controller",))
+    apps = k8s.AppsV1Api(plane.tenant.api_client)
+    labels = {"app": "forged-template"}
+    template = {
+        "metadata": {"labels": labels, "annotations": dict(PLACEMENT)},
+        "spec": pod("unused")["spec"],
+    }
+    apps.create_namespaced_replica_set(
+        TENANT_NS,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {"name": "forged-template"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": template},
+        },
+    )
+    admin_apps = k8s.AppsV1Api(plane.client)
+
+    def failure() -> str | None:
+        got = admin_apps.read_namespaced_replica_set_status("forged-template", TENANT_NS)
+        return next(
+            (x.message for x in got.status.conditions or [] if x.type == "ReplicaFailure"), None
+        )
+
+    wait_until(failure, 60, "the controller's create refused")
+    assert "only tmc's scheduler may write a pod's placement" in str(failure())
+    made = plane.admin.list_namespaced_pod(TENANT_NS, label_selector="app=forged-template")
+    assert made.items == [], [x.metadata.name for x in made.items]
+    apps.delete_namespaced_replica_set("forged-template", TENANT_NS)
+
+
+def test_the_subresources_left_unmatched_keep_the_pods_metadata(plane: Plane) -> None:
+    """The policy does not match pods/ephemeralcontainers nor pods/resize (every match costs
+    the API server a conversion of the pod): that is safe only while the API server keeps the
+    old metadata on those writes whatever the request says. Checked on this API server."""
+    body = pod("subresources", node="node-b")
+    body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100m"}}
+    plane.tenant.create_namespaced_pod(TENANT_NS, body)
+    plane.tenant.patch_namespaced_pod_ephemeralcontainers(
+        "subresources",
+        TENANT_NS,
+        {
+            "metadata": {"annotations": PLACEMENT},
+            "spec": {
+                "ephemeralContainers": [{"name": "debug", "image": "registry.k8s.io/pause:3.10"}]
+            },
+        },
+    )
+    plane.tenant.patch_namespaced_pod_resize(
+        "subresources",
+        TENANT_NS,
+        {
+            "metadata": {"annotations": PLACEMENT},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "200m"}}}]},
+        },
+    )
+    got = plane.admin.read_namespaced_pod("subresources", TENANT_NS)
+    assert [c.name for c in got.spec.ephemeral_containers or []] == ["debug"]
+    assert got.spec.containers[0].resources.requests["cpu"] == "200m"
+    assert not [k for k in got.metadata.annotations or {} if k in PLACEMENT], got.metadata
 
 
 def test_a_tenants_unrelated_update_of_a_placed_pod_passes(plane: Plane) -> None:
