@@ -52,6 +52,7 @@ PROMQL_WORDS = frozenset(
         "by", "without", "and", "or", "unless", "on", "ignoring", "group_left", "group_right",
         "bool", "offset", "clamp_min", "clamp_max", "abs", "topk", "bottomk", "time", "vector",
         "label_values", "delta", "deriv", "avg_over_time", "max_over_time", "min_over_time",
+        "absent",
     }
 )  # fmt: skip
 HISTOGRAM_PARTS = ("_bucket", "_sum", "_count")
