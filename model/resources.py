@@ -21,6 +21,24 @@ class Configuration(BaseModel):
     llc_ways: int = Field(ge=1)
 
 
+_BINARY_SUFFIXES = (("Ei", 1 << 60), ("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", GIB), ("Mi", MIB),
+                    ("Ki", 1 << 10))  # fmt: skip
+
+
+def quantity_text(n_bytes: int) -> str:
+    """Bytes as people read a Kubernetes memory quantity: the largest binary suffix that keeps
+    the number at least 1, at most three significant digits ("3.5Gi", "32Mi", "1.33Gi", "512");
+    Kubernetes itself parses every one of them back."""
+    if n_bytes < 0:
+        raise ValueError(f"a size is not negative: {n_bytes}")
+    for suffix, scale in _BINARY_SUFFIXES:
+        if n_bytes >= scale:
+            value = n_bytes / scale
+            text = f"{value:.3g}" if value < 1000 else f"{value:.0f}"
+            return text + suffix
+    return str(n_bytes)
+
+
 def split_memory(memory_bytes: int, slow_ratio: float) -> tuple[int, int]:
     """DRAM and slow bytes for a slow ratio; whole bytes that always add up to the footprint."""
     dram = round((1.0 - slow_ratio) * memory_bytes)

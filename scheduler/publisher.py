@@ -78,7 +78,7 @@ from model.node_contract import (
     Placement,
     Recommendation,
 )
-from model.resources import GIB
+from model.resources import quantity_text
 from scheduler.decisions import FallbackReason, decide_pair
 from scheduler.feeder import Feeder, PodRef
 from scheduler.kube import KubeCluster, api_client
@@ -314,15 +314,11 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:.1f}"
-
-
 def status_of(
     decided: Decided, written: Mapping[str, Any], now: str | None = None
 ) -> dict[str, Any]:
-    """The object's status for what was just written: the generation it describes, the sizes in
-    GiB (for `kubectl get`), and the conditions Published and Fallback. A condition's
+    """The object's status for what was just written: the generation it describes, the sizes as
+    Kubernetes quantities (for `kubectl get`), and the conditions Published and Fallback. A condition's
     lastTransitionTime moves only when its status changes."""
     rec = decided.recommendation
     generation = int((written.get("metadata") or {}).get("generation") or 1)
@@ -358,12 +354,13 @@ def status_of(
             "Fallback",
             "False",
             "Recommended",
-            f"{rec.dram_bytes} B DRAM, {rec.slow_bytes} B slow memory, {rec.llc_ways} LLC ways",
+            f"{quantity_text(rec.dram_bytes)} DRAM, {quantity_text(rec.slow_bytes)} slow memory,"
+            f" {rec.llc_ways} LLC ways",
         )
     return {
         "observedGeneration": generation,
-        "dramGiB": "-" if fallback else _gib(rec.dram_bytes),
-        "slowGiB": "-" if fallback else _gib(rec.slow_bytes),
+        "dram": "-" if fallback else quantity_text(rec.dram_bytes),
+        "slow": "-" if fallback else quantity_text(rec.slow_bytes),
         "conditions": [published, why],
     }
 
@@ -617,7 +614,8 @@ class RecommendationPublisher:
             pair[0],
             pair[1],
             rec.fallback
-            or f"{rec.dram_bytes} B DRAM, {rec.slow_bytes} B slow, {rec.llc_ways} ways",
+            or f"{quantity_text(rec.dram_bytes)} DRAM, {quantity_text(rec.slow_bytes)} slow,"
+            f" {rec.llc_ways} ways",
         )
         return True
 

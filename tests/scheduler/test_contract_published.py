@@ -286,14 +286,14 @@ def test_a_drifted_status_is_found() -> None:
     defs = _defs()
     node = defs["TieredRecommendationStatus"]
     status = status_of(CASES[0][1], {"metadata": {"generation": 1}}, now=NOW)
-    drifted = {**status, "fallbackReason": "x", "dramGiB": 6.0}
+    drifted = {**status, "fallbackReason": "x", "dram": 6.0}
     drifted["conditions"] = [
         {**status["conditions"][0], "reason": "Not one word", "lastTransitionTime": "yesterday"}
     ]
     found = violations(drifted, node, defs, ".status")
     assert any(f.startswith(".status.conditions[0].lastTransitionTime:") for f in found), found
     assert ".status.fallbackReason: not in the Go types (the API server prunes it)" in found
-    assert ".status.dramGiB: 6.0 is not of type 'string'" in found
+    assert ".status.dram: 6.0 is not of type 'string'" in found
     assert any(f.startswith(".status.conditions[0].reason:") for f in found)
     assert declared(node, defs, ".status") - written(status, ".status") == set()
     assert ".status.conditions[].observedGeneration" in declared(node, defs, ".status")

@@ -26,6 +26,7 @@ from kubernetes import client as k8s
 from prometheus_client.parser import text_string_to_metric_families
 
 from model.node_contract import Placement, parse_plan_file
+from model.resources import quantity_text
 from tests.fixtures.database import empty_tables
 from tests.scheduler.conftest import upload_example
 from tests.scheduler.controlplane import ControlPlane
@@ -118,7 +119,7 @@ def test_the_example_pod_is_placed_by_the_plugin_and_its_plan_reaches_the_node(
     assert placement.recommendation_id == published["recommendation_id"]
     assert len(placement.plan) >= 2
     # The object's status says it was published for its generation and is no fallback, and
-    # `kubectl get` shows the sizes in GiB.
+    # `kubectl get` shows the sizes as Kubernetes quantities.
     obj = p.recommendation_objects(stack.cp)[("graph500", "slo:5%")]
     status: dict[str, Any] = obj["status"]
     assert status["observedGeneration"] == obj["metadata"]["generation"]
@@ -127,7 +128,9 @@ def test_the_example_pod_is_placed_by_the_plugin_and_its_plan_reaches_the_node(
     assert conditions["Fallback"]["status"] == "False"
     assert conditions["Fallback"]["reason"] == "Recommended"
     shown = p.recommendation_table(stack.cp)[obj["metadata"]["name"]]
-    assert shown["DRAM-GiB"] == f"{published['dram_bytes'] / 2**30:.1f}"
+    assert shown["DRAM"] == quantity_text(published["dram_bytes"])
+    assert shown["Slow"] == quantity_text(published["slow_bytes"])
+    assert conditions["Fallback"]["message"].startswith(f"{shown['DRAM']} DRAM, {shown['Slow']}")
     assert shown["Fallback"] == "False" and shown["Ways"] == published["llc_ways"]
     with psycopg.connect(stack.dsn) as conn:
         row = conn.execute(
@@ -193,7 +196,7 @@ def test_a_workload_without_a_profile_is_published_as_a_fallback(stack: Stack, n
     assert conditions["Fallback"]["message"] == published["fallback"]
     assert conditions["Fallback"]["reason"] not in ("", "Recommended")
     row = p.recommendation_table(stack.cp)[obj["metadata"]["name"]]
-    assert (row["Fallback"], row["DRAM-GiB"]) == ("True", "-"), row
+    assert (row["Fallback"], row["DRAM"]) == ("True", "-"), row
     waited = [
         e.message
         for e in stack.api.list_namespaced_event(ns).items

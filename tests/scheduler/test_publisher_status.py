@@ -3,8 +3,10 @@ generated CRD's schema in the plugin's end-to-end tests; here, what it says)."""
 
 from __future__ import annotations
 
+from kubernetes.utils.quantity import parse_quantity
+
 from model.node_contract import Recommendation
-from model.resources import GIB
+from model.resources import GIB, quantity_text
 from scheduler.publisher import Decided, status_of
 
 RECOMMENDED = Decided(
@@ -27,8 +29,9 @@ def conditions(status: dict[str, object]) -> dict[str, dict[str, object]]:
 def test_a_recommendation_is_published_and_no_fallback() -> None:
     status = status_of(RECOMMENDED, {"metadata": {"generation": 3}}, now="2026-01-01T00:00:00Z")
     assert status["observedGeneration"] == 3
-    assert (status["dramGiB"], status["slowGiB"]) == ("6.0", "0.5")
+    assert (status["dram"], status["slow"]) == ("6Gi", "512Mi")
     found = conditions(status)
+    assert found["Fallback"]["message"] == "6Gi DRAM, 512Mi slow memory, 4 LLC ways"
     assert found["Published"]["status"] == "True"
     assert found["Published"]["observedGeneration"] == 3
     assert (found["Fallback"]["status"], found["Fallback"]["reason"]) == ("False", "Recommended")
@@ -36,7 +39,7 @@ def test_a_recommendation_is_published_and_no_fallback() -> None:
 
 def test_a_fallback_says_its_cause_and_reason() -> None:
     status = status_of(FALLBACK, {"metadata": {"generation": 1}}, now="2026-01-01T00:00:00Z")
-    assert (status["dramGiB"], status["slowGiB"]) == ("-", "-")
+    assert (status["dram"], status["slow"]) == ("-", "-")
     fallback = conditions(status)["Fallback"]
     assert fallback["status"] == "True"
     assert fallback["reason"] == "NoFeasibleConfiguration"
@@ -52,3 +55,21 @@ def test_a_conditions_transition_time_moves_only_when_its_status_does() -> None:
     changed = conditions(status_of(RECOMMENDED, written, now="2026-01-01T00:05:00Z"))
     assert changed["Fallback"]["lastTransitionTime"] == "2026-01-01T00:05:00Z"
     assert changed["Published"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+
+
+def test_sizes_read_as_kubernetes_quantities_at_every_size() -> None:
+    """What `kubectl get` shows: the largest binary suffix keeping the number at least 1, at
+    most three significant digits, and text Kubernetes parses back as a quantity."""
+    cases = {
+        0: "0",
+        512: "512",
+        32 << 20: "32Mi",
+        3584 << 20: "3.5Gi",
+        4 * GIB // 3: "1.33Gi",
+        1000 * GIB: "1000Gi",
+        1023 * GIB + GIB // 2: "1024Gi",
+        5 << 50: "5Pi",
+    }
+    for n, text in cases.items():
+        assert quantity_text(n) == text, n
+        assert abs(float(parse_quantity(text)) - n) <= 0.005 * n, text  # type: ignore[no-untyped-call]

@@ -114,15 +114,16 @@ type TieredRecommendationStatus struct {
 	// ObservedGeneration is the generation of the spec this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// DRAM is the recommended DRAM in GiB, for people ("24.0"); "-" for a fallback, whose
-	// pods get their own memory request.
+	// DRAM is the recommended DRAM as a Kubernetes quantity, for people ("3.5Gi", "32Mi"); "-"
+	// for a fallback, whose pods get their own memory request. Each pod is given its own request
+	// split in the same ratio.
 	// +optional
 	// +kubebuilder:validation:MaxLength=32
-	DRAM string `json:"dramGiB,omitempty"`
-	// Slow is the recommended slow memory in GiB, for people.
+	DRAM string `json:"dram,omitempty"`
+	// Slow is the recommended slow memory as a Kubernetes quantity, for people.
 	// +optional
 	// +kubebuilder:validation:MaxLength=32
-	Slow string `json:"slowGiB,omitempty"`
+	Slow string `json:"slow,omitempty"`
 	// Conditions are Published (the spec is written for the generation observed) and Fallback
 	// (the spec is a fallback; its reason says why).
 	// +optional
@@ -140,8 +141,8 @@ type TieredRecommendationStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Workload",type=string,JSONPath=`.spec.workload`
 // +kubebuilder:printcolumn:name="Objective",type=string,JSONPath=`.spec.objective`
-// +kubebuilder:printcolumn:name="DRAM-GiB",type=string,JSONPath=`.status.dramGiB`
-// +kubebuilder:printcolumn:name="Slow-GiB",type=string,JSONPath=`.status.slowGiB`
+// +kubebuilder:printcolumn:name="DRAM",type=string,JSONPath=`.status.dram`
+// +kubebuilder:printcolumn:name="Slow",type=string,JSONPath=`.status.slow`
 // +kubebuilder:printcolumn:name="Ways",type=integer,JSONPath=`.spec.llc_ways`
 // +kubebuilder:printcolumn:name="Fallback",type=string,JSONPath=`.status.conditions[?(@.type=="Fallback")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Fallback")].reason`,priority=1
