@@ -34,12 +34,18 @@ VALUES: dict[str, Any] = {
     "rackPools": {POOL: "256Gi"},
 }
 NS = "forgery"
+# A pod asking for 201 GiB under a pin of 1 GiB DRAM and 200 GiB slow: 200 GiB from the pool.
+POOLED_POD = "201Gi"
 
 
 def tmc_node(name: str, pool_bytes: int) -> dict[str, Any]:
     """A pooled node as its agent publishes it: 12 CPUs, 24 GiB of DRAM, 48 ways, no local slow
     tier, a member of POOL claiming `pool_bytes`."""
     body = c.node_object(name)
+    # The memory the kernel gives pods: its DRAM and what it may draw from the pool, so that the
+    # in-tree fit lets a pod ask for more than the DRAM (tmc splits the request between tiers).
+    for field in ("capacity", "allocatable"):
+        body["status"][field]["memory"] = "280Gi"
     body["metadata"]["labels"]["tmc.dev/host-kind"] = "e2e-pooled"
     body["metadata"]["annotations"] = {
         "tmc.dev/cpus": "12",
@@ -102,8 +108,10 @@ def pinned(dram: int, slow: int, ways: int, plan: list[dict[str, Any]] | None = 
     )
 
 
-def pod_pinning(name: str, rec: str) -> dict[str, Any]:
-    body = c.opted_in_pod(name, None, memory="1Mi")
+def pod_pinning(name: str, rec: str, memory: str = "1Mi") -> dict[str, Any]:
+    """An opted-in pod pinning `rec`: tmc gives it its own memory request split by the
+    recommendation's ratio."""
+    body = c.opted_in_pod(name, None, memory=memory)
     body["metadata"]["annotations"]["tmc.dev/recommendation"] = rec
     return body
 
@@ -132,9 +140,16 @@ def test_a_rack_pools_size_is_the_operators_not_the_greediest_nodes(stack: Stack
     must not both be placed, before or after the honest node is gone."""
     rec = pinned(GIB, 200 * GIB, 2)
     for name in ("pool-1", "pool-2"):
-        stack.operator.create_namespaced_pod(NS, pod_pinning(name, rec))
+        stack.operator.create_namespaced_pod(NS, pod_pinning(name, rec, POOLED_POD))
     held = settled(stack.admin, ["pool-1", "pool-2"])
     assert sorted(bool(v) for v in held.values()) == [False, True], held
+    # The one placed draws its 200 GiB from the pool (what makes the second one too many).
+    first = next(n for n, node in held.items() if node)
+    placement = Placement.from_annotations(
+        stack.admin.read_namespaced_pod(first, NS).metadata.annotations
+    )
+    assert placement is not None and placement.slow_from_pool, placement
+    assert placement.configuration.slow_bytes >= 199 * GIB, placement.configuration
     # The honest node leaves, and its pods with it (as the pod garbage collector deletes the
     # pods of a deleted node); so does the pending pod. The greedy node's claim is now the only
     # one: the pool is still the operator's 256 GiB.
@@ -146,7 +161,7 @@ def test_a_rack_pools_size_is_the_operators_not_the_greediest_nodes(stack: Stack
     wait_until(lambda: len(stack.admin.list_namespaced_pod(NS).items) == kept, 30, "deleted")
     time.sleep(1)  # the scheduler's informer sees the deletions
     for name in ("pool-3", "pool-4"):
-        stack.operator.create_namespaced_pod(NS, pod_pinning(name, rec))
+        stack.operator.create_namespaced_pod(NS, pod_pinning(name, rec, POOLED_POD))
     live = [p.metadata.name for p in stack.admin.list_namespaced_pod(NS).items]
     held = settled(stack.admin, live)
     assert sum(bool(v) for v in held.values()) == 1, held
