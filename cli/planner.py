@@ -234,13 +234,17 @@ def _render_capacity(out: dict[str, Any], currency: str) -> None:
     def per_hour(x: float | None) -> str:
         return "cannot host" if x is None else money(x, currency) + "/h"
 
-    for k in sorted(out["kinds"], key=lambda k: (k["total_hour"] is None, k["total_hour"])):
+    def count(n: int) -> str:
+        return "-" if n < 0 else str(n)
+
+    kinds = sorted(out["kinds"], key=lambda k: (k["total_hour"] is None, k["total_hour"]))
+    for k in kinds:
         mark = " *" if k["kind"] == out["best"]["kind"] else ""
         table.add_row(
             k["kind"] + mark,
-            str(k["machines"]),
-            str(k["greedy_machines"]),
-            str(k["lower_bound"]),
+            count(k["machines"]),
+            count(k["greedy_machines"]),
+            count(k["lower_bound"]) if k["status"] != "infeasible" else "-",
             k["status"],
             k["binding"],
             per_hour(k["total_hour"]),
@@ -250,6 +254,10 @@ def _render_capacity(out: dict[str, Any], currency: str) -> None:
     console.print(table)
     if out["best"]["note"]:
         console.print(f"{out['best']['kind']}: {out['best']['note']}")
+    # Why each kind that cannot host the mix cannot: the table alone says only that.
+    for k in kinds:
+        if k["status"] == "infeasible" and k["kind"] != out["best"]["kind"] and k["note"]:
+            console.print(f"{k['kind']} cannot host: {k['note']}", soft_wrap=True)
     typer.echo(LEGEND)
 
 

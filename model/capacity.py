@@ -188,6 +188,25 @@ def _homeless_classes(
     return [c.name for c in classes if not any(_usable(o, kind, fill) for o in c.options)]
 
 
+_RESOURCE_WORDS = ("vCPUs", "MiB of DRAM", "MiB of slow memory", "LLC ways")
+
+
+def why_homeless(c: WorkloadClass, kind: MachineKind, fill: float) -> str:
+    """Why no option of `c` fits one machine of `kind`: each resource that every option needs
+    more of than the machine offers at `fill` (the least any option needs, against what one
+    machine offers), or, when each resource alone has an option that fits, that none fits all
+    at once."""
+    cap = _per_machine(kind, fill)
+    needs = [min(_units(o)[r] for o in c.options) for r in range(4)]
+    short = [
+        f"at least {need} {word} (a machine offers {have})"
+        for need, have, word in zip(needs, cap, _RESOURCE_WORDS, strict=True)
+        if need > have
+    ]
+    what = "; ".join(short) if short else "no option fits every resource at once"
+    return f"{c.name}'s {len(c.options)} option(s) need {what}" if short else f"{c.name}: {what}"
+
+
 def _usable(o: Option, kind: MachineKind, fill: float) -> bool:
     cap = _per_machine(kind, fill)
     return all(d <= c for d, c in zip(_units(o), cap, strict=True))
@@ -397,10 +416,12 @@ def plan_kind(
     price = kind.hourly_price(prices)
     greedy = greedy_plan(classes, kind, fill, peak_quantile, deadline)
     if greedy is None:
-        homeless = _homeless_classes(classes, kind, fill)
+        homeless = [c for c in classes if c.name in _homeless_classes(classes, kind, fill)]
+        why = "; ".join(why_homeless(c, kind, fill) for c in homeless)
         return KindPlan(
             kind.name, -1, price, math.inf, math.inf, {}, {}, "-", -1, "infeasible",
-            note=f"no option of {', '.join(homeless)} fits this machine kind",
+            note=f"no option of {', '.join(c.name for c in homeless)} fits this machine kind: {why}"
+            " (a workload's options are its latest decision's candidates within T)",
         )  # fmt: skip
     n_greedy = len(greedy)
     cap = _per_machine(kind, fill)
@@ -608,9 +629,11 @@ def plan_capacity(
             c.name for c in classes if all(c.name in _homeless_classes([c], k, fill) for k in kinds)
         ]
         if nowhere:
+            first = next(c for c in classes if c.name == nowhere[0])
+            largest = max(kinds, key=lambda k: k.capacity())
             raise ValueError(
                 f"no machine kind can host {', '.join(nowhere)}: no option of it fits any kind"
-                f" (at fill {fill:g})"
+                f" (at fill {fill:g}; on {largest.name}, {why_homeless(first, largest, fill)})"
             )
         per_kind = "; ".join(
             f"{k.name}: {', '.join(_homeless_classes(classes, k, fill))}" for k in kinds

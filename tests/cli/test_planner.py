@@ -220,3 +220,31 @@ def test_shadow_prices_of_a_mix_from_a_file(tmp_path: Path) -> None:
     path.write_text("{}")
     bad = runner.invoke(app, ["plan", "shadow-prices", str(path)])
     assert bad.exit_code != 0 and str(path) in bad.output
+
+
+def test_the_table_says_why_a_kind_cannot_host(tmp_path: Path) -> None:
+    """A kind of 1 GiB of DRAM and no slow memory cannot host graph500 (traced at 4480 MiB):
+    the table shows no machine count for it, and a line below says which resource stops it."""
+    kinds = tmp_path / "kinds.json"
+    kinds.write_text(
+        json.dumps(
+            [
+                {"name": "small-dram", "cpus": 64, "dram_bytes": GIB,
+                 "local_slow_bytes": 0, "llc_ways": 48},
+                {"name": "tiered", "cpus": 32, "dram_bytes": 64 * GIB,
+                 "local_slow_bytes": 512 * GIB, "llc_ways": 48},
+            ]
+        )  # fmt: skip
+    )
+    args = ["plan", "capacity", "-p", str(EXAMPLES / "graph500.json"), "--rate", "100"]
+    out = json.loads(runner.invoke(app, [*args, "--kinds", str(kinds), "--json"]).output)
+    small = next(k for k in out["kinds"] if k["kind"] == "small-dram")
+    assert small["status"] == "infeasible" and small["machines"] == -1
+    assert "graph500's" in small["note"] and "MiB of DRAM (a machine offers 1024)" in small["note"]
+    table = runner.invoke(app, [*args, "--kinds", str(kinds)], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    row = next(line for line in table.output.splitlines() if "small-dram" in line)
+    assert "-1" not in row and "cannot host" in row
+    shown = " ".join(table.output.split())
+    assert "small-dram cannot host: no option of graph500 fits this machine kind" in shown
+    assert "MiB of DRAM (a machine offers 1024)" in shown
