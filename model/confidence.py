@@ -312,20 +312,24 @@ def prediction_interval(
     )
 
 
-def slowdown_sigma(sigma: FloatArray, prediction: GridPrediction, ways_max: int) -> FloatArray:
+def slowdown_sigma(
+    sigma: FloatArray, prediction: GridPrediction, ways_max: int, base: float | None = None
+) -> FloatArray:
     """The relative sigma of each point's slowdown against fastmax (same shape as sigma).
 
     A slowdown is measured against fastmax on the same host, and the model is anchored there:
     the part of the interval that fastmax itself carries (its run noise) is not in the
     slowdown. What is left, in quadrature, is how far the model may be off away from the
     anchor; at fastmax's own configuration the slowdown is 0 and certain. The model's
-    resolution (`MODEL_FLOOR`) stays everywhere else."""
+    resolution (`MODEL_FLOOR`) stays everywhere else. `base` is fastmax's own sigma when it is
+    not `sigma`'s there (verification runs elsewhere do not change fastmax's run noise)."""
     anchor = np.flatnonzero(
         (prediction.slow_ratios == 0.0)[:, None] & (prediction.llc_ways == ways_max)[None, :]
     )
     if not anchor.size:
         return sigma.copy()
-    base = float(sigma.ravel()[anchor[0]])
+    if base is None:
+        base = float(sigma.ravel()[anchor[0]])
     out: FloatArray = np.sqrt(np.maximum(sigma**2 - base**2, 0.0) + MODEL_FLOOR**2)
     out.ravel()[anchor[0]] = 0.0
     return out

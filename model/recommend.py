@@ -19,6 +19,7 @@ from model.confidence import (
     cover_sigma,
     paired_bounds,
     prediction_interval,
+    promise_sigma,
     slowdown_sigma,
 )
 from model.errors import InvalidRequest, NoFeasibleConfiguration
@@ -44,8 +45,11 @@ from model.verification import (
     VerifiedRatio,
     band_points,
     corrected_grid,
+    dominated_cap,
+    measured_sigma,
     next_point,
     observed_grid,
+    reference_points,
 )
 
 RECOMMENDATION_SCHEMA = "tmc.recommendation/v1"
@@ -245,13 +249,29 @@ class PricedGrid:
     # [ratio, ways] the uncovered gap as a one-sided sigma, for promises only (0 where a run
     # measured the point); None without one (`model.confidence.cover_sigma`)
     cover: FloatArray | None = None
+    # [ratio, ways] the time measured by a reference run or verification runs, and its relative
+    # sigma from run-to-run noise only; NaN where nothing was measured. None: as nothing.
+    known: FloatArray | None = None
+    known_sigma: FloatArray | None = None
+    # [ratio, ways] sigma as the model gives it after the runs' correction, before the measured
+    # configurations' own, and fastmax's sigma before any run (a slowdown's shared anchor).
+    model_sigma: FloatArray | None = None
+    anchor_sigma: float | None = None
 
     @property
     def measured(self) -> np.ndarray:
-        """Per candidate: was it measured by a verification run."""
-        if self.correction is None:
+        """Per candidate: was it measured, by a reference run or a verification run."""
+        if self.known is None:
             return np.zeros(self.cost.size, dtype=bool)
-        out: np.ndarray = self.correction.measured.ravel()
+        out: np.ndarray = np.isfinite(self.known).ravel()
+        return out
+
+    def measured_upper(self, confidence: float) -> FloatArray | None:
+        """[ratio, ways] each measured configuration's upper bound on a run's time at
+        `confidence`, from run-to-run noise only (NaN elsewhere)."""
+        if self.known is None or self.known_sigma is None:
+            return None
+        out: FloatArray = self.known * (1.0 + NormalDist().inv_cdf(confidence) * self.known_sigma)
         return out
 
     def paired_upper(self, confidence: float) -> Callable[[int], FloatArray]:
@@ -284,7 +304,7 @@ def price_grid(
     wins: priced at the size it runs at, memory is its real share of the bill."""
     sizing(memory_bytes, None)
     m = predictor.model
-    p, sigma, fix, terms, cover = predictor.kept(
+    p, sigma, fix, terms, cover, known, known_sigma, model_sigma, anchor = predictor.kept(
         ("grid", grid, tuple(observations)),
         lambda: _predicted_grid(predictor, grid, observations),
     )
@@ -333,36 +353,89 @@ def price_grid(
         correction=fix,
         terms=terms,
         cover=cover,
+        known=known,
+        known_sigma=known_sigma,
+        model_sigma=model_sigma,
+        anchor_sigma=anchor,
     )
 
 
 def _predicted_grid(
     predictor: Predictor, grid: Grid, observations: Sequence[Observation]
-) -> tuple[GridPrediction, FloatArray, GridCorrection | None, ErrorTerms | None, FloatArray | None]:
-    """The grid's predictions, their uncertainty and the runs' correction: what depends on the
-    fit, the grid and the runs only (not on prices, machine, utilization or objective), so it is
-    kept with the predictor. Its arrays are made read-only, as every caller shares them."""
+) -> tuple[
+    GridPrediction,
+    FloatArray,
+    GridCorrection | None,
+    ErrorTerms | None,
+    FloatArray | None,
+    FloatArray,
+    FloatArray,
+    FloatArray,
+    float | None,
+]:
+    """The grid's predictions, their uncertainty, the runs' correction and what was measured:
+    what depends on the fit, the grid and the runs only (not on prices, machine, utilization or
+    objective), so it is kept with the predictor. Its arrays are made read-only, as every caller
+    shares them."""
     p = predictor.predict(np.asarray(grid.slow_ratios), np.asarray(grid.llc_ways, dtype=np.int64))
     interval = prediction_interval(p, predictor.model.diagnostics)
     sigma = interval.sigma
+    references = reference_points(predictor, p)
+    cover_before = cover_sigma(p)
     fix = None
     if observations:
         fix = observed_grid(predictor, p.slow_ratios, p.llc_ways, sigma, observations)
         p = corrected_grid(p, fix)
         sigma = fix.sigma
+    # What was measured carries its measured time, known up to run-to-run noise: the runs' own
+    # (already in the correction), and the reference runs' where no verification run was made.
+    known = np.full(p.seconds.shape, np.nan)
+    known_sigma = np.full(p.seconds.shape, np.nan)
+    if fix is not None:
+        known[fix.measured] = p.seconds[fix.measured]
+        known_sigma[fix.measured] = sigma[fix.measured]
+    for i, j, seconds in references:
+        if np.isnan(known[i, j]):
+            # Never wider than the model was there: a measurement only ever teaches.
+            known[i, j] = seconds
+            known_sigma[i, j] = min(measured_sigma(1), float(interval.sigma[i, j]))
+    at = np.isfinite(known)
+    if (at & (p.seconds != known)).any():
+        factor = np.where(at, known / p.seconds, 1.0)
+        # Only the factor is applied: the measured times in place of the predicted ones.
+        p = corrected_grid(
+            p,
+            GridCorrection(
+                factor=factor,
+                sigma=sigma,
+                runs=np.zeros(sigma.shape, dtype=np.int64),
+                largest_error=0.0,
+                observations=0,
+                inflation=1.0,
+            ),
+        )
+    model_sigma = sigma
+    sigma = np.where(at, known_sigma, sigma)
     # The gap to the uncovered prediction, against the corrected times (a run that found the
-    # model low has closed part of it) and none where a run measured the point.
+    # model low has closed part of it), none where the point was measured, and never wider than
+    # before runs that erred no more than the interval said.
     cover = cover_sigma(p)
-    if cover is not None and fix is not None:
-        cover = np.where(fix.measured, 0.0, cover)
+    if cover is not None:
+        if cover_before is not None:
+            cover = np.minimum(cover, cover_before * (1.0 if fix is None else fix.inflation))
+        cover = np.where(at, 0.0, cover)
     for shared in (p, fix):
         for value in vars(shared).values() if shared is not None else ():
             if isinstance(value, np.ndarray):
                 value.flags.writeable = False
-    sigma.flags.writeable = False
-    if cover is not None:
-        cover.flags.writeable = False
-    return p, sigma, fix, interval.terms, cover
+    for array in (sigma, known, known_sigma, model_sigma, cover):
+        if array is not None:
+            array.flags.writeable = False
+    fastmax = np.flatnonzero(
+        (p.slow_ratios == 0.0)[:, None] & (p.llc_ways == predictor.model.ways_max)[None, :]
+    )
+    anchor = float(interval.sigma.ravel()[fastmax[0]]) if fastmax.size else None
+    return p, sigma, fix, interval.terms, cover, known, known_sigma, model_sigma, anchor
 
 
 @dataclass(frozen=True)
@@ -441,13 +514,36 @@ def shortlist(
     )
     seconds_upper = None if interval is None else interval.promise_upper(p.seconds).ravel()
     slowdown_upper = None
+    cap = None
     if interval is not None:
-        relative_sigma = slowdown_sigma(interval.promise_sigma, p, fitted.ways_max)
+        # A slowdown's anchor (fastmax's own noise, which cancels in it) is the model's sigma
+        # there, whether or not fastmax counts as measured.
+        model_sigma = priced.sigma if priced.model_sigma is None else priced.model_sigma
+        relative_sigma = slowdown_sigma(
+            promise_sigma(model_sigma, priced.cover), p, fitted.ways_max, priced.anchor_sigma
+        )
         slowdown_upper = (
             PredictionInterval(relative_sigma, interval.confidence).upper(p.seconds).ravel()
             / fitted.fastmax_seconds
             - 1.0
         )
+        measured_upper = priced.measured_upper(interval.confidence)
+        if measured_upper is not None and seconds_upper is not None:
+            # A measured configuration is bounded by its run-to-run noise alone, and no bound
+            # says more than a measured configuration with at least as much slow memory and no
+            # more ways allows (`model.verification.dominated_cap`).
+            measured = np.isfinite(measured_upper).ravel()
+            # fastmax's own configuration: its slowdown is 0 by definition, and certain.
+            anchor = (
+                (p.slow_ratios == 0.0)[:, None] & (p.llc_ways == fitted.ways_max)[None, :]
+            ).ravel()
+            own = measured_upper.ravel() / fitted.fastmax_seconds - 1.0
+            slowdown_upper = np.where(
+                measured & ~anchor, np.minimum(own, slowdown_upper), slowdown_upper
+            )
+            cap = dominated_cap(p.slow_ratios, p.llc_ways, measured_upper).ravel()
+            seconds_upper = np.minimum(seconds_upper, cap)
+            slowdown_upper = np.minimum(slowdown_upper, cap / fitted.fastmax_seconds - 1.0)
 
     acceptable = priced.feasible.copy()
     if objective.max_slowdown is not None:
@@ -466,6 +562,8 @@ def shortlist(
     cost_upper = (
         None if interval is None else interval.upper(priced.cost.reshape(p.seconds.shape)).ravel()
     )
+    if cost_upper is not None and cap is not None:
+        cost_upper = np.minimum(cost_upper, priced.hourly * cap / 3600.0)
     # The band's bounds against a best, computed once for it: the first round judges by them,
     # and the explanation says why a candidate was dropped.
     band_bounds = priced.paired_upper(band_confidence)

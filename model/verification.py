@@ -28,6 +28,16 @@ So tmc asks for verification runs:
    chosen configuration moves the decision.
 4. Repeat while a run is wanted, at most `VERIFICATION_BUDGET` runs.
 
+What was measured is known. A configuration measured by a reference run (fastmax, fastmin,
+slowmax: `reference_points`) or by verification runs carries its measured time, with an
+interval from run-to-run noise only (`measured_sigma`, never wider than the model's there), so
+an objective judges it by what was measured, not by the model's uncertainty; the next run never
+goes there. Runs that err no more than the interval said never widen an interval (the
+correction's sigma and the uncovered gap are capped by theirs before the runs). And no bound on a
+configuration's time says more than a measured configuration with at least as much slow memory
+and no more ways allows (`dominated_cap`): with slowmax measured at +132 %, no configuration at
+slowmax's way count is promised worse than that and its noise.
+
 The regime map's bench runs this loop in the simulator (`bench.regimes.verified`): the same
 correction and the same choice of runs, with the cheapest predicted in place of the chosen.
 
@@ -343,7 +353,10 @@ def grid_correction(
     log_factor = slow_part * a_mean[:, None] + b_mean[None, :]
     var = slow_part**2 * var_a[:, None] + var_b[None, :] + 2.0 * slow_part * cov_ab
     # A future run of the workload varies by one run's noise around the corrected prediction.
-    post_sigma = np.sqrt(np.maximum(var, 0.0) + run_noise**2)
+    # But runs only ever teach: where they erred no more than the interval said (inflation 1) no
+    # point's interval is wider after them than before, and where they erred more, no wider
+    # than the widened prior.
+    post_sigma = np.minimum(np.sqrt(np.maximum(var, 0.0) + run_noise**2), sigma * inflation)
     return GridCorrection(
         np.exp(log_factor),
         post_sigma,
@@ -393,9 +406,69 @@ def observed_grid(
         ignored=ignored,
     )
     runs = np.zeros_like(c.runs)
+    factor, post_sigma = c.factor.copy(), c.sigma.copy()
     for (i, j), e in merged.items():
         runs[i, j] = len(e)
-    return replace(c, runs=runs)
+        # A measured configuration carries its measured time (the median of its runs), known up
+        # to run-to-run noise only: the model's uncertainty is no longer in it.
+        # A run that agreed with a model surer than one run's noise leaves it as sure.
+        factor[i, j] = math.exp(float(np.median(e)))
+        post_sigma[i, j] = min(measured_sigma(len(e)), float(sigma[i, j]) * c.inflation)
+    return replace(c, runs=runs, factor=factor, sigma=post_sigma)
+
+
+def measured_sigma(runs: int, run_noise: float = RUN_NOISE) -> float:
+    """The relative standard deviation of a future run's time at a configuration measured by
+    `runs` runs: their mean's noise and the future run's own, nothing of the model's."""
+    return run_noise * math.sqrt(1.0 + 1.0 / max(runs, 1))
+
+
+def reference_points(
+    predictor: Predictor, prediction: GridPrediction
+) -> list[tuple[int, int, float]]:
+    """The profile's reference runs that lie on the grid, (row, column, measured seconds):
+    fastmax (all DRAM, the most ways), fastmin (all DRAM, the fewest) and slowmax (all slow, the
+    most ways). Their times are measured, not predicted: each is the model's time there (the
+    uncorrected `prediction`) with the fit's residual at that run taken out, on fastmax's clock
+    (the fit's residuals are its CPI over the run's measured CPI)."""
+    m = predictor.model
+    residual = m.diagnostics.cpi_residuals
+    out: list[tuple[int, int, float]] = []
+    for name, ratio, ways in (
+        ("fastmax", 0.0, m.ways_max),
+        ("fastmin", 0.0, m.ways_min),
+        ("slowmax", 1.0, m.ways_max),
+    ):
+        row = np.flatnonzero(np.abs(prediction.slow_ratios - ratio) <= _RATIO_TOLERANCE)
+        col = np.flatnonzero(prediction.llc_ways == ways)
+        if not (row.size and col.size):
+            continue
+        i, j = int(row[0]), int(col[0])
+        if name == "fastmax":
+            seconds = m.fastmax_seconds
+        else:
+            scale = (1.0 + residual.get("fastmax", 0.0)) / (1.0 + residual.get(name, 0.0))
+            seconds = float(prediction.seconds[i, j]) * scale
+        if math.isfinite(seconds) and seconds > 0:
+            out.append((i, j, seconds))
+    return out
+
+
+def dominated_cap(
+    slow_ratios: FloatArray, llc_ways: NDArray[np.int64], measured_upper: FloatArray
+) -> FloatArray:
+    """[ratio, ways] the most any bound on a configuration's time may say, from the measured
+    configurations (`measured_upper`: each one's own upper bound, NaN where not measured): a
+    configuration with no more slow memory and no fewer LLC ways than a measured one runs no
+    slower than it (tmc's plan puts the coldest structures slow first, so more slow memory adds
+    slow accesses; fewer ways add misses). Infinite where no measured configuration is worse."""
+    cap = np.full(measured_upper.shape, np.inf)
+    for i, j in zip(*np.nonzero(np.isfinite(measured_upper)), strict=True):
+        worse_or_equal = (slow_ratios <= slow_ratios[i] + _RATIO_TOLERANCE)[:, None] & (
+            llc_ways >= llc_ways[j]
+        )[None, :]
+        cap = np.where(worse_or_equal, np.minimum(cap, measured_upper[i, j]), cap)
+    return cap
 
 
 def corrected_grid(prediction: GridPrediction, c: GridCorrection) -> GridPrediction:

@@ -20,11 +20,13 @@ def test_bench_quick_writes_json_markdown_and_plots(tmp_path: Path) -> None:
     s = data["summary"]
     assert s["tmc_runs"] == 3 and s["es_runs"] == 77
     assert -0.5 < s["tmc_cost_vs_es"] < 1.0
-    # Verification runs: at least the one the first recommendation asks for, at most the budget.
+    # Verification runs: at most the budget beyond the three reference runs, and on average
+    # at least one (the chosen configuration's, unless a reference run measured it).
     assert 4 <= s["tmc_verified_runs"] <= 3 + 4
     for w in data["workloads"]["local"]:
         v = w["tmc_verified"]
-        assert 4 <= v["runs"] <= 7 and v["run_seconds"] > w["tmc"]["run_seconds"]
+        # None when tmc chooses a reference run's configuration: it was measured already.
+        assert 3 <= v["runs"] <= 7 and v["run_seconds"] >= w["tmc"]["run_seconds"]
         assert v["cost_vs_es"] <= v["cost_vs_es_max"] < 0.025
     assert {r["policy"] for r in data["cluster"]} >= {"es", "tmc-2.5", "batch-2.5"}
     assert all(r["compact_p90"] >= 1 for r in data["cluster"])
