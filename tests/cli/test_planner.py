@@ -229,12 +229,22 @@ def test_the_table_says_why_a_kind_cannot_host(tmp_path: Path) -> None:
     kinds.write_text(
         json.dumps(
             [
-                {"name": "small-dram", "cpus": 64, "dram_bytes": GIB,
-                 "local_slow_bytes": 0, "llc_ways": 48},
-                {"name": "tiered", "cpus": 32, "dram_bytes": 64 * GIB,
-                 "local_slow_bytes": 512 * GIB, "llc_ways": 48},
+                {
+                    "name": "small-dram",
+                    "cpus": 64,
+                    "dram_bytes": GIB,
+                    "local_slow_bytes": 0,
+                    "llc_ways": 48,
+                },
+                {
+                    "name": "tiered",
+                    "cpus": 32,
+                    "dram_bytes": 64 * GIB,
+                    "local_slow_bytes": 512 * GIB,
+                    "llc_ways": 48,
+                },
             ]
-        )  # fmt: skip
+        )
     )
     args = ["plan", "capacity", "-p", str(EXAMPLES / "graph500.json"), "--rate", "100"]
     out = json.loads(runner.invoke(app, [*args, "--kinds", str(kinds), "--json"]).output)
