@@ -6,8 +6,10 @@
 into the real API server, then runs what the chart's pods would run, as local processes with the
 chart's service-account identities (there is no kubelet here): the API's init containers
 (`tmc db upgrade`, `python -m api.bootstrap` with the tokens read back from the chart's Secrets)
-and the API, the recommendation publisher, tmc-scheduler (kube-scheduler with the tmc plugin,
-built from scheduler/plugin) on the chart's plugin configuration, and a node agent per fake node. It writes a state file naming every process it started, and returns.
+and the API, the recommendation publisher, the placement door the values choose (`--placement`:
+tmc-scheduler, kube-scheduler with the tmc plugin built from scheduler/plugin, on the chart's
+plugin configuration; or the stock kube-scheduler calling tmc-extender over mutual TLS, on the
+chart's extender configuration), and a node agent per fake node. It writes a state file naming every process it started, and returns.
 `down` stops exactly those processes (by pid) and removes the state. tests/scheduler/test_install.py
 runs the same functions and follows the document's steps to a placed pod.
 """
@@ -36,6 +38,7 @@ from kubernetes import config as k8s_config
 from tests.scheduler.controlplane import NAMESPACE, RELEASE, ControlPlane, binaries
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import plugin as plugin_path
+from tests.scheduler.controlplane.goextender import GoExtenderProcess
 from tests.services import PostgresServer, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -45,15 +48,20 @@ DEFAULT_STATE = Path(os.environ.get("TMC_CLUSTER_STATE", str(ROOT / ".tmc-cluste
 FULLNAME = f"{RELEASE}-tmc"
 
 
-def chart_values(pg: PostgresServer) -> dict[str, Any]:
+PLACEMENTS = ("plugin", "extender")
+
+
+def chart_values(pg: PostgresServer, placement: str = "plugin") -> dict[str, Any]:
     """The values of docs/install.md, pointed at this machine's PostgreSQL; no Redis (the API
-    runs tasks in-process without it)."""
+    runs tasks in-process without it). `placement`: tmc-scheduler with the published
+    recommendations (plugin), or the stock kube-scheduler with tmc-extender (extender)."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement is one of {', '.join(PLACEMENTS)}, not {placement!r}")
     return {
         "database": {"url": pg.url},
         "redis": {"url": "redis://127.0.0.1:6379/0"},
         "api": {"replicas": 1},
-        # Placement through tmc-scheduler and the published recommendations.
-        "scheduler": {"placement": "plugin"},
+        "scheduler": {"placement": placement},
     }
 
 
@@ -69,6 +77,10 @@ class State:
     token_dir: str
     values: dict[str, Any] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def placement(self) -> str:
+        return str(self.values.get("scheduler", {}).get("placement", "plugin"))
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -182,7 +194,7 @@ def start_api(cp: ControlPlane, env: dict[str, str]) -> tuple[subprocess.Popen[b
     return proc, url
 
 
-def up(state_path: Path = DEFAULT_STATE) -> State:
+def up(state_path: Path = DEFAULT_STATE, placement: str = "plugin") -> State:
     if state_path.exists():
         raise RuntimeError(f"a cluster is up already ({state_path}): ./dev cluster down first")
     cp = ControlPlane()
@@ -191,7 +203,7 @@ def up(state_path: Path = DEFAULT_STATE) -> State:
     try:
         cp.start()
         pg = PostgresServer()
-        values = chart_values(pg)
+        values = chart_values(pg, placement)
         install_chart(str(cp.kubeconfig("admin")), values)
         api = c.core(cp)
         # No controller-manager here: the default namespace's service account is made by hand.
@@ -215,8 +227,19 @@ def up(state_path: Path = DEFAULT_STATE) -> State:
         started.append(publisher.proc)
         publisher.wait_ready()
         plugin_path.build_scheduler()
-        plugin_path.start_plugin_scheduler(cp)
+        if placement == "plugin":
+            plugin_path.start_plugin_scheduler(cp)
+        else:
+            # The chart's extender door: tmc-extender as its service account, over mutual TLS
+            # with the stock kube-scheduler on the chart's KubeSchedulerConfiguration.
+            extender = GoExtenderProcess(cp)
+            extender.start()
+            started.append(extender.proc)
+            cp.start_scheduler(c.scheduler_config(cp, extender.url))
         pids = {name: p.pid for name, p in cp.procs.items()}
+        if placement == "extender":
+            assert extender.proc is not None
+            pids["tmc-extender"] = extender.proc.pid
         pids["api"] = api_proc.pid
         assert publisher.proc is not None
         pids["publisher"] = publisher.proc.pid
@@ -263,7 +286,7 @@ def _stop(pid: int, timeout: float = 15) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-CONTROL_PLANE = ("etcd", "kube-apiserver", "tmc-scheduler")
+CONTROL_PLANE = ("etcd", "kube-apiserver", "tmc-scheduler", "kube-scheduler")
 
 
 def postgres_pid(state: State) -> int | None:
@@ -281,8 +304,11 @@ def alive(pid: int | None) -> bool:
 
 def status_lines(state: State) -> list[str]:
     """Every part `up` started, the control plane and PostgreSQL first, each running or not."""
+    # etcd and the API server always; the scheduler of the door in use.
     rows: list[tuple[str, int | None, str]] = [
-        (name, state.pids.get(name), "") for name in CONTROL_PLANE
+        (name, state.pids.get(name), "")
+        for name in CONTROL_PLANE
+        if name in state.pids or name in ("etcd", "kube-apiserver")
     ]
     rows.append(("postgresql", postgres_pid(state), f"data {state.pg_data}"))
     rows += [(name, pid, "") for name, pid in state.pids.items() if name not in CONTROL_PLANE]
@@ -301,7 +327,8 @@ def down(state_path: Path = DEFAULT_STATE) -> list[str]:
         return []
     state = State.load(state_path)
     done: list[str] = []
-    order = ["tmc-scheduler", "publisher", "api"] + [n for n in state.pids if n.startswith("agent")]
+    order = ["tmc-scheduler", "kube-scheduler", "tmc-extender", "publisher", "api"]
+    order += [n for n in state.pids if n.startswith("agent")]
     for name in [*order, "kube-apiserver", "etcd"]:
         if name in state.pids:
             pid = state.pids[name]
@@ -348,10 +375,16 @@ def next_steps() -> str:
 
 def describe(state: State) -> str:
     kubectl = binaries() / "kubectl"
-    return f"""tmc is installed (release {RELEASE}, namespace {NAMESPACE}) on a local control plane.
+    door = (
+        "tmc-scheduler (kube-scheduler with tmc's plugin)"
+        if state.placement == "plugin"
+        else "the stock kube-scheduler calling tmc-extender"
+    )
+    return f"""tmc is installed (release {RELEASE}, namespace {NAMESPACE}) on a local control plane;
+tiered pods are placed by {door}.
 
   export KUBECONFIG={state.kubeconfig}
-  export PATH={kubectl.parent}:$PATH      # kube-apiserver, tmc-scheduler, kubectl
+  export PATH={kubectl.parent}:$PATH      # kube-apiserver, the schedulers, kubectl
   export TMC_API={state.api_url}
 
 Next steps (docs/install.md, "Try it on this machine"): upload a profile, place a pod with it
@@ -361,12 +394,33 @@ Logs: {state.dir}/*.log      Stop everything: ./dev cluster down
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="./dev cluster")
-    p.add_argument("action", choices=["up", "down", "status"])
-    p.add_argument("--state", type=Path, default=DEFAULT_STATE)
+    p = argparse.ArgumentParser(
+        prog="./dev cluster",
+        description="A local control plane with tmc's chart installed and its processes running"
+        " (docs/install.md, 'Try it on this machine').",
+    )
+    p.add_argument(
+        "action",
+        choices=["up", "down", "status"],
+        help="up: start it and install tmc; down: stop what up started; status: what runs",
+    )
+    p.add_argument(
+        "--placement",
+        choices=PLACEMENTS,
+        default="plugin",
+        help="with up: which door places tiered pods: tmc-scheduler, kube-scheduler with tmc's"
+        " plugin (plugin, the chart's default), or the stock kube-scheduler calling tmc-extender"
+        " (extender, for clusters that keep their scheduler)",
+    )
+    p.add_argument(
+        "--state",
+        type=Path,
+        default=DEFAULT_STATE,
+        help="the file naming what up started (default: .tmc-cluster/state.json in this clone)",
+    )
     args = p.parse_args(argv)
     if args.action == "up":
-        print(describe(up(args.state)))
+        print(describe(up(args.state, args.placement)))
     elif args.action == "down":
         for line in down(args.state):
             print(line)
