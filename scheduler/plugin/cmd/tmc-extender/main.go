@@ -262,7 +262,15 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	engine := tmc.NewEngine(client, nil, o.recommendationWait)
+	// The engine's client binds: the placement lease is checked again as each Binding leaves,
+	// after the client's rate limiter (fence.BindingTransport), not only before the call.
+	binding := rest.CopyConfig(typed)
+	binding.Wrap(fence.BindingTransport)
+	binder, err := kubernetes.NewForConfig(binding)
+	if err != nil {
+		return err
+	}
+	engine := tmc.NewEngine(binder, nil, o.recommendationWait)
 	tmc.SetRackPools(engine, pools)
 	tmc.SetFence(engine, fence)
 	if err := tmc.RequireNodePlugin(engine, o.requiredNodePlugin); err != nil {

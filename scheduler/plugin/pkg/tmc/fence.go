@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -228,4 +230,31 @@ func (f *Fence) Held() error {
 		return fmt.Errorf("tmc: the placement lease %s was not renewed in time; this replica binds nothing until it is (%v): %w", f.lease, err, ErrLeaseLost)
 	}
 	return nil
+}
+
+// BindingTransport checks the lease once more at the last moment a Binding can be stopped: as the
+// request goes to the connection, after client-go's rate limiter and retry waits. The check before
+// the Bind call alone left the time a request queued in the client unfenced: a replica paused
+// and resumed there sent Bindings after it had lost the lease (with the client at 20 QPS, a
+// burst's worth). Wrap the engine's client's transport with it (rest.Config.Wrap); every other
+// request passes as it is.
+func (f *Fence) BindingTransport(next http.RoundTripper) http.RoundTripper {
+	if f == nil {
+		return next
+	}
+	return &fencedTransport{fence: f, next: next}
+}
+
+type fencedTransport struct {
+	fence *Fence
+	next  http.RoundTripper
+}
+
+func (t *fencedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/binding") {
+		if err := t.fence.Held(); err != nil {
+			return nil, err
+		}
+	}
+	return t.next.RoundTrip(r)
 }
