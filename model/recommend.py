@@ -1078,7 +1078,9 @@ def _verification(
             for i in np.flatnonzero(c.ratio_runs() > 0)
         ]
     )
-    checked = bool(measured[chosen])
+    # The verification state speaks of verification runs: a reference run's configuration is
+    # measured (no run goes there) but not a checked choice.
+    checked = bool(c is not None and c.measured.ravel()[chosen])
     return VerificationState(
         runs=0 if c is None else c.observations,
         verified=verified,
