@@ -68,6 +68,11 @@ def capacity_patch(report: NodeReport, config: AgentSettings) -> CapacityPatch:
             slow_pool_bytes=config.slow_pool_bytes if config.slow_pool else None,
         )
         labels, ann = capacity.to_metadata()
+        # Rack-pool membership is the operator's (the chart's admission refuses an agent that
+        # writes it): the agent knows it is pooled from its configuration, to publish no
+        # node-local slow memory, and leaves the node's pool annotations as the operator set them.
+        ann.pop(contract.SLOW_POOL_ANNOTATION, None)
+        ann.pop(contract.SLOW_POOL_BYTES_ANNOTATION, None)
     else:
         ann[contract.DRAM_ANNOTATION] = str(dram)
     ann[AGENT_STATUS] = json.dumps(skipped, sort_keys=True, separators=(",", ":"))

@@ -164,7 +164,16 @@ def test_publish_pooled_cxl_node(tmp_path: Path) -> None:
     agent = agent_for(paths, tmp_path, FakePods(), slow_pool="rack-7", slow_pool_bytes=384 * GiB)
     agent.publish()
     assert isinstance(agent.node_api, FakeNodeApi)
-    found = sched_feeder.node_capacity(node_object(agent.node_api.patches[0]))
+    published = agent.node_api.patches[0]
+    # Membership is the operator's: the agent publishes no node-local slow memory and leaves the
+    # pool's annotations alone; the node is in the pool once the operator has annotated it.
+    assert "tmc.dev/slow-pool" not in str(published)
+    found = sched_feeder.node_capacity(node_object(published))
+    assert found is not None and found[0].pool is None and found[0].slow_bytes == 0
+    operator = {"tmc.dev/slow-pool": "rack-7", "tmc.dev/slow-pool-bytes": str(384 * GiB)}
+    node = node_object(published)
+    node["metadata"]["annotations"] = {**node["metadata"]["annotations"], **operator}
+    found = sched_feeder.node_capacity(node)
     assert found is not None
     cap, pool_bytes = found
     assert (cap.host_kind, cap.pool, pool_bytes, cap.slow_bytes) == (

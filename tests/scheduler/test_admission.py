@@ -617,3 +617,24 @@ def test_an_agent_changes_only_tmc_keys_on_its_node(plane: Plane) -> None:
         why = refused(partial(agent.patch_node, "node-a", patch))
         assert why is not None and "only the tmc.dev/ labels and annotations" in why, (patch, why)
     agent.patch_node("node-a", {"metadata": {"labels": {"tmc.dev/host-kind": "k"}}})
+
+
+def test_a_nodes_rack_pool_is_the_operators(plane: Plane) -> None:
+    """A node's own token cannot join its node to a rack pool (and draw on another rack's slow
+    memory), claim a pool size, change or leave the pool the operator set; the operator can, and
+    the agent still publishes the rest of its capacity beside it."""
+    agent = token_client(plane.cp, c.node_bound_token(plane.cp, "node-a"))
+    for claimed in (
+        {"tmc.dev/slow-pool": "rack-other"},
+        {"tmc.dev/slow-pool-bytes": "1"},
+    ):
+        why = refused(partial(agent.patch_node, "node-a", {"metadata": {"annotations": claimed}}))
+        assert why is not None and "rack pool" in why and "operator" in why, (claimed, why)
+    plane.admin.patch_node("node-a", {"metadata": {"annotations": {"tmc.dev/slow-pool": "rack-a"}}})
+    for claimed in ({"tmc.dev/slow-pool": "rack-b"}, {"tmc.dev/slow-pool": None}):
+        why = refused(partial(agent.patch_node, "node-a", {"metadata": {"annotations": claimed}}))
+        assert why is not None and "rack pool" in why, (claimed, why)
+    agent.patch_node("node-a", {"metadata": {"annotations": {"tmc.dev/llc-ways": "11"}}})
+    got = plane.admin.read_node("node-a").metadata.annotations
+    assert got["tmc.dev/slow-pool"] == "rack-a" and got["tmc.dev/llc-ways"] == "11"
+    plane.admin.patch_node("node-a", {"metadata": {"annotations": {"tmc.dev/slow-pool": None}}})

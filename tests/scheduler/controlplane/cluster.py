@@ -288,6 +288,13 @@ class FakeNode:
     def resctrl(self) -> Path:
         return self.root / "sys/fs/resctrl"
 
+    @property
+    def pool_annotations(self) -> dict[str, str]:
+        """The node's rack pool as the operator annotates it (membership is not the agent's)."""
+        if self.pool is None:
+            return {}
+        return {"tmc.dev/slow-pool": self.pool[0], "tmc.dev/slow-pool-bytes": str(self.pool[1])}
+
     def start_agent(self, extra_env: dict[str, str] | None = None) -> None:
         env = {
             **os.environ,
@@ -756,7 +763,10 @@ class PlacementStack:
         """Register the nodes, start their agents, wait for their capacity, upload graph500."""
         for node in self.nodes:
             body = node_object(node.name)
-            body["metadata"]["annotations"] = dict(self.node_annotations)
+            body["metadata"]["annotations"] = {
+                **dict(self.node_annotations),
+                **node.pool_annotations,
+            }
             register_node(self.api, body)
             node.start_agent(self.agent_env(node))
         wait_published(self.api, [n.name for n in self.nodes])

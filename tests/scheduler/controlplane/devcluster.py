@@ -216,7 +216,10 @@ def up(state_path: Path = DEFAULT_STATE, placement: str = "plugin") -> State:
         agent_token = token_dir / "agent-token" / "token"
         nodes = c.default_nodes(cp)
         for node in nodes:
-            c.register_node(api, c.node_object(node.name))
+            body = c.node_object(node.name)
+            # The operator's part of a node: its rack pool (docs/install.md).
+            body["metadata"]["annotations"] = node.pool_annotations
+            c.register_node(api, body)
             node.start_agent(
                 {"TMC_AGENT_SERVICE_URL": api_url, "TMC_AGENT_TOKEN_FILE": str(agent_token)}
             )
