@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	fwk "k8s.io/kube-scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 )
@@ -169,8 +171,19 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err := registerPlacementMetrics(); err != nil {
 		return nil, err
 	}
+	// The engine binds through a client whose transport checks the placement lease as each
+	// Binding leaves (Fence.BindingTransport): after the client's rate limiter, not only
+	// before the call. Without a kubeconfig (tests), the handle's client as it is.
+	binder := h.ClientSet()
+	if fence != nil && h.KubeConfig() != nil {
+		cfg := rest.CopyConfig(h.KubeConfig())
+		cfg.Wrap(fence.BindingTransport)
+		if binder, err = kubernetes.NewForConfig(cfg); err != nil {
+			return nil, fmt.Errorf("%s: a client for the Binding: %w", Name, err)
+		}
+	}
 	p := &TmcPlacement{
-		Engine: NewEngine(h.ClientSet(), nil, wait),
+		Engine: NewEngine(binder, nil, wait),
 		node: func(name string) (*v1.Node, error) {
 			info, err := h.SnapshotSharedLister().NodeInfos().Get(name)
 			if err != nil {
