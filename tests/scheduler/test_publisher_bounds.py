@@ -5,7 +5,6 @@ the engine to the same cases)."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from model.node_contract import Recommendation, StructurePlan
@@ -16,7 +15,7 @@ from scheduler.publisher import (
     status_of,
 )
 
-CONTRACT_GO = Path(__file__).resolve().parents[2] / "scheduler/plugin/pkg/tmc/contract.go"
+BOUNDS = Path(__file__).resolve().parents[2] / "scheduler/conformance/contract_bounds.json"
 
 
 def planned(structures: int, tag_length: int) -> Recommendation:
@@ -29,12 +28,11 @@ def planned(structures: int, tag_length: int) -> Recommendation:
     )
 
 
-def test_the_bound_is_the_go_engines() -> None:
-    found = re.search(
-        r"const MaxPlacementAnnotationsBytes = (\d+) \* (\d+)", CONTRACT_GO.read_text()
-    )
-    assert found is not None
-    assert int(found[1]) * int(found[2]) == MAX_PLACEMENT_ANNOTATIONS_BYTES
+def test_the_bound_is_the_shared_one() -> None:
+    """The number the engine's tests hold MaxPlacementAnnotationsBytes to, read from the shared
+    table (scheduler/conformance/contract_bounds.json), not from Go source."""
+    table = json.loads(BOUNDS.read_text())
+    assert table["max_placement_annotations_bytes"] == MAX_PLACEMENT_ANNOTATIONS_BYTES
 
 
 def test_a_plan_of_4096_tags_is_published_as_a_fallback_with_the_reason() -> None:

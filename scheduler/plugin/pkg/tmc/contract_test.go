@@ -168,7 +168,8 @@ func TestContractBoundsAgreeWithPython(t *testing.T) {
 		t.Fatal(err)
 	}
 	var table struct {
-		Cases []struct {
+		MaxPlacementAnnotationsBytes int `json:"max_placement_annotations_bytes"`
+		Cases                        []struct {
 			Name       string `json:"name"`
 			Structures int    `json:"structures"`
 			FastBytes  int64  `json:"fast_bytes"`
@@ -178,6 +179,9 @@ func TestContractBoundsAgreeWithPython(t *testing.T) {
 	}
 	if err := json.Unmarshal(raw, &table); err != nil || len(table.Cases) == 0 {
 		t.Fatalf("the table: %v", err)
+	}
+	if table.MaxPlacementAnnotationsBytes != MaxPlacementAnnotationsBytes {
+		t.Errorf("the shared bound on a Binding's annotations is %d, the engine's %d", table.MaxPlacementAnnotationsBytes, MaxPlacementAnnotationsBytes)
 	}
 	for _, c := range table.Cases {
 		plan := make([]string, c.Structures)
