@@ -211,7 +211,9 @@ func (e *Engine) Bind(ctx context.Context, pod *v1.Pod, ask *PodAsk, nodeName st
 		return err
 	}
 	if e.nodePlugin != "" {
-		binding.Annotations[RequiredPluginsAnnotation] = `["` + e.nodePlugin + `"]`
+		if err := requirePlugin(binding.Annotations, pod, e.nodePlugin); err != nil {
+			return err
+		}
 	}
 	// Right before the request: a replica paused since its cycle began finds its lease stale.
 	if err := e.fence.Held(); err != nil {
@@ -223,6 +225,46 @@ func (e *Engine) Bind(ctx context.Context, pod *v1.Pod, ask *PodAsk, nodeName st
 	// Counted as bound at once, as the pod informer will count it: nothing (a retried or a
 	// parallel attempt) may release it before the pod's deletion.
 	e.cache.Bind(pod.UID, placement)
+	return nil
+}
+
+// containerRequiredPluginsPrefix is NRI's container-scoped key: the runtime reads
+// required-plugins.noderesource.dev/container.<name> before the pod-scoped key, so a pod's own
+// container-scoped value (an empty list) would switch the guard off for that container.
+const containerRequiredPluginsPrefix = "required-plugins.noderesource.dev/container."
+
+// requirePlugin asks the runtime to refuse each of the pod's containers that the node plugin did
+// not process: the pod-scoped key, and the container-scoped key of every container, init
+// container and ephemeral container the pod has, which the Binding writes over whatever the pod
+// set at its creation (the admission policy refuses any later change once the pod is placed).
+// A container whose name is longer than 53 characters has no such key: its key's name would pass
+// the 63 characters an annotation key's name may have, and the API server refuses such a key on
+// every write of a pod, so nobody set one and writing it would make the pod's updates fail.
+// The keys are counted with the placement against MaxPlacementAnnotationsBytes (each takes at most
+// 97 + 67 bytes, so the bound leaves room for hundreds of containers beside the placement): a pod
+// past it is not bound, rather than bound without the guard.
+func requirePlugin(ann map[string]string, pod *v1.Pod, plugin string) error {
+	value := `["` + plugin + `"]`
+	ann[RequiredPluginsAnnotation] = value
+	name := func(n string) {
+		if len(n) <= 53 {
+			ann[containerRequiredPluginsPrefix+n] = value
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		name(pod.Spec.InitContainers[i].Name)
+	}
+	for i := range pod.Spec.Containers {
+		name(pod.Spec.Containers[i].Name)
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		name(pod.Spec.EphemeralContainers[i].Name)
+	}
+	if size := annotationsSize(ann); size > MaxPlacementAnnotationsBytes {
+		return fmt.Errorf("tmc: pod %s/%s: its placement and the runtime's required-plugins keys for its %d containers would take %d bytes of annotations, over tmc's bound of %d",
+			pod.Namespace, pod.Name, len(pod.Spec.InitContainers)+len(pod.Spec.Containers)+len(pod.Spec.EphemeralContainers),
+			size, MaxPlacementAnnotationsBytes)
+	}
 	return nil
 }
 
