@@ -638,3 +638,76 @@ def test_a_nodes_rack_pool_is_the_operators(plane: Plane) -> None:
     got = plane.admin.read_node("node-a").metadata.annotations
     assert got["tmc.dev/slow-pool"] == "rack-a" and got["tmc.dev/llc-ways"] == "11"
     plane.admin.patch_node("node-a", {"metadata": {"annotations": {"tmc.dev/slow-pool": None}}})
+
+
+# --- the runtime's required plugins -------------------------------------------------------------
+
+# What tmc's Binding carries where nodes run tmc-nri (scheduler/plugin/pkg/tmc, Engine.Bind): NRI's
+# pod-scoped key and each container's own, which the runtime reads first.
+REQUIRED = {
+    "required-plugins.noderesource.dev/pod": '["tmc"]',
+    "required-plugins.noderesource.dev/container.c": '["tmc"]',
+}
+
+
+def guarded_pod(plane: Plane, name: str, annotations: dict[str, str] | None = None) -> None:
+    """A tenant's pod (created with `annotations`) that tmc's scheduler bound as it does where
+    nodes run tmc-nri."""
+    plane.tenant.create_namespaced_pod(TENANT_NS, pod(name, annotations))
+    uid = plane.tenant.read_namespaced_pod(name, TENANT_NS).metadata.uid
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {
+            "name": name,
+            "namespace": TENANT_NS,
+            "uid": uid,
+            "annotations": {**PLACEMENT, **REQUIRED},
+        },
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"},
+    }
+    plane.scheduler.create_namespaced_pod_binding(name, TENANT_NS, body, _preload_content=False)
+
+
+@pytest.mark.parametrize("status", [False, True], ids=["pod", "status"])
+@pytest.mark.parametrize(
+    "forged",
+    [
+        # The container's own key, read before the pod's: an empty list switches the guard off.
+        {"required-plugins.noderesource.dev/container.c": "[]"},
+        # One for a container the pod does not have yet (an ephemeral one it adds later).
+        {"required-plugins.noderesource.dev/container.debug": "[]"},
+        # The pod-scoped key removed, or changed.
+        {"required-plugins.noderesource.dev/pod": None},
+        {"required-plugins.noderesource.dev/pod": '["other"]'},
+    ],
+    ids=["container-emptied", "container-added", "pod-removed", "pod-changed"],
+)
+def test_a_tenant_cannot_switch_off_a_placed_pods_required_plugins(
+    plane: Plane, forged: dict[str, str | None], status: bool, request: pytest.FixtureRequest
+) -> None:
+    name = "guard-" + request.node.callspec.id
+    guarded_pod(plane, name)
+    why = refused(partial(write_annotations, plane.tenant, "merge", status, name, forged))
+    assert why is not None and "required plugins of a placed pod" in why, why
+    got = plane.admin.read_namespaced_pod(name, TENANT_NS).metadata.annotations
+    assert {k: v for k, v in got.items() if k.startswith("required-plugins.")} == REQUIRED
+
+
+def test_a_tenants_required_plugins_set_at_create_are_replaced_by_the_binding(
+    plane: Plane,
+) -> None:
+    """Before its placement a pod's keys are its own (nothing of tmc's is there yet to guard):
+    the Binding writes over them, and from then on they are tmc's."""
+    emptied = {k: "[]" for k in REQUIRED}
+    guarded_pod(plane, "guard-at-create", emptied)
+    got = plane.admin.read_namespaced_pod("guard-at-create", TENANT_NS).metadata.annotations
+    assert {k: got[k] for k in REQUIRED} == REQUIRED
+    why = refused(
+        partial(write_annotations, plane.tenant, "merge", False, "guard-at-create", emptied)
+    )
+    assert why is not None and "required plugins of a placed pod" in why, why
+    # A tenant's unrelated write of the placed pod still passes.
+    plane.tenant.patch_namespaced_pod(
+        "guard-at-create", TENANT_NS, {"metadata": {"annotations": {"team": "a"}}}
+    )
