@@ -58,6 +58,24 @@ from store.db import unit_of_work
 log = logging.getLogger("tmc.scheduler.feeder")
 
 
+def within_kubelet_memory(published: contract.NodeCapacity, reported: object) -> None:
+    """The engine's rule (withinKubeletMemory): a node's published DRAM and node-local slow
+    memory together cannot exceed the memory its kubelet reports in its status, with 1 % for
+    rounding; an agent writes its node's annotations, never the kubelet's status. A node whose
+    kubelet reports no memory is not checked."""
+    if reported is None:
+        return
+    memory = int(parse_quantity(reported))
+    if memory <= 0 or memory >= 2 * contract.MAX_BYTES:
+        return
+    if published.dram_bytes + published.slow_bytes > memory + memory // 100:
+        raise contract.ContractError(
+            f"node capacity: {published.dram_bytes} bytes of DRAM and {published.slow_bytes} of"
+            f" node-local slow memory published, more than the {reported} of memory its kubelet"
+            " reports"
+        )
+
+
 def node_capacity(node: dict[str, Any]) -> tuple[NodeCapacity, int | None] | None:
     """The tiered capacity a node publishes (model.node_contract), or None for a node that is
     not a tmc node or publishes it unreadably (logged)."""
@@ -71,6 +89,7 @@ def node_capacity(node: dict[str, Any]) -> tuple[NodeCapacity, int | None] | Non
         if cpus is None:
             allocatable = parse_quantity((status.get("allocatable") or {}).get("cpu", "0"))
             cpus = min(contract.MAX_CPUS, max(1, math.floor(allocatable)))
+        within_kubelet_memory(published, (status.get("capacity") or {}).get("memory"))
     except (contract.ContractError, BadPod) as exc:
         log.warning("node %s publishes unreadable tiered capacity: %s", meta.get("name"), exc)
         return None

@@ -190,3 +190,31 @@ def test_a_pinned_plan_too_large_for_a_pods_annotations_is_the_fallback(stack: S
     assert size < 256 * 1024
     # A later update of the pod is accepted (past 256 KiB every update failed with 422).
     stack.admin.patch_namespaced_pod("wide", NS, {"metadata": {"labels": {"seen": "yes"}}})
+
+
+def test_a_node_cannot_publish_more_memory_than_its_kubelet_reports(stack: Stack) -> None:
+    """A node's agent publishes 4 PiB of DRAM on a node whose kubelet reports 280Gi: the node is
+    unreadable to the engine, and a pod pinning 1 PiB of DRAM (asking for no memory of its own,
+    so the in-tree fit does not stop it) is placed nowhere."""
+    inflated = tmc_node("inflated", 256 * GIB)
+    annotations = inflated["metadata"]["annotations"]
+    annotations["tmc.dev/dram-bytes"] = str(4 << 50)
+    for key in ("tmc.dev/slow-pool", "tmc.dev/slow-pool-bytes"):
+        annotations.pop(key)
+    c.register_node(stack.admin, inflated)
+    try:
+        time.sleep(2)  # the scheduler's node informer delivers it
+        stack.operator.create_namespaced_pod(
+            NS, pod_pinning("petabyte", pinned(1 << 50, 0, 2), memory="0")
+        )
+        time.sleep(8)
+        assert not bound(stack.admin, ["petabyte"])["petabyte"]
+        said = [
+            e.message or ""
+            for e in stack.admin.list_namespaced_event(NS).items
+            if e.involved_object.name == "petabyte"
+        ]
+        assert said and not any("inflated" in m and "bound" in m.lower() for m in said), said
+    finally:
+        stack.admin.delete_namespaced_pod("petabyte", NS, grace_period_seconds=0)
+        stack.admin.delete_node("inflated")

@@ -154,15 +154,17 @@ def leads(cp: ControlPlane, name: str) -> bool:
 # --- nodes --------------------------------------------------------------------------------------
 
 
-def node_object(name: str, cpus: int = 12) -> dict[str, Any]:
-    """A Node as a kubelet registers it: Ready, no tmc annotations (its agent publishes those)."""
+def node_object(name: str, cpus: int = 12, memory: str = "256Gi") -> dict[str, Any]:
+    """A Node as a kubelet registers it: Ready, no tmc annotations (its agent publishes those).
+    `memory` is what the kernel has, slow tiers onlined as memory included (the ceiling of what
+    its agent may publish); pods are given 24Gi of it, as the tests' in-tree fit expects."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
         "status": {
-            "capacity": {"cpu": str(cpus), "memory": "24Gi", "pods": "110"},
+            "capacity": {"cpu": str(cpus), "memory": memory, "pods": "110"},
             "allocatable": {"cpu": str(cpus), "memory": "24Gi", "pods": "110"},
             "conditions": [
                 {

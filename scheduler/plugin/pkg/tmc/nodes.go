@@ -42,11 +42,36 @@ func parseNodeCapacity(node *v1.Node) (*NodeCapacity, int64, error) {
 	if err != nil || capacity == nil {
 		return nil, 0, err
 	}
+	if err := withinKubeletMemory(capacity, node.Status.Capacity); err != nil {
+		return nil, 0, err
+	}
 	cpus := capacity.CPUs
 	if cpus == 0 {
 		cpus = allocatableCPUs(node.Status.Allocatable)
 	}
 	return capacity, cpus, nil
+}
+
+// withinKubeletMemory holds what a node's agent publishes to what its kubelet reports: the DRAM
+// and node-local slow memory a node publishes are memory the kernel has (slow memory onlined as
+// CPU-less NUMA nodes counts in it), so together they cannot exceed the kubelet's memory
+// capacity, with 1 % for rounding. An agent's token writes only its node's annotations, never
+// the kubelet's status: a node publishing 4 PiB is unreadable, not a home for a 1 PiB pod. A
+// node whose kubelet reports no memory is not checked.
+func withinKubeletMemory(c *NodeCapacity, reported v1.ResourceList) error {
+	q, ok := reported[v1.ResourceMemory]
+	if !ok || q.Sign() <= 0 {
+		return nil
+	}
+	memory := q.Value()
+	if memory >= 2*MaxBytes {
+		return nil // more than any publishable capacity (each of the two is below MaxBytes)
+	}
+	if c.DRAMBytes+c.SlowBytes > memory+memory/100 {
+		return contractErrorf("node capacity: %d bytes of DRAM and %d of node-local slow memory published, more than the %s of memory its kubelet reports",
+			c.DRAMBytes, c.SlowBytes, q.String())
+	}
+	return nil
 }
 
 func allocatableCPUs(alloc v1.ResourceList) int64 {
