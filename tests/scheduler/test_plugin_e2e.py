@@ -471,3 +471,18 @@ def test_a_new_fit_is_published_at_once(stack: Stack, ns: str) -> None:
     conditions = {cond["type"]: cond for cond in obj["status"]["conditions"]}
     assert conditions["Fallback"]["status"] == "False"
     assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"] >= 2
+
+
+def test_a_pods_own_required_plugins_are_replaced_by_its_binding(stack: Stack, ns: str) -> None:
+    """The runtime reads a container's required-plugins key before the pod's: a pod created with
+    an empty list for its container (and for the pod) would start without tmc-nri. tmc-scheduler's
+    Binding writes both over what the pod was created with."""
+    body = c.opted_in_pod("own-guard", "no-such-workload")
+    container = body["spec"]["containers"][0]["name"]
+    key = "required-plugins.noderesource.dev/container." + container
+    body["metadata"]["annotations"].update(
+        {key: "[]", "required-plugins.noderesource.dev/pod": "[]"}
+    )
+    c.create_pods(stack.api, [body], ns)
+    got = placed(stack, ["own-guard"], ns)["own-guard"].metadata.annotations
+    assert got[key] == got["required-plugins.noderesource.dev/pod"] == '["tmc"]', got
