@@ -631,9 +631,13 @@ def test_a_nodes_rack_pool_is_the_operators(plane: Plane) -> None:
         why = refused(partial(agent.patch_node, "node-a", {"metadata": {"annotations": claimed}}))
         assert why is not None and "rack pool" in why and "operator" in why, (claimed, why)
     plane.admin.patch_node("node-a", {"metadata": {"annotations": {"tmc.dev/slow-pool": "rack-a"}}})
-    for claimed in ({"tmc.dev/slow-pool": "rack-b"}, {"tmc.dev/slow-pool": None}):
-        why = refused(partial(agent.patch_node, "node-a", {"metadata": {"annotations": claimed}}))
-        assert why is not None and "rack pool" in why, (claimed, why)
+    changes: tuple[dict[str, str | None], ...] = (
+        {"tmc.dev/slow-pool": "rack-b"},
+        {"tmc.dev/slow-pool": None},
+    )
+    for change in changes:
+        why = refused(partial(agent.patch_node, "node-a", {"metadata": {"annotations": change}}))
+        assert why is not None and "rack pool" in why, (change, why)
     agent.patch_node("node-a", {"metadata": {"annotations": {"tmc.dev/llc-ways": "11"}}})
     got = plane.admin.read_node("node-a").metadata.annotations
     assert got["tmc.dev/slow-pool"] == "rack-a" and got["tmc.dev/llc-ways"] == "11"
