@@ -3,6 +3,7 @@ package tmc
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -235,7 +236,8 @@ const containerRequiredPluginsPrefix = "required-plugins.noderesource.dev/contai
 
 // requirePlugin asks the runtime to refuse each of the pod's containers that the node plugin did
 // not process: the pod-scoped key, and the container-scoped key of every container, init
-// container and ephemeral container the pod has, which the Binding writes over whatever the pod
+// container and ephemeral container the pod has or names in a key of its own, which the Binding
+// writes over whatever the pod
 // set at its creation (the admission policy refuses any later change once the pod is placed).
 // A container whose name is longer than 53 characters has no such key: its key's name would pass
 // the 63 characters an annotation key's name may have, and the API server refuses such a key on
@@ -259,6 +261,13 @@ func requirePlugin(ann map[string]string, pod *v1.Pod, plugin string) error {
 	}
 	for i := range pod.Spec.EphemeralContainers {
 		name(pod.Spec.EphemeralContainers[i].Name)
+	}
+	// A key the pod carries for a container it does not have yet (an ephemeral container to
+	// come): written over too, so that no container of the pod inherits the tenant's value.
+	for key := range pod.Annotations {
+		if strings.HasPrefix(key, containerRequiredPluginsPrefix) {
+			ann[key] = value
+		}
 	}
 	if size := annotationsSize(ann); size > MaxPlacementAnnotationsBytes {
 		return fmt.Errorf("tmc: pod %s/%s: its placement and the runtime's required-plugins keys for its %d containers would take %d bytes of annotations, over tmc's bound of %d",

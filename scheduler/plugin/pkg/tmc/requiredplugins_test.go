@@ -22,7 +22,9 @@ func TestABindWritesEveryContainersRequiredPlugins(t *testing.T) {
 	pod := tieredPod("a", map[string]string{
 		containerRequiredPluginsPrefix + "c":    "[]",
 		containerRequiredPluginsPrefix + "init": "[]",
-		RequiredPluginsAnnotation:               "[]",
+		// An ephemeral container the tenant will add later, named ahead.
+		containerRequiredPluginsPrefix + "debug": "[]",
+		RequiredPluginsAnnotation:                "[]",
 	}, "1", "1Gi")
 	pod.Spec.Containers[0].Name = "c"
 	pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: "side"}, v1.Container{Name: long})
@@ -35,7 +37,8 @@ func TestABindWritesEveryContainersRequiredPlugins(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, key := range []string{RequiredPluginsAnnotation, containerRequiredPluginsPrefix + "c",
-		containerRequiredPluginsPrefix + "side", containerRequiredPluginsPrefix + "init"} {
+		containerRequiredPluginsPrefix + "side", containerRequiredPluginsPrefix + "init",
+		containerRequiredPluginsPrefix + "debug"} {
 		if v := got.Annotations[key]; v != `["tmc"]` {
 			t.Errorf("%s is %q after the bind, want [\"tmc\"]", key, v)
 		}
