@@ -33,9 +33,10 @@ SCRAPE_TIMEOUT_SECONDS = 5.0
 
 # What a published object can be: a configuration, or the fallback with its reason.
 OBJECT_STATES = ("recommended", "fallback")
-# Why a bound pod holds the fallback, from the reason the engine wrote into its placement
-# (scheduler/plugin/pkg/tmc/ask.go words them; tests/scheduler/test_publisher_metrics.py checks
-# that each text below is still there). Bounded: any other text is `other`.
+# Why a bound pod holds the fallback, from the reason the engine wrote into its placement: the
+# table of scheduler/conformance/fallback_reasons.json, which the engine's tests hold its texts
+# to and tests/scheduler/test_publisher_metrics.py holds this copy to. Bounded: any other text
+# is `other`.
 FALLBACK_REASONS: tuple[tuple[str, str], ...] = (
     ("no recommendation is published for workload", "unpublished"),
     ("tmc has no configuration for the workload", "no_configuration"),

@@ -25,10 +25,10 @@ from scheduler.metrics import (
     mirror_families,
     published_families,
 )
+from tests.deploy.test_metrics_exported import go_metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "tmc"
-GO_EXTENDER = ROOT / "scheduler" / "plugin" / "pkg" / "tmc" / "extender.go"
 K8S_VERSION = "1.36.0"
 # k8s.io/kube-scheduler/config/v1 Extender, ExtenderManagedResource, ExtenderTLSConfig.
 EXTENDER_FIELDS = {
@@ -404,31 +404,16 @@ PROMQL_WORDS = {
 
 
 def go_extender_metrics() -> dict[str, set[str]]:
-    """The series tmc-extender registers (scheduler/plugin/pkg/tmc/extender.go): each vector's
-    name, kind and label names, read from its declaration."""
+    """The series tmc-extender's registry holds (the engine's among them), with their label
+    names, as the Go package's TestListMetricNames lists them from the registry itself."""
+    listed = go_metric_names(ROOT / "scheduler" / "plugin", "./pkg/tmc")
     found: dict[str, set[str]] = {}
-    # The extender's own vectors, and the engine's (metrics.go), which it registers too.
-    source = GO_EXTENDER.read_text() + GO_EXTENDER.with_name("metrics.go").read_text()
-    declared = re.findall(
-        r"prometheus\.New(Counter|Histogram)Vec\(prometheus\.\w+Opts\{\s*Name:\s*\"(\w+)\""
-        r".*?\}, \[\]string\{([^}]*)\}\)",
-        source,
-        re.S,
-    )
-    declared += [
-        ("Histogram", name, "")
-        for name in re.findall(
-            r"prometheus\.NewHistogram\(prometheus\.HistogramOpts\{\s*Name:\s*\"(\w+)\"", source
-        )
-    ]
-    assert len(declared) >= 5, declared
-    for kind, name, labels in declared:
-        names = set(re.findall(r'"(\w+)"', labels))
-        if kind == "Counter":
-            found[name] = names
-        else:
-            for suffix in ("_bucket", "_sum", "_count"):
-                found[name + suffix] = names | ({"le"} if suffix == "_bucket" else set())
+    for name, labels in listed.items():
+        # A registry's descriptors do not say which are histograms: each name may be read as
+        # one, as a scrape shows it.
+        found[name] = set(labels)
+        found[name + "_bucket"] = set(labels) | {"le"}
+        found[name + "_sum"] = found[name + "_count"] = set(labels)
     return found
 
 

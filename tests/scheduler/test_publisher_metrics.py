@@ -7,6 +7,7 @@ it. The same publisher on the real control plane: tests/scheduler/test_publisher
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,9 @@ from tests.fixtures.service import auth, example
 from tests.scheduler.test_ledger import TIERED_NODE, ListedCluster, bound_pod, opted_in
 from tests.services import PostgresServer
 
-ASK_GO = Path(__file__).resolve().parents[2] / "scheduler" / "plugin" / "pkg" / "tmc" / "ask.go"
+FALLBACK_TABLE = (
+    Path(__file__).resolve().parents[2] / "scheduler" / "conformance" / "fallback_reasons.json"
+)
 
 
 class Clock:
@@ -252,11 +255,12 @@ def test_bound_pods_placed_with_the_fallback_are_counted_by_reason() -> None:
 
 
 def test_the_fallback_reasons_are_the_engines_words() -> None:
-    """Each text the classes are told by is one the Go engine writes (ask.go); a reworded reason
-    fails here rather than falling silently into `other`."""
-    source = ASK_GO.read_text()
+    """The classes and their phrases are the shared table's, in its order
+    (scheduler/conformance/fallback_reasons.json), which the engine's tests hold its own fallback
+    texts to: a reworded reason fails there rather than falling silently into `other`."""
+    table = json.loads(FALLBACK_TABLE.read_text())["reasons"]
+    assert [(r["phrase"], r["class"]) for r in table] == list(FALLBACK_REASONS)
     for text, name in FALLBACK_REASONS:
-        assert text in source, (name, text)
         assert fallback_class(f"…{text}…") == name
     assert fallback_class("") == "other"
 
