@@ -715,3 +715,58 @@ def test_a_tenants_required_plugins_set_at_create_are_replaced_by_the_binding(
     plane.tenant.patch_namespaced_pod(
         "guard-at-create", TENANT_NS, {"metadata": {"annotations": {"team": "a"}}}
     )
+
+
+def test_a_placed_pods_memory_is_not_raised_in_place(plane: Plane) -> None:
+    """pods/resize may lower a placed pod's memory, never raise a request or a limit: its node
+    admitted it for the memory tmc placed. An unplaced pod's resize is not tmc's to judge."""
+    body = pod("resized")
+    body["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "100m", "memory": "1Gi"},
+        "limits": {"memory": "1Gi"},
+    }
+    plane.tenant.create_namespaced_pod(TENANT_NS, body)
+    uid = plane.tenant.read_namespaced_pod("resized", TENANT_NS).metadata.uid
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {
+            "name": "resized",
+            "namespace": TENANT_NS,
+            "uid": uid,
+            "annotations": PLACEMENT,
+        },
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"},
+    }
+    plane.scheduler.create_namespaced_pod_binding(
+        "resized", TENANT_NS, binding, _preload_content=False
+    )
+
+    def resize(requests: dict[str, str], limits: dict[str, str]) -> str | None:
+        change = {"name": "c", "resources": {"requests": requests, "limits": limits}}
+        return refused(
+            partial(
+                plane.tenant.patch_namespaced_pod_resize,
+                "resized",
+                TENANT_NS,
+                {"spec": {"containers": [change]}},
+            )
+        )
+
+    why = resize({"cpu": "100m", "memory": "20Gi"}, {"memory": "20Gi"})
+    assert why is not None and "may be lowered in place, not raised" in why, why
+    assert resize({"cpu": "100m", "memory": "1Gi"}, {"memory": "2Gi"}) is not None
+    assert resize({"cpu": "200m", "memory": "512Mi"}, {"memory": "512Mi"}) is None
+    got = plane.admin.read_namespaced_pod("resized", TENANT_NS).spec.containers[0].resources
+    assert got.limits["memory"] == "512Mi"
+    # A pod tmc did not place resizes as Kubernetes allows.
+    other = pod("unplaced-resize", node="node-b")
+    other["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "100m", "memory": "1Gi"},
+        "limits": {"memory": "1Gi"},
+    }
+    plane.tenant.create_namespaced_pod(TENANT_NS, other)
+    grown = {"name": "c", "resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "2Gi"}}}
+    plane.tenant.patch_namespaced_pod_resize(
+        "unplaced-resize", TENANT_NS, {"spec": {"containers": [grown]}}
+    )
