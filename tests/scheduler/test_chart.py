@@ -521,6 +521,7 @@ def test_admission_policies_are_on_by_default_and_name_the_components() -> None:
     }
     assert set(policies) == {
         "demo-tmc-pod-placement",
+        "demo-tmc-placed-pod-resize",
         "demo-tmc-agent-own-node",
         "demo-tmc-agent-own-events",
     }
