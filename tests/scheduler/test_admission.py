@@ -229,10 +229,12 @@ def refused(call: Callable[[], object]) -> str | None:
     return None
 
 
-def placed_pod(plane: Plane, name: str, placer: str = "scheduler") -> None:
-    """A tenant's pod that tmc's scheduler (or, on the extender path, tmc-extender) has bound
-    with its placement."""
-    plane.tenant.create_namespaced_pod(TENANT_NS, pod(name))
+def placed_pod(
+    plane: Plane, name: str, placer: str = "scheduler", body: dict[str, Any] | None = None
+) -> None:
+    """A tenant's pod (`body`, else a plain one) that tmc's scheduler (or, on the extender
+    path, tmc-extender) has bound with its placement."""
+    plane.tenant.create_namespaced_pod(TENANT_NS, body or pod(name))
     uid = plane.tenant.read_namespaced_pod(name, TENANT_NS).metadata.uid
     body = {
         "apiVersion": "v1",
@@ -720,43 +722,39 @@ def test_a_tenants_required_plugins_set_at_create_are_replaced_by_the_binding(
 def test_a_placed_pods_memory_is_not_raised_in_place(plane: Plane) -> None:
     """pods/resize may lower a placed pod's memory, never raise a request or a limit: its node
     admitted it for the memory tmc placed. An unplaced pod's resize is not tmc's to judge."""
-    body = pod("resized")
-    body["spec"]["containers"][0]["resources"] = {
-        "requests": {"cpu": "100m", "memory": "1Gi"},
-        "limits": {"memory": "1Gi"},
-    }
-    plane.tenant.create_namespaced_pod(TENANT_NS, body)
-    uid = plane.tenant.read_namespaced_pod("resized", TENANT_NS).metadata.uid
-    binding = {
-        "apiVersion": "v1",
-        "kind": "Binding",
-        "metadata": {
-            "name": "resized",
-            "namespace": TENANT_NS,
-            "uid": uid,
-            "annotations": PLACEMENT,
-        },
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"},
-    }
-    plane.scheduler.create_namespaced_pod_binding(
-        "resized", TENANT_NS, binding, _preload_content=False
-    )
 
-    def resize(requests: dict[str, str], limits: dict[str, str]) -> str | None:
+    def with_memory(name: str) -> dict[str, Any]:
+        body = pod(name)
+        body["spec"]["containers"][0]["resources"] = {
+            "requests": {"cpu": "100m", "memory": "1Gi"},
+            "limits": {"memory": "1Gi"},
+        }
+        return body
+
+    def resize(name: str, requests: dict[str, str], limits: dict[str, str]) -> str | None:
         change = {"name": "c", "resources": {"requests": requests, "limits": limits}}
         return refused(
             partial(
                 plane.tenant.patch_namespaced_pod_resize,
-                "resized",
+                name,
                 TENANT_NS,
                 {"spec": {"containers": [change]}},
             )
         )
 
-    why = resize({"cpu": "100m", "memory": "20Gi"}, {"memory": "20Gi"})
+    # A policy is enforced once the API server has compiled it: a probe's resize until refused.
+    placed_pod(plane, "resize-probe", body=with_memory("resize-probe"))
+    probe = {"cpu": "100m", "memory": "1Gi"}
+    wait_until(
+        lambda: resize("resize-probe", probe, {"memory": "2Gi"}) is not None,
+        30,
+        "the resize policy enforced",
+    )
+    placed_pod(plane, "resized", body=with_memory("resized"))
+    why = resize("resized", {"cpu": "100m", "memory": "20Gi"}, {"memory": "20Gi"})
     assert why is not None and "may be lowered in place, not raised" in why, why
-    assert resize({"cpu": "100m", "memory": "1Gi"}, {"memory": "2Gi"}) is not None
-    assert resize({"cpu": "200m", "memory": "512Mi"}, {"memory": "512Mi"}) is None
+    assert resize("resized", {"cpu": "100m", "memory": "1Gi"}, {"memory": "2Gi"}) is not None
+    assert resize("resized", {"cpu": "200m", "memory": "512Mi"}, {"memory": "512Mi"}) is None
     got = plane.admin.read_namespaced_pod("resized", TENANT_NS).spec.containers[0].resources
     assert got.limits["memory"] == "512Mi"
     # A pod tmc did not place resizes as Kubernetes allows.
