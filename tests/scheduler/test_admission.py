@@ -182,7 +182,8 @@ def plane() -> Iterator[Plane]:
             # test fails), which shows that the policies, not RBAC, refuse them.
             yield p
             return
-        # A policy is enforced once the API server has compiled it: wait for the first refusal.
+        # A policy is enforced once the API server has compiled it, each on its own: wait for
+        # the first refusal of each policy the nodes' tests ask about too.
         wait_until(
             lambda: (
                 refused(
@@ -193,7 +194,27 @@ def plane() -> Iterator[Plane]:
                 is not None
             ),
             30,
-            "policies enforced",
+            "the pod-placement policy enforced",
+        )
+        node_a = token_client(cp, c.node_bound_token(cp, "node-a"))
+        probe = {"metadata": {"annotations": {"tmc.dev/llc-ways": "1"}}}
+        wait_until(
+            lambda: refused(partial(node_a.patch_node, "node-b", probe)) is not None,
+            30,
+            "the agent-own-node policy enforced",
+        )
+        forged = {
+            "metadata": {"generateName": "probe-", "namespace": TENANT_NS},
+            "involvedObject": {"kind": "Pod", "name": "probe", "namespace": TENANT_NS},
+            "reason": "Probe",
+            "message": "probe",
+            "type": "Normal",
+            "source": {"component": "tmc-nri", "host": "node-b"},
+        }
+        wait_until(
+            lambda: refused(partial(node_a.create_namespaced_event, TENANT_NS, forged)) is not None,
+            30,
+            "the agent-own-events policy enforced",
         )
         yield p
     finally:
