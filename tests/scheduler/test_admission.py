@@ -250,21 +250,26 @@ def refused(call: Callable[[], object]) -> str | None:
     return None
 
 
+def bind(plane: Plane, binder: k8s.CoreV1Api, name: str, annotations: dict[str, str]) -> None:
+    """A Binding of the tenant's pod `name` to node-a carrying `annotations`, written by
+    `binder` (tmc's scheduler or extender), as the engine writes one."""
+    uid = plane.tenant.read_namespaced_pod(name, TENANT_NS).metadata.uid
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name, "namespace": TENANT_NS, "uid": uid, "annotations": annotations},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"},
+    }
+    binder.create_namespaced_pod_binding(name, TENANT_NS, body, _preload_content=False)
+
+
 def placed_pod(
     plane: Plane, name: str, placer: str = "scheduler", body: dict[str, Any] | None = None
 ) -> None:
     """A tenant's pod (`body`, else a plain one) that tmc's scheduler (or, on the extender
     path, tmc-extender) has bound with its placement."""
     plane.tenant.create_namespaced_pod(TENANT_NS, body or pod(name))
-    uid = plane.tenant.read_namespaced_pod(name, TENANT_NS).metadata.uid
-    body = {
-        "apiVersion": "v1",
-        "kind": "Binding",
-        "metadata": {"name": name, "namespace": TENANT_NS, "uid": uid, "annotations": PLACEMENT},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"},
-    }
-    binder = plane.scheduler if placer == "scheduler" else plane.extender
-    binder.create_namespaced_pod_binding(name, TENANT_NS, body, _preload_content=False)
+    bind(plane, plane.scheduler if placer == "scheduler" else plane.extender, name, PLACEMENT)
     got = plane.admin.read_namespaced_pod(name, TENANT_NS)
     assert got.spec.node_name == "node-a"
     assert got.metadata.annotations["tmc.dev/llc-mask"] == "0xf0"
@@ -681,19 +686,7 @@ def guarded_pod(plane: Plane, name: str, annotations: dict[str, str] | None = No
     """A tenant's pod (created with `annotations`) that tmc's scheduler bound as it does where
     nodes run tmc-nri."""
     plane.tenant.create_namespaced_pod(TENANT_NS, pod(name, annotations))
-    uid = plane.tenant.read_namespaced_pod(name, TENANT_NS).metadata.uid
-    body = {
-        "apiVersion": "v1",
-        "kind": "Binding",
-        "metadata": {
-            "name": name,
-            "namespace": TENANT_NS,
-            "uid": uid,
-            "annotations": {**PLACEMENT, **REQUIRED},
-        },
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"},
-    }
-    plane.scheduler.create_namespaced_pod_binding(name, TENANT_NS, body, _preload_content=False)
+    bind(plane, plane.scheduler, name, {**PLACEMENT, **REQUIRED})
 
 
 @pytest.mark.parametrize("status", [False, True], ids=["pod", "status"])

@@ -9,8 +9,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 )
@@ -170,14 +168,7 @@ func TestThePairsObjectMovesItsWaitingPods(t *testing.T) {
 	bound := boundPod(t, "bound", "a", 1)
 	bound.Annotations[WorkloadAnnotation] = "graph500"
 	bound.Annotations[ObjectiveAnnotation] = "slo:5%"
-	client := fake.NewClientset(waiting, other, bound)
-	p := &TmcPlacement{Engine: &Engine{client: client, cache: NewCache()}}
-	factory := informers.NewSharedInformerFactory(client, 0)
-	if err := p.Watch(factory); err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
+	p, _ := watched(ctx, t, waiting, other, bound)
 
 	moved := &activations{}
 	index := NewRecommendationIndex()

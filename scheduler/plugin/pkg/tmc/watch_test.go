@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 )
@@ -31,14 +32,7 @@ func TestWatchFeedsTheCacheFromInformers(t *testing.T) {
 		pod.Annotations = ann
 		return pod
 	}
-	client := fake.NewClientset(node, placed("old", "0x3", 2, true))
-	p := &TmcPlacement{Engine: &Engine{client: client, cache: NewCache()}}
-	factory := informers.NewSharedInformerFactory(client, 0)
-	if err := p.Watch(factory); err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
+	p, client := watched(ctx, t, node, placed("old", "0x3", 2, true))
 
 	capacity, _ := ParseNodeCapacity(node.Labels, node.Annotations)
 	eventually := func(what string, ok func(Usage) bool) {
@@ -85,4 +79,19 @@ func TestWatchFeedsTheCacheFromInformers(t *testing.T) {
 	if p.cache.Len() != 0 {
 		t.Errorf("%d reservations left", p.cache.Len())
 	}
+}
+
+// watched is a plugin whose engine is fed by informers over a fake API server holding objects,
+// synced before it is returned.
+func watched(ctx context.Context, t *testing.T, objects ...runtime.Object) (*TmcPlacement, *fake.Clientset) {
+	t.Helper()
+	client := fake.NewClientset(objects...)
+	p := &TmcPlacement{Engine: &Engine{client: client, cache: NewCache()}}
+	factory := informers.NewSharedInformerFactory(client, 0)
+	if err := p.Watch(factory); err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	return p, client
 }
