@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
+from model.bundle import MAX_BYTES
 from model.errors import InvalidRequest
 from model.node_contract import OBJECTIVE_ANNOTATION, WORKLOAD_ANNOTATION
 from model.node_contract import OPT_IN_RESOURCE as DEFAULT_OPT_IN_RESOURCE
@@ -81,10 +82,6 @@ class PodAsk:
     memory_bytes: int = 0
 
 
-# A request past this is no pod's (the engine refuses pods above 2^52 bytes); it prices nothing.
-MAX_MEMORY_BYTES = 1 << 50
-
-
 def _requests(containers: object, resource: str) -> Decimal:
     total = Decimal(0)
     if not isinstance(containers, list):
@@ -119,7 +116,8 @@ def read_pod(pod: object, opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE) -> Pod
     if opted:
         # As the in-tree fit counts it: the containers' sum, or an init container's when larger.
         need = max(_requests(containers, "memory"), _max_single(init, "memory"))
-        memory = int(need) if need <= MAX_MEMORY_BYTES else 0
+        # A request past what the model prices (1 PiB) is no real pod's: it prices nothing.
+        memory = int(need) if need <= MAX_BYTES else 0
     return PodAsk(
         uid=str(meta.get("uid") or ""),
         namespace=str(meta.get("namespace") or "default"),
