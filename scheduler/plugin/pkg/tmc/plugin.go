@@ -415,12 +415,12 @@ func (p *TmcPlacement) Bind(ctx context.Context, state fwk.CycleState, pod *v1.P
 }
 
 // newStatus is a status whose message is safe as kube-scheduler uses it: the scheduler records a
-// failed pod's event with the message as the event's format string (no arguments), so a "%" in
-// it ("slo:5%") would read "%!"(MISSING)". Each "%" is written as the fullwidth percent sign,
-// which reads the same to a person and is no verb to the formatter, in the event and in the
-// pod's condition alike.
+// failed pod's event with the message as the event's format string (no arguments), and the pod's
+// PodScheduled condition with the message as it is. No string with a "%" reads right in both
+// ("slo:5%" would be "%!"(MISSING)" in the event, "%%" in the condition), and a look-alike sign
+// defeats a search for the objective; so a percent is written as the word.
 func newStatus(code fwk.Code, msg string) *fwk.Status {
-	return fwk.NewStatus(code, strings.ReplaceAll(msg, "%", "\uff05"))
+	return fwk.NewStatus(code, strings.ReplaceAll(msg, "%", " percent"))
 }
 
 // asStatus is fwk.AsStatus with newStatus's message.
