@@ -27,14 +27,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
+from typing import Literal
 
 from ortools.sat.python import cp_model
 
 from model.errors import TmcError
 from model.pricing import PriceProfile
-from model.resources import GIB
+from model.resources import GIB, quantity_text
 
 DEFAULT_FILL = 1.0  # share of a machine's resources the plan may fill
 DEFAULT_PEAK_QUANTILE = 0.95  # the plan holds room for this quantile of each class's VMs at once
@@ -64,16 +65,40 @@ class Option:
         return (float(self.vcpus), float(self.dram_bytes), float(self.slow_bytes), self.llc_ways)
 
 
+# The technology of a machine's slow tier, in the words of a profile bundle's tier kinds
+# (model.bundle.TierKind), and "none" for a machine of DRAM only.
+SlowTier = Literal["none", "optane", "cxl_local", "cxl_pool"]
+SLOW_TIERS: tuple[SlowTier, ...] = ("none", "optane", "cxl_local", "cxl_pool")
+
+
+@dataclass(frozen=True)
+class ProfileHost:
+    """What planning on other machine kinds needs to know of the host a class's options were
+    measured on: its LLC as one workload sees it (the ways of one socket's cache, and their
+    bytes when known) and its slow tier's technology when known."""
+
+    llc_ways: int
+    llc_size_bytes: int | None = None
+    slow_tier: SlowTier | None = None
+
+
 @dataclass(frozen=True)
 class WorkloadClass:
     name: str
     arrivals_per_hour: float
     options: tuple[Option, ...]
+    # The options' ways are the measuring host's; None: they are taken as any kind's ways.
+    measured_on: ProfileHost | None = None
 
 
 @dataclass(frozen=True)
 class MachineKind:
-    """A machine of the paper's family; slow memory is local or a pool shared by a rack."""
+    """A machine of the paper's family; slow memory is local or a pool shared by a rack.
+
+    `llc_ways` and `llc_size_bytes` are one socket's LLC: CAT divides each socket's L3 into its
+    own ways, and a VM runs within one socket, so it can be given ways of one cache only. A
+    machine of `sockets` sockets holds `sockets x llc_ways` ways for packing. CPUs and memory
+    are the whole machine's."""
 
     name: str
     cpus: int = 12
@@ -82,13 +107,25 @@ class MachineKind:
     pool_bytes: int = 0
     rack_nodes: int = 8
     llc_ways: int = 48
+    sockets: int = 1
+    llc_size_bytes: int | None = None  # one socket's LLC; None: not stated (no rescaling to it)
+    slow_tier: SlowTier | None = None  # None: not stated
 
     @property
     def slow_share_bytes(self) -> float:
         return self.pool_bytes / self.rack_nodes if self.pool_bytes else self.local_slow_bytes
 
+    @property
+    def total_llc_ways(self) -> int:
+        return self.sockets * self.llc_ways
+
     def capacity(self) -> tuple[float, float, float, float]:
-        return (float(self.cpus), float(self.dram_bytes), self.slow_share_bytes, self.llc_ways)
+        return (
+            float(self.cpus),
+            float(self.dram_bytes),
+            self.slow_share_bytes,
+            self.total_llc_ways,
+        )
 
     def hourly_price(self, prices: PriceProfile) -> float:
         """What the machine's resources cost per hour at the profile's unit prices."""
@@ -96,12 +133,16 @@ class MachineKind:
             self.cpus * prices.vcpu_hour
             + self.dram_bytes / GIB * prices.dram_gib_hour
             + self.slow_share_bytes / GIB * prices.slow_gib_hour
-            + self.llc_ways * prices.llc_way_hour
+            + self.total_llc_ways * prices.llc_way_hour
         )
 
 
+PAPER_LLC_BYTES = 12 << 20  # the §4.1 machine: one socket, 48 ways of 12 MiB
+
+
 def paper_machine_kinds() -> list[MachineKind]:
-    """Fig. 9's twelve: 24 or 48 GiB DRAM x 128L, 256L, 128P, 384P, 640P, 896P."""
+    """Fig. 9's twelve: 24 or 48 GiB DRAM x 128L, 256L, 128P, 384P, 640P, 896P; the local
+    slow memory is Optane-like (the §4.1 machine's), the pools CXL."""
     out = []
     for dram in (24, 48):
         for slow in ("128L", "256L", "128P", "384P", "640P", "896P"):
@@ -112,9 +153,110 @@ def paper_machine_kinds() -> list[MachineKind]:
                     dram_bytes=dram * GIB,
                     local_slow_bytes=size * GIB if kind == "L" else 0,
                     pool_bytes=size * GIB if kind == "P" else 0,
+                    llc_size_bytes=PAPER_LLC_BYTES,
+                    slow_tier="optane" if kind == "L" else "cxl_pool",
                 )
             )
     return out
+
+
+# -- a class's options on a kind other than the one it was measured on --------------------------
+
+
+@dataclass(frozen=True)
+class OnKind:
+    """A class as planned on one machine kind: its options' ways in the kind's ways, what was
+    changed or is doubtful (`reasons`), or why it cannot be planned there at all (`refused`)."""
+
+    workload: WorkloadClass
+    reasons: tuple[str, ...] = ()
+    refused: str = ""
+
+
+MAX_WAY_MAPPINGS_SHOWN = 6
+
+
+def _size(n_bytes: float) -> str:
+    """A size as the planner's reasons print it: "3 MiB", "256 KiB"."""
+    text = quantity_text(round(n_bytes))
+    return f"{text[:-2]} {text[-2:]}B" if text.endswith("i") else f"{text} B"
+
+
+def on_kind(c: WorkloadClass, kind: MachineKind) -> OnKind:
+    """`c` on machines of `kind`. Ways are a share of a cache, so a way count means the same
+    only on a cache of the same ways and bytes: an option measured with w of the host's W ways
+    of B bytes holds w B / W bytes of cache, and on a kind of W' ways of B' bytes it is given
+    as many bytes, ceil(w B W' / (W B')) ways (more ways than one socket has cannot host it).
+    Without both sizes a different way count cannot be carried over: the class is refused on
+    the kind, with the reason. A slow tier of another technology is said, not refused: the
+    plan's times then hold the measuring host's slow-memory latency, an estimate to check by
+    profiling on the kind, where refusing would leave a mixed fleet with no plan at all."""
+    host = c.measured_on
+    if host is None:
+        return OnKind(c)
+    reasons = []
+    if (
+        host.slow_tier is not None
+        and kind.slow_tier not in (None, "none")
+        and host.slow_tier != kind.slow_tier
+    ):
+        reasons.append(
+            f"{c.name}: measured with {host.slow_tier} slow memory, this kind has"
+            f" {kind.slow_tier}: its times and costs assume the measured slow tier's latency"
+        )
+    if host.llc_ways == kind.llc_ways and (
+        host.llc_size_bytes is None
+        or kind.llc_size_bytes is None
+        or host.llc_size_bytes == kind.llc_size_bytes
+    ):
+        return OnKind(c, tuple(reasons))
+    if host.llc_size_bytes is None:
+        return OnKind(
+            c,
+            tuple(reasons),
+            f"{c.name}: refused: the profile's host LLC size is unknown, so its ways of"
+            f" {host.llc_ways} cannot be carried over to this kind's {kind.llc_ways} ways",
+        )
+    if kind.llc_size_bytes is None:
+        return OnKind(
+            c,
+            tuple(reasons),
+            f"{c.name}: refused: this kind's LLC size is unknown (llc_size_bytes, one"
+            f" socket's), so the profile's ways of {host.llc_ways} cannot be carried over to its"
+            f" {kind.llc_ways} ways",
+        )
+    options = tuple(
+        replace(o, llc_ways=rescaled_ways(o.llc_ways, host, kind.llc_ways, kind.llc_size_bytes))
+        for o in c.options
+    )
+    pairs = sorted({(o.llc_ways, r.llc_ways) for o, r in zip(c.options, options, strict=True)})
+    per_way = host.llc_size_bytes / host.llc_ways
+    shown = ", ".join(
+        f"{w} of {host.llc_ways} ways ({_size(w * per_way)}) to {r} of {kind.llc_ways} ways"
+        for w, r in pairs[:MAX_WAY_MAPPINGS_SHOWN]
+    )
+    hidden = len(pairs) - MAX_WAY_MAPPINGS_SHOWN
+    more = f" and {hidden} more" if hidden > 0 else ""
+    reasons.append(f"{c.name}: rescaled from {shown}{more}")
+    too_wide = [(w, r) for w, r in pairs if r > kind.llc_ways]
+    if too_wide:
+        reasons.append(
+            f"{c.name}: refused the option(s) of "
+            + ", ".join(f"{w} of {host.llc_ways} ways" for w, _ in too_wide)
+            + f": as many bytes need {too_wide[0][1]} or more ways, and a socket of this kind"
+            f" has {kind.llc_ways}"
+        )
+    return OnKind(replace(c, options=options), tuple(reasons))
+
+
+def rescaled_ways(ways: int, host: ProfileHost, kind_ways: int, kind_bytes: int) -> int:
+    """The ways of a `kind_ways`-way cache of `kind_bytes` that hold as many bytes as `ways` of
+    the host's cache (rounded up: never less cache than measured). Exact integers."""
+    if host.llc_size_bytes is None:
+        raise ValueError("the profile's host LLC size is unknown")
+    num = ways * host.llc_size_bytes * kind_ways
+    den = host.llc_ways * kind_bytes
+    return max(1, -(-num // den))
 
 
 @dataclass(frozen=True)
@@ -136,6 +278,10 @@ class KindPlan:
     # per machine: VMs at the peak by "class#option"
     machines_content: list[dict[str, int]] = field(default_factory=list)
     note: str = ""
+    # per class: each option's ways on this kind (the measuring host's, rescaled when the
+    # kind's cache differs: `on_kind`)
+    option_ways: dict[str, list[int]] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)  # what was rescaled, refused or doubtful
 
 
 @dataclass(frozen=True)
@@ -184,7 +330,8 @@ def planned_vms(mean: float, factor: float) -> int:
 def _homeless_classes(
     classes: Sequence[WorkloadClass], kind: MachineKind, fill: float
 ) -> list[str]:
-    """The classes none of whose options fits one machine of `kind` at `fill`."""
+    """The classes none of whose options fits one machine of `kind` at `fill` (the options'
+    ways are the kind's: see `on_kind`)."""
     return [c.name for c in classes if not any(_usable(o, kind, fill) for o in c.options)]
 
 
@@ -194,13 +341,17 @@ _RESOURCE_WORDS = ("vCPUs", "MiB of DRAM", "MiB of slow memory", "LLC ways")
 def why_homeless(c: WorkloadClass, kind: MachineKind, fill: float) -> str:
     """Why no option of `c` fits one machine of `kind`: each resource that every option needs
     more of than the machine offers at `fill` (the least any option needs, against what one
-    machine offers), or, when each resource alone has an option that fits, that none fits all
-    at once."""
-    cap = _per_machine(kind, fill)
+    machine offers; ways against one socket's), or, when each resource alone has an option
+    that fits, that none fits all at once."""
+    cap = list(_per_machine(kind, fill))
+    cap[3] = _socket_ways(kind, fill)
     needs = [min(_units(o)[r] for o in c.options) for r in range(4)]
+    offers = ["a machine offers"] * 3 + [
+        "a socket offers" if kind.sockets > 1 else "a machine offers"
+    ]
     short = [
-        f"at least {need} {word} (a machine offers {have})"
-        for need, have, word in zip(needs, cap, _RESOURCE_WORDS, strict=True)
+        f"at least {need} {word} ({offer} {have})"
+        for need, have, word, offer in zip(needs, cap, _RESOURCE_WORDS, offers, strict=True)
         if need > have
     ]
     what = "; ".join(short) if short else "no option fits every resource at once"
@@ -208,8 +359,16 @@ def why_homeless(c: WorkloadClass, kind: MachineKind, fill: float) -> str:
 
 
 def _usable(o: Option, kind: MachineKind, fill: float) -> bool:
+    """Whether one VM in option `o` fits one machine of `kind`: within the machine's CPUs and
+    memory, and its ways within one socket's cache (CAT's ways are a socket's own)."""
     cap = _per_machine(kind, fill)
-    return all(d <= c for d, c in zip(_units(o), cap, strict=True))
+    return o.llc_ways <= _socket_ways(kind, fill) and all(
+        d <= c for d, c in zip(_units(o), cap, strict=True)
+    )
+
+
+def _socket_ways(kind: MachineKind, fill: float) -> int:
+    return math.floor(kind.llc_ways * fill + 1e-9)
 
 
 # Integer units for CP-SAT and first fit: vCPUs, MiB, MiB, ways.
@@ -222,13 +381,15 @@ def _units(o: Option) -> tuple[int, int, int, int]:
 
 def _per_machine(kind: MachineKind, fill: float) -> tuple[int, int, int, int]:
     """What one machine offers. A pooled machine may lend a VM the whole pool; the pool's own
-    capacity is a per-rack constraint."""
+    capacity is a per-rack constraint. Ways are counted over all sockets: the packing holds a
+    machine's VMs within the sum of its sockets' ways, and each VM within one socket's
+    (`_usable`), not each socket's VMs within that socket."""
     slow = kind.pool_bytes if kind.pool_bytes else kind.local_slow_bytes
     return (
         math.floor(kind.cpus * fill + 1e-9),
         int(kind.dram_bytes * fill) // _MIB,
         int(slow * fill) // _MIB,
-        math.floor(kind.llc_ways * fill + 1e-9),
+        kind.sockets * _socket_ways(kind, fill),
     )
 
 
@@ -411,8 +572,46 @@ def plan_kind(
     within its CPUs, DRAM, slow memory and ways, a pool within its rack. Fewest machines first,
     then the tenants' cost. Started from greedy's plan; when CP-SAT does not find fewer machines
     within its time limit the answer is greedy's, and `status` and `note` say so. `deadline`
-    (time.monotonic()) bounds the whole call, greedy included: past it, PlanningTimeLimit."""
+    (time.monotonic()) bounds the whole call, greedy included: past it, PlanningTimeLimit.
+    A class measured on another host is planned with its ways carried over to the kind's
+    cache (`on_kind`); `reasons` says what was rescaled, refused or is doubtful."""
     _check_classes(classes)
+    _check_kind(kind)
+    fitted = [on_kind(c, kind) for c in classes]
+    reasons = [r for f in fitted for r in f.reasons]
+    ways = {f.workload.name: [o.llc_ways for o in f.workload.options] for f in fitted}
+    refused = [f.refused for f in fitted if f.refused]
+    if refused:
+        plan = KindPlan(
+            kind.name, -1, kind.hourly_price(prices), math.inf, math.inf, {}, {}, "-", -1,
+            "infeasible", note="; ".join(refused),
+        )  # fmt: skip
+    else:
+        plan = _plan_fitted(
+            [f.workload for f in fitted],
+            kind,
+            prices,
+            fill=fill,
+            peak_quantile=peak_quantile,
+            time_limit_seconds=time_limit_seconds,
+            workers=workers,
+            deadline=deadline,
+        )
+    return replace(plan, option_ways=ways, reasons=reasons)
+
+
+def _plan_fitted(
+    classes: Sequence[WorkloadClass],
+    kind: MachineKind,
+    prices: PriceProfile,
+    *,
+    fill: float,
+    peak_quantile: float,
+    time_limit_seconds: float,
+    workers: int,
+    deadline: float | None,
+) -> KindPlan:
+    """`plan_kind` for classes whose options' ways are the kind's."""
     price = kind.hourly_price(prices)
     greedy = greedy_plan(classes, kind, fill, peak_quantile, deadline)
     if greedy is None:
@@ -623,24 +822,36 @@ def plan_capacity(
     ]
     feasible = [p for p in plans if p.status != "infeasible"]
     if not feasible:
-        # Name the classes no kind can host at all; when every class fits some kind on its
-        # own, it is the combination that no single kind holds.
-        nowhere = [
-            c.name for c in classes if all(c.name in _homeless_classes([c], k, fill) for k in kinds)
-        ]
-        if nowhere:
-            first = next(c for c in classes if c.name == nowhere[0])
-            largest = max(kinds, key=lambda k: k.capacity())
-            raise ValueError(
-                f"no machine kind can host {', '.join(nowhere)}: no option of it fits any kind"
-                f" (at fill {fill:g}; on {largest.name}, {why_homeless(first, largest, fill)})"
-            )
-        per_kind = "; ".join(
-            f"{k.name}: {', '.join(_homeless_classes(classes, k, fill))}" for k in kinds
-        )
-        raise ValueError(f"no machine kind can host every class (cannot host: {per_kind})")
+        raise ValueError(_why_no_kind(classes, kinds, fill))
     best = min(feasible, key=lambda p: (p.total_hour, p.machines))
     return CapacityPlan(best=best, kinds=plans, fill=fill, peak_quantile=peak_quantile)
+
+
+def _why_no_kind(
+    classes: Sequence[WorkloadClass], kinds: Sequence[MachineKind], fill: float
+) -> str:
+    """Why no kind can host the mix. The classes no kind can host at all are named; when every
+    class fits some kind on its own, it is the combination that no single kind holds."""
+    fitted = {k.name: [on_kind(c, k) for c in classes] for k in kinds}
+
+    def cannot(i: int, k: MachineKind) -> bool:
+        f = fitted[k.name][i]
+        return bool(f.refused) or not any(_usable(o, k, fill) for o in f.workload.options)
+
+    nowhere = [i for i in range(len(classes)) if all(cannot(i, k) for k in kinds)]
+    if nowhere:
+        largest = max(kinds, key=lambda k: k.capacity())
+        first = fitted[largest.name][nowhere[0]]
+        why = first.refused or why_homeless(first.workload, largest, fill)
+        return (
+            f"no machine kind can host {', '.join(classes[i].name for i in nowhere)}: no option"
+            f" of it fits any kind (at fill {fill:g}; on {largest.name}, {why})"
+        )
+    per_kind = "; ".join(
+        f"{k.name}: {', '.join(classes[i].name for i in range(len(classes)) if cannot(i, k))}"
+        for k in kinds
+    )
+    return f"no machine kind can host every class (cannot host: {per_kind})"
 
 
 def _check_classes(classes: Sequence[WorkloadClass]) -> None:
@@ -654,3 +865,19 @@ def _check_classes(classes: Sequence[WorkloadClass]) -> None:
         for o in c.options:
             if o.seconds <= 0 or not math.isfinite(o.seconds) or o.cost < 0:
                 raise ValueError(f"{c.name}: an option's seconds or cost is out of range")
+        host = c.measured_on
+        if host is not None:
+            if host.llc_ways < 1 or (host.llc_size_bytes is not None and host.llc_size_bytes < 1):
+                raise ValueError(f"{c.name}: the measuring host's LLC is out of range")
+            if any(o.llc_ways > host.llc_ways for o in c.options):
+                raise ValueError(
+                    f"{c.name}: an option has more ways than the {host.llc_ways} of the host it"
+                    " was measured on"
+                )
+
+
+def _check_kind(kind: MachineKind) -> None:
+    if kind.sockets < 1 or kind.llc_ways < 1:
+        raise ValueError(f"{kind.name}: a machine has at least one socket of at least one way")
+    if kind.llc_size_bytes is not None and kind.llc_size_bytes < 1:
+        raise ValueError(f"{kind.name}: llc_size_bytes is positive")

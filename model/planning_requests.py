@@ -12,7 +12,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
 
-from model.capacity import MachineKind, Option, WorkloadClass, paper_machine_kinds, plan_capacity
+from model.bundle import HostDescription
+from model.capacity import (
+    MachineKind,
+    Option,
+    ProfileHost,
+    SlowTier,
+    WorkloadClass,
+    paper_machine_kinds,
+    plan_capacity,
+)
 from model.errors import InvalidRequest
 from model.price_profiles import price_profile
 from model.pricing import PriceProfile
@@ -21,6 +30,8 @@ from model.recommend import Recommendation
 from model.shadow_prices import DEFAULT_BLEND, RESOURCES, shadow_prices
 
 MAX_BYTES = 1 << 44  # 16 TiB: above any machine's memory
+MAX_LLC_BYTES = 1 << 36  # 64 GiB: one socket's LLC, the bound a profile bundle's host has
+MAX_SOCKETS = 32
 MAX_OPTIONS = 2000
 MAX_PAIRS = 100_000
 
@@ -47,20 +58,113 @@ class OptionIn(_In):
     cost: float = Field(ge=0, le=1e9, description="a VM's cost to its tenant in it")
 
 
+LlcBytes = Annotated[
+    ByteSize,
+    Field(gt=0, le=MAX_LLC_BYTES, description="one socket's LLC, bytes or with its unit: 30MiB"),
+]
+Ways = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=64,
+        description="ways of one socket's LLC (one CAT domain): a VM's ways lie in one socket",
+    ),
+]
+
+
+class MeasuredOnIn(_In):
+    """The host a class's options were measured on, so that their ways can be carried over to
+    a kind with another cache (`model.capacity.on_kind`)."""
+
+    llc_ways: Ways
+    llc_size_bytes: LlcBytes | None = None
+    slow_tier: Literal["optane", "cxl_local", "cxl_pool"] | None = None
+
+
 class ClassIn(_In):
     name: str = Field(min_length=1, max_length=128)
     arrivals_per_hour: float = Field(ge=0, le=1e7)
     options: list[OptionIn] = Field(min_length=1, max_length=128)
+    measured_on: MeasuredOnIn | None = Field(
+        default=None,
+        description="the host the options' ways are of; without it they are taken as every"
+        " kind's own ways",
+    )
+
+    @model_validator(mode="after")
+    def _ways_of_the_host(self) -> ClassIn:
+        host = self.measured_on
+        if host is not None and any(o.llc_ways > host.llc_ways for o in self.options):
+            raise ValueError(
+                f"an option has more ways than the {host.llc_ways} of measured_on, the host"
+                " it was measured on"
+            )
+        return self
+
+    def workload(self) -> WorkloadClass:
+        host = self.measured_on
+        return WorkloadClass(
+            self.name,
+            self.arrivals_per_hour,
+            tuple(Option(**o.model_dump()) for o in self.options),
+            None
+            if host is None
+            else ProfileHost(
+                host.llc_ways,
+                None if host.llc_size_bytes is None else int(host.llc_size_bytes),
+                host.slow_tier,
+            ),
+        )
 
 
 class KindIn(_In):
     name: str = Field(min_length=1, max_length=64)
-    cpus: int = Field(ge=1, le=4096)
+    cpus: int = Field(ge=1, le=4096, description="the whole machine's, all sockets")
     dram_bytes: PositiveBytes
     local_slow_bytes: Bytes = ByteSize(0)
     pool_bytes: Bytes = ByteSize(0)
     rack_nodes: int = Field(default=8, ge=1, le=1024)
-    llc_ways: int = Field(ge=1, le=64)
+    llc_ways: Ways
+    sockets: int = Field(
+        default=1, ge=1, le=MAX_SOCKETS, description="each with its own LLC of llc_ways ways"
+    )
+    llc_size_bytes: LlcBytes | None = Field(
+        default=None, description="one socket's LLC; needed to plan profiles of other caches"
+    )
+    slow_tier: SlowTier | None = Field(
+        default=None, description="the slow memory's technology: none, optane, cxl_local, cxl_pool"
+    )
+
+    @model_validator(mode="after")
+    def _slow_tier_matches(self) -> KindIn:
+        slow, pool = int(self.local_slow_bytes), int(self.pool_bytes)
+        wrong = {
+            "none": "has slow memory" if slow or pool else "",
+            "cxl_pool": "needs pool_bytes" if not pool else "",
+            "optane": "is local: needs local_slow_bytes and no pool_bytes"
+            if pool or not slow
+            else "",
+            "cxl_local": "is local: needs local_slow_bytes and no pool_bytes"
+            if pool or not slow
+            else "",
+        }.get(self.slow_tier or "", "")
+        if wrong:
+            raise ValueError(f"slow_tier {self.slow_tier} {wrong}")
+        return self
+
+    def machine_kind(self) -> MachineKind:
+        return MachineKind(
+            name=self.name,
+            cpus=self.cpus,
+            dram_bytes=int(self.dram_bytes),
+            local_slow_bytes=int(self.local_slow_bytes),
+            pool_bytes=int(self.pool_bytes),
+            rack_nodes=self.rack_nodes,
+            llc_ways=self.llc_ways,
+            sockets=self.sockets,
+            llc_size_bytes=None if self.llc_size_bytes is None else int(self.llc_size_bytes),
+            slow_tier=self.slow_tier,
+        )
 
 
 class CapacityIn(_In):
@@ -118,13 +222,8 @@ def shadow_price_plan(body: ShadowPricesIn, prices: PriceProfile | None = None) 
         prices = price_profile(
             body.prices, llc_area_share=body.llc_area_share, slow_to_dram=body.slow_to_dram
         )
-    classes = [
-        WorkloadClass(
-            c.name, c.arrivals_per_hour, tuple(Option(**o.model_dump()) for o in c.options)
-        )
-        for c in body.classes
-    ]
-    sp = shadow_prices(classes, MachineKind(**body.kind.model_dump()), prices)
+    classes = [c.workload() for c in body.classes]
+    sp = shadow_prices(classes, body.kind.machine_kind(), prices)
     out = {
         "price_profile": prices.key,
         "kind": body.kind.name,
@@ -185,17 +284,8 @@ DEADLINE_MARGIN_SECONDS = 1.0
 def capacity_plan(body: CapacityIn, prices: PriceProfile | None = None) -> dict[str, Any]:
     """The plan for `body`, at `prices` when given (a stored profile), else at the shipped
     profile `body.prices` names."""
-    classes = [
-        WorkloadClass(
-            c.name,
-            c.arrivals_per_hour,
-            tuple(Option(**o.model_dump()) for o in c.options),
-        )
-        for c in body.classes
-    ]
-    kinds = (
-        [MachineKind(**k.model_dump()) for k in body.kinds] if body.kinds else paper_machine_kinds()
-    )
+    classes = [c.workload() for c in body.classes]
+    kinds = [k.machine_kind() for k in body.kinds] if body.kinds else paper_machine_kinds()
     if prices is None:
         prices = price_profile(
             body.prices, llc_area_share=body.llc_area_share, slow_to_dram=body.slow_to_dram
@@ -304,12 +394,23 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def class_from_recommendation(name: str, arrivals_per_hour: float, rec: Recommendation) -> ClassIn:
+def class_from_recommendation(
+    name: str, arrivals_per_hour: float, rec: Recommendation, host: HostDescription | None = None
+) -> ClassIn:
     """A workload class whose options are a recommendation's candidates within T (what
-    `model.recommend` keeps, confident by default), with their predicted time and cost."""
+    `model.recommend` keeps, confident by default), with their predicted time and cost. With
+    the profile's host, the options' ways are the host's, carried over to each kind's cache."""
+    slow = None if host is None else host.slow_tier.kind
     return ClassIn(
         name=name,
         arrivals_per_hour=arrivals_per_hour,
+        measured_on=None
+        if host is None
+        else MeasuredOnIn(
+            llc_ways=host.llc_ways,
+            llc_size_bytes=ByteSize(host.llc_size_bytes),
+            slow_tier=slow if slow in ("optane", "cxl_local", "cxl_pool") else None,
+        ),
         options=[
             OptionIn(
                 vcpus=c.configuration.vcpus,
