@@ -62,6 +62,8 @@ class KindContent(_Loose):
     kind: str = Field(min_length=1, max_length=64)
     machines: int = Field(ge=-1, le=MAX_MACHINES)
     machines_content: list[dict[str, int]] = Field(default=[], max_length=MAX_MACHINES)
+    # per class, each option's ways on this kind (a profile's ways carried over to its cache)
+    option_ways: dict[str, list[int]] | None = Field(default=None, max_length=64)
 
 
 class PlanFile(_Loose):
@@ -105,6 +107,11 @@ def adoptable(
             "the plan names no options (a plan from an older tmc): give the capacity request it"
             " answered with --request, or plan again"
         )
+    # The options' ways are the measuring host's; a kind with another cache was planned with
+    # them carried over to its own ways, and its nodes are given those.
+    for name, ways in (chosen.option_ways or {}).items():
+        if name in options and len(ways) == len(options[name]):
+            options[name] = [{**o, "llc_ways": w} for o, w in zip(options[name], ways, strict=True)]
     try:
         machines = plan_machines(chosen.model_dump(), options)
     except PlanNotAdoptable as exc:

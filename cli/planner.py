@@ -45,7 +45,9 @@ MAX_KINDS = 16
 LEGEND = """kind       24G-128P: 24 GiB of DRAM and 128 GiB of slow memory, P when it is a pool shared by a
            rack of 8 machines (each holds an eighth), L when it is the machine's own; without
            --kinds or --host-kinds, Fig. 9's family (the TMC paper's twelve: 24 or 48 GiB DRAM with
-           128L, 256L, 128P, 384P, 640P or 896P, 12 CPUs, 48 LLC ways) is compared
+           128L, 256L, 128P, 384P, 640P or 896P, 12 CPUs, one socket of 48 LLC ways in 12 MiB,
+           local slow memory Optane, pools CXL) is compared; a profile's ways are carried over
+           to a kind with another cache by its bytes, as the lines above the legend say
 machines   whole machines of the kind the plan needs (* the cheapest kind)
 greedy     what first-fit decreasing needs with every workload in its cheapest option
 bound      no plan of these options needs fewer machines (CP-SAT's bound)
@@ -83,6 +85,8 @@ def kinds_of_cluster(api: Api) -> list[KindIn]:
         if len(k["name"]) > 64:
             fail(f"host kind {k['name'][:20]}...: longer than 64 characters; name it in --kinds")
         pooled = bool(m.get("slow_pooled"))
+        # A registered host kind says whether its slow memory is pooled, not its sockets, its
+        # LLC's size or the technology of local slow memory: those stay unstated.
         kinds.append(
             KindIn(
                 name=k["name"],
@@ -92,6 +96,7 @@ def kinds_of_cluster(api: Api) -> list[KindIn]:
                 local_slow_bytes=0 if pooled else m["slow_bytes"],
                 pool_bytes=m["slow_bytes"] if pooled else 0,
                 rack_nodes=1,
+                slow_tier="cxl_pool" if pooled and m["slow_bytes"] else None,
             )
         )
     return kinds
@@ -156,7 +161,9 @@ def capacity_cmd(
         typer.Option(
             "--kinds",
             help="Your machine kinds, a JSON list of {name, cpus, dram_bytes, local_slow_bytes "
-            "or pool_bytes (with rack_nodes), llc_ways}. Default: Fig. 9's family.",
+            "or pool_bytes (with rack_nodes), llc_ways (one socket's), and optionally sockets, "
+            "llc_size_bytes (one socket's), slow_tier (none|optane|cxl_local|cxl_pool)}. "
+            "Default: Fig. 9's family.",
         ),
     ] = None,
     host_kinds: Annotated[
@@ -199,7 +206,9 @@ def capacity_cmd(
                     prices=unit_prices,
                     threshold=threshold,
                 )
-                classes.append(class_from_recommendation(bundle.workload.name, r, rec))
+                classes.append(
+                    class_from_recommendation(bundle.workload.name, r, rec, host=bundle.host)
+                )
             if source is None:
                 # Priced by a profile only the service has: the service plans (a dry run).
                 asked = CapacityIn(classes=classes, kinds=chosen_kinds, fill=fill)
@@ -258,6 +267,10 @@ def _render_capacity(out: dict[str, Any], currency: str) -> None:
     for k in kinds:
         if k["status"] == "infeasible" and k["kind"] != out["best"]["kind"] and k["note"]:
             console.print(f"{k['kind']} cannot host: {k['note']}", soft_wrap=True)
+    # What was carried over from the profiles' hosts to each kind, or is doubtful there.
+    for k in kinds:
+        for reason in k.get("reasons", []):
+            console.print(f"{k['kind']}: {reason}", soft_wrap=True, markup=False)
     typer.echo(LEGEND)
 
 

@@ -155,7 +155,8 @@ def test_request_file_errors_name_the_file(tmp_path: Path) -> None:
 def test_capacity_for_the_services_registered_host_kinds(
     settings: Settings, client: TestClient
 ) -> None:
-    machine = {"cpus": 24, "dram_bytes": 96 * GIB, "slow_bytes": 384 * GIB, "llc_ways": 20}
+    # The examples' host has 48 ways: a registered kind of 48 takes their ways as they are.
+    machine = {"cpus": 24, "dram_bytes": 96 * GIB, "slow_bytes": 384 * GIB, "llc_ways": 48}
     client.put(
         "/v1/cluster/host-kinds",
         headers={"Authorization": f"Bearer {TOKENS[Role.operator]}"},
@@ -191,6 +192,19 @@ def test_capacity_for_the_services_registered_host_kinds(
         assert json.loads(as_json.output)["price_profile"] == key
         missing = runner.invoke(app, [*args, "--prices", "nope@9"], env=operator)
         assert missing.exit_code == 2 and "nope@9" in missing.stderr
+        # A registered kind of 20 ways states no LLC size: the 48-way profile is refused there,
+        # with the reason, and planned on the other kind.
+        client.put(
+            "/v1/cluster/host-kinds",
+            headers={"Authorization": f"Bearer {TOKENS[Role.operator]}"},
+            json={"name": "rack-c-20w", "machine": {**machine, "llc_ways": 20}},
+        ).raise_for_status()
+        both = runner.invoke(app, [*args, "--host-kinds", "--json"], env=shell)
+        assert both.exit_code == 0, both.output
+        kinds = {k["kind"]: k for k in json.loads(both.output)["kinds"]}
+        assert kinds["rack-b-96G-384L"]["machines"] >= 1
+        assert kinds["rack-c-20w"]["status"] == "infeasible"
+        assert "refused: this kind's LLC size is unknown" in kinds["rack-c-20w"]["note"]
 
 
 def test_shadow_prices_of_a_mix_from_a_file(tmp_path: Path) -> None:
