@@ -84,6 +84,74 @@ class KubeCluster:
             response.release_conn()
 
 
+class KubeNodeReports:
+    """The nodes' reports (Events tmc-nri writes about its Node), the pods they name, and the
+    Events the relay writes on those pods (scheduler/node_reports.py)."""
+
+    def __init__(self, api: client.ApiClient, selector: str, timeout: tuple[float, float]) -> None:
+        self.core = client.CoreV1Api(api)
+        self._selector = selector
+        self._timeout = timeout
+
+    def list_reports(self) -> tuple[list[dict[str, Any]], str]:
+        body = _json(
+            self.core.list_event_for_all_namespaces(
+                field_selector=self._selector,
+                limit=5000,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            )
+        )
+        return body.get("items") or [], str(body["metadata"].get("resourceVersion", ""))
+
+    def watch_reports(
+        self, resource_version: str, timeout_seconds: int
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        response: Any = self.core.list_event_for_all_namespaces(
+            field_selector=self._selector,
+            watch=True,
+            resource_version=resource_version,
+            timeout_seconds=timeout_seconds,
+            allow_watch_bookmarks=True,
+            _preload_content=False,
+            # Connecting is bounded; reading waits for the server to end the watch.
+            _request_timeout=(self._timeout[0], timeout_seconds + self._timeout[1]),
+        )
+        try:
+            if not 200 <= response.status <= 299:
+                raise WatchEnded(f"watch answered {response.status}")
+            yield from watch_events(response.stream(amt=None, decode_content=False))
+        finally:
+            response.close()
+            response.release_conn()
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            body = _json(
+                self.core.read_namespaced_pod(
+                    name, namespace, _preload_content=False, _request_timeout=self._timeout
+                )
+            )
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return body if isinstance(body, dict) else None
+
+    def create_event(self, namespace: str, body: dict[str, Any]) -> bool:
+        try:
+            self.core.create_namespaced_event(
+                namespace,
+                body,  # type: ignore[arg-type]  # the client sends plain dicts as they are
+                _request_timeout=self._timeout,
+            )
+        except client.ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+
 class WatchEnded(RuntimeError):
     """A watch the server ended with an error (410 Gone) or refused."""
 

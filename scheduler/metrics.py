@@ -22,6 +22,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector
 
+from scheduler.node_reports import OUTCOMES as NODE_REPORT_OUTCOMES
+
 if TYPE_CHECKING:
     from scheduler.feeder import Feeder
     from scheduler.publisher import RecommendationPublisher
@@ -114,6 +116,14 @@ class PublisherMetrics:
             "Pairs not published because every namespace naming them was at its bound",
             registry=self.registry,
         )
+        self.node_reports = Counter(
+            "tmc_publisher_node_reports_total",
+            "Nodes' reports about pods (what tmc-nri did not apply) by outcome: relayed onto"
+            " the pod, elsewhere (the pod is bound to another node: not relayed), no-pod,"
+            " malformed",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.mirror_lag = Histogram(
             "tmc_mirror_lag_seconds",
             "From a pod's event reaching the feeder to its row written in the ledger's mirror",
@@ -126,6 +136,8 @@ class PublisherMetrics:
             self.decisions_logged.labels(stored)
         for kind in ("written", "deleted"):
             self.writes.labels(kind)
+        for outcome in NODE_REPORT_OUTCOMES:
+            self.node_reports.labels(outcome)
 
     def watch(
         self, publisher: RecommendationPublisher | None = None, feeder: Feeder | None = None

@@ -81,8 +81,9 @@ from model.node_contract import (
 from model.resources import quantity_text
 from scheduler.decisions import FallbackReason, decide_pair
 from scheduler.feeder import Feeder, PodRef
-from scheduler.kube import KubeCluster, api_client
+from scheduler.kube import KubeCluster, KubeNodeReports, api_client
 from scheduler.metrics import OBJECT_STATES, PublishedFigures, PublisherMetrics, serve
+from scheduler.node_reports import REPORTS_SELECTOR, NodeReportRelay
 from scheduler.pods import PodAsk
 from scheduler.settings import FeederSettings, load_settings
 from store.db import make_engine, make_session_factory, unit_of_work
@@ -1149,6 +1150,13 @@ def main() -> None:
     publisher.start()
     feeder.sync()
     feeder.start()
+    # What nodes report about their pods, put on the pods (a node may speak only of its own Node).
+    NodeReportRelay(
+        KubeNodeReports(api, REPORTS_SELECTOR, REQUEST_TIMEOUT),
+        now=_now,
+        count=lambda outcome: metrics.node_reports.labels(outcome).inc(),
+        watch_timeout_seconds=settings.watch_timeout_seconds,
+    ).start(stop)
     log.info(
         "publishing recommendations (refresh every %.0f s)", settings.publisher_refresh_seconds
     )

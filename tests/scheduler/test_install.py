@@ -263,6 +263,10 @@ ALLOWED = {
         ("patch", "tieredrecommendations.tmc.dev", "status"),
         # Objects no live pod has named for the grace period are deleted.
         ("delete", "tieredrecommendations.tmc.dev", ""),
+        # Nodes' reports are put on their pods, once each pod is read to be on that node.
+        ("watch", "events", ""),
+        ("get", "pods", ""),
+        ("create", "events", ""),
     ],
     "api": [],
 }

@@ -51,8 +51,15 @@ func (m *Metrics) Container(outcome string) { m.containers.WithLabelValues(outco
 // Unapplied counts one thing a container did not get.
 func (m *Metrics) Unapplied(what string) { m.unapplied.WithLabelValues(what).Inc() }
 
-// EventReporter writes Events on the pod through the API server, and logs every one (so that a
-// node without API access still says what it did not apply).
+// NodeReportNamespace is where a node's reports live: Events about a Node, which has no namespace
+// of its own, go to "default" as the kubelet's do, where `kubectl describe node` finds them.
+const NodeReportNamespace = "default"
+
+// EventReporter writes what the node did not apply about a pod as an Event about its own Node,
+// naming the pod in `related`, and logs every one (so that a node without API access still says
+// it). A node's token may write Events about its own Node only (admission): tmc's publisher puts
+// each report on the pod it names once it has checked that the pod runs on that node, so one
+// node cannot speak about another node's pods.
 type EventReporter struct {
 	Events typedcorev1.EventsGetter // nil: log only
 	Node   string
@@ -62,32 +69,11 @@ type EventReporter struct {
 // Event implements Reporter. It never blocks container creation for long: the API call has a
 // short deadline, and runs in the background.
 func (r *EventReporter) Event(pod *api.PodSandbox, warning bool, reason, message string) {
-	kind := corev1.EventTypeNormal
-	if warning {
-		kind = corev1.EventTypeWarning
-	}
 	r.Log.Warn("tmc node event", "pod", podKey(pod), "reason", reason, "message", message)
 	if r.Events == nil || pod.GetNamespace() == "" || pod.GetName() == "" {
 		return
 	}
-	now := metav1.NewTime(time.Now())
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      fmt.Sprintf("%s.%x", clip(pod.GetName(), 200), now.UnixNano()),
-			Namespace: pod.GetNamespace(),
-		},
-		InvolvedObject: corev1.ObjectReference{
-			Kind: "Pod", APIVersion: "v1", Namespace: pod.GetNamespace(), Name: pod.GetName(),
-			UID: types.UID(pod.GetUid()),
-		},
-		Reason:         reason,
-		Message:        clip(message, 1000),
-		Type:           kind,
-		Source:         corev1.EventSource{Component: "tmc-nri", Host: r.Node},
-		FirstTimestamp: now,
-		LastTimestamp:  now,
-		Count:          1,
-	}
+	ev := NodeReport(r.Node, pod, warning, reason, message, time.Now())
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -95,4 +81,34 @@ func (r *EventReporter) Event(pod *api.PodSandbox, warning bool, reason, message
 			r.Log.Error("event not written", "pod", podKey(pod), "reason", reason, "error", err)
 		}
 	}()
+}
+
+// NodeReport is the Event a node writes about one of its pods: about the Node (its UID written as
+// its name, as the kubelet writes it and `kubectl describe node` searches), the pod in `related`,
+// from component "tmc-nri" at host `node`. scheduler/conformance/node-report.json holds one, which
+// the publisher's relay is tested against.
+func NodeReport(node string, pod *api.PodSandbox, warning bool, reason, message string, at time.Time) *corev1.Event {
+	kind := corev1.EventTypeNormal
+	if warning {
+		kind = corev1.EventTypeWarning
+	}
+	now := metav1.NewTime(at)
+	return &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      fmt.Sprintf("%s.%x", clip(node, 200), at.UnixNano()),
+			Namespace: NodeReportNamespace,
+		},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node, UID: types.UID(node)},
+		Related: &corev1.ObjectReference{
+			Kind: "Pod", APIVersion: "v1", Namespace: pod.GetNamespace(), Name: pod.GetName(),
+			UID: types.UID(pod.GetUid()),
+		},
+		Reason:         reason,
+		Message:        clip(fmt.Sprintf("pod %s/%s: %s", pod.GetNamespace(), pod.GetName(), message), 1000),
+		Type:           kind,
+		Source:         corev1.EventSource{Component: "tmc-nri", Host: node},
+		FirstTimestamp: now,
+		LastTimestamp:  now,
+		Count:          1,
+	}
 }
