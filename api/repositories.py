@@ -75,6 +75,60 @@ def get_or_create_workload(session: Session, name: str) -> Workload:
     return row
 
 
+def set_workload_owner(session: Session, workload: Workload, owner: str) -> None:
+    workload.owner = owner
+    session.flush()
+
+
+def first_placed_namespace(session: Session, workload_id: str) -> str | None:
+    """The namespace of the earliest pod the placement log holds for the workload (placed by one
+    of its recommendations), or None when no pod was placed for it."""
+    return session.scalar(
+        select(PlacementRecord.namespace)
+        .join(RecommendationRow, RecommendationRow.id == PlacementRecord.recommendation_id)
+        .where(RecommendationRow.workload_id == workload_id)
+        .order_by(PlacementRecord.created_at, PlacementRecord.pod_uid)
+        .limit(1)
+    )
+
+
+def first_placed_namespaces(session: Session, workload_ids: Sequence[str]) -> dict[str, str]:
+    """`first_placed_namespace` for a page of workloads at once (those with a placed pod)."""
+    if not workload_ids:
+        return {}
+    rank = (
+        func.row_number()
+        .over(
+            partition_by=RecommendationRow.workload_id,
+            order_by=(PlacementRecord.created_at, PlacementRecord.pod_uid),
+        )
+        .label("rank")
+    )
+    ranked = (
+        select(RecommendationRow.workload_id, PlacementRecord.namespace, rank)
+        .join(RecommendationRow, RecommendationRow.id == PlacementRecord.recommendation_id)
+        .where(RecommendationRow.workload_id.in_(workload_ids))
+        .subquery()
+    )
+    rows = session.execute(
+        select(ranked.c.workload_id, ranked.c.namespace).where(ranked.c.rank == 1)
+    )
+    return {workload_id: namespace for workload_id, namespace in rows}
+
+
+def node_ran_namespace(session: Session, node: str, namespace: str) -> bool:
+    """Whether the placement log holds a pod of `namespace` placed on `node`."""
+    return bool(
+        session.scalar(
+            select(
+                exists().where(
+                    PlacementRecord.node_name == node, PlacementRecord.namespace == namespace
+                )
+            )
+        )
+    )
+
+
 def find_workload(session: Session, key: str) -> Workload | None:
     """A workload by id when `key` is an id, else by name (never both: see `as_id`)."""
     workload_id = as_id(key)
@@ -591,6 +645,7 @@ class PlacedPod:
     """What the placement log says of a pod: where it ran, for which workload, in what."""
 
     node: str
+    namespace: str
     workload_id: str | None  # None: placed by the fallback, not by a recommendation
     slow_ratio: float
     llc_ways: int
@@ -600,6 +655,7 @@ def placed_pod(session: Session, pod_uid: str) -> PlacedPod | None:
     row = session.execute(
         select(
             PlacementRecord.node_name,
+            PlacementRecord.namespace,
             RecommendationRow.workload_id,
             PlacementRecord.slow_ratio,
             PlacementRecord.llc_ways,

@@ -39,8 +39,18 @@ class ProfileOut(BaseModel):
 class WorkloadOut(BaseModel):
     id: str
     name: str
+    owner: str | None = Field(
+        description="The namespace whose pods the workload describes: only agents of nodes that"
+        " ran its pods may send the workload's bundles and verification runs. Named by an"
+        " operator, else by the first pod placed for it; null while neither happened."
+    )
     created_at: datetime
     profiles: list[ProfileOut]
+
+
+class WorkloadOwnerIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    owner: str = Field(max_length=63, description="A Kubernetes namespace's name")
 
 
 VerificationRunIn = MeasuredRun

@@ -112,6 +112,10 @@ class Workload(Timestamped, Base):
     __tablename__ = "workloads"
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(128), unique=True)
+    # The Kubernetes namespace whose pods the workload describes: only agents of nodes that ran
+    # that namespace's pods may send its bundles and runs (`api.services.owners`). None: no
+    # operator named one and no pod was placed for it yet.
+    owner: Mapped[str | None] = mapped_column(String(253), default=None)
 
 
 class Profile(Timestamped, Base):
@@ -285,6 +289,8 @@ class PlacementRecord(Timestamped, Base):
     reservation is released, as the evidence a verification run is checked against."""
 
     __tablename__ = "placement_log"
+    # Whether a node ran a namespace's pods: the evidence an agent's upload is checked against.
+    __table_args__ = (Index("ix_placement_log_node_namespace", "node_name", "namespace"),)
     pod_uid: Mapped[str] = mapped_column(String(64), primary_key=True)
     namespace: Mapped[str] = mapped_column(String(253))
     pod_name: Mapped[str] = mapped_column(String(253))

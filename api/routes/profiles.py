@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from api import repositories as repo
@@ -19,16 +20,16 @@ from api.schemas import (
     VerificationRunOut,
     WorkloadModelOut,
     WorkloadOut,
+    WorkloadOwnerIn,
 )
+from api.services import owners, profiles, verification
 from api.services import prices as price_profiles
-from api.services import profiles, verification
 from ledger import nodes as ledger_nodes
 from model import predicted_grid
 from model.verification import MAX_OBSERVATIONS, AppliedConfiguration
-from store.orm import Profile, VerificationRunRow
+from store.orm import Profile, VerificationRunRow, Workload
 
 router = APIRouter(prefix="/v1", tags=["profiles"])
-Uploader = Annotated[object, Depends(require(Permission.upload))]
 UploadingCaller = Annotated[Caller, Depends(require_caller(Permission.upload))]
 Admin = Annotated[object, Depends(require(Permission.admin))]
 Reader = Annotated[object, Depends(require(Permission.read))]
@@ -62,17 +63,42 @@ def profile_out(p: Profile, workload: str) -> ProfileOut:
             "content": {"application/json": {"schema": PROFILE_BUNDLE_REF}},
         }
     },
+    description="A workload belongs to a namespace, its owner (`owner` in `GET "
+    "/v1/workloads/{key}`). An agent uploads the bundles of an owned workload only with a token "
+    "made for a node (`tmc token create --role agent --node NAME`) that ran a pod of the owner, "
+    "as the placement log records it (403 otherwise, an identical bundle included). A workload "
+    "nobody owns yet (no operator named an owner, no pod was placed for it) takes bundles from "
+    "any agent; its owner is then the namespace of its first placed pod. `owner` names the "
+    "namespace with the upload: an operator's sets or changes it; an agent's claims a workload "
+    "nobody owns, from a node that ran a pod of that namespace. An operator may upload any "
+    "bundle.",
     responses={
         200: {"description": "Already uploaded: the existing profile", "model": ProfileOut},
+        403: {"description": "The caller may not speak for this workload"},
         413: {"description": "The bundle is too large"},
     },
 )
 async def upload_profile(
-    request: Request, response: Response, state: StateDep, session: SessionDep, _: Uploader
+    request: Request,
+    response: Response,
+    state: StateDep,
+    session: SessionDep,
+    caller: UploadingCaller,
+    owner: Annotated[
+        str | None,
+        Query(min_length=1, max_length=63, description="The workload's namespace"),
+    ] = None,
 ) -> ProfileOut:
     body = await request.body()
     # The fit is enqueued once the request's transaction has committed.
-    upload = await run_in_threadpool(profiles.upload_profile, session, body, state.enqueue_fit)
+    upload = await run_in_threadpool(
+        profiles.upload_profile,
+        session,
+        body,
+        state.enqueue_fit,
+        uploader=caller,
+        owner=owner,
+    )
     state.metrics.uploads.labels("created" if upload.created else "duplicate").inc()
     if not upload.created:
         response.status_code = 200
@@ -102,10 +128,12 @@ def list_workloads(
     workloads = repo.list_workloads(session, limit, offset, after)
     profiles = repo.profiles_of_many(session, [w.id for w in workloads])
     link_next(request, response, [workloads[-1].name] if len(workloads) == limit else None)
+    first = repo.first_placed_namespaces(session, [w.id for w in workloads if w.owner is None])
     return [
         WorkloadOut(
             id=w.id,
             name=w.name,
+            owner=w.owner or first.get(w.id),
             created_at=w.created_at,
             profiles=[profile_out(p, w.name) for p in profiles[w.id]],
         )
@@ -118,12 +146,35 @@ def get_workload(key: str, session: SessionDep, _: Reader) -> WorkloadOut:
     w = repo.find_workload(session, key)
     if w is None:
         raise NotFound("workload", key)
+    return workload_out(session, w)
+
+
+def workload_out(session: Session, w: Workload) -> WorkloadOut:
     return WorkloadOut(
         id=w.id,
         name=w.name,
+        owner=owners.owner_of(session, w),
         created_at=w.created_at,
         profiles=[profile_out(p, w.name) for p in repo.profiles_of(session, w.id)],
     )
+
+
+@router.put(
+    "/workloads/{key}/owner",
+    response_model=WorkloadOut,
+    summary="Name the namespace a workload belongs to (operator)",
+    description="From then on agents send the workload's bundles and verification runs only "
+    "from nodes that ran that namespace's pods, whatever pods were placed for it before. "
+    "Idempotent.",
+)
+def set_workload_owner(
+    key: str, body: WorkloadOwnerIn, session: SessionDep, _: Admin
+) -> WorkloadOut:
+    w = repo.find_workload(session, key)
+    if w is None:
+        raise NotFound("workload", key)
+    repo.set_workload_owner(session, w, owners.check_namespace(body.owner))
+    return workload_out(session, w)
 
 
 @router.get(
@@ -194,9 +245,11 @@ def run_out(r: VerificationRunRow, workload: str) -> VerificationRunOut:
     "the run it wants under `verification.next_slow_ratio` / `next_llc_ways`. 200 with the "
     "stored run when its run_id was posted before with the same values, 409 with others. An "
     "agent reports runs of pods tmc placed only: the run_id is the pod's uid, the workload and "
-    "configuration must be the placement's, and an agent token made for one node (`tmc token "
-    "create --role agent --node NAME`) speaks for that node's pods only (403 otherwise). An "
-    "operator may record any run.",
+    "configuration must be the placement's, the pod must be in the workload's owner namespace "
+    "(`owner` in `GET /v1/workloads/{key}`), and the agent's token must be made for the node "
+    "the pod ran on (`tmc token create --role agent --node NAME`; 403 otherwise): a token that "
+    "names no node reports no run, since it cannot show where the pod ran. An operator may "
+    "record any run.",
     responses={403: {"description": "The caller may not speak for this run"}},
 )
 def add_verification_run(

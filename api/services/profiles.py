@@ -1,4 +1,5 @@
-"""Profiles: a bundle stored once by its content, and fitted once."""
+"""Profiles: a bundle stored once by its content, and fitted once. Who may upload a workload's
+bundles, and how a workload gets its owner: `api.services.owners`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from api import repositories as repo
+from api.auth import Caller
 from api.errors import NotFound
+from api.services import owners
 from model import InvalidBundle, Problem, ProfileBundle, TmcError, fit, parse_bundle
 from store.db import after_commit
 from store.orm import FittedModelRow, Profile, as_id, utcnow
@@ -38,18 +41,30 @@ def upload_profile(
     enqueue_fit: Callable[[str], None] | None,
     *,
     live: bool = True,
+    uploader: Caller | None = None,
+    owner: str | None = None,
 ) -> Upload:
     """Store a bundle once (by content hash) and, with `enqueue_fit`, have it fitted after the
     commit (None: the caller fits it in this transaction itself). `live`: the caller may upload,
-    so the workload's recommendations may use it (see Profile.live)."""
+    so the workload's recommendations may use it (see Profile.live). `uploader`: the token that
+    sent it, held to the workload's owner (None: the service itself, seeding its own data);
+    `owner`: the namespace the uploader says the workload belongs to."""
     bundle = parse_bundle(body)
     if as_id(bundle.workload.name) is not None:
         # A name spelled like an id would make a workload key mean two workloads.
         raise InvalidBundle(
             [Problem("workload.name", "must not have the form of an id (a UUID); name it")]
         )
+    name = bundle.workload.name
+    if uploader is not None:
+        existing = repo.find_workload(session, name)
+        owner = owners.check_upload(session, uploader, existing, name, owner)
+    elif owner is not None:
+        owners.check_namespace(owner)
     digest = content_hash(bundle)
-    workload = repo.get_or_create_workload(session, bundle.workload.name)
+    workload = repo.get_or_create_workload(session, name)
+    if owner is not None and workload.owner != owner:
+        repo.set_workload_owner(session, workload, owner)
     known = repo.get_host_kind(session, bundle.host.host_kind) is not None
     profile, created = repo.insert_profile(
         session,

@@ -3,8 +3,9 @@ its recommendations use.
 
 A run speaks for a pod tmc placed. An agent's run must name (by its run_id, the pod's uid) a
 pod of the placement log, placed for this workload by a recommendation, in the configuration the
-run reports; an agent token that names a node speaks for that node's pods only. An operator may
-record any run (a measurement made outside the cluster) and delete one.
+run reports, in the workload's owner namespace (`api.services.owners`), on the node the agent's
+token names. A token that names no node reports no run: it cannot show where the pod ran. An
+operator may record any run (a measurement made outside the cluster) and delete one.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from sqlalchemy.orm import Session
 from api import repositories as repo
 from api.auth import Caller, Role
 from api.errors import ApiError, Conflict, NotFitted, NotFound
+from api.services import owners
 from model.node_contract import RUN_NOT_PLACED
-from store.orm import VerificationRunRow
+from store.orm import VerificationRunRow, Workload
 
 # Runs kept per profile: recommendations use the newest MAX_OBSERVATIONS; the rest is history,
 # bounded so that a looping caller cannot grow the table without end (the oldest go first).
@@ -30,11 +32,12 @@ def _refused(detail: str, title: str = "Forbidden") -> ApiError:
 
 
 def check_provenance(
-    session: Session, caller: Caller, workload_id: str, run_id: str, slow_ratio: float, ways: int
+    session: Session, caller: Caller, workload: Workload, run_id: str, slow_ratio: float, ways: int
 ) -> None:
     """Raise unless `caller` may report this run (see the module's docstring)."""
     if caller.role is Role.operator:
         return
+    owners.check_reporter(caller)
     placed = repo.placed_pod(session, run_id)
     if placed is None:
         raise _refused(
@@ -42,16 +45,17 @@ def check_provenance(
             " placed (the run_id is the pod's uid); an operator may record other runs",
             RUN_NOT_PLACED,
         )
-    if caller.node is not None and placed.node != caller.node:
+    if placed.node != caller.node:
         raise _refused(
             f"this token speaks for node {caller.node}; pod {run_id} ran on {placed.node}"
         )
-    if placed.workload_id != workload_id:
+    if placed.workload_id != workload.id:
         raise ApiError(
             422,
             "Invalid request",
             f"pod {run_id} was not placed for this workload by a recommendation",
         )
+    owners.check_pod_owner(session, workload, placed.namespace)
     if placed.llc_ways != ways or not math.isclose(placed.slow_ratio, slow_ratio, abs_tol=1e-6):
         raise ApiError(
             422,
@@ -80,7 +84,7 @@ def add_verification_run(
     resolved = repo.resolve_for_recommendation(session, workload_key=workload.id)
     if resolved is None:
         raise NotFitted(f"workload {workload.name!r} has no usable profile")
-    check_provenance(session, caller, workload.id, run_id, slow_ratio, llc_ways)
+    check_provenance(session, caller, workload, run_id, slow_ratio, llc_ways)
     wanted = VerificationRunRow(
         profile_id=resolved.profile_id,
         run_id=run_id,

@@ -89,7 +89,7 @@ def test_a_succeeded_opted_in_pod_becomes_one_verification_run(
         ).stdout.strip()
 
     tmc("db", "upgrade")
-    agent_token = tmc("token", "create", "--role", "agent", "--name", "node")
+    agent_token = tmc("token", "create", "--role", "agent", "--name", "node", "--node", NODE)
     viewer = tmc("token", "create", "--role", "viewer", "--name", "ops")
     paths = fakehost.optane_host(tmp_path / "host")
     pods = FakePods(

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from api.auth import Role, token_hash
 from api.services import verification
@@ -43,6 +44,7 @@ def place(
     slow_ratio: float,
     ways: int,
     node: str = "n1",
+    namespace: str = "default",
 ) -> None:
     """A bound pod as the mirror records it: its reservation and its placement record."""
     with unit_of_work(make_session_factory(make_engine(settings))) as session:
@@ -55,15 +57,19 @@ def place(
             uid,
             dram_bytes=GIB,
             llc_mask=(1 << ways) - 1,
+            namespace=namespace,
             recommendation_id=decision_id,
             slow_ratio=slow_ratio,
         )
 
 
 def node_token(settings: Settings, node: str) -> dict[str, str]:
+    """The headers of the agent of `node` (its token is made on first use)."""
     token = f"tmc_test_agent_{node}"
     with unit_of_work(make_session_factory(make_engine(settings))) as session:
-        session.add(ApiToken(name=node, role="agent", token_hash=token_hash(token), node=node))
+        known = select(ApiToken).where(ApiToken.token_hash == token_hash(token))
+        if session.scalars(known).first() is None:
+            session.add(ApiToken(name=node, role="agent", token_hash=token_hash(token), node=node))
     return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
 
@@ -100,12 +106,14 @@ def test_a_measured_run_corrects_the_next_recommendation(
         )
     run = _run(first, "pod-uid-1", 1.25)
     place(settings, "pod-uid-1", first["decision_id"], run["slow_ratio"], run["llc_ways"])
-    created = client.post(URL, json=run, headers=AGENT)
+    created = client.post(URL, json=run, headers=node_token(settings, "n1"))
     assert created.status_code == 201, created.text
     assert created.json()["run_id"] == "pod-uid-1" and created.json()["workload"] == "graph500"
-    again = client.post(URL, json=run, headers=AGENT)
+    again = client.post(URL, json=run, headers=node_token(settings, "n1"))
     assert again.status_code == 200 and again.json()["id"] == created.json()["id"]
-    changed = client.post(URL, json={**run, "seconds": run["seconds"] * 2}, headers=AGENT)
+    changed = client.post(
+        URL, json={**run, "seconds": run["seconds"] * 2}, headers=node_token(settings, "n1")
+    )
     assert changed.status_code == 409
     assert changed.headers["content-type"].startswith("application/problem+json")
     listed = client.get(URL, headers=auth(Role.viewer)).json()
@@ -158,9 +166,10 @@ def test_concurrent_posts_of_one_run_store_it_once(client: TestClient, settings:
     assert client.post("/v1/profiles", content=example("graph500"), headers=AGENT).is_success
     place(settings, "same", _recommend(client)["decision_id"], 0.3, 4)
     run = {"run_id": "same", "slow_ratio": 0.3, "llc_ways": 4, "seconds": 12.5}
+    n1 = node_token(settings, "n1")
     with ThreadPoolExecutor(8) as pool:
         codes = sorted(
-            pool.map(lambda _: client.post(URL, json=run, headers=AGENT).status_code, range(8))
+            pool.map(lambda _: client.post(URL, json=run, headers=n1).status_code, range(8))
         )
     assert codes.count(201) == 1 and set(codes) <= {200, 201}
     assert len(client.get(URL, headers=auth(Role.viewer)).json()) == 1
@@ -184,16 +193,21 @@ def test_a_profile_holds_a_bounded_number_of_runs(
 # -- who may speak for a run ------------------------------------------------------------------
 
 
-def test_an_agent_cannot_report_a_run_of_no_placed_pod(client: TestClient) -> None:
+def test_an_agent_cannot_report_a_run_of_no_placed_pod(
+    client: TestClient, settings: Settings
+) -> None:
     for name in ("graph500", "xsbench"):
         assert client.post("/v1/profiles", content=example(name), headers=AGENT).is_success
     # What once made every graph500 decision a 422, and what once steered xsbench to ratio 0.9.
     poison = {"run_id": "x", "slow_ratio": 0.5, "llc_ways": 4, "seconds": 5e-324}
     steer = {"run_id": "y", "slow_ratio": 0.9, "llc_ways": 1, "seconds": 0.05}
     for url, run in ((URL, poison), ("/v1/workloads/xsbench/verification-runs", steer)):
-        r = client.post(url, json=run, headers=AGENT)
+        r = client.post(url, json=run, headers=node_token(settings, "n1"))
         assert r.status_code == 403, r.text
         assert "no pod tmc placed" in r.json()["detail"]
+        # A token that names no node reports no run at all, placed or not.
+        r = client.post(url, json=run, headers=AGENT)
+        assert r.status_code == 403 and "names no node" in r.json()["detail"]
     assert client.get(URL, headers=auth(Role.viewer)).json() == []
     assert _recommend(client)["verification"]["runs"] == 0
 
@@ -218,14 +232,16 @@ def test_a_run_must_be_its_placements_workload_and_configuration(
         assert client.post("/v1/profiles", content=example(name), headers=AGENT).is_success
     place(settings, "pod-a", _recommend(client)["decision_id"], 0.3, 4)
     elsewhere = {"run_id": "pod-a", "slow_ratio": 0.9, "llc_ways": 1, "seconds": 12.0}
-    r = client.post(URL, json=elsewhere, headers=AGENT)
+    r = client.post(URL, json=elsewhere, headers=node_token(settings, "n1"))
     assert r.status_code == 422 and "placed at slow ratio 0.3 with 4" in r.json()["detail"]
     right = {**elsewhere, "slow_ratio": 0.3, "llc_ways": 4}
-    r = client.post("/v1/workloads/xsbench/verification-runs", json=right, headers=AGENT)
+    r = client.post(
+        "/v1/workloads/xsbench/verification-runs", json=right, headers=node_token(settings, "n1")
+    )
     assert r.status_code == 422 and "not placed for this workload" in r.json()["detail"]
     place(settings, "pod-fallback", None, 0.0, 4)
     fallback = {**right, "run_id": "pod-fallback", "slow_ratio": 0.0}
-    assert client.post(URL, json=fallback, headers=AGENT).status_code == 422
+    assert client.post(URL, json=fallback, headers=node_token(settings, "n1")).status_code == 422
 
 
 def test_an_operator_records_any_run_and_deletes_one(client: TestClient) -> None:
@@ -258,7 +274,7 @@ def test_runs_that_put_an_slo_out_of_reach_give_a_result_naming_them(
         "llc_ways": ways,
         "seconds": 1.3 * rec["fastmax_seconds"],
     }
-    assert client.post(URL, json=run, headers=AGENT).status_code == 201
+    assert client.post(URL, json=run, headers=node_token(settings, "n1")).status_code == 201
     after = client.post("/recommend", headers=auth(Role.scheduler), json=body)
     assert after.status_code == 200, after.text
     out = after.json()["recommendation"]
@@ -283,15 +299,22 @@ def test_a_run_says_what_the_node_applied(client: TestClient, settings: Settings
         "containers": 2,
         "applied": ["intelRdt tmc-pod-5 L3:0=ff", "cpuset.mems 0,2"],
     }
-    created = client.post(URL, json={**run, "applied": applied}, headers=AGENT)
+    created = client.post(URL, json={**run, "applied": applied}, headers=node_token(settings, "n1"))
     assert created.status_code == 201, created.text
     assert created.json()["applied"] == applied
     listed = client.get(URL, headers=auth(Role.viewer)).json()
     assert listed[0]["applied"] == applied
     # The same run with another account of what was applied is another run: refused.
     other = {**applied, "applied": ["cpuset.mems 0"]}
-    assert client.post(URL, json={**run, "applied": other}, headers=AGENT).status_code == 409
+    assert (
+        client.post(
+            URL, json={**run, "applied": other}, headers=node_token(settings, "n1")
+        ).status_code
+        == 409
+    )
     # Bounded like every other field.
     for bad in ({"llc_mask": "ff"}, {"containers": 0}, {"applied": ["x" * 201]}, {"what": 1}):
-        got = client.post(URL, json={**run, "applied": {**applied, **bad}}, headers=AGENT)
+        got = client.post(
+            URL, json={**run, "applied": {**applied, **bad}}, headers=node_token(settings, "n1")
+        )
         assert got.status_code == 422, (bad, got.text)
