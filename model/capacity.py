@@ -97,8 +97,8 @@ class MachineKind:
 
     `llc_ways` and `llc_size_bytes` are one socket's LLC: CAT divides each socket's L3 into its
     own ways, and a VM runs within one socket, so it can be given ways of one cache only. A
-    machine of `sockets` sockets holds `sockets x llc_ways` ways for packing. CPUs and memory
-    are the whole machine's."""
+    machine of `sockets` sockets holds `sockets x llc_ways` ways, each socket's VMs within its
+    own `llc_ways`. CPUs and memory are the whole machine's."""
 
     name: str
     cpus: int = 12
@@ -381,9 +381,8 @@ def _units(o: Option) -> tuple[int, int, int, int]:
 
 def _per_machine(kind: MachineKind, fill: float) -> tuple[int, int, int, int]:
     """What one machine offers. A pooled machine may lend a VM the whole pool; the pool's own
-    capacity is a per-rack constraint. Ways are counted over all sockets: the packing holds a
-    machine's VMs within the sum of its sockets' ways, and each VM within one socket's
-    (`_usable`), not each socket's VMs within that socket."""
+    capacity is a per-rack constraint. Ways are counted over all sockets; each VM's ways are
+    also one socket's (`_usable`, and each socket's VMs within its ways in the packing)."""
     slow = kind.pool_bytes if kind.pool_bytes else kind.local_slow_bytes
     return (
         math.floor(kind.cpus * fill + 1e-9),
@@ -450,8 +449,10 @@ def _first_fit_decreasing(
     VMs of one (class, option) are alike, so they are placed as a run: each machine, in order,
     takes as many of them as still fit, and new machines are opened full. That is what placing
     them one at a time, each on the first machine with room, gives (a machine that had no room
-    for one of them never gains room), in time linear in the machines per run, not per VM."""
+    for one of them never gains room), in time linear in the machines per run, not per VM.
+    Within a machine, each VM's ways come from one socket: the first with room."""
     cap = _per_machine(kind, fill)
+    socket_cap = _socket_ways(kind, fill)
 
     def share(it: tuple[int, int]) -> float:
         u = _units(classes[it[0]].options[it[1]])
@@ -462,6 +463,7 @@ def _first_fit_decreasing(
         runs[it] = runs.get(it, 0) + 1
     machines: list[list[tuple[int, int]]] = []
     free: list[list[int]] = []
+    sockets_free: list[list[int]] = []  # per machine, each socket's free ways
     pool_free: list[int] = []
     pool = int(kind.pool_bytes * fill) // _MIB
     for it in sorted(runs, key=share, reverse=True):
@@ -471,12 +473,15 @@ def _first_fit_decreasing(
         for k, f in enumerate(free):
             if not left:
                 break
-            room = _room(u, f, pool_free[k // kind.rack_nodes] if kind.pool_bytes else None)
+            room = _room(
+                u, f, pool_free[k // kind.rack_nodes] if kind.pool_bytes else None, sockets_free[k]
+            )
             if room <= 0:
                 continue
             take = min(room, left)
             for r in range(4):
                 f[r] -= take * u[r]
+            _take_ways(sockets_free[k], u[3], take)
             if kind.pool_bytes:
                 pool_free[k // kind.rack_nodes] -= take * u[2]
             machines[k].extend([it] * take)
@@ -489,24 +494,42 @@ def _first_fit_decreasing(
             if kind.pool_bytes and u[2] > pool_free[rack]:
                 return None
             # A new machine takes at least one (an option is usable on the kind, so it fits).
-            room = max(1, _room(u, cap, pool_free[rack] if kind.pool_bytes else None))
+            sockets = [socket_cap] * kind.sockets
+            room = max(1, _room(u, cap, pool_free[rack] if kind.pool_bytes else None, sockets))
             take = min(room, left)
             machines.append([it] * take)
             free.append([c - take * d for c, d in zip(cap, u, strict=True)])
+            _take_ways(sockets, u[3], take)
+            sockets_free.append(sockets)
             if kind.pool_bytes:
                 pool_free[rack] -= take * u[2]
             left -= take
     return machines
 
 
-def _room(u: Sequence[int], free: Sequence[int], pool_free: int | None) -> int:
-    """How many VMs of demand `u` fit in `free` (and in the rack pool's `pool_free`)."""
+def _room(
+    u: Sequence[int], free: Sequence[int], pool_free: int | None, sockets: Sequence[int]
+) -> int:
+    """How many VMs of demand `u` fit in `free` (and in the rack pool's `pool_free`), each
+    VM's ways within one of the `sockets`' free ways."""
     if min(free) < 0:  # overfilled by a VM larger than the machine: nothing more fits
         return 0
     room = min((x // d for d, x in zip(u, free, strict=True) if d), default=1 << 62)
     if pool_free is not None and u[2]:
         room = min(room, pool_free // u[2])
+    if u[3]:
+        room = min(room, sum(max(0, w) // u[3] for w in sockets))
     return room
+
+
+def _take_ways(sockets: list[int], ways: int, vms: int) -> None:
+    """Hands `vms` VMs of `ways` ways each out of the sockets' free ways, first fit."""
+    for s, free in enumerate(sockets):
+        if not vms or not ways:
+            return
+        take = min(vms, max(0, free) // ways)
+        sockets[s] -= take * ways
+        vms -= take
 
 
 def _peak_items(
@@ -674,6 +697,7 @@ def _plan_fitted(
             ]
             if terms:
                 model.add(sum(terms) <= cap[r] * used[k])
+    in_socket = _socket_constraints(model, classes, kind, fill, on, top, used)
     if kind.pool_bytes:
         pool = int(kind.pool_bytes * fill) // _MIB
         for first in range(0, n_greedy, kind.rack_nodes):
@@ -691,6 +715,9 @@ def _plan_fitted(
             placed[ci, oi, k] += 1
     for key, v in on.items():
         model.add_hint(v, placed[key])
+    socket_hints = _socket_hints(classes, kind, fill, greedy)
+    for where, z in in_socket.items():
+        model.add_hint(z, socket_hints.get(where, 0))
     for (ci, oi), v in count.items():
         model.add_hint(v, sum(placed[ci, oi, k] for k in range(n_greedy)))
     for u in used:
@@ -727,6 +754,63 @@ def _plan_fitted(
         classes, kind, price, content, n_greedy,
         "optimal" if status == cp_model.OPTIMAL else "feasible", bound, "",
     )  # fmt: skip
+
+
+def _socket_constraints(
+    model: cp_model.CpModel,
+    classes: Sequence[WorkloadClass],
+    kind: MachineKind,
+    fill: float,
+    on: dict[tuple[int, int, int], cp_model.IntVar],
+    top: dict[tuple[int, int], int],
+    used: Sequence[cp_model.IntVar],
+) -> dict[tuple[int, int, int, int], cp_model.IntVar]:
+    """On a machine of several sockets, the VMs of each option on machine k are split over its
+    sockets, and each socket's VMs hold at most its ways: a VM's ways are one socket's. One
+    socket needs nothing beyond the machine's own constraint on ways."""
+    if kind.sockets == 1:
+        return {}
+    per_socket = _socket_ways(kind, fill)
+    split: dict[tuple[int, int, int, int], cp_model.IntVar] = {}
+    for (ci, oi, k), v in on.items():
+        if not classes[ci].options[oi].llc_ways:
+            continue
+        parts = []
+        for s in range(kind.sockets):
+            split[ci, oi, k, s] = model.new_int_var(0, top[ci, oi], f"z{ci}_{oi}_{k}_{s}")
+            parts.append(split[ci, oi, k, s])
+        model.add(sum(parts) == v)
+    for k, u in enumerate(used):
+        for s in range(kind.sockets):
+            terms = [
+                classes[ci].options[oi].llc_ways * z
+                for (ci, oi, kk, ss), z in split.items()
+                if kk == k and ss == s
+            ]
+            if terms:
+                model.add(sum(terms) <= per_socket * u)
+    return split
+
+
+def _socket_hints(
+    classes: Sequence[WorkloadClass],
+    kind: MachineKind,
+    fill: float,
+    machines: Sequence[Sequence[tuple[int, int]]],
+) -> dict[tuple[int, int, int, int], int]:
+    """Greedy's VMs per (class, option, machine, socket): each machine's VMs handed out first
+    fit over its sockets in the order greedy placed them, which is how greedy fitted them."""
+    if kind.sockets == 1:
+        return {}
+    out: dict[tuple[int, int, int, int], int] = {}
+    for k, m in enumerate(machines):
+        free = [_socket_ways(kind, fill)] * kind.sockets
+        for ci, oi in m:
+            ways = classes[ci].options[oi].llc_ways
+            s = next((s for s, w in enumerate(free) if w >= ways), 0)
+            free[s] -= ways
+            out[ci, oi, k, s] = out.get((ci, oi, k, s), 0) + 1
+    return out
 
 
 def _kind_plan(

@@ -144,6 +144,52 @@ def test_a_vm_gets_ways_of_one_socket_while_a_machine_packs_all_its_sockets() ->
         plan_capacity(ten, [one, two], DEFAULT_PRICE_PROFILE)
 
 
+def _fits_sockets(content: dict[str, int], ways: dict[str, int], sockets: int, per: int) -> bool:
+    """Whether a machine's VMs (by "class#option") can be split over its sockets, each
+    socket's VMs within its ways: every split of the counts is tried."""
+    keys = list(content)
+
+    def split(i: int, free: list[int]) -> bool:
+        if i == len(keys):
+            return True
+        n, w = content[keys[i]], ways[keys[i]]
+
+        def place(left: int, s: int, free: list[int]) -> bool:
+            if s == len(free) - 1:
+                return left * w <= free[s] and split(i + 1, [*free[:s], free[s] - left * w])
+            return any(
+                place(left - x, s + 1, [*free[:s], free[s] - x * w, *free[s + 1 :]])
+                for x in range(min(left, free[s] // w) + 1)
+            )
+
+        return place(n, 0, free)
+
+    return split(0, [per] * sockets)
+
+
+def test_each_socket_holds_its_vms_ways_in_greedy_and_cp_sat() -> None:
+    """Two sockets of 15 ways: VMs of 4 ways go three to a socket (six a machine, not the seven
+    that 30 ways in all would take); with a 3-way option beside it, four to a socket."""
+    two = MachineKind("2s", cpus=64, dram_bytes=256 * GIB, llc_ways=15, sockets=2)
+    four = [WorkloadClass("w", 30, (Option(1, GIB, 0, 4, HOUR, 1.0),))]
+    plan = plan_kind(four, two, DEFAULT_PRICE_PROFILE)
+    peak = planned_vms(30.0, peak_factor(four, 0.95))
+    assert (
+        plan.machines == math.ceil(peak / 6)
+        and max(sum(m.values()) for m in plan.machines_content) == 6
+    )
+    mixed = [
+        WorkloadClass("w", 60, (Option(1, GIB, 0, 4, HOUR, 1.0), Option(1, GIB, 0, 3, HOUR, 1.001)))
+    ]
+    plan = plan_kind(mixed, two, DEFAULT_PRICE_PROFILE, time_limit_seconds=5.0)
+    assert plan.machines < plan.greedy_machines and plan.status in ("optimal", "feasible")
+    ways = {"w#0": 4, "w#1": 3}
+    assert all(_fits_sockets(m, ways, 2, 15) for m in plan.machines_content)
+    # The checker refuses what 30 ways in all would take but two sockets cannot.
+    assert not _fits_sockets({"w#0": 7}, ways, 2, 15)
+    assert _fits_sockets({"w#0": 6, "w#1": 2}, ways, 2, 15)
+
+
 def test_another_slow_tier_is_said_not_refused() -> None:
     pooled = MachineKind("cxl", pool_bytes=512 * GIB, local_slow_bytes=0, slow_tier="cxl_pool",
                          llc_size_bytes=48 * MIB)  # fmt: skip
