@@ -19,6 +19,7 @@ from model.capacity import (
     ProfileHost,
     SlowTier,
     WorkloadClass,
+    on_kind,
     paper_machine_kinds,
     plan_capacity,
 )
@@ -222,11 +223,17 @@ def shadow_price_plan(body: ShadowPricesIn, prices: PriceProfile | None = None) 
         prices = price_profile(
             body.prices, llc_area_share=body.llc_area_share, slow_to_dram=body.slow_to_dram
         )
-    classes = [c.workload() for c in body.classes]
-    sp = shadow_prices(classes, body.kind.machine_kind(), prices)
+    kind = body.kind.machine_kind()
+    # Options measured on another cache are priced in the kind's ways, as the planner packs them.
+    fitted = [on_kind(c.workload(), kind) for c in body.classes]
+    refused = [f.refused for f in fitted if f.refused]
+    if refused:
+        raise InvalidRequest("classes", "; ".join(refused))
+    sp = shadow_prices([f.workload for f in fitted], kind, prices)
     out = {
         "price_profile": prices.key,
         "kind": body.kind.name,
+        "reasons": [r for f in fitted for r in f.reasons],
         "machines": sp.machines,
         "binding": list(sp.binding),
         "machines_per_unit_held": dict(zip(RESOURCES, sp.per_unit, strict=True)),

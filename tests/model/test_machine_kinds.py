@@ -23,7 +23,15 @@ from model.capacity import (
     planned_vms,
     rescaled_ways,
 )
-from model.planning_requests import CapacityIn, ClassIn, KindIn, capacity_plan
+from model.errors import InvalidRequest
+from model.planning_requests import (
+    CapacityIn,
+    ClassIn,
+    KindIn,
+    ShadowPricesIn,
+    capacity_plan,
+    shadow_price_plan,
+)
 from model.pricing import DEFAULT_PRICE_PROFILE
 from model.resources import GIB
 
@@ -293,3 +301,25 @@ def test_a_class_measured_on_a_host_is_bounded_by_its_ways_and_planned_through_t
     assert "refused: this kind's LLC size is unknown" in by_kind["15w-unsized"]["note"]
     # The answer's options stay the profile's; each kind's own ways are under option_ways.
     assert out["options"]["w"][0]["llc_ways"] == 12
+
+
+def test_shadow_prices_price_a_profiles_options_in_the_kinds_ways() -> None:
+    option = {"vcpus": 1, "dram_bytes": GIB, "slow_bytes": 0, "llc_ways": 12, "seconds": HOUR,
+              "cost": 1.0}  # fmt: skip
+    mix = {
+        "name": "w",
+        "arrivals_per_hour": 30,
+        "options": [option],
+        "measured_on": {"llc_ways": 48, "llc_size_bytes": "48MiB"},
+    }
+    kind = {"name": "15w", "cpus": 64, "dram_bytes": "256GiB", "llc_ways": 15}
+    sized = ShadowPricesIn.model_validate(
+        {"classes": [mix], "kind": {**kind, "llc_size_bytes": "45MiB"}}
+    )
+    out = shadow_price_plan(sized)
+    # 30 VMs at once of 4 ways (not 12) in machines of 15 ways: 8 machines, ways binding.
+    assert out["machines"] == pytest.approx(8.0) and out["binding"] == ["llc"]
+    assert out["reasons"] == ["w: rescaled from 12 of 48 ways (12 MiB) to 4 of 15 ways"]
+    unsized = ShadowPricesIn.model_validate({"classes": [mix], "kind": kind})
+    with pytest.raises(InvalidRequest, match="refused: this kind's LLC size is unknown"):
+        shadow_price_plan(unsized)
