@@ -303,9 +303,12 @@ def test_the_bound_on_published_pairs_per_namespace_is_checked_and_reaches_the_p
     for bad in (0, -1, 2.5, 100_001, "ten", None):
         with pytest.raises(Exception, match=r"plugin\.maxPairsPerNamespace must be a whole number"):
             render({"plugin": {"maxPairsPerNamespace": bad}})
-    # The publisher tells waiting pods why: it may create Events, nothing more about pods.
+    # The publisher tells waiting pods why, and relays the nodes' reports: it may create, list
+    # and watch Events (never change or delete one), and read pods (never write one).
     role = by_name(render(), "ClusterRole", "demo-tmc-publisher")
-    assert {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]} in role["rules"]
+    rules = {r["resources"][0]: r["verbs"] for r in role["rules"] if r["apiGroups"] == [""]}
+    assert rules["events"] == ["create", "list", "watch"]
+    assert rules["pods"] == ["get", "list", "watch"]
 
 
 def test_first_tokens_come_from_random_secrets_the_api_stores() -> None:
