@@ -72,8 +72,10 @@ def test_runs_of_another_namespaces_pods_are_refused_and_change_nothing(
     after = _recommend(client)
     assert after["verification"]["runs"] == 0
     assert _chosen(after) == _chosen(first)
+    # The owner is the first placed pod's namespace, read alike one by one and by the page.
     owner = client.get("/v1/workloads/graph500", headers=VIEWER).json()["owner"]
     assert owner == "team-a"
+    assert [w["owner"] for w in client.get("/v1/workloads", headers=VIEWER).json()] == ["team-a"]
 
 
 def test_the_owners_pod_is_reported_by_its_nodes_agent_only(
@@ -107,6 +109,8 @@ def test_an_operator_named_owner_holds_against_an_earlier_placement(
     named = client.put("/v1/workloads/graph500/owner", json={"owner": "team-a"}, headers=OPERATOR)
     assert named.status_code == 200, named.text
     assert named.json()["owner"] == "team-a"
+    again = client.put("/v1/workloads/graph500/owner", json={"owner": "team-a"}, headers=OPERATOR)
+    assert again.status_code == 200 and again.json() == named.json()
     run = {"run_id": "early", "slow_ratio": 0.0, "llc_ways": 4, "seconds": 10.0}
     _refused(client.post(URL, json=run, headers=node_token(settings, "n2")), "team-a")
     # Naming is the operator's alone, and a name is a namespace's.
