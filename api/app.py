@@ -24,6 +24,7 @@ from api import dashboard, openapi, tasks
 from api.cluster_metrics import ClusterCollector
 from api.deps import AppState, Metrics
 from api.errors import PROBLEM
+from api.node_identity import NodeTokenReviewer, kubernetes_review
 from api.planning import PlanRunner
 from api.problems import ContainUnexpected, install_handlers, send_problem
 from api.routes import (
@@ -92,6 +93,25 @@ def build_state(settings: Settings) -> AppState:
         ),
         metrics=metrics,
         enqueue_fit=celery_fit if use_celery else in_process_fit(sessions),
+        node_tokens=node_token_reviewer(settings),
+    )
+
+
+def node_token_reviewer(settings: Settings) -> NodeTokenReviewer | None:
+    """What reviews agents' service-account tokens, when the service is configured for them."""
+    if settings.kubernetes_agent_account is None:
+        return None
+    review = kubernetes_review(
+        settings.kubeconfig,
+        settings.kubernetes_token_audience,
+        settings.token_review_timeout_seconds,
+    )
+    return NodeTokenReviewer(
+        review,
+        settings.kubernetes_agent_account,
+        settings.kubernetes_token_audience,
+        cache_seconds=settings.token_review_cache_seconds,
+        cache_entries=settings.token_review_cache_entries,
     )
 
 

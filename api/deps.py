@@ -17,7 +17,8 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from api import repositories as repo
-from api.auth import GRANTS, Caller, Permission, Role, token_hash
+from api.auth import GRANTS, TOKEN_PREFIX, Caller, Permission, Role, token_hash
+from api.node_identity import NodeTokenReviewer, NotAnAgent
 from api.planning import PlanRunner
 from api.services.models import ModelCache
 from api.services.recommendations import NeedsTransaction, single_statements
@@ -88,6 +89,8 @@ class AppState:
     metrics: Metrics
     enqueue_fit: Callable[[str], None]
     tokens: dict[str, tuple[Caller | None, float]] = field(default_factory=dict)
+    # Set when agents may present their Kubernetes service-account token (api.node_identity).
+    node_tokens: NodeTokenReviewer | None = None
 
 
 # Dependencies that do no blocking work are `async def`: FastAPI runs a plain `def` dependency in
@@ -156,7 +159,11 @@ def committed(state: AppState, work: Callable[[Session], T], statements_alone: b
 
 
 # Declares the scheme in OpenAPI; the checks (and their problem+json errors) stay ours.
-BEARER = HTTPBearer(auto_error=False, description="An API token: `Authorization: Bearer tmc_...`")
+BEARER = HTTPBearer(
+    auto_error=False,
+    description="An API token (`Authorization: Bearer tmc_...`), or a node agent's projected"
+    " Kubernetes service-account token when the service is configured for them",
+)
 
 
 async def bearer_caller(
@@ -168,7 +175,10 @@ async def bearer_caller(
     scheme, _sep, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise HTTPException(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
-    digest = token_hash(token.strip())
+    token = token.strip()
+    if state.node_tokens is not None and not token.startswith(TOKEN_PREFIX):
+        return await _node_agent(state.node_tokens, token)
+    digest = token_hash(token)
     now = time.monotonic()
     cached = state.tokens.get(digest)
     if cached is not None and cached[1] > now:
@@ -182,6 +192,18 @@ async def bearer_caller(
     if caller is None:
         raise HTTPException(401, "unknown or revoked token", {"WWW-Authenticate": "Bearer"})
     return caller
+
+
+async def _node_agent(reviewer: NodeTokenReviewer, token: str) -> Caller:
+    """The node agent a Kubernetes service-account token is (a recent review's answer, else
+    the API server's, asked in the thread pool: the call blocks)."""
+    caller = reviewer.cached(token)
+    if caller is not None:
+        return caller
+    try:
+        return await run_in_threadpool(reviewer.review, token)
+    except NotAnAgent as exc:
+        raise HTTPException(401, exc.detail, {"WWW-Authenticate": "Bearer"}) from None
 
 
 async def bearer_role(caller: Annotated[Caller, Depends(bearer_caller)]) -> Role:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
+from api.node_identity import ACCOUNT_PATTERN
 from model.objectives import DEFAULT_THRESHOLD
 from store.settings import DatabaseSettings
 
@@ -59,6 +60,17 @@ class Settings(DatabaseSettings):
     bootstrap_operator_token: str | None = Field(
         default=None, description="dev only: a token created at start-up with the operator role"
     )
+    # Node agents known by their Kubernetes service-account token (api.node_identity): the
+    # agents' account (system:serviceaccount:<namespace>:<name>; unset: only tmc tokens are
+    # accepted), the audience their projected tokens are made for, and the credentials the API
+    # reviews them with (unset: the pod's own service account).
+    kubernetes_agent_account: str | None = Field(default=None, pattern=ACCOUNT_PATTERN)
+    kubernetes_token_audience: str = Field(default="tmc-api", min_length=1, max_length=253)
+    kubeconfig: str | None = None
+    token_review_timeout_seconds: float = Field(default=3.0, gt=0, le=30)
+    # A successful review is kept this long (never past the token's expiry), per API worker.
+    token_review_cache_seconds: float = Field(default=30.0, ge=0, le=60)
+    token_review_cache_entries: int = Field(default=10_000, ge=0, le=1_000_000)
     reports_dir: str = Field(
         default=str(Path(__file__).resolve().parents[1] / "docs" / "reports"),
         description="folder of benchmark and simulation reports shown by the dashboard",
