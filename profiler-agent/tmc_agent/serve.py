@@ -197,14 +197,6 @@ class Agent:
         out: dict[str, str] = {}
         if not url or not finished:
             return out
-        try:
-            token = self.config.service_token()
-        except ValueError as exc:
-            log.warning("verification runs not reported: %s", exc)
-            return out
-        if not token:
-            log.warning("verification runs not reported: no agent token")
-            return out
         for pod in finished:
             meta = pod.get("metadata") or {}
             uid = str(meta.get("uid") or "")
@@ -218,6 +210,15 @@ class Agent:
             except verification.NotARun as exc:
                 self._settle(uid, key, f"not a verification run: {exc}", out)
                 continue
+            # Read for each request: the kubelet rotates a projected token under the agent.
+            try:
+                token = self.config.service_token()
+            except ValueError as exc:
+                log.warning("verification runs not reported: %s", exc)
+                return out
+            if not token:
+                log.warning("verification runs not reported: no agent token")
+                return out
             status, body = verification.post_run(url, token, workload, run)
             if status in (200, 201):
                 self._settle(uid, key, f"verification run of {run.seconds:.3f} s reported", out)
@@ -269,7 +270,16 @@ class Agent:
         if not token:
             log.warning("spooled profiles not uploaded: no TMC_AGENT_TOKEN_FILE or TMC_AGENT_TOKEN")
             return []
-        results = upload.flush(spool_dir, url, token, attempts=2)
+
+        # Each attempt reads the token again (a projected one is rotated); one that cannot be
+        # read any more leaves the first one read.
+        def current() -> str:
+            try:
+                return self.config.service_token() or token
+            except ValueError:
+                return token
+
+        results = upload.flush(spool_dir, url, current, attempts=2)
         for r in results:
             level = logging.INFO if r.acknowledged else logging.WARNING
             log.log(

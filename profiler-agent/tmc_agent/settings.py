@@ -13,8 +13,14 @@ them); numbers are parsed with bounds, and a bad value is one clear error naming
 | TMC_AGENT_PUBLISH_EVERY          | passes between capacity re-publications              |
 | TMC_AGENT_SERVICEACCOUNT_DIR     | the API server credentials (token, ca.crt)           |
 | TMC_AGENT_SERVICE_URL            | tmc's service, for uploads; `--service`              |
+| TMC_AGENT_PROJECTED_TOKEN_FILE   | the pod's service-account token for tmc's service    |
 | TMC_AGENT_TOKEN_FILE             | file holding the agent's bearer token (a Secret)     |
 | TMC_AGENT_TOKEN                  | the token itself, when there is no file              |
+
+Which token the agent sends to tmc's service, first that exists: the projected service-account
+token (the kubelet's, bound to the agent's pod and so to its node, rotated before it expires),
+then the tmc token's file, then the tmc token itself. The projected token is what lets the
+service know the agent's node; the tmc token is for where there is none (outside Kubernetes).
 | TMC_AGENT_SPOOL                  | profiles waiting for upload                          |
 | TMC_AGENT_SHIM_DIR               | host directory the shim is installed into for pods   |
 | TMC_AGENT_NRI                    | "true": the runtime's tmc-nri plugin applies pods    |
@@ -74,22 +80,31 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     raise SettingsError(f"{name}={raw[:40]!r} is not true or false")
 
 
+def _token_file(name: str, path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_TOKEN_BYTES + 1)
+    except OSError as exc:
+        raise SettingsError(f"{name}={path}: {exc.strerror}") from None
+    if len(data) > MAX_TOKEN_BYTES:
+        raise SettingsError(f"{name}={path}: longer than a token can be")
+    token = data.decode(errors="replace").strip()
+    if not token:
+        raise SettingsError(f"{name}={path} is empty")
+    return token
+
+
 def read_token(env: Mapping[str, str]) -> str | None:
-    """The agent's bearer token: the file named by TMC_AGENT_TOKEN_FILE (a mounted Secret; read
-    when asked, so a rotated Secret is picked up), else TMC_AGENT_TOKEN, else None."""
+    """The agent's bearer token for tmc's service, read when asked (files are rotated: the
+    kubelet replaces a projected token before it expires, a Secret may be changed): the
+    projected service-account token named by TMC_AGENT_PROJECTED_TOKEN_FILE when that file
+    exists, else the file named by TMC_AGENT_TOKEN_FILE, else TMC_AGENT_TOKEN, else None."""
+    projected = env.get("TMC_AGENT_PROJECTED_TOKEN_FILE")
+    if projected and os.path.exists(projected):
+        return _token_file("TMC_AGENT_PROJECTED_TOKEN_FILE", projected)
     path = env.get("TMC_AGENT_TOKEN_FILE")
     if path:
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read(MAX_TOKEN_BYTES + 1)
-        except OSError as exc:
-            raise SettingsError(f"TMC_AGENT_TOKEN_FILE={path}: {exc.strerror}") from None
-        if len(data) > MAX_TOKEN_BYTES:
-            raise SettingsError(f"TMC_AGENT_TOKEN_FILE={path}: longer than a token can be")
-        token = data.decode(errors="replace").strip()
-        if not token:
-            raise SettingsError(f"TMC_AGENT_TOKEN_FILE={path} is empty")
-        return token
+        return _token_file("TMC_AGENT_TOKEN_FILE", path)
     return env.get("TMC_AGENT_TOKEN") or None
 
 
@@ -108,6 +123,9 @@ class AgentSettings:
     publish_every: int = 30  # passes between capacity re-publications
     serviceaccount_dir: Path = SERVICEACCOUNT_DIR
     service_url: str | None = None  # tmc's service: spooled profiles are uploaded there
+    # The pod's service-account token for tmc's service (the chart's projected volume): sent
+    # when the file exists, in place of the tmc token below.
+    projected_token_file: Path | None = None
     token_file: Path | None = None
     token: str | None = None  # only when there is no token file
     spool_dir: Path | None = None
@@ -120,8 +138,11 @@ class AgentSettings:
     nri: bool = False
 
     def service_token(self) -> str | None:
-        """The token for uploads, read now (a mounted Secret may have been rotated)."""
+        """The token for tmc's service, read now: the projected token is rotated by the kubelet,
+        a mounted Secret may be changed (see read_token for which one is sent)."""
         env = {"TMC_AGENT_TOKEN_FILE": str(self.token_file)} if self.token_file else {}
+        if self.projected_token_file:
+            env["TMC_AGENT_PROJECTED_TOKEN_FILE"] = str(self.projected_token_file)
         if self.token:
             env["TMC_AGENT_TOKEN"] = self.token
         return read_token(env)
@@ -153,6 +174,7 @@ class AgentSettings:
         if url is not None and not url.startswith(("http://", "https://")):
             raise SettingsError(f"TMC_AGENT_SERVICE_URL={url[:60]!r} is not an http(s) URL")
         token_file = env.get("TMC_AGENT_TOKEN_FILE") or None
+        projected = env.get("TMC_AGENT_PROJECTED_TOKEN_FILE") or None
         spool = env.get("TMC_AGENT_SPOOL") or None
         shim_dir = env.get("TMC_AGENT_SHIM_DIR") or None
         return cls(
@@ -168,6 +190,7 @@ class AgentSettings:
                 env.get("TMC_AGENT_SERVICEACCOUNT_DIR") or str(SERVICEACCOUNT_DIR)
             ),
             service_url=url.rstrip("/") if url else None,
+            projected_token_file=Path(projected) if projected else None,
             token_file=Path(token_file) if token_file else None,
             token=env.get("TMC_AGENT_TOKEN") or None,
             spool_dir=Path(spool) if spool else None,

@@ -65,10 +65,14 @@ def _post(url: str, token: str, body: bytes, timeout: float) -> tuple[int, str]:
         return int(exc.code), exc.read().decode(errors="replace")
 
 
+# A bearer token, or what reads it at each attempt (a projected token is rotated by the kubelet).
+Token = str | Callable[[], str]
+
+
 def upload_file(
     path: Path,
     url: str,
-    token: str,
+    token: Token,
     *,
     attempts: int = 5,
     backoff_seconds: float = 0.5,
@@ -80,7 +84,8 @@ def upload_file(
     text = ""
     for attempt in range(1, attempts + 1):
         try:
-            status, text = _post(url, token, body, timeout)
+            bearer = token if isinstance(token, str) else token()
+            status, text = _post(url, bearer, body, timeout)
         except (urllib.error.URLError, OSError) as exc:
             status, text = None, str(exc)
         if status in (200, 201):
@@ -95,7 +100,7 @@ def upload_file(
     return UploadResult(path, status, text, attempts)
 
 
-def flush(spool_dir: Path, url: str, token: str, **kw: float) -> list[UploadResult]:
+def flush(spool_dir: Path, url: str, token: Token, **kw: float) -> list[UploadResult]:
     """Try every spooled bundle once more (each with its own retries)."""
     return [
         upload_file(p, url, token, **kw)  # type: ignore[arg-type]
