@@ -373,12 +373,66 @@ def test_first_tokens_come_from_random_secrets_the_api_stores() -> None:
 
 
 def test_components_without_kubernetes_calls_get_no_api_token() -> None:
-    docs = render()
-    for component in ("api", "worker", "beat"):
-        spec = by_name(docs, "Deployment", f"demo-tmc-{component}")["spec"]["template"]["spec"]
-        assert spec["serviceAccountName"] == "demo-tmc-api"
-        assert spec["automountServiceAccountToken"] is False
-    assert by_name(docs, "ServiceAccount", "demo-tmc-api")["automountServiceAccountToken"] is False
+    """The worker and beat call no Kubernetes API; the API calls it only to review the agents'
+    tokens (TokenReview), so it gets its token, and that one right, only when agents run."""
+    for agents in (True, False):
+        docs = render({"agent": {"enabled": agents}})
+        for component in ("api", "worker", "beat"):
+            spec = by_name(docs, "Deployment", f"demo-tmc-{component}")["spec"]["template"]
+            spec = spec["spec"]
+            assert spec["serviceAccountName"] == "demo-tmc-api"
+            assert spec["automountServiceAccountToken"] is (agents and component == "api")
+        account = by_name(docs, "ServiceAccount", "demo-tmc-api")
+        assert account["automountServiceAccountToken"] is False
+        roles = [
+            d
+            for d in docs
+            if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "demo-tmc-api"
+        ]
+        if not agents:
+            assert roles == []
+            continue
+        assert roles[0]["rules"] == [
+            {
+                "apiGroups": ["authentication.k8s.io"],
+                "resources": ["tokenreviews"],
+                "verbs": ["create"],
+            }
+        ]
+        binding = by_name(docs, "ClusterRoleBinding", "demo-tmc-api")
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "demo-tmc-api", "namespace": "tmc"}
+        ]
+
+
+def test_agents_prove_their_node_with_a_projected_token_the_api_reviews() -> None:
+    """Each agent pod gets a service-account token for the API's audience, short-lived (the
+    kubelet rotates it), at the path the agent reads; the API is told the agents' account and
+    that audience."""
+    docs = render({"agent": {"identity": {"audience": "tmc.example", "expirationSeconds": 900}}})
+    agent = by_name(docs, "DaemonSet", "demo-tmc-agent")["spec"]["template"]["spec"]
+    container = next(c for c in agent["containers"] if c["name"] == "agent")
+    projected = Path(env_of(container)["TMC_AGENT_PROJECTED_TOKEN_FILE"])
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == str(projected.parent))
+    volume = next(v for v in agent["volumes"] if v["name"] == mount["name"])
+    assert volume["projected"]["sources"] == [
+        {
+            "serviceAccountToken": {
+                "path": projected.name,
+                "audience": "tmc.example",
+                "expirationSeconds": 900,
+            }
+        }
+    ]
+    assert agent["serviceAccountName"] == "demo-tmc-agent"
+    api = by_name(docs, "Deployment", "demo-tmc-api")["spec"]["template"]["spec"]
+    env = env_of(api["containers"][0])
+    assert env["TMC_KUBERNETES_AGENT_ACCOUNT"] == "system:serviceaccount:tmc:demo-tmc-agent"
+    assert env["TMC_KUBERNETES_TOKEN_AUDIENCE"] == "tmc.example"
+    # The kubelet asks for 10 minutes at least; a day at most here (a stolen token's life).
+    for bad in (60, 100_000, "soon"):
+        with pytest.raises(Exception, match="expirationSeconds"):
+            render({"agent": {"identity": {"expirationSeconds": bad}}})
 
 
 def test_the_image_is_the_one_the_build_makes() -> None:

@@ -74,3 +74,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "tmc.metricsReaderSecret" -}}
 {{- printf "%s-metrics-reader-token" (include "tmc.fullname" .) -}}
 {{- end -}}
+
+{{/* agent.identity.expirationSeconds, checked: the kubelet asks for 600..86400 seconds. */}}
+{{- define "tmc.agentTokenSeconds" -}}
+{{- $v := .Values.agent.identity.expirationSeconds -}}
+{{- if not (and (or (kindIs "float64" $v) (kindIs "int" $v) (kindIs "int64" $v)) (ge (float64 $v) 600.0) (le (float64 $v) 86400.0)) -}}
+{{- fail (printf "agent.identity.expirationSeconds must be 600..86400, not %v" $v) -}}
+{{- end -}}
+{{- int64 $v -}}
+{{- end -}}
