@@ -234,9 +234,9 @@ def bearer(token: str) -> dict[str, str]:
 
 
 # What each component's code calls (tmc-extender and tmc-scheduler in scheduler/plugin, the
-# publisher through scheduler/kube.py, profiler-agent/tmc_agent/serve.py; the API, worker and beat
-# call nothing), and what it must not be able to do. No tmc component patches a pod: the Binding
-# carries the placement.
+# publisher through scheduler/kube.py, profiler-agent/tmc_agent/serve.py; the API reviews the
+# agents' tokens, api/node_identity.py; worker and beat call nothing), and what it must not be
+# able to do. No tmc component patches a pod: the Binding carries the placement.
 ALLOWED = {
     "extender": [
         ("list", "nodes", ""),
@@ -268,7 +268,7 @@ ALLOWED = {
         ("get", "pods", ""),
         ("create", "events", ""),
     ],
-    "api": [],
+    "api": [("create", "tokenreviews.authentication.k8s.io", "")],
 }
 DENIED = {
     "extender": [
@@ -302,7 +302,14 @@ DENIED = {
         ("create", "pods", "binding"),
         ("get", "secrets", ""),
     ],
-    "api": [("get", "pods", ""), ("list", "nodes", ""), ("get", "secrets", "")],
+    "api": [
+        ("get", "pods", ""),
+        ("list", "nodes", ""),
+        ("get", "secrets", ""),
+        # It reviews tokens; it neither mints them nor asks who may do what.
+        ("create", "serviceaccounts", "token"),
+        ("create", "subjectaccessreviews.authorization.k8s.io", ""),
+    ],
 }
 
 
