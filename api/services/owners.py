@@ -24,6 +24,8 @@ What an agent may do with an owned workload:
   included: its upload could make a stored, non-live copy the live one);
 - a verification run: only of a pod of the owner, placed for the workload, on the token's own
   node. A token that names no node reports no run at all: it cannot show where the pod ran.
+A token names a node when it is a tmc token made for it, or the agent pod's service-account
+token, whose node the Kubernetes API server names (`api.node_identity`).
 An operator may do anything, whatever the owner.
 """
 
@@ -83,8 +85,9 @@ def check_upload(
     if caller.node is None:
         raise _refused(
             f"workload {name!r} belongs to namespace {claimed!r} and this agent token names no"
-            " node: only the agent of a node that ran that namespace's pods (a token made with"
-            " `tmc token create --role agent --node NAME`) or an operator may upload its bundles"
+            " node: only the agent of a node that ran that namespace's pods (with its pod's"
+            " projected service-account token, or a token made with `tmc token create --role"
+            " agent --node NAME`) or an operator may upload its bundles"
         )
     if owner is not None and declared is not None and declared != owner:
         raise _refused(f"workload {name!r} belongs to namespace {owner!r}, not {declared!r}")
@@ -103,8 +106,9 @@ def check_reporter(caller: Caller) -> None:
     if caller.role is not Role.operator and caller.node is None:
         raise _refused(
             "this agent token names no node, so it cannot show where the pod ran: runs are"
-            " reported by the agent of the pod's node, with a token made by `tmc token create"
-            " --role agent --node NAME`"
+            " reported by the agent of the pod's node, with its pod's projected service-account"
+            " token (the chart's agents) or a token made by `tmc token create --role agent"
+            " --node NAME`"
         )
 
 
