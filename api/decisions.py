@@ -41,6 +41,8 @@ class WorkloadDecision:
     plan: tuple[StructurePlan, ...]  # per tagged structure, fast and slow bytes
     # The decision log counted it on the pair's identical newest decision instead of a new row.
     repeated: bool = False
+    # The footprint the profile traced (None: not recorded with the decision).
+    profile_bytes: int | None = None
 
 
 class NoDecision(Exception):
@@ -96,6 +98,7 @@ class DecisionService:
             configuration=r.chosen.configuration,
             plan=plan,
             repeated=record.repeated,
+            profile_bytes=r.footprint_bytes,
         )
 
 

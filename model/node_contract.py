@@ -349,6 +349,8 @@ class Recommendation(BaseModel):
     recommendation_id: Annotated[str, Field(max_length=64)] | None = None
     dram_bytes: Bytes = 0
     slow_bytes: Bytes = 0
+    # The footprint the profile traced (0: not said): a pod requesting less is told so.
+    profile_bytes: Bytes = 0
     llc_ways: Annotated[int, Field(ge=0, le=MAX_LLC_WAYS)] = 0
     slow_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     plan: Annotated[list[StructurePlan], Field(max_length=4096)] = []

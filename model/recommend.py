@@ -163,6 +163,13 @@ class Recommendation(BaseModel):
         " at: each configuration's DRAM and slow bytes add up to it, and the placement plan is"
         " scaled to it. The predicted times are the profile's (the program's shape)",
     )
+    footprint_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_BYTES,
+        description="the footprint the profile traced (its runs' size), whatever memory_bytes"
+        " the candidates are priced at; absent in recommendations stored before it was recorded",
+    )
     sized_from: SizedFrom = Field(
         default="profile",
         description="where memory_bytes came from: 'request' (a pod's memory request), 'caller'"
@@ -757,6 +764,7 @@ def choose(short: Shortlist, utilization: Utilization | None = None) -> Recommen
         price_profile=short.prices.key,
         currency=short.prices.currency,
         memory_bytes=priced.memory_bytes,
+        footprint_bytes=fitted.footprint_bytes,
         sized_from=short.sized_from,
         machine=short.machine,
         utilization=util,

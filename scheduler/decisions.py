@@ -36,6 +36,7 @@ class Recommended:
     computed_at: float
     plan: tuple[StructurePlan, ...] = ()
     repeated: bool = False  # the decision log counted it on an identical one, not a new row
+    profile_bytes: int = 0  # the footprint the profile traced (0: not recorded)
 
 
 # Why a workload cannot be recommended: a fallback reason.
@@ -100,4 +101,5 @@ def decide_pair(
         computed_at=time.monotonic(),
         plan=decided.plan,
         repeated=decided.repeated,
+        profile_bytes=decided.profile_bytes or 0,
     )

@@ -1015,6 +1015,7 @@ class ServiceDecisions:
                 recommendation_id=outcome.recommendation_id,
                 dram_bytes=outcome.dram_bytes,
                 slow_bytes=outcome.slow_bytes,
+                profile_bytes=outcome.profile_bytes,
                 llc_ways=outcome.llc_ways,
                 slow_ratio=outcome.slow_ratio,
                 plan=list(outcome.plan),

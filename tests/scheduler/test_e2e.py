@@ -225,9 +225,11 @@ def test_each_pod_is_given_its_own_request_split_by_the_recommendation(
     stack: Stack, ns: str
 ) -> None:
     """A profile traced at 4480 MiB, pods requesting 8 GiB and 2 GiB: through the extender each
-    is given its own request in all, split by the recommended ratio and plan shares."""
+    is given its own request in all, split by the recommended ratio and plan shares; the one
+    below its profile's footprint is told so."""
     c.create_pods(stack.api, c.sized_pods(), ns)
     c.check_given_their_requests(stack.dsn, placed(stack, list(c.SIZED_PODS), ns))
+    c.check_told_below_their_profile(stack.api, ns, "tmc-extender")
 
 
 def test_fallbacks_and_disjoint_masks(stack: Stack, ns: str) -> None:

@@ -245,6 +245,7 @@ ALLOWED = {
         ("list", "pods", ""),
         ("watch", "pods", ""),
         ("create", "pods", "binding"),
+        ("create", "events.events.k8s.io", ""),
     ],
     "agent": [("patch", "nodes", ""), ("list", "pods", "")],
     "scheduler": [

@@ -159,10 +159,12 @@ def test_each_pod_is_given_its_own_request_split_by_the_recommendation(
     stack: Stack, ns: str
 ) -> None:
     """A profile traced at 4480 MiB, pods requesting 8 GiB and 2 GiB: through tmc-scheduler each
-    is given its own request in all, split by the recommended ratio and plan shares."""
+    is given its own request in all, split by the recommended ratio and plan shares; the one
+    below its profile's footprint is told so."""
     bodies = c.sized_pods()
     c.create_pods(stack.api, bodies, ns)
     c.check_given_their_requests(stack.dsn, placed(stack, list(c.SIZED_PODS), ns))
+    c.check_told_below_their_profile(stack.api, ns, "tmc-scheduler")
 
 
 def test_pods_follow_the_adopted_plans_machine_patterns(

@@ -800,6 +800,24 @@ def sized_pods() -> list[dict[str, Any]]:
     ]
 
 
+def check_told_below_their_profile(api: k8s.CoreV1Api, ns: str, reporter: str) -> None:
+    """The 2 GiB pod, below the 4480 MiB its profile traced, is told what it was given (a
+    Warning from the placing component, sizes as quantities); the 8 GiB pod is told nothing."""
+
+    def told(name: str) -> list[Any]:
+        return api.list_namespaced_event(
+            ns, field_selector=f"involvedObject.name={name},reason=MemoryBelowProfile"
+        ).items
+
+    wait_until(lambda: told("sized-2g"), 30, "the 2 GiB pod told it is below its profile")
+    (event,) = told("sized-2g")
+    assert event.type == "Warning" and event.reporting_component == reporter, event
+    assert event.message.startswith(
+        "the pod requests 2Gi of memory, less than the 4480Mi its recommendation for workload"
+    ), event.message
+    assert told("sized-8g") == []
+
+
 def check_given_their_requests(dsn: str, bound: dict[str, Any]) -> None:
     """Each pod's placement gives it its own memory request, split by the recommended ratio as
     the model splits a footprint (DRAM rounded half to even), its plan within each tier; the

@@ -23,9 +23,11 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
 	"tmc.dev/scheduler-plugin/pkg/tmc"
@@ -273,6 +275,11 @@ func run(o options) error {
 	engine := tmc.NewEngine(binder, nil, o.recommendationWait)
 	tmc.SetRackPools(engine, pools)
 	tmc.SetFence(engine, fence)
+	// Events about the pods it binds (events.k8s.io, as kube-scheduler writes its own).
+	recorder := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	recorder.StartRecordingToSink(ctx.Done())
+	defer recorder.Shutdown()
+	tmc.SetRecorder(engine, recorder.NewRecorder(scheme.Scheme, "tmc-extender"))
 	if err := tmc.RequireNodePlugin(engine, o.requiredNodePlugin); err != nil {
 		return fmt.Errorf("--required-node-plugin: %w", err)
 	}

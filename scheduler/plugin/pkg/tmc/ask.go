@@ -271,7 +271,8 @@ func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, int64
 		return &rec, 0, ""
 	}
 	switch {
-	case rec.DRAMBytes < 0 || rec.DRAMBytes >= MaxBytes || rec.SlowBytes < 0 || rec.SlowBytes >= MaxBytes:
+	case rec.DRAMBytes < 0 || rec.DRAMBytes >= MaxBytes || rec.SlowBytes < 0 || rec.SlowBytes >= MaxBytes ||
+		rec.ProfileBytes < 0 || rec.ProfileBytes >= MaxBytes:
 		return unreadable("bytes must be in 0..2^52")
 	case rec.LLCWays < 1 || rec.LLCWays > MaxLLCWays:
 		return unreadable(fmt.Sprintf("llc_ways must be in 1..%d", MaxLLCWays))
@@ -304,6 +305,10 @@ func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, int64
 	if size := annotationsSize(ann) + 253; size > MaxPlacementAnnotationsBytes {
 		return nil, 0, fmt.Sprintf("the placement of %s would take %d bytes of annotations, over tmc's bound of %d (the API server allows 256 KiB for all of a pod's)",
 			source, size, MaxPlacementAnnotationsBytes)
+	}
+	if rec.ProfileBytes > 0 {
+		// The footprint the profile traced, when the recommendation was priced at another size.
+		profile = rec.ProfileBytes
 	}
 	return &sized, profile, ""
 }

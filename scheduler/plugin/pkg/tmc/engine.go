@@ -3,18 +3,21 @@ package tmc
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
 )
 
 // Engine is the placement rule and its state, the one implementation behind both front doors:
-// the framework plugin (TmcPlacement, in tmc-scheduler) and the scheduler extender (package
-// extender, in tmc-extender). It reads a pod's ask, judges and scores a node for it, reserves
+// the framework plugin (TmcPlacement, in tmc-scheduler) and the scheduler extender (extender.go's HTTP
+// verbs, in tmc-extender). It reads a pod's ask, judges and scores a node for it, reserves
 // the pod's configuration in the cache and binds the pod with its placement; its cache is fed
 // by the pod and node informers. The front doors only translate their callers' calls into these.
 type Engine struct {
@@ -34,7 +37,17 @@ type Engine struct {
 	waiting func(workload, objective string) []*v1.Pod
 	// nodePlugin, when set, is the NRI plugin a placed pod's containers require on the node.
 	nodePlugin string
+	// recorder, when set, tells a bound pod what it should know of its placement (a request
+	// below its profile's footprint).
+	recorder events.EventRecorder
 }
+
+// SetRecorder has the engine write Events about the pods it binds.
+func SetRecorder(e *Engine, r events.EventRecorder) { e.recorder = r }
+
+// BelowProfileReason is the Warning a pod gets when it is bound with less memory than its
+// recommendation was profiled at: it is given what it asked for, never cut below it, and told.
+const BelowProfileReason = "MemoryBelowProfile"
 
 // SetFence makes every bind require the placement lease.
 func SetFence(e *Engine, f *Fence) { e.fence = f }
@@ -226,7 +239,33 @@ func (e *Engine) Bind(ctx context.Context, pod *v1.Pod, ask *PodAsk, nodeName st
 	// Counted as bound at once, as the pod informer will count it: nothing (a retried or a
 	// parallel attempt) may release it before the pod's deletion.
 	e.cache.Bind(pod.UID, placement)
+	if e.recorder != nil && ask.BelowProfile() {
+		e.recorder.Eventf(pod, nil, v1.EventTypeWarning, BelowProfileReason, "Binding", "%s", belowProfileMessage(ask, placement))
+	}
 	return nil
+}
+
+// belowProfileMessage says what a pod bound below its profile's footprint was given, in sizes
+// as Kubernetes writes them.
+func belowProfileMessage(ask *PodAsk, placement *Placement) string {
+	c := placement.Configuration
+	return fmt.Sprintf("the pod requests %s of memory, less than the %s its recommendation %s was profiled at: "+
+		"it is given its request, %s of DRAM and %s of slow memory (slow ratio %s); "+
+		"if the program needs its profile's footprint, raise the pod's memory request",
+		quantity(ask.MemoryBytes), quantity(ask.ProfileBytes), recommendationName(ask),
+		quantity(c.DRAMBytes), quantity(c.SlowBytes), strconv.FormatFloat(float64(c.SlowRatio), 'g', 4, 64))
+}
+
+func recommendationName(ask *PodAsk) string {
+	if ask.Workload == nil {
+		return "(pinned on the pod)"
+	}
+	return fmt.Sprintf("for workload %q", clip(*ask.Workload, 253))
+}
+
+// quantity is bytes as Kubernetes writes a size ("4Gi", "32Mi", "1500M", "12345").
+func quantity(bytes int64) string {
+	return resource.NewQuantity(bytes, resource.BinarySI).String()
 }
 
 // containerRequiredPluginsPrefix is NRI's container-scoped key: the runtime reads

@@ -194,6 +194,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	SetRackPools(p.Engine, pools)
 	SetFence(p.Engine, fence)
+	SetRecorder(p.Engine, h.EventRecorder())
 	if err := RequireNodePlugin(p.Engine, args.RequiredNodePlugin); err != nil {
 		return nil, fmt.Errorf("%s: requiredNodePlugin: %w", Name, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/events"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
@@ -411,5 +412,38 @@ func TestFilterJudgesThePodOfItsOwnCycle(t *testing.T) {
 	}
 	if _, st := h.plugin.Score(ctx, sBig, big, h.infos["n1"]); !st.IsSuccess() {
 		t.Errorf("Score with an earlier cycle's state: %v", st)
+	}
+}
+
+// A pod asking for less memory than its recommendation was profiled at is bound with what it
+// asked for (never cut below it) and told so in a Warning, in sizes as Kubernetes writes them;
+// a pod at or above its profile's footprint gets no such event.
+func TestAPodBelowItsProfileIsToldWhatItWasGiven(t *testing.T) {
+	h := newHarness(t, tmcNode("n1", 16, 64<<30, 64<<30, 11, "", 0))
+	recorder := events.NewFakeRecorder(10)
+	SetRecorder(h.plugin.Engine, recorder)
+	rec := `{"schema":"tmc.recommendation/v1","recommendation_id":"r-1","dram_bytes":25165824,"slow_bytes":8388608,"llc_ways":3,"slow_ratio":0.25}`
+	small := tieredPod("small", map[string]string{WorkloadAnnotation: "stream", RecommendationAnnotation: rec}, "1", "16Mi")
+	if _, st := h.schedule(small); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	select {
+	case got := <-recorder.Events:
+		want := `Warning MemoryBelowProfile the pod requests 16Mi of memory, less than the 32Mi its recommendation for workload "stream" was profiled at: ` +
+			`it is given its request, 12Mi of DRAM and 4Mi of slow memory (slow ratio 0.25); if the program needs its profile's footprint, raise the pod's memory request`
+		if got != want {
+			t.Errorf("event\n got %s\nwant %s", got, want)
+		}
+	default:
+		t.Fatal("no event for a pod below its profile")
+	}
+	for _, memory := range []string{"32Mi", "4Gi"} {
+		pod := tieredPod("at-"+strings.ToLower(memory), map[string]string{WorkloadAnnotation: "stream", RecommendationAnnotation: rec}, "1", memory)
+		if _, st := h.schedule(pod); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+	}
+	if n := len(recorder.Events); n != 0 {
+		t.Errorf("%d events for pods at or above their profile: %s", n, <-recorder.Events)
 	}
 }

@@ -79,6 +79,12 @@ type Recommendation struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=4503599627370495
 	SlowBytes int64 `json:"slow_bytes,omitempty"`
+	// ProfileBytes is the footprint the workload's profile traced: a pod requesting less is
+	// given its request all the same, and told so. 0: not said (the DRAM and slow bytes' sum).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4503599627370495
+	ProfileBytes int64 `json:"profile_bytes,omitempty"`
 	// LLCWays is 0 only for a fallback.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
