@@ -4,7 +4,8 @@
 asked of a real kube-apiserver: the API (in-process, on PostgreSQL) reviews each such token with
 the credentials of the chart's API service account (its RBAC rendered from the chart), and takes
 the node the API server names in it. Tokens are the API server's own (TokenRequest, bound to the
-agent DaemonSet's pod on its node, for the chart's audience, as the kubelet asks for them)."""
+agent DaemonSet's pod on its node, for the chart's audience, as the kubelet asks for them).
+The last test runs the whole way: tmc-agent's pass posts to the API served by uvicorn."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ import yaml
 from fastapi.testclient import TestClient
 from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
+from tmc_agent import serve
+from tmc_agent.discover import discover
+from tmc_agent.settings import AgentSettings
 
 from api.app import create_app
 from api.auth import Role, token_hash
@@ -29,6 +33,9 @@ from ledger.types import NodeCapacity
 from model.resources import GIB
 from store.db import make_engine, make_session_factory, unit_of_work
 from store.orm import ApiToken
+from tests.agent import fakehost
+from tests.agent.test_serve import FakeNodeApi, FakePods
+from tests.agent.test_verification_runs import finished
 from tests.fixtures.ledger import hold
 from tests.fixtures.service import TOKENS, auth, example
 from tests.scheduler.controlplane import (
@@ -40,6 +47,7 @@ from tests.scheduler.controlplane import (
     unavailable,
 )
 from tests.scheduler.controlplane import cluster as c
+from tests.services import uvicorn_server
 
 pytestmark = pytest.mark.slow
 
@@ -280,3 +288,58 @@ def test_a_deleted_agent_pods_token_stops_working(cluster: Cluster, settings: Se
                 break
             time.sleep(0.2)
         is_problem(service.report(token, "pod-on-node-a"), 401)
+
+
+def test_the_agent_reports_its_nodes_run_with_its_projected_token(
+    cluster: Cluster, settings: Settings, tmp_path: Path
+) -> None:
+    """End to end: tmc-agent's pass (its projected token file holds the token the kubelet
+    would put there) → the API served by uvicorn → the API server's review → a stored run. The
+    shared tmc token beside it names no node and would be refused: the projected one is sent."""
+    assert settings.redis_url is not None
+    env = {
+        "TMC_ENVIRONMENT": "test",
+        "TMC_DATABASE_URL": settings.database_url,
+        "TMC_REDIS_URL": settings.redis_url,
+        "TMC_KUBERNETES_AGENT_ACCOUNT": AGENTS,
+        "TMC_KUBERNETES_TOKEN_AUDIENCE": AUDIENCE,
+        "TMC_KUBECONFIG": str(cluster.api_kubeconfig),
+    }
+    for service in service_for(cluster, settings):
+        sessions = make_session_factory(make_engine(settings))
+        with unit_of_work(sessions) as session:
+            # The pod the agent saw finish, as the engine placed it on node-a.
+            hold(
+                session,
+                "node-a",
+                "0000-good",
+                pod_name="verify-graph500",
+                dram_bytes=4 << 30,
+                slow_bytes=12 << 30,
+                llc_mask=0xF,
+                recommendation_id=service.decision["id"],
+                slow_ratio=0.75,
+            )
+        projected = tmp_path / "tmc-api" / "token"
+        projected.parent.mkdir()
+        projected.write_text(
+            cluster.token(SERVICE_ACCOUNTS["agent"], c.agent_pod(cluster.admin, "node-a"))
+        )
+        shared = tmp_path / "token"
+        shared.write_text(TOKENS[Role.agent])
+        paths = fakehost.optane_host(tmp_path / "host")
+        pods = FakePods(finished("0000-good", "verify-graph500"))
+        with uvicorn_server(env) as base:
+            agent_settings = AgentSettings(
+                node_name="node-a",
+                paths=paths,
+                plan_dir=tmp_path / "plans",
+                service_url=base,
+                projected_token_file=projected,
+                token_file=shared,
+            )
+            agent = serve.Agent(agent_settings, FakeNodeApi(), pods, discover(paths))
+            outcomes = agent.report_runs(agent.sync().finished)
+        assert outcomes == {"default/verify-graph500": "verification run of 90.500 s reported"}
+        listed = service.client.get(RUNS, headers=auth(Role.viewer)).json()
+        assert [r["run_id"] for r in listed] == ["0000-good"]
