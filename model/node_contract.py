@@ -2,10 +2,10 @@
 
 Three shapes cross that boundary, all as Kubernetes object metadata or a file on the node:
 
-- **Node capacity** (agent -> extender): a label and annotations on the Node object that say what
+- **Node capacity** (agent -> scheduler): a label and annotations on the Node object that say what
   tiered memory and LLC ways the node has (`NodeCapacity`).
-- **Placement** (extender -> agent): the annotations bind writes on the pod, with what the pod was
-  given: its configuration, its CAT mask and the per-structure plan (`Placement`).
+- **Placement** (scheduler -> node): the annotations tmc's Binding writes on the pod, with what
+  the pod was given: its configuration, its CAT mask and the per-structure plan (`Placement`).
 - **Recommendation** (service -> scheduler): the configuration tmc recommends for a workload and
   objective, published before its pods are scheduled as a `TieredRecommendation` object (or pinned
   on one pod as the `tmc.dev/recommendation` annotation), so that placing a pod needs no call to
@@ -19,7 +19,10 @@ Three shapes cross that boundary, all as Kubernetes object metadata or a file on
 
 Every number is bounded so that no annotation, however it was written, can overflow a computation
 downstream: bytes below 2^52 (4 PiB), at most 64 LLC ways (CAT masks are 64-bit at most), at most
-4,096 vCPUs. The extender, the agent and the API all parse with these models and nothing else.
+4,096 vCPUs. The Python sides (the API, the publisher and its feeder, the agent) parse with these
+models and nothing else; the Go sides (the engine behind tmc-scheduler and tmc-extender, and
+tmc-nri) parse with the API types of scheduler/plugin/pkg/apis/tmc, whose generated JSON Schema
+and the tables in scheduler/conformance hold both to the same answers.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ OPT_IN_RESOURCE = f"{GROUP}/tiered"
 # Set by whoever writes the pod.
 WORKLOAD_ANNOTATION = f"{GROUP}/workload"
 OBJECTIVE_ANNOTATION = f"{GROUP}/objective"
-# Written by the extender's bind.
+# Written by tmc's Binding (either front door).
 PLACEMENT_ANNOTATION = f"{GROUP}/placement"
 LLC_MASK_ANNOTATION = f"{GROUP}/llc-mask"
 # Written by the node agent on its Node.

@@ -1,2 +1,4 @@
-"""The placement half: the Kubernetes scheduler extender (filter, prioritize, bind), its in-memory
-cluster cache, and the feeder that keeps the cache and the ledger in step with the API server."""
+"""The placement half's Python processes: the publisher, which writes the service's decisions as
+TieredRecommendation objects; the feeder, which keeps the ledger a mirror of the bound pods and
+nodes; and the relay of the nodes' reports onto their pods. The placement rule itself is the Go
+engine in scheduler/plugin (tmc-scheduler and tmc-extender)."""

@@ -26,8 +26,9 @@ const stateKey fwk.StateKey = Name
 
 // TmcPlacement places opted-in pods on tiered-memory nodes: it keeps the nodes that can hold the
 // pod's configuration (DRAM, node-local or pooled slow memory, a contiguous run of LLC ways),
-// ranks them with the extender's packing score, reserves the configuration in its own cache and
-// writes the placement annotation the node agent applies. Pods that do not request
+// ranks them with the engine's packing score (score.go, the one both front doors rank by),
+// reserves the configuration in its cache and binds the pod with the placement annotation, which
+// the node's tmc-nri applies. Pods that do not request
 // tmc.dev/tiered are skipped at every extension point.
 type TmcPlacement struct {
 	*Engine
@@ -321,7 +322,8 @@ func (p *TmcPlacement) PreScore(_ context.Context, state fwk.CycleState, _ *v1.P
 
 // Score is the node's preference for the pod (its machine pattern, Preference) and its packing
 // score, as preference * 11 + packing; NormalizeScore combines them over the nodes that passed
-// Filter (Combine) and scales the extender's 0..10 to the framework's 0..100.
+// Filter (Combine) and scales the packing score's 0..10 (the extender protocol's scale) to the
+// framework's 0..100.
 func (p *TmcPlacement) Score(_ context.Context, state fwk.CycleState, pod *v1.Pod, info fwk.NodeInfo) (int64, *fwk.Status) {
 	s, err := p.readCycle(state, pod)
 	if err != nil {
