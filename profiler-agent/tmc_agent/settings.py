@@ -16,15 +16,15 @@ them); numbers are parsed with bounds, and a bad value is one clear error naming
 | TMC_AGENT_PROJECTED_TOKEN_FILE   | the pod's service-account token for tmc's service    |
 | TMC_AGENT_TOKEN_FILE             | file holding the agent's bearer token (a Secret)     |
 | TMC_AGENT_TOKEN                  | the token itself, when there is no file              |
+| TMC_AGENT_SPOOL                  | profiles waiting for upload                          |
+| TMC_AGENT_SHIM_DIR               | host directory the shim is installed into for pods   |
+| TMC_AGENT_NRI                    | "true": the runtime's tmc-nri plugin applies pods    |
+| TMC_AGENT_SYS/PROC/RESCTRL/CGROUP| host roots (`HostPaths.from_env`)                    |
 
 Which token the agent sends to tmc's service, first that exists: the projected service-account
 token (the kubelet's, bound to the agent's pod and so to its node, rotated before it expires),
 then the tmc token's file, then the tmc token itself. The projected token is what lets the
 service know the agent's node; the tmc token is for where there is none (outside Kubernetes).
-| TMC_AGENT_SPOOL                  | profiles waiting for upload                          |
-| TMC_AGENT_SHIM_DIR               | host directory the shim is installed into for pods   |
-| TMC_AGENT_NRI                    | "true": the runtime's tmc-nri plugin applies pods    |
-| TMC_AGENT_SYS/PROC/RESCTRL/CGROUP| host roots (`HostPaths.from_env`)                    |
 """
 
 from __future__ import annotations
