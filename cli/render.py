@@ -302,9 +302,15 @@ def _candidate_cells(cand: Candidate, chosen: bool) -> list[str]:
 
 
 def _placement_table(rec: Recommendation) -> Table:
-    table = Table(title="Placement plan (coldest structures go slow)", title_justify="left")
+    table = Table(
+        title="Placement plan (coldest structures go slow)",
+        title_justify="left",
+        caption="misses: the LLC misses sampled in each structure (PEBS), not all its accesses;"
+        " the cache hits never reach memory",
+        caption_justify="left",
+    )
     # Per thousand instructions, and per million instructions per MiB: numbers a person reads.
-    for col in ("tag", "size", "fast", "slow", "acc/kinstr", "acc/Minstr/MiB"):
+    for col in ("tag", "size", "fast", "slow", "misses/kinstr", "misses/Minstr/MiB"):
         table.add_column(col, justify="right")
     for p in sorted(rec.placement, key=lambda p: p.hotness_per_mib, reverse=True):
         table.add_row(

@@ -286,7 +286,7 @@ function decisionDetail(full, r) {
     placement.length
       ? table(`Placement plan: ${placement.length} structures, ${bytes(planned.fast)} fast and ${bytes(planned.slow)} slow (hottest first)`,
         // Per thousand instructions (and per GiB for hotness): the raw rates are small fractions.
-        ["structure", "size", "tier", "fast", "slow", "accesses per 1000 instructions", "hotness (accesses per 1000 instructions per GiB)"],
+        ["structure", "size", "tier", "fast", "slow", "LLC misses per 1000 instructions (sampled; cache hits never reach memory)", "hotness (LLC misses per 1000 instructions per GiB)"],
         placement.map((p) => [p.tag, bytes(p.size_bytes), tierOf(p), bytes(p.fast_bytes), bytes(p.slow_bytes), fmt.sigFigs(p.accesses_per_instruction * 1000), fmt.sigFigs(p.hotness_per_mib * 1024 * 1000)]),
         (i) => ({ "data-tier": tierOf(placement[i]).split(" ")[0] }))
       : h("p", {}, "No tagged structures: the allocator places memory by the ratio alone."),
