@@ -19,6 +19,8 @@ from ledger import store as ledger
 from ledger.store import Placed
 from ledger.types import Held, NodeCapacity
 from model import InvalidBundle, MachineShape
+from model.bundle import HostDescription
+from model.capacity import SlowTier
 from model.resources import GIB
 from store.db import unit_of_work
 from store.orm import ApiToken
@@ -26,11 +28,14 @@ from store.orm import ApiToken
 log = logging.getLogger("tmc.demo")
 
 
-def example_host_kind() -> str:
-    """The host kind the example bundles were profiled on: the demo's local nodes run it."""
+def example_host() -> HostDescription:
+    """The host the example bundles were profiled on: the demo's local nodes run its kind."""
     first = min(EXAMPLES.glob("*.json"))
-    kind: str = json.loads(first.read_text())["host"]["host_kind"]
-    return kind
+    return HostDescription.model_validate(json.loads(first.read_text())["host"])
+
+
+def example_host_kind() -> str:
+    return example_host().host_kind
 
 
 POOLED_KIND = "xeon-12c-48w-dram24g-cxlpool384"
@@ -51,12 +56,18 @@ DEMO_RESERVATIONS = [
 def load_demo(sessions: sessionmaker[Session]) -> None:
     """The cluster through the ledger (as node agents' capacity and the mirror of bound pods
     write it), then the example workloads, uploaded and fitted as the fit task would."""
-    local_kind = example_host_kind()
+    host = example_host()
+    local_kind = host.host_kind
     with unit_of_work(sessions) as session:
+        # Both kinds have the examples' cache (one socket), so their profiles plan on either;
+        # the local kind's slow memory is the examples' own technology.
+        local_tier: dict[str, SlowTier] = {"optane": "optane", "cxl_local": "cxl_local"}
         ledger_nodes.register_host_kind(
             session,
             local_kind,
             MachineShape(cpus=12, dram_bytes=24 * GIB, slow_bytes=128 * GIB, llc_ways=48),
+            llc_size_bytes=host.llc_size_bytes,
+            slow_tier=local_tier.get(host.slow_tier.kind),
         )
         ledger_nodes.register_host_kind(
             session,
@@ -64,6 +75,8 @@ def load_demo(sessions: sessionmaker[Session]) -> None:
             MachineShape(
                 cpus=12, dram_bytes=24 * GIB, slow_bytes=48 * GIB, llc_ways=48, slow_pooled=True
             ),
+            llc_size_bytes=host.llc_size_bytes,
+            slow_tier="cxl_pool",
         )
         ledger_nodes.register_pool(session, "rack-b", 384 * GIB)
         for i in range(8):

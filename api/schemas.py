@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from model import FitDiagnostics, FittedModel, GridPoint, MachineShape, Recommendation, Utilization
 from model.bundle import MAX_BYTES
+from model.capacity import SlowTier
+from model.planning_requests import MAX_SOCKETS, LlcBytes
 from model.pricing import check_core_priced
 from model.verification import AppliedConfiguration, MeasuredRun
 
@@ -161,8 +163,46 @@ class PriceProfileOut(BaseModel):
 
 
 class HostKindIn(Strict):
+    """A host kind: its shape, and what the capacity planner needs to plan profiles of other
+    hosts on it (bounded as a kinds file's fields are). Left out: one socket, size and tier not
+    stated; a PUT defines the kind whole, so leaving them out again resets them."""
+
     name: str = Field(min_length=1, max_length=128)
-    machine: MachineShape
+    machine: MachineShape = Field(
+        description="cpus, memory: the whole machine's; llc_ways: one socket's (one CAT domain)"
+    )
+    sockets: int = Field(
+        default=1, ge=1, le=MAX_SOCKETS, description="each with its own LLC of llc_ways ways"
+    )
+    llc_size_bytes: LlcBytes | None = Field(
+        default=None,
+        description="one socket's LLC size, bytes or with its unit (30MiB); needed to plan a"
+        " profile measured on another cache on this kind",
+    )
+    slow_tier: SlowTier | None = Field(
+        default=None,
+        description="the slow memory's technology: none (DRAM only), optane, cxl_local (the"
+        " machine's own), cxl_pool (slow_pooled)",
+    )
+
+    @model_validator(mode="after")
+    def _slow_tier_matches_the_machine(self) -> HostKindIn:
+        m = self.machine
+        wrong = {
+            "none": "allows no slow memory (machine.slow_bytes 0)" if m.slow_bytes else "",
+            "cxl_pool": "needs machine.slow_pooled and machine.slow_bytes"
+            if not (m.slow_pooled and m.slow_bytes)
+            else "",
+            "optane": "is the machine's own: needs machine.slow_bytes, not slow_pooled"
+            if m.slow_pooled or not m.slow_bytes
+            else "",
+            "cxl_local": "is the machine's own: needs machine.slow_bytes, not slow_pooled"
+            if m.slow_pooled or not m.slow_bytes
+            else "",
+        }.get(self.slow_tier or "", "")
+        if wrong:
+            raise ValueError(f"slow_tier {self.slow_tier} {wrong}")
+        return self
 
 
 class NodeIn(Strict):

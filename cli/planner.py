@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -85,20 +85,28 @@ def kinds_of_cluster(api: Api) -> list[KindIn]:
         if len(k["name"]) > 64:
             fail(f"host kind {k['name'][:20]}...: longer than 64 characters; name it in --kinds")
         pooled = bool(m.get("slow_pooled"))
-        # A registered host kind says whether its slow memory is pooled, not its sockets, its
-        # LLC's size or the technology of local slow memory: those stay unstated.
-        kinds.append(
-            KindIn(
-                name=k["name"],
-                cpus=m["cpus"],
-                dram_bytes=m["dram_bytes"],
-                llc_ways=m["llc_ways"],
-                local_slow_bytes=0 if pooled else m["slow_bytes"],
-                pool_bytes=m["slow_bytes"] if pooled else 0,
-                rack_nodes=1,
-                slow_tier="cxl_pool" if pooled and m["slow_bytes"] else None,
+        # A kind states its sockets, one socket's LLC size and its slow tier when it was
+        # registered with them; a pooled kind's slow memory is CXL's even when not stated.
+        tier = k.get("slow_tier") or ("cxl_pool" if pooled and m["slow_bytes"] else None)
+        try:
+            kinds.append(
+                KindIn(
+                    name=k["name"],
+                    cpus=m["cpus"],
+                    dram_bytes=m["dram_bytes"],
+                    llc_ways=m["llc_ways"],
+                    local_slow_bytes=0 if pooled else m["slow_bytes"],
+                    pool_bytes=m["slow_bytes"] if pooled else 0,
+                    rack_nodes=1,
+                    sockets=k.get("sockets") or 1,
+                    llc_size_bytes=k.get("llc_size_bytes"),
+                    slow_tier=tier,
+                )
             )
-        )
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "kind"
+            fail(f"host kind {k['name']}: {where}: {first['msg']}; give it in --kinds instead")
     return kinds
 
 
@@ -168,7 +176,11 @@ def capacity_cmd(
     ] = None,
     host_kinds: Annotated[
         bool,
-        typer.Option("--host-kinds", help="Plan for the running service's registered host kinds."),
+        typer.Option(
+            "--host-kinds",
+            help="Plan for the running service's registered host kinds, with the sockets, LLC"
+            " size and slow tier each states (GET /v1/cluster/host-kinds).",
+        ),
     ] = False,
     fill: Annotated[
         float,

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from ledger.types import NodeCapacity
 from model import MachineShape
+from model.capacity import SlowTier
 from store.orm import HostKind, Node, RackPool, Reservation
 
 
@@ -30,8 +31,18 @@ def shape_of_kind(kind: HostKind) -> MachineShape:
     )
 
 
-def register_host_kind(session: Session, name: str, machine: MachineShape) -> HostKind:
-    """Define a host kind, or redefine it (an operator refining what a first node implied)."""
+def register_host_kind(
+    session: Session,
+    name: str,
+    machine: MachineShape,
+    *,
+    sockets: int = 1,
+    llc_size_bytes: int | None = None,
+    slow_tier: SlowTier | None = None,
+) -> HostKind:
+    """Define a host kind, or redefine it whole (an operator refining what a first node implied):
+    its shape, and its sockets, one socket's LLC size and its slow tier's technology, which a
+    redefinition that leaves them out resets to one socket and not stated."""
     row = session.get(HostKind, name)
     if row is None:
         row = HostKind(name=name)
@@ -41,6 +52,9 @@ def register_host_kind(session: Session, name: str, machine: MachineShape) -> Ho
     row.slow_bytes = machine.slow_bytes
     row.llc_ways = machine.llc_ways
     row.slow_pooled = machine.slow_pooled
+    row.sockets = sockets
+    row.llc_size_bytes = llc_size_bytes
+    row.slow_tier = slow_tier
     session.flush()
     return row
 

@@ -167,8 +167,18 @@ class HostKind(Timestamped, Base):
     cpus: Mapped[int] = mapped_column(Integer)
     dram_bytes: Mapped[int] = mapped_column(BigInteger)
     slow_bytes: Mapped[int] = mapped_column(BigInteger)
-    llc_ways: Mapped[int] = mapped_column(Integer)
+    llc_ways: Mapped[int] = mapped_column(Integer, doc="one socket's LLC ways (one CAT domain)")
     slow_pooled: Mapped[bool] = mapped_column(Boolean, default=False)
+    # What the capacity planner needs to carry a profile's ways over to this kind's cache and to
+    # say when its slow memory is another technology than a profile's; a kind registered from a
+    # node's published capacity knows none of them (one socket, size and tier not stated).
+    sockets: Mapped[int] = mapped_column(Integer, default=1, server_default=text("1"))
+    llc_size_bytes: Mapped[int | None] = mapped_column(
+        BigInteger, default=None, doc="one socket's LLC size; None: not stated"
+    )
+    slow_tier: Mapped[str | None] = mapped_column(
+        String(16), default=None, doc="none, optane, cxl_local or cxl_pool; None: not stated"
+    )
 
 
 class RackPool(Timestamped, Base):

@@ -29,24 +29,45 @@ from ledger import store as ledger
 from ledger.types import NodeCapacity
 from ledger.utilization import utilization_of
 from model.stranding import stranding
+from store.orm import HostKind
 
 router = APIRouter(prefix="/v1/cluster", tags=["cluster"])
 Admin = Annotated[object, Depends(require(Permission.admin))]
 Reader = Annotated[object, Depends(require(Permission.read))]
 
 
+def _host_kind_out(kind: HostKind) -> HostKindIn:
+    return HostKindIn.model_validate(
+        {
+            "name": kind.name,
+            "machine": ledger_nodes.shape_of_kind(kind),
+            "sockets": kind.sockets,
+            "llc_size_bytes": kind.llc_size_bytes,
+            "slow_tier": kind.slow_tier,
+        }
+    )
+
+
 @router.get("/host-kinds", response_model=list[HostKindIn])
 def host_kinds(session: SessionDep, _: Reader) -> list[HostKindIn]:
-    return [
-        HostKindIn(name=k.name, machine=ledger_nodes.shape_of_kind(k))
-        for k in repo.list_host_kinds(session)
-    ]
+    return [_host_kind_out(k) for k in repo.list_host_kinds(session)]
 
 
-@router.put("/host-kinds", response_model=HostKindIn, summary="Register or update a host kind")
+@router.put(
+    "/host-kinds",
+    response_model=HostKindIn,
+    summary="Register or update a host kind (the whole kind: the same body twice changes nothing)",
+)
 def put_host_kind(body: HostKindIn, session: SessionDep, _: Admin) -> HostKindIn:
-    row = ledger_nodes.register_host_kind(session, body.name, body.machine)
-    return HostKindIn(name=row.name, machine=ledger_nodes.shape_of_kind(row))
+    row = ledger_nodes.register_host_kind(
+        session,
+        body.name,
+        body.machine,
+        sockets=body.sockets,
+        llc_size_bytes=None if body.llc_size_bytes is None else int(body.llc_size_bytes),
+        slow_tier=body.slow_tier,
+    )
+    return _host_kind_out(row)
 
 
 @router.get(

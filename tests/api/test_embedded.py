@@ -36,6 +36,13 @@ def test_embedded_service_works_without_postgres_or_redis(tmp_path: Path) -> Non
         assert all(p["status"] == "fitted" for w in workloads for p in w["profiles"])
         nodes = client.get("/v1/cluster/nodes", headers=headers).json()
         assert len(nodes) == 16
+        # The demo's kinds state the examples' cache and their slow tiers, so profiles of
+        # another cache can be planned on them.
+        kinds = client.get("/v1/cluster/host-kinds", headers=headers).json()
+        assert {(k["sockets"], k["llc_size_bytes"], k["slow_tier"]) for k in kinds} == {
+            (1, 12 << 20, "optane"),
+            (1, 12 << 20, "cxl_pool"),
+        }
         util = client.get("/v1/cluster/utilization", headers=headers).json()
         assert util["source"] == "database" and util["utilization"]["cpu"] > 0
         rec = client.post("/recommend", headers=headers, json={"workload": "memcached"})

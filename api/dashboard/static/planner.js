@@ -93,13 +93,15 @@
     });
   }
 
-  // The cluster's registered host kinds (GET /v1/cluster/host-kinds) as machine kinds.
+  // The cluster's registered host kinds (GET /v1/cluster/host-kinds) as machine kinds, with the
+  // sockets, LLC size and slow tier they state, so that profiles of another cache are carried over.
   async function clusterKinds() {
     const registered = await api("/v1/cluster/host-kinds");
     if (!registered.length) throw new Error("This cluster has no registered host kinds yet (PUT /v1/cluster/host-kinds, or nodes that register theirs).");
     return registered.slice(0, 16).map((k) => ({
       name: k.name.slice(0, 64), cpus: k.machine.cpus, dram_bytes: k.machine.dram_bytes, llc_ways: k.machine.llc_ways,
       local_slow_bytes: k.machine.slow_pooled ? 0 : k.machine.slow_bytes, pool_bytes: k.machine.slow_pooled ? k.machine.slow_bytes : 0, rack_nodes: 1,
+      sockets: k.sockets ?? 1, llc_size_bytes: k.llc_size_bytes ?? null, slow_tier: k.slow_tier ?? null,
     }));
   }
 
