@@ -2,8 +2,9 @@
 line.
 
 Both print a dry-run plan; nothing is changed. The inputs are the API's request bodies
-(`POST /v1/planner/...`), or, for capacity, profile bundles with their arrival rates; a
-rebalance of the live cluster (`--live`) asks the running service, which reads its ledger.
+(`POST /v1/planner/...`), or, for capacity, profile bundles with their arrival rates and the
+memory size their VMs run at; a rebalance of the live cluster (`--live`) asks the running
+service, which reads its ledger.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from cli.common import JsonOpt, fail, from_file, guarded, load_bundle
+from cli.common import JsonOpt, fail, from_file, guarded, load_bundle, parse_memory
 from cli.get import DEFAULT_SERVER, Api, ServerOpt, TokenOpt
-from cli.render import money
+from cli.render import money, size
 from model import PriceProfile, fit, machine_of_host, recommend
 from model.planning_requests import (
     CapacityIn,
@@ -53,7 +54,9 @@ greedy     what first-fit decreasing needs with every workload in its cheapest o
 bound      no plan of these options needs fewer machines (CP-SAT's bound)
 binds      the resource that fills first
 per hour   the machines' price per hour at the price profile; tenants pay: what the workloads'
-           runs cost their tenants per hour"""
+           runs cost their tenants per hour
+sized at   the memory each class's VMs are planned, priced and packed at (their options' DRAM
+           and slow bytes add up to it): --memory, else the profile's traced footprint"""
 
 
 class KindsFile(BaseModel):
@@ -108,6 +111,20 @@ def kinds_of_cluster(api: Api) -> list[KindIn]:
             where = ".".join(str(p) for p in first["loc"]) or "kind"
             fail(f"host kind {k['name']}: {where}: {first['msg']}; give it in --kinds instead")
     return kinds
+
+
+def class_sizes(memory: list[str] | None, classes: int) -> list[int | None]:
+    """The memory size each --profile's class is planned at: its own --memory, the one --memory
+    given for all, or None (the profile's traced footprint) without any."""
+    if not memory:
+        return [None] * classes
+    if len(memory) not in (1, classes):
+        fail(
+            f"--memory: given {len(memory)} times for {classes} --profile; give one for all, or"
+            " one per --profile in their order"
+        )
+    parsed: list[int | None] = [parse_memory(text) for text in memory]
+    return parsed * classes if len(parsed) == 1 else parsed
 
 
 def price_source(prices: str) -> str | None:
@@ -182,6 +199,17 @@ def capacity_cmd(
             " size and slow tier each states (GET /v1/cluster/host-kinds).",
         ),
     ] = False,
+    memory: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--memory",
+            metavar="SIZE",
+            help="The memory size the class's VMs or pods run at, e.g. 4Gi, 512Mi or 4294967296"
+            " bytes: one per --profile, or one for all. Options, prices and patterns are at it."
+            " Default: each profile's traced footprint, only the program's shape on a small"
+            " input.",
+        ),
+    ] = None,
     fill: Annotated[
         float,
         typer.Option(min=0.1, max=1.0, help="Share of each machine's resources a plan may use."),
@@ -196,11 +224,18 @@ def capacity_cmd(
     def run() -> None:
         if kinds is not None and host_kinds:
             fail("give --kinds FILE or --host-kinds, not both")
+        sizes: dict[str, dict[str, Any]] = {}
         if request is not None:
+            if memory:
+                fail(
+                    "--memory sizes the classes of --profile; a request file's options hold"
+                    " their own DRAM and slow bytes"
+                )
             body = from_file(request, CapacityIn.model_validate_json)
         else:
             if not profile or not rate or len(profile) != len(rate):
                 fail("give a request file, or one --rate per --profile")
+            deployed = class_sizes(memory, len(profile))
             source = price_source(prices)
             api = Api(server, token, timeout=60.0)
             unit_prices = price_profile(source) if source else stored_prices(api, prices)
@@ -210,17 +245,23 @@ def capacity_cmd(
             elif host_kinds:
                 chosen_kinds = kinds_of_cluster(api)
             classes = []
-            for path, r in zip(profile, rate, strict=True):
+            for path, r, memory_bytes in zip(profile, rate, deployed, strict=True):
                 bundle = load_bundle(path)
                 rec = recommend(
                     fit(bundle),
                     machine=machine_of_host(bundle.host),
                     prices=unit_prices,
                     threshold=threshold,
+                    memory_bytes=memory_bytes,
                 )
                 classes.append(
                     class_from_recommendation(bundle.workload.name, r, rec, host=bundle.host)
                 )
+                sizes[bundle.workload.name] = {
+                    "memory_bytes": rec.memory_bytes,
+                    "sized_from": rec.sized_from,
+                    "footprint_bytes": rec.footprint_bytes,
+                }
             if source is None:
                 # Priced by a profile only the service has: the service plans (a dry run).
                 asked = CapacityIn(classes=classes, kinds=chosen_kinds, fill=fill)
@@ -228,10 +269,15 @@ def capacity_cmd(
                     "/v1/planner/capacity",
                     {**asked.model_dump(exclude={"prices"}), "price_profile": prices},
                 )
-                _show(out, as_json, unit_prices.currency)
+                _show({**out, "class_memory": sizes}, as_json, unit_prices.currency)
                 return
             body = CapacityIn(classes=classes, prices=source, kinds=chosen_kinds, fill=fill)
-        _show(capacity_plan(body), as_json, price_profile(body.prices).currency)
+        out = capacity_plan(body)
+        _show(
+            {**out, "class_memory": sizes} if sizes else out,
+            as_json,
+            price_profile(body.prices).currency,
+        )
 
     guarded(run)
 
@@ -251,6 +297,14 @@ def _render_capacity(out: dict[str, Any], currency: str) -> None:
     for col in ("kind", "machines", "greedy", "bound", "status", "binds", "per hour"):
         table.add_column(col)
     table.add_column("tenants pay")
+    # The size each class's VMs are planned at: the options' DRAM and slow bytes add up to it.
+    sized = [
+        f"{name} {size(c['memory_bytes'])}"
+        + (" (--memory)" if c["sized_from"] != "profile" else " (its traced footprint)")
+        for name, c in out.get("class_memory", {}).items()
+    ]
+    if sized:
+        table.caption = "VMs sized at: " + ", ".join(sized)
 
     def per_hour(x: float | None) -> str:
         return "cannot host" if x is None else money(x, currency) + "/h"
