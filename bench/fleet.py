@@ -50,16 +50,11 @@ from bench.publisher_refresh import InMemoryObjects
 from model import Utilization, parse_objective
 from model.node_contract import PlacedConfiguration, Placement, Recommendation
 from model.resources import GIB
+from scheduler.decisions import Changed, LedgerUtilization, ServiceDecisions, WhatChanged
 from scheduler.feeder import Feeder
 from scheduler.metrics import PublisherMetrics
-from scheduler.publisher import (
-    Changed,
-    Decided,
-    LedgerUtilization,
-    RecommendationPublisher,
-    ServiceDecisions,
-    WhatChanged,
-)
+from scheduler.publisher import RecommendationPublisher
+from scheduler.status import Decided
 from store.db import make_engine, make_session_factory, unit_of_work
 from store.orm import ApiToken
 from tests.services import PostgresServer, RedisServer, uvicorn_server, wait_until

@@ -16,7 +16,9 @@ from typing import Any
 
 from model import Utilization
 from model.node_contract import Recommendation
-from scheduler.publisher import Changed, Decided, RecommendationPublisher
+from scheduler.decisions import Changed
+from scheduler.publisher import RecommendationPublisher
+from scheduler.status import Decided
 
 
 class InMemoryObjects:

@@ -8,17 +8,41 @@ written to the same decision log (`/v1/recommendations/{id}`) that the pod's pla
 to. The publisher writes the outcome as the pair's TieredRecommendation; the Go engine places
 pods with it (a fallback reason makes it place the pod with all of its memory in DRAM and every
 way of the longest free run).
+
+Also here, what the publisher reads of the service: `ServiceDecisions` (a pair decided against
+the ledger's utilization, at the size its pods request), `LedgerUtilization`, and `WhatChanged`
+(new fits, verification runs and default prices, which make pairs be decided again).
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
-from api.decisions import DecisionRequest, DecisionService, NoDecision
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.decisions import (
+    DecisionRequest,
+    DecisionService,
+    NewFit,
+    NoDecision,
+    default_prices,
+    fits_since,
+    runs_since,
+)
+from ledger import store as ledger
 from model import TmcError, Utilization, parse_objective
-from model.node_contract import StructurePlan
+from model.node_contract import Recommendation, StructurePlan
+from scheduler.bounds import bounded
+from scheduler.status import Decided
+from store.db import unit_of_work
+
+Pair = tuple[str, str]  # (workload, objective)
 
 log = logging.getLogger("tmc.scheduler.decisions")
 
@@ -103,3 +127,123 @@ def decide_pair(
         repeated=decided.repeated,
         profile_bytes=decided.profile_bytes or 0,
     )
+
+
+class ServiceDecisions:
+    """Decides a pair with the service's typed entry point against live utilization."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        utilization: Callable[[], Utilization],
+        threshold: float,
+        size_of: Callable[[Pair], int | None] | None = None,
+    ) -> None:
+        """`size_of`: the memory request of the pods naming a pair, the size its recommendation
+        is priced at (None, or no callable: the profile's traced footprint)."""
+        self._service = DecisionService(sessions)
+        self._utilization = utilization
+        self._threshold = threshold
+        self._size_of = size_of
+
+    def __call__(self, workload: str, objective: str) -> Decided | None:
+        size = self._size_of((workload, objective)) if self._size_of is not None else None
+        outcome = decide_pair(
+            self._service, workload, objective, self._threshold, self._utilization(), size
+        )
+        if outcome is None:
+            return None
+        if isinstance(outcome, str):
+            cause = outcome.cause if isinstance(outcome, FallbackReason) else "NoRecommendation"
+            rec = Recommendation(workload=workload, objective=objective, fallback=outcome[:512])
+            return Decided(rec, cause)
+        return bounded(
+            Recommendation(
+                workload=workload,
+                objective=objective,
+                recommendation_id=outcome.recommendation_id,
+                dram_bytes=outcome.dram_bytes,
+                slow_bytes=outcome.slow_bytes,
+                profile_bytes=outcome.profile_bytes,
+                llc_ways=outcome.llc_ways,
+                slow_ratio=outcome.slow_ratio,
+                plan=list(outcome.plan),
+            ),
+            logged="repeat" if outcome.repeated else "stored",
+        )
+
+
+class LedgerUtilization:
+    """The cluster's utilization from the ledger's mirror of the bound pods, read at most every
+    `max_age_seconds` (a burst of decisions shares one read)."""
+
+    def __init__(self, sessions: sessionmaker[Session], max_age_seconds: float = 2.0) -> None:
+        self._sessions = sessions
+        self._max_age = max_age_seconds
+        self._lock = threading.Lock()
+        self._at = -math.inf
+        self._value = Utilization()
+
+    def __call__(self) -> Utilization:
+        with self._lock:
+            if time.monotonic() - self._at >= self._max_age:
+                with unit_of_work(self._sessions) as session:
+                    self._value = ledger.utilization(session)
+                self._at = time.monotonic()
+            return self._value
+
+
+@dataclass(frozen=True)
+class Changed:
+    """What changed since the last look: workloads with a new fit or a new verification run
+    (their pairs are decided again), and whether the default price profile changed (every
+    pair is)."""
+
+    workloads: set[str]
+    prices: bool = False
+
+
+class _Since:
+    """Rows made after the newest one seen, by an indexed creation time. A row is stamped before
+    its transaction commits, so each look reaches back LOOKBACK past the newest row seen and
+    skips the rows it already returned."""
+
+    LOOKBACK = timedelta(seconds=60)
+
+    def __init__(self, rows: Callable[[datetime | None], list[NewFit]]) -> None:
+        self._rows = rows
+        self._since: datetime | None = None
+        self._seen: set[str] = set()
+
+    def __call__(self) -> set[str]:
+        since = self._since - self.LOOKBACK if self._since is not None else None
+        rows = [(r.fit_id, r.created_at, r.workload) for r in self._rows(since)]
+        first = self._since is None
+        fresh = {name for row_id, _, name in rows if row_id not in self._seen}
+        self._seen = {row_id for row_id, _, _ in rows}
+        if rows:
+            self._since = max(created for _, created, _ in rows)
+        elif first:
+            self._since = datetime.now(UTC)
+        # The first look learns what exists: those rows are what the published objects hold.
+        return set() if first else fresh
+
+
+class WhatChanged:
+    """The changes a published decision depends on, other than utilization: a profile's new fit,
+    a workload's new verification run, another default price profile. Three indexed queries a
+    look, whatever the number of pairs."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._fits = _Since(lambda after: fits_since(sessions, after))
+        self._runs = _Since(lambda after: runs_since(sessions, after))
+        self._sessions = sessions
+        self._default: str | None = None
+        self._looked = False
+
+    def __call__(self) -> Changed:
+        workloads = self._fits() | self._runs()
+        default = default_prices(self._sessions)
+        prices = self._looked and default != self._default
+        self._default, self._looked = default, True
+        return Changed(workloads, prices)

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
@@ -50,6 +50,7 @@ from scheduler.pods import (
     WORKLOAD_ANNOTATION,
     BadPod,
     PodAsk,
+    PodRef,
     parse_quantity,
     read_pod,
 )
@@ -269,14 +270,6 @@ class _Changes:
     def oldest(self) -> float | None:
         times = [*self.since.values(), *self.nodes_since.values()]
         return min(times) if times else None
-
-
-class PodRef(NamedTuple):
-    """A pod, as an Event names it."""
-
-    namespace: str
-    name: str
-    uid: str
 
 
 @dataclass(frozen=True)

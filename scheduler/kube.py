@@ -1,15 +1,24 @@
-"""The publisher's reads of the API server (nodes, pods, and their watch), through the official
-kubernetes client. Responses are read as raw JSON (the same camelCase objects the scheduler
-sees), which spares a burst's every pod the client's model classes."""
+"""The publisher's calls to the API server, through the official kubernetes client: its reads
+of nodes and pods and their watch (responses read as raw JSON, the same camelCase objects the
+scheduler sees, which spares a burst's every pod the client's model classes), the
+TieredRecommendation objects it writes, the Events it tells pods with, and the nodes' reports
+it relays. Every call is bounded in time."""
 
 from __future__ import annotations
 
 import json
+import secrets
+import socket
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from model.node_contract import GROUP, RECOMMENDATION_PLURAL, RECOMMENDATION_VERSION
+from scheduler.pods import PodRef
+from scheduler.status import now_stamp
 
 
 def api_client(kubeconfig: str | None, context: str | None = None) -> client.ApiClient:
@@ -150,6 +159,129 @@ class KubeNodeReports:
                 return False
             raise
         return True
+
+
+# Bounds every call to the API server: (connect, read) seconds.
+REQUEST_TIMEOUT = (5, 30)
+
+
+class KubeRecommendations:
+    """`TieredRecommendation` objects through the API server."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._api = client.CustomObjectsApi(api)
+
+    def list(self) -> list[dict[str, Any]]:
+        found: dict[str, Any] = self._api.list_cluster_custom_object(  # type: ignore[assignment]
+            GROUP, RECOMMENDATION_VERSION, RECOMMENDATION_PLURAL, _request_timeout=REQUEST_TIMEOUT
+        )
+        return list(found.get("items") or [])
+
+    def upsert(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Creates or replaces the object; returns it as written (its generation, and the status
+        it had)."""
+        name = body["metadata"]["name"]
+        try:
+            created: dict[str, Any] = self._api.create_cluster_custom_object(  # type: ignore[assignment]
+                GROUP,
+                RECOMMENDATION_VERSION,
+                RECOMMENDATION_PLURAL,
+                body,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+            return created
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        # It exists: replace it at the version read, so that a concurrent writer (a second
+        # publisher during a rollout) makes this one fail and retry rather than interleave.
+        current: dict[str, Any] = self._api.get_cluster_custom_object(  # type: ignore[assignment]
+            GROUP,
+            RECOMMENDATION_VERSION,
+            RECOMMENDATION_PLURAL,
+            name,
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+        replaced = {
+            **body,
+            "metadata": {
+                **body["metadata"],
+                "resourceVersion": current["metadata"]["resourceVersion"],
+            },
+        }
+        written: dict[str, Any] = self._api.replace_cluster_custom_object(  # type: ignore[assignment]
+            GROUP,
+            RECOMMENDATION_VERSION,
+            RECOMMENDATION_PLURAL,
+            name,
+            replaced,
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+        return written
+
+    def write_status(self, name: str, status: dict[str, Any]) -> None:
+        """The status subresource, as a merge patch (the spec's writers never touch it)."""
+        self._api.patch_cluster_custom_object_status(
+            GROUP,
+            RECOMMENDATION_VERSION,
+            RECOMMENDATION_PLURAL,
+            name,
+            {"status": status},
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+
+    def delete(self, name: str) -> None:
+        """Deletes the object; one already gone is no error."""
+        try:
+            self._api.delete_cluster_custom_object(
+                GROUP,
+                RECOMMENDATION_VERSION,
+                RECOMMENDATION_PLURAL,
+                name,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+class KubeEvents:
+    """Events about pods, in the pods' namespaces, as `kubectl describe pod` shows them."""
+
+    def __init__(self, api: client.ApiClient, component: str = "tmc-publisher") -> None:
+        self._core = client.CoreV1Api(api)
+        self._component = component
+        self._instance = socket.gethostname()[:128]
+
+    def warn(self, pod: PodRef, reason: str, message: str) -> None:
+        stamp = now_stamp()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{pod.name[:200]}.{secrets.token_hex(8)}",
+                "namespace": pod.namespace,
+            },
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": pod.namespace,
+                "name": pod.name,
+                "uid": pod.uid,
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning",
+            "source": {"component": self._component, "host": self._instance},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        self._core.create_namespaced_event(
+            pod.namespace,
+            body,  # type: ignore[arg-type]  # the client sends plain dicts as they are
+            _request_timeout=REQUEST_TIMEOUT,
+        )
 
 
 class WatchEnded(RuntimeError):

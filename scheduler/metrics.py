@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import HTTPServer
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -23,10 +22,6 @@ from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector
 
 from scheduler.node_reports import OUTCOMES as NODE_REPORT_OUTCOMES
-
-if TYPE_CHECKING:
-    from scheduler.feeder import Feeder
-    from scheduler.publisher import RecommendationPublisher
 
 log = logging.getLogger("tmc.scheduler.metrics")
 
@@ -140,22 +135,29 @@ class PublisherMetrics:
             self.node_reports.labels(outcome)
 
     def watch(
-        self, publisher: RecommendationPublisher | None = None, feeder: Feeder | None = None
+        self,
+        published: Callable[[], PublishedFigures] | None = None,
+        mirror: Callable[[], MirrorFigures] | None = None,
     ) -> None:
-        """Export the gauges read from `publisher` and `feeder` at each scrape."""
-        self.registry.register(PublisherCollector(publisher, feeder))
+        """Export the gauges of what `published` (the publisher's figures) and `mirror` (the
+        feeder's) say at each scrape."""
+        self.registry.register(PublisherCollector(published, mirror))
 
 
 class PublisherCollector(Collector):
-    def __init__(self, publisher: RecommendationPublisher | None, feeder: Feeder | None) -> None:
-        self._publisher = publisher
-        self._feeder = feeder
+    def __init__(
+        self,
+        published: Callable[[], PublishedFigures] | None,
+        mirror: Callable[[], MirrorFigures] | None,
+    ) -> None:
+        self._published = published
+        self._mirror = mirror
 
     def collect(self) -> Iterator[Metric]:
-        if self._publisher is not None:
-            yield from published_families(self._publisher.figures())
-        if self._feeder is not None:
-            yield from mirror_families(self._feeder.figures())
+        if self._published is not None:
+            yield from published_families(self._published())
+        if self._mirror is not None:
+            yield from mirror_families(self._mirror())
 
 
 def published_families(f: PublishedFigures) -> Iterator[Metric]:

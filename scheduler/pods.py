@@ -8,6 +8,7 @@ import functools
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from typing import NamedTuple
 
 from model.bundle import MAX_BYTES
 from model.errors import InvalidRequest
@@ -36,6 +37,14 @@ _SUFFIX = {
     "Ei": Decimal(2) ** 60,
 }
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+
+
+class PodRef(NamedTuple):
+    """A pod, as an Event names it."""
+
+    namespace: str
+    name: str
+    uid: str
 
 
 class BadPod(ValueError):

@@ -49,51 +49,46 @@ import argparse
 import logging
 import math
 import queue
-import secrets
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from kubernetes import client, config
+from kubernetes import config
 from kubernetes.client.exceptions import ApiException
 from pydantic import Field
-from sqlalchemy.orm import Session, sessionmaker
 
-from api.decisions import DecisionService, NewFit, default_prices, fits_since, runs_since
-from ledger import store as ledger
 from model import Utilization
-from model.node_contract import (
-    GROUP,
-    MAX_CPUS,
-    MAX_LLC_WAYS,
-    RECOMMENDATION_PLURAL,
-    RECOMMENDATION_VERSION,
-    ContractError,
-    PlacedConfiguration,
-    Placement,
-    Recommendation,
-)
+from model.node_contract import ContractError, Recommendation
 from model.resources import quantity_text
-from scheduler.decisions import FallbackReason, decide_pair
-from scheduler.feeder import Feeder, PodRef
-from scheduler.kube import KubeCluster, KubeNodeReports, api_client
+from scheduler.bounds import BOUND_REASON, MAX_EVENTS_PER_REFUSAL
+from scheduler.decisions import Changed, LedgerUtilization, Pair, ServiceDecisions, WhatChanged
+from scheduler.feeder import Feeder
+from scheduler.kube import (
+    REQUEST_TIMEOUT,
+    KubeCluster,
+    KubeEvents,
+    KubeNodeReports,
+    KubeRecommendations,
+    api_client,
+)
 from scheduler.metrics import OBJECT_STATES, PublishedFigures, PublisherMetrics, serve
 from scheduler.node_reports import REPORTS_SELECTOR, NodeReportRelay
-from scheduler.pods import PodAsk
+from scheduler.pods import PodAsk, PodRef
 from scheduler.settings import FeederSettings, load_settings
-from store.db import make_engine, make_session_factory, unit_of_work
+from scheduler.status import (
+    Decided,
+    configuration_of,
+    fallback_reason,
+    now_stamp,
+    status_of,
+    written_at,
+)
+from store.db import make_engine, make_session_factory
 
 log = logging.getLogger("tmc.scheduler.publisher")
-
-Pair = tuple[str, str]  # (workload, objective)
-
-# Bounds every call to the API server: (connect, read) seconds.
-REQUEST_TIMEOUT = (5, 30)
 
 
 class RecommendationObjects(Protocol):
@@ -106,86 +101,6 @@ class RecommendationObjects(Protocol):
     def write_status(self, name: str, status: dict[str, Any]) -> None: ...
 
     def delete(self, name: str) -> None: ...
-
-
-class KubeRecommendations:
-    """`TieredRecommendation` objects through the API server."""
-
-    def __init__(self, api: client.ApiClient) -> None:
-        self._api = client.CustomObjectsApi(api)
-
-    def list(self) -> list[dict[str, Any]]:
-        found: dict[str, Any] = self._api.list_cluster_custom_object(  # type: ignore[assignment]
-            GROUP, RECOMMENDATION_VERSION, RECOMMENDATION_PLURAL, _request_timeout=REQUEST_TIMEOUT
-        )
-        return list(found.get("items") or [])
-
-    def upsert(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Creates or replaces the object; returns it as written (its generation, and the status
-        it had)."""
-        name = body["metadata"]["name"]
-        try:
-            created: dict[str, Any] = self._api.create_cluster_custom_object(  # type: ignore[assignment]
-                GROUP,
-                RECOMMENDATION_VERSION,
-                RECOMMENDATION_PLURAL,
-                body,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-            return created
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-        # It exists: replace it at the version read, so that a concurrent writer (a second
-        # publisher during a rollout) makes this one fail and retry rather than interleave.
-        current: dict[str, Any] = self._api.get_cluster_custom_object(  # type: ignore[assignment]
-            GROUP,
-            RECOMMENDATION_VERSION,
-            RECOMMENDATION_PLURAL,
-            name,
-            _request_timeout=REQUEST_TIMEOUT,
-        )
-        replaced = {
-            **body,
-            "metadata": {
-                **body["metadata"],
-                "resourceVersion": current["metadata"]["resourceVersion"],
-            },
-        }
-        written: dict[str, Any] = self._api.replace_cluster_custom_object(  # type: ignore[assignment]
-            GROUP,
-            RECOMMENDATION_VERSION,
-            RECOMMENDATION_PLURAL,
-            name,
-            replaced,
-            _request_timeout=REQUEST_TIMEOUT,
-        )
-        return written
-
-    def write_status(self, name: str, status: dict[str, Any]) -> None:
-        """The status subresource, as a merge patch (the spec's writers never touch it)."""
-        self._api.patch_cluster_custom_object_status(
-            GROUP,
-            RECOMMENDATION_VERSION,
-            RECOMMENDATION_PLURAL,
-            name,
-            {"status": status},
-            _request_timeout=REQUEST_TIMEOUT,
-        )
-
-    def delete(self, name: str) -> None:
-        """Deletes the object; one already gone is no error."""
-        try:
-            self._api.delete_cluster_custom_object(
-                GROUP,
-                RECOMMENDATION_VERSION,
-                RECOMMENDATION_PLURAL,
-                name,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
 
 
 class Tenants(Protocol):
@@ -202,253 +117,6 @@ class PodEvents(Protocol):
     """Where a pod is told why it waits (Kubernetes Events)."""
 
     def warn(self, pod: PodRef, reason: str, message: str) -> None: ...
-
-
-class KubeEvents:
-    """Events about pods, in the pods' namespaces, as `kubectl describe pod` shows them."""
-
-    def __init__(self, api: client.ApiClient, component: str = "tmc-publisher") -> None:
-        self._core = client.CoreV1Api(api)
-        self._component = component
-        self._instance = socket.gethostname()[:128]
-
-    def warn(self, pod: PodRef, reason: str, message: str) -> None:
-        stamp = _now()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{pod.name[:200]}.{secrets.token_hex(8)}",
-                "namespace": pod.namespace,
-            },
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": pod.namespace,
-                "name": pod.name,
-                "uid": pod.uid,
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning",
-            "source": {"component": self._component, "host": self._instance},
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        self._core.create_namespaced_event(
-            pod.namespace,
-            body,  # type: ignore[arg-type]  # the client sends plain dicts as they are
-            _request_timeout=REQUEST_TIMEOUT,
-        )
-
-
-# The reason of the Event a pod gets when its namespace's bound keeps its pair unpublished.
-BOUND_REASON = "RecommendationBoundReached"
-# At most this many pods are told per refusal (the rest are told at their next event).
-MAX_EVENTS_PER_REFUSAL = 20
-
-
-@dataclass(frozen=True)
-class Decided:
-    """A pair's recommendation, and for a fallback its cause as one CamelCase word (the reason
-    of the object's Fallback condition)."""
-
-    recommendation: Recommendation
-    fallback_cause: str = ""
-    # What the decision log did with the decision: "stored" (a new row), "repeat" (counted on
-    # the pair's identical newest one), "" (not logged: a fallback).
-    logged: str = ""
-
-
-# The most a Binding may add to a pod (both placement annotations, keys and values): the Go
-# engine's MaxPlacementAnnotationsBytes (scheduler/plugin/pkg/tmc/contract.go), a quarter of the
-# API server's 256 KiB for all of a pod's annotations, so that the pod keeps room for its own.
-MAX_PLACEMENT_ANNOTATIONS_BYTES = 64 * 1024
-
-
-def placement_annotations_bytes(rec: Recommendation) -> int:
-    """The most room the placement of `rec` takes on a pod: its annotations as the Binding
-    writes them, for the longest node name and every field at its widest."""
-    ways = rec.llc_ways
-    placement = Placement(
-        node="n" * 253,
-        workload=rec.workload,
-        objective=rec.objective or "cheapest",
-        configuration=PlacedConfiguration(
-            vcpus=MAX_CPUS,
-            dram_bytes=rec.dram_bytes,
-            slow_bytes=rec.slow_bytes,
-            slow_ratio=rec.slow_ratio,
-            llc_ways=ways,
-        ),
-        llc_mask=hex(((1 << ways) - 1) << (MAX_LLC_WAYS - ways)),
-        slow_from_pool=True,
-        recommendation_id=rec.recommendation_id,
-        plan=rec.plan,
-    )
-    return sum(len(k) + len(v) for k, v in placement.to_annotations().items())
-
-
-def bounded(rec: Recommendation, logged: str = "") -> Decided:
-    """`rec` as published: a recommendation whose placement would not fit tmc's bound on a
-    pod's annotations is published as a fallback saying so (the engine would refuse it too)."""
-    if rec.fallback is not None:
-        return Decided(rec, logged=logged)
-    size = placement_annotations_bytes(rec)
-    if size <= MAX_PLACEMENT_ANNOTATIONS_BYTES:
-        return Decided(rec, logged=logged)
-    why = (
-        f"the placement would take {size} bytes of pod annotations ({len(rec.plan)} structures),"
-        f" over tmc's bound of {MAX_PLACEMENT_ANNOTATIONS_BYTES}"
-    )
-    fallback = Recommendation(
-        workload=rec.workload,
-        objective=rec.objective,
-        recommendation_id=rec.recommendation_id,
-        fallback=why,
-    )
-    return Decided(fallback, "PlacementTooLarge", logged)
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def status_of(
-    decided: Decided, written: Mapping[str, Any], now: str | None = None
-) -> dict[str, Any]:
-    """The object's status for what was just written: the generation it describes, the sizes as
-    Kubernetes quantities (for `kubectl get`), and the conditions Published and Fallback. A condition's
-    lastTransitionTime moves only when its status changes."""
-    rec = decided.recommendation
-    generation = int((written.get("metadata") or {}).get("generation") or 1)
-    before = {
-        str(c.get("type")): c
-        for c in ((written.get("status") or {}).get("conditions") or [])
-        if isinstance(c, Mapping)
-    }
-    stamp = now or _now()
-
-    def condition(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
-        old = before.get(kind)
-        since = old.get("lastTransitionTime") if old and old.get("status") == status else None
-        return {
-            "type": kind,
-            "status": status,
-            "reason": reason,
-            "message": message[:32768],
-            "observedGeneration": generation,
-            "lastTransitionTime": since or stamp,
-        }
-
-    fallback = rec.fallback is not None
-    published = condition(
-        "Published", "True", "Published", f"the publisher wrote generation {generation}"
-    )
-    if fallback:
-        why = condition(
-            "Fallback", "True", decided.fallback_cause or "NoRecommendation", rec.fallback or ""
-        )
-    else:
-        why = condition(
-            "Fallback",
-            "False",
-            "Recommended",
-            f"{quantity_text(rec.dram_bytes)} DRAM, {quantity_text(rec.slow_bytes)} slow memory,"
-            f" {rec.llc_ways} LLC ways",
-        )
-    return {
-        "observedGeneration": generation,
-        "dram": "-" if fallback else quantity_text(rec.dram_bytes),
-        "slow": "-" if fallback else quantity_text(rec.slow_bytes),
-        "conditions": [published, why],
-    }
-
-
-def _written_at(obj: Mapping[str, Any], default: float) -> float:
-    """When an object was last written (seconds since the epoch): the newest time of its
-    managed fields, else its creation; `default` when it says neither."""
-    meta = obj.get("metadata") or {}
-    times = [str(f.get("time")) for f in meta.get("managedFields") or [] if isinstance(f, Mapping)]
-    times.append(str(meta.get("creationTimestamp")))
-    parsed = []
-    for text in times:
-        try:
-            parsed.append(datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC))
-        except ValueError:
-            continue
-    return max(parsed).timestamp() if parsed else default
-
-
-def _fallback_reason(obj: Mapping[str, Any]) -> str:
-    """The reason of an object's Fallback condition (what a loaded fallback object says)."""
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(c, Mapping) and c.get("type") == "Fallback" and c.get("status") == "True":
-            return str(c.get("reason") or "NoRecommendation")[:64]
-    return "NoRecommendation"
-
-
-def _configuration_of(rec: Recommendation) -> dict[str, Any]:
-    """What a pod would get: a new decision with the same configuration and plan (only its
-    decision-log id differs) is not worth rewriting the object and waking every scheduler."""
-    return rec.model_dump(mode="json", exclude={"recommendation_id"})
-
-
-@dataclass(frozen=True)
-class Changed:
-    """What changed since the last look: workloads with a new fit or a new verification run
-    (their pairs are decided again), and whether the default price profile changed (every
-    pair is)."""
-
-    workloads: set[str]
-    prices: bool = False
-
-
-class _Since:
-    """Rows made after the newest one seen, by an indexed creation time. A row is stamped before
-    its transaction commits, so each look reaches back LOOKBACK past the newest row seen and
-    skips the rows it already returned."""
-
-    LOOKBACK = timedelta(seconds=60)
-
-    def __init__(self, rows: Callable[[datetime | None], list[NewFit]]) -> None:
-        self._rows = rows
-        self._since: datetime | None = None
-        self._seen: set[str] = set()
-
-    def __call__(self) -> set[str]:
-        since = self._since - self.LOOKBACK if self._since is not None else None
-        rows = [(r.fit_id, r.created_at, r.workload) for r in self._rows(since)]
-        first = self._since is None
-        fresh = {name for row_id, _, name in rows if row_id not in self._seen}
-        self._seen = {row_id for row_id, _, _ in rows}
-        if rows:
-            self._since = max(created for _, created, _ in rows)
-        elif first:
-            self._since = datetime.now(UTC)
-        # The first look learns what exists: those rows are what the published objects hold.
-        return set() if first else fresh
-
-
-class WhatChanged:
-    """The changes a published decision depends on, other than utilization: a profile's new fit,
-    a workload's new verification run, another default price profile. Three indexed queries a
-    look, whatever the number of pairs."""
-
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
-        self._fits = _Since(lambda after: fits_since(sessions, after))
-        self._runs = _Since(lambda after: runs_since(sessions, after))
-        self._sessions = sessions
-        self._default: str | None = None
-        self._looked = False
-
-    def __call__(self) -> Changed:
-        workloads = self._fits() | self._runs()
-        default = default_prices(self._sessions)
-        prices = self._looked and default != self._default
-        self._default, self._looked = default, True
-        return Changed(workloads, prices)
 
 
 class RecommendationPublisher:
@@ -548,10 +216,10 @@ class RecommendationPublisher:
                     with self._lock:
                         self._published[pair] = rec
                         # Its decision is at least as old as the object's last write.
-                        age = max(0.0, self._wall() - _written_at(obj, self._wall()))
+                        age = max(0.0, self._wall() - written_at(obj, self._wall()))
                         self._decision_at[pair] = self._clock() - age
                         if rec.fallback is not None:
-                            self._causes[pair] = _fallback_reason(obj)
+                            self._causes[pair] = fallback_reason(obj)
                 loaded += 1
         return loaded
 
@@ -593,7 +261,7 @@ class RecommendationPublisher:
             before = self._published.get(pair)
             if before is not None:
                 self._decision_at[pair] = self._clock()  # the object stands: decided again
-        if before is not None and _configuration_of(before) == _configuration_of(rec):
+        if before is not None and configuration_of(before) == configuration_of(rec):
             return True
         body = rec.to_object()
         written = self._objects.upsert(body)
@@ -980,70 +648,6 @@ class RecommendationPublisher:
         self._stop.set()
 
 
-class ServiceDecisions:
-    """Decides a pair with the service's typed entry point against live utilization."""
-
-    def __init__(
-        self,
-        sessions: sessionmaker[Session],
-        utilization: Callable[[], Utilization],
-        threshold: float,
-        size_of: Callable[[Pair], int | None] | None = None,
-    ) -> None:
-        """`size_of`: the memory request of the pods naming a pair, the size its recommendation
-        is priced at (None, or no callable: the profile's traced footprint)."""
-        self._service = DecisionService(sessions)
-        self._utilization = utilization
-        self._threshold = threshold
-        self._size_of = size_of
-
-    def __call__(self, workload: str, objective: str) -> Decided | None:
-        size = self._size_of((workload, objective)) if self._size_of is not None else None
-        outcome = decide_pair(
-            self._service, workload, objective, self._threshold, self._utilization(), size
-        )
-        if outcome is None:
-            return None
-        if isinstance(outcome, str):
-            cause = outcome.cause if isinstance(outcome, FallbackReason) else "NoRecommendation"
-            rec = Recommendation(workload=workload, objective=objective, fallback=outcome[:512])
-            return Decided(rec, cause)
-        return bounded(
-            Recommendation(
-                workload=workload,
-                objective=objective,
-                recommendation_id=outcome.recommendation_id,
-                dram_bytes=outcome.dram_bytes,
-                slow_bytes=outcome.slow_bytes,
-                profile_bytes=outcome.profile_bytes,
-                llc_ways=outcome.llc_ways,
-                slow_ratio=outcome.slow_ratio,
-                plan=list(outcome.plan),
-            ),
-            logged="repeat" if outcome.repeated else "stored",
-        )
-
-
-class LedgerUtilization:
-    """The cluster's utilization from the ledger's mirror of the bound pods, read at most every
-    `max_age_seconds` (a burst of decisions shares one read)."""
-
-    def __init__(self, sessions: sessionmaker[Session], max_age_seconds: float = 2.0) -> None:
-        self._sessions = sessions
-        self._max_age = max_age_seconds
-        self._lock = threading.Lock()
-        self._at = -math.inf
-        self._value = Utilization()
-
-    def __call__(self) -> Utilization:
-        with self._lock:
-            if time.monotonic() - self._at >= self._max_age:
-                with unit_of_work(self._sessions) as session:
-                    self._value = ledger.utilization(session)
-                self._at = time.monotonic()
-            return self._value
-
-
 class PublisherSettings(FeederSettings):
     # How often the publisher looks whether the cluster's utilization moved (every published
     # pair is decided again only then, or when the decisions are publisher_max_age_seconds old).
@@ -1130,7 +734,7 @@ def main() -> None:
         metrics=metrics,
     )
     publisher_of.append(publisher)
-    metrics.watch(publisher, feeder)
+    metrics.watch(publisher.figures, feeder.figures)
     if settings.publisher_metrics_port:
         try:
             server = serve(
@@ -1154,7 +758,7 @@ def main() -> None:
     # What nodes report about their pods, put on the pods (a node may speak only of its own Node).
     NodeReportRelay(
         KubeNodeReports(api, REPORTS_SELECTOR, REQUEST_TIMEOUT),
-        now=_now,
+        now=now_stamp,
         count=lambda outcome: metrics.node_reports.labels(outcome).inc(),
         watch_timeout_seconds=settings.watch_timeout_seconds,
     ).start(stop)

@@ -41,11 +41,16 @@ def test_contract_catches_a_model_importing_a_framework(tmp_path: Path) -> None:
         (base / package).mkdir(parents=True)
         (base / package / "__init__.py").write_text("")
     # Every module a contract names must exist, or import-linter refuses the whole check.
-    for contract in config["contracts"]:
-        for name in contract["forbidden_modules"]:
-            package, _, module = name.partition(".")
-            if module and package in config["root_packages"]:
-                (tmp_path / package / f"{module}.py").write_text("")
+    named = [
+        name.strip()
+        for contract in config["contracts"]
+        for entry in contract.get("forbidden_modules", []) + contract.get("layers", [])
+        for name in entry.split("|")
+    ]
+    for name in named:
+        package, _, module = name.partition(".")
+        if module and package in config["root_packages"]:
+            (tmp_path / package / f"{module}.py").write_text("")
     (tmp_path / "model" / "leak.py").write_text("import fastapi\n")
     text = (ROOT / "pyproject.toml").read_text()
     (tmp_path / "pyproject.toml").write_text(text[text.index("[tool.importlinter]") :])

@@ -1,6 +1,6 @@
 """What the publisher writes on a TieredRecommendation against what the Go API types let the API
 server keep (scheduler/plugin/pkg/apis/tmc/v1alpha1), both ways. The status is a hand-written
-dict (scheduler.publisher.status_of) and the spec is Recommendation.to_object's: a field the
+dict (scheduler.status.status_of) and the spec is Recommendation.to_object's: a field the
 publisher writes that the types do not declare is pruned by the API server without a word, and a
 field the types declare that the publisher never writes is a column or condition nobody fills.
 Each published object is held to the generated JSON Schema (contract.schema.json) and to the
@@ -27,7 +27,8 @@ from model.node_contract import (
     StructurePlan,
 )
 from model.resources import GIB
-from scheduler.publisher import Decided, bounded, status_of
+from scheduler.bounds import bounded
+from scheduler.status import Decided, status_of
 from tests.scheduler.test_contract_schema import resolved
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -118,7 +118,7 @@ def test_go_types_and_python_models_define_the_same_contract(name: str) -> None:
 def test_every_shape_of_the_generated_schema_is_compared() -> None:
     """A shape added to the Go contract without its Python model is a difference too. (The
     TieredRecommendation's status has no pydantic model: test_contract_published.py holds it to
-    what scheduler.publisher.status_of writes, both ways.)"""
+    what scheduler.status.status_of writes, both ways.)"""
     compared = set(SHAPES) | {"TieredRecommendationSpec", "TieredRecommendationStatus"}
     assert set(_go_defs()) == compared
 

@@ -8,12 +8,8 @@ import json
 from pathlib import Path
 
 from model.node_contract import Recommendation, StructurePlan
-from scheduler.publisher import (
-    MAX_PLACEMENT_ANNOTATIONS_BYTES,
-    bounded,
-    placement_annotations_bytes,
-    status_of,
-)
+from scheduler.bounds import MAX_PLACEMENT_ANNOTATIONS_BYTES, bounded, placement_annotations_bytes
+from scheduler.status import status_of
 
 BOUNDS = Path(__file__).resolve().parents[2] / "scheduler/conformance/contract_bounds.json"
 

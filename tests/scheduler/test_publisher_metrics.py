@@ -26,9 +26,13 @@ from model import Utilization
 from model.node_contract import PlacedConfiguration, Placement, Recommendation
 from model.objectives import DEFAULT_THRESHOLD
 from model.resources import GIB
-from scheduler.feeder import Feeder, PodRef
+from scheduler.bounds import BOUND_REASON
+from scheduler.decisions import ServiceDecisions
+from scheduler.feeder import Feeder
 from scheduler.metrics import FALLBACK_REASONS, PublisherMetrics, fallback_class, serve
-from scheduler.publisher import BOUND_REASON, Decided, RecommendationPublisher, ServiceDecisions
+from scheduler.pods import PodRef
+from scheduler.publisher import RecommendationPublisher
+from scheduler.status import Decided
 from store.db import make_engine, make_session_factory
 from tests.fixtures.service import auth, example
 from tests.scheduler.test_ledger import TIERED_NODE, ListedCluster, bound_pod, opted_in
@@ -69,7 +73,7 @@ def test_published_objects_by_state_and_the_age_of_their_oldest_decision() -> No
     clock = Clock()
     metrics = PublisherMetrics()
     pub = RecommendationPublisher(InMemoryObjects(), decide, clock=clock, metrics=metrics)
-    metrics.watch(pub)
+    metrics.watch(pub.figures)
     for pair in [("a", "cheapest"), ("rep-b", "cheapest"), ("c", "slo:5%"), ("fb-d", "cheapest")]:
         assert pub.publish(pair)
     f = pub.figures()
@@ -155,7 +159,7 @@ def test_the_mirror_says_what_waits_and_how_long_its_rows_took(
     listed.nodes = [TIERED_NODE]
     metrics = PublisherMetrics()
     feeder = Feeder(listed, sessions, metrics=metrics)  # type: ignore[arg-type]
-    metrics.watch(feeder=feeder)
+    metrics.watch(mirror=feeder.figures)
     assert not feeder.figures().in_step  # nothing mirrored yet
     feeder.sync()
     feeder.mirror_pending()

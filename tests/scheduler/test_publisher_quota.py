@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client as k8s
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduler.publisher import BOUND_REASON
+from scheduler.bounds import BOUND_REASON
 from tests.fixtures.database import empty_tables
 from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c

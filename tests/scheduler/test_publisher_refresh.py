@@ -14,7 +14,9 @@ from api.settings import Settings
 from bench.publisher_refresh import InMemoryObjects
 from model import Utilization
 from model.node_contract import Recommendation
-from scheduler.publisher import Changed, Decided, RecommendationPublisher, WhatChanged
+from scheduler.decisions import Changed, WhatChanged
+from scheduler.publisher import RecommendationPublisher
+from scheduler.status import Decided
 from store.db import make_engine, make_session_factory
 from tests.fixtures.service import auth, example
 

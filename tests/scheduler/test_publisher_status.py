@@ -7,7 +7,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from model.node_contract import Recommendation
 from model.resources import GIB, quantity_text
-from scheduler.publisher import Decided, status_of
+from scheduler.status import Decided, status_of
 
 RECOMMENDED = Decided(
     Recommendation(

@@ -1,0 +1,112 @@
+"""What a published TieredRecommendation says beyond its spec: the decision it holds
+(`Decided`), its status for `kubectl get` (the generation it describes, sizes as Kubernetes
+quantities, the Published and Fallback conditions), and what the publisher reads back from an
+object it finds (when it was written, its fallback's reason, the configuration a pod would
+get)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from model.node_contract import Recommendation
+from model.resources import quantity_text
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A pair's recommendation, and for a fallback its cause as one CamelCase word (the reason
+    of the object's Fallback condition)."""
+
+    recommendation: Recommendation
+    fallback_cause: str = ""
+    # What the decision log did with the decision: "stored" (a new row), "repeat" (counted on
+    # the pair's identical newest one), "" (not logged: a fallback).
+    logged: str = ""
+
+
+def now_stamp() -> str:
+    """Now, as Kubernetes writes a time."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_of(
+    decided: Decided, written: Mapping[str, Any], now: str | None = None
+) -> dict[str, Any]:
+    """The object's status for what was just written: the generation it describes, the sizes as
+    Kubernetes quantities (for `kubectl get`), and the conditions Published and Fallback. A condition's
+    lastTransitionTime moves only when its status changes."""
+    rec = decided.recommendation
+    generation = int((written.get("metadata") or {}).get("generation") or 1)
+    before = {
+        str(c.get("type")): c
+        for c in ((written.get("status") or {}).get("conditions") or [])
+        if isinstance(c, Mapping)
+    }
+    stamp = now or now_stamp()
+
+    def condition(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
+        old = before.get(kind)
+        since = old.get("lastTransitionTime") if old and old.get("status") == status else None
+        return {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": message[:32768],
+            "observedGeneration": generation,
+            "lastTransitionTime": since or stamp,
+        }
+
+    fallback = rec.fallback is not None
+    published = condition(
+        "Published", "True", "Published", f"the publisher wrote generation {generation}"
+    )
+    if fallback:
+        why = condition(
+            "Fallback", "True", decided.fallback_cause or "NoRecommendation", rec.fallback or ""
+        )
+    else:
+        why = condition(
+            "Fallback",
+            "False",
+            "Recommended",
+            f"{quantity_text(rec.dram_bytes)} DRAM, {quantity_text(rec.slow_bytes)} slow memory,"
+            f" {rec.llc_ways} LLC ways",
+        )
+    return {
+        "observedGeneration": generation,
+        "dram": "-" if fallback else quantity_text(rec.dram_bytes),
+        "slow": "-" if fallback else quantity_text(rec.slow_bytes),
+        "conditions": [published, why],
+    }
+
+
+def written_at(obj: Mapping[str, Any], default: float) -> float:
+    """When an object was last written (seconds since the epoch): the newest time of its
+    managed fields, else its creation; `default` when it says neither."""
+    meta = obj.get("metadata") or {}
+    times = [str(f.get("time")) for f in meta.get("managedFields") or [] if isinstance(f, Mapping)]
+    times.append(str(meta.get("creationTimestamp")))
+    parsed = []
+    for text in times:
+        try:
+            parsed.append(datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC))
+        except ValueError:
+            continue
+    return max(parsed).timestamp() if parsed else default
+
+
+def fallback_reason(obj: Mapping[str, Any]) -> str:
+    """The reason of an object's Fallback condition (what a loaded fallback object says)."""
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("type") == "Fallback" and c.get("status") == "True":
+            return str(c.get("reason") or "NoRecommendation")[:64]
+    return "NoRecommendation"
+
+
+def configuration_of(rec: Recommendation) -> dict[str, Any]:
+    """What a pod would get: a new decision with the same configuration and plan (only its
+    decision-log id differs) is not worth rewriting the object and waking every scheduler."""
+    return rec.model_dump(mode="json", exclude={"recommendation_id"})
