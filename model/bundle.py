@@ -10,6 +10,7 @@ import itertools
 import json
 import math
 from collections import Counter
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -47,6 +48,16 @@ MAX_BANDWIDTH = 1e13  # 10 TB/s per tier
 STRUCTURE_MEASUREMENTS_SCHEMA: Literal["tmc.structure-measurements/v1"] = (
     "tmc.structure-measurements/v1"
 )
+RUN_NOISE_SCHEMA: Literal["tmc.run-noise/v1"] = "tmc.run-noise/v1"
+# The run-to-run noise a bundle's runs are taken to have when it does not say what it measured:
+# PMU cycle counts and wall time vary by about 1 % between runs of one input on a quiet host.
+DEFAULT_RUN_NOISE = 0.01
+# A host whose runs of one input vary by more than half their time measures nothing the model can
+# use; bounded so that every interval built on it stays finite and meaningful.
+MAX_RUN_NOISE = 0.5
+# A repeat's CPI and its reference run's are quotients of integer counts: a stated noise may lie
+# below what the repeats show by this much and still be the same measurement.
+RUN_NOISE_ROUNDING = 1e-9
 # Where per-structure stall samples came from (docs/model.md, "Per-structure measurements").
 StallSource = Literal["simulator", "trace", "pebs_ldlat_ip", "ibs_op"]
 
@@ -186,6 +197,36 @@ class StructureMeasurements(_Wire):
         raise KeyError(name)
 
 
+class RepeatedRun(_Wire):
+    """A reference run made again in the same configuration, on the same input."""
+
+    run: RunName
+    instructions: int = Field(gt=0, le=MAX_COUNT)
+    cycles: int = Field(gt=0, le=MAX_COUNT)
+
+
+class RunNoise(_Wire):
+    """Optional: the run-to-run noise of the bundle's runs, measured by repeating reference runs.
+
+    Without it a bundle's runs are taken to vary by `DEFAULT_RUN_NOISE`; with it, a configuration
+    the bundle measured is known up to this noise, whatever it is (0 for a host model's replay of
+    a fixed trace, which times the same accesses the same way every time).
+    """
+
+    schema_version: Literal["tmc.run-noise/v1"] = RUN_NOISE_SCHEMA
+    relative_sd: float = Field(
+        ge=0.0,
+        le=MAX_RUN_NOISE,
+        description="relative standard deviation of one run's cycles per instruction; at least"
+        " what `repeats` show against their reference runs",
+    )
+    repeats: list[RepeatedRun] = Field(
+        min_length=1,
+        max_length=64,
+        description="the repeated reference runs the noise was measured from",
+    )
+
+
 class ProfileBundle(_Wire):
     schema_version: Literal["tmc.profile/v1"] = BUNDLE_SCHEMA
     workload: WorkloadId
@@ -198,6 +239,7 @@ class ProfileBundle(_Wire):
     miss_curve: list[MissCurvePoint] = Field(min_length=2, max_length=64)
     structure_measurements: StructureMeasurements | None = None
     tiering: TieringProfile | None = None
+    run_noise: RunNoise | None = None
 
     def run(self, name: RunName) -> ReferenceRun:
         for run in self.runs:
@@ -251,6 +293,7 @@ def check_bundle(bundle: ProfileBundle) -> None:
     problems += _check_runs(bundle)
     problems += _check_miss_curve(bundle)
     problems += _check_structure_measurements(bundle)
+    problems += _check_run_noise(bundle)
     if problems:
         raise InvalidBundle(problems)
 
@@ -506,4 +549,55 @@ def _check_structure_measurements(b: ProfileBundle) -> list[Problem]:
                         f" the run's {ref.cycles} cycles",
                     )
                 )
+    return out
+
+
+def repeats_noise(runs: Sequence[ReferenceRun], repeats: Sequence[RepeatedRun]) -> float:
+    """The relative standard deviation of one run that repeats show against their reference runs
+    (`runs` holds each repeat's run): each repeat's CPI differs from its reference run's by two
+    runs' noise, so the mean square of those differences is twice one run's variance."""
+    by_name = {r.name: r for r in runs}
+    squares = []
+    for r in repeats:
+        ref = by_name[r.run]
+        squares.append((r.cycles / r.instructions / (ref.cycles / ref.instructions) - 1.0) ** 2)
+    return math.sqrt(sum(squares) / (2.0 * len(squares))) if squares else 0.0
+
+
+def run_noise(b: ProfileBundle) -> float:
+    """The run-to-run noise of the bundle's runs: what it measured, else `DEFAULT_RUN_NOISE`."""
+    return DEFAULT_RUN_NOISE if b.run_noise is None else b.run_noise.relative_sd
+
+
+def _check_run_noise(b: ProfileBundle) -> list[Problem]:
+    n = b.run_noise
+    if n is None:
+        return []
+    names = [r.name for r in b.runs]
+    if any(names.count(want) != 1 for want in ("fastmax", "fastmin", "slowmax")):
+        return []  # `_check_runs` names the problem; repeats cannot be matched to runs
+    out: list[Problem] = []
+    for i, r in enumerate(n.repeats):
+        ref = b.run(r.run)
+        spread = abs(r.instructions - ref.instructions) / ref.instructions
+        if spread > INSTRUCTION_SPREAD_LIMIT:
+            out.append(
+                Problem(
+                    f"run_noise.repeats[{i}].instructions",
+                    f"{spread:.0%} away from the {r.run} run's: not the same program and input",
+                )
+            )
+    if out:
+        return out
+    shown = repeats_noise(b.runs, n.repeats)
+    # A noise lower than the repeats themselves show would make measured configurations surer
+    # than they were measured to be.
+    if n.relative_sd < shown - RUN_NOISE_ROUNDING:
+        out.append(
+            Problem(
+                "run_noise.relative_sd",
+                f"{n.relative_sd:g} is below the {shown:.3g} the repeats show against their"
+                " reference runs",
+            )
+        )
     return out

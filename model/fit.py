@@ -32,7 +32,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from model.bundle import (
+    DEFAULT_RUN_NOISE,
     INSTRUCTION_SPREAD_FLAG,
+    MAX_RUN_NOISE,
     MemoryTier,
     ProfileBundle,
     ReferenceRun,
@@ -41,6 +43,7 @@ from model.bundle import (
     WorkloadId,
     stall_growth,
 )
+from model.bundle import run_noise as bundle_run_noise
 from model.misscurve import anchor_curve
 
 MODEL_VERSION = "tmc-model/1"
@@ -197,6 +200,13 @@ class FittedModel(BaseModel):
     window_mlp_by_structure: list[float] | None = Field(
         default=None,
         description="per tag, slow misses in flight together (extra latency / P_slow), 1..12",
+    )
+    run_noise: float = Field(
+        default=DEFAULT_RUN_NOISE,
+        ge=0.0,
+        le=MAX_RUN_NOISE,
+        description="relative run-to-run noise of the profile's runs: measured by repeats when"
+        " the bundle says it (`run_noise`), else the contract's default",
     )
 
     def cpi(self, mar: float, mar_slow: float) -> float:
@@ -398,6 +408,7 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
         curve_ways=curve_ways,
         curve_mar=curve_mar,
         curve_cpi=_sweep_cpi(bundle),
+        run_noise=bundle_run_noise(bundle),
         access_rate_at_min=rates_min,
         access_rate_at_max=rates_max,
         cpi_cache=cpi_cache,

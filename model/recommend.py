@@ -50,6 +50,7 @@ from model.verification import (
     next_point,
     observed_grid,
     reference_points,
+    sweep_points,
 )
 
 RECOMMENDATION_SCHEMA = "tmc.recommendation/v1"
@@ -387,7 +388,7 @@ def _predicted_grid(
     p = predictor.predict(np.asarray(grid.slow_ratios), np.asarray(grid.llc_ways, dtype=np.int64))
     interval = prediction_interval(p, predictor.model.diagnostics)
     sigma = interval.sigma
-    references = reference_points(predictor, p)
+    references = [*reference_points(predictor, p), *sweep_points(predictor, p)]
     cover_before = cover_sigma(p)
     fix = None
     if observations:
@@ -401,11 +402,15 @@ def _predicted_grid(
     if fix is not None:
         known[fix.measured] = p.seconds[fix.measured]
         known_sigma[fix.measured] = sigma[fix.measured]
+    # The reference runs first (the model is calibrated through them), then the way sweep's runs
+    # all in DRAM: each one run of the profile, known up to the noise the profile's runs have
+    # (measured by repeats when the bundle says it, `FittedModel.run_noise`).
+    profiled = measured_sigma(1, predictor.model.run_noise)
     for i, j, seconds in references:
         if np.isnan(known[i, j]):
             # Never wider than the model was there: a measurement only ever teaches.
             known[i, j] = seconds
-            known_sigma[i, j] = min(measured_sigma(1), float(interval.sigma[i, j]))
+            known_sigma[i, j] = min(profiled, float(interval.sigma[i, j]))
     at = np.isfinite(known)
     if (at & (p.seconds != known)).any():
         factor = np.where(at, known / p.seconds, 1.0)

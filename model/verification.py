@@ -67,15 +67,16 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
+from model.bundle import DEFAULT_RUN_NOISE
 from model.confidence import WAYS_CORRELATION
 from model.misscurve import FloatArray
 from model.predict import GridPrediction, Predictor
 
 MAX_OBSERVATIONS = 32
 VERIFICATION_BUDGET = 4  # runs tmc asks for, per workload profile
-# Relative standard deviation of one measured run's wall time (PMU cycle counts and wall time
-# vary by about 1 % between runs of the same input on a quiet host).
-RUN_NOISE = 0.01
+# Relative standard deviation of one verification run's wall time: a run made later, on a node,
+# whose noise the profile did not measure (its own runs' noise is `FittedModel.run_noise`).
+RUN_NOISE = DEFAULT_RUN_NOISE
 _RATIO_TOLERANCE = 1e-9
 # How far apart two slow ratios may be and still share most of the model's slow-memory error:
 # neighbouring ratios put mostly the same structures in the slow tier.
@@ -451,6 +452,29 @@ def reference_points(
             seconds = float(prediction.seconds[i, j]) * scale
         if math.isfinite(seconds) and seconds > 0:
             out.append((i, j, seconds))
+    return out
+
+
+def sweep_points(predictor: Predictor, prediction: GridPrediction) -> list[tuple[int, int, float]]:
+    """The way sweep's runs that lie on the grid, (row, column, measured seconds): all in DRAM at
+    each way count where the bundle carries the sweep's CPI. The sweep ran the program there as
+    a reference run does, so its time is measured, not predicted: fastmax's time scaled by the
+    sweep's CPI there over the sweep's own CPI at fastmax's way count (one instrument's ratio, so
+    a sweep that counted a shorter window than the reference runs still says the same)."""
+    m = predictor.model
+    if m.curve_cpi is None or m.ways_max not in m.curve_ways:
+        return []
+    at_max = m.curve_cpi[m.curve_ways.index(m.ways_max)]
+    rows = np.flatnonzero(np.abs(prediction.slow_ratios) <= _RATIO_TOLERANCE)
+    if not rows.size or not at_max > 0:
+        return []
+    out: list[tuple[int, int, float]] = []
+    for j, ways in enumerate(prediction.llc_ways):
+        if int(ways) not in m.curve_ways:
+            continue
+        seconds = m.fastmax_seconds * m.curve_cpi[m.curve_ways.index(int(ways))] / at_max
+        if math.isfinite(seconds) and seconds > 0:
+            out.append((int(rows[0]), j, seconds))
     return out
 
 

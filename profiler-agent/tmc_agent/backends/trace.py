@@ -28,22 +28,26 @@ import numpy as np
 from numpy.typing import NDArray
 
 from model.bundle import (
+    MAX_RUN_NOISE,
     MissCurvePoint,
     ProfileBundle,
     ReferenceRun,
+    RepeatedRun,
     RunConfiguration,
     RunName,
+    RunNoise,
     RunStructureMeasurement,
     Structure,
     StructureMeasurements,
     WorkloadId,
     check_bundle,
+    repeats_noise,
 )
 from model.resources import MIB
 from model.tiering.profile import PageManagerState, TieringProfile
 from sim import kernels
 from sim.engine import Prepared, stack_pass
-from sim.host import run_many
+from sim.host import RunResult, run_many
 from sim.kernels import DEP_CHAIN, DEP_SHIFT, FLAG_WRITE
 from sim.machine import Host, cxl_local_host, cxl_pool_host, optane_host
 from sim.placement import all_in
@@ -317,6 +321,13 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
                 )
             )
             steps.advance(s)
+    # The run-to-run noise is measured, not assumed: each reference run is made once more. The
+    # host model replays the same accesses of the same trace, so a repeat costs one replay and
+    # says how far two runs of this profile differ (on this backend: not at all).
+    with step(steps, "reference runs repeated (run-to-run noise)", 1) as s:
+        again = run_many(prep, [configs[name] for name in RUN_NAMES])
+        noise = repeated_noise(runs, again)
+        steps.advance(s)
     per_instruction = prep.misses_by_ways(opts.ways_max) / prep.measured_instructions()
     # The way sweep runs the program at every way count, all in DRAM; a hardware sweep's
     # `perf stat` counts cycles beside the misses, and so does this one.
@@ -348,6 +359,7 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
         structure_measurements=StructureMeasurements(
             source="trace", stall_sample_period_cycles=1, runs=measurements
         ),
+        run_noise=noise,
     )
     if opts.tiering:
         with step(steps, "tiering profile (page samples per window, reuse)", 1) as s:
@@ -356,6 +368,16 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
             steps.advance(s)
     check_bundle(bundle)
     return bundle
+
+
+def repeated_noise(runs: Sequence[ReferenceRun], repeats: Sequence[RunResult]) -> RunNoise:
+    """The bundle's run noise, from each reference run's repeat (`repeats` in `runs`' order)."""
+    repeated = [
+        RepeatedRun(run=ref.name, instructions=r.instructions, cycles=max(1, r.cycles))
+        for ref, r in zip(runs, repeats, strict=True)
+    ]
+    sd = repeats_noise(runs, repeated)
+    return RunNoise(relative_sd=min(sd, MAX_RUN_NOISE), repeats=repeated)
 
 
 def tiering_from_trace(
