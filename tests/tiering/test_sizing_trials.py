@@ -183,3 +183,70 @@ def test_calibration_takes_the_quantile_over_the_noise_and_per_share() -> None:
     # (0.05 - 0.03) / 0.1 = 0.2; over-prediction counts as none.
     assert out["tpp"]["slope"] == pytest.approx(0.2)
     assert out["tmc-sim"] == {"noise": 0.0, "slope": 0.0, "cases": 1.0}
+
+
+def test_between_two_runs_the_advice_reads_the_line_between_them_not_the_model() -> None:
+    # A hint-fault profile: its model's uncertainty grows by its slope per share below a measured
+    # size, so read from the model the advice could only creep a few points below each run.
+    p = tpp()
+
+    # A workload that loses less than the model says below 85 % fast, linearly.
+    def loss_at(share: float) -> float:
+        return 0.003 + 0.15 * max(0.0, 0.85 - share)
+
+    advice, trials = run_until_done(p, loss_at)
+    assert advice.verified and len(trials) <= 4
+    assert loss_at(advice.fast_share) + advice.noise <= 0.05 + 1e-9
+    # The smallest size within τ less the noise is 55 %; the model's margin read from the runs
+    # stopped at 63 % on this workload after its 4 trials. The runs' own line gets to it.
+    boundary = 0.85 - (0.05 - advice.noise - 0.003) / 0.15
+    assert advice.fast_share == pytest.approx(boundary, abs=0.011)
+    # Between two measured sizes the curve is the line between their runs, with the noise alone
+    # kept free: no distance-grown margin.
+    at = sorted(
+        (t.fast_bytes / p.footprint_bytes, t.wall_seconds / p.wall_seconds_fast - 1.0)
+        for t in trials
+    )
+    (lo, lo_loss), (hi, hi_loss) = at[0], at[-1]
+    inside = [x for x in advice.curve if lo + 0.01 < x.fast_share < hi - 0.01]
+    assert inside
+    for point in inside:
+        line = lo_loss + (hi_loss - lo_loss) * (point.fast_share - lo) / (hi - lo)
+        assert point.predicted_loss == pytest.approx(line, abs=0.005)
+
+
+def test_a_trial_that_disagrees_with_the_model_moves_the_advice_to_the_measurement() -> None:
+    p = tpp()
+    first = size_fast_tier(p, 0.05)
+    assert first.next_trial_fast_bytes is not None
+    at = first.next_trial_fast_bytes
+    share = at / p.footprint_bytes
+    predicted = next(x.predicted_loss for x in first.curve if x.fast_share == round(share, 2))
+    assert predicted < 0.05  # the model puts the trial within τ
+    # The run says 12 %: the advice follows the run, not the model, above the failed size on
+    # the line from all-fast's measured loss (the counters') to the run.
+    over = SizeMeasurement(fast_bytes=at, wall_seconds=p.wall_seconds_fast * 1.12)
+    again = size_fast_tier(p, 0.05, measured=[over])
+    all_fast = first.curve[0].predicted_loss
+    crossing = 1.0 - (1.0 - share) * (0.05 - again.noise - all_fast) / (0.12 - all_fast)
+    assert share < again.fast_share == pytest.approx(crossing, abs=0.011)
+    assert again.predicted_loss + again.noise <= 0.05 and not again.verified
+    # Confirming the advice is the next bisection step: its run is named next.
+    assert again.next_trial_fast_bytes == again.fast_bytes
+    # That run over τ too: the advice moves up again, between all-fast and that run.
+    worse = SizeMeasurement(fast_bytes=again.fast_bytes, wall_seconds=p.wall_seconds_fast * 1.06)
+    third = size_fast_tier(p, 0.05, measured=[over, worse])
+    assert again.fast_share < third.fast_share < 1.0
+    assert third.next_trial_fast_bytes == third.fast_bytes
+    # That run within τ less the noise instead: the two runs bracket the boundary, the advice
+    # moves down to where the line between them crosses τ less the noise, and runs it next.
+    within = SizeMeasurement(fast_bytes=again.fast_bytes, wall_seconds=p.wall_seconds_fast * 1.02)
+    fourth = size_fast_tier(p, 0.05, measured=[over, within])
+    between = again.fast_share - (again.fast_share - share) * (0.05 - fourth.noise - 0.02) / 0.10
+    assert share < fourth.fast_share < again.fast_share
+    assert fourth.fast_share == pytest.approx(between, abs=0.011)
+    assert fourth.next_trial_fast_bytes == fourth.fast_bytes
+    # And that run just within too (the line below it is over): the measured size, verified.
+    last = SizeMeasurement(fast_bytes=fourth.fast_bytes, wall_seconds=p.wall_seconds_fast * 1.048)
+    fifth = size_fast_tier(p, 0.05, measured=[over, within, last])
+    assert fifth.fast_share == fourth.fast_share and fifth.verified
