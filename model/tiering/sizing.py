@@ -8,25 +8,15 @@ predicted one is added everywhere (a model that over-predicts is brought down as
 under-predicts is brought up; no loss goes below zero). Runs at other sizes (`measured`: size
 trials) correct the curve at their sizes too, the correction interpolated between them.
 
-Each run is also a point of the loss curve itself. Between two measured sizes the loss is read
-on the line between their runs (the worse run where a size ran twice), with the run-to-run noise
-of a measured point as its only uncertainty: the model's shape there is what the runs found
-wrong, and the distance-grown uncertainty is for sizes no run brackets.
-
-The advice is the smallest share, from all-fast down, whose loss plus its uncertainty stays
-within τ: the uncertainty is the run-to-run noise at a measured size or between two, and grows
-with the distance below the smallest measured size (both measured on the study's shapes).
-Because the model is right on average but not case by case, the advice also names the next size
-trial. Without a run below the advice, it is the smallest share the model (corrected by the
-nearest measured size) puts within τ less the noise, or the one the line through the two
-smallest measured sizes puts there where that reaches further. Once a run below is over it, the
-runs bracket the boundary and the next trial is the advice itself, where the line between them
-crosses τ less the noise: confirming the advice and bisecting are one run. Where a single run
-within τ less the noise is within twice the noise of τ (another run could take it over), the
-advised size is run once more, so that it rests on two runs. The trials are bounded
-(`max_trials`); the advice is stateless, a caller runs the named size and asks again with it
-added. When the whole footprint fast is already over τ less the noise, no size reliably meets it
-under the manager as configured: the advice says so and probes once below.
+The advice is the smallest share, from all-fast down, whose corrected loss plus its uncertainty
+stays within τ: the uncertainty is the run-to-run noise at a measured size and grows with the
+distance below the nearest measured size (both measured on the study's shapes). Because the model
+is right on average but not case by case, the advice also names the next size trial: the model's
+own estimate of the smallest share within τ less the noise (bisecting towards a size measured
+over it), and at the end the advised size once more, so that it rests on two runs. The trials
+are bounded (`max_trials`); the advice is stateless, a caller runs the named size and asks again
+with it added. When the whole footprint fast is already over τ less the noise, no size reliably
+meets it under the manager as configured: the advice says so and probes once below.
 """
 
 from __future__ import annotations
@@ -162,30 +152,9 @@ def size_fast_tier(
             return max(0.0, raw[share] + shift)
         return carried(share)
 
-    def bracket(share: float) -> tuple[float, float] | None:
-        """The nearest measured shares below and above `share`, if runs bracket it."""
-        lower = [x for x in at if x < share - 1e-9]
-        upper = [x for x in at if x > share + 1e-9]
-        return (max(lower), min(upper)) if lower and upper else None
-
-    def estimate(share: float) -> float:
-        # At a measured share, the measured loss (the worst run); between two measured shares,
-        # the line between them: each run is a point of the loss curve itself, and the model's
-        # shape between two points is what they found wrong. Elsewhere the corrected model.
-        if share in losses:
-            return losses[share]
-        pair = bracket(share)
-        if pair is None:
-            return corrected(share)
-        lo, hi = pair
-        return float(np.interp(share, (lo, hi), (losses[lo], losses[hi])))
-
     def uncertainty(share: float) -> float:
-        # Measured, or between two measured shares: the run-to-run noise of a measured point.
-        # Otherwise the model is read downwards from the nearest measured size above (less fast
-        # memory costs more); without one, it is as uncertain as a whole footprint away.
-        if share in losses or bracket(share) is not None:
-            return noise
+        # The model is read downwards from the nearest measured size above (less fast memory
+        # costs more); without one, it is as uncertain as a whole footprint away.
         above = [x for x in at if x >= share - 1e-9]
         return noise + slope * (min(above) - share if above else 1.0)
 
@@ -193,7 +162,7 @@ def size_fast_tier(
         SizingPoint(
             fast_share=float(s),
             fast_bytes=_bytes(profile, float(s)),
-            predicted_loss=estimate(float(s)),
+            predicted_loss=corrected(float(s)),
         )
         for s in shares
     ]
@@ -210,49 +179,35 @@ def size_fast_tier(
         chosen = curve[_index(min(good))]
     # All-fast within τ less the noise (a run may show that much more), or a size measured so.
     reachable = curve[0].predicted_loss + noise <= loss_target or bool(good)
-    # The next trial. Once a size measured over τ less the noise lies below the advice, the
-    # boundary is bracketed by runs: the advice itself is then where the line between the two
-    # runs crosses τ less the noise, and running it is the next bisection step (within τ: a
-    # larger saving, measured; over it: a tighter bracket). Without a run below, the model
-    # (corrected by the nearest measured size, without the uncertainty) names the smallest
-    # share it puts within τ less the noise, or the line through the two smallest measured
-    # sizes does where it reaches further (the runs say the loss rises slower than modelled).
+    # The next trial: below the advice, the smallest share the model (corrected by the nearest
+    # measured size, without the uncertainty) puts within τ less the noise, above any share
+    # measured over it; where that is not a step below the advice, halfway to that failed share,
+    # else the advice itself if it was not measured. Each run either verifies a larger saving or
+    # brackets the boundary.
     failed = [x for x in at if x < chosen.fast_share and losses[x] + noise > loss_target]
     floor = max(failed, default=-1.0)
+    target = chosen.fast_share
+    for point in curve:
+        if point.fast_share >= chosen.fast_share:
+            continue
+        if point.fast_share <= floor + 1e-9 or carried(point.fast_share) + noise > loss_target:
+            break
+        target = point.fast_share
+    if target > chosen.fast_share - STEP + 1e-9 and floor >= 0.0:
+        target = _on_grid((floor + chosen.fast_share) / 2.0)
     nxt: float | None = None
-    if floor >= 0.0:
-        if chosen.fast_share not in losses:
-            nxt = chosen.fast_share
-    else:
-        target = chosen.fast_share
-        for point in curve:
-            if point.fast_share >= chosen.fast_share:
-                continue
-            if carried(point.fast_share) + noise > loss_target:
-                break
-            target = point.fast_share
-        low = sorted(losses)[:2]
-        if len(low) == 2 and chosen.fast_share in losses:
-            (x0, y0), (x1, y1) = ((x, losses[x]) for x in low)
-            rise = (y1 - y0) / (x1 - x0)  # loss per share of fast memory, negative when it falls
-            if rise < 0.0:
-                target = min(target, _on_grid(max(0.0, x0 + (loss_target - noise - y0) / rise)))
-        if chosen.fast_share - target >= STEP - 1e-9:
+    if len(measured) < max_trials and reachable:
+        if chosen.fast_share - target >= STEP - 1e-9 and target - floor >= STEP - 1e-9:
             nxt = target
-        elif chosen.fast_share not in losses:
+        elif chosen.fast_share not in anchors:
             nxt = chosen.fast_share  # verify the advice itself
-    # One run within τ less the noise may be the lucky one: where another run's noise could
-    # take it over (it is within twice the noise of τ), the advice ends on a size measured so
-    # twice (the worse run counts) when the trials allow.
-    if (
-        nxt is None
-        and chosen.fast_share < 1.0
-        and runs_at.get(chosen.fast_share, 0) == 1
-        and losses[chosen.fast_share] + 2.0 * noise > loss_target
-    ):
-        nxt = chosen.fast_share
-    if len(measured) >= max_trials or not reachable:
+    if nxt is not None and nxt in anchors and nxt != chosen.fast_share:
         nxt = None
+    # One run within τ less the noise may be the lucky one: the advice ends on a size measured
+    # so twice (the worse run counts) when the trials allow.
+    once = chosen.fast_share < 1.0 and runs_at.get(chosen.fast_share, 0) == 1
+    if nxt is None and len(measured) < max_trials and once:
+        nxt = chosen.fast_share
     below = [x for x in at if x < 1.0 and x != counters_at]
     if not reachable and not below and len(measured) < max_trials:
         # All-fast is over τ as measured: the manager's own overhead there (at a tier exactly
