@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 	"tmc.dev/scheduler-plugin/pkg/tmc"
 )
 
@@ -46,6 +47,7 @@ type options struct {
 	placementLease                  string
 	requiredNodePlugin              string
 	pprofAddress                    string
+	tenantNamespaces                string
 	leaseDuration, renewDeadline    time.Duration
 	retryPeriod                     time.Duration
 }
@@ -73,6 +75,8 @@ func parse() options {
 			"leader paused and resumed binds nothing from its stale cache (empty: no fence; the chart sets it with leader election)")
 	flag.StringVar(&o.requiredNodePlugin, "required-node-plugin", "",
 		"the NRI plugin a placed pod's containers require on the node (\"tmc\" where nodes run tmc-nri; empty: none)")
+	flag.StringVar(&o.tenantNamespaces, "tenant-namespace-labels", "",
+		"key=value,... labels of the namespaces tmc places pods in (the admission policy's namespaceSelector; empty: every namespace)")
 	flag.StringVar(&o.pprofAddress, "pprof-address", "",
 		"serve Go's profiler (/debug/pprof) on this address, e.g. 127.0.0.1:6060 (empty: not served; never expose it)")
 	flag.DurationVar(&o.leaseDuration, "placement-lease-duration", 15*time.Second, "the placement lease's duration")
@@ -228,6 +232,10 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("--rack-pools: %w", err)
 	}
+	tenants, err := v1alpha1.ParseTenantNamespaceLabels(o.tenantNamespaces)
+	if err != nil {
+		return fmt.Errorf("--tenant-namespace-labels: %w", err)
+	}
 	secure := o.certFile != "" || o.keyFile != "" || o.clientCAFile != ""
 	if secure && (o.certFile == "" || o.keyFile == "" || o.clientCAFile == "") {
 		return errors.New("TLS needs --tls-cert-file, --tls-key-file and --client-ca-file together")
@@ -283,6 +291,7 @@ func run(o options) error {
 	if err := tmc.RequireNodePlugin(engine, o.requiredNodePlugin); err != nil {
 		return fmt.Errorf("--required-node-plugin: %w", err)
 	}
+	tmc.SetTenantNamespaces(engine, tenants)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	if err := engine.Watch(factory); err != nil {
 		return err
@@ -298,7 +307,9 @@ func run(o options) error {
 		return err
 	}
 	tmc.SetPublished(engine, published)
-	synced := func() bool { return pods.Informer().HasSynced() && nodes.Informer().HasSynced() }
+	synced := func() bool {
+		return pods.Informer().HasSynced() && nodes.Informer().HasSynced() && engine.NamespacesSynced()
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced) {
 		return errors.New("stopped before the informers synced")
 	}

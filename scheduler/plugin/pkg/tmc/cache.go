@@ -178,6 +178,16 @@ func (c *Cache) Forget(uid types.UID) {
 	}
 }
 
+// Disown drops what a pod holds, bound or not, without taking the pod for gone: a later Bind of
+// it counts again (a pod whose namespace left tmc's tenant namespaces, and may come back).
+func (c *Cache) Disown(uid types.UID) {
+	c.mu.Lock()
+	defer c.unlock()
+	if held, ok := c.pods[uid]; ok {
+		c.removeLocked(held)
+	}
+}
+
 // Release drops a pod's reservation whatever its state: the pod was deleted or finished.
 func (c *Cache) Release(uid types.UID) {
 	c.mu.Lock()

@@ -40,6 +40,11 @@ type Engine struct {
 	// recorder, when set, tells a bound pod what it should know of its placement (a request
 	// below its profile's footprint).
 	recorder events.EventRecorder
+	// tenants, when it selects, is where tmc places pods and trusts placements; the namespace
+	// informer gives namespaceLabels (false: not known) and namespacesSynced (watchNamespaces).
+	tenants          *TenantNamespaces
+	namespaceLabels  func(string) (map[string]string, bool)
+	namespacesSynced func() bool
 }
 
 // SetRecorder has the engine write Events about the pods it binds.
@@ -98,6 +103,9 @@ func (e *Engine) Ask(pod *v1.Pod) (*PodAsk, *Refusal) {
 	}
 	if !ask.OptedIn {
 		return nil, nil
+	}
+	if !e.tenant(pod.Namespace) {
+		return nil, e.outsideTenants(pod)
 	}
 	if ask.Unpublished && e.published != nil && e.wait != 0 && e.now != nil {
 		pair := fmt.Sprintf("workload %q, objective %q", clip(*ask.Workload, 253), clip(ask.Objective, 64))

@@ -74,6 +74,10 @@ type Args struct {
 	// RequiredNodePlugin, when set, is the NRI plugin a placed pod's containers require on
 	// the node (RequireNodePlugin): "tmc" where nodes run tmc-nri.
 	RequiredNodePlugin string `json:"requiredNodePlugin,omitempty"`
+	// TenantNamespaceLabels, when set, are the labels of the namespaces tmc places pods in (the
+	// admission policy's namespaceSelector): a pod opted in elsewhere is refused, and a bound
+	// pod's placement elsewhere is not counted. Empty: every namespace.
+	TenantNamespaceLabels map[string]string `json:"tenantNamespaceLabels,omitempty"`
 }
 
 // DefaultRecommendationWait is the wait when the configuration does not set one: until the
@@ -199,6 +203,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err := RequireNodePlugin(p.Engine, args.RequiredNodePlugin); err != nil {
 		return nil, fmt.Errorf("%s: requiredNodePlugin: %w", Name, err)
 	}
+	tenants, err := NewTenantNamespaces(args.TenantNamespaceLabels)
+	if err != nil {
+		return nil, fmt.Errorf("%s: tenantNamespaceLabels: %w", Name, err)
+	}
+	SetTenantNamespaces(p.Engine, tenants)
 	if err := p.Watch(h.SharedInformerFactory()); err != nil {
 		return nil, err
 	}

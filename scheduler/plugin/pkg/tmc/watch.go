@@ -13,7 +13,8 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Watch feeds the cache from an informer factory's pods and nodes.
+// Watch feeds the cache from an informer factory's pods and nodes, and namespaces when the
+// engine is limited to tenant namespaces (SetTenantNamespaces).
 func (e *Engine) Watch(factory informers.SharedInformerFactory) error {
 	core := factory.Core().V1()
 	pods := core.Pods().Informer()
@@ -58,6 +59,9 @@ func (e *Engine) Watch(factory informers.SharedInformerFactory) error {
 		},
 	}); err != nil {
 		return fmt.Errorf("%s: watching pods: %w", Name, err)
+	}
+	if err := e.watchNamespaces(factory, indexer); err != nil {
+		return err
 	}
 	if _, err := core.Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { e.ObserveNode(asNode(obj)) },
@@ -131,6 +135,12 @@ func (e *Engine) ObservePod(pod *v1.Pod) {
 		return
 	}
 	if pod.Spec.NodeName == "" {
+		return
+	}
+	if !e.tenant(pod.Namespace) {
+		// Outside tmc's tenant namespaces no admission policy checked who wrote the placement:
+		// it holds nothing (and what it held while its namespace was one, it holds no more).
+		e.cache.Disown(pod.UID)
 		return
 	}
 	placement, err := ParsePlacement(pod.Annotations)
