@@ -18,11 +18,13 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"tmc.dev/node-nri/internal/tmcnri"
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
 
 func env(name, def string) string {
@@ -43,7 +45,8 @@ func main() {
 		shim       = flag.String("shim-dir", env("TMC_NRI_SHIM_DIR", "/var/lib/tmc/shim"), "host directory holding libtmcalloc.so (TMC_NRI_SHIM_DIR)")
 		bundled    = flag.String("bundled-shim", env("TMC_NRI_BUNDLED_SHIM", "/usr/local/lib/tmc/libtmcalloc.so"), "the shim this image carries, installed into --shim-dir when it has none ('' for none) (TMC_NRI_BUNDLED_SHIM)")
 		metrics    = flag.String("metrics", env("TMC_NRI_METRICS", ":9465"), "address of /metrics ('' for none) (TMC_NRI_METRICS)")
-		kubeconfig = flag.String("kubeconfig", env("TMC_NRI_KUBECONFIG", ""), "kubeconfig for events; in-cluster when empty; 'none' for no events (TMC_NRI_KUBECONFIG)")
+		kubeconfig = flag.String("kubeconfig", env("TMC_NRI_KUBECONFIG", ""), "kubeconfig for events (and namespaces); in-cluster when empty; 'none' for no events (TMC_NRI_KUBECONFIG)")
+		tenants    = flag.String("tenant-namespace-labels", env("TMC_NRI_TENANT_NAMESPACE_LABELS", ""), "key=value,... labels of the namespaces whose placements are applied (the admission policy's namespaceSelector; empty: every namespace) (TMC_NRI_TENANT_NAMESPACE_LABELS)")
 	)
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -67,10 +70,37 @@ func main() {
 			reporter.Events = events
 		}
 	}
-	plugin := tmcnri.New(tmcnri.Config{
+	selector, err := v1alpha1.ParseTenantNamespaceLabels(*tenants)
+	if err != nil {
+		log.Error("--tenant-namespace-labels", "error", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	cfg := tmcnri.Config{
 		NodeName: *node, SysRoot: *sys, Resctrl: &tmcnri.Resctrl{Root: *resctrl},
-		PlanDir: *plans, ShimDir: *shim,
-	}, reporter, counts)
+		PlanDir: *plans, ShimDir: *shim, Tenants: selector,
+	}
+	if !selector.Every() {
+		// Placements are applied only in tenant namespaces: the plugin needs their labels, and
+		// refuses placed containers until it has listed them (the kubelet retries).
+		if *kubeconfig == "none" {
+			log.Error("--tenant-namespace-labels needs the API server: give --kubeconfig, or run in-cluster")
+			os.Exit(2)
+		}
+		client, err := kubeClient(*kubeconfig)
+		if err != nil {
+			log.Error("no API server for the tenant namespaces", "error", err)
+			os.Exit(1)
+		}
+		namespaces, err := tmcnri.WatchNamespaces(client, ctx.Done())
+		if err != nil {
+			log.Error("cannot watch namespaces", "error", err)
+			os.Exit(1)
+		}
+		cfg.Namespaces = namespaces
+	}
+	plugin := tmcnri.New(cfg, reporter, counts)
 	if *metrics != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -82,8 +112,6 @@ func main() {
 		}()
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	// The runtime may restart (or not be up yet): connect again until told to stop. Containers
 	// created meanwhile are found by Synchronize when the plugin connects.
 	for ctx.Err() == nil {
@@ -120,4 +148,18 @@ func eventsClient(kubeconfig string) (typedcorev1.EventsGetter, error) {
 		return nil, err
 	}
 	return client, nil
+}
+
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("no API server: %w", err)
+	}
+	return kubernetes.NewForConfig(cfg)
 }

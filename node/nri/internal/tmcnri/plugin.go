@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
+
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
 
 // Where a placed container finds what the plugin gives it: its plan file (TMC_PLAN) and the
@@ -42,6 +44,17 @@ type Config struct {
 	PlanDir string
 	// ShimDir is the host directory the agent installs the allocator shim into ("" for none).
 	ShimDir string
+	// Tenants, when it selects, are the namespaces whose placements the plugin applies: the
+	// admission policy checks who writes a placement there only. Namespaces tells their labels.
+	Tenants    *v1alpha1.TenantNamespaces
+	Namespaces Namespaces
+}
+
+// Namespaces tells a namespace's labels (an informer's store): ok false for one it does not
+// hold; Synced false until it has listed them.
+type Namespaces interface {
+	Labels(namespace string) (labels map[string]string, ok bool)
+	Synced() bool
 }
 
 // Reporter tells the pod's owner what the node did not apply or refused (an Event on the pod).
@@ -64,6 +77,7 @@ const (
 	OutcomeRefused   = "refused"   // creation failed: the node cannot hold it, or a verification run
 	OutcomeMalformed = "malformed" // unreadable placement: created unadjusted (reported)
 	OutcomeLate      = "late"      // created while the plugin was not connected (reported)
+	OutcomeForeign   = "foreign"   // placed outside tmc's tenant namespaces: created unadjusted (reported)
 )
 
 // Record is what the plugin applied to one container, as the node agent reads it.
@@ -137,6 +151,21 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	pl, err := ParsePlacement(ann)
 	if pl == nil && err == nil {
 		return nil, nil, nil // not placed by tmc: no adjustment at all
+	}
+	switch p.tenant(pod.GetNamespace()) {
+	case tenantUnknown:
+		// Which namespaces are tmc's is not known yet: nothing is applied on a guess, and the
+		// kubelet creates the container again.
+		return nil, nil, p.refuse(pod, "TmcPlacementRefused",
+			"the node does not know tmc's tenant namespaces yet (listing them); the container is created again")
+	case tenantNot:
+		// No admission policy looked at who wrote this placement: it is not applied, and not
+		// held against the placements that were checked.
+		p.count.Container(OutcomeForeign)
+		p.report.Event(pod, true, "TmcPlacementIgnored", fmt.Sprintf(
+			"container %s created without tmc's configuration: namespace %s is not one of tmc's tenant namespaces (labelled %s)",
+			ctr.GetName(), pod.GetNamespace(), p.cfg.Tenants.String()))
+		return nil, nil, nil
 	}
 	if err == nil && !uidText.MatchString(pod.GetUid()) {
 		err = malformed("pod uid %q is not a Kubernetes uid", clip(pod.GetUid(), 70))
@@ -486,6 +515,11 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		if pl == nil || err != nil || pl.Node != p.cfg.NodeName || !uidText.MatchString(pod.GetUid()) {
 			continue
 		}
+		// A pod of a namespace known not to be a tenant's was never adjusted and holds nothing;
+		// while the namespaces are not known yet, a placed pod holds its room (never over-commit).
+		if p.tenant(pod.GetNamespace()) == tenantNot {
+			continue
+		}
 		c := pl.Configuration
 		p.pods[pod.GetUid()] = admitted{key: podKey(pod), mask: pl.LLCMaskBits(), dram: c.DRAMBytes, slow: c.SlowBytes, pool: pl.SlowFromPool}
 		if rec, ok := p.readRecord(pod.GetUid(), ctr.GetName()); ok {
@@ -599,4 +633,33 @@ func MemoryLimit(pl *Placement, own int64) (int64, bool) {
 		return 0, false
 	}
 	return limit, true
+}
+
+type tenancy int
+
+const (
+	tenantYes tenancy = iota
+	tenantNot
+	tenantUnknown
+)
+
+// tenant judges a pod's namespace by the selector (v1alpha1.TenantNamespaces, the engine's rule
+// too): unknown until the namespaces are listed, and for a namespace not listed at all (made
+// after the last event seen, or no informer): the kubelet retries, by when it is known.
+func (p *Plugin) tenant(namespace string) tenancy {
+	if p.cfg.Tenants.Every() {
+		return tenantYes
+	}
+	if p.cfg.Namespaces == nil || !p.cfg.Namespaces.Synced() {
+		return tenantUnknown
+	}
+	labels, ok := p.cfg.Namespaces.Labels(namespace)
+	switch {
+	case !ok:
+		return tenantUnknown
+	case p.cfg.Tenants.Selects(labels):
+		return tenantYes
+	default:
+		return tenantNot
+	}
 }

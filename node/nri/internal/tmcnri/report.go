@@ -26,7 +26,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		containers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tmc_nri_containers_total",
-			Help: "Containers of placed pods by outcome: adjusted, partial, refused, malformed, late.",
+			Help: "Containers of placed pods by outcome: adjusted, partial, refused, malformed, late, foreign.",
 		}, []string{"outcome"}),
 		unapplied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tmc_nri_unapplied_total",
