@@ -209,7 +209,8 @@ class NodeIn(Strict):
     name: str = Field(min_length=1, max_length=253)
     host_kind: str = Field(min_length=1, max_length=128)
     cpus: int = Field(ge=1, le=100_000)
-    dram_bytes: int = Field(ge=0, le=2**50)
+    # A node has DRAM: its kind is a machine shape, which the host kinds' pages show.
+    dram_bytes: int = Field(ge=1, le=2**50)
     slow_bytes: int = Field(ge=0, le=2**50, description="node-local slow memory")
     llc_ways: int = Field(ge=1, le=64)
     pool: str | None = Field(default=None, max_length=128)

@@ -7,7 +7,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from api import repositories as repo
 from api.auth import Permission
 from api.deps import SessionDep, StateDep, require
 from api.paging import LIST_PAGE_DEFAULT, CursorParam, ListLimit, decode_cursor, link_next
@@ -23,6 +22,7 @@ from api.schemas import (
     UtilizationOut,
     UtilizationPoint,
 )
+from api.services import cluster
 from api.services.cluster import node_utilizations
 from ledger import nodes as ledger_nodes
 from ledger import store as ledger
@@ -50,7 +50,7 @@ def _host_kind_out(kind: HostKind) -> HostKindIn:
 
 @router.get("/host-kinds", response_model=list[HostKindIn])
 def host_kinds(session: SessionDep, _: Reader) -> list[HostKindIn]:
-    return [_host_kind_out(k) for k in repo.list_host_kinds(session)]
+    return [_host_kind_out(k) for k in cluster.host_kinds(session)]
 
 
 @router.put(
@@ -201,10 +201,9 @@ def history(
     minutes: Annotated[int, Query(ge=1, le=7 * 24 * 60)] = 60,
 ) -> list[UtilizationPoint]:
     since = datetime.now(UTC) - timedelta(minutes=minutes)
-    rows = repo.utilization_history(session, since, limit=5000)
     return [
         UtilizationPoint(at=r.at, cpu=r.cpu, dram=r.dram, slow=r.slow, llc=r.llc)
-        for r in reversed(rows)
+        for r in cluster.utilization_since(session, since, limit=5000)
     ]
 
 
@@ -223,7 +222,7 @@ def reservations(
     cursor: CursorParam = None,
 ) -> list[ReservationOut]:
     after = None if cursor is None else tuple(decode_cursor(cursor, (str, str)))
-    rows = repo.list_reservations(session, node, after=after, limit=limit)
+    rows = cluster.reservations_page(session, node, after, limit)
     last = rows[-1] if len(rows) == limit else None
     link_next(request, response, None if last is None else [last.node_name, last.pod_uid])
     return [ReservationOut.model_validate(r, from_attributes=True) for r in rows]

@@ -6,10 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from api import repositories as repo
 from api.auth import Permission
 from api.deps import SessionDep, require
-from api.errors import NotFound
 from api.schemas import PriceProfileIn, PriceProfileOut
 from api.services import prices as price_profiles
 from store.orm import PriceProfileRow
@@ -36,16 +34,12 @@ def create(body: PriceProfileIn, session: SessionDep, _: Admin) -> PriceProfileO
 
 @router.get("", response_model=list[PriceProfileOut])
 def list_all(session: SessionDep, _: Reader) -> list[PriceProfileOut]:
-    return [price_out(r) for r in repo.list_price_profiles(session)]
+    return [price_out(r) for r in price_profiles.price_profiles(session)]
 
 
 @router.get("/{key}", response_model=PriceProfileOut, summary="A profile by name@version")
 def get(key: str, session: SessionDep, _: Reader) -> PriceProfileOut:
-    name, version = price_profiles.parse_price_key(key)
-    row = repo.get_price_profile(session, name, version)
-    if row is None:
-        raise NotFound("price profile", key)
-    return price_out(row)
+    return price_out(price_profiles.price_profile(session, key))
 
 
 @router.post("/{key}/default", response_model=PriceProfileOut, summary="Make it the default")

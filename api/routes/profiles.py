@@ -5,13 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api import repositories as repo
 from api.auth import Caller, Permission
 from api.deps import SessionDep, StateDep, require, require_caller
-from api.errors import NotFitted, NotFound
 from api.openapi import PROFILE_BUNDLE_REF
 from api.paging import CursorParam, decode_cursor, link_next
 from api.schemas import (
@@ -22,12 +19,12 @@ from api.schemas import (
     WorkloadOut,
     WorkloadOwnerIn,
 )
-from api.services import owners, profiles, verification
 from api.services import prices as price_profiles
+from api.services import profiles, verification
 from ledger import nodes as ledger_nodes
 from model import predicted_grid
-from model.verification import MAX_OBSERVATIONS, AppliedConfiguration
-from store.orm import Profile, VerificationRunRow, Workload
+from model.verification import AppliedConfiguration
+from store.orm import Profile, VerificationRunRow
 
 router = APIRouter(prefix="/v1", tags=["profiles"])
 UploadingCaller = Annotated[Caller, Depends(require_caller(Permission.upload))]
@@ -107,11 +104,8 @@ async def upload_profile(
 
 @router.get("/profiles/{profile_id}", response_model=ProfileOut)
 def get_profile(profile_id: str, session: SessionDep, _: Reader) -> ProfileOut:
-    p = repo.get_profile(session, profile_id)
-    if p is None:
-        raise NotFound("profile", profile_id)
-    workload = repo.find_workload(session, p.workload_id)
-    return profile_out(p, workload.name if workload else "")
+    p, workload_name = profiles.profile_with_workload(session, profile_id)
+    return profile_out(p, workload_name)
 
 
 @router.get("/workloads", response_model=list[WorkloadOut])
@@ -125,37 +119,24 @@ def list_workloads(
     cursor: CursorParam = None,
 ) -> list[WorkloadOut]:
     after = None if cursor is None else decode_cursor(cursor, (str,))[0]
-    workloads = repo.list_workloads(session, limit, offset, after)
-    profiles = repo.profiles_of_many(session, [w.id for w in workloads])
-    link_next(request, response, [workloads[-1].name] if len(workloads) == limit else None)
-    first = repo.first_placed_namespaces(session, [w.id for w in workloads if w.owner is None])
-    return [
-        WorkloadOut(
-            id=w.id,
-            name=w.name,
-            owner=w.owner or first.get(w.id),
-            created_at=w.created_at,
-            profiles=[profile_out(p, w.name) for p in profiles[w.id]],
-        )
-        for w in workloads
-    ]
+    page = profiles.workload_page(session, limit, offset, after)
+    link_next(request, response, [page[-1].workload.name] if len(page) == limit else None)
+    return [workload_out(view) for view in page]
 
 
 @router.get("/workloads/{key}", response_model=WorkloadOut, summary="A workload by name or id")
 def get_workload(key: str, session: SessionDep, _: Reader) -> WorkloadOut:
-    w = repo.find_workload(session, key)
-    if w is None:
-        raise NotFound("workload", key)
-    return workload_out(session, w)
+    return workload_out(profiles.workload_view(session, profiles.workload(session, key)))
 
 
-def workload_out(session: Session, w: Workload) -> WorkloadOut:
+def workload_out(view: profiles.WorkloadView) -> WorkloadOut:
+    w = view.workload
     return WorkloadOut(
         id=w.id,
         name=w.name,
-        owner=owners.owner_of(session, w),
+        owner=view.owner,
         created_at=w.created_at,
-        profiles=[profile_out(p, w.name) for p in repo.profiles_of(session, w.id)],
+        profiles=[profile_out(p, w.name) for p in view.profiles],
     )
 
 
@@ -170,11 +151,7 @@ def workload_out(session: Session, w: Workload) -> WorkloadOut:
 def set_workload_owner(
     key: str, body: WorkloadOwnerIn, session: SessionDep, _: Admin
 ) -> WorkloadOut:
-    w = repo.find_workload(session, key)
-    if w is None:
-        raise NotFound("workload", key)
-    repo.set_workload_owner(session, w, owners.check_namespace(body.owner))
-    return workload_out(session, w)
+    return workload_out(profiles.name_owner(session, key, body.owner))
 
 
 @router.get(
@@ -189,20 +166,11 @@ def get_workload_model(
     _: Reader,
     grid: Annotated[str, Query(pattern="^(paper|host)$")] = "paper",
 ) -> WorkloadModelOut:
-    w = repo.find_workload(session, key)
-    if w is None:
-        raise NotFound("workload", key)
-    profile = repo.latest_profile(session, w.id)
-    if profile is None:
-        raise NotFitted(f"workload {key!r} has no usable profile")
-    # Reading never fits: the fit task (or a first recommendation) does.
-    row = repo.fitted_for_profile(session, profile.id)
-    if row is None:
-        raise NotFitted(f"the latest profile of {key!r} is not fitted yet; retry shortly")
+    found = profiles.fitted_workload(session, key)
+    w, profile, row, kind = found.workload, found.profile, found.fitted, found.host_kind
     # The prepared model already holds the fit and what it needs of the bundle's host.
     prepared = state.models.model(session, row.id)
     fitted = prepared.predictor.model
-    kind = repo.get_host_kind(session, profile.host_kind)
     machine = prepared.machine(None if kind is None else ledger_nodes.shape_of_kind(kind))
     chosen_grid = prepared.grid("host" if grid == "host" else "paper")
     _, prices = price_profiles.resolve_price_profile(session, None)
@@ -289,11 +257,5 @@ def delete_verification_run(
     summary="The runs the workload's recommendations are corrected with (newest last)",
 )
 def list_verification_runs(key: str, session: SessionDep, _: Reader) -> list[VerificationRunOut]:
-    w = repo.find_workload(session, key)
-    if w is None:
-        raise NotFound("workload", key)
-    resolved = repo.resolve_for_recommendation(session, workload_key=w.id)
-    if resolved is None:
-        return []
-    rows = repo.verification_runs(session, resolved.profile_id, MAX_OBSERVATIONS)
+    w, rows = verification.runs_in_use(session, key)
     return [run_out(r, w.name) for r in rows]

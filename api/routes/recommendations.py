@@ -10,10 +10,9 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
-from api import repositories as repo
 from api.auth import GRANTS, Permission, Role
 from api.deps import AppState, SessionDep, StateDep, committed, require
-from api.errors import InvalidInput, NotFound
+from api.errors import InvalidInput
 from api.paging import CursorParam, decode_cursor, link_next
 from api.schemas import RecommendationOut, RecommendationSummary, RecommendIn
 from api.services import recommendations as decisions
@@ -115,10 +114,7 @@ async def recommend_v1(body: RecommendIn, state: StateDep, role: Recommender) ->
 
 @router.get("/v1/recommendations/{rec_id}", response_model=RecommendationOut)
 def get_recommendation(rec_id: str, session: SessionDep, _: Reader) -> RecommendationOut:
-    row = repo.get_recommendation(session, rec_id)
-    if row is None:
-        raise NotFound("recommendation", rec_id)
-    return recommendation_out(row)
+    return recommendation_out(decisions.recommendation(session, rec_id))
 
 
 @router.get("/v1/recommendations", response_model=list[RecommendationSummary])
@@ -141,15 +137,9 @@ def list_recommendations(
             after = (datetime.fromisoformat(when), rec_id)
         except ValueError:
             raise InvalidInput("cursor: not a cursor this endpoint gave") from None
-    workload_id = None
-    if workload is not None:
-        w = repo.find_workload(session, workload)
-        if w is None:
-            raise NotFound("workload", workload)
-        workload_id = w.id
-    rows = repo.list_recommendations(
+    rows = decisions.recommendation_page(
         session,
-        workload_id=workload_id,
+        workload=workload,
         objective=objective,
         since=since,
         limit=limit,

@@ -10,11 +10,11 @@ from pydantic import ConfigDict, Field, ValidationError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api import repositories as repo
 from api.auth import Permission
 from api.deps import SessionDep, StateDep, require
-from api.errors import PROBLEM, ApiError, NotFound
+from api.errors import PROBLEM, ApiError
 from api.planning import tiering_advice
+from api.services import profiles
 from model.bundle import ProfileBundle
 from model.tiering import TieringAdvice, TieringProfile, TieringRequest
 
@@ -35,12 +35,7 @@ class TieringRecommendIn(TieringRequest):
 
 
 def _stored_profile(session: Session, name: str) -> tuple[TieringProfile, ProfileBundle]:
-    workload = repo.find_workload(session, name)
-    if workload is None:
-        raise NotFound("workload", name)
-    row = repo.latest_profile(session, workload.id)
-    if row is None:
-        raise ApiError(409, "No profile", f"workload {name!r} has no profile yet")
+    row = profiles.latest_bundle(session, name)
     try:
         bundle = ProfileBundle.model_validate(row.bundle)
         tiering = bundle.tiering

@@ -3,12 +3,16 @@ reading for the Nodes and Cluster pages and for the metrics."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
+
 from sqlalchemy.orm import Session
 
 from api import repositories as repo
 from ledger import nodes as ledger_nodes
 from model.resources import Utilization
 from model.stranding import node_utilization
+from store.orm import HostKind, Reservation, UtilizationSample
 
 
 def node_utilizations(
@@ -39,3 +43,20 @@ def node_utilizations(
         )
         out.append((u, util))
     return out
+
+
+def host_kinds(session: Session) -> Sequence[HostKind]:
+    """The registered host kinds, by name."""
+    return repo.list_host_kinds(session)
+
+
+def utilization_since(session: Session, since: datetime, limit: int) -> list[UtilizationSample]:
+    """The utilization samples since `since`, oldest first (at most the newest `limit`)."""
+    return list(reversed(repo.utilization_history(session, since, limit=limit)))
+
+
+def reservations_page(
+    session: Session, node: str | None, after: tuple[str, ...] | None, limit: int
+) -> Sequence[Reservation]:
+    """A page of the mirrored reservations by node and pod uid, after the (node, uid) given."""
+    return repo.list_reservations(session, node, after=after, limit=limit)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -68,4 +69,18 @@ def make_default(session: Session, key: str) -> PriceProfileRow:
     if row is None:
         raise NotFound("price profile", key)
     repo.make_default_price_profile(session, row)
+    return row
+
+
+def price_profiles(session: Session) -> Sequence[PriceProfileRow]:
+    """Every stored price profile."""
+    return repo.list_price_profiles(session)
+
+
+def price_profile(session: Session, key: str) -> PriceProfileRow:
+    """The price profile `name@version`; NotFound otherwise."""
+    name, version = parse_price_key(key)
+    row = repo.get_price_profile(session, name, version)
+    if row is None:
+        raise NotFound("price profile", key)
     return row

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -14,11 +14,11 @@ from sqlalchemy.orm import Session
 
 from api import repositories as repo
 from api.auth import Caller
-from api.errors import NotFound
+from api.errors import ApiError, NotFitted, NotFound
 from api.services import owners
 from model import InvalidBundle, Problem, ProfileBundle, TmcError, fit, parse_bundle
 from store.db import after_commit
-from store.orm import FittedModelRow, Profile, as_id, utcnow
+from store.orm import FittedModelRow, HostKind, Profile, Workload, as_id, utcnow
 
 
 def content_hash(bundle: ProfileBundle) -> str:
@@ -129,3 +129,86 @@ def stale_pending_profiles(session: Session, older_than_seconds: float) -> list[
     slow; fitting twice is harmless, the fit is idempotent)."""
     cutoff = utcnow() - timedelta(seconds=older_than_seconds)
     return list(repo.pending_profiles(session, cutoff, SWEEP_BATCH))
+
+
+# -- reading workloads and profiles ------------------------------------------------------------
+
+
+def workload(session: Session, key: str) -> Workload:
+    """The workload named `key` (its name or id); NotFound otherwise."""
+    found = repo.find_workload(session, key)
+    if found is None:
+        raise NotFound("workload", key)
+    return found
+
+
+def profile_with_workload(session: Session, profile_id: str) -> tuple[Profile, str]:
+    """A stored profile and its workload's name ("" when the workload is gone)."""
+    profile = repo.get_profile(session, profile_id)
+    if profile is None:
+        raise NotFound("profile", profile_id)
+    owner = repo.find_workload(session, profile.workload_id)
+    return profile, owner.name if owner else ""
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    """A workload as it is shown: its owner (named, or from its first placed pod) and profiles."""
+
+    workload: Workload
+    owner: str | None
+    profiles: Sequence[Profile]
+
+
+def workload_page(
+    session: Session, limit: int, offset: int, after: str | None
+) -> list[WorkloadView]:
+    """A page of workloads by name, each with its owner and profiles (three queries)."""
+    workloads = repo.list_workloads(session, limit, offset, after)
+    profiles = repo.profiles_of_many(session, [w.id for w in workloads])
+    first = repo.first_placed_namespaces(session, [w.id for w in workloads if w.owner is None])
+    return [WorkloadView(w, w.owner or first.get(w.id), profiles[w.id]) for w in workloads]
+
+
+def workload_view(session: Session, w: Workload) -> WorkloadView:
+    return WorkloadView(w, owners.owner_of(session, w), repo.profiles_of(session, w.id))
+
+
+def name_owner(session: Session, key: str, owner: str) -> WorkloadView:
+    """An operator names the namespace a workload belongs to (idempotent)."""
+    w = workload(session, key)
+    repo.set_workload_owner(session, w, owners.check_namespace(owner))
+    return workload_view(session, w)
+
+
+@dataclass(frozen=True)
+class FittedWorkload:
+    """What a workload's model page reads: its latest usable profile, that profile's fit, and
+    the registered host kind the profile was taken on (None when it is not registered)."""
+
+    workload: Workload
+    profile: Profile
+    fitted: FittedModelRow
+    host_kind: HostKind | None
+
+
+def fitted_workload(session: Session, key: str) -> FittedWorkload:
+    """The workload's latest profile and its fit; NotFitted while either is missing (reading
+    never fits: the fit task, or a first recommendation, does)."""
+    w = workload(session, key)
+    profile = repo.latest_profile(session, w.id)
+    if profile is None:
+        raise NotFitted(f"workload {key!r} has no usable profile")
+    row = repo.fitted_for_profile(session, profile.id)
+    if row is None:
+        raise NotFitted(f"the latest profile of {key!r} is not fitted yet; retry shortly")
+    return FittedWorkload(w, profile, row, repo.get_host_kind(session, profile.host_kind))
+
+
+def latest_bundle(session: Session, key: str) -> Profile:
+    """The workload's latest profile; a 409 problem while it has none."""
+    w = workload(session, key)
+    row = repo.latest_profile(session, w.id)
+    if row is None:
+        raise ApiError(409, "No profile", f"workload {key!r} has no profile yet")
+    return row

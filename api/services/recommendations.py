@@ -8,6 +8,7 @@ returns a typed record; encoding it for HTTP is the route's business.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,7 +24,7 @@ from api.services.profiles import fit_profile, upload_profile
 from model import Objective, Recommendation, Utilization
 from model.recommend import SizedFrom, choose, shortlist
 from store.db import EncodedJSON, after_commit
-from store.orm import new_id, utcnow
+from store.orm import RecommendationRow, new_id, utcnow
 
 
 @dataclass(frozen=True)
@@ -264,3 +265,40 @@ def decision_key(*parts: object) -> str:
     threshold, grid, machine, verification runs) and its choice. JSON with sorted keys, so a
     dict's order does not matter, then SHA-256."""
     return hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def recommendation(session: Session, rec_id: str) -> RecommendationRow:
+    """A logged decision by id; NotFound otherwise."""
+    row = repo.get_recommendation(session, rec_id)
+    if row is None:
+        raise NotFound("recommendation", rec_id)
+    return row
+
+
+def recommendation_page(
+    session: Session,
+    *,
+    workload: str | None,
+    objective: str | None,
+    since: datetime | None,
+    limit: int,
+    offset: int,
+    after: tuple[datetime, str] | None,
+) -> Sequence[RecommendationRow]:
+    """Logged decisions, newest first, of one workload (by name or id) if given; `after` is the
+    (created_at, id) of the previous page's last one."""
+    workload_id = None
+    if workload is not None:
+        found = repo.find_workload(session, workload)
+        if found is None:
+            raise NotFound("workload", workload)
+        workload_id = found.id
+    return repo.list_recommendations(
+        session,
+        workload_id=workload_id,
+        objective=objective,
+        since=since,
+        limit=limit,
+        offset=offset,
+        after=after,
+    )

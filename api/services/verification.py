@@ -20,6 +20,7 @@ from api.auth import Caller, Role
 from api.errors import ApiError, Conflict, NotFitted, NotFound
 from api.services import owners
 from model.node_contract import RUN_NOT_PLACED
+from model.verification import MAX_OBSERVATIONS
 from store.orm import VerificationRunRow, Workload
 
 # Runs kept per profile: recommendations use the newest MAX_OBSERVATIONS; the rest is history,
@@ -112,3 +113,15 @@ def delete_verification_run(session: Session, workload_key: str, run_id: str) ->
     resolved = repo.resolve_for_recommendation(session, workload_key=workload.id)
     if resolved is None or not repo.delete_verification_run(session, resolved.profile_id, run_id):
         raise NotFound("verification run", run_id)
+
+
+def runs_in_use(session: Session, workload_key: str) -> tuple[Workload, list[VerificationRunRow]]:
+    """The workload and the runs its recommendations are corrected with now (those of the
+    profile in use, newest last; none before it has one)."""
+    workload = repo.find_workload(session, workload_key)
+    if workload is None:
+        raise NotFound("workload", workload_key)
+    resolved = repo.resolve_for_recommendation(session, workload_key=workload.id)
+    if resolved is None:
+        return workload, []
+    return workload, repo.verification_runs(session, resolved.profile_id, MAX_OBSERVATIONS)
