@@ -588,3 +588,79 @@ def test_admission_policies_are_on_by_default_and_name_the_components() -> None:
     assert "system:serviceaccount:tmc:demo-tmc-extender" in text
     assert render({"admission": {"enabled": False}}) != docs
     assert not [d for d in render({"admission": {"enabled": False}}) if "Admission" in d["kind"]]
+
+
+def _tmc_placement_args(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    config = yaml.safe_load(
+        by_name(docs, "ConfigMap", "demo-tmc-plugin")["data"]["scheduler-config.yaml"]
+    )
+    (profile,) = config["profiles"]
+    args: dict[str, Any] = next(
+        p["args"] for p in profile["pluginConfig"] if p["name"] == "TmcPlacement"
+    )
+    return args
+
+
+def _tenant_labels_everywhere(values: dict[str, Any]) -> dict[str, Any]:
+    """What each component is told of tmc's tenant namespaces under these values."""
+    plugin = render({**values, "scheduler": {"placement": "plugin"}})
+    extender = render({**values, **EXTENDER})
+    policies = {
+        d["metadata"]["name"]: d["spec"]["matchConstraints"].get("namespaceSelector")
+        for d in plugin
+        if d["kind"] == "ValidatingAdmissionPolicy"
+    }
+    sched = by_name(extender, "Deployment", "demo-tmc-scheduler")
+    containers = {c["name"]: c for c in sched["spec"]["template"]["spec"]["containers"]}
+    flags = [a for a in containers["extender"]["command"] if a.startswith("--tenant-namespace")]
+    agent = by_name(plugin, "DaemonSet", "demo-tmc-agent")
+    nri = next(c for c in agent["spec"]["template"]["spec"]["containers"] if c["name"] == "nri")
+    roles = {
+        d["metadata"]["name"]: [r for r in d["rules"] if "namespaces" in r["resources"]]
+        for d in extender
+        if d["kind"] == "ClusterRole"
+    }
+    return {
+        "policies": policies,
+        "plugin": _tmc_placement_args(plugin).get("tenantNamespaceLabels"),
+        "extender": flags,
+        "nri": env_of(nri).get("TMC_NRI_TENANT_NAMESPACE_LABELS"),
+        "roles": roles,
+    }
+
+
+def test_tenant_namespaces_are_every_namespace_by_default() -> None:
+    got = _tenant_labels_everywhere({})
+    assert got["policies"] == {
+        "demo-tmc-pod-placement": None,
+        "demo-tmc-placed-pod-resize": None,
+        "demo-tmc-agent-own-node": None,
+        "demo-tmc-agent-own-events": None,
+    }
+    assert got["plugin"] is None and got["extender"] == [] and got["nri"] is None
+    assert got["roles"]["demo-tmc-extender"] == [] and got["roles"]["demo-tmc-agent"] == []
+
+
+def test_tenant_namespace_labels_reach_both_policies_and_every_component() -> None:
+    """One value: the pod policies' namespaceSelector, tmc-scheduler's argument, tmc-extender's
+    and tmc-nri's flag, and the namespaces' list/watch for the components that read them."""
+    labels = {"tmc.dev/tenant": "yes", "team": "hpc"}
+    got = _tenant_labels_everywhere({"admission": {"tenantNamespaceLabels": labels}})
+    selector = {"matchLabels": labels}
+    assert got["policies"]["demo-tmc-pod-placement"] == selector
+    assert got["policies"]["demo-tmc-placed-pod-resize"] == selector
+    # The agents' own rules are about nodes and events, which have no tenant namespace.
+    assert got["policies"]["demo-tmc-agent-own-node"] is None
+    assert got["policies"]["demo-tmc-agent-own-events"] is None
+    assert got["plugin"] == labels
+    assert got["extender"] == ["--tenant-namespace-labels=team=hpc,tmc.dev/tenant=yes"]
+    assert got["nri"] == "team=hpc,tmc.dev/tenant=yes"
+    watch = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}]
+    assert got["roles"]["demo-tmc-extender"] == watch
+    assert got["roles"]["demo-tmc-agent"] == watch
+    # Without tmc-nri the agents need no namespaces.
+    off = render(
+        {"admission": {"tenantNamespaceLabels": labels}, "agent": {"nri": {"enabled": False}}}
+    )
+    agent_role = by_name(off, "ClusterRole", "demo-tmc-agent")
+    assert not [r for r in agent_role["rules"] if "namespaces" in r["resources"]]

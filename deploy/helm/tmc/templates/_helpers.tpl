@@ -83,3 +83,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- int64 $v -}}
 {{- end -}}
+
+{{/* admission.tenantNamespaceLabels as a flag: key=value pairs, keys sorted, comma-separated. */}}
+{{- define "tmc.tenantNamespaceLabels" -}}
+{{- $labels := .Values.admission.tenantNamespaceLabels -}}
+{{- range $i, $k := keys $labels | sortAlpha }}{{ if $i }},{{ end }}{{ $k }}={{ get $labels $k }}{{ end -}}
+{{- end -}}
