@@ -17,10 +17,12 @@ from functools import partial
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 
 from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
 from tests.scheduler.controlplane import cluster as c
+from tests.scheduler.controlplane import plugin as tmc_plugin
 from tests.services import wait_until
 
 pytestmark = pytest.mark.slow
@@ -28,6 +30,12 @@ pytestmark = pytest.mark.slow
 TENANT_NS = "tenant-a"
 OPERATOR_NS = "tmc-ops"
 PINNED_NS = "pinned-benchmarks"  # the chart's operatorNamespaces: pinning allowed there
+# A namespace the operator has not made one of tmc's (under TENANT_LABELS): its pods cost the
+# policies nothing, and tmc trusts no placement written there.
+OUTSIDE_NS = "other-tenant"
+# admission.tenantNamespaceLabels of the plane's second run: the whole suite again with the
+# policies limited to the namespaces labelled so (TENANT_NS, PINNED_NS, OPERATOR_NS).
+TENANT_LABELS = {"tmc.dev/tenant": "yes"}
 ADMISSION_VALUES: dict[str, Any] = {
     "admission": {
         "operatorGroups": [f"system:serviceaccounts:{OPERATOR_NS}"],
@@ -68,8 +76,9 @@ def request_token(
 
 
 class Plane:
-    def __init__(self, cp: ControlPlane) -> None:
+    def __init__(self, cp: ControlPlane, tenant_labels: dict[str, str] | None = None) -> None:
         self.cp = cp
+        self.tenant_labels = dict(tenant_labels or {})
         self.admin = c.core(cp)
         self.client = c.api_client(cp)
         self.scheduler = c.core(cp, "scheduler")
@@ -78,10 +87,17 @@ class Plane:
         self.tenant = self._tenant()
         self.operator = self._operator()
 
+    def namespace(self, name: str) -> None:
+        """A namespace as the test needs it: a tenant namespace (labelled) when the plane runs
+        with tenant namespaces and it is one of them."""
+        labels = self.tenant_labels if name in (TENANT_NS, PINNED_NS, OPERATOR_NS) else {}
+        self.admin.create_namespace({"metadata": {"name": name, "labels": labels}})
+        c.ensure_default_account(self.admin, name)
+
     def _tenant(self) -> k8s.CoreV1Api:
-        c.new_namespace(self.admin, TENANT_NS)
-        c.new_namespace(self.admin, PINNED_NS)
-        for ns in (TENANT_NS, PINNED_NS):
+        for ns in (TENANT_NS, PINNED_NS, OUTSIDE_NS):
+            self.namespace(ns)
+        for ns in (TENANT_NS, PINNED_NS, OUTSIDE_NS):
             self.admin.create_namespaced_service_account(ns, {"metadata": {"name": "tenant"}})
             rbac = k8s.RbacAuthorizationV1Api(self.client)
             rbac.create_namespaced_role(
@@ -136,7 +152,7 @@ class Plane:
         return token_client(self.cp, request_token(self.admin, ns, "tenant"))
 
     def _operator(self) -> k8s.CoreV1Api:
-        c.new_namespace(self.admin, OPERATOR_NS)
+        self.namespace(OPERATOR_NS)
         self.admin.create_namespaced_service_account(OPERATOR_NS, {"metadata": {"name": "ops"}})
         rbac = k8s.RbacAuthorizationV1Api(self.client)
         rbac.create_cluster_role(
@@ -165,18 +181,33 @@ class Plane:
         return token_client(self.cp, request_token(self.admin, OPERATOR_NS, "ops"))
 
 
-@pytest.fixture(scope="module")
-def plane() -> Iterator[Plane]:
+def chart_values(tenant_labels: dict[str, str]) -> dict[str, Any]:
+    """ADMISSION_VALUES, limited to tenant namespaces when labels are given."""
+    admission = dict(ADMISSION_VALUES["admission"])
+    if tenant_labels:
+        admission["tenantNamespaceLabels"] = dict(tenant_labels)
+    return {**ADMISSION_VALUES, "admission": admission}
+
+
+# Every test of the module runs twice: with the chart's default (the policies judge pods in every
+# namespace) and with tenant namespaces (the policies judge the labelled namespaces' pods only,
+# where every forgery below is tried): the selector must leave none of them through.
+@pytest.fixture(
+    scope="module", params=[{}, TENANT_LABELS], ids=["every-namespace", "tenant-namespaces"]
+)
+def plane(request: pytest.FixtureRequest) -> Iterator[Plane]:
+    tenant_labels: dict[str, str] = request.param
     try:
         cp = ControlPlane()
     except Unavailable as exc:
         unavailable(exc)
     try:
         cp.start()
-        c.install_rbac(cp, ADMISSION_VALUES)
+        admin = c.core(cp)
+        c.install_rbac(cp, chart_values(tenant_labels))
         for name in ("node-a", "node-b"):
-            c.register_node(c.core(cp), c.node_object(name))
-        p = Plane(cp)
+            c.register_node(admin, c.node_object(name))
+        p = Plane(cp, tenant_labels)
         if not ADMISSION_VALUES["admission"].get("enabled", True):
             # The chart without its policies: every forgery below must then get through (each
             # test fails), which shows that the policies, not RBAC, refuse them.
@@ -782,3 +813,115 @@ def test_a_placed_pods_memory_is_not_raised_in_place(plane: Plane) -> None:
     plane.tenant.patch_namespaced_pod_resize(
         "unplaced-resize", TENANT_NS, {"spec": {"containers": [grown]}}
     )
+
+
+# --- tenant namespaces: outside them nothing is judged, and nothing is trusted ----------------
+
+
+def real_placement(node: str, mask: str, ways: int) -> dict[str, str]:
+    """A placement the engine reads (tmc.placement/v2), as tmc's Binding would carry it."""
+    placement: dict[str, Any] = {
+        "schema": "tmc.placement/v2",
+        "node": node,
+        "workload": None,
+        "objective": "cheapest",
+        "configuration": {
+            "vcpus": 1,
+            "dram_bytes": 2**30,
+            "slow_bytes": 0,
+            "slow_ratio": 0.0,
+            "llc_ways": ways,
+        },
+        "llc_mask": mask,
+        "slow_from_pool": False,
+        "recommendation_id": None,
+        "fallback": "test",
+        "plan": [],
+    }
+    return {"tmc.dev/placement": json.dumps(placement), "tmc.dev/llc-mask": mask}
+
+
+def opted_in(name: str, scheduler: str) -> dict[str, Any]:
+    body = pod(name)
+    body["spec"]["schedulerName"] = scheduler
+    body["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "1", "memory": "1Gi", "tmc.dev/tiered": "1"},
+        "limits": {"memory": "1Gi", "tmc.dev/tiered": "1"},
+    }
+    return body
+
+
+def test_outside_tenant_namespaces_a_placement_is_unchecked_and_ignored(plane: Plane) -> None:
+    """With tenant namespaces, a pod of another namespace may carry any placement (the policy is
+    not evaluated there: that is the saving), so tmc-scheduler counts none of them: a node whose
+    every way a forged placement there names still takes a tenant's pod, and a pod opting in
+    from there is refused."""
+    if not plane.tenant_labels:
+        pytest.skip("the chart's default judges every namespace (the forgery tests above)")
+    outside = plane.tenant_in(OUTSIDE_NS)
+    forged = real_placement("node-t", "0xf", 4)
+    # Created already bound with every way of node-t, then a second one bound by the tenant's
+    # own Binding: both admitted, as written.
+    outside.create_namespaced_pod(OUTSIDE_NS, pod("forged-bound", forged, node="node-t"))
+    outside.create_namespaced_pod(OUTSIDE_NS, pod("forged-binding"))
+    uid = outside.read_namespaced_pod("forged-binding", OUTSIDE_NS).metadata.uid
+    outside.create_namespaced_pod_binding(
+        "forged-binding",
+        OUTSIDE_NS,
+        {
+            "metadata": {"name": "forged-binding", "uid": uid, "annotations": forged},
+            "target": {"kind": "Node", "name": "node-t"},
+        },
+        _preload_content=False,
+    )
+    for name in ("forged-bound", "forged-binding"):
+        seen = plane.admin.read_namespaced_pod(name, OUTSIDE_NS)
+        assert seen.spec.node_name == "node-t" and seen.metadata.annotations == forged, name
+    # The same write in a tenant namespace is refused, by the same chart.
+    why = refused(lambda: plane.tenant.create_namespaced_pod(TENANT_NS, pod("in-tenant", forged)))
+    assert why is not None and "only tmc's scheduler may write a pod's placement" in why, why
+
+    # tmc-scheduler on the chart's configuration with the same selector, as its own scheduler
+    # name (the module's other pods are not its to bind), on a node of 4 ways.
+    node = c.node_object("node-t", cpus=8)
+    node["metadata"]["annotations"] = {
+        "tmc.dev/cpus": "8",
+        "tmc.dev/dram-bytes": str(16 * 2**30),
+        "tmc.dev/slow-bytes": "0",
+        "tmc.dev/llc-ways": "4",
+    }
+    c.register_node(plane.admin, node)
+    tmc_plugin.install_plugin(plane.cp)
+    name = "tmc-tenant-scheduler"
+    values = {
+        **chart_values(plane.tenant_labels),
+        **tmc_plugin.plugin_values(plane.cp, schedulerName=name, recommendationWaitSeconds=0),
+    }
+    rendered = c.render_chart(values)["tmc/templates/plugin.yaml"]
+    config_map = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "ConfigMap")
+    config = plane.cp.dir / "tenant-scheduler.yaml"
+    config.write_text(config_map["data"]["scheduler-config.yaml"])
+    plane.cp.start_scheduler(config, binary=tmc_plugin.engine_binary("tmc-scheduler"), name=name)
+    try:
+        plane.admin.create_namespaced_pod(TENANT_NS, opted_in("tenants-pod", name))
+        plane.admin.create_namespaced_pod(OUTSIDE_NS, opted_in("outsiders-pod", name))
+
+        def placed_on_node_t() -> bool:
+            got = plane.admin.read_namespaced_pod("tenants-pod", TENANT_NS)
+            return got.spec.node_name == "node-t"
+
+        wait_until(placed_on_node_t, 60, "the tenant's pod placed on node-t")
+        ann = plane.admin.read_namespaced_pod("tenants-pod", TENANT_NS).metadata.annotations
+        assert json.loads(ann["tmc.dev/placement"])["configuration"]["llc_ways"] == 4
+
+        def refusal() -> str:
+            got = plane.admin.read_namespaced_pod("outsiders-pod", OUTSIDE_NS)
+            for cond in got.status.conditions or []:
+                if cond.type == "PodScheduled" and cond.status == "False":
+                    return str(cond.message or "")
+            return ""
+
+        wait_until(lambda: "not one of tmc's tenant namespaces" in refusal(), 60, "the refusal")
+        assert plane.admin.read_namespaced_pod("outsiders-pod", OUTSIDE_NS).spec.node_name is None
+    finally:
+        plane.cp.stop_process(name)

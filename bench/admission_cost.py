@@ -1,0 +1,178 @@
+# The kubernetes client takes plain dicts for bodies at run time; its stubs say models only.
+# mypy: disable-error-code="arg-type,union-attr,no-untyped-call"
+"""What tmc's pod admission policies cost the API server for a pod that is not tmc's: the CPU
+kube-apiserver spends per pod of a namespace tmc does not place in, on a real control plane
+(etcd and kube-apiserver from tests/scheduler/controlplane).
+
+    python -m bench.admission_cost [--rounds 3] [--pods 100]
+
+Three arms, interleaved round by round (their order rotating) so that drift in the machine's
+load hits them alike:
+  none      the chart's RBAC, none of its admission policies
+  every     the chart's policies as by default: pod-placement judges every pod write
+  tenants   the chart's policies with admission.tenantNamespaceLabels set: the measured
+            namespace is not labelled, so its pods are not matched
+A round makes N pods in the unlabelled namespace, each created, bound (pods/binding), its status
+patched and deleted, as the scheduler and a kubelet would; its cost is kube-apiserver's user and
+system CPU over the round (/proc/<pid>/stat) divided by N. Prints the median per arm, the ratios
+to `none` measured in the same run, and the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes import utils as k8s_utils
+
+from tests.scheduler.controlplane import RELEASE, ControlPlane
+from tests.scheduler.controlplane import cluster as c
+from tests.services import wait_until
+
+TENANT_NS = "bench-tenant"  # labelled: one of tmc's under the tenants arm
+OTHER_NS = "bench-other"  # never labelled: the pods measured
+LABELS = {"tmc.dev/tenant": "yes"}
+FORGED = {"tmc.dev/placement": "{}", "tmc.dev/llc-mask": "0x1"}
+ARMS = ("none", "every", "tenants")
+
+
+def api_cpu_seconds(cp: ControlPlane) -> float:
+    """kube-apiserver's user + system CPU so far (fields 14 and 15 of /proc/<pid>/stat)."""
+    pid = cp.procs["kube-apiserver"].pid
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def policies(tenant_labels: dict[str, str]) -> list[dict[str, Any]]:
+    values: dict[str, Any] = {"admission": {"tenantNamespaceLabels": tenant_labels}}
+    rendered = c.render_chart(values)["tmc/templates/admission.yaml"]
+    return [d for d in yaml.safe_load_all(rendered) if d]
+
+
+def probe_refused(api: k8s.CoreV1Api, ns: str) -> bool:
+    """Whether a placement written in ns is refused now (the probe pod is removed either way)."""
+    body = pod("probe", FORGED)
+    try:
+        api.create_namespaced_pod(ns, body)
+    except k8s.ApiException as exc:
+        if exc.status in (400, 403, 422):
+            return True
+        raise
+    api.delete_namespaced_pod("probe", ns, grace_period_seconds=0)
+    wait_until(
+        lambda: not api.list_namespaced_pod(ns, field_selector="metadata.name=probe").items,
+        30,
+        "probe gone",
+    )
+    return False
+
+
+def install(cp: ControlPlane, arm: str) -> None:
+    """Put in the arm's policies, and wait until the API server enforces exactly those."""
+    client = c.api_client(cp)
+    admission = k8s.AdmissionregistrationV1Api(client)
+    for b in admission.list_validating_admission_policy_binding().items:
+        if b.metadata.name.startswith(RELEASE):
+            admission.delete_validating_admission_policy_binding(b.metadata.name)
+    for p in admission.list_validating_admission_policy().items:
+        if p.metadata.name.startswith(RELEASE):
+            admission.delete_validating_admission_policy(p.metadata.name)
+    if arm != "none":
+        for doc in policies(LABELS if arm == "tenants" else {}):
+            k8s_utils.create_from_dict(client, doc)
+    api = c.core(cp)
+    want_tenant, want_other = arm != "none", arm == "every"
+    wait_until(
+        lambda: (
+            probe_refused(api, TENANT_NS) == want_tenant
+            and probe_refused(api, OTHER_NS) == want_other
+        ),
+        60,
+        f"the {arm} arm's policies enforced",
+    )
+
+
+def pod(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": dict(annotations or {})},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+    }
+
+
+def one_round(cp: ControlPlane, api: k8s.CoreV1Api, n: int, tag: str) -> float:
+    """N pods created, bound, status-patched and deleted: kube-apiserver's CPU ms per pod."""
+    before = api_cpu_seconds(cp)
+    for i in range(n):
+        name = f"{tag}-{i}"
+        made = api.create_namespaced_pod(OTHER_NS, pod(name))
+        api.create_namespaced_pod_binding(
+            name,
+            OTHER_NS,
+            {
+                "metadata": {"name": name, "uid": made.metadata.uid},
+                "target": {"kind": "Node", "name": "node-a"},
+            },
+            _preload_content=False,
+        )
+        api.patch_namespaced_pod_status(
+            name, OTHER_NS, {"status": {"phase": "Running", "podIP": "10.0.0.1"}}
+        )
+        api.delete_namespaced_pod(name, OTHER_NS, grace_period_seconds=0)
+    return (api_cpu_seconds(cp) - before) * 1000 / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per arm")
+    parser.add_argument("--pods", type=int, default=100, help="pods per round")
+    args = parser.parse_args()
+    if not 1 <= args.rounds <= 50 or not 1 <= args.pods <= 10000:
+        parser.error("--rounds must be in 1..50 and --pods in 1..10000")
+    load_before = os.getloadavg()
+    cp = ControlPlane()
+    try:
+        cp.start()
+        c.install_rbac(cp, {"admission": {"enabled": False}})
+        api = c.core(cp)
+        c.register_node(api, c.node_object("node-a"))
+        api.create_namespace({"metadata": {"name": TENANT_NS, "labels": LABELS}})
+        api.create_namespace({"metadata": {"name": OTHER_NS}})
+        for ns in (TENANT_NS, OTHER_NS):
+            c.ensure_default_account(api, ns)
+        one_round(cp, api, min(args.pods, 20), "warm")
+        samples: dict[str, list[float]] = {arm: [] for arm in ARMS}
+        for r in range(args.rounds):
+            order = ARMS[r % 3 :] + ARMS[: r % 3]
+            for arm in order:
+                install(cp, arm)
+                ms = one_round(cp, api, args.pods, f"r{r}-{arm}")
+                samples[arm].append(ms)
+                print(f"round {r} {arm:8s} {ms:6.3f} ms/pod", flush=True)
+    finally:
+        cp.close()
+    load_after = os.getloadavg()
+    base = statistics.median(samples["none"])
+    print(
+        f"\nkube-apiserver CPU per non-tmc pod (create, bind, status patch, delete), "
+        f"{args.rounds} rounds x {args.pods} pods:"
+    )
+    for arm in ARMS:
+        med = statistics.median(samples[arm])
+        print(f"  {arm:8s} median {med:6.3f} ms/pod   ratio to none {med / base:5.2f}")
+    print(
+        f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} "
+        f"({os.cpu_count()} CPUs); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
+
+
+if __name__ == "__main__":
+    main()
