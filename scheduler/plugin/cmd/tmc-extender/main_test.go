@@ -239,3 +239,19 @@ func keys(m *sync.Map) []any {
 	m.Range(func(k, _ any) bool { out = append(out, k); return true })
 	return out
 }
+
+// --tenant-namespace-labels is checked before anything starts: a selector tmc could not apply
+// as the policies do is an error that names the flag.
+func TestTenantNamespaceLabelsFlagIsChecked(t *testing.T) {
+	for _, bad := range []string{"novalue", "a=b,a=c", "not a key=x", "k=not a value"} {
+		err := run(options{maxBodyBytes: 1 << 20, tenantNamespaces: bad})
+		if err == nil || !strings.Contains(err.Error(), "--tenant-namespace-labels") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	// A good selector passes the check (and stops later, at the missing TLS flags).
+	err := run(options{maxBodyBytes: 1 << 20, tenantNamespaces: "tmc.dev/tenant=yes"})
+	if err == nil || strings.Contains(err.Error(), "--tenant-namespace-labels") {
+		t.Errorf("a good selector: %v", err)
+	}
+}
