@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +32,20 @@ from tests.scheduler.test_admission import (
     ADMISSION_VALUES,
     TENANT_NS,
     Plane,
-    plane,
     pod,
     refused,
+    running_plane,
     token_client,
 )
 from tests.services import wait_until
 
 pytestmark = pytest.mark.slow  # a real containerd, built once per machine
 
-__all__ = ["plane"]  # the control plane fixture, shared with the scheduler's admission tests
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[Plane]:
+    """The scheduler's admission tests' control plane, with the chart's default policies."""
+    yield from running_plane({})
 
 
 CONFORMANCE = Path(__file__).parents[2] / "scheduler" / "conformance" / "node-report.json"

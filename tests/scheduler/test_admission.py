@@ -189,14 +189,9 @@ def chart_values(tenant_labels: dict[str, str]) -> dict[str, Any]:
     return {**ADMISSION_VALUES, "admission": admission}
 
 
-# Every test of the module runs twice: with the chart's default (the policies judge pods in every
-# namespace) and with tenant namespaces (the policies judge the labelled namespaces' pods only,
-# where every forgery below is tried): the selector must leave none of them through.
-@pytest.fixture(
-    scope="module", params=[{}, TENANT_LABELS], ids=["every-namespace", "tenant-namespaces"]
-)
-def plane(request: pytest.FixtureRequest) -> Iterator[Plane]:
-    tenant_labels: dict[str, str] = request.param
+def running_plane(tenant_labels: dict[str, str]) -> Iterator[Plane]:
+    """The control plane with the chart's RBAC and policies (limited to tenant namespaces when
+    labels are given), two nodes and the accounts, once every policy is enforced."""
     try:
         cp = ControlPlane()
     except Unavailable as exc:
@@ -250,6 +245,16 @@ def plane(request: pytest.FixtureRequest) -> Iterator[Plane]:
         yield p
     finally:
         cp.close()
+
+
+# Every test of the module runs twice: with the chart's default (the policies judge pods in every
+# namespace) and with tenant namespaces (the policies judge the labelled namespaces' pods only,
+# where every forgery below is tried): the selector must leave none of them through.
+@pytest.fixture(
+    scope="module", params=[{}, TENANT_LABELS], ids=["every-namespace", "tenant-namespaces"]
+)
+def plane(request: pytest.FixtureRequest) -> Iterator[Plane]:
+    yield from running_plane(request.param)
 
 
 def pod(
