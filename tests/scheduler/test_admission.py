@@ -860,11 +860,18 @@ def test_outside_tenant_namespaces_a_placement_is_unchecked_and_ignored(plane: P
     """With tenant namespaces, a pod of another namespace may carry any placement (the policy is
     not evaluated there: that is the saving), so tmc-scheduler counts none of them: a node whose
     every way a forged placement there names still takes a tenant's pod, and a pod opting in
-    from there is refused."""
-    if not plane.tenant_labels:
-        pytest.skip("the chart's default judges every namespace (the forgery tests above)")
+    from there is refused. With the chart's default (every namespace judged), the same forgery
+    in that namespace is refused."""
     outside = plane.tenant_in(OUTSIDE_NS)
     forged = real_placement("node-t", "0xf", 4)
+    if not plane.tenant_labels:
+        why = refused(
+            lambda: outside.create_namespaced_pod(
+                OUTSIDE_NS, pod("forged-bound", forged, node="node-t")
+            )
+        )
+        assert why is not None and "only tmc's scheduler may write" in why, why
+        return
     # Created already bound with every way of node-t, then a second one bound by the tenant's
     # own Binding: both admitted, as written.
     outside.create_namespaced_pod(OUTSIDE_NS, pod("forged-bound", forged, node="node-t"))
