@@ -29,10 +29,11 @@ So tmc asks for verification runs:
 4. Repeat while a run is wanted, at most `VERIFICATION_BUDGET` runs.
 
 What was measured is known. A configuration measured by a reference run (fastmax, fastmin,
-slowmax: `reference_points`) or by verification runs carries its measured time, with an
-interval from run-to-run noise only (`measured_sigma`, never wider than the model's there), so
-an objective judges it by what was measured, not by the model's uncertainty; the next run never
-goes there. Runs that err no more than the interval said never widen an interval (the
+slowmax: `reference_points`), by the way sweep all in DRAM (`sweep_points`) or by verification
+runs carries its measured time, with an interval from run-to-run noise only (`measured_sigma`:
+the profile's measured noise for its own runs, `RUN_NOISE` for verification runs; never wider
+than the model's there), so an objective judges it by what was measured, not by the model's
+uncertainty; the next run never goes there. Runs that err no more than the interval said never widen an interval (the
 correction's sigma and the uncovered gap are capped by theirs before the runs). And no bound on a
 configuration's time says more than a measured configuration with at least as much slow memory
 and no more ways allows (`dominated_cap`): with slowmax measured at +132 %, no configuration at
