@@ -82,15 +82,7 @@ class KubeCluster:
             allow_watch_bookmarks=True,
             _preload_content=False,
         )
-        try:
-            if not 200 <= response.status <= 299:
-                raise WatchEnded(f"watch answered {response.status}")
-            yield from watch_events(response.stream(amt=None, decode_content=False))
-        finally:
-            # Closed, not handed back to the pool: a watch left before its end has unread
-            # bytes on its connection.
-            response.close()
-            response.release_conn()
+        yield from watched(response)
 
 
 class KubeNodeReports:
@@ -126,13 +118,7 @@ class KubeNodeReports:
             # Connecting is bounded; reading waits for the server to end the watch.
             _request_timeout=(self._timeout[0], timeout_seconds + self._timeout[1]),
         )
-        try:
-            if not 200 <= response.status <= 299:
-                raise WatchEnded(f"watch answered {response.status}")
-            yield from watch_events(response.stream(amt=None, decode_content=False))
-        finally:
-            response.close()
-            response.release_conn()
+        yield from watched(response)
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -286,6 +272,20 @@ class KubeEvents:
 
 class WatchEnded(RuntimeError):
     """A watch the server ended with an error (410 Gone) or refused."""
+
+
+def watched(response: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The events of a watch's unread response (urllib3's, from _preload_content=False), until
+    the server ends it; a response that is not a watch raises WatchEnded."""
+    try:
+        if not 200 <= response.status <= 299:
+            raise WatchEnded(f"watch answered {response.status}")
+        yield from watch_events(response.stream(amt=None, decode_content=False))
+    finally:
+        # Closed, not handed back to the pool: a watch left before its end has unread bytes
+        # on its connection.
+        response.close()
+        response.release_conn()
 
 
 def watch_events(chunks: Iterable[bytes]) -> Iterator[tuple[str, dict[str, Any]]]:

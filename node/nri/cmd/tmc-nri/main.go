@@ -131,7 +131,9 @@ func main() {
 	}
 }
 
-func eventsClient(kubeconfig string) (typedcorev1.EventsGetter, error) {
+// restConfig is the API server's address and credentials: the kubeconfig given, else the pod's
+// service account.
+func restConfig(kubeconfig string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -142,24 +144,22 @@ func eventsClient(kubeconfig string) (typedcorev1.EventsGetter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no API server: %w", err)
 	}
-	cfg.Timeout = 10 * time.Second
-	client, err := typedcorev1.NewForConfig(cfg)
+	return cfg, nil
+}
+
+func eventsClient(kubeconfig string) (typedcorev1.EventsGetter, error) {
+	cfg, err := restConfig(kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	return client, nil
+	cfg.Timeout = 10 * time.Second
+	return typedcorev1.NewForConfig(cfg)
 }
 
 func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
+	cfg, err := restConfig(kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("no API server: %w", err)
+		return nil, err
 	}
 	return kubernetes.NewForConfig(cfg)
 }
