@@ -4,16 +4,16 @@ again, as every refresh did before). Decisions are a stub here (each one is a ca
 service, ~3 ms of worker CPU by `bench.service_load`): the figure is the publisher's own work,
 and the count of decisions it asks for.
 
-    python -m bench.publisher_refresh [--pairs 30000]
+    python -m bench.publisher_refresh [--pairs 30000] [--json PATH]
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from bench.harness import Result, arguments
 from model import Utilization
 from model.node_contract import Recommendation
 from scheduler.decisions import Changed
@@ -42,9 +42,11 @@ class InMemoryObjects:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__)
     parser.add_argument("--pairs", type=int, default=30_000)
     args = parser.parse_args(argv)
+    if not 3 <= args.pairs <= 1_000_000:
+        parser.error("--pairs must be in 3..1000000")
     workloads = max(1, args.pairs // 3)  # three objectives per workload
     decided = [0]
     util = [Utilization(cpu=0.5, dram=0.5, slow=0.2, llc=0.3)]
@@ -53,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         decided[0] += 1
         return Decided(Recommendation(workload=workload, objective=objective, llc_ways=2))
 
+    result = Result("publisher_refresh", {"pairs": args.pairs, "workloads": workloads})
     pub = RecommendationPublisher(InMemoryObjects(), decide, utilization=lambda: util[0])
     for i in range(args.pairs):
         pub.publish(
@@ -68,6 +71,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         pub.publish_pending()
         cpu = time.process_time() - started
         print(f"  {label}: {cpu:.3f} CPU s, {asked} pairs asked for, {decided[0]} decisions")
+        result.figure(label, "CPU s", cpu, 3)
+        result.figure(label, "pairs asked for", asked)
+        result.figure(label, "decisions", decided[0])
 
     print(f"# publisher refresh, {args.pairs} published pairs ({workloads} workloads x 3)")
     measure("nothing changed (utilization within 0.05)", pub.refresh)
@@ -75,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     measure("1 % of the workloads with a new fit or run", lambda: pub.changed(Changed(changed)))
     util[0] = Utilization(cpu=0.5, dram=0.6, slow=0.2, llc=0.3)
     measure("utilization moved: every pair (what every refresh did before)", pub.refresh)
+    result.write(args.json)
 
 
 if __name__ == "__main__":
