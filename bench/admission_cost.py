@@ -4,7 +4,7 @@
 kube-apiserver spends per pod of a namespace tmc does not place in, on a real control plane
 (etcd and kube-apiserver from tests/scheduler/controlplane).
 
-    python -m bench.admission_cost [--rounds 3] [--pods 100]
+    python -m bench.admission_cost [--repeat 3] [--pods 100] [--json PATH]
 
 Three arms, interleaved round by round (their order rotating) so that drift in the machine's
 load hits them alike:
@@ -15,12 +15,12 @@ load hits them alike:
 A round makes N pods in the unlabelled namespace, each created, bound (pods/binding), its status
 patched and deleted, as the scheduler and a kubelet would; its cost is kube-apiserver's user and
 system CPU over the round (/proc/<pid>/stat) divided by N. Prints the median per arm, the ratios
-to `none` measured in the same run, and the load average before and after.
+to `none` measured in the same run, and the load average before and after (`--repeat`, also
+`--rounds`: rounds per arm).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
@@ -30,6 +30,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 
+from bench.harness import Result, arguments, process_cpu_seconds
 from tests.scheduler.controlplane import RELEASE, ControlPlane
 from tests.scheduler.controlplane import cluster as c
 from tests.services import wait_until
@@ -42,12 +43,8 @@ ARMS = ("none", "every", "tenants")
 
 
 def api_cpu_seconds(cp: ControlPlane) -> float:
-    """kube-apiserver's user + system CPU so far (fields 14 and 15 of /proc/<pid>/stat)."""
-    pid = cp.procs["kube-apiserver"].pid
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
+    """kube-apiserver's user + system CPU so far."""
+    return process_cpu_seconds(cp.procs["kube-apiserver"].pid)
 
 
 def policies(tenant_labels: dict[str, str]) -> list[dict[str, Any]]:
@@ -130,14 +127,19 @@ def one_round(cp: ControlPlane, api: k8s.CoreV1Api, n: int, tag: str) -> float:
     return (api_cpu_seconds(cp) - before) * 1000 / n
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3, help="rounds per arm")
+def main(argv: list[str] | None = None) -> None:
+    parser = arguments(
+        __doc__,
+        repeat=3,
+        repeat_help="rounds per arm",
+        repeat_aliases=("--rounds",),
+        repeat_bounds=(1, 50),
+    )
     parser.add_argument("--pods", type=int, default=100, help="pods per round")
-    args = parser.parse_args()
-    if not 1 <= args.rounds <= 50 or not 1 <= args.pods <= 10000:
-        parser.error("--rounds must be in 1..50 and --pods in 1..10000")
-    load_before = os.getloadavg()
+    args = parser.parse_args(argv)
+    if not 1 <= args.pods <= 10000:
+        parser.error("--pods must be in 1..10000")
+    result = Result("admission_cost", {"rounds": args.repeat, "pods": args.pods})
     cp = ControlPlane()
     try:
         cp.start()
@@ -150,7 +152,7 @@ def main() -> None:
             c.ensure_default_account(api, ns)
         one_round(cp, api, min(args.pods, 20), "warm")
         samples: dict[str, list[float]] = {arm: [] for arm in ARMS}
-        for r in range(args.rounds):
+        for r in range(args.repeat):
             order = ARMS[r % 3 :] + ARMS[: r % 3]
             for arm in order:
                 install(cp, arm)
@@ -159,15 +161,18 @@ def main() -> None:
                 print(f"round {r} {arm:8s} {ms:6.3f} ms/pod", flush=True)
     finally:
         cp.close()
-    load_after = os.getloadavg()
-    base = statistics.median(samples["none"])
     print(
         f"\nkube-apiserver CPU per non-tmc pod (create, bind, status patch, delete), "
-        f"{args.rounds} rounds x {args.pods} pods:"
+        f"{args.repeat} rounds x {args.pods} pods:"
     )
     for arm in ARMS:
-        med = statistics.median(samples[arm])
-        print(f"  {arm:8s} median {med:6.3f} ms/pod   ratio to none {med / base:5.2f}")
+        result.figure(arm, "median ms/pod", statistics.median(samples[arm]), 3)
+    for arm in ARMS:
+        med = result.figures[arm]["median ms/pod"]
+        rel = result.compare(arm, "median ms/pod", "none", label="ratio to none")
+        print(f"  {arm:8s} median {med:6.3f} ms/pod   ratio to none {rel:5.2f}")
+    doc = result.write(args.json)
+    load_before, load_after = doc["load_average"]["start"], doc["load_average"]["end"]
     print(
         f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} "
         f"({os.cpu_count()} CPUs); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"

@@ -7,7 +7,8 @@ as an API server writes them, managed fields included) through the feeder's own 
 batches as its thread does. The figure is the publisher's; PostgreSQL's CPU for the same burst
 (its backends', read from /proc: the server runs on this machine) is printed beside it.
 
-    python -m bench.feeder_events [--pods 1000] [--nodes 500] [--batch 1000] [--baseline DIR]
+    python -m bench.feeder_events [--pods 1000] [--nodes 500] [--batch 1000] [--repeat 3]
+                                  [--baseline DIR] [--json PATH]
 
 `--baseline DIR`: another checkout of tmc (e.g. `git worktree add --detach /tmp/tmc-base
 main`) measured in the same run, against the same database server, rounds interleaved; the
@@ -17,6 +18,7 @@ ratio printed is this tree's CPU over the baseline's.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -25,6 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import orjson
@@ -338,6 +341,21 @@ def measure(
     }
 
 
+def this_harness() -> ModuleType:
+    """This checkout's bench/harness.py, loaded from its file: the measuring child runs with the
+    measured tree's packages first on its path (--baseline), and that tree's bench may predate
+    the harness. The harness needs nothing but the standard library."""
+    name = "tmc_bench_harness"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("harness.py"))
+        if spec is None or spec.loader is None:
+            raise ImportError("bench/harness.py is missing")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 def server_cpu(sessions: sessionmaker[Session]) -> float:
     """CPU seconds the database server's client backends have used (the mirror's pooled
     connections stay open across the burst)."""
@@ -345,15 +363,7 @@ def server_cpu(sessions: sessionmaker[Session]) -> float:
         pids = session.scalars(
             text("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'")
         ).all()
-    ticks = 0
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return float(this_harness().processes_cpu_seconds(pids))
 
 
 def _child(tree: Path, database_url: str, pods: int, nodes: int, batch: int) -> dict[str, float]:
@@ -367,10 +377,16 @@ def _child(tree: Path, database_url: str, pods: int, nodes: int, batch: int) -> 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    harness = this_harness()
+    parser: argparse.ArgumentParser = harness.arguments(
+        __doc__,
+        repeat=3,
+        repeat_help="rounds, each tree measured once a round",
+        repeat_aliases=("--rounds",),
+        repeat_bounds=(1, 50),
+    )
     parser.add_argument("--pods", type=int, default=1000, help="tiered pods (as many plain)")
     parser.add_argument("--nodes", type=int, default=500)
-    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--batch",
         type=int,
@@ -381,6 +397,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline", type=Path, help="another tmc checkout to compare with")
     parser.add_argument("--measure", metavar="DATABASE_URL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if not 1 <= args.pods <= 100_000 or not 1 <= args.nodes <= 100_000 or args.batch < 1:
+        parser.error("--pods and --nodes must be in 1..100000, --batch at least 1")
     if args.measure:
         print(json.dumps(measure(args.measure, args.pods, args.nodes, args.batch)))
         return
@@ -389,20 +407,22 @@ def main(argv: list[str] | None = None) -> None:
     trees = {"this tree": here}
     if args.baseline is not None:
         trees = {"baseline": args.baseline.resolve(), **trees}
+    params = {"pods": args.pods, "nodes": args.nodes, "rounds": args.repeat, "batch": args.batch}
+    result = harness.Result("feeder_events", params)
     server = PostgresServer()
     try:
         upgrade_to_head(server.url)
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-        for _ in range(args.rounds):  # interleaved: a noisy moment costs both alike
+        for _ in range(args.repeat):  # interleaved: a noisy moment costs both alike
             for name, tree in trees.items():
                 runs[name].append(_child(tree, server.url, args.pods, args.nodes, args.batch))
     finally:
         server.close()
     print(
-        f"{args.pods} tiered + {args.pods} plain pods, {args.nodes} nodes, {args.rounds} rounds, "
+        f"{args.pods} tiered + {args.pods} plain pods, {args.nodes} nodes, {args.repeat} rounds, "
         f"{args.batch} events a batch"
     )
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average: {harness.load_text(harness.load_average(), 2)}")
     per_pod: dict[str, float] = {}
     for name, results in runs.items():
         n_events = results[0]["events"]
@@ -416,8 +436,15 @@ def main(argv: list[str] | None = None) -> None:
             f"both {per_pod[name] * 1e3:6.3f} ms CPU per tiered pod (median of {len(results)}); "
             f"PostgreSQL {postgres / args.pods * 1e3:6.3f} ms"
         )
+        result.figure(name, "watch us/event", watch / n_events * 1e6, 1)
+        result.figure(name, "mirror ms/tiered pod", mirror / args.pods * 1e3, 3)
+        result.figure(name, "both ms CPU/tiered pod", per_pod[name] * 1e3, 3)
+        result.figure(name, "PostgreSQL ms/tiered pod", postgres / args.pods * 1e3, 3)
     if "baseline" in per_pod:
-        print(f"ratio this tree / baseline: {per_pod['this tree'] / per_pod['baseline']:.2f}")
+        r = harness.ratio(per_pod["this tree"], per_pod["baseline"])
+        print(f"ratio this tree / baseline: {r:.2f}")
+        result.compare("this tree", "both ms CPU/tiered pod", "baseline", label="ratio to baseline")
+    result.write(args.json)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 real runtime the node tests use (containerd from the Go module proxy, Debian's runc, NRI on a
 private socket; tests/node/runtime/harness.py).
 
-    python -m bench.nri_create [--quick] [--rounds 4] [--per-round 20]
+    python -m bench.nri_create [--quick] [--repeat 4] [--per-round 20] [--json PATH]
 
 Three arms, interleaved round by round (their order alternating) so that drift in the machine's
 load hits them alike:
@@ -18,15 +18,14 @@ after.
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from tmc_agent import shim
 
+from bench.harness import Latency, Result, arguments, load_text
 from model import node_contract as contract
 from tests.node.runtime import harness
 
@@ -56,24 +55,26 @@ def block(rt: harness.Containerd, uid: str, ann: dict[str, str], n: int, tag: st
     return out
 
 
-def summary(name: str, ms: list[float]) -> str:
-    ordered = sorted(ms)
-    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+def summary(name: str, t: Latency) -> str:
     return (
-        f"{name:9s} n={len(ms):3d}  median {statistics.median(ms):7.1f} ms  "
-        f"p90 {p90:7.1f} ms  mean {statistics.fmean(ms):7.1f} ms"
+        f"{name:9s} n={t.n:3d}  median {t.p50:7.1f} ms  p90 {t.p90:7.1f} ms  mean {t.mean:7.1f} ms"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = arguments(
+        __doc__,
+        repeat=4,
+        repeat_help="rounds, every arm measured once a round",
+        repeat_aliases=("--rounds",),
+        repeat_bounds=(1, 50),
+    )
     ap.add_argument("--quick", action="store_true", help="1 round of 5 per arm")
-    ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--per-round", type=int, default=20)
     args = ap.parse_args(argv)
-    rounds, per_round = (1, 5) if args.quick else (args.rounds, args.per_round)
-    if not 1 <= rounds <= 50 or not 1 <= per_round <= 500:
-        ap.error("--rounds 1..50, --per-round 1..500")
+    rounds, per_round = (1, 5) if args.quick else (args.repeat, args.per_round)
+    if not 1 <= per_round <= 500:
+        ap.error("--per-round 1..500")
 
     bin_dir = harness.build_runtime()
     with tempfile.TemporaryDirectory(prefix="tmc-nri-bench-") as tmp:
@@ -93,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
             samples: dict[str, list[float]] = {"baseline": [], "placed": [], "unplaced": []}
             # The plugin's own time in CreateContainer (its histogram's sum and count), per arm.
             own: dict[str, list[float]] = {"placed": [0.0, 0.0], "unplaced": [0.0, 0.0]}
-            load_before = os.getloadavg()
+            # The load average is read from here: the runtime's start is not the measurement's.
+            result = Result("nri_create", {"rounds": rounds, "per_round": per_round})
             block(rt, "6f1c2a9e-0000-4000-8000-999999999999", placed, 3, "warm")  # warm caches
             serial = 0
 
@@ -147,30 +149,28 @@ def main(argv: list[str] | None = None) -> int:
                     arm("placed", placed)
                     plugin_off()
                     arm("baseline", placed)
-            load_after = os.getloadavg()
         finally:
             plugin.stop()
             rt.remove_pods()
             rt.stop()
-    base_median = statistics.median(samples["baseline"])
     print(
         f"CreateContainer through CRI (crictl create), containerd v2.4.2 + runc, {rounds} x {per_round} per arm"
     )
-    for name, ms in samples.items():
-        ratio = statistics.median(ms) / base_median
-        print(f"{summary(name, ms)}  ratio to baseline {ratio:.3f}")
+    figures = {name: result.latency(name, ms, digits=1) for name, ms in samples.items()}
+    for name in samples:
+        ratio = result.compare(name, "p50 ms", "baseline", label="ratio to baseline", digits=3)
+        print(f"{summary(name, figures[name])}  ratio to baseline {ratio:.3f}")
     for name, (total, count) in own.items():
         if count:
+            mean = result.figure(name, "tmc-nri's own mean ms", total / count * 1000, 3)
             print(
                 f"{name:9s} tmc-nri's own time in CreateContainer: mean "
-                f"{total / count * 1000:.3f} ms over {int(count)} calls"
+                f"{mean:.3f} ms over {int(count)} calls"
             )
+    load = result.write(args.json)["load_average"]
     print(
-        "load average before "
-        + " ".join(f"{x:.2f}" for x in load_before)
-        + ", after "
-        + " ".join(f"{x:.2f}" for x in load_after)
-        + f" ({os.cpu_count()} CPUs)"
+        f"load average before {load_text(load['start'], 2)}, after {load_text(load['end'], 2)}"
+        f" ({os.cpu_count()} CPUs)"
     )
     return 0
 

@@ -2,7 +2,7 @@
 PostgreSQL and Redis, asked one request after another, first alone, then while 40 capacity plans
 (or 40 tiering advice requests at their bounds) are sent at once.
 
-    python -m bench.planner_load [--requests 300] [--plans 40] [--work plans|tiering]
+    python -m bench.planner_load [--repeat 300] [--plans 40] [--work plans|tiering] [--json PATH]
 
 Prints the probed endpoint's p50 and p99 in both phases, and their ratio (busy / alone),
 measured in the same run. Plans and advice run in child processes (api.planning); the figure
@@ -11,10 +11,7 @@ says what they cost the requests that share the machine with them.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import statistics
 import threading
 import time
 from pathlib import Path
@@ -22,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from bench.harness import Latency, Result, arguments, load_average, load_text
 from bench.service_load import demo_service
 from model.resources import GIB
 from tests.services import PostgresServer, RedisServer, uvicorn_server, wait_until
@@ -79,21 +77,28 @@ def latencies(
     return out
 
 
-def figures(xs: list[float]) -> str:
-    p99 = statistics.quantiles(xs, n=100)[98]
-    return f"p50 {statistics.median(xs) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms (n={len(xs)})"
+def figures(seconds: list[float]) -> str:
+    t = Latency.of(seconds)
+    return f"p50 {t.p50 * 1000:.1f} ms, p99 {t.p99 * 1000:.1f} ms (n={t.n})"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=300)
+def main(argv: list[str] | None = None) -> None:
+    parser = arguments(
+        __doc__,
+        repeat=300,
+        repeat_help="probe requests in each phase",
+        repeat_aliases=("--requests",),
+        repeat_bounds=(2, 100_000),
+    )
     parser.add_argument("--plans", type=int, default=40, help="how many at once")
     parser.add_argument("--work", choices=["plans", "tiering"], default="plans")
     parser.add_argument("--probe", choices=["recommend", "healthz"], default=None)
     parser.add_argument(
         "--tiering-budget", type=float, default=2.0, help="each advice's time_budget_seconds"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if not 1 <= args.plans <= 1000:
+        parser.error("--plans must be in 1..1000")
     probe = args.probe or ("recommend" if args.work == "plans" else "healthz")
     if args.work == "plans":
         url, body = "/v1/planner/capacity", PLAN
@@ -102,12 +107,16 @@ def main() -> None:
     postgres, redis_server = PostgresServer(), RedisServer()
     try:
         token, env = demo_service(postgres, redis_server)
-        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-        print(f"# /{probe} while {args.work} run: 1 uvicorn worker; load average {load}")
+        params = {"requests": args.repeat, "plans": args.plans, "work": args.work, "probe": probe}
+        result = Result("planner_load", params)
+        print(
+            f"# /{probe} while {args.work} run: 1 uvicorn worker; "
+            f"load average {load_text(load_average())}"
+        )
         with uvicorn_server(env) as base:
             wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 60, "readiness")
             latencies(base, token, 50, None, probe)  # warm the caches
-            alone = latencies(base, token, args.requests, None, probe)
+            alone = latencies(base, token, args.repeat, None, probe)
             done = threading.Event()
             codes: list[int] = []
 
@@ -129,14 +138,19 @@ def main() -> None:
 
             watcher = threading.Thread(target=wait_for_plans, daemon=True)
             watcher.start()
-            during = latencies(base, token, args.requests, done, probe)
+            during = latencies(base, token, args.repeat, done, probe)
             watcher.join()
         print(f"/{probe} alone: {figures(alone)}")
         print(f"/{probe} while {args.plans} {args.work} ran: {figures(during)}")
         others = sorted(set(codes) - {200})
         print(f"{args.work} answered: {codes.count(200)} of {args.plans} (others: {others})")
-        ratio = statistics.quantiles(during, n=100)[98] / statistics.quantiles(alone, n=100)[98]
+        alone_row, during_row = f"/{probe} alone", f"/{probe} while {args.plans} {args.work} ran"
+        result.latency(alone_row, [x * 1000 for x in alone], digits=1)
+        result.latency(during_row, [x * 1000 for x in during], digits=1)
+        result.figure(during_row, f"{args.work} answered", codes.count(200))
+        ratio = result.compare(during_row, "p99 ms", alone_row, label="ratio p99 to alone")
         print(f"ratio p99 with {args.work} / alone: {ratio:.2f}")
+        result.write(args.json)
     finally:
         redis_server.close()
         postgres.close()
