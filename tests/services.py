@@ -10,6 +10,7 @@ import contextlib
 import glob
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -27,11 +28,33 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# Listening ports come from below the kernel's ephemeral range (32768-60999 by default): a port
+# the kernel hands out for bind(0) is one it may also give an outgoing connection (kube-apiserver's
+# to etcd, a client's to PostgreSQL) between the probe and the server's own bind, and the server
+# then fails to start. Ports handed out once are not handed out again in this process.
+_LISTEN_PORTS = range(20000, 32768)
+_handed_out: set[int] = set()
+
+
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
+    """A port nothing listens on, outside the ephemeral range, not handed out before."""
+    ports = [p for p in _LISTEN_PORTS if p < _ephemeral_floor() and p not in _handed_out]
+    for port in random.sample(ports, k=min(len(ports), 200)):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    raise RuntimeError("no free listening port below the ephemeral range")
 
 
 def wait_until(check: object, timeout: float, what: str) -> None:

@@ -69,17 +69,22 @@ def plans(base: str) -> dict[str, float]:
 
 
 def test_a_large_mix_is_planned_within_its_time_limit(server: str) -> None:
-    started = time.monotonic()
+    """The plan's own deadline holds it (its time limit and the margin for building models),
+    well within what the service allows a plan's process beyond it: an answer, not a 503, and
+    no plan counted as overrun. Wall time is not asserted: on a loaded machine a forked
+    child's start alone may take seconds, which the service's allowance does not count."""
+    before = plans(server)
     r = httpx.post(
         f"{server}/v1/planner/capacity",
         json=big_mix(0.1),
         headers=auth(Role.scheduler),
         timeout=60,
     )
-    elapsed = time.monotonic() - started
     assert r.status_code in (200, 422), r.text
-    # The time limit, the deadline's margin for building models, and a forked child's start.
-    assert elapsed < 0.1 + 1.0 + 3.0, elapsed
+    after = plans(server)
+    assert after.get("overran", 0.0) == before.get("overran", 0.0)
+    answered = ("answered", "refused_by_planner")
+    assert sum(after.get(k, 0.0) for k in answered) == sum(before.get(k, 0.0) for k in answered) + 1
 
 
 def test_a_plan_stops_when_its_client_leaves(server: str) -> None:

@@ -175,6 +175,17 @@ def test_pods_follow_the_adopted_plans_machine_patterns(
     its workload, where tmc-scheduler without patterns placed it elsewhere
     (tests/scheduler/controlplane/patterns.py)."""
     upload_example(stack.sessions, "xsbench")
+    # The publisher sees a new fit within its poll and decides the workload's published pairs
+    # again, against the utilization of that moment: the scenario starts once it has seen this
+    # one, so xsbench's pair is decided once, when its first pod appears, and keeps that
+    # configuration through the scenario (the refresh is an hour here).
+    wait_until(
+        lambda: (
+            "new fits or runs for ['xsbench']" in stack.publisher.log.read_text(errors="replace")
+        ),
+        30,
+        "the publisher's look at xsbench's new fit",
+    )
     try:
         planned.follow_the_plan(
             stack.cp, stack.api, ns, lambda names, n: placed(stack, names, n), tmp_path

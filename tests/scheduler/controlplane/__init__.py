@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from ssl import create_default_context
 from typing import NoReturn
@@ -227,6 +228,29 @@ class ControlPlane:
         ) as r:
             return bool(r.status == 200)
 
+    def _wait_serving(self, name: str, ready: Callable[[], bool], timeout: float) -> None:
+        """Wait for `name` to answer `ready`; a process that exits first fails at once, with the
+        end of its log (a port taken, a flag refused), instead of at the timeout."""
+
+        def serving() -> bool:
+            if self.procs[name].poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited ({self.procs[name].returncode}):\n{self.log(name)[-3000:]}"
+                )
+            return ready()
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if serving():
+                    return
+            except RuntimeError:
+                raise
+            except Exception:  # not answering yet
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"{name} not ready after {timeout} s:\n{self.log(name)[-3000:]}")
+
     def start(self) -> None:
         started = time.monotonic()
         self._pki()
@@ -252,7 +276,7 @@ class ControlPlane:
                 "--unsafe-no-fsync",
             ],
         )
-        wait_until(lambda: self._ready(f"http://127.0.0.1:{client}/health"), 30, "etcd")
+        self._wait_serving("etcd", lambda: self._ready(f"http://127.0.0.1:{client}/health"), 30)
         d = self.dir
         self._spawn(
             "kube-apiserver",
@@ -284,7 +308,9 @@ class ControlPlane:
                 *(["--feature-gates=WatchList=false"] if self.legacy_watches else []),
             ],
         )
-        wait_until(lambda: self._ready(f"{self.server}/readyz", self.admin_token), 90, "apiserver")
+        self._wait_serving(
+            "kube-apiserver", lambda: self._ready(f"{self.server}/readyz", self.admin_token), 90
+        )
         self.startup_seconds = time.monotonic() - started
 
     def start_scheduler(
