@@ -3,14 +3,14 @@ PostgreSQL that holds 20,000 nodes, 10,000 workloads, 100,000 bound pods and 1,0
 decisions, and the same for a fleet ten times smaller, so that the growth shows.
 
     python -m bench.fleet [--nodes 20000] [--workloads 10000] [--pods 100000]
-                          [--decisions 1000000] [--requests 20] [--smaller 10]
-                          [--burst 1000] [--no-full-refresh]
+                          [--decisions 1000000] [--repeat 20] [--smaller 10]
+                          [--burst 1000] [--no-full-refresh] [--json PATH]
 
 The fleet is written straight into the tables with COPY (not through the API: a million
 decisions through /recommend would take hours): every workload gets a copy of the graph500
 example's profile and fitted model, every decision a copy of a real decision's explanation, and
 every pod a reservation (its slow memory from the rack pool on a pooled node) and a placement
-log row on a random node. Then one uvicorn worker answers each request `--requests` times (a
+log row on a random node. Then one uvicorn worker answers each request `--repeat` times (a
 dashboard page's requests at once, as the browser sends them), and plans a live rebalance (the
 whole ledger, and 100 nodes). Then the publisher, in this process on the same database, with every workload's three
 pairs published: one refresh when nothing changed, one with 1 % of the workloads changed, one
@@ -22,13 +22,10 @@ to the smaller fleet's, measured in the same run.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import itertools
 import json
-import os
 import random
-import statistics
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -46,6 +43,7 @@ from api.migrate import upgrade_to_head
 from api.services.models import ModelCache
 from api.services.recommendations import DecisionInput, decide
 from api.settings import Settings
+from bench.harness import Result, arguments, load_average, load_text, percentile
 from bench.publisher_refresh import InMemoryObjects
 from model import Utilization, parse_objective
 from model.node_contract import PlacedConfiguration, Placement, Recommendation
@@ -344,8 +342,7 @@ def measure(base: str, token: str, count: int) -> dict[str, Timing]:
                         failed = f"{bad[0][0]} from {bad[0][1]}"
                         break
                 times = times[1:] or times  # the first warms the worker's caches
-                p99 = max(times) if len(times) < 100 else statistics.quantiles(times, n=100)[98]
-                out[name] = Timing(statistics.median(times), p99, failed)
+                out[name] = Timing(percentile(times, 50), percentile(times, 99), failed)
     finally:
         for client in clients:
             client.close()
@@ -603,13 +600,18 @@ def run_fleet(fleet: Fleet, requests: int, burst: int, full_refresh: bool) -> Fl
         postgres.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = arguments(
+        __doc__,
+        repeat=20,
+        repeat_help="timed requests per request group",
+        repeat_aliases=("--requests",),
+        repeat_bounds=(1, 10_000),
+    )
     parser.add_argument("--nodes", type=int, default=20_000)
     parser.add_argument("--workloads", type=int, default=10_000)
     parser.add_argument("--pods", type=int, default=100_000)
     parser.add_argument("--decisions", type=int, default=1_000_000)
-    parser.add_argument("--requests", type=int, default=20, help="per request group")
     parser.add_argument("--smaller", type=int, default=10, help="the comparison fleet's divisor")
     parser.add_argument("--burst", type=int, default=1000, help="pods bound at once (mirror)")
     parser.add_argument(
@@ -617,16 +619,30 @@ def main() -> None:
         action="store_true",
         help="skip the refresh that decides every published pair again (minutes at the fleet)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    sizes = (args.nodes, args.workloads, args.pods, args.decisions, args.burst, args.smaller)
+    if min(sizes) < 1 or max(sizes) > 100_000_000:
+        parser.error("sizes, --burst and --smaller must be in 1..100000000")
     big = Fleet(args.nodes, args.workloads, args.pods, args.decisions)
     fleets = [big.smaller(args.smaller), big] if args.smaller > 1 else [big]
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    result = Result(
+        "fleet",
+        {
+            **{k: getattr(args, k) for k in ("nodes", "workloads", "pods", "decisions")},
+            "requests": args.repeat,
+            "smaller": args.smaller,
+            "burst": args.burst,
+            "full_refresh": not args.no_full_refresh,
+        },
+    )
+    load = load_text(result.load_start)
     print(f"# tmc at a fleet's size: 1 uvicorn worker, PostgreSQL; load average {load}")
     results: list[FleetRun] = []
     for fleet in fleets:
-        run = run_fleet(fleet, args.requests, args.burst, not args.no_full_refresh)
+        run = run_fleet(fleet, args.repeat, args.burst, not args.no_full_refresh)
         results.append(run)
-        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        record(result, fleet, run)
+        load = load_text(load_average())
         print(
             f"## {fleet.nodes} nodes, {fleet.workloads} workloads, {fleet.pods} bound pods,"
             f" {fleet.decisions} decisions: generated in {run.generated_seconds:.0f} s;"
@@ -643,17 +659,47 @@ def main() -> None:
                 flush=True,
             )
     if len(results) == 2:
-        small, large = results
+        small, large = (f"{f.nodes} nodes" for f in fleets)
         print(f"## at the fleet / at the fleet {args.smaller}x smaller (same run)")
-        ratio = large.database_bytes / max(small.database_bytes, 1)
-        print(f"  database size: {ratio:.1f}x")
+        r = result.compare(
+            "database", f"{large} MiB", "database", against_column=f"{small} MiB", label="ratio"
+        )
+        print(f"  database size: {r:.1f}x")
         for name in REQUESTS:
-            ratio = large.requests[name].p99 / max(small.requests[name].p99, 1e-9)
-            print(f"  {name} p99: {ratio:.1f}x")
-        for name in large.steps:
-            if name in small.steps:
-                ratio = large.steps[name].wall / max(small.steps[name].wall, 1e-9)
-                print(f"  {name} wall: {ratio:.1f}x")
+            r = result.compare(
+                name,
+                f"{large} p99 ms",
+                name,
+                against_column=f"{small} p99 ms",
+                label="ratio of p99",
+            )
+            print(f"  {name} p99: {r:.1f}x")
+        for name in results[1].steps:
+            if name in results[0].steps:
+                r = result.compare(
+                    name,
+                    f"{large} wall s",
+                    name,
+                    against_column=f"{small} wall s",
+                    label="ratio of wall",
+                )
+                print(f"  {name} wall: {r:.1f}x")
+    result.write(args.json)
+
+
+def record(result: Result, fleet: Fleet, run: FleetRun) -> None:
+    """One fleet's figures, in columns named by its size: the two fleets side by side."""
+    size = f"{fleet.nodes} nodes"
+    result.figure("database", f"{size} MiB", run.database_bytes / 2**20, 0)
+    result.figure("database", f"{size} generated s", run.generated_seconds, 0)
+    for name, t in run.requests.items():
+        result.figure(name, f"{size} p50 ms", t.p50 * 1000, 1)
+        result.figure(name, f"{size} p99 ms", t.p99 * 1000, 1)
+        if t.failed:
+            result.figure(name, f"{size} failed", t.failed)
+    for name, step in run.steps.items():
+        result.figure(name, f"{size} wall s", step.wall, 2)
+        result.figure(name, f"{size} CPU s", step.cpu, 2)
 
 
 if __name__ == "__main__":

@@ -230,9 +230,12 @@ class Result:
     ratios: dict[str, dict[str, float | None]] = field(default_factory=dict)
     baselines: dict[str, dict[str, str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # The figures before rounding: a ratio divides what was measured, not what is printed.
+    exact: dict[tuple[str, str], Value] = field(default_factory=dict, repr=False)
 
     def figure(self, row: str, column: str, value: Value, digits: int | None = None) -> Value:
         """Record one figure; `digits` rounds it to what the printed line shows."""
+        self.exact[row, column] = value
         if isinstance(value, float) and not math.isfinite(value):
             value = None  # JSON has no NaN: a figure that could not be read is null
         elif digits is not None and isinstance(value, float):
@@ -273,11 +276,12 @@ class Result:
         by default the same column), both of this run; recorded under `label` with what it
         divides by."""
         label = label or f"{column} / {against}"
-        value = self.figures[row][column]
-        base = self.figures[against][against_column or column]
-        if not isinstance(value, int | float) or not isinstance(base, int | float):
+        value = self.exact[row, column]
+        base = self.exact[against, against_column or column]
+        if isinstance(value, str) or isinstance(base, str):
             raise TypeError(f"a ratio of {row}/{column} to {against}: figures are not numbers")
-        r = ratio(value, base)
+        # A figure that could not be read (null) makes the ratio unknown, not an error.
+        r = math.nan if value is None or base is None else ratio(value, base)
         # JSON has no NaN: a ratio to a zero baseline is written as null.
         self.ratios.setdefault(row, {})[label] = None if math.isnan(r) else round(r, digits)
         self.baselines.setdefault(row, {})[label] = f"{against}: {against_column or column}"

@@ -7,7 +7,7 @@ kube-scheduler calling tmc-extender (the same engine's extender front door). Bot
 read what the recommendation publisher publishes; it also keeps the ledger's mirror.
 
     python -m bench.scheduler_e2e [--pods 500] [--nodes 100 5000] [--profile out.json]
-                                  [--pprof DIR] [--compare-engine DIR]
+                                  [--pprof DIR] [--compare-engine DIR] [--json PATH]
 
 Needs the control plane of tests/scheduler/controlplane (built from Go modules). Nodes carry the
 capacity annotations an agent publishes (model.node_contract), written directly: agents are not
@@ -40,16 +40,13 @@ sample. The pod watch is reopened when it closes.
 
 from __future__ import annotations
 
-import argparse
 import copy
-import math
 import os
 import re
 import shutil
 import signal
 import socket
 import ssl
-import statistics
 import subprocess
 import sys
 import threading
@@ -64,6 +61,14 @@ import yaml
 
 from api.migrate import upgrade_to_head
 from api.settings import Settings
+from bench.harness import (
+    Result,
+    arguments,
+    load_average,
+    percentile,
+    process_cpu_seconds,
+    tree_cpu_seconds,
+)
 from model.node_contract import NodeCapacity
 from model.resources import GIB
 from scheduler.kube import watch_events
@@ -75,38 +80,6 @@ from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import plugin as plugin_path
 from tests.scheduler.controlplane.goextender import GoExtenderProcess
 from tests.services import PostgresServer, free_port, wait_until
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (0 when it is gone)."""
-    fields = _stat(pid)
-    if fields is None:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds of a process and of its children, living and reaped: PostgreSQL's postmaster
-    and its backends (a backend's time reaches the postmaster's cutime when it exits)."""
-    fields = _stat(pid)
-    if fields is None:
-        return 0.0
-    ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            child = _stat(int(entry.name))
-            if child is not None and int(child[1]) == pid:  # ppid
-                ticks += sum(int(f) for f in child[11:15])
-    return ticks / CLOCK_TICKS
 
 
 def machine_busy(interval: float = 1.0) -> float:
@@ -150,14 +123,18 @@ class CpuMeter:
         self.api = api
         self.requests = api_requests(api) if api is not None else {}
         self.before = {name: self._seconds(name, pid) for name, pid in self.pids.items()}
+        self.per_pod_ms: dict[str, float] = {}  # what `line` read: CPU ms per pod by process
 
     def _seconds(self, name: str, pid: int) -> float:
-        return tree_cpu_seconds(pid) if name in self.trees else cpu_seconds(pid)
+        return tree_cpu_seconds(pid) if name in self.trees else process_cpu_seconds(pid)
 
     def line(self, pods: int) -> str:
         used = {n: self._seconds(n, pid) - self.before[n] for n, pid in self.pids.items()}
         parts = [f"{n} {1000 * v / pods:.1f} ms" for n, v in used.items()]
         total = sum(used.values())
+        self.per_pod_ms = {n: 1000 * v / pods for n, v in used.items()} | {
+            "total": 1000 * total / pods
+        }
         line = f"    CPU per pod: {', '.join(parts)}; total {1000 * total / pods:.1f} ms"
         if self.api is not None:
             line += "\n" + requests_line(self.requests, api_requests(self.api), pods)
@@ -401,10 +378,12 @@ def run(cp: ControlPlane, ns: str, bodies: list[dict[str, Any]], timeout: float)
             f"(e.g. {missing[:5]})"
         )
     elapsed = max(bound.values()) - start
-    waits = sorted(bound[k] - created[k] for k in bound)
-    p99 = waits[min(len(waits) - 1, math.ceil(0.99 * len(waits)) - 1)]
+    waits = [bound[k] - created[k] for k in bound]
     return Burst(
-        len(bound) / elapsed, statistics.median(waits), p99, reopened[0] if reopened else 0
+        len(bound) / elapsed,
+        percentile(waits, 50),
+        percentile(waits, 99),
+        reopened[0] if reopened else 0,
     )
 
 
@@ -532,13 +511,15 @@ def one_size(
     profile: Path | None,
     pprof: Path | None = None,
     compare: Path | None = None,
+    result: Result | None = None,
 ) -> bool:
-    """Every run at one node count; False when a run did not see every pod bound."""
+    """Every run at one node count, its figures recorded in result; False when a run did not
+    see every pod bound."""
     cp = ControlPlane()
     postgres = PostgresServer()
     publisher: plugin_path.PublisherProcess | None = None
     goext: GoExtenderProcess | None = None
-    load_before = os.getloadavg()
+    load_before = load_average()
     try:
         upgrade_to_head(postgres.url)
         empty_tables(postgres.dsn())
@@ -612,6 +593,7 @@ def one_size(
             )
         stock = run(cp, "plain", [without_opt_in(b) for b in bodies], timeout)
         stock_cpu = meter.line(pods)
+        stock_cpu_meter = meter
         if stock_api_profiling is not None:
             stock_api_profiling.join(180)
             stock_profiling.join(180)
@@ -633,12 +615,14 @@ def one_size(
             api_profiling = profile_scheduler(cp, "kube-apiserver", max(5, pods // 60), api_profile)
         plugin = run(cp, "plugin", bodies, timeout)
         plugin_cpu = meter.line(pods)
+        plugin_cpu_meter = meter
         if profiling is not None:
             profiling.join(180)
             api_profiling.join(180)
         cp.stop_process("tmc-scheduler")
         c.delete_all_pods(api, "plugin")
         compared = compared_cpu = None
+        compared_cpu_meter: CpuMeter | None = None
         if compare is not None:
             # Another build of tmc-scheduler (an earlier commit's) on the same pods, nodes and
             # control plane, right after this one's: a before/after in one run.
@@ -651,6 +635,7 @@ def one_size(
             meter = measured({"scheduler": pid(cp.procs["tmc-scheduler"])})
             compared = run(cp, "compare", bodies, timeout)
             compared_cpu = meter.line(pods)
+            compared_cpu_meter = meter
             cp.stop_process("tmc-scheduler")
             c.delete_all_pods(api, "compare")
         # The extender front door of the same engine: the stock kube-scheduler calling
@@ -693,6 +678,7 @@ def one_size(
                 spy.send_signal(signal.SIGINT)
                 spy.wait(60)
         extender_cpu = meter.line(pods)
+        extender_cpu_meter = meter
         ext_metrics = goext.metrics()
         # Stock again, last: the control plane has served every burst before it by then (etcd
         # holds their history), so the two stock runs bracket the tmc paths and show how much
@@ -707,10 +693,11 @@ def one_size(
         meter = measured({"scheduler": pid(cp.procs["kube-scheduler"])})
         stock_again = run(cp, "plain2", [without_opt_in(b) for b in bodies], timeout)
         stock_again_cpu = meter.line(pods)
+        stock_again_cpu_meter = meter
         after = verb_latency(ext_metrics)
         first = verb_latency(before)
         phases = bind_phases(ext_metrics)
-        load_after = os.getloadavg()
+        load_after = load_average()
         print(
             f"{nodes} nodes, {pods} pods (load average {load_before[0]:.1f} at the start, "
             f"{load_after[0]:.1f} at the end)"
@@ -736,6 +723,13 @@ def one_size(
         if compared is not None:
             print(compared.ratio(f"compare ({compare.name})", stock, "the other build"))
         print(f"  plugin: recommendation published in {warm.median * 1000:.0f} ms (first pod)")
+        if result is not None:
+            runs = {"stock": (stock, stock_cpu_meter), "plugin": (plugin, plugin_cpu_meter)}
+            runs["extender"] = (extender, extender_cpu_meter)
+            runs["stock again"] = (stock_again, stock_again_cpu_meter)
+            if compared is not None and compared_cpu_meter is not None:
+                runs["plugin (compare)"] = (compared, compared_cpu_meter)
+            record_size(result, nodes, runs, (load_before[0], load_after[0]))
         print(
             "  extender bind phases (mean): "
             + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in phases.items())
@@ -774,8 +768,34 @@ def one_size(
     return True
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def record_size(
+    result: Result,
+    nodes: int,
+    runs: dict[str, tuple[Burst, CpuMeter]],
+    load: tuple[float, float],
+) -> None:
+    """One node count's bursts as rows, with each tmc path's ratios to the stock run."""
+    for label, (burst, meter) in runs.items():
+        row = f"{nodes} nodes, {label}"
+        result.figure(row, "pods/s", burst.rate, 1)
+        result.figure(row, "median ms", burst.median * 1000, 0)
+        result.figure(row, "p99 ms", burst.p99 * 1000, 0)
+        result.figure(row, "CPU ms/pod", meter.per_pod_ms.get("total", float("nan")), 1)
+        for process, ms in meter.per_pod_ms.items():
+            if process != "total":
+                result.figure(row, f"{process} CPU ms/pod", ms, 1)
+        result.figure(row, "load at start, end", f"{load[0]:.1f}, {load[1]:.1f}")
+    stock = f"{nodes} nodes, stock"
+    for label in runs:
+        if label != "stock":
+            row = f"{nodes} nodes, {label}"
+            result.compare(row, "pods/s", stock, label="ratio pods/s")
+            result.compare(row, "median ms", stock, label="ratio median")
+            result.compare(row, "p99 ms", stock, label="ratio p99")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = arguments(__doc__)
     ap.add_argument("--pods", type=int, default=500)
     ap.add_argument("--nodes", type=int, nargs="+", default=[100, 5000])
     ap.add_argument(
@@ -800,9 +820,12 @@ def main() -> None:
         "NodeResourcesFit when the build has no TmcNodeResourcesFit), and is printed as "
         "'plugin (compare)'",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if not 1 <= args.pods <= 100_000 or not all(1 <= n <= 100_000 for n in args.nodes):
+        ap.error("--pods and --nodes must be in 1..100000")
     if args.pods > 12 * min(args.nodes):
         ap.error("every pod requests a CPU: --pods must fit in 12 CPUs a node")
+    result = Result("scheduler_e2e", {"pods": args.pods, "nodes": args.nodes})
     ok = [
         one_size(
             n,
@@ -811,9 +834,11 @@ def main() -> None:
             args.profile.with_suffix(f".{n}.json") if args.profile else None,
             args.pprof,
             args.compare_engine,
+            result,
         )
         for n in args.nodes
     ]
+    result.write(args.json)
     if not all(ok):
         sys.exit(1)
 

@@ -3,7 +3,7 @@ and beat snapshotting utilization, driven by `hey` (Debian's Go load generator).
 
     python -m bench.service_load [--seconds 60] [--rate 200] [--workers 2]
                                  [--spread shared reuseport] [--concurrency 4 10]
-                                 [--baseline DIR]
+                                 [--baseline DIR] [--json PATH]
 
 Prints, for POST /recommend at the given rate: p50, p99, requests served and errors, the worker
 CPU spent per request (milliseconds of CPU over all uvicorn workers, divided by the requests they
@@ -25,7 +25,6 @@ has not seen).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -46,6 +45,7 @@ from api.auth import Role, new_token, token_hash
 from api.demo import load_demo
 from api.migrate import upgrade_to_head
 from api.settings import Settings
+from bench.harness import Result, arguments, load_text
 from store.db import make_engine, make_session_factory, unit_of_work
 from store.orm import ApiToken
 from tests.services import (
@@ -136,6 +136,15 @@ def cpu_per_request_ms(before: dict[int, WorkerFigures], after: dict[int, Worker
     return cpu / served * 1000 if served else float("nan")
 
 
+def worker_split(before: dict[int, WorkerFigures], after: dict[int, WorkerFigures]) -> str:
+    """The /recommend requests each worker served, "3,100 : 2,900" (by pid)."""
+    served = [
+        after[pid].get("recommend", 0.0) - before.get(pid, {}).get("recommend", 0.0)
+        for pid in sorted(after)
+    ]
+    return " : ".join(f"{n:,.0f}" for n in served)
+
+
 def per_worker(
     before: dict[int, WorkerFigures], after: dict[int, WorkerFigures], seconds: float
 ) -> str:
@@ -213,6 +222,7 @@ from api.auth import Role, token_hash
 from api.demo import load_demo
 from api.migrate import upgrade_to_head
 from api.settings import Settings
+from bench.harness import Result, arguments, load_text
 from store.db import make_engine, make_session_factory, unit_of_work
 from store.orm import ApiToken
 url = os.environ["TMC_DATABASE_URL"]
@@ -243,8 +253,20 @@ def baseline_service(
     return {"TMC_DATABASE_URL": url}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def record(result: Result, row: str, burst: str, figures: dict[str, str]) -> None:
+    """hey's figures (its own percentiles, read from its report) as numbers in the result."""
+    for key, column in (
+        ("requests_per_second", "req/s"),
+        ("p50_ms", "p50 ms"),
+        ("p99_ms", "p99 ms"),
+    ):
+        value = figures[key]
+        result.figure(row, f"{burst}{column}", float(value) if value != "?" else None, 1)
+    result.figure(row, f"{burst}errors", figures["errors"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = arguments(__doc__)
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2, help="uvicorn workers (2 cores here)")
@@ -260,7 +282,22 @@ def main() -> None:
         type=Path,
         help="another source tree of tmc, measured row by row beside this one",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if not 1 <= args.seconds <= 3600 or not 1 <= args.rate <= 100_000:
+        parser.error("--seconds must be in 1..3600 and --rate in 1..100000")
+    if not 1 <= args.workers <= 64 or not all(1 <= c <= 1000 for c in args.concurrency):
+        parser.error("--workers must be in 1..64 and --concurrency in 1..1000")
+    result = Result(
+        "service_load",
+        {
+            "seconds": args.seconds,
+            "rate": args.rate,
+            "workers": args.workers,
+            "concurrency": args.concurrency,
+            "spread": args.spread,
+            "baseline": str(args.baseline) if args.baseline else None,
+        },
+    )
     trees = [("this", ROOT)] + ([("baseline", args.baseline.resolve())] if args.baseline else [])
     if shutil.which("hey") is None:
         sys.exit("hey is not installed (apt-get install hey; ./dev bench does it)")
@@ -311,7 +348,7 @@ def main() -> None:
         print(
             f"# service load: {args.workers} uvicorn workers, PostgreSQL, Redis, Celery worker and"
             f" beat; hey at {args.rate} req/s for {args.seconds} s; "
-            f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+            f"load average {load_text(result.load_start)}"
         )
         p99: dict[tuple[str, str, int], float] = {}
         cpu_ms: dict[tuple[str, str, int], float] = {}
@@ -349,6 +386,12 @@ def main() -> None:
                         key = (label, spread, concurrency)
                         p99[key] = float(rec["p99_ms"]) if rec["p99_ms"] != "?" else 0.0
                         cpu_ms[key] = cpu_per_request_ms(before, after)
+                        row, burst = f"{label}, {spread}", f"bursts of {concurrency}: "
+                        record(result, row, burst, rec)
+                        result.figure(row, f"{burst}CPU per request ms", cpu_ms[key], 2)
+                        result.figure(
+                            row, f"{burst}requests per worker", worker_split(before, after)
+                        )
                         tree = "" if len(bases) == 1 else f" [{label}]"
                         print(f"POST /recommend{tree}, bursts of {concurrency}: {rec}")
                         print(f"  worker CPU per request: {cpu_ms[key]:.2f} ms")
@@ -357,14 +400,20 @@ def main() -> None:
                     base = bases["this"]
                     floor = hey(f"{base}/healthz", min(args.seconds, 20), args.rate, token, None)
                     print(f"GET /healthz (floor, same run): {floor}")
-                    print(
-                        f"profile uploads (distinct, 8 concurrent): "
-                        f"{uploads_per_second(base, token, args.uploads):.0f}/s"
+                    record(result, f"GET /healthz, {spread}", "", floor)
+                    uploads = result.figure(
+                        "profile uploads (distinct, 8 concurrent)",
+                        "per s",
+                        uploads_per_second(base, token, args.uploads),
+                        0,
                     )
+                    print(f"profile uploads (distinct, 8 concurrent): {uploads:.0f}/s")
         if {"shared", "reuseport"} <= set(args.spread):
             for concurrency in args.concurrency:
-                shared = p99["this", "shared", concurrency]
-                ratio = p99["this", "reuseport", concurrency] / shared if shared else float("nan")
+                column = f"bursts of {concurrency}: p99 ms"
+                ratio = result.compare(
+                    "this, reuseport", column, "this, shared", label=f"{column} / shared"
+                )
                 print(f"p99 reuseport / shared, bursts of {concurrency}: {ratio:.2f}")
         if args.baseline:
             for label in ("this", "distinct", "new"):
@@ -374,13 +423,22 @@ def main() -> None:
                             (label, spread, concurrency),
                             ("baseline", spread, concurrency),
                         )
+                        row, against = f"{label}, {spread}", f"baseline, {spread}"
+                        burst = f"bursts of {concurrency}: "
+                        cpu_ratio, p99_ratio = (
+                            result.compare(
+                                row, f"{burst}{what}", against, label=f"{burst}ratio {what}"
+                            )
+                            for what in ("CPU per request ms", "p99 ms")
+                        )
                         print(
                             f"ratio {label} / baseline, {spread}, bursts of {concurrency}:"
-                            f" CPU per request {cpu_ms[this] / cpu_ms[base_]:.2f}"
+                            f" CPU per request {cpu_ratio:.2f}"
                             f" ({cpu_ms[this]:.2f} / {cpu_ms[base_]:.2f} ms),"
-                            f" p99 {p99[this] / p99[base_] if p99[base_] else float('nan'):.2f}"
+                            f" p99 {p99_ratio:.2f}"
                             f" ({p99[this]:.1f} / {p99[base_]:.1f} ms)"
                         )
+        result.write(args.json)
     finally:
         for proc in procs:
             proc.terminate()
