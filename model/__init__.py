@@ -9,15 +9,10 @@ from model.fit import MODEL_VERSION, FitDiagnostics, FittedModel, Flag, fit
 from model.grid import Grid, host_grid, paper_grid
 from model.objectives import CHEAPEST, DEFAULT_THRESHOLD, Objective, parse_objective
 from model.predict import Predictor, StructurePlacement
+from model.priced_grid import machine_of_host, predicted_grid
 from model.pricing import DEFAULT_PRICE_PROFILE, PriceProfile, paper_price_profile
-from model.recommend import (
-    Candidate,
-    GridPoint,
-    Recommendation,
-    machine_of_host,
-    predicted_grid,
-    recommend,
-)
+from model.recommend import recommend
+from model.recommendation import Candidate, GridPoint, Recommendation
 from model.resources import (
     Configuration,
     Demand,

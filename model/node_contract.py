@@ -31,7 +31,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -71,7 +71,9 @@ MAX_PATTERN_SLOTS = 64  # (workload, configuration) pairs on one machine
 MAX_SLOT_VMS = 4096  # a VM takes at least one vCPU (MAX_CPUS)
 MAX_PATTERN_MACHINES = 100_000  # the planner's own bound on VMs at once
 MAX_PATTERN_ANNOTATION = 64 * 1024
-RECOMMENDATION_SCHEMA = "tmc.recommendation/v1"
+# The recommendation's wire version: the service's answers (`model.recommendation`) and what the
+# scheduler reads carry the same one.
+RECOMMENDATION_SCHEMA: Final = "tmc.recommendation/v1"
 # The custom resource the recommendation publisher writes and the scheduler plugin watches:
 # cluster-scoped, one object per (workload, objective), its spec a `Recommendation`.
 RECOMMENDATION_VERSION = "v1alpha1"
@@ -344,9 +346,7 @@ class Recommendation(BaseModel):
     pods the fallback (all memory in DRAM) with this reason at once, rather than waiting."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-    schema_: Literal["tmc.recommendation/v1"] = Field(
-        default="tmc.recommendation/v1", alias="schema"
-    )
+    schema_: Literal["tmc.recommendation/v1"] = Field(default=RECOMMENDATION_SCHEMA, alias="schema")
     workload: Annotated[str, Field(min_length=1, max_length=253)] | None = None
     objective: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     recommendation_id: Annotated[str, Field(max_length=64)] | None = None

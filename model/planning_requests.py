@@ -27,7 +27,7 @@ from model.errors import InvalidRequest
 from model.price_profiles import price_profile
 from model.pricing import PriceProfile
 from model.rebalancer import Node, Pod, greedy_rebalance, rebalance
-from model.recommend import Recommendation
+from model.recommendation import Recommendation
 from model.shadow_prices import DEFAULT_BLEND, RESOURCES, shadow_prices
 
 MAX_BYTES = 1 << 44  # 16 TiB: above any machine's memory

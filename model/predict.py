@@ -115,7 +115,7 @@ class GridPrediction:
     slow_ratios: FloatArray
     llc_ways: IntArray
     # Per ratio, at the profile's footprint (what the prediction is of); a recommendation prices
-    # its own deployed size (`model.recommend.PricedGrid.dram_bytes`).
+    # its own deployed size (`model.priced_grid.PricedGrid.dram_bytes`).
     dram_bytes: IntArray
     slow_bytes: IntArray
     mar: FloatArray  # per ways

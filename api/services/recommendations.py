@@ -22,7 +22,8 @@ from api.services.models import GridName, ModelCache
 from api.services.prices import ensure_default_price_profile, parse_price_key
 from api.services.profiles import fit_profile, upload_profile
 from model import Objective, Recommendation, Utilization
-from model.recommend import SizedFrom, choose, shortlist
+from model.recommend import choose, shortlist
+from model.recommendation import SizedFrom
 from store.db import EncodedJSON, after_commit
 from store.orm import RecommendationRow, new_id, utcnow
 

@@ -9,7 +9,8 @@ from model import Predictor, fit, recommend
 from model.grid import paper_grid
 from model.objectives import DEFAULT_THRESHOLD
 from model.price_profiles import price_profile
-from model.recommend import Candidate, price_grid
+from model.priced_grid import price_grid
+from model.recommendation import Candidate
 from model.verification import VERIFICATION_BUDGET, Observation
 from sim.catalog import workload
 from sim.engine import prepare

@@ -17,7 +17,7 @@ from cli.main import app
 from cli.patterns import PlanFile, adoptable
 from model import fit, machine_of_host, parse_bundle, recommend
 from model.price_profiles import price_profile
-from model.recommend import Recommendation
+from model.recommendation import Recommendation
 from model.resources import GIB, split_memory
 
 runner = CliRunner()

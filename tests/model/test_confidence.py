@@ -10,7 +10,7 @@ from model.confidence import prediction_interval, slow_stall_share
 from model.errors import InvalidRequest
 from model.grid import paper_grid
 from model.predict import GridPrediction
-from model.recommend import price_grid
+from model.priced_grid import price_grid
 from model.select import algorithm1, confident_algorithm1
 from tests.model.support import PAPER_MACHINE, fitted
 

@@ -19,7 +19,8 @@ from model import (
 )
 from model.bundle import MAX_BYTES
 from model.grid import paper_grid
-from model.recommend import predicted_grid, price_grid, shortlist
+from model.priced_grid import predicted_grid, price_grid
+from model.recommend import shortlist
 from model.resources import GIB, MIB, split_memory
 from tests.factories import Shape
 from tests.model.support import PAPER_MACHINE, fitted

@@ -12,7 +12,7 @@ import pytest
 from model import DEFAULT_PRICE_PROFILE, Predictor, fit, machine_of_host, parse_bundle, recommend
 from model.grid import paper_grid
 from model.objectives import DEFAULT_THRESHOLD
-from model.recommend import price_grid
+from model.priced_grid import price_grid
 from model.resources import GIB
 from sim.catalog import workload
 from sim.engine import prepare

@@ -17,8 +17,8 @@ from model import FittedModel, Predictor, fit, parse_bundle, recommend
 from model.errors import InvalidRequest
 from model.grid import paper_grid
 from model.objectives import Objective
+from model.priced_grid import price_grid
 from model.pricing import DEFAULT_PRICE_PROFILE
-from model.recommend import price_grid
 from model.verification import (
     MAX_OBSERVATIONS,
     VERIFICATION_BUDGET,
