@@ -2,7 +2,8 @@
 
 Pure functions, shared by the rebalancer and the planning benchmark. The placement rule itself (the fit of a pod on a node, the packing score, the
 machine-pattern preference) is the Go engine's alone (scheduler/plugin/pkg/tmc); the Go tests
-hold its way runs to the same answers (ways_test.go).
+hold its way runs to the same answers through the table `python -m model.packing_runs` writes from
+this module (scheduler/plugin/pkg/tmc/testdata/packing_runs.json, read by ways_test.go).
 
 **LLC ways.** Intel CAT gives a class of service a *contiguous* capacity bitmask (bit i = way i).
 A node's ways are therefore not a count but a bitmask of the ways already handed out; a request

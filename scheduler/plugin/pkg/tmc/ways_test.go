@@ -1,103 +1,148 @@
 package tmc
 
 import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/bits"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 )
 
-// For every mask of a 6-way node: the best-fit run for each need 1..6 (-1: none), as
-// model/packing.py's best_fit_run computes it (the rebalancer and the planning benchmark use that
-// copy), and the run the fallback takes (every way of the longest free run, lowest on a tie; -1:
-// none), recorded from the Python rule the engine's fallback replaced.
-var pythonRuns = []struct {
-	used    uint64
-	fits    [6]int64
-	longest int64
-}{
-	{0x00, [6]int64{1, 3, 7, 15, 31, 63}, 63},
-	{0x01, [6]int64{2, 6, 14, 30, 62, -1}, 62},
-	{0x02, [6]int64{1, 12, 28, 60, -1, -1}, 60},
-	{0x03, [6]int64{4, 12, 28, 60, -1, -1}, 60},
-	{0x04, [6]int64{1, 3, 56, -1, -1, -1}, 56},
-	{0x05, [6]int64{2, 24, 56, -1, -1, -1}, 56},
-	{0x06, [6]int64{1, 24, 56, -1, -1, -1}, 56},
-	{0x07, [6]int64{8, 24, 56, -1, -1, -1}, 56},
-	{0x08, [6]int64{16, 48, 7, -1, -1, -1}, 7},
-	{0x09, [6]int64{2, 6, -1, -1, -1, -1}, 6},
-	{0x0a, [6]int64{1, 48, -1, -1, -1, -1}, 48},
-	{0x0b, [6]int64{4, 48, -1, -1, -1, -1}, 48},
-	{0x0c, [6]int64{1, 3, -1, -1, -1, -1}, 3},
-	{0x0d, [6]int64{2, 48, -1, -1, -1, -1}, 48},
-	{0x0e, [6]int64{1, 48, -1, -1, -1, -1}, 48},
-	{0x0f, [6]int64{16, 48, -1, -1, -1, -1}, 48},
-	{0x10, [6]int64{32, 3, 7, 15, -1, -1}, 15},
-	{0x11, [6]int64{32, 6, 14, -1, -1, -1}, 14},
-	{0x12, [6]int64{1, 12, -1, -1, -1, -1}, 12},
-	{0x13, [6]int64{32, 12, -1, -1, -1, -1}, 12},
-	{0x14, [6]int64{8, 3, -1, -1, -1, -1}, 3},
-	{0x15, [6]int64{2, -1, -1, -1, -1, -1}, 2},
-	{0x16, [6]int64{1, -1, -1, -1, -1, -1}, 1},
-	{0x17, [6]int64{8, -1, -1, -1, -1, -1}, 8},
-	{0x18, [6]int64{32, 3, 7, -1, -1, -1}, 7},
-	{0x19, [6]int64{32, 6, -1, -1, -1, -1}, 6},
-	{0x1a, [6]int64{1, -1, -1, -1, -1, -1}, 1},
-	{0x1b, [6]int64{4, -1, -1, -1, -1, -1}, 4},
-	{0x1c, [6]int64{32, 3, -1, -1, -1, -1}, 3},
-	{0x1d, [6]int64{2, -1, -1, -1, -1, -1}, 2},
-	{0x1e, [6]int64{1, -1, -1, -1, -1, -1}, 1},
-	{0x1f, [6]int64{32, -1, -1, -1, -1, -1}, 32},
-	{0x20, [6]int64{1, 3, 7, 15, 31, -1}, 31},
-	{0x21, [6]int64{2, 6, 14, 30, -1, -1}, 30},
-	{0x22, [6]int64{1, 12, 28, -1, -1, -1}, 28},
-	{0x23, [6]int64{4, 12, 28, -1, -1, -1}, 28},
-	{0x24, [6]int64{1, 3, -1, -1, -1, -1}, 3},
-	{0x25, [6]int64{2, 24, -1, -1, -1, -1}, 24},
-	{0x26, [6]int64{1, 24, -1, -1, -1, -1}, 24},
-	{0x27, [6]int64{8, 24, -1, -1, -1, -1}, 24},
-	{0x28, [6]int64{16, 3, 7, -1, -1, -1}, 7},
-	{0x29, [6]int64{16, 6, -1, -1, -1, -1}, 6},
-	{0x2a, [6]int64{1, -1, -1, -1, -1, -1}, 1},
-	{0x2b, [6]int64{4, -1, -1, -1, -1, -1}, 4},
-	{0x2c, [6]int64{16, 3, -1, -1, -1, -1}, 3},
-	{0x2d, [6]int64{2, -1, -1, -1, -1, -1}, 2},
-	{0x2e, [6]int64{1, -1, -1, -1, -1, -1}, 1},
-	{0x2f, [6]int64{16, -1, -1, -1, -1, -1}, 16},
-	{0x30, [6]int64{1, 3, 7, 15, -1, -1}, 15},
-	{0x31, [6]int64{2, 6, 14, -1, -1, -1}, 14},
-	{0x32, [6]int64{1, 12, -1, -1, -1, -1}, 12},
-	{0x33, [6]int64{4, 12, -1, -1, -1, -1}, 12},
-	{0x34, [6]int64{8, 3, -1, -1, -1, -1}, 3},
-	{0x35, [6]int64{2, -1, -1, -1, -1, -1}, 2},
-	{0x36, [6]int64{1, -1, -1, -1, -1, -1}, 1},
-	{0x37, [6]int64{8, -1, -1, -1, -1, -1}, 8},
-	{0x38, [6]int64{1, 3, 7, -1, -1, -1}, 7},
-	{0x39, [6]int64{2, 6, -1, -1, -1, -1}, 6},
-	{0x3a, [6]int64{1, -1, -1, -1, -1, -1}, 1},
-	{0x3b, [6]int64{4, -1, -1, -1, -1, -1}, 4},
-	{0x3c, [6]int64{1, 3, -1, -1, -1, -1}, 3},
-	{0x3d, [6]int64{2, -1, -1, -1, -1, -1}, 2},
-	{0x3e, [6]int64{1, -1, -1, -1, -1, -1}, 1},
-	{0x3f, [6]int64{-1, -1, -1, -1, -1, -1}, -1},
+// The way runs of model/packing.py (the rebalancer and the planning benchmark use that copy of
+// the rule), generated from it by `python -m model.packing_runs`: for every mask of used ways on a
+// small node, the run best-fit cuts for each need and the longest free run's length. The Python
+// tests fail when model/packing.py and this table disagree, so neither side changes alone.
+var packingRunsPath = filepath.Join("testdata", "packing_runs.json")
+
+// The run the fallback takes for every mask of the same node: every way of the longest free run,
+// the lowest on a tie. That rule is the engine's alone (model/packing.py has the longest run's
+// length, not which run), so this table is written from LongestFreeRun itself by
+// `go test ./pkg/tmc/ -run TestFallbackRuns -update-fallback-runs`, and holds the rule still
+// against a change nobody meant.
+var fallbackRunsPath = filepath.Join("testdata", "fallback_runs.json")
+
+var updateFallbackRuns = flag.Bool("update-fallback-runs", false, "rewrite "+fallbackRunsPath+" from LongestFreeRun")
+
+type packingRuns struct {
+	Description string `json:"description"`
+	Ways        int    `json:"ways"`
+	Runs        []struct {
+		Used          uint64    `json:"used"`
+		BestFit       []*uint64 `json:"best_fit"`
+		LongestLength int       `json:"longest_length"`
+	} `json:"runs"`
 }
 
-func TestWayRunsMatchPython(t *testing.T) {
-	for _, c := range pythonRuns {
-		for need := 1; need <= 6; need++ {
-			got, ok := BestFitRun(c.used, 6, need)
-			want := c.fits[need-1]
-			if (want < 0) == ok || (ok && got != uint64(want)) {
-				t.Errorf("BestFitRun(%#x, 6, %d) = %#x, %v; Python says %d", c.used, need, got, ok, want)
+type fallbackRuns struct {
+	Description string `json:"description"`
+	Ways        int    `json:"ways"`
+	Runs        []struct {
+		Used    uint64  `json:"used"`
+		Longest *uint64 `json:"longest"`
+	} `json:"runs"`
+}
+
+// readTable decodes a table, refusing a field the test does not know.
+func readTable(t *testing.T, path string, into any) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(into); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+func TestWayRunsMatchModelPacking(t *testing.T) {
+	var table packingRuns
+	readTable(t, packingRunsPath, &table)
+	if table.Ways < 1 || table.Ways > 16 || len(table.Runs) != 1<<table.Ways {
+		t.Fatalf("%s: %d rows for %d ways, want every mask", packingRunsPath, len(table.Runs), table.Ways)
+	}
+	ways := table.Ways
+	for i, c := range table.Runs {
+		if c.Used != uint64(i) || len(c.BestFit) != ways {
+			t.Fatalf("row %d: used %#x with %d needs, want %#x with %d", i, c.Used, len(c.BestFit), i, ways)
+		}
+		for need := 1; need <= ways; need++ {
+			got, ok := BestFitRun(c.Used, ways, need)
+			want := c.BestFit[need-1]
+			if (want != nil) != ok || (ok && got != *want) {
+				t.Errorf("BestFitRun(%#x, %d, %d) = %#x, %v; model/packing.py says %s", c.Used, ways, need, got, ok, maskText(want))
 			}
-			if length := BestFitLength(c.used, 6, need); ok && length < need || !ok && length != 0 {
-				t.Errorf("BestFitLength(%#x, 6, %d) = %d disagrees with BestFitRun", c.used, need, length)
+			if length := BestFitLength(c.Used, ways, need); ok && length < need || !ok && length != 0 {
+				t.Errorf("BestFitLength(%#x, %d, %d) = %d disagrees with BestFitRun", c.Used, ways, need, length)
 			}
 		}
-		got, ok := LongestFreeRun(c.used, 6)
-		if (c.longest < 0) == ok || (ok && got != uint64(c.longest)) {
-			t.Errorf("LongestFreeRun(%#x, 6) = %#x, %v; Python says %d", c.used, got, ok, c.longest)
+		got, ok := LongestFreeRun(c.Used, ways)
+		if length := bits.OnesCount64(got); ok != (c.LongestLength > 0) || length != c.LongestLength ||
+			ok && (!IsContiguous(got) || got&c.Used != 0) {
+			t.Errorf("LongestFreeRun(%#x, %d) = %#x, %v: not a free run of %d ways, the longest model/packing.py finds",
+				c.Used, ways, got, ok, c.LongestLength)
 		}
 	}
+}
+
+func TestFallbackRunsMatchTheTable(t *testing.T) {
+	var packing packingRuns
+	readTable(t, packingRunsPath, &packing)
+	if *updateFallbackRuns {
+		writeFallbackRuns(t, packing.Ways)
+	}
+	var table fallbackRuns
+	readTable(t, fallbackRunsPath, &table)
+	if table.Ways != packing.Ways || len(table.Runs) != 1<<table.Ways {
+		t.Fatalf("%s: %d rows for %d ways, want every mask of %d ways", fallbackRunsPath, len(table.Runs), table.Ways, packing.Ways)
+	}
+	for i, c := range table.Runs {
+		got, ok := LongestFreeRun(c.Used, table.Ways)
+		if c.Used != uint64(i) || (c.Longest != nil) != ok || (ok && got != *c.Longest) {
+			t.Errorf("LongestFreeRun(%#x, %d) = %#x, %v; the table says %s", c.Used, table.Ways, got, ok, maskText(c.Longest))
+		}
+	}
+}
+
+// writeFallbackRuns writes the fallback's table from LongestFreeRun, one row a line.
+func writeFallbackRuns(t *testing.T, ways int) {
+	t.Helper()
+	var out strings.Builder
+	out.WriteString("{\n  \"description\": \"Generated by `go test ./pkg/tmc/ -run TestFallbackRuns -update-fallback-runs`" +
+		" from LongestFreeRun (ways.go); do not edit. For every mask of used ways on a node of `ways` ways: the mask" +
+		" of the run a pod without a recommendation is given, every way of the longest free run, the lowest on a tie" +
+		" (null: no free way).\",\n")
+	fmt.Fprintf(&out, "  \"ways\": %d,\n  \"runs\": [\n", ways)
+	for used := uint64(0); used < 1<<ways; used++ {
+		longest := "null"
+		if mask, ok := LongestFreeRun(used, ways); ok {
+			longest = strconv.FormatUint(mask, 10)
+		}
+		sep := ","
+		if used == 1<<ways-1 {
+			sep = ""
+		}
+		fmt.Fprintf(&out, "    {\"used\": %d, \"longest\": %s}%s\n", used, longest, sep)
+	}
+	out.WriteString("  ]\n}\n")
+	if err := os.WriteFile(fallbackRunsPath, []byte(out.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func maskText(mask *uint64) string {
+	if mask == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%#x", *mask)
 }
 
 func TestContiguousMasks(t *testing.T) {
