@@ -1,0 +1,126 @@
+"""The load benchmarks on the harness, at smoke sizes: each prints what it printed and writes
+the same figures with --json (benchmarks that need the control plane or a container runtime are
+checked through the functions that record their figures)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import feeder_events, fleet, publisher_refresh, recommend_latency, scheduler_e2e
+from bench.harness import Result, check_result
+from bench.report_tables import main as render_main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def result_of(path: Path) -> dict[str, Any]:
+    return check_result(json.loads(path.read_text()))
+
+
+def test_recommend_latency_writes_its_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "latency.json"
+    recommend_latency.main(
+        ["--quick", "--profile", str(ROOT / "examples" / "graph500.json"), "--json", str(out)]
+    )
+    printed = capsys.readouterr().out
+    doc = result_of(out)
+    assert doc["benchmark"] == "recommend_latency"
+    assert doc["parameters"]["calls"] == 50 and doc["parameters"]["workload"] == "graph500"
+    figures = doc["figures"]
+    assert set(figures) == {"paper-77 (77 points), graph500", "host-11x48 (528 points), graph500"}
+    paper = figures["paper-77 (77 points), graph500"]
+    assert paper["target ms"] == 1.0 and paper["recommend n"] == 50
+    assert 0 < paper["recommend p50 ms"] <= paper["recommend p99 ms"]
+    # The printed line and the JSON are the same figures.
+    assert f"recommend: median {paper['recommend p50 ms']:.3f} ms" in printed
+    assert f"choose only: median {paper['choose p50 ms']:.3f} ms" in printed
+
+
+def test_publisher_refresh_writes_its_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "refresh.json"
+    publisher_refresh.main(["--pairs", "300", "--json", str(out)])
+    doc = result_of(out)
+    decisions = [row["decisions"] for row in doc["figures"].values()]
+    assert decisions == [0, 3, 300]  # nothing changed, 1 % of the workloads, every pair
+    assert "300 pairs asked for, 300 decisions" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        publisher_refresh.main(["--pairs", "0"])
+
+
+@pytest.mark.slow
+def test_feeder_events_writes_its_figures_on_postgresql(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "feeder.json"
+    feeder_events.main(["--pods", "10", "--nodes", "3", "--repeat", "1", "--json", str(out)])
+    doc = result_of(out)
+    row = doc["figures"]["this tree"]
+    assert row["both ms CPU/tiered pod"] > 0 and row["PostgreSQL ms/tiered pod"] >= 0
+    assert doc["parameters"] == {"pods": 10, "nodes": 3, "rounds": 1, "batch": 1000}
+    assert "this tree: watch" in capsys.readouterr().out
+
+
+def test_the_fleets_figures_sit_side_by_side_with_their_ratios(tmp_path: Path) -> None:
+    result = Result("fleet", {})
+    for nodes, p99, wall in ((20, 0.004, 0.5), (40, 0.010, 2.0)):
+        run = fleet.FleetRun(
+            generated_seconds=1.0,
+            database_bytes=nodes * 2**20,
+            requests={"GET /metrics": fleet.Timing(0.002, p99)},
+            steps={"mirror, 5 pods bound": fleet.Step(cpu=0.1, wall=wall, what="")},
+        )
+        fleet.record(result, fleet.Fleet(nodes, 1, 1, 1), run)
+    result.compare(
+        "GET /metrics", "40 nodes p99 ms", "GET /metrics", against_column="20 nodes p99 ms"
+    )
+    doc = result.write(tmp_path / "fleet.json")
+    assert doc["figures"]["GET /metrics"] == {
+        "20 nodes p50 ms": 2.0,
+        "20 nodes p99 ms": 4.0,
+        "40 nodes p50 ms": 2.0,
+        "40 nodes p99 ms": 10.0,
+    }
+    assert doc["figures"]["database"]["40 nodes MiB"] == 40
+    assert doc["figures"]["mirror, 5 pods bound"]["40 nodes wall s"] == 2.0
+    assert doc["ratios"]["GET /metrics"] == {"40 nodes p99 ms / GET /metrics": 2.5}
+
+
+def test_scheduler_e2e_records_each_path_against_stock() -> None:
+    result = Result("scheduler_e2e", {})
+    meter = scheduler_e2e.CpuMeter({"bench": os.getpid()})
+    meter.line(10)
+    runs = {
+        "stock": (scheduler_e2e.Burst(100.0, 0.050, 0.200, 0), meter),
+        "plugin": (scheduler_e2e.Burst(90.0, 0.060, 0.300, 1), meter),
+    }
+    scheduler_e2e.record_size(result, 100, runs, (0.5, 0.7))
+    plugin = result.figures["100 nodes, plugin"]
+    assert plugin["pods/s"] == 90.0 and plugin["median ms"] == 60 and plugin["p99 ms"] == 300
+    assert "bench CPU ms/pod" in plugin and plugin["load at start, end"] == "0.5, 0.7"
+    assert result.ratios["100 nodes, plugin"] == {
+        "ratio pods/s": 0.9,
+        "ratio median": 1.2,
+        "ratio p99": 1.5,
+    }
+    assert "100 nodes, stock" not in result.ratios
+
+
+def test_a_benchmarks_result_renders_into_a_page(tmp_path: Path) -> None:
+    out = tmp_path / "refresh.json"
+    publisher_refresh.main(["--pairs", "30", "--json", str(out)])
+    page = tmp_path / "page.md"
+    page.write_text(
+        '<!-- bench-table file="refresh.json" columns="decisions" first="step" -->\n'
+        "<!-- /bench-table -->\n"
+    )
+    assert render_main([str(page)]) == 0
+    assert "| nothing changed (utilization within 0.05) | 0 |" in page.read_text()
