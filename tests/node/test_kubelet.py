@@ -25,6 +25,7 @@ from tests.node.runtime import harness
 from tests.node.test_runtime import placed
 from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
 from tests.scheduler.controlplane import cluster as c
+from tests.services import free_port
 
 pytestmark = pytest.mark.slow  # a real containerd and kubelet, built once per machine
 
@@ -47,7 +48,7 @@ containerRuntimeEndpoint: unix://{node.runtime.sock}
 authentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}
 authorization: {{mode: AlwaysAllow}}
 address: 127.0.0.1
-port: {harness.free_port()}
+port: {free_port()}
 readOnlyPort: 0
 healthzPort: 0
 enforceNodeAllocatable: []
