@@ -151,6 +151,7 @@ class Placed:
     recommendation_id: str | None
     slow_ratio: float
     fallback: str | None = None  # why the pod holds the fallback, when it does
+    fallback_reason: str | None = None  # the same as a code (placement.fallback_reason)
 
 
 @dataclass

@@ -215,6 +215,10 @@ class Placement(BaseModel):
     fallback: Annotated[str, Field(max_length=512)] | None = None  # why, when it was used
     # Per structure, fast and slow bytes; empty for a fallback (all of it in DRAM).
     plan: Annotated[list[StructurePlan], Field(max_length=4096)] = []
+    # The fallback's cause as a code (the contract schema's x-tmc-fallback-reasons are the
+    # engine's; any CamelCase word is read, for newer engines' codes). Written only with a
+    # fallback, and left out of the JSON when absent, as the engine writes it.
+    fallback_reason: Annotated[str, Field(pattern=r"^[A-Z][A-Za-z]{0,63}$")] | None = None
 
     @field_validator("llc_mask")
     @classmethod
@@ -229,6 +233,8 @@ class Placement(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Placement:
+        if self.fallback_reason is not None and self.fallback is None:
+            raise ValueError("fallback_reason: given without a fallback")
         if self.llc_mask_bits.bit_count() != self.configuration.llc_ways:
             raise ValueError("llc_mask and configuration.llc_ways disagree")
         if self.plan:
@@ -244,6 +250,8 @@ class Placement(BaseModel):
 
     def to_annotations(self) -> dict[str, str]:
         body = self.model_dump(mode="json", by_alias=True)
+        if body["fallback_reason"] is None:
+            del body["fallback_reason"]
         return {
             PLACEMENT_ANNOTATION: json.dumps(body, separators=(",", ":")),
             LLC_MASK_ANNOTATION: self.llc_mask,

@@ -172,7 +172,7 @@ def placed_of(pod: dict[str, Any]) -> ledger.Placed | None:
         llc_mask=p.llc_mask_bits,
         workload=p.workload,
     )
-    return ledger.Placed(held, p.recommendation_id, c.slow_ratio, p.fallback)
+    return ledger.Placed(held, p.recommendation_id, c.slow_ratio, p.fallback, p.fallback_reason)
 
 
 def _terminal(pod: dict[str, Any]) -> bool:
@@ -386,7 +386,7 @@ class Feeder:
                     if not _terminal(pod) and (naming := self._naming_of(pod)) is not None:
                         self._name(naming)
             self._fallback_of = {
-                uid: fallback_class(p.fallback) for uid, p in bound.items() if p.fallback
+                uid: fallback_class(p.fallback_reason) for uid, p in bound.items() if p.fallback
             }
             self._bound_uids = set(bound)
             if self.sessions is not None:
@@ -785,7 +785,7 @@ class Feeder:
                 return
             self._bound_uids.add(uid)
             if placed.fallback:
-                self._fallback_of[uid] = fallback_class(placed.fallback)
+                self._fallback_of[uid] = fallback_class(placed.fallback_reason)
             else:
                 self._fallback_of.pop(uid, None)
             self._queue_pod(uid, placed)

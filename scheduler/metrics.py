@@ -11,6 +11,7 @@ time, each bounded by a socket timeout: a slow or stuck scraper cannot pile up t
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,30 +31,32 @@ SCRAPE_TIMEOUT_SECONDS = 5.0
 
 # What a published object can be: a configuration, or the fallback with its reason.
 OBJECT_STATES = ("recommended", "fallback")
-# Why a bound pod holds the fallback, from the reason the engine wrote into its placement: the
-# table of scheduler/conformance/fallback_reasons.json, which the engine's tests hold its texts
-# to and tests/scheduler/test_publisher_metrics.py holds this copy to. Bounded: any other text
-# is `other`.
-FALLBACK_REASONS: tuple[tuple[str, str], ...] = (
-    ("no recommendation is published for workload", "unpublished"),
-    ("tmc has no configuration for the workload", "no_configuration"),
-    ("the pod carries no recommendation", "no_workload"),
-    ("the recommendation is for another", "mismatched"),
-    ("the pod's own annotations take", "annotations_too_large"),
-    (" is unreadable: ", "unreadable"),
+# Why a bound pod holds the fallback: the code the engine wrote into its placement
+# (placement.fallback_reason), as a label in snake case. These are the engine's codes, the
+# contract schema's x-tmc-fallback-reasons, which tests/scheduler/test_publisher_metrics.py holds
+# this copy to. Bounded: a code not listed (a newer engine's) or none (a placement written before
+# the code existed) is `other`.
+FALLBACK_REASONS: tuple[str, ...] = (
+    "Unpublished",
+    "NoConfiguration",
+    "NoWorkload",
+    "Mismatched",
+    "AnnotationsTooLarge",
+    "Unreadable",
+    "PlacementTooLarge",
 )
-FALLBACK_CLASSES = (*(name for _, name in FALLBACK_REASONS), "other")
+_FALLBACK_CLASS = {
+    code: re.sub(r"(?<!^)([A-Z])", r"_\1", code).lower() for code in FALLBACK_REASONS
+}
+FALLBACK_CLASSES = (*_FALLBACK_CLASS.values(), "other")
 # How a publisher's decision went: a configuration, a fallback (the pair cannot be
 # recommended), or none (the database was unavailable: the last object stays).
 DECISION_OUTCOMES = ("recommended", "fallback", "unavailable")
 
 
-def fallback_class(reason: str) -> str:
-    """The bounded class of a placement's fallback reason (a label value)."""
-    for text, name in FALLBACK_REASONS:
-        if text in reason:
-            return name
-    return "other"
+def fallback_class(code: str | None) -> str:
+    """The bounded class of a placement's fallback reason code (a label value)."""
+    return _FALLBACK_CLASS.get(code or "", "other")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,13 @@ from model.resources import GIB
 from scheduler.bounds import BOUND_REASON
 from scheduler.decisions import ServiceDecisions
 from scheduler.feeder import Feeder
-from scheduler.metrics import FALLBACK_REASONS, PublisherMetrics, fallback_class, serve
+from scheduler.metrics import (
+    FALLBACK_CLASSES,
+    FALLBACK_REASONS,
+    PublisherMetrics,
+    fallback_class,
+    serve,
+)
 from scheduler.pods import PodRef
 from scheduler.publisher import RecommendationPublisher
 from scheduler.status import Decided
@@ -38,8 +44,9 @@ from tests.fixtures.service import auth, example
 from tests.scheduler.test_ledger import TIERED_NODE, ListedCluster, bound_pod, opted_in
 from tests.services import PostgresServer
 
-FALLBACK_TABLE = (
-    Path(__file__).resolve().parents[2] / "scheduler" / "conformance" / "fallback_reasons.json"
+CONTRACT_SCHEMA = (
+    Path(__file__).resolve().parents[2]
+    / "scheduler/plugin/pkg/apis/tmc/contract/contract.schema.json"
 )
 
 
@@ -221,7 +228,7 @@ def test_a_listing_that_replaces_waiting_changes_keeps_their_wait(
     assert f.in_step and f.oldest_pending_seconds == 0
 
 
-def placed_with_fallback(uid: str, why: str | None) -> dict[str, Any]:
+def placed_with_fallback(uid: str, why: str | None, code: str | None = None) -> dict[str, Any]:
     pod = bound_pod(uid, "node-7", 0x1)
     placement = Placement(
         node="node-7",
@@ -231,42 +238,45 @@ def placed_with_fallback(uid: str, why: str | None) -> dict[str, Any]:
         ),
         llc_mask="0x1",
         fallback=why,
+        fallback_reason=code,
     )
     pod["metadata"]["annotations"] = dict(placement.to_annotations())
     return pod
 
 
 def test_bound_pods_placed_with_the_fallback_are_counted_by_reason() -> None:
+    """By the placement's code, never its text: a code this publisher does not know (a newer
+    engine's) and a placement written without one are `other`."""
     listed = ListedCluster()
     listed.pods = {
-        "a": placed_with_fallback(
-            "a", 'no recommendation is published for workload "w" and objective "cheapest"'
-        ),
+        "a": placed_with_fallback("a", "reworded, whatever it says", "Unpublished"),
         "b": placed_with_fallback("b", None),
     }
     feeder = Feeder(listed, None)  # type: ignore[arg-type]
     feeder.sync()
     assert feeder.figures().fallback_pods == {"unpublished": 1}
     assert feeder.figures().bound_pods == 2
+    feeder.on_pod("MODIFIED", placed_with_fallback("c", "x", "NoConfiguration"))
+    feeder.on_pod("MODIFIED", placed_with_fallback("d", "something new", "SomethingNewer"))
     feeder.on_pod(
-        "MODIFIED", placed_with_fallback("c", "tmc has no configuration for the workload: x")
+        "MODIFIED", placed_with_fallback("e", "tmc has no configuration for the workload: x")
     )
-    feeder.on_pod("MODIFIED", placed_with_fallback("d", "something new"))
-    assert feeder.figures().fallback_pods == {"unpublished": 1, "no_configuration": 1, "other": 1}
+    assert feeder.figures().fallback_pods == {"unpublished": 1, "no_configuration": 1, "other": 2}
     feeder.on_pod("DELETED", listed.pods["a"])
-    assert feeder.figures().fallback_pods == {"no_configuration": 1, "other": 1}
-    assert feeder.figures().bound_pods == 3
+    assert feeder.figures().fallback_pods == {"no_configuration": 1, "other": 2}
+    assert feeder.figures().bound_pods == 4
 
 
-def test_the_fallback_reasons_are_the_engines_words() -> None:
-    """The classes and their phrases are the shared table's, in its order
-    (scheduler/conformance/fallback_reasons.json), which the engine's tests hold its own fallback
-    texts to: a reworded reason fails there rather than falling silently into `other`."""
-    table = json.loads(FALLBACK_TABLE.read_text())["reasons"]
-    assert [(r["phrase"], r["class"]) for r in table] == list(FALLBACK_REASONS)
-    for text, name in FALLBACK_REASONS:
-        assert fallback_class(f"…{text}…") == name
-    assert fallback_class("") == "other"
+def test_the_fallback_reasons_are_the_engines_codes() -> None:
+    """The classes are the engine's codes, in its order, as the generator writes them beside the
+    contract's schema (x-tmc-fallback-reasons, from v1alpha1.FallbackReasons): a code the engine
+    adds fails here rather than falling silently into `other`."""
+    codes = json.loads(CONTRACT_SCHEMA.read_text())["x-tmc-fallback-reasons"]
+    assert tuple(codes) == FALLBACK_REASONS
+    assert FALLBACK_CLASSES[:-1] == tuple(fallback_class(code) for code in codes)
+    assert fallback_class("AnnotationsTooLarge") == "annotations_too_large"
+    assert len(set(FALLBACK_CLASSES)) == len(FALLBACK_CLASSES)
+    assert fallback_class(None) == fallback_class("") == fallback_class("Zzz") == "other"
 
 
 class Told:

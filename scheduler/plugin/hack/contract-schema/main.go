@@ -1,7 +1,8 @@
 // Command contract-schema turns the CRD controller-gen writes for the contract's document type
 // (pkg/apis/tmc/contract) into a JSON Schema: one property per shape tmc keeps in object
 // metadata, each the OpenAPI v3 schema (a JSON Schema dialect) of its Go type, with the
-// TieredRecommendation's spec beside them, read from its own generated CRD.
+// TieredRecommendation's spec beside them, read from its own generated CRD, and the engine's
+// fallback reason codes (x-tmc-fallback-reasons), the data other languages count fallbacks by.
 //
 // Usage: contract-schema CONTRACT_CRD.yaml RECOMMENDATION_CRD.yaml > contract.schema.json
 package main
@@ -12,6 +13,8 @@ import (
 	"os"
 
 	"sigs.k8s.io/yaml"
+
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
 
 type crd struct {
@@ -70,6 +73,9 @@ func run(contractCRD, recommendationCRD string) error {
 		"$comment": "Generated from scheduler/plugin/pkg/apis/tmc/v1alpha1 by scheduler/plugin/generate.sh; " +
 			"do not edit. OpenAPI v3 keywords (x-kubernetes-*, nullable) are kept as Kubernetes reads them.",
 		"$defs": defs,
+		// A placement's fallback_reason is any CamelCase word (a newer engine may add codes);
+		// these are the ones this engine writes, in the order it checks for them.
+		"x-tmc-fallback-reasons": v1alpha1.FallbackReasons,
 	}
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {

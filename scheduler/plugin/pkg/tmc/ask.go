@@ -58,6 +58,7 @@ type PodAsk struct {
 	LLCWays          int // 0 for the fallback: every way of the longest free run
 	RecommendationID *string
 	Fallback         *string
+	FallbackReason   FallbackReason // the fallback's cause as a code
 	Plan             []StructurePlan
 	// Unpublished: the pod names a workload, but no recommendation for it and its objective is
 	// published yet (and the pod pins none). The plugin may wait a little for the publisher.
@@ -124,19 +125,19 @@ func ReadPodWith(pod *v1.Pod, published Published) (*PodAsk, error) {
 	rec, profile, why := readRecommendationOnce(raw, source, ask)
 	if rec == nil && raw == "" && ask.Workload != nil {
 		ask.Unpublished = true
-		why = fmt.Sprintf("no recommendation is published for workload %q and objective %q (%s) and the pod pins none (%s)",
+		why.code, why.text = v1alpha1.FallbackUnpublished, fmt.Sprintf("no recommendation is published for workload %q and objective %q (%s) and the pod pins none (%s)",
 			clip(*ask.Workload, 253), clip(ask.Objective, 64), RecommendationKind, RecommendationAnnotation)
 	}
 	if rec != nil && rec.Fallback != nil {
-		rec, why = nil, clip("tmc has no configuration for the workload: "+*rec.Fallback, 512)
+		rec, why = nil, fallbackCause{v1alpha1.FallbackNoConfiguration, clip("tmc has no configuration for the workload: "+*rec.Fallback, 512)}
 	}
 	if rec != nil && annotationsSize(ann) > maxPodAnnotationsAfterBind-MaxPlacementAnnotationsBytes {
-		rec, why = nil, fmt.Sprintf("the pod's own annotations take %d bytes: with its placement they would pass tmc's bound of %d",
-			annotationsSize(ann), maxPodAnnotationsAfterBind)
+		rec, why = nil, fallbackCause{v1alpha1.FallbackAnnotationsTooLarge, fmt.Sprintf("the pod's own annotations take %d bytes: with its placement they would pass tmc's bound of %d",
+			annotationsSize(ann), maxPodAnnotationsAfterBind)}
 	}
 	if rec == nil {
 		ask.DRAMBytes, ask.SlowBytes, ask.SlowRatio, ask.LLCWays = ask.MemoryBytes, 0, 0, 0
-		ask.Fallback = &why
+		ask.Fallback, ask.FallbackReason = &why.text, why.code
 		return ask, nil
 	}
 	// rec is already at the pod's size (readRecommendation sizes it).
@@ -211,12 +212,19 @@ type readKey struct {
 type readAnswer struct {
 	rec     *Recommendation
 	profile int64
-	why     string
+	why     fallbackCause
+}
+
+// fallbackCause is why a pod gets the fallback: the text people read and the code programs
+// count by (no code and no text: it does not).
+type fallbackCause struct {
+	code FallbackReason
+	text string
 }
 
 // readRecommendationOnce is readRecommendation, remembered for the same text, source and pod
 // fields it reads (the workload, the objective, the vCPUs and the memory request).
-func readRecommendationOnce(raw, source string, ask *PodAsk) (*Recommendation, int64, string) {
+func readRecommendationOnce(raw, source string, ask *PodAsk) (*Recommendation, int64, fallbackCause) {
 	if raw == "" {
 		return readRecommendation(raw, source, ask)
 	}
@@ -242,12 +250,12 @@ func readRecommendationOnce(raw, source string, ask *PodAsk) (*Recommendation, i
 
 // readRecommendation returns the recommendation in raw (from source, for messages) sized to the
 // pod (SizeToPod) with the footprint it was made for, or nil and the fallback's reason.
-func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, int64, string) {
+func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, int64, fallbackCause) {
 	if raw == "" {
-		return nil, 0, "the pod carries no recommendation (" + RecommendationAnnotation + " annotation)"
+		return nil, 0, fallbackCause{v1alpha1.FallbackNoWorkload, "the pod carries no recommendation (" + RecommendationAnnotation + " annotation)"}
 	}
-	unreadable := func(why string) (*Recommendation, int64, string) {
-		return nil, 0, clip(source+" is unreadable: "+why, 512)
+	unreadable := func(why string) (*Recommendation, int64, fallbackCause) {
+		return nil, 0, fallbackCause{v1alpha1.FallbackUnreadable, clip(source+" is unreadable: "+why, 512)}
 	}
 	var rec Recommendation
 	dec := json.NewDecoder(strings.NewReader(raw))
@@ -259,16 +267,16 @@ func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, int64
 		return unreadable(fmt.Sprintf("schema %q is not %s", clip(rec.Schema, 40), RecommendationSchema))
 	}
 	if rec.Workload != nil && (ask.Workload == nil || *rec.Workload != *ask.Workload) {
-		return nil, 0, "the recommendation is for another workload than the pod's " + WorkloadAnnotation
+		return nil, 0, fallbackCause{v1alpha1.FallbackMismatched, "the recommendation is for another workload than the pod's " + WorkloadAnnotation}
 	}
 	if rec.Objective != nil && canonical(*rec.Objective) != ask.Objective {
-		return nil, 0, "the recommendation is for another objective than the pod's " + ObjectiveAnnotation
+		return nil, 0, fallbackCause{v1alpha1.FallbackMismatched, "the recommendation is for another objective than the pod's " + ObjectiveAnnotation}
 	}
 	if rec.Fallback != nil {
 		if *rec.Fallback == "" || len(*rec.Fallback) > 512 {
 			return unreadable("fallback must be 1..512 characters")
 		}
-		return &rec, 0, ""
+		return &rec, 0, fallbackCause{}
 	}
 	switch {
 	case rec.DRAMBytes < 0 || rec.DRAMBytes >= MaxBytes || rec.SlowBytes < 0 || rec.SlowBytes >= MaxBytes ||
@@ -303,12 +311,12 @@ func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, int64
 		return unreadable(err.Error())
 	}
 	if size := annotationsSize(ann) + 253; size > MaxPlacementAnnotationsBytes {
-		return nil, 0, fmt.Sprintf("the placement of %s would take %d bytes of annotations, over tmc's bound of %d (the API server allows 256 KiB for all of a pod's)",
-			source, size, MaxPlacementAnnotationsBytes)
+		return nil, 0, fallbackCause{v1alpha1.FallbackPlacementTooLarge, fmt.Sprintf("the placement of %s would take %d bytes of annotations, over tmc's bound of %d (the API server allows 256 KiB for all of a pod's)",
+			source, size, MaxPlacementAnnotationsBytes)}
 	}
 	if rec.ProfileBytes > 0 {
 		// The footprint the profile traced, when the recommendation was priced at another size.
 		profile = rec.ProfileBytes
 	}
-	return &sized, profile, ""
+	return &sized, profile, fallbackCause{}
 }

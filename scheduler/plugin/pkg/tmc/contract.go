@@ -61,6 +61,7 @@ type (
 	NodePattern         = v1alpha1.NodePattern
 	PatternSlot         = v1alpha1.PatternSlot
 	Recommendation      = v1alpha1.Recommendation
+	FallbackReason      = v1alpha1.FallbackReason
 )
 
 var dnsName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)

@@ -397,6 +397,7 @@ func PlacementOf(ask *PodAsk, held Reservation) *Placement {
 		SlowFromPool:     held.SlowFromPool,
 		RecommendationID: ask.RecommendationID,
 		Fallback:         ask.Fallback,
+		FallbackReason:   ask.FallbackReason,
 		Plan:             ask.Plan,
 	}
 }

@@ -23,8 +23,9 @@ const (
 )
 
 var (
-	hexMask = regexp.MustCompile(`^0x[0-9a-fA-F]{1,16}$`)
-	tagText = regexp.MustCompile(`^[A-Za-z0-9_.:/()\[\]<>-]+$`)
+	hexMask            = regexp.MustCompile(`^0x[0-9a-fA-F]{1,16}$`)
+	tagText            = regexp.MustCompile(`^[A-Za-z0-9_.:/()\[\]<>-]+$`)
+	fallbackReasonCode = regexp.MustCompile(`^[A-Z][A-Za-z]{0,63}$`)
 )
 
 // PlacementError says why a placement annotation cannot be trusted.
@@ -107,6 +108,10 @@ func (p *Placement) Validate() error {
 		return bad("recommendation_id: longer than 64 characters")
 	case p.Fallback != nil && len(*p.Fallback) > 512:
 		return bad("fallback: longer than 512 characters")
+	case p.FallbackReason != "" && !fallbackReasonCode.MatchString(string(p.FallbackReason)):
+		return bad("fallback_reason: must be one CamelCase word of at most 64 letters")
+	case p.FallbackReason != "" && p.Fallback == nil:
+		return bad("fallback_reason: given without a fallback")
 	case c.VCPUs < 1 || c.VCPUs > MaxCPUs:
 		return bad("configuration.vcpus: must be in 1..%d", MaxCPUs)
 	case c.DRAMBytes < 0 || c.DRAMBytes >= MaxBytes || c.SlowBytes < 0 || c.SlowBytes >= MaxBytes:

@@ -200,6 +200,38 @@ type PlacedConfiguration struct {
 	LLCWays int `json:"llc_ways"`
 }
 
+// FallbackReason is why a pod got the fallback, as a code: the text beside it is for people
+// and may change, the code does not.
+type FallbackReason string
+
+// The engine's fallback reasons. A reader meets other codes from newer engines: it counts them
+// apart, as unknown, and refuses no placement for one.
+const (
+	// FallbackUnpublished: the pod names a workload, no recommendation is published for it
+	// and its objective, and the pod pins none.
+	FallbackUnpublished FallbackReason = "Unpublished"
+	// FallbackNoConfiguration: the published recommendation is itself a fallback (tmc has no
+	// configuration for the workload).
+	FallbackNoConfiguration FallbackReason = "NoConfiguration"
+	// FallbackNoWorkload: the pod names no workload and pins no recommendation.
+	FallbackNoWorkload FallbackReason = "NoWorkload"
+	// FallbackMismatched: the pinned recommendation is for another workload or objective.
+	FallbackMismatched FallbackReason = "Mismatched"
+	// FallbackAnnotationsTooLarge: the pod's own annotations leave no room for its placement.
+	FallbackAnnotationsTooLarge FallbackReason = "AnnotationsTooLarge"
+	// FallbackUnreadable: the recommendation the pod pins, or the published one, is not valid.
+	FallbackUnreadable FallbackReason = "Unreadable"
+	// FallbackPlacementTooLarge: the recommendation's placement would pass tmc's bound on a
+	// placement's annotations (its per-structure plan is too long).
+	FallbackPlacementTooLarge FallbackReason = "PlacementTooLarge"
+)
+
+// FallbackReasons are the engine's codes, in the order the engine checks for them.
+var FallbackReasons = []FallbackReason{
+	FallbackUnpublished, FallbackNoConfiguration, FallbackNoWorkload, FallbackMismatched,
+	FallbackAnnotationsTooLarge, FallbackUnreadable, FallbackPlacementTooLarge,
+}
+
 // Placement is what the scheduler gave a pod: the tmc.dev/placement annotation, written by the
 // Binding. The field order is the annotation's, as every writer writes it.
 type Placement struct {
@@ -238,6 +270,12 @@ type Placement struct {
 	// +nullable
 	// +kubebuilder:validation:MaxLength=512
 	Fallback *string `json:"fallback"`
+	// FallbackReason names the fallback's cause as one CamelCase word (FallbackReasons lists
+	// the engine's), for programs that count fallbacks; absent when it got a recommendation, and
+	// in placements written before the field existed.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[A-Z][A-Za-z]{0,63}$`
+	FallbackReason FallbackReason `json:"fallback_reason,omitempty"`
 	// Plan is how much of each tagged structure goes to each tier, for the allocator shim.
 	// +optional
 	// +kubebuilder:validation:MaxItems=4096
