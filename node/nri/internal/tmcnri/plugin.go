@@ -119,6 +119,8 @@ type Plugin struct {
 	report Reporter
 	count  Counter
 	now    func() time.Time
+	// adjust is Adjust; a test wraps it to see that every path computes its adjustment there.
+	adjust func(*Placement, NodeLayout, Target) Adjustment
 
 	mu   sync.Mutex
 	pods map[string]admitted // pod uid -> what it holds on this node
@@ -126,7 +128,7 @@ type Plugin struct {
 
 // New makes the plugin.
 func New(cfg Config, report Reporter, count Counter) *Plugin {
-	return &Plugin{cfg: cfg, report: report, count: count, now: time.Now, pods: map[string]admitted{}}
+	return &Plugin{cfg: cfg, report: report, count: count, now: time.Now, adjust: Adjust, pods: map[string]admitted{}}
 }
 
 var (
@@ -142,21 +144,42 @@ type RefusedError struct{ Msg string }
 func (e *RefusedError) Error() string { return "tmc: " + e.Msg }
 
 // CreateContainer adjusts a placed pod's container; a container of a pod tmc did not place gets
-// no adjustment at all.
+// no adjustment at all. Three steps: the node admits the container (or refuses it), Adjust
+// computes what its placement makes of it, and the adjustment is applied and recorded.
 func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := p.now()
 	defer func() { p.count.Handled(p.now().Sub(start).Seconds()) }()
+	in, err := p.admitContainer(pod, ctr)
+	if in == nil {
+		return nil, nil, err // not adjusted: not placed, not a tenant's, malformed, or refused
+	}
+	want := p.adjust(in.placement, in.node, targetOf(pod, ctr))
+	adj, rec := p.applyAtCreation(pod, ctr, in.placement, want)
+	return p.record(ctx, pod, ctr, in, adj, rec)
+}
+
+// admission is a container the node admitted, with what its adjustment is computed from.
+type admission struct {
+	placement    *Placement
+	node         NodeLayout
+	verification bool // a verification run: it starts fully adjusted or not at all
+	fresh        bool // this container's admission admitted its pod
+}
+
+// admitContainer is the node's decision on a container: nil when it gets no adjustment (with
+// the error that refuses its creation, if any; counted and reported here).
+func (p *Plugin) admitContainer(pod *api.PodSandbox, ctr *api.Container) (*admission, error) {
 	ann := pod.GetAnnotations()
 	verification := ann[VerificationRunAnnotation] == "true"
 	pl, err := ParsePlacement(ann)
 	if pl == nil && err == nil {
-		return nil, nil, nil // not placed by tmc: no adjustment at all
+		return nil, nil // not placed by tmc: no adjustment at all
 	}
 	switch p.tenant(pod.GetNamespace()) {
 	case tenantUnknown:
 		// Which namespaces are tmc's is not known yet: nothing is applied on a guess, and the
 		// kubelet creates the container again.
-		return nil, nil, p.refuse(pod, "TmcPlacementRefused",
+		return nil, p.refuse(pod, "TmcPlacementRefused",
 			"the node does not know tmc's tenant namespaces yet (listing them); the container is created again")
 	case tenantNot:
 		// No admission policy looked at who wrote this placement: it is not applied, and not
@@ -165,7 +188,7 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		p.report.Event(pod, true, "TmcPlacementIgnored", fmt.Sprintf(
 			"container %s created without tmc's configuration: namespace %s is not one of tmc's tenant namespaces (labelled %s)",
 			ctr.GetName(), pod.GetNamespace(), p.cfg.Tenants.String()))
-		return nil, nil, nil
+		return nil, nil
 	}
 	if err == nil && !uidText.MatchString(pod.GetUid()) {
 		err = malformed("pod uid %q is not a Kubernetes uid", clip(pod.GetUid(), 70))
@@ -175,32 +198,44 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	}
 	if err != nil {
 		if verification {
-			return nil, nil, p.refuse(pod, "TmcVerificationNotApplied",
+			return nil, p.refuse(pod, "TmcVerificationNotApplied",
 				"a verification run whose configuration cannot be applied does not start: "+err.Error())
 		}
 		p.count.Container(OutcomeMalformed)
 		p.report.Event(pod, true, "TmcPlacementMalformed",
 			fmt.Sprintf("container %s created without tmc's configuration: %v", ctr.GetName(), err))
-		return nil, nil, nil
+		return nil, nil
 	}
 	if pl.Node != p.cfg.NodeName {
-		return nil, nil, p.refuse(pod, "TmcPlacementRefused",
+		return nil, p.refuse(pod, "TmcPlacementRefused",
 			fmt.Sprintf("placed on node %q, this is %q", clip(pl.Node, 60), p.cfg.NodeName))
 	}
-	topo, err := ReadTopology(p.cfg.SysRoot)
+	node, err := ReadNodeLayout(p.cfg.SysRoot, p.cfg.Resctrl)
 	if err != nil {
-		return nil, nil, p.refuse(pod, "TmcPlacementRefused", "the node's NUMA topology cannot be read: "+err.Error())
+		return nil, p.refuse(pod, "TmcPlacementRefused", node.NoTopology)
 	}
+	_, slowNode := node.Topology.Nearest(targetOf(pod, ctr).CPUs)
+	fresh, why := p.admit(pod, pl, node.Topology, slowNode)
+	if why != "" {
+		return nil, p.refuse(pod, "TmcPlacementRefused", why)
+	}
+	return &admission{placement: pl, node: node, verification: verification, fresh: fresh}, nil
+}
+
+// targetOf is the container an adjustment at creation or synchronisation is for.
+func targetOf(pod *api.PodSandbox, ctr *api.Container) Target {
 	cpus, err := ParseList(ctr.GetLinux().GetResources().GetCpu().GetCpus())
 	if err != nil {
 		cpus = nil // the container's own cpuset is the runtime's; all CPUs are a safe superset
 	}
-	dramNodes, slowNode := topo.Nearest(cpus)
-	fresh, why := p.admit(pod, pl, topo, slowNode)
-	if why != "" {
-		return nil, nil, p.refuse(pod, "TmcPlacementRefused", why)
-	}
+	return Target{Pod: podKey(pod), UID: pod.GetUid(), CPUs: cpus,
+		OwnLimit: ctr.GetLinux().GetResources().GetMemory().GetLimit().GetValue()}
+}
 
+// applyAtCreation puts an adjustment in the container's spec: the runtime creates it in the
+// pod's resctrl group (made here with its schemata, for runtimes that only join a group), on its
+// memory nodes, under its memory limit, with its plan and the allocator shim mounted.
+func (p *Plugin) applyAtCreation(pod *api.PodSandbox, ctr *api.Container, pl *Placement, want Adjustment) (*api.ContainerAdjustment, Record) {
 	adj := &api.ContainerAdjustment{}
 	rec := Record{
 		Namespace: pod.GetNamespace(), Pod: pod.GetName(), UID: pod.GetUid(), Container: ctr.GetName(),
@@ -212,68 +247,52 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		p.count.Unapplied(what)
 	}
 
-	// LLC ways: one CLOS per pod, shared by its containers.
-	group := GroupPrefix + pod.GetUid()
-	if cat, err := p.cfg.Resctrl.Info(); err != nil {
-		skip("llc-mask", err.Error())
-	} else if schemata, err := cat.Schemata(pl.LLCMaskBits()); err != nil {
-		skip("llc-mask", err.Error())
-	} else if err := p.cfg.Resctrl.EnsureGroup(group, schemata); err != nil {
+	if want.Schemata == "" {
+		skip("llc-mask", want.LLCUnapplied)
+	} else if err := p.cfg.Resctrl.EnsureGroup(want.Group, want.Schemata); err != nil {
 		skip("llc-mask", err.Error())
 	} else {
-		adj.SetLinuxRDTClosID(group)
-		adj.SetLinuxRDTSchemata([]string{schemata})
-		rec.Applied = append(rec.Applied, "intelRdt "+group+" "+schemata)
+		adj.SetLinuxRDTClosID(want.Group)
+		adj.SetLinuxRDTSchemata([]string{want.Schemata})
+		rec.Applied = append(rec.Applied, "intelRdt "+want.Group+" "+want.Schemata)
 	}
 
-	// NUMA: the DRAM nodes of the container's CPUs, and the slow node nearest them when the pod
-	// was given slow memory.
-	mems := slices.Clone(dramNodes)
-	if pl.Configuration.SlowBytes > 0 && slowNode >= 0 && !slices.Contains(mems, slowNode) {
-		mems = append(mems, slowNode)
-		slices.Sort(mems)
-	}
-	if len(mems) == 0 {
-		skip("cpuset.mems", "no DRAM NUMA node with memory")
+	if len(want.Mems) == 0 {
+		skip("cpuset.mems", want.MemsUnapplied)
 	} else {
-		adj.SetLinuxCPUSetMems(FormatList(mems))
-		rec.Applied = append(rec.Applied, "cpuset.mems "+FormatList(mems))
+		adj.SetLinuxCPUSetMems(FormatList(want.Mems))
+		rec.Applied = append(rec.Applied, "cpuset.mems "+FormatList(want.Mems))
 	}
 
-	// Memory: the placement's bytes for a container without a limit of its own.
-	own := ctr.GetLinux().GetResources().GetMemory().GetLimit().GetValue()
-	rec.MemoryLimit = max(own, 0)
-	if limit, ok := MemoryLimit(pl, own); ok {
-		adj.SetLinuxMemoryLimit(limit)
-		rec.Applied = append(rec.Applied, fmt.Sprintf("memory.limit %d", limit))
-		rec.MemoryLimit = limit
+	// The record holds the limit the container was created with, which an update may not raise.
+	rec.MemoryLimit = max(targetOf(pod, ctr).OwnLimit, 0)
+	if want.MemoryLimit > 0 {
+		adj.SetLinuxMemoryLimit(want.MemoryLimit)
+		rec.Applied = append(rec.Applied, fmt.Sprintf("memory.limit %d", want.MemoryLimit))
+		rec.MemoryLimit = want.MemoryLimit
 	}
 
-	// The plan and the shim. Without a slow node everything is DRAM: the plan names the DRAM
-	// node twice, so the shim's per-structure limits are moot but the pod runs the same way.
-	if len(dramNodes) > 0 {
-		slow := slowNode
-		if slow < 0 || pl.Configuration.SlowBytes == 0 {
-			slow = dramNodes[0]
-		}
-		text := RenderPlan(pl, dramNodes[0], slow, podKey(pod)+" "+pod.GetUid())
-		path := filepath.Join(p.cfg.PlanDir, pod.GetUid()+".plan")
-		if err := writeAtomic(path, text); err != nil {
-			skip("plan", err.Error())
-		} else {
-			adj.AddMount(&api.Mount{Destination: ContainerPlanPath, Source: path, Type: "bind",
-				Options: []string{"bind", "ro", "rprivate"}})
-			adj.AddEnv("TMC_PLAN", ContainerPlanPath)
-			rec.Applied = append(rec.Applied, "plan "+ContainerPlanPath)
-		}
+	if want.Plan == "" {
+		skip("plan", want.PlanUnapplied)
+	} else if err := writeAtomic(filepath.Join(p.cfg.PlanDir, want.PlanFile), want.Plan); err != nil {
+		skip("plan", err.Error())
 	} else {
-		skip("plan", "no DRAM NUMA node to name as the fast node")
+		adj.AddMount(&api.Mount{Destination: ContainerPlanPath, Source: filepath.Join(p.cfg.PlanDir, want.PlanFile), Type: "bind",
+			Options: []string{"bind", "ro", "rprivate"}})
+		adj.AddEnv("TMC_PLAN", ContainerPlanPath)
+		rec.Applied = append(rec.Applied, "plan "+ContainerPlanPath)
 	}
 	p.preload(ctr, adj, &rec, skip)
-
 	rec.Complete = len(rec.Skipped) == 0
-	if verification && !rec.Complete {
-		if fresh {
+	return adj, rec
+}
+
+// record hands the adjustment to the runtime and writes the container's record, unless the
+// container may not start with it: a verification run not fully adjusted, or a runtime that
+// stopped waiting.
+func (p *Plugin) record(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, in *admission, adj *api.ContainerAdjustment, rec Record) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	if in.verification && !rec.Complete {
+		if in.fresh {
 			p.release(pod.GetUid())
 		}
 		return nil, nil, p.refuse(pod, "TmcVerificationNotApplied",
@@ -283,7 +302,7 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		// The runtime stopped waiting (its NRI request timeout): it creates the container without
 		// this adjustment, so neither record nor report it as adjusted; the plugin finds it when
 		// the runtime next synchronises.
-		if fresh {
+		if in.fresh {
 			p.release(pod.GetUid())
 		}
 		return nil, nil, ctx.Err()
@@ -502,7 +521,9 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		byID[pod.GetId()] = pod
 	}
 	var updates []*api.ContainerUpdate
-	topo, topoErr := ReadTopology(p.cfg.SysRoot)
+	// Unreadable topology: the memory limit is still corrected (the adjustment says why the
+	// memory nodes are not).
+	node, _ := ReadNodeLayout(p.cfg.SysRoot, p.cfg.Resctrl)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.pods = map[string]admitted{}
@@ -536,21 +557,14 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		u := &api.ContainerUpdate{ContainerId: ctr.GetId()}
 		u.SetIgnoreFailure()
 		fixed := []string{}
-		if limit, ok := MemoryLimit(pl, ctr.GetLinux().GetResources().GetMemory().GetLimit().GetValue()); ok {
-			u.SetLinuxMemoryLimit(limit)
-			fixed = append(fixed, fmt.Sprintf("memory limit %d", limit))
+		want := p.adjust(pl, node, targetOf(pod, ctr))
+		if want.MemoryLimit > 0 {
+			u.SetLinuxMemoryLimit(want.MemoryLimit)
+			fixed = append(fixed, fmt.Sprintf("memory limit %d", want.MemoryLimit))
 		}
-		if topoErr == nil {
-			cpus, _ := ParseList(ctr.GetLinux().GetResources().GetCpu().GetCpus())
-			dram, slow := topo.Nearest(cpus)
-			if c.SlowBytes > 0 && slow >= 0 {
-				dram = append(dram, slow)
-				slices.Sort(dram)
-			}
-			if len(dram) > 0 {
-				u.SetLinuxCPUSetMems(FormatList(dram))
-				fixed = append(fixed, "cpuset.mems "+FormatList(dram))
-			}
+		if len(want.Mems) > 0 {
+			u.SetLinuxCPUSetMems(FormatList(want.Mems))
+			fixed = append(fixed, "cpuset.mems "+FormatList(want.Mems))
 		}
 		updates = append(updates, u)
 		p.report.Event(pod, true, "TmcNotApplied", fmt.Sprintf(
@@ -625,8 +639,8 @@ func InstallShim(bundled, shimDir string) (bool, error) {
 // (the recommendation's bytes only for a pod that requests none), so the placement's DRAM and slow
 // bytes together are at least what any one container of the pod asked for: a container without a
 // limit is held to them. A container's own limit is what its pod asked for and is never lowered,
-// since a profile traced on a small input must not cut a pod deployed on its real one. Container
-// creation and synchronization both read this one rule.
+// since a profile traced on a small input must not cut a pod deployed on its real one.
+// Adjust reads this one rule for every path that applies a placement.
 func MemoryLimit(pl *Placement, own int64) (int64, bool) {
 	limit := pl.Configuration.DRAMBytes + pl.Configuration.SlowBytes
 	if own > 0 || limit <= 0 {
