@@ -8,10 +8,12 @@ publishes none, until an operator sizes it). Every write runs inside the caller'
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
@@ -19,6 +21,8 @@ from ledger.types import NodeCapacity
 from model import MachineShape
 from model.capacity import SlowTier
 from store.orm import HostKind, Node, RackPool, Reservation
+
+log = logging.getLogger("tmc.ledger.nodes")
 
 
 def shape_of_kind(kind: HostKind) -> MachineShape:
@@ -29,6 +33,16 @@ def shape_of_kind(kind: HostKind) -> MachineShape:
         llc_ways=kind.llc_ways,
         slow_pooled=kind.slow_pooled,
     )
+
+
+def machine_of_kind(kind: HostKind) -> MachineShape | None:
+    """The kind's machine, or None for a row that is not one (no DRAM: registered from a node's
+    capacity before such nodes were refused), logged: readers skip it rather than fail."""
+    try:
+        return shape_of_kind(kind)
+    except ValidationError as exc:
+        log.warning("host kind %s is not a machine, skipped: %s", kind.name, exc.errors()[0]["msg"])
+        return None
 
 
 def register_host_kind(
@@ -97,6 +111,10 @@ def pool_sizes(
 def register_node(session: Session, cap: NodeCapacity, pool_bytes: int | None = None) -> Registered:
     """A node as its agent publishes it, or as an operator declares it. `pool_bytes`: the rack
     pool's size when the publisher knows it (a known pool is resized to it)."""
+    if cap.dram_bytes < 1:
+        # Nothing tiered fits a node without DRAM (the engine filters it out too); its CPUs and
+        # ways would only swell the cluster's capacity, and a kind made from it is no machine.
+        raise ValueError(f"node {cap.name} has no DRAM: it can hold no tiered pod")
     new_kind = session.get(HostKind, cap.host_kind) is None
     if new_kind:
         session.add(

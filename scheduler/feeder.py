@@ -91,6 +91,9 @@ def node_capacity(node: dict[str, Any]) -> tuple[NodeCapacity, int | None] | Non
             allocatable = parse_quantity((status.get("allocatable") or {}).get("cpu", "0"))
             cpus = min(contract.MAX_CPUS, max(1, math.floor(allocatable)))
         within_kubelet_memory(published, (status.get("capacity") or {}).get("memory"))
+        if published.dram_bytes < 1:
+            # Readable, but no machine: nothing tiered fits it (the engine filters it out).
+            raise contract.ContractError("no DRAM published: it can hold no tiered pod")
     except (contract.ContractError, BadPod) as exc:
         log.warning("node %s publishes unreadable tiered capacity: %s", meta.get("name"), exc)
         return None

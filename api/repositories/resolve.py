@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
+from pydantic import ValidationError
 from sqlalchemy import (
     Select,
     String,
@@ -82,19 +83,25 @@ def resolve_for_recommendation(
 
 def _kind_shape(
     cpus: int, dram_bytes: int, slow_bytes: int, llc_ways: int, slow_pooled: bool
-) -> MachineShape:
-    """A host kind's shape, made once per distinct shape (a cluster has a handful)."""
+) -> MachineShape | None:
+    """A host kind's shape, made once per distinct shape (a cluster has a handful); None for a
+    stored row that is no machine (no DRAM), which is then priced as the bundle's own host."""
     key = (cpus, dram_bytes, slow_bytes, llc_ways, slow_pooled)
-    return _KIND_SHAPES.get_or_compute(
-        key,
-        lambda: MachineShape(
+    found = _KIND_SHAPES.get(key)
+    if found is not None:
+        return found
+    try:
+        shape = MachineShape(
             cpus=cpus,
             dram_bytes=dram_bytes,
             slow_bytes=slow_bytes,
             llc_ways=llc_ways,
             slow_pooled=slow_pooled,
-        ),
-    )
+        )
+    except ValidationError:
+        return None
+    _KIND_SHAPES.put(key, shape)
+    return shape
 
 
 _KIND_SHAPES: Recent[tuple[int, int, int, int, bool], MachineShape] = Recent(64)

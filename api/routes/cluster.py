@@ -28,6 +28,7 @@ from ledger import nodes as ledger_nodes
 from ledger import store as ledger
 from ledger.types import NodeCapacity
 from ledger.utilization import utilization_of
+from model.resources import MachineShape
 from model.stranding import stranding
 from store.orm import HostKind
 
@@ -36,11 +37,11 @@ Admin = Annotated[object, Depends(require(Permission.admin))]
 Reader = Annotated[object, Depends(require(Permission.read))]
 
 
-def _host_kind_out(kind: HostKind) -> HostKindIn:
+def _host_kind_out(kind: HostKind, machine: MachineShape) -> HostKindIn:
     return HostKindIn.model_validate(
         {
             "name": kind.name,
-            "machine": ledger_nodes.shape_of_kind(kind),
+            "machine": machine,
             "sockets": kind.sockets,
             "llc_size_bytes": kind.llc_size_bytes,
             "slow_tier": kind.slow_tier,
@@ -50,7 +51,9 @@ def _host_kind_out(kind: HostKind) -> HostKindIn:
 
 @router.get("/host-kinds", response_model=list[HostKindIn])
 def host_kinds(session: SessionDep, _: Reader) -> list[HostKindIn]:
-    return [_host_kind_out(k) for k in cluster.host_kinds(session)]
+    # A stored row that is no machine (no DRAM) is left out, logged, rather than failing the list.
+    kinds = [(k, ledger_nodes.machine_of_kind(k)) for k in cluster.host_kinds(session)]
+    return [_host_kind_out(k, m) for k, m in kinds if m is not None]
 
 
 @router.put(
@@ -67,7 +70,7 @@ def put_host_kind(body: HostKindIn, session: SessionDep, _: Admin) -> HostKindIn
         llc_size_bytes=None if body.llc_size_bytes is None else int(body.llc_size_bytes),
         slow_tier=body.slow_tier,
     )
-    return _host_kind_out(row)
+    return _host_kind_out(row, body.machine)
 
 
 @router.get(

@@ -171,7 +171,7 @@ def get_workload_model(
     # The prepared model already holds the fit and what it needs of the bundle's host.
     prepared = state.models.model(session, row.id)
     fitted = prepared.predictor.model
-    machine = prepared.machine(None if kind is None else ledger_nodes.shape_of_kind(kind))
+    machine = prepared.machine(None if kind is None else ledger_nodes.machine_of_kind(kind))
     chosen_grid = prepared.grid("host" if grid == "host" else "paper")
     _, prices = price_profiles.resolve_price_profile(session, None)
     points = predicted_grid(prepared.predictor, machine=machine, prices=prices, grid=chosen_grid)

@@ -5,12 +5,21 @@ socket with size and tier not stated."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from api.auth import Role
-from tests.fixtures.service import auth
+from api.settings import Settings
+from ledger import nodes as ledger_nodes
+from ledger.types import NodeCapacity
+from model import node_contract as contract
+from scheduler.feeder import node_capacity
+from store.db import make_engine, make_session_factory, unit_of_work
+from store.orm import HostKind
+from tests.fixtures.service import auth, example
 
 OPERATOR = auth(Role.operator)
 VIEWER = auth(Role.viewer)
@@ -116,3 +125,60 @@ def test_a_kind_registered_by_a_node_reads_as_one_socket_of_unstated_cache(
     kind = listed(client)["from-a-node"]
     assert (kind["sockets"], kind["llc_size_bytes"], kind["slow_tier"]) == (1, None, None)
     assert kind["machine"]["llc_ways"] == 11
+
+
+def test_a_node_without_dram_registers_no_kind_and_a_stored_one_fails_no_reader(
+    client: TestClient, settings: Settings
+) -> None:
+    """A node publishing no DRAM is refused by the ledger (and skipped by the feeder), so it
+    registers no kind; a kind row without DRAM stored before that (here written directly) is
+    left out of GET /v1/cluster/host-kinds, and a profile measured on a host of that kind is
+    recommended and modelled on its own host's shape, not answered with a 500."""
+    sessions = make_session_factory(make_engine(settings))
+    with pytest.raises(ValueError, match="no DRAM"), unit_of_work(sessions) as session:
+        ledger_nodes.register_node(
+            session,
+            NodeCapacity(
+                name="n0",
+                host_kind="k0",
+                cpus=8,
+                dram_bytes=0,
+                slow_bytes=GIB,
+                llc_ways=11,
+                pool=None,
+            ),
+        )
+    node = node_object("n0", dram_bytes=0)
+    assert node_capacity(node) is None
+    assert node_capacity(node_object("n1", dram_bytes=GIB)) is not None
+
+    put(client, {"name": "good", "machine": LOCAL}).raise_for_status()
+    graph500_kind = json.loads(example("graph500"))["host"]["host_kind"]
+    with unit_of_work(sessions) as session:
+        for name in ("no-dram", graph500_kind):
+            session.add(HostKind(name=name, cpus=8, dram_bytes=0, slow_bytes=GIB, llc_ways=11))
+    assert set(listed(client)) == {"good"}
+
+    agent = auth(Role.agent)
+    uploaded = client.post(
+        "/v1/profiles",
+        content=example("graph500"),
+        headers={**agent, "Content-Type": "application/json"},
+    )
+    assert uploaded.status_code in (200, 201, 202), uploaded.text
+    rec = client.post("/recommend", headers=auth(Role.scheduler), json={"workload": "graph500"})
+    assert rec.status_code == 200, rec.text
+    model = client.get("/v1/workloads/graph500/model", headers=VIEWER)
+    assert model.status_code == 200, model.text
+
+
+def node_object(name: str, dram_bytes: int) -> dict[str, Any]:
+    """A Kubernetes node publishing tiered capacity, as the feeder lists it."""
+    capacity = contract.NodeCapacity(
+        host_kind="k0", cpus=8, dram_bytes=dram_bytes, slow_bytes=0, llc_ways=11
+    )
+    labels, annotations = capacity.to_metadata()
+    return {
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "status": {"capacity": {"memory": "64Gi"}, "allocatable": {"cpu": "8"}},
+    }
