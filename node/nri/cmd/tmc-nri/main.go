@@ -1,6 +1,9 @@
 // tmc-nri is tmc's NRI plugin: the container runtime (containerd 1.7+/2.x, CRI-O 1.26+) calls it
 // when a container is created, and it applies the configuration tmc placed the container's pod
 // in (LLC ways, memory nodes, memory limit, the per-structure plan and the allocator shim).
+//
+// "tmc-nri reconcile" is the same applier for runtimes without NRI: it applies the placements of
+// the pods running on the node to their cgroups and resctrl groups, once or every --interval.
 package main
 
 import (
@@ -35,6 +38,9 @@ func env(name, def string) string {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "reconcile" {
+		os.Exit(reconcile(os.Args[2:]))
+	}
 	var (
 		node       = flag.String("node", env("TMC_NRI_NODE_NAME", ""), "this node's name (TMC_NRI_NODE_NAME)")
 		socket     = flag.String("socket", env("TMC_NRI_SOCKET", "/var/run/nri/nri.sock"), "the runtime's NRI socket (TMC_NRI_SOCKET)")

@@ -661,17 +661,21 @@ const (
 // too): unknown until the namespaces are listed, and for a namespace not listed at all (made
 // after the last event seen, or no informer): the kubelet retries, by when it is known.
 func (p *Plugin) tenant(namespace string) tenancy {
-	if p.cfg.Tenants.Every() {
+	return tenantOf(p.cfg.Tenants, p.cfg.Namespaces, namespace)
+}
+
+func tenantOf(tenants *v1alpha1.TenantNamespaces, namespaces Namespaces, namespace string) tenancy {
+	if tenants.Every() {
 		return tenantYes
 	}
-	if p.cfg.Namespaces == nil || !p.cfg.Namespaces.Synced() {
+	if namespaces == nil || !namespaces.Synced() {
 		return tenantUnknown
 	}
-	labels, ok := p.cfg.Namespaces.Labels(namespace)
+	labels, ok := namespaces.Labels(namespace)
 	switch {
 	case !ok:
 		return tenantUnknown
-	case p.cfg.Tenants.Selects(labels):
+	case tenants.Selects(labels):
 		return tenantYes
 	default:
 		return tenantNot

@@ -89,21 +89,30 @@ func (c *CAT) Schemata(mask uint64) (string, error) {
 
 // EnsureGroup makes the group name hold schemata (writing only what differs).
 func (r *Resctrl) EnsureGroup(name, schemata string) error {
+	_, err := r.ensureGroup(name, schemata)
+	return err
+}
+
+// ensureGroup is EnsureGroup, saying whether it changed anything.
+func (r *Resctrl) ensureGroup(name, schemata string) (bool, error) {
 	dir := filepath.Join(r.Root, name)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+	made := true
+	if err := os.Mkdir(dir, 0o755); errors.Is(err, os.ErrExist) {
+		made = false
+	} else if err != nil {
 		// ENOSPC: every CLOSID is taken (info/L3/num_closids).
-		return fmt.Errorf("cannot create resctrl group %s: %w", name, err)
+		return false, fmt.Errorf("cannot create resctrl group %s: %w", name, err)
 	}
 	current, _ := readSmall(filepath.Join(dir, "schemata"))
 	for _, line := range strings.Split(current, "\n") {
 		if strings.TrimSpace(line) == schemata {
-			return nil
+			return made, nil
 		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "schemata"), []byte(schemata+"\n"), 0o644); err != nil {
-		return fmt.Errorf("resctrl refused schemata %q for %s: %w", schemata, name, err)
+		return made, fmt.Errorf("resctrl refused schemata %q for %s: %w", schemata, name, err)
 	}
-	return nil
+	return true, nil
 }
 
 // RemoveGroup deletes a pod's group (its threads return to the default group).

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"tmc.dev/node-nri/internal/tmcnri"
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
+)
+
+// reconcile is "tmc-nri reconcile": placements applied to running pods, for a runtime without
+// NRI. It returns the process's exit status.
+func reconcile(args []string) int {
+	fs := flag.NewFlagSet("tmc-nri reconcile", flag.ContinueOnError)
+	var (
+		node       = fs.String("node", env("TMC_NRI_NODE_NAME", ""), "this node's name (TMC_NRI_NODE_NAME)")
+		sys        = fs.String("sys", env("TMC_NRI_SYS", "/sys"), "the host's sysfs (TMC_NRI_SYS)")
+		resctrl    = fs.String("resctrl", env("TMC_NRI_RESCTRL", "/sys/fs/resctrl"), "the host's resctrl mount (TMC_NRI_RESCTRL)")
+		cgroups    = fs.String("cgroup-root", env("TMC_NRI_CGROUP_ROOT", "/sys/fs/cgroup"), "the host's cgroup v2 mount (TMC_NRI_CGROUP_ROOT)")
+		kubeconfig = fs.String("kubeconfig", env("TMC_NRI_KUBECONFIG", ""), "kubeconfig for the node's pods (and namespaces); in-cluster when empty (TMC_NRI_KUBECONFIG)")
+		podsFile   = fs.String("pods", "", "a pod list (kubectl get pods -o json) to read instead of the API server; read again each round")
+		tenants    = fs.String("tenant-namespace-labels", env("TMC_NRI_TENANT_NAMESPACE_LABELS", ""), "key=value,... labels of the namespaces whose placements are applied (empty: every namespace) (TMC_NRI_TENANT_NAMESPACE_LABELS)")
+		interval   = fs.Duration("interval", 0, "apply again every interval (0: once, then exit)")
+	)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if *node == "" {
+		log.Error("no node name: set TMC_NRI_NODE_NAME (downward API spec.nodeName) or --node")
+		return 2
+	}
+	selector, err := v1alpha1.ParseTenantNamespaceLabels(*tenants)
+	if err != nil {
+		log.Error("--tenant-namespace-labels", "error", err)
+		return 2
+	}
+	var client kubernetes.Interface
+	if *podsFile == "" || !selector.Every() {
+		if client, err = kubeClient(*kubeconfig); err != nil {
+			log.Error("no API server for the node's pods and namespaces", "error", err)
+			return 1
+		}
+	}
+	r := &tmcnri.Reconciler{NodeName: *node, SysRoot: *sys, Resctrl: &tmcnri.Resctrl{Root: *resctrl},
+		CgroupRoot: *cgroups, Tenants: selector}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	// A pod's lasting gaps (its plan, say) are logged when they change, not every round.
+	said := map[string][]string{}
+	round := func() bool {
+		var pods []corev1.Pod
+		var err error
+		if *podsFile != "" {
+			pods, err = tmcnri.ReadPodList(*podsFile)
+		} else {
+			pods, err = tmcnri.ListPods(ctx, client, *node)
+		}
+		if err != nil {
+			log.Error("cannot read the node's pods", "error", err)
+			return false
+		}
+		if !selector.Every() {
+			namespaces, err := tmcnri.ListNamespaces(ctx, client)
+			if err != nil {
+				log.Error("cannot list the tenant namespaces", "error", err)
+				return false
+			}
+			r.Namespaces = namespaces
+		}
+		seen := map[string][]string{}
+		for _, done := range r.Reconcile(pods) {
+			seen[done.Pod] = done.Unapplied
+			if len(done.Written) > 0 {
+				log.Info("placement applied", "pod", done.Pod, "written", done.Written, "not_applied", done.Unapplied)
+			} else if !slices.Equal(said[done.Pod], done.Unapplied) {
+				log.Warn("placement not fully applied", "pod", done.Pod, "not_applied", done.Unapplied)
+			}
+		}
+		said = seen
+		return true
+	}
+	ok := round()
+	if *interval <= 0 {
+		if !ok {
+			return 1
+		}
+		return 0
+	}
+	tick := time.NewTicker(*interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-tick.C:
+			round()
+		}
+	}
+}

@@ -1,0 +1,195 @@
+package tmcnri
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
+)
+
+// writeCgroups is a cgroup v2 tree as the kubelet's systemd driver lays out a burstable pod:
+// the pod's cgroup with its controllers' files, and one container cgroup holding threads.
+func writeCgroups(t *testing.T, uid, cpus string, threads ...string) (root, podDir string) {
+	t.Helper()
+	root = t.TempDir()
+	podDir = filepath.Join(root, "kubepods.slice", "kubepods-burstable.slice",
+		"kubepods-burstable-pod"+strings.ReplaceAll(uid, "-", "_")+".slice")
+	ctr := filepath.Join(podDir, "cri-containerd-0123abcd.scope")
+	must(t, os.MkdirAll(ctr, 0o755))
+	for name, text := range map[string]string{
+		"memory.max": "max", "cpuset.mems": "", "cpuset.cpus.effective": cpus, "cgroup.threads": "",
+	} {
+		must(t, os.WriteFile(filepath.Join(podDir, name), []byte(text+"\n"), 0o644))
+	}
+	must(t, os.WriteFile(filepath.Join(ctr, "cgroup.threads"), []byte(strings.Join(threads, "\n")+"\n"), 0o644))
+	return root, podDir
+}
+
+// runningPod is a pod as the API server lists it; limits, when given, are its containers'
+// memory limits (one container each).
+func runningPod(name, uid, node string, ann map[string]string, limits ...int64) corev1.Pod {
+	p := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid), Annotations: ann},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: name}}},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	if len(limits) > 0 {
+		p.Spec.Containers = nil
+		for _, l := range limits {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: name, Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(l, resource.BinarySI)}}})
+		}
+	}
+	return p
+}
+
+func readTrim(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	must(t, err)
+	return strings.TrimSpace(string(data))
+}
+
+func TestReconcileAppliesAPlacementToARunningPodOnce(t *testing.T) {
+	uid := "6f1c2a9e-0001"
+	root, podDir := writeCgroups(t, uid, "2-3", "101", "102")
+	resctrl := writeResctrl(t)
+	r := &Reconciler{NodeName: "node-a", SysRoot: twoSockets(t), Resctrl: &Resctrl{Root: resctrl}, CgroupRoot: root}
+	pods := []corev1.Pod{
+		runningPod("bfs", uid, "node-a", placed("node-a", "0x3c", 4, 4*gib, 2*gib)),
+		runningPod("web", "6f1c2a9e-0002", "node-a", nil),                                   // not placed: left alone
+		runningPod("far", "6f1c2a9e-0003", "node-b", placed("node-b", "0x3", 2, gib, 0)),    // another node's
+		runningPod("gone", "6f1c2a9e-0004", "node-a", placed("node-a", "0x3", 2, gib, 0)),   // no cgroup here
+		runningPod("forged", "6f1c2a9e-0005", "node-a", placed("node-b", "0x3", 2, gib, 0)), // placed elsewhere
+	}
+	first := r.Reconcile(pods)
+	if len(first) != 3 {
+		t.Fatalf("reconciled %+v", first)
+	}
+	bfs := first[0]
+	if bfs.Pod != "default/bfs" || len(bfs.Written) != 4 || !slices.Equal(bfs.Unapplied, []string{notAtCreation}) {
+		t.Fatalf("first round: %+v", bfs)
+	}
+	if got := readTrim(t, filepath.Join(podDir, "memory.max")); got != "6442450944" {
+		t.Errorf("memory.max %q", got)
+	}
+	if got := readTrim(t, filepath.Join(podDir, "cpuset.mems")); got != "1,3" {
+		t.Errorf("cpuset.mems %q (CPUs 2-3 are node1's, node3 its slow memory)", got)
+	}
+	group := filepath.Join(resctrl, GroupPrefix+uid)
+	if got := readTrim(t, filepath.Join(group, "schemata")); got != "L3:0=3c;1=3c" {
+		t.Errorf("schemata %q", got)
+	}
+	if got := readTrim(t, filepath.Join(group, "tasks")); got != "101\n102" {
+		t.Errorf("tasks %q", got)
+	}
+	if !strings.Contains(strings.Join(first[1].Unapplied, ";"), "no cgroup of pod") ||
+		!strings.Contains(strings.Join(first[2].Unapplied, ";"), `placed on node "node-b"`) {
+		t.Errorf("what was not applied is not said: %+v", first[1:])
+	}
+
+	// A second round writes nothing; a thread started since joins the group, and only it.
+	for _, done := range r.Reconcile(pods) {
+		if len(done.Written) != 0 {
+			t.Errorf("second round wrote %v for %s", done.Written, done.Pod)
+		}
+	}
+	must(t, os.WriteFile(filepath.Join(podDir, "cri-containerd-0123abcd.scope", "cgroup.threads"), []byte("101\n102\n240\n"), 0o644))
+	third := r.Reconcile(pods)
+	if !slices.Equal(third[0].Written, []string{"resctrl " + GroupPrefix + uid + " tasks +1"}) {
+		t.Errorf("third round wrote %v", third[0].Written)
+	}
+	if got := readTrim(t, filepath.Join(group, "tasks")); got != "101\n102\n240" {
+		t.Errorf("tasks %q", got)
+	}
+	// Something that drifted (written by someone else) is put back.
+	must(t, os.WriteFile(filepath.Join(podDir, "cpuset.mems"), []byte("0-3\n"), 0o644))
+	if got := r.Reconcile(pods)[0].Written; !slices.Equal(got, []string{"cpuset.mems 1,3"}) {
+		t.Errorf("drift: wrote %v", got)
+	}
+}
+
+func TestReconcileKeepsAPodsOwnLimitAndFindsCgroupfsPods(t *testing.T) {
+	uid := "6f1c2a9e-0010"
+	root := t.TempDir()
+	podDir := filepath.Join(root, "kubepods", "burstable", "pod"+uid)
+	must(t, os.MkdirAll(podDir, 0o755))
+	must(t, os.WriteFile(filepath.Join(podDir, "memory.max"), []byte("1073741824\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(podDir, "cpuset.mems"), []byte("\n"), 0o644))
+	r := &Reconciler{NodeName: "node-a", SysRoot: twoSockets(t), CgroupRoot: root}
+	done := r.Reconcile([]corev1.Pod{runningPod("capped", uid, "node-a", placed("node-a", "0x3", 2, 4*gib, 2*gib), gib)})
+	// No cpuset.cpus.effective: every CPU, so both DRAM nodes and the slow node nearest them.
+	if len(done) != 1 || !slices.Equal(done[0].Written, []string{"cpuset.mems 0-2"}) {
+		t.Fatalf("reconciled %+v", done)
+	}
+	if got := readTrim(t, filepath.Join(podDir, "memory.max")); got != "1073741824" {
+		t.Errorf("the pod's own limit was changed to %s", got)
+	}
+	if !strings.Contains(strings.Join(done[0].Unapplied, ";"), "llc-mask: "+ErrNoCAT.Error()) {
+		t.Errorf("no resctrl, not said: %v", done[0].Unapplied)
+	}
+}
+
+func TestReconcileAppliesOnlyTenantsPlacements(t *testing.T) {
+	uid := "6f1c2a9e-0020"
+	root, podDir := writeCgroups(t, uid, "0-1", "7")
+	sel, err := v1alpha1.ParseTenantNamespaceLabels("tmc.dev/tenant=yes")
+	must(t, err)
+	r := &Reconciler{NodeName: "node-a", SysRoot: twoSockets(t), CgroupRoot: root, Tenants: sel}
+	pods := []corev1.Pod{runningPod("a", uid, "node-a", placed("node-a", "0x3", 2, gib, 0))}
+	for _, tc := range []struct {
+		namespaces Namespaces
+		want       string
+	}{
+		{nil, "not known yet"},
+		{FixedNamespaces{"default": {"other": "x"}}, "not one of tmc's tenant namespaces"},
+	} {
+		r.Namespaces = tc.namespaces
+		done := r.Reconcile(pods)
+		if len(done) != 1 || len(done[0].Written) != 0 || !strings.Contains(strings.Join(done[0].Unapplied, ";"), tc.want) {
+			t.Errorf("%+v", done)
+		}
+	}
+	if got := readTrim(t, filepath.Join(podDir, "memory.max")); got != "max" {
+		t.Errorf("a placement outside the tenants was applied: memory.max %s", got)
+	}
+	r.Namespaces = FixedNamespaces{"default": {"tmc.dev/tenant": "yes"}}
+	if done := r.Reconcile(pods); len(done[0].Written) == 0 {
+		t.Errorf("a tenant's placement was not applied: %+v", done)
+	}
+}
+
+func TestTheNodesPodsFromTheAPIServerOrAList(t *testing.T) {
+	here := runningPod("here", "6f1c2a9e-0030", "node-a", placed("node-a", "0x3", 2, gib, 0))
+	there := runningPod("there", "6f1c2a9e-0031", "node-b", nil)
+	client := fake.NewClientset(&here, &there)
+	pods, err := ListPods(context.Background(), client, "node-a")
+	must(t, err)
+	if len(pods) != 1 || pods[0].Name != "here" {
+		t.Errorf("listed %d pods", len(pods))
+	}
+	path := filepath.Join(t.TempDir(), "pods.json")
+	data, err := json.Marshal(corev1.PodList{Items: []corev1.Pod{here, there}})
+	must(t, err)
+	must(t, os.WriteFile(path, data, 0o644))
+	pods, err = ReadPodList(path)
+	must(t, err)
+	if len(pods) != 2 || pods[0].Annotations[PlacementAnnotation] == "" {
+		t.Errorf("read %+v", pods)
+	}
+	must(t, os.WriteFile(path, []byte(`{"items": 3}`), 0o644))
+	if _, err := ReadPodList(path); err == nil || !strings.Contains(err.Error(), "not a pod list") {
+		t.Errorf("a malformed list: %v", err)
+	}
+}
