@@ -88,6 +88,11 @@ func reconcile(args []string) int {
 			}
 		}
 		said = seen
+		if removed, err := r.RemoveStale(pods); err != nil {
+			log.Warn("resctrl groups of pods gone not all removed", "removed", removed, "error", err)
+		} else if len(removed) > 0 {
+			log.Info("resctrl groups of pods gone removed", "removed", removed)
+		}
 		return true
 	}
 	ok := round()

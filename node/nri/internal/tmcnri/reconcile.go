@@ -151,6 +151,42 @@ func (r *Reconciler) apply(pod *corev1.Pod, pl *Placement, node NodeLayout, adju
 	done.Unapplied = append(done.Unapplied, notAtCreation)
 }
 
+// RemoveStale removes the resctrl groups of pods no longer running on this node (deleted or
+// finished): their threads return to the default group and their CLOSIDs are free again. Only
+// the placed pods' groups (GroupPrefix) are touched; pods is the whole of this node's pods, so
+// a round whose list failed removes nothing.
+func (r *Reconciler) RemoveStale(pods []corev1.Pod) (removed []string, err error) {
+	if r.Resctrl == nil || r.Resctrl.Root == "" {
+		return nil, nil
+	}
+	live := map[string]bool{}
+	for _, pod := range pods {
+		if pod.Spec.NodeName == r.NodeName && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+			live[GroupPrefix+string(pod.UID)] = true
+		}
+	}
+	entries, err := os.ReadDir(r.Resctrl.Root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() || !strings.HasPrefix(name, GroupPrefix) || !uidText.MatchString(strings.TrimPrefix(name, GroupPrefix)) || live[name] {
+			continue
+		}
+		if err := r.Resctrl.RemoveGroup(name); err != nil {
+			errs = append(errs, err)
+		} else {
+			removed = append(removed, name)
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
 // podMemoryLimit is the pod's own memory limit as its cgroup holds it: the sum of its
 // containers' limits when every one has a limit (the kubelet's rule for the pod's memory.max),
 // else 0, none. Read from the spec, not the cgroup, so that a limit this mode wrote is not later

@@ -193,3 +193,28 @@ func TestTheNodesPodsFromTheAPIServerOrAList(t *testing.T) {
 		t.Errorf("a malformed list: %v", err)
 	}
 }
+
+func TestReconcileRemovesTheGroupsOfPodsGone(t *testing.T) {
+	resctrl := writeResctrl(t)
+	r := &Reconciler{NodeName: "node-a", Resctrl: &Resctrl{Root: resctrl}}
+	for _, name := range []string{GroupPrefix + "6f1c2a9e-0040", GroupPrefix + "6f1c2a9e-0041", GroupPrefix + "6f1c2a9e-0042", "tmc-profile-1", "other"} {
+		must(t, os.MkdirAll(filepath.Join(resctrl, name), 0o755))
+		must(t, os.WriteFile(filepath.Join(resctrl, name, "schemata"), []byte("L3:0=1;1=1\n"), 0o644))
+	}
+	finished := runningPod("done", "6f1c2a9e-0042", "node-a", nil)
+	finished.Status.Phase = corev1.PodSucceeded
+	pods := []corev1.Pod{runningPod("live", "6f1c2a9e-0040", "node-a", nil), finished}
+	removed, err := r.RemoveStale(pods)
+	must(t, err)
+	if !slices.Equal(removed, []string{GroupPrefix + "6f1c2a9e-0041", GroupPrefix + "6f1c2a9e-0042"}) {
+		t.Errorf("removed %v", removed)
+	}
+	for name, want := range map[string]bool{GroupPrefix + "6f1c2a9e-0040": true, "tmc-profile-1": true, "other": true, GroupPrefix + "6f1c2a9e-0041": false} {
+		if _, err := os.Stat(filepath.Join(resctrl, name)); (err == nil) != want {
+			t.Errorf("%s: present %v", name, err == nil)
+		}
+	}
+	if removed, err := r.RemoveStale(pods); err != nil || len(removed) != 0 {
+		t.Errorf("again: %v %v", removed, err)
+	}
+}
