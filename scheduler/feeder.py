@@ -306,9 +306,12 @@ class Feeder:
         mirror_batch_seconds: float = 1.0,
         rack_pools: Mapping[str, int] | None = None,
         metrics: PublisherMetrics | None = None,
+        tenant_selector: str = "",
     ) -> None:
         """`sessions`: the ledger's database to mirror into (None: no mirror). `recommender`:
-        told of every pending opted-in pod (None: nobody)."""
+        told of every pending opted-in pod (None: nobody). `tenant_selector`: the labels of
+        tmc's tenant namespaces (scheduler.tenants: key=value pairs; "": every namespace), the
+        only ones whose pods are mirrored, named and published for."""
         self.metrics = metrics if metrics is not None else PublisherMetrics()
         self.cluster = cluster
         self.sessions = sessions
@@ -320,6 +323,10 @@ class Feeder:
         self.mirror_batch_seconds = mirror_batch_seconds
         # The operator's rack pool sizes: authoritative over the nodes' claims (pool_sizes).
         self.rack_pools = dict(rack_pools or {})
+        self.tenant_selector = tenant_selector
+        # The tenant namespaces by name, from the last listing and the namespace watch since
+        # (None: every namespace is one).
+        self._tenants: frozenset[str] | None = None
         self.synced = threading.Event()
         self.mirror_synced = threading.Event()  # set once the mirror equals a listing
         self._stop = threading.Event()
@@ -363,8 +370,17 @@ class Feeder:
     ) -> tuple[
         list[tuple[NodeCapacity, int | None]], dict[str, ledger.Placed], list[Any], str, str
     ]:
+        if self.tenant_selector:
+            # Listed before the pods: a namespace that joins between the two is counted by the
+            # watch's ADDED event, which lists everything again.
+            namespaces, ns_rv = self.cluster.list_namespaces(self.tenant_selector)
+            self._tenants = frozenset(
+                str((n.get("metadata") or {}).get("name", "")) for n in namespaces
+            )
+            self._rv["namespace"] = ns_rv
         nodes, node_rv = self.cluster.list_nodes()
         pods, pod_rv = self.cluster.list_pods()
+        pods = [pod for pod in pods if self._tenant(pod)]
         caps = [found for node in nodes if (found := node_capacity(node)) is not None]
         bound = {p.held.pod_uid: p for pod in pods if (p := placed_of(pod)) is not None}
         return caps, bound, pods, node_rv, pod_rv
@@ -593,7 +609,7 @@ class Feeder:
     def start(self) -> list[threading.Thread]:
         threads = [
             threading.Thread(target=self._loop, args=(kind,), name=f"tmc-watch-{kind}", daemon=True)
-            for kind in ("node", "pod")
+            for kind in ("node", "pod", *(("namespace",) if self.tenant_selector else ()))
         ]
         threads.append(threading.Thread(target=self._resync_loop, name="tmc-resync", daemon=True))
         if self.sessions is not None:
@@ -616,12 +632,13 @@ class Feeder:
                 log.exception("periodic resync failed")
 
     def _loop(self, kind: str) -> None:
-        handle = self.on_node if kind == "node" else self.on_pod
+        handle = {"node": self.on_node, "pod": self.on_pod, "namespace": self.on_namespace}[kind]
+        selector = self.tenant_selector if kind == "namespace" else ""
         backoff = 0.2
         while not self._stop.is_set():
             try:
                 for event, obj in self.cluster.watch(
-                    kind, self._rv.get(kind, ""), self.watch_timeout_seconds
+                    kind, self._rv.get(kind, ""), self.watch_timeout_seconds, selector
                 ):
                     rv = (obj.get("metadata") or {}).get("resourceVersion")
                     if rv:
@@ -641,6 +658,26 @@ class Feeder:
                     self.sync()
                 except Exception:
                     log.exception("resync after a broken %s watch failed", kind)
+
+    def _tenant(self, pod: dict[str, Any]) -> bool:
+        """Whether the pod is in one of tmc's tenant namespaces (always, without a selector)."""
+        tenants = self._tenants
+        return tenants is None or (pod.get("metadata") or {}).get("namespace") in tenants
+
+    def on_namespace(self, event: str, namespace: dict[str, Any]) -> None:
+        """A namespace that joins the tenant namespaces (ADDED: it came to carry the labels) or
+        leaves them (DELETED: it lost one, or went): everything is listed again, so that its
+        bound pods are mirrored or released and its pods' pairs named or not, as the engine
+        counts or releases them."""
+        name = str((namespace.get("metadata") or {}).get("name", ""))
+        tenants = self._tenants or frozenset()
+        if (event == "DELETED") == (name in tenants):
+            log.info(
+                "namespace %s %s tmc's tenant namespaces; listing again",
+                name,
+                "left" if event == "DELETED" else "joined",
+            )
+            self.sync()
 
     def on_node(self, event: str, node: dict[str, Any]) -> None:
         name = str((node.get("metadata") or {}).get("name", ""))
@@ -767,6 +804,8 @@ class Feeder:
             self._bound_uids.discard(uid)
             self._queue_pod(uid, None)
             return
+        if not self._tenant(pod):
+            return  # nothing of it is tmc's: the engine and tmc-nri ignore its placement
         ask = self._ask_of(uid, pod)
         naming = self._naming_of(pod, ask) if ask is not None else None
         with self._named_lock:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import secrets
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -66,14 +66,27 @@ class KubeCluster:
         body = _json(self.core.list_pod_for_all_namespaces(_preload_content=False))
         return body.get("items") or [], str(body["metadata"].get("resourceVersion", ""))
 
+    def list_namespaces(self, label_selector: str) -> tuple[list[dict[str, Any]], str]:
+        """The namespaces carrying every label of `label_selector` (key=value pairs)."""
+        body = _json(
+            self.core.list_namespace(label_selector=label_selector, _preload_content=False)
+        )
+        return body.get("items") or [], str(body["metadata"].get("resourceVersion", ""))
+
     def watch(
-        self, kind: str, resource_version: str, timeout_seconds: int
+        self, kind: str, resource_version: str, timeout_seconds: int, label_selector: str = ""
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        """(event type, raw object) from a watch that starts at `resource_version`, until the
-        server ends it. An ERROR event (410 Gone: the version is too old) raises WatchEnded,
-        as does a response that is not a watch: the feeder treats any failure of a watch as
-        "list everything again"."""
-        lister = self.core.list_node if kind == "node" else self.core.list_pod_for_all_namespaces
+        """(event type, raw object) from a watch of nodes, pods or namespaces (`kind`) that
+        starts at `resource_version`, until the server ends it; with `label_selector`, an object
+        that comes to carry the labels is ADDED and one that stops is DELETED. An ERROR event
+        (410 Gone: the version is too old) raises WatchEnded, as does a response that is not a
+        watch: the feeder treats any failure of a watch as "list everything again"."""
+        listers: dict[str, Callable[..., Any]] = {
+            "node": self.core.list_node,
+            "pod": self.core.list_pod_for_all_namespaces,
+            "namespace": self.core.list_namespace,
+        }
+        lister = listers[kind]
         # With _preload_content=False the client returns urllib3's response, unread.
         response: Any = lister(
             watch=True,
@@ -81,6 +94,7 @@ class KubeCluster:
             timeout_seconds=timeout_seconds,
             allow_watch_bookmarks=True,
             _preload_content=False,
+            **({"label_selector": label_selector} if label_selector else {}),
         )
         yield from watched(response)
 

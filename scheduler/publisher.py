@@ -712,6 +712,7 @@ def main() -> None:
         mirror_batch_seconds=settings.mirror_batch_seconds,
         rack_pools=settings.rack_pools,
         metrics=metrics,
+        tenant_selector=settings.tenant_namespace_labels,
     )
     utilization = LedgerUtilization(sessions)
     publisher = RecommendationPublisher(

@@ -12,6 +12,7 @@ from pydantic import Field, ValidationError, field_validator
 from model.node_contract import MAX_BYTES
 from model.objectives import DEFAULT_THRESHOLD
 from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, parse_quantity
+from scheduler.tenants import TenantSelectorError, parse_tenant_namespace_labels, selector_text
 from store.settings import DatabaseSettings
 
 
@@ -38,6 +39,17 @@ class FeederSettings(DatabaseSettings):
     # The rack pools' sizes the operator sets (the chart's rackPools, as JSON: {"rack-a":
     # "256Gi"}), authoritative over what nodes publish, as they are for the placement engine.
     rack_pools: dict[str, int] = Field(default_factory=dict, max_length=10_000)
+    # The labels of tmc's tenant namespaces (the chart's admission.tenantNamespaceLabels, as
+    # key=value pairs): pods elsewhere are neither mirrored nor published for. "": every one.
+    tenant_namespace_labels: str = ""
+
+    @field_validator("tenant_namespace_labels")
+    @classmethod
+    def _tenant_selector(cls, text: str) -> str:
+        try:
+            return selector_text(parse_tenant_namespace_labels(text))
+        except TenantSelectorError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("rack_pools", mode="before")
     @classmethod

@@ -20,6 +20,9 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
+from scheduler.feeder import Feeder
+from scheduler.kube import KubeCluster, api_client
+from scheduler.tenants import selector_text
 from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import plugin as tmc_plugin
@@ -903,7 +906,7 @@ def test_outside_tenant_namespaces_a_placement_is_unchecked_and_ignored(plane: P
         "tmc.dev/llc-ways": "4",
     }
     c.register_node(plane.admin, node)
-    tmc_plugin.install_plugin(plane.cp)
+    tmc_plugin.install_plugin(plane.cp, chart_values(plane.tenant_labels))
     name = "tmc-tenant-scheduler"
     values = {
         **chart_values(plane.tenant_labels),
@@ -937,3 +940,26 @@ def test_outside_tenant_namespaces_a_placement_is_unchecked_and_ignored(plane: P
         assert plane.admin.read_namespaced_pod("outsiders-pod", OUTSIDE_NS).spec.node_name is None
     finally:
         plane.cp.stop_process(name)
+    publisher_counts_tenant_namespaces_only(plane)
+
+
+def publisher_counts_tenant_namespaces_only(plane: Plane) -> None:
+    """The publisher's feeder, with the chart's publisher identity and RBAC and the same
+    selector, counts the tenant's bound pod and not the forged placements outside; when the
+    operator labels that namespace its watch (a label-selector watch of namespaces) sees it join
+    and the placements there count, and when the label goes they no longer do."""
+    cluster = KubeCluster(api_client(str(plane.cp.kubeconfig("publisher"))))
+    selector = selector_text(plane.tenant_labels)
+    feeder = Feeder(cluster, None, tenant_selector=selector, watch_timeout_seconds=20)
+    feeder.sync()
+    assert feeder.figures().bound_pods == 1  # tenants-pod
+    feeder.start()
+    unlabel = {"metadata": {"labels": dict.fromkeys(plane.tenant_labels)}}
+    try:
+        plane.admin.patch_namespace(OUTSIDE_NS, {"metadata": {"labels": plane.tenant_labels}})
+        wait_until(lambda: feeder.figures().bound_pods == 3, 30, "the joined namespace counted")
+        plane.admin.patch_namespace(OUTSIDE_NS, unlabel)
+        wait_until(lambda: feeder.figures().bound_pods == 1, 30, "the namespace's pods released")
+    finally:
+        feeder.stop()
+        plane.admin.patch_namespace(OUTSIDE_NS, unlabel)

@@ -617,14 +617,18 @@ def _tenant_labels_everywhere(values: dict[str, Any]) -> dict[str, Any]:
     nri = next(c for c in agent["spec"]["template"]["spec"]["containers"] if c["name"] == "nri")
     roles = {
         d["metadata"]["name"]: [r for r in d["rules"] if "namespaces" in r["resources"]]
-        for d in extender
+        for d in [*extender, *plugin]
         if d["kind"] == "ClusterRole"
     }
+    publisher = by_name(plugin, "Deployment", "demo-tmc-publisher")
     return {
         "policies": policies,
         "plugin": _tmc_placement_args(plugin).get("tenantNamespaceLabels"),
         "extender": flags,
         "nri": env_of(nri).get("TMC_NRI_TENANT_NAMESPACE_LABELS"),
+        "publisher": env_of(publisher["spec"]["template"]["spec"]["containers"][0]).get(
+            "TMC_TENANT_NAMESPACE_LABELS"
+        ),
         "roles": roles,
     }
 
@@ -638,12 +642,15 @@ def test_tenant_namespaces_are_every_namespace_by_default() -> None:
         "demo-tmc-agent-own-events": None,
     }
     assert got["plugin"] is None and got["extender"] == [] and got["nri"] is None
+    assert got["publisher"] is None
     assert got["roles"]["demo-tmc-extender"] == [] and got["roles"]["demo-tmc-agent"] == []
+    assert got["roles"]["demo-tmc-publisher"] == []
 
 
 def test_tenant_namespace_labels_reach_both_policies_and_every_component() -> None:
     """One value: the pod policies' namespaceSelector, tmc-scheduler's argument, tmc-extender's
-    and tmc-nri's flag, and the namespaces' list/watch for the components that read them."""
+    and tmc-nri's flag, the publisher's variable, and the namespaces' list/watch for the
+    components that read them."""
     labels = {"tmc.dev/tenant": "yes", "team": "hpc"}
     got = _tenant_labels_everywhere({"admission": {"tenantNamespaceLabels": labels}})
     selector = {"matchLabels": labels}
@@ -655,9 +662,11 @@ def test_tenant_namespace_labels_reach_both_policies_and_every_component() -> No
     assert got["plugin"] == labels
     assert got["extender"] == ["--tenant-namespace-labels=team=hpc,tmc.dev/tenant=yes"]
     assert got["nri"] == "team=hpc,tmc.dev/tenant=yes"
+    assert got["publisher"] == "team=hpc,tmc.dev/tenant=yes"
     watch = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}]
     assert got["roles"]["demo-tmc-extender"] == watch
     assert got["roles"]["demo-tmc-agent"] == watch
+    assert got["roles"]["demo-tmc-publisher"] == watch
     # Without tmc-nri the agents need no namespaces.
     off = render(
         {"admission": {"tenantNamespaceLabels": labels}, "agent": {"nri": {"enabled": False}}}

@@ -88,9 +88,10 @@ def plugin_values(cp: ControlPlane, **extra: Any) -> dict[str, Any]:
     }
 
 
-def install_plugin(cp: ControlPlane) -> None:
+def install_plugin(cp: ControlPlane, values: dict[str, Any] | None = None) -> None:
     """The CRD (the chart's crds/) and the plugin's and publisher's RBAC from the chart, as
-    `helm install` creates them; the base RBAC (cluster.install_rbac) must be in first."""
+    `helm install` creates them; the base RBAC (cluster.install_rbac) must be in first.
+    `values`: the chart's values besides the plugin's (e.g. admission's tenant namespaces)."""
     client = api_client(cp)
     k8s_utils.create_from_dict(client, yaml.safe_load(CRD.read_text()))
     ext = k8s.ApiextensionsV1Api(client)
@@ -102,7 +103,7 @@ def install_plugin(cp: ControlPlane) -> None:
         )
 
     wait_until(established, 30, "the TieredRecommendation CRD established")
-    rendered = render_chart(plugin_values(cp))["tmc/templates/plugin.yaml"]
+    rendered = render_chart({**(values or {}), **plugin_values(cp)})["tmc/templates/plugin.yaml"]
     for doc in yaml.safe_load_all(rendered):
         if doc and doc["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
             k8s_utils.create_from_dict(client, doc, namespace=NAMESPACE)

@@ -1,6 +1,9 @@
 package v1alpha1
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -52,5 +55,37 @@ func TestTenantNamespacesFromAFlag(t *testing.T) {
 	}
 	if _, err := NewTenantNamespaces(many); err == nil {
 		t.Error("more labels than the bound: accepted")
+	}
+}
+
+// The selector texts every reader shares (scheduler/conformance/tenant_selectors.json): the Go
+// parser concludes what the table says, as the publisher's does.
+func TestTenantSelectorsAsTheSharedTableSays(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "..", "conformance", "tenant_selectors.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table struct {
+		Cases []struct {
+			Text     string  `json:"text"`
+			Selector *string `json:"selector"`
+			Error    string  `json:"error"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &table); err != nil || len(table.Cases) == 0 {
+		t.Fatalf("the table: %v", err)
+	}
+	for _, c := range table.Cases {
+		got, err := ParseTenantNamespaceLabels(c.Text)
+		switch {
+		case c.Selector != nil && err != nil:
+			t.Errorf("%.40q: refused (%v), want %q", c.Text, err, *c.Selector)
+		case c.Selector != nil && got.String() != *c.Selector:
+			t.Errorf("%.40q: read as %q, want %q", c.Text, got.String(), *c.Selector)
+		case c.Selector == nil && err == nil:
+			t.Errorf("%.40q: accepted as %q, want an error with %q", c.Text, got.String(), c.Error)
+		case c.Selector == nil && !strings.Contains(err.Error(), c.Error):
+			t.Errorf("%.40q: %v, want it to say %q", c.Text, err, c.Error)
+		}
 	}
 }
