@@ -3,7 +3,8 @@
 // in (LLC ways, memory nodes, memory limit, the per-structure plan and the allocator shim).
 //
 // "tmc-nri reconcile" is the same applier for runtimes without NRI: it applies the placements of
-// the pods running on the node to their cgroups and resctrl groups, once or every --interval.
+// the pods running on the node to their cgroups, resctrl groups and plan files, once or every
+// --interval.
 package main
 
 import (

@@ -25,6 +25,7 @@ func reconcile(args []string) int {
 		node       = fs.String("node", env("TMC_NRI_NODE_NAME", ""), "this node's name (TMC_NRI_NODE_NAME)")
 		sys        = fs.String("sys", env("TMC_NRI_SYS", "/sys"), "the host's sysfs (TMC_NRI_SYS)")
 		resctrl    = fs.String("resctrl", env("TMC_NRI_RESCTRL", "/sys/fs/resctrl"), "the host's resctrl mount (TMC_NRI_RESCTRL)")
+		plans      = fs.String("plan-dir", env("TMC_NRI_PLAN_DIR", "/var/lib/tmc/plans"), "the node's plan directory, where a pod that mounts it reads <uid>.plan; empty: no plans (TMC_NRI_PLAN_DIR)")
 		cgroups    = fs.String("cgroup-root", env("TMC_NRI_CGROUP_ROOT", "/sys/fs/cgroup"), "the host's cgroup v2 mount (TMC_NRI_CGROUP_ROOT)")
 		kubeconfig = fs.String("kubeconfig", env("TMC_NRI_KUBECONFIG", ""), "kubeconfig for the node's pods (and namespaces); in-cluster when empty (TMC_NRI_KUBECONFIG)")
 		podsFile   = fs.String("pods", "", "a pod list (kubectl get pods -o json) to read instead of the API server; read again each round")
@@ -52,7 +53,7 @@ func reconcile(args []string) int {
 		}
 	}
 	r := &tmcnri.Reconciler{NodeName: *node, SysRoot: *sys, Resctrl: &tmcnri.Resctrl{Root: *resctrl},
-		CgroupRoot: *cgroups, Tenants: selector}
+		CgroupRoot: *cgroups, PlanDir: *plans, Tenants: selector}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -89,9 +90,9 @@ func reconcile(args []string) int {
 		}
 		said = seen
 		if removed, err := r.RemoveStale(pods); err != nil {
-			log.Warn("resctrl groups of pods gone not all removed", "removed", removed, "error", err)
+			log.Warn("what pods gone left was not all removed", "removed", removed, "error", err)
 		} else if len(removed) > 0 {
-			log.Info("resctrl groups of pods gone removed", "removed", removed)
+			log.Info("what pods gone left removed", "removed", removed)
 		}
 		return true
 	}

@@ -52,7 +52,8 @@ func TestReconcileOnceFromAPodList(t *testing.T) {
 	}
 	pods := filepath.Join(dir, "pods.json")
 	write(t, pods, string(list))
-	args := []string{"--node", "node-a", "--sys", sys, "--resctrl", "", "--cgroup-root", filepath.Join(dir, "cgroup"), "--pods", pods}
+	args := []string{"--node", "node-a", "--sys", sys, "--resctrl", "", "--cgroup-root", filepath.Join(dir, "cgroup"),
+		"--plan-dir", filepath.Join(dir, "plans"), "--pods", pods}
 	if code := reconcile(append(args, "--no-such-flag")); code != 2 {
 		t.Fatalf("an unknown flag: exit %d", code)
 	}
@@ -66,6 +67,9 @@ func TestReconcileOnceFromAPodList(t *testing.T) {
 		if data, _ := os.ReadFile(filepath.Join(podDir, file)); strings.TrimSpace(string(data)) != want {
 			t.Errorf("%s: %q, want %s", file, data, want)
 		}
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, "plans", uid+".plan")); !strings.Contains(string(data), "fast_node 0") {
+		t.Errorf("plan %q", data)
 	}
 	write(t, pods, "{")
 	if code := reconcile(args); code != 1 {

@@ -23,14 +23,18 @@ import (
 
 // Reconciler applies placements to pods that are already running, for runtimes without NRI: the
 // same Adjust as container creation, applied to the pod's cgroup (cgroup v2 memory.max and
-// cpuset.mems) and to its resctrl group (schemata, and the pod's threads in its tasks). It writes
-// only what differs, so a round repeated changes nothing. What only creation can give (the plan
-// and the allocator shim, mounted into the container) it reports as not applied.
+// cpuset.mems), to its resctrl group (schemata, and the pod's threads in its tasks) and to its
+// plan file in the node's plan directory. It writes only what differs, so a round repeated
+// changes nothing. What only creation can give (the plan and the allocator shim mounted into the
+// container, TMC_PLAN set) it reports as not applied.
 type Reconciler struct {
 	NodeName   string
 	SysRoot    string   // the host's /sys (NUMA topology)
 	Resctrl    *Resctrl // nil or an empty root: no resctrl
 	CgroupRoot string   // the host's cgroup v2 mount (/sys/fs/cgroup)
+	// PlanDir is the node's plan directory (the plugin's), where a pod that mounts it finds its
+	// plan as <uid>.plan; "" writes no plans.
+	PlanDir string
 	// Tenants, when it selects, are the namespaces whose placements are applied; Namespaces
 	// tells their labels (as for the plugin).
 	Tenants    *v1alpha1.TenantNamespaces
@@ -47,8 +51,9 @@ type Reconciled struct {
 	Unapplied []string // what the placement asks for and this pod did not get, and why
 }
 
-// notAtCreation is why the reconcile mode never gives a pod its plan or shim.
-const notAtCreation = "plan and shim: mounted only when a container is created (recreate the pod under a runtime with NRI to apply them)"
+// notAtCreation is why the reconcile mode never mounts a pod's plan or shim into its containers:
+// a pod that wants them mounts the plan directory and preloads the shim in its own spec.
+const notAtCreation = "plan and shim mounts: added only when a container is created (recreate the pod under a runtime with NRI, or mount the plan directory and preload the shim in the pod's spec)"
 
 // Bounds on what a cgroup tree may make the reconciler read.
 const (
@@ -131,6 +136,22 @@ func (r *Reconciler) apply(pod *corev1.Pod, pl *Placement, node NodeLayout, adju
 		done.Written = append(done.Written, "cpuset.mems "+FormatList(want.Mems))
 	}
 
+	switch {
+	case r.PlanDir == "":
+		unapplied("plan", "no plan directory (--plan-dir)")
+	case want.Plan == "":
+		unapplied("plan", want.PlanUnapplied)
+	default:
+		path := filepath.Join(r.PlanDir, want.PlanFile)
+		if current, err := os.ReadFile(path); err == nil && string(current) == want.Plan {
+			// already so
+		} else if err := writeAtomic(path, want.Plan); err != nil {
+			unapplied("plan", err.Error())
+		} else {
+			done.Written = append(done.Written, "plan "+want.PlanFile)
+		}
+	}
+
 	if want.Schemata == "" {
 		unapplied("llc-mask", want.LLCUnapplied)
 	} else if changed, err := r.Resctrl.ensureGroup(want.Group, want.Schemata); err != nil {
@@ -151,19 +172,54 @@ func (r *Reconciler) apply(pod *corev1.Pod, pl *Placement, node NodeLayout, adju
 	done.Unapplied = append(done.Unapplied, notAtCreation)
 }
 
-// RemoveStale removes the resctrl groups of pods no longer running on this node (deleted or
-// finished): their threads return to the default group and their CLOSIDs are free again. Only
-// the placed pods' groups (GroupPrefix) are touched; pods is the whole of this node's pods, so
-// a round whose list failed removes nothing.
+// RemoveStale removes the resctrl groups and plan files of pods no longer running on this node
+// (deleted or finished): their threads return to the default group, their CLOSIDs are free
+// again. Only the placed pods' groups (GroupPrefix) and plans (<uid>.plan) are touched; pods is
+// the whole of this node's pods, so a round whose list failed removes nothing.
 func (r *Reconciler) RemoveStale(pods []corev1.Pod) (removed []string, err error) {
-	if r.Resctrl == nil || r.Resctrl.Root == "" {
-		return nil, nil
-	}
 	live := map[string]bool{}
 	for _, pod := range pods {
 		if pod.Spec.NodeName == r.NodeName && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
-			live[GroupPrefix+string(pod.UID)] = true
+			live[string(pod.UID)] = true
 		}
+	}
+	groups, gerr := r.removeStaleGroups(live)
+	plans, perr := r.removeStalePlans(live)
+	return append(groups, plans...), errors.Join(gerr, perr)
+}
+
+// removeStalePlans removes the plan files of pods not live; the records directory and anything
+// not named <uid>.plan are left alone.
+func (r *Reconciler) removeStalePlans(live map[string]bool) (removed []string, err error) {
+	if r.PlanDir == "" {
+		return nil, nil
+	}
+	entries, err := os.ReadDir(r.PlanDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		uid, ok := strings.CutSuffix(name, ".plan")
+		if e.IsDir() || !ok || !uidText.MatchString(uid) || live[uid] {
+			continue
+		}
+		if err := os.Remove(filepath.Join(r.PlanDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		} else {
+			removed = append(removed, name)
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+func (r *Reconciler) removeStaleGroups(live map[string]bool) (removed []string, err error) {
+	if r.Resctrl == nil || r.Resctrl.Root == "" {
+		return nil, nil
 	}
 	entries, err := os.ReadDir(r.Resctrl.Root)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -175,7 +231,8 @@ func (r *Reconciler) RemoveStale(pods []corev1.Pod) (removed []string, err error
 	var errs []error
 	for _, e := range entries {
 		name := e.Name()
-		if !e.IsDir() || !strings.HasPrefix(name, GroupPrefix) || !uidText.MatchString(strings.TrimPrefix(name, GroupPrefix)) || live[name] {
+		uid, ok := strings.CutPrefix(name, GroupPrefix)
+		if !e.IsDir() || !ok || !uidText.MatchString(uid) || live[uid] {
 			continue
 		}
 		if err := r.Resctrl.RemoveGroup(name); err != nil {

@@ -65,7 +65,8 @@ func TestReconcileAppliesAPlacementToARunningPodOnce(t *testing.T) {
 	uid := "6f1c2a9e-0001"
 	root, podDir := writeCgroups(t, uid, "2-3", "101", "102")
 	resctrl := writeResctrl(t)
-	r := &Reconciler{NodeName: "node-a", SysRoot: twoSockets(t), Resctrl: &Resctrl{Root: resctrl}, CgroupRoot: root}
+	plans := t.TempDir()
+	r := &Reconciler{NodeName: "node-a", SysRoot: twoSockets(t), Resctrl: &Resctrl{Root: resctrl}, CgroupRoot: root, PlanDir: plans}
 	pods := []corev1.Pod{
 		runningPod("bfs", uid, "node-a", placed("node-a", "0x3c", 4, 4*gib, 2*gib)),
 		runningPod("web", "6f1c2a9e-0002", "node-a", nil),                                   // not placed: left alone
@@ -78,8 +79,14 @@ func TestReconcileAppliesAPlacementToARunningPodOnce(t *testing.T) {
 		t.Fatalf("reconciled %+v", first)
 	}
 	bfs := first[0]
-	if bfs.Pod != "default/bfs" || len(bfs.Written) != 4 || !slices.Equal(bfs.Unapplied, []string{notAtCreation}) {
+	if bfs.Pod != "default/bfs" || len(bfs.Written) != 5 || !slices.Equal(bfs.Unapplied, []string{notAtCreation}) {
 		t.Fatalf("first round: %+v", bfs)
+	}
+	// The plan creation would have given the pod, byte for byte, where a pod mounting the plan
+	// directory reads it.
+	want := Adjust(mustParse(t, pods[0].Annotations), mustLayout(t, r), Target{Pod: "default/bfs", UID: uid, CPUs: []int{2, 3}})
+	if got := readTrim(t, filepath.Join(plans, uid+".plan")); got != strings.TrimSpace(want.Plan) || !strings.Contains(got, "fast_node 1") {
+		t.Errorf("plan %q, want %q", got, want.Plan)
 	}
 	if got := readTrim(t, filepath.Join(podDir, "memory.max")); got != "6442450944" {
 		t.Errorf("memory.max %q", got)
@@ -117,6 +124,98 @@ func TestReconcileAppliesAPlacementToARunningPodOnce(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(podDir, "cpuset.mems"), []byte("0-3\n"), 0o644))
 	if got := r.Reconcile(pods)[0].Written; !slices.Equal(got, []string{"cpuset.mems 1,3"}) {
 		t.Errorf("drift: wrote %v", got)
+	}
+	must(t, os.WriteFile(filepath.Join(plans, uid+".plan"), []byte("fast_node 0\n"), 0o644))
+	if got := r.Reconcile(pods)[0].Written; !slices.Equal(got, []string{"plan " + uid + ".plan"}) {
+		t.Errorf("a changed plan: wrote %v", got)
+	}
+
+	// Restarted (a new process: nothing remembered), it finds everything as it should be.
+	again := &Reconciler{NodeName: "node-a", SysRoot: r.SysRoot, Resctrl: &Resctrl{Root: resctrl}, CgroupRoot: root, PlanDir: plans}
+	for _, done := range again.Reconcile(pods) {
+		if len(done.Written) != 0 {
+			t.Errorf("after a restart wrote %v for %s", done.Written, done.Pod)
+		}
+	}
+}
+
+func mustParse(t *testing.T, ann map[string]string) *Placement {
+	t.Helper()
+	pl, err := ParsePlacement(ann)
+	must(t, err)
+	return pl
+}
+
+func mustLayout(t *testing.T, r *Reconciler) NodeLayout {
+	t.Helper()
+	node, err := ReadNodeLayout(r.SysRoot, r.Resctrl)
+	must(t, err)
+	return node
+}
+
+// A malformed placement is said and nothing of it is written; the pod's cgroup stays as the
+// kubelet made it.
+func TestReconcileWritesNothingForAMalformedPlacement(t *testing.T) {
+	uid := "6f1c2a9e-0050"
+	root, podDir := writeCgroups(t, uid, "0-1", "9")
+	plans, resctrl := t.TempDir(), writeResctrl(t)
+	r := &Reconciler{NodeName: "node-a", SysRoot: twoSockets(t), Resctrl: &Resctrl{Root: resctrl}, CgroupRoot: root, PlanDir: plans}
+	for _, ann := range []map[string]string{
+		{PlacementAnnotation: `{"schema":"tmc.placement/v2","node":"node-a"`},
+		{PlacementAnnotation: strings.Replace(placementJSON("node-a", "0x3", 2, gib, 0), `"llc_mask":"0x3"`, `"llc_mask":"0xzz"`, 1)},
+	} {
+		done := r.Reconcile([]corev1.Pod{runningPod("bad", uid, "node-a", ann)})
+		if len(done) != 1 || len(done[0].Written) != 0 || len(done[0].Unapplied) != 1 || !strings.HasPrefix(done[0].Unapplied[0], "placement: ") {
+			t.Errorf("%s: %+v", ann[PlacementAnnotation], done)
+		}
+	}
+	if got := readTrim(t, filepath.Join(podDir, "memory.max")); got != "max" {
+		t.Errorf("memory.max %s", got)
+	}
+	if entries, _ := os.ReadDir(plans); len(entries) != 0 {
+		t.Errorf("a plan for a malformed placement: %v", entries)
+	}
+	if _, err := os.Stat(filepath.Join(resctrl, GroupPrefix+uid)); !os.IsNotExist(err) {
+		t.Errorf("a resctrl group for a malformed placement: %v", err)
+	}
+}
+
+// A node with no slow tier: the pod's memory nodes are its CPUs' DRAM only, and its plan names
+// that node as both tiers (the shim's limits are moot, the pod runs all in DRAM).
+func TestReconcileOnANodeWithoutASlowTier(t *testing.T) {
+	uid := "6f1c2a9e-0060"
+	root, podDir := writeCgroups(t, uid, "2-3", "11")
+	sys := writeSysfs(t, []fakeNode{{"0-1", 16 << 20, "10 21"}, {"2-3", 16 << 20, "21 10"}})
+	plans := t.TempDir()
+	r := &Reconciler{NodeName: "node-a", SysRoot: sys, CgroupRoot: root, PlanDir: plans}
+	done := r.Reconcile([]corev1.Pod{runningPod("dram", uid, "node-a", placed("node-a", "0x3", 2, 2*gib, 0))})
+	if len(done) != 1 {
+		t.Fatalf("%+v", done)
+	}
+	if got := readTrim(t, filepath.Join(podDir, "cpuset.mems")); got != "1" {
+		t.Errorf("cpuset.mems %q", got)
+	}
+	if got := readTrim(t, filepath.Join(podDir, "memory.max")); got != "2147483648" {
+		t.Errorf("memory.max %q", got)
+	}
+	plan := readTrim(t, filepath.Join(plans, uid+".plan"))
+	if !strings.Contains(plan, "fast_node 1") || !strings.Contains(plan, "slow_node 1") {
+		t.Errorf("plan %q", plan)
+	}
+	// No resctrl mount at all: the mask is said not applied, the rest is.
+	if !strings.Contains(strings.Join(done[0].Unapplied, ";"), "llc-mask: ") {
+		t.Errorf("unapplied %v", done[0].Unapplied)
+	}
+}
+
+// Without a plan directory nothing is written there and the plan is said not applied.
+func TestReconcileWithoutAPlanDirectorySaysSo(t *testing.T) {
+	uid := "6f1c2a9e-0070"
+	root, _ := writeCgroups(t, uid, "0-1")
+	r := &Reconciler{NodeName: "node-a", SysRoot: twoSockets(t), CgroupRoot: root}
+	done := r.Reconcile([]corev1.Pod{runningPod("p", uid, "node-a", placed("node-a", "0x3", 2, gib, gib))})
+	if len(done) != 1 || !slices.Contains(done[0].Unapplied, "plan: no plan directory (--plan-dir)") {
+		t.Errorf("%+v", done)
 	}
 }
 
@@ -195,8 +294,13 @@ func TestTheNodesPodsFromTheAPIServerOrAList(t *testing.T) {
 }
 
 func TestReconcileRemovesTheGroupsOfPodsGone(t *testing.T) {
-	resctrl := writeResctrl(t)
-	r := &Reconciler{NodeName: "node-a", Resctrl: &Resctrl{Root: resctrl}}
+	resctrl, plans := writeResctrl(t), t.TempDir()
+	r := &Reconciler{NodeName: "node-a", Resctrl: &Resctrl{Root: resctrl}, PlanDir: plans}
+	for _, name := range []string{"6f1c2a9e-0040.plan", "6f1c2a9e-0041.plan", ".6f1c2a9e-0041.plan.tmp", "notes.txt"} {
+		must(t, os.WriteFile(filepath.Join(plans, name), []byte("fast_node 0\n"), 0o644))
+	}
+	// tmc-nri's records of containers (written at creation) are not the reconcile mode's.
+	must(t, os.MkdirAll(filepath.Join(plans, RecordDir, "6f1c2a9e-0041"), 0o755))
 	for _, name := range []string{GroupPrefix + "6f1c2a9e-0040", GroupPrefix + "6f1c2a9e-0041", GroupPrefix + "6f1c2a9e-0042", "tmc-profile-1", "other"} {
 		must(t, os.MkdirAll(filepath.Join(resctrl, name), 0o755))
 		must(t, os.WriteFile(filepath.Join(resctrl, name, "schemata"), []byte("L3:0=1;1=1\n"), 0o644))
@@ -206,8 +310,13 @@ func TestReconcileRemovesTheGroupsOfPodsGone(t *testing.T) {
 	pods := []corev1.Pod{runningPod("live", "6f1c2a9e-0040", "node-a", nil), finished}
 	removed, err := r.RemoveStale(pods)
 	must(t, err)
-	if !slices.Equal(removed, []string{GroupPrefix + "6f1c2a9e-0041", GroupPrefix + "6f1c2a9e-0042"}) {
+	if !slices.Equal(removed, []string{GroupPrefix + "6f1c2a9e-0041", GroupPrefix + "6f1c2a9e-0042", "6f1c2a9e-0041.plan"}) {
 		t.Errorf("removed %v", removed)
+	}
+	for name, want := range map[string]bool{"6f1c2a9e-0040.plan": true, "6f1c2a9e-0041.plan": false, ".6f1c2a9e-0041.plan.tmp": true, "notes.txt": true, RecordDir: true} {
+		if _, err := os.Stat(filepath.Join(plans, name)); (err == nil) != want {
+			t.Errorf("plan dir %s: present %v", name, err == nil)
+		}
 	}
 	for name, want := range map[string]bool{GroupPrefix + "6f1c2a9e-0040": true, "tmc-profile-1": true, "other": true, GroupPrefix + "6f1c2a9e-0041": false} {
 		if _, err := os.Stat(filepath.Join(resctrl, name)); (err == nil) != want {
