@@ -1,6 +1,7 @@
 """deploy/helm/tmc's node DaemonSet with tmc-nri (agent.nri): the plugin beside the agent with the
 runtime's NRI socket, the plan and shim directories at their host paths and no capability; and
-without it (a runtime with no NRI), the agent's own path, and no events to write."""
+without it (a runtime with no NRI), `tmc-nri reconcile` from the same image beside the agent,
+with the host paths it writes and no events to write."""
 
 from __future__ import annotations
 
@@ -41,16 +42,69 @@ def test_the_plugin_runs_beside_the_agent_with_the_host_paths_it_names() -> None
     assert {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]} in role["rules"]
 
 
-def test_without_nri_the_agent_applies_placements_and_writes_no_events() -> None:
-    values = {"agent": {"nri": {"enabled": False}}}
+def test_without_nri_tmc_nri_reconcile_applies_placements_beside_the_agent() -> None:
+    """No NRI in the runtime: the same tmc-nri image runs `tmc-nri reconcile` every interval,
+    with the host paths it writes mounted read-write and nothing else, no capability, no events
+    to write; the agent applies nothing."""
+    values = {"agent": {"nri": {"enabled": False, "reconcileInterval": "7s"}}}
     pod = daemonset(values)
-    assert [c["name"] for c in pod["containers"]] == ["agent"]
-    assert env_of(pod["containers"][0])["TMC_AGENT_NRI"] == "false"
+    containers = {c["name"]: c for c in pod["containers"]}
+    assert set(containers) == {"agent", "reconcile"}
+    reconcile = containers["reconcile"]
+    assert reconcile["image"] == daemonset()["containers"][1]["image"]
+    assert reconcile["command"] == ["/usr/local/bin/tmc-nri", "reconcile", "--interval", "7s"]
+    env = env_of(reconcile)
+    assert env["TMC_NRI_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert "TMC_NRI_SOCKET" not in env and "TMC_NRI_TENANT_NAMESPACE_LABELS" not in env
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in reconcile["volumeMounts"]}
+    host = {
+        path: volumes[m["name"]]["hostPath"]["path"] for path, m in mounts.items()
+    }  # where each of its paths comes from on the host
+    assert host == {
+        "/host/sys": "/sys",
+        "/sys/fs/resctrl": "/sys/fs/resctrl",
+        "/host/cgroup": "/sys/fs/cgroup",
+        "/var/lib/tmc/plans": "/var/lib/tmc/plans",
+    }
+    assert env["TMC_NRI_SYS"] == "/host/sys" and env["TMC_NRI_RESCTRL"] == "/sys/fs/resctrl"
+    assert env["TMC_NRI_CGROUP_ROOT"] == "/host/cgroup"
+    assert env["TMC_NRI_PLAN_DIR"] == env_of(containers["agent"])["TMC_AGENT_PLAN_DIR"]
+    assert mounts["/host/sys"]["readOnly"] is True
+    assert not any(mounts[p].get("readOnly") for p in host if p != "/host/sys")
+    security = reconcile["securityContext"]
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["readOnlyRootFilesystem"] is True and not security.get("privileged")
+    assert security["allowPrivilegeEscalation"] is False
+    assert "nri-socket" not in volumes
+    # The agent records no runs' configurations of its own: runs are not held to tmc-nri's.
+    assert env_of(containers["agent"])["TMC_AGENT_NRI"] == "false"
     docs = render(values)
     role = by_name(docs, "ClusterRole", "demo-tmc-agent")
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]} in role["rules"]
     assert all("events" not in r["resources"] for r in role["rules"])
+    assert all("namespaces" not in r["resources"] for r in role["rules"])
     names = {d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
     assert "demo-tmc-agent-own-events" not in names
+    binding = by_name(docs, "ClusterRoleBinding", "demo-tmc-agent")
+    assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
+
+
+def test_reconcile_keeps_to_the_tenant_namespaces_and_may_list_them() -> None:
+    values = {
+        "agent": {"nri": {"enabled": False}},
+        "admission": {"tenantNamespaceLabels": {"tmc.dev/tenant": "yes"}},
+    }
+    reconcile = next(c for c in daemonset(values)["containers"] if c["name"] == "reconcile")
+    assert env_of(reconcile)["TMC_NRI_TENANT_NAMESPACE_LABELS"] == "tmc.dev/tenant=yes"
+    role = by_name(render(values), "ClusterRole", "demo-tmc-agent")
+    # It lists them each round; only the plugin watches.
+    assert {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list"]} in role["rules"]
+    values["agent"] = {"nri": {"enabled": True}}
+    role = by_name(render(values), "ClusterRole", "demo-tmc-agent")
+    assert {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]} in role[
+        "rules"
+    ]
 
 
 def test_prometheus_scrapes_the_plugins_port_when_asked() -> None:

@@ -667,9 +667,11 @@ def test_tenant_namespace_labels_reach_both_policies_and_every_component() -> No
     assert got["roles"]["demo-tmc-extender"] == watch
     assert got["roles"]["demo-tmc-agent"] == watch
     assert got["roles"]["demo-tmc-publisher"] == watch
-    # Without tmc-nri the agents need no namespaces.
+    # Without the NRI plugin, tmc-nri reconcile lists the namespaces each round: no watch.
     off = render(
         {"admission": {"tenantNamespaceLabels": labels}, "agent": {"nri": {"enabled": False}}}
     )
     agent_role = by_name(off, "ClusterRole", "demo-tmc-agent")
-    assert not [r for r in agent_role["rules"] if "namespaces" in r["resources"]]
+    assert [r for r in agent_role["rules"] if "namespaces" in r["resources"]] == [
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list"]}
+    ]
