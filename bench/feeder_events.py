@@ -289,6 +289,11 @@ class Recorded:
         self.watched = True
         return _Watch(self._body())
 
+    def list_namespace(self, **_: Any) -> _Body:
+        # The feeder names this lister for every watch; without a tenant selector it never
+        # calls it, and this recording holds no namespaces.
+        raise SystemExit("the feeder asked for namespaces: the recording has none")
+
     def _body(self) -> Iterator[bytes]:
         for start in range(0, len(self.lines), self.batch):
             yield from self.lines[start : start + self.batch]
@@ -371,7 +376,8 @@ def _child(tree: Path, database_url: str, pods: int, nodes: int, batch: int) -> 
     args = [sys.executable, __file__, "--measure", database_url, "--pods", str(pods)]
     # This script, with the tree's packages: the same events and batches for every tree.
     args += ["--nodes", str(nodes), "--batch", str(batch)]
-    out = subprocess.run(args, env=env, cwd=tree, check=True, capture_output=True)
+    # Bounded: a feeder that cannot read the recording retries its watch forever.
+    out = subprocess.run(args, env=env, cwd=tree, check=True, capture_output=True, timeout=1800)
     result: dict[str, float] = json.loads(out.stdout.decode().strip().splitlines()[-1])
     return result
 

@@ -238,6 +238,8 @@ class Result:
         self.exact[row, column] = value
         if isinstance(value, float) and not math.isfinite(value):
             value = None  # JSON has no NaN: a figure that could not be read is null
+        elif digits == 0 and isinstance(value, float):
+            value = round(value)  # a whole number reads as one: 54, not 54.0
         elif digits is not None and isinstance(value, float):
             value = round(value, digits)
         self.figures.setdefault(row, {})[column] = value
