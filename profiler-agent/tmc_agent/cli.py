@@ -600,7 +600,8 @@ def serve(
         typer.Option(help="tmc's service for spooled profiles (TMC_AGENT_SERVICE_URL)"),
     ] = None,
 ) -> None:
-    """DaemonSet mode: publish the node's tiered capacity, apply the placements bound here."""
+    """DaemonSet mode: publish the node's tiered capacity, upload spooled profiles, report
+    verification runs (tmc-nri, beside the agent, applies the placements)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         config = AgentSettings.from_env(

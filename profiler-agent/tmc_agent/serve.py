@@ -4,17 +4,15 @@ On every tiered node the agent
 
 1. publishes the node's tiered capacity (`capacity`), from the same discovery as
    `tmc-agent discover`;
-2. on a node whose container runtime runs tmc-nri (`TMC_AGENT_NRI=true`), leaves placements to
-   it: the plugin applies each placed container's configuration at its creation. Otherwise it
-   polls the pods bound to its node (`kube`) and applies each pod that carries the scheduler's
-   placement (`placement`): the pod's resctrl group, cgroup v2 limits and NUMA nodes, and the
-   plan file the allocator shim enforces (`host`, through the one resctrl executor `resctrl`);
-3. (without tmc-nri) removes what it made for pods that are gone or finished, and on every pass
-   (so also right after a restart) compares what is on disk with the pods bound now: leftovers
-   removed, missing pieces re-applied. Every step is idempotent, so a pass may be repeated any
-   number of times;
-4. uploads the profiles spooled on the node to the service, when one is configured, and reports
-   the run time of every succeeded pod that opted in as a verification run (`verification`).
+2. uploads the profiles spooled on the node to the service, when one is configured;
+3. reports the run time of every succeeded pod that opted in as a verification run
+   (`verification`), from the pods bound to its node (`kube`).
+
+It applies no placement: tmc-nri does, on every node, beside it in the same DaemonSet (the
+container runtime's NRI plugin at each container's creation, or `tmc-nri reconcile` applying
+them to running pods for a runtime without NRI). With the plugin (`TMC_AGENT_NRI=true`) a
+verification run counts only when the plugin recorded each of the pod's containers as created
+with its configuration.
 
 Its configuration is one `settings.AgentSettings`, read once from flags and the environment.
 """
@@ -32,9 +30,8 @@ from model.node_contract import RUN_NOT_PLACED
 from tmc_agent import shim, upload, verification
 from tmc_agent.capacity import CapacityPatch, capacity_patch
 from tmc_agent.discover import NodeReport, discover
-from tmc_agent.host import Applied, HostApplier
 from tmc_agent.kube import HttpNodeApi, InCluster, NodeApi, PodSource, PollingPodSource
-from tmc_agent.placement import PLACEMENT_ANNOTATION, BadPlacement, parse_placement
+from tmc_agent.placement import PLACEMENT_ANNOTATION
 from tmc_agent.settings import AgentSettings
 
 log = logging.getLogger("tmc.agent.serve")
@@ -49,9 +46,7 @@ PLACEMENT_LOG_GRACE_SECONDS = 120.0
 
 @dataclass
 class PassReport:
-    applied: dict[str, Applied] = field(default_factory=dict)  # uid -> result
-    bad: dict[str, str] = field(default_factory=dict)  # pod key -> why it was skipped
-    removed: dict[str, list[str]] = field(default_factory=dict)  # uid -> what
+    listed: set[str] = field(default_factory=set)  # keys of the tmc pods bound here
     finished: list[dict[str, Any]] = field(default_factory=list)  # opted-in pods that ended
 
 
@@ -71,7 +66,6 @@ class Agent:
         self.node_api = node_api
         self.pod_source = pods
         self.report = report if report is not None else discover(config.paths)
-        self.host = HostApplier(config.paths, self.report, config.plan_dir)
         # What was last logged per pod key, so that only changes are logged: pods listed on the
         # node only, and at most MAX_REMEMBERED_PODS, oldest said first out.
         self._said: dict[str, str] = {}
@@ -101,59 +95,24 @@ class Agent:
             del self._said[key]
 
     def sync(self) -> PassReport:
-        """One pass: apply every placement bound here, remove whatever no live pod owns."""
+        """One pass over the pods bound here: the opted-in ones that ended, for report_runs."""
         out = PassReport()
-        wanted: set[str] = set()
-        listed: set[str] = set()
-        self._apply_listed(out, wanted, listed)
-        # Reached only after a complete listing (a failed one raises): it names every pod here.
-        self._forget_unlisted(listed)
-        if self.config.nri:
-            return out  # what is on disk is the plugin's; it removes it with the pod
-        for uid in sorted(self.host.on_disk() - wanted):
-            try:
-                out.removed[uid] = self.host.remove(uid)
-            except OSError as exc:
-                log.warning("pod %s: cannot remove its leftovers yet: %s", uid, exc)
-                continue
-            log.info("pod %s is gone: removed %s", uid, out.removed[uid])
-        return out
-
-    def _apply_listed(self, out: PassReport, wanted: set[str], listed: set[str]) -> None:
         for pod in self.pod_source.pods():
             meta = pod.get("metadata") or {}
             ann = meta.get("annotations") or {}
             if not isinstance(ann, dict) or PLACEMENT_ANNOTATION not in ann:
                 continue  # not a tmc pod
-            key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-            listed.add(key)
-            if _terminal(pod) or meta.get("deletionTimestamp"):
-                if verification.wants_report(pod):
-                    out.finished.append(pod)
-                continue  # finished or going: its leftovers are removed below
-            if self.config.nri:
-                continue  # the runtime's tmc-nri plugin applied it at container creation
-            try:
-                p = parse_placement(pod)
-                if p.node != self.config.node_name:
-                    raise BadPlacement(f"placed on {p.node}, not on {self.config.node_name}")
-            except BadPlacement as exc:
-                out.bad[key] = str(exc)
-                self._say(key, f"skipped: {exc}", logging.WARNING)
-                continue
-            wanted.add(p.uid)
-            try:
-                result = self.host.apply(p)
-            except OSError as exc:
-                # One pod's host error must not stop the others (nor the agent).
-                result = Applied(skipped=[f"host error: {exc}"])
-            out.applied[p.uid] = result
-            self._say(key, f"applied {result.applied}; skipped {result.skipped}")
+            out.listed.add(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+            if (_terminal(pod) or meta.get("deletionTimestamp")) and verification.wants_report(pod):
+                out.finished.append(pod)
+        # Reached only after a complete listing (a failed one raises): it names every pod here.
+        self._forget_unlisted(out.listed)
+        return out
 
     def install_shim(self) -> Path | None:
         """Build the allocator shim with this node's compiler and put it in TMC_AGENT_SHIM_DIR,
         the host directory tiered pods mount to preload it. Without a compiler the pods' own
-        copy (built into their image) is used; placement applies either way."""
+        copy (built into their image), or the one tmc-nri installs, is used."""
         if self.config.shim_dir is None:
             return None
         try:
@@ -169,6 +128,12 @@ class Agent:
         """Publish, then a pass every `interval_seconds` (capacity again every `publish_every`
         passes, and on the next pass after a failed publication)."""
         passes, published = 0, False
+        log.info(
+            "node %s: placements are applied by tmc-nri (%s); this agent publishes capacity, "
+            "uploads profiles and reports verification runs",
+            self.config.node_name,
+            "the runtime's plugin" if self.config.nri else "tmc-nri reconcile",
+        )
         self.install_shim()
         while True:
             if not published or passes % self.config.publish_every == 0:
@@ -176,7 +141,7 @@ class Agent:
                     self.publish()
                     published = True
                 except Exception:
-                    # The API server unreachable: placements still get applied meanwhile.
+                    # The API server unreachable: runs and profiles are still reported.
                     log.exception("publishing the node's capacity failed")
                     published = False
             try:
@@ -242,8 +207,8 @@ class Agent:
 
     @property
     def records_dir(self) -> Path | None:
-        """Where tmc-nri records what it applied to each container (None without the plugin:
-        the agent's own passes apply placements, late, so nothing records it)."""
+        """Where tmc-nri records what it applied to each container at its creation (None without
+        the plugin: tmc-nri reconcile applies placements to running pods and records nothing)."""
         return self.config.plan_dir / "applied" if self.config.nri else None
 
     def _settle(self, uid: str, key: str, outcome: str, out: dict[str, str]) -> None:

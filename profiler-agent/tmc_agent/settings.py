@@ -18,7 +18,7 @@ them); numbers are parsed with bounds, and a bad value is one clear error naming
 | TMC_AGENT_TOKEN                  | the token itself, when there is no file              |
 | TMC_AGENT_SPOOL                  | profiles waiting for upload                          |
 | TMC_AGENT_SHIM_DIR               | host directory the shim is installed into for pods   |
-| TMC_AGENT_NRI                    | "true": the runtime's tmc-nri plugin applies pods    |
+| TMC_AGENT_NRI                    | "true": runs are held to tmc-nri's creation records  |
 | TMC_AGENT_SYS/PROC/RESCTRL/CGROUP| host roots (`HostPaths.from_env`)                    |
 
 Which token the agent sends to tmc's service, first that exists: the projected service-account
@@ -131,10 +131,11 @@ class AgentSettings:
     spool_dir: Path | None = None
     # Host directory pods mount read-only to preload the allocator shim (`<dir>/libtmcalloc.so`).
     shim_dir: Path | None = None
-    # The node's container runtime runs tmc-nri, which applies each placed container's
-    # configuration at its creation (and refuses what the node cannot hold): the agent then
-    # leaves placements to it, and reports a verification run only for a pod whose containers
-    # the plugin recorded as started with their configuration applied (`<plan_dir>/applied`).
+    # The node's container runtime runs tmc-nri's plugin, which applies each placed container's
+    # configuration at its creation and records it (`<plan_dir>/applied`): a verification run
+    # is then reported only for a pod whose containers it recorded as started with their
+    # configuration applied. Otherwise tmc-nri reconcile applies placements to running pods and
+    # records nothing, and runs are reported as before it. The agent applies nothing either way.
     nri: bool = False
 
     def service_token(self) -> str | None:

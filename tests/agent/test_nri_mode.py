@@ -1,6 +1,7 @@
-"""The agent on a node whose runtime runs tmc-nri: it leaves placements to the plugin, and reports
-a verification run only for a pod whose containers the plugin recorded as started with their
-configuration applied (`<plan_dir>/applied/<uid>/<container>.json`, as node/nri writes it)."""
+"""The agent on a node whose runtime runs tmc-nri's plugin: it reports a verification run only for a
+pod whose containers the plugin recorded as started with their configuration applied
+(`<plan_dir>/applied/<uid>/<container>.json`, as node/nri writes it). That it applies no placement,
+with or without the plugin: tests/agent/test_serve.py."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ import pytest
 from tmc_agent import verification
 from tmc_agent.settings import AgentSettings, SettingsError
 
-from tests.agent import fakehost
-from tests.agent.test_serve import NODE, FakePods, agent_for
+from tests.agent.test_serve import NODE
 from tests.agent.test_verification_runs import finished
 
 
@@ -49,24 +49,6 @@ def test_nri_setting_is_read_with_bounds() -> None:
         AgentSettings.from_env({"TMC_AGENT_NODE_NAME": "n", "TMC_AGENT_NRI": "maybe"})
 
 
-def test_agent_leaves_placements_to_the_plugin(tmp_path: Path) -> None:
-    paths = fakehost.optane_host(tmp_path / "host")
-    pod = finished("0000-run", "running")
-    pod["status"] = {"phase": "Running"}
-    plans = tmp_path / "plans"
-    record(plans, "0000-run", "main")
-    (plans / "0000-run.plan").write_text("# the plugin's\n")
-    agent = agent_for(paths, tmp_path, FakePods(pod), nri=True)
-    report = agent.sync()
-    assert report.applied == {} and report.removed == {}
-    # Nothing of the agent's own on the host, and the plugin's files are left as they were.
-    assert not list((paths.resctrl).glob("tmc-pod-*"))
-    assert (plans / "0000-run.plan").read_text() == "# the plugin's\n"
-    # Without the plugin the agent applies it itself (the old path).
-    agent = agent_for(paths, tmp_path, FakePods(pod))
-    assert "0000-run" in agent.sync().applied
-
-
 def test_only_runs_that_started_with_their_configuration_count(tmp_path: Path) -> None:
     plans = tmp_path / "plans"
     records = plans / "applied"
@@ -84,7 +66,7 @@ def test_only_runs_that_started_with_their_configuration_count(tmp_path: Path) -
     )
     assert run.applied.containers == 2 and run.applied.enforced_by == "tmc-nri"
     assert run.applied.applied == ["intelRdt tmc-pod-x L3:0=f", "cpuset.mems 0,2"]
-    # Without tmc-nri's records (the agent applies placements itself) it says nothing of it.
+    # Without the plugin's records (tmc-nri reconcile records nothing) it says nothing of it.
     assert verification.measured_run(pod, NODE)[1].applied is None
 
     cases: dict[str, tuple[dict[str, Any], str]] = {

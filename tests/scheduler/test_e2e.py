@@ -5,8 +5,8 @@ stock kube-scheduler (the chart's extender KubeSchedulerConfiguration: mutual TL
 nodeCacheCapable, managedResources; the chart's RBAC) calling tmc-extender (the Go engine, built
 from scheduler/plugin with tmc-scheduler), the recommendation publisher on a real PostgreSQL
 (publishing TieredRecommendations, mirroring the bound pods into the ledger), and
-`tmc-agent serve` per fake node (fake sysfs/resctrl/cgroup trees: the hardware this machine
-lacks). As on the plugin's path, nothing on the placement path calls the service or PostgreSQL.
+`tmc-agent serve` and `tmc-nri reconcile` (the node's applier without NRI) per fake node (fake
+sysfs/resctrl/cgroup trees: the hardware this machine lacks). As on the plugin's path, nothing on the placement path calls the service or PostgreSQL.
 
 The control plane is built from Go modules by controlplane/build.sh (cached outside the
 repository). Where it cannot be built the tests skip with the reason, except in CI (CI=true),
@@ -155,8 +155,9 @@ def mirrored(stack: Stack, ns: str, timeout: float = 60) -> dict[str, tuple[str,
 
 def test_the_example_pod_is_placed_and_its_plan_reaches_the_node(stack: Stack, ns: str) -> None:
     """deploy/examples/tiered-pod.yaml: recommended, filtered, prioritized, bound, annotated;
-    the agent of its node applies the per-structure plan and the CAT mask; deleting the pod
-    releases the reservation and removes the resctrl group and the plan file."""
+    tmc-nri reconcile on its node applies the per-structure plan, the CAT mask and the memory
+    limit; deleting the pod releases the reservation, and reconcile removes the resctrl group
+    and the plan file."""
     body = c.example_pod()
     c.create_pods(stack.api, [body], ns)
     name = body["metadata"]["name"]
@@ -197,7 +198,7 @@ def test_the_example_pod_is_placed_and_its_plan_reaches_the_node(stack: Stack, n
         wait_until(
             lambda: plan_path.exists() and (group / "schemata").exists(),
             30,
-            "the agent applying it",
+            "tmc-nri reconcile applying it",
         )
     except TimeoutError as exc:
         raise AssertionError(f"{exc}\n{stack.logs()}") from exc
@@ -218,7 +219,9 @@ def test_the_example_pod_is_placed_and_its_plan_reaches_the_node(stack: Stack, n
 
     stack.api.delete_namespaced_pod(name, ns, grace_period_seconds=0)
     wait_until(lambda: f"{ns}/{name}" not in c.reservations(stack.dsn), 30, "release")
-    wait_until(lambda: not plan_path.exists() and not group.exists(), 30, "the agent cleaning up")
+    wait_until(
+        lambda: not plan_path.exists() and not group.exists(), 30, "tmc-nri reconcile cleaning up"
+    )
 
 
 def test_each_pod_is_given_its_own_request_split_by_the_recommendation(

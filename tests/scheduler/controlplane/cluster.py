@@ -2,9 +2,10 @@
 # mypy: disable-error-code="arg-type,union-attr,no-untyped-call"
 """The whole placement path on loopback, every hop a real process: the control plane, the chart's
 RBAC and KubeSchedulerConfiguration for the stock kube-scheduler calling tmc-extender (beside
-each of several kube-scheduler replicas with leader election, as the chart runs them), and a
-node agent (`tmc-agent serve`) per fake node on a fake host tree (sysfs, resctrl, cgroup v2: the
-only fakes, for hardware this machine lacks).
+each of several kube-scheduler replicas with leader election, as the chart runs them), and per
+fake node the chart's no-NRI pair, the node agent (`tmc-agent serve`) and the node's applier
+(`tmc-nri reconcile`), on a fake host tree (sysfs, resctrl, cgroup v2: the only fakes, for
+hardware this machine lacks).
 
 Used by tests/scheduler/test_e2e.py and bench/scheduler_e2e.py.
 """
@@ -38,6 +39,7 @@ from model.node_contract import Placement
 from model.resources import GIB
 from store.db import make_engine, make_session_factory
 from tests.agent import fakehost
+from tests.node.runtime.harness import build_plugin
 from tests.scheduler.conftest import upload_example
 from tests.scheduler.controlplane import (
     NAMESPACE,
@@ -263,8 +265,35 @@ def node_bound_account_dir(cp: ControlPlane, node: str) -> Path:
     return d
 
 
+def tmc_nri(cp: ControlPlane) -> Path:
+    """The tmc-nri binary (node/nri/build.sh), built once per control plane."""
+    built = cp.dir / "bin" / "tmc-nri"
+    return built if built.exists() else build_plugin(built.parent)
+
+
+def agent_kubeconfig(cp: ControlPlane, node: str) -> Path:
+    """A kubeconfig with the agents' service-account token bound to the agent pod on `node`:
+    tmc-nri reconcile reads the node's pods with what the chart's agent role allows."""
+    path = cp.dir / f"agent-{node}.kubeconfig"
+    cluster = {
+        "server": f"https://127.0.0.1:{cp.api_port}",
+        "certificate-authority": str(cp.dir / "ca.crt"),
+    }
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": cluster}],
+        "users": [{"name": "agent", "user": {"token": node_bound_token(cp, node)}}],
+        "contexts": [{"name": "agent", "context": {"cluster": "e2e", "user": "agent"}}],
+        "current-context": "agent",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 class FakeNode:
-    """A node object in the API server plus its agent process on a fake host tree."""
+    """A node object in the API server plus its agent and tmc-nri reconcile processes on a fake
+    host tree."""
 
     def __init__(
         self,
@@ -284,7 +313,9 @@ class FakeNode:
         tiered_host(self.root, ways=ways, dram_gib=dram_gib, slow_gib=slow_gib)
         self.pool = pool
         self.proc: subprocess.Popen[bytes] | None = None
+        self.applier: subprocess.Popen[bytes] | None = None
         self.log = cp.dir / f"agent-{name}.log"
+        self.applier_log = cp.dir / f"reconcile-{name}.log"
 
     @property
     def resctrl(self) -> Path:
@@ -319,12 +350,33 @@ class FakeNode:
         self.proc = subprocess.Popen(
             [str(AGENT), "serve"], env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT
         )
+        self.start_applier()
+
+    def start_applier(self) -> None:
+        """tmc-nri reconcile, as the chart runs it beside the agent on a runtime without NRI."""
+        args = {
+            "--interval": "0.2s",
+            "--node": self.name,
+            "--kubeconfig": str(agent_kubeconfig(self.cp, self.name)),
+            "--sys": str(self.root / "sys"),
+            "--resctrl": str(self.resctrl),
+            "--cgroup-root": str(self.root / "sys/fs/cgroup"),
+            "--plan-dir": str(self.plans),
+        }
+        self.applier = subprocess.Popen(
+            [str(tmc_nri(self.cp)), "reconcile", *(x for kv in args.items() for x in kv)],
+            env={k: v for k, v in os.environ.items() if not k.startswith("TMC_NRI_")},
+            stdout=self.applier_log.open("ab"),
+            stderr=subprocess.STDOUT,
+        )
 
     def stop_agent(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(10)
-            self.proc = None
+        """Stops the agent and the node's applier beside it (the DaemonSet's pod going)."""
+        for proc in (self.proc, self.applier):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(10)
+        self.proc = self.applier = None
 
     def kubelet_starts(self, uid: str, threads: list[int]) -> Path:
         """What the kubelet does when it starts the pod: its cgroup (systemd driver layout)."""
@@ -337,6 +389,7 @@ class FakeNode:
         (cg / "memory.max").write_text("max\n")
         (cg / "cpuset.mems").write_text("\n")
         (cg / "cgroup.procs").write_text("".join(f"{t}\n" for t in threads))
+        (cg / "cgroup.threads").write_text("".join(f"{t}\n" for t in threads))
         return cg
 
 
@@ -753,7 +806,10 @@ class PlacementStack:
         return self.pg.dsn()
 
     def logs(self) -> str:
-        names = [*self.process_logs, *(f"agent-{n.name}" for n in self.nodes)]
+        names = [
+            *self.process_logs,
+            *(f"{what}-{n.name}" for n in self.nodes for what in ("agent", "reconcile")),
+        ]
         return dump_logs(self.cp, names)
 
     def agent_env(self, node: FakeNode) -> dict[str, str]:
