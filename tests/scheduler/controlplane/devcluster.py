@@ -9,7 +9,8 @@ chart's service-account identities (there is no kubelet here): the API's init co
 and the API, the recommendation publisher, the placement door the values choose (`--placement`:
 tmc-scheduler, kube-scheduler with the tmc plugin built from scheduler/plugin, on the chart's
 plugin configuration; or the stock kube-scheduler calling tmc-extender over mutual TLS, on the
-chart's extender configuration), and a node agent per fake node. It writes a state file naming every process it started, and returns.
+chart's extender configuration), and a node agent and tmc-nri reconcile per fake node. It
+writes a state file naming every process it started, and returns.
 `down` stops exactly those processes (by pid) and removes the state. tests/scheduler/test_install.py
 runs the same functions and follows the document's steps to a placed pod.
 """
@@ -224,6 +225,7 @@ def up(state_path: Path = DEFAULT_STATE, placement: str = "plugin") -> State:
                 {"TMC_AGENT_SERVICE_URL": api_url, "TMC_AGENT_TOKEN_FILE": str(agent_token)}
             )
             started.append(node.proc)
+            started.append(node.applier)  # tmc-nri reconcile, the node's applier
         c.wait_published(api, [n.name for n in nodes])
         publisher = plugin_path.PublisherProcess(cp, pg.url, refresh_seconds=60)
         publisher.start()
@@ -247,6 +249,7 @@ def up(state_path: Path = DEFAULT_STATE, placement: str = "plugin") -> State:
         assert publisher.proc is not None
         pids["publisher"] = publisher.proc.pid
         pids.update({f"agent-{n.name}": n.proc.pid for n in nodes if n.proc is not None})
+        pids.update({f"reconcile-{n.name}": n.applier.pid for n in nodes if n.applier is not None})
         state = State(
             dir=str(cp.dir),
             kubeconfig=str(cp.kubeconfig("admin")),
