@@ -79,6 +79,10 @@ def test_without_nri_tmc_nri_reconcile_applies_placements_beside_the_agent() -> 
     assert "nri-socket" not in volumes
     # The agent records no runs' configurations of its own: runs are not held to tmc-nri's.
     assert env_of(containers["agent"])["TMC_AGENT_NRI"] == "false"
+    # It applies nothing: every host path it has is read-only but the shim it builds.
+    agent_mounts = {m["name"]: m for m in containers["agent"]["volumeMounts"]}
+    writable = {n for n, m in agent_mounts.items() if not m.get("readOnly")}
+    assert writable == {"shim"}
     docs = render(values)
     role = by_name(docs, "ClusterRole", "demo-tmc-agent")
     assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]} in role["rules"]
