@@ -55,11 +55,13 @@ from model.confidence import DEFAULT_CONFIDENCE, prediction_interval
 from model.errors import NoFeasibleConfiguration
 from model.fit import fit
 from model.grid import paper_grid
-from model.objectives import parse_objective
+from model.objectives import Objective, parse_objective
 from model.predict import Predictor
 from model.pricing import DEFAULT_PRICE_PROFILE
 from model.recommend import machine_of_host, price_grid, recommend
+from model.recommendation import Recommendation
 from model.resources import GIB
+from model.verification import Observation
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
@@ -200,6 +202,10 @@ class Decision:
     best_slow_ratio: float  # the largest slow ratio truly meeting the objective
     slow_ratio_shortfall: float
     promise: str
+    # Runs the model chose before this pick (`--runs`: its "next run", measured by the replay),
+    # and what they cost: their seconds over one all-DRAM run's.
+    runs: int = 0
+    runs_cost: float = 0.0
 
 
 @dataclass
@@ -313,9 +319,13 @@ def evaluate(
     stream: Path,
     memory_bytes: int | None = None,
     sized: str = "footprint",
+    runs: int = 0,
 ) -> tuple[ProgramResult, Truth]:
     """Judge tmc's advice for one traced program, priced at `memory_bytes` (None: its traced
-    footprint), against the replays of its own stream priced alike."""
+    footprint), against the replays of its own stream priced alike. With `runs`, each objective
+    first takes up to that many runs where the recommendation says to measure next (its
+    verification's next run), each measured by the replay at that configuration, as an operator
+    following docs/agent.md's verification flow would: the pick is the one after them."""
     fitted = fit(bundle)
     predictor = Predictor(fitted)
     grid = paper_grid()
@@ -351,15 +361,39 @@ def evaluate(
     )
     for spec in OBJECTIVES:
         objective = parse_objective(spec)
-        try:
-            rec = recommend(
+        observations: list[Observation] = []
+
+        def advise(
+            objective: Objective = objective, observations: list[Observation] = observations
+        ) -> Recommendation:
+            return recommend(
                 predictor,
                 machine=machine,
                 objective=objective,
                 threshold=0.0,
                 memory_bytes=memory_bytes,
                 sized_from=None if memory_bytes is None else "caller",
+                observations=observations,
             )
+
+        try:
+            rec = advise()
+            for _ in range(runs):
+                v = rec.verification
+                if v is None or v.next_slow_ratio is None or v.next_llc_ways is None:
+                    break
+                at = (v.next_slow_ratio, v.next_llc_ways)
+                if at not in index:
+                    break
+                observations.append(
+                    Observation(
+                        slow_ratio=at[0],
+                        llc_ways=at[1],
+                        seconds=float(truth.seconds[index[at]]),
+                        run_id=f"run-{len(observations) + 1}",
+                    )
+                )
+                rec = advise()
         except NoFeasibleConfiguration:
             result.infeasible.append(spec)
             continue
@@ -375,6 +409,8 @@ def evaluate(
                 llc_ways=chosen.llc_ways,
                 predicted_slowdown=float(rec.chosen.slowdown),
                 promise=rec.promise,
+                runs=len(observations),
+                runs_cost=sum(o.seconds for o in observations) / float(truth.seconds[truth.fast]),
                 **asdict(judged),
             )
         )
@@ -382,7 +418,11 @@ def evaluate(
 
 
 def run_program(
-    name: str, work: Path, per_vcpu: int | None = DEFAULT_PER_VCPU, reuse: bool = False
+    name: str,
+    work: Path,
+    per_vcpu: int | None = DEFAULT_PER_VCPU,
+    reuse: bool = False,
+    runs: int = 0,
 ) -> ProgramResult:
     """Build, trace and judge one program; with `reuse`, a bundle and stream already in `work`
     are judged again without tracing."""
@@ -397,7 +437,7 @@ def run_program(
         elapsed = time.perf_counter() - started
     bundle = parse_bundle(path.read_text())
     size, sized = deployed_size(name, bundle.vcpus, per_vcpu)
-    result, _ = evaluate(name, bundle, stream, size, sized)
+    result, _ = evaluate(name, bundle, stream, size, sized, runs)
     result.trace_seconds = elapsed
     return result
 
@@ -455,6 +495,15 @@ def summarize(results: Sequence[ProgramResult]) -> dict[str, Any]:
         "coverage_90": float(np.mean(np.concatenate([r.covered_90 for r in results]))),
         "coverage_product": float(np.mean(np.concatenate([r.covered_product for r in results]))),
     }
+    # What the runs before the picks (`--runs`) cost, per objective: runs taken and their
+    # seconds over one all-DRAM run's, on average over the programs.
+    out["runs"] = {
+        spec: {
+            "mean": float(np.mean([float(d.runs) for d in decided(spec)] or [0.0])),
+            "cost_mean": float(np.mean([d.runs_cost for d in decided(spec)] or [0.0])),
+        }
+        for spec in OBJECTIVES
+    }
     out["targets"] = _against_targets(out)
     return out
 
@@ -488,6 +537,8 @@ def _cell(r: ProgramResult, spec: str) -> str:
     if d is None:
         return "no configuration"
     where = f"{d.slow_ratio:g} / {d.llc_ways}"
+    if d.runs:
+        where += f" after {d.runs} run{'s' if d.runs > 1 else ''}"
     if spec.startswith("least-dram"):
         return (
             f"{where}: {'kept' if d.kept else 'NOT KEPT'} ({_pct(d.true_slowdown)}), largest"
@@ -552,6 +603,13 @@ def markdown(results: Sequence[ProgramResult], summary: dict[str, Any]) -> str:
         f" {s['reference_error_worst']:.2%}; upper bounds covering the truth:"
         f" {s['coverage_90']:.1%} at 90 %, {s['coverage_product']:.1%} at the product's 99 %",
     ]
+    if any(v["mean"] for v in s["runs"].values()):
+        lines.append(
+            "runs before the picks (mean runs; their time in all-DRAM runs): "
+            + "; ".join(
+                f"{spec} {v['mean']:.1f} ({v['cost_mean']:.1f})" for spec, v in s["runs"].items()
+            )
+        )
     return "\n".join(lines)
 
 
@@ -576,6 +634,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--reuse", action="store_true", help="judge the bundles and streams already in --keep"
     )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=0,
+        choices=range(0, 9),
+        metavar="N",
+        help="before each pick, up to N runs where the recommendation says to measure next,"
+        " measured by the replay (default 0: the profile alone)",
+    )
     args = parser.parse_args(argv)
     names = args.programs or (list(FAST) if args.fast else list(PROGRAMS))
     unknown = [n for n in names if n not in PROGRAMS]
@@ -589,7 +656,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tmc-real-") as tmp:
         work = args.keep or Path(tmp)
-        results = [run_program(n, work, per_vcpu, args.reuse) for n in names]
+        results = [run_program(n, work, per_vcpu, args.reuse, args.runs) for n in names]
     summary = summarize(results)
     summary["seconds"] = time.perf_counter() - started
     text = markdown(results, summary)

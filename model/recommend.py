@@ -55,12 +55,14 @@ from model.select import (
     second_round,
 )
 from model.verification import (
+    VERIFICATION_BUDGET,
     Observation,
     VerificationState,
     VerifiedRatio,
     band_points,
     dominated_cap,
     next_point,
+    slow_memory_point,
 )
 
 # The choice and the work before it are this module's own; the benchmarks take the grid's pricing
@@ -471,9 +473,6 @@ def _chance(priced: PricedGrid, slowdown: FloatArray, objective: Objective) -> F
     else:
         chance = np.ones(priced.cost.size)
     chance = np.where(priced.feasible, chance, 0.0)
-    if objective.kind == "least_dram":
-        # Runs only check the promise here: their saving is not in cost.
-        chance = np.zeros_like(chance)
     chance.flags.writeable = False
     return chance
 
@@ -491,18 +490,25 @@ def _verification(
     p = priced.prediction
     measured = priced.measured
     sigma = priced.sigma.ravel()
+    runs_made = 0 if c is None else c.observations
+    least_dram = objective.kind == "least_dram"
     wanted = next_point(
         priced.cost,
         sigma,
-        chance,
+        # least-dram's runs save DRAM, not cost: no run goes where only cost would improve.
+        np.zeros_like(chance) if least_dram else chance,
         chosen,
         measured,
-        0 if c is None else c.observations,
+        runs_made,
         packing=packing,
         confirm=confirm,
         # An SLO is a promise on the chosen configuration's run time: its own run checks it.
         explore_last=objective.max_slowdown is None,
     )
+    if wanted is None and least_dram and runs_made < VERIFICATION_BUDGET:
+        # The chosen configuration is measured: the next run goes where it may free more DRAM.
+        ratios = np.repeat(np.asarray(p.slow_ratios, dtype=np.float64), p.llc_ways.size)
+        wanted = slow_memory_point(ratios, chance, priced.cost, chosen, measured)
     ratio, ways = (None, None) if wanted is None else priced.ratio_and_ways(wanted)
     verified = (
         []

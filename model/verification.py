@@ -616,6 +616,35 @@ def band_points(
     return packing, confirm
 
 
+# For `least-dram:X%` a run is worth making when it is expected to free at least this share of
+# the footprint from DRAM (the slow ratio gained times the chance the run keeps X): half a step of
+# the paper's grid at an even chance.
+MIN_EXPECTED_SLOW_GAIN = 0.05
+
+
+def slow_memory_point(
+    slow_ratio: FloatArray,
+    chance_acceptable: FloatArray,
+    cost: FloatArray,
+    chosen: int,
+    measured: NDArray[np.bool_],
+    min_gain: float = MIN_EXPECTED_SLOW_GAIN,
+) -> int | None:
+    """For an objective that ranks by DRAM (`least-dram:X%`), the run that may move the choice
+    to more slow memory (flat index), or None: the unmeasured configuration with more slow
+    memory than the chosen one whose expected gain, the slow ratio it adds times the chance that
+    a run finds it within X, is largest and at least `min_gain`; the cheaper on a tie. A
+    measured configuration is judged by its run, so a run there that keeps X is taken: the
+    model's bounds at partial ratios are what keep such configurations out without one."""
+    gain = (slow_ratio - slow_ratio[chosen]) * chance_acceptable
+    gain = np.where(measured | (slow_ratio <= slow_ratio[chosen]), 0.0, gain)
+    best = float(gain.max(initial=0.0))
+    if best < min_gain:
+        return None
+    ties = np.flatnonzero(gain >= best - 1e-12)
+    return int(ties[np.argmin(cost[ties])])
+
+
 def next_point(
     cost: FloatArray,
     sigma: FloatArray,
