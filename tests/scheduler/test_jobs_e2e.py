@@ -124,9 +124,9 @@ class Stack(c.PlacementStack):
 
     def kubelet_starts(self, pod: k8s.V1Pod) -> None:
         """Before the containers: the pod's cgroup, as the kubelet makes it; and for a pod tmc
-        placed, the node agent's plan file. A kubelet does not wait for the agent (a container
-        that starts first runs without its plan: docs/agent.md, Limitations); the test does, so
-        that the run the agent reports is the placed one, which the shim's log then shows."""
+        placed, its plan file from tmc-nri reconcile. A kubelet does not wait for it (a
+        container that starts first runs without its plan: docs/agent.md, Limitations); the test
+        does, so that the run the agent reports is the placed one, which the shim's log shows."""
         node = next(n for n in self.nodes if n.name == pod.spec.node_name)
         uid = str(pod.metadata.uid)
         node.kubelet_starts(uid, threads=[])
@@ -309,9 +309,11 @@ def test_the_verification_job_is_placed_by_tmc_and_its_run_is_recorded(stack: St
     assert [(r.name, r.exit_code) for r in run.containers] == [("bfs", 0)]
     assert "bfs:" in run.containers[0].log.read_text()
     # The environment as the kubelet resolves it: the shim from the image (LD_PRELOAD) read the
-    # plan the node's agent wrote for this pod (TMC_PLAN, from the pod's uid).
+    # plan tmc-nri reconcile wrote for this pod (TMC_PLAN, from the pod's uid). tmc-nri's rule:
+    # a placement with no slow bytes names the DRAM node as both tiers.
     regions = (run.containers[0].log.parent.parent / "tmp" / "regions.log").read_text()
-    assert "# plan fast_node 0 slow_node 1" in regions, regions[:2000]
+    slow_node = 1 if placement.configuration.slow_bytes else 0
+    assert f"# plan fast_node 0 slow_node {slow_node} binding" in regions, regions[:2000]
 
     # The node agent reports the succeeded pod's run; the service lists it.
     operator = {"Authorization": f"Bearer {stack.operator}"}
