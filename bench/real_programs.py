@@ -48,9 +48,10 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from tmc_agent.profile_runs import with_runs
 
 from cli.common import parse_memory
-from model.bundle import ProfileBundle, parse_bundle
+from model.bundle import MAX_PROFILE_RUNS, ProfileBundle, parse_bundle
 from model.confidence import DEFAULT_CONFIDENCE, prediction_interval
 from model.errors import NoFeasibleConfiguration
 from model.fit import fit
@@ -224,6 +225,10 @@ class ProgramResult:
     decisions: list[Decision] = field(default_factory=list)
     infeasible: list[str] = field(default_factory=list)
     trace_seconds: float = 0.0
+    # The bundle's runs beyond the reference runs (`tmc-agent profile --runs`), and their
+    # seconds over one all-DRAM run's: what the profile spent on them.
+    profile_runs: int = 0
+    profile_runs_cost: float = 0.0
 
     @property
     def mape(self) -> float:
@@ -250,9 +255,11 @@ def build(name: str, out: Path) -> Path:
     return exe
 
 
-def profile(name: str, exe: Path, workdir: Path, args: Sequence[str]) -> Path:
-    """`tmc-agent profile --backend trace`, as a user runs it; returns the bundle's path (the LLC
-    stream is kept next to it)."""
+def profile(
+    name: str, exe: Path, workdir: Path, args: Sequence[str], profile_runs: int | None = None
+) -> Path:
+    """`tmc-agent profile --backend trace`, as a user runs it (`profile_runs`: its `--runs`,
+    None: the agent's default); returns the bundle's path (the LLC stream is kept next to it)."""
     agent = Path(sys.executable).with_name("tmc-agent")
     bundle = workdir / f"{name}.json"
     done = subprocess.run(
@@ -267,6 +274,7 @@ def profile(name: str, exe: Path, workdir: Path, args: Sequence[str]) -> Path:
             str(bundle),
             "--workdir",
             str(workdir),
+            *([] if profile_runs is None else ["--runs", str(profile_runs)]),
             "--",
             str(exe),
             *args,
@@ -423,9 +431,11 @@ def run_program(
     per_vcpu: int | None = DEFAULT_PER_VCPU,
     reuse: bool = False,
     runs: int = 0,
+    profile_runs: int | None = None,
 ) -> ProgramResult:
     """Build, trace and judge one program; with `reuse`, a bundle and stream already in `work`
-    are judged again without tracing."""
+    are judged again without tracing. `profile_runs`: the agent's runs beyond the reference runs
+    (None: its default); a reused bundle keeps at most that many of its own."""
     workdir = work / name
     path, stream = workdir / f"{name}.json", workdir / "llc_stream.npz"
     elapsed = 0.0
@@ -433,12 +443,20 @@ def run_program(
         exe = build(name, work / "bin")
         workdir.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
-        path = profile(name, exe, workdir, PROGRAMS[name])
+        path = profile(name, exe, workdir, PROGRAMS[name], profile_runs)
         elapsed = time.perf_counter() - started
     bundle = parse_bundle(path.read_text())
+    if profile_runs is not None and bundle.profile_runs is not None:
+        bundle = with_runs(bundle, bundle.profile_runs.runs[:profile_runs])
     size, sized = deployed_size(name, bundle.vcpus, per_vcpu)
     result, _ = evaluate(name, bundle, stream, size, sized, runs)
     result.trace_seconds = elapsed
+    if bundle.profile_runs is not None:
+        result.profile_runs = len(bundle.profile_runs.runs)
+        result.profile_runs_cost = (
+            sum(r.wall_seconds for r in bundle.profile_runs.runs)
+            / bundle.run("fastmax").wall_seconds
+        )
     return result
 
 
@@ -503,6 +521,10 @@ def summarize(results: Sequence[ProgramResult]) -> dict[str, Any]:
             "cost_mean": float(np.mean([d.runs_cost for d in decided(spec)] or [0.0])),
         }
         for spec in OBJECTIVES
+    }
+    out["profile_runs"] = {
+        "mean": float(np.mean([float(r.profile_runs) for r in results])),
+        "cost_mean": float(np.mean([r.profile_runs_cost for r in results])),
     }
     out["targets"] = _against_targets(out)
     return out
@@ -603,6 +625,10 @@ def markdown(results: Sequence[ProgramResult], summary: dict[str, Any]) -> str:
         f" {s['reference_error_worst']:.2%}; upper bounds covering the truth:"
         f" {s['coverage_90']:.1%} at 90 %, {s['coverage_product']:.1%} at the product's 99 %",
     ]
+    lines.append(
+        f"profile runs beyond the reference runs: {s['profile_runs']['mean']:.1f} per program,"
+        f" {s['profile_runs']['cost_mean']:.1f} all-DRAM runs' time"
+    )
     if any(v["mean"] for v in s["runs"].values()):
         lines.append(
             "runs before the picks (mean runs; their time in all-DRAM runs): "
@@ -635,6 +661,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--reuse", action="store_true", help="judge the bundles and streams already in --keep"
     )
     parser.add_argument(
+        "--profile-runs",
+        type=int,
+        default=None,
+        choices=range(0, MAX_PROFILE_RUNS + 1),
+        metavar="N",
+        help="the agent's runs beyond the reference runs (tmc-agent profile --runs; default:"
+        " the agent's); with --reuse, the first N of each bundle's own",
+    )
+    parser.add_argument(
         "--runs",
         type=int,
         default=0,
@@ -656,7 +691,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tmc-real-") as tmp:
         work = args.keep or Path(tmp)
-        results = [run_program(n, work, per_vcpu, args.reuse, args.runs) for n in names]
+        results = [
+            run_program(n, work, per_vcpu, args.reuse, args.runs, args.profile_runs) for n in names
+        ]
     summary = summarize(results)
     summary["seconds"] = time.perf_counter() - started
     text = markdown(results, summary)

@@ -49,6 +49,9 @@ STRUCTURE_MEASUREMENTS_SCHEMA: Literal["tmc.structure-measurements/v1"] = (
     "tmc.structure-measurements/v1"
 )
 RUN_NOISE_SCHEMA: Literal["tmc.run-noise/v1"] = "tmc.run-noise/v1"
+PROFILE_RUNS_SCHEMA: Literal["tmc.profile-runs/v1"] = "tmc.profile-runs/v1"
+# The most runs a profile carries beyond its reference runs: the model's own run budget.
+MAX_PROFILE_RUNS = 8
 # The run-to-run noise a bundle's runs are taken to have when it does not say what it measured:
 # PMU cycle counts and wall time vary by about 1 % between runs of one input on a quiet host.
 DEFAULT_RUN_NOISE = 0.01
@@ -227,6 +230,26 @@ class RunNoise(_Wire):
     )
 
 
+class ProfileRun(_Wire):
+    """A run of the workload at a configuration the model chose (with the placement plan the
+    model gives there), on the same input and clock as the reference runs."""
+
+    configuration: RunConfiguration
+    wall_seconds: float = Field(gt=0, le=MAX_SECONDS)
+    objective: str = Field(
+        default="", max_length=64, description="the objective whose next run it was, if any"
+    )
+
+
+class ProfileRuns(_Wire):
+    """Optional: runs beyond the three reference runs, where the model's uncertainty would change
+    a decision (`tmc-agent profile --runs N`). Each is a measured configuration: the fit's
+    predictions are corrected there, as a verification run corrects them."""
+
+    schema_version: Literal["tmc.profile-runs/v1"] = PROFILE_RUNS_SCHEMA
+    runs: list[ProfileRun] = Field(min_length=1, max_length=MAX_PROFILE_RUNS)
+
+
 class ProfileBundle(_Wire):
     schema_version: Literal["tmc.profile/v1"] = BUNDLE_SCHEMA
     workload: WorkloadId
@@ -240,6 +263,7 @@ class ProfileBundle(_Wire):
     structure_measurements: StructureMeasurements | None = None
     tiering: TieringProfile | None = None
     run_noise: RunNoise | None = None
+    profile_runs: ProfileRuns | None = None
 
     def run(self, name: RunName) -> ReferenceRun:
         for run in self.runs:

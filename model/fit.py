@@ -37,6 +37,7 @@ from model.bundle import (
     MAX_RUN_NOISE,
     MemoryTier,
     ProfileBundle,
+    ProfileRun,
     ReferenceRun,
     RunName,
     StructureMeasurements,
@@ -200,6 +201,10 @@ class FittedModel(BaseModel):
     window_mlp_by_structure: list[float] | None = Field(
         default=None,
         description="per tag, slow misses in flight together (extra latency / P_slow), 1..12",
+    )
+    profile_runs: list[ProfileRun] = Field(
+        default_factory=list,
+        description="the bundle's runs beyond its reference runs (measured configurations)",
     )
     run_noise: float = Field(
         default=DEFAULT_RUN_NOISE,
@@ -409,6 +414,7 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
         curve_mar=curve_mar,
         curve_cpi=_sweep_cpi(bundle),
         run_noise=bundle_run_noise(bundle),
+        profile_runs=[] if bundle.profile_runs is None else list(bundle.profile_runs.runs),
         access_rate_at_min=rates_min,
         access_rate_at_max=rates_max,
         cpi_cache=cpi_cache,

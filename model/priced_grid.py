@@ -91,6 +91,19 @@ class PricedGrid:
         )
 
 
+def profile_observations(model: FittedModel) -> list[Observation]:
+    """The profile's runs beyond its reference runs, as observations of the model."""
+    return [
+        Observation(
+            slow_ratio=r.configuration.slow_ratio,
+            llc_ways=r.configuration.llc_ways,
+            seconds=r.wall_seconds,
+            run_id=f"profile-run-{i + 1}",
+        )
+        for i, r in enumerate(model.profile_runs)
+    ]
+
+
 def price_grid(
     predictor: Predictor,
     prices: PriceProfile,
@@ -108,6 +121,9 @@ def price_grid(
     wins: priced at the size it runs at, memory is its real share of the bill."""
     sizing(memory_bytes, None)
     m = predictor.model
+    # The profile's own runs beyond the reference runs are measured configurations, as the
+    # verification runs are: every caller's grid is corrected by both.
+    observations = [*profile_observations(m), *observations]
     p, sigma, fix, terms, cover, known, known_sigma, model_sigma, anchor = predictor.kept(
         ("grid", grid, tuple(observations)),
         lambda: _predicted_grid(predictor, grid, observations),

@@ -18,13 +18,14 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from model.bundle import ProfileBundle, parse_bundle
+from model.bundle import MAX_PROFILE_RUNS, ProfileBundle, parse_bundle
 from model.errors import TmcError
 from model.tiering.profile import PageManagerState
 from tmc_agent import serve as serve_mod
 from tmc_agent import shim, upload
 from tmc_agent.discover import discover as run_discover
 from tmc_agent.hostpaths import HostPaths
+from tmc_agent.profile_runs import DEFAULT_OBJECTIVES, DEFAULT_PROFILE_RUNS, objectives_of
 from tmc_agent.settings import AgentSettings, SettingsError, read_token
 
 app = typer.Typer(
@@ -174,8 +175,25 @@ def profile(
     tiering_page_bytes: Annotated[
         int, typer.Option(help="--tiering: the unit the page manager moves (4096 or 2097152)")
     ] = 4096,
+    runs: Annotated[
+        int | None,
+        typer.Option(
+            help="trace/sim: up to N runs beyond the three reference runs, each where the model"
+            f" asks for one (0-{MAX_PROFILE_RUNS}; default {DEFAULT_PROFILE_RUNS}; hardware: 0)",
+        ),
+    ] = None,
+    runs_for: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--runs-for",
+            help="the objectives those runs serve, in turn (repeat; default: "
+            + ", ".join(DEFAULT_OBJECTIVES)
+            + ")",
+        ),
+    ] = None,
 ) -> None:
-    """Profile a workload: the three reference runs, a checked bundle, optionally uploaded."""
+    """Profile a workload: the three reference runs (and up to --runs more where the model asks
+    for them), a checked bundle, optionally uploaded."""
     if not command:
         fail("no program given", "put the program and its arguments after --")
     if backend not in ("auto", "hardware", "trace", "sim"):
@@ -199,6 +217,18 @@ def profile(
     if backend == "auto":
         chosen = run_discover(HostPaths.from_env()).backend()
         console.print(f"backend auto: [bold]{chosen}[/bold]")
+    if runs is not None and not 0 <= runs <= MAX_PROFILE_RUNS:
+        fail(f"--runs {runs}: between 0 and {MAX_PROFILE_RUNS}", "e.g. --runs 2")
+    if chosen == "hardware" and runs:
+        fail(
+            "--runs: the hardware backend takes the three reference runs only",
+            "profile with --runs 0, and record verification runs of placed pods instead",
+        )
+    extra_runs = (0 if chosen == "hardware" else DEFAULT_PROFILE_RUNS) if runs is None else runs
+    try:
+        run_objectives = tuple(str(o) for o in objectives_of(runs_for or DEFAULT_OBJECTIVES))
+    except ValueError as exc:
+        fail(f"--runs-for: {exc}", "e.g. --runs-for slo:5% --runs-for least-dram:5%")
     if tiering and chosen not in ("trace", "hardware"):
         fail(
             f"--tiering is recorded by the trace and hardware backends (not {chosen})",
@@ -237,6 +267,7 @@ def profile(
             workdir,
             steps,
             TieringChoice(tiering, tiering_page_bytes, manager),
+            ExtraRuns(extra_runs, run_objectives),
         )
     bundle = outcome.bundle
     text = bundle.model_dump_json(indent=2)
@@ -298,6 +329,14 @@ def run_metadata(outcome: ProfileOutcome, command: list[str]) -> dict[str, objec
 
 
 @dataclass(frozen=True)
+class ExtraRuns:
+    """Runs beyond the reference runs (tmc_agent.profile_runs): how many at most, for what."""
+
+    budget: int = 0
+    objectives: tuple[str, ...] = DEFAULT_OBJECTIVES
+
+
+@dataclass(frozen=True)
 class TieringChoice:
     record: bool = False
     page_bytes: int = 4096
@@ -317,15 +356,19 @@ def _run_backend(
     workdir: Path | None,
     steps: RichSteps,
     tiering: TieringChoice | None = None,
+    extra: ExtraRuns | None = None,
 ) -> ProfileOutcome:
     tiering = tiering or TieringChoice()
+    extra = extra or ExtraRuns()
     target_text = str(target) if target is not None else None
     if chosen == "sim":
         # Backends load on demand: trace and sim need the simulator (numba), hardware does not.
         from tmc_agent.backends import simulated  # noqa: PLC0415
 
         try:
-            bundle = simulated.profile(command[0], host)
+            bundle = simulated.profile(
+                command[0], host, runs=extra.budget, objectives=extra.objectives
+            )
         except (KeyError, ValueError) as exc:
             fail(f"sim: {exc}", "name one of the simulator's workloads (see sim/) or --host")
         return ProfileOutcome(bundle, 0, chosen, None)
@@ -345,6 +388,8 @@ def _run_backend(
             tiering=tiering.record,
             tiering_page_bytes=tiering.page_bytes,
             page_manager=tiering.manager,
+            runs=extra.budget,
+            run_objectives=extra.objectives,
         )
         try:
             if workdir is not None:

@@ -43,6 +43,7 @@ from model.bundle import (
     check_bundle,
     repeats_noise,
 )
+from model.predict import StructurePlacement
 from model.resources import MIB
 from model.tiering.profile import PageManagerState, TieringProfile
 from sim import kernels
@@ -55,6 +56,7 @@ from sim.profile import host_description, tier_traffic
 from sim.trace import Trace, structure_bases
 from sim.workload import StructureSpec, Uniform, Workload
 from tmc_agent import lackey, shim, tiering_collect
+from tmc_agent.profile_runs import DEFAULT_OBJECTIVES, objectives_of, take_runs
 from tmc_agent.steps import NoSteps, Steps, step
 
 LINE = 64
@@ -82,6 +84,10 @@ class TraceOptions:
     tiering: bool = False
     tiering_page_bytes: int = 4096
     page_manager: PageManagerState | None = None  # default: a HeMem-like manager's defaults
+    # Runs beyond the reference runs where the model asks for one (tmc_agent.profile_runs), for
+    # these objectives in turn: each a replay of the trace at that configuration with the plan.
+    runs: int = 0
+    run_objectives: tuple[str, ...] = DEFAULT_OBJECTIVES
 
 
 L2 = lackey.L2Geometry(sets=L2_BYTES // (LINE * L2_WAYS), ways=L2_WAYS)
@@ -469,6 +475,21 @@ def profile_run(
         bundle = bundle_from_attributed(att, opts, steps)
     except lackey.TooSmall as exc:
         raise lackey.TooSmall(str(exc), rec.returncode) from None
+    if opts.runs:
+        with step(steps, f"up to {opts.runs} runs where the model asks for one", opts.runs) as s:
+            prep = prepared_from_attributed(att, opts)
+
+            def replay(ratio: float, ways: int, plan: list[StructurePlacement]) -> float:
+                (run,) = run_many(prep, [(ratio, ways, plan)])
+                return float(run.wall_seconds)
+
+            bundle = take_runs(
+                bundle,
+                replay,
+                objectives_of(opts.run_objectives),
+                opts.runs,
+                done=lambda _: steps.advance(s),
+            )
     return TraceResult(bundle, rec.returncode, rec.wall_seconds, att.raw_accesses)
 
 

@@ -1,0 +1,143 @@
+"""Runs beyond the reference runs, where the model asks for them (`tmc-agent profile --runs N`,
+tmc_agent.profile_runs): a traced C program (valgrind) and a simulator workload gain up to N
+runs, each at the configuration a recommendation names as its next run, measured by the backend
+with the model's plan, and the bundle carries them (`tmc.profile-runs/v1`); the fit passes through
+each (the prediction there is the run's time); a bundle without them reads and fits as before;
+the hardware backend refuses them with a reason, and so does a budget past the contract's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from tmc_agent.backends import simulated
+from tmc_agent.cli import app
+from tmc_agent.profile_runs import with_runs
+from typer.testing import CliRunner
+
+from model import Predictor, fit, parse_bundle
+from model.bundle import MAX_PROFILE_RUNS, ProfileBundle, ProfileRun, ProfileRuns, RunConfiguration
+from model.errors import InvalidBundle
+from model.grid import paper_grid
+from model.priced_grid import machine_of_host, price_grid
+from model.pricing import DEFAULT_PRICE_PROFILE
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "profiler-agent" / "corpus"
+ALLOC = ROOT / "profiler-agent" / "alloc"
+EXAMPLE = ROOT / "examples" / "graph500.json"
+
+
+def passes_through(bundle: ProfileBundle) -> None:
+    """Every run beyond the reference runs is a measured configuration of the fit."""
+    assert bundle.profile_runs is not None
+    predictor = Predictor(fit(bundle))
+    reference = {(r.configuration.slow_ratio, r.configuration.llc_ways) for r in bundle.runs}
+    priced = price_grid(
+        predictor, DEFAULT_PRICE_PROFILE, paper_grid(), machine_of_host(bundle.host)
+    )
+    for run in bundle.profile_runs.runs:
+        at = (run.configuration.slow_ratio, run.configuration.llc_ways)
+        assert at not in reference
+        i = next(j for j in range(priced.cost.size) if priced.ratio_and_ways(j) == at)
+        assert priced.measured.ravel()[i], at
+        assert priced.prediction.seconds.ravel()[i] == pytest.approx(run.wall_seconds, rel=1e-6)
+
+
+@pytest.mark.skipif(
+    shutil.which("valgrind") is None or shutil.which("gcc") is None,
+    reason="the trace backend needs valgrind and gcc",
+)
+def test_a_traced_program_takes_the_runs_the_model_asks_for(tmp_path: Path) -> None:
+    # bfs: at 4 GiB per vCPU its partial slow ratios are where `slo:5%` and `least-dram:5%`
+    # decide and the model's bounds alone keep them out (docs/model.md, "Real programs").
+    exe = tmp_path / "bfs"
+    subprocess.run(
+        [
+            "gcc",
+            "-O2",
+            f"-I{ALLOC}",
+            "-o",
+            str(exe),
+            str(ROOT / "profiler-agent" / "examples" / "bfs.c"),
+        ],
+        check=True,
+    )
+    out = tmp_path / "bfs.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "profile",
+            "--backend",
+            "trace",
+            "--name",
+            "bfs",
+            "--runs",
+            "2",
+            "--runs-for",
+            "least-dram:5%",
+            "--runs-for",
+            "slo:5%",
+            "--out",
+            str(out),
+            "--",
+            str(exe),
+            "16",
+            "6",
+            "2",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    bundle = parse_bundle(out.read_text())
+    assert bundle.profile_runs is not None
+    runs = bundle.profile_runs.runs
+    assert 1 <= len(runs) <= 2
+    assert {r.objective for r in runs} <= {"least-dram:5%", "slo:5%"}
+    passes_through(bundle)
+    # The bundle without them is the three reference runs' bundle, as before.
+    assert with_runs(bundle, []).profile_runs is None
+
+
+def test_a_simulated_workload_takes_them_too_and_a_bundle_without_them_is_unchanged() -> None:
+    bundle = simulated.profile("graph500", runs=3)
+    assert bundle.profile_runs is not None and 1 <= len(bundle.profile_runs.runs) <= 3
+    passes_through(bundle)
+    plain = simulated.profile("graph500")
+    assert plain.profile_runs is None
+    assert plain.runs == bundle.runs  # the same reference runs: the runs are only added
+
+
+def test_the_contract_bounds_the_runs() -> None:
+    raw = json.loads(EXAMPLE.read_text())
+    run = {"configuration": {"slow_ratio": 0.5, "llc_ways": 4}, "wall_seconds": 1.0}
+    raw["profile_runs"] = {"runs": [run] * (MAX_PROFILE_RUNS + 1)}
+    with pytest.raises(InvalidBundle, match="profile_runs"):
+        parse_bundle(raw)
+    raw["profile_runs"] = {"runs": [{**run, "wall_seconds": 0}]}
+    with pytest.raises(InvalidBundle, match="wall_seconds"):
+        parse_bundle(raw)
+    raw["profile_runs"] = {"runs": [run]}
+    read = parse_bundle(raw)
+    assert read.profile_runs == ProfileRuns(
+        runs=[
+            ProfileRun(configuration=RunConfiguration(slow_ratio=0.5, llc_ways=4), wall_seconds=1.0)
+        ]
+    )
+
+
+def test_the_hardware_backend_and_a_budget_past_the_contract_are_refused() -> None:
+    hardware = CliRunner().invoke(
+        app, ["profile", "--backend", "hardware", "--runs", "1", "--", "true"]
+    )
+    assert hardware.exit_code != 0 and "reference runs only" in hardware.output
+    many = CliRunner().invoke(
+        app, ["profile", "--backend", "sim", "--runs", str(MAX_PROFILE_RUNS + 1), "--", "x"]
+    )
+    assert many.exit_code != 0 and "--runs" in many.output
+    bad = CliRunner().invoke(
+        app, ["profile", "--backend", "sim", "--runs-for", "fastest", "--", "x"]
+    )
+    assert bad.exit_code != 0 and "--runs-for" in bad.output
