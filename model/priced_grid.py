@@ -99,6 +99,8 @@ def profile_observations(model: FittedModel) -> list[Observation]:
             llc_ways=r.configuration.llc_ways,
             seconds=r.wall_seconds,
             run_id=f"profile-run-{i + 1}",
+            # On the profile's clock and input: known up to the profile's own run noise.
+            run_noise=model.run_noise,
         )
         for i, r in enumerate(model.profile_runs)
     ]
