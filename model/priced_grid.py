@@ -26,6 +26,7 @@ from model.verification import (
     corrected_grid,
     measured_sigma,
     observed_grid,
+    profile_points,
     reference_points,
     sweep_points,
 )
@@ -91,21 +92,6 @@ class PricedGrid:
         )
 
 
-def profile_observations(model: FittedModel) -> list[Observation]:
-    """The profile's runs beyond its reference runs, as observations of the model."""
-    return [
-        Observation(
-            slow_ratio=r.configuration.slow_ratio,
-            llc_ways=r.configuration.llc_ways,
-            seconds=r.wall_seconds,
-            run_id=f"profile-run-{i + 1}",
-            # On the profile's clock and input: known up to the profile's own run noise.
-            run_noise=model.run_noise,
-        )
-        for i, r in enumerate(model.profile_runs)
-    ]
-
-
 def price_grid(
     predictor: Predictor,
     prices: PriceProfile,
@@ -123,9 +109,6 @@ def price_grid(
     wins: priced at the size it runs at, memory is its real share of the bill."""
     sizing(memory_bytes, None)
     m = predictor.model
-    # The profile's own runs beyond the reference runs are measured configurations, as the
-    # verification runs are: every caller's grid is corrected by both.
-    observations = [*profile_observations(m), *observations]
     p, sigma, fix, terms, cover, known, known_sigma, model_sigma, anchor = predictor.kept(
         ("grid", grid, tuple(observations)),
         lambda: _predicted_grid(predictor, grid, observations),
@@ -202,7 +185,11 @@ def _predicted_grid(
     p = predictor.predict(np.asarray(grid.slow_ratios), np.asarray(grid.llc_ways, dtype=np.int64))
     interval = prediction_interval(p, predictor.model.diagnostics)
     sigma = interval.sigma
-    references = [*reference_points(predictor, p), *sweep_points(predictor, p)]
+    references = [
+        *reference_points(predictor, p),
+        *sweep_points(predictor, p),
+        *profile_points(predictor, p),
+    ]
     cover_before = cover_sigma(p)
     fix = None
     if observations:
@@ -217,7 +204,8 @@ def _predicted_grid(
         known[fix.measured] = p.seconds[fix.measured]
         known_sigma[fix.measured] = sigma[fix.measured]
     # The reference runs first (the model is calibrated through them), then the way sweep's runs
-    # all in DRAM: each one run of the profile, known up to the noise the profile's runs have
+    # all in DRAM and the profile's runs beyond the reference runs (`profile_points`): each one
+    # run of the profile, known up to the noise the profile's runs have
     # (measured by repeats when the bundle says it, `FittedModel.run_noise`).
     profiled = measured_sigma(1, predictor.model.run_noise)
     for i, j, seconds in references:

@@ -99,13 +99,6 @@ class Observation(BaseModel):
     llc_ways: int = Field(ge=1, le=64)
     seconds: float = Field(gt=0.0, le=1e9, description="wall time of the whole run")
     run_id: str | None = Field(default=None, description="the reporter's id, named in flags")
-    run_noise: float | None = Field(
-        default=None,
-        ge=0.0,
-        le=0.5,
-        description="the run's relative noise where it is known (a profile's own run: the"
-        " profile's measured noise); None: RUN_NOISE",
-    )
 
 
 class AppliedConfiguration(BaseModel):
@@ -391,7 +384,6 @@ def observed_grid(
     kept, ignored = screen(predictor, observations)
     points: list[tuple[int, int, float]] = []
     largest = 0.0
-    noise_at: dict[tuple[int, int], float] = {}  # the noisiest of each point's runs
     for o, predicted in kept:
         err = math.log(o.seconds) - math.log(predicted)
         largest = max(largest, abs(math.expm1(err)))
@@ -399,9 +391,6 @@ def observed_grid(
         col = np.flatnonzero(llc_ways == o.llc_ways)
         if row.size and col.size:
             points.append((int(row[0]), int(col[0]), err))
-            noise = RUN_NOISE if o.run_noise is None else o.run_noise
-            at = (int(row[0]), int(col[0]))
-            noise_at[at] = max(noise_at.get(at, 0.0), noise)
     # Robust: several runs at one point enter as their median, so that among three or more one
     # outlier never decides (and a repeated run does not shrink the interval below its noise
     # faster than independent runs would).
@@ -426,9 +415,7 @@ def observed_grid(
         # to run-to-run noise only: the model's uncertainty is no longer in it.
         # A run that agreed with a model surer than one run's noise leaves it as sure.
         factor[i, j] = math.exp(float(np.median(e)))
-        post_sigma[i, j] = min(
-            measured_sigma(len(e), noise_at[(i, j)]), float(sigma[i, j]) * c.inflation
-        )
+        post_sigma[i, j] = min(measured_sigma(len(e)), float(sigma[i, j]) * c.inflation)
     return replace(c, runs=runs, factor=factor, sigma=post_sigma)
 
 
@@ -466,6 +453,25 @@ def reference_points(
             seconds = float(prediction.seconds[i, j]) * scale
         if math.isfinite(seconds) and seconds > 0:
             out.append((i, j, seconds))
+    return out
+
+
+def profile_points(
+    predictor: Predictor, prediction: GridPrediction
+) -> list[tuple[int, int, float]]:
+    """The profile's runs beyond the reference runs that lie on the grid, (row, column, measured
+    seconds): each ran the program at that configuration with the model's plan, on the reference
+    runs' input and clock, so its time is measured. Like the reference runs and the sweep, they
+    are known where they were made and correct nothing elsewhere: carried by the model's error
+    structure, a ratio's error at many ways reaches the same ratio at few ways many times over,
+    and a cost objective would then rest on that extrapolation alone."""
+    out: list[tuple[int, int, float]] = []
+    for run in predictor.model.profile_runs:
+        c = run.configuration
+        row = np.flatnonzero(np.abs(prediction.slow_ratios - c.slow_ratio) <= _RATIO_TOLERANCE)
+        col = np.flatnonzero(prediction.llc_ways == c.llc_ways)
+        if row.size and col.size and math.isfinite(run.wall_seconds) and run.wall_seconds > 0:
+            out.append((int(row[0]), int(col[0]), run.wall_seconds))
     return out
 
 
