@@ -334,7 +334,7 @@ def down(state_path: Path = DEFAULT_STATE) -> list[str]:
     state = State.load(state_path)
     done: list[str] = []
     order = ["tmc-scheduler", "kube-scheduler", "tmc-extender", "publisher", "api"]
-    order += [n for n in state.pids if n.startswith("agent")]
+    order += [n for n in state.pids if n.startswith(("agent", "reconcile"))]
     for name in [*order, "kube-apiserver", "etcd"]:
         if name in state.pids:
             pid = state.pids[name]
