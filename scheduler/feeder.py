@@ -421,7 +421,8 @@ class Feeder:
                 for pod in pods:
                     if not (pod.get("spec") or {}).get("nodeName"):
                         self._prefetch(pod)
-            self._rv = {"node": node_rv, "pod": pod_rv}
+            # The namespace watch's version, when there is one, was set by the listing.
+            self._rv = {**self._rv, "node": node_rv, "pod": pod_rv}
             self.synced.set()
             return Synced(nodes=len(caps), bound=len(bound))
 

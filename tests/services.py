@@ -45,7 +45,8 @@ def _ephemeral_floor() -> int:
 
 def free_port() -> int:
     """A port nothing listens on, outside the ephemeral range, not handed out before."""
-    ports = [p for p in _LISTEN_PORTS if p < _ephemeral_floor() and p not in _handed_out]
+    floor = _ephemeral_floor()
+    ports = [p for p in _LISTEN_PORTS if p < floor and p not in _handed_out]
     for port in random.sample(ports, k=min(len(ports), 200)):
         with socket.socket() as s:
             try:

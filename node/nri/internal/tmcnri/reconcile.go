@@ -190,38 +190,40 @@ func (r *Reconciler) RemoveStale(pods []corev1.Pod) (removed []string, err error
 
 // removeStalePlans removes the plan files of pods not live; the records directory and anything
 // not named <uid>.plan are left alone.
-func (r *Reconciler) removeStalePlans(live map[string]bool) (removed []string, err error) {
+func (r *Reconciler) removeStalePlans(live map[string]bool) ([]string, error) {
 	if r.PlanDir == "" {
 		return nil, nil
 	}
-	entries, err := os.ReadDir(r.PlanDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+	planOf := func(e fs.DirEntry) (string, bool) {
+		uid, ok := strings.CutSuffix(e.Name(), ".plan")
+		return uid, ok && !e.IsDir()
 	}
-	if err != nil {
-		return nil, err
-	}
-	var errs []error
-	for _, e := range entries {
-		name := e.Name()
-		uid, ok := strings.CutSuffix(name, ".plan")
-		if e.IsDir() || !ok || !uidText.MatchString(uid) || live[uid] {
-			continue
+	return removeStale(r.PlanDir, live, planOf, func(name string) error {
+		err := os.Remove(filepath.Join(r.PlanDir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
 		}
-		if err := os.Remove(filepath.Join(r.PlanDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		} else {
-			removed = append(removed, name)
-		}
-	}
-	return removed, errors.Join(errs...)
+		return err
+	})
 }
 
-func (r *Reconciler) removeStaleGroups(live map[string]bool) (removed []string, err error) {
+func (r *Reconciler) removeStaleGroups(live map[string]bool) ([]string, error) {
 	if r.Resctrl == nil || r.Resctrl.Root == "" {
 		return nil, nil
 	}
-	entries, err := os.ReadDir(r.Resctrl.Root)
+	groupOf := func(e fs.DirEntry) (string, bool) {
+		uid, ok := strings.CutPrefix(e.Name(), GroupPrefix)
+		return uid, ok && e.IsDir()
+	}
+	return removeStale(r.Resctrl.Root, live, groupOf, r.Resctrl.RemoveGroup)
+}
+
+// removeStale removes, with remove, the entries of dir that name a pod (podOf: its uid) no
+// longer live, and returns their names; a directory that does not exist holds none.
+func removeStale(
+	dir string, live map[string]bool, podOf func(fs.DirEntry) (string, bool), remove func(name string) error,
+) (removed []string, err error) {
+	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -230,15 +232,14 @@ func (r *Reconciler) removeStaleGroups(live map[string]bool) (removed []string, 
 	}
 	var errs []error
 	for _, e := range entries {
-		name := e.Name()
-		uid, ok := strings.CutPrefix(name, GroupPrefix)
-		if !e.IsDir() || !ok || !uidText.MatchString(uid) || live[uid] {
+		uid, ok := podOf(e)
+		if !ok || !uidText.MatchString(uid) || live[uid] {
 			continue
 		}
-		if err := r.Resctrl.RemoveGroup(name); err != nil {
+		if err := remove(e.Name()); err != nil {
 			errs = append(errs, err)
 		} else {
-			removed = append(removed, name)
+			removed = append(removed, e.Name())
 		}
 	}
 	return removed, errors.Join(errs...)
