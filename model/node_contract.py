@@ -196,12 +196,36 @@ class PlacedConfiguration(BaseModel):
     llc_ways: Annotated[int, Field(ge=1, le=MAX_LLC_WAYS)]
 
 
+class PlanSource(BaseModel):
+    """Where a placement's per-structure plan is published: the `TieredRecommendation` and the
+    generation the pod was placed from (the node sizes that object's plan to the placement)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    recommendation: Annotated[
+        str,
+        Field(
+            min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", strict=True
+        ),
+    ]
+    generation: Annotated[int, Field(ge=1, strict=True)]  # metadata.generation
+
+    @field_validator("generation")
+    @classmethod
+    def _int64(cls, value: int) -> int:
+        # An int64, as Go reads it: a larger number is refused there, so it is here.
+        if value >= 1 << 63:
+            raise ValueError("must be an int64")
+        return value
+
+
 class Placement(BaseModel):
     """What bind gave a pod: the `tmc.dev/placement` annotation (JSON) and, redundantly for
-    tools that read one value, `tmc.dev/llc-mask` (hex)."""
+    tools that read one value, `tmc.dev/llc-mask` (hex). In `tmc.placement/v3` the plan may be
+    left on the published recommendation `plan_from` names, so that the pod carries a reference
+    rather than the plan."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-    schema_: Literal["tmc.placement/v1", "tmc.placement/v2"] = Field(
+    schema_: Literal["tmc.placement/v1", "tmc.placement/v2", "tmc.placement/v3"] = Field(
         default="tmc.placement/v2", alias="schema"
     )
     node: Annotated[str, Field(min_length=1, max_length=253)]
@@ -219,6 +243,8 @@ class Placement(BaseModel):
     # engine's; any CamelCase word is read, for newer engines' codes). Written only with a
     # fallback, and left out of the JSON when absent, as the engine writes it.
     fallback_reason: Annotated[str, Field(pattern=r"^[A-Z][A-Za-z]{0,63}$")] | None = None
+    # The published recommendation the node reads the plan from (v3 only; left out when absent).
+    plan_from: PlanSource | None = None
 
     @field_validator("llc_mask")
     @classmethod
@@ -235,6 +261,10 @@ class Placement(BaseModel):
     def _consistent(self) -> Placement:
         if self.fallback_reason is not None and self.fallback is None:
             raise ValueError("fallback_reason: given without a fallback")
+        if self.plan_from is not None and self.schema_ != "tmc.placement/v3":
+            raise ValueError("plan_from: only in tmc.placement/v3")
+        if self.plan_from is not None and (self.plan or self.fallback is not None):
+            raise ValueError("plan_from: given with a plan or a fallback")
         if self.llc_mask_bits.bit_count() != self.configuration.llc_ways:
             raise ValueError("llc_mask and configuration.llc_ways disagree")
         if self.plan:
@@ -250,8 +280,9 @@ class Placement(BaseModel):
 
     def to_annotations(self) -> dict[str, str]:
         body = self.model_dump(mode="json", by_alias=True)
-        if body["fallback_reason"] is None:
-            del body["fallback_reason"]
+        for absent_left_out in ("fallback_reason", "plan_from"):
+            if body[absent_left_out] is None:
+                del body[absent_left_out]
         return {
             PLACEMENT_ANNOTATION: json.dumps(body, separators=(",", ":")),
             LLC_MASK_ANNOTATION: self.llc_mask,

@@ -80,7 +80,38 @@ def status_of(
         "dram": "-" if fallback else quantity_text(rec.dram_bytes),
         "slow": "-" if fallback else quantity_text(rec.slow_bytes),
         "conditions": [published, why],
+        "plans": plans_kept(written, generation, rec),
     }
+
+
+# The generations whose plans the status keeps, the current one included: a pod placed from a
+# generation the spec has since moved past names it (its placement's plan_from), and its node
+# reads the plan there. Pods are bound within seconds of being placed, and the publisher writes
+# a pair again only when what a pod would get changed, so a few cover the pods in flight.
+KEPT_PLANS = 4
+
+
+def plans_kept(written: Mapping[str, Any], generation: int, rec: Recommendation) -> list[Any]:
+    """The status's plans after writing `generation`: its own first (a fallback has none), then
+    the earlier generations' as the status held them, at most KEPT_PLANS in all."""
+    own = (
+        []
+        if rec.fallback is not None
+        else [
+            {
+                "generation": generation,
+                "dram_bytes": rec.dram_bytes,
+                "slow_bytes": rec.slow_bytes,
+                "plan": [s.model_dump(mode="json") for s in rec.plan],
+            }
+        ]
+    )
+    earlier = [
+        p
+        for p in ((written.get("status") or {}).get("plans") or [])
+        if isinstance(p, Mapping) and p.get("generation") != generation
+    ]
+    return (own + earlier)[:KEPT_PLANS]
 
 
 def written_at(obj: Mapping[str, Any], default: float) -> float:

@@ -40,6 +40,9 @@ def test_the_plugin_runs_beside_the_agent_with_the_host_paths_it_names() -> None
     assert agent["TMC_AGENT_PLAN_DIR"] == env["TMC_NRI_PLAN_DIR"]
     role = by_name(render(), "ClusterRole", "demo-tmc-agent")
     assert {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]} in role["rules"]
+    # Placements name the published recommendation their plan is in: the plugin watches them.
+    plans = {"apiGroups": ["tmc.dev"], "resources": ["tieredrecommendations"]}
+    assert {**plans, "verbs": ["list", "watch"]} in role["rules"]
 
 
 def test_without_nri_tmc_nri_reconcile_applies_placements_beside_the_agent() -> None:
@@ -86,6 +89,12 @@ def test_without_nri_tmc_nri_reconcile_applies_placements_beside_the_agent() -> 
     docs = render(values)
     role = by_name(docs, "ClusterRole", "demo-tmc-agent")
     assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]} in role["rules"]
+    # It lists the published plans each round, as it lists the pods.
+    assert {
+        "apiGroups": ["tmc.dev"],
+        "resources": ["tieredrecommendations"],
+        "verbs": ["list"],
+    } in role["rules"]
     assert all("events" not in r["resources"] for r in role["rules"])
     assert all("namespaces" not in r["resources"] for r in role["rules"])
     names = {d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}

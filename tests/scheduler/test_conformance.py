@@ -40,6 +40,7 @@ from model.node_contract import (
     Placement,
     Recommendation,
     StructurePlan,
+    recommendation_object_name,
 )
 from scheduler.pods import canonical_objective
 from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
@@ -329,8 +330,15 @@ def placement_mismatches(
             rec["slow_ratio"],
         ):
             out.append(f"recommendation {placement.recommendation_id}, ratio {conf.slow_ratio}")
-        if [s.model_dump() for s in placement.plan] != rec["plan"]:
-            out.append(f"plan {placement.plan}, want {rec['plan']}")
+        plan = placement.plan
+        if placement.plan_from is not None:
+            # A published plan is named, not carried: the object the pair is published as.
+            named = recommendation_object_name(rec["workload"], rec["objective"])
+            if placement.plan_from.recommendation != named or not rec["plan"]:
+                out.append(f"plan from {placement.plan_from}, want {named}'s plan")
+            plan = c.sized_plan(rec, placement)
+        if [s.model_dump() for s in plan] != rec["plan"]:
+            out.append(f"plan {plan}, want {rec['plan']}")
     return out
 
 

@@ -168,11 +168,14 @@ def test_the_example_pod_is_placed_and_its_plan_reaches_the_node(stack: Stack, n
     assert placement.node == pod.spec.node_name
     assert placement.objective == "slo:5%"
     assert placement.recommendation_id
-    # The per-structure plan: graph500's tagged structures with their fast and slow bytes.
-    assert len(placement.plan) >= 2
+    # The per-structure plan: graph500's tagged structures with their fast and slow bytes, read
+    # by the node from the published recommendation the placement names (not carried by it).
+    assert placement.schema_ == "tmc.placement/v3" and not placement.plan, placement
+    structures = c.plan_of(stack.cp, placement)
+    assert len(structures) >= 2
     conf = placement.configuration
-    assert sum(s.fast_bytes for s in placement.plan) == conf.dram_bytes
-    assert sum(s.slow_bytes for s in placement.plan) == conf.slow_bytes
+    assert sum(s.fast_bytes for s in structures) == conf.dram_bytes
+    assert sum(s.slow_bytes for s in structures) == conf.slow_bytes
     uid = pod.metadata.uid
     assert mirrored(stack, ns) == {f"{ns}/{name}": (uid, placement.node, placement.llc_mask_bits)}
     with psycopg.connect(stack.dsn) as conn:  # the evidence a verification run is checked against
@@ -203,8 +206,8 @@ def test_the_example_pod_is_placed_and_its_plan_reaches_the_node(stack: Stack, n
     except TimeoutError as exc:
         raise AssertionError(f"{exc}\n{stack.logs()}") from exc
     plan = parse_plan_file(plan_path.read_text())
-    assert plan.fast_bytes == {s.tag: s.fast_bytes for s in placement.plan}
-    assert plan.slow_bytes == {s.tag: s.slow_bytes for s in placement.plan}
+    assert plan.fast_bytes == {s.tag: s.fast_bytes for s in structures}
+    assert plan.slow_bytes == {s.tag: s.slow_bytes for s in structures}
     assert (group / "schemata").read_text().strip() == "L3:" + ";".join(
         f"{d}={placement.llc_mask_bits:x}" for d in (0, 1)
     )
@@ -231,7 +234,7 @@ def test_each_pod_is_given_its_own_request_split_by_the_recommendation(
     is given its own request in all, split by the recommended ratio and plan shares; the one
     below its profile's footprint is told so."""
     c.create_pods(stack.api, c.sized_pods(), ns)
-    c.check_given_their_requests(stack.dsn, placed(stack, list(c.SIZED_PODS), ns))
+    c.check_given_their_requests(stack.cp, stack.dsn, placed(stack, list(c.SIZED_PODS), ns))
     c.check_told_below_their_profile(stack.api, ns, "tmc-extender")
 
 

@@ -117,7 +117,10 @@ def test_the_example_pod_is_placed_by_the_plugin_and_its_plan_reaches_the_node(
         published["llc_ways"],
     )
     assert placement.recommendation_id == published["recommendation_id"]
-    assert len(placement.plan) >= 2
+    # The plan stays on the published object; the pod names it, at its generation.
+    assert placement.schema_ == "tmc.placement/v3" and not placement.plan, placement
+    structures = c.plan_of(stack.cp, placement)
+    assert len(structures) >= 2
     # The object's status says it was published for its generation and is no fallback, and
     # `kubectl get` shows the sizes as Kubernetes quantities.
     obj = p.recommendation_objects(stack.cp)[("graph500", "slo:5%")]
@@ -145,7 +148,8 @@ def test_the_example_pod_is_placed_by_the_plugin_and_its_plan_reaches_the_node(
     group = node.resctrl / f"tmc-pod-{uid}"
     wait_until(lambda: plan_path.exists() and (group / "schemata").exists(), 30, "the agent")
     plan = parse_plan_file(plan_path.read_text())
-    assert plan.fast_bytes == {s.tag: s.fast_bytes for s in placement.plan}
+    assert plan.fast_bytes == {s.tag: s.fast_bytes for s in structures}
+    assert plan.slow_bytes == {s.tag: s.slow_bytes for s in structures}
     assert (group / "schemata").read_text().strip() == "L3:" + ";".join(
         f"{d}={placement.llc_mask_bits:x}" for d in (0, 1)
     )
@@ -163,7 +167,7 @@ def test_each_pod_is_given_its_own_request_split_by_the_recommendation(
     below its profile's footprint is told so."""
     bodies = c.sized_pods()
     c.create_pods(stack.api, bodies, ns)
-    c.check_given_their_requests(stack.dsn, placed(stack, list(c.SIZED_PODS), ns))
+    c.check_given_their_requests(stack.cp, stack.dsn, placed(stack, list(c.SIZED_PODS), ns))
     c.check_told_below_their_profile(stack.api, ns, "tmc-scheduler")
 
 

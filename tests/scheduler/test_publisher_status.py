@@ -73,3 +73,40 @@ def test_sizes_read_as_kubernetes_quantities_at_every_size() -> None:
     for n, text in cases.items():
         assert quantity_text(n) == text, n
         assert abs(float(parse_quantity(text)) - n) <= 0.005 * n, text  # type: ignore[no-untyped-call]
+
+
+def test_the_status_keeps_the_latest_generations_plans() -> None:
+    """A pod placed from a generation the spec has since moved past names it; its node reads
+    that generation's plan from the status: the newest first, the current one included, at most
+    KEPT_PLANS, a fallback's none."""
+    from model.node_contract import StructurePlan
+    from scheduler.status import KEPT_PLANS
+
+    def planned(fast: int) -> Decided:
+        plan = [StructurePlan(tag="edges", fast_bytes=fast, slow_bytes=0)]
+        return Decided(
+            Recommendation(
+                workload="g", objective="cheapest", dram_bytes=8 * GIB, llc_ways=4, plan=plan
+            )
+        )
+
+    status: dict[str, object] = {}
+    for generation in range(1, 7):
+        written = {"metadata": {"generation": generation}, "status": status}
+        status = status_of(planned(generation * GIB), written, now="2026-01-01T00:00:00Z")
+        kept = status["plans"]
+        assert isinstance(kept, list)
+        assert [p["generation"] for p in kept] == list(range(generation, 0, -1))[:KEPT_PLANS]
+        assert kept[0] == {
+            "generation": generation,
+            "dram_bytes": 8 * GIB,
+            "slow_bytes": 0,
+            "plan": [{"tag": "edges", "fast_bytes": generation * GIB, "slow_bytes": 0}],
+        }
+    # Writing a generation again (a failed status write retried) keeps one entry for it.
+    again = status_of(planned(GIB), {"metadata": {"generation": 6}, "status": status})
+    assert [p["generation"] for p in again["plans"]] == [6, 5, 4, 3]
+    assert again["plans"][0]["plan"][0]["fast_bytes"] == GIB
+    # A fallback has no plan of its own; the earlier ones stay for the pods placed from them.
+    after = status_of(FALLBACK, {"metadata": {"generation": 7}, "status": again})
+    assert [p["generation"] for p in after["plans"]] == [6, 5, 4, 3]

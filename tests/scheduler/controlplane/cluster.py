@@ -34,8 +34,14 @@ from kubernetes import utils as k8s_utils
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.settings import Settings
+from model.node_contract import (
+    GROUP,
+    RECOMMENDATION_PLURAL,
+    RECOMMENDATION_VERSION,
+    Placement,
+    StructurePlan,
+)
 from model.node_contract import NodeCapacity as ContractCapacity
-from model.node_contract import Placement
 from model.resources import GIB
 from store.db import make_engine, make_session_factory
 from tests.agent import fakehost
@@ -65,6 +71,47 @@ def api_client(cp: ControlPlane, user: str = "admin") -> k8s.ApiClient:
 
 def core(cp: ControlPlane, user: str = "admin") -> k8s.CoreV1Api:
     return k8s.CoreV1Api(api_client(cp, user))
+
+
+def plan_of(cp: ControlPlane, placement: Placement) -> list[StructurePlan]:
+    """The per-structure plan a placement gives its pod: its own, or (tmc.placement/v3) the
+    plan of the published recommendation it names, at the generation it names (the spec's, or
+    one the status keeps), sized to the
+    placement's tiers (`sized_plan`: the test's own arithmetic, to check the node's)."""
+    if placement.plan_from is None:
+        return list(placement.plan)
+    objects = k8s.CustomObjectsApi(api_client(cp))
+    obj: dict[str, Any] = objects.get_cluster_custom_object(  # type: ignore[assignment]
+        GROUP, RECOMMENDATION_VERSION, RECOMMENDATION_PLURAL, placement.plan_from.recommendation
+    )
+    generation = placement.plan_from.generation
+    if obj["metadata"]["generation"] == generation:
+        return sized_plan(obj["spec"], placement)
+    # Published again since: the status keeps the latest generations' plans.
+    kept = [
+        p for p in (obj.get("status") or {}).get("plans") or [] if p["generation"] == generation
+    ]
+    assert kept, (generation, obj["metadata"]["generation"], obj.get("status"))
+    return sized_plan(kept[0], placement)
+
+
+def sized_plan(spec: dict[str, Any], placement: Placement) -> list[StructurePlan]:
+    """A published recommendation's plan (its spec, or a generation's plan its status keeps) at
+    a placement's tiers: each structure's
+    bytes in a tier times the tier's size over the recommendation's, rounded down."""
+    conf = placement.configuration
+
+    def sized(part: int, to: int, of: int) -> int:
+        return 0 if of <= 0 or part <= 0 or to <= 0 else min(part, of) * to // of
+
+    return [
+        StructurePlan(
+            tag=s["tag"],
+            fast_bytes=sized(s["fast_bytes"], conf.dram_bytes, spec.get("dram_bytes", 0)),
+            slow_bytes=sized(s["slow_bytes"], conf.slow_bytes, spec.get("slow_bytes", 0)),
+        )
+        for s in spec.get("plan", [])
+    ]
 
 
 def render_chart(values: dict[str, Any]) -> dict[str, str]:
@@ -874,7 +921,7 @@ def check_told_below_their_profile(api: k8s.CoreV1Api, ns: str, reporter: str) -
     assert told("sized-8g") == []
 
 
-def check_given_their_requests(dsn: str, bound: dict[str, Any]) -> None:
+def check_given_their_requests(cp: ControlPlane, dsn: str, bound: dict[str, Any]) -> None:
     """Each pod's placement gives it its own memory request, split by the recommended ratio as
     the model splits a footprint (DRAM rounded half to even), its plan within each tier; the
     decision it names was priced at a pod's request (the publisher's size for the pair: the
@@ -885,9 +932,10 @@ def check_given_their_requests(dsn: str, bound: dict[str, Any]) -> None:
         conf = placement.configuration
         assert conf.dram_bytes + conf.slow_bytes == size, (name, conf)
         assert conf.dram_bytes == round((1.0 - conf.slow_ratio) * size), (name, conf)
-        assert sum(s.fast_bytes for s in placement.plan) <= conf.dram_bytes
-        assert sum(s.slow_bytes for s in placement.plan) <= conf.slow_bytes
-        assert placement.plan, name
+        plan = plan_of(cp, placement)
+        assert sum(s.fast_bytes for s in plan) <= conf.dram_bytes
+        assert sum(s.slow_bytes for s in plan) <= conf.slow_bytes
+        assert plan, name
         with psycopg.connect(dsn) as conn:
             row = conn.execute(
                 "SELECT result FROM recommendations WHERE id = %s",

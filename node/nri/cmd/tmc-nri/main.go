@@ -22,6 +22,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -52,7 +53,7 @@ func main() {
 		shim       = flag.String("shim-dir", env("TMC_NRI_SHIM_DIR", "/var/lib/tmc/shim"), "host directory holding libtmcalloc.so (TMC_NRI_SHIM_DIR)")
 		bundled    = flag.String("bundled-shim", env("TMC_NRI_BUNDLED_SHIM", "/usr/local/lib/tmc/libtmcalloc.so"), "the shim this image carries, installed into --shim-dir when it has none ('' for none) (TMC_NRI_BUNDLED_SHIM)")
 		metrics    = flag.String("metrics", env("TMC_NRI_METRICS", ":9465"), "address of /metrics ('' for none) (TMC_NRI_METRICS)")
-		kubeconfig = flag.String("kubeconfig", env("TMC_NRI_KUBECONFIG", ""), "kubeconfig for events (and namespaces); in-cluster when empty; 'none' for no events (TMC_NRI_KUBECONFIG)")
+		kubeconfig = flag.String("kubeconfig", env("TMC_NRI_KUBECONFIG", ""), "kubeconfig for events, namespaces and the published plans; in-cluster when empty; 'none' for none of them (TMC_NRI_KUBECONFIG)")
 		tenants    = flag.String("tenant-namespace-labels", env("TMC_NRI_TENANT_NAMESPACE_LABELS", ""), "key=value,... labels of the namespaces whose placements are applied (the admission policy's namespaceSelector; empty: every namespace) (TMC_NRI_TENANT_NAMESPACE_LABELS)")
 	)
 	flag.Parse()
@@ -106,6 +107,19 @@ func main() {
 			os.Exit(1)
 		}
 		cfg.Namespaces = namespaces
+	}
+	if *kubeconfig != "none" {
+		// Placements of schema tmc.placement/v3 name the published recommendation their plan is
+		// in: the plugin refuses such containers until it has listed them (the kubelet retries).
+		objects, err := dynamicClient(*kubeconfig)
+		if err != nil {
+			log.Warn("published plans cannot be read: pods placed from them run without their per-structure plan", "error", err)
+		} else if plans, err := tmcnri.WatchPlans(objects, ctx.Done()); err != nil {
+			log.Error("cannot watch the published recommendations", "error", err)
+			os.Exit(1)
+		} else {
+			cfg.Plans = plans
+		}
 	}
 	plugin := tmcnri.New(cfg, reporter, counts)
 	if *metrics != "" {
@@ -161,6 +175,14 @@ func eventsClient(kubeconfig string) (typedcorev1.EventsGetter, error) {
 	}
 	cfg.Timeout = 10 * time.Second
 	return typedcorev1.NewForConfig(cfg)
+}
+
+func dynamicClient(kubeconfig string) (dynamic.Interface, error) {
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return dynamic.NewForConfig(cfg)
 }
 
 func kubeClient(kubeconfig string) (kubernetes.Interface, error) {

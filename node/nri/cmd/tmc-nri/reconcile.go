@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"tmc.dev/node-nri/internal/tmcnri"
@@ -27,7 +28,7 @@ func reconcile(args []string) int {
 		resctrl    = fs.String("resctrl", env("TMC_NRI_RESCTRL", "/sys/fs/resctrl"), "the host's resctrl mount (TMC_NRI_RESCTRL)")
 		plans      = fs.String("plan-dir", env("TMC_NRI_PLAN_DIR", "/var/lib/tmc/plans"), "the node's plan directory, where a pod that mounts it reads <uid>.plan; empty: no plans (TMC_NRI_PLAN_DIR)")
 		cgroups    = fs.String("cgroup-root", env("TMC_NRI_CGROUP_ROOT", "/sys/fs/cgroup"), "the host's cgroup v2 mount (TMC_NRI_CGROUP_ROOT)")
-		kubeconfig = fs.String("kubeconfig", env("TMC_NRI_KUBECONFIG", ""), "kubeconfig for the node's pods (and namespaces); in-cluster when empty (TMC_NRI_KUBECONFIG)")
+		kubeconfig = fs.String("kubeconfig", env("TMC_NRI_KUBECONFIG", ""), "kubeconfig for the node's pods, namespaces and the published plans; in-cluster when empty (TMC_NRI_KUBECONFIG)")
 		podsFile   = fs.String("pods", "", "a pod list (kubectl get pods -o json) to read instead of the API server; read again each round")
 		tenants    = fs.String("tenant-namespace-labels", env("TMC_NRI_TENANT_NAMESPACE_LABELS", ""), "key=value,... labels of the namespaces whose placements are applied (empty: every namespace) (TMC_NRI_TENANT_NAMESPACE_LABELS)")
 		interval   = fs.Duration("interval", 0, "apply again every interval (0: once, then exit)")
@@ -46,9 +47,14 @@ func reconcile(args []string) int {
 		return 2
 	}
 	var client kubernetes.Interface
+	var objects dynamic.Interface
 	if *podsFile == "" || !selector.Every() {
 		if client, err = kubeClient(*kubeconfig); err != nil {
 			log.Error("no API server for the node's pods and namespaces", "error", err)
+			return 1
+		}
+		if objects, err = dynamicClient(*kubeconfig); err != nil {
+			log.Error("no API server for the published recommendations", "error", err)
 			return 1
 		}
 	}
@@ -60,6 +66,16 @@ func reconcile(args []string) int {
 	// A pod's lasting gaps (its plan, say) are logged when they change, not every round.
 	said := map[string][]string{}
 	round := func() bool {
+		if objects != nil {
+			// Listed before the pods, so that every placement read this round was written from
+			// a recommendation listed here or earlier.
+			plans, err := tmcnri.ListPlans(ctx, objects)
+			if err != nil {
+				log.Error("cannot list the published recommendations", "error", err)
+				return false
+			}
+			r.Plans = plans
+		}
 		var pods []corev1.Pod
 		var err error
 		if *podsFile != "" {

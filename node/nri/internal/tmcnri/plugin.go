@@ -48,6 +48,9 @@ type Config struct {
 	// admission policy checks who writes a placement there only. Namespaces tells their labels.
 	Tenants    *v1alpha1.TenantNamespaces
 	Namespaces Namespaces
+	// Plans are the published recommendations, where a placement of schema tmc.placement/v3
+	// has its plan read; nil when the node has no API server to read them from.
+	Plans PublishedPlans
 }
 
 // Namespaces tells a namespace's labels (an informer's store): ok false for one it does not
@@ -155,6 +158,11 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	}
 	want := p.adjust(in.placement, in.node, targetOf(pod, ctr))
 	adj, rec := p.applyAtCreation(pod, ctr, in.placement, want)
+	if in.planUnavailable != "" {
+		rec.Skipped = append(rec.Skipped, "plan: "+in.planUnavailable)
+		rec.Complete = false
+		p.count.Unapplied("plan")
+	}
 	return p.record(ctx, pod, ctr, in, adj, rec)
 }
 
@@ -164,6 +172,8 @@ type admission struct {
 	node         NodeLayout
 	verification bool // a verification run: it starts fully adjusted or not at all
 	fresh        bool // this container's admission admitted its pod
+	// planUnavailable says why the published plan the placement names is not applied.
+	planUnavailable string
 }
 
 // admitContainer is the node's decision on a container: nil when it gets no adjustment (with
@@ -210,16 +220,20 @@ func (p *Plugin) admitContainer(pod *api.PodSandbox, ctr *api.Container) (*admis
 		return nil, p.refuse(pod, "TmcPlacementRefused",
 			fmt.Sprintf("placed on node %q, this is %q", clip(pl.Node, 60), p.cfg.NodeName))
 	}
+	resolved, planUnavailable := ResolvePlan(pl, p.cfg.Plans)
+	if resolved == nil {
+		return nil, p.refuse(pod, "TmcPlacementRefused", PlanNotYet)
+	}
 	node, err := ReadNodeLayout(p.cfg.SysRoot, p.cfg.Resctrl)
 	if err != nil {
 		return nil, p.refuse(pod, "TmcPlacementRefused", node.NoTopology)
 	}
 	_, slowNode := node.Topology.Nearest(targetOf(pod, ctr).CPUs)
-	fresh, why := p.admit(pod, pl, node.Topology, slowNode)
+	fresh, why := p.admit(pod, resolved, node.Topology, slowNode)
 	if why != "" {
 		return nil, p.refuse(pod, "TmcPlacementRefused", why)
 	}
-	return &admission{placement: pl, node: node, verification: verification, fresh: fresh}, nil
+	return &admission{placement: resolved, node: node, verification: verification, fresh: fresh, planUnavailable: planUnavailable}, nil
 }
 
 // targetOf is the container an adjustment at creation or synchronisation is for.

@@ -39,6 +39,9 @@ type Reconciler struct {
 	// tells their labels (as for the plugin).
 	Tenants    *v1alpha1.TenantNamespaces
 	Namespaces Namespaces
+	// Plans are the published recommendations a tmc.placement/v3 names its plan in (nil: none
+	// can be read).
+	Plans PublishedPlans
 
 	// adjust is Adjust; a test wraps it to see that every path computes its adjustment there.
 	adjust func(*Placement, NodeLayout, Target) Adjustment
@@ -95,7 +98,16 @@ func (r *Reconciler) Reconcile(pods []corev1.Pod) []Reconciled {
 			case tenantUnknown:
 				done.Unapplied = append(done.Unapplied, "placement: tmc's tenant namespaces are not known yet")
 			default:
-				r.apply(pod, pl, node, adjust, &done)
+				resolved, unavailable := ResolvePlan(pl, r.Plans)
+				switch {
+				case resolved == nil:
+					done.Unapplied = append(done.Unapplied, "placement: "+PlanNotYet)
+				default:
+					if unavailable != "" {
+						done.Unapplied = append(done.Unapplied, "plan: "+unavailable)
+					}
+					r.apply(pod, resolved, node, adjust, &done)
+				}
 			}
 		}
 		out = append(out, done)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"math/bits"
 	"strings"
 	"sync"
 
@@ -60,6 +59,9 @@ type PodAsk struct {
 	Fallback         *string
 	FallbackReason   FallbackReason // the fallback's cause as a code
 	Plan             []StructurePlan
+	// PlanFrom is the published recommendation the plan is read from on the node, in place of
+	// Plan (nil for a pinned recommendation, whose plan the placement carries).
+	PlanFrom *v1alpha1.PlanSource
 	// Unpublished: the pod names a workload, but no recommendation for it and its objective is
 	// published yet (and the pod pins none). The plugin may wait a little for the publisher.
 	Unpublished bool
@@ -117,9 +119,10 @@ func ReadPodWith(pod *v1.Pod, published Published) (*PodAsk, error) {
 	ask.MemoryBytes = memory.MilliValue() / 1000
 
 	raw, source := ann[RecommendationAnnotation], "the pod's "+RecommendationAnnotation
+	var from v1alpha1.PlanSource
 	if raw == "" && published != nil && ask.Workload != nil {
-		if spec, ok := published.Lookup(*ask.Workload, ask.Objective); ok {
-			raw, source = string(spec), "the published "+RecommendationKind
+		if spec, object, ok := published.LookupFrom(*ask.Workload, ask.Objective); ok {
+			raw, source, from = string(spec), "the published "+RecommendationKind, object
 		}
 	}
 	rec, profile, why := readRecommendationOnce(raw, source, ask)
@@ -143,6 +146,11 @@ func ReadPodWith(pod *v1.Pod, published Published) (*PodAsk, error) {
 	// rec is already at the pod's size (readRecommendation sizes it).
 	ask.DRAMBytes, ask.SlowBytes, ask.SlowRatio, ask.LLCWays = rec.DRAMBytes, rec.SlowBytes, rec.SlowRatio, rec.LLCWays
 	ask.RecommendationID, ask.Plan, ask.ProfileBytes = rec.RecommendationID, rec.Plan, profile
+	if len(rec.Plan) > 0 && from.Generation > 0 {
+		// The node reads a published plan where it is published (and sizes it as SizeToPod
+		// did): the pod carries the object's name and generation, not the plan.
+		ask.PlanFrom, ask.Plan = &from, nil
+	}
 	return ask, nil
 }
 
@@ -167,26 +175,7 @@ func SizeToPod(rec *Recommendation, memoryBytes int64) (dram, slow int64, plan [
 	dram = int64(math.RoundToEven((1 - rec.SlowRatio) * float64(memoryBytes)))
 	dram = min(max(dram, 0), memoryBytes)
 	slow = memoryBytes - dram
-	if len(rec.Plan) == 0 {
-		return dram, slow, rec.Plan
-	}
-	plan = make([]StructurePlan, len(rec.Plan))
-	for i, s := range rec.Plan {
-		plan[i] = StructurePlan{Tag: s.Tag, FastBytes: scaleBytes(s.FastBytes, dram, rec.DRAMBytes), SlowBytes: scaleBytes(s.SlowBytes, slow, rec.SlowBytes)}
-	}
-	return dram, slow, plan
-}
-
-// scaleBytes is part × to / from, rounded down, computed exactly in 128 bits: part ≤ from, so the
-// quotient is at most to. A tier the recommendation left empty stays empty.
-func scaleBytes(part, to, from int64) int64 {
-	if from <= 0 || part <= 0 || to <= 0 {
-		return 0
-	}
-	part = min(part, from)
-	hi, lo := bits.Mul64(uint64(part), uint64(to))
-	q, _ := bits.Div64(hi, lo, uint64(from))
-	return int64(q)
+	return dram, slow, v1alpha1.SizePlan(rec.Plan, rec.DRAMBytes, rec.SlowBytes, dram, slow)
 }
 
 // readMemo keeps what readRecommendation answered for the texts it read: every pod of a workload

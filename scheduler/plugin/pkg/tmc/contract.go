@@ -37,6 +37,7 @@ const (
 	SlowPoolAnnotation      = Group + "/slow-pool"
 	SlowPoolBytesAnnotation = Group + "/slow-pool-bytes"
 	PlacementSchema         = v1alpha1.PlacementSchema
+	PlacementSchemaV3       = v1alpha1.PlacementSchemaV3
 
 	// MaxBytes, MaxLLCWays and MaxCPUs bound every number of the contract so that no annotation,
 	// however it was written, can overflow a computation downstream.
@@ -55,6 +56,7 @@ const (
 type (
 	NodeCapacity        = v1alpha1.NodeCapacity
 	StructurePlan       = v1alpha1.StructurePlan
+	PlanSource          = v1alpha1.PlanSource
 	PlacedConfiguration = v1alpha1.PlacedConfiguration
 	Placement           = v1alpha1.Placement
 	PyFloat             = v1alpha1.PyFloat

@@ -97,6 +97,16 @@ func TestPlacementAnnotationIsPythons(t *testing.T) {
 			},
 			`{"schema":"tmc.placement/v2","node":"n","workload":null,"objective":"cheapest","configuration":{"vcpus":2,"dram_bytes":1,"slow_bytes":2,"slow_ratio":1e-05,"llc_ways":1},"llc_mask":"0x1","slow_from_pool":false,"recommendation_id":null,"fallback":null,"plan":[]}`,
 		},
+		{
+			// The plan named where it is published (tmc.placement/v3).
+			Placement{
+				Schema: PlacementSchemaV3, Node: "node-a", Workload: ptr("graph500"), Objective: "cheapest",
+				Configuration: PlacedConfiguration{VCPUs: 2, DRAMBytes: 3 << 30, SlowBytes: 1 << 30, SlowRatio: 0.25, LLCWays: 4},
+				LLCMask:       "0x3c", RecommendationID: ptr("r-18"),
+				PlanFrom: &PlanSource{Recommendation: "graph500-cheapest-1a2b3c4d5e6f", Generation: 7},
+			},
+			`{"schema":"tmc.placement/v3","node":"node-a","workload":"graph500","objective":"cheapest","configuration":{"vcpus":2,"dram_bytes":3221225472,"slow_bytes":1073741824,"slow_ratio":0.25,"llc_ways":4},"llc_mask":"0x3c","slow_from_pool":false,"recommendation_id":"r-18","fallback":null,"plan":[],"plan_from":{"recommendation":"graph500-cheapest-1a2b3c4d5e6f","generation":7}}`,
+		},
 	}
 	for i, c := range cases {
 		ann, err := PlacementAnnotations(&c.placement)

@@ -384,8 +384,12 @@ func (p *TmcPlacement) Unreserve(_ context.Context, state fwk.CycleState, pod *v
 
 // PlacementOf is what the pod was given, as the node agent reads it.
 func PlacementOf(ask *PodAsk, held Reservation) *Placement {
+	schema := PlacementSchema
+	if ask.PlanFrom != nil {
+		schema = PlacementSchemaV3
+	}
 	return &Placement{
-		Schema:    PlacementSchema,
+		Schema:    schema,
 		Node:      held.Node,
 		Workload:  ask.Workload,
 		Objective: ask.Objective,
@@ -399,6 +403,7 @@ func PlacementOf(ask *PodAsk, held Reservation) *Placement {
 		Fallback:         ask.Fallback,
 		FallbackReason:   ask.FallbackReason,
 		Plan:             ask.Plan,
+		PlanFrom:         ask.PlanFrom,
 	}
 }
 

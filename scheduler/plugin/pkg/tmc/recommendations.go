@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
 
 // RecommendationResource is the custom resource the recommendation publisher writes
@@ -21,12 +23,20 @@ import (
 // pod needs no call to the service and keeps working while the service or its database is down.
 var RecommendationResource = schema.GroupVersionResource{Group: Group, Version: "v1alpha1", Resource: "tieredrecommendations"}
 
-// Published looks up a published recommendation's spec (JSON) by workload and objective.
+// Published looks up a published recommendation's spec (JSON) by workload and objective, and
+// with it the object it was read from (name and generation), which a placement names so that
+// the node reads the plan there rather than from the pod.
 type Published interface {
 	Lookup(workload, objective string) ([]byte, bool)
+	LookupFrom(workload, objective string) ([]byte, v1alpha1.PlanSource, bool)
 }
 
 type recommendationKey struct{ workload, objective string }
+
+type publishedSpec struct {
+	spec       []byte
+	generation int64
+}
 
 // RecommendationIndex holds the published recommendations by (workload, objective), fed by an
 // informer's events. The spec is kept as JSON and read per pod with the annotation's own parser:
@@ -35,21 +45,33 @@ type RecommendationIndex struct {
 	// published, when set, is told each pair whose object the informer's handler recorded.
 	published func(workload, objective string)
 	mu        sync.RWMutex
-	byKey     map[recommendationKey][]byte
+	byKey     map[recommendationKey]publishedSpec
 	byName    map[string]recommendationKey
+	names     map[recommendationKey]string
 }
 
 // NewRecommendationIndex returns an empty index.
 func NewRecommendationIndex() *RecommendationIndex {
-	return &RecommendationIndex{byKey: map[recommendationKey][]byte{}, byName: map[string]recommendationKey{}}
+	return &RecommendationIndex{byKey: map[recommendationKey]publishedSpec{}, byName: map[string]recommendationKey{}, names: map[recommendationKey]string{}}
 }
 
 // Lookup implements Published.
 func (x *RecommendationIndex) Lookup(workload, objective string) ([]byte, bool) {
+	spec, _, ok := x.LookupFrom(workload, objective)
+	return spec, ok
+}
+
+// LookupFrom implements Published: the spec, and the object's name and generation (0 when the
+// object came without one).
+func (x *RecommendationIndex) LookupFrom(workload, objective string) ([]byte, v1alpha1.PlanSource, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	spec, ok := x.byKey[recommendationKey{workload, objective}]
-	return spec, ok
+	key := recommendationKey{workload, objective}
+	found, ok := x.byKey[key]
+	if !ok {
+		return nil, v1alpha1.PlanSource{}, false
+	}
+	return found.spec, v1alpha1.PlanSource{Recommendation: x.names[key], Generation: found.generation}, true
 }
 
 // Len is the number of recommendations held.
@@ -62,6 +84,11 @@ func (x *RecommendationIndex) Len() int {
 // Set records an object's spec under its workload and objective. An object without them cannot
 // be looked up and is ignored (the API server's schema requires both).
 func (x *RecommendationIndex) Set(name string, spec map[string]any) {
+	x.SetAt(name, 0, spec)
+}
+
+// SetAt records an object's spec at its metadata.generation.
+func (x *RecommendationIndex) SetAt(name string, generation int64, spec map[string]any) {
 	workload, _ := spec["workload"].(string)
 	objective, _ := spec["objective"].(string)
 	raw, err := json.Marshal(spec)
@@ -75,9 +102,11 @@ func (x *RecommendationIndex) Set(name string, spec map[string]any) {
 	defer x.mu.Unlock()
 	if old, ok := x.byName[name]; ok && old != key {
 		delete(x.byKey, old)
+		delete(x.names, old)
 	}
 	x.byName[name] = key
-	x.byKey[key] = raw
+	x.names[key] = name
+	x.byKey[key] = publishedSpec{raw, generation}
 }
 
 // Delete forgets an object.
@@ -87,6 +116,7 @@ func (x *RecommendationIndex) Delete(name string) {
 	if key, ok := x.byName[name]; ok {
 		delete(x.byKey, key)
 		delete(x.byName, name)
+		delete(x.names, key)
 	}
 }
 
@@ -101,7 +131,7 @@ func (x *RecommendationIndex) Handler() cache.ResourceEventHandler {
 	set := func(obj any) {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			spec, _, _ := unstructured.NestedMap(u.Object, "spec")
-			x.Set(u.GetName(), spec)
+			x.SetAt(u.GetName(), u.GetGeneration(), spec)
 			workload, _ := spec["workload"].(string)
 			objective, _ := spec["objective"].(string)
 			if x.published != nil && workload != "" && objective != "" {

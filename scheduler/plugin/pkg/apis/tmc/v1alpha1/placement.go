@@ -26,6 +26,7 @@ var (
 	hexMask            = regexp.MustCompile(`^0x[0-9a-fA-F]{1,16}$`)
 	tagText            = regexp.MustCompile(`^[A-Za-z0-9_.:/()\[\]<>-]+$`)
 	fallbackReasonCode = regexp.MustCompile(`^[A-Z][A-Za-z]{0,63}$`)
+	objectName         = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
 )
 
 // PlacementError says why a placement annotation cannot be trusted.
@@ -96,8 +97,16 @@ func (p *Placement) Validate() error {
 	}
 	c := p.Configuration
 	switch {
-	case p.Schema != PlacementSchema && p.Schema != PlacementSchemaV1:
-		return bad("schema %q is not tmc.placement/v1 or v2", clip(p.Schema, 40))
+	case p.Schema != PlacementSchema && p.Schema != PlacementSchemaV1 && p.Schema != PlacementSchemaV3:
+		return bad("schema %q is not tmc.placement/v1, v2 or v3", clip(p.Schema, 40))
+	case p.PlanFrom != nil && p.Schema != PlacementSchemaV3:
+		return bad("plan_from: only in tmc.placement/v3")
+	case p.PlanFrom != nil && (p.PlanFrom.Recommendation == "" || len(p.PlanFrom.Recommendation) > 253 || !objectName.MatchString(p.PlanFrom.Recommendation)):
+		return bad("plan_from.recommendation: must be an object name of 1..253 characters")
+	case p.PlanFrom != nil && p.PlanFrom.Generation < 1:
+		return bad("plan_from.generation: must be at least 1")
+	case p.PlanFrom != nil && (len(p.Plan) > 0 || p.Fallback != nil):
+		return bad("plan_from: given with a plan or a fallback")
 	case p.Node == "" || len(p.Node) > 253:
 		return bad("node: must be 1..253 characters")
 	case p.Workload != nil && len(*p.Workload) > 253:
@@ -153,4 +162,32 @@ func (p *Placement) Validate() error {
 func contiguous(mask uint64) bool {
 	low := mask & -mask
 	return mask != 0 && (mask+low)&mask == 0
+}
+
+// SizePlan is a recommendation's plan at a configuration of other sizes: each structure's bytes
+// in a tier scaled by that tier's new size (dram over fromDRAM, slow over fromSlow), rounded
+// down, so that the plan never places more in a tier than the configuration holds. The engine
+// sizes a pod's plan with it, and the node a plan it reads from the published recommendation:
+// both get the same bytes. A tier the recommendation left empty stays empty.
+func SizePlan(plan []StructurePlan, fromDRAM, fromSlow, dram, slow int64) []StructurePlan {
+	if len(plan) == 0 || (dram == fromDRAM && slow == fromSlow) {
+		return plan
+	}
+	out := make([]StructurePlan, len(plan))
+	for i, s := range plan {
+		out[i] = StructurePlan{Tag: s.Tag, FastBytes: scaleBytes(s.FastBytes, dram, fromDRAM), SlowBytes: scaleBytes(s.SlowBytes, slow, fromSlow)}
+	}
+	return out
+}
+
+// scaleBytes is part × to / from, rounded down, computed exactly in 128 bits: part ≤ from, so the
+// quotient is at most to.
+func scaleBytes(part, to, from int64) int64 {
+	if from <= 0 || part <= 0 || to <= 0 {
+		return 0
+	}
+	part = min(part, from)
+	hi, lo := bits.Mul64(uint64(part), uint64(to))
+	q, _ := bits.Div64(hi, lo, uint64(from))
+	return int64(q)
 }

@@ -24,8 +24,11 @@ const (
 	RecommendationSchema = "tmc.recommendation/v1"
 	PlacementSchema      = "tmc.placement/v2"
 	PlacementSchemaV1    = "tmc.placement/v1"
-	PatternSchema        = "tmc.pattern/v1"
-	RecommendationKind   = "TieredRecommendation"
+	// PlacementSchemaV3 is a placement whose per-structure plan the node reads from the
+	// published recommendation it names (plan_from), not from the pod.
+	PlacementSchemaV3  = "tmc.placement/v3"
+	PatternSchema      = "tmc.pattern/v1"
+	RecommendationKind = "TieredRecommendation"
 )
 
 // StructurePlan is how much of one tagged structure goes to each tier.
@@ -137,6 +140,32 @@ type TieredRecommendationStatus struct {
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Plans are the per-structure plans of the latest generations the publisher wrote, newest
+	// first, the current one included: a pod placed from a generation the spec has since moved
+	// past names it (a placement's plan_from), and its node reads the plan here.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4
+	Plans []GenerationPlan `json:"plans,omitempty"`
+}
+
+// GenerationPlan is the plan of one generation of a TieredRecommendation's spec, with the sizes
+// it was written for.
+type GenerationPlan struct {
+	// Generation is the spec's metadata.generation.
+	// +kubebuilder:validation:Minimum=1
+	Generation int64 `json:"generation"`
+	// DRAMBytes is that spec's dram_bytes.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4503599627370495
+	DRAMBytes int64 `json:"dram_bytes"`
+	// SlowBytes is that spec's slow_bytes.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4503599627370495
+	SlowBytes int64 `json:"slow_bytes"`
+	// Plan is that spec's plan.
+	// +kubebuilder:validation:MaxItems=4096
+	Plan []StructurePlan `json:"plan"`
 }
 
 // TieredRecommendation is the configuration tmc recommends for one (workload, objective),
@@ -235,9 +264,10 @@ var FallbackReasons = []FallbackReason{
 // Placement is what the scheduler gave a pod: the tmc.dev/placement annotation, written by the
 // Binding. The field order is the annotation's, as every writer writes it.
 type Placement struct {
-	// Schema is the placement's wire version; tmc.placement/v2 when absent.
+	// Schema is the placement's wire version; tmc.placement/v2 when absent; tmc.placement/v3
+	// when the plan is read from the published recommendation (plan_from).
 	// +optional
-	// +kubebuilder:validation:Enum=tmc.placement/v1;tmc.placement/v2
+	// +kubebuilder:validation:Enum=tmc.placement/v1;tmc.placement/v2;tmc.placement/v3
 	Schema string `json:"schema"`
 	// Node is the node the pod was placed on; the node refuses a placement for another.
 	// +kubebuilder:validation:MinLength=1
@@ -276,10 +306,29 @@ type Placement struct {
 	// +optional
 	// +kubebuilder:validation:Pattern=`^[A-Z][A-Za-z]{0,63}$`
 	FallbackReason FallbackReason `json:"fallback_reason,omitempty"`
-	// Plan is how much of each tagged structure goes to each tier, for the allocator shim.
+	// Plan is how much of each tagged structure goes to each tier, for the allocator shim;
+	// empty when PlanFrom names where the node reads it.
 	// +optional
 	// +kubebuilder:validation:MaxItems=4096
 	Plan []StructurePlan `json:"plan"`
+	// PlanFrom names the published recommendation, at the generation the scheduler placed the
+	// pod from, whose plan the node sizes to the configuration (SizePlan): every later event of
+	// the pod then carries a reference, not the plan. Only in tmc.placement/v3.
+	// +optional
+	PlanFrom *PlanSource `json:"plan_from,omitempty"`
+}
+
+// PlanSource is where a placement's per-structure plan is published.
+type PlanSource struct {
+	// Recommendation is the TieredRecommendation's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	Recommendation string `json:"recommendation"`
+	// Generation is the object's metadata.generation the pod was placed from: the node applies
+	// that generation's plan (the spec's, or one the status keeps), never a later one.
+	// +kubebuilder:validation:Minimum=1
+	Generation int64 `json:"generation"`
 }
 
 // LLCMaskBits is the CAT mask as a number (0 when it is not hex).

@@ -1,0 +1,192 @@
+package tmcnri
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
+)
+
+// RecommendationResource is where the publisher writes the recommendations (cluster-scoped).
+var RecommendationResource = schema.GroupVersionResource{Group: v1alpha1.Group, Version: "v1alpha1", Resource: "tieredrecommendations"}
+
+// PublishedPlan is a published recommendation's plan at one generation, and the sizes it was
+// written for.
+type PublishedPlan struct {
+	DRAMBytes int64
+	SlowBytes int64
+	Plan      []v1alpha1.StructurePlan
+}
+
+// Published is what the node knows of one TieredRecommendation: its spec's generation, and the
+// plans of that generation and of the earlier ones its status keeps.
+type Published struct {
+	Generation int64
+	Plans      map[int64]PublishedPlan
+}
+
+// PublishedPlans are the published recommendations as the node knows them: a placement of
+// schema tmc.placement/v3 names the one its plan is read from.
+type PublishedPlans interface {
+	// Synced is false until the recommendations have been listed once.
+	Synced() bool
+	// Object is what the node knows of the named object.
+	Object(name string) (Published, bool)
+}
+
+// publishedOf reads a TieredRecommendation object: its spec's plan at its generation, and the
+// status's plans of earlier generations (the publisher keeps the latest few). A part that is
+// not what the API types say is left out (its plans are then not applied).
+func publishedOf(u *unstructured.Unstructured) Published {
+	out := Published{Generation: u.GetGeneration(), Plans: map[int64]PublishedPlan{}}
+	var obj struct {
+		Spec   v1alpha1.Recommendation `json:"spec"`
+		Status struct {
+			Plans []v1alpha1.GenerationPlan `json:"plans"`
+		} `json:"status"`
+	}
+	raw, err := json.Marshal(u.Object)
+	if err != nil || json.Unmarshal(raw, &obj) != nil {
+		return out
+	}
+	for _, p := range obj.Status.Plans {
+		out.Plans[p.Generation] = PublishedPlan{DRAMBytes: p.DRAMBytes, SlowBytes: p.SlowBytes, Plan: p.Plan}
+	}
+	// The spec is the truth for its own generation, whatever the status says of it.
+	out.Plans[out.Generation] = PublishedPlan{DRAMBytes: obj.Spec.DRAMBytes, SlowBytes: obj.Spec.SlowBytes, Plan: obj.Spec.Plan}
+	return out
+}
+
+// FixedPlans are the recommendations' plans as listed once (the reconcile mode lists them each
+// round).
+type FixedPlans map[string]Published
+
+// Object implements PublishedPlans.
+func (f FixedPlans) Object(name string) (Published, bool) {
+	p, ok := f[name]
+	return p, ok
+}
+
+// Synced implements PublishedPlans.
+func (f FixedPlans) Synced() bool { return f != nil }
+
+// ListPlans lists the published recommendations' plans.
+func ListPlans(ctx context.Context, client dynamic.Interface) (FixedPlans, error) {
+	list, err := client.Resource(RecommendationResource).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := FixedPlans{}
+	for i := range list.Items {
+		out[list.Items[i].GetName()] = publishedOf(&list.Items[i])
+	}
+	return out, nil
+}
+
+// InformedPlans are the recommendations' plans as an informer holds them, parsed once per
+// event: the plugin reads them at each placed container, which must not wait on the API server.
+type InformedPlans struct {
+	informer cache.SharedIndexInformer
+	mu       sync.RWMutex
+	plans    map[string]Published
+}
+
+// WatchPlans starts an informer of the published recommendations, stopped with stop.
+func WatchPlans(client dynamic.Interface, stop <-chan struct{}) (*InformedPlans, error) {
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
+	informer := factory.ForResource(RecommendationResource).Informer()
+	w := &InformedPlans{informer: informer, plans: map[string]Published{}}
+	set := func(obj any) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		p := publishedOf(u)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.plans[u.GetName()] = p
+	}
+	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, obj any) { set(obj) },
+		DeleteFunc: func(obj any) {
+			if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = gone.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				delete(w.plans, u.GetName())
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watching %s: %w", RecommendationResource.Resource, err)
+	}
+	factory.Start(stop)
+	return w, nil
+}
+
+// Object implements PublishedPlans.
+func (w *InformedPlans) Object(name string) (Published, bool) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	p, ok := w.plans[name]
+	return p, ok
+}
+
+// Synced implements PublishedPlans.
+func (w *InformedPlans) Synced() bool { return w.informer.HasSynced() }
+
+// PlanNotYet: a placement names a published plan and the node has not listed the
+// recommendations yet; nothing is applied on a guess, and the kubelet creates the container
+// again.
+const PlanNotYet = "the node has not listed tmc's published recommendations yet; the container is created again"
+
+// ResolvePlan is the placement with its plan in it: a placement that names the published
+// recommendation its plan is in (tmc.placement/v3) gets that object's plan sized to its
+// configuration (v1alpha1.SizePlan, as the scheduler sized it), at the generation it was placed
+// from. unavailable says why it gets none: the node reads no recommendations, the object is
+// gone, it has been published again since and keeps that generation's plan no more, or its plan does not fit the
+// configuration; the pod then runs without a per-structure plan, every structure in DRAM up to
+// the pod's DRAM and the rest slow, within what it was given. A nil placement with no reason
+// means the recommendations are not listed yet (PlanNotYet).
+func ResolvePlan(pl *Placement, plans PublishedPlans) (resolved *Placement, unavailable string) {
+	if pl.PlanFrom == nil {
+		return pl, ""
+	}
+	from := *pl.PlanFrom
+	out := *pl
+	out.Schema, out.PlanFrom, out.Plan = v1alpha1.PlacementSchema, nil, nil
+	if plans == nil {
+		return &out, "the node reads no published recommendations (no API server): the per-structure plan of " + from.Recommendation + " is not applied"
+	}
+	if !plans.Synced() {
+		return nil, ""
+	}
+	object, ok := plans.Object(from.Recommendation)
+	if !ok {
+		return &out, fmt.Sprintf("TieredRecommendation %s is gone: its per-structure plan is not applied", from.Recommendation)
+	}
+	published, ok := object.Plans[from.Generation]
+	if !ok {
+		return &out, fmt.Sprintf("TieredRecommendation %s is at generation %d and no longer keeps the plan of generation %d, which the pod was placed from: its per-structure plan is not applied",
+			from.Recommendation, object.Generation, from.Generation)
+	}
+	c := out.Configuration
+	out.Plan = v1alpha1.SizePlan(published.Plan, published.DRAMBytes, published.SlowBytes, c.DRAMBytes, c.SlowBytes)
+	if err := out.Validate(); err != nil {
+		out.Plan = nil
+		return &out, fmt.Sprintf("the plan of TieredRecommendation %s does not fit the placement: %v", from.Recommendation, err)
+	}
+	return &out, ""
+}

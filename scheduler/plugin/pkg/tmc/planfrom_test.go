@@ -1,0 +1,64 @@
+package tmc
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
+)
+
+// A pod placed from a published recommendation carries the object's name and generation, not
+// its plan (tmc.placement/v3): every later event of the pod is that much smaller, and the node
+// sizes the plan as the engine would have. A pinned recommendation's plan stays on the pod.
+func TestAPublishedPlanIsNamedNotCarried(t *testing.T) {
+	index := NewRecommendationIndex()
+	spec := map[string]any{
+		"schema": RecommendationSchema, "workload": "graph500", "objective": "cheapest",
+		"dram_bytes": 6 << 30, "slow_bytes": 2 << 30, "llc_ways": 4, "slow_ratio": 0.25,
+		"plan": []any{map[string]any{"tag": "edges", "fast_bytes": 4 << 30, "slow_bytes": 2 << 30}},
+	}
+	index.SetAt("graph500-cheapest-1a2b3c4d5e6f", 7, spec)
+	raw, _ := index.Lookup("graph500", "cheapest")
+	held := Reservation{Node: "node-a", VCPUs: 1, LLCMask: RunMask(0, 4)}
+
+	ask, err := ReadPodWith(tieredPod("a", map[string]string{WorkloadAnnotation: "graph500"}, "1", "4Gi"), index)
+	must(t, err)
+	held.DRAMBytes, held.SlowBytes = ask.DRAMBytes, ask.SlowBytes
+	ann, err := PlacementAnnotations(PlacementOf(ask, held))
+	must(t, err)
+	var body map[string]any
+	must(t, json.Unmarshal([]byte(ann[PlacementAnnotation]), &body))
+	from, _ := body["plan_from"].(map[string]any)
+	if body["schema"] != PlacementSchemaV3 || len(body["plan"].([]any)) != 0 ||
+		from["recommendation"] != "graph500-cheapest-1a2b3c4d5e6f" || from["generation"] != 7.0 {
+		t.Fatalf("placement %s", ann[PlacementAnnotation])
+	}
+	// What the node makes of it is what the engine would have written on the pod.
+	read, err := v1alpha1.ParsePlacement(ann)
+	must(t, err)
+	var rec Recommendation
+	must(t, json.Unmarshal(raw, &rec))
+	_, _, engine := SizeToPod(&rec, ask.MemoryBytes)
+	node := v1alpha1.SizePlan(rec.Plan, rec.DRAMBytes, rec.SlowBytes, read.Configuration.DRAMBytes, read.Configuration.SlowBytes)
+	if !slices.Equal(engine, node) || len(node) != 1 || node[0].FastBytes != 2<<30 {
+		t.Fatalf("engine sized %+v, node %+v", engine, node)
+	}
+
+	pinned, err := ReadPodWith(tieredPod("b", map[string]string{WorkloadAnnotation: "graph500", RecommendationAnnotation: string(raw)}, "1", "4Gi"), index)
+	must(t, err)
+	ann, err = PlacementAnnotations(PlacementOf(pinned, held))
+	must(t, err)
+	read, err = v1alpha1.ParsePlacement(ann)
+	must(t, err)
+	if read.Schema != PlacementSchema || read.PlanFrom != nil || !slices.Equal(read.Plan, engine) {
+		t.Fatalf("pinned placement %s", ann[PlacementAnnotation])
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
