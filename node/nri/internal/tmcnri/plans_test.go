@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
@@ -169,5 +170,38 @@ func TestAnEarlierGenerationsPlanIsReadFromTheStatus(t *testing.T) {
 	must(t, err)
 	if got, why := ResolvePlan(pl, plans); why != "" || len(got.Plan) != 2 || got.Plan[0].FastBytes != 2*gib {
 		t.Fatalf("generation 3: %+v, %q", got, why)
+	}
+}
+
+// The reconcile mode reads a v3 placement's plan where it is published, and a plan file it
+// wrote from the generation the pod names stands once the object has moved past keeping it.
+func TestReconcileWritesThePublishedPlanAndKeepsIt(t *testing.T) {
+	uid := "6f1c2a9e-0006"
+	root, _ := writeCgroups(t, uid, "2-3", "101")
+	plans := t.TempDir()
+	r := &Reconciler{NodeName: "node-a", SysRoot: twoSockets(t), Resctrl: &Resctrl{Root: writeResctrl(t)}, CgroupRoot: root, PlanDir: plans, Plans: unsynced{}}
+	pods := []corev1.Pod{runningPod("bfs", uid, "node-a", placedFrom(3))}
+	path := filepath.Join(plans, uid+".plan")
+
+	done := r.Reconcile(pods)
+	if _, err := os.Stat(path); !os.IsNotExist(err) || !strings.Contains(strings.Join(done[0].Unapplied, ";"), PlanNotYet) {
+		t.Fatalf("applied before the plans were listed: %+v", done)
+	}
+	r.Plans = publishedAt3
+	r.Reconcile(pods)
+	written := readTrim(t, path)
+	if !strings.Contains(written, "tag edges 2147483648 1073741824") {
+		t.Fatalf("plan file:\n%s", written)
+	}
+	r.Plans = FixedPlans{"graph500-cheapest-1a2b3c4d5e6f": {Generation: 9, Plans: map[int64]PublishedPlan{9: {DRAMBytes: gib}}}}
+	done = r.Reconcile(pods)
+	if readTrim(t, path) != written || strings.Contains(strings.Join(done[0].Unapplied, ";"), "plan:") {
+		t.Fatalf("the plan the pod started with was changed or reported: %+v", done)
+	}
+	// A pod whose plan was never written gets none, and is told why.
+	must(t, os.Remove(path))
+	done = r.Reconcile(pods)
+	if readTrim(t, path) == written || !strings.Contains(strings.Join(done[0].Unapplied, ";"), "no longer keeps the plan of generation 3") {
+		t.Fatalf("%+v", done)
 	}
 }

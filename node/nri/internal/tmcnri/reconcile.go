@@ -103,10 +103,18 @@ func (r *Reconciler) Reconcile(pods []corev1.Pod) []Reconciled {
 				case resolved == nil:
 					done.Unapplied = append(done.Unapplied, "placement: "+PlanNotYet)
 				default:
+					keepPlan := false
 					if unavailable != "" {
-						done.Unapplied = append(done.Unapplied, "plan: "+unavailable)
+						// A plan file written from the generation the pod names, in an earlier
+						// round, stands: the object moving on since changes nothing the pod
+						// started with.
+						_, err := os.Stat(filepath.Join(r.PlanDir, string(pod.UID)+".plan"))
+						keepPlan = r.PlanDir != "" && err == nil
+						if !keepPlan {
+							done.Unapplied = append(done.Unapplied, "plan: "+unavailable)
+						}
 					}
-					r.apply(pod, resolved, node, adjust, &done)
+					r.apply(pod, resolved, node, adjust, keepPlan, &done)
 				}
 			}
 		}
@@ -115,7 +123,7 @@ func (r *Reconciler) Reconcile(pods []corev1.Pod) []Reconciled {
 	return out
 }
 
-func (r *Reconciler) apply(pod *corev1.Pod, pl *Placement, node NodeLayout, adjust func(*Placement, NodeLayout, Target) Adjustment, done *Reconciled) {
+func (r *Reconciler) apply(pod *corev1.Pod, pl *Placement, node NodeLayout, adjust func(*Placement, NodeLayout, Target) Adjustment, keepPlan bool, done *Reconciled) {
 	uid := string(pod.UID)
 	cg, err := findPodCgroup(r.CgroupRoot, uid)
 	if err != nil {
@@ -149,6 +157,8 @@ func (r *Reconciler) apply(pod *corev1.Pod, pl *Placement, node NodeLayout, adju
 	}
 
 	switch {
+	case keepPlan:
+		// already written from the plan the pod was placed with
 	case r.PlanDir == "":
 		unapplied("plan", "no plan directory (--plan-dir)")
 	case want.Plan == "":
