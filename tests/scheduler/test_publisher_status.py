@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from kubernetes.utils.quantity import parse_quantity
 
-from model.node_contract import Recommendation
+from model.node_contract import Recommendation, StructurePlan
 from model.resources import GIB, quantity_text
-from scheduler.status import Decided, status_of
+from scheduler.status import KEPT_PLANS, Decided, status_of
 
 RECOMMENDED = Decided(
     Recommendation(
@@ -79,8 +79,6 @@ def test_the_status_keeps_the_latest_generations_plans() -> None:
     """A pod placed from a generation the spec has since moved past names it; its node reads
     that generation's plan from the status: the newest first, the current one included, at most
     KEPT_PLANS, a fallback's none."""
-    from model.node_contract import StructurePlan
-    from scheduler.status import KEPT_PLANS
 
     def planned(fast: int) -> Decided:
         plan = [StructurePlan(tag="edges", fast_bytes=fast, slow_bytes=0)]
