@@ -1,0 +1,73 @@
+// Command tmc-dra-slices prints the ResourceSlices tmc's node component would publish for the
+// nodes it is given: their capacity as JSON on standard input, a List of ResourceSlices
+// (resource.k8s.io/v1) as JSON on standard output.
+//
+//	{"nodes": [{"name": "node-a", "capacity": {"dram_bytes": 25769803776, "llc_ways": 48, ...}}],
+//	 "rack_pools": {"rack-a": 274877906944}, "generation": 1, "way_counts": [1, 2, 3, 4, 12, 20, 28]}
+//
+// capacity is v1alpha1.NodeCapacity (the node's published capacity); rack_pools the operator's
+// pool sizes in bytes (the chart's rackPools); way_counts, when given, restricts the LLC-way
+// devices to runs of those lengths. Unknown fields and input over 1 MiB are refused.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
+	"tmc.dev/scheduler-plugin/pkg/dra"
+)
+
+const maxInput = 1 << 20
+
+type input struct {
+	Nodes []struct {
+		Name     string                `json:"name"`
+		Capacity v1alpha1.NodeCapacity `json:"capacity"`
+	} `json:"nodes"`
+	RackPools  map[string]int64 `json:"rack_pools"`
+	Generation int64            `json:"generation"`
+	WayCounts  []int            `json:"way_counts"`
+}
+
+func main() {
+	if err := run(os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "tmc-dra-slices:", err)
+		os.Exit(1)
+	}
+}
+
+func run(in io.Reader, out io.Writer) error {
+	raw, err := io.ReadAll(io.LimitReader(in, maxInput+1))
+	if err != nil {
+		return err
+	}
+	if len(raw) > maxInput {
+		return fmt.Errorf("input is larger than %d bytes", maxInput)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var given input
+	if err := dec.Decode(&given); err != nil {
+		return fmt.Errorf("input: %w", err)
+	}
+	nodes := make([]dra.Node, len(given.Nodes))
+	for i, n := range given.Nodes {
+		nodes[i] = dra.Node{Name: n.Name, Capacity: n.Capacity}
+	}
+	slices, err := dra.ClusterSlices(nodes, given.RackPools, dra.Options{
+		Generation: given.Generation, WayCounts: given.WayCounts,
+	})
+	if err != nil {
+		return err
+	}
+	items := make([]any, len(slices))
+	for i := range slices {
+		items[i] = slices[i]
+	}
+	enc := json.NewEncoder(out)
+	return enc.Encode(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestItPrintsAListOfSlicesAndRefusesWhatItCannotRead(t *testing.T) {
+	var out bytes.Buffer
+	in := `{"nodes": [{"name": "node-a", "capacity": {"dram_bytes": 1073741824, "llc_ways": 4}}], "generation": 2}`
+	if err := run(strings.NewReader(in), &out); err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Kind  string `json:"kind"`
+		Items []struct {
+			Kind string `json:"kind"`
+			Spec struct {
+				Pool struct {
+					Generation int64 `json:"generation"`
+				} `json:"pool"`
+			} `json:"spec"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &list); err != nil {
+		t.Fatal(err)
+	}
+	// Counters, DRAM, 10 runs of 4 ways.
+	if list.Kind != "List" || len(list.Items) != 3 || list.Items[0].Kind != "ResourceSlice" || list.Items[2].Spec.Pool.Generation != 2 {
+		t.Fatalf("%s", out.String())
+	}
+	for _, bad := range []string{
+		`{"nodes": [{"name": "node-a", "capacity": {"llc_ways": 4, "surprise": 1}}]}`,
+		`{"nodes": [{"name": "node-a", "capacity": {"llc_ways": 65}}]}`,
+		`{"nodes": [{"name": "node-a", "capacity": {"llc_ways": 4, "dram_bytes": 1e300}}]}`,
+		`{"rack_pools": {"rack-a": -1}}`,
+		`{"nodes": [` + strings.Repeat(" ", 1<<20) + `]}`,
+		`not json`,
+	} {
+		if err := run(strings.NewReader(bad), &bytes.Buffer{}); err == nil {
+			t.Errorf("accepted %.60q", bad)
+		}
+	}
+}
