@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from bench import feeder_events, fleet, publisher_refresh, recommend_latency, scheduler_e2e
+from bench import (
+    feeder_events,
+    fleet,
+    placement_size,
+    publisher_refresh,
+    recommend_latency,
+    scheduler_e2e,
+)
 from bench.harness import Result, check_result
 from bench.report_tables import main as render_main
 
@@ -67,6 +74,23 @@ def test_feeder_events_writes_its_figures_on_postgresql(
     assert row["both ms CPU/tiered pod"] > 0 and row["PostgreSQL ms/tiered pod"] >= 0
     assert doc["parameters"] == {"pods": 10, "nodes": 3, "rounds": 1, "batch": 1000}
     assert "this tree: watch" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_placement_size_measures_both_placements_on_the_api_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "placement-size.json"
+    placement_size.main(["--rounds", "1", "--pods", "3", "--watchers", "1", "--json", str(out)])
+    doc = result_of(out)
+    carried, named = doc["figures"]["v2-plan"], doc["figures"]["v3-plan-from"]
+    # The plan named, not carried: a smaller annotation, each arm measured on the API server.
+    assert named["placement bytes"] < carried["placement bytes"] - 150
+    assert carried["median ms/pod"] > 0 and named["median ms/pod"] > 0
+    assert doc["ratios"]["v3-plan-from"]["ratio to v2"] == pytest.approx(
+        named["median ms/pod"] / carried["median ms/pod"], abs=0.01
+    )
+    assert "median of the rounds' paired ratios v3 / v2" in capsys.readouterr().out
 
 
 def test_the_fleets_figures_sit_side_by_side_with_their_ratios(tmp_path: Path) -> None:
