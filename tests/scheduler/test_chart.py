@@ -71,6 +71,7 @@ def test_helm_lint_finds_no_errors() -> None:
         {"existingSecret": "db", "bootstrap": {"existingSecret": "mine"}},
         {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
         {"scheduler": {"placement": "extender"}},
+        {"dra": {"enabled": True}},
     ],
 )
 def test_rendered_manifests_match_the_kubernetes_schema(values: dict[str, Any]) -> None:

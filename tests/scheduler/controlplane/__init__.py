@@ -76,13 +76,19 @@ def issue_extender_certificates(tls: Path, key: list[str]) -> None:
 
 
 class ControlPlane:
-    def __init__(self, *, legacy_watches: bool = False) -> None:
+    def __init__(
+        self, *, legacy_watches: bool = False, feature_gates: dict[str, bool] | None = None
+    ) -> None:
         """`legacy_watches`: the API server serves a watch from resourceVersion 0 as a plain
         watch, not as a watch-list stream (its WatchList gate off). Debian's etcd 3.4 lacks the
         progress notifications such a stream needs, so the API server fails it; client-go's
         informers then fall back to a list, but kwok's watches (which start at 0) only retry
-        with a growing back-off, and see a pod's change seconds late."""
+        with a growing back-off, and see a pod's change seconds late. `feature_gates`: the API
+        server's gates set otherwise than by default."""
         self.legacy_watches = legacy_watches
+        self.feature_gates = dict(feature_gates or {})
+        if legacy_watches:
+            self.feature_gates["WatchList"] = False
         self.bin = binaries()
         etcd = shutil.which("etcd")
         if etcd is None:
@@ -305,7 +311,14 @@ class ControlPlane:
                 "--service-cluster-ip-range=10.96.0.0/16",
                 # The apiserver advertises 127.0.0.1, which the endpoint reconciler rejects.
                 "--endpoint-reconciler-type=none",
-                *(["--feature-gates=WatchList=false"] if self.legacy_watches else []),
+                *(
+                    [
+                        "--feature-gates="
+                        + ",".join(f"{k}={str(v).lower()}" for k, v in self.feature_gates.items())
+                    ]
+                    if self.feature_gates
+                    else []
+                ),
             ],
         )
         self._wait_serving(

@@ -1,0 +1,310 @@
+# The kubernetes client takes plain dicts for bodies at run time; its stubs say models only.
+# mypy: disable-error-code="arg-type,no-untyped-call"
+"""tmc's DRA objects on a real kube-apiserver v1.36.3, started with no feature gate of ours: the
+chart's DeviceClasses (`dra.enabled`) and the ResourceSlices that scheduler/plugin/pkg/dra makes
+for a 48-way node with local slow memory, a 48-way node on a rack pool, the rack pool itself and
+a 64-way node (printed by `tmc-dra-slices`, built from this checkout). Each object must be
+accepted and stored exactly as sent: an API server whose DRAPartitionableDevices or
+DRAConsumableCapacity gate were off would drop the shared counters, the counters devices consume,
+allowMultipleAllocations and the request policies, and the stored objects would differ. The
+controls: the same server refuses a slice one device over the limit tmc's slices keep to, and
+one holding devices and counters together."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
+from tests.scheduler.controlplane import cluster as c
+
+pytestmark = pytest.mark.slow
+
+PLUGIN = c.ROOT / "scheduler" / "plugin"
+GROUP, VERSION = "resource.k8s.io", "v1"
+GIB = 2**30
+# A node like the paper's §4.1 machine (48-way LLC, 24 GiB DRAM, 128 GiB Optane-like memory), a
+# second on a rack pool with no slow memory of its own, and the largest node tmc's contract has.
+NODES: dict[str, Any] = {
+    "nodes": [
+        {
+            "name": "node-a",
+            "capacity": {
+                "host_kind": "optane-48",
+                "dram_bytes": 24 * GIB,
+                "slow_bytes": 128 * GIB,
+                "llc_ways": 48,
+            },
+        },
+        {
+            "name": "node-b",
+            "capacity": {
+                "host_kind": "cxl-48",
+                "dram_bytes": 24 * GIB,
+                "llc_ways": 48,
+                "slow_pool": "rack-a",
+                "slow_pool_bytes": 512 * GIB,
+            },
+        },
+        {"name": "node-64", "capacity": {"dram_bytes": 512 * GIB, "llc_ways": 64}},
+    ],
+    # The operator's pool size (the chart's rackPools) wins over what a node publishes.
+    "rack_pools": {"rack-a": 384 * GIB},
+    "generation": 1,
+}
+
+
+def go_binary() -> str:
+    """The Go toolchain scheduler/plugin/build.sh uses: the machine's, or the control plane's."""
+    found = shutil.which("go")
+    cache = Path(os.environ.get("TMC_K8S_CACHE", Path.home() / ".cache" / "tmc-k8s"))
+    if found is None and (cache / "go-venv" / "bin" / "go").exists():
+        found = str(cache / "go-venv" / "bin" / "go")
+    if found is None:
+        raise Unavailable("no Go toolchain to build tmc-dra-slices")
+    return found
+
+
+def build_slices_command(out: Path) -> Path:
+    """tmc-dra-slices from this checkout, with build.sh's module and build caches."""
+    cache = Path(os.environ.get("TMC_K8S_CACHE", Path.home() / ".cache" / "tmc-k8s"))
+    env = {
+        **os.environ,
+        "GOMODCACHE": str(cache / "gomodcache"),
+        "GOCACHE": str(cache / "gocache"),
+        "GOPATH": str(cache / "gopath"),
+        "GOTOOLCHAIN": "local",
+        "GOFLAGS": "-buildvcs=false",
+        "CGO_ENABLED": "0",
+    }
+    binary = out / "tmc-dra-slices"
+    done = subprocess.run(
+        [go_binary(), "build", "-o", str(binary), "./cmd/tmc-dra-slices"],
+        cwd=PLUGIN,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if done.returncode != 0:
+        raise Unavailable(f"tmc-dra-slices did not build: {done.stderr[-2000:]}")
+    return binary
+
+
+def slices_for(binary: Path, given: dict[str, Any]) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        [str(binary)], input=json.dumps(given), check=True, capture_output=True, text=True
+    )
+    listed: dict[str, Any] = json.loads(done.stdout)
+    assert listed["kind"] == "List"
+    items: list[dict[str, Any]] = listed["items"]
+    return items
+
+
+class Plane:
+    def __init__(self, cp: ControlPlane, slices: list[dict[str, Any]]) -> None:
+        self.cp = cp
+        self.api = k8s.CustomObjectsApi(c.api_client(cp))
+        self.slices = slices
+
+    def create(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        made = self.api.create_cluster_custom_object(GROUP, VERSION, plural, body)
+        return cast(dict[str, Any], made)
+
+    def read(self, plural: str, name: str) -> dict[str, Any]:
+        got = self.api.get_cluster_custom_object(GROUP, VERSION, plural, name)
+        return cast(dict[str, Any], got)
+
+    def sent(self, name: str) -> dict[str, Any]:
+        """The slice tmc-dra-slices printed under this name."""
+        return next(s for s in self.slices if s["metadata"]["name"] == name)
+
+
+# The two beta gates tmc's slices rely on, both on by default at v1.36.
+GATES = ("DRAPartitionableDevices", "DRAConsumableCapacity")
+
+
+@pytest.fixture(scope="module")
+def slices(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    try:
+        binary = build_slices_command(tmp_path_factory.mktemp("dra"))
+    except Unavailable as exc:
+        unavailable(exc)
+    return slices_for(binary, NODES)
+
+
+def started(gates: dict[str, bool] | None = None) -> ControlPlane:
+    try:
+        cp = ControlPlane(feature_gates=gates)
+    except Unavailable as exc:
+        unavailable(exc)
+    try:
+        cp.start()
+    except BaseException:
+        cp.close()
+        raise
+    return cp
+
+
+@pytest.fixture(scope="module")
+def plane(slices: list[dict[str, Any]]) -> Iterator[Plane]:
+    cp = started()
+    try:
+        yield Plane(cp, slices)
+    finally:
+        cp.close()
+
+
+def feature_enabled(cp: ControlPlane, gate: str) -> bool:
+    """The API server's own word on a gate: its kubernetes_feature_enabled metric."""
+    context = ssl.create_default_context(cafile=str(cp.dir / "ca.crt"))
+    request = urllib.request.Request(
+        f"{cp.server}/metrics", headers={"Authorization": f"Bearer {cp.admin_token}"}
+    )
+    with urllib.request.urlopen(request, context=context, timeout=10) as response:
+        text: str = response.read().decode()
+    values = [
+        line.rsplit(" ", 1)[1]
+        for line in text.splitlines()
+        if line.startswith("kubernetes_feature_enabled{") and f'name="{gate}"' in line
+    ]
+    assert len(values) == 1, (gate, values)
+    return values[0] == "1"
+
+
+def test_the_gates_tmcs_slices_need_are_on_by_default(plane: Plane) -> None:
+    for gate in (*GATES, "DRAPrioritizedList"):
+        assert feature_enabled(plane.cp, gate), gate
+    # Read from the metric, not assumed: a gate tmc does not rely on, off by default at v1.36.
+    assert not feature_enabled(plane.cp, "DRADeviceTaintRules")
+
+
+def test_the_charts_device_classes_are_accepted(plane: Plane) -> None:
+    assert not [
+        d
+        for t in c.render_chart({}).values()
+        for d in yaml.safe_load_all(t)
+        if d and d["kind"] == "DeviceClass"
+    ]
+    rendered = c.render_chart({"dra": {"enabled": True}})["tmc/templates/dra.yaml"]
+    classes = [d for d in yaml.safe_load_all(rendered) if d]
+    assert {d["metadata"]["name"] for d in classes} == {
+        "llc-ways.tmc.dev",
+        "dram.tmc.dev",
+        "slow-memory.tmc.dev",
+    }
+    for doc in classes:
+        plane.create("deviceclasses", doc)
+        stored = plane.read("deviceclasses", doc["metadata"]["name"])
+        assert stored["spec"] == doc["spec"]
+
+
+def test_the_api_server_refuses_an_invalid_selector(plane: Plane) -> None:
+    """The control for the classes: the server compiles their CEL, and refuses what does not."""
+    bad = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "DeviceClass",
+        "metadata": {"name": "broken.tmc.dev"},
+        "spec": {"selectors": [{"cel": {"expression": 'device.driver == "tmc.dev" &&'}}]},
+    }
+    with pytest.raises(k8s.ApiException) as refused:
+        plane.create("deviceclasses", bad)
+    assert refused.value.status == 422
+
+
+def by_pool(slices: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    pools: dict[str, list[dict[str, Any]]] = {}
+    for s in slices:
+        pools.setdefault(s["spec"]["pool"]["name"], []).append(s)
+    return pools
+
+
+def test_the_nodes_and_the_rack_pool_are_stored_as_sent(plane: Plane) -> None:
+    pools = by_pool(plane.slices)
+    # 48 ways: counters, memory and 1,176 runs in 19 slices; 64 ways: 2,080 runs in 33.
+    assert {p: len(s) for p, s in pools.items()} == {
+        "node-a": 21,
+        "node-b": 21,
+        "node-64": 35,
+        "rack-pool/rack-a": 1,
+    }
+    for pool, slices in pools.items():
+        devices = [d for s in slices for d in s["spec"].get("devices", [])]
+        ways = [d for d in devices if d["attributes"]["kind"]["string"] == "llc-ways"]
+        expected = {"node-a": 1176, "node-b": 1176, "node-64": 2080, "rack-pool/rack-a": 0}
+        assert len(ways) == expected[pool], pool
+        for s in slices:
+            assert s["spec"]["pool"]["resourceSliceCount"] == len(slices)
+    for sent in plane.slices:
+        plane.create("resourceslices", sent)
+        stored = plane.read("resourceslices", sent["metadata"]["name"])
+        assert stored["spec"] == sent["spec"], sent["metadata"]["name"]
+    # What the gates would have dropped is there, on the server.
+    node_a = {s["metadata"]["name"]: s for s in pools["node-a"]}
+    counters = plane.read("resourceslices", "tmc-node-node-a-0")["spec"]["sharedCounters"]
+    assert [len(s["counters"]) for s in counters] == [32, 16]
+    memory = plane.read("resourceslices", "tmc-node-node-a-1")["spec"]["devices"]
+    assert {d["name"]: d["capacity"]["bytes"]["value"] for d in memory} == {
+        "dram": "24Gi",
+        "slow": "128Gi",
+    }
+    assert all(
+        d["allowMultipleAllocations"] and d["capacity"]["bytes"]["requestPolicy"] for d in memory
+    )
+    runs = plane.read("resourceslices", "tmc-node-node-a-2")["spec"]["devices"]
+    assert len(runs) == 64 and all(d["consumesCounters"] for d in runs)
+    assert set(node_a) == {f"tmc-node-node-a-{i}" for i in range(21)}
+    pool = plane.read("resourceslices", "tmc-pool-rack-pool.rack-a-0")["spec"]
+    assert pool["nodeSelector"]["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "tmc.dev/slow-pool", "operator": "In", "values": ["rack-a"]}]}
+    ]
+    assert pool["devices"][0]["capacity"]["bytes"]["value"] == "384Gi"
+
+
+def test_the_api_server_refuses_what_tmcs_slices_keep_clear_of(plane: Plane) -> None:
+    """The controls for the round trip: the same server enforces the limits the slices keep."""
+    runs, more = plane.sent("tmc-node-node-a-2"), plane.sent("tmc-node-node-a-3")
+    over = copy.deepcopy(runs)
+    over["metadata"] = {"name": "tmc-over-limit"}
+    over["spec"]["pool"]["name"] = "over-limit"
+    over["spec"]["devices"].append(more["spec"]["devices"][0])  # 65 devices consuming counters
+    both = copy.deepcopy(runs)
+    both["metadata"] = {"name": "tmc-devices-and-counters"}
+    both["spec"]["pool"]["name"] = "both"
+    both["spec"]["sharedCounters"] = plane.sent("tmc-node-node-a-0")["spec"]["sharedCounters"]
+    for body in (over, both):
+        with pytest.raises(k8s.ApiException) as refused:
+            plane.create("resourceslices", body)
+        assert refused.value.status == 422, body["metadata"]["name"]
+
+
+def test_with_the_gates_off_the_slices_are_not_stored_as_sent(slices: list[dict[str, Any]]) -> None:
+    """The control for the round trip: an API server with the two beta gates off drops what they
+    guard (or refuses the slice), so a slice stored exactly as sent shows they are on."""
+    cp = started(dict.fromkeys(GATES, False))
+    try:
+        assert not any(feature_enabled(cp, gate) for gate in GATES)
+        gated = Plane(cp, slices)
+        for name in ("tmc-node-node-a-0", "tmc-node-node-a-1", "tmc-node-node-a-2"):
+            sent = gated.sent(name)
+            try:
+                gated.create("resourceslices", sent)
+            except k8s.ApiException as refused:
+                assert refused.status == 422, name
+                continue
+            assert gated.read("resourceslices", name)["spec"] != sent["spec"], name
+    finally:
+        cp.close()
