@@ -101,7 +101,8 @@ def test_the_example_pod_is_placed_by_the_plugin_and_its_plan_reaches_the_node(
 ) -> None:
     """deploy/examples/tiered-pod.yaml through tmc-scheduler: the publisher publishes graph500's
     slo:5% recommendation when it sees the pod, the plugin places the pod with it (not the
-    fallback), the agent applies the plan and the mask, and the ledger mirrors the placement."""
+    fallback), tmc-nri reconcile on the node applies the plan and the mask, and the ledger mirrors
+    the placement."""
     body = c.example_pod()
     c.create_pods(stack.api, [body], ns)
     name = body["metadata"]["name"]
@@ -146,7 +147,9 @@ def test_the_example_pod_is_placed_by_the_plugin_and_its_plan_reaches_the_node(
     node.kubelet_starts(uid, threads=[5151])
     plan_path = node.plans / f"{uid}.plan"
     group = node.resctrl / f"tmc-pod-{uid}"
-    wait_until(lambda: plan_path.exists() and (group / "schemata").exists(), 30, "the agent")
+    wait_until(
+        lambda: plan_path.exists() and (group / "schemata").exists(), 30, "tmc-nri reconcile"
+    )
     plan = parse_plan_file(plan_path.read_text())
     assert plan.fast_bytes == {s.tag: s.fast_bytes for s in structures}
     assert plan.slow_bytes == {s.tag: s.slow_bytes for s in structures}
@@ -438,8 +441,9 @@ def test_two_replicas_with_leader_election_under_a_200_pod_burst(stack: Stack, n
 
 
 def test_a_node_agent_that_restarts_rereads_masks_and_reassigns_none(stack: Stack, ns: str) -> None:
-    """The agent restarted under a running pod: it re-reads the pod's placement and leaves its
-    resctrl group's mask as it was; a pod placed afterwards on that node gets disjoint ways."""
+    """The node's agent and tmc-nri reconcile restarted under a running pod: reconcile re-reads
+    the pod's placement and leaves its resctrl group's mask as it was; a pod placed afterwards on
+    that node gets disjoint ways."""
     first = c.opted_in_pod("first", "graph500")
     c.create_pods(stack.api, [first], ns)
     pod = placed(stack, ["first"], ns)["first"]
@@ -447,11 +451,11 @@ def test_a_node_agent_that_restarts_rereads_masks_and_reassigns_none(stack: Stac
     node = next(n for n in stack.nodes if n.name == placement.node)
     node.kubelet_starts(pod.metadata.uid, threads=[6161])
     schemata = node.resctrl / f"tmc-pod-{pod.metadata.uid}" / "schemata"
-    wait_until(schemata.exists, 30, "the agent applying the mask")
+    wait_until(schemata.exists, 30, "tmc-nri reconcile applying the mask")
     applied = schemata.read_text()
     node.stop_agent()
     node.start_agent()
-    time.sleep(3)  # several of the agent's 0.5 s passes
+    time.sleep(3)  # several of tmc-nri reconcile's passes (every 0.2 s)
     assert schemata.read_text() == applied
     after = stack.api.read_namespaced_pod("first", ns)
     assert after.metadata.annotations == pod.metadata.annotations

@@ -144,7 +144,7 @@ class Plugin:
                 self.node,
                 "--socket",
                 str(self.socket),
-                "--plans",
+                "--plan-dir",
                 str(self.plans),
                 "--shim-dir",
                 str(self.shim_dir),

@@ -49,13 +49,15 @@ func main() {
 		index      = flag.String("index", env("TMC_NRI_INDEX", "50"), "the plugin's NRI index: its order among plugins (TMC_NRI_INDEX)")
 		sys        = flag.String("sys", env("TMC_NRI_SYS", "/sys"), "the host's sysfs (TMC_NRI_SYS)")
 		resctrl    = flag.String("resctrl", env("TMC_NRI_RESCTRL", "/sys/fs/resctrl"), "the host's resctrl mount (TMC_NRI_RESCTRL)")
-		plans      = flag.String("plans", env("TMC_NRI_PLAN_DIR", "/var/lib/tmc/plans"), "host directory of plans and records, mounted at the same path (TMC_NRI_PLAN_DIR)")
+		plans      = flag.String("plan-dir", env("TMC_NRI_PLAN_DIR", "/var/lib/tmc/plans"), "host directory of plans and records, mounted at the same path (TMC_NRI_PLAN_DIR)")
 		shim       = flag.String("shim-dir", env("TMC_NRI_SHIM_DIR", "/var/lib/tmc/shim"), "host directory holding libtmcalloc.so (TMC_NRI_SHIM_DIR)")
 		bundled    = flag.String("bundled-shim", env("TMC_NRI_BUNDLED_SHIM", "/usr/local/lib/tmc/libtmcalloc.so"), "the shim this image carries, installed into --shim-dir when it has none ('' for none) (TMC_NRI_BUNDLED_SHIM)")
 		metrics    = flag.String("metrics", env("TMC_NRI_METRICS", ":9465"), "address of /metrics ('' for none) (TMC_NRI_METRICS)")
 		kubeconfig = flag.String("kubeconfig", env("TMC_NRI_KUBECONFIG", ""), "kubeconfig for events, namespaces and the published plans; in-cluster when empty; 'none' for none of them (TMC_NRI_KUBECONFIG)")
 		tenants    = flag.String("tenant-namespace-labels", env("TMC_NRI_TENANT_NAMESPACE_LABELS", ""), "key=value,... labels of the namespaces whose placements are applied (the admission policy's namespaceSelector; empty: every namespace) (TMC_NRI_TENANT_NAMESPACE_LABELS)")
 	)
+	// --plans was this flag's first name; tmc-nri reconcile has always said --plan-dir.
+	flag.StringVar(plans, "plans", *plans, "the same as --plan-dir")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if *node == "" {
