@@ -1,5 +1,5 @@
 # The kubernetes client takes plain dicts for bodies at run time; its stubs say models only.
-# mypy: disable-error-code="arg-type,no-untyped-call"
+# mypy: disable-error-code="arg-type,no-untyped-call,union-attr"
 """tmc's DRA objects on a real kube-apiserver v1.36.3, started with no feature gate of ours: the
 chart's DeviceClasses (`dra.enabled`) and the ResourceSlices that scheduler/plugin/pkg/dra makes
 for a 48-way node with local slow memory, a 48-way node on a rack pool, the rack pool itself and
@@ -8,7 +8,10 @@ accepted and stored exactly as sent: an API server whose DRAPartitionableDevices
 DRAConsumableCapacity gate were off would drop the shared counters, the counters devices consume,
 allowMultipleAllocations and the request policies, and the stored objects would differ. The
 controls: the same server refuses a slice one device over the limit tmc's slices keep to, and
-one holding devices and counters together."""
+one holding devices and counters together, and a server with those two gates off does not store
+the slices as sent. Last, the stock kube-scheduler (its DynamicResources plugin) allocates claims
+on the chart's classes from these slices: runs of ways that never overlap, and DRAM and slow
+memory (a node's own, or its rack pool's) by the byte, until they run out."""
 
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from kubernetes import client as k8s
 
 from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
 from tests.scheduler.controlplane import cluster as c
+from tests.services import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -138,12 +142,16 @@ GATES = ("DRAPartitionableDevices", "DRAConsumableCapacity")
 
 
 @pytest.fixture(scope="module")
-def slices(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+def slices_command(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
-        binary = build_slices_command(tmp_path_factory.mktemp("dra"))
+        return build_slices_command(tmp_path_factory.mktemp("dra"))
     except Unavailable as exc:
         unavailable(exc)
-    return slices_for(binary, NODES)
+
+
+@pytest.fixture(scope="module")
+def slices(slices_command: Path) -> list[dict[str, Any]]:
+    return slices_for(slices_command, NODES)
 
 
 def started(gates: dict[str, bool] | None = None) -> ControlPlane:
@@ -308,3 +316,175 @@ def test_with_the_gates_off_the_slices_are_not_stored_as_sent(slices: list[dict[
             assert gated.read("resourceslices", name)["spec"] != sent["spec"], name
     finally:
         cp.close()
+
+
+# Allocation by the stock kube-scheduler (its DynamicResources plugin) from these objects: node-a
+# with its own 128 GiB of slow memory, node-b with none but on rack-a (256 GiB by the operator).
+ALLOCATED: dict[str, Any] = {
+    "nodes": [
+        NODES["nodes"][0],
+        {
+            "name": "node-b",
+            "capacity": {**NODES["nodes"][1]["capacity"], "slow_pool_bytes": 256 * GIB},
+        },
+    ],
+    "generation": 1,
+}
+TENANT = "dra-tenant"
+
+
+def claim(name: str, *, ways: int, dram: str | None = None, slow: str | None = None) -> Any:
+    requests: list[dict[str, Any]] = [
+        {
+            "name": "ways",
+            "exactly": {
+                "deviceClassName": "llc-ways.tmc.dev",
+                "selectors": [
+                    {"cel": {"expression": f'device.attributes["tmc.dev"].ways == {ways}'}}
+                ],
+            },
+        }
+    ]
+    for request, cls, size in (
+        ("dram", "dram.tmc.dev", dram),
+        ("slow", "slow-memory.tmc.dev", slow),
+    ):
+        if size is not None:
+            requests.append(
+                {
+                    "name": request,
+                    "exactly": {"deviceClassName": cls, "capacity": {"requests": {"bytes": size}}},
+                }
+            )
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": TENANT},
+        "spec": {"devices": {"requests": requests}},
+    }
+
+
+def pod_with_claim(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": TENANT},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "resourceClaims": [{"name": "tiers", "resourceClaimName": name}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example.com/graph500:3.0.0",
+                    "resources": {"claims": [{"name": "tiers"}]},
+                }
+            ],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def scheduling(slices_command: Path) -> Iterator[Plane]:
+    cp = started()
+    try:
+        c.install_rbac(cp)
+        admin = c.core(cp)
+        for name, labels in (("node-a", {}), ("node-b", {"tmc.dev/slow-pool": "rack-a"})):
+            body = c.node_object(name)
+            body["metadata"]["labels"].update(labels)
+            c.register_node(admin, body)
+        admin.create_namespace({"metadata": {"name": TENANT}})
+        c.ensure_default_account(admin, TENANT)
+        plane = Plane(cp, slices_for(slices_command, ALLOCATED))
+        rendered = c.render_chart({"dra": {"enabled": True}})["tmc/templates/dra.yaml"]
+        for doc in yaml.safe_load_all(rendered):
+            if doc:
+                plane.create("deviceclasses", doc)
+        for body in plane.slices:
+            plane.create("resourceslices", body)
+        config = cp.dir / "dra-scheduler.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(cp.kubeconfig("admin"))},
+                    "leaderElection": {"leaderElect": False},
+                }
+            )
+        )
+        cp.start_scheduler(config)
+        yield plane
+    finally:
+        cp.close()
+
+
+def allocated(plane: Plane, name: str) -> list[dict[str, Any]]:
+    got = plane.api.get_namespaced_custom_object(GROUP, VERSION, TENANT, "resourceclaims", name)
+    results: list[dict[str, Any]] = cast(dict[str, Any], got)["status"]["allocation"]["devices"][
+        "results"
+    ]
+    return results
+
+
+def settle(plane: Plane, names: list[str], bound: int) -> dict[str, str]:
+    """Waits until `bound` of the pods are bound and kube-scheduler found no room for the rest;
+    returns each bound pod's node."""
+    api = c.core(plane.cp)
+
+    def nodes() -> dict[str, str]:
+        pods = {p.metadata.name: p for p in api.list_namespaced_pod(TENANT).items}
+        return {n: str(pods[n].spec.node_name) for n in names if pods[n].spec.node_name}
+
+    def refused(name: str) -> bool:
+        conditions = api.read_namespaced_pod(name, TENANT).status.conditions or []
+        return any(x.type == "PodScheduled" and x.status == "False" for x in conditions)
+
+    wait_until(
+        lambda: len(nodes()) == bound and all(refused(n) for n in names if n not in nodes()),
+        90,
+        f"{bound} of {len(names)} pods bound",
+    )
+    return nodes()
+
+
+def test_kube_scheduler_allocates_runs_that_never_overlap_and_memory_by_the_byte(
+    scheduling: Plane,
+) -> None:
+    """Five pods ask for 12 ways, 5 GiB of DRAM and 100 GiB of slow memory: node-a's own slow
+    memory holds one, rack-a (node-b's) two; the rest wait. Then six ask for 12 ways only: the
+    48 ways of each node hold four disjoint runs, so five more are placed and one waits."""
+    api = c.core(scheduling.cp)
+    first = [f"full-{i}" for i in range(5)]
+    for name in first:
+        scheduling.api.create_namespaced_custom_object(
+            GROUP, VERSION, TENANT, "resourceclaims", claim(name, ways=12, dram="5Gi", slow="100Gi")
+        )
+        api.create_namespaced_pod(TENANT, pod_with_claim(name))
+    on = settle(scheduling, first, 3)
+    assert sorted(on.values()) == ["node-a", "node-b", "node-b"], on
+    for name, node in on.items():
+        results = {r["request"]: r for r in allocated(scheduling, name)}
+        assert results["dram"]["pool"] == node and results["dram"]["device"] == "dram"
+        assert results["dram"]["consumedCapacity"] == {"bytes": "5Gi"}
+        assert results["slow"]["consumedCapacity"] == {"bytes": "100Gi"}
+        want_pool = "node-a" if node == "node-a" else "rack-pool/rack-a"
+        assert (results["slow"]["pool"], results["slow"]["device"]) == (want_pool, "slow")
+        assert results["ways"]["pool"] == node
+
+    second = [f"ways-{i}" for i in range(6)]
+    for name in second:
+        scheduling.api.create_namespaced_custom_object(
+            GROUP, VERSION, TENANT, "resourceclaims", claim(name, ways=12)
+        )
+        api.create_namespaced_pod(TENANT, pod_with_claim(name))
+    on.update(settle(scheduling, second, 5))
+    masks: dict[str, list[int]] = {"node-a": [], "node-b": []}
+    for name, node in on.items():
+        device = next(r["device"] for r in allocated(scheduling, name) if r["request"] == "ways")
+        _, start, count = device.split("-")
+        assert int(count) == 12
+        mask = ((1 << 12) - 1) << int(start)
+        assert all(mask & other == 0 for other in masks[node]), (node, device)
+        masks[node].append(mask)
+    assert {n: len(m) for n, m in masks.items()} == {"node-a": 4, "node-b": 4}
