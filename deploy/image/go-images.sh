@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The placement engine's images without a Docker engine: tmc-scheduler (kube-scheduler with the
-# TmcPlacement plugin) and tmc-extender (the same engine behind kube-scheduler's extender
+# TmcPlacement plugin; the image also carries tmc-dra-publisher) and tmc-extender (the same engine behind kube-scheduler's extender
 # protocol), each a static Go binary (CGO off) alone in an OCI image layout packed by oci.py.
 #
 #   deploy/image/go-images.sh [OUT_PARENT]      (./dev image calls it; OUT_PARENT defaults to
@@ -61,6 +61,11 @@ for cmd in tmc-scheduler tmc-extender; do
     mkdir -p "$rootfs/usr/local/bin" "$rootfs/etc" "$rootfs/tmp"
     (cd "$WORK/src/scheduler/plugin" && "$GO" build -trimpath -tags selinux,notest,grpcnotrace \
         -ldflags "$ldflags" -o "$rootfs/usr/local/bin/$cmd" "./cmd/$cmd")
+    if [ "$cmd" = tmc-scheduler ]; then
+        # The scheduler's image also carries tmc-dra-publisher (the chart's dra.enabled runs it).
+        (cd "$WORK/src/scheduler/plugin" && "$GO" build -trimpath -ldflags "$ldflags" \
+            -o "$rootfs/usr/local/bin/tmc-dra-publisher" ./cmd/tmc-dra-publisher)
+    fi
     printf 'root:x:0:0:root:/root:/sbin/nologin\ntmc:x:10001:10001:tmc:/nonexistent:/sbin/nologin\n' > "$rootfs/etc/passwd"
     printf 'root:x:0:\ntmc:x:10001:\n' > "$rootfs/etc/group"
     tar -C "$rootfs" --sort=name --numeric-owner --owner=0 --group=0 -cf "$WORK/$cmd.tar" .

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds tmc-scheduler (kube-scheduler with the TmcPlacement plugin) and tmc-extender (the same
-# engine behind kube-scheduler's extender protocol) into the control plane's cache folder, next to kube-apiserver and kube-scheduler, with the same toolchain, module cache
+# Builds tmc-scheduler (kube-scheduler with the TmcPlacement plugin), tmc-extender (the same
+# engine behind kube-scheduler's extender protocol) and tmc-dra-publisher (tmc's DRA
+# ResourceSlices, kept equal to the nodes' published capacity) into the control plane's cache folder, next to kube-apiserver and kube-scheduler, with the same toolchain, module cache
 # and build cache as tests/scheduler/controlplane/build.sh, so that a warm cache rebuilds it in
 # seconds and CI's fresh clones on this machine share it.
 #
@@ -8,7 +9,7 @@
 # checkouts at different commits that share the cache never run each other's build, and a
 # checkout whose sources are unchanged reuses its build without invoking Go.
 #
-# Usage: scheduler/plugin/build.sh      (idempotent; prints the folder holding both binaries)
+# Usage: scheduler/plugin/build.sh      (idempotent; prints the folder holding the binaries)
 set -euo pipefail
 
 K8S_VERSION=${TMC_K8S_VERSION:-v1.36.3}
@@ -41,7 +42,7 @@ fi
 SOURCES=$(cd "$HERE" && find go.mod go.sum cmd pkg -type f \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' \) \
     ! -name '*_test.go' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
 OUT=$BIN/engine-$SOURCES
-if [ -x "$OUT/tmc-scheduler" ] && [ -x "$OUT/tmc-extender" ]; then
+if [ -x "$OUT/tmc-scheduler" ] && [ -x "$OUT/tmc-extender" ] && [ -x "$OUT/tmc-dra-publisher" ]; then
     echo "$OUT"
     exit 0
 fi
@@ -59,7 +60,7 @@ done
 work=$(mktemp -d "$BIN/.engine-$SOURCES.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 start=$(date +%s)
-for cmd in tmc-scheduler tmc-extender; do
+for cmd in tmc-scheduler tmc-extender tmc-dra-publisher; do
     (cd "$HERE" && "$GO" build -trimpath -tags selinux,notest,grpcnotrace -ldflags "$ldflags" \
         -o "$work/$cmd" "./cmd/$cmd")
 done

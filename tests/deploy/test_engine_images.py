@@ -59,6 +59,10 @@ def test_two_builds_give_the_same_digests_and_runnable_layouts(tmp_path: Path) -
             members = {m.name.removeprefix("./"): m for m in t.getmembers()}
             binary = members[f"usr/local/bin/{name}"]
             assert binary.isfile() and binary.mode & 0o111 and binary.size > 1_000_000
+            if name == "tmc-scheduler":
+                # The chart runs tmc-dra-publisher (dra.enabled) from the scheduler's image.
+                publisher = members["usr/local/bin/tmc-dra-publisher"]
+                assert publisher.isfile() and publisher.mode & 0o111 and publisher.size > 1_000_000
     assert list((tmp_path / "tmp").iterdir()) == [], "the builds left their work behind"
 
 

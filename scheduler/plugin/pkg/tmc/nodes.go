@@ -37,6 +37,14 @@ func parseNode(node *v1.Node) *parsedNode {
 	return p
 }
 
+// ReadNodeCapacity is a node's tiered capacity as the engine reads it (its labels and tmc.dev
+// annotations, held to the memory its kubelet reports): nil and no error for a node that
+// publishes none, an error for one whose capacity cannot be read.
+func ReadNodeCapacity(node *v1.Node) (*NodeCapacity, error) {
+	c, _, err := parseNodeCapacity(node)
+	return c, err
+}
+
 func parseNodeCapacity(node *v1.Node) (*NodeCapacity, int64, error) {
 	capacity, err := ParseNodeCapacity(node.Labels, node.Annotations)
 	if err != nil || capacity == nil {
