@@ -569,6 +569,45 @@ def test_rack_pools_sizes_reach_both_placement_paths() -> None:
     assert not any(a.startswith("--rack-pools") for a in command["extender"]["command"])
 
 
+def test_the_dra_publisher_runs_only_with_dra_and_may_touch_nodes_and_slices_only() -> None:
+    """dra.enabled: one tmc-dra-publisher (Recreate: never two writing the same slices), from the
+    tmc-scheduler image, with the chart's rackPools, as a service account that may read Nodes
+    and write ResourceSlices and nothing else; off, none of it renders."""
+    off = render({"rackPools": {"rack-a": "256Gi"}})
+    assert not [d for d in off if "dra-publisher" in d["metadata"]["name"]]
+    docs = render({"dra": {"enabled": True}, "rackPools": {"rack-b": "1Ti", "rack-a": "256Gi"}})
+    deployment = by_name(docs, "Deployment", "demo-tmc-dra-publisher")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == "demo-tmc-dra-publisher"
+    (container,) = pod["containers"]
+    assert container["image"] == "tmc-scheduler:v1.36.3"
+    assert container["command"] == [
+        "/usr/local/bin/tmc-dra-publisher",
+        "--rack-pools=rack-a=256Gi,rack-b=1Ti",
+    ]
+    role = by_name(docs, "ClusterRole", "demo-tmc-dra-publisher")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices"],
+            "verbs": ["get", "list", "watch", "create", "update", "delete"],
+        },
+    ]
+    binding = by_name(docs, "ClusterRoleBinding", "demo-tmc-dra-publisher")
+    assert binding["roleRef"]["name"] == "demo-tmc-dra-publisher"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "demo-tmc-dra-publisher", "namespace": "tmc"}
+    ]
+    by_name(docs, "ServiceAccount", "demo-tmc-dra-publisher")
+    # No pools: no flag (the publisher then sizes a pool by its smallest member, as the engine).
+    docs = render({"dra": {"enabled": True}})
+    command = by_name(docs, "Deployment", "demo-tmc-dra-publisher")["spec"]["template"]["spec"]
+    assert command["containers"][0]["command"] == ["/usr/local/bin/tmc-dra-publisher"]
+
+
 def test_admission_policies_are_on_by_default_and_name_the_components() -> None:
     docs = render()
     policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}

@@ -208,7 +208,7 @@ def test_the_charts_device_classes_are_accepted(plane: Plane) -> None:
         if d and d["kind"] == "DeviceClass"
     ]
     rendered = c.render_chart({"dra": {"enabled": True}})["tmc/templates/dra.yaml"]
-    classes = [d for d in yaml.safe_load_all(rendered) if d]
+    classes = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "DeviceClass"]
     assert {d["metadata"]["name"] for d in classes} == {
         "llc-ways.tmc.dev",
         "dram.tmc.dev",
@@ -398,7 +398,7 @@ def scheduling(slices_command: Path) -> Iterator[Plane]:
         plane = Plane(cp, slices_for(slices_command, ALLOCATED))
         rendered = c.render_chart({"dra": {"enabled": True}})["tmc/templates/dra.yaml"]
         for doc in yaml.safe_load_all(rendered):
-            if doc:
+            if doc and doc["kind"] == "DeviceClass":
                 plane.create("deviceclasses", doc)
         for body in plane.slices:
             plane.create("resourceslices", body)

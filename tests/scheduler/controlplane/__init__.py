@@ -29,6 +29,7 @@ SERVICE_ACCOUNTS = {
     "extender": f"{RELEASE}-tmc-extender",
     "agent": f"{RELEASE}-tmc-agent",
     "publisher": f"{RELEASE}-tmc-publisher",
+    "dra-publisher": f"{RELEASE}-tmc-dra-publisher",
 }
 
 

@@ -206,8 +206,6 @@ func Apply(ctx context.Context, client kubernetes.Interface, c Changes, timeout 
 			return err
 		})
 	}
-	if n := len(c.Create) + len(c.Update) + len(c.Delete); n > 0 {
-		klog.InfoS("slices reconciled", "created", len(c.Create), "updated", len(c.Update), "deleted", len(c.Delete), "failed", len(errs))
-	}
+	klog.InfoS("slices reconciled", "created", len(c.Create), "updated", len(c.Update), "deleted", len(c.Delete), "failed", len(errs))
 	return errors.Join(errs...)
 }
