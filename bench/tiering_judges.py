@@ -383,6 +383,8 @@ def run_judges(s: Settings, out: Path | None = None, quick: bool = False) -> dic
         stem = "tiering-judges-quick" if quick else "tiering-judges"
         if set(s.workloads) <= set(STUDY_WORKLOADS):
             stem += "-study-shapes"
+        if not quick and s.seeds != FULL.seeds:
+            stem += "-seeds-" + "-".join(str(x) for x in s.seeds)
         write_report(data, out, stem)
     return data
 
@@ -545,6 +547,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_true",
         help="the study's shapes (the advisor's making) instead of the held-out ones",
     )
+    parser.add_argument(
+        "--seeds",
+        type=lambda text: tuple(int(x) for x in text.split(",")),
+        default=None,
+        help="comma-separated seeds instead of 11,12,13 (fresh cases: 21,22,23)",
+    )
     args = parser.parse_args(argv)
     if args.from_json is not None:
         data = json.loads(args.from_json.read_text())
@@ -555,6 +563,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         s = Settings(**{**asdict(s), "processes": args.processes})
     if args.study_shapes:
         s = Settings(**{**asdict(s), "workloads": tuple(STUDY_WORKLOADS)})
+    if args.seeds is not None:
+        s = Settings(**{**asdict(s), "seeds": args.seeds})
     data = run_judges(s, args.out, quick=args.quick)
     for judge, x in data["summary"].items():
         print(

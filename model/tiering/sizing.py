@@ -9,14 +9,17 @@ under-predicts is brought up; no loss goes below zero). Runs at other sizes (`me
 trials) correct the curve at their sizes too, the correction interpolated between them.
 
 The advice is the smallest share, from all-fast down, whose corrected loss plus its uncertainty
-stays within τ: the uncertainty is the run-to-run noise at a measured size and grows with the
-distance below the nearest measured size (both measured on the study's shapes). Because the model
-is right on average but not case by case, the advice also names the next size trial: the model's
-own estimate of the smallest share within τ less the noise (bisecting towards a size measured
-over it), and at the end the advised size once more, so that it rests on two runs. The trials
-are bounded (`max_trials`); the advice is stateless, a caller runs the named size and asks again
-with it added. When the whole footprint fast is already over τ less the noise, no size reliably
-meets it under the manager as configured: the advice says so and probes once below.
+stays within τ, or a smaller size measured within τ less the noise in every run made of it: the
+uncertainty is the run-to-run noise at a measured size and grows with the distance below the
+nearest measured size (both measured on the study's shapes). Because the model is right on
+average but not case by case, the advice also names the next size trial, read from what the
+runs measured: below the smallest measured size, the model's rise scaled as the measured sizes
+rose (a model that overstates the rise does not stop the search), between the advice and a size
+measured over τ less the noise, the loss through both (bisecting where nothing between fits);
+and at the end the advised size once more, so that it rests on two runs. The trials are bounded
+(`max_trials`); the advice is stateless, a caller runs the named size and asks again with it
+added. When the whole footprint fast is already over τ less the noise, no size reliably meets it
+under the manager as configured: the advice says so and probes once below.
 """
 
 from __future__ import annotations
@@ -136,11 +139,22 @@ def size_fast_tier(
     baseline = anchors.get(counters_at, 0.0) if counters_at is not None else 0.0
     raw = {float(s): float(predicted_loss(profile, knobs, period, float(s))) for s in shares}
 
+    def model_at(share: float) -> float:
+        return raw[share] if share in raw else float(predicted_loss(profile, knobs, period, share))
+
+    measured_losses = [losses[x] for x in at]
+
     def carried(share: float) -> float:
         """The model's loss with the correction of the measured sizes interpolated between them
-        and carried as is beyond them."""
+        and carried as is beyond them. Between two measured sizes it is at least the straight
+        line between what both measured: a model whose rise sits mostly near the smaller size
+        would read the sizes just above it as nearly as good as the larger one, which no run
+        showed."""
         shift = float(np.interp(share, at, offsets)) if at else 0.0
-        return max(0.0, raw[share] + shift)
+        loss = max(0.0, raw[share] + shift)
+        if at and at[0] < share < at[-1]:
+            loss = max(loss, float(np.interp(share, at, measured_losses)))
+        return loss
 
     def corrected(share: float) -> float:
         if at and share < at[0] and at[0] != counters_at:
@@ -179,34 +193,18 @@ def size_fast_tier(
         chosen = curve[_index(min(good))]
     # All-fast within τ less the noise (a run may show that much more), or a size measured so.
     reachable = curve[0].predicted_loss + noise <= loss_target or bool(good)
-    # The next trial: below the advice, the smallest share the model (corrected by the nearest
-    # measured size, without the uncertainty) puts within τ less the noise, above any share
-    # measured over it; where that is not a step below the advice, halfway to that failed share,
-    # else the advice itself if it was not measured. Each run either verifies a larger saving or
-    # brackets the boundary.
-    failed = [x for x in at if x < chosen.fast_share and losses[x] + noise > loss_target]
-    floor = max(failed, default=-1.0)
-    target = chosen.fast_share
-    for point in curve:
-        if point.fast_share >= chosen.fast_share:
-            continue
-        if point.fast_share <= floor + 1e-9 or carried(point.fast_share) + noise > loss_target:
-            break
-        target = point.fast_share
-    if target > chosen.fast_share - STEP + 1e-9 and floor >= 0.0:
-        target = _on_grid((floor + chosen.fast_share) / 2.0)
+    # The next trial, read from the measured sizes (`_next_trial`). The advice ends on a size
+    # measured within τ less the noise in two runs (the worse run counts) when the trials allow:
+    # one run may be the lucky one. Where the measured rise is extrapolated (the sampling model,
+    # whose calibrated slope is zero) a step can be long, so the last trial is kept for that
+    # second run; where the rise is never taken flatter than the model's (the hint-fault model)
+    # the steps stay short, and the second run comes when nothing below is left to try.
+    unsettled = chosen.fast_share < 1.0 and runs_at.get(chosen.fast_share, 0) < 2
+    kept = 1 if unsettled and slope <= 0.0 else 0
     nxt: float | None = None
-    if len(measured) < max_trials and reachable:
-        if chosen.fast_share - target >= STEP - 1e-9 and target - floor >= STEP - 1e-9:
-            nxt = target
-        elif chosen.fast_share not in anchors:
-            nxt = chosen.fast_share  # verify the advice itself
-    if nxt is not None and nxt in anchors and nxt != chosen.fast_share:
-        nxt = None
-    # One run within τ less the noise may be the lucky one: the advice ends on a size measured
-    # so twice (the worse run counts) when the trials allow.
-    once = chosen.fast_share < 1.0 and runs_at.get(chosen.fast_share, 0) == 1
-    if nxt is None and len(measured) < max_trials and once:
+    if len(measured) < max_trials - kept and reachable:
+        nxt = _next_trial(chosen.fast_share, at, losses, model_at, loss_target - noise, slope)
+    if nxt is None and len(measured) < max_trials and unsettled and reachable:
         nxt = chosen.fast_share
     below = [x for x in at if x < 1.0 and x != counters_at]
     if not reachable and not below and len(measured) < max_trials:
@@ -248,6 +246,103 @@ def size_fast_tier(
         anchor_offset=offset,
         curve=curve,
     )
+
+
+def _next_trial(
+    advised: float,
+    at: Sequence[float],
+    losses: dict[float, float],
+    model_at: Callable[[float], float],
+    limit: float,
+    slope: float,
+) -> float | None:
+    """The size to run next, or None: the smallest share below the advice, contiguous from it,
+    whose loss read through the measured sizes (`_through_measured`) stays within `limit` (τ less
+    the noise).
+
+    Where a size below the advice was measured over the limit, the search stays above it, and
+    where nothing between is a step below the advice it bisects the two. Else the search reaches
+    at most twice as far below the smallest measured size as the last step between measured
+    sizes (a rise measured over a short step says little about a long one). Each run either
+    verifies a larger saving or brackets the boundary; where nothing below is left, the advice
+    itself if it was not measured.
+    """
+    through = _through_measured(at, losses, model_at, trust_measured_rise=slope <= 0.0)
+    failed = [x for x in at if x < advised - 1e-9 and losses[x] > limit]
+    floor = max(failed, default=-STEP)
+    if not failed and at:
+        lowest = min(at)
+        steps = [x - lowest for x in at if x > lowest]
+        if steps:
+            floor = max(floor, lowest - 2.0 * min(steps) - STEP)
+    target = advised
+    x = _on_grid(advised - STEP)
+    while x > floor + 1e-9 and through(x) <= limit:
+        target = x
+        x = _on_grid(x - STEP)
+    if failed:
+        # Halfway between the advice and the size measured over the limit where nothing between
+        # is a step below the advice; and, where the measured rise is extrapolated (long steps),
+        # never nearer the failed size than that: one failed long step says the model's shape
+        # was wrong there, and halving the bracket still gains.
+        middle = _on_grid((advised + max(failed)) / 2.0)
+        room = advised - middle >= STEP - 1e-9 and middle - max(failed) >= STEP - 1e-9
+        if room and (target > advised - STEP + 1e-9 or (slope <= 0.0 and target < middle)):
+            target = middle
+    if target < advised - 1e-9 and target not in losses:
+        return target
+    return advised if advised not in losses else None
+
+
+def _through_measured(
+    at: Sequence[float],
+    losses: dict[float, float],
+    model_at: Callable[[float], float],
+    trust_measured_rise: bool,
+) -> Callable[[float], float]:
+    """The loss at a share as the measured sizes say it, the model giving its shape.
+
+    At a measured size, the worst run there. Between two measured sizes, the model corrected by
+    both measurements (the correction interpolated), bounded by what both measured. Above the
+    largest, the model shifted through it. Below the smallest, the model's rise from there scaled
+    as the measurements rose between the two smallest measured sizes (measured against
+    predicted), so that a model that overstates how fast the loss grows is read as the runs
+    show; for a model whose calibrated error grows away from a measured size (`trust_measured_rise`
+    false: the hint-fault model, LRU's cliffs) the rise is never taken flatter than the model's.
+    """
+    ordered = sorted(at)
+
+    def shifted(share: float, anchor: float) -> float:
+        return max(0.0, losses[anchor] + model_at(share) - model_at(anchor))
+
+    def through(share: float) -> float:
+        if not ordered:
+            return max(0.0, model_at(share))
+        if share in losses:
+            return losses[share]
+        lowest, highest = ordered[0], ordered[-1]
+        if share > highest:
+            return shifted(share, highest)
+        if share < lowest:
+            if len(ordered) == 1:
+                return shifted(share, lowest)
+            upper = ordered[1]
+            rise = model_at(lowest) - model_at(upper)
+            measured_rise = losses[lowest] - losses[upper]
+            scale = measured_rise / rise if rise > 1e-12 else 1.0
+            scaled = losses[lowest] + max(0.0, scale) * (model_at(share) - model_at(lowest))
+            if not trust_measured_rise:
+                return max(shifted(share, lowest), scaled)
+            return max(losses[lowest], scaled)
+        upper = min(x for x in ordered if x > share)
+        lower = max(x for x in ordered if x < share)
+        w = (share - lower) / (upper - lower)
+        offset = (1.0 - w) * (losses[lower] - model_at(lower)) + w * (
+            losses[upper] - model_at(upper)
+        )
+        return min(max(losses[upper], losses[lower]), max(0.0, model_at(share) + offset))
+
+    return through
 
 
 def _why_no_saving(

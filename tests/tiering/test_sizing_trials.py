@@ -17,7 +17,12 @@ from model.tiering.manager_model import (
     sampling_loss,
 )
 from model.tiering.period import period_plan
-from model.tiering.sizing import SizeMeasurement, SizingAdvice, size_fast_tier
+from model.tiering.sizing import (
+    SizeMeasurement,
+    SizingAdvice,
+    _through_measured,
+    size_fast_tier,
+)
 from sim.machine import cxl_local_host
 from sim.tiering.tpp import tpp_profile
 from tests.tiering.conftest import profile, stream
@@ -183,3 +188,116 @@ def test_calibration_takes_the_quantile_over_the_noise_and_per_share() -> None:
     # (0.05 - 0.03) / 0.1 = 0.2; over-prediction counts as none.
     assert out["tpp"]["slope"] == pytest.approx(0.2)
     assert out["tmc-sim"] == {"noise": 0.0, "slope": 0.0, "cases": 1.0}
+
+
+def _offset_only_share(
+    p: TieringProfile, measured_share: float, measured_loss: float, limit: float
+) -> float:
+    """The smallest share, contiguous below a measured one, that the model shifted through that
+    one measurement puts within `limit`: where a search that reads the model's slope alone stops."""
+    knobs = dict(p.page_manager.knobs)
+    period = p.page_manager.migration_period_seconds
+    at_measured = predicted_loss(p, knobs, period, measured_share)
+    share = round(measured_share, 2)
+    while share > 0.01:
+        below = round(share - 0.01, 2)
+        if measured_loss + predicted_loss(p, knobs, period, below) - at_measured > limit:
+            break
+        share = below
+    return share
+
+
+def _flatter_than_the_model(p: TieringProfile, scale: float) -> Callable[[float], float]:
+    """A workload whose loss rises from the counters' as the model says, times `scale`."""
+    assert p.counters is not None
+    knobs = dict(p.page_manager.knobs)
+    period = p.page_manager.migration_period_seconds
+    at_full = p.counters.wall_seconds / p.wall_seconds_fast - 1.0
+    full = predicted_loss(p, knobs, period, 1.0)
+    return lambda share: at_full + scale * (predicted_loss(p, knobs, period, share) - full)
+
+
+def test_a_measured_rise_flatter_than_the_model_carries_the_search_further() -> None:
+    # Sampling model: the measured rise is extrapolated (its calibrated slope is zero).
+    p = profile("moving-hot")
+    loss_at = _flatter_than_the_model(p, 0.3)
+    first = size_fast_tier(p, 0.05)
+    assert first.next_trial_fast_bytes is not None
+    share = first.next_trial_fast_bytes / p.footprint_bytes
+    run = SizeMeasurement(
+        fast_bytes=first.next_trial_fast_bytes,
+        wall_seconds=p.wall_seconds_fast * (1.0 + loss_at(share)),
+    )
+    limit = 0.05 - first.noise
+    after = size_fast_tier(p, 0.05, measured=[run])
+    assert after.verified and after.fast_share == pytest.approx(share, abs=0.006)
+    assert after.next_trial_fast_bytes is not None
+    nxt = after.next_trial_fast_bytes / p.footprint_bytes
+    # Further than the model's own slope from the measured size allows, at most twice the step
+    # from the counters' size below it.
+    assert nxt < _offset_only_share(p, share, loss_at(share), limit) - 0.05
+    assert nxt >= share - 2 * (1.0 - share) - 0.011
+    # Run to the end: the advice is a size measured within τ less the noise in two runs, below
+    # where the model's slope alone would have stopped the search.
+    advice, trials = run_until_done(p, loss_at)
+    assert advice.verified and loss_at(advice.fast_share) + advice.noise <= 0.05 + 1e-9
+    assert advice.fast_share < _offset_only_share(p, share, loss_at(share), limit) - 0.05
+    twice = [t for t in trials if abs(t.fast_bytes / p.footprint_bytes - advice.fast_share) < 0.006]
+    assert len(twice) == 2 and len(trials) <= 4
+
+
+def test_the_last_trial_is_kept_for_the_advice_second_run_where_steps_are_long() -> None:
+    p = profile("moving-hot")
+    loss_at = _flatter_than_the_model(p, 0.3)
+    first = size_fast_tier(p, 0.05)
+    assert first.next_trial_fast_bytes is not None
+    share = first.next_trial_fast_bytes / p.footprint_bytes
+    run = SizeMeasurement(
+        fast_bytes=first.next_trial_fast_bytes,
+        wall_seconds=p.wall_seconds_fast * (1.0 + loss_at(share)),
+    )
+    # Two trials: the second runs the advice again instead of a longer step.
+    last = size_fast_tier(p, 0.05, measured=[run], max_trials=2)
+    assert last.next_trial_fast_bytes == first.next_trial_fast_bytes
+
+
+def test_under_the_hint_fault_model_the_rise_is_never_taken_flatter_than_the_model() -> None:
+    p = tpp()
+    loss_at = _flatter_than_the_model(p, 0.3)
+    first = size_fast_tier(p, 0.05)
+    assert first.next_trial_fast_bytes is not None
+    share = first.next_trial_fast_bytes / p.footprint_bytes
+    run = SizeMeasurement(
+        fast_bytes=first.next_trial_fast_bytes,
+        wall_seconds=p.wall_seconds_fast * (1.0 + loss_at(share)),
+    )
+    after = size_fast_tier(p, 0.05, measured=[run])
+    assert after.next_trial_fast_bytes is not None
+    nxt = after.next_trial_fast_bytes / p.footprint_bytes
+    offset_only = _offset_only_share(p, share, loss_at(share), 0.05 - first.noise)
+    assert nxt == pytest.approx(offset_only, abs=0.011)
+
+
+def test_the_loss_through_measured_sizes_is_bounded_by_what_they_measured() -> None:
+    losses = {1.0: 0.01, 0.8: 0.02, 0.6: 0.08}
+
+    def model(share: float) -> float:
+        return 0.3 * (1.0 - share) ** 2  # steep far down, flat near all-fast
+
+    through = _through_measured(sorted(losses), losses, model, trust_measured_rise=True)
+    assert [through(x) for x in (1.0, 0.8, 0.6)] == [0.01, 0.02, 0.08]
+    for x in (0.95, 0.9, 0.85, 0.75, 0.7, 0.65):
+        upper = min(s for s in losses if s > x)
+        lower = max(s for s in losses if s < x)
+        assert losses[upper] <= through(x) <= losses[lower]
+    # Below the smallest measured size, the model's rise scaled as measured between 0.8 and
+    # 0.6: (0.08 - 0.02) / (model(0.6) - model(0.8)) = 0.06 / 0.036.
+    scale = 0.06 / (model(0.6) - model(0.8))
+    assert through(0.5) == pytest.approx(0.08 + scale * (model(0.5) - model(0.6)))
+    # A measured rise flatter than the model's, under the hint-fault model: the model's rise.
+    flat = {1.0: 0.01, 0.6: 0.02}
+    cautious = _through_measured(sorted(flat), flat, model, trust_measured_rise=False)
+    assert cautious(0.5) == pytest.approx(0.02 + model(0.5) - model(0.6))
+    assert _through_measured(sorted(flat), flat, model, trust_measured_rise=True)(0.5) < (
+        cautious(0.5)
+    )
