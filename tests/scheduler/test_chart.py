@@ -569,6 +569,29 @@ def test_rack_pools_sizes_reach_both_placement_paths() -> None:
     assert not any(a.startswith("--rack-pools") for a in command["extender"]["command"])
 
 
+def plugin_args(values: dict[str, Any]) -> dict[str, Any]:
+    docs = render({**values, "scheduler": {"placement": "plugin"}})
+    config = next(
+        yaml.safe_load(d["data"]["scheduler-config.yaml"])
+        for d in docs
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "demo-tmc-plugin"
+    )
+    (profile,) = config["profiles"]
+    args: dict[str, Any] = next(
+        p["args"] for p in profile["pluginConfig"] if p["name"] == "TmcPlacement"
+    )
+    return args
+
+
+def test_plans_are_named_only_when_the_operator_says_so_on_both_doors() -> None:
+    """planByReference (tmc.placement/v3) is off by default: nodes whose tmc-nri predates it
+    would apply nothing to such a pod. On, both doors get it."""
+    assert "planByReference" not in plugin_args({})
+    assert "--plan-by-reference" not in extender_command(render(EXTENDER))
+    assert plugin_args({"planByReference": True})["planByReference"] is True
+    assert "--plan-by-reference" in extender_command(render({"planByReference": True, **EXTENDER}))
+
+
 def test_the_dra_publisher_runs_only_with_dra_and_may_touch_nodes_and_slices_only() -> None:
     """dra.enabled: one tmc-dra-publisher (Recreate: never two writing the same slices), from the
     tmc-scheduler image, with the chart's rackPools, as a service account that may read Nodes

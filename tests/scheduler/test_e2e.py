@@ -168,9 +168,9 @@ def test_the_example_pod_is_placed_and_its_plan_reaches_the_node(stack: Stack, n
     assert placement.node == pod.spec.node_name
     assert placement.objective == "slo:5%"
     assert placement.recommendation_id
-    # The per-structure plan: graph500's tagged structures with their fast and slow bytes, read
-    # by the node from the published recommendation the placement names (not carried by it).
-    assert placement.schema_ == "tmc.placement/v3" and not placement.plan, placement
+    # The per-structure plan: graph500's tagged structures with their fast and slow bytes,
+    # carried by the placement (planByReference is off by default).
+    assert placement.plan_from is None, placement
     structures = c.plan_of(stack.cp, placement)
     assert len(structures) >= 2
     conf = placement.configuration

@@ -35,6 +35,10 @@ from tests.scheduler.controlplane import patterns as planned
 from tests.scheduler.controlplane import plugin as p
 from tests.services import PostgresServer, free_port, wait_until
 
+# This stack's tmc-scheduler names published plans (tmc.placement/v3), its nodes' tmc-nri
+# reconcile reads them there; the extender's stack (test_e2e.py) carries them, the default.
+NAMED_PLANS = {"planByReference": True}
+
 pytestmark = pytest.mark.slow
 
 
@@ -62,7 +66,7 @@ def stack(plane: ControlPlane, postgres: PostgresServer) -> Iterator[Stack]:
     s.start_nodes()
     s.publisher.start()
     s.publisher.wait_ready()
-    p.start_plugin_scheduler(plane)
+    p.start_plugin_scheduler(plane, chart=NAMED_PLANS)
     yield s
     s.stop_nodes()
     s.publisher.stop()
@@ -315,7 +319,7 @@ def test_scheduler_killed_mid_burst_and_restarted(stack: Stack, ns: str) -> None
     before = bound_in(stack, ns)
     gone = sorted(before)[0]
     stack.api.delete_namespaced_pod(gone, ns, grace_period_seconds=0)
-    p.start_plugin_scheduler(stack.cp)
+    p.start_plugin_scheduler(stack.cp, chart=NAMED_PLANS)
     left = [n for n in names if n != gone]
     pods = placed(stack, left, ns, timeout=120)
     for n, pod in before.items():  # a pod bound before the kill kept its node and placement
@@ -403,7 +407,9 @@ def test_two_replicas_with_leader_election_under_a_200_pod_burst(stack: Stack, n
         # when it first tries (the chart's default is 15 s).
         lease = {"leaseDurationSeconds": 4, "renewDeadlineSeconds": 3, "retryPeriodSeconds": 1}
         for name in replicas:
-            p.start_plugin_scheduler(stack.cp, name, leaderElect=True, placementLease=lease)
+            p.start_plugin_scheduler(
+                stack.cp, name, NAMED_PLANS, leaderElect=True, placementLease=lease
+            )
         try:
             wait_until(
                 lambda: any("Successfully acquired lease" in stack.cp.log(n) for n in replicas),
@@ -437,7 +443,7 @@ def test_two_replicas_with_leader_election_under_a_200_pod_burst(stack: Stack, n
     finally:
         for name in replicas:
             stack.cp.stop_process(name)
-        p.start_plugin_scheduler(stack.cp)
+        p.start_plugin_scheduler(stack.cp, chart=NAMED_PLANS)
 
 
 def test_a_node_agent_that_restarts_rereads_masks_and_reassigns_none(stack: Stack, ns: str) -> None:

@@ -109,18 +109,30 @@ def install_plugin(cp: ControlPlane, values: dict[str, Any] | None = None) -> No
             k8s_utils.create_from_dict(client, doc, namespace=NAMESPACE)
 
 
-def plugin_config(cp: ControlPlane, name: str = "tmc-scheduler", **extra: Any) -> Path:
-    """The chart's tmc-scheduler configuration, pointed at the test's kubeconfig."""
-    rendered = render_chart(plugin_values(cp, **extra))["tmc/templates/plugin.yaml"]
+def plugin_config(
+    cp: ControlPlane,
+    name: str = "tmc-scheduler",
+    chart: dict[str, Any] | None = None,
+    **extra: Any,
+) -> Path:
+    """The chart's tmc-scheduler configuration, pointed at the test's kubeconfig; `extra` are
+    plugin values, `chart` the chart's other values (e.g. planByReference)."""
+    values = {**(chart or {}), **plugin_values(cp, **extra)}
+    rendered = render_chart(values)["tmc/templates/plugin.yaml"]
     config_map = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "ConfigMap")
     path = cp.dir / f"plugin-config-{name}.yaml"
     path.write_text(config_map["data"]["scheduler-config.yaml"])
     return path
 
 
-def start_plugin_scheduler(cp: ControlPlane, name: str = "tmc-scheduler", **extra: Any) -> None:
+def start_plugin_scheduler(
+    cp: ControlPlane,
+    name: str = "tmc-scheduler",
+    chart: dict[str, Any] | None = None,
+    **extra: Any,
+) -> None:
     cp.start_scheduler(
-        plugin_config(cp, name, **extra), binary=engine_binary("tmc-scheduler"), name=name
+        plugin_config(cp, name, chart, **extra), binary=engine_binary("tmc-scheduler"), name=name
     )
 
 

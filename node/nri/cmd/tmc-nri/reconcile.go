@@ -66,16 +66,6 @@ func reconcile(args []string) int {
 	// A pod's lasting gaps (its plan, say) are logged when they change, not every round.
 	said := map[string][]string{}
 	round := func() bool {
-		if objects != nil {
-			// Listed before the pods, so that every placement read this round was written from
-			// a recommendation listed here or earlier.
-			plans, err := tmcnri.ListPlans(ctx, objects)
-			if err != nil {
-				log.Error("cannot list the published recommendations", "error", err)
-				return false
-			}
-			r.Plans = plans
-		}
 		var pods []corev1.Pod
 		var err error
 		if *podsFile != "" {
@@ -86,6 +76,17 @@ func reconcile(args []string) int {
 		if err != nil {
 			log.Error("cannot read the node's pods", "error", err)
 			return false
+		}
+		if objects != nil {
+			// Listed after the pods: a pod listed was bound from a generation already written,
+			// which this list holds (in the spec, or the status's earlier plans).
+			// A failed list keeps the last one: placements that carry their plans (v2) and the
+			// removal of what pods gone left do not depend on it.
+			if plans, err := tmcnri.ListPlans(ctx, objects); err != nil {
+				log.Warn("cannot list the published recommendations; the last list stands", "error", err)
+			} else {
+				r.Plans = plans
+			}
 		}
 		if !selector.Every() {
 			namespaces, err := tmcnri.ListNamespaces(ctx, client)

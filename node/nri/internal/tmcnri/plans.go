@@ -95,16 +95,18 @@ func ListPlans(ctx context.Context, client dynamic.Interface) (FixedPlans, error
 // InformedPlans are the recommendations' plans as an informer holds them, parsed once per
 // event: the plugin reads them at each placed container, which must not wait on the API server.
 type InformedPlans struct {
-	informer cache.SharedIndexInformer
-	mu       sync.RWMutex
-	plans    map[string]Published
+	// synced is the handler's own: the informer's first list delivered to it, so that the map
+	// holds every object listed (the informer's HasSynced may come first).
+	synced func() bool
+	mu     sync.RWMutex
+	plans  map[string]Published
 }
 
 // WatchPlans starts an informer of the published recommendations, stopped with stop.
 func WatchPlans(client dynamic.Interface, stop <-chan struct{}) (*InformedPlans, error) {
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
 	informer := factory.ForResource(RecommendationResource).Informer()
-	w := &InformedPlans{informer: informer, plans: map[string]Published{}}
+	w := &InformedPlans{plans: map[string]Published{}}
 	set := func(obj any) {
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {
@@ -115,7 +117,7 @@ func WatchPlans(client dynamic.Interface, stop <-chan struct{}) (*InformedPlans,
 		defer w.mu.Unlock()
 		w.plans[u.GetName()] = p
 	}
-	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	registration, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    set,
 		UpdateFunc: func(_, obj any) { set(obj) },
 		DeleteFunc: func(obj any) {
@@ -132,6 +134,7 @@ func WatchPlans(client dynamic.Interface, stop <-chan struct{}) (*InformedPlans,
 	if err != nil {
 		return nil, fmt.Errorf("watching %s: %w", RecommendationResource.Resource, err)
 	}
+	w.synced = registration.HasSynced
 	factory.Start(stop)
 	return w, nil
 }
@@ -145,7 +148,7 @@ func (w *InformedPlans) Object(name string) (Published, bool) {
 }
 
 // Synced implements PublishedPlans.
-func (w *InformedPlans) Synced() bool { return w.informer.HasSynced() }
+func (w *InformedPlans) Synced() bool { return w.synced != nil && w.synced() }
 
 // PlanNotYet: a placement names a published plan and the node has not listed the
 // recommendations yet; nothing is applied on a guess, and the kubelet creates the container

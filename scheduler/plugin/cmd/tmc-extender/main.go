@@ -48,6 +48,7 @@ type options struct {
 	requiredNodePlugin              string
 	pprofAddress                    string
 	tenantNamespaces                string
+	planByReference                 bool
 	leaseDuration, renewDeadline    time.Duration
 	retryPeriod                     time.Duration
 }
@@ -77,6 +78,8 @@ func parse() options {
 		"the NRI plugin a placed pod's containers require on the node (\"tmc\" where nodes run tmc-nri; empty: none)")
 	flag.StringVar(&o.tenantNamespaces, "tenant-namespace-labels", "",
 		"key=value,... labels of the namespaces tmc places pods in (the admission policy's namespaceSelector; empty: every namespace)")
+	flag.BoolVar(&o.planByReference, "plan-by-reference", false,
+		"placements name the published plan (tmc.placement/v3) instead of carrying it; only once every node's tmc-nri reads v3")
 	flag.StringVar(&o.pprofAddress, "pprof-address", "",
 		"serve Go's profiler (/debug/pprof) on this address, e.g. 127.0.0.1:6060 (empty: not served; never expose it)")
 	flag.DurationVar(&o.leaseDuration, "placement-lease-duration", 15*time.Second, "the placement lease's duration")
@@ -302,7 +305,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	published, err := tmc.WatchRecommendations(ctx, dyn)
+	published, err := tmc.WatchRecommendations(ctx, dyn, o.planByReference)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 // sizes the plan as the engine would have. A pinned recommendation's plan stays on the pod.
 func TestAPublishedPlanIsNamedNotCarried(t *testing.T) {
 	index := NewRecommendationIndex()
+	index.NamePlans(true)
 	spec := map[string]any{
 		"schema": RecommendationSchema, "workload": "graph500", "objective": "cheapest",
 		"dram_bytes": 6 << 30, "slow_bytes": 2 << 30, "llc_ways": 4, "slow_ratio": 0.25,
@@ -60,5 +61,26 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Until the operator turns it on (planByReference, --plan-by-reference), placements carry
+// their plans (v2): a node whose tmc-nri does not read v3 yet still applies them.
+func TestPlansAreCarriedUntilNamingIsOn(t *testing.T) {
+	index := NewRecommendationIndex()
+	index.SetAt("graph500-cheapest-1a2b3c4d5e6f", 7, map[string]any{
+		"schema": RecommendationSchema, "workload": "graph500", "objective": "cheapest",
+		"dram_bytes": 4 << 30, "slow_bytes": 0, "llc_ways": 4, "slow_ratio": 0.0,
+		"plan": []any{map[string]any{"tag": "edges", "fast_bytes": 2 << 30, "slow_bytes": 0}},
+	})
+	ask, err := ReadPodWith(tieredPod("a", map[string]string{WorkloadAnnotation: "graph500"}, "1", "4Gi"), index)
+	must(t, err)
+	held := Reservation{Node: "node-a", VCPUs: 1, LLCMask: RunMask(0, 4), DRAMBytes: ask.DRAMBytes}
+	ann, err := PlacementAnnotations(PlacementOf(ask, held))
+	must(t, err)
+	read, err := v1alpha1.ParsePlacement(ann)
+	must(t, err)
+	if read.Schema != PlacementSchema || read.PlanFrom != nil || len(read.Plan) != 1 {
+		t.Fatalf("placement %s", ann[PlacementAnnotation])
 	}
 }

@@ -78,6 +78,12 @@ type Args struct {
 	// admission policy's namespaceSelector): a pod opted in elsewhere is refused, and a bound
 	// pod's placement elsewhere is not counted. Empty: every namespace.
 	TenantNamespaceLabels map[string]string `json:"tenantNamespaceLabels,omitempty"`
+	// PlanByReference makes a pod placed from a published recommendation name the plan
+	// (tmc.placement/v3: the object and its generation) instead of carrying it, so that its
+	// later events are smaller. Turn it on only once every node runs a tmc-nri that reads v3:
+	// an older one applies no configuration to such a pod, and an older scheduler replica
+	// does not count it.
+	PlanByReference bool `json:"planByReference,omitempty"`
 }
 
 // DefaultRecommendationWait is the wait when the configuration does not set one: until the
@@ -221,6 +227,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 			return nil, fmt.Errorf("%s: a client for %s: %w", Name, RecommendationResource.Resource, err)
 		}
 		index := NewRecommendationIndex()
+		index.NamePlans(args.PlanByReference)
 		index.OnPublished(func(workload, objective string) { p.activateWaiting(h, workload, objective) })
 		if err := WatchRecommendationsInto(ctx, client, index); err != nil {
 			return nil, err

@@ -48,7 +48,14 @@ type RecommendationIndex struct {
 	byKey     map[recommendationKey]publishedSpec
 	byName    map[string]recommendationKey
 	names     map[recommendationKey]string
+	// namePlans: placements name the published plan (tmc.placement/v3) rather than carry it.
+	// Off until the operator turns it on (NamePlans), once every node's tmc-nri reads v3.
+	namePlans bool
 }
+
+// NamePlans makes LookupFrom name the objects (so placements name their plans, v3) or not
+// (placements carry them, v2). Set before the informer starts.
+func (x *RecommendationIndex) NamePlans(on bool) { x.namePlans = on }
 
 // NewRecommendationIndex returns an empty index.
 func NewRecommendationIndex() *RecommendationIndex {
@@ -61,8 +68,8 @@ func (x *RecommendationIndex) Lookup(workload, objective string) ([]byte, bool) 
 	return spec, ok
 }
 
-// LookupFrom implements Published: the spec, and the object's name and generation (0 when the
-// object came without one).
+// LookupFrom implements Published: the spec, and the object's name and generation (zero when
+// placements do not name plans, NamePlans, or the object came without a generation).
 func (x *RecommendationIndex) LookupFrom(workload, objective string) ([]byte, v1alpha1.PlanSource, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
@@ -70,6 +77,9 @@ func (x *RecommendationIndex) LookupFrom(workload, objective string) ([]byte, v1
 	found, ok := x.byKey[key]
 	if !ok {
 		return nil, v1alpha1.PlanSource{}, false
+	}
+	if !x.namePlans {
+		return found.spec, v1alpha1.PlanSource{}, true
 	}
 	return found.spec, v1alpha1.PlanSource{Recommendation: x.names[key], Generation: found.generation}, true
 }
@@ -160,8 +170,9 @@ const recommendationSyncTimeout = 30 * time.Second
 
 // WatchRecommendations starts an informer on the published recommendations and waits, bounded,
 // for its first list, so that the scheduler's first pods find what is already published.
-func WatchRecommendations(ctx context.Context, client dynamic.Interface) (*RecommendationIndex, error) {
+func WatchRecommendations(ctx context.Context, client dynamic.Interface, namePlans bool) (*RecommendationIndex, error) {
 	index := NewRecommendationIndex()
+	index.NamePlans(namePlans)
 	return index, WatchRecommendationsInto(ctx, client, index)
 }
 

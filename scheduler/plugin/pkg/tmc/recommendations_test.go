@@ -103,7 +103,7 @@ func TestTheInformerFeedsTheIndex(t *testing.T) {
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{RecommendationResource: RecommendationKind + "List"},
 		published("graph500-slo", graph500Spec(6)))
-	index, err := WatchRecommendations(ctx, client)
+	index, err := WatchRecommendations(ctx, client, false)
 	if err != nil {
 		t.Fatal(err)
 	}
