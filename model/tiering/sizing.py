@@ -276,10 +276,11 @@ def _next_trial(
         if steps:
             floor = max(floor, lowest - 2.0 * min(steps) - STEP)
     target = advised
-    x = _on_grid(advised - STEP)
-    while x > floor + 1e-9 and through(x) <= limit:
+    for i in range(_index(advised) + 1, _index(0.0) + 1):
+        x = _on_grid(1.0 - i * STEP)
+        if x <= floor + 1e-9 or through(x) > limit:
+            break
         target = x
-        x = _on_grid(x - STEP)
     if failed:
         # Halfway between the advice and the size measured over the limit where nothing between
         # is a step below the advice; and, where the measured rise is extrapolated (long steps),

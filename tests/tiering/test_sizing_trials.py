@@ -301,3 +301,17 @@ def test_the_loss_through_measured_sizes_is_bounded_by_what_they_measured() -> N
     assert _through_measured(sorted(flat), flat, model, trust_measured_rise=True)(0.5) < (
         cautious(0.5)
     )
+
+
+def test_runs_faster_than_all_fast_end_the_search_at_the_smallest_size() -> None:
+    # Runs measured below the all-fast time at every size put every share within τ: the search
+    # ends at the bottom of the grid instead of going round it.
+    p = profile("moving-hot")
+    runs = [
+        SizeMeasurement(fast_bytes=p.footprint_bytes // d, wall_seconds=p.wall_seconds_fast * 0.5)
+        for d in (2, 4)
+    ]
+    advice = size_fast_tier(p, 0.05, measured=runs, max_trials=8)
+    assert advice.verified and advice.fast_share == pytest.approx(0.25)
+    assert advice.next_trial_fast_bytes is not None
+    assert 0 < advice.next_trial_fast_bytes < p.footprint_bytes // 4
