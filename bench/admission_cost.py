@@ -21,16 +21,14 @@ to `none` measured in the same run, and the load average before and after (`--re
 
 from __future__ import annotations
 
-import os
 import statistics
-import time
 from typing import Any
 
 import yaml
 from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 
-from bench.harness import Result, arguments, process_cpu_seconds
+from bench.harness import Result, arguments, load_line, process_cpu_seconds
 from tests.scheduler.controlplane import RELEASE, ControlPlane
 from tests.scheduler.controlplane import cluster as c
 from tests.services import wait_until
@@ -171,12 +169,7 @@ def main(argv: list[str] | None = None) -> None:
         med = result.figures[arm]["median ms/pod"]
         rel = result.compare(arm, "median ms/pod", "none", label="ratio to none")
         print(f"  {arm:8s} median {med:6.3f} ms/pod   ratio to none {rel:5.2f}")
-    doc = result.write(args.json)
-    load_before, load_after = doc["load_average"]["start"], doc["load_average"]["end"]
-    print(
-        f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} "
-        f"({os.cpu_count()} CPUs); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
-    )
+    print(load_line(result.write(args.json)))
 
 
 if __name__ == "__main__":

@@ -138,6 +138,15 @@ def load_text(load: Sequence[float], digits: int = 1) -> str:
     return " ".join(f"{x:.{digits}f}" for x in load)
 
 
+def load_line(doc: dict[str, Any]) -> str:
+    """A written result's closing line: the one-minute load before and after, the CPUs, when."""
+    before, after = doc["load_average"]["start"][0], doc["load_average"]["end"][0]
+    return (
+        f"load average before {before:.2f}, after {after:.2f} "
+        f"({os.cpu_count()} CPUs); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
+
+
 def ratio(value: float, baseline: float) -> float:
     """value / baseline, both measured in the same run; NaN when the baseline is 0 (a ratio to
     nothing is not a figure)."""

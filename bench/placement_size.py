@@ -19,7 +19,6 @@ and the load average before and after.
 
 from __future__ import annotations
 
-import os
 import statistics
 import threading
 import time
@@ -28,7 +27,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import watch
 
-from bench.harness import Result, arguments, process_cpu_seconds
+from bench.harness import Result, arguments, load_line, process_cpu_seconds
 from model.node_contract import (
     PLACEMENT_ANNOTATION,
     PlacedConfiguration,
@@ -169,12 +168,7 @@ def main(argv: list[str] | None = None) -> None:
             f"  {arm:13s} {sizes[arm]:4d} bytes  median {med:6.3f} ms/pod  ratio to v2 {rel:5.3f}"
         )
     print(f"  median of the rounds' paired ratios v3 / v2: {statistics.median(paired):5.3f}")
-    doc = result.write(args.json)
-    load_before, load_after = doc["load_average"]["start"], doc["load_average"]["end"]
-    print(
-        f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} "
-        f"({os.cpu_count()} CPUs); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
-    )
+    print(load_line(result.write(args.json)))
 
 
 if __name__ == "__main__":

@@ -547,28 +547,6 @@ def test_every_alert_names_metrics_and_labels_the_code_exports() -> None:
         assert f"`{alert['alert']}`" in guide, alert["alert"]
 
 
-def test_rack_pools_sizes_reach_both_placement_paths() -> None:
-    """One place for a shared pool's size: the chart's rackPools, given to tmc-scheduler's
-    plugin arguments and to tmc-extender's flags."""
-    pools = {"rackPools": {"rack-b": "1Ti", "rack-a": "256Gi"}}
-    plugin = render({**pools, "scheduler": {"placement": "plugin"}})
-    config = next(
-        yaml.safe_load(d["data"]["scheduler-config.yaml"])
-        for d in plugin
-        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "demo-tmc-plugin"
-    )
-    (profile,) = config["profiles"]
-    args = next(p["args"] for p in profile["pluginConfig"] if p["name"] == "TmcPlacement")
-    assert args["rackPools"] == {"rack-a": "256Gi", "rack-b": "1Ti"}
-    scheduler = by_name(render({**pools, **EXTENDER}), "Deployment", "demo-tmc-scheduler")
-    containers = {c["name"]: c for c in scheduler["spec"]["template"]["spec"]["containers"]}
-    assert "--rack-pools=rack-a=256Gi,rack-b=1Ti" in containers["extender"]["command"]
-    # None given: neither says anything (pools are then their smallest member's claim).
-    scheduler = by_name(render(EXTENDER), "Deployment", "demo-tmc-scheduler")
-    command = {c["name"]: c for c in scheduler["spec"]["template"]["spec"]["containers"]}
-    assert not any(a.startswith("--rack-pools") for a in command["extender"]["command"])
-
-
 def plugin_args(values: dict[str, Any]) -> dict[str, Any]:
     docs = render({**values, "scheduler": {"placement": "plugin"}})
     config = next(
@@ -581,6 +559,20 @@ def plugin_args(values: dict[str, Any]) -> dict[str, Any]:
         p["args"] for p in profile["pluginConfig"] if p["name"] == "TmcPlacement"
     )
     return args
+
+
+def test_rack_pools_sizes_reach_both_placement_paths() -> None:
+    """One place for a shared pool's size: the chart's rackPools, given to tmc-scheduler's
+    plugin arguments and to tmc-extender's flags."""
+    pools = {"rackPools": {"rack-b": "1Ti", "rack-a": "256Gi"}}
+    assert plugin_args(pools)["rackPools"] == {"rack-a": "256Gi", "rack-b": "1Ti"}
+    scheduler = by_name(render({**pools, **EXTENDER}), "Deployment", "demo-tmc-scheduler")
+    containers = {c["name"]: c for c in scheduler["spec"]["template"]["spec"]["containers"]}
+    assert "--rack-pools=rack-a=256Gi,rack-b=1Ti" in containers["extender"]["command"]
+    # None given: neither says anything (pools are then their smallest member's claim).
+    scheduler = by_name(render(EXTENDER), "Deployment", "demo-tmc-scheduler")
+    command = {c["name"]: c for c in scheduler["spec"]["template"]["spec"]["containers"]}
+    assert not any(a.startswith("--rack-pools") for a in command["extender"]["command"])
 
 
 def test_plans_are_named_only_when_the_operator_says_so_on_both_doors() -> None:

@@ -8,7 +8,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -16,22 +15,11 @@ import (
 	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
 
-// RecommendationResource is where the publisher writes the recommendations (cluster-scoped).
-var RecommendationResource = schema.GroupVersionResource{Group: v1alpha1.Group, Version: "v1alpha1", Resource: "tieredrecommendations"}
-
-// PublishedPlan is a published recommendation's plan at one generation, and the sizes it was
-// written for.
-type PublishedPlan struct {
-	DRAMBytes int64
-	SlowBytes int64
-	Plan      []v1alpha1.StructurePlan
-}
-
 // Published is what the node knows of one TieredRecommendation: its spec's generation, and the
 // plans of that generation and of the earlier ones its status keeps.
 type Published struct {
 	Generation int64
-	Plans      map[int64]PublishedPlan
+	Plans      map[int64]v1alpha1.GenerationPlan
 }
 
 // PublishedPlans are the published recommendations as the node knows them: a placement of
@@ -47,7 +35,7 @@ type PublishedPlans interface {
 // status's plans of earlier generations (the publisher keeps the latest few). A part that is
 // not what the API types say is left out (its plans are then not applied).
 func publishedOf(u *unstructured.Unstructured) Published {
-	out := Published{Generation: u.GetGeneration(), Plans: map[int64]PublishedPlan{}}
+	out := Published{Generation: u.GetGeneration(), Plans: map[int64]v1alpha1.GenerationPlan{}}
 	var obj struct {
 		Spec   v1alpha1.Recommendation `json:"spec"`
 		Status struct {
@@ -59,10 +47,10 @@ func publishedOf(u *unstructured.Unstructured) Published {
 		return out
 	}
 	for _, p := range obj.Status.Plans {
-		out.Plans[p.Generation] = PublishedPlan{DRAMBytes: p.DRAMBytes, SlowBytes: p.SlowBytes, Plan: p.Plan}
+		out.Plans[p.Generation] = p
 	}
 	// The spec is the truth for its own generation, whatever the status says of it.
-	out.Plans[out.Generation] = PublishedPlan{DRAMBytes: obj.Spec.DRAMBytes, SlowBytes: obj.Spec.SlowBytes, Plan: obj.Spec.Plan}
+	out.Plans[out.Generation] = v1alpha1.GenerationPlan{Generation: out.Generation, DRAMBytes: obj.Spec.DRAMBytes, SlowBytes: obj.Spec.SlowBytes, Plan: obj.Spec.Plan}
 	return out
 }
 
@@ -81,7 +69,7 @@ func (f FixedPlans) Synced() bool { return f != nil }
 
 // ListPlans lists the published recommendations' plans.
 func ListPlans(ctx context.Context, client dynamic.Interface) (FixedPlans, error) {
-	list, err := client.Resource(RecommendationResource).List(ctx, metav1.ListOptions{})
+	list, err := client.Resource(v1alpha1.Resource).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +93,7 @@ type InformedPlans struct {
 // WatchPlans starts an informer of the published recommendations, stopped with stop.
 func WatchPlans(client dynamic.Interface, stop <-chan struct{}) (*InformedPlans, error) {
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
-	informer := factory.ForResource(RecommendationResource).Informer()
+	informer := factory.ForResource(v1alpha1.Resource).Informer()
 	w := &InformedPlans{plans: map[string]Published{}}
 	set := func(obj any) {
 		u, ok := obj.(*unstructured.Unstructured)
@@ -132,7 +120,7 @@ func WatchPlans(client dynamic.Interface, stop <-chan struct{}) (*InformedPlans,
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("watching %s: %w", RecommendationResource.Resource, err)
+		return nil, fmt.Errorf("watching %s: %w", v1alpha1.Resource.Resource, err)
 	}
 	w.synced = registration.HasSynced
 	factory.Start(stop)

@@ -23,7 +23,7 @@ func (unsynced) Object(string) (Published, bool) { return Published{}, false }
 
 // publishedAt3 is graph500's recommendation at generation 3, priced at 8 GiB (6 DRAM, 2 slow);
 // its status keeps generation 1's plan, priced at 4 GiB, all in DRAM.
-var publishedAt3 = FixedPlans{"graph500-cheapest-1a2b3c4d5e6f": {Generation: 3, Plans: map[int64]PublishedPlan{
+var publishedAt3 = FixedPlans{"graph500-cheapest-1a2b3c4d5e6f": {Generation: 3, Plans: map[int64]v1alpha1.GenerationPlan{
 	3: {DRAMBytes: 6 * gib, SlowBytes: 2 * gib,
 		Plan: []v1alpha1.StructurePlan{{Tag: "edges", FastBytes: 4 * gib, SlowBytes: 2 * gib}, {Tag: "visited", FastBytes: 1 * gib}}},
 	1: {DRAMBytes: 4 * gib, Plan: []v1alpha1.StructurePlan{{Tag: "edges", FastBytes: 2 * gib}}},
@@ -80,7 +80,7 @@ func TestAPlanNotPublishedAsPlacedIsNotApplied(t *testing.T) {
 	}
 	// A published plan over its own tiers (the API server's schema does not check sums) is not
 	// applied either: sized, each structure takes all of the pod's DRAM.
-	over := FixedPlans{"graph500-cheapest-1a2b3c4d5e6f": {Generation: 2, Plans: map[int64]PublishedPlan{2: {DRAMBytes: 1, SlowBytes: 1,
+	over := FixedPlans{"graph500-cheapest-1a2b3c4d5e6f": {Generation: 2, Plans: map[int64]v1alpha1.GenerationPlan{2: {DRAMBytes: 1, SlowBytes: 1,
 		Plan: []v1alpha1.StructurePlan{{Tag: "edges", FastBytes: 1}, {Tag: "visited", FastBytes: 1}}}}}}
 	if got, why := ResolvePlan(pl, over); got == nil || !strings.Contains(why, "does not fit") {
 		t.Errorf("over the tiers: %+v, %q", got, why)
@@ -193,7 +193,7 @@ func TestReconcileWritesThePublishedPlanAndKeepsIt(t *testing.T) {
 	if !strings.Contains(written, "tag edges 2147483648 1073741824") {
 		t.Fatalf("plan file:\n%s", written)
 	}
-	r.Plans = FixedPlans{"graph500-cheapest-1a2b3c4d5e6f": {Generation: 9, Plans: map[int64]PublishedPlan{9: {DRAMBytes: gib}}}}
+	r.Plans = FixedPlans{"graph500-cheapest-1a2b3c4d5e6f": {Generation: 9, Plans: map[int64]v1alpha1.GenerationPlan{9: {DRAMBytes: gib}}}}
 	done = r.Reconcile(pods)
 	if readTrim(t, path) != written || strings.Contains(strings.Join(done[0].Unapplied, ";"), "plan:") {
 		t.Fatalf("the plan the pod started with was changed or reported: %+v", done)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -21,7 +20,7 @@ import (
 // (model.node_contract: RECOMMENDATION_KIND, cluster-scoped, one object per workload and
 // objective, its spec a Recommendation). The plugin reads it from an informer, so that placing a
 // pod needs no call to the service and keeps working while the service or its database is down.
-var RecommendationResource = schema.GroupVersionResource{Group: Group, Version: "v1alpha1", Resource: "tieredrecommendations"}
+var RecommendationResource = v1alpha1.Resource
 
 // Published looks up a published recommendation's spec (JSON) by workload and objective, and
 // with it the object it was read from (name and generation), which a placement names so that
