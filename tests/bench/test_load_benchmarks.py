@@ -126,7 +126,7 @@ def test_scheduler_e2e_records_each_path_against_stock() -> None:
         "stock": (scheduler_e2e.Burst(100.0, 0.050, 0.200, 0), meter),
         "plugin": (scheduler_e2e.Burst(90.0, 0.060, 0.300, 1), meter),
     }
-    scheduler_e2e.record_size(result, 100, runs, (0.5, 0.7))
+    scheduler_e2e.record_size(result, "100 nodes", runs, (0.5, 0.7))
     plugin = result.figures["100 nodes, plugin"]
     assert plugin["pods/s"] == 90.0 and plugin["median ms"] == 60 and plugin["p99 ms"] == 300
     assert "bench CPU ms/pod" in plugin and plugin["load at start, end"] == "0.5, 0.7"
@@ -136,6 +136,23 @@ def test_scheduler_e2e_records_each_path_against_stock() -> None:
         "ratio p99": 1.5,
     }
     assert "100 nodes, stock" not in result.ratios
+
+
+def test_scheduler_e2e_judges_a_series_by_its_medians() -> None:
+    result = Result("scheduler_e2e", {})
+    runs = [
+        {"plugin pods/s": 0.80, "plugin median": 1.9},
+        {"plugin pods/s": 1.02, "plugin median": 1.2},
+        {"plugin pods/s": 0.96, "plugin median": 1.4},
+    ]
+    lines = scheduler_e2e.series_medians(5000, runs, result)
+    assert lines[0] == "5000 nodes, medians of 3 runs:"
+    assert "median 0.96  (runs: 0.80, 0.96, 1.02)" in lines[1]
+    assert "median 1.40  (runs: 1.20, 1.40, 1.90)" in lines[2]
+    assert result.figures["5000 nodes, median of 3"] == {
+        "plugin pods/s": 0.96,
+        "plugin median": 1.4,
+    }
 
 
 def test_a_benchmarks_result_renders_into_a_page(tmp_path: Path) -> None:
