@@ -198,7 +198,10 @@ class PlacedConfiguration(BaseModel):
 
 class PlanSource(BaseModel):
     """Where a placement's per-structure plan is published: the `TieredRecommendation` and the
-    generation the pod was placed from (the node sizes that object's plan to the placement)."""
+    generation the pod was placed from (the node sizes that object's plan to the placement), with
+    the object's uid: an object deleted and made again under the same name counts its generations
+    from 1 again. Placements written before the uid was named have none (the node then matches
+    name and generation alone)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     recommendation: Annotated[
@@ -208,6 +211,11 @@ class PlanSource(BaseModel):
         ),
     ]
     generation: Annotated[int, Field(ge=1, strict=True)]  # metadata.generation
+    # metadata.uid; left out of the JSON when absent, as the engine writes it.
+    uid: (
+        Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9-]+$", strict=True)]
+        | None
+    ) = None
 
     @field_validator("generation")
     @classmethod
@@ -283,6 +291,8 @@ class Placement(BaseModel):
         for absent_left_out in ("fallback_reason", "plan_from"):
             if body[absent_left_out] is None:
                 del body[absent_left_out]
+        if "plan_from" in body and body["plan_from"]["uid"] is None:
+            del body["plan_from"]["uid"]
         return {
             PLACEMENT_ANNOTATION: json.dumps(body, separators=(",", ":")),
             LLC_MASK_ANNOTATION: self.llc_mask,

@@ -30,12 +30,20 @@ var publishedAt3 = FixedPlans{"graph500-cheapest-1a2b3c4d5e6f": {Generation: 3, 
 }}}
 
 // placedFrom is a v3 placement of 3 GiB DRAM and 1 GiB slow naming generation gen.
-func placedFrom(gen int64) map[string]string {
+func placedFrom(gen int64) map[string]string { return placedFromObject(gen, "") }
+
+// placedFromObject is placedFrom naming the object's uid too ("": none, as placements written
+// before the uid was named).
+func placedFromObject(gen int64, uid string) map[string]string {
+	from := map[string]any{"recommendation": "graph500-cheapest-1a2b3c4d5e6f", "generation": gen}
+	if uid != "" {
+		from["uid"] = uid
+	}
 	body := map[string]any{
 		"schema": "tmc.placement/v3", "node": "node-a", "workload": "graph500", "objective": "cheapest",
 		"configuration": map[string]any{"vcpus": 2, "dram_bytes": 3 * gib, "slow_bytes": 1 * gib, "slow_ratio": 0.25, "llc_ways": 4},
 		"llc_mask":      "0x3c", "slow_from_pool": false, "recommendation_id": "r1", "fallback": nil, "plan": []any{},
-		"plan_from": map[string]any{"recommendation": "graph500-cheapest-1a2b3c4d5e6f", "generation": gen},
+		"plan_from": from,
 	}
 	raw, err := json.Marshal(body)
 	if err != nil {
@@ -47,7 +55,7 @@ func placedFrom(gen int64) map[string]string {
 func TestAPublishedPlanIsSizedAsTheSchedulerSizesIt(t *testing.T) {
 	pl, err := ParsePlacement(placedFrom(3))
 	must(t, err)
-	got, why := ResolvePlan(pl, publishedAt3)
+	got, why := ResolvePlan(pl, publishedAt3, false)
 	if why != "" || got == nil {
 		t.Fatalf("not resolved: %q", why)
 	}
@@ -67,22 +75,32 @@ func TestAPlanNotPublishedAsPlacedIsNotApplied(t *testing.T) {
 	must(t, err)
 	for name, plans := range map[string]PublishedPlans{
 		"republished": publishedAt3,
-		"gone":        FixedPlans{},
 		"no API":      nil,
 	} {
-		got, why := ResolvePlan(pl, plans)
+		got, why := ResolvePlan(pl, plans, false)
 		if got == nil || why == "" || len(got.Plan) != 0 || got.Configuration != pl.Configuration {
 			t.Errorf("%s: %+v, %q", name, got, why)
 		}
 	}
-	if got, why := ResolvePlan(pl, unsynced{}); got != nil || why != "" {
-		t.Errorf("not yet listed: %+v, %q", got, why)
+	// What the node has not seen yet is waited for, up to PlanWait; then it is not applied.
+	for name, plans := range map[string]PublishedPlans{
+		"not listed":          unsynced{},
+		"object not seen":     FixedPlans{},
+		"generation not seen": FixedPlans{"graph500-cheapest-1a2b3c4d5e6f": {Generation: 1, Plans: map[int64]v1alpha1.GenerationPlan{1: {DRAMBytes: gib}}}},
+	} {
+		if got, why := ResolvePlan(pl, plans, false); got != nil || why == "" {
+			t.Errorf("%s: %+v, %q", name, got, why)
+		}
+		got, why := ResolvePlan(pl, plans, true)
+		if got == nil || !strings.Contains(why, "of waiting") || len(got.Plan) != 0 {
+			t.Errorf("%s, waited out: %+v, %q", name, got, why)
+		}
 	}
 	// A published plan over its own tiers (the API server's schema does not check sums) is not
 	// applied either: sized, each structure takes all of the pod's DRAM.
 	over := FixedPlans{"graph500-cheapest-1a2b3c4d5e6f": {Generation: 2, Plans: map[int64]v1alpha1.GenerationPlan{2: {DRAMBytes: 1, SlowBytes: 1,
 		Plan: []v1alpha1.StructurePlan{{Tag: "edges", FastBytes: 1}, {Tag: "visited", FastBytes: 1}}}}}}
-	if got, why := ResolvePlan(pl, over); got == nil || !strings.Contains(why, "does not fit") {
+	if got, why := ResolvePlan(pl, over, false); got == nil || !strings.Contains(why, "does not fit") {
 		t.Errorf("over the tiers: %+v, %q", got, why)
 	}
 }
@@ -162,13 +180,13 @@ func TestAnEarlierGenerationsPlanIsReadFromTheStatus(t *testing.T) {
 	plans := FixedPlans{"graph500-cheapest-1a2b3c4d5e6f": read}
 	pl, err := ParsePlacement(placedFrom(1))
 	must(t, err)
-	got, why := ResolvePlan(pl, plans)
+	got, why := ResolvePlan(pl, plans, false)
 	if why != "" || len(got.Plan) != 1 || got.Plan[0].FastBytes != 3*gib/2 || got.Plan[0].SlowBytes != 0 {
 		t.Fatalf("generation 1 at 3 GiB DRAM: %+v, %q", got, why)
 	}
 	pl, err = ParsePlacement(placedFrom(3))
 	must(t, err)
-	if got, why := ResolvePlan(pl, plans); why != "" || len(got.Plan) != 2 || got.Plan[0].FastBytes != 2*gib {
+	if got, why := ResolvePlan(pl, plans, false); why != "" || len(got.Plan) != 2 || got.Plan[0].FastBytes != 2*gib {
 		t.Fatalf("generation 3: %+v, %q", got, why)
 	}
 }
@@ -198,10 +216,26 @@ func TestReconcileWritesThePublishedPlanAndKeepsIt(t *testing.T) {
 	if readTrim(t, path) != written || strings.Contains(strings.Join(done[0].Unapplied, ";"), "plan:") {
 		t.Fatalf("the plan the pod started with was changed or reported: %+v", done)
 	}
-	// A pod whose plan was never written gets none, and is told why.
+	// The plan resolved is kept with the pod: its plan file, lost, is written again from it,
+	// not from what the object says now.
 	must(t, os.Remove(path))
 	done = r.Reconcile(pods)
-	if readTrim(t, path) == written || !strings.Contains(strings.Join(done[0].Unapplied, ";"), "no longer keeps the plan of generation 3") {
+	if readTrim(t, path) != written || strings.Contains(strings.Join(done[0].Unapplied, ";"), "plan:") {
+		t.Fatalf("the plan was resolved again: %+v", done)
+	}
+	// A pod whose plan was never resolved gets none, and is told why.
+	other := runningPod("bfs2", "6f1c2a9e-0007", "node-a", placedFrom(3))
+	root2, _ := writeCgroups(t, "6f1c2a9e-0007", "2-3", "102")
+	r.CgroupRoot = root2
+	done = r.Reconcile([]corev1.Pod{other})
+	if !strings.Contains(strings.Join(done[0].Unapplied, ";"), "no longer keeps the plan of generation 3") {
 		t.Fatalf("%+v", done)
+	}
+	// What was kept goes with the pods.
+	if _, err := r.RemoveStale(nil); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(plans, "*")); len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
 	}
 }

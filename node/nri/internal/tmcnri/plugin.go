@@ -127,11 +127,14 @@ type Plugin struct {
 
 	mu   sync.Mutex
 	pods map[string]admitted // pod uid -> what it holds on this node
+	// waiting: pod uid -> when a container of the pod was first refused because the node has
+	// not seen the published plan its placement names (PlanWait bounds it).
+	waiting map[string]time.Time
 }
 
 // New makes the plugin.
 func New(cfg Config, report Reporter, count Counter) *Plugin {
-	return &Plugin{cfg: cfg, report: report, count: count, now: time.Now, adjust: Adjust, pods: map[string]admitted{}}
+	return &Plugin{cfg: cfg, report: report, count: count, now: time.Now, adjust: Adjust, pods: map[string]admitted{}, waiting: map[string]time.Time{}}
 }
 
 var (
@@ -220,9 +223,9 @@ func (p *Plugin) admitContainer(pod *api.PodSandbox, ctr *api.Container) (*admis
 		return nil, p.refuse(pod, "TmcPlacementRefused",
 			fmt.Sprintf("placed on node %q, this is %q", clip(pl.Node, 60), p.cfg.NodeName))
 	}
-	resolved, planUnavailable := ResolvePlan(pl, p.cfg.Plans)
+	resolved, planUnavailable := p.resolvePlan(pod.GetUid(), pl)
 	if resolved == nil {
-		return nil, p.refuse(pod, "TmcPlacementRefused", PlanNotYet)
+		return nil, p.refuse(pod, "TmcPlacementRefused", planUnavailable+"; the container is created again")
 	}
 	node, err := ReadNodeLayout(p.cfg.SysRoot, p.cfg.Resctrl)
 	if err != nil {
@@ -234,6 +237,28 @@ func (p *Plugin) admitContainer(pod *api.PodSandbox, ctr *api.Container) (*admis
 		return nil, p.refuse(pod, "TmcPlacementRefused", why)
 	}
 	return &admission{placement: resolved, node: node, verification: verification, fresh: fresh, planUnavailable: planUnavailable}, nil
+}
+
+// resolvePlan is the pod's plan (ResolvePodPlan, kept in the plan directory after the first
+// answer): nil while the node has not seen what the placement names, for at most PlanWait from
+// the first container refused for it.
+func (p *Plugin) resolvePlan(uid string, pl *Placement) (*Placement, string) {
+	now := p.now()
+	p.mu.Lock()
+	since, ok := p.waiting[uid]
+	p.mu.Unlock()
+	if !ok {
+		since = now
+	}
+	resolved, why := ResolvePodPlan(p.cfg.PlanDir, uid, pl, p.cfg.Plans, now.Sub(since) >= PlanWait)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if resolved == nil {
+		p.waiting[uid] = since
+	} else {
+		delete(p.waiting, uid)
+	}
+	return resolved, why
 }
 
 // targetOf is the container an adjustment at creation or synchronisation is for.
@@ -500,11 +525,13 @@ func (p *Plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 func (p *Plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
 	p.mu.Lock()
 	delete(p.pods, pod.GetUid())
+	delete(p.waiting, pod.GetUid())
 	p.mu.Unlock()
 	return nil
 }
 
-// RemovePodSandbox removes what the plugin made for the pod: its plan, records and resctrl group.
+// RemovePodSandbox removes what the plugin made for the pod: its plan, the plan it resolved its
+// placement to (KeptPlanSuffix), its records and its resctrl group.
 func (p *Plugin) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	_ = p.StopPodSandbox(ctx, pod)
 	uid := pod.GetUid()
@@ -512,8 +539,10 @@ func (p *Plugin) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) erro
 		return nil
 	}
 	var errs []error
-	if err := os.Remove(filepath.Join(p.cfg.PlanDir, uid+".plan")); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
+	for _, name := range []string{uid + ".plan", uid + KeptPlanSuffix} {
+		if err := os.Remove(filepath.Join(p.cfg.PlanDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
 	}
 	if err := os.RemoveAll(filepath.Join(p.cfg.PlanDir, RecordDir, uid)); err != nil {
 		errs = append(errs, err)

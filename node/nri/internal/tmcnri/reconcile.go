@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,6 +46,8 @@ type Reconciler struct {
 
 	// adjust is Adjust; a test wraps it to see that every path computes its adjustment there.
 	adjust func(*Placement, NodeLayout, Target) Adjustment
+	// now is time.Now; a test sets the clock the wait for a published plan is measured on.
+	now func() time.Time
 }
 
 // Reconciled is what one round did to one placed pod.
@@ -98,23 +101,17 @@ func (r *Reconciler) Reconcile(pods []corev1.Pod) []Reconciled {
 			case tenantUnknown:
 				done.Unapplied = append(done.Unapplied, "placement: tmc's tenant namespaces are not known yet")
 			default:
-				resolved, unavailable := ResolvePlan(pl, r.Plans)
+				// The plan resolved in an earlier round is kept with the pod's plan file and read
+				// back: the object moving on since changes nothing the pod started with.
+				resolved, unavailable := ResolvePodPlan(r.PlanDir, string(pod.UID), pl, r.Plans, r.waitedOut(pod))
 				switch {
 				case resolved == nil:
-					done.Unapplied = append(done.Unapplied, "placement: "+PlanNotYet)
+					done.Unapplied = append(done.Unapplied, "placement: "+unavailable)
 				default:
-					keepPlan := false
 					if unavailable != "" {
-						// A plan file written from the generation the pod names, in an earlier
-						// round, stands: the object moving on since changes nothing the pod
-						// started with.
-						_, err := os.Stat(filepath.Join(r.PlanDir, string(pod.UID)+".plan"))
-						keepPlan = r.PlanDir != "" && err == nil
-						if !keepPlan {
-							done.Unapplied = append(done.Unapplied, "plan: "+unavailable)
-						}
+						done.Unapplied = append(done.Unapplied, "plan: "+unavailable)
 					}
-					r.apply(pod, resolved, node, adjust, keepPlan, &done)
+					r.apply(pod, resolved, node, adjust, &done)
 				}
 			}
 		}
@@ -123,7 +120,21 @@ func (r *Reconciler) Reconcile(pods []corev1.Pod) []Reconciled {
 	return out
 }
 
-func (r *Reconciler) apply(pod *corev1.Pod, pl *Placement, node NodeLayout, adjust func(*Placement, NodeLayout, Target) Adjustment, keepPlan bool, done *Reconciled) {
+// waitedOut: the pod has waited PlanWait for the node to see the plan its placement names,
+// counted from when the kubelet started it (its creation, if the kubelet has not said).
+func (r *Reconciler) waitedOut(pod *corev1.Pod) bool {
+	now := time.Now
+	if r.now != nil {
+		now = r.now
+	}
+	since := pod.CreationTimestamp.Time
+	if pod.Status.StartTime != nil {
+		since = pod.Status.StartTime.Time
+	}
+	return now().Sub(since) >= PlanWait
+}
+
+func (r *Reconciler) apply(pod *corev1.Pod, pl *Placement, node NodeLayout, adjust func(*Placement, NodeLayout, Target) Adjustment, done *Reconciled) {
 	uid := string(pod.UID)
 	cg, err := findPodCgroup(r.CgroupRoot, uid)
 	if err != nil {
@@ -157,8 +168,6 @@ func (r *Reconciler) apply(pod *corev1.Pod, pl *Placement, node NodeLayout, adju
 	}
 
 	switch {
-	case keepPlan:
-		// already written from the plan the pod was placed with
 	case r.PlanDir == "":
 		unapplied("plan", "no plan directory (--plan-dir)")
 	case want.Plan == "":
@@ -196,8 +205,9 @@ func (r *Reconciler) apply(pod *corev1.Pod, pl *Placement, node NodeLayout, adju
 
 // RemoveStale removes the resctrl groups and plan files of pods no longer running on this node
 // (deleted or finished): their threads return to the default group, their CLOSIDs are free
-// again. Only the placed pods' groups (GroupPrefix) and plans (<uid>.plan) are touched; pods is
-// the whole of this node's pods, so a round whose list failed removes nothing.
+// again. Only the placed pods' groups (GroupPrefix) and plans (<uid>.plan, and the plan resolved
+// for them, <uid>.plan-from.json) are touched; pods is the whole of this node's pods, so a round
+// whose list failed removes nothing.
 func (r *Reconciler) RemoveStale(pods []corev1.Pod) (removed []string, err error) {
 	live := map[string]bool{}
 	for _, pod := range pods {
@@ -210,14 +220,17 @@ func (r *Reconciler) RemoveStale(pods []corev1.Pod) (removed []string, err error
 	return append(groups, plans...), errors.Join(gerr, perr)
 }
 
-// removeStalePlans removes the plan files of pods not live; the records directory and anything
-// not named <uid>.plan are left alone.
+// removeStalePlans removes the plan files of pods not live (<uid>.plan and <uid>.plan-from.json);
+// the records directory and anything else are left alone.
 func (r *Reconciler) removeStalePlans(live map[string]bool) ([]string, error) {
 	if r.PlanDir == "" {
 		return nil, nil
 	}
 	planOf := func(e fs.DirEntry) (string, bool) {
 		uid, ok := strings.CutSuffix(e.Name(), ".plan")
+		if !ok {
+			uid, ok = strings.CutSuffix(e.Name(), KeptPlanSuffix)
+		}
 		return uid, ok && !e.IsDir()
 	}
 	return removeStale(r.PlanDir, live, planOf, func(name string) error {

@@ -40,7 +40,7 @@ func writeCgroups(t *testing.T, uid, cpus string, threads ...string) (root, podD
 // memory limits (one container each).
 func runningPod(name, uid, node string, ann map[string]string, limits ...int64) corev1.Pod {
 	p := corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid), Annotations: ann},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid), Annotations: ann, CreationTimestamp: metav1.Now()},
 		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: name}}},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	}

@@ -148,7 +148,7 @@ func ReadPodWith(pod *v1.Pod, published Published) (*PodAsk, error) {
 	ask.RecommendationID, ask.Plan, ask.ProfileBytes = rec.RecommendationID, rec.Plan, profile
 	if len(rec.Plan) > 0 && from.Generation > 0 {
 		// The node reads a published plan where it is published (and sizes it as SizeToPod
-		// did): the pod carries the object's name and generation, not the plan.
+		// did): the pod carries the object's name, generation and uid, not the plan.
 		ask.PlanFrom, ask.Plan = &from, nil
 	}
 	return ask, nil

@@ -5,6 +5,9 @@ import (
 	"slices"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
 	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
 
@@ -54,6 +57,54 @@ func TestAPublishedPlanIsNamedNotCarried(t *testing.T) {
 	must(t, err)
 	if read.Schema != PlacementSchema || read.PlanFrom != nil || !slices.Equal(read.Plan, engine) {
 		t.Fatalf("pinned placement %s", ann[PlacementAnnotation])
+	}
+}
+
+// An object deleted and made again under the same name counts its generations from 1 again: a
+// placement names the object's uid with its generation, as the informer delivered it, so that a
+// node never takes the new object's generation for the old one's.
+func TestAPlacementNamesTheObjectsUID(t *testing.T) {
+	index := NewRecommendationIndex()
+	index.NamePlans(true)
+	handler := index.Handler()
+	object := func(uid string, generation int64) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "tmc.dev/v1alpha1", "kind": RecommendationKind,
+			"spec": map[string]any{
+				"schema": RecommendationSchema, "workload": "graph500", "objective": "cheapest",
+				"dram_bytes": int64(4 << 30), "slow_bytes": int64(0), "llc_ways": int64(4), "slow_ratio": 0.0,
+				"plan": []any{map[string]any{"tag": "edges", "fast_bytes": int64(2 << 30), "slow_bytes": int64(0)}},
+			},
+		}}
+		u.SetName("graph500-cheapest-1a2b3c4d5e6f")
+		u.SetUID(types.UID(uid))
+		u.SetGeneration(generation)
+		return u
+	}
+	placedFrom := func() *v1alpha1.PlanSource {
+		t.Helper()
+		ask, err := ReadPodWith(tieredPod("a", map[string]string{WorkloadAnnotation: "graph500"}, "1", "4Gi"), index)
+		must(t, err)
+		held := Reservation{Node: "node-a", VCPUs: 1, LLCMask: RunMask(0, 4), DRAMBytes: ask.DRAMBytes}
+		ann, err := PlacementAnnotations(PlacementOf(ask, held))
+		must(t, err)
+		read, err := v1alpha1.ParsePlacement(ann)
+		must(t, err)
+		if read.PlanFrom == nil {
+			t.Fatalf("placement %s names no object", ann[PlacementAnnotation])
+		}
+		return read.PlanFrom
+	}
+	old := object("0b7a8c1e-5f00-4c1d-9a2b-000000000001", 5)
+	handler.OnAdd(old, false)
+	if from := placedFrom(); from.Generation != 5 || from.UID == nil || *from.UID != string(old.GetUID()) {
+		t.Fatalf("placed from %+v", from)
+	}
+	handler.OnDelete(old)
+	made := object("0b7a8c1e-5f00-4c1d-9a2b-000000000002", 1)
+	handler.OnAdd(made, false)
+	if from := placedFrom(); from.Generation != 1 || from.UID == nil || *from.UID != string(made.GetUID()) {
+		t.Fatalf("placed from %+v", from)
 	}
 }
 

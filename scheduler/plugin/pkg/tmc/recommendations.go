@@ -23,7 +23,7 @@ import (
 var RecommendationResource = v1alpha1.Resource
 
 // Published looks up a published recommendation's spec (JSON) by workload and objective, and
-// with it the object it was read from (name and generation), which a placement names so that
+// with it the object it was read from (name, generation and uid), which a placement names so that
 // the node reads the plan there rather than from the pod.
 type Published interface {
 	Lookup(workload, objective string) ([]byte, bool)
@@ -35,6 +35,7 @@ type recommendationKey struct{ workload, objective string }
 type publishedSpec struct {
 	spec       []byte
 	generation int64
+	uid        string
 }
 
 // RecommendationIndex holds the published recommendations by (workload, objective), fed by an
@@ -67,8 +68,9 @@ func (x *RecommendationIndex) Lookup(workload, objective string) ([]byte, bool) 
 	return spec, ok
 }
 
-// LookupFrom implements Published: the spec, and the object's name and generation (zero when
-// placements do not name plans, NamePlans, or the object came without a generation).
+// LookupFrom implements Published: the spec, and the object's name, generation and uid (zero
+// when placements do not name plans, NamePlans, or the object came without a generation; no uid
+// when it came without one).
 func (x *RecommendationIndex) LookupFrom(workload, objective string) ([]byte, v1alpha1.PlanSource, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
@@ -80,7 +82,12 @@ func (x *RecommendationIndex) LookupFrom(workload, objective string) ([]byte, v1
 	if !x.namePlans {
 		return found.spec, v1alpha1.PlanSource{}, true
 	}
-	return found.spec, v1alpha1.PlanSource{Recommendation: x.names[key], Generation: found.generation}, true
+	from := v1alpha1.PlanSource{Recommendation: x.names[key], Generation: found.generation}
+	if found.uid != "" {
+		uid := found.uid
+		from.UID = &uid
+	}
+	return found.spec, from, true
 }
 
 // Len is the number of recommendations held.
@@ -98,6 +105,13 @@ func (x *RecommendationIndex) Set(name string, spec map[string]any) {
 
 // SetAt records an object's spec at its metadata.generation.
 func (x *RecommendationIndex) SetAt(name string, generation int64, spec map[string]any) {
+	x.SetObject(name, "", generation, spec)
+}
+
+// SetObject records an object's spec at its metadata.generation, with its metadata.uid: a
+// placement names both, since an object made again under the same name counts its generations
+// from 1 again.
+func (x *RecommendationIndex) SetObject(name, uid string, generation int64, spec map[string]any) {
 	workload, _ := spec["workload"].(string)
 	objective, _ := spec["objective"].(string)
 	raw, err := json.Marshal(spec)
@@ -115,7 +129,7 @@ func (x *RecommendationIndex) SetAt(name string, generation int64, spec map[stri
 	}
 	x.byName[name] = key
 	x.names[key] = name
-	x.byKey[key] = publishedSpec{raw, generation}
+	x.byKey[key] = publishedSpec{raw, generation, uid}
 }
 
 // Delete forgets an object.
@@ -140,7 +154,7 @@ func (x *RecommendationIndex) Handler() cache.ResourceEventHandler {
 	set := func(obj any) {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			spec, _, _ := unstructured.NestedMap(u.Object, "spec")
-			x.SetAt(u.GetName(), u.GetGeneration(), spec)
+			x.SetObject(u.GetName(), string(u.GetUID()), u.GetGeneration(), spec)
 			workload, _ := spec["workload"].(string)
 			objective, _ := spec["objective"].(string)
 			if x.published != nil && workload != "" && objective != "" {

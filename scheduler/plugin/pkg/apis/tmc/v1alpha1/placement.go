@@ -27,6 +27,7 @@ var (
 	tagText            = regexp.MustCompile(`^[A-Za-z0-9_.:/()\[\]<>-]+$`)
 	fallbackReasonCode = regexp.MustCompile(`^[A-Z][A-Za-z]{0,63}$`)
 	objectName         = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
+	objectUID          = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
 )
 
 // PlacementError says why a placement annotation cannot be trusted.
@@ -105,6 +106,8 @@ func (p *Placement) Validate() error {
 		return bad("plan_from.recommendation: must be an object name of 1..253 characters")
 	case p.PlanFrom != nil && p.PlanFrom.Generation < 1:
 		return bad("plan_from.generation: must be at least 1")
+	case p.PlanFrom != nil && p.PlanFrom.UID != nil && !objectUID.MatchString(*p.PlanFrom.UID):
+		return bad("plan_from.uid: must be an object uid of 1..64 letters, digits and dashes")
 	case p.PlanFrom != nil && (len(p.Plan) > 0 || p.Fallback != nil):
 		return bad("plan_from: given with a plan or a fallback")
 	case p.Node == "" || len(p.Node) > 253:

@@ -329,6 +329,15 @@ type PlanSource struct {
 	// that generation's plan (the spec's, or one the status keeps), never a later one.
 	// +kubebuilder:validation:Minimum=1
 	Generation int64 `json:"generation"`
+	// UID is the object's metadata.uid: an object deleted and made again under the same name
+	// starts its generations over at 1, and only its uid tells the two apart (the node applies no
+	// plan of an object whose uid differs). Absent from v3 placements written before the field
+	// existed: the node matches those by name and generation alone.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9-]+$`
+	UID *string `json:"uid,omitempty"`
 }
 
 // LLCMaskBits is the CAT mask as a number (0 when it is not hex).
