@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from model.node_contract import GROUP, RECOMMENDATION_PLURAL, RECOMMENDATION_VERSION
 from scheduler.pods import PodRef
-from scheduler.status import now_stamp
+from scheduler.status import Written, now_stamp
 
 
 def api_client(kubeconfig: str | None, context: str | None = None) -> client.ApiClient:
@@ -177,9 +177,10 @@ class KubeRecommendations:
         )
         return list(found.get("items") or [])
 
-    def upsert(self, body: dict[str, Any]) -> dict[str, Any]:
+    def upsert(self, body: dict[str, Any]) -> Written:
         """Creates or replaces the object; returns it as written (its generation, and the status
-        it had)."""
+        it had), with the object it replaced (`Written.replaced`): the status keeps the replaced
+        generation's plan from that spec."""
         name = body["metadata"]["name"]
         try:
             created: dict[str, Any] = self._api.create_cluster_custom_object(  # type: ignore[assignment]
@@ -189,7 +190,7 @@ class KubeRecommendations:
                 body,
                 _request_timeout=REQUEST_TIMEOUT,
             )
-            return created
+            return Written(created)
         except ApiException as exc:
             if exc.status != 409:
                 raise
@@ -202,7 +203,7 @@ class KubeRecommendations:
             name,
             _request_timeout=REQUEST_TIMEOUT,
         )
-        replaced = {
+        at_version = {
             **body,
             "metadata": {
                 **body["metadata"],
@@ -214,10 +215,11 @@ class KubeRecommendations:
             RECOMMENDATION_VERSION,
             RECOMMENDATION_PLURAL,
             name,
-            replaced,
+            at_version,
             _request_timeout=REQUEST_TIMEOUT,
         )
-        return written
+        # The version read is the version replaced (the write is conditional on it).
+        return Written(written, current)
 
     def write_status(self, name: str, status: dict[str, Any]) -> None:
         """The status subresource, as a merge patch (the spec's writers never touch it)."""

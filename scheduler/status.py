@@ -11,8 +11,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from model.node_contract import Recommendation
+from model.node_contract import ContractError, Recommendation
 from model.resources import quantity_text
+
+
+class Written(dict[str, Any]):
+    """An object as the API server wrote it (its generation, and the status it had), with the
+    object that write replaced (None when it made a new one): the replaced generation's plan is
+    kept from that spec itself, since a status write that failed after it never said it."""
+
+    def __init__(
+        self, written: Mapping[str, Any], replaced: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(written)
+        self.replaced = replaced
 
 
 @dataclass(frozen=True)
@@ -36,8 +48,9 @@ def status_of(
     decided: Decided, written: Mapping[str, Any], now: str | None = None
 ) -> dict[str, Any]:
     """The object's status for what was just written: the generation it describes, the sizes as
-    Kubernetes quantities (for `kubectl get`), and the conditions Published and Fallback. A condition's
-    lastTransitionTime moves only when its status changes."""
+    Kubernetes quantities (for `kubectl get`), the conditions Published and Fallback, and the
+    plans kept (`plans_kept`, with the replaced object's when `written` is `Written`). A
+    condition's lastTransitionTime moves only when its status changes."""
     rec = decided.recommendation
     generation = int((written.get("metadata") or {}).get("generation") or 1)
     before = {
@@ -80,7 +93,9 @@ def status_of(
         "dram": "-" if fallback else quantity_text(rec.dram_bytes),
         "slow": "-" if fallback else quantity_text(rec.slow_bytes),
         "conditions": [published, why],
-        "plans": plans_kept(written, generation, rec),
+        "plans": plans_kept(
+            written, generation, rec, written.replaced if isinstance(written, Written) else None
+        ),
     }
 
 
@@ -91,27 +106,55 @@ def status_of(
 KEPT_PLANS = 4
 
 
-def plans_kept(written: Mapping[str, Any], generation: int, rec: Recommendation) -> list[Any]:
+def plans_kept(
+    written: Mapping[str, Any],
+    generation: int,
+    rec: Recommendation,
+    replaced: Mapping[str, Any] | None = None,
+) -> list[Any]:
     """The status's plans after writing `generation`: its own first (a fallback has none), then
-    the earlier generations' as the status held them, at most KEPT_PLANS in all."""
-    own = (
-        []
-        if rec.fallback is not None
-        else [
-            {
-                "generation": generation,
-                "dram_bytes": rec.dram_bytes,
-                "slow_bytes": rec.slow_bytes,
-                "plan": [s.model_dump(mode="json") for s in rec.plan],
-            }
-        ]
-    )
+    the replaced object's generation's, read from its spec (a status write that failed after
+    that spec was written never kept it; the spec is its truth in any case), then the earlier
+    generations' as the status held them, newest first, at most KEPT_PLANS in all."""
+    own = [] if rec.fallback is not None else [_generation_plan(generation, rec)]
+    before = _replaced_plan(replaced)
+    taken = {generation} | {p["generation"] for p in before}
     earlier = [
         p
         for p in ((written.get("status") or {}).get("plans") or [])
-        if isinstance(p, Mapping) and p.get("generation") != generation
+        if isinstance(p, Mapping) and p.get("generation") not in taken
     ]
-    return (own + earlier)[:KEPT_PLANS]
+    rest = sorted(before + earlier, key=lambda p: -_generation(p))
+    return (own + rest)[:KEPT_PLANS]
+
+
+def _generation_plan(generation: int, rec: Recommendation) -> dict[str, Any]:
+    return {
+        "generation": generation,
+        "dram_bytes": rec.dram_bytes,
+        "slow_bytes": rec.slow_bytes,
+        "plan": [s.model_dump(mode="json") for s in rec.plan],
+    }
+
+
+def _generation(plan: Mapping[str, Any]) -> int:
+    value = plan.get("generation")
+    return value if isinstance(value, int) else 0
+
+
+def _replaced_plan(replaced: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The replaced object's plan at its generation, as the status keeps one; none for no
+    object, a fallback, or a spec that is not a recommendation (an operator's, say)."""
+    if replaced is None:
+        return []
+    generation = (replaced.get("metadata") or {}).get("generation")
+    if not isinstance(generation, int) or generation < 1:
+        return []
+    try:
+        rec = Recommendation.from_object(replaced)
+    except ContractError:
+        return []
+    return [] if rec.fallback is not None else [_generation_plan(generation, rec)]
 
 
 def written_at(obj: Mapping[str, Any], default: float) -> float:
