@@ -8,6 +8,11 @@
 // capacity is v1alpha1.NodeCapacity (the node's published capacity); rack_pools the operator's
 // pool sizes in bytes (the chart's rackPools); way_counts, when given, restricts the LLC-way
 // devices to runs of those lengths. Unknown fields and input over 1 MiB are refused.
+//
+// With --claim it prints instead the claim spec (resource.k8s.io/v1 ResourceClaimSpec) that takes
+// one of the alternatives it is given, whole, the first that fits (dra.ClaimSpec):
+//
+//	{"alternatives": [{"llc_ways": 12, "dram_bytes": 4294967296, "slow_bytes": 1073741824}, ...]}
 package main
 
 import (
@@ -33,14 +38,26 @@ type input struct {
 	WayCounts  []int            `json:"way_counts"`
 }
 
+type claimInput struct {
+	Alternatives []dra.Alternative `json:"alternatives"`
+}
+
 func main() {
-	if err := run(os.Stdin, os.Stdout); err != nil {
+	do := run
+	if len(os.Args) == 2 && os.Args[1] == "--claim" {
+		do = claim
+	} else if len(os.Args) > 1 {
+		fmt.Fprintln(os.Stderr, "usage: tmc-dra-slices [--claim] < input.json")
+		os.Exit(2)
+	}
+	if err := do(os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "tmc-dra-slices:", err)
 		os.Exit(1)
 	}
 }
 
-func run(in io.Reader, out io.Writer) error {
+// decode reads the bounded input into v, refusing unknown fields.
+func decode(in io.Reader, v any) error {
 	raw, err := io.ReadAll(io.LimitReader(in, maxInput+1))
 	if err != nil {
 		return err
@@ -50,9 +67,28 @@ func run(in io.Reader, out io.Writer) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	var given input
-	if err := dec.Decode(&given); err != nil {
+	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("input: %w", err)
+	}
+	return nil
+}
+
+func claim(in io.Reader, out io.Writer) error {
+	var given claimInput
+	if err := decode(in, &given); err != nil {
+		return err
+	}
+	spec, err := dra.ClaimSpec(given.Alternatives)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(out).Encode(spec)
+}
+
+func run(in io.Reader, out io.Writer) error {
+	var given input
+	if err := decode(in, &given); err != nil {
+		return err
 	}
 	nodes := make([]dra.Node, len(given.Nodes))
 	for i, n := range given.Nodes {

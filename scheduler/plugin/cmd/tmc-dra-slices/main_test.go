@@ -44,3 +44,41 @@ func TestItPrintsAListOfSlicesAndRefusesWhatItCannotRead(t *testing.T) {
 		}
 	}
 }
+
+func TestWithClaimItPrintsTheClaimOfTheAlternativesAndRefusesWhatItCannotRead(t *testing.T) {
+	var out bytes.Buffer
+	in := `{"alternatives": [{"llc_ways": 12, "dram_bytes": 4294967296, "slow_bytes": 1073741824}, {"llc_ways": 4, "dram_bytes": 5368709120}]}`
+	if err := claim(strings.NewReader(in), &out); err != nil {
+		t.Fatal(err)
+	}
+	var spec struct {
+		Devices struct {
+			Requests []struct {
+				Name           string `json:"name"`
+				FirstAvailable []struct {
+					Name string `json:"name"`
+				} `json:"firstAvailable"`
+			} `json:"requests"`
+			Constraints []struct {
+				Requests []string `json:"requests"`
+			} `json:"constraints"`
+		} `json:"devices"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &spec); err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Devices.Requests) != 3 || len(spec.Devices.Requests[2].FirstAvailable) != 2 || len(spec.Devices.Constraints) != 4 {
+		t.Fatalf("%s", out.String())
+	}
+	for _, bad := range []string{
+		`{"alternatives": []}`,
+		`{"alternatives": [{"llc_ways": 4, "dram_bytes": 1, "surprise": 1}]}`,
+		`{"alternatives": [{"llc_ways": 4, "dram_bytes": 1e300}]}`,
+		`{"alternatives": [{"llc_ways": 0, "dram_bytes": 1}]}`,
+		`not json`,
+	} {
+		if err := claim(strings.NewReader(bad), &bytes.Buffer{}); err == nil {
+			t.Errorf("accepted %.60q", bad)
+		}
+	}
+}
