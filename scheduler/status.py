@@ -117,7 +117,9 @@ def plans_kept(
     that spec was written never kept it; the spec is its truth in any case), then the earlier
     generations' as the status held them, newest first, at most KEPT_PLANS in all."""
     own = [] if rec.fallback is not None else [_generation_plan(generation, rec)]
-    before = _replaced_plan(replaced)
+    # A spec written again as it was (a write retried after its status write failed) keeps its
+    # generation: it is the object's own then, not an earlier one.
+    before = [p for p in _replaced_plan(replaced) if p["generation"] != generation]
     taken = {generation} | {p["generation"] for p in before}
     earlier = [
         p

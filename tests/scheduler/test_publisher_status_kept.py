@@ -53,6 +53,11 @@ def test_a_generation_whose_status_write_failed_is_kept_from_its_spec() -> None:
         "slow_bytes": 0,
         "plan": [{"tag": "edges", "fast_bytes": 5 * GIB, "slow_bytes": 0}],
     }
+    # The same spec written again (the publish retried after the failed status write) keeps its
+    # generation: kept once.
+    again = Written(at(5, planned(5), status), replaced=fifth)
+    kept = status_of(Decided(planned(5)), again, NOW)["plans"]
+    assert [p["generation"] for p in kept] == [5, 4, 3, 2]
     # Without the replaced object (a publisher store that does not say it), as before.
     plain = status_of(Decided(planned(6)), dict(written), NOW)["plans"]
     assert [p["generation"] for p in plain] == [6, 4, 3, 2]
