@@ -19,6 +19,12 @@ misses cost its own DRAM penalty, its slow share its own slow penalty, and the s
 by the least extra stall per byte (a_s x P_slow_s / size_s) rather than by accesses per byte. When
 the slow tier's load was measured, the slow penalties follow the tier's loaded latency at each
 configuration (docs/model.md, "Queueing"): a fixed point, since the load depends on the run time.
+
+A slow miss in flight with others shares its wait with the slow ones among them: measured in
+slowmax, where all are slow, its penalty is its share; at a partial ratio, among fast misses, it
+waits longer (`Predictor.slow_sharing`). How many misses it shares with is not in three runs that
+place every structure alike; it is fitted to the profile's runs at partial slow ratios, and is 0
+(the linear charge) without one.
 """
 
 from __future__ import annotations
@@ -67,6 +73,17 @@ SWEEP_FACTOR_RANGE = (0.25, 4.0)
 # One core's instruction window (Skylake-SP's reorder buffer): misses of one structure further
 # apart than this cannot be in flight together.
 WINDOW_INSTRUCTIONS = 224.0
+# Slow misses share their wait (`Predictor.slow_sharing`, docs/model.md): how many other misses
+# a slow miss is in flight with, fitted to the profile's runs at partial slow ratios between 0
+# (the linear charge, as without such runs) and the other fill buffers (WINDOW_MLP_MAX - 1), by
+# SHARING_STEPS halvings of the interval.
+SHARING_MAX = WINDOW_MLP_MAX - 1.0
+SHARING_STEPS = 12
+# A run at a partial slow ratio predicted above its measurement by more than this (or the
+# profile's stated run noise, if larger) bounds the sharing: more would only raise it further.
+SHARING_TOLERANCE = 1e-3
+# A profile run's slow ratio within this of 0 or 1 is no partial ratio.
+_PARTIAL_TOLERANCE = 1e-9
 
 
 # The lattice predict_one's envelope looks over (the paper's grid, so that a single prediction
@@ -140,6 +157,7 @@ class Predictor:
         window_effect: bool = WINDOW_EFFECT,
         overlap_scale: bool = OVERLAP_SCALE,
         sweep_shape: bool = SWEEP_SHAPE,
+        slow_sharing: float | None = None,
     ) -> None:
         self.model = model
         self._sizes = np.asarray(model.sizes_bytes, dtype=np.int64)
@@ -166,6 +184,11 @@ class Predictor:
             else np.asarray(model.curve_cpi, dtype=np.float64)
         )
         self._sweep_ends = self._sweep_ends_of()
+        # 0 until fitted: the fit predicts the runs with the linear charge first.
+        self.slow_sharing = 0.0
+        self.slow_sharing = (
+            self._fitted_sharing() if slow_sharing is None else max(float(slow_sharing), 0.0)
+        )
 
     def kept(self, key: Hashable, compute: Callable[[], T]) -> T:
         """`compute()`'s result, kept by `key` with this predictor (the few most recent): for
@@ -368,6 +391,7 @@ class Predictor:
         slow_part = (share * total[None, :]) @ rates
         all_part = rates @ pd + (share * ps[None, :]) @ rates
         covered = np.divide(slow_part, all_part, out=np.ones_like(slow_part), where=all_part > 0)
+        sharing = self._sharing_factor(share, rates)
         q = m.slow_queue
         at_slowmax = q.loaded(q.background_utilization + q.own_utilization_at_slowmax) if q else 1.0
         slow_rate = share @ rates
@@ -384,6 +408,8 @@ class Predictor:
                 u = np.clip(q.background_utilization + own, 0.0, QUEUE_UTILIZATION_CAP)
                 factor = (1.0 + q.kappa * u / (1.0 - u)) / at_slowmax  # SlowQueue.loaded
             per_access = np.maximum(total[None, :] * factor[:, None] - pd[None, :], 0.0)
+            if sharing is not None:
+                per_access = per_access * sharing[:, None]
             if m.slow_latency_cycles is not None and m.dram_latency_cycles is not None:
                 extra = m.slow_latency_cycles * at_slowmax * factor - m.dram_latency_cycles
                 floor = np.maximum(extra, 0.0)[:, None] / WINDOW_MLP_MAX
@@ -397,6 +423,92 @@ class Predictor:
             # Damped: the load and the time feed each other.
             stall = new if q is None else 0.5 * stall + 0.5 * new
         return stall, np.maximum(alone, stall)
+
+    def _sharing_factor(self, share: FloatArray, rates: FloatArray) -> FloatArray | None:
+        """Per slow share [ratios, n], each slow miss's cost over what it cost in slowmax;
+        None with no sharing (the linear charge).
+
+        In slowmax every miss is slow, and a slow miss in flight beside others shares its wait
+        with them: the measured penalty is the extra latency split among them. With a share phi
+        of the misses slow, a slow miss overlaps c misses of which c x phi are slow, and waits
+        (1 + c) / (1 + c x phi) times as long as in slowmax: a few slow misses among fast ones
+        each wait nearly alone. 1 at phi = 1 (slowmax, and every way count's all-slow point),
+        so the reference runs stay exact."""
+        if self.slow_sharing <= 0.0:
+            return None
+        total = float(rates.sum())
+        if total <= 0.0:
+            return None
+        phi = np.clip((share @ rates) / total, 0.0, 1.0)
+        c = min(self.slow_sharing, SHARING_MAX)
+        out: FloatArray = (1.0 + c) / (1.0 + c * phi)
+        return out
+
+    def _fitted_sharing(self) -> float:
+        """The sharing that best predicts the profile's runs at partial slow ratios (least
+        squares of the log error), never so much that a run is predicted above its measurement;
+        0 without such a run (the per-structure path only: the paper's penalties are one
+        number for every miss).
+
+        The three reference runs place every structure alike, all fast or all slow, so they
+        cannot say how much of a slow miss's wait was shared; a run with part of the footprint
+        slow measures it. The sharing moves the slow term along the slow-ratio axis only: every
+        way count's all-DRAM and all-slow points are as before."""
+        m = self.model
+        runs = [
+            r
+            for r in m.profile_runs
+            if _PARTIAL_TOLERANCE < r.configuration.slow_ratio < 1.0 - _PARTIAL_TOLERANCE
+        ]
+        if not runs or not self._per_structure:
+            return 0.0
+        # Predicted as the grid predicts them: under the envelope over the lattice's ratios
+        # below and way counts above (`predict_one`).
+        run_ratios = [r.configuration.slow_ratio for r in runs]
+        run_ways = [r.configuration.llc_ways for r in runs]
+        ratios = np.unique(
+            np.append(_LATTICE_RATIOS[max(run_ratios) > _LATTICE_RATIOS], run_ratios)
+        )
+        ways = np.unique(np.append(_LATTICE_WAYS[min(run_ways) < _LATTICE_WAYS], run_ways))
+        ways = ways.astype(np.int64)
+        rows = [int(np.searchsorted(ratios, r.configuration.slow_ratio)) for r in runs]
+        cols = [int(np.searchsorted(ways, r.configuration.llc_ways)) for r in runs]
+        measured = np.log([r.wall_seconds for r in runs])
+
+        def errors(sharing: float) -> FloatArray:
+            self.slow_sharing = sharing
+            seconds = self.predict(ratios, ways).seconds[rows, cols]
+            out: FloatArray = np.log(seconds) - measured
+            return out
+
+        tolerance = max(SHARING_TOLERANCE, m.run_noise)
+        if errors(0.0).max() > tolerance:
+            return 0.0
+        # The most sharing no run is predicted above (predictions rise with it).
+        lo, hi = 0.0, SHARING_MAX
+        if errors(hi).max() > tolerance:
+            for _ in range(SHARING_STEPS):
+                mid = 0.5 * (lo + hi)
+                lo, hi = (mid, hi) if errors(mid).max() <= tolerance else (lo, mid)
+        else:
+            lo = hi
+        cap = lo
+        # Least squares below it: golden section (the squared errors are unimodal in it).
+        a, b = 0.0, cap
+        golden = (np.sqrt(5.0) - 1.0) / 2.0
+        for _ in range(SHARING_STEPS):
+            x1, x2 = b - golden * (b - a), a + golden * (b - a)
+            if float(np.sum(errors(x1) ** 2)) <= float(np.sum(errors(x2) ** 2)):
+                b = x2
+            else:
+                a = x1
+        best = 0.5 * (a + b)
+        # A sharing that predicts the runs no better than none is none (the search's last
+        # interval need not contain 0 when 0 is best).
+        if float(np.sum(errors(best) ** 2)) >= float(np.sum(errors(0.0) ** 2)):
+            best = 0.0
+        self.slow_sharing = 0.0
+        return best
 
     def predict_one(self, slow_ratio: float, llc_ways: int) -> tuple[float, float]:
         """(predicted seconds, slowdown against fastmax) of one configuration, under the same

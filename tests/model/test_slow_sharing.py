@@ -1,0 +1,118 @@
+"""Slow misses share their wait: the sharing fitted to a profile's runs at partial slow ratios.
+
+Without such a run the model predicts exactly as before (every simulated bundle, and every
+profile without `profile_runs`); with one measured above the linear charge, the fit raises the
+partial ratios towards it and leaves every all-DRAM and all-slow point where it was.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from model import Predictor, fit, parse_bundle
+from model.fit import FittedModel
+from model.grid import paper_grid
+from model.predict import SHARING_TOLERANCE
+from tests.model.test_per_structure import per_structure_bundle
+
+GRID = paper_grid()
+RATIOS = np.asarray(GRID.slow_ratios)
+WAYS = np.asarray(GRID.llc_ways, dtype=np.int64)
+
+
+def _with_runs(data: dict[str, Any], runs: list[tuple[float, int, float]]) -> FittedModel:
+    """The bundle fitted with profile runs at (ratio, ways), each `factor` x the linear charge's
+    predicted time there."""
+    linear = Predictor(fit(parse_bundle(data)), slow_sharing=0.0)
+    data = {
+        **data,
+        "profile_runs": {
+            "schema_version": "tmc.profile-runs/v1",
+            "runs": [
+                {
+                    "configuration": {"slow_ratio": r, "llc_ways": w},
+                    "wall_seconds": linear.predict_one(r, w)[0] * factor,
+                }
+                for r, w, factor in runs
+            ],
+        },
+    }
+    return fit(parse_bundle(data))
+
+
+def test_without_partial_runs_the_prediction_is_the_linear_charge() -> None:
+    plain = fit(parse_bundle(per_structure_bundle()))
+    assert Predictor(plain).slow_sharing == 0.0
+    before = Predictor(plain, slow_sharing=0.0).predict(RATIOS, WAYS)
+    after = Predictor(plain).predict(RATIOS, WAYS)
+    np.testing.assert_array_equal(after.seconds, before.seconds)
+    assert after.seconds_uncovered is not None and before.seconds_uncovered is not None
+    np.testing.assert_array_equal(after.seconds_uncovered, before.seconds_uncovered)
+    # Runs all in DRAM or all slow say nothing about sharing.
+    ends = _with_runs(per_structure_bundle(), [(1.0, 1, 1.3), (0.0, 4, 1.1)])
+    assert Predictor(ends).slow_sharing == 0.0
+
+
+def test_a_partial_run_above_the_linear_charge_is_fitted() -> None:
+    data = per_structure_bundle()
+    linear = Predictor(fit(parse_bundle(data)), slow_sharing=0.0)
+    fitted = _with_runs(data, [(0.2, 4, 1.06)])
+    shared = Predictor(fitted)
+    assert shared.slow_sharing > 0.0
+    seconds, _ = shared.predict_one(0.2, 4)
+    assert abs(seconds / (linear.predict_one(0.2, 4)[0] * 1.06) - 1.0) < 0.005
+    before = linear.predict(RATIOS, WAYS).seconds
+    after = shared.predict(RATIOS, WAYS).seconds
+    # All in DRAM and all slow, at every way count, as before: the reference runs stay exact.
+    np.testing.assert_allclose(after[0], before[0], rtol=1e-12)
+    np.testing.assert_allclose(after[-1], before[-1], rtol=1e-12)
+    # Partial ratios only ever rise (a slow miss waits at least its share of slowmax's wait).
+    assert (after >= before * (1.0 - 1e-12)).all()
+    assert (after[1:-1] > before[1:-1]).any()
+
+
+def test_a_run_predicted_too_high_allows_no_sharing() -> None:
+    data = per_structure_bundle()
+    over = _with_runs(data, [(0.2, 4, 1.06), (0.5, 12, 0.97)])
+    assert Predictor(over).slow_sharing == 0.0
+
+
+def test_the_sharing_never_predicts_a_run_above_its_measurement() -> None:
+    data = per_structure_bundle()
+    # One run far above the linear charge, one just above: the fit may not pass the second by
+    # more than the profile's run noise (1 % when the bundle states none).
+    fitted = _with_runs(data, [(0.2, 4, 1.20), (0.3, 4, 1.01)])
+    shared = Predictor(fitted)
+    assert shared.slow_sharing > 0.0
+    for run in fitted.profile_runs:
+        c = run.configuration
+        seconds, _ = shared.predict_one(c.slow_ratio, c.llc_ways)
+        assert np.log(seconds / run.wall_seconds) <= max(SHARING_TOLERANCE, fitted.run_noise) + 1e-6
+
+
+def test_paper_path_is_untouched() -> None:
+    data = per_structure_bundle()
+    linear = Predictor(fit(parse_bundle(data), penalties="paper"))
+    fitted = fit(parse_bundle(_with_runs_data(data)), penalties="paper")
+    assert Predictor(fitted).slow_sharing == 0.0
+    np.testing.assert_array_equal(
+        Predictor(fitted).predict(RATIOS, WAYS).seconds, linear.predict(RATIOS, WAYS).seconds
+    )
+
+
+def _with_runs_data(data: dict[str, Any]) -> dict[str, Any]:
+    linear = Predictor(fit(parse_bundle(data), penalties="paper"))
+    return {
+        **data,
+        "profile_runs": {
+            "schema_version": "tmc.profile-runs/v1",
+            "runs": [
+                {
+                    "configuration": {"slow_ratio": 0.2, "llc_ways": 4},
+                    "wall_seconds": linear.predict_one(0.2, 4)[0] * 1.06,
+                }
+            ],
+        },
+    }
