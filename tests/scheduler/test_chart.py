@@ -623,6 +623,34 @@ def test_the_dra_publisher_runs_only_with_dra_and_may_touch_nodes_and_slices_onl
     assert command["containers"][0]["command"] == ["/usr/local/bin/tmc-dra-publisher"]
 
 
+def test_the_dra_publisher_keeps_templates_only_in_tenant_namespaces() -> None:
+    """With admission.tenantNamespaceLabels, tmc-dra-publisher keeps a ResourceClaimTemplate per
+    recommendation in the namespaces carrying them (--template-namespaces, the same labels) and
+    may read recommendations and namespaces and write templates, no more; without, neither."""
+    docs = render({"dra": {"enabled": True}})
+    assert len(by_name(docs, "ClusterRole", "demo-tmc-dra-publisher")["rules"]) == 2
+    tenants = {"tmc.dev/tenant": "yes", "team": "graphs"}
+    docs = render({"dra": {"enabled": True}, "admission": {"tenantNamespaceLabels": tenants}})
+    pod = by_name(docs, "Deployment", "demo-tmc-dra-publisher")["spec"]["template"]["spec"]
+    assert pod["containers"][0]["command"] == [
+        "/usr/local/bin/tmc-dra-publisher",
+        "--template-namespaces=team=graphs,tmc.dev/tenant=yes",
+    ]
+    assert by_name(docs, "ClusterRole", "demo-tmc-dra-publisher")["rules"][2:] == [
+        {
+            "apiGroups": ["tmc.dev"],
+            "resources": ["tieredrecommendations"],
+            "verbs": ["list", "watch"],
+        },
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaimtemplates"],
+            "verbs": ["list", "watch", "create", "update", "delete"],
+        },
+    ]
+
+
 def test_admission_policies_are_on_by_default_and_name_the_components() -> None:
     docs = render()
     policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}

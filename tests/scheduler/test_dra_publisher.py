@@ -59,14 +59,17 @@ def capacity(annotations: dict[str, str], kind: str) -> dict[str, Any]:
 
 
 class Cluster:
-    def __init__(self, cp: ControlPlane, slices_command: Path) -> None:
+    def __init__(
+        self, cp: ControlPlane, slices_command: Path, values: dict[str, Any] | None = None
+    ) -> None:
+        """`values`: the chart's besides dra.enabled and rackPools (tenant namespace labels)."""
         self.cp = cp
         self.slices_command = slices_command
         self.core = c.core(cp)
         self.objects = k8s.CustomObjectsApi(c.api_client(cp))
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = cp.dir / "tmc-dra-publisher.log"
-        rendered = c.render_chart({"dra": {"enabled": True}, "rackPools": POOLS})
+        rendered = c.render_chart({"dra": {"enabled": True}, "rackPools": POOLS, **(values or {})})
         docs = [d for d in yaml.safe_load_all(rendered["tmc/templates/dra.yaml"]) if d]
         self.deployment = next(d for d in docs if d["kind"] == "Deployment")
         client = c.api_client(cp)

@@ -2,12 +2,16 @@
 // cluster's Nodes and keeps the ResourceSlices of the driver tmc.dev equal to what package dra
 // makes of the tiered capacity the nodes publish (their labels and tmc.dev annotations, read as
 // the placement engine reads them), with the operator's rack pool sizes (--rack-pools, the
-// chart's rackPools, as tmc-extender takes them). It runs as one replica: two would each write
+// chart's rackPools, as tmc-extender takes them). With --template-namespaces it also keeps, in
+// each namespace those labels select (the chart's admission.tenantNamespaceLabels), one
+// ResourceClaimTemplate per published TieredRecommendation that has a configuration, named as
+// the recommendation, whose claim takes that configuration whole (dra.ClaimSpec). It runs as one replica: two would each write
 // the same slices (the chart's Deployment has one, replaced with Recreate).
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -16,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -29,6 +35,7 @@ import (
 type options struct {
 	kubeconfig  string
 	rackPools   string
+	templateNS  string
 	debounce    time.Duration
 	callTimeout time.Duration
 	resync      time.Duration
@@ -42,6 +49,9 @@ func main() {
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: the pod's service account)")
 	flag.StringVar(&o.rackPools, "rack-pools", "",
 		"the operator's rack pool sizes, name=quantity[,name=quantity...] (the chart's rackPools)")
+	flag.StringVar(&o.templateNS, "template-namespaces", "",
+		"a label selector (key=value[,key=value...]: the chart's admission.tenantNamespaceLabels) of the namespaces"+
+			" to keep a ResourceClaimTemplate in per published recommendation; empty: no templates")
 	flag.DurationVar(&o.debounce, "debounce", 2*time.Second, "how long a change waits for more before a pass")
 	flag.DurationVar(&o.callTimeout, "call-timeout", 15*time.Second, "the bound on each API call")
 	flag.DurationVar(&o.resync, "resync", 10*time.Minute, "how often every node and slice is looked at again")
@@ -88,6 +98,15 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("%s must be in (0, 1h], not %s", name, d)
 		}
 	}
+	var templateNS labels.Selector
+	if o.templateNS != "" {
+		if templateNS, err = labels.Parse(o.templateNS); err != nil {
+			return fmt.Errorf("--template-namespaces: %w", err)
+		}
+		if templateNS.Empty() {
+			return errors.New("--template-namespaces selects every namespace: name the tenant namespaces' labels")
+		}
+	}
 	var config *rest.Config
 	if o.kubeconfig != "" {
 		config, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
@@ -103,9 +122,14 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	p := drapublish.New(client, drapublish.Config{
+	dyn, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	p := drapublish.New(client, dyn, drapublish.Config{
 		Pools: pools, Options: dra.Options{},
 		Debounce: o.debounce, CallTimeout: o.callTimeout, Resync: o.resync,
+		TemplateNamespaces: templateNS,
 	})
 	return p.Run(ctx)
 }

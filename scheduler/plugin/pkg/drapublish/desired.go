@@ -1,7 +1,9 @@
 // Package drapublish keeps a cluster's ResourceSlices of the driver tmc.dev equal to what
 // package dra makes of its nodes' published tiered capacity: the slices each node should have
 // (Desired), what to create, update and delete to get there from what is stored (Diff), and a
-// loop that does it whenever a node or a slice changes (Publisher).
+// loop that does it whenever a node or a slice changes (Publisher). With tenant namespaces
+// given, the same loop also keeps a ResourceClaimTemplate per published TieredRecommendation in
+// each of them (DesiredTemplates, DiffTemplates), as a second key of its queue.
 package drapublish
 
 import (

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -36,12 +37,18 @@ type Config struct {
 	CallTimeout time.Duration
 	// Resync is how often the informers hand every object back, so that drift is repaired.
 	Resync time.Duration
+	// TemplateNamespaces selects the namespaces (by their labels: the chart's
+	// admission.tenantNamespaceLabels) in which a ResourceClaimTemplate is kept per published
+	// recommendation. Nil: no templates are kept, and neither recommendations, namespaces nor
+	// templates are watched.
+	TemplateNamespaces labels.Selector
 }
 
 // Publisher reconciles the driver tmc.dev's slices with the nodes: a single key in a
 // rate-limited queue, added (after Debounce) whenever a node's labels, annotations or memory
 // change or a tmc.dev slice changes, so that a burst of events makes one pass, and a failed pass
-// is retried with a growing delay.
+// is retried with a growing delay. With Config.TemplateNamespaces, a second key of the same
+// queue keeps the ResourceClaimTemplates (templatewatch.go), passed and retried on its own.
 type Publisher struct {
 	client kubernetes.Interface
 	cfg    Config
@@ -50,13 +57,21 @@ type Publisher struct {
 	synced []cache.InformerSynced
 	queue  workqueue.TypedRateLimitingInterface[string]
 	start  func(<-chan struct{})
+	// templates is the second reconciler, nil when cfg.TemplateNamespaces is.
+	templates *templateWatch
 }
 
-const key = "cluster"
+// The queue's keys: one pass of each reconciler at a time, each retried on its own.
+const (
+	key         = "cluster"
+	templateKey = "templates"
+)
 
 // New makes a Publisher with its node informer and its informer of tmc.dev's slices (listed
-// and watched with a field selector on spec.driver: other drivers' slices never reach it).
-func New(client kubernetes.Interface, cfg Config) *Publisher {
+// and watched with a field selector on spec.driver: other drivers' slices never reach it), and,
+// with cfg.TemplateNamespaces, the informers the templates are kept from (dyn reads the
+// recommendations; it may be nil without templates).
+func New(client kubernetes.Interface, dyn dynamic.Interface, cfg Config) *Publisher {
 	p := &Publisher{
 		client: client,
 		cfg:    cfg,
@@ -97,6 +112,9 @@ func New(client kubernetes.Interface, cfg Config) *Publisher {
 		nodeFactory.Start(stop)
 		sliceFactory.Start(stop)
 	}
+	if cfg.TemplateNamespaces != nil {
+		p.templates = newTemplateWatch(client, dyn, cfg, func() { p.queue.AddAfter(templateKey, cfg.Debounce) })
+	}
 	return p
 }
 
@@ -118,6 +136,17 @@ func (p *Publisher) Run(ctx context.Context) error {
 	}
 	klog.InfoS("caches synced; publishing", "driver", dra.DriverName)
 	p.queue.Add(key)
+	if p.templates != nil {
+		// Waited for apart: a cluster without the recommendations' CRD still gets its slices.
+		go func() {
+			p.templates.start(ctx.Done())
+			if cache.WaitForCacheSync(ctx.Done(), p.templates.synced...) {
+				klog.InfoS("recommendation, namespace and template caches synced; keeping templates",
+					"namespaces", p.cfg.TemplateNamespaces.String())
+				p.queue.Add(templateKey)
+			}
+		}()
+	}
 	go func() {
 		<-ctx.Done()
 		p.queue.ShutDown()
@@ -127,9 +156,14 @@ func (p *Publisher) Run(ctx context.Context) error {
 		if quit {
 			return nil
 		}
-		err := p.Reconcile(ctx)
+		var err error
+		if item == templateKey {
+			err = p.templates.reconcile(ctx, p.client, p.cfg.CallTimeout)
+		} else {
+			err = p.Reconcile(ctx)
+		}
 		if err != nil {
-			klog.ErrorS(err, "reconcile failed; retrying")
+			klog.ErrorS(err, "reconcile failed; retrying", "what", item)
 			p.queue.AddRateLimited(item)
 		} else {
 			p.queue.Forget(item)

@@ -1,0 +1,186 @@
+# The kubernetes client takes plain dicts for bodies at run time; its stubs say models only.
+# mypy: disable-error-code="arg-type,no-untyped-call,union-attr"
+"""tmc-dra-publisher's ResourceClaimTemplates on a real kube-apiserver v1.36.3, run as the
+chart's dra-publisher service account with the chart's RBAC and command line for tenant
+namespaces (dra.enabled, admission.tenantNamespaceLabels): each tenant namespace gets, per
+published TieredRecommendation that has a configuration, a template named as the
+recommendation whose claim is `tmc-dra-slices --claim` of it (pkg/dra's ClaimSpec); a change of
+the recommendation's ways replaces it (a template's spec cannot be updated), a namespace that
+stops being a tenant's loses it, and a deleted recommendation's go (the publisher deletes them:
+no garbage collector runs here). A fallback gets none, an unlabelled namespace none, and a
+template the publisher did not make, whatever its name, is never touched."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes import utils as k8s_utils
+
+from model.node_contract import Recommendation
+from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
+from tests.scheduler.controlplane import cluster as c
+from tests.scheduler.controlplane.plugin import CRD, build_scheduler
+from tests.scheduler.test_dra_claims import claim_spec
+from tests.scheduler.test_dra_objects import build_slices_command
+from tests.scheduler.test_dra_publisher import Cluster
+from tests.services import wait_until
+
+pytestmark = pytest.mark.slow
+
+GIB = 2**30
+TENANT = {"tmc.dev/tenant": "yes"}
+RESOURCE = ("resource.k8s.io", "v1")
+TMC = ("tmc.dev", "v1alpha1", "tieredrecommendations")
+
+
+class Templates(Cluster):
+    def __init__(self, cp: ControlPlane, slices_command: Path) -> None:
+        super().__init__(cp, slices_command, {"admission": {"tenantNamespaceLabels": TENANT}})
+        client = c.api_client(cp)
+        k8s_utils.create_from_dict(client, yaml.safe_load(CRD.read_text()))
+        ext = k8s.ApiextensionsV1Api(client)
+
+        def established() -> bool:
+            crd = ext.read_custom_resource_definition(f"{TMC[2]}.{TMC[0]}")
+            return any(
+                x.type == "Established" and x.status == "True" for x in crd.status.conditions or []
+            )
+
+        wait_until(established, 30, "the TieredRecommendation CRD established")
+
+    def namespace(self, name: str, labels: dict[str, str]) -> None:
+        self.core.create_namespace({"metadata": {"name": name, "labels": labels}})
+
+    def templates(self, namespace: str) -> dict[str, dict[str, Any]]:
+        listed = cast(
+            dict[str, Any],
+            self.objects.list_namespaced_custom_object(
+                *RESOURCE, namespace, "resourceclaimtemplates"
+            ),
+        )
+        return {t["metadata"]["name"]: t for t in listed["items"]}
+
+    def template(self, namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        body = {
+            "apiVersion": "/".join(RESOURCE),
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name},
+            "spec": {"spec": spec},
+        }
+        return cast(
+            dict[str, Any],
+            self.objects.create_namespaced_custom_object(
+                *RESOURCE, namespace, "resourceclaimtemplates", body
+            ),
+        )
+
+    def publish(self, recommendation: Recommendation) -> str:
+        body = recommendation.to_object()
+        self.objects.create_cluster_custom_object(*TMC, body)
+        return cast(str, body["metadata"]["name"])
+
+    def templates_reconciled(self) -> int:
+        return self.log.read_text(errors="replace").count("templates reconciled")
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Templates]:
+    try:
+        slices_command = build_slices_command(tmp_path_factory.mktemp("dra-templates"))
+        build_scheduler()
+        cp = ControlPlane()
+    except Unavailable as exc:
+        unavailable(exc)
+    try:
+        cp.start()
+        made = Templates(cp, slices_command)
+        yield made
+        made.stop()
+    finally:
+        cp.close()
+
+
+def graph500(ways: int) -> Recommendation:
+    return Recommendation(
+        workload="graph500",
+        objective="cheapest",
+        dram_bytes=5 * GIB,
+        slow_bytes=3 * GIB,
+        llc_ways=ways,
+        slow_ratio=0.375,
+    )
+
+
+def test_each_tenant_namespace_keeps_a_template_per_published_recommendation(
+    plane: Templates,
+) -> None:
+    def claim(ways: int) -> dict[str, Any]:
+        alternative = {"llc_ways": ways, "dram_bytes": 5 * GIB, "slow_bytes": 3 * GIB}
+        return claim_spec(plane.slices_command, [alternative])
+
+    plane.namespace("tenant-a", TENANT)
+    plane.namespace("tenant-b", TENANT)
+    plane.namespace("plain", {})
+    name = plane.publish(graph500(12))
+    fallback = plane.publish(
+        Recommendation(workload="stream", objective="cheapest", fallback="no profile")
+    )
+    # Templates that are not the publisher's: one under the recommendation's own name in
+    # tenant-b, labelled by someone else, and another in tenant-a.
+    theirs = plane.template("tenant-b", name, claim(4))
+    other = plane.template("tenant-a", "gpu", claim(4))
+    plane.start()
+
+    # Appear: tenant-a's template is ClaimSpec of the recommendation, labelled and owned;
+    # tenant-b's name is taken and left alone (logged); nothing in plain, nothing for a fallback.
+    def spec_in(ns: str) -> dict[str, Any] | None:
+        t = plane.templates(ns).get(name)
+        return None if t is None else cast(dict[str, Any], t["spec"]["spec"])
+
+    wait_until(lambda: spec_in("tenant-a") == claim(12), 60, "tenant-a's template at 12 ways")
+    made = plane.templates("tenant-a")[name]
+    assert made["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "tmc-dra-publisher"}
+    assert made["metadata"]["annotations"] == {
+        "tmc.dev/workload": "graph500",
+        "tmc.dev/objective": "cheapest",
+    }
+    published = cast(dict[str, Any], plane.objects.get_cluster_custom_object(*TMC, name))
+    uid = published["metadata"]["uid"]
+    owners = made["metadata"]["ownerReferences"]
+    assert [(o["apiVersion"], o["kind"], o["name"], o["uid"]) for o in owners] == [
+        ("tmc.dev/v1alpha1", "TieredRecommendation", name, uid)
+    ]
+    wait_until(
+        lambda: "not tmc-dra-publisher's" in plane.log.read_text(errors="replace"),
+        30,
+        "the taken name logged",
+    )
+    assert plane.templates("plain") == {}
+    assert fallback not in plane.templates("tenant-a")
+
+    # The ways change: the template is replaced (a new object, the new claim).
+    plane.objects.patch_cluster_custom_object(*TMC, name, {"spec": {"llc_ways": 16}})
+    wait_until(lambda: spec_in("tenant-a") == claim(16), 60, "tenant-a's template at 16 ways")
+    assert plane.templates("tenant-a")[name]["metadata"]["uid"] != made["metadata"]["uid"]
+
+    # A namespace labelled a tenant's gets the template; unlabelled, it loses it.
+    plane.namespace("tenant-c", TENANT)
+    wait_until(lambda: spec_in("tenant-c") == claim(16), 60, "tenant-c's template")
+    plane.core.patch_namespace("tenant-c", {"metadata": {"labels": {"tmc.dev/tenant": None}}})
+    wait_until(lambda: plane.templates("tenant-c") == {}, 60, "tenant-c's template gone")
+
+    # Deleted: the recommendation's templates go with it.
+    plane.objects.delete_cluster_custom_object(*TMC, name)
+    wait_until(lambda: name not in plane.templates("tenant-a"), 60, "the templates deleted")
+
+    # The templates that were not the publisher's were never touched.
+    for ns, before in (("tenant-b", theirs), ("tenant-a", other)):
+        now = plane.templates(ns)[before["metadata"]["name"]]
+        assert now["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert plane.proc is not None and plane.proc.poll() is None
+    assert plane.templates_reconciled() > 0
