@@ -84,6 +84,8 @@ def plan_of(cp: ControlPlane, placement: Placement) -> list[StructurePlan]:
     obj: dict[str, Any] = objects.get_cluster_custom_object(  # type: ignore[assignment]
         GROUP, RECOMMENDATION_VERSION, RECOMMENDATION_PLURAL, placement.plan_from.recommendation
     )
+    # The engine names the object it read: one deleted and made again under the name has another.
+    assert placement.plan_from.uid == obj["metadata"]["uid"], (placement.plan_from, obj["metadata"])
     generation = placement.plan_from.generation
     if obj["metadata"]["generation"] == generation:
         return sized_plan(obj["spec"], placement)
