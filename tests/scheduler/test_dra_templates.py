@@ -184,3 +184,86 @@ def test_each_tenant_namespace_keeps_a_template_per_published_recommendation(
         assert now["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert plane.proc is not None and plane.proc.poll() is None
     assert plane.templates_reconciled() > 0
+
+
+def test_a_pod_naming_its_template_is_placed_by_the_stock_scheduler(plane: Templates) -> None:
+    """The DRA door end to end, on the stock control plane: a tiered node's slices from the
+    publisher, the chart's DeviceClasses, the template the publisher keeps for a recommendation,
+    the resource-claim controller making the pod's claim from it, and the stock kube-scheduler
+    allocating that claim and binding the pod: the recommendation's run of ways and its DRAM and
+    slow memory, by the byte, on the node's own devices."""
+    if plane.proc is None:
+        plane.start()
+    node = "node-t"
+    plane.node(
+        node,
+        {
+            "tmc.dev/dram-bytes": str(24 * GIB),
+            "tmc.dev/slow-bytes": str(128 * GIB),
+            "tmc.dev/llc-ways": "48",
+        },
+        "optane-48",
+    )
+    wait_until(
+        lambda: any(s["spec"].get("nodeName") == node for s in plane.slices().values()),
+        60,
+        "the node's slices",
+    )
+    # The chart's DeviceClasses are installed with the publisher's objects (Cluster).
+    config = plane.cp.dir / "dra-templates-scheduler.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "clientConnection": {"kubeconfig": str(plane.cp.kubeconfig("admin"))},
+                "leaderElection": {"leaderElect": False},
+            }
+        )
+    )
+    plane.cp.start_scheduler(config)
+    plane.cp.start_controller_manager(("resourceclaim-controller",))
+
+    ns = "tenant-d"
+    plane.namespace(ns, TENANT)
+    c.ensure_default_account(plane.core, ns)
+    name = plane.publish(graph500(12))
+    wait_until(lambda: name in plane.templates(ns), 60, "the template in tenant-d")
+    plane.core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "graph500-0"},
+            "spec": {
+                "automountServiceAccountToken": False,
+                "resourceClaims": [{"name": "tiers", "resourceClaimTemplateName": name}],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.example.com/graph500:3.0.0",
+                        "resources": {"claims": [{"name": "tiers"}]},
+                    }
+                ],
+            },
+        },
+    )
+
+    def bound() -> bool:
+        return plane.core.read_namespaced_pod("graph500-0", ns).spec.node_name == node
+
+    wait_until(bound, 90, "the pod bound through its claim")
+    pod = plane.core.read_namespaced_pod("graph500-0", ns)
+    statuses = pod.status.resource_claim_statuses or []
+    claim_name = statuses[0].resource_claim_name
+    claim = cast(
+        dict[str, Any],
+        plane.objects.get_namespaced_custom_object(*RESOURCE, ns, "resourceclaims", claim_name),
+    )
+    results = {r["request"]: r for r in claim["status"]["allocation"]["devices"]["results"]}
+    assert set(results) == {"ways/c0", "dram/c0", "slow/c0"}
+    assert {r["pool"] for r in results.values()} == {node}
+    assert int(results["ways/c0"]["device"].rsplit("-", 1)[1]) == 12
+    assert results["dram/c0"]["consumedCapacity"] == {"bytes": "5Gi"}
+    assert (results["slow/c0"]["device"], results["slow/c0"]["consumedCapacity"]) == (
+        "slow",
+        {"bytes": "3Gi"},
+    )
