@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.scheduler.controlplane import Unavailable, unavailable
 from tests.scheduler.controlplane import cluster as c
@@ -27,9 +26,11 @@ from tests.scheduler.test_dra_objects import (
     Plane,
     allocated,
     build_slices_command,
+    install_dra,
     pod_with_claim,
     settle,
     slices_for,
+    start_stock_scheduler,
     started,
 )
 
@@ -84,24 +85,8 @@ def plane(command: Path) -> Iterator[Plane]:
         admin.create_namespace({"metadata": {"name": TENANT}})
         c.ensure_default_account(admin, TENANT)
         made = Plane(cp, slices_for(command, NODE))
-        rendered = c.render_chart({"dra": {"enabled": True}})["tmc/templates/dra.yaml"]
-        for doc in yaml.safe_load_all(rendered):
-            if doc and doc["kind"] == "DeviceClass":
-                made.create("deviceclasses", doc)
-        for body in made.slices:
-            made.create("resourceslices", body)
-        config = cp.dir / "dra-scheduler.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "kubescheduler.config.k8s.io/v1",
-                    "kind": "KubeSchedulerConfiguration",
-                    "clientConnection": {"kubeconfig": str(cp.kubeconfig("admin"))},
-                    "leaderElection": {"leaderElect": False},
-                }
-            )
-        )
-        cp.start_scheduler(config)
+        install_dra(made)
+        start_stock_scheduler(cp)
         yield made
     finally:
         cp.close()

@@ -383,6 +383,32 @@ def pod_with_claim(name: str) -> dict[str, Any]:
     }
 
 
+def install_dra(plane: Plane) -> None:
+    """The chart's DeviceClasses (dra.enabled) and the plane's slices, created."""
+    rendered = c.render_chart({"dra": {"enabled": True}})["tmc/templates/dra.yaml"]
+    for doc in yaml.safe_load_all(rendered):
+        if doc and doc["kind"] == "DeviceClass":
+            plane.create("deviceclasses", doc)
+    for body in plane.slices:
+        plane.create("resourceslices", body)
+
+
+def start_stock_scheduler(cp: ControlPlane) -> None:
+    """The stock kube-scheduler on its default profile (DynamicResources on), as admin."""
+    config = cp.dir / "dra-scheduler.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "clientConnection": {"kubeconfig": str(cp.kubeconfig("admin"))},
+                "leaderElection": {"leaderElect": False},
+            }
+        )
+    )
+    cp.start_scheduler(config)
+
+
 @pytest.fixture(scope="module")
 def scheduling(slices_command: Path) -> Iterator[Plane]:
     cp = started()
@@ -396,24 +422,8 @@ def scheduling(slices_command: Path) -> Iterator[Plane]:
         admin.create_namespace({"metadata": {"name": TENANT}})
         c.ensure_default_account(admin, TENANT)
         plane = Plane(cp, slices_for(slices_command, ALLOCATED))
-        rendered = c.render_chart({"dra": {"enabled": True}})["tmc/templates/dra.yaml"]
-        for doc in yaml.safe_load_all(rendered):
-            if doc and doc["kind"] == "DeviceClass":
-                plane.create("deviceclasses", doc)
-        for body in plane.slices:
-            plane.create("resourceslices", body)
-        config = cp.dir / "dra-scheduler.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "kubescheduler.config.k8s.io/v1",
-                    "kind": "KubeSchedulerConfiguration",
-                    "clientConnection": {"kubeconfig": str(cp.kubeconfig("admin"))},
-                    "leaderElection": {"leaderElect": False},
-                }
-            )
-        )
-        cp.start_scheduler(config)
+        install_dra(plane)
+        start_stock_scheduler(cp)
         yield plane
     finally:
         cp.close()
