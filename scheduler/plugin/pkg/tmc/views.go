@@ -59,7 +59,10 @@ type nodeView struct {
 	// locked: the node's metadata names a rack pool that its informer membership does not
 	// (one of the two is not delivered yet): read it under the lock, as the rare case it is.
 	locked bool
-	placed map[PlacedKey]int
+	// informed: obj came from an informer (it has a resourceVersion). A test's object, which it
+	// may change in place between calls, is parsed on each read instead.
+	informed bool
+	placed   map[PlacedKey]int
 }
 
 // idle: nothing held, no pool membership, nothing parsed: the record can go.
@@ -82,19 +85,22 @@ type NodeState struct {
 // it for every node, from kube-scheduler's 16 goroutines: it reads the node's published view
 // without a lock. What a writer changed is published before the writer returns, so the next
 // pod's Filter sees the reservation Reserve made for the one before.
+//
+// The view is looked up before the node object is read at all: at 20,000 nodes most objects a
+// Filter asks about are out of the CPU's caches, and reading one cost a fifth of this function.
 func (c *Cache) State(node *v1.Node, pod PlacedKey, counted bool) NodeState {
+	idx := c.index.Load()
+	if n := (*idx)[node]; n != nil {
+		if v := n.view.Load(); v != nil && v.obj == node && v.informed && !v.locked {
+			return v.state(pod, counted)
+		}
+	}
 	if node.ResourceVersion == "" {
 		// Not from an informer (tests): parsed each time, nothing kept.
 		p := parseNode(node)
 		c.mu.RLock()
 		defer c.mu.RUnlock()
 		return c.stateLocked(c.nodes[node.Name], p, pod, counted)
-	}
-	idx := c.index.Load()
-	if n := (*idx)[node]; n != nil {
-		if v := n.view.Load(); v != nil && v.obj == node && !v.locked {
-			return v.state(pod, counted)
-		}
 	}
 	return c.stateSlow(node, pod, counted, len(*idx))
 }
@@ -213,7 +219,7 @@ func (c *Cache) viewLocked(n *nodeUse) *nodeView {
 	if p == nil {
 		return nil
 	}
-	v := &nodeView{parsed: *p, obj: n.obj, placed: n.placed}
+	v := &nodeView{parsed: *p, obj: n.obj, placed: n.placed, informed: n.obj != nil && n.obj.ResourceVersion != ""}
 	if p.capacity == nil {
 		return v
 	}
