@@ -43,6 +43,9 @@ class WorkloadDecision:
     repeated: bool = False
     # The footprint the profile traced (None: not recorded with the decision).
     profile_bytes: int | None = None
+    # Algorithm 1's other candidates within T, in its order after `configuration` (lowest
+    # packing penalty first), priced at the same size.
+    alternatives: tuple[Configuration, ...] = ()
 
 
 class NoDecision(Exception):
@@ -93,12 +96,16 @@ class DecisionService:
             StructurePlan(tag=p.tag, fast_bytes=p.fast_bytes, slow_bytes=p.slow_bytes)
             for p in r.placement
         )
+        chosen = r.chosen.configuration
         return WorkloadDecision(
             recommendation_id=record.id,
-            configuration=r.chosen.configuration,
+            configuration=chosen,
             plan=plan,
             repeated=record.repeated,
             profile_bytes=r.footprint_bytes,
+            alternatives=tuple(
+                c.configuration for c in r.within_threshold if c.configuration != chosen
+            ),
         )
 
 

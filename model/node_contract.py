@@ -387,6 +387,22 @@ class NodePattern(BaseModel):
 # --- recommendation ----------------------------------------------------------------------------
 
 
+MAX_ALTERNATIVES = 3
+
+
+class Alternative(BaseModel):
+    """Another configuration within Algorithm 1's cost threshold T of a recommendation's own:
+    its ways, and the bytes of each tier at the size the recommendation was priced for. It has
+    no plan: a node applies a plan only through the engine's placement, which takes the
+    recommendation's own configuration; a plan for a pod placed through DRA is not built yet."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    llc_ways: Annotated[int, Field(ge=1, le=MAX_LLC_WAYS)]
+    slow_ratio: Annotated[float, Field(ge=0.0, le=1.0)]
+    dram_bytes: Bytes
+    slow_bytes: Bytes
+
+
 class Recommendation(BaseModel):
     """The configuration tmc recommends for a (workload, objective), independent of any one pod:
     the spec of a `TieredRecommendation` object, or a pod's `tmc.dev/recommendation` annotation.
@@ -407,6 +423,10 @@ class Recommendation(BaseModel):
     slow_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     plan: Annotated[list[StructurePlan], Field(max_length=4096)] = []
     fallback: Annotated[str, Field(min_length=1, max_length=512)] | None = None
+    # Algorithm 1's next configurations within T, in its order after this one (lowest packing
+    # penalty first), sized as this one is: a DRA claim template offers them after it. The
+    # engine places this one alone. Objects written before them have none.
+    alternatives: Annotated[list[Alternative], Field(max_length=MAX_ALTERNATIVES)] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> Recommendation:
@@ -426,11 +446,15 @@ class Recommendation(BaseModel):
         must be set: they are what the scheduler looks it up by)."""
         if self.workload is None or self.objective is None:
             raise ContractError("a published recommendation names its workload and objective")
+        spec = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if not spec["alternatives"]:
+            # Left out, as the Go types write it: a spec without them is the one written before.
+            del spec["alternatives"]
         return {
             "apiVersion": f"{GROUP}/{RECOMMENDATION_VERSION}",
             "kind": RECOMMENDATION_KIND,
             "metadata": {"name": recommendation_object_name(self.workload, self.objective)},
-            "spec": self.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "spec": spec,
         }
 
     @classmethod

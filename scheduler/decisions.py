@@ -37,7 +37,7 @@ from api.decisions import (
 )
 from ledger import store as ledger
 from model import TmcError, Utilization, parse_objective
-from model.node_contract import Recommendation, StructurePlan
+from model.node_contract import MAX_ALTERNATIVES, Alternative, Recommendation, StructurePlan
 from scheduler.bounds import bounded
 from scheduler.status import Decided
 from store.db import unit_of_work
@@ -61,6 +61,8 @@ class Recommended:
     plan: tuple[StructurePlan, ...] = ()
     repeated: bool = False  # the decision log counted it on an identical one, not a new row
     profile_bytes: int = 0  # the footprint the profile traced (0: not recorded)
+    # Algorithm 1's next configurations within T, in its order, at the same size.
+    alternatives: tuple[Alternative, ...] = ()
 
 
 # Why a workload cannot be recommended: a fallback reason.
@@ -126,6 +128,17 @@ def decide_pair(
         plan=decided.plan,
         repeated=decided.repeated,
         profile_bytes=decided.profile_bytes or 0,
+        # Each candidate's bytes are the priced grid's, split from the same size by the same
+        # rule as the pick's (model.resources.split_memory): taken as they are.
+        alternatives=tuple(
+            Alternative(
+                llc_ways=a.llc_ways,
+                slow_ratio=a.slow_ratio,
+                dram_bytes=a.dram_bytes,
+                slow_bytes=a.slow_bytes,
+            )
+            for a in decided.alternatives[:MAX_ALTERNATIVES]
+        ),
     )
 
 
@@ -168,6 +181,7 @@ class ServiceDecisions:
                 llc_ways=outcome.llc_ways,
                 slow_ratio=outcome.slow_ratio,
                 plan=list(outcome.plan),
+                alternatives=list(outcome.alternatives),
             ),
             logged="repeat" if outcome.repeated else "stored",
         )

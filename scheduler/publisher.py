@@ -21,7 +21,8 @@ PostgreSQL is down (with the last recommendation).
   `refresh_seconds` the cluster's utilization is read, and every pair is decided again only if
   some resource moved by more than `utilization_tolerance` since (Algorithm 1's packing penalty
   moves with it) or the decisions are `max_age_seconds` old. An object is rewritten only when the
-  configuration or plan changed.
+  configuration, plan or alternatives (the other configurations within T, which tmc's DRA claim
+  templates offer) changed.
 * A pair that cannot be recommended (no usable profile, an invalid objective, nothing feasible)
   is published as a fallback with its reason, so its pods are placed at once, not after a wait.
 * A transient failure (the database is down) publishes nothing: the last object stays.

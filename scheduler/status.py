@@ -183,6 +183,7 @@ def fallback_reason(obj: Mapping[str, Any]) -> str:
 
 
 def configuration_of(rec: Recommendation) -> dict[str, Any]:
-    """What a pod would get: a new decision with the same configuration and plan (only its
-    decision-log id differs) is not worth rewriting the object and waking every scheduler."""
+    """What a pod would get: a new decision with the same configuration, plan and alternatives
+    (only its decision-log id differs) is not worth rewriting the object and waking every
+    scheduler. The alternatives count: a pod placed through DRA may be given one of them."""
     return rec.model_dump(mode="json", exclude={"recommendation_id"})

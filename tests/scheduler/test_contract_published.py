@@ -21,8 +21,10 @@ from jsonschema import Draft202012Validator, FormatChecker, ValidationError, val
 
 import model
 from model.node_contract import (
+    MAX_ALTERNATIVES,
     MAX_BYTES,
     MAX_LLC_WAYS,
+    Alternative,
     Recommendation,
     StructurePlan,
 )
@@ -151,6 +153,10 @@ def _recommended() -> Recommendation:
             StructurePlan(tag="alpha", fast_bytes=4 * GIB, slow_bytes=GIB // 4),
             StructurePlan(tag="beta", fast_bytes=GIB, slow_bytes=GIB // 4),
         ],
+        alternatives=[
+            Alternative(llc_ways=12, slow_ratio=0.0769, dram_bytes=6 * GIB, slow_bytes=GIB // 2),
+            Alternative(llc_ways=4, slow_ratio=0.0, dram_bytes=6 * GIB + GIB // 2, slow_bytes=0),
+        ],
     )
 
 
@@ -163,6 +169,15 @@ def _at_the_bounds() -> Recommendation:
         slow_bytes=MAX_BYTES - 1,
         llc_ways=MAX_LLC_WAYS,
         slow_ratio=1.0,
+        alternatives=[
+            Alternative(
+                llc_ways=MAX_LLC_WAYS,
+                slow_ratio=1.0,
+                dram_bytes=MAX_BYTES - 1,
+                slow_bytes=MAX_BYTES - 1,
+            )
+        ]
+        * MAX_ALTERNATIVES,
     )
 
 

@@ -4,11 +4,12 @@
 chart's dra-publisher service account with the chart's RBAC and command line for tenant
 namespaces (dra.enabled, admission.tenantNamespaceLabels): each tenant namespace gets, per
 published TieredRecommendation that has a configuration, a template named as the
-recommendation whose claim is `tmc-dra-slices --claim` of it (pkg/dra's ClaimSpec); a change of
-the recommendation's ways replaces it (a template's spec cannot be updated), a namespace that
-stops being a tenant's loses it, and a deleted recommendation's go (the publisher deletes them:
-no garbage collector runs here). A fallback gets none, an unlabelled namespace none, and a
-template the publisher did not make, whatever its name, is never touched."""
+recommendation whose claim is `tmc-dra-slices --claim` of it and its alternatives (pkg/dra's
+ClaimSpec); a change of the recommendation's ways replaces it (a template's spec cannot be
+updated), a namespace that stops being a tenant's loses it, and a deleted recommendation's go
+(the publisher deletes them: no garbage collector runs here). A fallback gets none, an
+unlabelled namespace none, and a template the publisher did not make, whatever its name, is
+never touched."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 
-from model.node_contract import Recommendation
+from model.node_contract import Alternative, Recommendation
 from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane.plugin import CRD, build_scheduler
@@ -130,6 +131,11 @@ def test_each_tenant_namespace_keeps_a_template_per_published_recommendation(
     fallback = plane.publish(
         Recommendation(workload="stream", objective="cheapest", fallback="no profile")
     )
+    # Algorithm 1's other candidates within T, after the pick: the claim offers both, in order.
+    wider = Alternative(llc_ways=20, slow_ratio=0.25, dram_bytes=6 * GIB, slow_bytes=2 * GIB)
+    offering = plane.publish(
+        graph500(12).model_copy(update={"objective": "slo:5%", "alternatives": [wider]})
+    )
     # Templates that are not the publisher's: one under the recommendation's own name in
     # tenant-b, labelled by someone else, and another in tenant-a.
     theirs = plane.template("tenant-b", name, claim(4))
@@ -138,8 +144,8 @@ def test_each_tenant_namespace_keeps_a_template_per_published_recommendation(
 
     # Appear: tenant-a's template is ClaimSpec of the recommendation, labelled and owned;
     # tenant-b's name is taken and left alone (logged); nothing in plain, nothing for a fallback.
-    def spec_in(ns: str) -> dict[str, Any] | None:
-        t = plane.templates(ns).get(name)
+    def spec_in(ns: str, of: str = name) -> dict[str, Any] | None:
+        t = plane.templates(ns).get(of)
         return None if t is None else cast(dict[str, Any], t["spec"]["spec"])
 
     wait_until(lambda: spec_in("tenant-a") == claim(12), 60, "tenant-a's template at 12 ways")
@@ -162,6 +168,18 @@ def test_each_tenant_namespace_keeps_a_template_per_published_recommendation(
     )
     assert plane.templates("plain") == {}
     assert fallback not in plane.templates("tenant-a")
+    both = claim_spec(
+        plane.slices_command,
+        [
+            {"llc_ways": 12, "dram_bytes": 5 * GIB, "slow_bytes": 3 * GIB},
+            {"llc_ways": 20, "dram_bytes": 6 * GIB, "slow_bytes": 2 * GIB},
+        ],
+    )
+    wait_until(
+        lambda: spec_in("tenant-a", offering) == both,
+        60,
+        "the template offering the recommendation and its alternative",
+    )
 
     # The ways change: the template is replaced (a new object, the new claim).
     plane.objects.patch_cluster_custom_object(*TMC, name, {"spec": {"llc_ways": 16}})

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 	"tmc.dev/scheduler-plugin/pkg/dra"
@@ -42,8 +43,11 @@ type Unclaimed struct {
 }
 
 // TemplateSpec is the claim a recommendation's template makes for each pod: dra.ClaimSpec of the
-// one configuration its spec names (llc_ways, dram_bytes, slow_bytes). A fallback, a spec that
-// cannot be read or one ClaimSpec refuses makes none.
+// configuration its spec names (llc_ways, dram_bytes, slow_bytes), then its alternatives in the
+// spec's order (Algorithm 1's, lowest packing penalty first), each taken whole, the first that
+// fits a node. A fallback, a spec that cannot be read or whose own configuration ClaimSpec
+// refuses makes none. An alternative ClaimSpec refuses (one that repeats another, one without
+// DRAM) is left out and logged: the claim still offers the rest.
 func TemplateSpec(spec map[string]any) (v1alpha1.Recommendation, resourceapi.ResourceClaimSpec, error) {
 	var r v1alpha1.Recommendation
 	raw, err := json.Marshal(spec)
@@ -59,8 +63,28 @@ func TemplateSpec(spec map[string]any) (v1alpha1.Recommendation, resourceapi.Res
 	if r.Workload == nil || r.Objective == nil {
 		return r, resourceapi.ResourceClaimSpec{}, errors.New("the spec names no workload or objective")
 	}
-	claim, err := dra.ClaimSpec([]dra.Alternative{{LLCWays: r.LLCWays, DRAMBytes: r.DRAMBytes, SlowBytes: r.SlowBytes}})
-	return r, claim, err
+	offered := []dra.Alternative{{LLCWays: r.LLCWays, DRAMBytes: r.DRAMBytes, SlowBytes: r.SlowBytes}}
+	claim, err := dra.ClaimSpec(offered)
+	if err != nil {
+		return r, claim, err
+	}
+	for i, a := range r.Alternatives {
+		if len(offered) == dra.MaxAlternatives {
+			// The API's bound is three; a claim holds four configurations in all.
+			klog.InfoS("alternative left out of the recommendation's ResourceClaimTemplate: a claim offers at most four configurations",
+				"workload", *r.Workload, "objective", *r.Objective, "alternative", i)
+			break
+		}
+		next := append(offered[:len(offered):len(offered)], dra.Alternative{LLCWays: a.LLCWays, DRAMBytes: a.DRAMBytes, SlowBytes: a.SlowBytes})
+		wider, err := dra.ClaimSpec(next)
+		if err != nil {
+			klog.InfoS("alternative left out of the recommendation's ResourceClaimTemplate",
+				"workload", *r.Workload, "objective", *r.Objective, "alternative", i, "reason", err.Error())
+			continue
+		}
+		offered, claim = next, wider
+	}
+	return r, claim, nil
 }
 
 // DesiredTemplates is every ResourceClaimTemplate the publisher keeps: in each namespace given

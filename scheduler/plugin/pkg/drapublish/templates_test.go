@@ -83,13 +83,7 @@ func TestEachTenantNamespaceGetsTheRecommendationsClaimWhole(t *testing.T) {
 		if !equality.Semantic.DeepEqual(tpl.Spec.Spec, want) {
 			t.Fatalf("spec: %+v", tpl.Spec.Spec)
 		}
-		var internal resourceinternal.ResourceClaimTemplate
-		if err := legacyscheme.Scheme.Convert(&tpl, &internal, nil); err != nil {
-			t.Fatal(err)
-		}
-		if errs := validation.ValidateResourceClaimTemplate(&internal); len(errs) > 0 {
-			t.Fatal(errs.ToAggregate())
-		}
+		validClaimTemplate(t, &tpl)
 	}
 	reasons := map[string]error{}
 	for _, u := range unclaimed {
@@ -102,6 +96,73 @@ func TestEachTenantNamespaceGetsTheRecommendationsClaimWhole(t *testing.T) {
 	}
 	if got, _ := DesiredTemplates(recs, nil); len(got) != 0 {
 		t.Fatalf("no tenant namespace, no template: %+v", got)
+	}
+}
+
+func alternative(ways int, dram, slow int64) map[string]any {
+	return map[string]any{"llc_ways": int64(ways), "slow_ratio": float64(slow) / float64(dram+slow), "dram_bytes": dram, "slow_bytes": slow}
+}
+
+// validClaimTemplate holds a template to kube-apiserver's own validation.
+func validClaimTemplate(t *testing.T, tpl *resourceapi.ResourceClaimTemplate) {
+	t.Helper()
+	var internal resourceinternal.ResourceClaimTemplate
+	if err := legacyscheme.Scheme.Convert(tpl, &internal, nil); err != nil {
+		t.Fatal(err)
+	}
+	if errs := validation.ValidateResourceClaimTemplate(&internal); len(errs) > 0 {
+		t.Fatal(errs.ToAggregate())
+	}
+}
+
+func TestTheTemplateOffersTheAlternativesAfterTheConfigurationInOrder(t *testing.T) {
+	spec := configured(12, 5*gib, 3*gib)
+	spec["alternatives"] = []any{alternative(20, 5*gib, 3*gib), alternative(4, 6*gib, 2*gib), alternative(12, 4*gib, 4*gib)}
+	got, unclaimed := DesiredTemplates([]*unstructured.Unstructured{recommendation("graph500", spec)}, []*corev1.Namespace{namespace("tenant-a")})
+	if len(got) != 1 || len(unclaimed) != 0 {
+		t.Fatalf("one template: %+v, %v", got, unclaimed)
+	}
+	want, err := dra.ClaimSpec([]dra.Alternative{
+		{LLCWays: 12, DRAMBytes: 5 * gib, SlowBytes: 3 * gib},
+		{LLCWays: 20, DRAMBytes: 5 * gib, SlowBytes: 3 * gib},
+		{LLCWays: 4, DRAMBytes: 6 * gib, SlowBytes: 2 * gib},
+		{LLCWays: 12, DRAMBytes: 4 * gib, SlowBytes: 4 * gib},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(got[0].Spec.Spec, want) {
+		t.Fatalf("spec: %+v", got[0].Spec.Spec)
+	}
+	validClaimTemplate(t, &got[0])
+}
+
+func TestAnAlternativeTheClaimRefusesIsLeftOutAndTheRestOffered(t *testing.T) {
+	spec := configured(12, 5*gib, 3*gib)
+	spec["alternatives"] = []any{
+		alternative(12, 5*gib, 3*gib), // the configuration again
+		alternative(8, 0, 8*gib),      // no DRAM: a pod runs in DRAM
+		alternative(20, 6*gib, 2*gib),
+	}
+	r, claim, err := TemplateSpec(spec)
+	if err != nil || len(r.Alternatives) != 3 {
+		t.Fatalf("the template is kept: %v, %+v", err, r)
+	}
+	want, err := dra.ClaimSpec([]dra.Alternative{
+		{LLCWays: 12, DRAMBytes: 5 * gib, SlowBytes: 3 * gib}, {LLCWays: 20, DRAMBytes: 6 * gib, SlowBytes: 2 * gib},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(claim, want) {
+		t.Fatalf("claim: %+v", claim)
+	}
+	// A recommendation whose own configuration is refused gets no template, whatever its
+	// alternatives: the claim's first choice is the recommendation's.
+	none := configured(12, 0, 8*gib)
+	none["alternatives"] = []any{alternative(20, 6*gib, 2*gib)}
+	if _, _, err := TemplateSpec(none); err == nil || !strings.Contains(err.Error(), "dram_bytes") {
+		t.Fatalf("refused: %v", err)
 	}
 }
 

@@ -108,6 +108,37 @@ type Recommendation struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	Fallback *string `json:"fallback,omitempty"`
+	// Alternatives are Algorithm 1's next configurations within the cost threshold T, in its
+	// order after this one (lowest packing penalty first), at most three, each sized as this one
+	// is (dram_bytes and slow_bytes add up to the same size). A DRA claim template offers them
+	// after this one, taken whole. They carry no plan: a node applies a plan only through the
+	// engine's placement, which takes this configuration alone, and a plan for a pod placed
+	// through DRA is not built yet. None for a fallback.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=3
+	Alternatives []Alternative `json:"alternatives,omitempty"`
+}
+
+// Alternative is another configuration within T of a recommendation: LLC ways and the bytes of
+// each tier at the size the recommendation was priced for.
+type Alternative struct {
+	// LLCWays is the configuration's run of last-level cache ways.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	LLCWays int `json:"llc_ways"`
+	// SlowRatio is the share of the memory in the slow tier, 0..1.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1
+	SlowRatio float64 `json:"slow_ratio"`
+	// DRAMBytes is the configuration's DRAM at the size the recommendation was priced for.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4503599627370495
+	DRAMBytes int64 `json:"dram_bytes"`
+	// SlowBytes is the configuration's slow memory at that size.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4503599627370495
+	SlowBytes int64 `json:"slow_bytes"`
 }
 
 // Condition types of a TieredRecommendation's status.
