@@ -7,7 +7,7 @@ kube-scheduler calling tmc-extender (the same engine's extender front door). Bot
 read what the recommendation publisher publishes; it also keeps the ledger's mirror.
 
     python -m bench.scheduler_e2e [--pods 500] [--nodes 100 5000] [--profile out.json]
-                                  [--pprof DIR] [--compare-engine DIR] [--json PATH]
+                                  [--pprof DIR] [--compare-engine DIR] [--dra] [--json PATH]
 
 Needs the control plane of tests/scheduler/controlplane (built from Go modules). Nodes carry the
 capacity annotations an agent publishes (model.node_contract), written directly: agents are not
@@ -32,6 +32,17 @@ to DIR and their top functions printed, and kube-apiserver's during every burst.
 With --compare-engine DIR, DIR's tmc-scheduler (another commit's build) places the same pods
 right after this checkout's, on the same configuration (the in-tree NodeResourcesFit in place of
 TmcNodeResourcesFit for a build without it): a before/after in one run.
+With --dra, a fourth path after the last stock run, and a stock run after it: the stock
+kube-scheduler (its in-tree DynamicResources plugin) placing the same pods, each with a
+ResourceClaim made from tmc's claim spec (`tmc-dra-slices --claim` of the configuration the
+plugin gave graph500's first pod: its ways, its DRAM and slow bytes at the pod's request), the
+claim created just before its pod in the burst (as the resource-claim controller would make it
+from a template). Before it, the chart's DeviceClasses and every node's and rack pool's
+ResourceSlices (scheduler/plugin/pkg/dra, the run devices restricted to the paper grid's way
+counts: 273 devices, 7 slices a 48-way node) are created from 8 threads, timed, and the API
+server's and etcd's resident memory read before and after. After the burst every claim's
+allocation is checked: no two claims on a node hold overlapping runs of ways, no device gives
+more bytes than it has ("no over-commit", else the run fails).
 The load average at the start and end of each size is printed: the figures are only comparable
 on a quiet machine. A pod not seen bound
 within --timeout fails the run (exit status 1): the figures are never computed on a smaller
@@ -59,9 +70,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client as k8s
 
 from api.migrate import upgrade_to_head
 from api.settings import Settings
+from bench import dra_objects
 from bench.harness import (
     Result,
     arguments,
@@ -70,7 +83,7 @@ from bench.harness import (
     process_cpu_seconds,
     tree_cpu_seconds,
 )
-from model.node_contract import NodeCapacity
+from model.node_contract import NodeCapacity, Placement
 from model.resources import GIB
 from scheduler.kube import watch_events
 from store.db import make_engine, make_session_factory
@@ -80,6 +93,9 @@ from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import plugin as plugin_path
 from tests.scheduler.controlplane.goextender import GoExtenderProcess
+from tests.scheduler.test_dra_objects import GROUP as DRA_GROUP
+from tests.scheduler.test_dra_objects import VERSION as DRA_VERSION
+from tests.scheduler.test_dra_objects import build_slices_command
 from tests.services import PostgresServer, free_port, wait_until
 
 
@@ -241,24 +257,41 @@ def pprof_top(binary: Path, profile: Path, lines: int = 15) -> str:
     return "\n".join("    " + line for line in (top.stdout or top.stderr).splitlines())
 
 
-def add_nodes(cp: ControlPlane, n: int) -> None:
+def node_name(i: int) -> str:
+    return f"n{i:05d}"
+
+
+def node_capacity(i: int) -> NodeCapacity:
+    """Node i's capacity: odd nodes on a 1 TiB rack pool (32 of them to a pool), even ones with
+    128 GiB of slow memory of their own; each 12 CPUs, 64 GiB DRAM, 48 LLC ways."""
+    pooled = i % 2 == 1
+    return NodeCapacity(
+        host_kind="bench",
+        cpus=12,
+        dram_bytes=64 * GIB,
+        slow_bytes=0 if pooled else 128 * GIB,
+        llc_ways=48,
+        slow_pool=f"rack-{i // 64}" if pooled else None,
+        slow_pool_bytes=1024 * GIB if pooled else None,
+    )
+
+
+# The label a rack pool's ResourceSlice selects its nodes by (pkg/dra PoolLabel).
+POOL_LABEL = "tmc.dev/slow-pool"
+
+
+def add_nodes(cp: ControlPlane, n: int, pool_labels: bool = False) -> None:
     """n tiered nodes: half with a local slow tier, half on 1 TiB rack pools of 32 nodes; each
-    holds 12 CPUs, so that 1,000 pods fit on 100 nodes with room to choose (10 a node)."""
+    holds 12 CPUs, so that 1,000 pods fit on 100 nodes with room to choose (10 a node). With
+    pool_labels, each pooled node also carries the label its pool's ResourceSlice selects."""
     api = c.core(cp)
 
     def one(i: int) -> None:
-        pooled = i % 2 == 1
-        cap = NodeCapacity(
-            host_kind="bench",
-            cpus=12,
-            dram_bytes=64 * GIB,
-            slow_bytes=0 if pooled else 128 * GIB,
-            llc_ways=48,
-            slow_pool=f"rack-{i // 64}" if pooled else None,
-            slow_pool_bytes=1024 * GIB if pooled else None,
-        )
+        cap = node_capacity(i)
         labels, annotations = cap.to_metadata()
-        body = c.node_object(f"n{i:05d}")
+        if pool_labels and cap.slow_pool is not None:
+            labels[POOL_LABEL] = cap.slow_pool
+        body = c.node_object(node_name(i))
         body["metadata"]["labels"].update(labels)
         body["metadata"]["annotations"] = annotations
         c.register_node(api, body)
@@ -269,6 +302,10 @@ def add_nodes(cp: ControlPlane, n: int) -> None:
 
 class NotAllBound(RuntimeError):
     """Some pods were never seen bound: the run failed (a smaller sample would flatter it)."""
+
+
+class OverCommitted(RuntimeError):
+    """The DRA path's allocations over-commit a node: the run failed."""
 
 
 def watch_binds(
@@ -353,11 +390,20 @@ class Burst:
         )
 
 
-def run(cp: ControlPlane, ns: str, bodies: list[dict[str, Any]], timeout: float) -> Burst:
+def run(
+    cp: ControlPlane,
+    ns: str,
+    bodies: list[dict[str, Any]],
+    timeout: float,
+    claims: dict[str, dict[str, Any]] | None = None,
+) -> Burst:
     """The figures of one burst of bodies created from 8
     threads. Binds are seen through a watch (polling lists of hundreds of pods would load the
-    very API server being measured). Raises NotAllBound when some pod is not seen bound."""
+    very API server being measured). With claims (by pod name), each pod's ResourceClaim is
+    created just before it, its time counted from the claim's create. Raises NotAllBound when
+    some pod is not seen bound."""
     api = c.core(cp)
+    objects = k8s.CustomObjectsApi(api.api_client)
     created: dict[str, float] = {}
     bound: dict[str, float] = {}
     started = threading.Event()
@@ -371,8 +417,22 @@ def run(cp: ControlPlane, ns: str, bodies: list[dict[str, Any]], timeout: float)
     if not started.wait(60):
         raise NotAllBound(f"{ns}: the pod watch did not open")
 
+    def create_claim(body: dict[str, Any]) -> None:
+        response: Any = objects.create_namespaced_custom_object(
+            DRA_GROUP, DRA_VERSION, ns, "resourceclaims", body, _preload_content=False
+        )
+        try:
+            if not 200 <= response.status <= 299:
+                raise NotAllBound(f"{ns}: creating a claim answered {response.status}")
+            response.drain_conn()
+        finally:
+            response.release_conn()
+
     def create(body: dict[str, Any]) -> None:
-        created[str(body["metadata"]["name"])] = time.monotonic()
+        name = str(body["metadata"]["name"])
+        created[name] = time.monotonic()
+        if claims is not None:
+            create_claim(claims[name])
         # The answer read as bytes, not built into a V1Pod: the creator shares the machine too.
         response: Any = api.create_namespaced_pod(ns, body, _preload_content=False)
         try:
@@ -465,6 +525,27 @@ def plain_config(with_extender: Path) -> Path:
     return path
 
 
+def dra_config(plain: Path) -> Path:
+    """The stock configuration with DynamicResources' filter timeout off (filterTimeout 0s):
+    at its default of 10 s, the filter of one pod's claim over 420 of 1,000 nodes (273 way-run
+    devices each) timed out on this 2-core machine, and the pod was retried without end."""
+    cfg = yaml.safe_load(plain.read_text())
+    for profile in cfg["profiles"]:
+        profile["pluginConfig"] = [
+            {
+                "name": "DynamicResources",
+                "args": {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "DynamicResourcesArgs",
+                    "filterTimeout": "0s",
+                },
+            }
+        ]
+    path = plain.with_name("dra.yaml")
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
 def in_tree_fit_config(config: Path) -> Path:
     """tmc-scheduler's configuration with the in-tree NodeResourcesFit (same arguments) in place
     of TmcNodeResourcesFit: for an engine built before it existed (--compare-engine)."""
@@ -487,9 +568,14 @@ def registers_resources_fit(binary: Path) -> bool:
     return b"TmcNodeResourcesFit" in binary.read_bytes()
 
 
-def warm_up(cp: ControlPlane, body: dict[str, Any], timeout: float) -> None:
+def warm_up(
+    cp: ControlPlane,
+    body: dict[str, Any],
+    timeout: float,
+    claims: dict[str, dict[str, Any]] | None = None,
+) -> None:
     """One pod placed (in namespace warm, then deleted) by the scheduler just started."""
-    run(cp, "warm", [body], timeout)
+    run(cp, "warm", [body], timeout, claims)
     c.delete_all_pods(c.core(cp), "warm")
 
 
@@ -528,10 +614,11 @@ def one_size(
     compare: Path | None = None,
     result: Result | None = None,
     label: str = "",
+    dra: bool = False,
 ) -> dict[str, float] | None:
     """Every run at one node count, its figures recorded in result (rows named with `label`,
     the run's place in a series); each tmc path's ratios to the stock run, or None when a run
-    did not see every pod bound."""
+    did not see every pod bound (or, with dra, the allocations over-commit a node)."""
     cp = ControlPlane()
     postgres = PostgresServer()
     publisher: plugin_path.PublisherProcess | None = None
@@ -545,9 +632,10 @@ def one_size(
         c.install_rbac(cp)
         plugin_path.install_plugin(cp)
         plugin_path.build_scheduler()
+        slices_command = build_slices_command(cp.dir) if dra else None
         api = c.core(cp)
         t0 = time.monotonic()
-        add_nodes(cp, nodes)
+        add_nodes(cp, nodes, pool_labels=dra)
         print(f"{nodes} nodes registered in {time.monotonic() - t0:.0f} s")
         sessions = make_session_factory(
             make_engine(Settings(environment="test", database_url=postgres.url))
@@ -563,7 +651,8 @@ def one_size(
         goext.start()
         with_ext = c.scheduler_config(cp, goext.url)
         bodies = [c.opted_in_pod(f"p{i}", "graph500", memory=POD_MEMORY) for i in range(pods)]
-        for ns in ("warmup", "plain", "warm", "plugin", "compare", "plain1", "goext", "plain2"):
+        namespaces = ["warmup", "plain", "warm", "plugin", "compare", "plain1", "goext", "plain2"]
+        for ns in namespaces + (["dra", "plain3"] if dra else []):
             c.new_namespace(api, ns)
         cp.start_scheduler(plain_config(with_ext))
         # Every scheduler places one pod before its burst: one just started still lists the
@@ -649,6 +738,10 @@ def one_size(
             profiling.join(180)
             api_profiling.join(180)
         cp.stop_process("tmc-scheduler")
+        # What the plugin gave graph500's first pod: the configuration the DRA path claims.
+        placed = Placement.from_annotations(
+            api.read_namespaced_pod("p0", "plugin").metadata.annotations
+        )
         c.delete_all_pods(api, "plugin")
         compared = compared_cpu = None
         compared_cpu_meter: CpuMeter | None = None
@@ -723,6 +816,54 @@ def one_size(
         cp.stop_process("kube-scheduler")
         stock_again, stock_again_cpu_meter = stock_burst("plain2", "warm-stock2")
         stock_again_cpu = stock_again_cpu_meter.line(pods)
+        dra_runs: dict[str, tuple[Burst, CpuMeter]] = {}
+        if slices_command is not None:
+            # The DRA path last, after its objects are made (the runs above are as without
+            # --dra), and a stock run after it: stock again and that one bracket it.
+            c.delete_all_pods(api, "plain2")
+            cp.stop_process("kube-scheduler")
+            claim = dra_objects.claim_for(slices_command, placed)
+            dra_scheduler = dra_config(plain_config(with_ext))
+            setup = dra_objects.publish(
+                cp,
+                slices_command,
+                [(node_name(i), node_capacity(i)) for i in range(nodes)],
+                {"kube-apiserver": pid(cp.procs["kube-apiserver"]), "etcd": pid(cp.procs["etcd"])},
+            )
+            print(setup.line(nodes), flush=True)
+            cp.start_scheduler(dra_scheduler)
+            serving(cp, "kube-scheduler")
+            warm_pod = without_opt_in(c.opted_in_pod("warm-dra", "graph500", memory=POD_MEMORY))
+            warm_up(
+                cp,
+                dra_objects.with_claim(warm_pod, "warm-dra"),
+                timeout,
+                {"warm-dra": dra_objects.claim_body("warm-dra", claim.spec)},
+            )
+            meter = measured({"scheduler": pid(cp.procs["kube-scheduler"])})
+            dra_burst = run(
+                cp,
+                "dra",
+                [dra_objects.with_claim(without_opt_in(b), b["metadata"]["name"]) for b in bodies],
+                timeout,
+                {
+                    b["metadata"]["name"]: dra_objects.claim_body(b["metadata"]["name"], claim.spec)
+                    for b in bodies
+                },
+            )
+            dra_cpu = meter.line(pods)
+            dra_runs["dra"] = (dra_burst, meter)
+            allocated = dra_objects.list_claims(cp)
+            problems = dra_objects.overcommit(allocated, setup.capacity)
+            if problems:
+                raise OverCommitted(
+                    f"{len(problems)} over-commits in the DRA allocations: {problems[:5]}"
+                )
+            c.delete_all_pods(api, "dra")
+            cp.stop_process("kube-scheduler")
+            stock_after, stock_after_meter = stock_burst("plain3", "warm-stock3")
+            stock_after_cpu = stock_after_meter.line(pods)
+            dra_runs["stock after dra"] = (stock_after, stock_after_meter)
         after = verb_latency(ext_metrics)
         first = verb_latency(before)
         phases = bind_phases(ext_metrics)
@@ -745,10 +886,27 @@ def one_size(
         print(extender_cpu)
         print(stock_again.line("stock again", pods))
         print(stock_again_cpu)
+        if dra_runs:
+            print(
+                f"  dra (DynamicResources filterTimeout off): each claim {claim.text}; "
+                f"no over-commit in {len(allocated)} claims"
+            )
+            print(dra_burst.line("dra", pods))
+            print(dra_cpu)
+            print(stock_after.line("stock after dra", pods))
+            print(stock_after_cpu)
         around_plugin = Burst.mean(stock, stock_between)
         around_extender = Burst.mean(stock_between, stock_again)
         print(plugin.ratio("plugin", around_plugin, "target >= 0.95, median x <= 1.5"))
         print(extender.ratio("extender", around_extender, "target >= 0.80"))
+        if dra_runs:
+            around_dra = Burst.mean(stock_again, stock_after)
+            print(dra_burst.ratio("dra", around_dra, "stock kube-scheduler with claims"))
+            print(
+                f"  stock after dra/stock again: {stock_after.rate / stock_again.rate:.2f} pods/s, "
+                f"median latency x{stock_after.median / stock_again.median:.2f} (with the DRA "
+                "objects in place)"
+            )
         print(
             f"  (against the first stock run alone: plugin {plugin.rate / stock.rate:.2f} pods/s, "
             f"median x{plugin.median / stock.median:.2f}; extender "
@@ -766,6 +924,15 @@ def one_size(
             runs["stock between"] = (stock_between, stock_between_cpu_meter)
             runs["extender"] = (extender, extender_cpu_meter)
             runs["stock again"] = (stock_again, stock_again_cpu_meter)
+            runs.update(dra_runs)
+            if dra_runs:
+                row = f"{nodes} nodes{label}, DRA objects"
+                result.figure(row, "ResourceSlices", setup.slices)
+                result.figure(row, "devices", setup.devices)
+                result.figure(row, "creation s", setup.seconds, 1)
+                for process, mib in setup.after_mib.items():
+                    result.figure(row, f"{process} MiB before", setup.before_mib[process], 0)
+                    result.figure(row, f"{process} MiB after", mib, 0)
             if compared is not None and compared_cpu_meter is not None:
                 runs["plugin (compare)"] = (compared, compared_cpu_meter)
             record_size(result, f"{nodes} nodes{label}", runs, (load_before[0], load_after[0]))
@@ -794,7 +961,7 @@ def one_size(
                 f"  kube-apiserver's CPU profiles: {stock_api_profile}, {api_profile}, "
                 f"{ext_api_profile}"
             )
-    except NotAllBound as exc:
+    except (NotAllBound, OverCommitted) as exc:
         print(f"{nodes} nodes, {pods} pods: FAILED: {exc}")
         return None
     finally:
@@ -804,13 +971,17 @@ def one_size(
             publisher.stop()
         cp.close()
         postgres.close()
-    return {
+    ratios = {
         "plugin pods/s": plugin.rate / around_plugin.rate,
         "plugin median": plugin.median / around_plugin.median,
         "extender pods/s": extender.rate / around_extender.rate,
         "extender median": extender.median / around_extender.median,
         "stock again pods/s": stock_again.rate / stock.rate,
     }
+    if dra_runs:
+        ratios["dra pods/s"] = dra_burst.rate / around_dra.rate
+        ratios["dra median"] = dra_burst.median / around_dra.median
+    return ratios
 
 
 def record_size(
@@ -885,13 +1056,21 @@ def main(argv: list[str] | None = None) -> None:
         "NodeResourcesFit when the build has no TmcNodeResourcesFit), and is printed as "
         "'plugin (compare)'",
     )
+    ap.add_argument(
+        "--dra",
+        action="store_true",
+        help="after the last stock run, the stock kube-scheduler placing the pods with a "
+        "ResourceClaim each from tmc's DRA slices, then stock again (creates the slices)",
+    )
     args = ap.parse_args(argv)
     if not 1 <= args.pods <= 100_000 or not all(1 <= n <= 100_000 for n in args.nodes):
         ap.error("--pods and --nodes must be in 1..100000")
     if args.pods > 12 * min(args.nodes):
         ap.error("every pod requests a CPU: --pods must fit in 12 CPUs a node")
     result = Result(
-        "scheduler_e2e", {"pods": args.pods, "nodes": args.nodes, "repeat": args.repeat}
+        "scheduler_e2e",
+        {"pods": args.pods, "nodes": args.nodes, "repeat": args.repeat}
+        | ({"dra": True} if args.dra else {}),
     )
     failed = False
     for n in args.nodes:
@@ -906,6 +1085,7 @@ def main(argv: list[str] | None = None) -> None:
                 args.compare_engine,
                 result,
                 label=f", run {k + 1}" if args.repeat > 1 else "",
+                dra=args.dra,
             )
             if one is None:
                 failed = True

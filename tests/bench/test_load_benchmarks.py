@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from bench import (
+    dra_objects,
     feeder_events,
     fleet,
     placement_size,
@@ -21,6 +23,7 @@ from bench import (
 )
 from bench.harness import Result, check_result
 from bench.report_tables import main as render_main
+from tests.scheduler.controlplane.cluster import opted_in_pod
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -153,6 +156,121 @@ def test_scheduler_e2e_judges_a_series_by_its_medians() -> None:
         "plugin pods/s": 0.96,
         "plugin median": 1.4,
     }
+
+
+def allocated(name: str, *results: tuple[str, str, str | None]) -> dict[str, Any]:
+    """A claim allocated (pool, device, bytes consumed or None) as kube-scheduler writes it."""
+    return {
+        "metadata": {"name": name, "namespace": "dra"},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "r", "driver": "tmc.dev", "pool": pool, "device": device}
+                        | ({"consumedCapacity": {"bytes": taken}} if taken else {})
+                        for pool, device, taken in results
+                    ]
+                }
+            }
+        },
+    }
+
+
+def test_the_dra_over_commit_check_finds_overlapping_runs_and_bytes_over_a_device() -> None:
+    capacity = {("n0", "dram"): 4 * 2**30, ("rack-pool/rack-0", "slow"): 2**30}
+    fine = [
+        allocated("a", ("n0", "ways-0-12", None), ("n0", "dram", "2Gi")),
+        allocated("b", ("n0", "ways-12-12", None), ("n0", "dram", "2Gi")),
+        # The same run on another node is another node's ways.
+        allocated("c", ("n1", "ways-0-12", None), ("rack-pool/rack-0", "slow", "1Gi")),
+    ]
+    assert dra_objects.overcommit(fine, capacity) == []
+    overlapping = allocated("d", ("n0", "ways-11-2", None))
+    assert dra_objects.overcommit([*fine, overlapping], capacity) == [
+        "n0: dra/d holds ways-11-2, overlapping ways-0-12 of dra/a",
+        "n0: dra/d holds ways-11-2, overlapping ways-12-12 of dra/b",
+    ]
+    over = allocated("e", ("n0", "dram", "1Mi"), ("n2", "dram", "1Mi"))
+    assert dra_objects.overcommit([*fine, over], capacity) == [
+        f"n0/dram: {4 * 2**30 + 2**20} bytes taken of {4 * 2**30}",
+        f"n2/dram: {2**20} bytes taken from an unknown device",
+    ]
+    pending = {"metadata": {"name": "f", "namespace": "dra"}, "status": {}}
+    assert dra_objects.overcommit([pending], capacity) == ["dra/f: not allocated"]
+
+
+def test_the_dra_path_reads_device_capacity_and_way_runs_from_the_slices() -> None:
+    slices: list[dict[str, Any]] = [
+        {
+            "spec": {
+                "pool": {"name": "n0"},
+                "devices": [
+                    {"name": "dram", "capacity": {"bytes": {"value": "64Gi"}}},
+                    {"name": "ways-4-12"},
+                ],
+            }
+        },
+        {"spec": {"pool": {"name": "n0"}, "sharedCounters": []}},
+    ]
+    assert dra_objects.device_bytes(slices) == {("n0", "dram"): 64 * 2**30}
+    assert dra_objects.way_run("ways-4-12") == 0xFFF0
+    assert dra_objects.way_run("dram") is None and dra_objects.way_run("ways-x-1") is None
+
+
+def test_the_dra_path_sends_tmc_dra_slices_whole_rack_pools_within_its_input_bound() -> None:
+    nodes = [(scheduler_e2e.node_name(i), scheduler_e2e.node_capacity(i)) for i in range(2)]
+    given = dra_objects.slices_input(nodes)
+    assert given["way_counts"] == [1, 2, 3, 4, 12, 20, 28]
+    assert given["nodes"][1] == {
+        "name": "n00001",
+        "capacity": {
+            "host_kind": "bench",
+            "cpus": 12,
+            "dram_bytes": 64 * 2**30,
+            "slow_bytes": 0,
+            "llc_ways": 48,
+            "slow_pool": "rack-0",
+            "slow_pool_bytes": 2**40,
+        },
+    }
+    # A rack pool holds node indices [64k, 64k + 64): a chunk never splits one.
+    assert dra_objects.NODES_PER_CALL % 64 == 0
+    chunk = [(scheduler_e2e.node_name(i), scheduler_e2e.node_capacity(i)) for i in range(640)]
+    assert len(json.dumps(dra_objects.slices_input(chunk))) < 2**20
+
+
+def test_the_dra_path_turns_off_only_the_dra_filters_timeout(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+        "profiles:\n- schedulerName: plain\n"
+    )
+    cfg = yaml.safe_load(scheduler_e2e.dra_config(plain).read_text())
+    assert cfg["profiles"] == [
+        {
+            "schedulerName": "plain",
+            "pluginConfig": [
+                {
+                    "name": "DynamicResources",
+                    "args": {
+                        "apiVersion": "kubescheduler.config.k8s.io/v1",
+                        "kind": "DynamicResourcesArgs",
+                        "filterTimeout": "0s",
+                    },
+                }
+            ],
+        }
+    ]
+
+
+def test_a_dra_pod_names_its_claim() -> None:
+    body = scheduler_e2e.without_opt_in(opted_in_pod("p0", "graph500"))
+    pod = dra_objects.with_claim(body, "p0")
+    assert pod["spec"]["resourceClaims"] == [{"name": "tiers", "resourceClaimName": "p0"}]
+    assert pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": "tiers"}]
+    assert pod["spec"]["containers"][0]["resources"]["requests"]["memory"] == "1Gi"
+    assert "resourceClaims" not in body["spec"]
+    assert "claims" not in body["spec"]["containers"][0]["resources"]
 
 
 def test_a_benchmarks_result_renders_into_a_page(tmp_path: Path) -> None:

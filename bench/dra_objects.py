@@ -1,0 +1,250 @@
+# The kubernetes client takes plain dicts for bodies at run time; its stubs say models only.
+# mypy: disable-error-code="arg-type,no-untyped-call"
+"""tmc's DRA objects for bench.scheduler_e2e's DRA path: the ResourceSlices of the benchmark's
+nodes (made by `tmc-dra-slices` from scheduler/plugin/pkg/dra, built from this checkout), the
+chart's DeviceClasses, a claim per pod (`tmc-dra-slices --claim`), and the check that the stock
+kube-scheduler's allocations over-commit nothing: no two claims on one node hold overlapping
+runs of ways, and no device gives more bytes than it has."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes.utils import parse_quantity
+
+from model.node_contract import NodeCapacity, Placement
+from tests.scheduler.controlplane import ControlPlane
+from tests.scheduler.controlplane import cluster as c
+from tests.scheduler.test_dra_claims import claim_spec
+from tests.scheduler.test_dra_objects import GROUP, VERSION, slices_for
+
+# The paper grid's way counts: 273 run devices at 48 ways (7 slices a node) instead of every
+# run of every length (1,176 devices, 21 slices a node).
+WAY_COUNTS = (1, 2, 3, 4, 12, 20, 28)
+# tmc-dra-slices reads at most 1 MiB: nodes go to it in chunks, each a whole number of the
+# benchmark's rack pools (64 node indices each), so that every pool's slice is made once.
+NODES_PER_CALL = 640
+
+
+def slices_input(nodes: Sequence[tuple[str, NodeCapacity]]) -> dict[str, Any]:
+    """What tmc-dra-slices reads for these nodes: their capacity as the agent publishes it, the
+    run devices restricted to WAY_COUNTS."""
+    return {
+        "nodes": [
+            {"name": name, "capacity": cap.model_dump(mode="json", exclude_none=True)}
+            for name, cap in nodes
+        ],
+        "generation": 1,
+        "way_counts": list(WAY_COUNTS),
+    }
+
+
+def cluster_slices(
+    command: Path, nodes: Sequence[tuple[str, NodeCapacity]]
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i in range(0, len(nodes), NODES_PER_CALL):
+        out += slices_for(command, slices_input(nodes[i : i + NODES_PER_CALL]))
+    return out
+
+
+def device_classes() -> list[dict[str, Any]]:
+    """The chart's DeviceClasses (dra.enabled)."""
+    rendered = c.render_chart({"dra": {"enabled": True}})["tmc/templates/dra.yaml"]
+    return [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "DeviceClass"]
+
+
+def create_all(cp: ControlPlane, plural: str, bodies: list[dict[str, Any]]) -> float:
+    """Cluster-scoped objects created from 8 threads (as add_nodes registers nodes); seconds."""
+    api = k8s.CustomObjectsApi(c.api_client(cp))
+
+    def one(body: dict[str, Any]) -> None:
+        response: Any = api.create_cluster_custom_object(
+            GROUP, VERSION, plural, body, _preload_content=False
+        )
+        try:
+            if not 200 <= response.status <= 299:
+                raise RuntimeError(f"creating {plural} answered {response.status}")
+            response.drain_conn()
+        finally:
+            response.release_conn()
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, bodies))
+    return time.monotonic() - start
+
+
+def resident_mib(pid: int | None) -> float:
+    """A process's resident memory (VmRSS of /proc/<pid>/status) in MiB; nan when unknown."""
+    if pid is None:
+        return float("nan")
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def claim_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def with_claim(body: dict[str, Any], claim: str) -> dict[str, Any]:
+    """The pod body naming its claim (resourceClaimName), each container using it."""
+    out = {**body, "spec": {**body["spec"]}}
+    out["spec"]["resourceClaims"] = [{"name": "tiers", "resourceClaimName": claim}]
+    out["spec"]["containers"] = [
+        {**ct, "resources": {**ct.get("resources", {}), "claims": [{"name": "tiers"}]}}
+        for ct in body["spec"]["containers"]
+    ]
+    return out
+
+
+def list_claims(cp: ControlPlane) -> list[dict[str, Any]]:
+    api = k8s.CustomObjectsApi(c.api_client(cp))
+    listed: Any = api.list_cluster_custom_object(GROUP, VERSION, "resourceclaims")
+    items: list[dict[str, Any]] = listed["items"]
+    return items
+
+
+def device_bytes(slices: Iterable[dict[str, Any]]) -> dict[tuple[str, str], int]:
+    """(pool, device) -> the bytes a consumable-capacity device holds, from the slices."""
+    out: dict[tuple[str, str], int] = {}
+    for s in slices:
+        pool = s["spec"]["pool"]["name"]
+        for d in s["spec"].get("devices", []):
+            held = (d.get("capacity") or {}).get("bytes")
+            if held is not None:
+                out[(pool, d["name"])] = int(parse_quantity(held["value"]))
+    return out
+
+
+def way_run(device: str) -> int | None:
+    """The mask of a run-of-ways device, named ways-<first>-<count>; None for any other."""
+    kind, _, rest = device.partition("-")
+    first, _, count = rest.partition("-")
+    if kind != "ways" or not first.isdigit() or not count.isdigit():
+        return None
+    return ((1 << int(count)) - 1) << int(first)
+
+
+def overcommit(claims: Iterable[dict[str, Any]], capacity: dict[tuple[str, str], int]) -> list[str]:
+    """What the allocations of these claims over-commit: two claims holding overlapping runs of
+    ways in one node's pool, a device giving more bytes than capacity says it has, bytes taken
+    from a device capacity does not know, and a claim with no allocation. Empty when none."""
+    problems: list[str] = []
+    runs: dict[str, list[tuple[int, str, str]]] = {}
+    used: dict[tuple[str, str], int] = {}
+    for claim in claims:
+        meta = claim["metadata"]
+        name = f"{meta.get('namespace', '')}/{meta['name']}"
+        allocation = (claim.get("status") or {}).get("allocation")
+        if not allocation:
+            problems.append(f"{name}: not allocated")
+            continue
+        for r in allocation["devices"]["results"]:
+            pool, device = r["pool"], r["device"]
+            mask = way_run(device)
+            if mask is not None:
+                for other, other_device, holder in runs.get(pool, []):
+                    if other & mask:
+                        problems.append(
+                            f"{pool}: {name} holds {device}, overlapping {other_device} of {holder}"
+                        )
+                runs.setdefault(pool, []).append((mask, device, name))
+            taken = (r.get("consumedCapacity") or {}).get("bytes")
+            if taken is not None:
+                used[(pool, device)] = used.get((pool, device), 0) + int(parse_quantity(taken))
+    for key, taken in sorted(used.items()):
+        held = capacity.get(key)
+        if held is None:
+            problems.append(f"{key[0]}/{key[1]}: {taken} bytes taken from an unknown device")
+        elif taken > held:
+            problems.append(f"{key[0]}/{key[1]}: {taken} bytes taken of {held}")
+    return problems
+
+
+@dataclass(frozen=True)
+class Published:
+    """What publish made: the slices (and their devices), the seconds their creation took, and
+    the resident memory (MiB) of the named processes before and after."""
+
+    slices: int
+    devices: int
+    seconds: float
+    before_mib: dict[str, float]
+    after_mib: dict[str, float]
+    capacity: dict[tuple[str, str], int]
+
+    def line(self, nodes: int) -> str:
+        memory = ", ".join(
+            f"{name} {self.before_mib[name]:.0f} -> {self.after_mib[name]:.0f} MiB"
+            for name in self.before_mib
+        )
+        return (
+            f"  DRA objects: {self.slices} ResourceSlices ({self.devices} devices; way runs of "
+            f"{', '.join(map(str, WAY_COUNTS))} ways) for {nodes} nodes and their rack pools, "
+            f"created in {self.seconds:.0f} s ({self.slices / self.seconds:.0f}/s); resident "
+            f"memory {memory}"
+        )
+
+
+def publish(
+    cp: ControlPlane,
+    command: Path,
+    nodes: Sequence[tuple[str, NodeCapacity]],
+    pids: dict[str, int | None],
+) -> Published:
+    """The chart's DeviceClasses and the nodes' (and rack pools') ResourceSlices, created; the
+    resident memory of pids read before and after."""
+    before = {name: resident_mib(p) for name, p in pids.items()}
+    create_all(cp, "deviceclasses", device_classes())
+    slices = cluster_slices(command, nodes)
+    seconds = create_all(cp, "resourceslices", slices)
+    time.sleep(5)  # what the creation left to settle (watch caches, compaction) counts too
+    after = {name: resident_mib(p) for name, p in pids.items()}
+    devices = sum(len(s["spec"].get("devices", [])) for s in slices)
+    return Published(len(slices), devices, seconds, before, after, device_bytes(slices))
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The claim spec each DRA pod's claim carries, and the configuration it asks for."""
+
+    spec: dict[str, Any]
+    text: str
+
+
+def claim_for(command: Path, placed: Placement | None) -> Claim:
+    """`tmc-dra-slices --claim` of the configuration a placement gave its pod: its ways, its DRAM
+    and its slow bytes (at the pod's request, as the plugin sized it)."""
+    if placed is None or placed.fallback is not None:
+        raise RuntimeError(f"the plugin's pod has no configuration to claim: {placed}")
+    cfg = placed.configuration
+    if cfg.llc_ways not in WAY_COUNTS:
+        raise RuntimeError(f"{cfg.llc_ways} ways: no run device of that length is published")
+    alternative = {
+        "llc_ways": cfg.llc_ways,
+        "dram_bytes": cfg.dram_bytes,
+        "slow_bytes": cfg.slow_bytes,
+    }
+    text = (
+        f"{cfg.llc_ways} ways, {cfg.dram_bytes / 2**20:.0f} MiB DRAM, "
+        f"{cfg.slow_bytes / 2**20:.0f} MiB slow memory"
+    )
+    return Claim(claim_spec(command, [alternative]), text)
