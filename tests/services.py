@@ -219,6 +219,30 @@ class CeleryWorker:
             self.proc = None
 
 
+def listening_children(parent: int, port: int) -> int:
+    """How many of `parent`'s child processes hold a socket listening on `port` (read from
+    /proc): a server whose workers each bind their own socket answers /healthz from the first
+    worker up, while the others may still be starting."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    try:
+        children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    except OSError:
+        return 0
+    count = 0
+    for child in children:
+        with contextlib.suppress(OSError):
+            fds = Path(f"/proc/{child}/fd").iterdir()
+            if any(os.readlink(fd) in inodes for fd in fds):
+                count += 1
+    return count
+
+
 @contextlib.contextmanager
 def uvicorn_server(
     env: dict[str, str], workers: int = 1, spread: str = "shared", source: Path = ROOT
@@ -241,6 +265,10 @@ def uvicorn_server(
     base = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: httpx.get(f"{base}/healthz").status_code == 200, 60, "uvicorn")
+        if spread == "reuseport":
+            wait_until(
+                lambda: listening_children(proc.pid, port) == workers, 60, "every worker listening"
+            )
         yield base
     finally:
         proc.terminate()

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from api.settings import Settings
-from tests.services import ROOT, free_port, uvicorn_server, wait_until
+from tests.services import ROOT, free_port, listening_children, uvicorn_server, wait_until
 
 
 class Supervised(NamedTuple):
@@ -97,6 +97,9 @@ def supervisor(command: list[str], cwd: Path, env: dict[str, str]) -> Iterator[S
     base = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: httpx.get(f"{base}/healthz").status_code == 200, 60, command[-1])
+        # /healthz answers from the first worker up; connections opened before the second
+        # listens would all go to the first (a loaded machine made that happen).
+        wait_until(lambda: listening_children(proc.pid, port) == 2, 60, "both workers listening")
         yield Supervised(proc, base, port)
     finally:
         if proc.poll() is None:
