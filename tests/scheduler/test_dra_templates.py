@@ -18,16 +18,13 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-import yaml
-from kubernetes import client as k8s
-from kubernetes import utils as k8s_utils
 
 from model.node_contract import Alternative, Recommendation
 from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
 from tests.scheduler.controlplane import cluster as c
-from tests.scheduler.controlplane.plugin import CRD, build_scheduler
+from tests.scheduler.controlplane.plugin import build_scheduler, install_crd
 from tests.scheduler.test_dra_claims import claim_spec
-from tests.scheduler.test_dra_objects import build_slices_command
+from tests.scheduler.test_dra_objects import build_slices_command, start_stock_scheduler
 from tests.scheduler.test_dra_publisher import Cluster
 from tests.services import wait_until
 
@@ -42,17 +39,7 @@ TMC = ("tmc.dev", "v1alpha1", "tieredrecommendations")
 class Templates(Cluster):
     def __init__(self, cp: ControlPlane, slices_command: Path) -> None:
         super().__init__(cp, slices_command, {"admission": {"tenantNamespaceLabels": TENANT}})
-        client = c.api_client(cp)
-        k8s_utils.create_from_dict(client, yaml.safe_load(CRD.read_text()))
-        ext = k8s.ApiextensionsV1Api(client)
-
-        def established() -> bool:
-            crd = ext.read_custom_resource_definition(f"{TMC[2]}.{TMC[0]}")
-            return any(
-                x.type == "Established" and x.status == "True" for x in crd.status.conditions or []
-            )
-
-        wait_until(established, 30, "the TieredRecommendation CRD established")
+        install_crd(cp)
 
     def namespace(self, name: str, labels: dict[str, str]) -> None:
         self.core.create_namespace({"metadata": {"name": name, "labels": labels}})
@@ -228,18 +215,7 @@ def test_a_pod_naming_its_template_is_placed_by_the_stock_scheduler(plane: Templ
         "the node's slices",
     )
     # The chart's DeviceClasses are installed with the publisher's objects (Cluster).
-    config = plane.cp.dir / "dra-templates-scheduler.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kubescheduler.config.k8s.io/v1",
-                "kind": "KubeSchedulerConfiguration",
-                "clientConnection": {"kubeconfig": str(plane.cp.kubeconfig("admin"))},
-                "leaderElection": {"leaderElect": False},
-            }
-        )
-    )
-    plane.cp.start_scheduler(config)
+    start_stock_scheduler(plane.cp)
     plane.cp.start_controller_manager(("resourceclaim-controller",))
 
     ns = "tenant-d"

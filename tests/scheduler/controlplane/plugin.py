@@ -88,10 +88,8 @@ def plugin_values(cp: ControlPlane, **extra: Any) -> dict[str, Any]:
     }
 
 
-def install_plugin(cp: ControlPlane, values: dict[str, Any] | None = None) -> None:
-    """The CRD (the chart's crds/) and the plugin's and publisher's RBAC from the chart, as
-    `helm install` creates them; the base RBAC (cluster.install_rbac) must be in first.
-    `values`: the chart's values besides the plugin's (e.g. admission's tenant namespaces)."""
+def install_crd(cp: ControlPlane) -> None:
+    """The chart's TieredRecommendation CRD (crds/), created and established."""
     client = api_client(cp)
     k8s_utils.create_from_dict(client, yaml.safe_load(CRD.read_text()))
     ext = k8s.ApiextensionsV1Api(client)
@@ -103,6 +101,14 @@ def install_plugin(cp: ControlPlane, values: dict[str, Any] | None = None) -> No
         )
 
     wait_until(established, 30, "the TieredRecommendation CRD established")
+
+
+def install_plugin(cp: ControlPlane, values: dict[str, Any] | None = None) -> None:
+    """The CRD (the chart's crds/) and the plugin's and publisher's RBAC from the chart, as
+    `helm install` creates them; the base RBAC (cluster.install_rbac) must be in first.
+    `values`: the chart's values besides the plugin's (e.g. admission's tenant namespaces)."""
+    client = api_client(cp)
+    install_crd(cp)
     rendered = render_chart({**(values or {}), **plugin_values(cp)})["tmc/templates/plugin.yaml"]
     for doc in yaml.safe_load_all(rendered):
         if doc and doc["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
