@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client as k8s
 from kubernetes.utils import parse_quantity
 
@@ -23,7 +22,7 @@ from model.node_contract import NodeCapacity, Placement
 from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.test_dra_claims import claim_spec
-from tests.scheduler.test_dra_objects import GROUP, VERSION, slices_for
+from tests.scheduler.test_dra_objects import GROUP, VERSION, device_classes, slices_for
 
 # The paper grid's way counts: 273 run devices at 48 ways (7 slices a node) instead of every
 # run of every length (1,176 devices, 21 slices a node).
@@ -53,12 +52,6 @@ def cluster_slices(
     for i in range(0, len(nodes), NODES_PER_CALL):
         out += slices_for(command, slices_input(nodes[i : i + NODES_PER_CALL]))
     return out
-
-
-def device_classes() -> list[dict[str, Any]]:
-    """The chart's DeviceClasses (dra.enabled)."""
-    rendered = c.render_chart({"dra": {"enabled": True}})["tmc/templates/dra.yaml"]
-    return [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "DeviceClass"]
 
 
 def create_all(cp: ControlPlane, plural: str, bodies: list[dict[str, Any]]) -> float:

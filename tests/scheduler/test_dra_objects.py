@@ -383,12 +383,16 @@ def pod_with_claim(name: str) -> dict[str, Any]:
     }
 
 
-def install_dra(plane: Plane) -> None:
-    """The chart's DeviceClasses (dra.enabled) and the plane's slices, created."""
+def device_classes() -> list[dict[str, Any]]:
+    """The chart's DeviceClasses (dra.enabled), as rendered."""
     rendered = c.render_chart({"dra": {"enabled": True}})["tmc/templates/dra.yaml"]
-    for doc in yaml.safe_load_all(rendered):
-        if doc and doc["kind"] == "DeviceClass":
-            plane.create("deviceclasses", doc)
+    return [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "DeviceClass"]
+
+
+def install_dra(plane: Plane) -> None:
+    """The chart's DeviceClasses and the plane's slices, created."""
+    for doc in device_classes():
+        plane.create("deviceclasses", doc)
     for body in plane.slices:
         plane.create("resourceslices", body)
 
