@@ -3,11 +3,10 @@
 // (resource.k8s.io/v1) as JSON on standard output.
 //
 //	{"nodes": [{"name": "node-a", "capacity": {"dram_bytes": 25769803776, "llc_ways": 48, ...}}],
-//	 "rack_pools": {"rack-a": 274877906944}, "generation": 1, "way_counts": [1, 2, 3, 4, 12, 20, 28]}
+//	 "rack_pools": {"rack-a": 274877906944}, "generation": 1}
 //
 // capacity is v1alpha1.NodeCapacity (the node's published capacity); rack_pools the operator's
-// pool sizes in bytes (the chart's rackPools); way_counts, when given, restricts the LLC-way
-// devices to runs of those lengths. Unknown fields and input over 1 MiB are refused.
+// pool sizes in bytes (the chart's rackPools). Unknown fields and input over 1 MiB are refused.
 //
 // With --claim it prints instead the claim spec (resource.k8s.io/v1 ResourceClaimSpec) that takes
 // one of the alternatives it is given, whole, the first that fits (dra.ClaimSpec):
@@ -35,7 +34,6 @@ type input struct {
 	} `json:"nodes"`
 	RackPools  map[string]int64 `json:"rack_pools"`
 	Generation int64            `json:"generation"`
-	WayCounts  []int            `json:"way_counts"`
 }
 
 type claimInput struct {
@@ -94,9 +92,7 @@ func run(in io.Reader, out io.Writer) error {
 	for i, n := range given.Nodes {
 		nodes[i] = dra.Node{Name: n.Name, Capacity: n.Capacity}
 	}
-	slices, err := dra.ClusterSlices(nodes, given.RackPools, dra.Options{
-		Generation: given.Generation, WayCounts: given.WayCounts,
-	})
+	slices, err := dra.ClusterSlices(nodes, given.RackPools, dra.Options{Generation: given.Generation})
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ const (
 // 2·n·(n-1) constraints (below), and a claim holds at most 32: four alternatives take 24.
 const MaxAlternatives = 4
 
-// Alternative is one configuration a pod may be given: a run of LLC ways and bytes of each
+// Alternative is one configuration a pod may be given: a number of LLC ways and bytes of each
 // tier, in the order of preference the claim keeps.
 type Alternative struct {
 	LLCWays   int   `json:"llc_ways"`
@@ -47,14 +47,15 @@ func SubrequestName(i int) string { return fmt.Sprintf("c%d", i) }
 // of three requests, each listing the alternatives, could be given the first alternative's
 // ways with the second's DRAM, a configuration nobody recommended. The allocator does honour
 // constraints that name subrequests, and a matchAttribute constraint fails whenever the
-// devices it names differ in that attribute. Every LLC-way device has kind "llc-ways" and no
+// devices it names differ in that attribute. The LLC-way device has kind "llc-ways" and no
 // memory device has, so a constraint naming "ways/ci" and "dram/cj" (i ≠ j) fails exactly when
 // both are chosen: for every i ≠ j one such constraint with the DRAM request and one with the
 // slow request leave only the combinations that take one alternative whole. The allocator
 // tries them in order, and kube-scheduler's DynamicResources score favours nodes where an
 // earlier one was taken.
 //
-// Memory is asked in whole MiB, rounded up, as the devices count it. A request must take a
+// Each alternative asks the node's LLC-way device for its ways as consumable capacity
+// (capacity.requests: {ways: n}), and memory in whole MiB, rounded up, as the devices count it. A request must take a
 // device, so an alternative without slow memory takes its last MiB of DRAM through the slow
 // request (from the DRAM device, the same bytes in all); a claim whose alternatives all lack
 // slow memory has no slow request. Nothing is made for invalid input.
@@ -71,15 +72,8 @@ func ClaimSpec(alternatives []Alternative) (resourceapi.ResourceClaimSpec, error
 	slow := resourceapi.DeviceRequest{Name: RequestSlow}
 	for i, a := range alternatives {
 		name := SubrequestName(i)
-		ways.FirstAvailable = append(ways.FirstAvailable, resourceapi.DeviceSubRequest{
-			Name:            name,
-			DeviceClassName: ClassLLCWays,
-			AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
-			Count:           1,
-			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-				Expression: fmt.Sprintf(`device.attributes[%q].%s == %d`, DriverName, AttrWays, a.LLCWays),
-			}}},
-		})
+		ways.FirstAvailable = append(ways.FirstAvailable,
+			consumeSubrequest(name, ClassLLCWays, CapacityWays, *resource.NewQuantity(int64(a.LLCWays), resource.DecimalSI)))
 		dramMiB, slowMiB := wholeMiB(a.DRAMBytes), wholeMiB(a.SlowBytes)
 		slowClass := ClassSlowMemory
 		if anySlow && slowMiB == 0 {
@@ -118,13 +112,18 @@ func ClaimSpec(alternatives []Alternative) (resourceapi.ResourceClaimSpec, error
 }
 
 func memorySubrequest(name, class string, mib int64) resourceapi.DeviceSubRequest {
+	return consumeSubrequest(name, class, CapacityBytes, *resource.NewQuantity(mib*MiB, resource.BinarySI))
+}
+
+// consumeSubrequest takes one device of the class, and this much of its capacity.
+func consumeSubrequest(name, class string, capacity resourceapi.QualifiedName, q resource.Quantity) resourceapi.DeviceSubRequest {
 	return resourceapi.DeviceSubRequest{
 		Name:            name,
 		DeviceClassName: class,
 		AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
 		Count:           1,
 		Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-			CapacityBytes: *resource.NewQuantity(mib*MiB, resource.BinarySI),
+			capacity: q,
 		}},
 	}
 }

@@ -59,9 +59,11 @@ func TestClaimSpecOffersEachAlternativeInOrderAndWhole(t *testing.T) {
 	if len(requests) != 3 || requests[0].Name != RequestWays || requests[1].Name != RequestDRAM || requests[2].Name != RequestSlow {
 		t.Fatalf("requests %+v", requests)
 	}
+	// Each alternative's ways as a count of the node's way device, no selector naming a run.
 	for i, s := range requests[0].FirstAvailable {
-		want := fmt.Sprintf(`device.attributes["tmc.dev"].ways == %d`, []int{20, 12, 4}[i])
-		if s.Name != SubrequestName(i) || s.DeviceClassName != ClassLLCWays || s.Selectors[0].CEL.Expression != want {
+		q := s.Capacity.Requests[CapacityWays]
+		if s.Name != SubrequestName(i) || s.DeviceClassName != ClassLLCWays || len(s.Selectors) != 0 ||
+			s.Count != 1 || len(s.Capacity.Requests) != 1 || q.Value() != int64([]int{20, 12, 4}[i]) || q.String() != fmt.Sprint([]int{20, 12, 4}[i]) {
 			t.Errorf("ways subrequest %d: %+v", i, s)
 		}
 	}

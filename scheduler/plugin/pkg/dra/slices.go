@@ -1,32 +1,46 @@
 // Package dra describes a node's tiered resources as Dynamic Resource Allocation objects
 // (resource.k8s.io/v1): the ResourceSlices tmc's node component publishes for a node and for a
-// rack pool. It is pure: capacity in, slices out, nothing read from or written to a cluster.
+// rack pool, and the claims that take a recommendation's configuration from them. It is pure:
+// capacity in, objects out, nothing read from or written to a cluster.
 //
-// What a node publishes, all under the driver DriverName:
+// What a node publishes, all under the driver DriverName, in one slice of its own pool (named
+// after the node):
 //
-//   - LLC ways as shared counters: one counter per way ("way-<i>", value 1), in counter sets of
-//     at most 32 ways ("llc-ways-0" holds ways 0..31, "llc-ways-1" ways 32..63).
-//   - One device per contiguous run of ways a placement may take ("ways-<first>-<count>"),
-//     consuming the counters of its ways, so that two overlapping runs are never allocated
-//     together. By default every run of every length: n(n+1)/2 devices for n ways (1,176 for 48
-//     ways, 2,080 for 64), which covers any way count a grid can ask for at any free position.
-//     Options.WayCounts restricts the lengths (the paper grid's seven counts give 273 devices
-//     at 48 ways).
-//   - DRAM and node-local slow memory as one device each with consumable capacity
-//     ("bytes"): any number of allocations, each taking whole MiB of it.
+//   - Its LLC ways as a count: one device "ways" (kind "llc-ways") with the consumable capacity
+//     "ways", the node's way count, shared by any number of claims, each taking whole ways
+//     (1..the node's ways). The allocator keeps the ways a node's claims take together within
+//     the count.
+//   - DRAM and node-local slow memory as one device each with the consumable capacity "bytes",
+//     shared the same way, each claim taking whole MiB.
 //
-// A rack pool publishes one device of consumable slow memory in a pool of its own, available
-// on every node labelled PoolLabel=<pool>.
+// A rack pool publishes one device of consumable slow memory in a pool of its own, available on
+// every node labelled PoolLabel=<pool>.
+//
+// Why a count, and not a device per contiguous run of ways: CAT needs a contiguous mask, and a
+// device per run (consuming one shared counter per way, so that overlapping runs exclude each
+// other) let the scheduler choose the position. kube-scheduler's DRA allocator rebuilds and
+// checks every device and counter of a node on every Filter: with the paper grid's seven way
+// counts (273 run devices and 48 counters a 48-way node) that was 0.3 pods/s through the stock
+// scheduler at 100 nodes, 3.5 s of scheduler CPU a pod (docs/install.md). Three consumable
+// devices a node cost it little more than an extended resource does.
+//
+// What a count cannot say is where the ways are. The node turns it into a mask when it applies
+// the claim: its held groups' runs are packed toward way 0 (Compact), moving as few of them as
+// it can, and the new group takes the run after them. Packed runs leave every free way in one
+// run at the top, and the allocator never lets the counts exceed the node's ways, so a count
+// the allocator granted always fits after compaction. A running group's resctrl schemata can be
+// rewritten in place, so moving it costs a rewrite, not a restart. (tmc-nri applies tmc's own
+// placements; no node plugin applies a DRA allocation yet: Compact is the rule it would follow.)
 //
 // The API's limits this respects (k8s.io/api/resource/v1 types.go and
-// k8s.io/kubernetes/pkg/apis/resource/validation at v1.36.3): a slice holds either devices or
-// shared counters, never both; at most 8 counter sets of at most 32 counters in a slice; a
-// device consumes from at most 2 counter sets, at most 32 counters from each; at most 64
-// devices in a slice once any of them consumes counters (128 otherwise); device, counter and
-// counter set names are DNS labels; attribute and capacity names are C identifiers of at most
-// 32 characters; string attributes at most 64 characters; a slice's node selector has exactly
-// one term, and a field selector (metadata.name) takes exactly one value, so a pool shared by
-// several nodes selects them by label.
+// k8s.io/kubernetes/pkg/apis/resource/validation at v1.36.3): a consumable capacity needs
+// allowMultipleAllocations (the DRAConsumableCapacity gate, beta and on by default at v1.36); a
+// request policy's range has a minimum no larger than the capacity, a step such that the
+// minimum plus one step fits in it, and a default and maximum on the steps; device names are
+// DNS labels; attribute and capacity names are C identifiers of at most 32 characters; string
+// attributes at most 64 characters; a slice's node selector has exactly one term, and a field
+// selector (metadata.name) takes exactly one value, so a pool shared by several nodes selects
+// them by label.
 package dra
 
 import (
@@ -35,7 +49,6 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -57,14 +70,18 @@ const (
 
 	// The device attributes (in the driver's domain: device.attributes["tmc.dev"].kind).
 	AttrKind     = "kind"     // one of the Kind* values
-	AttrFirstWay = "firstWay" // the run's first way (llc-ways devices)
-	AttrWays     = "ways"     // the run's length in ways (llc-ways devices)
-	AttrMask     = "mask"     // the run's CAT mask, "0x..." (llc-ways devices)
 	AttrHostKind = "hostKind" // the node's host kind, when it publishes one (node devices)
 	AttrPool     = "pool"     // the rack pool's name (slow-pool devices)
 
 	// CapacityBytes is the consumable capacity of the memory devices, in bytes.
 	CapacityBytes = "bytes"
+	// CapacityWays is the consumable capacity of the LLC-way device, in ways.
+	CapacityWays = "ways"
+
+	// The devices of a node's pool.
+	DeviceWays = "ways"
+	DeviceDRAM = "dram"
+	DeviceSlow = "slow"
 
 	KindLLCWays   = "llc-ways"
 	KindDRAM      = "dram"
@@ -74,12 +91,6 @@ const (
 	// MiB is the granularity of memory allocations: a request is rounded up to whole MiB, and
 	// a device's capacity is its bytes rounded down to whole MiB.
 	MiB = int64(1) << 20
-
-	// WaysPerCounterSet is how many ways' counters one counter set holds: the API's limit of
-	// counters per set, and of counters a device consumes from one set.
-	WaysPerCounterSet = resourceapi.ResourceSliceMaxCountersPerCounterSet
-	// DevicesPerSlice is how many devices a slice holds when they consume counters.
-	DevicesPerSlice = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
 
 	// RackPoolPrefix prefixes a rack pool's DRA pool name; a node's pool is the node's name,
 	// which has no slash, so the two never collide.
@@ -93,9 +104,6 @@ type Options struct {
 	// Generation is the DRA pool's generation, the same in all of a pool's slices; a publisher
 	// raises it whenever anything in the pool changes. 0..2^52.
 	Generation int64
-	// WayCounts restricts the LLC-way devices to runs of these lengths (each 1..the node's
-	// ways; counts above the node's ways are left out). Nil or empty: every length.
-	WayCounts []int
 }
 
 var (
@@ -103,43 +111,26 @@ var (
 	dnsName  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
 )
 
-// NodeSlices is the ResourceSlices of one node's pool (named after the node): a slice of the
-// way counters, a slice of the memory devices, then the way-run devices, 64 to a slice. Every
-// number of the capacity is range-checked first; nothing is published for invalid input.
+// NodeSlices is the ResourceSlices of one node's pool (named after the node): one slice of its
+// LLC-way device and its memory devices. Every number of the capacity is range-checked first;
+// nothing is published for invalid input.
 func NodeSlices(node string, c v1alpha1.NodeCapacity, opts Options) ([]resourceapi.ResourceSlice, error) {
 	if err := checkNode(node, c, opts); err != nil {
 		return nil, err
-	}
-	counts, err := wayCounts(c.LLCWays, opts.WayCounts)
-	if err != nil {
-		return nil, fmt.Errorf("node %s: %w", node, err)
 	}
 	common := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
 	if c.HostKind != "" {
 		common[AttrHostKind] = str(c.HostKind)
 	}
-
-	specs := []resourceapi.ResourceSliceSpec{{SharedCounters: counterSets(c.LLCWays)}}
-	var memory []resourceapi.Device
-	if d, ok := memoryDevice("dram", KindDRAM, c.DRAMBytes, common); ok {
-		memory = append(memory, d)
+	devices := []resourceapi.Device{waysDevice(c.LLCWays, common)}
+	if d, ok := memoryDevice(DeviceDRAM, KindDRAM, c.DRAMBytes, common); ok {
+		devices = append(devices, d)
 	}
-	if d, ok := memoryDevice("slow", KindSlowLocal, c.SlowBytes, common); ok {
-		memory = append(memory, d)
+	if d, ok := memoryDevice(DeviceSlow, KindSlowLocal, c.SlowBytes, common); ok {
+		devices = append(devices, d)
 	}
-	if len(memory) > 0 {
-		specs = append(specs, resourceapi.ResourceSliceSpec{Devices: memory})
-	}
-	runs := wayDevices(c.LLCWays, counts, common)
-	for len(runs) > 0 {
-		n := min(len(runs), DevicesPerSlice)
-		specs = append(specs, resourceapi.ResourceSliceSpec{Devices: runs[:n:n]})
-		runs = runs[n:]
-	}
-	for i := range specs {
-		specs[i].NodeName = &node
-	}
-	return slices("node", node, specs, opts.Generation), nil
+	spec := resourceapi.ResourceSliceSpec{Devices: devices, NodeName: &node}
+	return slices("node", node, []resourceapi.ResourceSliceSpec{spec}, opts.Generation), nil
 }
 
 // RackPoolSlices is the ResourceSlice of a rack pool's slow memory: one device of consumable
@@ -239,68 +230,34 @@ func ClusterSlices(nodes []Node, configured map[string]int64, opts Options) ([]r
 	return out, nil
 }
 
-// RunMask is the CAT mask of count ways from first.
-func RunMask(first, count int) uint64 {
-	if count >= 64 {
-		return ^uint64(0)
+// waysDevice is the node's LLC ways as one device of consumable capacity: any number of
+// allocations, each taking whole ways, 1..ways in all. A range's step must fit in the capacity
+// above its minimum, so a node of one way has a range without a step (1..1).
+func waysDevice(ways int, common map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) resourceapi.Device {
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{AttrKind: str(KindLLCWays)}
+	for k, v := range common {
+		attrs[k] = v
 	}
-	return ((uint64(1) << count) - 1) << first
-}
-
-func counterSetName(set int) string { return "llc-ways-" + strconv.Itoa(set) }
-func counterName(way int) string    { return "way-" + strconv.Itoa(way) }
-
-func counterSets(ways int) []resourceapi.CounterSet {
-	var sets []resourceapi.CounterSet
-	for first := 0; first < ways; first += WaysPerCounterSet {
-		counters := map[string]resourceapi.Counter{}
-		for w := first; w < min(ways, first+WaysPerCounterSet); w++ {
-			counters[counterName(w)] = resourceapi.Counter{Value: *resource.NewQuantity(1, resource.DecimalSI)}
-		}
-		sets = append(sets, resourceapi.CounterSet{Name: counterSetName(first / WaysPerCounterSet), Counters: counters})
+	one := func() *resource.Quantity { return resource.NewQuantity(1, resource.DecimalSI) }
+	valid := &resourceapi.CapacityRequestPolicyRange{
+		Min: one(), Max: resource.NewQuantity(int64(ways), resource.DecimalSI),
 	}
-	return sets
-}
-
-// wayDevices is a device per run of each length, shortest runs first, each run from its
-// lowest first way.
-func wayDevices(ways int, counts []int, common map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) []resourceapi.Device {
-	var out []resourceapi.Device
-	for _, count := range counts {
-		for first := 0; first+count <= ways; first++ {
-			attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				AttrKind:     str(KindLLCWays),
-				AttrFirstWay: integer(int64(first)),
-				AttrWays:     integer(int64(count)),
-				AttrMask:     str(fmt.Sprintf("%#x", RunMask(first, count))),
-			}
-			for k, v := range common {
-				attrs[k] = v
-			}
-			out = append(out, resourceapi.Device{
-				Name:             fmt.Sprintf("ways-%d-%d", first, count),
-				Attributes:       attrs,
-				ConsumesCounters: consumption(first, count),
-			})
-		}
+	if ways > 1 {
+		valid.Step = one()
 	}
-	return out
-}
-
-// consumption is the counters of ways first..first+count-1, by counter set: at most two sets
-// for a run of at most 64 ways.
-func consumption(first, count int) []resourceapi.DeviceCounterConsumption {
-	var out []resourceapi.DeviceCounterConsumption
-	for w := first; w < first+count; {
-		set := w / WaysPerCounterSet
-		end := min(first+count, (set+1)*WaysPerCounterSet)
-		counters := map[string]resourceapi.Counter{}
-		for ; w < end; w++ {
-			counters[counterName(w)] = resourceapi.Counter{Value: *resource.NewQuantity(1, resource.DecimalSI)}
-		}
-		out = append(out, resourceapi.DeviceCounterConsumption{CounterSet: counterSetName(set), Counters: counters})
+	yes := true
+	return resourceapi.Device{
+		Name:                     DeviceWays,
+		Attributes:               attrs,
+		AllowMultipleAllocations: &yes,
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			CapacityWays: {
+				Value: *resource.NewQuantity(int64(ways), resource.DecimalSI),
+				// A request that names no ways takes one; tmc's claims always name them.
+				RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: one(), ValidRange: valid},
+			},
+		},
 	}
-	return out
 }
 
 // memoryDevice is a device of consumable bytes, rounded down to whole MiB; none below 2 MiB
@@ -376,42 +333,6 @@ func dotted(pool string) string {
 }
 
 func str(v string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &v} }
-func integer(v int64) resourceapi.DeviceAttribute {
-	return resourceapi.DeviceAttribute{IntValue: &v}
-}
-
-func wayCounts(ways int, given []int) ([]int, error) {
-	if len(given) == 0 {
-		all := make([]int, ways)
-		for i := range all {
-			all[i] = i + 1
-		}
-		return all, nil
-	}
-	if len(given) > v1alpha1.MaxLLCWays {
-		return nil, fmt.Errorf("at most %d way counts, not %d", v1alpha1.MaxLLCWays, len(given))
-	}
-	seen := map[int]bool{}
-	var out []int
-	for _, n := range given {
-		if n < 1 || n > v1alpha1.MaxLLCWays {
-			return nil, fmt.Errorf("a way count must be in 1..%d, not %d", v1alpha1.MaxLLCWays, n)
-		}
-		if seen[n] {
-			return nil, fmt.Errorf("way count %d is given twice", n)
-		}
-		seen[n] = true
-		if n <= ways {
-			out = append(out, n)
-		}
-	}
-	sort.Ints(out)
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no way count fits the node's %d ways", ways)
-	}
-	return out, nil
-}
-
 func checkNode(node string, c v1alpha1.NodeCapacity, opts Options) error {
 	if len(node) > validation.DNS1123SubdomainMaxLength || !dnsName.MatchString(node) {
 		return fmt.Errorf("node name %q is not a DNS subdomain", clip(node))

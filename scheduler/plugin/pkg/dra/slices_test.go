@@ -1,12 +1,11 @@
 package dra
 
 import (
-	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	resourceinternal "k8s.io/kubernetes/pkg/apis/resource"
 	_ "k8s.io/kubernetes/pkg/apis/resource/install"
@@ -38,176 +37,78 @@ func valid(t *testing.T, slices []resourceapi.ResourceSlice) {
 	}
 }
 
-type run struct{ first, count int }
-
-// runs checks every slice against the API's per-slice limits and that each way device consumes
-// exactly the counters of its contiguous run, and returns the runs found.
-func runs(t *testing.T, node string, ways int, slices []resourceapi.ResourceSlice) map[run]bool {
+// devices checks that a node's pool is one slice of this node and returns its devices by kind.
+func devices(t *testing.T, node string, slices []resourceapi.ResourceSlice) map[string]resourceapi.Device {
 	t.Helper()
-	found := map[run]bool{}
-	names := map[string]bool{}
-	counters := map[string]bool{}
-	for _, s := range slices {
-		if names[s.Name] {
-			t.Fatalf("slice %s twice", s.Name)
-		}
-		names[s.Name] = true
-		if s.Spec.Driver != DriverName || s.Spec.Pool.Name != node || s.Spec.NodeName == nil || *s.Spec.NodeName != node {
-			t.Fatalf("%s: driver %q pool %q", s.Name, s.Spec.Driver, s.Spec.Pool.Name)
-		}
-		if s.Spec.Pool.ResourceSliceCount != int64(len(slices)) {
-			t.Fatalf("%s: resourceSliceCount %d of %d slices", s.Name, s.Spec.Pool.ResourceSliceCount, len(slices))
-		}
-		if len(s.Spec.Devices) > 0 && len(s.Spec.SharedCounters) > 0 {
-			t.Fatalf("%s: devices and counters in one slice", s.Name)
-		}
-		if len(s.Spec.SharedCounters) > resourceapi.ResourceSliceMaxCounterSets {
-			t.Fatalf("%s: %d counter sets", s.Name, len(s.Spec.SharedCounters))
-		}
-		for _, set := range s.Spec.SharedCounters {
-			if len(set.Counters) > resourceapi.ResourceSliceMaxCountersPerCounterSet {
-				t.Fatalf("%s: %d counters in %s", s.Name, len(set.Counters), set.Name)
-			}
-			for c := range set.Counters {
-				counters[set.Name+"/"+c] = true
-			}
-		}
-		if len(s.Spec.Devices) > resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures {
-			t.Fatalf("%s: %d devices", s.Name, len(s.Spec.Devices))
-		}
-		for _, d := range s.Spec.Devices {
-			if *d.Attributes[AttrKind].StringValue != KindLLCWays {
-				continue
-			}
-			r := run{int(*d.Attributes[AttrFirstWay].IntValue), int(*d.Attributes[AttrWays].IntValue)}
-			if found[r] {
-				t.Fatalf("run %v twice", r)
-			}
-			found[r] = true
-			if r.first < 0 || r.count < 1 || r.first+r.count > ways {
-				t.Fatalf("run %v outside %d ways", r, ways)
-			}
-			if want := fmt.Sprintf("%#x", RunMask(r.first, r.count)); *d.Attributes[AttrMask].StringValue != want {
-				t.Fatalf("run %v: mask %s, want %s", r, *d.Attributes[AttrMask].StringValue, want)
-			}
-			if len(d.ConsumesCounters) > resourceapi.ResourceSliceMaxDeviceCounterConsumptionsPerDevice {
-				t.Fatalf("run %v: %d consumptions", r, len(d.ConsumesCounters))
-			}
-			consumed := map[int]bool{}
-			for _, c := range d.ConsumesCounters {
-				if len(c.Counters) > resourceapi.ResourceSliceMaxCountersPerDeviceCounterConsumption {
-					t.Fatalf("run %v: %d counters from %s", r, len(c.Counters), c.CounterSet)
-				}
-				for name, v := range c.Counters {
-					if !counters[c.CounterSet+"/"+name] {
-						t.Fatalf("run %v consumes %s/%s, which no counter set has", r, c.CounterSet, name)
-					}
-					if v.Value.Value() != 1 {
-						t.Fatalf("run %v takes %s of %s", r, v.Value.String(), name)
-					}
-					w, err := strconv.Atoi(strings.TrimPrefix(name, "way-"))
-					if err != nil || consumed[w] || c.CounterSet != fmt.Sprintf("llc-ways-%d", w/32) {
-						t.Fatalf("run %v: counter %s in %s", r, name, c.CounterSet)
-					}
-					consumed[w] = true
-				}
-			}
-			// Contiguity: exactly the run's ways, so two devices share a counter iff their runs
-			// overlap, and the allocator never gives out overlapping runs.
-			if len(consumed) != r.count {
-				t.Fatalf("run %v consumes %d ways", r, len(consumed))
-			}
-			for w := r.first; w < r.first+r.count; w++ {
-				if !consumed[w] {
-					t.Fatalf("run %v does not consume way %d", r, w)
-				}
-			}
-		}
+	if len(slices) != 1 {
+		t.Fatalf("%d slices", len(slices))
 	}
-	if len(counters) != ways {
-		t.Fatalf("%d way counters for %d ways", len(counters), ways)
+	s := slices[0]
+	if s.Name != "tmc-node-"+node+"-0" || s.Spec.Driver != DriverName || s.Spec.Pool.Name != node ||
+		s.Spec.NodeName == nil || *s.Spec.NodeName != node || s.Spec.Pool.ResourceSliceCount != 1 {
+		t.Fatalf("%s: %+v", s.Name, s.Spec)
 	}
-	return found
+	if len(s.Spec.SharedCounters) != 0 {
+		t.Fatalf("%s: counters %v", s.Name, s.Spec.SharedCounters)
+	}
+	out := map[string]resourceapi.Device{}
+	for _, d := range s.Spec.Devices {
+		k := *d.Attributes[AttrKind].StringValue
+		if _, twice := out[k]; twice {
+			t.Fatalf("two devices of kind %s", k)
+		}
+		if len(d.ConsumesCounters) != 0 {
+			t.Fatalf("%s consumes counters", d.Name)
+		}
+		out[k] = d
+	}
+	return out
 }
 
-func TestA48WayNodeHasADeviceForEveryRunIn21Slices(t *testing.T) {
+// wayPolicy checks the LLC-way device holds the node's ways, shared, taken whole: 1..ways.
+func wayPolicy(t *testing.T, d resourceapi.Device, ways int64) {
+	t.Helper()
+	c, ok := d.Capacity[CapacityWays]
+	if d.Name != DeviceWays || !ok || len(d.Capacity) != 1 || c.Value.Value() != ways ||
+		d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
+		t.Fatalf("way device %+v", d)
+	}
+	p := c.RequestPolicy
+	if p == nil || p.Default.Value() != 1 || p.ValidRange == nil || p.ValidRange.Min.Value() != 1 ||
+		p.ValidRange.Max.Value() != ways || len(p.ValidValues) != 0 {
+		t.Fatalf("way request policy %+v", p)
+	}
+	if step := p.ValidRange.Step; (ways > 1) != (step != nil) || (step != nil && step.Value() != 1) {
+		t.Fatalf("%d ways: step %v", ways, step)
+	}
+}
+
+func TestANodeIsOneSliceOfItsWaysAsACountAndItsMemory(t *testing.T) {
 	slices, err := NodeSlices("node-a", capacity(48), Options{Generation: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	valid(t, slices)
-	found := runs(t, "node-a", 48, slices)
-	if len(found) != 48*49/2 { // 1,176
-		t.Fatalf("%d runs", len(found))
+	got := devices(t, "node-a", slices)
+	if len(got) != 3 || slices[0].Spec.Pool.Generation != 3 {
+		t.Fatalf("devices %v", got)
 	}
-	for count := 1; count <= 48; count++ {
-		for first := 0; first+count <= 48; first++ {
-			if !found[run{first, count}] {
-				t.Fatalf("no device for %d ways from way %d", count, first)
-			}
-		}
-	}
-	// Counters, memory, then ceil(1176 / 64) = 19 slices of runs.
-	if len(slices) != 21 {
-		t.Fatalf("%d slices", len(slices))
-	}
-	if len(slices[0].Spec.SharedCounters) != 2 || len(slices[0].Spec.SharedCounters[1].Counters) != 16 {
-		t.Fatalf("counter sets %v", slices[0].Spec.SharedCounters)
-	}
-	for _, s := range slices {
-		if s.Spec.Pool.Generation != 3 {
-			t.Fatalf("%s: generation %d", s.Name, s.Spec.Pool.Generation)
+	wayPolicy(t, got[KindLLCWays], 48)
+	for kind, d := range got {
+		if *d.Attributes[AttrHostKind].StringValue != "optane-48" {
+			t.Fatalf("%s: attributes %v", kind, d.Attributes)
 		}
 	}
 }
 
-func TestA64WayNodeHas2080RunsAndTheWholeRunSpansBothCounterSets(t *testing.T) {
-	slices, err := NodeSlices("node-64", capacity(64), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	valid(t, slices)
-	found := runs(t, "node-64", 64, slices)
-	if len(found) != 2080 || len(slices) != 2+33 {
-		t.Fatalf("%d runs in %d slices", len(found), len(slices))
-	}
-	last := slices[len(slices)-1].Spec.Devices
-	whole := last[len(last)-1]
-	if whole.Name != "ways-0-64" || len(whole.ConsumesCounters) != 2 ||
-		len(whole.ConsumesCounters[0].Counters) != 32 || len(whole.ConsumesCounters[1].Counters) != 32 ||
-		*whole.Attributes[AttrMask].StringValue != "0xffffffffffffffff" {
-		t.Fatalf("the 64-way run: %+v", whole)
-	}
-}
-
-func TestWayCountsRestrictTheRunsToTheGridsLengths(t *testing.T) {
-	slices, err := NodeSlices("node-a", capacity(48), Options{WayCounts: []int{28, 1, 2, 3, 4, 12, 20}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	valid(t, slices)
-	found := runs(t, "node-a", 48, slices)
-	// 48 + 47 + 46 + 45 + 37 + 29 + 21 runs, in ceil(273 / 64) = 5 slices.
-	if len(found) != 273 || len(slices) != 2+5 {
-		t.Fatalf("%d runs in %d slices", len(found), len(slices))
-	}
-	for r := range found {
-		switch r.count {
-		case 1, 2, 3, 4, 12, 20, 28:
-		default:
-			t.Fatalf("run %v", r)
+func TestEveryWayCountTheContractAllowsIsOneValidDevice(t *testing.T) {
+	for _, ways := range []int{1, 2, 12, 48, 64} {
+		slices, err := NodeSlices("node-a", capacity(ways), Options{})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	// Counts above a small node's ways are left out; none left is an error.
-	small, err := NodeSlices("node-s", capacity(8), Options{WayCounts: []int{4, 12}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := runs(t, "node-s", 8, small); len(got) != 5 {
-		t.Fatalf("%d runs of 4 in 8 ways", len(got))
-	}
-	if _, err := NodeSlices("node-s", capacity(8), Options{WayCounts: []int{12}}); err == nil {
-		t.Fatal("no way count fits, yet slices")
+		valid(t, slices)
+		wayPolicy(t, devices(t, "node-a", slices)[KindLLCWays], int64(ways))
 	}
 }
 
@@ -264,14 +165,14 @@ func TestANodeWithoutASlowTierPublishesNoSlowDevice(t *testing.T) {
 		t.Fatalf("memory devices %v", mem)
 	}
 	// Below one allocation step above the minimum (2 MiB) a tier publishes nothing; with
-	// neither tier there is no memory slice at all.
+	// neither tier the slice holds the way device alone.
 	c.DRAMBytes = 2*MiB - 1
 	slices, err = NodeSlices("dram-only", c, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	valid(t, slices)
-	if mem := memoryDevices(slices); len(mem) != 0 || len(slices) != 1+4 { // counters, 210 runs
+	if mem := memoryDevices(slices); len(mem) != 0 || len(slices) != 1 || len(slices[0].Spec.Devices) != 1 {
 		t.Fatalf("%d slices, memory %v", len(slices), mem)
 	}
 	if _, err := ClusterSlices([]Node{{"dram-only", c}}, nil, Options{}); err != nil {
@@ -291,7 +192,7 @@ func TestARackPoolIsOneDeviceSharedByItsLabelledNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	valid(t, slices)
-	if len(slices) != 3*21+1 {
+	if len(slices) != 3+1 {
 		t.Fatalf("%d slices", len(slices))
 	}
 	pool := slices[len(slices)-1]
@@ -321,7 +222,7 @@ func TestARackPoolIsOneDeviceSharedByItsLabelledNodes(t *testing.T) {
 	unsized := pooled(0)
 	unsized.SlowPoolBytes = nil
 	slices, err = ClusterSlices([]Node{{"node-a", unsized}}, nil, Options{})
-	if err != nil || len(slices) != 21 {
+	if err != nil || len(slices) != 1 {
 		t.Fatalf("%d slices, %v", len(slices), err)
 	}
 }
@@ -347,9 +248,6 @@ func TestInputOutOfBoundsIsRefused(t *testing.T) {
 		"node name empty":    func(_ *v1alpha1.NodeCapacity, n *string, _ *Options) { *n = "" },
 		"node name 254":      func(_ *v1alpha1.NodeCapacity, n *string, _ *Options) { *n = strings.Repeat("a", 254) },
 		"generation":         func(_ *v1alpha1.NodeCapacity, _ *string, o *Options) { o.Generation = -1 },
-		"way count 0":        func(_ *v1alpha1.NodeCapacity, _ *string, o *Options) { o.WayCounts = []int{0} },
-		"way count 65":       func(_ *v1alpha1.NodeCapacity, _ *string, o *Options) { o.WayCounts = []int{65} },
-		"way count twice":    func(_ *v1alpha1.NodeCapacity, _ *string, o *Options) { o.WayCounts = []int{4, 4} },
 	}
 	for name, spoil := range cases {
 		c, node, opts := capacity(48), "node-a", Options{}
@@ -380,21 +278,35 @@ func TestInputOutOfBoundsIsRefused(t *testing.T) {
 	}
 }
 
-// The control for valid: kube-apiserver's validation refuses a slice over the limit this
-// package keeps to (65 devices that consume counters), so passing it means something.
-func TestTheValidationRefusesAnOverfullSlice(t *testing.T) {
-	slices, err := NodeSlices("node-a", capacity(48), Options{})
-	if err != nil {
-		t.Fatal(err)
+// The controls for valid: kube-apiserver's validation refuses the way device of a one-way node
+// with a step (one step above the minimum does not fit in the capacity), a request policy on a
+// device not shared, and a request larger than the node's ways as the range's maximum; passing
+// it means something.
+func TestTheValidationRefusesWhatTheWayDeviceKeepsClearOf(t *testing.T) {
+	spoil := map[string]func(*resourceapi.Device){
+		"step": func(d *resourceapi.Device) {
+			d.Capacity[CapacityWays].RequestPolicy.ValidRange.Step = resource.NewQuantity(1, resource.DecimalSI)
+		},
+		"not shared": func(d *resourceapi.Device) { d.AllowMultipleAllocations = nil },
+		"max": func(d *resourceapi.Device) {
+			d.Capacity[CapacityWays].RequestPolicy.ValidRange.Max = resource.NewQuantity(2, resource.DecimalSI)
+		},
 	}
-	over := slices[2].DeepCopy()
-	over.Spec.Devices = append(over.Spec.Devices, slices[3].Spec.Devices[0])
-	var internal resourceinternal.ResourceSlice
-	if err := legacyscheme.Scheme.Convert(over, &internal, nil); err != nil {
-		t.Fatal(err)
-	}
-	if errs := validation.ValidateResourceSlice(&internal); len(errs) == 0 {
-		t.Fatal("65 counter-consuming devices in one slice passed validation")
+	for name, f := range spoil {
+		slices, err := NodeSlices("node-a", capacity(1), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		valid(t, slices)
+		over := slices[0].DeepCopy()
+		f(&over.Spec.Devices[0])
+		var internal resourceinternal.ResourceSlice
+		if err := legacyscheme.Scheme.Convert(over, &internal, nil); err != nil {
+			t.Fatal(err)
+		}
+		if errs := validation.ValidateResourceSlice(&internal); len(errs) == 0 {
+			t.Errorf("%s: passed validation", name)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package drapublish
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -63,9 +64,13 @@ func TestStoredSlicesThatMatchAreLeftAlone(t *testing.T) {
 		t.Fatalf("unchanged slices rewritten: %d creates, %d updates, %d deletes", len(c.Create), len(c.Update), len(c.Delete))
 	}
 	// A quantity stored in another form is the same quantity.
-	have[1].Spec.Devices[0].Capacity[dra.CapacityBytes] = resourceapi.DeviceCapacity{
+	dram := have[0].Spec.Devices[1]
+	if dram.Name != dra.DeviceDRAM {
+		t.Fatalf("device %s", dram.Name)
+	}
+	dram.Capacity[dra.CapacityBytes] = resourceapi.DeviceCapacity{
 		Value:         resource.MustParse("4096Mi"),
-		RequestPolicy: have[1].Spec.Devices[0].Capacity[dra.CapacityBytes].RequestPolicy,
+		RequestPolicy: dram.Capacity[dra.CapacityBytes].RequestPolicy,
 	}
 	if c := Diff(have, want); !c.Empty() {
 		t.Fatalf("a quantity's form made a change: %+v", c)
@@ -79,35 +84,42 @@ func TestAChangedPoolIsWrittenWholeAtAHigherGeneration(t *testing.T) {
 			t.Fatalf("first generation %d", s.Spec.Pool.Generation)
 		}
 	}
-	// node-a grows to 16 ways: 136 run devices in three slices, not 36 in one; node-b unchanged.
+	// node-a grows to 16 ways: its slice is rewritten at the next generation; node-b unchanged.
 	want := desired(t, node("node-a", 16, 4*gib, nil), node("node-b", 4, 4*gib, nil))
 	c := Diff(have, want)
-	if len(c.Delete) != 0 || len(c.Create) != 2 || len(c.Update) != 3 {
+	if len(c.Delete) != 0 || len(c.Create) != 0 || len(c.Update) != 1 {
 		t.Fatalf("%d creates, %d updates, %d deletes", len(c.Create), len(c.Update), len(c.Delete))
 	}
-	for _, s := range append(c.Create, c.Update...) {
-		if s.Spec.Pool.Name != "node-a" || s.Spec.Pool.Generation != 2 || s.Spec.Pool.ResourceSliceCount != 5 {
-			t.Fatalf("%s: pool %+v", s.Name, s.Spec.Pool)
-		}
+	s := c.Update[0]
+	if s.Spec.Pool.Name != "node-a" || s.Spec.Pool.Generation != 2 || s.Spec.Pool.ResourceSliceCount != 1 || s.ResourceVersion != "7" {
+		t.Fatalf("%s: pool %+v, resourceVersion %q", s.Name, s.Spec.Pool, s.ResourceVersion)
 	}
-	for _, s := range c.Update {
-		if s.ResourceVersion != "7" {
-			t.Fatalf("update without the stored resourceVersion: %s", s.Name)
-		}
+	if ways := s.Spec.Devices[0].Capacity[dra.CapacityWays].Value; ways.Value() != 16 {
+		t.Fatalf("ways %s", ways.String())
 	}
-	// Back to 8 ways: the surplus slices go.
-	after := stored(append(c.Create, c.Update...))
+	// A pool stored in more slices than wanted (as a publisher of per-run devices left it):
+	// the surplus slices go, the first is rewritten at the next generation.
+	after := stored(c.Update)
+	for i := 1; i <= 2; i++ {
+		extra := *after[0].DeepCopy()
+		extra.Name = fmt.Sprintf("tmc-node-node-a-%d", i)
+		extra.UID = types.UID("slice-" + extra.Name)
+		after = append(after, extra)
+	}
+	for i := range after {
+		after[i].Spec.Pool.ResourceSliceCount = 3
+	}
 	for _, s := range have {
 		if s.Spec.Pool.Name == "node-b" {
 			after = append(after, s)
 		}
 	}
 	c = Diff(after, desired(t, node("node-a", 8, 4*gib, nil), node("node-b", 4, 4*gib, nil)))
-	if len(c.Delete) != 2 || c.Delete[0].Name != "tmc-node-node-a-3" || c.Delete[1].UID != "slice-tmc-node-node-a-4" || len(c.Update) != 3 {
-		t.Fatalf("%+v", c.Delete)
+	if len(c.Delete) != 2 || c.Delete[0].Name != "tmc-node-node-a-1" || c.Delete[1].UID != "slice-tmc-node-node-a-2" || len(c.Update) != 1 {
+		t.Fatalf("%+v", c)
 	}
-	if c.Update[0].Spec.Pool.Generation != 3 {
-		t.Fatalf("generation %d", c.Update[0].Spec.Pool.Generation)
+	if c.Update[0].Spec.Pool.Generation != 3 || c.Update[0].Spec.Pool.ResourceSliceCount != 1 {
+		t.Fatalf("pool %+v", c.Update[0].Spec.Pool)
 	}
 }
 
@@ -118,7 +130,7 @@ func TestPoolsGoneAreDeletedAndOtherDriversNeverTouched(t *testing.T) {
 		Spec:       resourceapi.ResourceSliceSpec{Driver: "gpu.example.com", Pool: resourceapi.ResourcePool{Name: "node-a"}},
 	}
 	c := Diff(append(have, other), desired(t, node("node-b", 4, 4*gib, nil)))
-	if len(c.Create)+len(c.Update) != 0 || len(c.Delete) != 3 {
+	if len(c.Create)+len(c.Update) != 0 || len(c.Delete) != 1 {
 		t.Fatalf("%+v", c)
 	}
 	for _, d := range c.Delete {
@@ -146,7 +158,7 @@ func TestAChangedOwnerOrPoolSelectorIsAChange(t *testing.T) {
 	a2 := node("node-a", 4, 4*gib, pool)
 	a2.UID = "uid-node-a-again"
 	c := Diff(have, desired(t, a2, b))
-	if len(c.Update) != 3 || c.Update[0].OwnerReferences[0].UID != "uid-node-a-again" {
+	if len(c.Update) != 1 || c.Update[0].OwnerReferences[0].UID != "uid-node-a-again" {
 		t.Fatalf("%d updates", len(c.Update))
 	}
 	// node-b leaves the pool: the pool's slice selects node-a alone.
