@@ -51,6 +51,7 @@ from scheduler.pods import (
     BadPod,
     PodAsk,
     PodRef,
+    claimed_templates,
     parse_quantity,
     read_pod,
 )
@@ -232,7 +233,10 @@ def _ask_inputs(pod: dict[str, Any], resource: str) -> tuple[object, ...] | None
     if containers is _IRREGULAR or init is _IRREGULAR:
         return None
     assert isinstance(containers, tuple) and isinstance(init, tuple)
-    if containers.count(None) == len(containers) and init.count(None) == len(init):
+    # The DRA door's pods opt in by a claim from their pair's template instead (read_pod).
+    templates = claimed_templates(spec)
+    names_opt_in = containers.count(None) < len(containers) or init.count(None) < len(init)
+    if not names_opt_in and not (templates and annotations.get(WORKLOAD_ANNOTATION)):
         return ()
     memory = _opt_in_texts(spec.get("containers"), "memory")
     init_memory = _opt_in_texts(spec.get("initContainers"), "memory")
@@ -246,6 +250,7 @@ def _ask_inputs(pod: dict[str, Any], resource: str) -> tuple[object, ...] | None
         _exact(meta.get("name")),
         _exact(annotations.get(WORKLOAD_ANNOTATION)),
         _exact(annotations.get(OBJECTIVE_ANNOTATION)),
+        templates,
     )
 
 

@@ -12,7 +12,11 @@ from typing import NamedTuple
 
 from model.bundle import MAX_BYTES
 from model.errors import InvalidRequest
-from model.node_contract import OBJECTIVE_ANNOTATION, WORKLOAD_ANNOTATION
+from model.node_contract import (
+    OBJECTIVE_ANNOTATION,
+    WORKLOAD_ANNOTATION,
+    recommendation_object_name,
+)
 from model.node_contract import OPT_IN_RESOURCE as DEFAULT_OPT_IN_RESOURCE
 from model.objectives import parse_objective
 
@@ -56,6 +60,9 @@ class BadPod(ValueError):
 # is no real pod. Kubernetes itself caps quantities near 2^63 (milli-units).
 MAX_QUANTITY_TEXT = 64
 MAX_EXPONENT = 24
+# How many of a pod's resourceClaims are read for tmc's template (the API sets no limit; a pod's
+# event is read for every pod of the cluster, so its cost is bounded here).
+MAX_POD_CLAIMS = 32
 
 
 def parse_quantity(value: object) -> Decimal:
@@ -121,6 +128,9 @@ def read_pod(pod: object, opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE) -> Pod
     init = spec.get("initContainers")
     opted = _requests(containers, opt_in_resource) > 0 or _max_single(init, opt_in_resource) > 0
     workload = annotations.get(WORKLOAD_ANNOTATION)
+    objective = canonical_objective(str(annotations.get(OBJECTIVE_ANNOTATION) or "cheapest"))
+    if not opted and workload:
+        opted = claims_its_template(spec, str(workload), objective)
     memory = 0
     if opted:
         # As the in-tree fit counts it: the containers' sum, or an init container's when larger.
@@ -132,10 +142,31 @@ def read_pod(pod: object, opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE) -> Pod
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""),
         workload=str(workload) if workload else None,
-        objective=canonical_objective(str(annotations.get(OBJECTIVE_ANNOTATION) or "cheapest")),
+        objective=objective,
         opted_in=opted,
         memory_bytes=memory,
     )
+
+
+def claimed_templates(spec: dict[str, object]) -> tuple[str, ...]:
+    """The ResourceClaimTemplates a pod's claims are made from (`spec.resourceClaims[]
+    .resourceClaimTemplateName`), in order; entries of another shape name none."""
+    claims = spec.get("resourceClaims")
+    if not isinstance(claims, list):
+        return ()
+    named = (
+        c.get("resourceClaimTemplateName") for c in claims[:MAX_POD_CLAIMS] if isinstance(c, dict)
+    )
+    return tuple(n for n in named if isinstance(n, str))
+
+
+def claims_its_template(spec: dict[str, object], workload: str, objective: str) -> bool:
+    """Whether a pod opts in through the DRA door: one of its claims is made from the
+    ResourceClaimTemplate tmc-dra-publisher keeps for its (workload, objective) pair, which is
+    named as the pair's TieredRecommendation. Such a pod names its pair as an opted-in pod does,
+    so the pair is published (and its template made) before the claim can be: the stock
+    scheduler cannot place it sooner, and the resource-claim controller retries until then."""
+    return recommendation_object_name(workload, objective) in claimed_templates(spec)
 
 
 def _max_single(containers: object, resource: str) -> Decimal:

@@ -20,7 +20,12 @@ from api.settings import Settings
 from ledger import nodes as ledger_nodes
 from ledger import store as ledger
 from ledger.types import Held, NodeCapacity
-from model.node_contract import PLACEMENT_ANNOTATION, PlacedConfiguration, Placement
+from model.node_contract import (
+    PLACEMENT_ANNOTATION,
+    PlacedConfiguration,
+    Placement,
+    recommendation_object_name,
+)
 from model.resources import GIB
 from scheduler.feeder import Feeder, node_capacity
 from scheduler.pods import PodAsk
@@ -370,6 +375,45 @@ def test_a_pair_is_priced_at_the_memory_its_pods_request() -> None:
     feeder.on_pod("MODIFIED", copy.deepcopy(pods["b"]))
     assert feeder.memory_of(pair) == 8 * GIB
     assert feeder.memory_of(("other", "cheapest")) is None
+
+
+def claiming(uid: str, workload: str, objective: str, template: str) -> dict[str, Any]:
+    """A DRA door pod: no opt-in resource, a claim made from `template`, 6Gi of memory asked."""
+    pod = opted_in(uid, workload, objective)
+    pod["spec"]["resourceClaims"] = [{"name": "tiers", "resourceClaimTemplateName": template}]
+    pod["spec"]["containers"] = [
+        {"resources": {"requests": {"memory": "6Gi"}, "claims": [{"name": "tiers"}]}}
+    ]
+    return pod
+
+
+def test_a_pod_claiming_its_pairs_template_names_its_pair() -> None:
+    """The DRA door's opt-in: a pod whose claim is made from the template named as its pair's
+    TieredRecommendation names that pair (so it is published and its template made) and prices
+    it at its memory request; a claim from any other template, or without a workload, names
+    nothing, and withdrawing the claim unnames the pair."""
+    asked = Asked()
+    feeder = Feeder(ListedCluster(), None, asked)  # type: ignore[arg-type]
+    feeder.sync()
+    own = recommendation_object_name("kv", "slo:5%")
+    pod = claiming("a", "kv", "slo:5.000%", own)
+    feeder.on_pod("ADDED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == {("kv", "slo:5%")}
+    assert feeder.memory_of(("kv", "slo:5%")) == 6 * GIB
+    assert [(a.workload, a.objective) for a in asked.asks] == [("kv", "slo:5%")]
+    # Another pair's template (the objective's own name differs), another template, none.
+    for template in (recommendation_object_name("kv", "cheapest"), "gpu-claim"):
+        feeder.on_pod("ADDED", claiming("b", "kv", "slo:5%", template))
+    assert feeder.pairs_named() == {("kv", "slo:5%")}
+    del pod["metadata"]["annotations"]["tmc.dev/workload"]
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == set()
+    pod = claiming("a", "kv", "slo:5%", own)
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == {("kv", "slo:5%")}
+    pod["spec"]["resourceClaims"] = [{"name": "tiers", "resourceClaimName": "made-by-hand"}]
+    feeder.on_pod("MODIFIED", copy.deepcopy(pod))
+    assert feeder.pairs_named() == set()
 
 
 class Asked:
