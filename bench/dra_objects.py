@@ -3,8 +3,9 @@
 """tmc's DRA objects for bench.scheduler_e2e's DRA path: the ResourceSlices of the benchmark's
 nodes (made by `tmc-dra-slices` from scheduler/plugin/pkg/dra, built from this checkout), the
 chart's DeviceClasses, a claim per pod (`tmc-dra-slices --claim`), and the check that the stock
-kube-scheduler's allocations over-commit nothing: no two claims on one node hold overlapping
-runs of ways, and no device gives more bytes than it has."""
+kube-scheduler's allocations over-commit nothing: no device gives more ways or bytes than it
+has (a node's LLC ways are one device of consumable capacity `ways`, its memory devices of
+`bytes`)."""
 
 from __future__ import annotations
 
@@ -24,24 +25,19 @@ from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.test_dra_claims import claim_spec
 from tests.scheduler.test_dra_objects import GROUP, VERSION, device_classes, slices_for
 
-# The paper grid's way counts: 273 run devices at 48 ways (7 slices a node) instead of every
-# run of every length (1,176 devices, 21 slices a node).
-WAY_COUNTS = (1, 2, 3, 4, 12, 20, 28)
 # tmc-dra-slices reads at most 1 MiB: nodes go to it in chunks, each a whole number of the
 # benchmark's rack pools (64 node indices each), so that every pool's slice is made once.
 NODES_PER_CALL = 640
 
 
 def slices_input(nodes: Sequence[tuple[str, NodeCapacity]]) -> dict[str, Any]:
-    """What tmc-dra-slices reads for these nodes: their capacity as the agent publishes it, the
-    run devices restricted to WAY_COUNTS."""
+    """What tmc-dra-slices reads for these nodes: their capacity as the agent publishes it."""
     return {
         "nodes": [
             {"name": name, "capacity": cap.model_dump(mode="json", exclude_none=True)}
             for name, cap in nodes
         ],
         "generation": 1,
-        "way_counts": list(WAY_COUNTS),
     }
 
 
@@ -115,34 +111,35 @@ def list_claims(cp: ControlPlane) -> list[dict[str, Any]]:
     return items
 
 
-def device_bytes(slices: Iterable[dict[str, Any]]) -> dict[tuple[str, str], int]:
-    """(pool, device) -> the bytes a consumable-capacity device holds, from the slices."""
-    out: dict[tuple[str, str], int] = {}
+# The consumable capacities of tmc's devices (pkg/dra CapacityWays, CapacityBytes).
+CAPACITIES = ("ways", "bytes")
+
+
+def device_capacity(slices: Iterable[dict[str, Any]]) -> dict[tuple[str, str, str], int]:
+    """(pool, device, capacity) -> what a device of consumable capacity holds, from the slices:
+    a node's ways, a memory device's bytes."""
+    out: dict[tuple[str, str, str], int] = {}
     for s in slices:
         pool = s["spec"]["pool"]["name"]
         for d in s["spec"].get("devices", []):
-            held = (d.get("capacity") or {}).get("bytes")
-            if held is not None:
-                out[(pool, d["name"])] = int(parse_quantity(held["value"]))
+            for name in CAPACITIES:
+                held = (d.get("capacity") or {}).get(name)
+                if held is not None:
+                    out[(pool, d["name"], name)] = int(parse_quantity(held["value"]))
     return out
 
 
-def way_run(device: str) -> int | None:
-    """The mask of a run-of-ways device, named ways-<first>-<count>; None for any other."""
-    kind, _, rest = device.partition("-")
-    first, _, count = rest.partition("-")
-    if kind != "ways" or not first.isdigit() or not count.isdigit():
-        return None
-    return ((1 << int(count)) - 1) << int(first)
-
-
-def overcommit(claims: Iterable[dict[str, Any]], capacity: dict[tuple[str, str], int]) -> list[str]:
-    """What the allocations of these claims over-commit: two claims holding overlapping runs of
-    ways in one node's pool, a device giving more bytes than capacity says it has, bytes taken
-    from a device capacity does not know, and a claim with no allocation. Empty when none."""
+def overcommit(
+    claims: Iterable[dict[str, Any]], capacity: dict[tuple[str, str, str], int]
+) -> list[str]:
+    """What the allocations of these claims over-commit: a device giving more ways or bytes
+    than capacity says it has (the ways of one node's claims together above the node's ways),
+    ways or bytes taken from a device capacity does not know, an allocation of a tmc device
+    that records no consumed capacity (it would have taken the whole device), and a claim with
+    no allocation. Empty when none."""
     problems: list[str] = []
-    runs: dict[str, list[tuple[int, str, str]]] = {}
-    used: dict[tuple[str, str], int] = {}
+    used: dict[tuple[str, str, str], int] = {}
+    known = {(pool, device) for pool, device, _ in capacity}
     for claim in claims:
         meta = claim["metadata"]
         name = f"{meta.get('namespace', '')}/{meta['name']}"
@@ -152,23 +149,18 @@ def overcommit(claims: Iterable[dict[str, Any]], capacity: dict[tuple[str, str],
             continue
         for r in allocation["devices"]["results"]:
             pool, device = r["pool"], r["device"]
-            mask = way_run(device)
-            if mask is not None:
-                for other, other_device, holder in runs.get(pool, []):
-                    if other & mask:
-                        problems.append(
-                            f"{pool}: {name} holds {device}, overlapping {other_device} of {holder}"
-                        )
-                runs.setdefault(pool, []).append((mask, device, name))
-            taken = (r.get("consumedCapacity") or {}).get("bytes")
-            if taken is not None:
-                used[(pool, device)] = used.get((pool, device), 0) + int(parse_quantity(taken))
+            consumed = r.get("consumedCapacity") or {}
+            if (pool, device) in known and not consumed:
+                problems.append(f"{pool}/{device}: {name} took it with no consumed capacity")
+            for what, taken in consumed.items():
+                key = (pool, device, what)
+                used[key] = used.get(key, 0) + int(parse_quantity(taken))
     for key, taken in sorted(used.items()):
         held = capacity.get(key)
         if held is None:
-            problems.append(f"{key[0]}/{key[1]}: {taken} bytes taken from an unknown device")
+            problems.append(f"{key[0]}/{key[1]}: {taken} {key[2]} taken from an unknown device")
         elif taken > held:
-            problems.append(f"{key[0]}/{key[1]}: {taken} bytes taken of {held}")
+            problems.append(f"{key[0]}/{key[1]}: {taken} {key[2]} taken of {held}")
     return problems
 
 
@@ -182,7 +174,7 @@ class Published:
     seconds: float
     before_mib: dict[str, float]
     after_mib: dict[str, float]
-    capacity: dict[tuple[str, str], int]
+    capacity: dict[tuple[str, str, str], int]
 
     def line(self, nodes: int) -> str:
         memory = ", ".join(
@@ -190,8 +182,8 @@ class Published:
             for name in self.before_mib
         )
         return (
-            f"  DRA objects: {self.slices} ResourceSlices ({self.devices} devices; way runs of "
-            f"{', '.join(map(str, WAY_COUNTS))} ways) for {nodes} nodes and their rack pools, "
+            f"  DRA objects: {self.slices} ResourceSlices ({self.devices} devices: a node's ways "
+            f"as a count, its memory by the byte) for {nodes} nodes and their rack pools, "
             f"created in {self.seconds:.0f} s ({self.slices / self.seconds:.0f}/s); resident "
             f"memory {memory}"
         )
@@ -212,7 +204,7 @@ def publish(
     time.sleep(5)  # what the creation left to settle (watch caches, compaction) counts too
     after = {name: resident_mib(p) for name, p in pids.items()}
     devices = sum(len(s["spec"].get("devices", [])) for s in slices)
-    return Published(len(slices), devices, seconds, before, after, device_bytes(slices))
+    return Published(len(slices), devices, seconds, before, after, device_capacity(slices))
 
 
 @dataclass(frozen=True)
@@ -229,8 +221,6 @@ def claim_for(command: Path, placed: Placement | None) -> Claim:
     if placed is None or placed.fallback is not None:
         raise RuntimeError(f"the plugin's pod has no configuration to claim: {placed}")
     cfg = placed.configuration
-    if cfg.llc_ways not in WAY_COUNTS:
-        raise RuntimeError(f"{cfg.llc_ways} ways: no run device of that length is published")
     alternative = {
         "llc_ways": cfg.llc_ways,
         "dram_bytes": cfg.dram_bytes,

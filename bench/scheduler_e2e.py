@@ -38,11 +38,11 @@ ResourceClaim made from tmc's claim spec (`tmc-dra-slices --claim` of the config
 plugin gave graph500's first pod: its ways, its DRAM and slow bytes at the pod's request), the
 claim created just before its pod in the burst (as the resource-claim controller would make it
 from a template). Before it, the chart's DeviceClasses and every node's and rack pool's
-ResourceSlices (scheduler/plugin/pkg/dra, the run devices restricted to the paper grid's way
-counts: 273 devices, 7 slices a 48-way node) are created from 8 threads, timed, and the API
-server's and etcd's resident memory read before and after. After the burst every claim's
-allocation is checked: no two claims on a node hold overlapping runs of ways, no device gives
-more bytes than it has ("no over-commit", else the run fails).
+ResourceSlices (scheduler/plugin/pkg/dra: one slice a node of three devices of consumable
+capacity, its LLC ways as a count and its DRAM and slow memory by the byte) are created from 8
+threads, timed, and the API server's and etcd's resident memory read before and after. After the
+burst every claim's allocation is checked: the ways a node's claims take together are at most
+its ways, no device gives more bytes than it has ("no over-commit", else the run fails).
 The load average at the start and end of each size is printed: the figures are only comparable
 on a quiet machine. A pod not seen bound
 within --timeout fails the run (exit status 1): the figures are never computed on a smaller
@@ -527,8 +527,9 @@ def plain_config(with_extender: Path) -> Path:
 
 def dra_config(plain: Path) -> Path:
     """The stock configuration with DynamicResources' filter timeout off (filterTimeout 0s):
-    at its default of 10 s, the filter of one pod's claim over 420 of 1,000 nodes (273 way-run
-    devices each) timed out on this 2-core machine, and the pod was retried without end."""
+    at its default of 10 s, the filter of one pod's claim over 420 of 1,000 nodes timed out on
+    this 2-core machine with the earlier shape of the slices (273 way-run devices a node), and
+    the pod was retried without end. Kept off so that a slow filter shows as a slow run."""
     cfg = yaml.safe_load(plain.read_text())
     for profile in cfg["profiles"]:
         profile["pluginConfig"] = [

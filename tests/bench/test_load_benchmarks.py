@@ -158,8 +158,8 @@ def test_scheduler_e2e_judges_a_series_by_its_medians() -> None:
     }
 
 
-def allocated(name: str, *results: tuple[str, str, str | None]) -> dict[str, Any]:
-    """A claim allocated (pool, device, bytes consumed or None) as kube-scheduler writes it."""
+def allocated(name: str, *results: tuple[str, str, dict[str, str]]) -> dict[str, Any]:
+    """A claim allocated (pool, device, capacity consumed) as kube-scheduler writes it."""
     return {
         "metadata": {"name": name, "namespace": "dra"},
         "status": {
@@ -167,7 +167,7 @@ def allocated(name: str, *results: tuple[str, str, str | None]) -> dict[str, Any
                 "devices": {
                     "results": [
                         {"request": "r", "driver": "tmc.dev", "pool": pool, "device": device}
-                        | ({"consumedCapacity": {"bytes": taken}} if taken else {})
+                        | ({"consumedCapacity": taken} if taken else {})
                         for pool, device, taken in results
                     ]
                 }
@@ -176,21 +176,29 @@ def allocated(name: str, *results: tuple[str, str, str | None]) -> dict[str, Any
     }
 
 
-def test_the_dra_over_commit_check_finds_overlapping_runs_and_bytes_over_a_device() -> None:
-    capacity = {("n0", "dram"): 4 * 2**30, ("rack-pool/rack-0", "slow"): 2**30}
+def test_the_dra_over_commit_check_finds_ways_and_bytes_over_a_device() -> None:
+    capacity = {
+        ("n0", "ways", "ways"): 48,
+        ("n1", "ways", "ways"): 48,
+        ("n0", "dram", "bytes"): 4 * 2**30,
+        ("rack-pool/rack-0", "slow", "bytes"): 2**30,
+    }
     fine = [
-        allocated("a", ("n0", "ways-0-12", None), ("n0", "dram", "2Gi")),
-        allocated("b", ("n0", "ways-12-12", None), ("n0", "dram", "2Gi")),
-        # The same run on another node is another node's ways.
-        allocated("c", ("n1", "ways-0-12", None), ("rack-pool/rack-0", "slow", "1Gi")),
+        allocated("a", ("n0", "ways", {"ways": "28"}), ("n0", "dram", {"bytes": "2Gi"})),
+        allocated("b", ("n0", "ways", {"ways": "20"}), ("n0", "dram", {"bytes": "2Gi"})),
+        # The same count on another node is another node's ways.
+        allocated(
+            "c", ("n1", "ways", {"ways": "28"}), ("rack-pool/rack-0", "slow", {"bytes": "1Gi"})
+        ),
     ]
     assert dra_objects.overcommit(fine, capacity) == []
-    overlapping = allocated("d", ("n0", "ways-11-2", None))
-    assert dra_objects.overcommit([*fine, overlapping], capacity) == [
-        "n0: dra/d holds ways-11-2, overlapping ways-0-12 of dra/a",
-        "n0: dra/d holds ways-11-2, overlapping ways-12-12 of dra/b",
+    # One way more than n0 has, and a whole device taken with no consumed capacity.
+    more = allocated("d", ("n0", "ways", {"ways": "1"}), ("n1", "ways", {}))
+    assert dra_objects.overcommit([*fine, more], capacity) == [
+        "n1/ways: dra/d took it with no consumed capacity",
+        "n0/ways: 49 ways taken of 48",
     ]
-    over = allocated("e", ("n0", "dram", "1Mi"), ("n2", "dram", "1Mi"))
+    over = allocated("e", ("n0", "dram", {"bytes": "1Mi"}), ("n2", "dram", {"bytes": "1Mi"}))
     assert dra_objects.overcommit([*fine, over], capacity) == [
         f"n0/dram: {4 * 2**30 + 2**20} bytes taken of {4 * 2**30}",
         f"n2/dram: {2**20} bytes taken from an unknown device",
@@ -199,28 +207,29 @@ def test_the_dra_over_commit_check_finds_overlapping_runs_and_bytes_over_a_devic
     assert dra_objects.overcommit([pending], capacity) == ["dra/f: not allocated"]
 
 
-def test_the_dra_path_reads_device_capacity_and_way_runs_from_the_slices() -> None:
+def test_the_dra_path_reads_device_capacity_from_the_slices() -> None:
     slices: list[dict[str, Any]] = [
         {
             "spec": {
                 "pool": {"name": "n0"},
                 "devices": [
+                    {"name": "ways", "capacity": {"ways": {"value": "48"}}},
                     {"name": "dram", "capacity": {"bytes": {"value": "64Gi"}}},
-                    {"name": "ways-4-12"},
+                    {"name": "other"},
                 ],
             }
         },
-        {"spec": {"pool": {"name": "n0"}, "sharedCounters": []}},
     ]
-    assert dra_objects.device_bytes(slices) == {("n0", "dram"): 64 * 2**30}
-    assert dra_objects.way_run("ways-4-12") == 0xFFF0
-    assert dra_objects.way_run("dram") is None and dra_objects.way_run("ways-x-1") is None
+    assert dra_objects.device_capacity(slices) == {
+        ("n0", "ways", "ways"): 48,
+        ("n0", "dram", "bytes"): 64 * 2**30,
+    }
 
 
 def test_the_dra_path_sends_tmc_dra_slices_whole_rack_pools_within_its_input_bound() -> None:
     nodes = [(scheduler_e2e.node_name(i), scheduler_e2e.node_capacity(i)) for i in range(2)]
     given = dra_objects.slices_input(nodes)
-    assert given["way_counts"] == [1, 2, 3, 4, 12, 20, 28]
+    assert set(given) == {"nodes", "generation"}
     assert given["nodes"][1] == {
         "name": "n00001",
         "capacity": {

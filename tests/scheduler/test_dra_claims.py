@@ -104,17 +104,13 @@ def place(plane: Plane, name: str, spec: dict[str, Any]) -> None:
 
 
 def taken(plane: Plane, name: str) -> dict[str, tuple[str, str, str]]:
-    """Each request's (subrequest, device, bytes consumed) in the claim's allocation."""
+    """Each request's (subrequest, device, ways or bytes consumed) in the claim's allocation."""
     out: dict[str, tuple[str, str, str]] = {}
     for r in allocated(plane, name):
         request, _, sub = r["request"].partition("/")
-        out[request] = (sub, r["device"], r.get("consumedCapacity", {}).get("bytes", ""))
+        consumed = r.get("consumedCapacity", {})
+        out[request] = (sub, r["device"], consumed.get("ways", consumed.get("bytes", "")))
     return out
-
-
-def run_length(device: str) -> int:
-    """The ways of an LLC-way device, named ways-<first>-<count>."""
-    return int(device.rsplit("-", 1)[1])
 
 
 def test_the_claim_spec_keeps_to_the_apis_limits(command: Path) -> None:
@@ -142,21 +138,22 @@ def test_kube_scheduler_takes_the_first_alternative_that_fits_whole(
 ) -> None:
     """first: the preferred alternative (40 ways, 2 GiB DRAM, 1 GiB slow). second: 40 ways no
     longer fit, so the second (4 ways, 20 GiB all DRAM, its last MiB through the slow request).
-    third: the first alternative's ways no longer fit and the second's DRAM does not (2 GiB are
-    left), though the second's 4 ways with the first's memory would: it is given nothing. The
-    control, the same claim without its constraints, is given exactly that mix."""
+    third: the first alternative's ways no longer fit (4 of the node's 48 are left) and the
+    second's DRAM does not (2 GiB are left), though the second's 4 ways with the first's memory
+    would: it is given nothing. The control, the same claim without its constraints, is given
+    exactly that mix, and takes the node's last 4 ways."""
     spec = claim_spec(command, ALTERNATIVES)
     place(plane, "first", spec)
     assert settle(plane, ["first"], 1) == {"first": "node-a"}
     first = taken(plane, "first")
-    assert first["ways"][0] == "c0" and run_length(first["ways"][1]) == 40
+    assert first["ways"] == ("c0", "ways", "40")
     assert first["dram"] == ("c0", "dram", "2Gi")
     assert first["slow"] == ("c0", "slow", "1Gi")
 
     place(plane, "second", spec)
     settle(plane, ["first", "second"], 2)
     second = taken(plane, "second")
-    assert second["ways"][0] == "c1" and run_length(second["ways"][1]) == 4
+    assert second["ways"] == ("c1", "ways", "4")
     assert second["dram"] == ("c1", "dram", f"{20 * 1024 - 1}Mi")
     assert second["slow"] == ("c1", "dram", "1Mi")
 
@@ -170,4 +167,13 @@ def test_kube_scheduler_takes_the_first_alternative_that_fits_whole(
         "ways": "c1",
         "dram": "c0",
         "slow": "c0",
+    }
+    assert mixed["ways"] == ("c1", "ways", "4")
+
+    # The node's 48 ways are all taken (40 + 4 + 4): one way more is never given.
+    place(plane, "one-more", claim_spec(command, [{"llc_ways": 1, "dram_bytes": MIB}]))
+    assert settle(plane, ["first", "second", "third", "mixed", "one-more"], 3) == {
+        "first": "node-a",
+        "second": "node-a",
+        "mixed": "node-a",
     }

@@ -2,16 +2,17 @@
 # mypy: disable-error-code="arg-type,no-untyped-call,union-attr"
 """tmc's DRA objects on a real kube-apiserver v1.36.3, started with no feature gate of ours: the
 chart's DeviceClasses (`dra.enabled`) and the ResourceSlices that scheduler/plugin/pkg/dra makes
-for a 48-way node with local slow memory, a 48-way node on a rack pool, the rack pool itself and
-a 64-way node (printed by `tmc-dra-slices`, built from this checkout). Each object must be
-accepted and stored exactly as sent: an API server whose DRAPartitionableDevices or
-DRAConsumableCapacity gate were off would drop the shared counters, the counters devices consume,
-allowMultipleAllocations and the request policies, and the stored objects would differ. The
-controls: the same server refuses a slice one device over the limit tmc's slices keep to, and
-one holding devices and counters together, and a server with those two gates off does not store
-the slices as sent. Last, the stock kube-scheduler (its DynamicResources plugin) allocates claims
-on the chart's classes from these slices: runs of ways that never overlap, and DRAM and slow
-memory (a node's own, or its rack pool's) by the byte, until they run out."""
+for a 48-way node with local slow memory, a 48-way node on a rack pool, the rack pool itself, a
+64-way node and a 1-way node (printed by `tmc-dra-slices`, built from this checkout): a slice a
+node of its LLC ways as a count and its memory by the byte, all consumable capacity. Each object
+must be accepted and stored exactly as sent: an API server whose DRAConsumableCapacity gate were
+off would drop allowMultipleAllocations and the request policies, and the stored objects would
+differ. The controls: the same server refuses a way device whose request policy allows more ways
+than it has, or whose policy is set on a device not shared, and a server with the gate off does
+not store the slices as sent. Last, the stock kube-scheduler (its DynamicResources plugin)
+allocates claims on the chart's classes from these slices: ways that together never exceed a
+node's, and DRAM and slow memory (a node's own, or its rack pool's) by the byte, until they run
+out."""
 
 from __future__ import annotations
 
@@ -63,6 +64,7 @@ NODES: dict[str, Any] = {
             },
         },
         {"name": "node-64", "capacity": {"dram_bytes": 512 * GIB, "llc_ways": 64}},
+        {"name": "node-1", "capacity": {"dram_bytes": 4 * GIB, "llc_ways": 1}},
     ],
     # The operator's pool size (the chart's rackPools) wins over what a node publishes.
     "rack_pools": {"rack-a": 384 * GIB},
@@ -137,8 +139,8 @@ class Plane:
         return next(s for s in self.slices if s["metadata"]["name"] == name)
 
 
-# The two beta gates tmc's slices rely on, both on by default at v1.36.
-GATES = ("DRAPartitionableDevices", "DRAConsumableCapacity")
+# The beta gate tmc's slices rely on, on by default at v1.36.
+GATES = ("DRAConsumableCapacity",)
 
 
 @pytest.fixture(scope="module")
@@ -242,39 +244,53 @@ def by_pool(slices: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 def test_the_nodes_and_the_rack_pool_are_stored_as_sent(plane: Plane) -> None:
     pools = by_pool(plane.slices)
-    # 48 ways: counters, memory and 1,176 runs in 19 slices; 64 ways: 2,080 runs in 33.
+    # One slice a pool, whatever the node's way count.
     assert {p: len(s) for p, s in pools.items()} == {
-        "node-a": 21,
-        "node-b": 21,
-        "node-64": 35,
+        "node-a": 1,
+        "node-b": 1,
+        "node-64": 1,
+        "node-1": 1,
         "rack-pool/rack-a": 1,
     }
-    for pool, slices in pools.items():
-        devices = [d for s in slices for d in s["spec"].get("devices", [])]
-        ways = [d for d in devices if d["attributes"]["kind"]["string"] == "llc-ways"]
-        expected = {"node-a": 1176, "node-b": 1176, "node-64": 2080, "rack-pool/rack-a": 0}
-        assert len(ways) == expected[pool], pool
-        for s in slices:
-            assert s["spec"]["pool"]["resourceSliceCount"] == len(slices)
     for sent in plane.slices:
+        assert "sharedCounters" not in sent["spec"]
         plane.create("resourceslices", sent)
         stored = plane.read("resourceslices", sent["metadata"]["name"])
         assert stored["spec"] == sent["spec"], sent["metadata"]["name"]
-    # What the gates would have dropped is there, on the server.
-    node_a = {s["metadata"]["name"]: s for s in pools["node-a"]}
-    counters = plane.read("resourceslices", "tmc-node-node-a-0")["spec"]["sharedCounters"]
-    assert [len(s["counters"]) for s in counters] == [32, 16]
-    memory = plane.read("resourceslices", "tmc-node-node-a-1")["spec"]["devices"]
-    assert {d["name"]: d["capacity"]["bytes"]["value"] for d in memory} == {
-        "dram": "24Gi",
-        "slow": "128Gi",
+    # What the gate would have dropped is there, on the server.
+    devices = plane.read("resourceslices", "tmc-node-node-a-0")["spec"]["devices"]
+    assert {d["name"]: d["capacity"] for d in devices} == {
+        "ways": {
+            "ways": {
+                "value": "48",
+                "requestPolicy": {
+                    "default": "1",
+                    "validRange": {"min": "1", "max": "48", "step": "1"},
+                },
+            }
+        },
+        "dram": {
+            "bytes": {
+                "value": "24Gi",
+                "requestPolicy": {"default": "1Mi", "validRange": {"min": "1Mi", "step": "1Mi"}},
+            }
+        },
+        "slow": {
+            "bytes": {
+                "value": "128Gi",
+                "requestPolicy": {"default": "1Mi", "validRange": {"min": "1Mi", "step": "1Mi"}},
+            }
+        },
     }
-    assert all(
-        d["allowMultipleAllocations"] and d["capacity"]["bytes"]["requestPolicy"] for d in memory
-    )
-    runs = plane.read("resourceslices", "tmc-node-node-a-2")["spec"]["devices"]
-    assert len(runs) == 64 and all(d["consumesCounters"] for d in runs)
-    assert set(node_a) == {f"tmc-node-node-a-{i}" for i in range(21)}
+    assert all(d["allowMultipleAllocations"] for d in devices)
+    assert [d["attributes"]["kind"]["string"] for d in devices] == [
+        "llc-ways",
+        "dram",
+        "slow-local",
+    ]
+    # A node of one way: a range of 1..1 with no step (one step above the minimum must fit).
+    one = plane.read("resourceslices", "tmc-node-node-1-0")["spec"]["devices"][0]
+    assert one["capacity"]["ways"]["requestPolicy"]["validRange"] == {"min": "1", "max": "1"}
     pool = plane.read("resourceslices", "tmc-pool-rack-pool.rack-a-0")["spec"]
     assert pool["nodeSelector"]["nodeSelectorTerms"] == [
         {"matchExpressions": [{"key": "tmc.dev/slow-pool", "operator": "In", "values": ["rack-a"]}]}
@@ -283,30 +299,32 @@ def test_the_nodes_and_the_rack_pool_are_stored_as_sent(plane: Plane) -> None:
 
 
 def test_the_api_server_refuses_what_tmcs_slices_keep_clear_of(plane: Plane) -> None:
-    """The controls for the round trip: the same server enforces the limits the slices keep."""
-    runs, more = plane.sent("tmc-node-node-a-2"), plane.sent("tmc-node-node-a-3")
-    over = copy.deepcopy(runs)
-    over["metadata"] = {"name": "tmc-over-limit"}
-    over["spec"]["pool"]["name"] = "over-limit"
-    over["spec"]["devices"].append(more["spec"]["devices"][0])  # 65 devices consuming counters
-    both = copy.deepcopy(runs)
-    both["metadata"] = {"name": "tmc-devices-and-counters"}
-    both["spec"]["pool"]["name"] = "both"
-    both["spec"]["sharedCounters"] = plane.sent("tmc-node-node-a-0")["spec"]["sharedCounters"]
-    for body in (over, both):
+    """The controls for the round trip: the same server enforces the rules the way device keeps
+    to: a range no wider than the ways the device has, a request policy only on a device shared
+    by several allocations."""
+    sent = plane.sent("tmc-node-node-a-0")
+    wider = copy.deepcopy(sent)
+    wider["metadata"] = {"name": "tmc-wider-than-the-node"}
+    wider["spec"]["pool"]["name"] = "wider"
+    wider["spec"]["devices"][0]["capacity"]["ways"]["requestPolicy"]["validRange"]["max"] = "49"
+    alone = copy.deepcopy(sent)
+    alone["metadata"] = {"name": "tmc-not-shared"}
+    alone["spec"]["pool"]["name"] = "not-shared"
+    del alone["spec"]["devices"][0]["allowMultipleAllocations"]
+    for body in (wider, alone):
         with pytest.raises(k8s.ApiException) as refused:
             plane.create("resourceslices", body)
         assert refused.value.status == 422, body["metadata"]["name"]
 
 
-def test_with_the_gates_off_the_slices_are_not_stored_as_sent(slices: list[dict[str, Any]]) -> None:
-    """The control for the round trip: an API server with the two beta gates off drops what they
-    guard (or refuses the slice), so a slice stored exactly as sent shows they are on."""
+def test_with_the_gate_off_the_slices_are_not_stored_as_sent(slices: list[dict[str, Any]]) -> None:
+    """The control for the round trip: an API server with the beta gate off drops what it
+    guards (or refuses the slice), so a slice stored exactly as sent shows it is on."""
     cp = started(dict.fromkeys(GATES, False))
     try:
         assert not any(feature_enabled(cp, gate) for gate in GATES)
         gated = Plane(cp, slices)
-        for name in ("tmc-node-node-a-0", "tmc-node-node-a-1", "tmc-node-node-a-2"):
+        for name in ("tmc-node-node-a-0", "tmc-pool-rack-pool.rack-a-0"):
             sent = gated.sent(name)
             try:
                 gated.create("resourceslices", sent)
@@ -334,26 +352,21 @@ TENANT = "dra-tenant"
 
 
 def claim(name: str, *, ways: int, dram: str | None = None, slow: str | None = None) -> Any:
-    requests: list[dict[str, Any]] = [
-        {
-            "name": "ways",
-            "exactly": {
-                "deviceClassName": "llc-ways.tmc.dev",
-                "selectors": [
-                    {"cel": {"expression": f'device.attributes["tmc.dev"].ways == {ways}'}}
-                ],
-            },
-        }
-    ]
-    for request, cls, size in (
-        ("dram", "dram.tmc.dev", dram),
-        ("slow", "slow-memory.tmc.dev", slow),
+    """A claim of `ways` of a node's way device, and of bytes of each memory class named."""
+    requests: list[dict[str, Any]] = []
+    for request, cls, capacity, size in (
+        ("ways", "llc-ways.tmc.dev", "ways", str(ways)),
+        ("dram", "dram.tmc.dev", "bytes", dram),
+        ("slow", "slow-memory.tmc.dev", "bytes", slow),
     ):
         if size is not None:
             requests.append(
                 {
                     "name": request,
-                    "exactly": {"deviceClassName": cls, "capacity": {"requests": {"bytes": size}}},
+                    "exactly": {
+                        "deviceClassName": cls,
+                        "capacity": {"requests": {capacity: size}},
+                    },
                 }
             )
     return {
@@ -462,12 +475,13 @@ def settle(plane: Plane, names: list[str], bound: int) -> dict[str, str]:
     return nodes()
 
 
-def test_kube_scheduler_allocates_runs_that_never_overlap_and_memory_by_the_byte(
+def test_kube_scheduler_allocates_ways_and_memory_within_what_each_node_has(
     scheduling: Plane,
 ) -> None:
     """Five pods ask for 12 ways, 5 GiB of DRAM and 100 GiB of slow memory: node-a's own slow
     memory holds one, rack-a (node-b's) two; the rest wait. Then six ask for 12 ways only: the
-    48 ways of each node hold four disjoint runs, so five more are placed and one waits."""
+    48 ways of each node hold four such claims, so five more are placed and one waits. Last, one
+    asks for a single way: both nodes' ways are all taken, and it waits too."""
     api = c.core(scheduling.cp)
     first = [f"full-{i}" for i in range(5)]
     for name in first:
@@ -484,7 +498,8 @@ def test_kube_scheduler_allocates_runs_that_never_overlap_and_memory_by_the_byte
         assert results["slow"]["consumedCapacity"] == {"bytes": "100Gi"}
         want_pool = "node-a" if node == "node-a" else "rack-pool/rack-a"
         assert (results["slow"]["pool"], results["slow"]["device"]) == (want_pool, "slow")
-        assert results["ways"]["pool"] == node
+        assert (results["ways"]["pool"], results["ways"]["device"]) == (node, "ways")
+        assert results["ways"]["consumedCapacity"] == {"ways": "12"}
 
     second = [f"ways-{i}" for i in range(6)]
     for name in second:
@@ -493,12 +508,15 @@ def test_kube_scheduler_allocates_runs_that_never_overlap_and_memory_by_the_byte
         )
         api.create_namespaced_pod(TENANT, pod_with_claim(name))
     on.update(settle(scheduling, second, 5))
-    masks: dict[str, list[int]] = {"node-a": [], "node-b": []}
+    last = ["one-way"]
+    scheduling.api.create_namespaced_custom_object(
+        GROUP, VERSION, TENANT, "resourceclaims", claim("one-way", ways=1)
+    )
+    api.create_namespaced_pod(TENANT, pod_with_claim("one-way"))
+    on.update(settle(scheduling, first + second + last, 8))
+    ways: dict[str, int] = {"node-a": 0, "node-b": 0}
     for name, node in on.items():
-        device = next(r["device"] for r in allocated(scheduling, name) if r["request"] == "ways")
-        _, start, count = device.split("-")
-        assert int(count) == 12
-        mask = ((1 << 12) - 1) << int(start)
-        assert all(mask & other == 0 for other in masks[node]), (node, device)
-        masks[node].append(mask)
-    assert {n: len(m) for n, m in masks.items()} == {"node-a": 4, "node-b": 4}
+        held = [r for r in allocated(scheduling, name) if r["request"] == "ways"]
+        assert [(r["pool"], r["device"]) for r in held] == [(node, "ways")]
+        ways[node] += int(held[0]["consumedCapacity"]["ways"])
+    assert ways == {"node-a": 48, "node-b": 48}

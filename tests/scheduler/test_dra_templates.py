@@ -195,8 +195,8 @@ def test_a_pod_naming_its_template_is_placed_by_the_stock_scheduler(plane: Templ
     """The DRA door end to end, on the stock control plane: a tiered node's slices from the
     publisher, the chart's DeviceClasses, the template the publisher keeps for a recommendation,
     the resource-claim controller making the pod's claim from it, and the stock kube-scheduler
-    allocating that claim and binding the pod: the recommendation's run of ways and its DRAM and
-    slow memory, by the byte, on the node's own devices."""
+    allocating that claim and binding the pod: the recommendation's ways, as a count of the
+    node's way device, and its DRAM and slow memory, by the byte, on the node's own devices."""
     if plane.proc is None:
         plane.start()
     node = "node-t"
@@ -255,7 +255,10 @@ def test_a_pod_naming_its_template_is_placed_by_the_stock_scheduler(plane: Templ
     results = {r["request"]: r for r in claim["status"]["allocation"]["devices"]["results"]}
     assert set(results) == {"ways/c0", "dram/c0", "slow/c0"}
     assert {r["pool"] for r in results.values()} == {node}
-    assert int(results["ways/c0"]["device"].rsplit("-", 1)[1]) == 12
+    assert (results["ways/c0"]["device"], results["ways/c0"]["consumedCapacity"]) == (
+        "ways",
+        {"ways": "12"},
+    )
     assert results["dram/c0"]["consumedCapacity"] == {"bytes": "5Gi"}
     assert (results["slow/c0"]["device"], results["slow/c0"]["consumedCapacity"]) == (
         "slow",
