@@ -9,8 +9,10 @@ chart's service-account identities (there is no kubelet here): the API's init co
 and the API, the recommendation publisher, the placement door the values choose (`--placement`:
 tmc-scheduler, kube-scheduler with the tmc plugin built from scheduler/plugin, on the chart's
 plugin configuration; or the stock kube-scheduler calling tmc-extender over mutual TLS, on the
-chart's extender configuration), and a node agent and tmc-nri reconcile per fake node. It
-writes a state file naming every process it started, and returns.
+chart's extender configuration; or, with `dra`, the stock kube-scheduler placing pods by their
+ResourceClaims, with tmc-dra-publisher and kube-controller-manager's resource-claim controller),
+and a node agent and tmc-nri reconcile per fake node. It writes a state file naming every process
+it started, and returns.
 `down` stops exactly those processes (by pid) and removes the state. tests/scheduler/test_install.py
 runs the same functions and follows the document's steps to a placed pod.
 """
@@ -33,6 +35,7 @@ from typing import Any
 
 import helm_python as helm
 import httpx
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
@@ -49,21 +52,30 @@ DEFAULT_STATE = Path(os.environ.get("TMC_CLUSTER_STATE", str(ROOT / ".tmc-cluste
 FULLNAME = f"{RELEASE}-tmc"
 
 
-PLACEMENTS = ("plugin", "extender")
+PLACEMENTS = ("plugin", "extender", "dra")
+# The DRA door keeps its ResourceClaimTemplates in tenant namespaces only (docs/install.md): the
+# label a namespace carries to be one.
+DRA_TENANT_LABELS = {"tmc.dev/tenant": "yes"}
 
 
 def chart_values(pg: PostgresServer, placement: str = "plugin") -> dict[str, Any]:
     """The values of docs/install.md, pointed at this machine's PostgreSQL; no Redis (the API
     runs tasks in-process without it). `placement`: tmc-scheduler with the published
-    recommendations (plugin), or the stock kube-scheduler with tmc-extender (extender)."""
+    recommendations (plugin), the stock kube-scheduler with tmc-extender (extender), or the
+    stock kube-scheduler allocating tmc's DRA devices (dra: the chart's plugin door, with
+    `dra.enabled` and tenant namespaces, whose pods may take either door)."""
     if placement not in PLACEMENTS:
         raise ValueError(f"placement is one of {', '.join(PLACEMENTS)}, not {placement!r}")
-    return {
+    values: dict[str, Any] = {
         "database": {"url": pg.url},
         "redis": {"url": "redis://127.0.0.1:6379/0"},
         "api": {"replicas": 1},
-        "scheduler": {"placement": placement},
+        "scheduler": {"placement": "plugin" if placement == "dra" else placement},
     }
+    if placement == "dra":
+        values["dra"] = {"enabled": True}
+        values["admission"] = {"tenantNamespaceLabels": DRA_TENANT_LABELS}
+    return values
 
 
 @dataclass
@@ -81,6 +93,8 @@ class State:
 
     @property
     def placement(self) -> str:
+        if self.values.get("dra", {}).get("enabled"):
+            return "dra"
         return str(self.values.get("scheduler", {}).get("placement", "plugin"))
 
     def save(self, path: Path) -> None:
@@ -195,6 +209,49 @@ def start_api(cp: ControlPlane, env: dict[str, str]) -> tuple[subprocess.Popen[b
     return proc, url
 
 
+def dra_publisher_command(client: k8s.ApiClient, kubeconfig: Path) -> list[str]:
+    """tmc-dra-publisher's container command as the chart's Deployment stores it, the binary
+    built from this checkout, as its service account."""
+    apps = k8s.AppsV1Api(client)
+    raw = apps.read_namespaced_deployment(
+        f"{FULLNAME}-dra-publisher", NAMESPACE, _preload_content=False
+    )
+    pod = json.loads(raw.data)["spec"]["template"]["spec"]  # type: ignore[attr-defined]
+    command = list(pod["containers"][0]["command"])
+    return [
+        plugin_path.engine_binary("tmc-dra-publisher"),
+        *command[1:],
+        f"--kubeconfig={kubeconfig}",
+    ]
+
+
+def start_dra_door(cp: ControlPlane, client: k8s.ApiClient) -> subprocess.Popen[bytes]:
+    """The DRA door's parts beside the chart's: tmc-dra-publisher (the nodes' ResourceSlices,
+    a ResourceClaimTemplate per recommendation in each tenant namespace), the cluster's own
+    resource-claim controller (a pod's claim from its template) and the stock kube-scheduler
+    (which allocates claims), as a cluster keeping its stock scheduler runs them."""
+    log = (cp.dir / "tmc-dra-publisher.log").open("ab")
+    proc = subprocess.Popen(
+        dra_publisher_command(client, cp.kubeconfig("dra-publisher")),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    cp.start_controller_manager(("resourceclaim-controller",))
+    config = cp.dir / "default-scheduler.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "clientConnection": {"kubeconfig": str(cp.kubeconfig("admin"))},
+                "leaderElection": {"leaderElect": False},
+            }
+        )
+    )
+    cp.start_scheduler(config)
+    return proc
+
+
 def up(state_path: Path = DEFAULT_STATE, placement: str = "plugin") -> State:
     if state_path.exists():
         raise RuntimeError(f"a cluster is up already ({state_path}): ./dev cluster down first")
@@ -232,9 +289,13 @@ def up(state_path: Path = DEFAULT_STATE, placement: str = "plugin") -> State:
         started.append(publisher.proc)
         publisher.wait_ready()
         plugin_path.build_scheduler()
-        if placement == "plugin":
+        dra_publisher: subprocess.Popen[bytes] | None = None
+        if placement in ("plugin", "dra"):
             plugin_path.start_plugin_scheduler(cp)
-        else:
+        if placement == "dra":
+            dra_publisher = start_dra_door(cp, c.api_client(cp))
+            started.append(dra_publisher)
+        if placement == "extender":
             # The chart's extender door: tmc-extender as its service account, over mutual TLS
             # with the stock kube-scheduler on the chart's KubeSchedulerConfiguration.
             extender = GoExtenderProcess(cp)
@@ -245,6 +306,8 @@ def up(state_path: Path = DEFAULT_STATE, placement: str = "plugin") -> State:
         if placement == "extender":
             assert extender.proc is not None
             pids["tmc-extender"] = extender.proc.pid
+        if dra_publisher is not None:
+            pids["tmc-dra-publisher"] = dra_publisher.pid
         pids["api"] = api_proc.pid
         assert publisher.proc is not None
         pids["publisher"] = publisher.proc.pid
@@ -292,7 +355,13 @@ def _stop(pid: int, timeout: float = 15) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-CONTROL_PLANE = ("etcd", "kube-apiserver", "tmc-scheduler", "kube-scheduler")
+CONTROL_PLANE = (
+    "etcd",
+    "kube-apiserver",
+    "tmc-scheduler",
+    "kube-scheduler",
+    "kube-controller-manager",
+)
 
 
 def postgres_pid(state: State) -> int | None:
@@ -333,7 +402,8 @@ def down(state_path: Path = DEFAULT_STATE) -> list[str]:
         return []
     state = State.load(state_path)
     done: list[str] = []
-    order = ["tmc-scheduler", "kube-scheduler", "tmc-extender", "publisher", "api"]
+    order = ["tmc-scheduler", "kube-scheduler", "kube-controller-manager", "tmc-extender"]
+    order += ["tmc-dra-publisher", "publisher", "api"]
     order += [n for n in state.pids if n.startswith(("agent", "reconcile"))]
     for name in [*order, "kube-apiserver", "etcd"]:
         if name in state.pids:
@@ -359,10 +429,11 @@ def down(state_path: Path = DEFAULT_STATE) -> list[str]:
     return done
 
 
-def next_steps() -> str:
+def next_steps(placement: str = "plugin") -> str:
     """Every step from an installed cluster to a placed pod, in docs/install.md's order (its test
     holds the two to the same commands): without the profile upload, the pod would be placed
-    with the fallback."""
+    with the fallback (or, through the DRA door, not at all: its template needs a
+    recommendation)."""
     steps = [
         f"kubectl -n {NAMESPACE} get deploy,ds,secret",
         f"export TMC_TOKEN=$(kubectl -n {NAMESPACE} get secret {FULLNAME}-bootstrap"
@@ -371,30 +442,48 @@ def next_steps() -> str:
         " -o jsonpath='{.data.token}' | base64 -d)",
         'curl -s -X POST "$TMC_API/v1/profiles" -H "Authorization: Bearer $AGENT_TOKEN" \\\n'
         "    -H 'Content-Type: application/json' --data-binary @examples/graph500.json",
-        "kubectl apply -f deploy/examples/tiered-pod.yaml",
-        "kubectl get pod graph500-bfs -o jsonpath='{.spec.nodeName}{\"\\n\"}'",
-        "kubectl get tieredrecommendations",
-        'curl -s "$TMC_API/v1/recommendations?limit=1" -H "Authorization: Bearer $TMC_TOKEN"',
     ]
+    if placement == "dra":
+        label = ",".join(f"{k}={v}" for k, v in DRA_TENANT_LABELS.items())
+        steps += [
+            f"kubectl label namespace default {label}",
+            "kubectl apply -f deploy/examples/tiered-pod-dra.yaml",
+            "kubectl get pod graph500-bfs-dra -o jsonpath='{.spec.nodeName}{\"\\n\"}'",
+            "kubectl get resourceclaims"
+            " -o jsonpath='{.items[0].status.allocation.devices.results}{\"\\n\"}'",
+            "kubectl get tieredrecommendations,resourceclaimtemplates",
+        ]
+    else:
+        steps += [
+            "kubectl apply -f deploy/examples/tiered-pod.yaml",
+            "kubectl get pod graph500-bfs -o jsonpath='{.spec.nodeName}{\"\\n\"}'",
+            "kubectl get tieredrecommendations",
+        ]
+    steps.append(
+        'curl -s "$TMC_API/v1/recommendations?limit=1" -H "Authorization: Bearer $TMC_TOKEN"'
+    )
     return "\n".join("  " + step for step in steps)
+
+
+DOORS = {
+    "plugin": "tmc-scheduler (kube-scheduler with tmc's plugin)",
+    "extender": "the stock kube-scheduler calling tmc-extender",
+    "dra": "the stock kube-scheduler allocating tmc's DRA devices (pods of tenant namespaces"
+    " that claim their recommendation's template; tmc-scheduler places the opted-in ones)",
+}
 
 
 def describe(state: State) -> str:
     kubectl = binaries() / "kubectl"
-    door = (
-        "tmc-scheduler (kube-scheduler with tmc's plugin)"
-        if state.placement == "plugin"
-        else "the stock kube-scheduler calling tmc-extender"
-    )
     return f"""tmc is installed (release {RELEASE}, namespace {NAMESPACE}) on a local control plane;
-tiered pods are placed by {door}.
+tiered pods are placed by {DOORS[state.placement]}.
 
   export KUBECONFIG={state.kubeconfig}
   export PATH={kubectl.parent}:$PATH      # kube-apiserver, the schedulers, kubectl
   export TMC_API={state.api_url}
 
 Next steps (docs/install.md, "Try it on this machine"): upload a profile, place a pod with it
-{next_steps()}
+{next_steps(state.placement)}
 Logs: {state.dir}/*.log      Stop everything: ./dev cluster down
 """
 
@@ -415,8 +504,9 @@ def main(argv: list[str] | None = None) -> int:
         choices=PLACEMENTS,
         default="plugin",
         help="with up: which door places tiered pods: tmc-scheduler, kube-scheduler with tmc's"
-        " plugin (plugin, the chart's default), or the stock kube-scheduler calling tmc-extender"
-        " (extender, for clusters that keep their scheduler)",
+        " plugin (plugin, the chart's default), the stock kube-scheduler calling tmc-extender"
+        " (extender, for clusters that keep their scheduler), or the stock kube-scheduler"
+        " allocating tmc's DRA devices (dra)",
     )
     p.add_argument(
         "--state",
