@@ -206,6 +206,20 @@ class FittedModel(BaseModel):
         default_factory=list,
         description="the bundle's runs beyond its reference runs (measured configurations)",
     )
+    slow_sharing: float | None = Field(
+        default=None,
+        ge=0.0,
+        description="how many misses a slow miss shares its wait with, fitted to the profile's"
+        " runs at partial slow ratios (0 without one); None in a model stored before it was"
+        " kept here: the predictor fits it again",
+    )
+    slow_few_ways: float | None = Field(
+        default=None,
+        ge=-1.0,
+        description="k in the slow penalties' factor 1 + k x h(w) from the most ways to the"
+        " fewest, fitted to the profile's runs all slow below slowmax's way count (0 without"
+        " one); None in a model stored before it was kept here: the predictor fits it again",
+    )
     run_noise: float = Field(
         default=DEFAULT_RUN_NOISE,
         ge=0.0,
@@ -401,7 +415,7 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
         extra_ns = p_slow * mlp / freq_ghz
     flags += _diagnose(bundle, residuals, coverage, mlp, extra_ns, queue)
 
-    return FittedModel(
+    fitted = FittedModel(
         workload=bundle.workload,
         host_kind=bundle.host.host_kind,
         vcpus=bundle.vcpus,
@@ -453,6 +467,23 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
             mlp_estimate=mlp,
             slow_extra_latency_ns_estimate=extra_ns,
         ),
+    )
+    return with_run_terms(fitted)
+
+
+def with_run_terms(fitted: FittedModel) -> FittedModel:
+    """The model with the terms its runs beyond the reference runs fit (`slow_sharing`,
+    `slow_few_ways`; docs/model.md, "Equations as implemented"), fitted here once and stored with
+    it, so that a predictor built from the stored model does not fit them again."""
+    # The predictor fits them (they are fitted to its predictions); it imports this module.
+    from model.predict import Predictor  # noqa: PLC0415
+
+    predictor = Predictor(fitted)
+    return fitted.model_copy(
+        update={
+            "slow_sharing": predictor.slow_sharing,
+            "slow_few_ways": predictor.slow_few_ways,
+        }
     )
 
 

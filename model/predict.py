@@ -82,8 +82,13 @@ SHARING_STEPS = 12
 # A run at a partial slow ratio predicted above its measurement by more than this (or the
 # profile's stated run noise, if larger) bounds the sharing: more would only raise it further.
 SHARING_TOLERANCE = 1e-3
+# Slow memory at few ways (`Predictor.slow_few_ways`, docs/model.md): the slow penalties scale
+# by 1 + k x h(w) (1 at the profile's most ways, h = 1 at its fewest), k fitted so that a
+# profile run all slow at fewer ways is predicted as measured, within this range of the factor.
+SLOW_FEW_WAYS_RANGE = (0.25, 4.0)
+SLOW_FEW_WAYS_STEPS = 24
 # A profile run's slow ratio within this of 0 or 1 is no partial ratio.
-_PARTIAL_TOLERANCE = 1e-9
+PARTIAL_TOLERANCE = 1e-9
 
 
 # The lattice predict_one's envelope looks over (the paper's grid, so that a single prediction
@@ -158,6 +163,7 @@ class Predictor:
         overlap_scale: bool = OVERLAP_SCALE,
         sweep_shape: bool = SWEEP_SHAPE,
         slow_sharing: float | None = None,
+        slow_few_ways: float | None = None,
     ) -> None:
         self.model = model
         self._sizes = np.asarray(model.sizes_bytes, dtype=np.int64)
@@ -178,14 +184,31 @@ class Predictor:
         mlp = model.window_mlp_by_structure if window_effect else None
         self._mlp = None if mlp is None else np.asarray(mlp, dtype=np.float64)
         self._kept: Recent[Hashable, Any] = Recent(KEPT_PER_PREDICTOR)
+        # 0 until fitted (below): the fit predicts the runs with the linear charge first.
+        self.slow_sharing = 0.0
+        self.slow_few_ways = 0.0
         self._sweep_cpi = (
             None
             if model.curve_cpi is None or not sweep_shape
             else np.asarray(model.curve_cpi, dtype=np.float64)
         )
         self._sweep_ends = self._sweep_ends_of()
-        # 0 until fitted: the fit predicts the runs with the linear charge first.
-        self.slow_sharing = 0.0
+        # Slow memory at few ways first: it is fitted at all-slow points, where the sharing
+        # changes nothing.
+        # The fit stores both (`model.fit.with_run_terms`), fitted with the default options; a
+        # model stored without them (None), or other options, has them fitted here.
+        stored = (window_effect, overlap_scale, sweep_shape) == (
+            WINDOW_EFFECT,
+            OVERLAP_SCALE,
+            SWEEP_SHAPE,
+        )
+        if slow_few_ways is None and stored:
+            slow_few_ways = model.slow_few_ways
+        self.slow_few_ways = (
+            self._fitted_few_ways() if slow_few_ways is None else float(slow_few_ways)
+        )
+        if slow_sharing is None and stored:
+            slow_sharing = model.slow_sharing
         self.slow_sharing = (
             self._fitted_sharing() if slow_sharing is None else max(float(slow_sharing), 0.0)
         )
@@ -318,10 +341,12 @@ class Predictor:
 
     def _penalties_at(self, h: float) -> tuple[FloatArray, FloatArray]:
         """Per-structure (DRAM, slow) penalties at curve position h, with the overlap scale."""
+        position = float(np.clip(h, 0.0, 1.0))
+        few = 1.0 + self.slow_few_ways * position
         if self._scale is None:
-            return self._pd, self._ps
-        k = 1.0 + (self._scale - 1.0) * float(np.clip(h, 0.0, 1.0))
-        return self._pd * k, self._ps * k
+            return self._pd, self._ps * few
+        k = 1.0 + (self._scale - 1.0) * position
+        return self._pd * k, self._ps * k * few
 
     def _dram_stall(self, ways: float) -> float:
         """The model's memory stall per instruction all in DRAM at `ways`, before the sweep's
@@ -458,7 +483,7 @@ class Predictor:
         runs = [
             r
             for r in m.profile_runs
-            if _PARTIAL_TOLERANCE < r.configuration.slow_ratio < 1.0 - _PARTIAL_TOLERANCE
+            if PARTIAL_TOLERANCE < r.configuration.slow_ratio < 1.0 - PARTIAL_TOLERANCE
         ]
         if not runs or not self._per_structure:
             return 0.0
@@ -508,6 +533,51 @@ class Predictor:
         if float(np.sum(errors(best) ** 2)) >= float(np.sum(errors(0.0) ** 2)):
             best = 0.0
         self.slow_sharing = 0.0
+        return best
+
+    def _fitted_few_ways(self) -> float:
+        """The slow penalties' change from the profile's most ways to its fewest (the factor
+        1 + k x h(w) on them, k here) that predicts the profile's runs all slow at fewer ways
+        than slowmax as measured (least squares of the log error); 0 without such a run, and on
+        the paper's path (one penalty for every miss).
+
+        No reference run has slow memory at few ways: the slow penalty is measured in slowmax,
+        at the most ways, and carried to fewer ways as fastmin's DRAM overlap carries the DRAM
+        penalty. With one way the slow misses of a traversal overlap further than the DRAM ones
+        did (predicted up to 71 % high), those of a heap far less (30 % low). The factor is 1 at
+        the most ways and changes nothing where nothing is slow, so the reference runs stay
+        exact; it rises with the miss curve's position, as the overlap scale does."""
+        if not self._per_structure or self.model.ways_min >= self.model.ways_max:
+            return 0.0
+        runs = [
+            r
+            for r in self.model.profile_runs
+            if r.configuration.slow_ratio >= 1.0 - PARTIAL_TOLERANCE
+            and r.configuration.llc_ways < self.model.ways_max
+        ]
+        if not runs:
+            return 0.0
+        measured = np.log([r.wall_seconds for r in runs])
+
+        def loss(k: float) -> float:
+            self.slow_few_ways = k
+            seconds = [self.predict_one(1.0, r.configuration.llc_ways)[0] for r in runs]
+            return float(np.sum((np.log(seconds) - measured) ** 2))
+
+        # Golden section over the factor's range at h = 1 (the loss is unimodal: every
+        # prediction rises with k).
+        a, b = SLOW_FEW_WAYS_RANGE[0] - 1.0, SLOW_FEW_WAYS_RANGE[1] - 1.0
+        golden = (np.sqrt(5.0) - 1.0) / 2.0
+        for _ in range(SLOW_FEW_WAYS_STEPS):
+            x1, x2 = b - golden * (b - a), a + golden * (b - a)
+            if loss(x1) <= loss(x2):
+                b = x2
+            else:
+                a = x1
+        best = 0.5 * (a + b)
+        if loss(best) >= loss(0.0):
+            best = 0.0
+        self.slow_few_ways = 0.0
         return best
 
     def predict_one(self, slow_ratio: float, llc_ways: int) -> tuple[float, float]:

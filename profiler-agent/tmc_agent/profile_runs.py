@@ -6,11 +6,19 @@ least sure and where `least-dram:X%` and `slo:X%` decide. Here the agent asks th
 service would ask an operator to run next (a recommendation's `verification.next_*`), runs the
 workload there with the model's plan, and refits with the run: up to N runs, taking the
 objectives in turn, stopping early when none wants one. The bundle carries them
-(`tmc.profile-runs/v1`), and every fit of it is corrected where they were measured."""
+(`tmc.profile-runs/v1`), and every fit of it is corrected where they were measured.
+
+When the objectives leave budget and none of their runs has part of the footprint slow, one run
+goes where it calibrates the model's slow sharing (`sharing_point`): the one term no reference
+run can fit, which moves every partial ratio's prediction. With budget still left, one more goes
+all slow at the profile's fewest ways (`few_ways_point`): no reference run has slow memory at few
+ways, and the model's slow penalty there is carried from slowmax's many ways."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from model import Predictor, Recommendation, fit, machine_of_host, recommend
 from model.bundle import (
@@ -21,15 +29,79 @@ from model.bundle import (
     RunConfiguration,
 )
 from model.errors import TmcError
+from model.grid import PAPER_SLOW_RATIOS
 from model.objectives import Objective, parse_objective
-from model.predict import StructurePlacement
+from model.predict import PARTIAL_TOLERANCE, StructurePlacement
 
 # What a backend gives: the run's wall time at a configuration, with this per-structure plan.
 Measure = Callable[[float, int, list[StructurePlacement]], float]
+# Where a calibration run goes, from the model fitted on the runs so far (None: nowhere).
+Point = Callable[[Predictor], tuple[float, int] | None]
 DEFAULT_OBJECTIVES = ("cheapest", "slo:5%", "least-dram:5%")
 # A small budget by default: about one run per objective (docs/model.md, "Runs beyond the
 # reference runs", for what they gained on the corpus of real programs).
 DEFAULT_PROFILE_RUNS = 3
+# The run taken to calibrate the slow sharing is labelled so in the bundle (no objective's).
+SHARING_RUN = "calibration:slow-sharing"
+# The sharing a calibration run is placed for: where the prediction moves most between none and
+# this much, a middle value of those fitted on the corpus of real programs (1.1-7.0).
+SHARING_PROBE = 3.0
+# The run all slow at the fewest ways, labelled so in the bundle.
+FEW_WAYS_RUN = "calibration:slow-few-ways"
+
+
+def few_ways_point(predictor: Predictor) -> tuple[float, int] | None:
+    """All slow at the profile's fewest ways (fastmin's), where the model's slow penalty is
+    least sure (`Predictor.slow_few_ways`); None where the profile has one way count only or the
+    model has no such term to fit (the paper's one-number penalties).
+
+    Why this run: slowmax measures the slow penalty at the most ways; with fewer ways the misses
+    in flight together change, and the model carries the slow penalty there as fastmin's DRAM
+    overlap carries the DRAM one, which on traced programs missed all-slow at one way by -30 to
+    +71 %. Every configuration with slow memory at fewer ways than slowmax leans on that
+    carry, and the cheapest configurations at a VM's price are at few ways."""
+    m = predictor.model
+    if m.p_dram_by_structure is None or m.ways_min >= m.ways_max:
+        return None
+    return 1.0, int(m.ways_min)
+
+
+def partial(ratio: float) -> bool:
+    return PARTIAL_TOLERANCE < ratio < 1.0 - PARTIAL_TOLERANCE
+
+
+def sharing_point(predictor: Predictor, ratios: Sequence[float]) -> tuple[float, int] | None:
+    """The configuration at the profile's most ways whose prediction the slow sharing moves
+    most (`Predictor.slow_sharing`, between none and `SHARING_PROBE`), among the partial
+    `ratios`; None where the model has no sharing to fit (the paper's one-number penalties) or
+    it moves no prediction.
+
+    Why this run: the sharing is the one term of the model that the three reference runs cannot
+    fit (they place every structure alike), and without a run at a partial slow ratio it is 0,
+    the linear charge that under-predicts every partial ratio of programs whose slow misses
+    overlap. A run fits it best where it changes the prediction most: there its measurement says
+    the most about it. At the most ways the run does not also measure the way count's effect on
+    slow memory, which the sharing does not model."""
+    if predictor.model.p_dram_by_structure is None:
+        return None
+    candidates = np.asarray([r for r in ratios if partial(r)], dtype=np.float64)
+    if candidates.size == 0:
+        return None
+    ways = predictor.model.ways_max
+    at = np.asarray([ways], dtype=np.int64)
+    kept = predictor.slow_sharing
+    try:
+        predictor.slow_sharing = 0.0
+        linear = predictor.predict(candidates, at).seconds[:, 0]
+        predictor.slow_sharing = SHARING_PROBE
+        shared = predictor.predict(candidates, at).seconds[:, 0]
+    finally:
+        predictor.slow_sharing = kept
+    moved = np.log(shared) - np.log(linear)
+    best = int(np.argmax(moved))
+    if moved[best] <= 0.0:
+        return None
+    return float(candidates[best]), int(ways)
 
 
 def objectives_of(texts: Sequence[str]) -> list[Objective]:
@@ -107,6 +179,39 @@ def take_runs(
             configuration=RunConfiguration(slow_ratio=ratio, llc_ways=ways),
             wall_seconds=seconds,
             objective=str(objective),
+        )
+        runs.append(run)
+        done(run)
+    # Then, with budget left, the runs that calibrate what no reference run measures, each
+    # only where no run measured it yet: the slow sharing (a partial slow ratio), then slow
+    # memory at few ways (all slow below slowmax's way count).
+    calibrations: list[tuple[str, Callable[[ProfileRun], bool], Point]] = [
+        (
+            SHARING_RUN,
+            lambda r: partial(r.configuration.slow_ratio),
+            lambda p: sharing_point(p, PAPER_SLOW_RATIOS),
+        ),
+        (
+            FEW_WAYS_RUN,
+            lambda r: r.configuration.slow_ratio >= 1.0 - PARTIAL_TOLERANCE,
+            few_ways_point,
+        ),
+    ]
+    for label, calibrates, point_of in calibrations:
+        if len(runs) >= budget or any(calibrates(r) for r in runs):
+            continue
+        predictor = Predictor(fit(with_runs(bundle, runs)))
+        point = point_of(predictor)
+        measured = reference | {
+            (r.configuration.slow_ratio, r.configuration.llc_ways) for r in runs
+        }
+        if point is None or point in measured:
+            continue
+        ratio, ways = point
+        run = ProfileRun(
+            configuration=RunConfiguration(slow_ratio=ratio, llc_ways=ways),
+            wall_seconds=measure(ratio, ways, predictor.placement(ratio, ways)),
+            objective=label,
         )
         runs.append(run)
         done(run)

@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 from tmc_agent.backends import simulated
 from tmc_agent.cli import app
-from tmc_agent.profile_runs import with_runs
+from tmc_agent.profile_runs import FEW_WAYS_RUN, SHARING_RUN, sharing_point, take_runs, with_runs
 from typer.testing import CliRunner
 
 from model import Predictor, fit, parse_bundle
 from model.bundle import MAX_PROFILE_RUNS, ProfileBundle, ProfileRun, ProfileRuns, RunConfiguration
 from model.errors import InvalidBundle
-from model.grid import paper_grid
+from model.grid import PAPER_SLOW_RATIOS, paper_grid
+from model.predict import StructurePlacement
 from model.priced_grid import machine_of_host, price_grid
 from model.pricing import DEFAULT_PRICE_PROFILE
 
@@ -141,3 +142,58 @@ def test_the_hardware_backend_and_a_budget_past_the_contract_are_refused() -> No
         app, ["profile", "--backend", "sim", "--runs-for", "fastest", "--", "x"]
     )
     assert bad.exit_code != 0 and "--runs-for" in bad.output
+
+
+def test_a_run_calibrates_the_slow_sharing_when_the_objectives_took_none() -> None:
+    # No objective asks for a run here: the budget's run goes where the sharing moves the
+    # prediction most, at a partial slow ratio with the profile's most ways and the model's plan.
+    bundle = simulated.profile("graph500")
+    predictor = Predictor(fit(bundle))
+    asked: list[tuple[float, int]] = []
+
+    def measure(ratio: float, ways: int, plan: list[StructurePlacement]) -> float:
+        asked.append((ratio, ways))
+        assert plan == predictor.placement(ratio, ways)
+        return 1.05 * predictor.predict_one(ratio, ways)[0]
+
+    taken = take_runs(bundle, measure, [], 1)
+    assert taken.profile_runs is not None
+    (run,) = taken.profile_runs.runs
+    assert run.objective == SHARING_RUN
+    assert 0.0 < run.configuration.slow_ratio < 1.0
+    assert run.configuration.llc_ways == predictor.model.ways_max
+    assert asked == [(run.configuration.slow_ratio, run.configuration.llc_ways)]
+    assert sharing_point(predictor, PAPER_SLOW_RATIOS) == asked[0]
+    # Measured above the linear charge, it is fitted: the sharing is no longer 0.
+    assert Predictor(fit(taken)).slow_sharing > 0.0
+    # No budget, no run.
+    assert take_runs(bundle, measure, [], 0).profile_runs is None
+
+
+def test_a_run_all_slow_at_the_fewest_ways_when_budget_is_left_and_the_fit_passes_through_it() -> (
+    None
+):
+    bundle = simulated.profile("graph500")
+    predictor = Predictor(fit(bundle))
+    few = predictor.model.ways_min
+    slowmin = predictor.predict_one(1.0, few)[0]
+
+    def measure(ratio: float, ways: int, plan: list[StructurePlacement]) -> float:
+        # Slow memory at few ways 30 % slower than the model carries it there.
+        seconds = predictor.predict_one(ratio, ways)[0]
+        return 1.3 * seconds if (ratio, ways) == (1.0, few) else seconds
+
+    taken = take_runs(bundle, measure, [], 3)
+    assert taken.profile_runs is not None
+    labels = [r.objective for r in taken.profile_runs.runs]
+    assert labels == [SHARING_RUN, FEW_WAYS_RUN]
+    run = taken.profile_runs.runs[1]
+    assert (run.configuration.slow_ratio, run.configuration.llc_ways) == (1.0, few)
+    refitted = Predictor(fit(taken))
+    assert refitted.slow_few_ways > 0.0
+    assert refitted.predict_one(1.0, few)[0] == pytest.approx(1.3 * slowmin, rel=1e-3)
+    # Nothing changes where nothing is slow, nor all slow at the most ways (slowmax).
+    for ratio, ways in ((0.0, few), (0.0, 28), (1.0, predictor.model.ways_max)):
+        assert refitted.predict_one(ratio, ways)[0] == pytest.approx(
+            predictor.predict_one(ratio, ways)[0], rel=1e-9
+        )

@@ -116,3 +116,35 @@ def _with_runs_data(data: dict[str, Any]) -> dict[str, Any]:
             ],
         },
     }
+
+
+def test_the_fit_stores_the_run_terms_and_a_model_stored_without_them_refits_them(
+    monkeypatch: Any,
+) -> None:
+    fitted = _with_runs(per_structure_bundle(), [(0.4, 28, 1.1), (1.0, 1, 0.8)])
+    assert fitted.slow_sharing is not None and fitted.slow_sharing > 0.0
+    assert fitted.slow_few_ways is not None and fitted.slow_few_ways < 0.0
+    stored = FittedModel.model_validate_json(fitted.model_dump_json())
+    assert (stored.slow_sharing, stored.slow_few_ways) == (
+        fitted.slow_sharing,
+        fitted.slow_few_ways,
+    )
+    # A model stored before they were kept reads, and its predictor fits them as the fit did.
+    old = FittedModel.model_validate(
+        fitted.model_dump(mode="json", exclude={"slow_sharing", "slow_few_ways"})
+    )
+    assert old.slow_sharing is None and old.slow_few_ways is None
+    refitted = Predictor(old)
+    assert refitted.slow_sharing == fitted.slow_sharing
+    assert refitted.slow_few_ways == fitted.slow_few_ways
+
+    # A predictor of the stored model fits nothing again.
+    def refit(_: Predictor) -> float:
+        raise AssertionError("refitted")
+
+    monkeypatch.setattr(Predictor, "_fitted_sharing", refit)
+    monkeypatch.setattr(Predictor, "_fitted_few_ways", refit)
+    again = Predictor(stored)
+    np.testing.assert_array_equal(
+        again.predict(RATIOS, WAYS).seconds, refitted.predict(RATIOS, WAYS).seconds
+    )
