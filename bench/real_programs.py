@@ -48,7 +48,13 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from tmc_agent.profile_runs import with_runs
+from tmc_agent.profile_runs import (
+    DEFAULT_OBJECTIVES,
+    DEFAULT_PROFILE_RUNS,
+    objectives_of,
+    take_runs,
+    with_runs,
+)
 
 from cli.common import parse_memory
 from model.bundle import MAX_PROFILE_RUNS, ProfileBundle, parse_bundle
@@ -57,7 +63,7 @@ from model.errors import NoFeasibleConfiguration
 from model.fit import fit
 from model.grid import paper_grid
 from model.objectives import Objective, parse_objective
-from model.predict import Predictor
+from model.predict import Predictor, StructurePlacement
 from model.pricing import DEFAULT_PRICE_PROFILE
 from model.recommend import machine_of_host, price_grid, recommend
 from model.recommendation import Recommendation
@@ -288,6 +294,28 @@ def profile(
     return bundle
 
 
+def retake_runs(name: str, bundle: ProfileBundle, stream: Path, budget: int) -> ProfileBundle:
+    """The bundle's runs beyond the reference runs taken again with the agent's current rule
+    (`take_runs`, its default objectives), each measured by the replay of the stream at that
+    configuration with the plan, as the trace backend measures them: a reused trace then judges
+    the agent's choice of runs as it is now, not as it was when the trace was taken."""
+    from tmc_agent.backends.trace import (  # noqa: PLC0415
+        TraceOptions,
+        load_attributed,
+        prepared_from_attributed,
+    )
+
+    from sim.host import run_many  # noqa: PLC0415
+
+    prep = prepared_from_attributed(load_attributed(stream), TraceOptions(name=name))
+
+    def replay(ratio: float, ways: int, plan: list[StructurePlacement]) -> float:
+        (run,) = run_many(prep, [(ratio, ways, plan)])
+        return float(run.wall_seconds)
+
+    return take_runs(with_runs(bundle, []), replay, objectives_of(DEFAULT_OBJECTIVES), budget)
+
+
 def replay_truth(
     name: str, bundle: ProfileBundle, stream: Path, predictor: Predictor, memory_bytes: int | None
 ) -> Truth:
@@ -434,20 +462,23 @@ def run_program(
     profile_runs: int | None = None,
 ) -> ProgramResult:
     """Build, trace and judge one program; with `reuse`, a bundle and stream already in `work`
-    are judged again without tracing. `profile_runs`: the agent's runs beyond the reference runs
-    (None: its default); a reused bundle keeps at most that many of its own."""
+    are judged again without tracing, their runs beyond the reference runs taken again by the
+    agent's current rule on the replay. `profile_runs`: how many such runs at most (None: the
+    agent's default)."""
     workdir = work / name
     path, stream = workdir / f"{name}.json", workdir / "llc_stream.npz"
     elapsed = 0.0
-    if not (reuse and path.exists() and stream.exists()):
+    reused = reuse and path.exists() and stream.exists()
+    if not reused:
         exe = build(name, work / "bin")
         workdir.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         path = profile(name, exe, workdir, PROGRAMS[name], profile_runs)
         elapsed = time.perf_counter() - started
     bundle = parse_bundle(path.read_text())
-    if profile_runs is not None and bundle.profile_runs is not None:
-        bundle = with_runs(bundle, bundle.profile_runs.runs[:profile_runs])
+    if reused:
+        budget = DEFAULT_PROFILE_RUNS if profile_runs is None else profile_runs
+        bundle = retake_runs(name, bundle, stream, budget)
     size, sized = deployed_size(name, bundle.vcpus, per_vcpu)
     result, _ = evaluate(name, bundle, stream, size, sized, runs)
     result.trace_seconds = elapsed
@@ -667,7 +698,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         choices=range(0, MAX_PROFILE_RUNS + 1),
         metavar="N",
         help="the agent's runs beyond the reference runs (tmc-agent profile --runs; default:"
-        " the agent's); with --reuse, the first N of each bundle's own",
+        " the agent's); with --reuse, taken again on the replay by the agent's current rule",
     )
     parser.add_argument(
         "--runs",

@@ -5,9 +5,11 @@ trace, priced at the deployed size, and a wrong pick planted in the rows is repo
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
+from tmc_agent.profile_runs import DEFAULT_PROFILE_RUNS
 
 from bench.real_programs import (
     DEFAULT_PER_VCPU,
@@ -19,6 +21,7 @@ from bench.real_programs import (
     judge,
     markdown,
     profile,
+    retake_runs,
     summarize,
 )
 from model.bundle import ProfileBundle, parse_bundle
@@ -30,14 +33,33 @@ NAME = "bloomfilter"
 
 
 @pytest.fixture(scope="module")
-def judged(tmp_path_factory: pytest.TempPathFactory) -> tuple[ProfileBundle, ProgramResult, Truth]:
+def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[ProfileBundle, Path]:
+    """The program traced by the agent with its default runs, and its LLC stream."""
     work = tmp_path_factory.mktemp("judging")
     exe = build(NAME, work / "bin")
     bundle = parse_bundle(profile(NAME, exe, work, ["4", "60000", "10"]).read_text())
+    return bundle, work / "llc_stream.npz"
+
+
+@pytest.fixture(scope="module")
+def judged(traced: tuple[ProfileBundle, Path]) -> tuple[ProfileBundle, ProgramResult, Truth]:
+    bundle, stream = traced
     # Its source declares the size it runs at in production (8 GiB), which wins over the VM's.
     size, sized = deployed_size(NAME, bundle.vcpus, DEFAULT_PER_VCPU)
-    result, truth = evaluate(NAME, bundle, work / "llc_stream.npz", size, sized)
+    result, truth = evaluate(NAME, bundle, stream, size, sized)
     return bundle, result, truth
+
+
+def test_a_reused_trace_takes_its_runs_again_as_the_agent_takes_them(
+    traced: tuple[ProfileBundle, Path],
+) -> None:
+    # `--reuse` judges the agent's current choice of runs: on the same stream, the replay takes
+    # the runs the agent took while tracing, at the same configurations and times.
+    bundle, stream = traced
+    assert bundle.profile_runs is not None
+    again = retake_runs(NAME, bundle, stream, DEFAULT_PROFILE_RUNS)
+    assert again.profile_runs == bundle.profile_runs
+    assert retake_runs(NAME, bundle, stream, 0).profile_runs is None
 
 
 def test_the_truth_is_the_replay_priced_at_the_deployed_size(
