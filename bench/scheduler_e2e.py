@@ -27,7 +27,8 @@ which creates the pods and watches them).
 With --profile, the publisher under py-spy during the extender's burst. With --pprof,
 tmc-scheduler's CPU profile during the plugin's burst, and kube-scheduler's and tmc-extender's
 during the extender's (their /debug/pprof: the schedulers' as the admin, tmc-extender's from its
---pprof-address on loopback), and the stock kube-scheduler's during its own burst, are written
+--pprof-address on loopback), and the stock kube-scheduler's during its own burst (and, with
+--dra, during the DRA burst), are written
 to DIR and their top functions printed, and kube-apiserver's during every burst.
 With --compare-engine DIR, DIR's tmc-scheduler (another commit's build) places the same pods
 right after this checkout's, on the same configuration (the in-tree NodeResourcesFit in place of
@@ -842,6 +843,12 @@ def one_size(
                 {"warm-dra": dra_objects.claim_body("warm-dra", claim.spec)},
             )
             meter = measured({"scheduler": pid(cp.procs["kube-scheduler"])})
+            dra_profiling = None
+            if pprof is not None:
+                dra_profile = pprof / f"kube-scheduler-dra.{nodes}.pprof"
+                dra_profiling = profile_scheduler(
+                    cp, "kube-scheduler", max(5, pods // 60), dra_profile
+                )
             dra_burst = run(
                 cp,
                 "dra",
@@ -854,6 +861,8 @@ def one_size(
             )
             dra_cpu = meter.line(pods)
             dra_runs["dra"] = (dra_burst, meter)
+            if dra_profiling is not None:
+                dra_profiling.join(180)
             allocated = dra_objects.list_claims(cp)
             problems = dra_objects.overcommit(allocated, setup.capacity)
             if problems:
@@ -958,6 +967,9 @@ def one_size(
             print(pprof_top(cp.bin / "kube-scheduler", ext_profile))
             print(f"  tmc-extender CPU profile during the extender's burst ({goext_profile}):")
             print(pprof_top(Path(plugin_path.engine_binary("tmc-extender")), goext_profile))
+            if dra_runs:
+                print(f"  kube-scheduler CPU profile during the DRA burst ({dra_profile}):")
+                print(pprof_top(cp.bin / "kube-scheduler", dra_profile))
             print(
                 f"  kube-apiserver's CPU profiles: {stock_api_profile}, {api_profile}, "
                 f"{ext_api_profile}"
