@@ -56,6 +56,8 @@ PLACEMENTS = ("plugin", "extender", "dra")
 # The DRA door keeps its ResourceClaimTemplates in tenant namespaces only (docs/install.md): the
 # label a namespace carries to be one.
 DRA_TENANT_LABELS = {"tmc.dev/tenant": "yes"}
+# The user the control plane's admin kubeconfig authenticates as.
+ADMIN_USER = "tmc-admin"
 
 
 def chart_values(pg: PostgresServer, placement: str = "plugin") -> dict[str, Any]:
@@ -74,7 +76,12 @@ def chart_values(pg: PostgresServer, placement: str = "plugin") -> dict[str, Any
     }
     if placement == "dra":
         values["dra"] = {"enabled": True}
-        values["admission"] = {"tenantNamespaceLabels": DRA_TENANT_LABELS}
+        values["admission"] = {
+            "tenantNamespaceLabels": DRA_TENANT_LABELS,
+            # This plane's kube-scheduler and resource-claim controller run as its admin, not
+            # as a cluster's own users: they are the ones that allocate and free claims.
+            "draAllocators": [ADMIN_USER],
+        }
     return values
 
 
