@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 from tmc_agent.backends import simulated
 from tmc_agent.cli import app
-from tmc_agent.profile_runs import FEW_WAYS_RUN, SHARING_RUN, sharing_point, take_runs, with_runs
+from tmc_agent.profile_runs import (
+    DEFAULT_OBJECTIVES,
+    FEW_WAYS_RUN,
+    SHARING_RUN,
+    objectives_of,
+    sharing_point,
+    take_runs,
+    with_runs,
+)
 from typer.testing import CliRunner
 
 from model import Predictor, fit, parse_bundle
@@ -96,7 +104,9 @@ def test_a_traced_program_takes_the_runs_the_model_asks_for(tmp_path: Path) -> N
     assert bundle.profile_runs is not None
     runs = bundle.profile_runs.runs
     assert 1 <= len(runs) <= 2
-    assert {r.objective for r in runs} <= {"least-dram:5%", "slo:5%"}
+    # The objectives' runs, and the last one all slow at one way (none of theirs measured it).
+    assert {r.objective for r in runs[:-1]} <= {"least-dram:5%", "slo:5%"}
+    assert runs[-1].objective == FEW_WAYS_RUN
     passes_through(bundle)
     # The bundle without them is the three reference runs' bundle, as before.
     assert with_runs(bundle, []).profile_runs is None
@@ -197,3 +207,22 @@ def test_a_run_all_slow_at_the_fewest_ways_when_budget_is_left_and_the_fit_passe
         assert refitted.predict_one(ratio, ways)[0] == pytest.approx(
             predictor.predict_one(ratio, ways)[0], rel=1e-9
         )
+
+
+def test_the_objectives_leave_one_run_for_slow_memory_at_few_ways() -> None:
+    # Objectives that would ask for a run every time (each measured 5 % above its prediction, so
+    # the advice keeps moving) still leave the budget's last run all slow at the fewest ways.
+    bundle = simulated.profile("graph500")
+    predictor = Predictor(fit(bundle))
+    few = predictor.model.ways_min
+
+    def measure(ratio: float, ways: int, plan: list[StructurePlacement]) -> float:
+        return 1.05 * predictor.predict_one(ratio, ways)[0]
+
+    for budget in (2, 3):
+        taken = take_runs(bundle, measure, objectives_of(DEFAULT_OBJECTIVES), budget)
+        assert taken.profile_runs is not None
+        runs = taken.profile_runs.runs
+        assert len(runs) <= budget
+        all_slow = [r for r in runs if r.configuration.slow_ratio == 1.0]
+        assert all_slow and all_slow[-1].configuration.llc_ways == few
