@@ -29,7 +29,7 @@ from model.bundle import (
     RunConfiguration,
 )
 from model.errors import TmcError
-from model.grid import PAPER_SLOW_RATIOS
+from model.grid import PAPER_LLC_WAYS, PAPER_SLOW_RATIOS
 from model.objectives import Objective, parse_objective
 from model.predict import PARTIAL_TOLERANCE, StructurePlacement
 
@@ -76,38 +76,39 @@ def partial(ratio: float) -> bool:
     return PARTIAL_TOLERANCE < ratio < 1.0 - PARTIAL_TOLERANCE
 
 
-def sharing_point(predictor: Predictor, ratios: Sequence[float]) -> tuple[float, int] | None:
-    """The configuration at the profile's most ways whose prediction the slow sharing moves
-    most (`Predictor.slow_sharing`, between none and `SHARING_PROBE`), among the partial
-    `ratios`; None where the model has no sharing to fit (the paper's one-number penalties) or
-    it moves no prediction.
+def sharing_point(
+    predictor: Predictor, ratios: Sequence[float], ways: Sequence[int]
+) -> tuple[float, int] | None:
+    """The configuration whose prediction the slow sharing moves most
+    (`Predictor.slow_sharing`, between none and `SHARING_PROBE`), among the partial `ratios`
+    and the `ways` within the profile's range; None where the model has no sharing to fit (the
+    paper's one-number penalties) or it moves no prediction.
 
     Why this run: the sharing is the one term of the model that the three reference runs cannot
     fit (they place every structure alike), and without a run at a partial slow ratio it is 0,
     the linear charge that under-predicts every partial ratio of programs whose slow misses
     overlap. A run fits it best where it changes the prediction most: there its measurement says
-    the most about it. At the most ways the run does not also measure the way count's effect on
-    slow memory, which the sharing does not model."""
-    if predictor.model.p_dram_by_structure is None:
+    the most about it."""
+    m = predictor.model
+    if m.p_dram_by_structure is None:
         return None
-    candidates = np.asarray([r for r in ratios if partial(r)], dtype=np.float64)
-    if candidates.size == 0:
+    at_ratios = np.asarray([r for r in ratios if partial(r)], dtype=np.float64)
+    at_ways = np.asarray([w for w in ways if m.ways_min <= w <= m.ways_max], dtype=np.int64)
+    if at_ratios.size == 0 or at_ways.size == 0:
         return None
-    ways = predictor.model.ways_max
-    at = np.asarray([ways], dtype=np.int64)
     kept = predictor.slow_sharing
     try:
         predictor.slow_sharing = 0.0
-        linear = predictor.predict(candidates, at).seconds[:, 0]
+        linear = predictor.predict(at_ratios, at_ways).seconds
         predictor.slow_sharing = SHARING_PROBE
-        shared = predictor.predict(candidates, at).seconds[:, 0]
+        shared = predictor.predict(at_ratios, at_ways).seconds
     finally:
         predictor.slow_sharing = kept
     moved = np.log(shared) - np.log(linear)
-    best = int(np.argmax(moved))
-    if moved[best] <= 0.0:
+    i, j = np.unravel_index(int(np.argmax(moved)), moved.shape)
+    if moved[i, j] <= 0.0:
         return None
-    return float(candidates[best]), int(ways)
+    return float(at_ratios[i]), int(at_ways[j])
 
 
 def objectives_of(texts: Sequence[str]) -> list[Objective]:
@@ -207,7 +208,7 @@ def take_runs(
         (
             SHARING_RUN,
             lambda r: partial(r.configuration.slow_ratio),
-            lambda p: sharing_point(p, PAPER_SLOW_RATIOS),
+            lambda p: sharing_point(p, PAPER_SLOW_RATIOS, PAPER_LLC_WAYS),
         ),
         (FEW_WAYS_RUN, few_ways_measured, few_ways_point),
     ]

@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 from model import Predictor, fit, parse_bundle
 from model.bundle import MAX_PROFILE_RUNS, ProfileBundle, ProfileRun, ProfileRuns, RunConfiguration
 from model.errors import InvalidBundle
-from model.grid import PAPER_SLOW_RATIOS, paper_grid
+from model.grid import PAPER_LLC_WAYS, PAPER_SLOW_RATIOS, paper_grid
 from model.predict import StructurePlacement
 from model.priced_grid import machine_of_host, price_grid
 from model.pricing import DEFAULT_PRICE_PROFILE
@@ -156,7 +156,7 @@ def test_the_hardware_backend_and_a_budget_past_the_contract_are_refused() -> No
 
 def test_a_run_calibrates_the_slow_sharing_when_the_objectives_took_none() -> None:
     # No objective asks for a run here: the budget's run goes where the sharing moves the
-    # prediction most, at a partial slow ratio with the profile's most ways and the model's plan.
+    # prediction most, at a partial slow ratio within the profile's ways, with the model's plan.
     bundle = simulated.profile("graph500")
     predictor = Predictor(fit(bundle))
     asked: list[tuple[float, int]] = []
@@ -171,9 +171,9 @@ def test_a_run_calibrates_the_slow_sharing_when_the_objectives_took_none() -> No
     (run,) = taken.profile_runs.runs
     assert run.objective == SHARING_RUN
     assert 0.0 < run.configuration.slow_ratio < 1.0
-    assert run.configuration.llc_ways == predictor.model.ways_max
+    assert predictor.model.ways_min <= run.configuration.llc_ways <= predictor.model.ways_max
     assert asked == [(run.configuration.slow_ratio, run.configuration.llc_ways)]
-    assert sharing_point(predictor, PAPER_SLOW_RATIOS) == asked[0]
+    assert sharing_point(predictor, PAPER_SLOW_RATIOS, PAPER_LLC_WAYS) == asked[0]
     # Measured above the linear charge, it is fitted: the sharing is no longer 0.
     assert Predictor(fit(taken)).slow_sharing > 0.0
     # No budget, no run.
