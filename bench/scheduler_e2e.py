@@ -7,7 +7,8 @@ kube-scheduler calling tmc-extender (the same engine's extender front door). Bot
 read what the recommendation publisher publishes; it also keeps the ledger's mirror.
 
     python -m bench.scheduler_e2e [--pods 500] [--nodes 100 5000] [--profile out.json]
-                                  [--pprof DIR] [--compare-engine DIR] [--dra] [--json PATH]
+                                  [--pprof DIR] [--compare-engine DIR] [--dra]
+                                  [--dra-nodes-to-score PERCENT] [--json PATH]
 
 Needs the control plane of tests/scheduler/controlplane (built from Go modules). Nodes carry the
 capacity annotations an agent publishes (model.node_contract), written directly: agents are not
@@ -526,12 +527,16 @@ def plain_config(with_extender: Path) -> Path:
     return path
 
 
-def dra_config(plain: Path) -> Path:
+def dra_config(plain: Path, nodes_to_score: int | None = None) -> Path:
     """The stock configuration with DynamicResources' filter timeout off (filterTimeout 0s):
     at its default of 10 s, the filter of one pod's claim over 420 of 1,000 nodes timed out on
     this 2-core machine with the earlier shape of the slices (273 way-run devices a node), and
-    the pod was retried without end. Kept off so that a slow filter shows as a slow run."""
+    the pod was retried without end. Kept off so that a slow filter shows as a slow run. With
+    nodes_to_score, percentageOfNodesToScore: the share of the nodes each pod is filtered on
+    (kube-scheduler still looks for at least 100 feasible nodes)."""
     cfg = yaml.safe_load(plain.read_text())
+    if nodes_to_score is not None:
+        cfg["percentageOfNodesToScore"] = nodes_to_score
     for profile in cfg["profiles"]:
         profile["pluginConfig"] = [
             {
@@ -617,6 +622,7 @@ def one_size(
     result: Result | None = None,
     label: str = "",
     dra: bool = False,
+    dra_nodes_to_score: int | None = None,
 ) -> dict[str, float] | None:
     """Every run at one node count, its figures recorded in result (rows named with `label`,
     the run's place in a series); each tmc path's ratios to the stock run, or None when a run
@@ -825,7 +831,7 @@ def one_size(
             c.delete_all_pods(api, "plain2")
             cp.stop_process("kube-scheduler")
             claim = dra_objects.claim_for(slices_command, placed)
-            dra_scheduler = dra_config(plain_config(with_ext))
+            dra_scheduler = dra_config(plain_config(with_ext), dra_nodes_to_score)
             setup = dra_objects.publish(
                 cp,
                 slices_command,
@@ -898,7 +904,13 @@ def one_size(
         print(stock_again_cpu)
         if dra_runs:
             print(
-                f"  dra (DynamicResources filterTimeout off): each claim {claim.text}; "
+                "  dra (DynamicResources filterTimeout off"
+                + (
+                    f", percentageOfNodesToScore {dra_nodes_to_score}"
+                    if dra_nodes_to_score is not None
+                    else ""
+                )
+                + f"): each claim {claim.text}; "
                 f"no over-commit in {len(allocated)} claims"
             )
             print(dra_burst.line("dra", pods))
@@ -1075,15 +1087,31 @@ def main(argv: list[str] | None = None) -> None:
         help="after the last stock run, the stock kube-scheduler placing the pods with a "
         "ResourceClaim each from tmc's DRA slices, then stock again (creates the slices)",
     )
+    ap.add_argument(
+        "--dra-nodes-to-score",
+        type=int,
+        metavar="PERCENT",
+        help="with --dra, the DRA run's kube-scheduler filters each pod on this share of the "
+        "nodes (percentageOfNodesToScore, 1..100; at least 100 nodes); default: its own",
+    )
     args = ap.parse_args(argv)
     if not 1 <= args.pods <= 100_000 or not all(1 <= n <= 100_000 for n in args.nodes):
         ap.error("--pods and --nodes must be in 1..100000")
     if args.pods > 12 * min(args.nodes):
         ap.error("every pod requests a CPU: --pods must fit in 12 CPUs a node")
+    if args.dra_nodes_to_score is not None and (
+        not args.dra or not 1 <= args.dra_nodes_to_score <= 100
+    ):
+        ap.error("--dra-nodes-to-score takes 1..100, with --dra")
     result = Result(
         "scheduler_e2e",
         {"pods": args.pods, "nodes": args.nodes, "repeat": args.repeat}
-        | ({"dra": True} if args.dra else {}),
+        | ({"dra": True} if args.dra else {})
+        | (
+            {"dra_nodes_to_score": args.dra_nodes_to_score}
+            if args.dra_nodes_to_score is not None
+            else {}
+        ),
     )
     failed = False
     for n in args.nodes:
@@ -1099,6 +1127,7 @@ def main(argv: list[str] | None = None) -> None:
                 result,
                 label=f", run {k + 1}" if args.repeat > 1 else "",
                 dra=args.dra,
+                dra_nodes_to_score=args.dra_nodes_to_score,
             )
             if one is None:
                 failed = True
