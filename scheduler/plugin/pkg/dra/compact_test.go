@@ -111,3 +111,68 @@ func TestACountThatFitsAlwaysGetsARun(t *testing.T) {
 		}
 	}
 }
+
+// fewestMoves is the fewest groups any layout keeping the groups in their order moves to free
+// count contiguous ways, found by trying every such layout (small nodes only).
+func fewestMoves(ways int, held []Run, count int) int {
+	best := len(held) + 1
+	var place func(i, from int, placed []Run)
+	place = func(i, from int, placed []Run) {
+		if i == len(held) {
+			var mask uint64
+			for _, r := range placed {
+				mask |= r.Mask()
+			}
+			for first := 0; first+count <= ways; first++ {
+				if (Run{first, count}).Mask()&mask == 0 {
+					moved := 0
+					for k, r := range placed {
+						if r != held[k] {
+							moved++
+						}
+					}
+					best = min(best, moved)
+					return
+				}
+			}
+			return
+		}
+		for first := from; first+held[i].Count <= ways; first++ {
+			place(i+1, first+held[i].Count, append(placed, Run{first, held[i].Count}))
+		}
+	}
+	place(0, 0, nil)
+	return best
+}
+
+// Compact moves no more groups than the best order-keeping layout, on every layout of a small
+// node it can be checked against by trying them all.
+func TestCompactMovesNoMoreThanAnyOrderKeepingLayout(t *testing.T) {
+	r := rand.New(rand.NewSource(11))
+	for trial := 0; trial < 3000; trial++ {
+		ways := 2 + r.Intn(11)
+		var held []Run
+		for w := 0; w < ways; {
+			n := 1 + r.Intn(3)
+			if w+n <= ways && r.Intn(3) > 0 {
+				held = append(held, Run{w, n})
+			}
+			w += n + r.Intn(2)
+		}
+		used := 0
+		for _, h := range held {
+			used += h.Count
+		}
+		if used >= ways {
+			continue
+		}
+		count := 1 + r.Intn(ways-used)
+		got, err := Compact(ways, held, count)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fewestMoves(ways, held, count); got.Moved != want {
+			t.Fatalf("%d ways, %v, %d: %d moved (%v), the best layout moves %d", ways, held, count, got.Moved, got, want)
+		}
+	}
+}
