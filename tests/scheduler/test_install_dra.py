@@ -10,7 +10,6 @@ door's processes and `down` stops them."""
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -20,7 +19,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from tests.scheduler.controlplane import NAMESPACE, RELEASE, Unavailable, unavailable
+from tests.scheduler.controlplane import RELEASE
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import devcluster as dc
 from tests.services import wait_until
@@ -35,18 +34,8 @@ EXAMPLE = ROOT / "deploy" / "examples" / "tiered-pod-dra.yaml"
 @pytest.fixture(scope="module")
 def dra_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dc.State, Path]]:
     state_path = tmp_path_factory.mktemp("cluster") / "state.json"
-    try:
-        state = dc.up(state_path, placement="dra")
-    except Unavailable as exc:
-        unavailable(exc)
-    yield state, state_path
-    if state_path.exists():
-        dc.down(state_path)
-
-
-def secret(core: k8s.CoreV1Api, name: str, key: str) -> str:
-    data = core.read_namespaced_secret(name, NAMESPACE).data or {}
-    return base64.b64decode(data[key]).decode()
+    for state in dc.up_for_tests(state_path, "dra"):
+        yield state, state_path
 
 
 def logs(state: dc.State) -> str:
@@ -80,7 +69,7 @@ def test_the_dra_door_places_the_example_pod(dra_cluster: tuple[dc.State, Path])
     objects = k8s.CustomObjectsApi(client)
     # The newcomer's steps: the profile uploaded with the agents' token, the namespace made a
     # tenant's, the example pod applied as written.
-    agent = secret(core, f"{FULL}-agent-token", "token")
+    agent = dc.secret_value(core, f"{FULL}-agent-token", "token")
     upload = httpx.post(
         f"{state.api_url}/v1/profiles",
         content=(ROOT / "examples" / "graph500.json").read_bytes(),
@@ -125,13 +114,4 @@ def test_the_dra_door_places_the_example_pod(dra_cluster: tuple[dc.State, Path])
     core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
     pids = dict(state.pids)
     dc.down(state_path)
-    wait_until(
-        lambda: not [p for p in pids.values() if alive_not_zombie(p)], 30, "every process stopped"
-    )
-
-
-def alive_not_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+    wait_until(lambda: not [p for p in pids.values() if dc.running(p)], 30, "every process stopped")

@@ -7,7 +7,6 @@ newcomer's steps to a placed pod; `status` names the door's processes and `down`
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ import httpx
 import pytest
 from kubernetes import client as k8s
 
-from tests.scheduler.controlplane import NAMESPACE, RELEASE, Unavailable, unavailable
+from tests.scheduler.controlplane import NAMESPACE, RELEASE
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import devcluster as dc
 from tests.services import wait_until
@@ -30,18 +29,8 @@ FULL = f"{RELEASE}-tmc"
 @pytest.fixture(scope="module")
 def extender_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dc.State, Path]]:
     state_path = tmp_path_factory.mktemp("cluster") / "state.json"
-    try:
-        state = dc.up(state_path, placement="extender")
-    except Unavailable as exc:
-        unavailable(exc)
-    yield state, state_path
-    if state_path.exists():
-        dc.down(state_path)
-
-
-def secret(core: k8s.CoreV1Api, name: str, key: str) -> str:
-    data = core.read_namespaced_secret(name, NAMESPACE).data or {}
-    return base64.b64decode(data[key]).decode()
+    for state in dc.up_for_tests(state_path, "extender"):
+        yield state, state_path
 
 
 def test_the_extender_door_places_the_example_pod(
@@ -68,7 +57,7 @@ def test_the_extender_door_places_the_example_pod(
     assert f"{FULL}-scheduler" in names and f"{FULL}-plugin-scheduler" not in names
 
     # The newcomer's steps: the profile uploaded with the agents' token, the example pod applied.
-    agent = secret(core, f"{FULL}-agent-token", "token")
+    agent = dc.secret_value(core, f"{FULL}-agent-token", "token")
     upload = httpx.post(
         f"{state.api_url}/v1/profiles",
         content=(ROOT / "examples" / "graph500.json").read_bytes(),
@@ -93,13 +82,4 @@ def test_the_extender_door_places_the_example_pod(
 
     pids = dict(state.pids)
     dc.down(state_path)
-    wait_until(
-        lambda: not [p for p in pids.values() if alive_not_zombie(p)], 30, "every process stopped"
-    )
-
-
-def alive_not_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+    wait_until(lambda: not [p for p in pids.values() if dc.running(p)], 30, "every process stopped")

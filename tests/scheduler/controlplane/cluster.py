@@ -159,6 +159,23 @@ def scheduler_config(cp: ControlPlane, extender_url: str, **extra: Any) -> Path:
     return path
 
 
+def stock_scheduler_config(cp: ControlPlane) -> Path:
+    """The stock kube-scheduler on its default profile (DynamicResources on), as the admin, no
+    leader election: the cluster's own default scheduler."""
+    path = cp.dir / "default-scheduler.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "clientConnection": {"kubeconfig": str(cp.kubeconfig("admin"))},
+                "leaderElection": {"leaderElect": False},
+            }
+        )
+    )
+    return path
+
+
 def with_short_lease(config: Path) -> Path:
     """The configuration with leader-election timings short enough for a test (the defaults
     wait 15 s for a dead leader's lease to expire)."""

@@ -29,17 +29,24 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import httpx
-import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from tests.scheduler.controlplane import NAMESPACE, RELEASE, ControlPlane, binaries
+from tests.scheduler.controlplane import (
+    NAMESPACE,
+    RELEASE,
+    ControlPlane,
+    Unavailable,
+    binaries,
+    unavailable,
+)
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import plugin as plugin_path
 from tests.scheduler.controlplane.goextender import GoExtenderProcess
@@ -244,17 +251,7 @@ def start_dra_door(cp: ControlPlane, client: k8s.ApiClient) -> subprocess.Popen[
         stderr=subprocess.STDOUT,
     )
     cp.start_controller_manager(("resourceclaim-controller",))
-    config = cp.dir / "default-scheduler.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kubescheduler.config.k8s.io/v1",
-                "kind": "KubeSchedulerConfiguration",
-                "clientConnection": {"kubeconfig": str(cp.kubeconfig("admin"))},
-                "leaderElection": {"leaderElect": False},
-            }
-        )
-    )
+    config = c.stock_scheduler_config(cp)
     cp.start_scheduler(config)
     return proc
 
@@ -382,6 +379,26 @@ def postgres_pid(state: State) -> int | None:
 
 def alive(pid: int | None) -> bool:
     return pid is not None and Path(f"/proc/{pid}").exists()
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an exited child of this process not yet reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def up_for_tests(state_path: Path, placement: str) -> Iterator[State]:
+    """A module fixture's body: `up` with this door, skipped (failed in CI) where the control
+    plane cannot run, and `down` after the tests unless one of them took it down."""
+    try:
+        state = up(state_path, placement=placement)
+    except Unavailable as exc:
+        unavailable(exc)
+    yield state
+    if state_path.exists():
+        down(state_path)
 
 
 def status_lines(state: State) -> list[str]:
