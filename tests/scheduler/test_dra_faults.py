@@ -26,16 +26,14 @@ from tests.scheduler.controlplane import RELEASE, Unavailable, unavailable
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.test_admission import request_token
 from tests.scheduler.test_dra_objects import (
-    ALLOCATED,
     GROUP,
     TENANT,
     VERSION,
     Plane,
+    allocating,
     build_slices_command,
     claim,
-    install_dra,
     settle,
-    slices_for,
     start_stock_scheduler,
     started,
 )
@@ -58,19 +56,9 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     try:
         # The chart's policies, the allocators being this plane's scheduler and controller
         # (both run as the admin here).
-        c.install_rbac(
-            cp, {"dra": {"enabled": True}, "admission": {"draAllocators": ["tmc-admin"]}}
+        made = allocating(
+            cp, command, {"dra": {"enabled": True}, "admission": {"draAllocators": ["tmc-admin"]}}
         )
-        admin = c.core(cp)
-        for name, labels in (("node-a", {}), ("node-b", {"tmc.dev/slow-pool": "rack-a"})):
-            body = c.node_object(name)
-            body["metadata"]["labels"].update(labels)
-            c.register_node(admin, body)
-        admin.create_namespace({"metadata": {"name": TENANT}})
-        c.ensure_default_account(admin, TENANT)
-        made = Plane(cp, slices_for(command, ALLOCATED))
-        install_dra(made)
-        start_stock_scheduler(cp)
         cp.start_controller_manager(("resourceclaim-controller",))
         made.api.create_namespaced_custom_object(
             GROUP,

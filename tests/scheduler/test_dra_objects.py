@@ -412,36 +412,33 @@ def install_dra(plane: Plane) -> None:
 
 def start_stock_scheduler(cp: ControlPlane) -> None:
     """The stock kube-scheduler on its default profile (DynamicResources on), as admin."""
-    config = cp.dir / "dra-scheduler.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kubescheduler.config.k8s.io/v1",
-                "kind": "KubeSchedulerConfiguration",
-                "clientConnection": {"kubeconfig": str(cp.kubeconfig("admin"))},
-                "leaderElection": {"leaderElect": False},
-            }
-        )
-    )
-    cp.start_scheduler(config)
+    cp.start_scheduler(c.stock_scheduler_config(cp))
+
+
+def allocating(
+    cp: ControlPlane, slices_command: Path, values: dict[str, Any] | None = None
+) -> Plane:
+    """ALLOCATED's two nodes on a started plane with the chart's RBAC and policies (`values`),
+    their slices and the chart's classes, the tenant's namespace, and the stock kube-scheduler."""
+    c.install_rbac(cp, values)
+    admin = c.core(cp)
+    for name, labels in (("node-a", {}), ("node-b", {"tmc.dev/slow-pool": "rack-a"})):
+        body = c.node_object(name)
+        body["metadata"]["labels"].update(labels)
+        c.register_node(admin, body)
+    admin.create_namespace({"metadata": {"name": TENANT}})
+    c.ensure_default_account(admin, TENANT)
+    plane = Plane(cp, slices_for(slices_command, ALLOCATED))
+    install_dra(plane)
+    start_stock_scheduler(cp)
+    return plane
 
 
 @pytest.fixture(scope="module")
 def scheduling(slices_command: Path) -> Iterator[Plane]:
     cp = started()
     try:
-        c.install_rbac(cp)
-        admin = c.core(cp)
-        for name, labels in (("node-a", {}), ("node-b", {"tmc.dev/slow-pool": "rack-a"})):
-            body = c.node_object(name)
-            body["metadata"]["labels"].update(labels)
-            c.register_node(admin, body)
-        admin.create_namespace({"metadata": {"name": TENANT}})
-        c.ensure_default_account(admin, TENANT)
-        plane = Plane(cp, slices_for(slices_command, ALLOCATED))
-        install_dra(plane)
-        start_stock_scheduler(cp)
-        yield plane
+        yield allocating(cp, slices_command)
     finally:
         cp.close()
 
