@@ -169,7 +169,7 @@ def stack(plane: ControlPlane, postgres: PostgresServer) -> Iterator[Stack]:
             s.publisher.start()
             s.publisher.wait_ready()
             p.start_plugin_scheduler(plane)
-            plane.start_scheduler(default_scheduler_config(plane))
+            plane.start_scheduler(c.stock_scheduler_config(plane))
             s.runner.start()
             yield s
         finally:
@@ -178,22 +178,6 @@ def stack(plane: ControlPlane, postgres: PostgresServer) -> Iterator[Stack]:
             s.publisher.stop()
             for name in ("tmc-scheduler", "kube-scheduler"):
                 plane.stop_process(name)
-
-
-def default_scheduler_config(cp: ControlPlane) -> Path:
-    """The cluster's own scheduler (default-scheduler), for pods that do not ask for tmc's."""
-    path = cp.dir / "default-scheduler.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kubescheduler.config.k8s.io/v1",
-                "kind": "KubeSchedulerConfiguration",
-                "clientConnection": {"kubeconfig": str(cp.kubeconfig("admin"))},
-                "leaderElection": {"leaderElect": False},
-            }
-        )
-    )
-    return path
 
 
 def finished(stack: Stack, namespace: str, job: str) -> k8s.V1Job:
