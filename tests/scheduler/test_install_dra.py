@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
-import httpx
 import pytest
 import yaml
 from kubernetes import client as k8s
@@ -57,11 +56,7 @@ def test_the_dra_door_places_the_example_pod(dra_cluster: tuple[dc.State, Path])
     assert state.placement == "dra"
     needed = {"kube-scheduler", "kube-controller-manager", "tmc-dra-publisher", "publisher"}
     assert needed <= set(state.pids)
-    shown = "\n".join(dc.status_lines(state))
-    for name in needed:
-        assert any(line.startswith(name) and "running" in line for line in shown.splitlines()), (
-            shown
-        )
+    assert dc.not_running(state, needed) == [], dc.status_lines(state)
     assert "DRA devices" in dc.describe(state)
 
     client = dc.admin_client(state.kubeconfig)
@@ -69,13 +64,7 @@ def test_the_dra_door_places_the_example_pod(dra_cluster: tuple[dc.State, Path])
     objects = k8s.CustomObjectsApi(client)
     # The newcomer's steps: the profile uploaded with the agents' token, the namespace made a
     # tenant's, the example pod applied as written.
-    agent = dc.secret_value(core, f"{FULL}-agent-token", "token")
-    upload = httpx.post(
-        f"{state.api_url}/v1/profiles",
-        content=(ROOT / "examples" / "graph500.json").read_bytes(),
-        headers={"Authorization": f"Bearer {agent}", "Content-Type": "application/json"},
-        timeout=30,
-    )
+    upload = dc.upload_example_profile(state, core)
     assert upload.status_code in (200, 201), upload.text
     core.patch_namespace("default", {"metadata": {"labels": dc.DRA_TENANT_LABELS}})
     body = yaml.safe_load(EXAMPLE.read_text())

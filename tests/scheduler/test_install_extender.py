@@ -11,7 +11,6 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from kubernetes import client as k8s
 
@@ -42,11 +41,9 @@ def test_the_extender_door_places_the_example_pod(
     assert state.placement == "extender"
     assert {"kube-scheduler", "tmc-extender"} <= set(state.pids)
     assert "tmc-scheduler" not in state.pids
-    shown = "\n".join(dc.status_lines(state))
-    for name in ("kube-scheduler", "tmc-extender", "publisher"):
-        assert any(line.startswith(name) and "running" in line for line in shown.splitlines()), (
-            shown
-        )
+    assert dc.not_running(state, ("kube-scheduler", "tmc-extender", "publisher")) == [], (
+        dc.status_lines(state)
+    )
     assert "the stock kube-scheduler calling tmc-extender" in dc.describe(state)
 
     client = dc.admin_client(state.kubeconfig)
@@ -57,13 +54,7 @@ def test_the_extender_door_places_the_example_pod(
     assert f"{FULL}-scheduler" in names and f"{FULL}-plugin-scheduler" not in names
 
     # The newcomer's steps: the profile uploaded with the agents' token, the example pod applied.
-    agent = dc.secret_value(core, f"{FULL}-agent-token", "token")
-    upload = httpx.post(
-        f"{state.api_url}/v1/profiles",
-        content=(ROOT / "examples" / "graph500.json").read_bytes(),
-        headers={"Authorization": f"Bearer {agent}", "Content-Type": "application/json"},
-        timeout=30,
-    )
+    upload = dc.upload_example_profile(state, core)
     assert upload.status_code in (200, 201), upload.text
     body = c.example_pod()
     core.create_namespaced_pod("default", body)

@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -387,6 +387,23 @@ def running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def not_running(state: State, names: Iterable[str]) -> list[str]:
+    """Of `names`, the parts `status` does not show running."""
+    lines = status_lines(state)
+    return [n for n in names if not any(x.startswith(n) and "running" in x for x in lines)]
+
+
+def upload_example_profile(state: State, core: k8s.CoreV1Api) -> httpx.Response:
+    """docs/install.md's upload step: examples/graph500.json with the agents' token."""
+    agent = secret_value(core, f"{FULLNAME}-agent-token", "token")
+    return httpx.post(
+        f"{state.api_url}/v1/profiles",
+        content=(ROOT / "examples" / "graph500.json").read_bytes(),
+        headers={"Authorization": f"Bearer {agent}", "Content-Type": "application/json"},
+        timeout=30,
+    )
 
 
 def up_for_tests(state_path: Path, placement: str) -> Iterator[State]:
