@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the tmc-nri plugin binary (static, reproducible: -trimpath, no VCS stamp) into OUT
-# (default node/nri/bin), with the control plane's Go toolchain and caches. Prints its path.
+# Builds the tmc-nri plugin and the tmc-dra-node DRA node plugin (static, reproducible: -trimpath,
+# no VCS stamp) into OUT (default node/nri/bin), with the control plane's Go toolchain and caches.
+# Prints tmc-nri's path (tmc-dra-node is beside it).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 CACHE=${TMC_K8S_CACHE:-$HOME/.cache/tmc-k8s}
@@ -11,4 +12,5 @@ export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0
 mkdir -p "$OUT"
 cd "$HERE"
 "$GO" build -trimpath -ldflags "-s -w" -o "$OUT/tmc-nri" ./cmd/tmc-nri
+"$GO" build -trimpath -ldflags "-s -w" -o "$OUT/tmc-dra-node" ./cmd/tmc-dra-node
 echo "$OUT/tmc-nri"

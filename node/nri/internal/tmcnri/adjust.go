@@ -72,6 +72,9 @@ type Target struct {
 	CPUs []int
 	// OwnLimit is the memory limit the pod's spec gives the container (0 for none).
 	OwnLimit int64
+	// Group is the resctrl group the ways are given in; "" for the pod's own (GroupPrefix and
+	// its uid). A DRA claim's containers share the claim's group (DRAGroup).
+	Group string
 }
 
 // Adjust is the one rule from a placement and the node's layout to what a container is given.
@@ -79,6 +82,9 @@ type Target struct {
 // every path that applies it.
 func Adjust(pl *Placement, node NodeLayout, t Target) Adjustment {
 	adj := Adjustment{Group: GroupPrefix + t.UID, PlanFile: t.UID + ".plan"}
+	if t.Group != "" {
+		adj.Group = t.Group
+	}
 
 	// LLC ways.
 	if node.CAT == nil {

@@ -48,6 +48,9 @@ type Config struct {
 	// admission policy checks who writes a placement there only. Namespaces tells their labels.
 	Tenants    *v1alpha1.TenantNamespaces
 	Namespaces Namespaces
+	// DRACheckpoint is the DRA node plugin's checkpoint of the claims it prepared (tmc-dra-node's
+	// data directory); "" when the node applies no DRA claims.
+	DRACheckpoint string
 	// Plans are the published recommendations, where a placement of schema tmc.placement/v3
 	// has its plan read; nil when the node has no API server to read them from.
 	Plans PublishedPlans
@@ -159,7 +162,9 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	if in == nil {
 		return nil, nil, err // not adjusted: not placed, not a tenant's, malformed, or refused
 	}
-	want := p.adjust(in.placement, in.node, targetOf(pod, ctr))
+	t := targetOf(pod, ctr)
+	t.Group = in.group
+	want := p.adjust(in.placement, in.node, t)
 	adj, rec := p.applyAtCreation(pod, ctr, in.placement, want)
 	if in.planUnavailable != "" {
 		rec.Skipped = append(rec.Skipped, "plan: "+in.planUnavailable)
@@ -177,6 +182,8 @@ type admission struct {
 	fresh        bool // this container's admission admitted its pod
 	// planUnavailable says why the published plan the placement names is not applied.
 	planUnavailable string
+	// group is the DRA claim's resctrl group, for a container that names a prepared claim.
+	group string
 }
 
 // admitContainer is the node's decision on a container: nil when it gets no adjustment (with
@@ -184,6 +191,9 @@ type admission struct {
 func (p *Plugin) admitContainer(pod *api.PodSandbox, ctr *api.Container) (*admission, error) {
 	ann := pod.GetAnnotations()
 	verification := ann[VerificationRunAnnotation] == "true"
+	if claim := draClaimOf(ctr.GetEnv()); claim != "" {
+		return p.admitDRA(pod, ctr, claim, verification)
+	}
 	pl, err := ParsePlacement(ann)
 	if pl == nil && err == nil {
 		return nil, nil // not placed by tmc: no adjustment at all
@@ -232,11 +242,40 @@ func (p *Plugin) admitContainer(pod *api.PodSandbox, ctr *api.Container) (*admis
 		return nil, p.refuse(pod, "TmcPlacementRefused", node.NoTopology)
 	}
 	_, slowNode := node.Topology.Nearest(targetOf(pod, ctr).CPUs)
-	fresh, why := p.admit(pod, resolved, node.Topology, slowNode)
+	fresh, why := p.admit(pod, resolved, node.Topology, slowNode, false)
 	if why != "" {
 		return nil, p.refuse(pod, "TmcPlacementRefused", why)
 	}
 	return &admission{placement: resolved, node: node, verification: verification, fresh: fresh, planUnavailable: planUnavailable}, nil
+}
+
+// admitDRA is the node's decision on a container that names a prepared DRA claim (DRAClaimEnv,
+// which the claim's CDI device sets): the claim's configuration, from the node plugin's
+// checkpoint, for a pod it is reserved for. Such a container never starts without it: the
+// kubelet creates it again.
+func (p *Plugin) admitDRA(pod *api.PodSandbox, ctr *api.Container, claim string, verification bool) (*admission, error) {
+	if !uidText.MatchString(pod.GetUid()) {
+		return nil, p.refuse(pod, "TmcClaimRefused", fmt.Sprintf("pod uid %q is not a Kubernetes uid", clip(pod.GetUid(), 70)))
+	}
+	if !nameText.MatchString(ctr.GetName()) {
+		return nil, p.refuse(pod, "TmcClaimRefused", fmt.Sprintf("container name %q is not a DNS label", clip(ctr.GetName(), 70)))
+	}
+	pl, group, err := p.draPlacement(pod.GetUid(), claim)
+	if err != nil {
+		return nil, p.refuse(pod, "TmcClaimRefused", err.Error()+"; the container is created again")
+	}
+	node, err := ReadNodeLayout(p.cfg.SysRoot, p.cfg.Resctrl)
+	if err != nil {
+		return nil, p.refuse(pod, "TmcClaimRefused", node.NoTopology)
+	}
+	_, slowNode := node.Topology.Nearest(targetOf(pod, ctr).CPUs)
+	// The claim's ways are the node plugin's to place (its checkpoint keeps the runs apart, and
+	// compaction moves them): only the memory is checked here.
+	fresh, why := p.admit(pod, pl, node.Topology, slowNode, true)
+	if why != "" {
+		return nil, p.refuse(pod, "TmcClaimRefused", why)
+	}
+	return &admission{placement: pl, node: node, verification: verification, fresh: fresh, group: group}, nil
 }
 
 // resolvePlan is the pod's plan (ResolvePodPlan, kept in the plan directory after the first
@@ -405,7 +444,10 @@ func (p *Plugin) preload(ctr *api.Container, adj *api.ContainerAdjustment, rec *
 // the placed pods' DRAM and slow memory together must fit the node. A pod already admitted (its
 // next container, or a restart) is not checked again. fresh: this call admitted it; why: the
 // reason it is refused ("" admits).
-func (p *Plugin) admit(pod *api.PodSandbox, pl *Placement, topo *Topology, slowNode int) (fresh bool, why string) {
+//
+// claimed: the ways are a DRA claim's, placed by the node plugin; they are neither checked nor
+// held against other pods' masks here.
+func (p *Plugin) admit(pod *api.PodSandbox, pl *Placement, topo *Topology, slowNode int, claimed bool) (fresh bool, why string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	uid := pod.GetUid()
@@ -417,6 +459,9 @@ func (p *Plugin) admit(pod *api.PodSandbox, pl *Placement, topo *Topology, slowN
 		return false, fmt.Sprintf("the placement gives %d bytes of slow memory and this node has no slow NUMA node", c.SlowBytes)
 	}
 	mask := pl.LLCMaskBits()
+	if claimed {
+		mask = 0
+	}
 	nodeDRAM, nodeSlow := topo.Capacity()
 	dram, slow := c.DRAMBytes, c.SlowBytes
 	for other, a := range p.pods {

@@ -29,8 +29,9 @@
 // it can, and the new group takes the run after them. Packed runs leave every free way in one
 // run at the top, and the allocator never lets the counts exceed the node's ways, so a count
 // the allocator granted always fits after compaction. A running group's resctrl schemata can be
-// rewritten in place, so moving it costs a rewrite, not a restart. (tmc-nri applies tmc's own
-// placements; no node plugin applies a DRA allocation yet: Compact is the rule it would follow.)
+// rewritten in place, so moving it costs a rewrite, not a restart. The node's DRA plugin
+// (tmc-dra-node, node/nri) follows this rule when the kubelet prepares a claim, and tmc-nri
+// applies the prepared claim when each container is created.
 //
 // The API's limits this respects (k8s.io/api/resource/v1 types.go and
 // k8s.io/kubernetes/pkg/apis/resource/validation at v1.36.3): a consumable capacity needs
