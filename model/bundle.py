@@ -243,8 +243,9 @@ class ProfileRun(_Wire):
 
 class ProfileRuns(_Wire):
     """Optional: runs beyond the three reference runs, where the model's uncertainty would change
-    a decision (`tmc-agent profile --runs N`). Each is a measured configuration: the fit's
-    predictions are corrected there, as a verification run corrects them."""
+    a decision (`tmc-agent profile --runs N`). Each is a measured configuration, known where it
+    was made and correcting nothing elsewhere; runs at a partial slow ratio fit the model's slow
+    sharing, and runs all slow at fewer ways its slow penalty there (`model.fit.with_run_terms`)."""
 
     schema_version: Literal["tmc.profile-runs/v1"] = PROFILE_RUNS_SCHEMA
     runs: list[ProfileRun] = Field(min_length=1, max_length=MAX_PROFILE_RUNS)

@@ -6,7 +6,8 @@ least sure and where `least-dram:X%` and `slo:X%` decide. Here the agent asks th
 service would ask an operator to run next (a recommendation's `verification.next_*`), runs the
 workload there with the model's plan, and refits with the run: up to N runs, taking the
 objectives in turn, stopping early when none wants one. The bundle carries them
-(`tmc.profile-runs/v1`), and every fit of it is corrected where they were measured.
+(`tmc.profile-runs/v1`): each is known where it was made, and the fit takes from them the two
+terms no reference run measures.
 
 When the objectives leave budget and none of their runs has part of the footprint slow, one run
 goes where it calibrates the model's slow sharing (`sharing_point`): the one term no reference
