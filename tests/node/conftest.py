@@ -55,7 +55,10 @@ def start_plugin(node: Node, tmp_path: Path) -> Iterator[PluginFactory]:
     started: list[harness.Plugin] = []
 
     def start(
-        sys_root: str = "/sys", resctrl: str = "", kubeconfig: str = "none"
+        sys_root: str = "/sys",
+        resctrl: str = "",
+        kubeconfig: str = "none",
+        dra_checkpoint: str = "",
     ) -> harness.Plugin:
         plugin = harness.Plugin(
             binary=node.plugin_binary,
@@ -65,6 +68,7 @@ def start_plugin(node: Node, tmp_path: Path) -> Iterator[PluginFactory]:
             sys_root=sys_root,
             resctrl=resctrl,
             kubeconfig=kubeconfig,
+            dra_checkpoint=dra_checkpoint,
             log=tmp_path / f"tmc-nri-{len(started)}.log",
         )
         plugin.start()

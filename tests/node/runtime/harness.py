@@ -131,6 +131,7 @@ class Plugin:
     resctrl: str = ""
     node: str = "node-a"
     kubeconfig: str = "none"  # events to an API server; "none": logged only
+    dra_checkpoint: str = ""  # tmc-dra-node's checkpoint, read for containers naming a claim
     log: Path = field(default_factory=lambda: Path("/dev/null"))
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
@@ -156,6 +157,8 @@ class Plugin:
                 f"127.0.0.1:{self.port}",
                 "--kubeconfig",
                 self.kubeconfig,
+                "--dra-checkpoint",
+                self.dra_checkpoint,
             ],
             stdout=subprocess.DEVNULL,
             stderr=self.log.open("ab"),
@@ -199,10 +202,13 @@ class Containerd:
         self.base = base
         self.sock = base / "containerd.sock"
         self.nri_sock = base / "nri.sock"
+        # CDI specs a DRA node plugin writes for the containers of a prepared claim.
+        self.cdi = base / "cdi"
         self.log = base / "containerd.log"
         self.proc: subprocess.Popen[bytes] | None = None
         (base / "nri-conf").mkdir(parents=True, exist_ok=True)
         (base / "nri-plugins").mkdir(parents=True, exist_ok=True)
+        self.cdi.mkdir(parents=True, exist_ok=True)
         # restrict_oom_score_adj: the kubelet asks for -998 for sandboxes; a runtime without
         # CAP_SYS_RESOURCE (this machine's root has not got it) may only raise its score.
         (base / "config.toml").write_text(
@@ -229,6 +235,7 @@ state = "{base}/state"
     sandbox = "{IMAGE}"
 [plugins."io.containerd.cri.v1.runtime"]
   restrict_oom_score_adj = true
+  cdi_spec_dirs = ["{self.cdi}"]
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -90,7 +91,27 @@ func main() {
 		log.Error("cannot register with the kubelet", "error", err)
 		os.Exit(1)
 	}
-	log.Info("registered with the kubelet", "driver", dra.DriverName, "node", *node, "registry", registry)
+	log.Info("serving; waiting for the kubelet to register the plugin", "driver", dra.DriverName, "node", *node, "registry", registry)
+	go func() {
+		// The kubelet tells the plugin when it has registered it (or why not).
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if st := helper.RegistrationStatus(); st != nil {
+				if st.PluginRegistered {
+					log.Info("registered with the kubelet", "driver", dra.DriverName)
+				} else {
+					log.Error("the kubelet refused the plugin", "error", st.Error)
+				}
+				return
+			}
+		}
+	}()
 	<-ctx.Done()
 	helper.Stop()
 }
