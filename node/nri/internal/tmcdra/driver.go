@@ -125,6 +125,14 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devi
 		return nil, err
 	}
 	if held, ok := c.Claims[uid]; ok {
+		// The same claim for another of its pods: the pods it is reserved for now may take it.
+		if now, err := Read(claim, d.cfg.NodeName); err == nil && !slices.Equal(now.Pods, held.Pods) {
+			held.Pods = now.Pods
+			c.Claims[uid] = held
+			if err := tmcnri.WriteDRACheckpoint(d.checkpointPath(), c); err != nil {
+				return nil, fmt.Errorf("cannot checkpoint claim %s: %w", uid, err)
+			}
+		}
 		if err := d.applyRuns(c, nil); err != nil {
 			return nil, err
 		}

@@ -105,6 +105,19 @@ func TestPrepareIsIdempotentAndWritesTheClaimsCDISpec(t *testing.T) {
 	}
 }
 
+func TestASharedClaimPreparedForItsNextPodIsTakenByBoth(t *testing.T) {
+	data, cdi := t.TempDir(), t.TempDir()
+	d := newDriver(t, data, cdi, "", 12)
+	a := claim("a-1", "4", "64Mi", "pod-1")
+	must(t, prepare(t, d, a)["a-1"].Err)
+	a.Status.ReservedFor = append(a.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "q", UID: "pod-2"})
+	must(t, prepare(t, d, a)["a-1"].Err)
+	got := checkpoint(t, data).Claims["a-1"]
+	if strings.Join(got.Pods, ",") != "pod-1,pod-2" || got.Run != (dra.Run{First: 0, Count: 4}) {
+		t.Fatalf("after the second pod: %+v", got)
+	}
+}
+
 func TestARestartedPluginKeepsTheHeldRuns(t *testing.T) {
 	data, cdi := t.TempDir(), t.TempDir()
 	must(t, prepare(t, newDriver(t, data, cdi, "", 12), claim("a-1", "4", "64Mi", "p1"))["a-1"].Err)
