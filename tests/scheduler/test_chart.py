@@ -123,6 +123,19 @@ def test_placement_renders_one_scheduler_for_the_opted_in_pods() -> None:
             {"name": "TmcPlacement", "weight": 1},
         ],
     }
+    # The packing score alone ranks nodes by their resources, unless the in-tree ones are asked.
+    spreading = [{"name": "TmcNodeResourcesFit"}, {"name": "NodeResourcesBalancedAllocation"}]
+    for point in ("preScore", "score"):
+        assert profile["plugins"][point] == {"disabled": spreading}
+    with_in_tree = render(
+        {"scheduler": {"placement": "plugin"}, "plugin": {"inTreeResourceScores": True}}
+    )
+    config = next(
+        yaml.safe_load(d["data"]["scheduler-config.yaml"])
+        for d in with_in_tree
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "demo-tmc-plugin"
+    )
+    assert not {"preScore", "score"} & set(config["profiles"][0]["plugins"])
     with pytest.raises(Exception, match=r"scheduler\.placement must be extender or plugin"):
         render({"scheduler": {"placement": "both"}})
 
