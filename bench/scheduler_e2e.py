@@ -317,8 +317,10 @@ def watch_binds(
     bound: dict[str, float],
     deadline: float,
     started: threading.Event,
+    node_of: dict[str, str] | None = None,
 ) -> int:
-    """Record when each pod of `ns` is first seen bound, until `expected` are or the deadline.
+    """Record when each pod of `ns` is first seen bound (and, in `node_of`, to which node), until
+    `expected` are or the deadline.
     A watch that ends (the server's timeout) is reopened from the last version seen; one that
     fails (410 Gone, a dropped connection) is replaced by a list, whose bound pods count at the
     time of the list. Returns how many times the watch was reopened."""
@@ -333,6 +335,8 @@ def watch_binds(
                 for pod in listed.items:
                     if pod.spec.node_name:
                         bound.setdefault(str(pod.metadata.name), seen)
+                        if node_of is not None:
+                            node_of[str(pod.metadata.name)] = str(pod.spec.node_name)
                 rv = str(listed.metadata.resource_version)
                 started.set()
             left = max(1, int(deadline - time.monotonic()))
@@ -346,8 +350,11 @@ def watch_binds(
                 for kind, obj in watch_events(response.stream(amt=None, decode_content=False)):
                     meta = obj.get("metadata") or {}
                     rv = str(meta.get("resourceVersion") or rv)
-                    if kind != "BOOKMARK" and (obj.get("spec") or {}).get("nodeName"):
+                    node = (obj.get("spec") or {}).get("nodeName")
+                    if kind != "BOOKMARK" and node:
                         bound.setdefault(str(meta.get("name")), time.monotonic())
+                        if node_of is not None:
+                            node_of[str(meta.get("name"))] = str(node)
                     if len(bound) >= expected:
                         break
             finally:
@@ -364,25 +371,31 @@ def watch_binds(
 @dataclass(frozen=True)
 class Burst:
     """One run's figures: pods/s from the first create to the last bind, create-to-bound
-    seconds (median and 99th percentile), and how often the pod watch was reopened."""
+    seconds (median and 99th percentile), how often the pod watch was reopened, and on how many
+    nodes the pods were placed (what the scores decided: fewer is denser packing)."""
 
     rate: float
     median: float
     p99: float
     reopened: int
+    nodes_used: int = 0
 
     def line(self, label: str, pods: int) -> str:
         return (
             f"  {label:<17} {pods}/{pods} bound  {self.rate:7.1f} pods/s  "
             f"median {self.median * 1000:6.0f} ms  p99 {self.p99 * 1000:6.0f} ms  "
-            f"(watch reopened {self.reopened}x)"
+            f"on {self.nodes_used} nodes  (watch reopened {self.reopened}x)"
         )
 
     @staticmethod
     def mean(a: Burst, b: Burst) -> Burst:
         """Two stock runs' figures averaged: the baseline of the path run between them."""
         return Burst(
-            (a.rate + b.rate) / 2, (a.median + b.median) / 2, (a.p99 + b.p99) / 2, a.reopened
+            (a.rate + b.rate) / 2,
+            (a.median + b.median) / 2,
+            (a.p99 + b.p99) / 2,
+            a.reopened,
+            (a.nodes_used + b.nodes_used) // 2,
         )
 
     def ratio(self, label: str, stock: Burst, target: str) -> str:
@@ -408,11 +421,14 @@ def run(
     objects = k8s.CustomObjectsApi(api.api_client)
     created: dict[str, float] = {}
     bound: dict[str, float] = {}
+    node_of: dict[str, str] = {}
     started = threading.Event()
     reopened: list[int] = []
     deadline = time.monotonic() + timeout
     watcher = threading.Thread(
-        target=lambda: reopened.append(watch_binds(api, ns, len(bodies), bound, deadline, started)),
+        target=lambda: reopened.append(
+            watch_binds(api, ns, len(bodies), bound, deadline, started, node_of)
+        ),
         daemon=True,
     )
     watcher.start()
@@ -461,6 +477,7 @@ def run(
         percentile(waits, 50),
         percentile(waits, 99),
         reopened[0] if reopened else 0,
+        len(set(node_of.values())),
     )
 
 
@@ -1021,6 +1038,7 @@ def record_size(
         result.figure(row, "pods/s", burst.rate, 1)
         result.figure(row, "median ms", burst.median * 1000, 0)
         result.figure(row, "p99 ms", burst.p99 * 1000, 0)
+        result.figure(row, "nodes used", burst.nodes_used, 0)
         result.figure(row, "CPU ms/pod", meter.per_pod_ms.get("total", float("nan")), 1)
         for process, ms in meter.per_pod_ms.items():
             if process != "total":

@@ -165,7 +165,16 @@ def test_scheduler_configuration_calls_the_extender_with_known_fields() -> None:
     config = yaml.safe_load(config_map["data"]["scheduler-config.yaml"])
     assert config["kind"] == "KubeSchedulerConfiguration"
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
-    assert config["profiles"] == [{"schedulerName": "tmc-scheduler"}]
+    # The extender's packing score alone ranks nodes by their resources, unless asked otherwise.
+    spreading = [{"name": "NodeResourcesFit"}, {"name": "NodeResourcesBalancedAllocation"}]
+    off = {"disabled": spreading}
+    assert config["profiles"] == [
+        {"schedulerName": "tmc-scheduler", "plugins": {"preScore": off, "score": off}}
+    ]
+    in_tree = {"scheduler": {"placement": "extender", "inTreeResourceScores": True}}
+    config_map = next(d for d in render(in_tree) if d["kind"] == "ConfigMap")
+    in_tree_config = yaml.safe_load(config_map["data"]["scheduler-config.yaml"])
+    assert in_tree_config["profiles"] == [{"schedulerName": "tmc-scheduler"}]
     (extender,) = config["extenders"]
     assert set(extender) <= EXTENDER_FIELDS
     assert extender["urlPrefix"] == "https://demo-tmc-extender.tmc.svc:8888/scheduler"
