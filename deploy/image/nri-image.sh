@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The node's NRI plugin image without a Docker engine: tmc-nri, a static Go binary (CGO off) alone
-# in an OCI image layout packed by oci.py, as deploy/image/go-images.sh builds the engine's.
+# The node's NRI plugin image without a Docker engine: tmc-nri and tmc-dra-node (the DRA door's
+# kubelet plugin, which the chart runs beside tmc-nri with dra.enabled), static Go binaries (CGO
+# off), in an OCI image layout packed by oci.py, as deploy/image/go-images.sh builds the engine's.
 #
 #   deploy/image/nri-image.sh [OUT_PARENT]      (./dev image calls it; OUT_PARENT defaults to
 #                                               build: build/image-tmc-nri)
 #
 # Reproducible: the source is `git archive` of the commit (TMC_IMAGE_REV, default HEAD): node/nri
-# and the contract types it reads (scheduler/plugin's go.mod and pkg/apis); the build is
+# and the contract types it reads (scheduler/plugin's go.mod, pkg/apis and pkg/dra); the build is
 # `go build -trimpath` with the module's pinned requirements, no VCS stamp and an empty build id;
 # every timestamp is the commit's (SOURCE_DATE_EPOCH) and oci.py normalises the layer. The Go
 # toolchain and caches are the control plane's (~/.cache/tmc-k8s). Prints `tmc-nri DIGEST`.
@@ -43,13 +44,16 @@ trap 'log "interrupted: removed $WORK and the partial image"; exit 130' INT TERM
 export GOTMPDIR=$WORK/gotmp
 mkdir -p "$WORK/src" "$GOTMPDIR"
 git -C "$ROOT" archive --format=tar "$REVISION" node/nri scheduler/plugin/go.mod \
-    scheduler/plugin/go.sum scheduler/plugin/pkg/apis profiler-agent/alloc | tar -C "$WORK/src" -xf -
+    scheduler/plugin/go.sum scheduler/plugin/pkg/apis scheduler/plugin/pkg/dra profiler-agent/alloc | tar -C "$WORK/src" -xf -
 
 log "building tmc-nri (tmc $VERSION at $REVISION, $("$GO" version | cut -d' ' -f3))"
 rootfs=$WORK/rootfs
 mkdir -p "$rootfs/usr/local/bin" "$rootfs/etc" "$rootfs/tmp"
 (cd "$WORK/src/node/nri" && "$GO" build -trimpath -ldflags "-s -w -buildid=" \
     -o "$rootfs/usr/local/bin/tmc-nri" ./cmd/tmc-nri)
+log "building tmc-dra-node"
+(cd "$WORK/src/node/nri" && "$GO" build -trimpath -ldflags "-s -w -buildid=" \
+    -o "$rootfs/usr/local/bin/tmc-dra-node" ./cmd/tmc-dra-node)
 # The allocator shim the plugin installs on a node that has none (the agent's image has no
 # compiler to build it there): built with this machine's gcc (Debian bookworm's glibc), its source
 # paths mapped away so that the bytes depend on the source only.

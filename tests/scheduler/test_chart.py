@@ -673,6 +673,127 @@ def test_the_dra_publisher_keeps_templates_only_in_tenant_namespaces() -> None:
     ]
 
 
+def agent_containers(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    pod = by_name(docs, "DaemonSet", "demo-tmc-agent")["spec"]["template"]["spec"]
+    return {c["name"]: c for c in pod["containers"]}
+
+
+def mounts_of(docs: list[dict[str, Any]], container: dict[str, Any]) -> dict[str, Any]:
+    """A container's mounts by path: (host path, read-only)."""
+    pod = by_name(docs, "DaemonSet", "demo-tmc-agent")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    return {
+        m["mountPath"]: (volumes[m["name"]]["hostPath"]["path"], m.get("readOnly", False))
+        for m in container["volumeMounts"]
+        if "hostPath" in volumes[m["name"]]
+    }
+
+
+def agent_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return list(by_name(docs, "ClusterRole", "demo-tmc-agent")["rules"])
+
+
+CLAIMS_GET = {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]}
+
+
+def test_the_dra_node_plugin_runs_beside_tmc_nri_only_with_dra() -> None:
+    """dra.enabled: tmc-dra-node in the node DaemonSet, from tmc-nri's image, told its node by
+    the downward API, with the kubelet's plugin directory and registry at their host paths, the
+    CDI directory and resctrl writable; tmc-nri reads its checkpoint from the same directory,
+    mounted read-only; the agents' account may get claims and nothing more of DRA. Off, none
+    of it renders."""
+    off = render()
+    assert set(agent_containers(off)) == {"agent", "nri"}
+    assert "TMC_NRI_DRA_CHECKPOINT" not in env_of(agent_containers(off)["nri"])
+    assert "/var/lib/kubelet/plugins/tmc.dev" not in mounts_of(off, agent_containers(off)["nri"])
+    assert CLAIMS_GET not in agent_rules(off)
+
+    docs = render({"dra": {"enabled": True}})
+    containers = agent_containers(docs)
+    assert set(containers) == {"agent", "nri", "dra-node"}
+    node, nri = containers["dra-node"], containers["nri"]
+    assert node["image"] == nri["image"] == "tmc-nri:0.1.0"
+    assert node["command"] == [
+        "/usr/local/bin/tmc-dra-node",
+        "--kubelet-dir=/var/lib/kubelet",
+        "--cdi-dir=/var/run/cdi",
+        "--resctrl=/sys/fs/resctrl",
+    ]
+    assert env_of(node) == {"TMC_DRA_NODE_NAME": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    assert mounts_of(docs, node) == {
+        "/var/lib/kubelet/plugins/tmc.dev": ("/var/lib/kubelet/plugins/tmc.dev", False),
+        "/var/lib/kubelet/plugins_registry": ("/var/lib/kubelet/plugins_registry", False),
+        "/var/run/cdi": ("/var/run/cdi", False),
+        "/sys/fs/resctrl": ("/sys/fs/resctrl", False),
+    }
+    assert node["securityContext"] == {
+        "runAsUser": 0,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert node["resources"] == {
+        "requests": {"cpu": "10m", "memory": "32Mi"},
+        "limits": {"memory": "128Mi"},
+    }
+    checkpoint = Path(env_of(nri)["TMC_NRI_DRA_CHECKPOINT"])
+    assert checkpoint == Path("/var/lib/kubelet/plugins/tmc.dev/checkpoint.json")
+    assert mounts_of(docs, nri)[str(checkpoint.parent)] == (str(checkpoint.parent), True)
+    assert agent_rules(docs) == [*agent_rules(off), CLAIMS_GET]
+    # The agent's own container is as it was.
+    assert containers["agent"] == agent_containers(off)["agent"]
+
+
+def test_the_dra_node_plugin_follows_its_values() -> None:
+    """Another kubelet root and CDI directory move every path, the checkpoint tmc-nri reads
+    included; a way count is passed for nodes without CAT; dra.nodePlugin.enabled false, or no
+    agent, runs none; tmc-nri reconcile applies no claims, so the chart refuses that pair."""
+    docs = render(
+        {
+            "dra": {
+                "enabled": True,
+                "nodePlugin": {"kubeletDir": "/data/kubelet/", "cdiDir": "/etc/cdi", "ways": 12},
+            }
+        }
+    )
+    node, nri = agent_containers(docs)["dra-node"], agent_containers(docs)["nri"]
+    assert node["command"][1:] == [
+        "--kubelet-dir=/data/kubelet",
+        "--cdi-dir=/etc/cdi",
+        "--resctrl=/sys/fs/resctrl",
+        "--ways=12",
+    ]
+    assert set(mounts_of(docs, node)) == {
+        "/data/kubelet/plugins/tmc.dev",
+        "/data/kubelet/plugins_registry",
+        "/etc/cdi",
+        "/sys/fs/resctrl",
+    }
+    assert env_of(nri)["TMC_NRI_DRA_CHECKPOINT"] == "/data/kubelet/plugins/tmc.dev/checkpoint.json"
+    assert mounts_of(docs, nri)["/data/kubelet/plugins/tmc.dev"] == (
+        "/data/kubelet/plugins/tmc.dev",
+        True,
+    )
+
+    own = render({"dra": {"enabled": True, "nodePlugin": {"enabled": False}}})
+    assert set(agent_containers(own)) == {"agent", "nri"}
+    assert "TMC_NRI_DRA_CHECKPOINT" not in env_of(agent_containers(own)["nri"])
+    assert CLAIMS_GET not in agent_rules(own)
+    # The DeviceClasses and the publisher stay.
+    by_name(own, "Deployment", "demo-tmc-dra-publisher")
+    no_agent = render({"dra": {"enabled": True}, "agent": {"enabled": False}})
+    assert not [d for d in no_agent if d["metadata"]["name"] == "demo-tmc-agent"]
+    with pytest.raises(Exception, match=r"dra.nodePlugin needs agent.nri.enabled"):
+        render({"dra": {"enabled": True}, "agent": {"nri": {"enabled": False}}})
+    reconcile = render(
+        {
+            "dra": {"enabled": True, "nodePlugin": {"enabled": False}},
+            "agent": {"nri": {"enabled": False}},
+        }
+    )
+    assert set(agent_containers(reconcile)) == {"agent", "reconcile"}
+
+
 def test_admission_policies_are_on_by_default_and_name_the_components() -> None:
     docs = render()
     policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}

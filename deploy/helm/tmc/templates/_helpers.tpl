@@ -89,3 +89,21 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $labels := .Values.admission.tenantNamespaceLabels -}}
 {{- range $i, $k := keys $labels | sortAlpha }}{{ if $i }},{{ end }}{{ $k }}={{ get $labels $k }}{{ end -}}
 {{- end -}}
+
+{{/* "true" when the node DaemonSet runs tmc-dra-node (dra.nodePlugin): DRA on, the agent and
+tmc-nri on. `tmc-nri reconcile` applies no claims: with it, the chart refuses rather than
+prepare claims nothing applies. */}}
+{{- define "tmc.draNodePlugin" -}}
+{{- if and .Values.dra.enabled .Values.dra.nodePlugin.enabled .Values.agent.enabled -}}
+{{- if not .Values.agent.nri.enabled -}}
+{{- fail "dra.nodePlugin needs agent.nri.enabled: tmc-nri reconcile does not apply DRA claims (set dra.nodePlugin.enabled=false to run tmc-dra-node another way)" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The node plugin's data directory on the host (and in its containers): its sockets and the
+checkpoint tmc-nri reads. */}}
+{{- define "tmc.draPluginDir" -}}
+{{- printf "%s/plugins/tmc.dev" (trimSuffix "/" .Values.dra.nodePlugin.kubeletDir) -}}
+{{- end -}}
