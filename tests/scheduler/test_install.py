@@ -290,6 +290,8 @@ DENIED = {
         ("patch", "pods", ""),
         ("create", "pods", "binding"),
         ("get", "secrets", ""),
+        # tmc-dra-node's read, granted with dra.enabled only (this install has no DRA door).
+        ("get", "resourceclaims.resource.k8s.io", ""),
     ],
     "scheduler": [
         ("patch", "pods", ""),

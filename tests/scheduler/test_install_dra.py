@@ -18,7 +18,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from tests.scheduler.controlplane import RELEASE
+from tests.scheduler.controlplane import NAMESPACE, RELEASE
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import devcluster as dc
 from tests.services import wait_until
@@ -49,6 +49,50 @@ def test_the_guide_gives_the_dra_doors_steps() -> None:
     assert "./dev cluster up --placement dra" in guide
     for step in dc.next_steps("dra").splitlines()[4:]:
         assert step.strip() in guide, step
+
+
+def test_the_node_plugin_may_read_the_claims_it_prepares_and_no_more(
+    dra_cluster: tuple[dc.State, Path],
+) -> None:
+    """tmc-dra-node runs as the agents' service account (the node DaemonSet's): the real
+    authorizer lets it get a ResourceClaim, which the kubelet plugin helper reads before each
+    prepare, and nothing else of DRA, nor the agent more than it had."""
+    state, _ = dra_cluster
+    auth = k8s.AuthorizationV1Api(dc.admin_client(state.kubeconfig))
+
+    def allowed(verb: str, resource: str, sub: str = "") -> bool:
+        review = auth.create_subject_access_review(
+            {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": {
+                    "user": f"system:serviceaccount:{NAMESPACE}:{FULL}-agent",
+                    "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"],
+                    "resourceAttributes": {
+                        "verb": verb,
+                        "group": "resource.k8s.io" if resource.startswith("resource") else "",
+                        "resource": resource,
+                        "subresource": sub,
+                        "namespace": "default",
+                    },
+                },
+            }
+        )
+        return bool(review.status.allowed)
+
+    assert allowed("get", "resourceclaims")
+    for verb, resource, sub in [
+        ("list", "resourceclaims", ""),
+        ("watch", "resourceclaims", ""),
+        ("update", "resourceclaims", ""),
+        ("patch", "resourceclaims", "status"),
+        ("update", "resourceclaims", "binding"),
+        ("create", "resourceslices", ""),
+        ("get", "resourceclaimtemplates", ""),
+        ("get", "pods", ""),
+        ("get", "secrets", ""),
+    ]:
+        assert not allowed(verb, resource, sub), (verb, resource, sub)
 
 
 def test_the_dra_door_places_the_example_pod(dra_cluster: tuple[dc.State, Path]) -> None:
