@@ -55,6 +55,10 @@ def test_the_image_runs_as_the_daemonset_runs_it(node: Node, tmp_path: Path) -> 
     assert build(tmp_path / "b", tmp_path / "tmp") == first
     assert list((tmp_path / "tmp").iterdir()) == [], "the builds left their work behind"
     layout = tmp_path / "a" / "image-tmc-nri"
+    # The chart runs tmc-dra-node from this image too (dra.nodePlugin).
+    with tarfile.open(fileobj=io.BytesIO(layer(layout))) as t:
+        for binary in ("tmc-nri", "tmc-dra-node"):
+            assert t.getmember(f"usr/local/bin/{binary}").mode & 0o111, binary
     packed = tmp_path / "tmc-nri.tar"
     with tarfile.open(packed, "w") as t:
         t.add(layout, arcname=".")
