@@ -46,17 +46,14 @@ from bench.evaluation import (
     PolicySet,
     Settings,
     WorkloadData,
-    _demand,
-    _fractions,
     _map,
     _study_job,
-    _within,
     build_policies,
+    candidates_within,
     compact,
     mixes_of,
 )
-from model.select import algorithm1
-from sim.cluster import CPU, DRAM, SLOW, Architecture, ClusterState, Menu, architecture
+from sim.cluster import CPU, DRAM, SLOW, Architecture, ClusterState, architecture
 
 FloatArray = NDArray[np.float64]
 
@@ -98,18 +95,12 @@ def dra_policy(
     """The DRA door: Algorithm 1's candidates within T as a claim's alternatives (the pick, then
     by packing penalty), the first that fits a node taken there, the node by kube-scheduler's
     default scores."""
-    idxs = [_within(d, threshold) for d in data]
-    menus = [Menu(_demand(d, i), d.tmc_seconds[i]) for d, i in zip(data, idxs, strict=True)]
-    costs = [d.tmc_cost[i] for d, i in zip(data, idxs, strict=True)]
-    pred = [d.predicted_cost[i] for d, i in zip(data, idxs, strict=True)]
-    fracs = [_fractions(m.demand, arch) for m in menus]
-    ok = [np.ones(len(i), dtype=bool) for i in idxs]
+    within = candidates_within(data, threshold, arch)
 
     def placer(pending: Sequence[int], state: ClusterState) -> list[tuple[int, int] | None]:
         out: list[tuple[int, int] | None] = []
         for w in pending:
-            sel = algorithm1(pred[w], pred[w], ok[w], fracs[w], state.utilization(), threshold)
-            assert sel is not None
+            sel = within.algorithm1(w, state.utilization(), threshold)
             alternatives = [int(x) for x in sel.within[:MAX_ALTERNATIVES]]
             demands = state.menus[w].demand
             taken = np.full(state.machines, -1, dtype=np.int64)  # alternative index per machine
@@ -128,7 +119,7 @@ def dra_policy(
             out.append((option, machine))
         return out
 
-    return PolicySet(menus, costs, lambda seed: placer)
+    return PolicySet(within.menus, within.costs, lambda seed: placer)
 
 
 def policy(name: str, data: Sequence[WorkloadData], arch: Architecture) -> PolicySet:

@@ -468,25 +468,58 @@ def _within(d: WorkloadData, threshold: float) -> IntArray:
     return np.sort(sel.within)
 
 
-def tmc_policy(data: Sequence[WorkloadData], threshold: float, arch: Architecture) -> PolicySet:
-    """Algorithm 1 at each arrival with the cluster's live utilization, over the candidates
-    within T (computed once: predicted costs do not change)."""
+@dataclass(frozen=True)
+class CandidatesWithinT:
+    """Per workload, the configurations Algorithm 1 keeps within T on an idle cluster (computed
+    once: predicted costs do not change): the menu the cluster sees, their true costs, their
+    predicted costs, their demand as shares of a machine (D_i) and all of them acceptable."""
+
+    menus: list[Menu]
+    costs: list[FloatArray]
+    predicted: list[FloatArray]
+    fractions: list[FloatArray]
+    acceptable: list[NDArray[np.bool_]]
+
+    def algorithm1(self, w: int, utilization: FloatArray, threshold: float) -> Any:
+        """Algorithm 1 over workload w's candidates at this utilization (its `Selection`)."""
+        sel = algorithm1(
+            self.predicted[w],
+            self.predicted[w],
+            self.acceptable[w],
+            self.fractions[w],
+            utilization,
+            threshold,
+        )
+        assert sel is not None
+        return sel
+
+
+def candidates_within(
+    data: Sequence[WorkloadData], threshold: float, arch: Architecture
+) -> CandidatesWithinT:
     idxs = [_within(d, threshold) for d in data]
     menus = [Menu(_demand(d, i), d.tmc_seconds[i]) for d, i in zip(data, idxs, strict=True)]
-    costs = [d.tmc_cost[i] for d, i in zip(data, idxs, strict=True)]
-    pred = [d.predicted_cost[i] for d, i in zip(data, idxs, strict=True)]
-    fracs = [_fractions(m.demand, arch) for m in menus]
-    ok = [np.ones(len(i), dtype=bool) for i in idxs]
+    return CandidatesWithinT(
+        menus=menus,
+        costs=[d.tmc_cost[i] for d, i in zip(data, idxs, strict=True)],
+        predicted=[d.predicted_cost[i] for d, i in zip(data, idxs, strict=True)],
+        fractions=[_fractions(m.demand, arch) for m in menus],
+        acceptable=[np.ones(len(i), dtype=bool) for i in idxs],
+    )
+
+
+def tmc_policy(data: Sequence[WorkloadData], threshold: float, arch: Architecture) -> PolicySet:
+    """Algorithm 1 at each arrival with the cluster's live utilization, over the candidates
+    within T."""
+    within = candidates_within(data, threshold, arch)
 
     def choose(w: int, u: FloatArray) -> int:
-        sel = algorithm1(pred[w], pred[w], ok[w], fracs[w], u, threshold)
-        assert sel is not None
-        return sel.chosen
+        return int(within.algorithm1(w, u, threshold).chosen)
 
     def make(seed: int) -> Placer:
         return online_placer(choose)
 
-    return PolicySet(menus, costs, make)
+    return PolicySet(within.menus, within.costs, make)
 
 
 def batch_policy(
