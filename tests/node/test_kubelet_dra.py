@@ -10,7 +10,6 @@ runc are test_kubelet.py's (`cluster`): no CNI, host network, no resctrl on this
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +21,7 @@ from kubernetes import client as k8s
 
 from tests.node import test_kubelet
 from tests.node.conftest import Node, PluginFactory
+from tests.node.runtime import harness
 from tests.node.test_kubelet import NODE, Kubelet, wait_pod
 from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
@@ -68,13 +68,7 @@ class DraNode:
             time.sleep(0.1)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        harness.terminate(self.proc, 10)
 
 
 @pytest.fixture
@@ -98,6 +92,14 @@ def start_dra_node(
     yield start
     for plugin in started:
         plugin.stop()
+
+
+def until(done: Callable[[], object], kubelet: Kubelet, seconds: float = 60) -> None:
+    """Wait until done() is true, failing with the kubelet's log after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, kubelet.log.read_text()[-3000:]
+        time.sleep(0.5)
 
 
 def checkpoint_path(kubelet: Kubelet) -> Path:
@@ -187,10 +189,7 @@ def remove(cp: ControlPlane, kubelet: Kubelet, name: str) -> None:
         GROUP, VERSION, "default", "resourceclaims", name
     )["metadata"]["uid"]
     api.delete_namespaced_pod(name, "default", grace_period_seconds=0)
-    deadline = time.monotonic() + 60
-    while uid in held(kubelet):
-        assert time.monotonic() < deadline, kubelet.log.read_text()[-3000:]
-        time.sleep(0.5)
+    until(lambda: uid not in held(kubelet), kubelet)
     objects(cp).delete_namespaced_custom_object(GROUP, VERSION, "default", "resourceclaims", name)
 
 
@@ -242,13 +241,8 @@ def test_a_claimed_pod_runs_with_its_allocation_and_is_unprepared_when_it_goes(
     assert record["started"] is True
     assert any("no L3 CAT through resctrl" in s for s in record["skipped"])
     # The pod is done: the kubelet unprepares the claim, whose run and CDI spec go.
-    deadline = time.monotonic() + 60
-    while (
-        claim_uid in held(kubelet)
-        or (node.runtime.cdi / f"tmc.dev-claim_{claim_uid}.json").exists()
-    ):
-        assert time.monotonic() < deadline, kubelet.log.read_text()[-3000:]
-        time.sleep(0.5)
+    cdi_spec = node.runtime.cdi / f"tmc.dev-claim_{claim_uid}.json"
+    until(lambda: claim_uid not in held(kubelet) and not cdi_spec.exists(), kubelet)
     remove(cp, kubelet, "bfs-dra")
 
 
@@ -262,10 +256,8 @@ def test_with_the_node_plugin_down_the_pod_waits_and_starts_once_it_runs(
     start_plugin(dra_checkpoint=str(checkpoint_path(kubelet)))
     api = c.core(cp)
     pod = allocate(cp, "waits-dra", ways=2, dram=64 * MIB)
-    deadline = time.monotonic() + 60
-    while not (failures := prepare_failures(api, pod)):
-        assert time.monotonic() < deadline, kubelet.log.read_text()[-3000:]
-        time.sleep(0.5)
+    until(lambda: prepare_failures(api, pod), kubelet)
+    failures = prepare_failures(api, pod)
     assert "tmc.dev" in failures[0], failures
     # Not started: no sandbox, no container.
     assert api.read_namespaced_pod("waits-dra", "default").status.phase == "Pending"
@@ -290,13 +282,7 @@ def test_a_claim_whose_ways_do_not_fit_is_refused_and_the_pod_never_starts(
     start_dra_node()
     api = c.core(cp)
     pod = allocate(cp, "toobig-dra", ways=WAYS + 1, dram=64 * MIB)
-    deadline = time.monotonic() + 60
-    while not any("do not fit" in f for f in prepare_failures(api, pod)):
-        assert time.monotonic() < deadline, (
-            prepare_failures(api, pod),
-            kubelet.log.read_text()[-2000:],
-        )
-        time.sleep(0.5)
+    until(lambda: any("do not fit" in f for f in prepare_failures(api, pod)), kubelet)
     # Refused by the node plugin, retried by the kubelet, and never started.
     time.sleep(5)
     assert api.read_namespaced_pod("toobig-dra", "default").status.phase == "Pending"

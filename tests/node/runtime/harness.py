@@ -166,13 +166,8 @@ class Plugin:
         )
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            terminate(self.proc, 10)
         self.proc = None
 
     def metrics(self) -> dict[str, float]:
@@ -267,13 +262,8 @@ state = "{base}/state"
         raise RuntimeFailure(f"containerd did not start:\n{self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            terminate(self.proc, 20)
         self.proc = None
 
     def ctr(self, *args: str) -> str:
@@ -369,6 +359,18 @@ state = "{base}/state"
         for pod in self.crictl("pods", "-q").stdout.split():
             self.crictl("stopp", pod, check=False)
             self.crictl("rmp", pod, check=False)
+
+
+def terminate(proc: subprocess.Popen[bytes], seconds: float) -> None:
+    """SIGTERM a process still running, then SIGKILL it if it has not exited within `seconds`."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def remove_empty_cgroups(name: str, root: Path = Path("/sys/fs/cgroup")) -> None:

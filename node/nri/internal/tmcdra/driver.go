@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -133,13 +134,7 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devi
 				return nil, fmt.Errorf("cannot checkpoint claim %s: %w", uid, err)
 			}
 		}
-		if err := d.applyRuns(c, nil); err != nil {
-			return nil, err
-		}
-		if err := d.writeCDI(uid); err != nil {
-			return nil, err
-		}
-		return d.devices(uid, held), nil
+		return d.apply(c, nil, uid, held)
 	}
 	want, err := Read(claim, d.cfg.NodeName)
 	if err != nil {
@@ -175,13 +170,19 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devi
 	if err := tmcnri.WriteDRACheckpoint(d.checkpointPath(), c); err != nil {
 		return nil, fmt.Errorf("cannot checkpoint claim %s: %w", uid, err)
 	}
+	return d.apply(c, moved, uid, want)
+}
+
+// apply brings the node to the checkpoint after a prepare (the groups' schemata, `moved` only
+// when not nil, and the claim's CDI spec) and answers the claim's prepared devices.
+func (d *Driver) apply(c *tmcnri.DRACheckpoint, moved []string, uid string, cl tmcnri.DRAClaim) ([]kubeletplugin.Device, error) {
 	if err := d.applyRuns(c, moved); err != nil {
 		return nil, err
 	}
 	if err := d.writeCDI(uid); err != nil {
 		return nil, err
 	}
-	return d.devices(uid, want), nil
+	return d.devices(uid, cl), nil
 }
 
 // applyRuns rewrites the schemata of the claims' groups that exist (only `moved` when it is not
@@ -329,7 +330,7 @@ func Read(claim *resourceapi.ResourceClaim, node string) (tmcnri.DRAClaim, error
 		}
 		out.Devices = append(out.Devices, tmcnri.DRADevice{Request: r.Request, Pool: r.Pool, Device: r.Device})
 		pool := r.Pool == node
-		rack := len(r.Pool) > len(dra.RackPoolPrefix) && r.Pool[:len(dra.RackPoolPrefix)] == dra.RackPoolPrefix
+		rack := len(r.Pool) > len(dra.RackPoolPrefix) && strings.HasPrefix(r.Pool, dra.RackPoolPrefix)
 		if !pool && !rack {
 			return out, fmt.Errorf("device %s/%s is in neither this node's pool nor a rack pool", clip(r.Pool), clip(r.Device))
 		}

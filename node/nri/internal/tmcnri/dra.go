@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -122,18 +121,13 @@ var ErrNoDRACheckpoint = errors.New("no DRA checkpoint on this node")
 
 // ReadDRACheckpoint reads and checks the checkpoint at path (ErrNoDRACheckpoint when absent).
 func ReadDRACheckpoint(path string) (*DRACheckpoint, error) {
-	f, err := os.Open(path)
+	data, long, err := readAtMost(path, maxDRACheckpointBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, ErrNoDRACheckpoint
 	} else if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxDRACheckpointBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxDRACheckpointBytes {
+	if long {
 		return nil, fmt.Errorf("DRA checkpoint %s is larger than %d bytes", path, maxDRACheckpointBytes)
 	}
 	var c DRACheckpoint

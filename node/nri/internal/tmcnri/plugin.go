@@ -213,11 +213,8 @@ func (p *Plugin) admitContainer(pod *api.PodSandbox, ctr *api.Container) (*admis
 			ctr.GetName(), pod.GetNamespace(), p.cfg.Tenants.String()))
 		return nil, nil
 	}
-	if err == nil && !uidText.MatchString(pod.GetUid()) {
-		err = malformed("pod uid %q is not a Kubernetes uid", clip(pod.GetUid(), 70))
-	}
-	if err == nil && !nameText.MatchString(ctr.GetName()) {
-		err = malformed("container name %q is not a DNS label", clip(ctr.GetName(), 70))
+	if err == nil {
+		err = containerIdentity(pod, ctr)
 	}
 	if err != nil {
 		if verification {
@@ -237,16 +234,39 @@ func (p *Plugin) admitContainer(pod *api.PodSandbox, ctr *api.Container) (*admis
 	if resolved == nil {
 		return nil, p.refuse(pod, "TmcPlacementRefused", planUnavailable+"; the container is created again")
 	}
+	in, err := p.admitOnNode(pod, ctr, resolved, false, "TmcPlacementRefused")
+	if err != nil {
+		return nil, err
+	}
+	in.verification, in.planUnavailable = verification, planUnavailable
+	return in, nil
+}
+
+// containerIdentity checks the pod's uid and the container's name, which name files and
+// resctrl groups on the node.
+func containerIdentity(pod *api.PodSandbox, ctr *api.Container) error {
+	if !uidText.MatchString(pod.GetUid()) {
+		return malformed("pod uid %q is not a Kubernetes uid", clip(pod.GetUid(), 70))
+	}
+	if !nameText.MatchString(ctr.GetName()) {
+		return malformed("container name %q is not a DNS label", clip(ctr.GetName(), 70))
+	}
+	return nil
+}
+
+// admitOnNode reads the node's layout and admits the pod's placement against what the node's
+// placed pods hold (`admit`); a refusal is reported with reason.
+func (p *Plugin) admitOnNode(pod *api.PodSandbox, ctr *api.Container, pl *Placement, claimed bool, reason string) (*admission, error) {
 	node, err := ReadNodeLayout(p.cfg.SysRoot, p.cfg.Resctrl)
 	if err != nil {
-		return nil, p.refuse(pod, "TmcPlacementRefused", node.NoTopology)
+		return nil, p.refuse(pod, reason, node.NoTopology)
 	}
 	_, slowNode := node.Topology.Nearest(targetOf(pod, ctr).CPUs)
-	fresh, why := p.admit(pod, resolved, node.Topology, slowNode, false)
+	fresh, why := p.admit(pod, pl, node.Topology, slowNode, claimed)
 	if why != "" {
-		return nil, p.refuse(pod, "TmcPlacementRefused", why)
+		return nil, p.refuse(pod, reason, why)
 	}
-	return &admission{placement: resolved, node: node, verification: verification, fresh: fresh, planUnavailable: planUnavailable}, nil
+	return &admission{placement: pl, node: node, fresh: fresh}, nil
 }
 
 // admitDRA is the node's decision on a container that names a prepared DRA claim (DRAClaimEnv,
@@ -254,28 +274,21 @@ func (p *Plugin) admitContainer(pod *api.PodSandbox, ctr *api.Container) (*admis
 // checkpoint, for a pod it is reserved for. Such a container never starts without it: the
 // kubelet creates it again.
 func (p *Plugin) admitDRA(pod *api.PodSandbox, ctr *api.Container, claim string, verification bool) (*admission, error) {
-	if !uidText.MatchString(pod.GetUid()) {
-		return nil, p.refuse(pod, "TmcClaimRefused", fmt.Sprintf("pod uid %q is not a Kubernetes uid", clip(pod.GetUid(), 70)))
-	}
-	if !nameText.MatchString(ctr.GetName()) {
-		return nil, p.refuse(pod, "TmcClaimRefused", fmt.Sprintf("container name %q is not a DNS label", clip(ctr.GetName(), 70)))
+	if err := containerIdentity(pod, ctr); err != nil {
+		return nil, p.refuse(pod, "TmcClaimRefused", err.Error())
 	}
 	pl, group, err := p.draPlacement(pod.GetUid(), claim)
 	if err != nil {
 		return nil, p.refuse(pod, "TmcClaimRefused", err.Error()+"; the container is created again")
 	}
-	node, err := ReadNodeLayout(p.cfg.SysRoot, p.cfg.Resctrl)
-	if err != nil {
-		return nil, p.refuse(pod, "TmcClaimRefused", node.NoTopology)
-	}
-	_, slowNode := node.Topology.Nearest(targetOf(pod, ctr).CPUs)
 	// The claim's ways are the node plugin's to place (its checkpoint keeps the runs apart, and
 	// compaction moves them): only the memory is checked here.
-	fresh, why := p.admit(pod, pl, node.Topology, slowNode, true)
-	if why != "" {
-		return nil, p.refuse(pod, "TmcClaimRefused", why)
+	in, err := p.admitOnNode(pod, ctr, pl, true, "TmcClaimRefused")
+	if err != nil {
+		return nil, err
 	}
-	return &admission{placement: pl, node: node, verification: verification, fresh: fresh, group: group}, nil
+	in.verification, in.group = verification, group
+	return in, nil
 }
 
 // resolvePlan is the pod's plan (ResolvePodPlan, kept in the plan directory after the first

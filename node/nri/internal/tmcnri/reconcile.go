@@ -427,19 +427,28 @@ func readListFile(path string) ([]int, error) {
 
 // readBounded reads a file of ids that may be longer than readSmall's one read.
 func readBounded(path string) (string, error) {
-	f, err := os.Open(path)
+	data, long, err := readAtMost(path, maxTaskFile)
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxTaskFile+1))
-	if err != nil {
-		return "", err
-	}
-	if len(data) > maxTaskFile {
+	if long {
 		return "", fmt.Errorf("%s is longer than %d bytes", path, maxTaskFile)
 	}
 	return string(data), nil
+}
+
+// readAtMost reads the file at path, up to limit bytes; long: it holds more (data is then cut).
+func readAtMost(path string, limit int64) (data []byte, long bool, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Close()
+	data, err = io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, false, err
+	}
+	return data, int64(len(data)) > limit, nil
 }
 
 // ListPods are the pods the API server binds to node.
@@ -457,16 +466,11 @@ const maxPodList = 64 << 20
 
 // ReadPodList reads a v1 PodList (kubectl get pods -o json), bounded.
 func ReadPodList(path string) ([]corev1.Pod, error) {
-	f, err := os.Open(path)
+	data, long, err := readAtMost(path, maxPodList)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxPodList+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxPodList {
+	if long {
 		return nil, fmt.Errorf("%s: a pod list longer than %d bytes", path, maxPodList)
 	}
 	var list corev1.PodList
