@@ -107,3 +107,8 @@ checkpoint tmc-nri reads. */}}
 {{- define "tmc.draPluginDir" -}}
 {{- printf "%s/plugins/tmc.dev" (trimSuffix "/" .Values.dra.nodePlugin.kubeletDir) -}}
 {{- end -}}
+
+{{/* The kubelet's plugin registry on the host, where tmc-dra-node registers. */}}
+{{- define "tmc.draRegistryDir" -}}
+{{- printf "%s/plugins_registry" (trimSuffix "/" .Values.dra.nodePlugin.kubeletDir) -}}
+{{- end -}}
