@@ -317,13 +317,19 @@ DENIED = {
 
 
 def allowed(installed: Installed, component: str, verb: str, resource: str, sub: str) -> bool:
-    auth = k8s.AuthorizationV1Api(installed.client)
+    return account_may(installed.client, f"{FULL}-{component}", verb, resource, sub)
+
+
+def account_may(client: Any, account: str, verb: str, resource: str, sub: str = "") -> bool:
+    """Whether the real authorizer lets the release's service account `account` do `verb` on
+    `resource` ("plural.group", "plural" for the core group) in the default namespace."""
+    auth = k8s.AuthorizationV1Api(client)
     review = auth.create_subject_access_review(
         {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SubjectAccessReview",
             "spec": {
-                "user": f"system:serviceaccount:{NAMESPACE}:{FULL}-{component}",
+                "user": f"system:serviceaccount:{NAMESPACE}:{account}",
                 "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"],
                 "resourceAttributes": {
                     "verb": verb,

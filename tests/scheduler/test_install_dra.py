@@ -18,9 +18,10 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from tests.scheduler.controlplane import NAMESPACE, RELEASE
+from tests.scheduler.controlplane import RELEASE
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import devcluster as dc
+from tests.scheduler.test_install import account_may
 from tests.services import wait_until
 
 pytestmark = pytest.mark.slow
@@ -58,27 +59,11 @@ def test_the_node_plugin_may_read_the_claims_it_prepares_and_no_more(
     authorizer lets it get a ResourceClaim, which the kubelet plugin helper reads before each
     prepare, and nothing else of DRA, nor the agent more than it had."""
     state, _ = dra_cluster
-    auth = k8s.AuthorizationV1Api(dc.admin_client(state.kubeconfig))
+    client = dc.admin_client(state.kubeconfig)
 
     def allowed(verb: str, resource: str, sub: str = "") -> bool:
-        review = auth.create_subject_access_review(
-            {
-                "apiVersion": "authorization.k8s.io/v1",
-                "kind": "SubjectAccessReview",
-                "spec": {
-                    "user": f"system:serviceaccount:{NAMESPACE}:{FULL}-agent",
-                    "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"],
-                    "resourceAttributes": {
-                        "verb": verb,
-                        "group": "resource.k8s.io" if resource.startswith("resource") else "",
-                        "resource": resource,
-                        "subresource": sub,
-                        "namespace": "default",
-                    },
-                },
-            }
-        )
-        return bool(review.status.allowed)
+        group = ".resource.k8s.io" if resource.startswith("resource") else ""
+        return account_may(client, f"{FULL}-agent", verb, resource + group, sub)
 
     assert allowed("get", "resourceclaims")
     for verb, resource, sub in [
