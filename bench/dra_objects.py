@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +175,7 @@ class Published:
     before_mib: dict[str, float]
     after_mib: dict[str, float]
     capacity: dict[tuple[str, str, str], int]
+    shape: str = "a node's ways as a count, its memory by the byte"
 
     def line(self, nodes: int) -> str:
         memory = ", ".join(
@@ -182,10 +183,9 @@ class Published:
             for name in self.before_mib
         )
         return (
-            f"  DRA objects: {self.slices} ResourceSlices ({self.devices} devices: a node's ways "
-            f"as a count, its memory by the byte) for {nodes} nodes and their rack pools, "
-            f"created in {self.seconds:.0f} s ({self.slices / self.seconds:.0f}/s); resident "
-            f"memory {memory}"
+            f"  DRA objects: {self.slices} ResourceSlices ({self.devices} devices: {self.shape})"
+            f" for {nodes} nodes, created in {self.seconds:.0f} s"
+            f" ({self.slices / self.seconds:.0f}/s); resident memory {memory}"
         )
 
 
@@ -197,14 +197,96 @@ def publish(
 ) -> Published:
     """The chart's DeviceClasses and the nodes' (and rack pools') ResourceSlices, created; the
     resident memory of pids read before and after."""
+    return _published(cp, device_classes(), cluster_slices(command, nodes), pids)
+
+
+def _published(
+    cp: ControlPlane,
+    classes: list[dict[str, Any]],
+    slices: list[dict[str, Any]],
+    pids: dict[str, int | None],
+    shape: str | None = None,
+) -> Published:
     before = {name: resident_mib(p) for name, p in pids.items()}
-    create_all(cp, "deviceclasses", device_classes())
-    slices = cluster_slices(command, nodes)
+    create_all(cp, "deviceclasses", classes)
     seconds = create_all(cp, "resourceslices", slices)
     time.sleep(5)  # what the creation left to settle (watch caches, compaction) counts too
     after = {name: resident_mib(p) for name, p in pids.items()}
     devices = sum(len(s["spec"].get("devices", [])) for s in slices)
-    return Published(len(slices), devices, seconds, before, after, device_capacity(slices))
+    published = Published(len(slices), devices, seconds, before, after, device_capacity(slices))
+    return published if shape is None else replace(published, shape=shape)
+
+
+# The plainest DRA there is, as Kubernetes' own scheduler benchmarks publish it: a driver whose
+# nodes each offer a few whole devices with no attributes, counters or capacity, one DeviceClass
+# selecting the driver, and claims for one device each. What the stock kube-scheduler spends on
+# it is what any claim costs, whatever its devices: the floor under every DRA door.
+PLAIN_DRIVER = "plain.bench.tmc.dev"
+PLAIN_CLASS = "plain.bench.tmc.dev"
+PLAIN_DEVICES_PER_NODE = 8
+
+
+def plain_objects(node_names: Sequence[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The plain driver's DeviceClass and one ResourceSlice a node of PLAIN_DEVICES_PER_NODE
+    devices."""
+    device_class = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "DeviceClass",
+        "metadata": {"name": PLAIN_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{PLAIN_DRIVER}"'}}]},
+    }
+    slices = [
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-plain"},
+            "spec": {
+                "driver": PLAIN_DRIVER,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": f"device-{k}"} for k in range(PLAIN_DEVICES_PER_NODE)],
+            },
+        }
+        for node in node_names
+    ]
+    return [device_class], slices
+
+
+def publish_plain(
+    cp: ControlPlane, node_names: Sequence[str], pids: dict[str, int | None]
+) -> Published:
+    """The plain driver's objects (plain_objects), created as publish creates tmc's."""
+    classes, slices = plain_objects(node_names)
+    return _published(cp, classes, slices, pids, "the plain driver's whole devices")
+
+
+def plain_claim() -> Claim:
+    """One device of the plain driver's class."""
+    request = {
+        "name": "device",
+        "exactly": {"deviceClassName": PLAIN_CLASS, "allocationMode": "ExactCount", "count": 1},
+    }
+    return Claim({"devices": {"requests": [request]}}, "one whole device of the plain driver")
+
+
+def allocated_twice(claims: Iterable[dict[str, Any]]) -> list[str]:
+    """Whole devices (no consumable capacity) given to more than one claim, and claims with no
+    allocation: what the plain driver's allocations over-commit. Empty when none."""
+    problems: list[str] = []
+    holder: dict[tuple[str, str], str] = {}
+    for claim in claims:
+        meta = claim["metadata"]
+        name = f"{meta.get('namespace', '')}/{meta['name']}"
+        allocation = (claim.get("status") or {}).get("allocation")
+        if not allocation:
+            problems.append(f"{name}: not allocated")
+            continue
+        for r in allocation["devices"]["results"]:
+            key = (r["pool"], r["device"])
+            if key in holder:
+                problems.append(f"{key[0]}/{key[1]}: given to {holder[key]} and {name}")
+            holder[key] = name
+    return problems
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ read what the recommendation publisher publishes; it also keeps the ledger's mir
 
     python -m bench.scheduler_e2e [--pods 500] [--nodes 100 5000] [--profile out.json]
                                   [--pprof DIR] [--compare-engine DIR] [--dra]
-                                  [--dra-nodes-to-score PERCENT] [--json PATH]
+                                  [--dra-shape tmc|plain] [--dra-nodes-to-score PERCENT]
+                                  [--json PATH]
 
 Needs the control plane of tests/scheduler/controlplane (built from Go modules). Nodes carry the
 capacity annotations an agent publishes (model.node_contract), written directly: agents are not
@@ -46,6 +47,11 @@ capacity, its LLC ways as a count and its DRAM and slow memory by the byte) are 
 threads, timed, and the API server's and etcd's resident memory read before and after. After the
 burst every claim's allocation is checked: the ways a node's claims take together are at most
 its ways, no device gives more bytes than it has ("no over-commit", else the run fails).
+With --dra-shape plain, the DRA path's objects are instead the plainest DRA, as Kubernetes' own
+scheduler benchmarks make them: a driver whose nodes offer eight whole devices each (no
+attributes, counters or capacity), one DeviceClass selecting the driver, and a claim of one
+device a pod (no device given twice, else the run fails): what any claim costs the stock
+kube-scheduler, the floor under tmc's DRA door.
 The load average at the start and end of each size is printed: the figures are only comparable
 on a quiet machine. A pod not seen bound
 within --timeout fails the run (exit status 1): the figures are never computed on a smaller
@@ -641,6 +647,7 @@ def one_size(
     label: str = "",
     dra: bool = False,
     dra_nodes_to_score: int | None = None,
+    dra_shape: str = "tmc",
 ) -> dict[str, float] | None:
     """Every run at one node count, its figures recorded in result (rows named with `label`,
     the run's place in a series); each tmc path's ratios to the stock run, or None when a run
@@ -658,10 +665,10 @@ def one_size(
         c.install_rbac(cp)
         plugin_path.install_plugin(cp)
         plugin_path.build_scheduler()
-        slices_command = build_slices_command(cp.dir) if dra else None
+        slices_command = build_slices_command(cp.dir) if dra and dra_shape == "tmc" else None
         api = c.core(cp)
         t0 = time.monotonic()
-        add_nodes(cp, nodes, pool_labels=dra)
+        add_nodes(cp, nodes, pool_labels=slices_command is not None)
         print(f"{nodes} nodes registered in {time.monotonic() - t0:.0f} s")
         sessions = make_session_factory(
             make_engine(Settings(environment="test", database_url=postgres.url))
@@ -846,19 +853,27 @@ def one_size(
         stock_again, stock_again_cpu_meter = stock_burst("plain2", "warm-stock2")
         stock_again_cpu = stock_again_cpu_meter.line(pods)
         dra_runs: dict[str, tuple[Burst, CpuMeter]] = {}
-        if slices_command is not None:
+        if dra:
             # The DRA path last, after its objects are made (the runs above are as without
             # --dra), and a stock run after it: stock again and that one bracket it.
             c.delete_all_pods(api, "plain2")
             cp.stop_process("kube-scheduler")
-            claim = dra_objects.claim_for(slices_command, placed)
             dra_scheduler = dra_config(plain_config(with_ext), dra_nodes_to_score)
-            setup = dra_objects.publish(
-                cp,
-                slices_command,
-                [(node_name(i), node_capacity(i)) for i in range(nodes)],
-                {"kube-apiserver": pid(cp.procs["kube-apiserver"]), "etcd": pid(cp.procs["etcd"])},
-            )
+            watched = {
+                "kube-apiserver": pid(cp.procs["kube-apiserver"]),
+                "etcd": pid(cp.procs["etcd"]),
+            }
+            if slices_command is not None:
+                claim = dra_objects.claim_for(slices_command, placed)
+                setup = dra_objects.publish(
+                    cp,
+                    slices_command,
+                    [(node_name(i), node_capacity(i)) for i in range(nodes)],
+                    watched,
+                )
+            else:
+                claim = dra_objects.plain_claim()
+                setup = dra_objects.publish_plain(cp, [node_name(i) for i in range(nodes)], watched)
             print(setup.line(nodes), flush=True)
             cp.start_scheduler(dra_scheduler)
             serving(cp, "kube-scheduler")
@@ -891,7 +906,11 @@ def one_size(
             if dra_profiling is not None:
                 dra_profiling.join(180)
             allocated = dra_objects.list_claims(cp)
-            problems = dra_objects.overcommit(allocated, setup.capacity)
+            problems = (
+                dra_objects.overcommit(allocated, setup.capacity)
+                if slices_command is not None
+                else dra_objects.allocated_twice(allocated)
+            )
             if problems:
                 raise OverCommitted(
                     f"{len(problems)} over-commits in the DRA allocations: {problems[:5]}"
@@ -1110,6 +1129,14 @@ def main(argv: list[str] | None = None) -> None:
         "ResourceClaim each from tmc's DRA slices, then stock again (creates the slices)",
     )
     ap.add_argument(
+        "--dra-shape",
+        choices=("tmc", "plain"),
+        default="tmc",
+        help="with --dra, the devices and claims: tmc's (its slices and a claim of the plugin's "
+        "configuration), or the plainest DRA (a driver of whole devices, a claim of one device: "
+        "what any claim costs the stock kube-scheduler)",
+    )
+    ap.add_argument(
         "--dra-nodes-to-score",
         type=int,
         metavar="PERCENT",
@@ -1121,6 +1148,8 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--pods and --nodes must be in 1..100000")
     if args.pods > 12 * min(args.nodes):
         ap.error("every pod requests a CPU: --pods must fit in 12 CPUs a node")
+    if args.dra_shape != "tmc" and not args.dra:
+        ap.error("--dra-shape goes with --dra")
     if args.dra_nodes_to_score is not None and (
         not args.dra or not 1 <= args.dra_nodes_to_score <= 100
     ):
@@ -1128,7 +1157,7 @@ def main(argv: list[str] | None = None) -> None:
     result = Result(
         "scheduler_e2e",
         {"pods": args.pods, "nodes": args.nodes, "repeat": args.repeat}
-        | ({"dra": True} if args.dra else {})
+        | ({"dra": True, "dra_shape": args.dra_shape} if args.dra else {})
         | (
             {"dra_nodes_to_score": args.dra_nodes_to_score}
             if args.dra_nodes_to_score is not None
@@ -1150,6 +1179,7 @@ def main(argv: list[str] | None = None) -> None:
                 label=f", run {k + 1}" if args.repeat > 1 else "",
                 dra=args.dra,
                 dra_nodes_to_score=args.dra_nodes_to_score,
+                dra_shape=args.dra_shape,
             )
             if one is None:
                 failed = True
