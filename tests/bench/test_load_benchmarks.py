@@ -207,6 +207,27 @@ def test_the_dra_over_commit_check_finds_ways_and_bytes_over_a_device() -> None:
     assert dra_objects.overcommit([pending], capacity) == ["dra/f: not allocated"]
 
 
+def test_the_plain_dra_shape_finds_a_device_given_twice() -> None:
+    classes, slices = dra_objects.plain_objects(["n0", "n1"])
+    assert [d["metadata"]["name"] for d in classes] == [dra_objects.PLAIN_CLASS]
+    assert [(s["spec"]["nodeName"], len(s["spec"]["devices"])) for s in slices] == [
+        ("n0", dra_objects.PLAIN_DEVICES_PER_NODE),
+        ("n1", dra_objects.PLAIN_DEVICES_PER_NODE),
+    ]
+    # Whole devices: no capacity, so the over-commit check by capacity knows none of them.
+    assert dra_objects.device_capacity(slices) == {}
+    request = dra_objects.plain_claim().spec["devices"]["requests"][0]["exactly"]
+    assert (request["deviceClassName"], request["count"]) == (dra_objects.PLAIN_CLASS, 1)
+    fine = [allocated("a", ("n0", "device-0", {})), allocated("b", ("n0", "device-1", {}))]
+    assert dra_objects.allocated_twice(fine) == []
+    twice = allocated("c", ("n0", "device-1", {}))
+    pending = {"metadata": {"name": "d", "namespace": "dra"}, "status": {}}
+    assert dra_objects.allocated_twice([*fine, twice, pending]) == [
+        "n0/device-1: given to dra/b and dra/c",
+        "dra/d: not allocated",
+    ]
+
+
 def test_the_dra_path_reads_device_capacity_from_the_slices() -> None:
     slices: list[dict[str, Any]] = [
         {
