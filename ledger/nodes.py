@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
+from ledger.store import counted_ways
 from ledger.types import NodeCapacity
 from model import MachineShape
 from model.capacity import SlowTier
@@ -168,6 +169,8 @@ class NodeUse:
     reserved_slow_bytes: int  # local and from its pool
     reserved_pool_bytes: int  # of which from its rack pool
     llc_mask: int  # the union of the reserved CAT masks
+    # The ways reserved as counts, whose run the node picks (DRA claims): in no mask above.
+    counted_ways: int = 0
 
 
 def _page(query: Select[Any], name: Any, after: str | None, limit: int | None) -> Select[Any]:
@@ -194,14 +197,15 @@ def node_use(
         Reservation.slow_bytes,
         Reservation.slow_from_pool,
         Reservation.llc_mask,
+        counted_ways,
     )
     if limit is not None or after is not None:
         # A page is a run of consecutive names, and a reservation's node is a node: those
         # between the page's first and last name are the page's, one range of the index (a
         # list of the page's names would be hundreds of parameters to bind and plan).
         held = held.where(Reservation.node_name.between(nodes[0].name, nodes[-1].name))
-    sums: dict[str, list[int]] = {n.name: [0, 0, 0, 0, 0] for n in nodes}
-    for name, vcpus, dram, slow, from_pool, mask in session.execute(held):
+    sums: dict[str, list[int]] = {n.name: [0, 0, 0, 0, 0, 0] for n in nodes}
+    for name, vcpus, dram, slow, from_pool, mask, counted in session.execute(held):
         acc = sums.get(name)
         if acc is None:  # a reservation on a node of another page
             continue
@@ -210,6 +214,7 @@ def node_use(
         acc[2] += slow
         acc[3] += slow if from_pool else 0
         acc[4] |= mask
+        acc[5] += int(counted or 0)
     return [NodeUse(n, *sums[n.name]) for n in nodes]
 
 

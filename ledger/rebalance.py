@@ -80,7 +80,9 @@ def live_cluster(
             skipped.append(SkippedPod(name, h.node, "its node is not ready or not in the ledger"))
             continue
         if h.llc_mask <= 0:
-            skipped.append(SkippedPod(name, h.node, "it holds no LLC ways"))
+            # A count of ways (a DRA claim) lies wherever the node put it: no run to move.
+            why = "its LLC ways are a count whose run its node picks" if h.counted_ways else None
+            skipped.append(SkippedPod(name, h.node, why or "it holds no LLC ways"))
             continue
         start, span, contiguous = _run_of(h.llc_mask)
         if start + span > ready[ni].llc_ways:

@@ -7,6 +7,12 @@ and the API server (a bound pod's placement annotation is the truth); this ledge
 `record`/`forget` (events), and read by the dashboard, the planner, the rebalancer and
 verification runs (`placement_log`). It holds no placement rule of its own. Every write runs
 inside the caller's transaction (store.db.unit_of_work).
+
+A pod placed through the DRA door holds its LLC ways as a count, the node picking their run: its
+reservation's mask is 0 (no run: a mask 0 is never a placement's, which holds at least one way)
+and the count is its placement-log row's `llc_ways`, written in the same statement and kept as
+long as the reservation (`counted_ways`). Old rows read as before: a row with a mask counts the
+mask's ways, and no row was written with mask 0 and ways logged.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from datetime import datetime
 from typing import cast
 
 import orjson
-from sqlalchemy import Table, delete, func, insert, select
+from sqlalchemy import ColumnElement, Table, case, delete, func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -46,7 +52,24 @@ _RESERVATIONS = cast(Table, Reservation.__table__)
 _PLACEMENT_LOG = cast(Table, PlacementRecord.__table__)
 
 
-def held_of(row: Reservation) -> Held:
+# The LLC ways a reservation holds as a count (0 for one with a mask): its placement-log row's,
+# looked up by primary key for the rows without a mask only (CASE evaluates the branch it takes).
+counted_ways: ColumnElement[int] = case(
+    (
+        Reservation.llc_mask == 0,
+        func.coalesce(
+            select(PlacementRecord.llc_ways)
+            .where(PlacementRecord.pod_uid == Reservation.pod_uid)
+            .scalar_subquery(),
+            0,
+        ),
+    ),
+    else_=0,
+)
+
+
+def held_of(row: Reservation, counted: int = 0) -> Held:
+    """A reservation row as the cache keeps it; `counted`: its ways held as a count."""
     return Held(
         pod_uid=row.pod_uid,
         namespace=row.namespace,
@@ -57,6 +80,7 @@ def held_of(row: Reservation) -> Held:
         slow_bytes=row.slow_bytes,
         slow_from_pool=row.slow_from_pool,
         llc_mask=row.llc_mask,
+        counted_ways=counted,
     )
 
 
@@ -76,7 +100,8 @@ def load(session: Session) -> tuple[list[NodeCapacity], dict[str, int], list[Hel
         for n in session.scalars(select(Node).order_by(Node.name))
     ]
     pools = {p.name: p.slow_bytes for p in session.scalars(select(RackPool))}
-    held = [held_of(r) for r in session.scalars(select(Reservation))]
+    rows = session.execute(select(Reservation, counted_ways))
+    held = [held_of(r, int(n or 0)) for r, n in rows]
     return nodes, pools, held
 
 
@@ -114,7 +139,7 @@ def _log_placements(session: Session, placed: list[tuple[Placed, str | None]]) -
             **_pod_columns(p),
             "recommendation_id": rid,
             "slow_ratio": p.slow_ratio,
-            "llc_ways": p.held.llc_mask.bit_count(),
+            "llc_ways": p.held.llc_ways,
             "created_at": utcnow(),
         }
         for p, rid in placed
@@ -171,11 +196,20 @@ _HELD_COLUMNS = (
     Reservation.slow_bytes,
     Reservation.slow_from_pool,
     Reservation.llc_mask,
+    counted_ways,
 )
 
 
-def _held_key(h: Held) -> tuple[str, int, int, int, bool, int]:
-    return (h.node, h.vcpus, h.dram_bytes, h.slow_bytes, h.slow_from_pool, h.llc_mask)
+def _held_key(h: Held) -> tuple[str, int, int, int, bool, int, int]:
+    return (
+        h.node,
+        h.vcpus,
+        h.dram_bytes,
+        h.slow_bytes,
+        h.slow_from_pool,
+        h.llc_mask,
+        h.counted_ways,
+    )
 
 
 def _changed(
@@ -279,10 +313,13 @@ _PG_WRITE = f"""
 # whether its node is known, and whether the decision it names is: three look-ups in one.
 _PG_LOOKUP = """
     SELECT i.n, r.pod_uid IS NOT NULL, r.node_name, r.vcpus, r.dram_bytes, r.slow_bytes,
-        r.slow_from_pool, r.llc_mask, n.name IS NOT NULL, d.id IS NOT NULL
+        r.slow_from_pool, r.llc_mask,
+        CASE WHEN r.llc_mask = 0 THEN COALESCE(l.llc_ways, 0) ELSE 0 END,
+        n.name IS NOT NULL, d.id IS NOT NULL
     FROM json_to_recordset(%(rows)s::json)
         AS i(n integer, pod_uid varchar, node_name varchar, recommendation_id varchar)
     LEFT JOIN reservations r ON r.pod_uid = i.pod_uid
+    LEFT JOIN placement_log l ON l.pod_uid = i.pod_uid
     LEFT JOIN nodes n ON n.name = i.node_name
     LEFT JOIN recommendations d ON d.id = i.recommendation_id
 """
@@ -326,10 +363,10 @@ def _record_postgres(session: Session, latest: dict[str, Placed]) -> Mirrored:
     rows: dict[str, tuple[object, ...]] = {}
     nodes: set[str] = set()
     known: set[str] = set()
-    for n, has_row, node, vcpus, dram, slow, pool, mask, node_known, rid_known in found:
+    for n, has_row, node, vcpus, dram, slow, pool, mask, counted, node_known, rid_known in found:
         p = batch[int(n)]
         if has_row:
-            rows[p.held.pod_uid] = (node, vcpus, dram, slow, pool, read_mask(mask))
+            rows[p.held.pod_uid] = (node, vcpus, dram, slow, pool, read_mask(mask), counted)
         if node_known:
             nodes.add(p.held.node)
         if rid_known and p.recommendation_id:
@@ -354,7 +391,7 @@ def _write_postgres(
             **_held_columns(p, rid),
             "llc_mask": stored_mask(p.held.llc_mask),
             "slow_ratio": p.slow_ratio,
-            "llc_ways": p.held.llc_mask.bit_count(),
+            "llc_ways": p.held.llc_ways,
         }
         for p, rid in zip(placed, rids, strict=True)
     ]
@@ -441,7 +478,8 @@ def totals(session: Session) -> Totals:
     cost several times the scan at 100,000 pods), and an indexed look at the few nodes that are
     not ready. Masks are contiguous runs of at most 64 ways, so a fleet holds at most a few
     thousand distinct ones: the reservations are summed per mask in the database and the ways
-    popcounted here."""
+    popcounted here; the ways of reservations without a mask (DRA claims) are their counts,
+    summed there."""
     cap = session.execute(
         select(
             func.coalesce(func.sum(Node.cpus), 0),
@@ -458,6 +496,7 @@ def totals(session: Session) -> Totals:
         func.sum(Reservation.vcpus),
         func.sum(Reservation.dram_bytes),
         func.sum(Reservation.slow_bytes).filter(Reservation.slow_from_pool.is_(False)),
+        func.sum(counted_ways),
     )
     every = session.execute(
         select(
@@ -475,13 +514,13 @@ def totals(session: Session) -> Totals:
     from_pools = 0  # every reservation's, as the pools are counted whatever their nodes
     for sign, rows in ((1, every), (-1, not_ready)):
         for row in rows:
-            mask, count, vcpus, dram, local = row[:5]
+            mask, count, vcpus, dram, local, counted = row[:6]
             used[0] += sign * int(vcpus or 0)
             used[1] += sign * int(dram or 0)
             used[2] += sign * int(local or 0)
-            used[3] += sign * int(mask).bit_count() * int(count)
+            used[3] += sign * (int(mask).bit_count() * int(count) + int(counted or 0))
     for row in every:
-        from_pools += int(row[5] or 0)
+        from_pools += int(row[6] or 0)
     return Totals(
         cpus=int(cap[0]),
         dram_bytes=int(cap[1]),

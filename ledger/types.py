@@ -35,5 +35,13 @@ class Held:
     dram_bytes: int
     slow_bytes: int
     slow_from_pool: bool
-    llc_mask: int
+    llc_mask: int  # the CAT run tmc chose; 0 when it chose none
     workload: str | None = None  # the placement's workload: what a node's pattern counts
+    # LLC ways held as a count, whose run the node picks (a DRA claim's allocation): such a
+    # reservation has no mask (0), so that nothing reading masks takes a count for a run.
+    counted_ways: int = 0
+
+    @property
+    def llc_ways(self) -> int:
+        """The LLC ways held: the mask's, or the count of a reservation without one."""
+        return self.llc_mask.bit_count() if self.llc_mask else self.counted_ways

@@ -5,9 +5,16 @@ the service needs of it. It places nothing: the Go engine (tmc-scheduler or tmc-
   `placement_log` tables, which the dashboard, the planner, the rebalancer, verification runs and
   the publisher's utilization (Algorithm 1's packing penalty) read. A bound pod counts what the
   placement tmc's scheduler wrote says (only tmc's scheduler may write it: the chart's admission
-  policies). Written off the placement path, by the feeder's own thread, in batches; when a
-  write fails (the database is down), the mirror is marked stale and rewritten from a fresh
-  listing once the database answers again.
+  policies). A pod placed through the DRA door has no placement: it counts what tmc's claims
+  reserved for it hold (ResourceClaims allocated from driver `tmc.dev`'s devices by the stock
+  kube-scheduler, read from their status, which tenants cannot write): its CPU request as
+  whole vCPUs, the DRAM, the slow memory (its node's or its rack pool's, as the device says)
+  and its LLC ways as a count, with no mask, since its node picks their run (ledger/store.py);
+  released when the claims are deallocated or deleted or the pod goes. Claims are watched
+  whenever this identity may list them (the chart grants it with `dra.enabled`). Written off
+  the placement path, by the feeder's own thread, in batches; when a write fails (the database
+  is down), the mirror is marked stale and rewritten from a fresh listing once the database
+  answers again. Claims are batched, marked stale and listed again as pods are.
 * **The pairs live pods name**: every pending opted-in pod is handed to the publisher
   (`prefetch`), and the (workload, objective) pairs that live opted-in pods name are counted with
   their namespaces, so that the publisher can delete objects no live pod names and bound the
@@ -32,6 +39,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Protocol
 
 from sqlalchemy import text
@@ -179,6 +187,207 @@ def placed_of(pod: dict[str, Any]) -> ledger.Placed | None:
     return ledger.Placed(held, p.recommendation_id, c.slow_ratio, p.fallback, p.fallback_reason)
 
 
+class BadClaim(ValueError):
+    """A ResourceClaim whose allocation cannot be read: it is not mirrored (logged)."""
+
+
+# The DRA door's names (scheduler/plugin/pkg/dra/slices.go): the driver of tmc's devices, a rack
+# pool's DRA pool prefix (a node's pool is the node's name), and the devices a pool holds.
+DRA_DRIVER = "tmc.dev"
+RACK_POOL_PREFIX = "rack-pool/"
+DEVICE_WAYS, DEVICE_DRAM, DEVICE_SLOW = "ways", "dram", "slow"
+# The API server's own bounds on a claim's allocation results and reservations: more is no claim
+# it stored, and a listing's every claim is read, so reading stops there.
+MAX_CLAIM_RESULTS = 32
+MAX_CLAIM_RESERVED_FOR = 256
+# While claims are not listable here, how often the claim watch looks whether a listing could.
+CLAIM_WATCH_POLL_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class ClaimHold:
+    """What one of tmc's allocated ResourceClaims holds, and for which pod."""
+
+    name: str  # namespace/name, for the log
+    pod_uid: str  # the pod it is reserved for (the first by uid, when it is shared)
+    node: str | None  # the node its node devices are on (None: it took only a rack pool's)
+    ways: int
+    dram_bytes: int
+    slow_bytes: int
+    slow_from_pool: bool
+
+
+def _text(value: object, what: str, limit: int = 253) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= limit:
+        raise BadClaim(f"{what} is not a name: {str(value)[:40]!r}")
+    return value
+
+
+def _consumed(result: dict[str, Any], capacity: str, bound: int) -> int:
+    """One capacity a device result consumed, as a whole number within [0, bound)."""
+    consumed = result.get("consumedCapacity")
+    if not isinstance(consumed, dict) or capacity not in consumed:
+        raise BadClaim(f"device {result.get('device')!r} consumed no {capacity!r}")
+    try:
+        value = parse_quantity(consumed[capacity])
+    except BadPod as exc:
+        raise BadClaim(str(exc)) from None
+    if value != int(value) or value >= bound:
+        raise BadClaim(f"device {result.get('device')!r} consumed {value} {capacity}: out of range")
+    return int(value)
+
+
+def read_claim(claim: dict[str, Any]) -> ClaimHold | None:
+    """What an allocated claim holds of tmc's devices (driver `tmc.dev`), and the pod it is
+    reserved for; None for a claim that holds none of them or is reserved for no pod. Raises
+    BadClaim for one that cannot be read. Only the status is read, which only the scheduler
+    and the resource-claim controller write; it is read as defensively as a tenant's spec."""
+    meta = claim.get("metadata") or {}
+    status = claim.get("status") or {}
+    if not isinstance(meta, dict) or not isinstance(status, dict):
+        raise BadClaim("no metadata or status object")
+    name = f"{meta.get('namespace')}/{meta.get('name')}"
+    allocation = status.get("allocation")
+    if allocation is None:
+        return None
+    devices = allocation.get("devices") if isinstance(allocation, dict) else None
+    results = devices.get("results") if isinstance(devices, dict) else None
+    if not isinstance(results, list) or len(results) > MAX_CLAIM_RESULTS:
+        raise BadClaim(f"claim {name}: no readable allocation results")
+    ours = [r for r in results if isinstance(r, dict) and r.get("driver") == DRA_DRIVER]
+    if not ours:
+        return None
+    reserved = status.get("reservedFor") or []
+    if not isinstance(reserved, list) or len(reserved) > MAX_CLAIM_RESERVED_FOR:
+        raise BadClaim(f"claim {name}: reservedFor is not a list of at most 256")
+    pods = sorted(
+        _text(r.get("uid"), "a reserving pod's uid")
+        for r in reserved
+        if isinstance(r, dict) and r.get("resource") == "pods" and not r.get("apiGroup")
+    )
+    if not pods:
+        return None
+    node: str | None = None
+    ways = dram = local = pooled = 0
+    for result in ours:
+        pool = _text(result.get("pool"), "a device's pool")
+        device = result.get("device")
+        if pool.startswith(RACK_POOL_PREFIX):
+            if device != DEVICE_SLOW:
+                raise BadClaim(f"claim {name}: rack pool device {str(device)[:40]!r}")
+            pooled += _consumed(result, "bytes", contract.MAX_BYTES)
+            continue
+        # A node's devices are in the pool named after the node.
+        if node is not None and pool != node:
+            raise BadClaim(f"claim {name}: devices of two nodes ({node}, {pool})")
+        node = pool
+        if device == DEVICE_WAYS:
+            ways += _consumed(result, "ways", contract.MAX_LLC_WAYS + 1)
+        elif device == DEVICE_DRAM:
+            dram += _consumed(result, "bytes", contract.MAX_BYTES)
+        elif device == DEVICE_SLOW:
+            local += _consumed(result, "bytes", contract.MAX_BYTES)
+        else:
+            raise BadClaim(f"claim {name}: unknown device {str(device)[:40]!r}")
+    if local and pooled:
+        raise BadClaim(f"claim {name}: slow memory from its node and from a rack pool")
+    return ClaimHold(
+        name=name,
+        pod_uid=pods[0],
+        node=node,
+        ways=ways,
+        dram_bytes=dram,
+        slow_bytes=local or pooled,
+        slow_from_pool=pooled > 0,
+    )
+
+
+@dataclass(frozen=True)
+class ClaimPod:
+    """A live, bound pod of a tenant namespace that has ResourceClaims and no placement of
+    tmc's scheduler: what its claims' reservation is of."""
+
+    namespace: str
+    name: str
+    node: str
+    vcpus: int
+
+
+def _cpu_request(spec: dict[str, Any]) -> int:
+    """The pod's CPUs as the engine counts a placed pod's: its request (the containers' sum,
+    or an init container's when larger) rounded up to whole vCPUs, at least one."""
+    total, largest_init = Decimal(0), Decimal(0)
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key)
+        for c in containers if isinstance(containers, list) else ():
+            res = c.get("resources") if isinstance(c, dict) else None
+            res = res if isinstance(res, dict) else {}
+            requests, limits = res.get("requests") or {}, res.get("limits") or {}
+            raw = requests.get("cpu") if isinstance(requests, dict) else None
+            if raw is None and isinstance(limits, dict):
+                raw = limits.get("cpu")  # a missing request defaults to the limit
+            cpu = parse_quantity(raw) if raw is not None else Decimal(0)
+            if key == "containers":
+                total += cpu
+            else:
+                largest_init = max(largest_init, cpu)
+    return min(contract.MAX_CPUS, max(1, math.ceil(max(total, largest_init))))
+
+
+def claim_pod(pod: dict[str, Any]) -> ClaimPod | None:
+    """A bound pod's `ClaimPod`, or None for one without claims or placed by tmc's scheduler
+    (its placement annotation says what it holds)."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    node = spec.get("nodeName") if isinstance(spec, dict) else None
+    if not node or not isinstance(meta, dict) or not spec.get("resourceClaims"):
+        return None
+    if PLACEMENT_ANNOTATION in (meta.get("annotations") or {}):
+        return None
+    try:
+        vcpus = _cpu_request(spec)
+    except BadPod as exc:
+        log.warning(
+            "pod %s/%s: %s; counted as 1 vCPU", meta.get("namespace"), meta.get("name"), exc
+        )
+        vcpus = 1
+    return ClaimPod(
+        str(meta.get("namespace") or "default"), str(meta.get("name")), str(node), vcpus
+    )
+
+
+def claims_placed(uid: str, pod: ClaimPod, holds: list[ClaimHold]) -> ledger.Placed | None:
+    """What a pod's claims hold together, as its reservation: on its node, its LLC ways as a
+    count (no mask: the node picks their run). None when they hold nothing."""
+    ways = dram = slow = 0
+    from_pool: bool | None = None
+    for h in sorted(holds, key=lambda h: h.name):
+        if h.node is not None and h.node != pod.node:
+            log.error("claim %s holds devices of %s but its pod is on %s", h.name, h.node, pod.node)
+            continue
+        if h.slow_bytes and from_pool is not None and from_pool != h.slow_from_pool:
+            log.error("claim %s: its pod's other claims take slow memory elsewhere", h.name)
+            continue
+        if h.slow_bytes:
+            from_pool = h.slow_from_pool
+        ways, dram, slow = ways + h.ways, dram + h.dram_bytes, slow + h.slow_bytes
+    if not (ways or dram or slow):
+        return None
+    held = Held(
+        pod_uid=uid,
+        namespace=pod.namespace,
+        pod_name=pod.name,
+        node=pod.node,
+        vcpus=pod.vcpus,
+        dram_bytes=dram,
+        slow_bytes=slow,
+        slow_from_pool=bool(from_pool),
+        llc_mask=0,
+        counted_ways=ways,
+    )
+    ratio = slow / (dram + slow) if dram + slow else 0.0
+    return ledger.Placed(held, None, ratio)
+
+
 def _terminal(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
@@ -312,11 +521,13 @@ class Feeder:
         rack_pools: Mapping[str, int] | None = None,
         metrics: PublisherMetrics | None = None,
         tenant_selector: str = "",
+        dra_claims: bool = True,
     ) -> None:
         """`sessions`: the ledger's database to mirror into (None: no mirror). `recommender`:
         told of every pending opted-in pod (None: nobody). `tenant_selector`: the labels of
         tmc's tenant namespaces (scheduler.tenants: key=value pairs; "": every namespace), the
-        only ones whose pods are mirrored, named and published for."""
+        only ones whose pods are mirrored, named and published for. `dra_claims`: mirror tmc's
+        allocated ResourceClaims too, whenever the API server lets this identity list them."""
         self.metrics = metrics if metrics is not None else PublisherMetrics()
         self.cluster = cluster
         self.sessions = sessions
@@ -367,6 +578,17 @@ class Feeder:
         # and the live bound pods with tmc's placement.
         self._fallback_of: dict[str, str] = {}
         self._bound_uids: set[str] = set()
+        # The DRA door (kept under _claims_lock): whether the last listing could list claims;
+        # what each of tmc's allocated claims holds (claim uid -> hold) and, by pod uid, the
+        # claims reserved for it; the bound pods with claims; what each one's claims hold as
+        # its reservation, as last handed to the mirror.
+        self.dra_claims = dra_claims
+        self._claims_listed = False
+        self._claims: dict[str, ClaimHold] = {}
+        self._claims_of: dict[str, set[str]] = {}
+        self._claim_pods: dict[str, ClaimPod] = {}
+        self._claim_placed: dict[str, ledger.Placed] = {}
+        self._claims_lock = threading.Lock()
 
     # -- full sync --------------------------------------------------------------------------
 
@@ -385,10 +607,59 @@ class Feeder:
             self._rv["namespace"] = ns_rv
         nodes, node_rv = self.cluster.list_nodes()
         pods, pod_rv = self.cluster.list_pods()
+        # Listed after the pods: a claim allocated for a pod listed unbound is the pod's once
+        # its bound event arrives.
+        claims = self._list_claims()
         pods = [pod for pod in pods if self._tenant(pod)]
         caps = [found for node in nodes if (found := node_capacity(node)) is not None]
         bound = {p.held.pod_uid: p for pod in pods if (p := placed_of(pod)) is not None}
+        for uid, placed in self._claims_from(pods, claims[0] if claims else []).items():
+            bound.setdefault(uid, placed)
+        if claims is not None:
+            self._rv["resourceclaim"] = claims[1]
         return caps, bound, pods, node_rv, pod_rv
+
+    def _list_claims(self) -> tuple[list[dict[str, Any]], str] | None:
+        """Every ResourceClaim, or None when claims are not mirrored: not asked to, or the API
+        server does not let this identity list them (the chart grants it with `dra.enabled`),
+        or serves none."""
+        lister = getattr(self.cluster, "list_claims", None) if self.dra_claims else None
+        listed = lister() if lister is not None else None
+        if (listed is not None) != self._claims_listed:
+            log.info(
+                "ResourceClaims %s",
+                "listed: the DRA door's allocations are mirrored"
+                if listed is not None
+                else "not listable here: no DRA door's allocation is mirrored",
+            )
+        self._claims_listed = listed is not None
+        return listed
+
+    def _claims_from(
+        self, pods: list[dict[str, Any]], claims: list[dict[str, Any]]
+    ) -> dict[str, ledger.Placed]:
+        """The claim indexes made anew from a listing (tenant pods only), and what each bound
+        pod's claims hold."""
+        holds: dict[str, ClaimHold] = {}
+        for claim in claims:
+            hold = self._read_claim(claim) if self._tenant(claim) else None
+            if hold is not None:
+                holds[str((claim.get("metadata") or {}).get("uid", ""))] = hold
+        claim_pods = {
+            str((pod.get("metadata") or {}).get("uid", "")): found
+            for pod in pods
+            if not _terminal(pod) and (found := claim_pod(pod)) is not None
+        }
+        with self._claims_lock:
+            self._claims, self._claims_of, self._claim_pods = holds, {}, claim_pods
+            for claim_uid, hold in holds.items():
+                self._claims_of.setdefault(hold.pod_uid, set()).add(claim_uid)
+            self._claim_placed = {
+                uid: placed
+                for uid in claim_pods
+                if (placed := self._placed_by_claims(uid)) is not None
+            }
+            return dict(self._claim_placed)
 
     def sync(self) -> Synced:
         """List nodes and pods; hand the listing to the mirror, and learn the pairs live pods
@@ -615,7 +886,12 @@ class Feeder:
     def start(self) -> list[threading.Thread]:
         threads = [
             threading.Thread(target=self._loop, args=(kind,), name=f"tmc-watch-{kind}", daemon=True)
-            for kind in ("node", "pod", *(("namespace",) if self.tenant_selector else ()))
+            for kind in (
+                "node",
+                "pod",
+                *(("namespace",) if self.tenant_selector else ()),
+                *(("resourceclaim",) if self.dra_claims else ()),
+            )
         ]
         threads.append(threading.Thread(target=self._resync_loop, name="tmc-resync", daemon=True))
         if self.sessions is not None:
@@ -638,10 +914,19 @@ class Feeder:
                 log.exception("periodic resync failed")
 
     def _loop(self, kind: str) -> None:
-        handle = {"node": self.on_node, "pod": self.on_pod, "namespace": self.on_namespace}[kind]
+        handle = {
+            "node": self.on_node,
+            "pod": self.on_pod,
+            "namespace": self.on_namespace,
+            "resourceclaim": self.on_claim,
+        }[kind]
         selector = self.tenant_selector if kind == "namespace" else ""
         backoff = 0.2
         while not self._stop.is_set():
+            if kind == "resourceclaim" and not self._claims_listed:
+                # Claims are not listable here (yet): each listing asks again.
+                self._stop.wait(CLAIM_WATCH_POLL_SECONDS)
+                continue
             try:
                 for event, obj in self.cluster.watch(
                     kind, self._rv.get(kind, ""), self.watch_timeout_seconds, selector
@@ -684,6 +969,74 @@ class Feeder:
                 "left" if event == "DELETED" else "joined",
             )
             self.sync()
+
+    # -- the DRA door's claims ----------------------------------------------------------------
+
+    def _read_claim(self, claim: dict[str, Any]) -> ClaimHold | None:
+        try:
+            return read_claim(claim)
+        except BadClaim as exc:
+            meta = claim.get("metadata") or {}
+            name = f"{meta.get('namespace')}/{meta.get('name')}" if isinstance(meta, dict) else "?"
+            log.warning("claim %s is not mirrored: %s", name, exc)
+            return None
+
+    def _placed_by_claims(self, uid: str) -> ledger.Placed | None:
+        """What the claims reserved for a bound pod hold (under _claims_lock)."""
+        pod = self._claim_pods.get(uid)
+        if pod is None:
+            return None
+        return claims_placed(uid, pod, [self._claims[c] for c in self._claims_of.get(uid, ())])
+
+    def _requeue_claims(self, uid: str) -> None:
+        """Hand the mirror what a pod's claims hold now, when it changed (under _claims_lock);
+        a pod whose claims no longer hold anything is released, as a pod that goes is."""
+        placed = self._placed_by_claims(uid)
+        if placed == self._claim_placed.get(uid):
+            return
+        if placed is None:
+            del self._claim_placed[uid]
+        else:
+            self._claim_placed[uid] = placed
+        self._queue_pod(uid, placed)
+
+    def on_claim(self, event: str, claim: dict[str, Any]) -> None:
+        """A ResourceClaim allocated, reserved, deallocated or deleted: the pods it was and is
+        reserved for are mirrored anew."""
+        uid = str((claim.get("metadata") or {}).get("uid", ""))
+        # A claim outside the tenant namespaces is reserved for no pod mirrored.
+        tenant = event != "DELETED" and self._tenant(claim)
+        hold = self._read_claim(claim) if tenant else None
+        with self._claims_lock:
+            old = self._claims.pop(uid, None)
+            if hold == old:
+                if hold is not None:
+                    self._claims[uid] = hold
+                return
+            if old is not None:
+                self._claims_of.get(old.pod_uid, set()).discard(uid)
+                if not self._claims_of.get(old.pod_uid):
+                    self._claims_of.pop(old.pod_uid, None)
+            if hold is not None:
+                self._claims[uid] = hold
+                self._claims_of.setdefault(hold.pod_uid, set()).add(uid)
+            for pod_uid in {h.pod_uid for h in (old, hold) if h is not None}:
+                self._requeue_claims(pod_uid)
+
+    def _on_claim_pod(self, uid: str, pod: dict[str, Any] | None) -> None:
+        """A pod's event as the claims see it (None: the pod went or finished)."""
+        found = claim_pod(pod) if pod is not None else None
+        with self._claims_lock:
+            if self._claim_pods.get(uid) == found:
+                return
+            if found is None:
+                self._claim_pods.pop(uid, None)
+            else:
+                self._claim_pods[uid] = found
+            if pod is None:
+                self._claim_placed.pop(uid, None)  # released with the pod
+            else:
+                self._requeue_claims(uid)
 
     def on_node(self, event: str, node: dict[str, Any]) -> None:
         name = str((node.get("metadata") or {}).get("name", ""))
@@ -808,6 +1161,7 @@ class Feeder:
             self._asks.pop(uid, None)
             self._fallback_of.pop(uid, None)
             self._bound_uids.discard(uid)
+            self._on_claim_pod(uid, None)
             self._queue_pod(uid, None)
             return
         if not self._tenant(pod):
@@ -820,6 +1174,10 @@ class Feeder:
             elif uid in self._named:
                 self._unname(uid)
         node = (pod.get("spec") or {}).get("nodeName")
+        if node and self._claims_listed:
+            # First: when the pod came to have a placement annotation, what its claims held is
+            # released before the placement is queued.
+            self._on_claim_pod(uid, pod)
         if node:
             # Bound: its placement annotation says what it holds, whoever bound it, and it
             # replaces what this cache assumed for it. A bound pod's later events (its status)

@@ -1,5 +1,5 @@
 """The publisher's calls to the API server, through the official kubernetes client: its reads
-of nodes and pods and their watch (responses read as raw JSON, the same camelCase objects the
+of nodes, pods and (on the DRA door) ResourceClaims and their watch (responses read as raw JSON, the same camelCase objects the
 scheduler sees, which spares a burst's every pod the client's model classes), the
 TieredRecommendation objects it writes, the Events it tells pods with, and the nodes' reports
 it relays. Every call is bounded in time."""
@@ -57,6 +57,7 @@ class KubeCluster:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
+        self.resource = client.ResourceV1Api(api)
 
     def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
         body = _json(self.core.list_node(_preload_content=False))
@@ -73,18 +74,33 @@ class KubeCluster:
         )
         return body.get("items") or [], str(body["metadata"].get("resourceVersion", ""))
 
+    def list_claims(self) -> tuple[list[dict[str, Any]], str] | None:
+        """Every ResourceClaim (resource.k8s.io/v1), or None when this identity may not list
+        them (403: the chart grants it with `dra.enabled` only) or the API server serves no
+        such resource (404): the cluster has no DRA door to mirror."""
+        try:
+            response = self.resource.list_resource_claim_for_all_namespaces(_preload_content=False)
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                return None
+            raise
+        body = _json(response)
+        return body.get("items") or [], str(body["metadata"].get("resourceVersion", ""))
+
     def watch(
         self, kind: str, resource_version: str, timeout_seconds: int, label_selector: str = ""
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        """(event type, raw object) from a watch of nodes, pods or namespaces (`kind`) that
-        starts at `resource_version`, until the server ends it; with `label_selector`, an object
-        that comes to carry the labels is ADDED and one that stops is DELETED. An ERROR event
-        (410 Gone: the version is too old) raises WatchEnded, as does a response that is not a
-        watch: the feeder treats any failure of a watch as "list everything again"."""
+        """(event type, raw object) from a watch of nodes, pods, namespaces or ResourceClaims
+        (`kind`: node, pod, namespace, resourceclaim) that starts at `resource_version`, until
+        the server ends it; with `label_selector`, an object that comes to carry the labels is
+        ADDED and one that stops is DELETED. An ERROR event (410 Gone: the version is too old)
+        raises WatchEnded, as does a response that is not a watch: the feeder treats any
+        failure of a watch as "list everything again"."""
         listers: dict[str, Callable[..., Any]] = {
             "node": self.core.list_node,
             "pod": self.core.list_pod_for_all_namespaces,
             "namespace": self.core.list_namespace,
+            "resourceclaim": self.resource.list_resource_claim_for_all_namespaces,
         }
         lister = listers[kind]
         # With _preload_content=False the client returns urllib3's response, unread.

@@ -39,7 +39,7 @@ def node_utilizations(
             reserved_cpus=u.reserved_cpus,
             reserved_dram_bytes=u.reserved_dram_bytes,
             reserved_slow_bytes=u.reserved_slow_bytes,
-            reserved_llc_ways=u.llc_mask.bit_count(),
+            reserved_llc_ways=u.llc_mask.bit_count() + u.counted_ways,
         )
         out.append((u, util))
     return out

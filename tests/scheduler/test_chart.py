@@ -673,6 +673,30 @@ def test_the_dra_publisher_keeps_templates_only_in_tenant_namespaces() -> None:
     ]
 
 
+def test_the_publisher_may_list_and_watch_claims_only_with_dra() -> None:
+    """dra.enabled: the publisher's service account (the feeder's) may list and watch
+    ResourceClaims, to mirror what the DRA door's claims hold, and nothing else of DRA; off (or
+    with no scheduler, so no publisher), no such rule renders."""
+    for values in ({}, {"dra": {"enabled": True}, "scheduler": {"enabled": False}}):
+        names = [d["metadata"]["name"] for d in render(values)]
+        assert "demo-tmc-publisher-claims" not in names, values
+    docs = render({"dra": {"enabled": True}})
+    role = by_name(docs, "ClusterRole", "demo-tmc-publisher-claims")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims"],
+            "verbs": ["list", "watch"],
+        }
+    ]
+    binding = by_name(docs, "ClusterRoleBinding", "demo-tmc-publisher-claims")
+    assert binding["roleRef"]["name"] == "demo-tmc-publisher-claims"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "demo-tmc-publisher", "namespace": "tmc"}
+    ]
+    by_name(docs, "ServiceAccount", "demo-tmc-publisher")
+
+
 def agent_containers(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     pod = by_name(docs, "DaemonSet", "demo-tmc-agent")["spec"]["template"]["spec"]
     return {c["name"]: c for c in pod["containers"]}
