@@ -709,7 +709,7 @@ def planted(
                 w["full"][got.node] = "free-ways"
                 del w["feasible"][got.node], w["placement"]
                 out["a bound pod expected pending"] = (wrong, recorded)
-            pending = want.get("chosen") is None and not want.get("skipped")
+            pending = bool(want) and want.get("chosen") is None and not want.get("skipped")
             if (
                 pending
                 and got.node is None
