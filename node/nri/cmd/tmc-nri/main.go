@@ -54,7 +54,7 @@ func main() {
 		bundled    = flag.String("bundled-shim", env("TMC_NRI_BUNDLED_SHIM", "/usr/local/lib/tmc/libtmcalloc.so"), "the shim this image carries, installed into --shim-dir when it has none ('' for none) (TMC_NRI_BUNDLED_SHIM)")
 		metrics    = flag.String("metrics", env("TMC_NRI_METRICS", ":9465"), "address of /metrics ('' for none) (TMC_NRI_METRICS)")
 		kubeconfig = flag.String("kubeconfig", env("TMC_NRI_KUBECONFIG", ""), "kubeconfig for events, namespaces and the published plans; in-cluster when empty; 'none' for none of them (TMC_NRI_KUBECONFIG)")
-		draCkpt    = flag.String("dra-checkpoint", env("TMC_NRI_DRA_CHECKPOINT", "/var/lib/kubelet/plugins/tmc.dev/"+tmcnri.DRACheckpointName), "tmc-dra-node's checkpoint of the DRA claims it prepared, read when a container names one ('' for none) (TMC_NRI_DRA_CHECKPOINT)")
+		draCkpt    = flag.String("dra-checkpoint", env("TMC_NRI_DRA_CHECKPOINT", tmcnri.DefaultDRACheckpoint), "tmc-dra-node's checkpoint of the DRA claims it prepared, read when a container names one ('' for none) (TMC_NRI_DRA_CHECKPOINT)")
 		tenants    = flag.String("tenant-namespace-labels", env("TMC_NRI_TENANT_NAMESPACE_LABELS", ""), "key=value,... labels of the namespaces whose placements are applied (the admission policy's namespaceSelector; empty: every namespace) (TMC_NRI_TENANT_NAMESPACE_LABELS)")
 	)
 	// --plans was this flag's first name; tmc-nri reconcile has always said --plan-dir.

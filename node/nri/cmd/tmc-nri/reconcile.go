@@ -32,6 +32,7 @@ func reconcile(args []string) int {
 		podsFile   = fs.String("pods", "", "a pod list (kubectl get pods -o json) to read instead of the API server; read again each round")
 		tenants    = fs.String("tenant-namespace-labels", env("TMC_NRI_TENANT_NAMESPACE_LABELS", ""), "key=value,... labels of the namespaces whose placements are applied (empty: every namespace) (TMC_NRI_TENANT_NAMESPACE_LABELS)")
 		interval   = fs.Duration("interval", 0, "apply again every interval (0: once, then exit)")
+		draCkpt    = fs.String("dra-checkpoint", env("TMC_NRI_DRA_CHECKPOINT", tmcnri.DefaultDRACheckpoint), "tmc-dra-node's checkpoint of the DRA claims it prepared: the pods a claim is reserved for get its configuration ('' for none) (TMC_NRI_DRA_CHECKPOINT)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -59,7 +60,7 @@ func reconcile(args []string) int {
 		}
 	}
 	r := &tmcnri.Reconciler{NodeName: *node, SysRoot: *sys, Resctrl: &tmcnri.Resctrl{Root: *resctrl},
-		CgroupRoot: *cgroups, PlanDir: *plans, Tenants: selector}
+		CgroupRoot: *cgroups, PlanDir: *plans, Tenants: selector, DRACheckpoint: *draCkpt}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 

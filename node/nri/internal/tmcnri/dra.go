@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
@@ -28,6 +29,9 @@ const (
 	DRAGroupPrefix = "tmc-claim-"
 	// DRACheckpointName is the checkpoint's file name in the node plugin's data directory.
 	DRACheckpointName = "checkpoint.json"
+	// DefaultDRACheckpoint is where tmc-dra-node keeps it under the kubelet's default plugin
+	// directory.
+	DefaultDRACheckpoint = "/var/lib/kubelet/plugins/tmc.dev/" + DRACheckpointName
 
 	draCheckpointVersion = 1
 	// maxDRACheckpointBytes bounds the file: at most MaxLLCWays claims (each holds a way), each
@@ -172,6 +176,18 @@ func (c *DRACheckpoint) DRAPlacement(node string, cl DRAClaim) *Placement {
 		LLCMask:      fmt.Sprintf("%#x", mask),
 		SlowFromPool: cl.SlowFromPool,
 	}
+}
+
+// reservedFor is the prepared claim reserved for the pod uid, if any (a checkpoint's runs never
+// overlap, and a pod names at most one of tmc's claims; the lowest uid decides otherwise).
+func (c *DRACheckpoint) reservedFor(podUID string) (string, bool) {
+	found := ""
+	for uid, cl := range c.Claims {
+		if slices.Contains(cl.Pods, podUID) && (found == "" || uid < found) {
+			found = uid
+		}
+	}
+	return found, found != ""
 }
 
 // draClaimOf is the claim a container's environment names ("" for none).

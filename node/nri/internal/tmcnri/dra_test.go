@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containerd/nri/pkg/api"
+
 	"tmc.dev/scheduler-plugin/pkg/dra"
 )
 
@@ -86,4 +88,39 @@ func TestACheckpointOutOfBoundsIsNotRead(t *testing.T) {
 			t.Errorf("%s: read", name)
 		}
 	}
+}
+
+// After a restart, the runtime tells the plugin of running containers: one naming a prepared
+// claim holds the claim's memory again (a placement that would pass the node's DRAM with it is
+// refused), and one created while the plugin was away is corrected and reported, as a placed
+// pod's would be.
+func TestSynchronizeCountsWhatAClaimsContainersHold(t *testing.T) {
+	f, _ := draFixture(t)
+	ctx := context.Background()
+	claimed := pod("bfs", "pod-1", nil)
+	ctr := container("bfs", "2-3", DRAClaimEnv+"=c-1")
+	gone := pod("gone", "pod-2", nil)
+	lost := container("lost", "0", DRAClaimEnv+"=c-9")
+	ctr.PodSandboxId, lost.PodSandboxId = claimed.Id, gone.Id
+	ctr.State, lost.State = api.ContainerState_CONTAINER_RUNNING, api.ContainerState_CONTAINER_RUNNING
+	g := New(f.plugin.cfg, f.rec, f.rec)
+	updates, err := g.Synchronize(ctx, []*api.PodSandbox{claimed, gone}, []*api.Container{ctr, lost})
+	must(t, err)
+	if len(updates) != 1 || updates[0].ContainerId != ctr.Id {
+		t.Fatalf("updates %v", updates)
+	}
+	res := updates[0].GetLinux().GetResources()
+	if res.GetMemory().GetLimit().GetValue() != 6*gib || res.GetCpu().GetMems() != "1,3" {
+		t.Errorf("the late container's update %v", res)
+	}
+	if f.rec.outcomes[OutcomeLate] != 1 || strings.Count(f.rec.reasons(), "TmcNotApplied") != 2 {
+		t.Errorf("outcomes %v events %v", f.rec.outcomes, f.rec.events)
+	}
+	// The node has 32 GiB of DRAM and the claim holds 4: 29 more do not fit, 28 do.
+	_, _, err = g.CreateContainer(ctx, pod("big", "ub", placed("node-a", "0x1", 1, 29*gib, 0)), container("big", ""))
+	if err == nil {
+		t.Fatal("a placement over the DRAM a claim's running container holds was admitted")
+	}
+	_, _, err = g.CreateContainer(ctx, pod("fits", "uf", placed("node-a", "0x1", 1, 28*gib, 0)), container("fits", ""))
+	must(t, err)
 }

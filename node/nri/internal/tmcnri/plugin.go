@@ -633,17 +633,16 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		if pod == nil || ctr.GetState() == api.ContainerState_CONTAINER_STOPPED {
 			continue
 		}
-		pl, err := ParsePlacement(pod.GetAnnotations())
-		if pl == nil || err != nil || pl.Node != p.cfg.NodeName || !uidText.MatchString(pod.GetUid()) {
-			continue
-		}
-		// A pod of a namespace known not to be a tenant's was never adjusted and holds nothing;
-		// while the namespaces are not known yet, a placed pod holds its room (never over-commit).
-		if p.tenant(pod.GetNamespace()) == tenantNot {
+		pl, group, claimed := p.heldBy(pod, ctr)
+		if pl == nil {
 			continue
 		}
 		c := pl.Configuration
-		p.pods[pod.GetUid()] = admitted{key: podKey(pod), mask: pl.LLCMaskBits(), dram: c.DRAMBytes, slow: c.SlowBytes, pool: pl.SlowFromPool}
+		mask := pl.LLCMaskBits()
+		if claimed {
+			mask = 0 // the claim's ways are the node plugin's to keep apart (as admit holds them)
+		}
+		p.pods[pod.GetUid()] = admitted{key: podKey(pod), mask: mask, dram: c.DRAMBytes, slow: c.SlowBytes, pool: pl.SlowFromPool}
 		if rec, ok := p.readRecord(pod.GetUid(), ctr.GetName()); ok {
 			if rec.Confirmed {
 				continue // adjusted at its creation
@@ -658,7 +657,9 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		u := &api.ContainerUpdate{ContainerId: ctr.GetId()}
 		u.SetIgnoreFailure()
 		fixed := []string{}
-		want := p.adjust(pl, node, targetOf(pod, ctr))
+		t := targetOf(pod, ctr)
+		t.Group = group
+		want := p.adjust(pl, node, t)
 		if want.MemoryLimit > 0 {
 			u.SetLinuxMemoryLimit(want.MemoryLimit)
 			fixed = append(fixed, fmt.Sprintf("memory limit %d", want.MemoryLimit))
@@ -673,6 +674,33 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 			ctr.GetName(), strings.Join(fixed, ", ")))
 	}
 	return updates, nil
+}
+
+// heldBy is what a running container holds on this node, as Synchronize rebuilds it: the
+// prepared claim its environment names (with the claim's resctrl group; claimed), else its pod's
+// placement; nil for a container tmc configured nothing of. A placement of a namespace known not
+// to be a tenant's was never applied and holds nothing; while the namespaces are not known yet,
+// a placed pod holds its room (never over-commit). A container naming a claim the checkpoint no
+// longer has (or that cannot be read) is reported: what it holds is not known.
+func (p *Plugin) heldBy(pod *api.PodSandbox, ctr *api.Container) (pl *Placement, group string, claimed bool) {
+	if !uidText.MatchString(pod.GetUid()) {
+		return nil, "", false
+	}
+	if claim := draClaimOf(ctr.GetEnv()); claim != "" {
+		pl, group, err := p.draPlacement(pod.GetUid(), claim)
+		if err != nil {
+			p.report.Event(pod, true, "TmcNotApplied", fmt.Sprintf(
+				"container %s names a DRA claim the node cannot read (%v): its memory is not counted against the node's placements",
+				ctr.GetName(), err))
+			return nil, "", false
+		}
+		return pl, group, true
+	}
+	pl, err := ParsePlacement(pod.GetAnnotations())
+	if pl == nil || err != nil || pl.Node != p.cfg.NodeName || p.tenant(pod.GetNamespace()) == tenantNot {
+		return nil, "", false
+	}
+	return pl, "", false
 }
 
 func (p *Plugin) recordPath(uid, container string) (string, bool) {

@@ -43,6 +43,9 @@ type Reconciler struct {
 	// Plans are the published recommendations a tmc.placement/v3 names its plan in (nil: none
 	// can be read).
 	Plans PublishedPlans
+	// DRACheckpoint is tmc-dra-node's checkpoint of the claims it prepared on this node ("":
+	// none): a running pod a prepared claim is reserved for gets the claim's configuration.
+	DRACheckpoint string
 
 	// adjust is Adjust; a test wraps it to see that every path computes its adjustment there.
 	adjust func(*Placement, NodeLayout, Target) Adjustment
@@ -76,10 +79,24 @@ func (r *Reconciler) Reconcile(pods []corev1.Pod) []Reconciled {
 	// An unreadable topology leaves the memory limit to apply (the adjustment says why the rest
 	// is not).
 	node, _ := ReadNodeLayout(r.SysRoot, r.Resctrl)
+	claims, claimsErr := r.preparedClaims()
 	var out []Reconciled
 	for i := range pods {
 		pod := &pods[i]
 		if pod.Spec.NodeName != r.NodeName || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		// A prepared claim first, as at container creation (a container naming a claim takes
+		// the claim's configuration whatever its pod's annotations say).
+		if claim, ok := claims.reservedFor(string(pod.UID)); ok {
+			done := Reconciled{Pod: pod.Namespace + "/" + pod.Name}
+			r.apply(pod, claims.DRAPlacement(r.NodeName, claims.Claims[claim]), DRAGroup(claim), node, adjust, &done)
+			out = append(out, done)
+			continue
+		}
+		if claimsErr != nil && len(pod.Spec.ResourceClaims) > 0 {
+			out = append(out, Reconciled{Pod: pod.Namespace + "/" + pod.Name,
+				Unapplied: []string{"dra claim: cannot read the prepared claims: " + claimsErr.Error()}})
 			continue
 		}
 		pl, err := ParsePlacement(pod.Annotations)
@@ -111,7 +128,7 @@ func (r *Reconciler) Reconcile(pods []corev1.Pod) []Reconciled {
 					if unavailable != "" {
 						done.Unapplied = append(done.Unapplied, "plan: "+unavailable)
 					}
-					r.apply(pod, resolved, node, adjust, &done)
+					r.apply(pod, resolved, "", node, adjust, &done)
 				}
 			}
 		}
@@ -134,7 +151,25 @@ func (r *Reconciler) waitedOut(pod *corev1.Pod) bool {
 	return now().Sub(since) >= PlanWait
 }
 
-func (r *Reconciler) apply(pod *corev1.Pod, pl *Placement, node NodeLayout, adjust func(*Placement, NodeLayout, Target) Adjustment, done *Reconciled) {
+// preparedClaims is the checkpoint of the claims prepared on this node: empty with none (no
+// checkpoint configured, or no claim ever prepared), an error when it cannot be read.
+func (r *Reconciler) preparedClaims() (*DRACheckpoint, error) {
+	none := &DRACheckpoint{Claims: map[string]DRAClaim{}}
+	if r.DRACheckpoint == "" {
+		return none, nil
+	}
+	c, err := ReadDRACheckpoint(r.DRACheckpoint)
+	if errors.Is(err, ErrNoDRACheckpoint) {
+		return none, nil
+	} else if err != nil {
+		return none, err
+	}
+	return c, nil
+}
+
+// apply writes what Adjust makes of pl for the pod; group, when set, is the resctrl group its
+// ways are in (a DRA claim's, shared by the pods it is reserved for).
+func (r *Reconciler) apply(pod *corev1.Pod, pl *Placement, group string, node NodeLayout, adjust func(*Placement, NodeLayout, Target) Adjustment, done *Reconciled) {
 	uid := string(pod.UID)
 	cg, err := findPodCgroup(r.CgroupRoot, uid)
 	if err != nil {
@@ -145,7 +180,7 @@ func (r *Reconciler) apply(pod *corev1.Pod, pl *Placement, node NodeLayout, adju
 	if err != nil {
 		cpus = nil // all the node's CPUs: a safe superset
 	}
-	want := adjust(pl, node, Target{Pod: pod.Namespace + "/" + pod.Name, UID: uid, CPUs: cpus, OwnLimit: podMemoryLimit(pod)})
+	want := adjust(pl, node, Target{Pod: pod.Namespace + "/" + pod.Name, UID: uid, CPUs: cpus, OwnLimit: podMemoryLimit(pod), Group: group})
 	unapplied := func(what, why string) { done.Unapplied = append(done.Unapplied, what+": "+why) }
 
 	if want.MemoryLimit > 0 {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
+	"tmc.dev/scheduler-plugin/pkg/dra"
 )
 
 // writeCgroups is a cgroup v2 tree as the kubelet's systemd driver lays out a burstable pod:
@@ -325,5 +326,58 @@ func TestReconcileRemovesTheGroupsOfPodsGone(t *testing.T) {
 	}
 	if removed, err := r.RemoveStale(pods); err != nil || len(removed) != 0 {
 		t.Errorf("again: %v %v", removed, err)
+	}
+}
+
+// Without NRI, a running pod a prepared DRA claim is reserved for gets the claim's
+// configuration: its memory, its memory nodes and its threads in the claim's group, whose ways
+// the node plugin set; a checkpoint that cannot be read is said for each pod with claims, and
+// nothing is written for them.
+func TestReconcileAppliesAPreparedClaimToThePodsItIsReservedFor(t *testing.T) {
+	uid := "6f1c2a9e-0070"
+	root, podDir := writeCgroups(t, uid, "2-3", "301")
+	resctrl := writeResctrl(t)
+	checkpoint := filepath.Join(t.TempDir(), DRACheckpointName)
+	must(t, WriteDRACheckpoint(checkpoint, &DRACheckpoint{Version: 1, Ways: 11, Claims: map[string]DRAClaim{
+		"c-1": {Namespace: "default", Name: "bfs-ways", Pods: []string{uid}, Run: dra.Run{First: 2, Count: 4},
+			DRAMBytes: 4 * gib, SlowBytes: 2 * gib},
+	}}))
+	// The node plugin made the claim's group when it prepared it.
+	must(t, (&Resctrl{Root: resctrl}).EnsureGroup(DRAGroup("c-1"), "L3:0=3c;1=3c"))
+	r := &Reconciler{NodeName: "node-a", SysRoot: twoSockets(t), Resctrl: &Resctrl{Root: resctrl}, CgroupRoot: root,
+		PlanDir: t.TempDir(), DRACheckpoint: checkpoint}
+	withClaim := runningPod("bfs", uid, "node-a", nil)
+	withClaim.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "tiers"}}
+	pods := []corev1.Pod{withClaim, runningPod("web", "6f1c2a9e-0071", "node-a", nil)}
+	first := r.Reconcile(pods)
+	if len(first) != 1 || first[0].Pod != "default/bfs" {
+		t.Fatalf("reconciled %+v", first)
+	}
+	if got := readTrim(t, filepath.Join(podDir, "memory.max")); got != "6442450944" {
+		t.Errorf("memory.max %q", got)
+	}
+	if got := readTrim(t, filepath.Join(podDir, "cpuset.mems")); got != "1,3" {
+		t.Errorf("cpuset.mems %q", got)
+	}
+	if got := readTrim(t, filepath.Join(resctrl, DRAGroup("c-1"), "tasks")); got != "301" {
+		t.Errorf("the claim's group's tasks %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(resctrl, GroupPrefix+uid)); !os.IsNotExist(err) {
+		t.Errorf("a group of the pod's own was made beside the claim's: %v", err)
+	}
+	for _, done := range r.Reconcile(pods) {
+		if len(done.Written) != 0 {
+			t.Errorf("second round wrote %v", done.Written)
+		}
+	}
+	// Unreadable: said, and the pod's cgroup left as it is.
+	must(t, os.WriteFile(checkpoint, []byte(`{"version":1,`), 0o644))
+	must(t, os.WriteFile(filepath.Join(podDir, "memory.max"), []byte("max\n"), 0o644))
+	third := r.Reconcile(pods)
+	if len(third) != 1 || !strings.Contains(strings.Join(third[0].Unapplied, ";"), "cannot read the prepared claims") {
+		t.Errorf("an unreadable checkpoint is not said: %+v", third)
+	}
+	if got := readTrim(t, filepath.Join(podDir, "memory.max")); got != "max" {
+		t.Errorf("memory.max written from an unreadable checkpoint: %q", got)
 	}
 }
