@@ -771,7 +771,8 @@ def test_the_dra_node_plugin_runs_beside_tmc_nri_only_with_dra() -> None:
 def test_the_dra_node_plugin_follows_its_values() -> None:
     """Another kubelet root and CDI directory move every path, the checkpoint tmc-nri reads
     included; a way count is passed for nodes without CAT; dra.nodePlugin.enabled false, or no
-    agent, runs none; tmc-nri reconcile applies no claims, so the chart refuses that pair."""
+    agent, runs none; for a runtime without NRI, tmc-dra-node runs beside tmc-nri reconcile,
+    which reads the same checkpoint (the directory mounted read-only)."""
     docs = render(
         {
             "dra": {
@@ -807,8 +808,21 @@ def test_the_dra_node_plugin_follows_its_values() -> None:
     by_name(own, "Deployment", "demo-tmc-dra-publisher")
     no_agent = render({"dra": {"enabled": True}, "agent": {"enabled": False}})
     assert not [d for d in no_agent if d["metadata"]["name"] == "demo-tmc-agent"]
-    with pytest.raises(Exception, match=r"dra.nodePlugin needs agent.nri.enabled"):
-        render({"dra": {"enabled": True}, "agent": {"nri": {"enabled": False}}})
+    without_nri = render({"dra": {"enabled": True}, "agent": {"nri": {"enabled": False}}})
+    by_container = agent_containers(without_nri)
+    assert set(by_container) == {"agent", "reconcile", "dra-node"}
+    assert (
+        by_container["dra-node"] == agent_containers(render({"dra": {"enabled": True}}))["dra-node"]
+    )
+    applier = by_container["reconcile"]
+    assert (
+        env_of(applier)["TMC_NRI_DRA_CHECKPOINT"]
+        == "/var/lib/kubelet/plugins/tmc.dev/checkpoint.json"
+    )
+    assert mounts_of(without_nri, applier)["/var/lib/kubelet/plugins/tmc.dev"] == (
+        "/var/lib/kubelet/plugins/tmc.dev",
+        True,
+    )
     reconcile = render(
         {
             "dra": {"enabled": True, "nodePlugin": {"enabled": False}},

@@ -90,14 +90,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- range $i, $k := keys $labels | sortAlpha }}{{ if $i }},{{ end }}{{ $k }}={{ get $labels $k }}{{ end -}}
 {{- end -}}
 
-{{/* "true" when the node DaemonSet runs tmc-dra-node (dra.nodePlugin): DRA on, the agent and
-tmc-nri on. `tmc-nri reconcile` applies no claims: with it, the chart refuses rather than
-prepare claims nothing applies. */}}
+{{/* "true" when the node DaemonSet runs tmc-dra-node (dra.nodePlugin): DRA and the agent on.
+tmc-nri applies the claims it prepares, as the NRI plugin at container creation or, for a
+runtime without NRI, `tmc-nri reconcile` to the running pods they are reserved for. */}}
 {{- define "tmc.draNodePlugin" -}}
 {{- if and .Values.dra.enabled .Values.dra.nodePlugin.enabled .Values.agent.enabled -}}
-{{- if not .Values.agent.nri.enabled -}}
-{{- fail "dra.nodePlugin needs agent.nri.enabled: tmc-nri reconcile does not apply DRA claims (set dra.nodePlugin.enabled=false to run tmc-dra-node another way)" -}}
-{{- end -}}
 true
 {{- end -}}
 {{- end -}}
