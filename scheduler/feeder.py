@@ -225,15 +225,16 @@ def _text(value: object, what: str, limit: int = 253) -> str:
 
 def _consumed(result: dict[str, Any], capacity: str, bound: int) -> int:
     """One capacity a device result consumed, as a whole number within [0, bound)."""
+    device = str(result.get("device"))[:40]
     consumed = result.get("consumedCapacity")
     if not isinstance(consumed, dict) or capacity not in consumed:
-        raise BadClaim(f"device {result.get('device')!r} consumed no {capacity!r}")
+        raise BadClaim(f"device {device!r} consumed no {capacity!r}")
     try:
         value = parse_quantity(consumed[capacity])
     except BadPod as exc:
-        raise BadClaim(str(exc)) from None
+        raise BadClaim(f"device {device!r}: {exc}") from None
     if value != int(value) or value >= bound:
-        raise BadClaim(f"device {result.get('device')!r} consumed {value} {capacity}: out of range")
+        raise BadClaim(f"device {device!r} consumed {value} {capacity}: out of range")
     return int(value)
 
 
@@ -942,6 +943,8 @@ class Feeder:
             except Exception as exc:
                 # A broken or expired watch (410 Gone): events may have been missed, so list
                 # everything again before watching from the new version.
+                if self._stop.is_set():
+                    return
                 log.warning("%s watch ended (%s); resyncing", kind, exc)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
@@ -1026,6 +1029,8 @@ class Feeder:
     def _on_claim_pod(self, uid: str, pod: dict[str, Any] | None) -> None:
         """A pod's event as the claims see it (None: the pod went or finished)."""
         found = claim_pod(pod) if pod is not None else None
+        if found is None and uid not in self._claim_pods:
+            return  # most pods: no claims, before or now (read without the lock, as it costs)
         with self._claims_lock:
             if self._claim_pods.get(uid) == found:
                 return

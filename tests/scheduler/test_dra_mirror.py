@@ -416,21 +416,22 @@ def slices_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
         unavailable(exc)
 
 
+def chart_docs(values: dict[str, Any], template: str, name: str) -> list[dict[str, Any]]:
+    """The chart's objects of one template named `name` (for this control plane's release)."""
+    rendered = c.render_chart(values)[f"tmc/templates/{template}"]
+    return [d for d in yaml.safe_load_all(rendered) if d and d["metadata"]["name"] == name]
+
+
 @pytest.fixture
 def publisher_plane(slices_binary: Path) -> Iterator[Any]:
-    """test_dra_objects' two nodes (their agents' capacity published) with the chart's RBAC for
-    `dra.enabled`, the publisher's own role included, and the stock kube-scheduler."""
+    """test_dra_objects' two nodes (their agents' capacity published) and the stock
+    kube-scheduler, and the publisher's service account with its role from the chart; the
+    chart's rule for claims (`dra.enabled`) is the test's to grant."""
     cp = started()
     try:
-        values = {"dra": {"enabled": True}}
-        plane = allocating(cp, slices_binary, values)
+        plane = allocating(cp, slices_binary)
         client = c.api_client(cp)
-        publisher = [
-            doc
-            for doc in yaml.safe_load_all(c.render_chart(values)["tmc/templates/plugin.yaml"])
-            if doc and doc["metadata"]["name"] == f"{RELEASE}-tmc-publisher"
-        ]
-        for doc in publisher:
+        for doc in chart_docs({}, "plugin.yaml", f"{RELEASE}-tmc-publisher"):
             if doc["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
                 k8s_utils.create_from_dict(client, doc, namespace=NAMESPACE)
         admin = c.core(cp)
@@ -450,8 +451,9 @@ def test_the_publisher_mirrors_the_claims_kube_scheduler_allocates(
     publisher_plane: Any, sessions: sessionmaker[Session]
 ) -> None:
     """The stock kube-scheduler allocates three claims of 12 ways, 5 GiB of DRAM and 100 GiB of
-    slow memory (node-a's own, rack-a's twice for node-b); the feeder, watching as the
-    publisher's service account, mirrors each on its pod's node and the utilization counts
+    slow memory (node-a's own, rack-a's twice for node-b); the publisher's service account may
+    list them once the chart's rule for `dra.enabled` is there, and the feeder, watching as it,
+    mirrors each on its pod's node and the utilization counts
     their ways; a pod deleted is released, and a claim allocated later is mirrored by the
     watch."""
     plane = publisher_plane
@@ -465,9 +467,16 @@ def test_the_publisher_mirrors_the_claims_kube_scheduler_allocates(
         body["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1500m"}
         api.create_namespaced_pod(TENANT, body)
     on = settle(plane, names, 3)
-    feeder = Feeder(
-        KubeCluster(c.api_client(plane.cp, "publisher")), sessions, mirror_batch_seconds=0.1
-    )
+    publisher = KubeCluster(c.api_client(plane.cp, "publisher"))
+    # Without the chart's rule for claims, the publisher may not list them: nothing mirrored.
+    assert publisher.list_claims() is None
+    client = c.api_client(plane.cp)
+    for doc in chart_docs(
+        {"dra": {"enabled": True}}, "rbac.yaml", f"{RELEASE}-tmc-publisher-claims"
+    ):
+        k8s_utils.create_from_dict(client, doc, namespace=NAMESPACE)
+    wait_until(lambda: publisher.list_claims() is not None, 30, "the publisher lists claims")
+    feeder = Feeder(publisher, sessions, mirror_batch_seconds=0.1)
     feeder.sync()
     threads = feeder.start()
     try:
