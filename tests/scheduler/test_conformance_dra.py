@@ -326,12 +326,15 @@ class Door:
         return True
 
     def settle(self, name: str, claimed: bool, expect_bound: bool) -> Took:
-        """Once the pod is bound or waits: a pod with a claim waits once kube-scheduler has said
-        so (PodScheduled=False; longer when the table binds it, since a freed claim may still be
-        on its way), a pod without one once it has stayed unbound a while (a pod waiting for a
-        claim that is never made gets no condition)."""
+        """Once the pod is bound or waits: once kube-scheduler has said so (PodScheduled=False;
+        longer when the table binds it, since a freed claim may still be on its way), and a pod
+        naming a template that does not exist once it has stayed unbound a while (it waits for a
+        claim that is never made, and gets no condition)."""
         start = time.monotonic()
-        patience = 3.0 if not claimed else 30.0
+        patience = 30.0
+        pod = self.core.read_namespaced_pod(name, NAMESPACE)
+        if any(r.resource_claim_template_name for r in pod.spec.resource_claims or ()):
+            patience = 3.0
         while True:
             pod = self.core.read_namespaced_pod(name, NAMESPACE)
             if pod.spec.node_name:
