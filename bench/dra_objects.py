@@ -10,7 +10,7 @@ has (a node's LLC ways are one device of consumable capacity `ways`, its memory 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -129,6 +129,21 @@ def device_capacity(slices: Iterable[dict[str, Any]]) -> dict[tuple[str, str, st
     return out
 
 
+def allocations(
+    claims: Iterable[dict[str, Any]], problems: list[str]
+) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """Each allocated claim's namespace/name and device results; a claim with no allocation is
+    added to problems instead."""
+    for claim in claims:
+        meta = claim["metadata"]
+        name = f"{meta.get('namespace', '')}/{meta['name']}"
+        allocation = (claim.get("status") or {}).get("allocation")
+        if not allocation:
+            problems.append(f"{name}: not allocated")
+            continue
+        yield name, allocation["devices"]["results"]
+
+
 def overcommit(
     claims: Iterable[dict[str, Any]], capacity: dict[tuple[str, str, str], int]
 ) -> list[str]:
@@ -140,14 +155,8 @@ def overcommit(
     problems: list[str] = []
     used: dict[tuple[str, str, str], int] = {}
     known = {(pool, device) for pool, device, _ in capacity}
-    for claim in claims:
-        meta = claim["metadata"]
-        name = f"{meta.get('namespace', '')}/{meta['name']}"
-        allocation = (claim.get("status") or {}).get("allocation")
-        if not allocation:
-            problems.append(f"{name}: not allocated")
-            continue
-        for r in allocation["devices"]["results"]:
+    for name, results in allocations(claims, problems):
+        for r in results:
             pool, device = r["pool"], r["device"]
             consumed = r.get("consumedCapacity") or {}
             if (pool, device) in known and not consumed:
@@ -274,14 +283,8 @@ def allocated_twice(claims: Iterable[dict[str, Any]]) -> list[str]:
     allocation: what the plain driver's allocations over-commit. Empty when none."""
     problems: list[str] = []
     holder: dict[tuple[str, str], str] = {}
-    for claim in claims:
-        meta = claim["metadata"]
-        name = f"{meta.get('namespace', '')}/{meta['name']}"
-        allocation = (claim.get("status") or {}).get("allocation")
-        if not allocation:
-            problems.append(f"{name}: not allocated")
-            continue
-        for r in allocation["devices"]["results"]:
+    for name, results in allocations(claims, problems):
+        for r in results:
             key = (r["pool"], r["device"])
             if key in holder:
                 problems.append(f"{key[0]}/{key[1]}: given to {holder[key]} and {name}")
