@@ -522,13 +522,14 @@ class Feeder:
         rack_pools: Mapping[str, int] | None = None,
         metrics: PublisherMetrics | None = None,
         tenant_selector: str = "",
-        dra_claims: bool = True,
+        dra_claims: bool = False,
     ) -> None:
         """`sessions`: the ledger's database to mirror into (None: no mirror). `recommender`:
         told of every pending opted-in pod (None: nobody). `tenant_selector`: the labels of
         tmc's tenant namespaces (scheduler.tenants: key=value pairs; "": every namespace), the
         only ones whose pods are mirrored, named and published for. `dra_claims`: mirror tmc's
-        allocated ResourceClaims too, whenever the API server lets this identity list them."""
+        allocated ResourceClaims too (the operator turned the DRA door on: the settings'
+        `mirror_dra_claims`), whenever the API server lets this identity list them."""
         self.metrics = metrics if metrics is not None else PublisherMetrics()
         self.cluster = cluster
         self.sessions = sessions
@@ -624,8 +625,7 @@ class Feeder:
         """Every ResourceClaim, or None when claims are not mirrored: not asked to, or the API
         server does not let this identity list them (the chart grants it with `dra.enabled`),
         or serves none."""
-        lister = getattr(self.cluster, "list_claims", None) if self.dra_claims else None
-        listed = lister() if lister is not None else None
+        listed = self.cluster.list_claims() if self.dra_claims else None
         if (listed is not None) != self._claims_listed:
             log.info(
                 "ResourceClaims %s",

@@ -716,6 +716,7 @@ def main() -> None:
         rack_pools=settings.rack_pools,
         metrics=metrics,
         tenant_selector=settings.tenant_namespace_labels,
+        dra_claims=settings.mirror_dra_claims,
     )
     utilization = LedgerUtilization(sessions)
     publisher = RecommendationPublisher(

@@ -42,6 +42,9 @@ class FeederSettings(DatabaseSettings):
     # The labels of tmc's tenant namespaces (the chart's admission.tenantNamespaceLabels, as
     # key=value pairs): pods elsewhere are neither mirrored nor published for. "": every one.
     tenant_namespace_labels: str = ""
+    # The DRA door is on (the chart's dra.enabled): the feeder lists and watches ResourceClaims
+    # and mirrors what tmc's allocated ones hold. Off, it asks the API server for none.
+    mirror_dra_claims: bool = False
 
     @field_validator("tenant_namespace_labels")
     @classmethod

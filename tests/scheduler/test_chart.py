@@ -25,6 +25,7 @@ from scheduler.metrics import (
     mirror_families,
     published_families,
 )
+from scheduler.settings import FeederSettings
 from tests.deploy.test_metrics_exported import go_metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -695,6 +696,26 @@ def test_the_publisher_may_list_and_watch_claims_only_with_dra() -> None:
         {"kind": "ServiceAccount", "name": "demo-tmc-publisher", "namespace": "tmc"}
     ]
     by_name(docs, "ServiceAccount", "demo-tmc-publisher")
+
+
+def test_the_publisher_mirrors_claims_exactly_when_the_dra_door_is_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """dra.enabled tells the publisher (TMC_MIRROR_DRA_CLAIMS, read by its FeederSettings) to
+    list and watch ResourceClaims, the chart granting it that; off, the variable is absent and
+    the feeder asks for no claim. The rendered value parses as the setting the feeder takes."""
+
+    def publisher_env(values: dict[str, Any]) -> dict[str, Any]:
+        deployment = by_name(render(values), "Deployment", "demo-tmc-publisher")
+        return env_of(deployment["spec"]["template"]["spec"]["containers"][0])
+
+    assert "TMC_MIRROR_DRA_CLAIMS" not in publisher_env({})
+    assert "TMC_MIRROR_DRA_CLAIMS" not in publisher_env({"dra": {"enabled": False}})
+    monkeypatch.delenv("TMC_MIRROR_DRA_CLAIMS", raising=False)
+    assert FeederSettings().mirror_dra_claims is False
+    on = publisher_env({"dra": {"enabled": True}})["TMC_MIRROR_DRA_CLAIMS"]
+    monkeypatch.setenv("TMC_MIRROR_DRA_CLAIMS", on)
+    assert FeederSettings().mirror_dra_claims is True
 
 
 def agent_containers(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -200,7 +200,7 @@ class Cluster:
 
 
 def feeder_of(cluster: Cluster, sessions: sessionmaker[Session]) -> Feeder:
-    return Feeder(cluster, sessions, tenant_selector=TENANT_LABELS)
+    return Feeder(cluster, sessions, tenant_selector=TENANT_LABELS, dra_claims=True)
 
 
 def mirrored(sessions: sessionmaker[Session]) -> dict[str, tuple[object, ...]]:
@@ -288,6 +288,38 @@ def test_the_mirror_holds_what_each_claim_holds_and_the_utilization_counts_it(
         f"{TENANT}/{n}" for n in ("local", "no-slow", "pooled", "ways-only")
     }
     assert {s.reason for s in live.skipped} == {"its LLC ways are a count whose run its node picks"}
+
+
+def test_claims_are_listed_and_watched_only_with_the_dra_door_on(
+    sessions: sessionmaker[Session],
+) -> None:
+    """The feeder asks for claims exactly when the operator turned the DRA door on (the
+    publisher's `mirror_dra_claims`): off, it neither lists nor watches them and mirrors none."""
+    cluster = Cluster()
+    listings = []
+    listed = cluster.list_claims
+
+    def counted() -> tuple[list[dict[str, Any]], str] | None:
+        listings.append(1)
+        return listed()
+
+    cluster.list_claims = counted  # type: ignore[method-assign]
+    off = Feeder(cluster, sessions, tenant_selector=TENANT_LABELS)
+    off.sync()
+    off.mirror_pending()
+    assert (mirrored(sessions), listings) == ({}, [])
+    threads = off.start()
+    try:
+        assert "tmc-watch-resourceclaim" not in {t.name for t in threads}
+    finally:
+        off.stop()
+        for t in threads:
+            t.join(timeout=1)
+    on = Feeder(cluster, sessions, tenant_selector=TENANT_LABELS, dra_claims=True)
+    on.sync()
+    on.mirror_pending()
+    assert mirrored(sessions) == EVERY
+    assert listings == [1]
 
 
 def test_a_claim_deallocated_or_deleted_or_its_pod_gone_releases_what_it_held(
@@ -476,7 +508,7 @@ def test_the_publisher_mirrors_the_claims_kube_scheduler_allocates(
     ):
         k8s_utils.create_from_dict(client, doc, namespace=NAMESPACE)
     wait_until(lambda: publisher.list_claims() is not None, 30, "the publisher lists claims")
-    feeder = Feeder(publisher, sessions, mirror_batch_seconds=0.1)
+    feeder = Feeder(publisher, sessions, mirror_batch_seconds=0.1, dra_claims=True)
     feeder.sync()
     threads = feeder.start()
     try:

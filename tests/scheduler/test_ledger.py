@@ -190,6 +190,9 @@ class ListedCluster:
     def list_pods(self) -> tuple[list[dict[str, Any]], str]:
         return copy.deepcopy(list(self.pods.values())), "1"
 
+    def list_claims(self) -> tuple[list[dict[str, Any]], str] | None:
+        return [], "1"  # no DRA door's claim here (test_dra_mirror has them)
+
 
 def bound_pod(uid: str, node: str, mask: int, slow: int = 0) -> dict[str, Any]:
     placement = Placement(
