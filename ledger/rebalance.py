@@ -12,6 +12,10 @@ What the planner cannot express is kept conservative rather than guessed:
 - A reservation whose CAT mask is not one contiguous run (the ledger never writes one) is pinned
   and charged its whole span.
 - Pods in a pinned namespace never move; their CAT runs may still be re-laid on their node.
+- A pod placed through the DRA door holds its LLC ways as a count whose run its node picks: it is
+  not planned (skipped: no run to move), but what it holds stays taken on its node. Its vCPUs,
+  memory and ways are charged there as a pinned hold (`LiveCluster.claims`) whose run the planner
+  lays where the node's free ways are, and which the plan never reports as moved or re-laid.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 from ledger.types import Held, NodeCapacity
 from model.errors import InvalidRequest
+from model.packing import best_fit_run
 from model.planning_requests import LiveRebalanceIn, plan_moves
 from model.rebalancer import Node, Pod
 
@@ -41,6 +46,9 @@ class LiveCluster:
     pools: list[int]  # capacity per pool index, bytes
     pool_names: list[str]
     skipped: list[SkippedPod] = field(default_factory=list)
+    # What the DRA door's pods hold, pinned to their nodes: planned beside `pods` so that no
+    # move lands on their ways or memory, and left out of the plan's answer.
+    claims: list[Pod] = field(default_factory=list)
 
 
 def _run_of(mask: int) -> tuple[int, int, bool]:
@@ -73,6 +81,8 @@ def live_cluster(
     ]
     pods: list[Pod] = []
     skipped: list[SkippedPod] = []
+    counted: list[tuple[int, Held]] = []
+    used_ways = [0] * len(ready)  # per node: the union of the masks of the pods planned
     for h in sorted(held, key=lambda h: (h.node, h.namespace, h.pod_name)):
         name = f"{h.namespace}/{h.pod_name}"
         ni = index.get(h.node)
@@ -80,14 +90,18 @@ def live_cluster(
             skipped.append(SkippedPod(name, h.node, "its node is not ready or not in the ledger"))
             continue
         if h.llc_mask <= 0:
-            # A count of ways (a DRA claim) lies wherever the node put it: no run to move.
+            # A count of ways (a DRA claim) lies wherever the node put it: no run to move, but
+            # its holdings stay taken (below).
             why = "its LLC ways are a count whose run its node picks" if h.counted_ways else None
             skipped.append(SkippedPod(name, h.node, why or "it holds no LLC ways"))
+            if h.counted_ways > 0:
+                counted.append((ni, h))
             continue
         start, span, contiguous = _run_of(h.llc_mask)
         if start + span > ready[ni].llc_ways:
             skipped.append(SkippedPod(name, h.node, "its CAT mask lies outside the node's ways"))
             continue
+        used_ways[ni] |= h.llc_mask
         local_on_pool_node = (
             h.slow_bytes > 0 and not h.slow_from_pool and planner_nodes[ni].pool >= 0
         )
@@ -105,12 +119,36 @@ def live_cluster(
                 and h.namespace not in pinned_namespaces,
             )
         )
+    claims = [_claim_hold(h, ni, planner_nodes[ni], used_ways) for ni, h in counted]
     return LiveCluster(
         nodes=planner_nodes,
         pods=pods,
         pools=[pools[name] for name in pool_names],
         pool_names=pool_names,
         skipped=skipped,
+        claims=claims,
+    )
+
+
+def _claim_hold(h: Held, ni: int, node: Node, used_ways: list[int]) -> Pod:
+    """A DRA pod's holdings as a pinned planner pod. Its run is a stand-in where the node's ways
+    are free (the planner may re-lay it: only the count is the claim's); when none is free for
+    it, the node is over-full and the planner re-lays its runs or finds no plan."""
+    ways = min(h.counted_ways, node.llc_ways)
+    run = best_fit_run(used_ways[ni], node.llc_ways, ways)
+    start = 0 if run is None else (run & -run).bit_length() - 1
+    if run is not None:
+        used_ways[ni] |= run
+    local_on_pool_node = h.slow_bytes > 0 and not h.slow_from_pool and node.pool >= 0
+    return Pod(
+        name=f"{h.namespace}/{h.pod_name}",
+        node=ni,
+        vcpus=h.vcpus,
+        dram_bytes=h.dram_bytes,
+        slow_bytes=0 if local_on_pool_node else h.slow_bytes,
+        llc_ways=ways,
+        way_start=start,
+        movable=False,
     )
 
 
@@ -129,7 +167,13 @@ def plan_live_moves(
     live = live_cluster(nodes, pools, held, set(body.pinned_namespaces))
     if not live.nodes:
         raise InvalidRequest("nodes", "no ready node to plan")
-    out = plan_moves(live.nodes, live.pods, live.pools, body.max_moves, body.time_limit_seconds)
+    planned = live.pods + live.claims
+    out = plan_moves(live.nodes, planned, live.pools, body.max_moves, body.time_limit_seconds)
+    # The claims' stand-in runs are no one's: the plan names tmc's pods only.
+    plan = out["plan"]
+    claimed = {p.name for p in live.claims}
+    plan["placement"] = plan["placement"][: len(live.pods)]
+    plan["remaps"] = [m for m in plan["remaps"] if m["pod"] not in claimed]
     out["cluster"] = {
         "source": "ledger",
         "nodes": len(live.nodes),

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import itertools
 
-from ledger.rebalance import live_cluster
+from ledger.rebalance import live_cluster, plan_live_moves
 from ledger.types import Held, NodeCapacity
+from model.planning_requests import LiveRebalanceIn
 from model.rebalancer import rebalance
 
 GIB = 1 << 30
@@ -82,3 +83,40 @@ def test_the_plan_over_a_live_cluster_frees_the_emptiest_node_and_respects_pins(
     spans = [*runs, (20, 22)]
     spans.sort()
     assert all(x[1] <= y[0] for x, y in itertools.pairwise(spans))
+
+
+def claim(
+    pod: str, on: str, ways: int, dram: int = GIB, slow: int = 0, pooled: bool = False
+) -> Held:
+    """A pod placed through the DRA door: its ways a count, no mask."""
+    return Held(f"uid-{pod}", "apps", pod, on, 1, dram, slow, pooled, 0, counted_ways=ways)
+
+
+def test_what_a_dra_pod_holds_stays_taken_on_its_node() -> None:
+    """A DRA pod is not planned (no run to move) but its ways, DRAM and slow memory stay taken
+    on its node: p1 (4 ways, 2 GiB, 8 GiB slow) would move to b beside p2 and free a, were the
+    claim's holdings on b free. It keeps b in use, and the plan's answer names no claim."""
+    nodes = [node("a", slow=64 * GIB), node("b", slow=64 * GIB)]
+    p1 = held("p1", "a", 0b1111 << 4, slow=8 * GIB)
+    p2 = held("p2", "b", 0b1111 << 20)
+    taken = {
+        "ways": claim("c", "b", 41),
+        "DRAM": claim("c", "b", 1, dram=21 * GIB),
+        "slow memory": claim("c", "b", 1, slow=60 * GIB),
+    }
+    for what, c in taken.items():
+        plan = plan_live_moves(LiveRebalanceIn(), nodes, {}, [p1, p2, c])
+        assert plan["plan"]["status"] == "unchanged", (what, plan["plan"])
+        assert plan["plan"]["moves"] == [], what
+        assert len(plan["plan"]["placement"]) == 2, what
+        assert [s["pod"] for s in plan["cluster"]["skipped"]] == ["apps/c"], what
+        assert all(m["pod"] != "apps/c" for m in plan["plan"]["remaps"]), what
+    # A claim that leaves room: p1 moves beside it and a is freed.
+    room = plan_live_moves(LiveRebalanceIn(), nodes, {}, [p1, p2, claim("c", "b", 8)])
+    assert room["plan"]["freed"] == ["a"]
+    assert [m["pod"] for m in room["plan"]["moves"]] == ["apps/p1"]
+    # The claim's stand-in run lies in b's free ways, beside p2's run.
+    live = live_cluster(nodes, {}, [p1, p2, claim("c", "b", 20)], ())
+    (hold,) = live.claims
+    assert (hold.node, hold.llc_ways, hold.movable) == (1, 20, False)
+    assert not (0b1111 << 20) & (((1 << 20) - 1) << hold.way_start)
