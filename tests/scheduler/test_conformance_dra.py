@@ -712,6 +712,13 @@ def planted(
                 w["full"][got.node] = "free-ways"
                 del w["feasible"][got.node], w["placement"]
                 out["a bound pod expected pending"] = (wrong, recorded)
+            if matched and "no node can ever take it" not in out:
+                wrong = copy.deepcopy(scenario)
+                w = wrong["steps"][i]["expect"]
+                w["never"] = {n["name"]: "no-capacity" for n in scenario["nodes"]}
+                w["feasible"], w["full"], w["chosen"] = {}, {}, None
+                del w["placement"]
+                out["no node can ever take it"] = (wrong, recorded)
             pending = bool(want) and want.get("chosen") is None and not want.get("skipped")
             if (
                 pending
@@ -763,11 +770,16 @@ def test_a_table_or_file_planted_with_a_wrong_expectation_fails(
         "a bound pod expected pending",
         "a pending pod expected bound",
         "an over-commit",
+        "no node can ever take it",
         "a difference dropped from the file",
         "another node recorded",
     }
     for what, (scenario, recorded) in wrongs.items():
         assert judge(scenario, observed[scenario["name"]], recorded), f"{what} passed"
+    # These break a rule of every door, which no entry of the file can excuse.
+    for what in ("a node outside feasible", "an over-commit", "no node can ever take it"):
+        scenario, _ = wrongs[what]
+        assert rules_broken(scenario, observed[scenario["name"]]), f"{what} broke no rule"
 
 
 def test_the_file_of_differences_is_well_formed() -> None:
