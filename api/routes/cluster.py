@@ -6,7 +6,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import Field
 
+from api import schemas
 from api.auth import Permission
 from api.deps import SessionDep, StateDep, require
 from api.paging import LIST_PAGE_DEFAULT, CursorParam, ListLimit, decode_cursor, link_next
@@ -14,10 +16,8 @@ from api.schemas import (
     CapacityOut,
     HostKindIn,
     NodeIn,
-    NodeOut,
     PoolIn,
     PoolOut,
-    ReservationOut,
     StrandingOut,
     UtilizationOut,
     UtilizationPoint,
@@ -33,6 +33,28 @@ from model.stranding import stranding
 from store.orm import HostKind
 
 router = APIRouter(prefix="/v1/cluster", tags=["cluster"])
+
+
+# A pod placed through the DRA door holds its LLC ways as a count whose run its node chose: in no
+# mask. The node and reservation views name those ways beside the masks (same schema names).
+class NodeOut(schemas.NodeOut):
+    reserved_llc_ways: int = Field(
+        description="LLC ways reserved on this node: its masks' and the counts of its DRA claims"
+    )
+    counted_llc_ways: int = Field(
+        description="of reserved_llc_ways, those held as counts (DRA claims): their run is the"
+        " node's choice, in no mask"
+    )
+
+
+class ReservationOut(schemas.ReservationOut):
+    llc_mask: int | None = Field(  # type: ignore[assignment]
+        description="the contiguous CAT mask reserved; null: a DRA claim's ways, a count"
+        " (llc_ways) whose run the node chose"
+    )
+    llc_ways: int = Field(description="LLC ways held: the mask's, or the claim's count")
+
+
 Admin = Annotated[object, Depends(require(Permission.admin))]
 Reader = Annotated[object, Depends(require(Permission.read))]
 
@@ -106,6 +128,8 @@ def nodes(
                 reserved_dram_bytes=u.reserved_dram_bytes,
                 reserved_slow_bytes=u.reserved_slow_bytes,
                 llc_mask=u.llc_mask,
+                reserved_llc_ways=u.llc_mask.bit_count() + u.counted_ways,
+                counted_llc_ways=u.counted_ways,
                 utilization=util,
                 stranding=None
                 if strands is None
@@ -228,4 +252,15 @@ def reservations(
     rows = cluster.reservations_page(session, node, after, limit)
     last = rows[-1] if len(rows) == limit else None
     link_next(request, response, None if last is None else [last.node_name, last.pod_uid])
-    return [ReservationOut.model_validate(r, from_attributes=True) for r in rows]
+    counted = ledger.counted_ways_of(session, (r.pod_uid for r in rows if not r.llc_mask))
+    return [
+        ReservationOut.model_validate(
+            {
+                **schemas.ReservationOut.model_validate(r, from_attributes=True).model_dump(),
+                # 0 is no run of tmc's: a placement's mask holds a way at least.
+                "llc_mask": r.llc_mask or None,
+                "llc_ways": r.llc_mask.bit_count() or counted.get(r.pod_uid, 0),
+            }
+        )
+        for r in rows
+    ]

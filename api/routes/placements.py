@@ -15,6 +15,7 @@ from api.auth import Permission
 from api.deps import SessionDep, require
 from api.errors import NotFound
 from api.paging import LIST_PAGE_DEFAULT, CursorParam, ListLimit, decode_cursor, link_next
+from ledger import store as ledger
 from model import Recommendation
 from model.node_contract import StructurePlan
 from store.orm import Reservation
@@ -33,11 +34,18 @@ class PlacementOut(BaseModel):
     objective: str | None
     slow_ratio: float | None
     llc_ways: int | None = Field(description="ways the decision chose")
+    reserved_llc_ways: int = Field(
+        description="LLC ways the pod holds on its node: its mask's, or (llc_mask null) a count"
+        " whose run the node chose"
+    )
     vcpus: int
     dram_bytes: int
     slow_bytes: int
     slow_from_pool: bool
-    llc_mask: int = Field(description="the contiguous CAT mask reserved on the node")
+    llc_mask: int | None = Field(
+        description="the contiguous CAT mask reserved on the node; null: the pod came through"
+        " the DRA door, its ways a count (reserved_llc_ways) whose run the node chose"
+    )
     recommendation_id: str | None
     created_at: datetime
 
@@ -50,8 +58,11 @@ class PlacementDetailOut(PlacementOut):
     plan: list[StructurePlan] = Field(description="per tagged structure: fast and slow bytes")
 
 
-def _placement(row: RowMapping) -> dict[str, Any]:
+def _placement(row: RowMapping, counted: dict[str, int]) -> dict[str, Any]:
+    """A placement's fields; `counted`: the ways held as counts, by pod uid (reservations
+    without a mask only)."""
     r: Reservation = row[Reservation]
+    mask = r.llc_mask or None  # 0: no run of tmc's (a placement's mask holds a way at least)
     return {
         "pod_uid": r.pod_uid,
         "namespace": r.namespace,
@@ -61,11 +72,12 @@ def _placement(row: RowMapping) -> dict[str, Any]:
         "objective": row["objective"],
         "slow_ratio": row["slow_ratio"],
         "llc_ways": row["llc_ways"],
+        "reserved_llc_ways": r.llc_mask.bit_count() if mask else counted.get(r.pod_uid, 0),
         "vcpus": r.vcpus,
         "dram_bytes": r.dram_bytes,
         "slow_bytes": r.slow_bytes,
         "slow_from_pool": r.slow_from_pool,
-        "llc_mask": r.llc_mask,
+        "llc_mask": mask,
         "recommendation_id": r.recommendation_id,
         "created_at": r.created_at,
     }
@@ -93,7 +105,10 @@ def list_placements(
     if len(rows) == limit:
         last: Reservation = rows[-1][Reservation]
         link_next(request, response, [last.node_name, last.pod_uid])
-    return [PlacementOut(**_placement(row)) for row in rows]
+    counted = ledger.counted_ways_of(
+        session, (r.pod_uid for row in rows if not (r := row[Reservation]).llc_mask)
+    )
+    return [PlacementOut(**_placement(row, counted)) for row in rows]
 
 
 @router.get(
@@ -111,7 +126,9 @@ def get_placement(
     row = placements.find_placement(session, namespace, pod)
     if row is None:
         raise NotFound("placement", f"{namespace}/{pod}")
-    fields = _placement(row)
+    r: Reservation = row[Reservation]
+    counted = ledger.counted_ways_of(session, [] if r.llc_mask else [r.pod_uid])
+    fields = _placement(row, counted)
     result = row["result"]
     if result is None:
         return PlacementDetailOut(
