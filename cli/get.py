@@ -185,6 +185,24 @@ def ways_of(mask: int) -> str:
     return f"{len(bits)} ({bits[0]}-{bits[-1]})" if len(bits) > 1 else f"1 ({bits[0]})"
 
 
+def held_ways(placement: dict[str, Any]) -> str:
+    """The LLC ways a placement holds: its mask's run, or (a pod of the DRA door, no mask) the
+    count, whose run its node chose."""
+    mask = placement.get("llc_mask")
+    if mask:
+        return ways_of(mask)
+    count = int(placement.get("reserved_llc_ways") or 0)
+    return f"{count} (run chosen by the node)" if count else "-"
+
+
+def node_ways(node: dict[str, Any]) -> str:
+    """A node's reserved LLC ways over its ways: its masks' and its DRA claims' counts."""
+    reserved = node.get("reserved_llc_ways", bin(node["llc_mask"]).count("1"))
+    counted = int(node.get("counted_llc_ways") or 0)
+    held = f"{reserved}/{node['llc_ways']}"
+    return f"{held} ({counted} run by the node)" if counted else held
+
+
 @get_app.command("nodes")
 def get_nodes(
     server: ServerOpt = DEFAULT_SERVER,
@@ -209,7 +227,7 @@ def get_nodes(
             "dram": f"{size(n['reserved_dram_bytes'])} / {size(n['dram_bytes'])}",
             "slow": f"{size(n['reserved_slow_bytes'])} / "
             + (f"pool {n['pool']}" if n["pool"] else size(n["slow_bytes"])),
-            "llc_ways": f"{bin(n['llc_mask']).count('1')}/{n['llc_ways']}",
+            "llc_ways": node_ways(n),
             "host_kind": n["host_kind"],
         }
         for n in nodes
@@ -257,7 +275,7 @@ def get_placements(
             "vcpus": p["vcpus"],
             "dram": size(p["dram_bytes"]),
             "slow": size(p["slow_bytes"]) + (" (pool)" if p["slow_from_pool"] else ""),
-            "llc_ways": ways_of(p["llc_mask"]),
+            "llc_ways": held_ways(p),
         }
         for p in found
     ]
@@ -279,7 +297,7 @@ def _print_placement(p: dict[str, Any]) -> None:
     table.add_row("vCPUs", str(p["vcpus"]))
     table.add_row("DRAM", size(p["dram_bytes"]))
     table.add_row("slow memory", size(p["slow_bytes"]) + (" (pool)" if p["slow_from_pool"] else ""))
-    table.add_row("LLC ways", ways_of(p["llc_mask"]))
+    table.add_row("LLC ways", held_ways(p))
     if p["predicted_slowdown"] is not None:
         table.add_row("predicted slowdown", f"{p['predicted_slowdown'] * 100:+.1f}% vs fastmax")
         table.add_row("cost of one run", money(p["cost"], p["currency"]))

@@ -10,12 +10,15 @@ from collections.abc import Iterator
 import pytest
 import yaml
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 from typer.testing import CliRunner
 
 from api.auth import Role
 from api.demo import example_host_kind
 from api.settings import Settings
 from cli.main import app
+from ledger import store as ledger
+from ledger.types import Held
 from model.resources import GIB
 from store.db import make_engine, make_session_factory, unit_of_work
 from store.orm import Reservation
@@ -172,3 +175,24 @@ def test_tmc_get_errors_name_the_fix(served: tuple[str, str]) -> None:
     assert "no placement" in one_line_error(["placements", "graphs/none"], viewer)
     assert "no recommendation" in one_line_error(["decisions", "no-such-id"], viewer)
     assert "--timeout" in one_line_error(["nodes", "--timeout", "0"], viewer)
+
+
+def test_tmc_get_shows_a_dra_pods_ways_as_a_count(settings: Settings, client: TestClient) -> None:
+    """A pod placed through the DRA door holds 6 ways as a count (no mask): `tmc get` shows the
+    count and that its node chose the run, never "-" or a mask, and the node's reserved ways
+    count it beside the placed pod's run."""
+    seed(client, settings)
+    claimed = Held("uid-claimed", "graphs", "claimed", "tiered-0", 1, GIB, 0, False, 0, None, 6)
+    with unit_of_work(make_session_factory(make_engine(settings))) as session:
+        ledger.record(session, [ledger.Placed(claimed, recommendation_id=None, slow_ratio=0.0)])
+        mask = session.scalar(select(Reservation.llc_mask).where(Reservation.pod_name == "bfs-0"))
+        placed_ways = int(mask or 0).bit_count()
+    assert settings.redis_url is not None
+    env = {"TMC_DATABASE_URL": settings.database_url, "TMC_REDIS_URL": settings.redis_url}
+    with uvicorn_server(env) as base:
+        rows = {line.split()[0]: line for line in tmc(base, "placements").splitlines()[1:]}
+        assert "6 (run chosen by the node)" in rows["graphs/claimed"]
+        one = tmc(base, "placements", "graphs/claimed")
+        assert "6 (run chosen by the node)" in one
+        (node,) = tmc(base, "nodes").splitlines()[1:]
+        assert f"{placed_ways + 6}/48 (6 run by the node)" in node
