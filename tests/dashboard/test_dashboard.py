@@ -670,3 +670,46 @@ def test_a_fleet_larger_than_a_page_is_paged(
         expect(page.get_by_role("link", name="Next 200 nodes")).to_have_count(0)
         page.get_by_role("link", name="First page").click()
         expect(page.locator("#node-list tbody tr").first).to_contain_text("n000")
+
+
+def test_a_dra_pods_ways_are_shown_as_a_count(
+    tmp_path_factory: pytest.TempPathFactory, page: Page
+) -> None:
+    """A pod placed through the DRA door holds 6 ways as a count: the Nodes page draws the
+    bitmap's mask (the placed pod's 4 ways) and says the 6 beside it, counted in the node's
+    reserved ways, and its reservation reads as 6 ways whose run the node chose, not a mask."""
+    from ledger import nodes as ledger_nodes  # noqa: PLC0415
+    from ledger import store as ledger  # noqa: PLC0415
+    from ledger.types import Held, NodeCapacity  # noqa: PLC0415
+    from model.resources import GIB  # noqa: PLC0415
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('dra-ways') / 'tmc.db'}"
+    upgrade_to_head(url)
+    sessions = make_session_factory(make_engine(Settings(database_url=url)))
+    token = ensure_operator_token(sessions, None)
+
+    def held(pod: str, mask: int, counted: int) -> ledger.Placed:
+        taken = Held(f"uid-{pod}", "tenant", pod, "node-a", 1, GIB, 0, False, mask, None, counted)
+        return ledger.Placed(taken, recommendation_id=None, slow_ratio=0.0)
+
+    with unit_of_work(sessions) as session:
+        ledger_nodes.register_node(
+            session, NodeCapacity("node-a", "dra-kind", 16, 64 * GIB, 0, 16, None)
+        )
+        ledger.record(session, [held("placed", 0b1111 << 8, 0), held("claimed", 0, 6)])
+    with uvicorn_server({"TMC_DATABASE_URL": url}) as base:
+        sign_in(page, base, token)
+        page.get_by_role("link", name="Nodes").click()
+        expect(page.get_by_role("table", name="1 nodes")).to_be_visible()
+        expect(page.locator(".bitmap span.on")).to_have_count(4)
+        bitmap = page.locator("#node-list .bitmap")
+        expect(bitmap).to_have_attribute(
+            "aria-label",
+            "10 of 16 ways reserved, mask 0xf00, 6 of them a count whose run the node chose",
+        )
+        expect(page.locator("#node-list")).to_contain_text("+ 6 ways, run chosen by the node")
+        rows = page.locator("#node-list tr")
+        expect(rows.filter(has_text="tenant/claimed")).to_contain_text(
+            "6 ways, run chosen by the node"
+        )
+        expect(rows.filter(has_text="tenant/placed")).to_contain_text("4 (0xf00)")

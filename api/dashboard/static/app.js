@@ -408,9 +408,16 @@ async function pageNodes(cursor) {
       // BigInt: JavaScript's bit operators wrap at 32 bits and a CAT mask has up to 64.
       const mask = BigInt(n.llc_mask);
       for (let i = 0; i < n.llc_ways; i++) bits.push(h("span", { class: (mask >> BigInt(i)) & 1n ? "on" : "" }));
-      const used = bits.filter((b) => b.className === "on").length;
-      return h("span", { class: "bitmap", role: "img", "aria-label": `${used} of ${n.llc_ways} ways reserved, mask 0x${n.llc_mask.toString(16)}` }, bits);
+      // A DRA claim's ways are a count whose run the node chose: in no mask, so not drawn as
+      // ways of the bitmap, but said beside it and counted in the ways reserved.
+      const counted = n.counted_llc_ways || 0;
+      const reserved = n.reserved_llc_ways ?? bits.filter((b) => b.className === "on").length;
+      const label = `${reserved} of ${n.llc_ways} ways reserved, mask 0x${n.llc_mask.toString(16)}` +
+        (counted ? `, ${counted} of them a count whose run the node chose` : "");
+      const map = h("span", { class: "bitmap", role: "img", "aria-label": label }, bits);
+      return counted ? h("span", {}, map, h("span", { class: "counted-ways" }, ` + ${counted} ways, run chosen by the node`)) : map;
     };
+    const ways = (r) => r.llc_mask == null ? `${r.llc_ways} ways, run chosen by the node` : `${r.llc_ways} (0x${r.llc_mask.toString(16)})`;
     const pager = h("p", { class: "pager" }, cursor ? h("a", { href: "#/nodes" }, "First page") : "",
       cursor && page.next ? " · " : "", page.next ? h("a", { href: `#/nodes/${encodeURIComponent(page.next)}`, class: "next-page" }, `Next ${PAGE} nodes`) : "");
     fill("node-list", table(`${nodes.length} nodes${cursor || page.next ? ` (a page of ${PAGE}, by name)` : ""}`, ["node", "host kind", "CPUs used", "DRAM used", "slow used", "pool", "LLC ways (CAT bitmap)"],
@@ -418,8 +425,8 @@ async function pageNodes(cursor) {
         `${bytes(n.reserved_slow_bytes)} / ${n.pool ? "pool" : bytes(n.slow_bytes)}`, n.pool || "local", bitmap(n)])),
     table(`${pools.length} rack pools`, ["pool", "capacity", "reserved", "nodes"], pools.map((p) => [p.name, bytes(p.slow_bytes), bytes(p.reserved_slow_bytes), p.nodes.length])),
     pager,
-    table(held.next ? `The first ${reservations.length} reservations, by node (tmc get placements lists all)` : `${reservations.length} reservations`, ["pod", "node", "vCPUs", "DRAM", "slow", "ways mask"],
-      reservations.map((r) => [`${r.namespace}/${r.pod_name}`, r.node_name, r.vcpus, bytes(r.dram_bytes), bytes(r.slow_bytes) + (r.slow_from_pool ? " (pool)" : ""), `0x${r.llc_mask.toString(16)}`])));
+    table(held.next ? `The first ${reservations.length} reservations, by node (tmc get placements lists all)` : `${reservations.length} reservations`, ["pod", "node", "vCPUs", "DRAM", "slow", "LLC ways (mask)"],
+      reservations.map((r) => [`${r.namespace}/${r.pod_name}`, r.node_name, r.vcpus, bytes(r.dram_bytes), bytes(r.slow_bytes) + (r.slow_from_pool ? " (pool)" : ""), ways(r)])));
   };
 }
 
