@@ -288,6 +288,14 @@ def test_the_mirror_holds_what_each_claim_holds_and_the_utilization_counts_it(
         f"{TENANT}/{n}" for n in ("local", "no-slow", "pooled", "ways-only")
     }
     assert {s.reason for s in live.skipped} == {"its LLC ways are a count whose run its node picks"}
+    # Not planned, yet what they hold stays taken on their nodes: a pinned hold of each count.
+    holds = {p.name: (live.nodes[p.node].name, p.llc_ways, p.movable) for p in live.claims}
+    assert holds == {
+        f"{TENANT}/local": ("node-a", 12, False),
+        f"{TENANT}/no-slow": ("node-a", 4, False),
+        f"{TENANT}/pooled": ("node-b", 12, False),
+        f"{TENANT}/ways-only": ("node-b", 12, False),
+    }
 
 
 def test_claims_are_listed_and_watched_only_with_the_dra_door_on(
