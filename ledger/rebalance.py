@@ -15,7 +15,8 @@ What the planner cannot express is kept conservative rather than guessed:
 - A pod placed through the DRA door holds its LLC ways as a count whose run its node picks: it is
   not planned (skipped: no run to move), but what it holds stays taken on its node. Its vCPUs,
   memory and ways are charged there as a pinned hold (`LiveCluster.claims`) whose run the planner
-  lays where the node's free ways are, and which the plan never reports as moved or re-laid.
+  lays where the node's free ways are, and which the plan never reports as moved or re-laid. A
+  DRA pod holding memory but no ways is charged one way (a planner pod holds one at least).
 """
 
 from __future__ import annotations
@@ -94,8 +95,7 @@ def live_cluster(
             # its holdings stay taken (below).
             why = "its LLC ways are a count whose run its node picks" if h.counted_ways else None
             skipped.append(SkippedPod(name, h.node, why or "it holds no LLC ways"))
-            if h.counted_ways > 0:
-                counted.append((ni, h))
+            counted.append((ni, h))
             continue
         start, span, contiguous = _run_of(h.llc_mask)
         if start + span > ready[ni].llc_ways:
@@ -119,7 +119,12 @@ def live_cluster(
                 and h.namespace not in pinned_namespaces,
             )
         )
-    claims = [_claim_hold(h, ni, planner_nodes[ni], used_ways) for ni, h in counted]
+    # A node without ways takes no pod of tmc's (each holds a way at least): nothing to keep there.
+    claims = [
+        _claim_hold(h, ni, planner_nodes[ni], used_ways)
+        for ni, h in counted
+        if planner_nodes[ni].llc_ways > 0
+    ]
     return LiveCluster(
         nodes=planner_nodes,
         pods=pods,
@@ -134,7 +139,9 @@ def _claim_hold(h: Held, ni: int, node: Node, used_ways: list[int]) -> Pod:
     """A DRA pod's holdings as a pinned planner pod. Its run is a stand-in where the node's ways
     are free (the planner may re-lay it: only the count is the claim's); when none is free for
     it, the node is over-full and the planner re-lays its runs or finds no plan."""
-    ways = min(h.counted_ways, node.llc_ways)
+    # A claim of memory only is charged one way: a planner pod holds one at least, and one way
+    # too many is the cautious side (its memory and its node's use are what matter).
+    ways = max(1, min(h.counted_ways, node.llc_ways))
     run = best_fit_run(used_ways[ni], node.llc_ways, ways)
     start = 0 if run is None else (run & -run).bit_length() - 1
     if run is not None:

@@ -94,8 +94,9 @@ def claim(
 
 def test_what_a_dra_pod_holds_stays_taken_on_its_node() -> None:
     """A DRA pod is not planned (no run to move) but its ways, DRAM and slow memory stay taken
-    on its node: p1 (4 ways, 2 GiB, 8 GiB slow) would move to b beside p2 and free a, were the
-    claim's holdings on b free. It keeps b in use, and the plan's answer names no claim."""
+    on its node (one of memory only as well): p1 (4 ways, 2 GiB, 8 GiB slow) would move to b
+    beside p2 and free a, were the claim's holdings on b free. It keeps b in use, and the plan's
+    answer names no claim."""
     nodes = [node("a", slow=64 * GIB), node("b", slow=64 * GIB)]
     p1 = held("p1", "a", 0b1111 << 4, slow=8 * GIB)
     p2 = held("p2", "b", 0b1111 << 20)
@@ -103,6 +104,7 @@ def test_what_a_dra_pod_holds_stays_taken_on_its_node() -> None:
         "ways": claim("c", "b", 41),
         "DRAM": claim("c", "b", 1, dram=21 * GIB),
         "slow memory": claim("c", "b", 1, slow=60 * GIB),
+        "DRAM, no ways": claim("c", "b", 0, dram=21 * GIB),
     }
     for what, c in taken.items():
         plan = plan_live_moves(LiveRebalanceIn(), nodes, {}, [p1, p2, c])
