@@ -232,6 +232,13 @@ class NodeOut(BaseModel):
     reserved_dram_bytes: int
     reserved_slow_bytes: int
     llc_mask: int = Field(description="union of the CAT masks reserved on this node")
+    reserved_llc_ways: int = Field(
+        description="LLC ways reserved on this node: its masks' and the counts of its DRA claims"
+    )
+    counted_llc_ways: int = Field(
+        description="of reserved_llc_ways, those held as counts (DRA claims): their run is the"
+        " node's choice, in no mask"
+    )
     utilization: Utilization = Field(
         description="per resource; slow memory against the node's local slow memory or its"
         " share of its rack pool"
@@ -281,7 +288,11 @@ class ReservationOut(BaseModel):
     dram_bytes: int
     slow_bytes: int
     slow_from_pool: bool
-    llc_mask: int
+    llc_mask: int | None = Field(
+        description="the contiguous CAT mask reserved; null: a DRA claim's ways, a count"
+        " (llc_ways) whose run the node chose"
+    )
+    llc_ways: int = Field(description="LLC ways held: the mask's, or the claim's count")
     recommendation_id: str | None
     created_at: datetime
 

@@ -6,9 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import Field
 
-from api import schemas
 from api.auth import Permission
 from api.deps import SessionDep, StateDep, require
 from api.paging import LIST_PAGE_DEFAULT, CursorParam, ListLimit, decode_cursor, link_next
@@ -16,8 +14,10 @@ from api.schemas import (
     CapacityOut,
     HostKindIn,
     NodeIn,
+    NodeOut,
     PoolIn,
     PoolOut,
+    ReservationOut,
     StrandingOut,
     UtilizationOut,
     UtilizationPoint,
@@ -37,24 +37,6 @@ router = APIRouter(prefix="/v1/cluster", tags=["cluster"])
 
 # A pod placed through the DRA door holds its LLC ways as a count whose run its node chose: in no
 # mask. The node and reservation views name those ways beside the masks (same schema names).
-class NodeOut(schemas.NodeOut):
-    reserved_llc_ways: int = Field(
-        description="LLC ways reserved on this node: its masks' and the counts of its DRA claims"
-    )
-    counted_llc_ways: int = Field(
-        description="of reserved_llc_ways, those held as counts (DRA claims): their run is the"
-        " node's choice, in no mask"
-    )
-
-
-class ReservationOut(schemas.ReservationOut):
-    llc_mask: int | None = Field(  # type: ignore[assignment]
-        description="the contiguous CAT mask reserved; null: a DRA claim's ways, a count"
-        " (llc_ways) whose run the node chose"
-    )
-    llc_ways: int = Field(description="LLC ways held: the mask's, or the claim's count")
-
-
 Admin = Annotated[object, Depends(require(Permission.admin))]
 Reader = Annotated[object, Depends(require(Permission.read))]
 
@@ -254,13 +236,21 @@ def reservations(
     link_next(request, response, None if last is None else [last.node_name, last.pod_uid])
     counted = ledger.counted_ways_of(session, (r.pod_uid for r in rows if not r.llc_mask))
     return [
-        ReservationOut.model_validate(
-            {
-                **schemas.ReservationOut.model_validate(r, from_attributes=True).model_dump(),
-                # 0 is no run of tmc's: a placement's mask holds a way at least.
-                "llc_mask": r.llc_mask or None,
-                "llc_ways": r.llc_mask.bit_count() or counted.get(r.pod_uid, 0),
-            }
+        ReservationOut(
+            id=r.id,
+            pod_uid=r.pod_uid,
+            namespace=r.namespace,
+            pod_name=r.pod_name,
+            node_name=r.node_name,
+            vcpus=r.vcpus,
+            dram_bytes=r.dram_bytes,
+            slow_bytes=r.slow_bytes,
+            slow_from_pool=r.slow_from_pool,
+            # 0 is no run of tmc's: a placement's mask holds a way at least.
+            llc_mask=r.llc_mask or None,
+            llc_ways=r.llc_mask.bit_count() or counted.get(r.pod_uid, 0),
+            recommendation_id=r.recommendation_id,
+            created_at=r.created_at,
         )
         for r in rows
     ]
