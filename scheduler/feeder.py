@@ -191,11 +191,14 @@ class BadClaim(ValueError):
     """A ResourceClaim whose allocation cannot be read: it is not mirrored (logged)."""
 
 
-# The DRA door's names (scheduler/plugin/pkg/dra/slices.go): the driver of tmc's devices, a rack
-# pool's DRA pool prefix (a node's pool is the node's name), and the devices a pool holds.
+# The DRA door's names, as pkg/dra publishes them (both held to scheduler/conformance/
+# dra_names.json by their tests): the driver of tmc's devices, a rack pool's DRA pool prefix (a
+# node's pool is the node's name), and the devices a pool holds.
 DRA_DRIVER = "tmc.dev"
 RACK_POOL_PREFIX = "rack-pool/"
 DEVICE_WAYS, DEVICE_DRAM, DEVICE_SLOW = "ways", "dram", "slow"
+# The devices' consumable capacities: the ways device's in ways, the memory devices' in bytes.
+CAPACITY_WAYS, CAPACITY_BYTES = "ways", "bytes"
 # The API server's own bounds on a claim's allocation results and reservations: more is no claim
 # it stored, and a listing's every claim is read, so reading stops there.
 MAX_CLAIM_RESULTS = 32
@@ -276,18 +279,18 @@ def read_claim(claim: dict[str, Any]) -> ClaimHold | None:
         if pool.startswith(RACK_POOL_PREFIX):
             if device != DEVICE_SLOW:
                 raise BadClaim(f"claim {name}: rack pool device {str(device)[:40]!r}")
-            pooled += _consumed(result, "bytes", contract.MAX_BYTES)
+            pooled += _consumed(result, CAPACITY_BYTES, contract.MAX_BYTES)
             continue
         # A node's devices are in the pool named after the node.
         if node is not None and pool != node:
             raise BadClaim(f"claim {name}: devices of two nodes ({node}, {pool})")
         node = pool
         if device == DEVICE_WAYS:
-            ways += _consumed(result, "ways", contract.MAX_LLC_WAYS + 1)
+            ways += _consumed(result, CAPACITY_WAYS, contract.MAX_LLC_WAYS + 1)
         elif device == DEVICE_DRAM:
-            dram += _consumed(result, "bytes", contract.MAX_BYTES)
+            dram += _consumed(result, CAPACITY_BYTES, contract.MAX_BYTES)
         elif device == DEVICE_SLOW:
-            local += _consumed(result, "bytes", contract.MAX_BYTES)
+            local += _consumed(result, CAPACITY_BYTES, contract.MAX_BYTES)
         else:
             raise BadClaim(f"claim {name}: unknown device {str(device)[:40]!r}")
     if local and pooled:
