@@ -44,9 +44,8 @@ from kubernetes.utils import parse_quantity
 
 from model.node_contract import WORKLOAD_ANNOTATION, recommendation_object_name
 from scheduler.pods import canonical_objective
-from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
+from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
-from tests.scheduler.controlplane.plugin import build_scheduler
 from tests.scheduler.test_conformance import (
     load_table,
     node_object,
@@ -55,7 +54,11 @@ from tests.scheduler.test_conformance import (
     recommendation_for,
 )
 from tests.scheduler.test_dra_claims import claim_spec
-from tests.scheduler.test_dra_objects import build_slices_command, slices_for, start_stock_scheduler
+from tests.scheduler.test_dra_objects import (
+    publishing_plane,
+    slices_for,
+    start_stock_scheduler,
+)
 from tests.scheduler.test_dra_publisher import Cluster
 from tests.services import wait_until
 
@@ -632,14 +635,7 @@ def observed_file(table: dict[str, Any], observed: dict[str, list[Took]]) -> lis
 
 @pytest.fixture(scope="module")
 def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
-    try:
-        slices_command = build_slices_command(tmp_path_factory.mktemp("dra-conformance"))
-        build_scheduler()
-        cp = ControlPlane()
-    except Unavailable as exc:
-        unavailable(exc)
-    try:
-        cp.start()
+    with publishing_plane(tmp_path_factory, "dra-conformance") as (cp, slices_command):
         made = Door(cp, slices_command)
         c.new_namespace(made.core, NAMESPACE)
         c.ensure_default_account(made.core, NAMESPACE)
@@ -648,8 +644,6 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
         start_stock_scheduler(cp)
         yield made
         made.publisher.stop()
-    finally:
-        cp.close()
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ import ssl
 import subprocess
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -33,6 +34,7 @@ from kubernetes import client as k8s
 
 from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
 from tests.scheduler.controlplane import cluster as c
+from tests.scheduler.controlplane.plugin import build_scheduler
 from tests.services import wait_until
 
 pytestmark = pytest.mark.slow
@@ -108,6 +110,25 @@ def build_slices_command(out: Path) -> Path:
     if done.returncode != 0:
         raise Unavailable(f"tmc-dra-slices did not build: {done.stderr[-2000:]}")
     return binary
+
+
+@contextmanager
+def publishing_plane(
+    tmp_path_factory: pytest.TempPathFactory, name: str
+) -> Iterator[tuple[ControlPlane, Path]]:
+    """A started control plane with tmc-dra-slices and tmc's scheduler binaries built (the
+    publisher is among them), closed after; the test is reported unavailable without them."""
+    try:
+        slices_command = build_slices_command(tmp_path_factory.mktemp(name))
+        build_scheduler()
+        cp = ControlPlane()
+    except Unavailable as exc:
+        unavailable(exc)
+    try:
+        cp.start()
+        yield cp, slices_command
+    finally:
+        cp.close()
 
 
 def slices_for(binary: Path, given: dict[str, Any]) -> list[dict[str, Any]]:

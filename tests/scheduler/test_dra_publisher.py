@@ -23,10 +23,10 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 
-from tests.scheduler.controlplane import NAMESPACE, ControlPlane, Unavailable, unavailable
+from tests.scheduler.controlplane import NAMESPACE, ControlPlane
 from tests.scheduler.controlplane import cluster as c
-from tests.scheduler.controlplane.plugin import build_scheduler, engine_binary
-from tests.scheduler.test_dra_objects import build_slices_command, slices_for
+from tests.scheduler.controlplane.plugin import engine_binary
+from tests.scheduler.test_dra_objects import publishing_plane, slices_for
 from tests.services import wait_until
 
 pytestmark = pytest.mark.slow
@@ -166,19 +166,10 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    try:
-        slices_command = build_slices_command(tmp_path_factory.mktemp("dra"))
-        build_scheduler()
-        cp = ControlPlane()
-    except Unavailable as exc:
-        unavailable(exc)
-    try:
-        cp.start()
+    with publishing_plane(tmp_path_factory, "dra") as (cp, slices_command):
         made = Cluster(cp, slices_command)
         yield made
         made.stop()
-    finally:
-        cp.close()
 
 
 OTHER = {

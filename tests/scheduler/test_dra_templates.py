@@ -20,11 +20,14 @@ from typing import Any, cast
 import pytest
 
 from model.node_contract import Alternative, Recommendation
-from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
+from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
-from tests.scheduler.controlplane.plugin import build_scheduler, install_crd
+from tests.scheduler.controlplane.plugin import install_crd
 from tests.scheduler.test_dra_claims import claim_spec
-from tests.scheduler.test_dra_objects import build_slices_command, start_stock_scheduler
+from tests.scheduler.test_dra_objects import (
+    publishing_plane,
+    start_stock_scheduler,
+)
 from tests.scheduler.test_dra_publisher import Cluster
 from tests.services import wait_until
 
@@ -78,19 +81,10 @@ class Templates(Cluster):
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Templates]:
-    try:
-        slices_command = build_slices_command(tmp_path_factory.mktemp("dra-templates"))
-        build_scheduler()
-        cp = ControlPlane()
-    except Unavailable as exc:
-        unavailable(exc)
-    try:
-        cp.start()
+    with publishing_plane(tmp_path_factory, "dra-templates") as (cp, slices_command):
         made = Templates(cp, slices_command)
         yield made
         made.stop()
-    finally:
-        cp.close()
 
 
 def graph500(ways: int) -> Recommendation:
