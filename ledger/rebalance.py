@@ -102,23 +102,8 @@ def live_cluster(
             skipped.append(SkippedPod(name, h.node, "its CAT mask lies outside the node's ways"))
             continue
         used_ways[ni] |= h.llc_mask
-        local_on_pool_node = (
-            h.slow_bytes > 0 and not h.slow_from_pool and planner_nodes[ni].pool >= 0
-        )
-        pods.append(
-            Pod(
-                name=name,
-                node=ni,
-                vcpus=h.vcpus,
-                dram_bytes=h.dram_bytes,
-                slow_bytes=0 if local_on_pool_node else h.slow_bytes,
-                llc_ways=span,
-                way_start=start,
-                movable=contiguous
-                and not local_on_pool_node
-                and h.namespace not in pinned_namespaces,
-            )
-        )
+        movable = contiguous and h.namespace not in pinned_namespaces
+        pods.append(_planner_pod(h, ni, planner_nodes[ni], span, start, movable))
     # A node without ways takes no pod of tmc's (each holds a way at least): nothing to keep there.
     claims = [
         _claim_hold(h, ni, planner_nodes[ni], used_ways)
@@ -146,6 +131,13 @@ def _claim_hold(h: Held, ni: int, node: Node, used_ways: list[int]) -> Pod:
     start = 0 if run is None else (run & -run).bit_length() - 1
     if run is not None:
         used_ways[ni] |= run
+    return _planner_pod(h, ni, node, ways, start, movable=False)
+
+
+def _planner_pod(h: Held, ni: int, node: Node, ways: int, start: int, movable: bool) -> Pod:
+    """A reservation as the planner's pod on node `ni`, its ways the run from `start`. A pod
+    holding its node's *local* slow memory on a node of a rack pool is pinned, and its local
+    bytes are not charged to the pool."""
     local_on_pool_node = h.slow_bytes > 0 and not h.slow_from_pool and node.pool >= 0
     return Pod(
         name=f"{h.namespace}/{h.pod_name}",
@@ -155,7 +147,7 @@ def _claim_hold(h: Held, ni: int, node: Node, used_ways: list[int]) -> Pod:
         slow_bytes=0 if local_on_pool_node else h.slow_bytes,
         llc_ways=ways,
         way_start=start,
-        movable=False,
+        movable=movable and not local_on_pool_node,
     )
 
 
