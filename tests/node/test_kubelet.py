@@ -38,6 +38,9 @@ class Kubelet:
         self.logs = base / "pod-logs"
         self.log = base / "kubelet.log"
         base.mkdir(parents=True, exist_ok=True)
+        # The test node's disk is the host's, shared with everything else on the machine: with
+        # the kubelet's default eviction thresholds a host disk over 85 % full refuses every pod
+        # (DiskPressure), so disk eviction is off, as kind's nodes have it.
         (base / "kubelet.yaml").write_text(
             f"""apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -54,6 +57,7 @@ healthzPort: 0
 enforceNodeAllocatable: []
 resolvConf: ""
 podLogsDir: {self.logs}
+evictionHard: {{nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%"}}
 """
         )
         self.proc = subprocess.Popen(
