@@ -39,6 +39,12 @@ GROUP = "tmc.dev"
 
 # A pod opts in by requesting this extended resource (managedResources, ignoredByScheduler).
 OPT_IN_RESOURCE = f"{GROUP}/tiered"
+# ...and carries this label, with exactly this value: the admission policies select pods by it
+# (nothing else of a pod is selectable before the API server converts it for CEL), so a
+# placement is trusted only on a pod carrying it (is_tiered_pod; scheduler/conformance/
+# tiered_pods.json holds the API types and the chart to the same rule).
+TIERED_POD_LABEL = f"{GROUP}/tiered"
+TIERED_POD_LABEL_VALUE = "true"
 # Set by whoever writes the pod.
 WORKLOAD_ANNOTATION = f"{GROUP}/workload"
 OBJECTIVE_ANNOTATION = f"{GROUP}/objective"
@@ -97,6 +103,12 @@ Name = Annotated[
 # The bundle's tag alphabet (model.bundle.Tag): no whitespace, so a plan-file line splits cleanly.
 Tag = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:/()\[\]<>-]+$")]
 _HEX_MASK = re.compile(r"^0x[0-9a-fA-F]{1,16}$")
+
+
+def is_tiered_pod(labels: Mapping[str, Any] | None) -> bool:
+    """Whether a pod's labels make it one of tmc's (v1alpha1.IsTieredPod): the tiered label with
+    exactly its value. A placement on any other pod was checked by no admission policy."""
+    return labels is not None and labels.get(TIERED_POD_LABEL) == TIERED_POD_LABEL_VALUE
 
 
 class ContractError(ValueError):
