@@ -6,6 +6,7 @@ extender block against kube-scheduler's v1 Extender type."""
 from __future__ import annotations
 
 import base64
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,8 @@ from tests.deploy.test_metrics_exported import go_metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "tmc"
+# The label that makes a pod one of tmc's, as every reader of a placement reads it.
+TIERED_PODS = json.loads((ROOT / "scheduler" / "conformance" / "tiered_pods.json").read_text())
 K8S_VERSION = "1.36.0"
 # k8s.io/kube-scheduler/config/v1 Extender, ExtenderManagedResource, ExtenderTLSConfig.
 EXTENDER_FIELDS = {
@@ -886,15 +889,31 @@ def _tmc_placement_args(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return args
 
 
+def _namespace_selectors(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each policy's namespaceSelector, its own or its bindings' (the two are intersected): the
+    one all its bindings agree on."""
+    own = {
+        d["metadata"]["name"]: d["spec"]["matchConstraints"].get("namespaceSelector")
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicy"
+    }
+    seen: dict[str, list[Any]] = {name: [] for name in own}
+    for d in docs:
+        if d["kind"] == "ValidatingAdmissionPolicyBinding":
+            name = d["spec"]["policyName"]
+            narrowed = d["spec"].get("matchResources", {}).get("namespaceSelector")
+            assert own[name] is None or narrowed is None, f"{name}: two namespace selectors"
+            seen[name].append(narrowed or own[name])
+    for name, selectors in seen.items():
+        assert selectors and all(s == selectors[0] for s in selectors), (name, selectors)
+    return {name: selectors[0] for name, selectors in seen.items()}
+
+
 def _tenant_labels_everywhere(values: dict[str, Any]) -> dict[str, Any]:
     """What each component is told of tmc's tenant namespaces under these values."""
     plugin = render({**values, "scheduler": {"placement": "plugin"}})
     extender = render({**values, **EXTENDER})
-    policies = {
-        d["metadata"]["name"]: d["spec"]["matchConstraints"].get("namespaceSelector")
-        for d in plugin
-        if d["kind"] == "ValidatingAdmissionPolicy"
-    }
+    policies = _namespace_selectors(plugin)
     sched = by_name(extender, "Deployment", "demo-tmc-scheduler")
     containers = {c["name"]: c for c in sched["spec"]["template"]["spec"]["containers"]}
     flags = [a for a in containers["extender"]["command"] if a.startswith("--tenant-namespace")]
@@ -960,3 +979,57 @@ def test_tenant_namespace_labels_reach_both_policies_and_every_component() -> No
     assert [r for r in agent_role["rules"] if "namespaces" in r["resources"]] == [
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list"]}
     ]
+
+
+def _resources(rules: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(op, r) for rule in rules for op in rule["operations"] for r in rule["resources"]}
+
+
+@pytest.mark.parametrize("tenants", [{}, {"tmc.dev/tenant": "yes", "team": "hpc"}])
+def test_pod_policies_judge_only_pods_carrying_the_tiered_label(tenants: dict[str, str]) -> None:
+    """The pod-placement policy's two bindings: pod writes selected by exactly the tiered label
+    (scheduler/conformance/tiered_pods.json), Bindings (which carry no pod labels) by none; the
+    two together cover every request the policy matches; the resize policy selects by the label
+    too. With tenant namespaces, both bindings are narrowed to them as well."""
+    docs = render({"admission": {"tenantNamespaceLabels": tenants}})
+    tiered = {"matchLabels": {TIERED_PODS["label"]: TIERED_PODS["value"]}}
+    namespaces = {"matchLabels": tenants} if tenants else None
+    policy = by_name(docs, "ValidatingAdmissionPolicy", "demo-tmc-pod-placement")
+    bindings = {
+        d["metadata"]["name"]: d["spec"]["matchResources"]
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicyBinding"
+        and d["spec"]["policyName"] == "demo-tmc-pod-placement"
+    }
+    pods, binds = bindings["demo-tmc-pod-placement"], bindings["demo-tmc-pod-placement-bindings"]
+    assert set(bindings) == {"demo-tmc-pod-placement", "demo-tmc-pod-placement-bindings"}
+    assert pods["objectSelector"] == tiered
+    assert _resources(pods["resourceRules"]) == {
+        ("CREATE", "pods"),
+        ("UPDATE", "pods"),
+        ("UPDATE", "pods/status"),
+    }
+    assert "objectSelector" not in binds
+    assert _resources(binds["resourceRules"]) == {
+        ("CREATE", "pods/binding"),
+        ("CREATE", "bindings"),
+    }
+    assert _resources(pods["resourceRules"]) | _resources(binds["resourceRules"]) == _resources(
+        policy["spec"]["matchConstraints"]["resourceRules"]
+    )
+    assert pods.get("namespaceSelector") == namespaces
+    assert binds.get("namespaceSelector") == namespaces
+    # The label is part of what is guarded: a pod's annotations count only while it carries it.
+    labelled = (
+        f"'{TIERED_PODS['label']}' in {{o}}.metadata.labels"
+        f" && {{o}}.metadata.labels['{TIERED_PODS['label']}'] == '{TIERED_PODS['value']}'"
+    )
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert labelled.format(o="object") in variables["new"]
+    assert "request.kind.kind != 'Pod'" in variables["new"]
+    assert labelled.format(o="oldObject") in variables["old"]
+    resize = by_name(docs, "ValidatingAdmissionPolicy", "demo-tmc-placed-pod-resize")
+    assert resize["spec"]["matchConstraints"]["objectSelector"] == tiered
+    assert resize["spec"]["matchConstraints"].get("namespaceSelector") == namespaces
+    (placed,) = resize["spec"]["matchConditions"]
+    assert labelled.format(o="oldObject") in placed["expression"]
