@@ -153,13 +153,18 @@ def node_pattern(name: str, annotations: dict[str, Any] | None) -> contract.Node
 
 
 def placed_of(pod: dict[str, Any]) -> ledger.Placed | None:
-    """What a bound, live pod holds by its placement annotation; None for any other pod."""
+    """What a bound, live pod of tmc's (`contract.is_tiered_pod`) holds by its placement
+    annotation; None for any other pod. The admission policies judge only labelled pods' writes:
+    a placement on another pod is anyone's, and holds nothing, as one outside tmc's tenant
+    namespaces."""
     if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return None
     node = (pod.get("spec") or {}).get("nodeName")
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     if not node or PLACEMENT_ANNOTATION not in annotations:
+        return None
+    if not contract.is_tiered_pod(meta.get("labels")):
         return None
     try:
         p = contract.Placement.from_annotations(annotations)
@@ -340,12 +345,14 @@ def _cpu_request(spec: dict[str, Any]) -> int:
 
 def claim_pod(pod: dict[str, Any]) -> ClaimPod | None:
     """A bound pod's `ClaimPod`, or None for one without claims or placed by tmc's scheduler
-    (its placement annotation says what it holds)."""
+    (its placement annotation says what it holds; only on a pod of tmc's is it one)."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     node = spec.get("nodeName") if isinstance(spec, dict) else None
     if not node or not isinstance(meta, dict) or not spec.get("resourceClaims"):
         return None
-    if PLACEMENT_ANNOTATION in (meta.get("annotations") or {}):
+    if PLACEMENT_ANNOTATION in (meta.get("annotations") or {}) and contract.is_tiered_pod(
+        meta.get("labels")
+    ):
         return None
     try:
         vcpus = _cpu_request(spec)
@@ -1189,8 +1196,10 @@ class Feeder:
         if node:
             # Bound: its placement annotation says what it holds, whoever bound it, and it
             # replaces what this cache assumed for it. A bound pod's later events (its status)
-            # carry the same placement text: read once, compared as text.
-            seen = (str(node), (meta.get("annotations") or {}).get(PLACEMENT_ANNOTATION))
+            # carry the same placement text: read once, compared as text. A placement on a pod
+            # without tmc's label is none (placed_of).
+            text = (meta.get("annotations") or {}).get(PLACEMENT_ANNOTATION)
+            seen = (str(node), text if contract.is_tiered_pod(meta.get("labels")) else None)
             if seen[1] is None or self._placed_seen.get(uid) == seen:
                 return
             self._placed_seen[uid] = seen

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model.node_contract import RUN_NOT_PLACED
+from model.node_contract import RUN_NOT_PLACED, is_tiered_pod
 from tmc_agent import shim, upload, verification
 from tmc_agent.capacity import CapacityPatch, capacity_patch
 from tmc_agent.discover import NodeReport, discover
@@ -102,6 +102,8 @@ class Agent:
             ann = meta.get("annotations") or {}
             if not isinstance(ann, dict) or PLACEMENT_ANNOTATION not in ann:
                 continue  # not a tmc pod
+            if not is_tiered_pod(meta.get("labels")):
+                continue  # a placement on a pod without tmc's label is no placement
             out.listed.add(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
             if (_terminal(pod) or meta.get("deletionTimestamp")) and verification.wants_report(pod):
                 out.finished.append(pod)
