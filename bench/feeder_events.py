@@ -36,7 +36,13 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.migrate import upgrade_to_head
-from model.node_contract import PlacedConfiguration, Placement, StructurePlan
+from model.node_contract import (
+    TIERED_POD_LABEL,
+    TIERED_POD_LABEL_VALUE,
+    PlacedConfiguration,
+    Placement,
+    StructurePlan,
+)
 from model.resources import GIB
 from scheduler.feeder import Feeder
 from scheduler.kube import KubeCluster
@@ -75,12 +81,14 @@ def _pod(uid: str, tiered: bool) -> dict[str, Any]:
     fields."""
     resources: dict[str, Any] = {"requests": {"cpu": "1", "memory": "1Gi"}}
     annotations: dict[str, str] = {}
+    labels = {"app": "bench"}
     if tiered:
+        labels[TIERED_POD_LABEL] = TIERED_POD_LABEL_VALUE
         resources["requests"]["tmc.dev/tiered"] = "1"
         resources["limits"] = {"tmc.dev/tiered": "1"}
         annotations = {"tmc.dev/workload": f"w{int(uid[1:]) % 20}", "tmc.dev/objective": "slo:5%"}
     fields: dict[str, Any] = {
-        "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+        "f:metadata": {"f:labels": {".": {}, **{f"f:{k}": {} for k in labels}}},
         "f:spec": {
             "f:containers": {
                 'k:{"name":"main"}': {
@@ -110,7 +118,7 @@ def _pod(uid: str, tiered: bool) -> dict[str, Any]:
             "uid": f"6f1c6a53-1b0f-4f57-9d3c-{uid:0>12}",
             "resourceVersion": "1",
             "creationTimestamp": "2026-01-01T00:00:00Z",
-            "labels": {"app": "bench"},
+            "labels": labels,
             "annotations": annotations,
             "managedFields": [
                 {

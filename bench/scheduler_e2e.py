@@ -92,7 +92,7 @@ from bench.harness import (
     process_cpu_seconds,
     tree_cpu_seconds,
 )
-from model.node_contract import NodeCapacity, Placement
+from model.node_contract import TIERED_POD_LABEL, NodeCapacity, Placement
 from model.resources import GIB
 from scheduler.kube import watch_events
 from store.db import make_engine, make_session_factory
@@ -626,6 +626,7 @@ def serving(cp: ControlPlane, name: str) -> None:
 def without_opt_in(body: dict[str, Any]) -> dict[str, Any]:
     plain = copy.deepcopy(body)
     plain["spec"]["schedulerName"] = "plain"
+    plain["metadata"].get("labels", {}).pop(TIERED_POD_LABEL, None)
     for container in plain["spec"]["containers"]:
         for kind in ("requests", "limits"):
             container["resources"][kind].pop("tmc.dev/tiered", None)

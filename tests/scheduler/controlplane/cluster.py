@@ -38,6 +38,8 @@ from model.node_contract import (
     GROUP,
     RECOMMENDATION_PLURAL,
     RECOMMENDATION_VERSION,
+    TIERED_POD_LABEL,
+    TIERED_POD_LABEL_VALUE,
     Placement,
     StructurePlan,
 )
@@ -598,7 +600,11 @@ def opted_in_pod(
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "annotations": ann},
+        "metadata": {
+            "name": name,
+            "labels": {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE},
+            "annotations": ann,
+        },
         "spec": {
             "schedulerName": "tmc-scheduler",
             "containers": [
