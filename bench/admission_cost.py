@@ -1,20 +1,23 @@
 # The kubernetes client takes plain dicts for bodies at run time; its stubs say models only.
 # mypy: disable-error-code="arg-type,union-attr,no-untyped-call"
-"""What tmc's pod admission policies cost the API server for a pod that is not tmc's: the CPU
-kube-apiserver spends per pod of a namespace tmc does not place in, on a real control plane
-(etcd and kube-apiserver from tests/scheduler/controlplane).
+"""What tmc's pod admission policies cost the API server for a pod that is not tmc's, and for
+one that is: the CPU kube-apiserver spends per pod, on a real control plane (etcd and
+kube-apiserver from tests/scheduler/controlplane).
 
     python -m bench.admission_cost [--repeat 3] [--pods 100] [--json PATH]
 
-Three arms, interleaved round by round (their order rotating) so that drift in the machine's
+Four arms, interleaved round by round (their order rotating) so that drift in the machine's
 load hits them alike:
   none      the chart's RBAC, none of its admission policies
-  every     the chart's policies as by default: pod-placement judges every pod write
+  every     the chart's policies as by default (every namespace): the measured pods lack tmc's
+            label (tmc.dev/tiered=true), so only their Binding is matched
   tenants   the chart's policies with admission.tenantNamespaceLabels set: the measured
-            namespace is not labelled, so its pods are not matched
-A round makes N pods in the unlabelled namespace, each created, bound (pods/binding), its status
-patched and deleted, as the scheduler and a kubelet would; its cost is kube-apiserver's user and
-system CPU over the round (/proc/<pid>/stat) divided by N. Prints the median per arm, the ratios
+            namespace is not labelled, so none of its pods' writes is matched
+  tiered    the chart's policies as by default, the measured pods labelled as tmc's: every
+            write of theirs is judged (what a tmc pod costs)
+A round makes N pods in the measured namespace (never a tenant namespace), each created, bound
+(pods/binding), its status patched and deleted, as the scheduler and a kubelet would; its cost
+is kube-apiserver's user and system CPU over the round (/proc/<pid>/stat) divided by N. Prints the median per arm, the ratios
 to `none` measured in the same run, and the load average before and after (`--repeat`, also
 `--rounds`: rounds per arm).
 """
@@ -29,6 +32,7 @@ from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 
 from bench.harness import Result, arguments, load_line, process_cpu_seconds
+from model.node_contract import TIERED_POD_LABEL, TIERED_POD_LABEL_VALUE
 from tests.scheduler.controlplane import RELEASE, ControlPlane
 from tests.scheduler.controlplane import cluster as c
 from tests.services import wait_until
@@ -37,7 +41,8 @@ TENANT_NS = "bench-tenant"  # labelled: one of tmc's under the tenants arm
 OTHER_NS = "bench-other"  # never labelled: the pods measured
 LABELS = {"tmc.dev/tenant": "yes"}
 FORGED = {"tmc.dev/placement": "{}", "tmc.dev/llc-mask": "0x1"}
-ARMS = ("none", "every", "tenants")
+ARMS = ("none", "every", "tenants", "tiered")
+TIERED = {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE}
 
 
 def api_cpu_seconds(cp: ControlPlane) -> float:
@@ -52,8 +57,9 @@ def policies(tenant_labels: dict[str, str]) -> list[dict[str, Any]]:
 
 
 def probe_refused(api: k8s.CoreV1Api, ns: str) -> bool:
-    """Whether a placement written in ns is refused now (the probe pod is removed either way)."""
-    body = pod("probe", FORGED)
+    """Whether a placement written on one of tmc's pods in ns is refused now (the probe pod is
+    removed either way)."""
+    body = pod("probe", FORGED, tiered=True)
     try:
         api.create_namespaced_pod(ns, body)
     except k8s.ApiException as exc:
@@ -70,7 +76,8 @@ def probe_refused(api: k8s.CoreV1Api, ns: str) -> bool:
 
 
 def install(cp: ControlPlane, arm: str) -> None:
-    """Put in the arm's policies, and wait until the API server enforces exactly those."""
+    """Put in the arm's policies, and wait until the API server enforces exactly those (the
+    tiered arm's are every arm's)."""
     client = c.api_client(cp)
     admission = k8s.AdmissionregistrationV1Api(client)
     for b in admission.list_validating_admission_policy_binding().items:
@@ -83,7 +90,7 @@ def install(cp: ControlPlane, arm: str) -> None:
         for doc in policies(LABELS if arm == "tenants" else {}):
             k8s_utils.create_from_dict(client, doc)
     api = c.core(cp)
-    want_tenant, want_other = arm != "none", arm == "every"
+    want_tenant, want_other = arm != "none", arm in ("every", "tiered")
     wait_until(
         lambda: (
             probe_refused(api, TENANT_NS) == want_tenant
@@ -94,21 +101,31 @@ def install(cp: ControlPlane, arm: str) -> None:
     )
 
 
-def pod(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def pod(
+    name: str, annotations: dict[str, str] | None = None, tiered: bool = False
+) -> dict[str, Any]:
+    """A pod, labelled as tmc's when `tiered` (a tenant's other pods are not)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "annotations": dict(annotations or {})},
+        "metadata": {
+            "name": name,
+            "labels": dict(TIERED if tiered else {}),
+            "annotations": dict(annotations or {}),
+        },
         "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
     }
 
 
-def one_round(cp: ControlPlane, api: k8s.CoreV1Api, n: int, tag: str) -> float:
-    """N pods created, bound, status-patched and deleted: kube-apiserver's CPU ms per pod."""
+def one_round(
+    cp: ControlPlane, api: k8s.CoreV1Api, n: int, tag: str, tiered: bool = False
+) -> float:
+    """N pods (tmc's when `tiered`) created, bound, status-patched and deleted:
+    kube-apiserver's CPU ms per pod."""
     before = api_cpu_seconds(cp)
     for i in range(n):
         name = f"{tag}-{i}"
-        made = api.create_namespaced_pod(OTHER_NS, pod(name))
+        made = api.create_namespaced_pod(OTHER_NS, pod(name, tiered=tiered))
         api.create_namespaced_pod_binding(
             name,
             OTHER_NS,
@@ -151,16 +168,17 @@ def main(argv: list[str] | None = None) -> None:
         one_round(cp, api, min(args.pods, 20), "warm")
         samples: dict[str, list[float]] = {arm: [] for arm in ARMS}
         for r in range(args.repeat):
-            order = ARMS[r % 3 :] + ARMS[: r % 3]
+            order = ARMS[r % len(ARMS) :] + ARMS[: r % len(ARMS)]
             for arm in order:
                 install(cp, arm)
-                ms = one_round(cp, api, args.pods, f"r{r}-{arm}")
+                ms = one_round(cp, api, args.pods, f"r{r}-{arm}", tiered=arm == "tiered")
                 samples[arm].append(ms)
                 print(f"round {r} {arm:8s} {ms:6.3f} ms/pod", flush=True)
     finally:
         cp.close()
     print(
-        f"\nkube-apiserver CPU per non-tmc pod (create, bind, status patch, delete), "
+        f"\nkube-apiserver CPU per pod (create, bind, status patch, delete; tmc's pod under "
+        f"tiered, another pod elsewhere), "
         f"{args.repeat} rounds x {args.pods} pods:"
     )
     for arm in ARMS:
