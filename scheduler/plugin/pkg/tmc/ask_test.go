@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
 
 func container(requests, limits map[v1.ResourceName]string) v1.Container {
@@ -23,9 +25,17 @@ func container(requests, limits map[v1.ResourceName]string) v1.Container {
 	return c
 }
 
+// tieredLabels are the labels of a pod tmc places (v1alpha1.IsTieredPod).
+func tieredLabels() map[string]string {
+	return map[string]string{v1alpha1.TieredPodLabel: v1alpha1.TieredPodLabelValue}
+}
+
+// tieredPod is a pod that opts in and carries the tiered pod label.
 func tieredPod(name string, ann map[string]string, cpu, memory string) *v1.Pod {
 	return &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Annotations: ann},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: "default", UID: types.UID("uid-" + name), Annotations: ann, Labels: tieredLabels(),
+		},
 		Spec: v1.PodSpec{Containers: []v1.Container{container(
 			map[v1.ResourceName]string{v1.ResourceCPU: cpu, v1.ResourceMemory: memory, OptInResource: "1"},
 			map[v1.ResourceName]string{OptInResource: "1"},

@@ -179,7 +179,8 @@ func (c *Cache) Forget(uid types.UID) {
 }
 
 // Disown drops what a pod holds, bound or not, without taking the pod for gone: a later Bind of
-// it counts again (a pod whose namespace left tmc's tenant namespaces, and may come back).
+// it counts again (a pod whose namespace left tmc's tenant namespaces, or that lost the tiered
+// pod label, and may come back).
 func (c *Cache) Disown(uid types.UID) {
 	c.mu.Lock()
 	defer c.unlock()

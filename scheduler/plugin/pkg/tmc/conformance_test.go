@@ -241,7 +241,9 @@ func (sc *conformanceScenario) podObject(p tablePod) *v1.Pod {
 		}
 	}
 	pod := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: "default", UID: types.UID("uid-" + p.Name), Annotations: ann},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: "default", UID: types.UID("uid-" + p.Name), Annotations: ann, Labels: tieredLabels(),
+		},
 		Spec: v1.PodSpec{
 			SchedulerName: "tmc-scheduler",
 			Containers: []v1.Container{{Name: "main", Resources: v1.ResourceRequirements{

@@ -104,8 +104,8 @@ func (e *Engine) Ask(pod *v1.Pod) (*PodAsk, *Refusal) {
 	if !ask.OptedIn {
 		return nil, nil
 	}
-	if !e.tenant(pod.Namespace) {
-		return nil, e.outsideTenants(pod)
+	if refused := e.untrusted(pod); refused != nil {
+		return nil, refused
 	}
 	if ask.Unpublished && e.published != nil && e.wait != 0 && e.now != nil {
 		pair := fmt.Sprintf("workload %q, objective %q", clip(*ask.Workload, 253), clip(ask.Objective, 64))

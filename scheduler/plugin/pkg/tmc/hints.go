@@ -22,8 +22,8 @@ const RecommendationEvents fwk.EventResource = "tieredrecommendations.v1alpha1."
 // pair's object moves when an object for its pair is added or updated (RecommendationHint);
 // a pod refused for room moves when another pod goes (its reservation freed: a deletion, or a
 // bound pod finishing, which the scheduler's informer sees as one: PodDeletedHint) or a node
-// comes or changes (capacity, readiness, pattern); a pod moves when what it names or asks
-// changes (PodHint).
+// comes or changes (capacity, readiness, pattern); a pod moves when its labels or what it names
+// or asks change (PodHint).
 //
 // The hints only read. kube-scheduler calls them once per pending pod for every event, on its
 // own informers, which are not the plugin's: the pod a hint moves may be tried before the
@@ -50,9 +50,9 @@ func PodDeletedHint(_ klog.Logger, pod *v1.Pod, oldObj, _ any) (fwk.QueueingHint
 	return fwk.Queue, nil
 }
 
-// PodHint: the pod's own update moves it only when its annotations or spec changed (what it
-// names or asks); its status, which the scheduler itself writes when it refuses the pod, does
-// not. Another pod's update moves it only when that pod ended (what it held is freed).
+// PodHint: the pod's own update moves it only when its labels, annotations or spec changed
+// (whether it is tmc's, what it names or asks); its status, which the scheduler itself writes
+// when it refuses the pod, does not. Another pod's update moves it only when that pod ended (what it held is freed).
 func PodHint(_ klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	updated, ok := newObj.(*v1.Pod)
 	if !ok || pod == nil {
@@ -60,7 +60,8 @@ func PodHint(_ klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, 
 	}
 	before, _ := oldObj.(*v1.Pod)
 	if updated.UID == pod.UID {
-		if before == nil || !maps.Equal(before.Annotations, updated.Annotations) || !reflect.DeepEqual(before.Spec, updated.Spec) {
+		if before == nil || !maps.Equal(before.Labels, updated.Labels) || !maps.Equal(before.Annotations, updated.Annotations) ||
+			!reflect.DeepEqual(before.Spec, updated.Spec) {
 			return fwk.Queue, nil
 		}
 		return fwk.QueueSkip, nil

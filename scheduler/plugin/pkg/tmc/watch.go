@@ -121,9 +121,11 @@ func asNode(obj any) *v1.Node {
 	return node
 }
 
-// ObservePod counts a bound pod's placement in the cache and releases a finished pod's. A pod
-// annotated but not bound (only a hand-written annotation can be: the Binding sets both) is left
-// to Reserve/Forget: its next scheduling cycle writes a new placement.
+// ObservePod counts a bound pod's placement in the cache and releases a finished pod's. Only a
+// trusted pod's placement counts (tiered.go): every update event judges the pod again, so one
+// whose label or namespace comes or goes gains or loses its count. A pod annotated but not bound
+// (only a hand-written annotation can be: the Binding sets both) is left to Reserve/Forget: its
+// next scheduling cycle writes a new placement.
 func (e *Engine) ObservePod(pod *v1.Pod) {
 	if pod == nil {
 		return
@@ -137,9 +139,10 @@ func (e *Engine) ObservePod(pod *v1.Pod) {
 	if pod.Spec.NodeName == "" {
 		return
 	}
-	if !e.tenant(pod.Namespace) {
-		// Outside tmc's tenant namespaces no admission policy checked who wrote the placement:
-		// it holds nothing (and what it held while its namespace was one, it holds no more).
+	if !e.trusted(pod) {
+		// Outside tmc's tenant namespaces, or on a pod without the tiered pod label, no
+		// admission policy checked who wrote the placement: it holds nothing (and what it held
+		// while its namespace was one, or the pod labelled, it holds no more).
 		e.cache.Disown(pod.UID)
 		return
 	}

@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
 
 // The request bodies a real kube-scheduler v1.36.3 sent an extender, captured on the wire
@@ -93,11 +95,12 @@ func object(t *testing.T, v any, path ...string) map[string]any {
 	return m
 }
 
-// tiered opts the captured pod in: the opt-in resource on its container and a pinned
-// recommendation on the pod.
+// tiered opts the captured pod in: the tiered pod label, the opt-in resource on its container
+// and a pinned recommendation on the pod.
 func tiered(t *testing.T, raw []byte) []byte {
 	return edit(t, raw, func(body map[string]any) {
 		pod := object(t, body, "Pod")
+		object(t, pod, "metadata", "labels")[v1alpha1.TieredPodLabel] = v1alpha1.TieredPodLabelValue
 		object(t, pod, "metadata", "annotations")[RecommendationAnnotation] = wireRecommendation
 		object(t, pod, "metadata", "annotations")[WorkloadAnnotation] = "probe"
 		for _, c := range object(t, pod, "spec")["containers"].([]any) {
