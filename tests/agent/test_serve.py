@@ -23,6 +23,7 @@ from tmc_agent.settings import AgentSettings
 from typer.testing import CliRunner
 
 from model import node_contract
+from model.node_contract import TIERED_POD_LABEL, TIERED_POD_LABEL_VALUE
 from scheduler import feeder as sched_feeder
 from scheduler import pods as sched_pods
 from tests.agent import fakehost
@@ -89,7 +90,13 @@ def placement_pod(
         **extra,
     }
     return {
-        "metadata": {"uid": uid, "name": name, "namespace": "default", "annotations": ann},
+        "metadata": {
+            "uid": uid,
+            "name": name,
+            "namespace": "default",
+            "labels": {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE},
+            "annotations": ann,
+        },
         "spec": {"nodeName": node},
         "status": {"phase": "Running"},
     }
@@ -213,6 +220,28 @@ def test_the_agent_applies_no_placement(optane: HostPaths, tmp_path: Path, nri: 
     assert report.listed == {"default/a", "default/b"} and report.finished == []
     agent.run(once=True)
     assert (host_files(host_root), host_files(plans)) == before
+
+
+def test_a_placement_on_a_pod_without_tmcs_label_is_not_a_tmc_pod(
+    optane: HostPaths, tmp_path: Path
+) -> None:
+    """The admission policies judge only the writes of pods labelled tmc.dev/tiered=true: a
+    finished verification run's placement on a pod without that label (or with another value)
+    is anyone's, so the pod is neither listed nor reported; the same pod labelled is."""
+
+    def ended(uid: str, name: str, labels: dict[str, str] | None) -> dict[str, Any]:
+        pod = placement_pod(uid, name)
+        pod["metadata"]["annotations"][node_contract.VERIFICATION_RUN_ANNOTATION] = "true"
+        pod["metadata"]["labels"] = labels
+        pod["status"] = {"phase": "Succeeded"}
+        return pod
+
+    pods = FakePods(ended(UID_A, "a", None), ended(UID_B, "b", {TIERED_POD_LABEL: "True"}))
+    report = agent_for(optane, tmp_path, pods).sync()
+    assert report.listed == set() and report.finished == []
+    pods = FakePods(ended(UID_A, "a", {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE}))
+    report = agent_for(optane, tmp_path, pods).sync()
+    assert report.listed == {"default/a"} and len(report.finished) == 1
 
 
 def test_run_once_goes_on_when_publishing_fails(optane: HostPaths, tmp_path: Path) -> None:

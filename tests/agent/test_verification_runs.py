@@ -20,7 +20,7 @@ from tmc_agent.settings import AgentSettings
 
 from ledger import nodes as ledger_nodes
 from ledger.types import NodeCapacity
-from model.node_contract import VERIFICATION_RUN_ANNOTATION
+from model.node_contract import VERIFICATION_RUN_ANNOTATION, is_tiered_pod
 from store.db import make_engine, make_session_factory, unit_of_work
 from store.settings import DatabaseSettings
 from tests.agent import fakehost
@@ -206,6 +206,7 @@ def test_the_example_job_opts_in_as_the_agent_reads_it() -> None:
     template = job["spec"]["template"]
     ann = template["metadata"]["annotations"]
     assert ann[VERIFICATION_RUN_ANNOTATION] == "true" and ann["tmc.dev/workload"] == "graph500"
+    assert is_tiered_pod(template["metadata"]["labels"])
     spec = template["spec"]
     assert spec["schedulerName"] == "tmc-scheduler" and spec["restartPolicy"] == "Never"
     (container,) = spec["containers"]

@@ -20,6 +20,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
+from model.node_contract import TIERED_POD_LABEL, TIERED_POD_LABEL_VALUE
 from scheduler.feeder import Feeder
 from scheduler.kube import KubeCluster, api_client
 from scheduler.tenants import selector_text
@@ -260,13 +261,26 @@ def plane(request: pytest.FixtureRequest) -> Iterator[Plane]:
     yield from running_plane(request.param)
 
 
+# The label that makes a pod one of tmc's: the policies judge only pods carrying it.
+TIERED = {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE}
+
+
 def pod(
-    name: str, annotations: dict[str, str] | None = None, node: str | None = None
+    name: str,
+    annotations: dict[str, str] | None = None,
+    node: str | None = None,
+    *,
+    tiered: bool = True,
 ) -> dict[str, Any]:
+    """A tenant's pod for tmc's scheduler: one of tmc's (labelled) unless `tiered` is False."""
     body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "annotations": dict(annotations or {})},
+        "metadata": {
+            "name": name,
+            "labels": dict(TIERED if tiered else {}),
+            "annotations": dict(annotations or {}),
+        },
         "spec": {
             "schedulerName": "tmc-scheduler",
             "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
@@ -447,7 +461,7 @@ def test_a_controllers_pod_template_cannot_carry_a_placement(plane: Plane) -> No
     apps = k8s.AppsV1Api(plane.tenant.api_client)
     labels = {"app": "forged-template"}
     template = {
-        "metadata": {"labels": labels, "annotations": dict(PLACEMENT)},
+        "metadata": {"labels": {**labels, **TIERED}, "annotations": dict(PLACEMENT)},
         "spec": pod("unused")["spec"],
     }
     apps.create_namespaced_replica_set(
@@ -566,6 +580,117 @@ def test_a_tenants_own_scheduler_cannot_bind_with_a_placement(plane: Plane) -> N
         "self-bound", TENANT_NS, binding({}), _preload_content=False
     )
     assert plane.admin.read_namespaced_pod("self-bound", TENANT_NS).spec.node_name == "node-b"
+
+
+# --- tmc's label: only its pods are judged, and the label is guarded with their placement ------
+
+
+def patch_of(api: k8s.CoreV1Api, status: bool) -> Callable[..., object]:
+    return api.patch_namespaced_pod_status if status else api.patch_namespaced_pod
+
+
+@pytest.mark.parametrize("status", [False, True], ids=["pod", "status"])
+def test_labelling_a_pod_that_carries_tmcs_annotations_is_writing_them(
+    plane: Plane, status: bool
+) -> None:
+    """A pod created without tmc's label may carry anything (it is not matched, and no reader
+    trusts a placement there); labelling it makes what it carries tmc's, so the label's write
+    is refused as a write of the placement, or of the pin, would be."""
+    where = "status" if status else "pod"
+    patch = patch_of(plane.tenant, status)
+    plane.tenant.create_namespaced_pod(
+        TENANT_NS, pod(f"label-placed-{where}", PLACEMENT, node="node-b", tiered=False)
+    )
+    plane.tenant.create_namespaced_pod(
+        TENANT_NS, pod(f"label-pinned-{where}", {"tmc.dev/recommendation": GREEDY}, tiered=False)
+    )
+    labelled = {"metadata": {"labels": TIERED}}
+    why = refused(partial(patch, f"label-placed-{where}", TENANT_NS, labelled))
+    assert why is not None and "only tmc's scheduler may write a pod's placement" in why, why
+    why = refused(partial(patch, f"label-pinned-{where}", TENANT_NS, labelled))
+    assert why is not None and "only an operator may pin a recommendation" in why, why
+    for name in (f"label-placed-{where}", f"label-pinned-{where}"):
+        got = plane.admin.read_namespaced_pod(name, TENANT_NS).metadata.labels or {}
+        assert TIERED_POD_LABEL not in got, (name, got)
+        plane.admin.delete_namespaced_pod(name, TENANT_NS, grace_period_seconds=0)
+
+
+@pytest.mark.parametrize("status", [False, True], ids=["pod", "status"])
+def test_unlabelling_a_placed_pod_is_removing_its_placement(plane: Plane, status: bool) -> None:
+    """Dropping the label (or changing its value) takes the placement out of every reader's
+    sight, as removing it would: refused for whoever may not remove it."""
+    name = f"unlabel-{'status' if status else 'pod'}"
+    placed_pod(plane, name)
+    patch = patch_of(plane.tenant, status)
+    for label in (None, "false"):
+        change = {"metadata": {"labels": {TIERED_POD_LABEL: label}}}
+        why = refused(partial(patch, name, TENANT_NS, change))
+        assert why is not None and "only tmc's scheduler may write a pod's placement" in why, why
+    got = plane.admin.read_namespaced_pod(name, TENANT_NS).metadata
+    assert got.labels[TIERED_POD_LABEL] == TIERED_POD_LABEL_VALUE
+    assert {k: got.annotations.get(k) for k in PLACEMENT} == PLACEMENT
+
+
+def test_a_binding_with_a_placement_is_refused_for_a_pod_without_the_label(plane: Plane) -> None:
+    """A Binding carries none of the pod's labels, and its annotations are copied onto the pod
+    whatever it is labelled: every Binding is judged."""
+    plane.tenant.create_namespaced_pod(TENANT_NS, pod("plain-self-bound", tiered=False))
+    uid = plane.tenant.read_namespaced_pod("plain-self-bound", TENANT_NS).metadata.uid
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {
+            "name": "plain-self-bound",
+            "namespace": TENANT_NS,
+            "uid": uid,
+            "annotations": PLACEMENT,
+        },
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-b"},
+    }
+    for create in (
+        partial(plane.tenant.create_namespaced_pod_binding, "plain-self-bound"),
+        plane.tenant.create_namespaced_binding,
+    ):
+        why = refused(partial(create, TENANT_NS, body, _preload_content=False))
+        assert why is not None and "only tmc's scheduler may write a pod's placement" in why, why
+    assert plane.admin.read_namespaced_pod("plain-self-bound", TENANT_NS).spec.node_name is None
+    plane.admin.delete_namespaced_pod("plain-self-bound", TENANT_NS, grace_period_seconds=0)
+
+
+def test_a_placement_on_a_pod_without_the_label_is_admitted_and_holds_nothing(
+    plane: Plane,
+) -> None:
+    """A pod without tmc's label is not matched: created bound with a placement naming every
+    way of node-a, rewritten, removed and written again, all admitted (that is the saving). So
+    the publisher's feeder, with the chart's publisher identity, counts it nowhere, where it
+    counts the placement tmc's scheduler binds a labelled pod with."""
+    cluster = KubeCluster(api_client(str(plane.cp.kubeconfig("publisher"))))
+
+    def counted() -> int:
+        feeder = Feeder(cluster, None, tenant_selector=selector_text(plane.tenant_labels))
+        feeder.sync()
+        return feeder.figures().bound_pods
+
+    before = counted()
+    forged = real_placement("node-a", "0xff", 8)
+    plane.tenant.create_namespaced_pod(
+        TENANT_NS, pod("plain-forged", forged, node="node-a", tiered=False)
+    )
+    removed: dict[str, str | None] = dict.fromkeys(forged)
+    for ann in (removed, forged):
+        assert (
+            refused(partial(write_annotations, plane.tenant, "merge", False, "plain-forged", ann))
+            is None
+        )
+    got = plane.admin.read_namespaced_pod("plain-forged", TENANT_NS)
+    assert got.spec.node_name == "node-a" and got.metadata.annotations == forged
+    assert counted() == before
+    # The same placement, tmc's scheduler's Binding of a labelled pod: counted.
+    plane.tenant.create_namespaced_pod(TENANT_NS, pod("tiered-placed"))
+    bind(plane, plane.scheduler, "tiered-placed", real_placement("node-a", "0x3", 2))
+    assert counted() == before + 1
+    for name in ("plain-forged", "tiered-placed"):
+        plane.admin.delete_namespaced_pod(name, TENANT_NS, grace_period_seconds=0)
 
 
 # --- pinned recommendations ---------------------------------------------------------------------
@@ -862,8 +987,8 @@ def opted_in(name: str, scheduler: str) -> dict[str, Any]:
 def test_outside_tenant_namespaces_a_placement_is_unchecked_and_ignored(plane: Plane) -> None:
     """With tenant namespaces, a pod of another namespace may carry any placement (the policy is
     not evaluated there: that is the saving), so tmc-scheduler counts none of them: a node whose
-    every way a forged placement there names still takes a tenant's pod, and a pod opting in
-    from there is refused. With the chart's default (every namespace judged), the same forgery
+    every way a forged placement there names (and one on a tenant's pod without tmc's label)
+    still takes a tenant's pod, and a pod opting in from there is refused. With the chart's default (every namespace judged), the same forgery
     in that namespace is refused."""
     outside = plane.tenant_in(OUTSIDE_NS)
     forged = real_placement("node-t", "0xf", 4)
@@ -906,6 +1031,11 @@ def test_outside_tenant_namespaces_a_placement_is_unchecked_and_ignored(plane: P
         "tmc.dev/llc-ways": "4",
     }
     c.register_node(plane.admin, node)
+    # A tenant's pod without tmc's label, bound to node-t with every way of it: admitted (it is
+    # not matched), and nothing to the engine, whose room on node-t stays free.
+    plane.tenant.create_namespaced_pod(
+        TENANT_NS, pod("plain-on-node-t", forged, node="node-t", tiered=False)
+    )
     tmc_plugin.install_plugin(plane.cp, chart_values(plane.tenant_labels))
     name = "tmc-tenant-scheduler"
     values = {
@@ -952,7 +1082,7 @@ def publisher_counts_tenant_namespaces_only(plane: Plane) -> None:
     selector = selector_text(plane.tenant_labels)
     feeder = Feeder(cluster, None, tenant_selector=selector, watch_timeout_seconds=20)
     feeder.sync()
-    assert feeder.figures().bound_pods == 1  # tenants-pod
+    assert feeder.figures().bound_pods == 1  # tenants-pod (not plain-on-node-t: no label)
     feeder.start()
     unlabel = {"metadata": {"labels": dict.fromkeys(plane.tenant_labels)}}
     try:

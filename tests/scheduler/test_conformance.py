@@ -34,8 +34,11 @@ from kubernetes import client as k8s
 from model.node_contract import (
     GROUP,
     OBJECTIVE_ANNOTATION,
+    OPT_IN_RESOURCE,
     RECOMMENDATION_PLURAL,
     RECOMMENDATION_VERSION,
+    TIERED_POD_LABEL,
+    TIERED_POD_LABEL_VALUE,
     WORKLOAD_ANNOTATION,
     Placement,
     Recommendation,
@@ -144,7 +147,8 @@ def node_status(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def pod_object(pod: dict[str, Any], scheduler: str) -> dict[str, Any]:
-    """The pod as the table gives it; a pod with its own recommendation text pins it."""
+    """The pod as the table gives it; a pod with its own recommendation text pins it, and one
+    that requests tmc's resource carries tmc's label, as every tmc pod does."""
     ann = dict(pod.get("annotations") or {})
     if "recommendation_annotation" in pod:
         ann[RECOMMENDATION_ANNOTATION] = pod["recommendation_annotation"]
@@ -171,7 +175,13 @@ def pod_object(pod: dict[str, Any], scheduler: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": pod["name"], "annotations": ann},
+        "metadata": {
+            "name": pod["name"],
+            "labels": {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE}
+            if OPT_IN_RESOURCE in limits  # requested (the limit follows), or limited alone
+            else {},
+            "annotations": ann,
+        },
         "spec": spec,
     }
 

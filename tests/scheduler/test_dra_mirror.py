@@ -30,7 +30,12 @@ from ledger import nodes as ledger_nodes
 from ledger import store as ledger
 from ledger.rebalance import live_cluster
 from model import node_contract as contract
-from model.node_contract import PlacedConfiguration, Placement
+from model.node_contract import (
+    TIERED_POD_LABEL,
+    TIERED_POD_LABEL_VALUE,
+    PlacedConfiguration,
+    Placement,
+)
 from scheduler.decisions import LedgerUtilization
 from scheduler.feeder import Feeder
 from scheduler.kube import KubeCluster
@@ -259,6 +264,7 @@ def test_the_mirror_holds_what_each_claim_holds_and_the_utilization_counts_it(
             "uid": "placed",
             "name": "placed",
             "namespace": TENANT,
+            "labels": {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE},
             "annotations": dict(placement.to_annotations()),
         },
         "spec": {"nodeName": "node-a"},

@@ -6,6 +6,7 @@ database down and back."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from ledger import store as ledger
 from ledger.types import Held, NodeCapacity
 from model.node_contract import (
     PLACEMENT_ANNOTATION,
+    TIERED_POD_LABEL,
+    TIERED_POD_LABEL_VALUE,
     PlacedConfiguration,
     Placement,
     recommendation_object_name,
@@ -213,6 +216,7 @@ def bound_pod(uid: str, node: str, mask: int, slow: int = 0) -> dict[str, Any]:
             "uid": uid,
             "name": uid,
             "namespace": "default",
+            "labels": {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE},
             "annotations": dict(placement.to_annotations()),
         },
         "spec": {"nodeName": node},
@@ -231,6 +235,7 @@ def opted_in(uid: str, workload: str, objective: str, node: str | None = None) -
             "uid": uid,
             "name": uid,
             "namespace": "default",
+            "labels": {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE},
             "annotations": {"tmc.dev/workload": workload, "tmc.dev/objective": objective},
         },
         "spec": {
@@ -512,6 +517,48 @@ def test_a_bound_pods_new_placement_is_never_skipped(sessions: sessionmaker[Sess
     feeder.on_pod("MODIFIED", moved)
     feeder.mirror_pending()
     assert reservations(sessions) == {"p1": ("node-7", 0x6)}
+
+
+TIERED_PODS = json.loads(
+    (Path(__file__).resolve().parents[2] / "scheduler/conformance/tiered_pods.json").read_text()
+)
+
+
+def test_a_placement_counts_only_on_a_pod_carrying_the_tiered_label(
+    sessions: sessionmaker[Session],
+) -> None:
+    """The admission policies judge only labelled pods' writes (and every Binding): a placement
+    on any other pod is whatever its writer chose, so, bound or not, it holds nothing in the
+    ledger, from a listing or an event, as one outside tmc's tenant namespaces. Each labelling
+    of the shared table (scheduler/conformance/tiered_pods.json) on a pod naming every way."""
+    listed = ListedCluster()
+    listed.nodes = [TIERED_NODE]
+    tiered: set[str] = set()
+    for i, case in enumerate(TIERED_PODS["cases"]):
+        pod = bound_pod(f"case-{i}", "node-7", 0xFFFF_FFFF_FFFF)
+        pod["metadata"]["labels"] = case["labels"]
+        listed.pods[pod["metadata"]["uid"]] = pod
+        if case["tiered"]:
+            tiered.add(pod["metadata"]["uid"])
+    assert tiered and len(tiered) < len(listed.pods)
+    feeder = Feeder(listed, sessions)  # type: ignore[arg-type]
+    feeder.sync()
+    feeder.mirror_all()
+    assert set(reservations(sessions)) == tiered
+    assert feeder.figures().bound_pods == len(tiered)
+    # A watch event of an unlabelled pod bound with a placement changes nothing either ...
+    late = bound_pod("late", "node-7", 0x1)
+    del late["metadata"]["labels"]
+    feeder.on_pod("ADDED", late)
+    feeder.on_pod("MODIFIED", copy.deepcopy(late))
+    feeder.mirror_pending()
+    assert set(reservations(sessions)) == tiered
+    # ... until the pod carries the label (only tmc's scheduler may label a pod that already
+    # carries a placement): its placement is read then, though its text did not change.
+    late["metadata"]["labels"] = {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE}
+    feeder.on_pod("MODIFIED", late)
+    feeder.mirror_pending()
+    assert set(reservations(sessions)) == tiered | {"late"}
 
 
 def test_the_mirror_catches_up_after_the_database_was_down(

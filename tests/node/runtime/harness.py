@@ -22,7 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from model.node_contract import TIERED_POD_LABEL, TIERED_POD_LABEL_VALUE
 from tests.services import free_port
+
+# The labels the kubelet passes for one of tmc's pods (tmc-nri trusts a placement only there).
+TIERED_LABELS = {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE}
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
@@ -201,6 +205,8 @@ class Containerd:
         self.cdi = base / "cdi"
         self.log = base / "containerd.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        # Each pod sandbox's labels by uid, for its containers' CreateContainer.
+        self.labels: dict[str, dict[str, str]] = {}
         (base / "nri-conf").mkdir(parents=True, exist_ok=True)
         (base / "nri-plugins").mkdir(parents=True, exist_ok=True)
         self.cdi.mkdir(parents=True, exist_ok=True)
@@ -300,11 +306,20 @@ state = "{base}/state"
 
     # -- CRI, as the kubelet calls it ---------------------------------------------------------------
 
-    def run_pod(self, name: str, uid: str, annotations: dict[str, str]) -> str:
-        """RunPodSandbox with the pod's annotations, as the kubelet passes them (host network:
-        the tests need no CNI)."""
+    def run_pod(
+        self,
+        name: str,
+        uid: str,
+        annotations: dict[str, str],
+        labels: dict[str, str] | None = None,
+    ) -> str:
+        """RunPodSandbox with the pod's annotations and labels (tmc's label unless `labels`),
+        as the kubelet passes them (host network: the tests need no CNI)."""
+        self.labels[uid] = dict(TIERED_LABELS if labels is None else labels)
         config = self.base / f"pod-{uid}.json"
-        config.write_text(json.dumps(pod_config(name, uid, annotations, self.base)))
+        config.write_text(
+            json.dumps(pod_config(name, uid, annotations, self.base, self.labels[uid]))
+        )
         return self.crictl("runp", str(config)).stdout.strip()
 
     def create(
@@ -336,7 +351,8 @@ state = "{base}/state"
             ctr["linux"] = {"resources": resources}
         ctr_config.write_text(json.dumps(ctr))
         pod_path = self.base / f"pod-{uid}.json"
-        pod_path.write_text(json.dumps(pod_config(pod_name, uid, annotations, self.base)))
+        labels = self.labels.get(uid, TIERED_LABELS)
+        pod_path.write_text(json.dumps(pod_config(pod_name, uid, annotations, self.base, labels)))
         return self.crictl("create", pod_id, str(ctr_config), str(pod_path), check=check)
 
     def spec(self, container_id: str) -> dict[str, Any]:
@@ -385,9 +401,12 @@ def remove_empty_cgroups(name: str, root: Path = Path("/sys/fs/cgroup")) -> None
             top.rmdir()
 
 
-def pod_config(name: str, uid: str, annotations: dict[str, str], base: Path) -> dict[str, Any]:
+def pod_config(
+    name: str, uid: str, annotations: dict[str, str], base: Path, labels: dict[str, str]
+) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": "default", "uid": uid, "attempt": 0},
+        "labels": labels,
         "annotations": annotations,
         "log_directory": str(base / "logs" / uid),
         "linux": {"security_context": {"namespace_options": {"network": 2}}},
