@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"tmc.dev/node-nri/internal/tmcnri"
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
 
 func write(t *testing.T, path, text string) {
@@ -43,6 +44,7 @@ func TestReconcileOnceFromAPodList(t *testing.T) {
 		`"llc_mask":"0x1","slow_from_pool":false,"recommendation_id":null,"fallback":null}`
 	list, err := json.Marshal(corev1.PodList{Items: []corev1.Pod{{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "6f1c2a9e-0100",
+			Labels:      map[string]string{v1alpha1.TieredPodLabel: v1alpha1.TieredPodLabelValue},
 			Annotations: map[string]string{tmcnri.PlacementAnnotation: placement}},
 		Spec:   corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "p"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
+
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
 
 // fakeNode is one NUMA node of a test sysfs tree.
@@ -117,8 +119,14 @@ func placementJSON(node, mask string, ways int, dram, slow int64) string {
 		`"plan":[{"tag":"edges","fast_bytes":%d,"slow_bytes":%d}]}`, node, dram, slow, ways, mask, dram/2, slow)
 }
 
+// tieredLabels are the labels of a pod tmc places (v1alpha1.IsTieredPod).
+func tieredLabels() map[string]string {
+	return map[string]string{v1alpha1.TieredPodLabel: v1alpha1.TieredPodLabelValue}
+}
+
+// pod is a pod sandbox carrying the tiered pod label.
 func pod(name, uid string, ann map[string]string) *api.PodSandbox {
-	return &api.PodSandbox{Id: "sb-" + uid, Name: name, Uid: uid, Namespace: "default", Annotations: ann}
+	return &api.PodSandbox{Id: "sb-" + uid, Name: name, Uid: uid, Namespace: "default", Annotations: ann, Labels: tieredLabels()}
 }
 
 func container(name, cpus string, env ...string) *api.Container {

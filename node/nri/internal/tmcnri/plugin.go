@@ -83,7 +83,7 @@ const (
 	OutcomeRefused   = "refused"   // creation failed: the node cannot hold it, or a verification run
 	OutcomeMalformed = "malformed" // unreadable placement: created unadjusted (reported)
 	OutcomeLate      = "late"      // created while the plugin was not connected (reported)
-	OutcomeForeign   = "foreign"   // placed outside tmc's tenant namespaces: created unadjusted (reported)
+	OutcomeForeign   = "foreign"   // placed outside tmc's tenant namespaces, or unlabelled: created unadjusted (reported)
 )
 
 // Record is what the plugin applied to one container, as the node agent reads it.
@@ -197,6 +197,14 @@ func (p *Plugin) admitContainer(pod *api.PodSandbox, ctr *api.Container) (*admis
 	pl, err := ParsePlacement(ann)
 	if pl == nil && err == nil {
 		return nil, nil // not placed by tmc: no adjustment at all
+	}
+	if !tiered(pod.GetLabels()) {
+		// As outside the tenant namespaces: no admission policy looked at who wrote this
+		// placement (the pod's own labels say so, whatever its namespace).
+		p.count.Container(OutcomeForeign)
+		p.report.Event(pod, true, "TmcPlacementIgnored", fmt.Sprintf(
+			"container %s created without tmc's configuration: %s", ctr.GetName(), untiered))
+		return nil, nil
 	}
 	switch p.tenant(pod.GetNamespace()) {
 	case tenantUnknown:
@@ -678,8 +686,9 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 
 // heldBy is what a running container holds on this node, as Synchronize rebuilds it: the
 // prepared claim its environment names (with the claim's resctrl group; claimed), else its pod's
-// placement; nil for a container tmc configured nothing of. A placement of a namespace known not
-// to be a tenant's was never applied and holds nothing; while the namespaces are not known yet,
+// placement; nil for a container tmc configured nothing of. A placement of a pod without the
+// tiered pod label, or of a namespace known not to be a tenant's, was never applied and holds
+// nothing; while the namespaces are not known yet,
 // a placed pod holds its room (never over-commit). A container naming a claim the checkpoint no
 // longer has (or that cannot be read) is reported: what it holds is not known.
 func (p *Plugin) heldBy(pod *api.PodSandbox, ctr *api.Container) (pl *Placement, group string, claimed bool) {
@@ -697,7 +706,7 @@ func (p *Plugin) heldBy(pod *api.PodSandbox, ctr *api.Container) (pl *Placement,
 		return pl, group, true
 	}
 	pl, err := ParsePlacement(pod.GetAnnotations())
-	if pl == nil || err != nil || pl.Node != p.cfg.NodeName || p.tenant(pod.GetNamespace()) == tenantNot {
+	if pl == nil || err != nil || pl.Node != p.cfg.NodeName || !tiered(pod.GetLabels()) || p.tenant(pod.GetNamespace()) == tenantNot {
 		return nil, "", false
 	}
 	return pl, "", false
@@ -777,6 +786,15 @@ func MemoryLimit(pl *Placement, own int64) (int64, bool) {
 	}
 	return limit, true
 }
+
+// tiered says whether a pod's labels make it one of tmc's (v1alpha1.IsTieredPod, the engine's
+// rule too): tmc's admission policies judge only such pods, so a placement on any other was
+// written by whoever could write the pod, and is neither applied nor held.
+func tiered(labels map[string]string) bool { return v1alpha1.IsTieredPod(labels) }
+
+// untiered is why a placement on a pod without the label is not applied.
+const untiered = "the pod is not labelled " + v1alpha1.TieredPodLabel + "=" + v1alpha1.TieredPodLabelValue +
+	" (tmc's admission policy guards only labelled pods' placements)"
 
 type tenancy int
 

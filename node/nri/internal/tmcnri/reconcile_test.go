@@ -37,13 +37,16 @@ func writeCgroups(t *testing.T, uid, cpus string, threads ...string) (root, podD
 	return root, podDir
 }
 
-// runningPod is a pod as the API server lists it; limits, when given, are its containers'
-// memory limits (one container each).
+// runningPod is a pod as the API server lists it, with the tiered pod label; limits, when given,
+// are its containers' memory limits (one container each).
 func runningPod(name, uid, node string, ann map[string]string, limits ...int64) corev1.Pod {
 	p := corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid), Annotations: ann, CreationTimestamp: metav1.Now()},
-		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: name}}},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: "default", UID: types.UID(uid), Annotations: ann, Labels: tieredLabels(),
+			CreationTimestamp: metav1.Now(),
+		},
+		Spec:   corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: name}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
 	if len(limits) > 0 {
 		p.Spec.Containers = nil
