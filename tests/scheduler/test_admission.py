@@ -662,9 +662,9 @@ def test_a_placement_on_a_pod_without_the_label_is_admitted_and_holds_nothing(
 ) -> None:
     """A pod without tmc's label is not matched: created bound with a placement naming every
     way of node-a, rewritten, removed and written again, all admitted (that is the saving). So
-    the publisher's feeder, with the chart's publisher identity, counts it nowhere, where it
-    counts the placement tmc's scheduler binds a labelled pod with."""
-    cluster = KubeCluster(api_client(str(plane.cp.kubeconfig("publisher"))))
+    the publisher's feeder counts it nowhere, where it counts the placement tmc's scheduler
+    binds a labelled pod with."""
+    cluster = KubeCluster(api_client(str(plane.cp.kubeconfig("admin"))))
 
     def counted() -> int:
         feeder = Feeder(cluster, None, tenant_selector=selector_text(plane.tenant_labels))
