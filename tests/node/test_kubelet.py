@@ -123,9 +123,14 @@ def cluster(
 
 
 def bound_pod(name: str, annotations: dict[str, str]) -> dict[str, Any]:
-    """A pod as tmc's scheduler leaves it: bound to the node, its placement annotated."""
+    """A pod as tmc's scheduler leaves it: one of tmc's (labelled), bound to the node, its
+    placement annotated."""
     return {
-        "metadata": {"name": name, "annotations": annotations},
+        "metadata": {
+            "name": name,
+            "labels": {contract.TIERED_POD_LABEL: contract.TIERED_POD_LABEL_VALUE},
+            "annotations": annotations,
+        },
         "spec": {
             "nodeName": NODE,
             "hostNetwork": True,

@@ -123,6 +123,8 @@ def claimed_pod(name: str) -> dict[str, Any]:
     """A pod of the probe image whose container takes the claim `name` (not yet bound)."""
     body = test_kubelet.bound_pod(name, {})
     del body["spec"]["nodeName"]
+    # The DRA door's pods carry no tmc label: their claims, not a placement, say what they hold.
+    del body["metadata"]["labels"]
     body["spec"]["resourceClaims"] = [{"name": "tiers", "resourceClaimName": name}]
     body["spec"]["containers"][0]["resources"] = {"claims": [{"name": "tiers"}]}
     return body
