@@ -57,7 +57,7 @@ def test_a_real_watch_brings_every_event_with_its_object(plane: ControlPlane) ->
     kinds = [e for e, _ in seen]
     assert kinds[0] == "ADDED" and kinds[-1] == "DELETED" and set(kinds[1:-1]) == {"MODIFIED"}
     assert all(o["metadata"]["annotations"]["note"] == big for _, o in seen)  # type: ignore[index]
-    assert seen[1][1]["metadata"]["labels"] == {"seen": "yes"}  # type: ignore[index]
+    assert seen[1][1]["metadata"]["labels"]["seen"] == "yes"  # type: ignore[index]
     assert [o["metadata"]["resourceVersion"] for _, o in seen] == sorted(  # type: ignore[index]
         (o["metadata"]["resourceVersion"] for _, o in seen),  # type: ignore[index]
         key=int,
