@@ -37,16 +37,8 @@ func TestPlacementsOutsideTenantNamespacesAreNotCounted(t *testing.T) {
 	defer cancel()
 	node := tmcNode("b", 8, 32<<30, 0, 8, "", 0)
 	placed := func(ns, name, mask string) *v1.Pod {
-		pod := tieredPod(name, nil, "1", "1Gi")
-		pod.Namespace, pod.UID, pod.Spec.NodeName = ns, types.UID("uid-"+ns+"-"+name), "b"
-		ann, err := PlacementAnnotations(&Placement{
-			Schema: PlacementSchema, Node: "b", Objective: "cheapest", LLCMask: mask,
-			Configuration: PlacedConfiguration{VCPUs: 1, DRAMBytes: 1 << 30, LLCWays: 2},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pod.Annotations = ann
+		pod := placedOnB(t, tieredPod(name, nil, "1", "1Gi"), mask)
+		pod.Namespace, pod.UID = ns, types.UID("uid-"+ns+"-"+name)
 		return pod
 	}
 	client := fake.NewClientset(node,

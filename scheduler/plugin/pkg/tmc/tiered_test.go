@@ -9,8 +9,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -103,28 +101,13 @@ func TestPlacementsOfUnlabelledPodsAreNotCounted(t *testing.T) {
 	defer cancel()
 	node := tmcNode("b", 8, 32<<30, 0, 8, "", 0)
 	placed := func(name, mask string, labels map[string]string) *v1.Pod {
-		pod := tieredPod(name, nil, "1", "1Gi")
-		pod.UID, pod.Spec.NodeName, pod.Labels = types.UID("uid-"+name), "b", labels
-		ann, err := PlacementAnnotations(&Placement{
-			Schema: PlacementSchema, Node: "b", Objective: "cheapest", LLCMask: mask,
-			Configuration: PlacedConfiguration{VCPUs: 1, DRAMBytes: 1 << 30, LLCWays: 2},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pod.Annotations = ann
+		pod := placedOnB(t, tieredPod(name, nil, "1", "1Gi"), mask)
+		pod.UID, pod.Labels = types.UID("uid-"+name), labels
 		return pod
 	}
-	client := fake.NewClientset(node,
+	p, client := watched(ctx, t, node,
 		placed("mine", "0x3", tieredLabels()), placed("forged", "0xc", nil),
 		placed("other-value", "0x30", map[string]string{v1alpha1.TieredPodLabel: "True"}))
-	p := &TmcPlacement{Engine: &Engine{client: client, cache: NewCache()}}
-	factory := informers.NewSharedInformerFactory(client, 0)
-	if err := p.Watch(factory); err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
 	capacity, _ := ParseNodeCapacity(node.Labels, node.Annotations)
 	eventually := func(what string, mask uint64, cpus int64) {
 		t.Helper()

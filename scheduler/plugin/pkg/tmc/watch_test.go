@@ -81,6 +81,21 @@ func TestWatchFeedsTheCacheFromInformers(t *testing.T) {
 	}
 }
 
+// placedOnB is the pod bound to node b with a placement of one vCPU, 1 GiB of DRAM and two ways
+// at mask, as tmc's Binding leaves it.
+func placedOnB(t *testing.T, pod *v1.Pod, mask string) *v1.Pod {
+	t.Helper()
+	ann, err := PlacementAnnotations(&Placement{
+		Schema: PlacementSchema, Node: "b", Objective: "cheapest", LLCMask: mask,
+		Configuration: PlacedConfiguration{VCPUs: 1, DRAMBytes: 1 << 30, LLCWays: 2},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Spec.NodeName, pod.Annotations = "b", ann
+	return pod
+}
+
 // watched is a plugin whose engine is fed by informers over a fake API server holding objects,
 // synced before it is returned.
 func watched(ctx context.Context, t *testing.T, objects ...runtime.Object) (*TmcPlacement, *fake.Clientset) {
