@@ -32,7 +32,7 @@ from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 
 from bench.harness import Result, arguments, load_line, process_cpu_seconds
-from model.node_contract import TIERED_POD_LABEL, TIERED_POD_LABEL_VALUE
+from model.node_contract import tiered_pod_labels
 from tests.scheduler.controlplane import RELEASE, ControlPlane
 from tests.scheduler.controlplane import cluster as c
 from tests.services import wait_until
@@ -42,7 +42,7 @@ OTHER_NS = "bench-other"  # never labelled: the pods measured
 LABELS = {"tmc.dev/tenant": "yes"}
 FORGED = {"tmc.dev/placement": "{}", "tmc.dev/llc-mask": "0x1"}
 ARMS = ("none", "every", "tenants", "tiered")
-TIERED = {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE}
+TIERED = tiered_pod_labels()
 
 
 def api_cpu_seconds(cp: ControlPlane) -> float:

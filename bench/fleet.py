@@ -47,11 +47,10 @@ from bench.harness import Result, arguments, load_average, load_text, percentile
 from bench.publisher_refresh import InMemoryObjects
 from model import Utilization, parse_objective
 from model.node_contract import (
-    TIERED_POD_LABEL,
-    TIERED_POD_LABEL_VALUE,
     PlacedConfiguration,
     Placement,
     Recommendation,
+    tiered_pod_labels,
 )
 from model.resources import GIB
 from scheduler.decisions import Changed, LedgerUtilization, ServiceDecisions, WhatChanged
@@ -489,7 +488,7 @@ def _bound_pod(uid: str, node: str, mask: int) -> dict[str, Any]:
             "uid": uid,
             "name": uid,
             "namespace": "burst",
-            "labels": {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE},
+            "labels": tiered_pod_labels(),
             "annotations": dict(placement.to_annotations()),
         },
         "spec": {"nodeName": node},

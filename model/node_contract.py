@@ -105,6 +105,11 @@ Tag = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.
 _HEX_MASK = re.compile(r"^0x[0-9a-fA-F]{1,16}$")
 
 
+def tiered_pod_labels() -> dict[str, str]:
+    """The labels that make a pod one of tmc's, as a new mapping for a pod's metadata."""
+    return {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE}
+
+
 def is_tiered_pod(labels: Mapping[str, Any] | None) -> bool:
     """Whether a pod's labels make it one of tmc's (v1alpha1.IsTieredPod): the tiered label with
     exactly its value. A placement on any other pod was checked by no admission policy."""

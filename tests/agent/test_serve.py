@@ -23,7 +23,7 @@ from tmc_agent.settings import AgentSettings
 from typer.testing import CliRunner
 
 from model import node_contract
-from model.node_contract import TIERED_POD_LABEL, TIERED_POD_LABEL_VALUE
+from model.node_contract import TIERED_POD_LABEL, tiered_pod_labels
 from scheduler import feeder as sched_feeder
 from scheduler import pods as sched_pods
 from tests.agent import fakehost
@@ -94,7 +94,7 @@ def placement_pod(
             "uid": uid,
             "name": name,
             "namespace": "default",
-            "labels": {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE},
+            "labels": tiered_pod_labels(),
             "annotations": ann,
         },
         "spec": {"nodeName": node},
@@ -239,7 +239,7 @@ def test_a_placement_on_a_pod_without_tmcs_label_is_not_a_tmc_pod(
     pods = FakePods(ended(UID_A, "a", None), ended(UID_B, "b", {TIERED_POD_LABEL: "True"}))
     report = agent_for(optane, tmp_path, pods).sync()
     assert report.listed == set() and report.finished == []
-    pods = FakePods(ended(UID_A, "a", {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE}))
+    pods = FakePods(ended(UID_A, "a", tiered_pod_labels()))
     report = agent_for(optane, tmp_path, pods).sync()
     assert report.listed == {"default/a"} and len(report.finished) == 1
 

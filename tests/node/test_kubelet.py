@@ -128,7 +128,7 @@ def bound_pod(name: str, annotations: dict[str, str]) -> dict[str, Any]:
     return {
         "metadata": {
             "name": name,
-            "labels": {contract.TIERED_POD_LABEL: contract.TIERED_POD_LABEL_VALUE},
+            "labels": contract.tiered_pod_labels(),
             "annotations": annotations,
         },
         "spec": {

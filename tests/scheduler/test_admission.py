@@ -20,7 +20,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from model.node_contract import TIERED_POD_LABEL, TIERED_POD_LABEL_VALUE
+from model.node_contract import TIERED_POD_LABEL, TIERED_POD_LABEL_VALUE, tiered_pod_labels
 from scheduler.feeder import Feeder
 from scheduler.kube import KubeCluster, api_client
 from scheduler.tenants import selector_text
@@ -262,7 +262,7 @@ def plane(request: pytest.FixtureRequest) -> Iterator[Plane]:
 
 
 # The label that makes a pod one of tmc's: the policies judge only pods carrying it.
-TIERED = {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE}
+TIERED = tiered_pod_labels()
 
 
 def pod(

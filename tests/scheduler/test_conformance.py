@@ -37,13 +37,12 @@ from model.node_contract import (
     OPT_IN_RESOURCE,
     RECOMMENDATION_PLURAL,
     RECOMMENDATION_VERSION,
-    TIERED_POD_LABEL,
-    TIERED_POD_LABEL_VALUE,
     WORKLOAD_ANNOTATION,
     Placement,
     Recommendation,
     StructurePlan,
     recommendation_object_name,
+    tiered_pod_labels,
 )
 from scheduler.pods import canonical_objective
 from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
@@ -177,7 +176,7 @@ def pod_object(pod: dict[str, Any], scheduler: str) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {
             "name": pod["name"],
-            "labels": {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE}
+            "labels": tiered_pod_labels()
             if OPT_IN_RESOURCE in limits  # requested (the limit follows), or limited alone
             else {},
             "annotations": ann,

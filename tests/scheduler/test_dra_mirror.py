@@ -31,10 +31,9 @@ from ledger import store as ledger
 from ledger.rebalance import live_cluster
 from model import node_contract as contract
 from model.node_contract import (
-    TIERED_POD_LABEL,
-    TIERED_POD_LABEL_VALUE,
     PlacedConfiguration,
     Placement,
+    tiered_pod_labels,
 )
 from scheduler.decisions import LedgerUtilization
 from scheduler.feeder import Feeder
@@ -264,7 +263,7 @@ def test_the_mirror_holds_what_each_claim_holds_and_the_utilization_counts_it(
             "uid": "placed",
             "name": "placed",
             "namespace": TENANT,
-            "labels": {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE},
+            "labels": tiered_pod_labels(),
             "annotations": dict(placement.to_annotations()),
         },
         "spec": {"nodeName": "node-a"},

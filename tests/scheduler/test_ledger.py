@@ -23,11 +23,10 @@ from ledger import store as ledger
 from ledger.types import Held, NodeCapacity
 from model.node_contract import (
     PLACEMENT_ANNOTATION,
-    TIERED_POD_LABEL,
-    TIERED_POD_LABEL_VALUE,
     PlacedConfiguration,
     Placement,
     recommendation_object_name,
+    tiered_pod_labels,
 )
 from model.resources import GIB
 from scheduler.feeder import Feeder, node_capacity
@@ -216,7 +215,7 @@ def bound_pod(uid: str, node: str, mask: int, slow: int = 0) -> dict[str, Any]:
             "uid": uid,
             "name": uid,
             "namespace": "default",
-            "labels": {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE},
+            "labels": tiered_pod_labels(),
             "annotations": dict(placement.to_annotations()),
         },
         "spec": {"nodeName": node},
@@ -235,7 +234,7 @@ def opted_in(uid: str, workload: str, objective: str, node: str | None = None) -
             "uid": uid,
             "name": uid,
             "namespace": "default",
-            "labels": {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE},
+            "labels": tiered_pod_labels(),
             "annotations": {"tmc.dev/workload": workload, "tmc.dev/objective": objective},
         },
         "spec": {
@@ -555,7 +554,7 @@ def test_a_placement_counts_only_on_a_pod_carrying_the_tiered_label(
     assert set(reservations(sessions)) == tiered
     # ... until the pod carries the label (only tmc's scheduler may label a pod that already
     # carries a placement): its placement is read then, though its text did not change.
-    late["metadata"]["labels"] = {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE}
+    late["metadata"]["labels"] = tiered_pod_labels()
     feeder.on_pod("MODIFIED", late)
     feeder.mirror_pending()
     assert set(reservations(sessions)) == tiered | {"late"}

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model.node_contract import TIERED_POD_LABEL, TIERED_POD_LABEL_VALUE
+from model.node_contract import tiered_pod_labels
 from tests.services import free_port
 
 # The labels the kubelet passes for one of tmc's pods (tmc-nri trusts a placement only there).
-TIERED_LABELS = {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE}
+TIERED_LABELS = tiered_pod_labels()
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent

@@ -38,10 +38,9 @@ from model.node_contract import (
     GROUP,
     RECOMMENDATION_PLURAL,
     RECOMMENDATION_VERSION,
-    TIERED_POD_LABEL,
-    TIERED_POD_LABEL_VALUE,
     Placement,
     StructurePlan,
+    tiered_pod_labels,
 )
 from model.node_contract import NodeCapacity as ContractCapacity
 from model.resources import GIB
@@ -602,7 +601,7 @@ def opted_in_pod(
         "kind": "Pod",
         "metadata": {
             "name": name,
-            "labels": {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE},
+            "labels": tiered_pod_labels(),
             "annotations": ann,
         },
         "spec": {

@@ -198,7 +198,7 @@ func (p *Plugin) admitContainer(pod *api.PodSandbox, ctr *api.Container) (*admis
 	if pl == nil && err == nil {
 		return nil, nil // not placed by tmc: no adjustment at all
 	}
-	if !tiered(pod.GetLabels()) {
+	if !v1alpha1.IsTieredPod(pod.GetLabels()) {
 		// As outside the tenant namespaces: no admission policy looked at who wrote this
 		// placement (the pod's own labels say so, whatever its namespace).
 		p.count.Container(OutcomeForeign)
@@ -706,7 +706,7 @@ func (p *Plugin) heldBy(pod *api.PodSandbox, ctr *api.Container) (pl *Placement,
 		return pl, group, true
 	}
 	pl, err := ParsePlacement(pod.GetAnnotations())
-	if pl == nil || err != nil || pl.Node != p.cfg.NodeName || !tiered(pod.GetLabels()) || p.tenant(pod.GetNamespace()) == tenantNot {
+	if pl == nil || err != nil || pl.Node != p.cfg.NodeName || !v1alpha1.IsTieredPod(pod.GetLabels()) || p.tenant(pod.GetNamespace()) == tenantNot {
 		return nil, "", false
 	}
 	return pl, "", false
@@ -787,12 +787,9 @@ func MemoryLimit(pl *Placement, own int64) (int64, bool) {
 	return limit, true
 }
 
-// tiered says whether a pod's labels make it one of tmc's (v1alpha1.IsTieredPod, the engine's
-// rule too): tmc's admission policies judge only such pods, so a placement on any other was
-// written by whoever could write the pod, and is neither applied nor held.
-func tiered(labels map[string]string) bool { return v1alpha1.IsTieredPod(labels) }
-
-// untiered is why a placement on a pod without the label is not applied.
+// untiered is why a placement on a pod without the tiered pod label (v1alpha1.IsTieredPod, the
+// engine's rule too) is neither applied nor held: tmc's admission policies judge only labelled
+// pods, so a placement on any other was written by whoever could write the pod.
 const untiered = "the pod is not labelled " + v1alpha1.TieredPodLabel + "=" + v1alpha1.TieredPodLabelValue +
 	" (tmc's admission policy guards only labelled pods' placements)"
 

@@ -111,7 +111,7 @@ func (r *Reconciler) Reconcile(pods []corev1.Pod) []Reconciled {
 			done.Unapplied = append(done.Unapplied, fmt.Sprintf("placement: placed on node %q, this is %q", clip(pl.Node, 60), r.NodeName))
 		case !uidText.MatchString(string(pod.UID)):
 			done.Unapplied = append(done.Unapplied, fmt.Sprintf("placement: pod uid %q is not a Kubernetes uid", clip(string(pod.UID), 70)))
-		case !tiered(pod.Labels):
+		case !v1alpha1.IsTieredPod(pod.Labels):
 			done.Unapplied = append(done.Unapplied, "placement: "+untiered)
 		default:
 			switch tenantOf(r.Tenants, r.Namespaces, pod.Namespace) {
