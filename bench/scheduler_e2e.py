@@ -9,7 +9,7 @@ read what the recommendation publisher publishes; it also keeps the ledger's mir
     python -m bench.scheduler_e2e [--pods 500] [--nodes 100 5000] [--profile out.json]
                                   [--pprof DIR] [--compare-engine DIR] [--dra]
                                   [--dra-shape tmc|plain] [--dra-nodes-to-score PERCENT]
-                                  [--json PATH]
+                                  [--no-admission] [--json PATH]
 
 Needs the control plane of tests/scheduler/controlplane (built from Go modules). Nodes carry the
 capacity annotations an agent publishes (model.node_contract), written directly: agents are not
@@ -52,6 +52,9 @@ scheduler benchmarks make them: a driver whose nodes offer eight whole devices e
 attributes, counters or capacity), one DeviceClass selecting the driver, and a claim of one
 device a pod (no device given twice, else the run fails): what any claim costs the stock
 kube-scheduler, the floor under tmc's DRA door.
+With --no-admission, the chart's admission policies (who may write a pod's placement) are not
+installed: every path runs without them, so that a series with and a series without them say what
+the guard costs each path (a diagnostic: the chart installs them by default).
 The load average at the start and end of each size is printed: the figures are only comparable
 on a quiet machine. A pod not seen bound
 within --timeout fails the run (exit status 1): the figures are never computed on a smaller
@@ -649,6 +652,7 @@ def one_size(
     dra: bool = False,
     dra_nodes_to_score: int | None = None,
     dra_shape: str = "tmc",
+    admission: bool = True,
 ) -> dict[str, float] | None:
     """Every run at one node count, its figures recorded in result (rows named with `label`,
     the run's place in a series); each tmc path's ratios to the stock run, or None when a run
@@ -663,7 +667,7 @@ def one_size(
         empty_tables(postgres.dsn())
         cp.start()
         c.use_ecdsa_extender_certificates(cp)  # the chart's key type
-        c.install_rbac(cp)
+        c.install_rbac(cp, None if admission else {"admission": {"enabled": False}})
         plugin_path.install_plugin(cp)
         plugin_path.build_scheduler()
         slices_command = build_slices_command(cp.dir) if dra and dra_shape == "tmc" else None
@@ -928,6 +932,7 @@ def one_size(
         print(
             f"{nodes} nodes, {pods} pods (load average {load_before[0]:.1f} at the start, "
             f"{load_after[0]:.1f} at the end)"
+            + ("" if admission else ", without the chart's admission policies")
         )
         print(unmeasured.line("(warm-up, stock)", pods))
         print(stock.line("stock", pods))
@@ -1144,6 +1149,12 @@ def main(argv: list[str] | None = None) -> None:
         help="with --dra, the DRA run's kube-scheduler filters each pod on this share of the "
         "nodes (percentageOfNodesToScore, 1..100; at least 100 nodes); default: its own",
     )
+    ap.add_argument(
+        "--no-admission",
+        action="store_true",
+        help="run every path without the chart's admission policies (what the guard costs; "
+        "the chart installs them by default)",
+    )
     args = ap.parse_args(argv)
     if not 1 <= args.pods <= 100_000 or not all(1 <= n <= 100_000 for n in args.nodes):
         ap.error("--pods and --nodes must be in 1..100000")
@@ -1163,7 +1174,8 @@ def main(argv: list[str] | None = None) -> None:
             {"dra_nodes_to_score": args.dra_nodes_to_score}
             if args.dra_nodes_to_score is not None
             else {}
-        ),
+        )
+        | ({"admission": False} if args.no_admission else {}),
     )
     failed = False
     for n in args.nodes:
@@ -1181,6 +1193,7 @@ def main(argv: list[str] | None = None) -> None:
                 dra=args.dra,
                 dra_nodes_to_score=args.dra_nodes_to_score,
                 dra_shape=args.dra_shape,
+                admission=not args.no_admission,
             )
             if one is None:
                 failed = True

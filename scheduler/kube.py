@@ -116,17 +116,21 @@ class KubeCluster:
 
 
 class KubeNodeReports:
-    """The nodes' reports (Events tmc-nri writes about its Node), the pods they name, and the
-    Events the relay writes on those pods (scheduler/node_reports.py)."""
+    """The nodes' reports (Events tmc-nri writes about its Node, in `namespace`), the pods they
+    name, and the Events the relay writes on those pods (scheduler/node_reports.py)."""
 
-    def __init__(self, api: client.ApiClient, selector: str, timeout: tuple[float, float]) -> None:
+    def __init__(
+        self, api: client.ApiClient, namespace: str, selector: str, timeout: tuple[float, float]
+    ) -> None:
         self.core = client.CoreV1Api(api)
+        self._namespace = namespace
         self._selector = selector
         self._timeout = timeout
 
     def list_reports(self) -> tuple[list[dict[str, Any]], str]:
         body = _json(
-            self.core.list_event_for_all_namespaces(
+            self.core.list_namespaced_event(
+                self._namespace,
                 field_selector=self._selector,
                 limit=5000,
                 _preload_content=False,
@@ -138,7 +142,8 @@ class KubeNodeReports:
     def watch_reports(
         self, resource_version: str, timeout_seconds: int
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        response: Any = self.core.list_event_for_all_namespaces(
+        response: Any = self.core.list_namespaced_event(
+            self._namespace,
             field_selector=self._selector,
             watch=True,
             resource_version=resource_version,

@@ -1,8 +1,12 @@
 """What a node reports about a pod, put on the pod once the pod is known to run there.
 
 tmc-nri tells a pod's owner what its node did not apply (no L3 CAT, a malformed placement, a
-refused update). A node's token may write Events only about its own Node, in its own name
-(admission: the agent-own-events policy), so a node cannot speak about another node's pods; its
+refused update). Its reports are Events about its own Node, which the API server keeps in
+"default" (an Event about an object with no namespace may be nowhere else): the only namespace
+where a node's token may write Events (RBAC), and there only about its own Node, in its own name
+(admission: the agent-own-events policy, which judges that namespace alone), so a node cannot
+speak about another node's pods. The relay reads that namespace only: an Event that looks like a
+report anywhere else was written by whoever may write Events there, and is never relayed. A
 report names the pod in `related` (scheduler/conformance/node-report.json holds one as tmc-nri
 writes it). The relay reads those reports and writes each on the pod it names when, and only
 when, the pod with that uid is bound to the reporting node. The report stays on the Node too,
@@ -27,6 +31,8 @@ log = logging.getLogger("tmc.node_reports")
 # tmc-nri's reports, as it writes them (node/nri/internal/tmcnri/report.go NodeReport).
 REPORTER = "tmc-nri"
 REPORTS_SELECTOR = f"source={REPORTER},involvedObject.kind=Node"
+# Where they are (tmc-nri's NodeReportNamespace): Events about a Node live in "default".
+REPORTS_NAMESPACE = "default"
 
 # Outcomes, one label value each: the report is on its pod; its pod is bound to another node
 # (or is another pod of the same name); its pod is gone or not bound yet; the Event is no report.

@@ -76,7 +76,7 @@ from scheduler.kube import (
     api_client,
 )
 from scheduler.metrics import OBJECT_STATES, PublishedFigures, PublisherMetrics, serve
-from scheduler.node_reports import REPORTS_SELECTOR, NodeReportRelay
+from scheduler.node_reports import REPORTS_NAMESPACE, REPORTS_SELECTOR, NodeReportRelay
 from scheduler.pods import PodAsk, PodRef
 from scheduler.settings import FeederSettings, load_settings
 from scheduler.status import (
@@ -762,7 +762,7 @@ def main() -> None:
     feeder.start()
     # What nodes report about their pods, put on the pods (a node may speak only of its own Node).
     NodeReportRelay(
-        KubeNodeReports(api, REPORTS_SELECTOR, REQUEST_TIMEOUT),
+        KubeNodeReports(api, REPORTS_NAMESPACE, REPORTS_SELECTOR, REQUEST_TIMEOUT),
         now=now_stamp,
         count=lambda outcome: metrics.node_reports.labels(outcome).inc(),
         watch_timeout_seconds=settings.watch_timeout_seconds,

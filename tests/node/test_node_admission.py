@@ -1,8 +1,8 @@
 # The kubernetes client takes plain dicts for bodies at run time; its stubs say models only.
 # mypy: disable-error-code="arg-type,union-attr,no-untyped-call,index"
 """What a node's NRI plugin may write, asked of a real kube-apiserver with the chart's RBAC and
-admission policies: Events about its own Node, in the name of the node its token is bound to,
-and nothing else (its nodes writes are the agent's, held to the agent-own-node policy, tested in
+admission policies: Events about its own Node (in "default", where the API server keeps Events
+about a Node, and nowhere else), in the name of the node its token is bound to, and nothing else (its nodes writes are the agent's, held to the agent-own-node policy, tested in
 tests/scheduler/test_admission.py); the publisher's relay puts a report on the pod it names only
 when that pod is bound to the reporting node. Then the plugin itself, on the real runtime,
 reporting a malformed placement to the API server with a token bound to its node."""
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from kubernetes import utils as k8s_utils
 
 from model import node_contract as contract
 from scheduler.kube import KubeNodeReports
-from scheduler.node_reports import REPORTS_SELECTOR, NodeReportRelay
+from scheduler.node_reports import REPORTS_NAMESPACE, REPORTS_SELECTOR, NodeReportRelay
 from tests.node.conftest import Node, PluginFactory
 from tests.node.test_runtime import create
 from tests.scheduler.controlplane import NAMESPACE, SERVICE_ACCOUNTS
@@ -66,6 +66,15 @@ def event(name: str, host: str, kind: str = "Node", about: str | None = None) ->
     }
 
 
+def forbidden(call: Callable[[], object]) -> bool:
+    """Whether RBAC (not admission) refuses `call`."""
+    try:
+        call()
+    except k8s.ApiException as exc:
+        return exc.status == 403 and "ValidatingAdmissionPolicy" not in (exc.body or "")
+    return False
+
+
 def test_a_nodes_plugin_reports_about_its_own_node_only(plane: Plane) -> None:
     node_a = token_client(plane.cp, c.node_bound_token(plane.cp, "node-a"))
     node_a.create_namespaced_event("default", event("own", "node-a"))
@@ -73,29 +82,27 @@ def test_a_nodes_plugin_reports_about_its_own_node_only(plane: Plane) -> None:
     assert why is not None and "bound to node-a, the event says it comes from node-b" in why, why
     why = refused(lambda: node_a.create_namespaced_event("default", event("nameless", "")))
     assert why is not None and "comes from no node" in why, why
-    # About another node, in its own name; or about a pod directly (wherever the pod runs).
+    # About another node, in its own name.
     why = refused(
         lambda: node_a.create_namespaced_event(
             "default", event("other-node", "node-a", about="node-b")
         )
     )
     assert why is not None and "only about its own Node" in why, why
-    why = refused(
+    # Anywhere but "default", nothing at all (RBAC): not about a pod directly (wherever the pod
+    # runs), not in tmc's own namespace. So the policy judges "default" alone, and the Events of
+    # every other namespace cost it nothing.
+    assert forbidden(
         lambda: node_a.create_namespaced_event(
             TENANT_NS, event("on-pod", "node-a", "Pod", about="some-pod")
         )
     )
-    assert why is not None and "only about its own Node" in why, why
+    assert forbidden(lambda: node_a.create_namespaced_event(NAMESPACE, event("x", "node-a")))
     # The agents' account with no node in its token reports nothing.
     why = refused(lambda: plane.agent.create_namespaced_event("default", event("x", "node-a")))
     assert why is not None and "bound to no node" in why, why
     # RBAC: create only; an event is not rewritten or deleted by a node.
-    try:
-        node_a.delete_namespaced_event("own", "default")
-    except k8s.ApiException as exc:
-        assert exc.status == 403
-    else:
-        raise AssertionError("a node deleted an event")
+    assert forbidden(lambda: node_a.delete_namespaced_event("own", "default"))
 
 
 def publisher_account(plane: Plane) -> k8s.ApiClient:
@@ -141,7 +148,7 @@ def test_a_report_reaches_its_pod_only_from_the_node_the_pod_runs_on(plane: Plan
     publisher = publisher_account(plane)
     counted: list[str] = []
     relay = NodeReportRelay(
-        KubeNodeReports(publisher, REPORTS_SELECTOR, (5, 30)),
+        KubeNodeReports(publisher, REPORTS_NAMESPACE, REPORTS_SELECTOR, (5, 30)),
         now=lambda: "2026-11-29T00:00:00Z",
         count=counted.append,
         watch_timeout_seconds=5,
@@ -171,7 +178,7 @@ def test_a_report_reaches_its_pod_only_from_the_node_the_pod_runs_on(plane: Plan
     assert on_theirs.items == []
     # A relay started again (the publisher restarted) writes nothing twice.
     again: list[str] = []
-    reads = KubeNodeReports(publisher, REPORTS_SELECTOR, (5, 30))
+    reads = KubeNodeReports(publisher, REPORTS_NAMESPACE, REPORTS_SELECTOR, (5, 30))
     relay = NodeReportRelay(reads, now=lambda: "2026-11-29T00:00:00Z", count=again.append)
     reports, _ = reads.list_reports()
     for r in reports:

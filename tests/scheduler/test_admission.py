@@ -233,16 +233,18 @@ def running_plane(tenant_labels: dict[str, str]) -> Iterator[Plane]:
             30,
             "the agent-own-node policy enforced",
         )
+        # A report in "default" (the only namespace a node may write Events in) in another
+        # node's name.
         forged = {
-            "metadata": {"generateName": "probe-", "namespace": TENANT_NS},
-            "involvedObject": {"kind": "Pod", "name": "probe", "namespace": TENANT_NS},
+            "metadata": {"generateName": "probe-", "namespace": "default"},
+            "involvedObject": {"kind": "Node", "name": "node-b"},
             "reason": "Probe",
             "message": "probe",
             "type": "Normal",
             "source": {"component": "tmc-nri", "host": "node-b"},
         }
         wait_until(
-            lambda: refused(partial(node_a.create_namespaced_event, TENANT_NS, forged)) is not None,
+            lambda: refused(partial(node_a.create_namespaced_event, "default", forged)) is not None,
             30,
             "the agent-own-events policy enforced",
         )

@@ -26,6 +26,7 @@ from scheduler.metrics import (
     mirror_families,
     published_families,
 )
+from scheduler.node_reports import REPORTS_NAMESPACE
 from scheduler.settings import FeederSettings
 from tests.deploy.test_metrics_exported import go_metric_names
 
@@ -866,14 +867,17 @@ def test_admission_policies_are_on_by_default_and_name_the_components() -> None:
     }
     assert set(policies) == {
         "demo-tmc-pod-placement",
+        "demo-tmc-binding-placement",
         "demo-tmc-placed-pod-resize",
         "demo-tmc-agent-own-node",
         "demo-tmc-agent-own-events",
     }
     assert bindings == {name: ["Deny"] for name in policies}
-    text = yaml.safe_dump(policies["demo-tmc-pod-placement"])
-    assert "system:serviceaccount:tmc:demo-tmc-scheduler" in text
-    assert "system:serviceaccount:tmc:demo-tmc-extender" in text
+    for name in ("demo-tmc-pod-placement", "demo-tmc-binding-placement"):
+        text = yaml.safe_dump(policies[name])
+        assert "system:serviceaccount:tmc:demo-tmc-scheduler" in text
+        assert "system:serviceaccount:tmc:demo-tmc-extender" in text
+        assert '["tmc:operators"]' in text
     assert render({"admission": {"enabled": False}}) != docs
     assert not [d for d in render({"admission": {"enabled": False}}) if "Admission" in d["kind"]]
 
@@ -941,9 +945,10 @@ def test_tenant_namespaces_are_every_namespace_by_default() -> None:
     got = _tenant_labels_everywhere({})
     assert got["policies"] == {
         "demo-tmc-pod-placement": None,
+        "demo-tmc-binding-placement": None,
         "demo-tmc-placed-pod-resize": None,
         "demo-tmc-agent-own-node": None,
-        "demo-tmc-agent-own-events": None,
+        "demo-tmc-agent-own-events": DEFAULT_NAMESPACE_ONLY,
     }
     assert got["plugin"] is None and got["extender"] == [] and got["nri"] is None
     assert got["publisher"] is None
@@ -959,10 +964,11 @@ def test_tenant_namespace_labels_reach_both_policies_and_every_component() -> No
     got = _tenant_labels_everywhere({"admission": {"tenantNamespaceLabels": labels}})
     selector = {"matchLabels": labels}
     assert got["policies"]["demo-tmc-pod-placement"] == selector
+    assert got["policies"]["demo-tmc-binding-placement"] == selector
     assert got["policies"]["demo-tmc-placed-pod-resize"] == selector
-    # The agents' own rules are about nodes and events, which have no tenant namespace.
+    # The agents' own rules are about nodes and their reports, in no tenant's namespace.
     assert got["policies"]["demo-tmc-agent-own-node"] is None
-    assert got["policies"]["demo-tmc-agent-own-events"] is None
+    assert got["policies"]["demo-tmc-agent-own-events"] == DEFAULT_NAMESPACE_ONLY
     assert got["plugin"] == labels
     assert got["extender"] == ["--tenant-namespace-labels=team=hpc,tmc.dev/tenant=yes"]
     assert got["nri"] == "team=hpc,tmc.dev/tenant=yes"
@@ -981,44 +987,74 @@ def test_tenant_namespace_labels_reach_both_policies_and_every_component() -> No
     ]
 
 
+# "default", where the API server keeps Events about a Node, by the name label it sets on every
+# namespace.
+DEFAULT_NAMESPACE_ONLY = {"matchLabels": {"kubernetes.io/metadata.name": "default"}}
+
+
+def test_node_reports_are_written_and_judged_in_default_alone() -> None:
+    """tmc-nri's reports are Events about its Node, which live in "default": the only namespace
+    its Role lets it write Events in, and the only one the policy holding a node to its own Node
+    judges (no other namespace's Events pay for it)."""
+    docs = render()
+    agent = by_name(docs, "ClusterRole", "demo-tmc-agent")
+    assert not [r for r in agent["rules"] if "events" in r["resources"]]
+    role = by_name(docs, "Role", "demo-tmc-agent-reports")
+    assert role["metadata"]["namespace"] == REPORTS_NAMESPACE
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    bound = by_name(docs, "RoleBinding", "demo-tmc-agent-reports")
+    assert bound["metadata"]["namespace"] == REPORTS_NAMESPACE
+    assert bound["roleRef"]["name"] == "demo-tmc-agent-reports"
+    assert bound["subjects"] == [
+        {"kind": "ServiceAccount", "name": "demo-tmc-agent", "namespace": "tmc"}
+    ]
+    policy = by_name(docs, "ValidatingAdmissionPolicy", "demo-tmc-agent-own-events")
+    assert policy["spec"]["matchConstraints"]["namespaceSelector"] == DEFAULT_NAMESPACE_ONLY
+    # Without tmc-nri, the agents write no Events at all.
+    off = render({"agent": {"nri": {"enabled": False}}})
+    assert not [d for d in off if d["metadata"]["name"] == "demo-tmc-agent-reports"]
+
+
 def _resources(rules: list[dict[str, Any]]) -> set[tuple[str, str]]:
     return {(op, r) for rule in rules for op in rule["operations"] for r in rule["resources"]}
 
 
 @pytest.mark.parametrize("tenants", [{}, {"tmc.dev/tenant": "yes", "team": "hpc"}])
 def test_pod_policies_judge_only_pods_carrying_the_tiered_label(tenants: dict[str, str]) -> None:
-    """The pod-placement policy's two bindings: pod writes selected by exactly the tiered label
-    (scheduler/conformance/tiered_pods.json), Bindings (which carry no pod labels) by none; the
-    two together cover every request the policy matches; the resize policy selects by the label
-    too. With tenant namespaces, both bindings are narrowed to them as well."""
+    """Pod writes are judged by the pod-placement policy, its binding selecting exactly the
+    tiered label (scheduler/conformance/tiered_pods.json); Bindings (which carry no pod labels)
+    by the binding-placement policy, selected by none; the two together match every request that
+    can write a pod's annotations; the resize policy selects by the label too. With tenant
+    namespaces, both are narrowed to them as well."""
     docs = render({"admission": {"tenantNamespaceLabels": tenants}})
     tiered = {"matchLabels": {TIERED_PODS["label"]: TIERED_PODS["value"]}}
     namespaces = {"matchLabels": tenants} if tenants else None
     policy = by_name(docs, "ValidatingAdmissionPolicy", "demo-tmc-pod-placement")
+    binding_policy = by_name(docs, "ValidatingAdmissionPolicy", "demo-tmc-binding-placement")
     bindings = {
-        d["metadata"]["name"]: d["spec"]["matchResources"]
+        d["spec"]["policyName"]: d["spec"].get("matchResources", {})
         for d in docs
         if d["kind"] == "ValidatingAdmissionPolicyBinding"
-        and d["spec"]["policyName"] == "demo-tmc-pod-placement"
     }
-    pods, binds = bindings["demo-tmc-pod-placement"], bindings["demo-tmc-pod-placement-bindings"]
-    assert set(bindings) == {"demo-tmc-pod-placement", "demo-tmc-pod-placement-bindings"}
+    pods, binds = bindings["demo-tmc-pod-placement"], bindings["demo-tmc-binding-placement"]
     assert pods["objectSelector"] == tiered
-    assert _resources(pods["resourceRules"]) == {
+    assert _resources(policy["spec"]["matchConstraints"]["resourceRules"]) == {
         ("CREATE", "pods"),
         ("UPDATE", "pods"),
         ("UPDATE", "pods/status"),
     }
+    assert "resourceRules" not in pods
     assert "objectSelector" not in binds
-    assert _resources(binds["resourceRules"]) == {
+    assert "objectSelector" not in binding_policy["spec"]["matchConstraints"]
+    assert _resources(binding_policy["spec"]["matchConstraints"]["resourceRules"]) == {
         ("CREATE", "pods/binding"),
         ("CREATE", "bindings"),
     }
-    assert _resources(pods["resourceRules"]) | _resources(binds["resourceRules"]) == _resources(
-        policy["spec"]["matchConstraints"]["resourceRules"]
-    )
     assert pods.get("namespaceSelector") == namespaces
     assert binds.get("namespaceSelector") == namespaces
+    # A Binding without annotations (kube-scheduler's) ends every check at its first term.
+    for check in binding_policy["spec"]["validations"]:
+        assert check["expression"].startswith("!has(object.metadata.annotations) ||"), check
     # The label is part of what is guarded: a pod's annotations count only while it carries it.
     labelled = (
         f"'{TIERED_PODS['label']}' in {{o}}.metadata.labels"
@@ -1026,7 +1062,6 @@ def test_pod_policies_judge_only_pods_carrying_the_tiered_label(tenants: dict[st
     )
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
     assert labelled.format(o="object") in variables["new"]
-    assert "request.kind.kind != 'Pod'" in variables["new"]
     assert labelled.format(o="oldObject") in variables["old"]
     resize = by_name(docs, "ValidatingAdmissionPolicy", "demo-tmc-placed-pod-resize")
     assert resize["spec"]["matchConstraints"]["objectSelector"] == tiered
