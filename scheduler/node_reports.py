@@ -5,10 +5,9 @@ refused update). Its reports are Events about its own Node, which the API server
 "default" (an Event about an object with no namespace may be nowhere else): the only namespace
 where a node's token may write Events (RBAC), and there only about its own Node, in its own name
 (admission: the agent-own-events policy, which judges that namespace alone), so a node cannot
-speak about another node's pods. The relay reads that namespace only: an Event that looks like a
-report anywhere else was written by whoever may write Events there, and is never relayed. A
-report names the pod in `related` (scheduler/conformance/node-report.json holds one as tmc-nri
-writes it). The relay reads those reports and writes each on the pod it names when, and only
+speak about another node's pods. A report names the pod in `related`
+(scheduler/conformance/node-report.json holds one as tmc-nri writes it). The relay reads those
+reports, from that namespace only, and writes each on the pod it names when, and only
 when, the pod with that uid is bound to the reporting node. The report stays on the Node too,
 where `kubectl describe node` shows it to the operator.
 

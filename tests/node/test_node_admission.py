@@ -2,7 +2,8 @@
 # mypy: disable-error-code="arg-type,union-attr,no-untyped-call,index"
 """What a node's NRI plugin may write, asked of a real kube-apiserver with the chart's RBAC and
 admission policies: Events about its own Node (in "default", where the API server keeps Events
-about a Node, and nowhere else), in the name of the node its token is bound to, and nothing else (its nodes writes are the agent's, held to the agent-own-node policy, tested in
+about a Node, and nowhere else), in the name of the node its token is bound to, and nothing else
+(its nodes writes are the agent's, held to the agent-own-node policy, tested in
 tests/scheduler/test_admission.py); the publisher's relay puts a report on the pod it names only
 when that pod is bound to the reporting node. Then the plugin itself, on the real runtime,
 reporting a malformed placement to the API server with a token bound to its node."""
