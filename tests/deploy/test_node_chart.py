@@ -38,8 +38,13 @@ def test_the_plugin_runs_beside_the_agent_with_the_host_paths_it_names() -> None
     assert agent["TMC_AGENT_NRI"] == "true"
     assert agent["TMC_AGENT_SHIM_DIR"] == env["TMC_NRI_SHIM_DIR"]
     assert agent["TMC_AGENT_PLAN_DIR"] == env["TMC_NRI_PLAN_DIR"]
-    role = by_name(render(), "ClusterRole", "demo-tmc-agent")
-    assert {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]} in role["rules"]
+    docs = render()
+    role = by_name(docs, "ClusterRole", "demo-tmc-agent")
+    # Its reports: Events about its Node, in "default" alone (a Role there, not the ClusterRole).
+    assert all("events" not in r["resources"] for r in role["rules"])
+    reports = by_name(docs, "Role", "demo-tmc-agent-reports")
+    assert reports["metadata"]["namespace"] == "default"
+    assert reports["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
     # Placements name the published recommendation their plan is in: the plugin watches them.
     plans = {"apiGroups": ["tmc.dev"], "resources": ["tieredrecommendations"]}
     assert {**plans, "verbs": ["list", "watch"]} in role["rules"]
@@ -99,6 +104,9 @@ def test_without_nri_tmc_nri_reconcile_applies_placements_beside_the_agent() -> 
     assert all("namespaces" not in r["resources"] for r in role["rules"])
     names = {d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
     assert "demo-tmc-agent-own-events" not in names
+    assert not [
+        d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-reports")
+    ]
     binding = by_name(docs, "ClusterRoleBinding", "demo-tmc-agent")
     assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
 
