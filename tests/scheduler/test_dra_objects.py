@@ -485,11 +485,24 @@ def settle(plane: Plane, names: list[str], bound: int) -> dict[str, str]:
         conditions = api.read_namespaced_pod(name, TENANT).status.conditions or []
         return any(x.type == "PodScheduled" and x.status == "False" for x in conditions)
 
-    wait_until(
-        lambda: len(nodes()) == bound and all(refused(n) for n in names if n not in nodes()),
-        90,
-        f"{bound} of {len(names)} pods bound",
-    )
+    try:
+        wait_until(
+            lambda: len(nodes()) == bound and all(refused(n) for n in names if n not in nodes()),
+            90,
+            f"{bound} of {len(names)} pods bound",
+        )
+    except TimeoutError as exc:
+        # What the pods and kube-scheduler said, so that a rare timeout can be read afterwards.
+        conditions = {
+            p.metadata.name: [
+                (x.type, x.status, x.reason, x.message) for x in p.status.conditions or []
+            ]
+            for p in api.list_namespaced_pod(TENANT).items
+        }
+        tail = plane.cp.log("kube-scheduler")[-4000:]
+        raise TimeoutError(
+            f"{exc}; bound {nodes()}; {conditions}\nkube-scheduler:\n{tail}"
+        ) from None
     return nodes()
 
 
