@@ -9,7 +9,7 @@ read what the recommendation publisher publishes; it also keeps the ledger's mir
     python -m bench.scheduler_e2e [--pods 500] [--nodes 100 5000] [--profile out.json]
                                   [--pprof DIR] [--compare-engine DIR] [--dra]
                                   [--dra-shape tmc|plain] [--dra-nodes-to-score PERCENT]
-                                  [--no-admission] [--json PATH]
+                                  [--no-admission] [--guard-floor] [--json PATH]
 
 Needs the control plane of tests/scheduler/controlplane (built from Go modules). Nodes carry the
 capacity annotations an agent publishes (model.node_contract), written directly: agents are not
@@ -55,6 +55,11 @@ kube-scheduler, the floor under tmc's DRA door.
 With --no-admission, the chart's admission policies (who may write a pod's placement) are not
 installed: every path runs without them, so that a series with and a series without them say what
 the guard costs each path (a diagnostic: the chart installs them by default).
+With --guard-floor, a fourth path after the last stock run, and a stock run after it: the stock
+kube-scheduler placing the stock path's pods with tmc's label (`tmc.dev/tiered: "true"`) and
+nothing else of tmc's, so that the admission policies judge each pod's create as they judge a
+tmc pod's, while nothing of tmc's schedules it. It is what the guard alone costs a pod: a ceiling
+on any tmc path's ratio with the policies on, whatever its scheduler costs.
 The load average at the start and end of each size is printed: the figures are only comparable
 on a quiet machine. A pod not seen bound
 within --timeout fails the run (exit status 1): the figures are never computed on a smaller
@@ -636,6 +641,14 @@ def without_opt_in(body: dict[str, Any]) -> dict[str, Any]:
     return plain
 
 
+def labelled_only(body: dict[str, Any]) -> dict[str, Any]:
+    """The stock path's pod carrying tmc's label and nothing else of tmc's: the pod-placement
+    policy judges it, the stock kube-scheduler places it, no reader of a placement counts it."""
+    plain = without_opt_in(body)
+    plain["metadata"].setdefault("labels", {})[TIERED_POD_LABEL] = "true"
+    return plain
+
+
 def pid(proc: subprocess.Popen[bytes] | None) -> int | None:
     return proc.pid if proc is not None else None
 
@@ -653,6 +666,7 @@ def one_size(
     dra_nodes_to_score: int | None = None,
     dra_shape: str = "tmc",
     admission: bool = True,
+    guard_floor: bool = False,
 ) -> dict[str, float] | None:
     """Every run at one node count, its figures recorded in result (rows named with `label`,
     the run's place in a series); each tmc path's ratios to the stock run, or None when a run
@@ -682,7 +696,8 @@ def one_size(
         # Both front doors read what the publisher publishes; it also keeps the ledger's mirror.
         publisher = plugin_path.PublisherProcess(cp, postgres.url)
         publisher.start()
-        publisher.wait_ready()
+        # Its first sync lists every node and writes them all to the ledger's mirror.
+        publisher.wait_ready(max(60.0, nodes / 100))
         # Its profiler on a loopback port of its own (never the verbs' TLS port).
         goext_pprof = f"127.0.0.1:{free_port()}"
         # Started for its own burst only: a cluster on another door runs no tmc-extender, and its
@@ -691,7 +706,8 @@ def one_size(
         with_ext = c.scheduler_config(cp, goext.url)
         bodies = [c.opted_in_pod(f"p{i}", "graph500", memory=POD_MEMORY) for i in range(pods)]
         namespaces = ["warmup", "plain", "warm", "plugin", "compare", "plain1", "goext", "plain2"]
-        for ns in namespaces + (["dra", "plain3"] if dra else []):
+        tail = ["dra", "plain3"] if dra else ["guard", "plain4"] if guard_floor else []
+        for ns in namespaces + tail:
             c.new_namespace(api, ns)
         cp.start_scheduler(plain_config(with_ext))
         # Every scheduler places one pod before its burst: one just started still lists the
@@ -925,6 +941,22 @@ def one_size(
             stock_after, stock_after_meter = stock_burst("plain3", "warm-stock3")
             stock_after_cpu = stock_after_meter.line(pods)
             dra_runs["stock after dra"] = (stock_after, stock_after_meter)
+        guard_runs: dict[str, tuple[Burst, CpuMeter]] = {}
+        if guard_floor:
+            # The stock pods with tmc's label: judged at their create by the pod-placement
+            # policy as tmc's pods are, placed and bound by the stock kube-scheduler.
+            c.delete_all_pods(api, "plain2")
+            cp.stop_process("kube-scheduler")
+            cp.start_scheduler(plain_config(with_ext))
+            serving(cp, "kube-scheduler")
+            warm_up(cp, labelled_only(c.opted_in_pod("warm-guard", "graph500")), timeout)
+            meter = measured({"scheduler": pid(cp.procs["kube-scheduler"])})
+            guard = run(cp, "guard", [labelled_only(b) for b in bodies], timeout)
+            guard_runs["guard"] = (guard, meter)
+            c.delete_all_pods(api, "guard")
+            cp.stop_process("kube-scheduler")
+            stock_after_guard, stock_after_guard_meter = stock_burst("plain4", "warm-stock4")
+            guard_runs["stock after guard"] = (stock_after_guard, stock_after_guard_meter)
         after = verb_latency(ext_metrics)
         first = verb_latency(before)
         phases = bind_phases(ext_metrics)
@@ -963,6 +995,9 @@ def one_size(
             print(dra_cpu)
             print(stock_after.line("stock after dra", pods))
             print(stock_after_cpu)
+        for name, (burst, burst_meter) in guard_runs.items():
+            print(burst.line(name, pods))
+            print(burst_meter.line(pods))
         around_plugin = Burst.mean(stock, stock_between)
         around_extender = Burst.mean(stock_between, stock_again)
         print(plugin.ratio("plugin", around_plugin, "target >= 0.95, median x <= 1.5"))
@@ -974,6 +1009,11 @@ def one_size(
                 f"  stock after dra/stock again: {stock_after.rate / stock_again.rate:.2f} pods/s, "
                 f"median latency x{stock_after.median / stock_again.median:.2f} (with the DRA "
                 "objects in place)"
+            )
+        if guard_runs:
+            around_guard = Burst.mean(stock_again, stock_after_guard)
+            print(
+                guard.ratio("guard", around_guard, "stock pods with tmc's label: the guard alone")
             )
         print(
             f"  (against the first stock run alone: plugin {plugin.rate / stock.rate:.2f} pods/s, "
@@ -993,6 +1033,7 @@ def one_size(
             runs["extender"] = (extender, extender_cpu_meter)
             runs["stock again"] = (stock_again, stock_again_cpu_meter)
             runs.update(dra_runs)
+            runs.update(guard_runs)
             if dra_runs:
                 row = f"{nodes} nodes{label}, DRA objects"
                 result.figure(row, "ResourceSlices", setup.slices)
@@ -1052,6 +1093,9 @@ def one_size(
     if dra_runs:
         ratios["dra pods/s"] = dra_burst.rate / around_dra.rate
         ratios["dra median"] = dra_burst.median / around_dra.median
+    if guard_runs:
+        ratios["guard pods/s"] = guard.rate / around_guard.rate
+        ratios["guard median"] = guard.median / around_guard.median
     return ratios
 
 
@@ -1155,7 +1199,16 @@ def main(argv: list[str] | None = None) -> None:
         help="run every path without the chart's admission policies (what the guard costs; "
         "the chart installs them by default)",
     )
+    ap.add_argument(
+        "--guard-floor",
+        action="store_true",
+        help="after the last stock run, the stock pods with tmc's label (judged by the admission "
+        "policies, placed by the stock kube-scheduler), then stock again: what the guard alone "
+        "costs a pod",
+    )
     args = ap.parse_args(argv)
+    if args.guard_floor and args.dra:
+        ap.error("--guard-floor and --dra each add the last path: one at a time")
     if not 1 <= args.pods <= 100_000 or not all(1 <= n <= 100_000 for n in args.nodes):
         ap.error("--pods and --nodes must be in 1..100000")
     if args.pods > 12 * min(args.nodes):
@@ -1175,7 +1228,8 @@ def main(argv: list[str] | None = None) -> None:
             if args.dra_nodes_to_score is not None
             else {}
         )
-        | ({"admission": False} if args.no_admission else {}),
+        | ({"admission": False} if args.no_admission else {})
+        | ({"guard_floor": True} if args.guard_floor else {}),
     )
     failed = False
     for n in args.nodes:
@@ -1194,6 +1248,7 @@ def main(argv: list[str] | None = None) -> None:
                 dra_nodes_to_score=args.dra_nodes_to_score,
                 dra_shape=args.dra_shape,
                 admission=not args.no_admission,
+                guard_floor=args.guard_floor,
             )
             if one is None:
                 failed = True

@@ -23,6 +23,7 @@ from bench import (
 )
 from bench.harness import Result, check_result
 from bench.report_tables import main as render_main
+from model.node_contract import is_tiered_pod
 from tests.scheduler.controlplane.cluster import opted_in_pod
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -301,6 +302,27 @@ def test_a_dra_pod_names_its_claim() -> None:
     assert pod["spec"]["containers"][0]["resources"]["requests"]["memory"] == "1Gi"
     assert "resourceClaims" not in body["spec"]
     assert "claims" not in body["spec"]["containers"][0]["resources"]
+
+
+def test_the_guard_floors_pod_carries_the_label_and_nothing_else_of_tmcs() -> None:
+    """The guard's path is the stock path's pod plus the label the admission policies select
+    on: no opt-in request, the stock profile, and the body it was made from left alone."""
+    tiered = opted_in_pod("p0", "graph500")
+    body = scheduler_e2e.labelled_only(tiered)
+    assert is_tiered_pod(body["metadata"]["labels"])
+    assert body["spec"]["schedulerName"] == "plain"
+    for container in body["spec"]["containers"]:
+        for kind in ("requests", "limits"):
+            assert "tmc.dev/tiered" not in container["resources"][kind]
+    plain = scheduler_e2e.without_opt_in(tiered)
+    assert not is_tiered_pod(plain["metadata"].get("labels"))
+    assert body["spec"] == plain["spec"]
+    assert "tmc.dev/tiered" in tiered["spec"]["containers"][0]["resources"]["requests"]
+
+
+def test_the_guard_floor_is_one_tail_path_at_a_time() -> None:
+    with pytest.raises(SystemExit):
+        scheduler_e2e.main(["--guard-floor", "--dra", "--nodes", "10", "--pods", "10"])
 
 
 def test_a_benchmarks_result_renders_into_a_page(tmp_path: Path) -> None:

@@ -182,7 +182,11 @@ class PublisherProcess(ComponentProcess):
                 raise RuntimeError(f"the publisher exited: {self.log.read_text()[-2000:]}")
             return "the ledger mirror is in step" in self.log.read_text(errors="replace")
 
-        wait_until(ready, timeout, "the publisher")
+        try:
+            wait_until(ready, timeout, "the publisher")
+        except TimeoutError as exc:
+            tail = self.log.read_text(errors="replace")[-2000:]
+            raise TimeoutError(f"{exc}; its log ends:\n{tail}") from None
 
     def metrics(self) -> str:
         """Its /metrics, as Prometheus scrapes it."""
