@@ -32,7 +32,8 @@ tmc-scheduler's CPU profile during the plugin's burst, and kube-scheduler's and 
 during the extender's (their /debug/pprof: the schedulers' as the admin, tmc-extender's from its
 --pprof-address on loopback), and the stock kube-scheduler's during its own burst (and, with
 --dra, during the DRA burst), are written
-to DIR and their top functions printed, and kube-apiserver's during every burst.
+to DIR and their top functions printed, and kube-apiserver's during every burst (with
+--guard-floor, the guard's too).
 With --compare-engine DIR, DIR's tmc-scheduler (another commit's build) places the same pods
 right after this checkout's, on the same configuration (the in-tree NodeResourcesFit in place of
 TmcNodeResourcesFit for a build without it): a before/after in one run.
@@ -951,11 +952,21 @@ def one_size(
             serving(cp, "kube-scheduler")
             warm_up(cp, labelled_only(c.opted_in_pod("warm-guard", "graph500")), timeout)
             meter = measured({"scheduler": pid(cp.procs["kube-scheduler"])})
+            guard_api_profiling = None
+            if pprof is not None:
+                guard_api_profile = pprof / f"kube-apiserver-guard.{nodes}.pprof"
+                guard_api_profiling = profile_scheduler(
+                    cp, "kube-apiserver", max(5, pods // 60), guard_api_profile
+                )
             guard = run(cp, "guard", [labelled_only(b) for b in bodies], timeout)
+            guard_cpu = meter.line(pods)  # read now: the meter counts until it is read
+            if guard_api_profiling is not None:
+                guard_api_profiling.join(180)
             guard_runs["guard"] = (guard, meter)
             c.delete_all_pods(api, "guard")
             cp.stop_process("kube-scheduler")
             stock_after_guard, stock_after_guard_meter = stock_burst("plain4", "warm-stock4")
+            stock_after_guard_cpu = stock_after_guard_meter.line(pods)
             guard_runs["stock after guard"] = (stock_after_guard, stock_after_guard_meter)
         after = verb_latency(ext_metrics)
         first = verb_latency(before)
@@ -995,9 +1006,11 @@ def one_size(
             print(dra_cpu)
             print(stock_after.line("stock after dra", pods))
             print(stock_after_cpu)
-        for name, (burst, burst_meter) in guard_runs.items():
-            print(burst.line(name, pods))
-            print(burst_meter.line(pods))
+        if guard_runs:
+            print(guard.line("guard", pods))
+            print(guard_cpu)
+            print(stock_after_guard.line("stock after guard", pods))
+            print(stock_after_guard_cpu)
         around_plugin = Burst.mean(stock, stock_between)
         around_extender = Burst.mean(stock_between, stock_again)
         print(plugin.ratio("plugin", around_plugin, "target >= 0.95, median x <= 1.5"))
@@ -1071,7 +1084,7 @@ def one_size(
                 print(pprof_top(cp.bin / "kube-scheduler", dra_profile))
             print(
                 f"  kube-apiserver's CPU profiles: {stock_api_profile}, {api_profile}, "
-                f"{ext_api_profile}"
+                f"{ext_api_profile}" + (f", {guard_api_profile}" if guard_runs else "")
             )
     except (NotAllBound, OverCommitted) as exc:
         print(f"{nodes} nodes, {pods} pods: FAILED: {exc}")
