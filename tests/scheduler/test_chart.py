@@ -1055,6 +1055,11 @@ def test_pod_policies_judge_only_pods_carrying_the_tiered_label(tenants: dict[st
     # A Binding without annotations (kube-scheduler's) ends every check at its first term.
     for check in binding_policy["spec"]["validations"]:
         assert check["expression"].startswith("!has(object.metadata.annotations) ||"), check
+    # The API server evaluates every message on every request it judges, admitted or not: a
+    # message reading a variable would evaluate it again for every tmc pod's write and Binding.
+    for judged in (policy, binding_policy):
+        for check in judged["spec"]["validations"]:
+            assert "variables." not in check.get("messageExpression", ""), check
     # The label is part of what is guarded: a pod's annotations count only while it carries it.
     labelled = (
         f"'{TIERED_PODS['label']}' in {{o}}.metadata.labels"
