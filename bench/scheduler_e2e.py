@@ -741,6 +741,15 @@ def one_size(
                 {**common, **procs, "publisher+mirror": pid(publisher.proc)}, trees, api=cp
             )
 
+        def profile_during(process: str, path: str) -> tuple[Path | None, threading.Thread | None]:
+            """With --pprof, `process`'s CPU profile through the burst about to start, written
+            to DIR/<process>-<path>.<nodes>.pprof, and the thread fetching it."""
+            if pprof is None:
+                return None, None
+            pprof.mkdir(parents=True, exist_ok=True)
+            out = pprof / f"{process}-{path}.{nodes}.pprof"
+            return out, profile_scheduler(cp, process, max(5, pods // 60), out)
+
         def stock_burst(ns: str, warm_name: str) -> tuple[Burst, CpuMeter]:
             """A burst of the stock kube-scheduler, started afresh as before each path."""
             cp.start_scheduler(plain_config(with_ext))
@@ -907,12 +916,7 @@ def one_size(
                 {"warm-dra": dra_objects.claim_body("warm-dra", claim.spec)},
             )
             meter = measured({"scheduler": pid(cp.procs["kube-scheduler"])})
-            dra_profiling = None
-            if pprof is not None:
-                dra_profile = pprof / f"kube-scheduler-dra.{nodes}.pprof"
-                dra_profiling = profile_scheduler(
-                    cp, "kube-scheduler", max(5, pods // 60), dra_profile
-                )
+            dra_profile, dra_profiling = profile_during("kube-scheduler", "dra")
             dra_burst = run(
                 cp,
                 "dra",
@@ -950,14 +954,13 @@ def one_size(
             cp.stop_process("kube-scheduler")
             cp.start_scheduler(plain_config(with_ext))
             serving(cp, "kube-scheduler")
-            warm_up(cp, labelled_only(c.opted_in_pod("warm-guard", "graph500")), timeout)
+            warm_up(
+                cp,
+                labelled_only(c.opted_in_pod("warm-guard", "graph500", memory=POD_MEMORY)),
+                timeout,
+            )
             meter = measured({"scheduler": pid(cp.procs["kube-scheduler"])})
-            guard_api_profiling = None
-            if pprof is not None:
-                guard_api_profile = pprof / f"kube-apiserver-guard.{nodes}.pprof"
-                guard_api_profiling = profile_scheduler(
-                    cp, "kube-apiserver", max(5, pods // 60), guard_api_profile
-                )
+            guard_api_profile, guard_api_profiling = profile_during("kube-apiserver", "guard")
             guard = run(cp, "guard", [labelled_only(b) for b in bodies], timeout)
             guard_cpu = meter.line(pods)  # read now: the meter counts until it is read
             if guard_api_profiling is not None:
