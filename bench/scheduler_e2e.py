@@ -59,8 +59,8 @@ the guard costs each path (a diagnostic: the chart installs them by default).
 With --guard-floor, a fourth path after the last stock run, and a stock run after it: the stock
 kube-scheduler placing the stock path's pods with tmc's label (`tmc.dev/tiered: "true"`) and
 nothing else of tmc's, so that the admission policies judge each pod's create as they judge a
-tmc pod's, while nothing of tmc's schedules it. It is what the guard alone costs a pod: a ceiling
-on any tmc path's ratio with the policies on, whatever its scheduler costs.
+tmc pod's, while nothing of tmc's schedules it. It is what the guard alone costs a pod, apart
+from the rest of tmc's path.
 The load average at the start and end of each size is printed: the figures are only comparable
 on a quiet machine. A pod not seen bound
 within --timeout fails the run (exit status 1): the figures are never computed on a smaller
@@ -101,7 +101,7 @@ from bench.harness import (
     process_cpu_seconds,
     tree_cpu_seconds,
 )
-from model.node_contract import TIERED_POD_LABEL, NodeCapacity, Placement
+from model.node_contract import TIERED_POD_LABEL, NodeCapacity, Placement, tiered_pod_labels
 from model.resources import GIB
 from scheduler.kube import watch_events
 from store.db import make_engine, make_session_factory
@@ -646,7 +646,7 @@ def labelled_only(body: dict[str, Any]) -> dict[str, Any]:
     """The stock path's pod carrying tmc's label and nothing else of tmc's: the pod-placement
     policy judges it, the stock kube-scheduler places it, no reader of a placement counts it."""
     plain = without_opt_in(body)
-    plain["metadata"].setdefault("labels", {})[TIERED_POD_LABEL] = "true"
+    plain["metadata"].setdefault("labels", {}).update(tiered_pod_labels())
     return plain
 
 
