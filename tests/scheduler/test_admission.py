@@ -12,6 +12,8 @@ agent's pod on its node (as the kubelet projects them) for the node rule."""
 from __future__ import annotations
 
 import json
+import ssl
+import urllib.request
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
@@ -19,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client as k8s
+from prometheus_client.parser import text_string_to_metric_families
 
 from model.node_contract import TIERED_POD_LABEL, TIERED_POD_LABEL_VALUE, tiered_pod_labels
 from scheduler.feeder import Feeder
@@ -531,6 +534,69 @@ def test_a_tenants_unrelated_update_of_a_placed_pod_passes(plane: Plane) -> None
     got = plane.admin.read_namespaced_pod("relabelled", TENANT_NS).metadata
     assert got.labels["tier"] == "web" and got.annotations["tmc.dev/llc-mask"] == "0xf0"
     plane.tenant.delete_namespaced_pod("relabelled", TENANT_NS, grace_period_seconds=0)
+
+
+def judged_no_further(plane: Plane) -> dict[tuple[str, str], float]:
+    """Requests each of tmc's policies let through at its match conditions, by policy and
+    operation: the API server's count of match-condition evaluations that ended false (an
+    evaluation that errs is refused under failurePolicy Fail, so none is counted here)."""
+    context = ssl.create_default_context(cafile=str(plane.cp.dir / "ca.crt"))
+    request = urllib.request.Request(
+        f"{plane.cp.server}/metrics", headers={"Authorization": f"Bearer {plane.cp.admin_token}"}
+    )
+    with urllib.request.urlopen(request, context=context, timeout=10) as response:
+        text = response.read().decode()
+    counts: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_admission_match_condition_evaluation_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_count") and sample.labels.get("kind") == "policy":
+                counts[sample.labels["name"], sample.labels["operation"]] = sample.value
+    return counts
+
+
+def test_writes_that_cannot_touch_a_placement_end_at_the_match_conditions(plane: Plane) -> None:
+    """What a tmc pod's ordinary life asks of the API server: its create, a Binding without
+    annotations (kube-scheduler's), tmc's own Binding with the placement, and a status write that
+    leaves the metadata alone end at the policies' match conditions, one conversion each, not the
+    three a judged request costs. A forgery is still judged (and refused), and not counted here."""
+    before = judged_no_further(plane)
+    plane.tenant.create_namespaced_pod(TENANT_NS, pod("plain-life"))
+    uid = plane.tenant.read_namespaced_pod("plain-life", TENANT_NS).metadata.uid
+    plain_binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "plain-life", "namespace": TENANT_NS, "uid": uid},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-b"},
+    }
+    plane.tenant.create_namespaced_pod_binding(
+        "plain-life", TENANT_NS, plain_binding, _preload_content=False
+    )
+    placed_pod(plane, "placed-life")
+    status = {"status": {"conditions": [{"type": "PodReadyToStartContainers", "status": "True"}]}}
+    plane.tenant.patch_namespaced_pod_status("placed-life", TENANT_NS, status)
+    after = judged_no_further(plane)
+
+    def passed(policy: str, operation: str) -> float:
+        """How many more requests the policy named `<release>-<policy>` let through early."""
+        return sum(
+            n - before.get((name, op), 0.0)
+            for (name, op), n in after.items()
+            if name.endswith("-" + policy) and op == operation
+        )
+
+    # Two creates (placed_pod makes one), a status write; two Bindings (the plain one, tmc's).
+    assert passed("pod-placement", "CREATE") == 2, (before, after)
+    assert passed("pod-placement", "UPDATE") == 1, (before, after)
+    assert passed("binding-placement", "CREATE") == 2, (before, after)
+    # A forgery through the same status write is judged: refused, and not let through early.
+    forged = {"metadata": {"annotations": {"tmc.dev/llc-mask": "0xf"}}}
+    why = refused(
+        lambda: plane.tenant.patch_namespaced_pod_status("placed-life", TENANT_NS, forged)
+    )
+    assert why is not None and "only tmc's scheduler may write a pod's placement" in why, why
+    assert judged_no_further(plane) == after
 
 
 def test_a_tenant_cannot_create_a_pod_with_a_placement(plane: Plane) -> None:
