@@ -12,8 +12,6 @@ agent's pod on its node (as the kubelet projects them) for the node rule."""
 from __future__ import annotations
 
 import json
-import ssl
-import urllib.request
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
@@ -540,14 +538,8 @@ def judged_no_further(plane: Plane) -> dict[tuple[str, str], float]:
     """Requests each of tmc's policies let through at its match conditions, by policy and
     operation: the API server's count of match-condition evaluations that ended false (an
     evaluation that errs is refused under failurePolicy Fail, so none is counted here)."""
-    context = ssl.create_default_context(cafile=str(plane.cp.dir / "ca.crt"))
-    request = urllib.request.Request(
-        f"{plane.cp.server}/metrics", headers={"Authorization": f"Bearer {plane.cp.admin_token}"}
-    )
-    with urllib.request.urlopen(request, context=context, timeout=10) as response:
-        text = response.read().decode()
     counts: dict[tuple[str, str], float] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(c.api_server_metrics(plane.cp)):
         if family.name != "apiserver_admission_match_condition_evaluation_seconds":
             continue
         for sample in family.samples:

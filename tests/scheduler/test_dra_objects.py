@@ -20,9 +20,7 @@ import copy
 import json
 import os
 import shutil
-import ssl
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -201,15 +199,9 @@ def plane(slices: list[dict[str, Any]]) -> Iterator[Plane]:
 
 def feature_enabled(cp: ControlPlane, gate: str) -> bool:
     """The API server's own word on a gate: its kubernetes_feature_enabled metric."""
-    context = ssl.create_default_context(cafile=str(cp.dir / "ca.crt"))
-    request = urllib.request.Request(
-        f"{cp.server}/metrics", headers={"Authorization": f"Bearer {cp.admin_token}"}
-    )
-    with urllib.request.urlopen(request, context=context, timeout=10) as response:
-        text: str = response.read().decode()
     values = [
         line.rsplit(" ", 1)[1]
-        for line in text.splitlines()
+        for line in c.api_server_metrics(cp).splitlines()
         if line.startswith("kubernetes_feature_enabled{") and f'name="{gate}"' in line
     ]
     assert len(values) == 1, (gate, values)

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,17 @@ def api_client(cp: ControlPlane, user: str = "admin") -> k8s.ApiClient:
     cfg = k8s.Configuration()
     k8s_config.load_kube_config(config_file=str(cp.kubeconfig(user)), client_configuration=cfg)
     return k8s.ApiClient(cfg)
+
+
+def api_server_metrics(cp: ControlPlane) -> str:
+    """kube-apiserver's own /metrics text, read as the cluster's administrator."""
+    context = ssl.create_default_context(cafile=str(cp.dir / "ca.crt"))
+    request = urllib.request.Request(
+        f"{cp.server}/metrics", headers={"Authorization": f"Bearer {cp.admin_token}"}
+    )
+    with urllib.request.urlopen(request, context=context, timeout=10) as response:
+        text: str = response.read().decode()
+    return text
 
 
 def core(cp: ControlPlane, user: str = "admin") -> k8s.CoreV1Api:
