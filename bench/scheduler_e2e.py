@@ -7,7 +7,8 @@ kube-scheduler calling tmc-extender (the same engine's extender front door). Bot
 read what the recommendation publisher publishes; it also keeps the ledger's mirror.
 
     python -m bench.scheduler_e2e [--pods 500] [--nodes 100 5000] [--profile out.json]
-                                  [--pprof DIR] [--compare-engine DIR] [--dra]
+                                  [--pprof DIR] [--compare-engine DIR]
+                                  [--compare-plan-by-reference] [--dra]
                                   [--dra-shape tmc|plain] [--dra-nodes-to-score PERCENT]
                                   [--no-admission] [--guard-floor] [--json PATH]
 
@@ -37,6 +38,10 @@ to DIR and their top functions printed, and kube-apiserver's during every burst 
 With --compare-engine DIR, DIR's tmc-scheduler (another commit's build) places the same pods
 right after this checkout's, on the same configuration (the in-tree NodeResourcesFit in place of
 TmcNodeResourcesFit for a build without it): a before/after in one run.
+With --compare-plan-by-reference, this checkout's tmc-scheduler places the same pods again right
+after the plugin's burst, with the chart's `planByReference` on (a placement naming its published
+plan, tmc.placement/v3, instead of carrying it): the two placements' cost in one run, printed as
+'plugin (plan named)' and its ratio to the plugin's burst.
 With --dra, a fourth path after the last stock run, and a stock run after it: the stock
 kube-scheduler (its in-tree DynamicResources plugin) placing the same pods, each with a
 ResourceClaim made from tmc's claim spec (`tmc-dra-slices --claim` of the configuration the
@@ -414,9 +419,11 @@ class Burst:
             (a.nodes_used + b.nodes_used) // 2,
         )
 
-    def ratio(self, label: str, stock: Burst, target: str) -> str:
+    def ratio(
+        self, label: str, stock: Burst, target: str, baseline: str = "stock around it"
+    ) -> str:
         return (
-            f"  ratio {label}/stock around it: {self.rate / stock.rate:.2f} pods/s ({target}), median "
+            f"  ratio {label}/{baseline}: {self.rate / stock.rate:.2f} pods/s ({target}), median "
             f"latency x{self.median / stock.median:.2f}, p99 x{self.p99 / stock.p99:.2f}"
         )
 
@@ -668,6 +675,7 @@ def one_size(
     dra_shape: str = "tmc",
     admission: bool = True,
     guard_floor: bool = False,
+    compare_plan_by_reference: bool = False,
 ) -> dict[str, float] | None:
     """Every run at one node count, its figures recorded in result (rows named with `label`,
     the run's place in a series); each tmc path's ratios to the stock run, or None when a run
@@ -810,13 +818,21 @@ def one_size(
         c.delete_all_pods(api, "plugin")
         compared = compared_cpu = None
         compared_cpu_meter: CpuMeter | None = None
-        if compare is not None:
-            # Another build of tmc-scheduler (an earlier commit's) on the same pods, nodes and
-            # control plane, right after this one's: a before/after in one run.
-            config = plugin_path.plugin_config(cp)
-            if not registers_resources_fit(compare / "tmc-scheduler"):
-                config = in_tree_fit_config(config)
-            cp.start_scheduler(config, binary=str(compare / "tmc-scheduler"), name="tmc-scheduler")
+        if compare is not None or compare_plan_by_reference:
+            # Another build of tmc-scheduler (an earlier commit's), or this one with the plan
+            # named, on the same pods, nodes and control plane, right after the plugin's burst:
+            # a before/after in one run.
+            if compare is not None:
+                config = plugin_path.plugin_config(cp)
+                if not registers_resources_fit(compare / "tmc-scheduler"):
+                    config = in_tree_fit_config(config)
+                binary = str(compare / "tmc-scheduler")
+            else:
+                config = plugin_path.plugin_config(
+                    cp, "tmc-scheduler-plan-named", chart={"planByReference": True}
+                )
+                binary = plugin_path.engine_binary("tmc-scheduler")
+            cp.start_scheduler(config, binary=binary, name="tmc-scheduler")
             run(cp, "warm", [c.opted_in_pod("warm2", "graph500", memory=POD_MEMORY)], timeout)
             c.delete_all_pods(api, "warm")
             meter = measured({"scheduler": pid(cp.procs["tmc-scheduler"])})
@@ -985,8 +1001,9 @@ def one_size(
         print(stock_cpu)
         print(plugin.line("plugin", pods))
         print(plugin_cpu)
+        compared_label = "plugin (plan named)" if compare is None else "plugin (compare)"
         if compared is not None:
-            print(compared.line("plugin (compare)", pods))
+            print(compared.line(compared_label, pods))
             print(compared_cpu)
         print(stock_between.line("stock between", pods))
         print(stock_between_cpu)
@@ -1040,8 +1057,10 @@ def one_size(
             f"  stock again/stock: {stock_again.rate / stock.rate:.2f} pods/s, median latency "
             f"x{stock_again.median / stock.median:.2f} (the order of the runs)"
         )
-        if compared is not None:
+        if compared is not None and compare is not None:
             print(compared.ratio(f"compare ({compare.name})", stock, "the other build"))
+        elif compared is not None:
+            print(compared.ratio("plan named", plugin, "the same engine", baseline="plugin"))
         print(f"  plugin: recommendation published in {warm.median * 1000:.0f} ms (first pod)")
         if result is not None:
             runs = {"stock": (stock, stock_cpu_meter), "plugin": (plugin, plugin_cpu_meter)}
@@ -1059,7 +1078,7 @@ def one_size(
                     result.figure(row, f"{process} MiB before", setup.before_mib[process], 0)
                     result.figure(row, f"{process} MiB after", mib, 0)
             if compared is not None and compared_cpu_meter is not None:
-                runs["plugin (compare)"] = (compared, compared_cpu_meter)
+                runs[compared_label] = (compared, compared_cpu_meter)
             record_size(result, f"{nodes} nodes{label}", runs, (load_before[0], load_after[0]))
         print(
             "  extender bind phases (mean): "
@@ -1112,6 +1131,9 @@ def one_size(
     if guard_runs:
         ratios["guard pods/s"] = guard.rate / around_guard.rate
         ratios["guard median"] = guard.median / around_guard.median
+    if compared is not None and compare is None:
+        ratios["plan named pods/s / plugin"] = compared.rate / plugin.rate
+        ratios["plan named median / plugin"] = compared.median / plugin.median
     return ratios
 
 
@@ -1153,7 +1175,7 @@ def series_medians(
         values = sorted(r[key] for r in ratios)
         mid = statistics.median(values)
         lines.append(
-            f"  {key + ' / stock':<28} median {mid:.2f}  (runs: "
+            f"  {key if ' / ' in key else key + ' / stock':<28} median {mid:.2f}  (runs: "
             + ", ".join(f"{v:.2f}" for v in values)
             + ")"
         )
@@ -1187,6 +1209,12 @@ def main(argv: list[str] | None = None) -> None:
         "earlier commit): its burst runs right after the plugin's (with the in-tree "
         "NodeResourcesFit when the build has no TmcNodeResourcesFit), and is printed as "
         "'plugin (compare)'",
+    )
+    ap.add_argument(
+        "--compare-plan-by-reference",
+        action="store_true",
+        help="after the plugin's burst, this checkout's tmc-scheduler with the chart's "
+        "planByReference on places the same pods again, printed as 'plugin (plan named)'",
     )
     ap.add_argument(
         "--dra",
@@ -1225,6 +1253,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.guard_floor and args.dra:
         ap.error("--guard-floor and --dra each add the last path: one at a time")
+    if args.compare_plan_by_reference and args.compare_engine:
+        ap.error("--compare-engine and --compare-plan-by-reference share one burst: one at a time")
     if not 1 <= args.pods <= 100_000 or not all(1 <= n <= 100_000 for n in args.nodes):
         ap.error("--pods and --nodes must be in 1..100000")
     if args.pods > 12 * min(args.nodes):
@@ -1245,7 +1275,8 @@ def main(argv: list[str] | None = None) -> None:
             else {}
         )
         | ({"admission": False} if args.no_admission else {})
-        | ({"guard_floor": True} if args.guard_floor else {}),
+        | ({"guard_floor": True} if args.guard_floor else {})
+        | ({"compare_plan_by_reference": True} if args.compare_plan_by_reference else {}),
     )
     failed = False
     for n in args.nodes:
@@ -1265,6 +1296,7 @@ def main(argv: list[str] | None = None) -> None:
                 dra_shape=args.dra_shape,
                 admission=not args.no_admission,
                 guard_floor=args.guard_floor,
+                compare_plan_by_reference=args.compare_plan_by_reference,
             )
             if one is None:
                 failed = True

@@ -145,17 +145,21 @@ def test_scheduler_e2e_records_each_path_against_stock() -> None:
 def test_scheduler_e2e_judges_a_series_by_its_medians() -> None:
     result = Result("scheduler_e2e", {})
     runs = [
-        {"plugin pods/s": 0.80, "plugin median": 1.9},
-        {"plugin pods/s": 1.02, "plugin median": 1.2},
-        {"plugin pods/s": 0.96, "plugin median": 1.4},
+        {"plugin pods/s": 0.80, "plugin median": 1.9, "plan named pods/s / plugin": 1.01},
+        {"plugin pods/s": 1.02, "plugin median": 1.2, "plan named pods/s / plugin": 0.97},
+        {"plugin pods/s": 0.96, "plugin median": 1.4, "plan named pods/s / plugin": 0.99},
     ]
     lines = scheduler_e2e.series_medians(5000, runs, result)
     assert lines[0] == "5000 nodes, medians of 3 runs:"
+    assert lines[1].startswith("  plugin pods/s / stock ")
     assert "median 0.96  (runs: 0.80, 0.96, 1.02)" in lines[1]
     assert "median 1.40  (runs: 1.20, 1.40, 1.90)" in lines[2]
+    # A ratio to another burst than stock's says so, and is not called one to stock.
+    assert lines[3].startswith("  plan named pods/s / plugin ") and "stock" not in lines[3]
     assert result.figures["5000 nodes, median of 3"] == {
         "plugin pods/s": 0.96,
         "plugin median": 1.4,
+        "plan named pods/s / plugin": 0.99,
     }
 
 
