@@ -9,7 +9,10 @@ counters at the fast size in use, all of the footprint) and every decision is ju
 run of the same workload (seed + 100), never by the model:
 
 - Size: the advised fast tier's true loss against τ, and the saving against the largest one a
-  2 % sweep of sizes finds within τ (the oracle).
+  2 % sweep of sizes finds within τ (the oracle). Beside that one judged run, the advised size
+  and the whole footprint fast are run on further runs of the workload (other seeds,
+  `spread_runs` of them): how often a run is over τ at the advice where it is within τ all
+  fast is the size's own risk, which one judged run a case shows only by luck.
 - Period, at the advised size: the best of the advisor's trials (at most 3, the period in use the
   first) against the best of a 25-period sweep, and the period in use against it too.
 - Knobs, at the advised size and period: 30 trials of the tuner, then the advice with the
@@ -67,6 +70,8 @@ class Settings:
     period_grid_points: int = 25
     knob_trials: int = 30
     processes: int = 2
+    # Further runs of the workload at the advised size (seeds no decision saw).
+    spread_runs: int = 20
 
 
 FULL = Settings()
@@ -78,6 +83,7 @@ QUICK = Settings(
     period_grid_points=6,
     knob_trials=6,
     processes=1,
+    spread_runs=3,
 )
 
 
@@ -173,6 +179,9 @@ def case(kind: str, workload: str, host_name: str, seed: int, s: Settings) -> di
     true_loss = loss(share)
     feasible = bool(within)
     met = size_met(feasible, true_loss, sizing, s.loss_target)
+    spread = losses_over_runs(kind, w, host_name, share, seed, s.spread_runs, in_use_knobs)
+    over = [x > s.loss_target + 1e-12 for x, _ in spread]
+    fast_within = [y <= s.loss_target + 1e-12 for _, y in spread]
 
     # Period, at the advised size.
     limit = _limit(truth, share)
@@ -251,6 +260,16 @@ def case(kind: str, workload: str, host_name: str, seed: int, s: Settings) -> di
             "correction": advice.sizing.anchor_offset,
             "all_fast_loss": sweep[0][1],
             "predicted_at_oracle": _predicted_at(advice.sizing.curve, 1.0 - oracle_saved),
+            # The advised size on further runs of the workload: how often a run is over τ there,
+            # and how often where the whole footprint fast is within τ in the same run.
+            "spread_runs": len(spread),
+            "runs_over_target": int(sum(over)),
+            "runs_all_fast_within": int(sum(fast_within)),
+            "runs_over_where_all_fast_within": int(
+                sum(o and f for o, f in zip(over, fast_within, strict=True))
+            ),
+            "run_loss_median": float(np.median([x for x, _ in spread])) if spread else None,
+            "run_loss_max": float(max(x for x, _ in spread)) if spread else None,
         },
         "period": {
             "dominant_reuse_ticks": plan.dominant_reuse_seconds / tick,
@@ -272,6 +291,31 @@ def case(kind: str, workload: str, host_name: str, seed: int, s: Settings) -> di
             "never_slower_than_in_use": final_seconds <= in_use * (1 + 1e-12),
         },
     }
+
+
+def losses_over_runs(
+    kind: str,
+    w: TieringWorkload,
+    host_name: str,
+    share: float,
+    seed: int,
+    runs: int,
+    knobs: dict[str, float],
+) -> list[tuple[float, float]]:
+    """(loss at `share`, loss all fast), the period and knobs in use, on `runs` further runs of
+    the workload, each against its own run without the manager; seeds seed + 300, + 310, …,
+    which neither the profile, the size trials nor the judged run used."""
+    out: list[tuple[float, float]] = []
+    for k in range(runs):
+        stream = draw_stream(w, seed + 3 * EVAL_SEED_OFFSET + 10 * k)
+        judge = Judge(kind, stream, host_name)
+        ref = run(stream, judge.host, w.footprint_bytes, managed=False).wall_seconds
+        at_share, all_fast = (
+            judge.seconds(_limit(stream, x), IN_USE_PERIOD_TICKS, knobs) / ref - 1.0
+            for x in (share, 1.0)
+        )
+        out.append((at_share, all_fast))
+    return out
 
 
 def size_met(feasible: bool, true_loss: float, sizing: SizingAdvice, loss_target: float) -> bool:
@@ -300,6 +344,10 @@ def summarise(cases: Sequence[dict[str, Any]]) -> dict[str, Any]:
         kn = [r["knobs"] for r in rows]
         ranks = [p["rank_correlation"] for p in pe if p["rank_correlation"] is not None]
         feasible = [x for x in sz if x["feasible"]]
+        # A report from before the further runs has none. Pooled over the cases' runs.
+        spread = [x for x in sz if x.get("spread_runs")]
+        within_all_fast = sum(x["runs_all_fast_within"] for x in spread)
+        over_there = sum(x["runs_over_where_all_fast_within"] for x in spread)
         return {
             "cases": len(rows),
             "first_loss_met_share": float(np.mean([x["first_met"] for x in sz])),
@@ -330,6 +378,26 @@ def summarise(cases: Sequence[dict[str, Any]]) -> dict[str, Any]:
                     if not r["sizing"]["feasible"]
                 )
             ),
+            "runs_within_share": (
+                1.0
+                - sum(x["runs_over_target"] for x in spread) / sum(x["spread_runs"] for x in spread)
+                if spread
+                else None
+            ),
+            "runs_within_where_all_fast_within_share": (
+                1.0 - over_there / within_all_fast if within_all_fast else None
+            ),
+            "cases_over_where_all_fast_within_5": (
+                int(
+                    sum(
+                        x["runs_over_where_all_fast_within"] > 0.05 * x["runs_all_fast_within"]
+                        for x in spread
+                    )
+                )
+                if spread
+                else None
+            ),
+            "spread_cases": len(spread),
             "saved_share_mean": float(np.mean([x["saved_share"] for x in sz])),
             "oracle_saved_share_mean": float(np.mean([x["oracle_saved_share"] for x in sz])),
             "all_fast_advised": int(sum(x["saved_share"] == 0 for x in sz)),
@@ -402,6 +470,16 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
 
+def _spread(sz: dict[str, Any]) -> str:
+    if not sz.get("spread_runs"):
+        return "-"
+    over = sz["runs_over_target"]
+    return (
+        f"{over} of {sz['spread_runs']} ({_pct(sz['run_loss_median'])},"
+        f" {_pct(sz['run_loss_max'])}) / {sz['spread_runs'] - sz['runs_all_fast_within']}"
+    )
+
+
 def markdown(data: dict[str, Any], figure: str | None = None) -> str:
     t = data["targets"]
     lines = [
@@ -444,6 +522,18 @@ def markdown(data: dict[str, Any], figure: str | None = None) -> str:
         lambda x: (
             f"{_pct(x['loss_met_where_feasible_share'])}"
             f" (worst {_pct(x['true_loss_max_where_feasible'])})"
+        ),
+    )
+    row(
+        "further runs of the workload at the advised size: within τ / within τ where all fast is"
+        " (cases over τ in more than 5 % of those runs)",
+        "",
+        lambda x: (
+            "-"
+            if x.get("runs_within_share") is None
+            else f"{_pct(x['runs_within_share'])} /"
+            f" {_pct(x['runs_within_where_all_fast_within_share'])}"
+            f" ({x['cases_over_where_all_fast_within_5']} of {x['spread_cases']})"
         ),
     )
     row(
@@ -515,8 +605,8 @@ def markdown(data: dict[str, Any], figure: str | None = None) -> str:
         "",
         "## Cases",
         "",
-        "| judge | workload | host | seed | advised fast | size trials | true loss | oracle saved | period regret (in use) | period trials | knob speed-up | final loss |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| judge | workload | host | seed | advised fast | size trials | true loss | further runs over τ at the advice (median, worst loss) / all fast | oracle saved | period regret (in use) | period trials | knob speed-up | final loss |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in data["cases"]:
         sz, pe, kn = c["sizing"], c["period"], c["knobs"]
@@ -524,6 +614,7 @@ def markdown(data: dict[str, Any], figure: str | None = None) -> str:
             f"| {c['judge']} | {c['workload']} | {c['host']} | {c['seed']} |"
             f" {_pct(sz['advised_fast_share'])}{' (said unreachable)' if sz['said_unreachable'] else ''} |"
             f" {sz['size_trials']} | {_pct(sz['true_loss'])}{'' if sz['met'] else ' ✗'} |"
+            f" {_spread(sz)} |"
             f" {_pct(sz['oracle_saved_share'])}{'' if sz['feasible'] else ' (none within τ)'} |"
             f" {_pct(pe['regret'])} ({_pct(pe['in_use_regret'])}) |"
             f" {pe['trials']} | {kn['speedup_over_in_use']:.3f}× | {_pct(kn['final_loss'])} |"
@@ -572,7 +663,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             f" ({_pct(x['loss_met_where_feasible_share'])} where feasible), saved {_pct(x['saved_share_mean'])}"
             f" (oracle {_pct(x['oracle_saved_share_mean'])}), period regret"
             f" {_pct(x['period_regret_mean'])} mean / {_pct(x['period_regret_max'])} worst,"
-            f" knobs never slower {_pct(x['knobs_never_slower_share'])}"
+            f" knobs never slower {_pct(x['knobs_never_slower_share'])}; further runs at the"
+            f" advised size within τ {_pct(x['runs_within_share'])}, where all fast is"
+            f" {_pct(x['runs_within_where_all_fast_within_share'])}"
         )
     print(f"{data['wall_seconds']:.0f} s wall; load average {data['load_average']}")
 
