@@ -11,7 +11,9 @@ trials) correct the curve at their sizes too, the correction interpolated betwee
 The advice is the smallest share, from all-fast down, whose corrected loss plus its uncertainty
 stays within τ, or a smaller size measured within τ less the noise in every run made of it: the
 uncertainty is the run-to-run noise at a measured size and grows with the distance below the
-nearest measured size (both measured on the study's shapes). Because the model is right on
+nearest measured size (both measured on the study's shapes). Where one size was run more than
+once, the noise is at least the spread those runs showed: the workload's own, which can be far
+wider than the calibrated one. Because the model is right on
 average but not case by case, the advice also names the next size trial, read from what the
 runs measured: below the smallest measured size, the model's rise scaled as the measured sizes
 rose (a model that overstates the rise does not stop the search), between the advice and a size
@@ -129,6 +131,14 @@ def size_fast_tier(
         anchors[share] = max(anchors.get(share, -math.inf), diff)
         losses[share] = max(losses.get(share, -math.inf), loss)
         runs_at[share] = runs_at.get(share, 0) + 1
+    # Where a size was run more than once, the runs' spread is this workload's own noise: the
+    # advice keeps at least that free of τ.
+    seen: dict[float, list[float]] = {}
+    for fast_bytes, wall_seconds in runs:
+        share = _on_grid(min(1.0, fast_bytes / profile.footprint_bytes))
+        seen.setdefault(share, []).append(wall_seconds / profile.wall_seconds_fast - 1.0)
+    observed = max((max(v) - min(v) for v in seen.values() if len(v) > 1), default=0.0)
+    noise = max(noise, observed)
     at = sorted(anchors)
     offsets = [anchors[x] for x in at]
     # The correction at the size in use (the counters'), for the explanation; 0 without runs.
@@ -194,13 +204,13 @@ def size_fast_tier(
     # All-fast within τ less the noise (a run may show that much more), or a size measured so.
     reachable = curve[0].predicted_loss + noise <= loss_target or bool(good)
     # The next trial, read from the measured sizes (`_next_trial`). The advice ends on a size
-    # measured within τ less the noise in two runs (the worse run counts) when the trials allow:
-    # one run may be the lucky one. Where the measured rise is extrapolated (the sampling model,
-    # whose calibrated slope is zero) a step can be long, so the last trial is kept for that
-    # second run; where the rise is never taken flatter than the model's (the hint-fault model)
-    # the steps stay short, and the second run comes when nothing below is left to try.
+    # measured within τ less the noise in two runs (the worse run counts, and their spread widens
+    # the noise): one run may be the lucky one. The last trial is kept for that second run,
+    # whatever the model: under the hint-fault model a run-to-run spread of several points at
+    # one size was measured on workloads its calibration never saw (LRU's cliff moving between
+    # runs), which a search step below cannot show.
     unsettled = chosen.fast_share < 1.0 and runs_at.get(chosen.fast_share, 0) < 2
-    kept = 1 if unsettled and slope <= 0.0 else 0
+    kept = 1 if unsettled else 0
     nxt: float | None = None
     if len(measured) < max_trials - kept and reachable:
         nxt = _next_trial(chosen.fast_share, at, losses, model_at, loss_target - noise, slope)
