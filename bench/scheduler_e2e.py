@@ -840,6 +840,16 @@ def one_size(
             compared_cpu = meter.line(pods)
             compared_cpu_meter = meter
             cp.stop_process("tmc-scheduler")
+            if compare is None:
+                # The chart's setting took: the pods name their plan (else the ratio would
+                # compare the plugin with itself).
+                named = Placement.from_annotations(
+                    api.read_namespaced_pod("p0", "compare").metadata.annotations
+                )
+                if named is None or named.plan_from is None:
+                    raise RuntimeError(
+                        f"planByReference on, yet p0's placement carries its plan: {named}"
+                    )
             c.delete_all_pods(api, "compare")
         # Stock between the plugin and the extender, so that each tmc path is judged against
         # the two stock runs around it: a later burst is slower than an earlier one on the same

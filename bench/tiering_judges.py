@@ -10,8 +10,8 @@ run of the same workload (seed + 100), never by the model:
 
 - Size: the advised fast tier's true loss against τ, and the saving against the largest one a
   2 % sweep of sizes finds within τ (the oracle). Beside that one judged run, the advised size
-  and the whole footprint fast are run on further runs of the workload (other seeds,
-  `spread_runs` of them): how often a run is over τ at the advice where it is within τ all
+  and the whole footprint fast are run on further runs of the workload (seeds no decision and no
+  other case saw, `spread_runs` of them): how often a run is over τ at the advice where it is within τ all
   fast is the size's own risk, which one judged run a case shows only by luck.
 - Period, at the advised size: the best of the advisor's trials (at most 3, the period in use the
   first) against the best of a 25-period sweep, and the period in use against it too.
@@ -303,11 +303,12 @@ def losses_over_runs(
     knobs: dict[str, float],
 ) -> list[tuple[float, float]]:
     """(loss at `share`, loss all fast), the period and knobs in use, on `runs` further runs of
-    the workload, each against its own run without the manager; seeds seed + 300, + 310, …,
-    which neither the profile, the size trials nor the judged run used."""
+    the workload, each against its own run without the manager; seeds 1000 × seed + 300, + 301,
+    …, which neither the profile, the size trials nor the judged run used, and which another
+    seed's further runs never share (a report on fresh seeds is judged on fresh runs too)."""
     out: list[tuple[float, float]] = []
     for k in range(runs):
-        stream = draw_stream(w, seed + 3 * EVAL_SEED_OFFSET + 10 * k)
+        stream = draw_stream(w, 1000 * seed + 3 * EVAL_SEED_OFFSET + k)
         judge = Judge(kind, stream, host_name)
         ref = run(stream, judge.host, w.footprint_bytes, managed=False).wall_seconds
         at_share, all_fast = (

@@ -132,11 +132,11 @@ def size_fast_tier(
         losses[share] = max(losses.get(share, -math.inf), loss)
         runs_at[share] = runs_at.get(share, 0) + 1
     # Where a size was run more than once, the runs' spread is this workload's own noise: the
-    # advice keeps at least that free of τ.
-    seen: dict[float, list[float]] = {}
+    # advice keeps at least that free of τ. Runs of one size are runs at the same bytes (a size
+    # trial is run at the bytes the advice named): runs at nearby sizes differ by the size too.
+    seen: dict[int, list[float]] = {}
     for fast_bytes, wall_seconds in runs:
-        share = _on_grid(min(1.0, fast_bytes / profile.footprint_bytes))
-        seen.setdefault(share, []).append(wall_seconds / profile.wall_seconds_fast - 1.0)
+        seen.setdefault(fast_bytes, []).append(wall_seconds / profile.wall_seconds_fast - 1.0)
     observed = max((max(v) - min(v) for v in seen.values() if len(v) > 1), default=0.0)
     noise = max(noise, observed)
     at = sorted(anchors)

@@ -137,6 +137,13 @@ def test_two_runs_of_one_size_that_differ_widen_the_noise_to_their_spread(
     assert worse.noise == pytest.approx(spread)
     for advice in (twice, worse):
         assert not (advice.verified and advice.fast_share <= 0.8 + 1e-9), advice.fast_share
+    # Runs at two sizes a page apart differ by the size too: not the workload's noise.
+    nearby = SizeMeasurement(
+        fast_bytes=at - 4096, wall_seconds=p.wall_seconds_fast * (1.0 + lucky + spread)
+    )
+    assert size_fast_tier(p, 0.05, measured=[run_at(lucky), nearby]).noise == pytest.approx(
+        calibrated
+    )
 
 
 def test_a_size_measured_over_tau_is_never_advised_and_bisected() -> None:
