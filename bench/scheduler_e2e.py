@@ -822,16 +822,17 @@ def one_size(
             # Another build of tmc-scheduler (an earlier commit's), or this one with the plan
             # named, on the same pods, nodes and control plane, right after the plugin's burst:
             # a before/after in one run.
-            if compare is not None:
-                config = plugin_path.plugin_config(cp)
-                if not registers_resources_fit(compare / "tmc-scheduler"):
-                    config = in_tree_fit_config(config)
-                binary = str(compare / "tmc-scheduler")
-            else:
+            if compare_plan_by_reference:
                 config = plugin_path.plugin_config(
                     cp, "tmc-scheduler-plan-named", chart={"planByReference": True}
                 )
                 binary = plugin_path.engine_binary("tmc-scheduler")
+            else:
+                assert compare is not None
+                config = plugin_path.plugin_config(cp)
+                if not registers_resources_fit(compare / "tmc-scheduler"):
+                    config = in_tree_fit_config(config)
+                binary = str(compare / "tmc-scheduler")
             cp.start_scheduler(config, binary=binary, name="tmc-scheduler")
             run(cp, "warm", [c.opted_in_pod("warm2", "graph500", memory=POD_MEMORY)], timeout)
             c.delete_all_pods(api, "warm")
@@ -840,7 +841,7 @@ def one_size(
             compared_cpu = meter.line(pods)
             compared_cpu_meter = meter
             cp.stop_process("tmc-scheduler")
-            if compare is None:
+            if compare_plan_by_reference:
                 # The chart's setting took: the pods name their plan (else the ratio would
                 # compare the plugin with itself).
                 named = Placement.from_annotations(
@@ -1011,7 +1012,7 @@ def one_size(
         print(stock_cpu)
         print(plugin.line("plugin", pods))
         print(plugin_cpu)
-        compared_label = "plugin (plan named)" if compare is None else "plugin (compare)"
+        compared_label = "plugin (plan named)" if compare_plan_by_reference else "plugin (compare)"
         if compared is not None:
             print(compared.line(compared_label, pods))
             print(compared_cpu)
@@ -1067,10 +1068,10 @@ def one_size(
             f"  stock again/stock: {stock_again.rate / stock.rate:.2f} pods/s, median latency "
             f"x{stock_again.median / stock.median:.2f} (the order of the runs)"
         )
-        if compared is not None and compare is not None:
-            print(compared.ratio(f"compare ({compare.name})", stock, "the other build"))
-        elif compared is not None:
+        if compared is not None and compare_plan_by_reference:
             print(compared.ratio("plan named", plugin, "the same engine", baseline="plugin"))
+        elif compared is not None and compare is not None:
+            print(compared.ratio(f"compare ({compare.name})", stock, "the other build"))
         print(f"  plugin: recommendation published in {warm.median * 1000:.0f} ms (first pod)")
         if result is not None:
             runs = {"stock": (stock, stock_cpu_meter), "plugin": (plugin, plugin_cpu_meter)}
@@ -1141,7 +1142,7 @@ def one_size(
     if guard_runs:
         ratios["guard pods/s"] = guard.rate / around_guard.rate
         ratios["guard median"] = guard.median / around_guard.median
-    if compared is not None and compare is None:
+    if compared is not None and compare_plan_by_reference:
         ratios["plan named pods/s / plugin"] = compared.rate / plugin.rate
         ratios["plan named median / plugin"] = compared.median / plugin.median
     return ratios

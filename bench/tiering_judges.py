@@ -11,8 +11,8 @@ run of the same workload (seed + 100), never by the model:
 - Size: the advised fast tier's true loss against τ, and the saving against the largest one a
   2 % sweep of sizes finds within τ (the oracle). Beside that one judged run, the advised size
   and the whole footprint fast are run on further runs of the workload (seeds no decision and no
-  other case saw, `spread_runs` of them): how often a run is over τ at the advice where it is within τ all
-  fast is the size's own risk, which one judged run a case shows only by luck.
+  other case saw, `spread_runs` of them): how often a run is over τ at the advice where it is
+  within τ all fast is the size's own risk, which one judged run a case shows only by luck.
 - Period, at the advised size: the best of the advisor's trials (at most 3, the period in use the
   first) against the best of a 25-period sweep, and the period in use against it too.
 - Knobs, at the advised size and period: 30 trials of the tuner, then the advice with the

@@ -124,6 +124,9 @@ def size_fast_tier(
     anchors: dict[float, float] = {}
     losses: dict[float, float] = {}
     runs_at: dict[float, int] = {}
+    # Each run's loss by its bytes: runs of one size are runs at the same bytes (a size trial is
+    # run at the bytes the advice named); runs at nearby sizes differ by the size too.
+    by_bytes: dict[int, list[float]] = {}
     for fast_bytes, wall_seconds in runs:
         share = _on_grid(min(1.0, fast_bytes / profile.footprint_bytes))
         loss = wall_seconds / profile.wall_seconds_fast - 1.0
@@ -131,14 +134,10 @@ def size_fast_tier(
         anchors[share] = max(anchors.get(share, -math.inf), diff)
         losses[share] = max(losses.get(share, -math.inf), loss)
         runs_at[share] = runs_at.get(share, 0) + 1
+        by_bytes.setdefault(fast_bytes, []).append(loss)
     # Where a size was run more than once, the runs' spread is this workload's own noise: the
-    # advice keeps at least that free of τ. Runs of one size are runs at the same bytes (a size
-    # trial is run at the bytes the advice named): runs at nearby sizes differ by the size too.
-    seen: dict[int, list[float]] = {}
-    for fast_bytes, wall_seconds in runs:
-        seen.setdefault(fast_bytes, []).append(wall_seconds / profile.wall_seconds_fast - 1.0)
-    observed = max((max(v) - min(v) for v in seen.values() if len(v) > 1), default=0.0)
-    noise = max(noise, observed)
+    # advice keeps at least that free of τ.
+    noise = max([noise, *(max(v) - min(v) for v in by_bytes.values() if len(v) > 1)])
     at = sorted(anchors)
     offsets = [anchors[x] for x in at]
     # The correction at the size in use (the counters'), for the explanation; 0 without runs.
