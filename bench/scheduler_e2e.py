@@ -28,8 +28,8 @@ extender's time per verb from its own /metrics (mean, and the histogram bucket t
 from /proc: kube-apiserver, etcd, the scheduler, the extender, the publisher with its mirror
 (one process, as the chart runs them), PostgreSQL with its backends, and the benchmark itself,
 which creates the pods and watches them).
-With --profile, the publisher under py-spy during the extender's burst. With --pprof,
-tmc-scheduler's CPU profile during the plugin's burst, and kube-scheduler's and tmc-extender's
+With --profile, the publisher under py-spy during the first stock, plugin and extender
+bursts. With --pprof, tmc-scheduler's CPU profile during the plugin's burst, and kube-scheduler's and tmc-extender's
 during the extender's (their /debug/pprof: the schedulers' as the admin, tmc-extender's from its
 --pprof-address on loopback), and the stock kube-scheduler's during its own burst (and, with
 --dra, during the DRA burst), are written
@@ -657,6 +657,17 @@ def labelled_only(body: dict[str, Any]) -> dict[str, Any]:
     return plain
 
 
+def spy_stopped(spy: subprocess.Popen[bytes] | None) -> None:
+    """py-spy told to write what it recorded, and waited for (bounded)."""
+    if spy is None:
+        return
+    spy.send_signal(signal.SIGINT)
+    try:
+        spy.wait(60)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+
+
 def pid(proc: subprocess.Popen[bytes] | None) -> int | None:
     return proc.pid if proc is not None else None
 
@@ -758,6 +769,19 @@ def one_size(
             out = pprof / f"{process}-{path}.{nodes}.pprof"
             return out, profile_scheduler(cp, process, max(5, pods // 60), out)
 
+        def spy_on_publisher(path: str) -> subprocess.Popen[bytes] | None:
+            """With --profile, the publisher (and its mirror) under py-spy through the burst
+            about to start: its threads' samples while on the CPU, written as speedscope JSON
+            to <profile>.<path>.json, so the stock, plugin and extender bursts compare."""
+            if profile is None or publisher is None or publisher.proc is None:
+                return None
+            out = profile.with_name(f"{profile.stem}.{path}{profile.suffix}")
+            spy_args = ["record", "--threads", "-f", "speedscope", "-r", "200"]
+            spy_args += ["-o", str(out), "-p", str(publisher.proc.pid)]
+            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), *spy_args])
+            time.sleep(1)
+            return spy
+
         def stock_burst(ns: str, warm_name: str) -> tuple[Burst, CpuMeter]:
             """A burst of the stock kube-scheduler, started afresh as before each path."""
             cp.start_scheduler(plain_config(with_ext))
@@ -782,7 +806,11 @@ def one_size(
             stock_profiling = profile_scheduler(
                 cp, "kube-scheduler", max(5, pods // 60), stock_profile
             )
-        stock = run(cp, "plain", [without_opt_in(b) for b in bodies], timeout)
+        spy = spy_on_publisher("stock")
+        try:
+            stock = run(cp, "plain", [without_opt_in(b) for b in bodies], timeout)
+        finally:
+            spy_stopped(spy)
         stock_cpu = meter.line(pods)
         stock_cpu_meter = meter
         if stock_api_profiling is not None:
@@ -804,7 +832,11 @@ def one_size(
             profiling = profile_scheduler(cp, "tmc-scheduler", max(5, pods // 60), cpu_profile)
             api_profile = pprof / f"kube-apiserver-plugin.{nodes}.pprof"
             api_profiling = profile_scheduler(cp, "kube-apiserver", max(5, pods // 60), api_profile)
-        plugin = run(cp, "plugin", bodies, timeout)
+        spy = spy_on_publisher("plugin")
+        try:
+            plugin = run(cp, "plugin", bodies, timeout)
+        finally:
+            spy_stopped(spy)
         plugin_cpu = meter.line(pods)
         plugin_cpu_meter = meter
         if profiling is not None:
@@ -870,14 +902,7 @@ def one_size(
         meter = measured(
             {"scheduler": pid(cp.procs["kube-scheduler"]), "extender": pid(goext.proc)}
         )
-        spy = None
-        if profile is not None and publisher.proc is not None:
-            # The publisher (and its mirror) under py-spy during the burst: wall-clock samples
-            # of every thread, idle ones included.
-            spy_args = ["record", "--idle", "--threads", "-f", "speedscope", "-r", "200"]
-            spy_args += ["-o", str(profile), "-p", str(publisher.proc.pid)]
-            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), *spy_args])
-            time.sleep(1)
+        spy = spy_on_publisher("extender")
         ext_profiling = None
         if pprof is not None:
             # kube-scheduler's side of the extender protocol (its HTTP client, the JSON of each
@@ -897,9 +922,7 @@ def one_size(
                 ext_api_profiling.join(180)
                 goext_profiling.join(180)
         finally:
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)
-                spy.wait(60)
+            spy_stopped(spy)
         extender_cpu = meter.line(pods)
         extender_cpu_meter = meter
         ext_metrics = goext.metrics()
@@ -1205,8 +1228,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--profile",
         type=Path,
-        help="record the publisher under py-spy during the extender's burst (speedscope JSON, one "
-        "per size)",
+        help="record the publisher under py-spy during the first stock, the plugin's and the "
+        "extender's bursts (speedscope JSON, <stem>.<path>.json for each size)",
     )
     ap.add_argument(
         "--pprof",

@@ -110,6 +110,11 @@ def tiered_pod_labels() -> dict[str, str]:
     return {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE}
 
 
+# The same rule as a label selector, for the API server to apply: a watch or listing of tmc's
+# pods only.
+TIERED_POD_SELECTOR = f"{TIERED_POD_LABEL}={TIERED_POD_LABEL_VALUE}"
+
+
 def is_tiered_pod(labels: Mapping[str, Any] | None) -> bool:
     """Whether a pod's labels make it one of tmc's (v1alpha1.IsTieredPod): the tiered label with
     exactly its value. A placement on any other pod was checked by no admission policy."""

@@ -552,6 +552,12 @@ class Feeder:
         # The operator's rack pool sizes: authoritative over the nodes' claims (pool_sizes).
         self.rack_pools = dict(rack_pools or {})
         self.tenant_selector = tenant_selector
+        # The pods listed and watched: tmc's only (labelled tmc.dev/tiered=true), the only ones
+        # whose placements count, which the engine places and tmc-nri applies; so another
+        # tenant's pods cost this process nothing, and the API server sends it none of their
+        # events. A label that comes or goes is an ADDED or a DELETED event of the watch. With
+        # the DRA door every pod: a pod whose claim tmc's template made need not carry the label.
+        self.pod_selector = "" if dra_claims else contract.TIERED_POD_SELECTOR
         # The tenant namespaces by name, from the last listing and the namespace watch since
         # (None: every namespace is one).
         self._tenants: frozenset[str] | None = None
@@ -618,7 +624,7 @@ class Feeder:
             )
             self._rv["namespace"] = ns_rv
         nodes, node_rv = self.cluster.list_nodes()
-        pods, pod_rv = self.cluster.list_pods()
+        pods, pod_rv = self.cluster.list_pods(self.pod_selector)
         # Listed after the pods: a claim allocated for a pod listed unbound is the pod's once
         # its bound event arrives.
         claims = self._list_claims()
@@ -931,7 +937,7 @@ class Feeder:
             "namespace": self.on_namespace,
             "resourceclaim": self.on_claim,
         }[kind]
-        selector = self.tenant_selector if kind == "namespace" else ""
+        selector = {"namespace": self.tenant_selector, "pod": self.pod_selector}.get(kind, "")
         backoff = 0.2
         while not self._stop.is_set():
             if kind == "resourceclaim" and not self._claims_listed:

@@ -63,8 +63,16 @@ class KubeCluster:
         body = _json(self.core.list_node(_preload_content=False))
         return body.get("items") or [], str(body["metadata"].get("resourceVersion", ""))
 
-    def list_pods(self) -> tuple[list[dict[str, Any]], str]:
-        body = _json(self.core.list_pod_for_all_namespaces(_preload_content=False))
+    def list_pods(self, label_selector: str = "") -> tuple[list[dict[str, Any]], str]:
+        """Every pod, or with `label_selector` those carrying its labels."""
+        response = (
+            self.core.list_pod_for_all_namespaces(
+                label_selector=label_selector, _preload_content=False
+            )
+            if label_selector
+            else self.core.list_pod_for_all_namespaces(_preload_content=False)
+        )
+        body = _json(response)
         return body.get("items") or [], str(body["metadata"].get("resourceVersion", ""))
 
     def list_namespaces(self, label_selector: str) -> tuple[list[dict[str, Any]], str]:

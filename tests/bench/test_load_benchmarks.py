@@ -77,7 +77,9 @@ def test_feeder_events_writes_its_figures_on_postgresql(
     row = doc["figures"]["this tree"]
     assert row["both ms CPU/tiered pod"] > 0 and row["PostgreSQL ms/tiered pod"] >= 0
     assert doc["parameters"] == {"pods": 10, "nodes": 3, "rounds": 1, "batch": 1000}
-    assert "this tree: watch" in capsys.readouterr().out
+    # The feeder watches tmc's pods only: the ten plain pods' events are never sent, the ten
+    # tiered pods' five each are.
+    assert "this tree: 50 events sent, watch" in capsys.readouterr().out
 
 
 @pytest.mark.slow

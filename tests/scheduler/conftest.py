@@ -25,6 +25,19 @@ from tests.services import PostgresServer
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def selected(pods: list[dict[str, Any]], label_selector: str) -> list[dict[str, Any]]:
+    """The pods an API server lists for an equality label selector (key=value, comma-joined;
+    "" for every pod), as the feeder asks for them."""
+    wanted = dict(p.split("=", 1) for p in label_selector.split(",") if p)
+    return [
+        pod
+        for pod in pods
+        if all(
+            ((pod.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in wanted.items()
+        )
+    ]
+
+
 @pytest.fixture(scope="session")
 def engine(postgres: PostgresServer) -> Iterator[Engine]:
     eng = make_engine(Settings(environment="test", database_url=postgres.url))
@@ -93,8 +106,8 @@ class RecordingCluster:
         """The feeder's listing (its mirror rewrites the ledger from one)."""
         return list(self.nodes.values()), "1"
 
-    def list_pods(self) -> tuple[list[dict[str, Any]], str]:
-        return list(self.pods.values()), "1"
+    def list_pods(self, label_selector: str = "") -> tuple[list[dict[str, Any]], str]:
+        return selected(list(self.pods.values()), label_selector), "1"
 
     def add(self, pod: dict[str, Any]) -> None:
         """The API server has the pod (the scheduler only asks about pods that exist)."""

@@ -40,6 +40,7 @@ from scheduler.feeder import Feeder
 from scheduler.kube import KubeCluster
 from store.db import unit_of_work
 from store.orm import PlacementRecord, Reservation
+from tests.scheduler.conftest import selected
 from tests.scheduler.controlplane import NAMESPACE, RELEASE, Unavailable, unavailable
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.test_dra_objects import (
@@ -190,8 +191,8 @@ class Cluster:
     def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
         return copy.deepcopy(self.nodes), "1"
 
-    def list_pods(self) -> tuple[list[dict[str, Any]], str]:
-        return copy.deepcopy(list(self.pods.values())), "1"
+    def list_pods(self, label_selector: str = "") -> tuple[list[dict[str, Any]], str]:
+        return copy.deepcopy(selected(list(self.pods.values()), label_selector)), "1"
 
     def list_namespaces(self, label_selector: str) -> tuple[list[dict[str, Any]], str]:
         assert label_selector == TENANT_LABELS

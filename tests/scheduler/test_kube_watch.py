@@ -13,6 +13,8 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
+from model.node_contract import TIERED_POD_LABEL, TIERED_POD_LABEL_VALUE, TIERED_POD_SELECTOR
+from scheduler.feeder import Feeder
 from scheduler.kube import KubeCluster, WatchEnded, watch_events
 from tests.scheduler.controlplane import ControlPlane
 from tests.scheduler.controlplane import cluster as c
@@ -62,6 +64,51 @@ def test_a_real_watch_brings_every_event_with_its_object(plane: ControlPlane) ->
         (o["metadata"]["resourceVersion"] for _, o in seen),  # type: ignore[index]
         key=int,
     )
+    wait_until(lambda: not thread.is_alive(), 5, "the watch left")
+
+
+def test_the_feeder_lists_and_watches_tmc_pods_only(plane: ControlPlane) -> None:
+    """Without the DRA door the feeder asks the API server for tmc's pods only: another pod is
+    neither listed nor sent, a pod that gains the label is ADDED and one that loses it DELETED
+    (what the feeder reads as gone); with the DRA door it asks for every pod."""
+    api = c.core(plane)
+    ns = c.new_namespace(api, "selected")
+    cluster = KubeCluster(c.api_client(plane))
+    selector = Feeder(cluster, None).pod_selector
+    assert selector == TIERED_POD_SELECTOR
+    assert Feeder(cluster, None, dra_claims=True).pod_selector == ""
+    api.create_namespaced_pod(ns, c.opted_in_pod("tmc0", "graph500"))
+    other = c.opted_in_pod("other0", "graph500")
+    other["metadata"]["labels"] = {"app": "other"}
+    api.create_namespaced_pod(ns, other)
+    listed, rv = cluster.list_pods(selector)
+    assert [p["metadata"]["name"] for p in listed if p["metadata"]["namespace"] == ns] == ["tmc0"]
+    assert {"tmc0", "other0"} <= {
+        p["metadata"]["name"] for p in cluster.list_pods()[0] if p["metadata"]["namespace"] == ns
+    }
+    seen: list[tuple[str, str]] = []
+
+    def watch() -> None:
+        for event, obj in cluster.watch("pod", rv, 20, selector):
+            meta = obj.get("metadata") or {}
+            if meta.get("namespace") == ns:
+                seen.append((event, str(meta.get("name"))))
+            if seen and seen[-1] == ("DELETED", "other0"):
+                return
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    api.patch_namespaced_pod("other0", ns, {"metadata": {"labels": {"note": "unrelated"}}})
+    api.patch_namespaced_pod("tmc0", ns, {"metadata": {"labels": {TIERED_POD_LABEL: None}}})
+    api.patch_namespaced_pod(
+        "other0", ns, {"metadata": {"labels": {TIERED_POD_LABEL: TIERED_POD_LABEL_VALUE}}}
+    )
+    api.delete_namespaced_pod("other0", ns, grace_period_seconds=0)
+    thread.join(30)
+    # The unlabelled pod's own update is never sent; the deletion may come as an update first.
+    assert seen[:2] == [("DELETED", "tmc0"), ("ADDED", "other0")]
+    assert seen[-1] == ("DELETED", "other0")
+    assert {e for e, _ in seen[2:-1]} <= {"MODIFIED"}
     wait_until(lambda: not thread.is_alive(), 5, "the watch left")
 
 

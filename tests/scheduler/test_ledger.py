@@ -34,7 +34,7 @@ from scheduler.pods import PodAsk
 from scheduler.settings import FeederSettings
 from store.db import make_engine, make_session_factory, unit_of_work
 from store.orm import Node, PlacementRecord, RackPool, Reservation
-from tests.scheduler.conftest import register
+from tests.scheduler.conftest import register, selected
 from tests.services import PostgresServer
 
 
@@ -189,8 +189,8 @@ class ListedCluster:
     def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
         return copy.deepcopy(self.nodes), "1"
 
-    def list_pods(self) -> tuple[list[dict[str, Any]], str]:
-        return copy.deepcopy(list(self.pods.values())), "1"
+    def list_pods(self, label_selector: str = "") -> tuple[list[dict[str, Any]], str]:
+        return copy.deepcopy(selected(list(self.pods.values()), label_selector)), "1"
 
     def list_claims(self) -> tuple[list[dict[str, Any]], str] | None:
         return [], "1"  # no DRA door's claim here (test_dra_mirror has them)
