@@ -10,7 +10,12 @@ from typing import Any
 
 import pytest
 
-from model.node_contract import TIERED_POD_LABEL, TIERED_POD_LABEL_VALUE, is_tiered_pod
+from model.node_contract import (
+    TIERED_POD_LABEL,
+    TIERED_POD_LABEL_VALUE,
+    TIERED_POD_SELECTOR,
+    is_tiered_pod,
+)
 
 TABLE = Path(__file__).resolve().parents[2] / "scheduler/conformance/tiered_pods.json"
 SHARED: dict[str, Any] = json.loads(TABLE.read_text())
@@ -18,6 +23,7 @@ SHARED: dict[str, Any] = json.loads(TABLE.read_text())
 
 def test_the_table_names_the_contracts_label() -> None:
     assert (SHARED["label"], SHARED["value"]) == (TIERED_POD_LABEL, TIERED_POD_LABEL_VALUE)
+    assert SHARED["selector"] == TIERED_POD_SELECTOR
 
 
 @pytest.mark.parametrize("case", SHARED["cases"], ids=lambda c: json.dumps(c["labels"]))

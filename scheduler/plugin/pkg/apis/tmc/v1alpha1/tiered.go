@@ -12,6 +12,10 @@ const (
 	TieredPodLabelValue = "true"
 )
 
+// TieredPodSelector is the same rule as a label selector, for the API server to apply:
+// tmc-extender lists and watches tmc's pods with it, so another tenant's pods cost it nothing.
+const TieredPodSelector = TieredPodLabel + "=" + TieredPodLabelValue
+
 // IsTieredPod says whether a pod's labels make it one of tmc's: the label with exactly its value.
 func IsTieredPod(labels map[string]string) bool {
 	return labels[TieredPodLabel] == TieredPodLabelValue

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // The label every reader shares (scheduler/conformance/tiered_pods.json): the Go rule names the
@@ -15,9 +17,10 @@ func TestTieredPodsAsTheSharedTableSays(t *testing.T) {
 		t.Fatal(err)
 	}
 	var table struct {
-		Label string `json:"label"`
-		Value string `json:"value"`
-		Cases []struct {
+		Label    string `json:"label"`
+		Value    string `json:"value"`
+		Selector string `json:"selector"`
+		Cases    []struct {
 			Labels map[string]string `json:"labels"`
 			Tiered bool              `json:"tiered"`
 		} `json:"cases"`
@@ -28,9 +31,20 @@ func TestTieredPodsAsTheSharedTableSays(t *testing.T) {
 	if table.Label != TieredPodLabel || table.Value != TieredPodLabelValue {
 		t.Fatalf("the table names %s=%s, the API types %s=%s", table.Label, table.Value, TieredPodLabel, TieredPodLabelValue)
 	}
+	if table.Selector != TieredPodSelector {
+		t.Fatalf("the table's selector %q, the API types' %q", table.Selector, TieredPodSelector)
+	}
+	// The selector, as the API server reads it, selects exactly the pods IsTieredPod counts.
+	selector, err := labels.Parse(TieredPodSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range table.Cases {
 		if got := IsTieredPod(c.Labels); got != c.Tiered {
 			t.Errorf("%v: tiered %v, want %v", c.Labels, got, c.Tiered)
+		}
+		if got := selector.Matches(labels.Set(c.Labels)); got != c.Tiered {
+			t.Errorf("%v: selected %v, want %v", c.Labels, got, c.Tiered)
 		}
 	}
 }
