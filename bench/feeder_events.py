@@ -272,8 +272,8 @@ class Recorded:
     """The API server's answers to the feeder's calls (`KubeCluster`'s), from a recording: the
     nodes, no pods at the start of the burst, and one pod watch whose body is the burst, an event
     a chunk as the API server flushes them; with a label selector, only the events of pods
-    carrying its labels, as the API server filters them. After each `batch` events sent,
-    `between` runs (the mirror's write), and once the body is read, `done`."""
+    carrying its labels, as the API server filters them. After each `batch` events of the
+    recording, `between` runs (the mirror's write), and once the body is read, `done`."""
 
     def __init__(
         self,
@@ -301,23 +301,26 @@ class Recorded:
             raise SystemExit("the feeder's pod watch failed (see its log)")
         self.watched = True
         wanted = dict(p.split("=", 1) for p in label_selector.split(",") if p)
-        lines = [
-            line
-            for line, labels in zip(self.lines, self.labels, strict=True)
-            if all(labels.get(k) == v for k, v in wanted.items())
-        ]
-        return _Watch(self._body(lines))
+        sent = [all(labels.get(k) == v for k, v in wanted.items()) for labels in self.labels]
+        return _Watch(self._body(sent))
 
     def list_namespace(self, **_: Any) -> _Body:
         # The feeder names this lister for every watch; without a tenant selector it never
         # calls it, and this recording holds no namespaces.
         raise SystemExit("the feeder asked for namespaces: the recording has none")
 
-    def _body(self, lines: list[bytes]) -> Iterator[bytes]:
-        for start in range(0, len(lines), self.batch):
-            sent = lines[start : start + self.batch]
-            self.sent += len(sent)
-            yield from sent
+    def _body(self, sent: list[bool]) -> Iterator[bytes]:
+        # The mirror writes after every `batch` events of the recording, sent or not: a batch is
+        # a span of the burst's time (what 1 s gathers), whatever the selector lets through.
+        for start in range(0, len(self.lines), self.batch):
+            for line, send in zip(
+                self.lines[start : start + self.batch],
+                sent[start : start + self.batch],
+                strict=True,
+            ):
+                if send:
+                    self.sent += 1
+                    yield line
             self.between()
         self.done()
 

@@ -795,6 +795,8 @@ def one_size(
             return run(cp, ns, [without_opt_in(b) for b in bodies], timeout), meter
 
         meter = measured({"scheduler": pid(cp.procs["kube-scheduler"])})
+        # py-spy first: it waits a second before the burst, which the pprof windows must not lose.
+        spy = spy_on_publisher("stock")
         stock_api_profiling = None
         if pprof is not None:
             pprof.mkdir(parents=True, exist_ok=True)
@@ -806,7 +808,6 @@ def one_size(
             stock_profiling = profile_scheduler(
                 cp, "kube-scheduler", max(5, pods // 60), stock_profile
             )
-        spy = spy_on_publisher("stock")
         try:
             stock = run(cp, "plain", [without_opt_in(b) for b in bodies], timeout)
         finally:
@@ -825,6 +826,7 @@ def one_size(
         warm = run(cp, "warm", [c.opted_in_pod("warm", "graph500", memory=POD_MEMORY)], timeout)
         c.delete_all_pods(api, "warm")
         meter = measured({"scheduler": pid(cp.procs["tmc-scheduler"])})
+        spy = spy_on_publisher("plugin")
         profiling = None
         if pprof is not None:
             pprof.mkdir(parents=True, exist_ok=True)
@@ -832,7 +834,6 @@ def one_size(
             profiling = profile_scheduler(cp, "tmc-scheduler", max(5, pods // 60), cpu_profile)
             api_profile = pprof / f"kube-apiserver-plugin.{nodes}.pprof"
             api_profiling = profile_scheduler(cp, "kube-apiserver", max(5, pods // 60), api_profile)
-        spy = spy_on_publisher("plugin")
         try:
             plugin = run(cp, "plugin", bodies, timeout)
         finally:

@@ -15,7 +15,8 @@ the service needs of it. It places nothing: the Go engine (tmc-scheduler or tmc-
   the placement path, by the feeder's own thread, in batches; when a write fails (the database
   is down), the mirror is marked stale and rewritten from a fresh listing once the database
   answers again. Claims are batched, marked stale and listed again as pods are.
-* **The pairs live pods name**: every pending opted-in pod is handed to the publisher
+* **The pairs live pods name**: every pending opted-in pod the feeder watches (tmc's labelled
+  pods; with the DRA door every pod) is handed to the publisher
   (`prefetch`), and the (workload, objective) pairs that live opted-in pods name are counted with
   their namespaces, so that the publisher can delete objects no live pod names and bound the
   objects of each namespace.
@@ -511,8 +512,8 @@ class _Naming:
 
 
 class Prefetcher(Protocol):
-    """Told of every pending opted-in pod, so its configuration is published before the
-    scheduler asks: the recommendation publisher."""
+    """Told of every pending opted-in pod the feeder watches, so its configuration is published
+    before the scheduler asks: the recommendation publisher."""
 
     def prefetch(self, pod: PodAsk) -> None: ...
 
@@ -535,7 +536,7 @@ class Feeder:
         dra_claims: bool = False,
     ) -> None:
         """`sessions`: the ledger's database to mirror into (None: no mirror). `recommender`:
-        told of every pending opted-in pod (None: nobody). `tenant_selector`: the labels of
+        told of every pending opted-in pod it watches (None: nobody). `tenant_selector`: the labels of
         tmc's tenant namespaces (scheduler.tenants: key=value pairs; "": every namespace), the
         only ones whose pods are mirrored, named and published for. `dra_claims`: mirror tmc's
         allocated ResourceClaims too (the operator turned the DRA door on: the settings'

@@ -10,7 +10,8 @@ and pods of a workload whose recommendation is published keep being placed while
 PostgreSQL is down (with the last recommendation).
 
 * A pending pod naming a pair with nothing published yet is published at once (the feeder
-  hands every pending opted-in pod to `prefetch`); the plugin makes such a pod wait a few
+  hands every pending opted-in pod it watches, tmc's labelled pods, to `prefetch`); the plugin
+  makes such a pod wait a few
   seconds for it before it falls back.
 * A profile's new fit is published at once: every `fit_poll_seconds` the publisher looks for
   fits newer than the last it saw (one indexed query), and decides again the published pairs
@@ -701,7 +702,8 @@ def main() -> None:
     sessions = make_session_factory(make_engine(settings))
     metrics = PublisherMetrics()
     publisher_of: list[RecommendationPublisher] = []
-    # The feeder tells the publisher of every pending opted-in pod (those already pending at
+    # The feeder tells the publisher of every pending opted-in pod it watches (tmc's labelled
+    # pods, every pod with the DRA door; those already pending at
     # its first listing too), counts the pairs live pods name, and keeps the ledger a mirror of
     # the bound pods.
     feeder = Feeder(

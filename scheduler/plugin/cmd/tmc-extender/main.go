@@ -20,7 +20,6 @@ import (
 	"syscall"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -297,16 +296,11 @@ func run(o options) error {
 	}
 	tmc.SetTenantNamespaces(engine, tenants)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	// tmc's pods only: the engine counts no other pod's placement, and kube-scheduler sends the
-	// extender only pods that ask for tmc; another tenant's pod events never reach this process.
-	podFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = v1alpha1.TieredPodSelector }))
-	if err := engine.WatchPodsFrom(factory, podFactory); err != nil {
+	if err := engine.Watch(factory); err != nil {
 		return err
 	}
-	pods, nodes := podFactory.Core().V1().Pods(), factory.Core().V1().Nodes()
+	pods, nodes := factory.Core().V1().Pods(), factory.Core().V1().Nodes()
 	factory.Start(ctx.Done())
-	podFactory.Start(ctx.Done())
 	dyn, err := dynamic.NewForConfig(config)
 	if err != nil {
 		return err

@@ -16,16 +16,8 @@ import (
 // Watch feeds the cache from an informer factory's pods and nodes, and namespaces when the
 // engine is limited to tenant namespaces (SetTenantNamespaces).
 func (e *Engine) Watch(factory informers.SharedInformerFactory) error {
-	return e.WatchPodsFrom(factory, factory)
-}
-
-// WatchPodsFrom is Watch with the pods from a factory of their own: tmc-extender's lists and
-// watches tmc's pods only (v1alpha1.TieredPodSelector), the only ones whose placements the
-// engine counts (trusted), so that another tenant's pods cost it nothing. kube-scheduler's
-// plugin shares the scheduler's factory, which must hold every pod.
-func (e *Engine) WatchPodsFrom(factory, podFactory informers.SharedInformerFactory) error {
 	core := factory.Core().V1()
-	pods := podFactory.Core().V1().Pods().Informer()
+	pods := core.Pods().Informer()
 	if err := pods.AddIndexers(cache.Indexers{
 		podUIDIndex: func(obj any) ([]string, error) {
 			if pod := asPod(obj); pod != nil {

@@ -12,8 +12,9 @@ const (
 	TieredPodLabelValue = "true"
 )
 
-// TieredPodSelector is the same rule as a label selector, for the API server to apply:
-// tmc-extender lists and watches tmc's pods with it, so another tenant's pods cost it nothing.
+// TieredPodSelector is the same rule as a label selector, for the API server to apply (the
+// publisher's feeder lists and watches tmc's pods with it, so another tenant's pods cost it
+// nothing): held to the shared table beside IsTieredPod.
 const TieredPodSelector = TieredPodLabel + "=" + TieredPodLabelValue
 
 // IsTieredPod says whether a pod's labels make it one of tmc's: the label with exactly its value.
