@@ -288,7 +288,10 @@ def up(state_path: Path = DEFAULT_STATE, placement: str = "plugin") -> State:
             started.append(node.proc)
             started.append(node.applier)  # tmc-nri reconcile, the node's applier
         c.wait_published(api, [n.name for n in nodes])
-        publisher = plugin_path.PublisherProcess(cp, pg.url, refresh_seconds=60)
+        # With the DRA door on, as the chart sets it for the publisher (dra.enabled).
+        publisher = plugin_path.PublisherProcess(
+            cp, pg.url, refresh_seconds=60, dra_claims=placement == "dra"
+        )
         publisher.start()
         started.append(publisher.proc)
         publisher.wait_ready()

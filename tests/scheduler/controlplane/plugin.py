@@ -154,9 +154,13 @@ class PublisherProcess(ComponentProcess):
         gc_grace_seconds: float = 600,
         metrics_port: int = 0,
         max_pairs_per_namespace: int = 100,
+        dra_claims: bool = False,
     ):
         """`metrics_port`: where its /metrics listens on loopback (0: not served, so that
-        publishers of tests running side by side do not fight over the default port)."""
+        publishers of tests running side by side do not fight over the default port).
+        `dra_claims`: the DRA door is on, as the chart's `dra.enabled` tells the publisher
+        (TMC_MIRROR_DRA_CLAIMS): it mirrors the claims and watches every pod, a pod whose claim
+        tmc's template makes carrying no tmc label."""
         env = {
             "TMC_DATABASE_URL": database_url,
             "TMC_KUBECONFIG": str(cp.kubeconfig("publisher")),
@@ -166,6 +170,7 @@ class PublisherProcess(ComponentProcess):
             "TMC_PUBLISHER_METRICS_PORT": str(metrics_port),
             "TMC_PUBLISHER_METRICS_ADDRESS": "127.0.0.1",
             "TMC_PUBLISHER_MAX_PAIRS_PER_NAMESPACE": str(max_pairs_per_namespace),
+            **({"TMC_MIRROR_DRA_CLAIMS": "true"} if dra_claims else {}),
         }
         self.metrics_port = metrics_port
         super().__init__(cp.dir / "publisher.log", env)
