@@ -29,11 +29,11 @@ from /proc: kube-apiserver, etcd, the scheduler, the extender, the publisher wit
 (one process, as the chart runs them), PostgreSQL with its backends, and the benchmark itself,
 which creates the pods and watches them).
 With --profile, the publisher under py-spy during the first stock, plugin and extender
-bursts. With --pprof, tmc-scheduler's CPU profile during the plugin's burst, and kube-scheduler's and tmc-extender's
-during the extender's (their /debug/pprof: the schedulers' as the admin, tmc-extender's from its
---pprof-address on loopback), and the stock kube-scheduler's during its own burst (and, with
---dra, during the DRA burst), are written
-to DIR and their top functions printed, and kube-apiserver's during every burst (with
+bursts. With --pprof, tmc-scheduler's CPU profile during the plugin's burst, and
+kube-scheduler's and tmc-extender's during the extender's (their /debug/pprof: the schedulers'
+as the admin, tmc-extender's from its --pprof-address on loopback), and the stock
+kube-scheduler's during its own burst (and, with --dra, during the DRA burst), are written to
+DIR and their top functions printed, and kube-apiserver's during every burst (with
 --guard-floor, the guard's too).
 With --compare-engine DIR, DIR's tmc-scheduler (another commit's build) places the same pods
 right after this checkout's, on the same configuration (the in-tree NodeResourcesFit in place of

@@ -64,15 +64,13 @@ class KubeCluster:
         return body.get("items") or [], str(body["metadata"].get("resourceVersion", ""))
 
     def list_pods(self, label_selector: str = "") -> tuple[list[dict[str, Any]], str]:
-        """Every pod, or with `label_selector` those carrying its labels."""
-        response = (
+        """Every pod, or with `label_selector` those carrying its labels (an empty selector
+        selects every pod)."""
+        body = _json(
             self.core.list_pod_for_all_namespaces(
                 label_selector=label_selector, _preload_content=False
             )
-            if label_selector
-            else self.core.list_pod_for_all_namespaces(_preload_content=False)
         )
-        body = _json(response)
         return body.get("items") or [], str(body["metadata"].get("resourceVersion", ""))
 
     def list_namespaces(self, label_selector: str) -> tuple[list[dict[str, Any]], str]:
