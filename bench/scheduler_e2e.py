@@ -34,7 +34,10 @@ kube-scheduler's and tmc-extender's during the extender's (their /debug/pprof: t
 as the admin, tmc-extender's from its --pprof-address on loopback), and the stock
 kube-scheduler's during its own burst (and, with --dra, during the DRA burst), are written to
 DIR and their top functions printed, and kube-apiserver's during every burst (with
---guard-floor, the guard's too).
+--guard-floor, the guard's too). With --repeat, each run's profiles are kept apart: the
+publisher's as <stem>.<nodes>.run<k>.<path>.json, the pprof ones in DIR/run<k>.
+With --dra, the publisher runs as the chart's dra.enabled runs it (mirroring claims, watching
+every pod) in every path of the run.
 With --compare-engine DIR, DIR's tmc-scheduler (another commit's build) places the same pods
 right after this checkout's, on the same configuration (the in-tree NodeResourcesFit in place of
 TmcNodeResourcesFit for a build without it): a before/after in one run.
@@ -714,7 +717,10 @@ def one_size(
         )
         upload_example(sessions, "graph500")
         # Both front doors read what the publisher publishes; it also keeps the ledger's mirror.
-        publisher = plugin_path.PublisherProcess(cp, postgres.url)
+        # With --dra it runs as the chart's dra.enabled runs it, mirroring claims and watching
+        # every pod (a DRA pod carries no tmc label), in every path of the run: that is what a
+        # cluster with the DRA door pays.
+        publisher = plugin_path.PublisherProcess(cp, postgres.url, dra_claims=dra)
         publisher.start()
         # Its first sync lists every node and writes them all to the ledger's mirror.
         publisher.wait_ready(max(60.0, nodes / 100))
@@ -1230,7 +1236,7 @@ def main(argv: list[str] | None = None) -> None:
         "--profile",
         type=Path,
         help="record the publisher under py-spy during the first stock, the plugin's and the "
-        "extender's bursts (speedscope JSON, <stem>.<path>.json for each size)",
+        "extender's bursts (speedscope JSON, <stem>.<nodes>[.run<k>].<path>.json)",
     )
     ap.add_argument(
         "--pprof",
@@ -1321,8 +1327,19 @@ def main(argv: list[str] | None = None) -> None:
                 n,
                 args.pods,
                 args.timeout,
-                args.profile.with_suffix(f".{n}.json") if args.profile else None,
-                args.pprof,
+                (
+                    args.profile.with_suffix(
+                        f".{n}{f'.run{k + 1}' if args.repeat > 1 else ''}.json"
+                    )
+                    if args.profile
+                    else None
+                ),
+                # Each run of a --repeat series profiled into its own folder (run1, run2, …).
+                (
+                    args.pprof / f"run{k + 1}"
+                    if args.pprof is not None and args.repeat > 1
+                    else args.pprof
+                ),
                 args.compare_engine,
                 result,
                 label=f", run {k + 1}" if args.repeat > 1 else "",
