@@ -4,7 +4,6 @@ caches are created in the lifespan, from the Settings given (or read from the en
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import time
@@ -15,13 +14,14 @@ from datetime import timedelta
 from typing import Any
 
 from fastapi import FastAPI
-from prometheus_client import CollectorRegistry, Gauge, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, Gauge, ProcessCollector
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import dashboard, openapi, tasks
 from api.cluster_metrics import ClusterCollector
+from api.collection import tune_collection
 from api.deps import AppState, Metrics
 from api.errors import PROBLEM
 from api.node_identity import NodeTokenReviewer, kubernetes_review
@@ -224,46 +224,12 @@ class _TooLarge(Exception):
     pass
 
 
-GC_PAUSE_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
-
-
-def tune_collection(registry: CollectorRegistry, gen0_threshold: int) -> Callable[[], None]:
-    """Collection for a long-lived server: what start-up allocated is frozen out of every later
-    collection, young collections run less often, and each pause is timed into
-    tmc_gc_pause_seconds. Also names the worker (pid, CPU) so a load test can tell workers apart.
-    Returns what undoes it, for a process that outlives the app (tests)."""
-    pauses = Histogram(
-        "tmc_gc_pause_seconds",
-        "Garbage-collection pauses in this API worker",
-        ["generation"],
-        buckets=GC_PAUSE_BUCKETS,
-        registry=registry,
-    )
+def tune_worker(registry: CollectorRegistry, gen0_threshold: int) -> Callable[[], None]:
+    """The worker's collection tuned (api.collection), and the worker named (pid, CPU) so that
+    a load test can tell workers apart. Returns what undoes the tuning (tests)."""
     Gauge("tmc_worker_pid", "This API worker's process id", registry=registry).set(os.getpid())
     ProcessCollector(registry=registry)  # process_cpu_seconds_total, resident memory
-    started = 0.0
-
-    def observe(phase: str, info: dict[str, int]) -> None:
-        nonlocal started
-        # The collector holds the GIL from start to stop: one pause is never interleaved.
-        if phase == "start":
-            started = time.perf_counter()
-        else:
-            pauses.labels(str(info["generation"])).observe(time.perf_counter() - started)
-
-    previous = gc.get_threshold()
-    if gen0_threshold:
-        gc.set_threshold(gen0_threshold, previous[1], previous[2])
-    gc.collect()
-    gc.freeze()
-    gc.callbacks.append(observe)
-
-    def undo() -> None:
-        gc.callbacks.remove(observe)
-        gc.unfreeze()
-        gc.set_threshold(*previous)
-
-    return undo
+    return tune_collection(registry, gen0_threshold)
 
 
 def tasks_run_elsewhere(settings: Settings) -> bool:
@@ -308,7 +274,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             None if tasks_run_elsewhere(settings) else asyncio.create_task(snapshot_loop(state))
         )
         # Last: everything start-up allocated is in place to be frozen.
-        untune = tune_collection(state.metrics.registry, settings.gc_gen0_threshold)
+        untune = tune_worker(state.metrics.registry, settings.gc_gen0_threshold)
         try:
             yield
         finally:

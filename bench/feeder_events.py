@@ -35,6 +35,7 @@ from typing import Any
 
 import orjson
 from kubernetes import client
+from prometheus_client import CollectorRegistry
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -368,11 +369,12 @@ def measure(
     cluster.core = recorded  # type: ignore[assignment]
     feeder.sync()
     feeder.mirror_pending()
-    # As the publisher's process runs it: with its heap (every module it imports) and what it
-    # does with that heap once its first listing is in (a tree without that does nothing).
-    settle = getattr(publisher_process, "freeze_start_up_heap", None)
-    if settle is not None:
-        settle()
+    # As the publisher's process runs it: with its heap (every module it imports) and its
+    # collection tuned as it tunes it once its first listing is in (a tree that does not tune
+    # it is measured with the interpreter's defaults).
+    tune = getattr(publisher_process, "tune_collection", None)
+    if tune is not None:
+        tune(CollectorRegistry(), publisher_process.DEFAULT_GEN0_THRESHOLD)
     server_before = server_cpu(sessions)
     t0 = time.process_time()
     feeder._loop("pod")  # the pod watch's thread, here until the body ends

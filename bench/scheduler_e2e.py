@@ -777,12 +777,13 @@ def one_size(
 
         def spy_on_publisher(path: str) -> subprocess.Popen[bytes] | None:
             """With --profile, the publisher (and its mirror) under py-spy through the burst
-            about to start: its threads' samples while on the CPU, written as speedscope JSON
-            to <profile>.<path>.json, so the stock, plugin and extender bursts compare."""
+            about to start: the samples of the thread holding the interpreter's lock (--gil:
+            a thread waiting for it is not running), written as speedscope JSON to
+            <profile>.<path>.json, so the stock, plugin and extender bursts compare."""
             if profile is None or publisher is None or publisher.proc is None:
                 return None
             out = profile.with_name(f"{profile.stem}.{path}{profile.suffix}")
-            spy_args = ["record", "--threads", "-f", "speedscope", "-r", "200"]
+            spy_args = ["record", "--threads", "--gil", "-f", "speedscope", "-r", "200"]
             spy_args += ["-o", str(out), "-p", str(publisher.proc.pid)]
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), *spy_args])
             time.sleep(1)

@@ -48,7 +48,6 @@ mirror of the bound pods' placements for the dashboard, the planner and the reba
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import math
 import queue
@@ -63,6 +62,7 @@ from kubernetes import config
 from kubernetes.client.exceptions import ApiException
 from pydantic import Field
 
+from api.collection import DEFAULT_GEN0_THRESHOLD, MAX_GEN0_THRESHOLD, tune_collection
 from model import Utilization
 from model.node_contract import ContractError, Recommendation
 from model.resources import quantity_text
@@ -672,6 +672,10 @@ class PublisherSettings(FeederSettings):
     # The port of the publisher's Prometheus /metrics (0: not served), and where it listens.
     publisher_metrics_port: int = Field(default=9466, ge=0, le=65_535)
     publisher_metrics_address: str = Field(default="0.0.0.0", min_length=1, max_length=253)
+    # Allocations between two young collections once start-up's objects are frozen
+    # (api.collection; 0 keeps the interpreter's thresholds). A burst's pod events, each decoded
+    # into fresh dicts, are most of what the publisher allocates.
+    gc_gen0_threshold: int = Field(default=DEFAULT_GEN0_THRESHOLD, ge=0, le=MAX_GEN0_THRESHOLD)
 
 
 @dataclass
@@ -683,19 +687,6 @@ class _Prefetch:
     def prefetch(self, pod: PodAsk) -> None:
         for publisher in self.to:
             publisher.prefetch(pod)
-
-
-def freeze_start_up_heap() -> None:
-    """Leave what start-up made (the modules, the kubernetes client's classes, the first
-    listing's nodes) out of every later garbage collection. The publisher's heap is a few
-    hundred thousand tracked objects, nearly all made at start and kept for good; a full
-    collection walks them all (about a tenth of a second here), and a burst's pod events, each
-    decoded into fresh dicts, set one off every few hundred pods: measured, that was a third of
-    the pod watch's CPU (`python -m bench.feeder_events`). Frozen objects are still freed when
-    their count drops; only a cycle among them stays, so at most what start-up made is ever
-    held."""
-    gc.collect()
-    gc.freeze()
 
 
 def main() -> None:
@@ -775,7 +766,10 @@ def main() -> None:
         signal.signal(sig, lambda *_: stop.set())
     publisher.start()
     feeder.sync()
-    freeze_start_up_heap()
+    # Start-up ends with the first listing: its nodes are kept for good, as the modules are.
+    # Measured (`python -m bench.feeder_events`), full collections walking them were a third of
+    # the pod watch's CPU in a burst.
+    tune_collection(metrics.registry, settings.gc_gen0_threshold)
     feeder.start()
     # What nodes report about their pods, put on the pods (a node may speak only of its own Node).
     NodeReportRelay(

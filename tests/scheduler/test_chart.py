@@ -17,7 +17,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from api.app import tune_collection
+from api.app import tune_worker
 from api.deps import Metrics
 from scheduler.metrics import (
     MirrorFigures,
@@ -521,7 +521,7 @@ def exported_metrics() -> dict[str, set[str]]:
     from the very registries the code builds (the Go extender's from its declarations)."""
     registries = [Metrics().registry, publisher_registry()]
     api_process = CollectorRegistry()
-    undo = tune_collection(api_process, 0)
+    undo = tune_worker(api_process, 0)
     undo()
     registries.append(api_process)
     found: dict[str, set[str]] = {}
