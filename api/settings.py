@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
-from api.collection import DEFAULT_GEN0_THRESHOLD, MAX_GEN0_THRESHOLD
+from api.collection import DEFAULT_GEN0_THRESHOLD, Gen0Threshold
 from api.node_identity import ACCOUNT_PATTERN
 from model.objectives import DEFAULT_THRESHOLD
 from store.settings import DatabaseSettings
@@ -34,9 +34,8 @@ class Settings(DatabaseSettings):
     redis_socket_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
     # Fault injection for tests only: a fit task sleeps this long before it writes.
     fit_task_delay_seconds: float = Field(default=0.0, ge=0)
-    # Allocations between two young collections (api.collection; CPython's default is 700). The
-    # API allocates a few thousand objects per /recommend. 0 keeps the interpreter's thresholds.
-    gc_gen0_threshold: int = Field(default=DEFAULT_GEN0_THRESHOLD, ge=0, le=MAX_GEN0_THRESHOLD)
+    # api.collection; the API allocates a few thousand objects per /recommend.
+    gc_gen0_threshold: Gen0Threshold = DEFAULT_GEN0_THRESHOLD
     default_threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0, le=1)
     # Plans (OR-Tools) run in child processes: at most this many at once per API worker, this
     # many more waiting (beyond: 503), each allowed this much memory beyond its start.

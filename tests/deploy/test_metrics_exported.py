@@ -278,6 +278,8 @@ def everything_exported(settings: Settings, postgres: PostgresServer, tmp: Path)
     assert "tmc_published_recommendations" in publisher and "tmc_mirror_lag_seconds_bucket" in (
         publisher
     )
+    # The publisher tunes its collection once its first listing is in (api.collection).
+    assert publisher.get("tmc_gc_pause_seconds_count") == frozenset({"generation"})
     nri = go_metric_names(ROOT / "node" / "nri", "./internal/tmcnri")
     extender = go_metric_names(ROOT / "scheduler" / "plugin", "./pkg/tmc")
     assert "tmc_nri_containers_total" in nri and "tmc_extender_requests_total" in extender
