@@ -303,7 +303,7 @@ class Recorded:
             raise SystemExit("the feeder's pod watch failed (see its log)")
         self.watched = True
         wanted = dict(p.split("=", 1) for p in label_selector.split(",") if p)
-        sent = [all(dict(labels).get(k) == v for k, v in wanted.items()) for labels in self.labels]
+        sent = [all(pair in labels for pair in wanted.items()) for labels in self.labels]
         return _Watch(self._body(sent))
 
     def list_namespace(self, **_: Any) -> _Body:

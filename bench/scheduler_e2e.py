@@ -1320,6 +1320,11 @@ def main(argv: list[str] | None = None) -> None:
         | ({"guard_floor": True} if args.guard_floor else {})
         | ({"compare_plan_by_reference": True} if args.compare_plan_by_reference else {}),
     )
+
+    def run_tag(k: int) -> str:
+        """ ".run<k>" for the k-th run of a --repeat series (from 0), else nothing."""
+        return f".run{k + 1}" if args.repeat > 1 else ""
+
     failed = False
     for n in args.nodes:
         ratios: list[dict[str, float]] = []
@@ -1328,19 +1333,9 @@ def main(argv: list[str] | None = None) -> None:
                 n,
                 args.pods,
                 args.timeout,
-                (
-                    args.profile.with_suffix(
-                        f".{n}{f'.run{k + 1}' if args.repeat > 1 else ''}.json"
-                    )
-                    if args.profile
-                    else None
-                ),
+                args.profile.with_suffix(f".{n}{run_tag(k)}.json") if args.profile else None,
                 # Each run of a --repeat series profiled into its own folder (run1, run2, …).
-                (
-                    args.pprof / f"run{k + 1}"
-                    if args.pprof is not None and args.repeat > 1
-                    else args.pprof
-                ),
+                args.pprof / run_tag(k)[1:] if args.pprof and run_tag(k) else args.pprof,
                 args.compare_engine,
                 result,
                 label=f", run {k + 1}" if args.repeat > 1 else "",
