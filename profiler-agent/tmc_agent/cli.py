@@ -178,8 +178,8 @@ def profile(
     runs: Annotated[
         int | None,
         typer.Option(
-            help="trace/sim: up to N runs beyond the three reference runs, each where the model"
-            f" asks for one (0-{MAX_PROFILE_RUNS}; default {DEFAULT_PROFILE_RUNS}; hardware: 0)",
+            help="up to N runs beyond the three reference runs, each where the model asks for one"
+            f" (0-{MAX_PROFILE_RUNS}; default {DEFAULT_PROFILE_RUNS})",
         ),
     ] = None,
     runs_for: Annotated[
@@ -219,12 +219,7 @@ def profile(
         console.print(f"backend auto: [bold]{chosen}[/bold]")
     if runs is not None and not 0 <= runs <= MAX_PROFILE_RUNS:
         fail(f"--runs {runs}: between 0 and {MAX_PROFILE_RUNS}", "e.g. --runs 2")
-    if chosen == "hardware" and runs:
-        fail(
-            "--runs: the hardware backend takes the three reference runs only",
-            "profile with --runs 0, and record verification runs of placed pods instead",
-        )
-    extra_runs = (0 if chosen == "hardware" else DEFAULT_PROFILE_RUNS) if runs is None else runs
+    extra_runs = DEFAULT_PROFILE_RUNS if runs is None else runs
     try:
         run_objectives = tuple(str(o) for o in objectives_of(runs_for or DEFAULT_OBJECTIVES))
     except ValueError as exc:
@@ -426,6 +421,8 @@ def _run_backend(
                     tiering=tiering.record,
                     tiering_page_bytes=tiering.page_bytes,
                     page_manager=tiering.manager,
+                    runs=extra.budget,
+                    run_objectives=extra.objectives,
                 ),
                 report,
                 steps,

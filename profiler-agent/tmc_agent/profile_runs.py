@@ -29,7 +29,7 @@ from model.bundle import (
     ProfileRuns,
     RunConfiguration,
 )
-from model.errors import TmcError
+from model.errors import NoFeasibleConfiguration, TmcError
 from model.grid import PAPER_LLC_WAYS, PAPER_SLOW_RATIOS
 from model.objectives import Objective, parse_objective
 from model.predict import PARTIAL_TOLERANCE, StructurePlacement
@@ -150,10 +150,20 @@ def take_runs(
     reference = {(r.configuration.slow_ratio, r.configuration.llc_ways) for r in bundle.runs}
     runs: list[ProfileRun] = []
 
-    def advice(predictor: Predictor) -> list[Recommendation]:
-        return [recommend(predictor, machine=machine, objective=o) for o in objectives]
+    def advise(predictor: Predictor, objective: Objective) -> Recommendation | None:
+        # An objective no configuration of the grid meets (an SLO tighter than the grid's
+        # nearest way count to the host's allows) asks for no run.
+        try:
+            return recommend(predictor, machine=machine, objective=objective)
+        except NoFeasibleConfiguration:
+            return None
 
-    def chosen(rec: Recommendation) -> tuple[float, int]:
+    def advice(predictor: Predictor) -> list[Recommendation | None]:
+        return [advise(predictor, o) for o in objectives]
+
+    def chosen(rec: Recommendation | None) -> tuple[float, int] | None:
+        if rec is None:
+            return None
         c = rec.chosen.configuration
         return (c.slow_ratio, c.llc_ways)
 
@@ -179,15 +189,16 @@ def take_runs(
             (r.configuration.slow_ratio, r.configuration.llc_ways) for r in runs
         }
         moved = [
-            (objectives[i], chosen(rec))
+            (objectives[i], now)
             for i, rec in enumerate(recs)
-            if chosen(rec) != before[i] and chosen(rec) not in measured
+            if (now := chosen(rec)) is not None and now != before[i] and now not in measured
         ]
         if moved:
             objective, (ratio, ways) = moved[0]
         else:
             objective = objectives[turn % len(objectives)]
-            v = recs[turn % len(objectives)].verification
+            rec = recs[turn % len(objectives)]
+            v = rec.verification if rec is not None else None
             turn += 1
             if v is None or v.next_slow_ratio is None or v.next_llc_ways is None:
                 idle += 1

@@ -6,15 +6,19 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
 from tmc_agent import shim
 from tmc_agent.backends import hardware
 from tmc_agent.discover import discover
+from tmc_agent.profile_runs import with_runs
 from tmc_agent.resctrl import ResctrlError
 
+from model import Predictor, fit
 from tests.agent import fakehost
+from tests.agent.test_profile_runs import passes_through
 
 # The profiled program as the shim names it (the fake runner never executes it).
 BENCH_EXE = Path("/opt/tmc/bench")
@@ -240,3 +244,109 @@ def test_hardware_backend_refuses_this_kind_of_machine(tmp_path: Path) -> None:
     with pytest.raises(hardware.HardwareError, match="cannot run the hardware backend"):
         hardware.profile(["true"], hardware.HardwareOptions(name="x"), report)
     assert np.asarray([]).size == 0
+
+
+class FakeClock:
+    """Stands in for `time` in the hardware backend: a run lasts what the fake host says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class TieredFakePerf(FakePerf):
+    """FakePerf on a host where slow memory costs time: a run's wall time (on the fake clock)
+    and cycles grow with the share of each structure on the slow node, read from the run's
+    `--membind` and, when the shim is given one, its plan (TMC_PLAN)."""
+
+    SIZES: ClassVar[dict[str, int]] = {"hot": 1_500_000, "cold": 2_000_000}
+    # What a structure wholly slow adds to the run (the hot one is a pointer chase).
+    SLOW_COST: ClassVar[dict[str, float]] = {"hot": 0.8, "cold": 0.2}
+
+    def __init__(self, region_start: int, clock: FakeClock) -> None:
+        super().__init__(region_start)
+        self.clock = clock
+        self.timed: list[tuple[int, tuple[int, ...], dict[str, int] | None, float]] = []
+
+    def run(self, argv: Sequence[str], env: dict[str, str] | None) -> tuple[int, str, str]:
+        answer = super().run(argv, env)
+        if argv[:2] == ["perf", "script"]:
+            return answer
+        script = argv[2]
+        nodes = tuple(int(n) for n in re.findall(r"--membind=(\S+)", script)[0].split(","))
+        tasks = re.search(r"echo \$\$ > (\S+)/tasks", script)
+        assert tasks is not None
+        schemata = (Path(tasks.group(1)) / "schemata").read_text()
+        ways = bin(int(schemata.split("=")[1].split(";")[0], 16)).count("1")
+        plan = None
+        if env is not None and "TMC_PLAN" in env:
+            lines = Path(env["TMC_PLAN"]).read_text().splitlines()
+            plan = {ln.split()[1]: int(ln.split()[2]) for ln in lines if ln.startswith("tag ")}
+        if nodes == (2,):
+            slow = dict.fromkeys(self.SIZES, 1.0)
+        elif plan is None or 2 not in nodes:
+            slow = dict.fromkeys(self.SIZES, 0.0)
+        else:
+            slow = {t: 1 - min(size, plan.get(t, size)) / size for t, size in self.SIZES.items()}
+        factor = 1 + sum(self.SLOW_COST[t] * share for t, share in slow.items())
+        stat = re.search(r"-o (\S+)", script)
+        assert stat is not None
+        text = Path(stat.group(1)).read_text()
+        cycles = int(re.search(r"^(\d+),,cycles", text, re.M).group(1))  # type: ignore[union-attr]
+        Path(stat.group(1)).write_text(
+            text.replace(f"{cycles},,cycles", f"{round(cycles * factor)},,cycles")
+        )
+        seconds = cycles * factor / 3e9
+        self.clock.now += seconds
+        self.timed.append((ways, nodes, plan, seconds))
+        return answer
+
+
+def test_runs_beyond_the_reference_runs_on_a_fake_optane_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = fakehost.optane_host(tmp_path / "host")
+    clock = FakeClock()
+    monkeypatch.setattr(hardware, "time", clock)
+    runner = TieredFakePerf(0x7F0000000000, clock)
+    bundle = hardware.profile(
+        ["./bench"],
+        hardware.HardwareOptions(name="bench", target_exe=BENCH_EXE, runs=3),
+        discover(paths),
+        runner=runner,
+        resctrl=hardware.ResctrlFs(paths.resctrl),
+        build=shim.ShimBuild(tmp_path / "build"),
+        workdir=tmp_path / "work",
+    )
+    assert bundle.profile_runs is not None
+    runs = bundle.profile_runs.runs
+    assert 1 <= len(runs) <= 3
+    # The last runs of the program are these, in order: each at its configuration's ways, on
+    # both nodes when part of it is slow, each tagged structure placed by the model's plan.
+    timed = runner.timed[-len(runs) :]
+    predictor = Predictor(fit(with_runs(bundle, [])))
+    for run, (ways, nodes, plan, seconds) in zip(runs, timed, strict=True):
+        ratio = run.configuration.slow_ratio
+        assert ways == run.configuration.llc_ways
+        assert nodes == ((0, 2) if ratio > 0 else (0,))
+        assert plan is not None and {"hot", "cold"} <= set(plan)
+        assert run.wall_seconds == pytest.approx(seconds)
+        if run is runs[0]:  # the first run's plan is the reference runs' fit's
+            placed = predictor.placement(ratio, ways)
+            assert plan == {p.tag: p.fast_bytes for p in placed}
+    assert any(0 < r.configuration.slow_ratio < 1 for r in runs)  # a partial ratio measured
+    passes_through(bundle)
+    assert not (paths.resctrl / "tmc-profile-bench").exists()  # the group is cleaned up
+    # Without a budget, the three reference runs alone, as before.
+    plain = hardware.profile(
+        ["./bench"],
+        hardware.HardwareOptions(name="bench", target_exe=BENCH_EXE),
+        discover(paths),
+        runner=TieredFakePerf(0x7F0000000000, clock),
+        resctrl=hardware.ResctrlFs(paths.resctrl),
+        build=shim.ShimBuild(tmp_path / "build"),
+        workdir=tmp_path / "work2",
+    )
+    assert plain.profile_runs is None

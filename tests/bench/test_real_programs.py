@@ -50,12 +50,13 @@ def test_the_model_passes_through_its_own_reference_runs(results: list[ProgramRe
 def test_the_advice_holds_in_truth(results: list[ProgramResult]) -> None:
     s = summarize(results)
     assert s["cheapest"]["over_best"]["worst"] <= 0.03
-    # Measured 8.7 % on these three (twotier 3.5 %, listchase 8.0 %, phases 14.7 %): the corpus
-    # misses the 5 % target (docs/model.md, "Real programs"); past 12 % something regressed.
-    assert s["mape"] <= 0.12
+    # The 5 % target (docs/model.md, "Real programs"), with the agent's default runs beyond the
+    # reference runs: measured 3.4 % on these three (twotier 2.7 %, listchase 3.4 %, phases
+    # 4.0 %; the whole corpus 4.6 %).
+    assert s["mape"] <= 0.05
     assert s["slo:5%"]["kept"] == s["slo:5%"]["decisions"]
     assert s["slo:10%"]["kept"] == s["slo:10%"]["decisions"]
-    assert s["coverage_90"] >= 0.85  # measured 93.5 % (the whole corpus: 90.8 %)
+    assert s["coverage_90"] >= 0.9  # measured 100 % (the whole corpus: 99.2 %)
     text = markdown(results, s)
     assert all(f"| {name} |" in text for name in FAST)
 

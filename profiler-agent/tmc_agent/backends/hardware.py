@@ -59,11 +59,14 @@ from model.bundle import (
     WorkloadId,
     check_bundle,
 )
+from model.node_contract import plan_file_text
+from model.predict import StructurePlacement
 from model.tiering.profile import PageManagerState, TieringProfile
 from tmc_agent import resctrl as resctrl_fs
 from tmc_agent import shim, tiering_collect
 from tmc_agent.discover import NodeReport
 from tmc_agent.hostpaths import HostPaths
+from tmc_agent.profile_runs import DEFAULT_OBJECTIVES, objectives_of, take_runs
 from tmc_agent.steps import NoSteps, Steps, step
 
 PEBS_EVENT = "mem_load_retired.l3_miss:pp"
@@ -229,6 +232,11 @@ class HardwareOptions:
     tiering_page_bytes: int = 4096
     page_manager: PageManagerState | None = None  # default: read from the host
     host_paths: HostPaths | None = None  # where /proc/vmstat and the manager's knobs are read
+    # Runs beyond the reference runs where the model asks for one (tmc_agent.profile_runs), for
+    # these objectives in turn: each the program run again at that configuration, its tagged
+    # structures placed by the model's plan through the shim (TMC_PLAN).
+    runs: int = 0
+    run_objectives: tuple[str, ...] = DEFAULT_OBJECTIVES
 
 
 @dataclass
@@ -245,17 +253,19 @@ class RunRecord:
 def wrap(
     command: Sequence[str],
     group: Path,
-    membind: int,
+    membind: int | Sequence[int],
     cpunode: int,
     perf_prefix: Sequence[str],
     numactl: str,
 ) -> list[str]:
     """`sh -c 'echo $$ > group/tasks; exec perf ... numactl ... cmd'`: the shell joins the
-    resctrl group before exec, so perf, numactl and the workload all run in it."""
+    resctrl group before exec, so perf, numactl and the workload all run in it. Memory is bound
+    to one node, or to several (a run whose plan splits the structures between the tiers)."""
+    nodes = [membind] if isinstance(membind, int) else list(membind)
     inner = [
         *perf_prefix,
         numactl,
-        f"--membind={membind}",
+        f"--membind={','.join(str(n) for n in nodes)}",
         f"--cpunodebind={cpunode}",
         "--",
         *command,
@@ -268,7 +278,7 @@ def measure(
     runner: Runner,
     command: Sequence[str],
     group: Path,
-    membind: int,
+    membind: int | Sequence[int],
     cpunode: int,
     opts: HardwareOptions,
     sample_event: str | None,
@@ -429,10 +439,103 @@ def _profile_runs(
             update={"tiering": tiering_from_pebs(managed, records, bundle, opts, report)}
         )
         check_bundle(bundle)
+    extra: list[RunRecord] = []
+    if opts.runs:
+        runs = BeyondReference(
+            runner, command, opts, sample_event, resctrl, build, tmp, target, group_name, fast, slow
+        )
+        with step(steps, f"runs beyond the reference runs (at most {opts.runs})", opts.runs) as s:
+            try:
+                bundle = take_runs(
+                    bundle,
+                    lambda ratio, ways, placed: runs.measure(bundle, ratio, ways, placed),
+                    objectives_of(opts.run_objectives),
+                    opts.runs,
+                    done=lambda _: steps.advance(s),
+                )
+            finally:
+                resctrl.remove(group_name)
+        extra = runs.records
     if result is not None:
         result.bundle = bundle
-        result.returncode = next((r.returncode for r in records.values() if r.returncode), 0)
+        result.returncode = next(
+            (r.returncode for r in [*records.values(), *extra] if r.returncode), 0
+        )
     return bundle
+
+
+@dataclass
+class BeyondReference:
+    """Runs the program at a configuration the model asks for: a resctrl group of that many
+    ways, memory on both nodes, and the shim placing each tagged structure by the model's plan
+    (TMC_PLAN), as tmc-nri and the shim place a pod's; sampled as the reference runs are, so that
+    their wall times compare."""
+
+    runner: Runner
+    command: Sequence[str]
+    opts: HardwareOptions
+    sample_event: str  # the reference runs' (their sampling's overhead is in their times too)
+    resctrl: ResctrlFs
+    build: shim.ShimBuild
+    tmp: Path
+    target: Path
+    group_name: str
+    fast: int
+    slow: int
+    records: list[RunRecord] = field(default_factory=list)
+
+    def measure(
+        self, bundle: ProfileBundle, ratio: float, ways: int, placed: list[StructurePlacement]
+    ) -> float:
+        log_dir = self.tmp / f"profile-run-{len(self.records) + 1}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        plan_path = log_dir / "plan"
+        plan_path.write_text(plan_file(bundle, ratio, placed, self.fast, self.slow))
+        group = self.resctrl.create(self.group_name, ways)
+        env = shim.shim_env(
+            self.build, log_dir / "regions.%p.log", target=self.target, plan=plan_path
+        )
+        nodes = (self.fast,) if not placed_slow(ratio, placed) else (self.fast, self.slow)
+        rec = measure(
+            self.runner,
+            self.command,
+            group,
+            nodes,
+            self.fast,
+            self.opts,
+            self.sample_event,
+            env,
+            log_dir,
+        )
+        self.records.append(rec)
+        return max(rec.wall_seconds, 1e-6)
+
+
+def placed_slow(ratio: float, placed: Sequence[StructurePlacement]) -> bool:
+    return ratio > 0.0 or any(p.slow_bytes for p in placed)
+
+
+def plan_file(
+    bundle: ProfileBundle,
+    ratio: float,
+    placed: Sequence[StructurePlacement],
+    fast: int,
+    slow: int,
+) -> str:
+    """The shim's plan for a run at `ratio`: each tagged structure's fast bytes as the model
+    places it, and for memory the plan does not name (untagged, or a site the profile did not
+    see) what the plan leaves of the run's DRAM share, as a placed pod's plan file gives it
+    (`model.node_contract.render_plan_file`)."""
+    dram = round((1.0 - ratio) * bundle.footprint_bytes)
+    fast_bytes = {p.tag: p.fast_bytes for p in placed}
+    return plan_file_text(
+        fast,
+        slow,
+        fast_bytes,
+        slow_bytes={p.tag: p.slow_bytes for p in placed},
+        default_fast_bytes=max(0, dram - sum(fast_bytes.values())),
+        who=f"profile run at slow ratio {ratio:g}",
+    )
 
 
 @dataclass
