@@ -2,7 +2,7 @@
 spent?
 
     python -m bench.real_programs [--memory-per-vcpu 4Gi | --at-footprint] [--out DIR]
-                                  [--keep DIR [--reuse]] [program ...]
+                                  [--keep DIR [--reuse]] [--gains] [program ...]
 
 Each program of the corpus (`profiler-agent/corpus/*.c`) is built with gcc and profiled through
 the real CLI, `tmc-agent profile --backend trace`, which keeps the program's LLC access stream
@@ -26,7 +26,9 @@ price for the deployed bytes. Per program and in aggregate:
 4. `cheapest`: the true cost of the pick over the truly cheapest configuration (mean, worst);
 
 and, as before, `slo:10%` kept, the error at each reference run and the share of true times
-under the promises' upper bounds (90 % and the product's 99 %).
+under the promises' upper bounds (90 % and the product's 99 %). With `--gains`, what each run the
+agent took beyond the reference runs cost (its time in all-DRAM runs) and changed: MAPE and the
+three objectives' rows, judged with the runs before it and with it.
 
 The simulator never evaluates the model: every figure is a prediction judged by a replay.
 """
@@ -92,6 +94,7 @@ PROGRAMS: dict[str, list[str]] = {
     "stencil": ["8", "4"],
     "dijkstra": ["15", "8", "2"],
     "bloomfilter": ["32", "600000", "10"],
+    "btree": ["300000", "600000"],
 }
 # A fast subset for the test suite: store-heavy, pointer chasing and a moving hot set.
 FAST = ("twotier", "listchase", "phases")
@@ -215,6 +218,41 @@ class Decision:
     runs_cost: float = 0.0
 
 
+# What a run beyond the reference runs is judged by, per objective: the row of the table it moves.
+GAIN_ROWS = {
+    "slo:5%": "true cost over the cheapest truly keeping 5 %",
+    "least-dram:5%": "slow ratio short of the largest truly keeping 5 %",
+    "cheapest": "true cost over the truly cheapest",
+}
+
+
+@dataclass
+class RunGain:
+    """One run beyond the reference runs, judged: the program's figures with the runs the agent
+    took before it, and with it too (each judged against the replay with that fit's own plan)."""
+
+    label: str  # the objective it was taken for, or the calibration it is
+    slow_ratio: float
+    llc_ways: int
+    cost: float  # its seconds over one all-DRAM run's
+    mape_before: float
+    mape_after: float
+    # Per objective of GAIN_ROWS: (its row's figure, its pick as "ratio / ways"), before and after.
+    before: dict[str, tuple[float, str]]
+    after: dict[str, tuple[float, str]]
+
+
+def gain_figures(r: ProgramResult) -> dict[str, tuple[float, str]]:
+    out: dict[str, tuple[float, str]] = {}
+    for spec in GAIN_ROWS:
+        d = r.decision(spec)
+        if d is None:
+            continue
+        figure = d.slow_ratio_shortfall if spec.startswith("least-dram") else d.true_cost_over_best
+        out[spec] = (figure, f"{d.slow_ratio:g} / {d.llc_ways}")
+    return out
+
+
 @dataclass
 class ProgramResult:
     program: str
@@ -235,6 +273,8 @@ class ProgramResult:
     # seconds over one all-DRAM run's: what the profile spent on them.
     profile_runs: int = 0
     profile_runs_cost: float = 0.0
+    # With gains: what each of those runs changed, in the order the agent took them.
+    gains: list[RunGain] = field(default_factory=list)
 
     @property
     def mape(self) -> float:
@@ -460,11 +500,13 @@ def run_program(
     reuse: bool = False,
     runs: int = 0,
     profile_runs: int | None = None,
+    gains: bool = False,
 ) -> ProgramResult:
     """Build, trace and judge one program; with `reuse`, a bundle and stream already in `work`
     are judged again without tracing, their runs beyond the reference runs taken again by the
     agent's current rule on the replay. `profile_runs`: how many such runs at most (None: the
-    agent's default)."""
+    agent's default). With `gains`, the program is judged again with only the first k of those
+    runs, for each k: what each run changed (`ProgramResult.gains`)."""
     workdir = work / name
     path, stream = workdir / f"{name}.json", workdir / "llc_stream.npz"
     elapsed = 0.0
@@ -483,11 +525,28 @@ def run_program(
     result, _ = evaluate(name, bundle, stream, size, sized, runs)
     result.trace_seconds = elapsed
     if bundle.profile_runs is not None:
-        result.profile_runs = len(bundle.profile_runs.runs)
-        result.profile_runs_cost = (
-            sum(r.wall_seconds for r in bundle.profile_runs.runs)
-            / bundle.run("fastmax").wall_seconds
-        )
+        taken = bundle.profile_runs.runs
+        all_dram = bundle.run("fastmax").wall_seconds
+        result.profile_runs = len(taken)
+        result.profile_runs_cost = sum(r.wall_seconds for r in taken) / all_dram
+        if gains:
+            prefixes = [
+                evaluate(name, with_runs(bundle, taken[:k]), stream, size, sized, runs)[0]
+                for k in range(len(taken))
+            ]
+            for run, before, after in zip(taken, prefixes, [*prefixes[1:], result], strict=True):
+                result.gains.append(
+                    RunGain(
+                        label=run.objective or "-",
+                        slow_ratio=run.configuration.slow_ratio,
+                        llc_ways=run.configuration.llc_ways,
+                        cost=run.wall_seconds / all_dram,
+                        mape_before=before.mape,
+                        mape_after=after.mape,
+                        before=gain_figures(before),
+                        after=gain_figures(after),
+                    )
+                )
     return result
 
 
@@ -581,6 +640,10 @@ def _pct(x: float) -> str:
     return "-" if not np.isfinite(x) else f"{x * 100:+.1f} %"
 
 
+def _ratio(x: float) -> str:
+    return "-" if not np.isfinite(x) else f"{x:.2f}"
+
+
 def _size(n: int) -> str:
     return f"{n / GIB:g} GiB" if n >= GIB else f"{n / (1 << 20):.0f} MiB"
 
@@ -660,6 +723,33 @@ def markdown(results: Sequence[ProgramResult], summary: dict[str, Any]) -> str:
         f"profile runs beyond the reference runs: {s['profile_runs']['mean']:.1f} per program,"
         f" {s['profile_runs']['cost_mean']:.1f} all-DRAM runs' time"
     )
+    gained = [(r.program, g) for r in results for g in r.gains]
+    if gained:
+        lines += [
+            "",
+            "What each run beyond the reference runs changed (before -> after it; rows:"
+            + "; ".join(f" {spec} {row}" for spec, row in GAIN_ROWS.items())
+            + "):",
+            "",
+            "| program | run | at | time (all-DRAM runs) | MAPE | "
+            + " | ".join(f"`{spec}`" for spec in GAIN_ROWS)
+            + " |",
+            "|---|---|---|---|---|" + "---|" * len(GAIN_ROWS),
+        ]
+        for program, g in gained:
+            cells = []
+            for spec in GAIN_ROWS:
+                b, a = g.before.get(spec), g.after.get(spec)
+                if b is None or a is None:
+                    cells.append("-")
+                    continue
+                number = _ratio if spec.startswith("least-dram") else _pct
+                moved = "" if a[1] == b[1] else f" ({b[1]} -> {a[1]})"
+                cells.append(f"{number(b[0])} -> {number(a[0])}{moved}")
+            lines.append(
+                f"| {program} | {g.label} | {g.slow_ratio:g} / {g.llc_ways} | {g.cost:.1f} |"
+                f" {g.mape_before:.1%} -> {g.mape_after:.1%} | " + " | ".join(cells) + " |"
+            )
     if any(v["mean"] for v in s["runs"].values()):
         lines.append(
             "runs before the picks (mean runs; their time in all-DRAM runs): "
@@ -709,6 +799,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="before each pick, up to N runs where the recommendation says to measure next,"
         " measured by the replay (default 0: the profile alone)",
     )
+    parser.add_argument(
+        "--gains",
+        action="store_true",
+        help="judge each program again with only the first k of its runs beyond the reference"
+        " runs, for each k, and report what each run changed (one more replay of the grid per"
+        " run)",
+    )
     args = parser.parse_args(argv)
     names = args.programs or (list(FAST) if args.fast else list(PROGRAMS))
     unknown = [n for n in names if n not in PROGRAMS]
@@ -723,7 +820,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="tmc-real-") as tmp:
         work = args.keep or Path(tmp)
         results = [
-            run_program(n, work, per_vcpu, args.reuse, args.runs, args.profile_runs) for n in names
+            run_program(n, work, per_vcpu, args.reuse, args.runs, args.profile_runs, args.gains)
+            for n in names
         ]
     summary = summarize(results)
     summary["seconds"] = time.perf_counter() - started

@@ -4,12 +4,13 @@ trace, priced at the deployed size, and a wrong pick planted in the rows is repo
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
-from tmc_agent.profile_runs import DEFAULT_PROFILE_RUNS
+from tmc_agent.profile_runs import DEFAULT_PROFILE_RUNS, with_runs
 
 from bench.real_programs import (
     DEFAULT_PER_VCPU,
@@ -18,10 +19,12 @@ from bench.real_programs import (
     build,
     deployed_size,
     evaluate,
+    gain_figures,
     judge,
     markdown,
     profile,
     retake_runs,
+    run_program,
     summarize,
 )
 from model.bundle import ProfileBundle, parse_bundle
@@ -147,3 +150,36 @@ def test_a_program_is_priced_at_its_declared_size_else_per_vcpu() -> None:
     assert deployed_size("bloomfilter", 1, None) == (8 * GIB, "declared")
     assert deployed_size("twotier", 2, DEFAULT_PER_VCPU) == (8 * GIB, "per vCPU")
     assert deployed_size("twotier", 1, None) == (None, "footprint")
+
+
+def test_what_each_run_beyond_the_reference_runs_changed_is_reported(
+    traced: tuple[ProfileBundle, Path], tmp_path: Path
+) -> None:
+    # `--gains`: the program judged with the first k of its runs, for each k. The first run's
+    # "before" is the program judged without any, the last one's "after" the result itself,
+    # and each run's "after" the next one's "before".
+    bundle, stream = traced
+    assert bundle.profile_runs is not None
+    kept = tmp_path / NAME
+    kept.mkdir()
+    shutil.copy(stream, kept / "llc_stream.npz")
+    (kept / f"{NAME}.json").write_text(bundle.model_dump_json())
+    result = run_program(NAME, tmp_path, reuse=True, gains=True)
+    taken = bundle.profile_runs.runs
+    assert [(g.label, g.slow_ratio, g.llc_ways) for g in result.gains] == [
+        (r.objective, r.configuration.slow_ratio, r.configuration.llc_ways) for r in taken
+    ]
+    size, sized = deployed_size(NAME, bundle.vcpus, DEFAULT_PER_VCPU)
+    plain, _ = evaluate(NAME, with_runs(bundle, []), stream, size, sized)
+    first, last = result.gains[0], result.gains[-1]
+    assert first.mape_before == pytest.approx(plain.mape) and first.before == gain_figures(plain)
+    assert last.mape_after == pytest.approx(result.mape) and last.after == gain_figures(result)
+    for g, following in zip(result.gains, result.gains[1:], strict=False):
+        assert g.mape_after == following.mape_before and g.after == following.before
+    fastmax = bundle.run("fastmax").wall_seconds
+    assert [g.cost for g in result.gains] == pytest.approx(
+        [r.wall_seconds / fastmax for r in taken]
+    )
+    text = markdown([result], summarize([result]))
+    assert "What each run beyond the reference runs changed" in text
+    assert all(f"| {NAME} | {g.label} |" in text for g in result.gains)
