@@ -728,7 +728,7 @@ def markdown(results: Sequence[ProgramResult], summary: dict[str, Any]) -> str:
         lines += [
             "",
             "What each run beyond the reference runs changed (before -> after it; rows:"
-            + "; ".join(f" {spec} {row}" for spec, row in GAIN_ROWS.items())
+            + ";".join(f" {spec} {row}" for spec, row in GAIN_ROWS.items())
             + "):",
             "",
             "| program | run | at | time (all-DRAM runs) | MAPE | "

@@ -43,7 +43,9 @@ int main(int argc, char **argv) {
     long queries = argc > 2 ? atol(argv[2]) : 600000;
     if (rows < FANOUT) rows = FANOUT;
     long leaves = (rows + FANOUT - 1) / FANOUT;
-    long inners = leaves / 2 + 8; /* every inner level has at most half the nodes below it */
+    long inners = 0; /* the inner nodes the build below makes, level by level */
+    for (long w = leaves; w > 1; w = (w + FANOUT) / (FANOUT + 1)) inners += (w + FANOUT) / (FANOUT + 1);
+    if (inners == 0) inners = 1; /* a tag of no bytes is no structure */
     uint64_t *table = TMC_CALLOC((size_t)rows, ROW_WORDS * sizeof(uint64_t), "rows");
     leaf *leafs = TMC_CALLOC((size_t)leaves, sizeof(leaf), "btree_leaves");
     inner *nodes = TMC_CALLOC((size_t)inners, sizeof(inner), "btree_inner");

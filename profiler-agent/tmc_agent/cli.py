@@ -439,6 +439,12 @@ def _run_backend(
             fail(f"hardware: {exc}", fix)
         except shim.ShimError as exc:
             fail(str(exc), "install make and gcc (the shim is built on the node)")
+        if result.runs_stopped is not None:
+            console.print(
+                "[yellow]warning:[/yellow] the runs beyond the reference runs stopped early"
+                f" ({result.runs_stopped}); the bundle carries those measured before",
+                soft_wrap=True,
+            )
         return ProfileOutcome(bundle, result.returncode, chosen, target_text)
     fail(f"unknown backend {chosen!r}", "use --backend auto, hardware, trace or sim")
 

@@ -51,6 +51,11 @@ SHARING_PROBE = 3.0
 FEW_WAYS_RUN = "calibration:slow-few-ways"
 
 
+class RunNotMeasured(Exception):
+    """A backend could not measure a run where it was asked (why, in words): the runs stop
+    there, and the profile keeps those measured before it."""
+
+
 def few_ways_point(predictor: Predictor) -> tuple[float, int] | None:
     """All slow at the profile's fewest ways (fastmin's), where the model's slow penalty is
     least sure (`Predictor.slow_few_ways`); None where the profile has one way count only or the
@@ -135,6 +140,7 @@ def take_runs(
     objectives: Sequence[Objective],
     budget: int,
     done: Callable[[ProfileRun], None] = lambda _: None,
+    stopped: Callable[[str], None] = lambda _: None,
 ) -> ProfileBundle:
     """The bundle with up to `budget` runs where the model, fitted on what was measured so far,
     asks for one next; `done` is told of each.
@@ -143,12 +149,39 @@ def take_runs(
     measure (a ratio's error at many ways is carried to few, where slow memory weighs more): an
     objective whose choice the runs moved to a configuration nobody measured has that choice
     measured first, so that no answer rests on an extrapolated correction alone. Otherwise the
-    objectives ask in turn, and the runs stop early when none wants one."""
+    objectives ask in turn, and the runs stop early when none wants one, or when the backend
+    cannot measure one (`RunNotMeasured`: `stopped` is told why; the runs before it are kept)."""
+    try:
+        return _take_runs(bundle, measure, objectives, budget, done)
+    except _Stopped as stop:
+        stopped(stop.why)
+        return with_runs(bundle, stop.runs)
+
+
+class _Stopped(Exception):
+    def __init__(self, why: str, runs: list[ProfileRun]) -> None:
+        super().__init__(why)
+        self.why, self.runs = why, runs
+
+
+def _take_runs(
+    bundle: ProfileBundle,
+    measure: Measure,
+    objectives: Sequence[Objective],
+    budget: int,
+    done: Callable[[ProfileRun], None],
+) -> ProfileBundle:
     if not 0 <= budget <= MAX_PROFILE_RUNS:
         raise ValueError(f"at most {MAX_PROFILE_RUNS} runs beyond the reference runs")
     machine = machine_of_host(bundle.host)
     reference = {(r.configuration.slow_ratio, r.configuration.llc_ways) for r in bundle.runs}
     runs: list[ProfileRun] = []
+
+    def timed(ratio: float, ways: int, predictor: Predictor) -> float:
+        try:
+            return measure(ratio, ways, predictor.placement(ratio, ways))
+        except RunNotMeasured as exc:
+            raise _Stopped(str(exc), runs) from exc
 
     def advise(predictor: Predictor, objective: Objective) -> Recommendation | None:
         # An objective no configuration of the grid meets (an SLO tighter than the grid's
@@ -205,7 +238,7 @@ def take_runs(
                 continue
             ratio, ways = v.next_slow_ratio, v.next_llc_ways
         idle = 0
-        seconds = measure(ratio, ways, predictor.placement(ratio, ways))
+        seconds = timed(ratio, ways, predictor)
         run = ProfileRun(
             configuration=RunConfiguration(slow_ratio=ratio, llc_ways=ways),
             wall_seconds=seconds,
@@ -238,7 +271,7 @@ def take_runs(
         ratio, ways = point
         run = ProfileRun(
             configuration=RunConfiguration(slow_ratio=ratio, llc_ways=ways),
-            wall_seconds=measure(ratio, ways, predictor.placement(ratio, ways)),
+            wall_seconds=timed(ratio, ways, predictor),
             objective=label,
         )
         runs.append(run)

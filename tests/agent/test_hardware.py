@@ -13,12 +13,16 @@ import pytest
 from tmc_agent import shim
 from tmc_agent.backends import hardware
 from tmc_agent.discover import discover
+from tmc_agent.hostpaths import HostPaths
 from tmc_agent.profile_runs import with_runs
 from tmc_agent.resctrl import ResctrlError
 
 from model import Predictor, fit
+from model.bundle import ProfileBundle
+from model.node_contract import PlanFile, parse_plan_file
+from model.resources import split_memory
 from tests.agent import fakehost
-from tests.agent.test_profile_runs import passes_through
+from tests.agent.runs_check import passes_through
 
 # The profiled program as the shim names it (the fake runner never executes it).
 BENCH_EXE = Path("/opt/tmc/bench")
@@ -259,16 +263,21 @@ class FakeClock:
 class TieredFakePerf(FakePerf):
     """FakePerf on a host where slow memory costs time: a run's wall time (on the fake clock)
     and cycles grow with the share of each structure on the slow node, read from the run's
-    `--membind` and, when the shim is given one, its plan (TMC_PLAN)."""
+    `--membind` and, when the shim is given one, its plan (TMC_PLAN). With `fail_planned`, a
+    run given a plan exits with that status; with `status`, every run does."""
 
     SIZES: ClassVar[dict[str, int]] = {"hot": 1_500_000, "cold": 2_000_000}
     # What a structure wholly slow adds to the run (the hot one is a pointer chase).
     SLOW_COST: ClassVar[dict[str, float]] = {"hot": 0.8, "cold": 0.2}
 
-    def __init__(self, region_start: int, clock: FakeClock) -> None:
+    def __init__(
+        self, region_start: int, clock: FakeClock, fail_planned: int = 0, status: int = 0
+    ) -> None:
         super().__init__(region_start)
         self.clock = clock
-        self.timed: list[tuple[int, tuple[int, ...], dict[str, int] | None, float]] = []
+        self.fail_planned = fail_planned
+        self.status = status  # every run's exit status (perf stat passes the program's on)
+        self.timed: list[tuple[int, tuple[int, ...], PlanFile | None, float]] = []
 
     def run(self, argv: Sequence[str], env: dict[str, str] | None) -> tuple[int, str, str]:
         answer = super().run(argv, env)
@@ -282,14 +291,13 @@ class TieredFakePerf(FakePerf):
         ways = bin(int(schemata.split("=")[1].split(";")[0], 16)).count("1")
         plan = None
         if env is not None and "TMC_PLAN" in env:
-            lines = Path(env["TMC_PLAN"]).read_text().splitlines()
-            plan = {ln.split()[1]: int(ln.split()[2]) for ln in lines if ln.startswith("tag ")}
-        if nodes == (2,):
-            slow = dict.fromkeys(self.SIZES, 1.0)
-        elif plan is None or 2 not in nodes:
-            slow = dict.fromkeys(self.SIZES, 0.0)
-        else:
-            slow = {t: 1 - min(size, plan.get(t, size)) / size for t, size in self.SIZES.items()}
+            plan = parse_plan_file(Path(env["TMC_PLAN"]).read_text())
+        slow = dict.fromkeys(self.SIZES, 0.0 if 2 not in nodes else 1.0)
+        if plan is not None and 0 in nodes and 2 in nodes:
+            slow = {
+                t: 1 - min(size, plan.fast_bytes.get(t, plan.default_fast_bytes or 0)) / size
+                for t, size in self.SIZES.items()
+            }
         factor = 1 + sum(self.SLOW_COST[t] * share for t, share in slow.items())
         stat = re.search(r"-o (\S+)", script)
         assert stat is not None
@@ -301,52 +309,93 @@ class TieredFakePerf(FakePerf):
         seconds = cycles * factor / 3e9
         self.clock.now += seconds
         self.timed.append((ways, nodes, plan, seconds))
-        return answer
+        if plan is not None and self.fail_planned:
+            return self.fail_planned, "", ""
+        return self.status, "", ""
 
 
-def test_runs_beyond_the_reference_runs_on_a_fake_optane_host(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def profiled(
+    tmp_path: Path, runner: TieredFakePerf, runs: int, result: hardware.HardwareResult | None = None
+) -> tuple[ProfileBundle, HostPaths]:
     paths = fakehost.optane_host(tmp_path / "host")
-    clock = FakeClock()
-    monkeypatch.setattr(hardware, "time", clock)
-    runner = TieredFakePerf(0x7F0000000000, clock)
     bundle = hardware.profile(
         ["./bench"],
-        hardware.HardwareOptions(name="bench", target_exe=BENCH_EXE, runs=3),
+        hardware.HardwareOptions(name="bench", target_exe=BENCH_EXE, runs=runs),
         discover(paths),
         runner=runner,
         resctrl=hardware.ResctrlFs(paths.resctrl),
         build=shim.ShimBuild(tmp_path / "build"),
         workdir=tmp_path / "work",
+        result=result,
     )
+    return bundle, paths
+
+
+def test_runs_beyond_the_reference_runs_on_a_fake_optane_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(hardware, "time", clock)
+    runner = TieredFakePerf(0x7F0000000000, clock)
+    bundle, paths = profiled(tmp_path, runner, runs=3)
     assert bundle.profile_runs is not None
     runs = bundle.profile_runs.runs
     assert 1 <= len(runs) <= 3
-    # The last runs of the program are these, in order: each at its configuration's ways, on
-    # both nodes when part of it is slow, each tagged structure placed by the model's plan.
+    # The last runs of the program are these, in order, each placed as the node places a pod:
+    # its configuration's ways; DRAM alone, the slow node alone all slow (as slowmax), both
+    # between; the shim's plan the model's, what the plan leaves of the DRAM share open to the
+    # tags it does not name.
     timed = runner.timed[-len(runs) :]
     predictor = Predictor(fit(with_runs(bundle, [])))
     for run, (ways, nodes, plan, seconds) in zip(runs, timed, strict=True):
         ratio = run.configuration.slow_ratio
         assert ways == run.configuration.llc_ways
-        assert nodes == ((0, 2) if ratio > 0 else (0,))
-        assert plan is not None and {"hot", "cold"} <= set(plan)
+        assert nodes == ((0,) if ratio == 0 else (2,) if ratio == 1 else (0, 2))
+        assert plan is not None and plan.fast_node == 0
+        assert plan.slow_node == (0 if ratio == 0 else 2)
+        assert {"hot", "cold"} <= set(plan.fast_bytes)
+        dram, _ = split_memory(bundle.footprint_bytes, ratio)
+        assert plan.default_fast_bytes == max(0, dram - sum(plan.fast_bytes.values()))
         assert run.wall_seconds == pytest.approx(seconds)
         if run is runs[0]:  # the first run's plan is the reference runs' fit's
             placed = predictor.placement(ratio, ways)
-            assert plan == {p.tag: p.fast_bytes for p in placed}
+            assert plan.fast_bytes == {p.tag: p.fast_bytes for p in placed}
+            assert plan.slow_bytes == {p.tag: p.slow_bytes for p in placed}
     assert any(0 < r.configuration.slow_ratio < 1 for r in runs)  # a partial ratio measured
+    assert any(r.configuration.slow_ratio == 1 for r in runs)  # and all slow at few ways
     passes_through(bundle)
     assert not (paths.resctrl / "tmc-profile-bench").exists()  # the group is cleaned up
     # Without a budget, the three reference runs alone, as before.
-    plain = hardware.profile(
-        ["./bench"],
-        hardware.HardwareOptions(name="bench", target_exe=BENCH_EXE),
-        discover(paths),
-        runner=TieredFakePerf(0x7F0000000000, clock),
-        resctrl=hardware.ResctrlFs(paths.resctrl),
-        build=shim.ShimBuild(tmp_path / "build"),
-        workdir=tmp_path / "work2",
-    )
+    plain, _ = profiled(tmp_path / "plain", TieredFakePerf(0x7F0000000000, clock), runs=0)
     assert plain.profile_runs is None
+
+
+def test_a_run_beyond_the_reference_runs_that_fails_keeps_the_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The program exits with another status than in the reference runs (a crash, an allocation
+    # refused on the slow node): that run is not its time there. The runs stop, the profile
+    # keeps what was measured, the CLI is told why, and the resctrl group is removed.
+    clock = FakeClock()
+    monkeypatch.setattr(hardware, "time", clock)
+    result = hardware.HardwareResult()
+    bundle, paths = profiled(tmp_path, TieredFakePerf(0x7F0000000000, clock, 3), 3, result)
+    assert [r.name for r in bundle.runs] == ["fastmax", "fastmin", "slowmax"]
+    assert bundle.profile_runs is None
+    assert result.runs_stopped is not None and "status 3" in result.runs_stopped
+    assert result.returncode == 0  # the program's status in the reference runs
+    assert not (paths.resctrl / "tmc-profile-bench").exists()
+
+
+def test_the_programs_own_exit_status_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Programs such as grep end non-zero by design: the profile stands, the status is the
+    # program's (not `perf script`'s, which read the samples after it), and runs beyond the
+    # reference runs that end the same way count.
+    clock = FakeClock()
+    monkeypatch.setattr(hardware, "time", clock)
+    result = hardware.HardwareResult()
+    bundle, _ = profiled(tmp_path, TieredFakePerf(0x7F0000000000, clock, status=1), 3, result)
+    assert result.returncode == 1 and result.runs_stopped is None
+    assert bundle.profile_runs is not None

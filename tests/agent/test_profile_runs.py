@@ -14,12 +14,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tmc_agent import profile_runs
 from tmc_agent.backends import simulated
 from tmc_agent.cli import app
 from tmc_agent.profile_runs import (
     DEFAULT_OBJECTIVES,
     FEW_WAYS_RUN,
     SHARING_RUN,
+    RunNotMeasured,
     objectives_of,
     sharing_point,
     take_runs,
@@ -28,33 +30,16 @@ from tmc_agent.profile_runs import (
 from typer.testing import CliRunner
 
 from model import Predictor, fit, parse_bundle
-from model.bundle import MAX_PROFILE_RUNS, ProfileBundle, ProfileRun, ProfileRuns, RunConfiguration
-from model.errors import InvalidBundle
-from model.grid import PAPER_LLC_WAYS, PAPER_SLOW_RATIOS, paper_grid
+from model.bundle import MAX_PROFILE_RUNS, ProfileRun, ProfileRuns, RunConfiguration
+from model.errors import InvalidBundle, NoFeasibleConfiguration
+from model.grid import PAPER_LLC_WAYS, PAPER_SLOW_RATIOS
 from model.predict import StructurePlacement
-from model.priced_grid import machine_of_host, price_grid
-from model.pricing import DEFAULT_PRICE_PROFILE
+from tests.agent.runs_check import passes_through
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "profiler-agent" / "corpus"
 ALLOC = ROOT / "profiler-agent" / "alloc"
 EXAMPLE = ROOT / "examples" / "graph500.json"
-
-
-def passes_through(bundle: ProfileBundle) -> None:
-    """Every run beyond the reference runs is a measured configuration of the fit."""
-    assert bundle.profile_runs is not None
-    predictor = Predictor(fit(bundle))
-    reference = {(r.configuration.slow_ratio, r.configuration.llc_ways) for r in bundle.runs}
-    priced = price_grid(
-        predictor, DEFAULT_PRICE_PROFILE, paper_grid(), machine_of_host(bundle.host)
-    )
-    for run in bundle.profile_runs.runs:
-        at = (run.configuration.slow_ratio, run.configuration.llc_ways)
-        assert at not in reference
-        i = next(j for j in range(priced.cost.size) if priced.ratio_and_ways(j) == at)
-        assert priced.measured.ravel()[i], at
-        assert priced.prediction.seconds.ravel()[i] == pytest.approx(run.wall_seconds, rel=1e-6)
 
 
 @pytest.mark.skipif(
@@ -223,3 +208,42 @@ def test_the_objectives_leave_one_run_for_slow_memory_at_few_ways() -> None:
         assert len(runs) <= budget
         all_slow = [r for r in runs if r.configuration.slow_ratio == 1.0]
         assert all_slow and all_slow[-1].configuration.llc_ways == few
+
+
+def test_an_objective_no_configuration_meets_asks_for_no_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # On a host whose ways the paper's grid meets only in part (an 11-way LLC: 1-4 ways on the
+    # grid), an SLO may be met by no configuration of the grid; that objective then asks for no
+    # run, and the budget goes to the calibrations as if it had asked for none.
+    bundle = simulated.profile("graph500")
+    predictor = Predictor(fit(bundle))
+
+    def nothing_meets(*args: object, **kwargs: object) -> object:
+        raise NoFeasibleConfiguration("no configuration of grid paper-77 meets slo:5%")
+
+    monkeypatch.setattr(profile_runs, "recommend", nothing_meets)
+    taken = take_runs(
+        bundle,
+        lambda ratio, ways, plan: predictor.predict_one(ratio, ways)[0],
+        objectives_of(["slo:5%"]),
+        2,
+    )
+    assert taken.profile_runs is not None
+    assert [r.objective for r in taken.profile_runs.runs] == [SHARING_RUN, FEW_WAYS_RUN]
+
+
+def test_a_run_the_backend_cannot_measure_stops_the_runs_and_keeps_those_before() -> None:
+    bundle = simulated.profile("graph500")
+    predictor = Predictor(fit(bundle))
+    said: list[str] = []
+
+    def measure(ratio: float, ways: int, plan: list[StructurePlacement]) -> float:
+        if ratio == 1.0:
+            raise RunNotMeasured("1 ways is below this CPU's fewest (2)")
+        return predictor.predict_one(ratio, ways)[0]
+
+    taken = take_runs(bundle, measure, [], 3, stopped=said.append)
+    assert taken.profile_runs is not None
+    assert [r.objective for r in taken.profile_runs.runs] == [SHARING_RUN]
+    assert said == ["1 ways is below this CPU's fewest (2)"]

@@ -156,8 +156,7 @@ def test_what_each_run_beyond_the_reference_runs_changed_is_reported(
     traced: tuple[ProfileBundle, Path], tmp_path: Path
 ) -> None:
     # `--gains`: the program judged with the first k of its runs, for each k. The first run's
-    # "before" is the program judged without any, the last one's "after" the result itself,
-    # and each run's "after" the next one's "before".
+    # "before" is the program judged without any, the last one's "after" the result itself.
     bundle, stream = traced
     assert bundle.profile_runs is not None
     kept = tmp_path / NAME
@@ -174,8 +173,6 @@ def test_what_each_run_beyond_the_reference_runs_changed_is_reported(
     first, last = result.gains[0], result.gains[-1]
     assert first.mape_before == pytest.approx(plain.mape) and first.before == gain_figures(plain)
     assert last.mape_after == pytest.approx(result.mape) and last.after == gain_figures(result)
-    for g, following in zip(result.gains, result.gains[1:], strict=False):
-        assert g.mape_after == following.mape_before and g.after == following.before
     fastmax = bundle.run("fastmax").wall_seconds
     assert [g.cost for g in result.gains] == pytest.approx(
         [r.wall_seconds / fastmax for r in taken]

@@ -60,13 +60,14 @@ from model.bundle import (
     check_bundle,
 )
 from model.node_contract import plan_file_text
-from model.predict import StructurePlacement
+from model.predict import PARTIAL_TOLERANCE, StructurePlacement
+from model.resources import split_memory
 from model.tiering.profile import PageManagerState, TieringProfile
 from tmc_agent import resctrl as resctrl_fs
 from tmc_agent import shim, tiering_collect
 from tmc_agent.discover import NodeReport
 from tmc_agent.hostpaths import HostPaths
-from tmc_agent.profile_runs import DEFAULT_OBJECTIVES, objectives_of, take_runs
+from tmc_agent.profile_runs import DEFAULT_OBJECTIVES, RunNotMeasured, objectives_of, take_runs
 from tmc_agent.steps import NoSteps, Steps, step
 
 PEBS_EVENT = "mem_load_retired.l3_miss:pp"
@@ -284,7 +285,11 @@ def measure(
     sample_event: str | None,
     env: dict[str, str] | None,
     workdir: Path,
+    decode: bool = True,
 ) -> RunRecord:
+    """One run of the program under `perf stat` (and `perf record` with a sample event). With
+    `decode` off the samples are recorded, so the run pays what a sampled run pays, but not read
+    back: a run that is only timed."""
     stat_file = workdir / "stat.csv"
     events = ",".join(STAT_EVENTS)
     perf_prefix = [opts.perf, "stat", "-x,", "-o", str(stat_file), "-e", events, "--"]
@@ -316,11 +321,12 @@ def measure(
         raise HardwareError(f"{shlex.join(argv)} failed ({code}): {err[-2000:]}")
     addrs = np.zeros(0, dtype=np.uint64)
     samples = None
-    if sample_event is not None:
+    if sample_event is not None and decode:
         fields = "event,addr,weight,ip" if stalls else "addr"
-        code, out, err = runner.run([opts.perf, "script", "-F", fields, "-i", str(data)], env)
-        if code != 0:
-            raise HardwareError(f"perf script failed: {err[-2000:]}")
+        script = [opts.perf, "script", "-F", fields, "-i", str(data)]
+        code_s, out, err_s = runner.run(script, env)
+        if code_s != 0:
+            raise HardwareError(f"perf script failed: {err_s[-2000:]}")
         if stalls:
             samples = parse_perf_script_samples(out)
             addrs = samples.miss_addrs
@@ -439,37 +445,53 @@ def _profile_runs(
             update={"tiering": tiering_from_pebs(managed, records, bundle, opts, report)}
         )
         check_bundle(bundle)
-    extra: list[RunRecord] = []
+    stopped: list[str] = []
     if opts.runs:
         runs = BeyondReference(
-            runner, command, opts, sample_event, resctrl, build, tmp, target, group_name, fast, slow
+            runner,
+            command,
+            opts,
+            sample_event,
+            resctrl,
+            build,
+            tmp,
+            target,
+            group_name,
+            fast,
+            slow,
+            footprint_bytes=bundle.footprint_bytes,
+            ways_min=ways_min,
+            returncode=records["fastmax"].returncode,
         )
         with step(steps, f"runs beyond the reference runs (at most {opts.runs})", opts.runs) as s:
             try:
                 bundle = take_runs(
                     bundle,
-                    lambda ratio, ways, placed: runs.measure(bundle, ratio, ways, placed),
+                    runs.measure,
                     objectives_of(opts.run_objectives),
                     opts.runs,
                     done=lambda _: steps.advance(s),
+                    stopped=stopped.append,
                 )
             finally:
                 resctrl.remove(group_name)
-        extra = runs.records
     if result is not None:
         result.bundle = bundle
-        result.returncode = next(
-            (r.returncode for r in [*records.values(), *extra] if r.returncode), 0
-        )
+        result.returncode = next((r.returncode for r in records.values() if r.returncode), 0)
+        result.runs_stopped = stopped[0] if stopped else None
     return bundle
 
 
 @dataclass
 class BeyondReference:
-    """Runs the program at a configuration the model asks for: a resctrl group of that many
-    ways, memory on both nodes, and the shim placing each tagged structure by the model's plan
-    (TMC_PLAN), as tmc-nri and the shim place a pod's; sampled as the reference runs are, so that
-    their wall times compare."""
+    """Runs the program at a configuration the model asks for, placed as the node places a pod
+    (node/nri's adjust.go, `model.node_contract.render_plan_file`): a resctrl group of that many
+    ways, the allocator shim placing each tagged structure by the model's plan (TMC_PLAN), the
+    rest of the run's DRAM share open to what the plan does not name. Memory is bound as the
+    reference runs bind it where the run is theirs in kind: DRAM alone with nothing slow (the plan
+    names the DRAM node twice, so nothing can go slow), the slow node alone all slow (as slowmax:
+    the runs all slow at few ways calibrate its penalty), both nodes between. Sampled as the
+    reference runs are, so that their wall times compare; the samples are not read back."""
 
     runner: Runner
     command: Sequence[str]
@@ -482,41 +504,61 @@ class BeyondReference:
     group_name: str
     fast: int
     slow: int
-    records: list[RunRecord] = field(default_factory=list)
+    footprint_bytes: int
+    ways_min: int  # CAT's fewest ways for a group (min_cbm_bits)
+    returncode: int  # the program's exit status in the reference runs
+    taken: int = 0
 
-    def measure(
-        self, bundle: ProfileBundle, ratio: float, ways: int, placed: list[StructurePlacement]
-    ) -> float:
-        log_dir = self.tmp / f"profile-run-{len(self.records) + 1}"
+    def measure(self, ratio: float, ways: int, placed: list[StructurePlacement]) -> float:
+        if ways < self.ways_min:
+            raise RunNotMeasured(f"{ways} ways is below this CPU's fewest ({self.ways_min})")
+        self.taken += 1
+        log_dir = self.tmp / f"profile-run-{self.taken}"
         log_dir.mkdir(parents=True, exist_ok=True)
+        all_dram = ratio <= PARTIAL_TOLERANCE and not any(p.slow_bytes for p in placed)
+        all_slow = ratio >= 1.0 - PARTIAL_TOLERANCE
         plan_path = log_dir / "plan"
-        plan_path.write_text(plan_file(bundle, ratio, placed, self.fast, self.slow))
-        group = self.resctrl.create(self.group_name, ways)
-        env = shim.shim_env(
-            self.build, log_dir / "regions.%p.log", target=self.target, plan=plan_path
+        plan_path.write_text(
+            plan_file(
+                self.footprint_bytes,
+                ratio,
+                placed,
+                self.fast,
+                self.fast if all_dram else self.slow,
+            )
         )
-        nodes = (self.fast,) if not placed_slow(ratio, placed) else (self.fast, self.slow)
-        rec = measure(
-            self.runner,
-            self.command,
-            group,
-            nodes,
-            self.fast,
-            self.opts,
-            self.sample_event,
-            env,
-            log_dir,
-        )
-        self.records.append(rec)
+        nodes = (self.fast,) if all_dram else (self.slow,) if all_slow else (self.fast, self.slow)
+        try:
+            group = self.resctrl.create(self.group_name, ways)
+            env = shim.shim_env(
+                self.build, log_dir / "regions.%p.log", target=self.target, plan=plan_path
+            )
+            rec = measure(
+                self.runner,
+                self.command,
+                group,
+                nodes,
+                self.fast,
+                self.opts,
+                self.sample_event,
+                env,
+                log_dir,
+                decode=False,
+            )
+        except (HardwareError, resctrl_fs.ResctrlError) as exc:
+            raise RunNotMeasured(str(exc)) from exc
+        if rec.returncode != self.returncode:
+            # A run that ended otherwise than the reference runs did (a crash, an allocation
+            # refused on the slow node) is not the program's time at this configuration.
+            raise RunNotMeasured(
+                f"the program exited with status {rec.returncode} at slow ratio {ratio:g},"
+                f" {ways} ways (the reference runs: {self.returncode})"
+            )
         return max(rec.wall_seconds, 1e-6)
 
 
-def placed_slow(ratio: float, placed: Sequence[StructurePlacement]) -> bool:
-    return ratio > 0.0 or any(p.slow_bytes for p in placed)
-
-
 def plan_file(
-    bundle: ProfileBundle,
+    footprint_bytes: int,
     ratio: float,
     placed: Sequence[StructurePlacement],
     fast: int,
@@ -526,7 +568,7 @@ def plan_file(
     places it, and for memory the plan does not name (untagged, or a site the profile did not
     see) what the plan leaves of the run's DRAM share, as a placed pod's plan file gives it
     (`model.node_contract.render_plan_file`)."""
-    dram = round((1.0 - ratio) * bundle.footprint_bytes)
+    dram, _ = split_memory(footprint_bytes, ratio)
     fast_bytes = {p.tag: p.fast_bytes for p in placed}
     return plan_file_text(
         fast,
@@ -651,6 +693,8 @@ class HardwareResult:
 
     bundle: ProfileBundle | None = None
     returncode: int = 0
+    # Why the runs beyond the reference runs stopped before their budget, if one failed.
+    runs_stopped: str | None = None
 
 
 def assemble(
