@@ -180,6 +180,28 @@ class FakePerf:
         return 0, "", ""
 
 
+def profiled(
+    tmp_path: Path,
+    runner: FakePerf,
+    options: hardware.HardwareOptions,
+    result: hardware.HardwareResult | None = None,
+    command: Sequence[str] = ("./bench",),
+) -> tuple[ProfileBundle, HostPaths]:
+    """The hardware backend on a fake Optane host, its commands played by `runner`."""
+    paths = fakehost.optane_host(tmp_path / "host")
+    bundle = hardware.profile(
+        list(command),
+        options,
+        discover(paths),
+        runner=runner,
+        resctrl=hardware.ResctrlFs(paths.resctrl),
+        build=shim.ShimBuild(tmp_path / "build"),
+        workdir=tmp_path / "work",
+        result=result,
+    )
+    return bundle, paths
+
+
 def test_hardware_profile_end_to_end_on_a_fake_optane_host(tmp_path: Path) -> None:
     paths = fakehost.optane_host(tmp_path / "host")
     report = discover(paths)
@@ -226,17 +248,9 @@ def test_hardware_profile_end_to_end_on_a_fake_optane_host(tmp_path: Path) -> No
 
 
 def test_hardware_profile_without_stall_sampling_keeps_the_paper_fields(tmp_path: Path) -> None:
-    paths = fakehost.optane_host(tmp_path / "host")
     runner = FakePerf(0x7F0000000000)
-    bundle = hardware.profile(
-        ["./bench"],
-        hardware.HardwareOptions(name="bench", structure_stalls=False, target_exe=BENCH_EXE),
-        discover(paths),
-        runner=runner,
-        resctrl=hardware.ResctrlFs(paths.resctrl),
-        build=shim.ShimBuild(tmp_path / "build"),
-        workdir=tmp_path / "work",
-    )
+    options = hardware.HardwareOptions(name="bench", structure_stalls=False, target_exe=BENCH_EXE)
+    bundle, paths = profiled(tmp_path, runner, options)
     assert bundle.structure_measurements is None
     assert bundle.run("fastmax").samples["hot"] == 30
     assert not any(hardware.STALL_EVENT in " ".join(c) for c in runner.calls)
@@ -258,6 +272,14 @@ class FakeClock:
 
     def monotonic(self) -> float:
         return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The hardware backend's clock, which the fake runs advance."""
+    fake = FakeClock()
+    monkeypatch.setattr(hardware, "time", fake)
+    return fake
 
 
 class TieredFakePerf(FakePerf):
@@ -314,30 +336,15 @@ class TieredFakePerf(FakePerf):
         return self.status, "", ""
 
 
-def profiled(
-    tmp_path: Path, runner: TieredFakePerf, runs: int, result: hardware.HardwareResult | None = None
-) -> tuple[ProfileBundle, HostPaths]:
-    paths = fakehost.optane_host(tmp_path / "host")
-    bundle = hardware.profile(
-        ["./bench"],
-        hardware.HardwareOptions(name="bench", target_exe=BENCH_EXE, runs=runs),
-        discover(paths),
-        runner=runner,
-        resctrl=hardware.ResctrlFs(paths.resctrl),
-        build=shim.ShimBuild(tmp_path / "build"),
-        workdir=tmp_path / "work",
-        result=result,
-    )
-    return bundle, paths
+def tiered(runs: int) -> hardware.HardwareOptions:
+    return hardware.HardwareOptions(name="bench", target_exe=BENCH_EXE, runs=runs)
 
 
 def test_runs_beyond_the_reference_runs_on_a_fake_optane_host(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, clock: FakeClock
 ) -> None:
-    clock = FakeClock()
-    monkeypatch.setattr(hardware, "time", clock)
     runner = TieredFakePerf(0x7F0000000000, clock)
-    bundle, paths = profiled(tmp_path, runner, runs=3)
+    bundle, paths = profiled(tmp_path, runner, tiered(3))
     assert bundle.profile_runs is not None
     runs = bundle.profile_runs.runs
     assert 1 <= len(runs) <= 3
@@ -366,20 +373,18 @@ def test_runs_beyond_the_reference_runs_on_a_fake_optane_host(
     passes_through(bundle)
     assert not (paths.resctrl / "tmc-profile-bench").exists()  # the group is cleaned up
     # Without a budget, the three reference runs alone, as before.
-    plain, _ = profiled(tmp_path / "plain", TieredFakePerf(0x7F0000000000, clock), runs=0)
+    plain, _ = profiled(tmp_path / "plain", TieredFakePerf(0x7F0000000000, clock), tiered(0))
     assert plain.profile_runs is None
 
 
 def test_a_run_beyond_the_reference_runs_that_fails_keeps_the_profile(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, clock: FakeClock
 ) -> None:
     # The program exits with another status than in the reference runs (a crash, an allocation
     # refused on the slow node): that run is not its time there. The runs stop, the profile
     # keeps what was measured, the CLI is told why, and the resctrl group is removed.
-    clock = FakeClock()
-    monkeypatch.setattr(hardware, "time", clock)
     result = hardware.HardwareResult()
-    bundle, paths = profiled(tmp_path, TieredFakePerf(0x7F0000000000, clock, 3), 3, result)
+    bundle, paths = profiled(tmp_path, TieredFakePerf(0x7F0000000000, clock, 3), tiered(3), result)
     assert [r.name for r in bundle.runs] == ["fastmax", "fastmin", "slowmax"]
     assert bundle.profile_runs is None
     assert result.runs_stopped is not None and "status 3" in result.runs_stopped
@@ -387,15 +392,13 @@ def test_a_run_beyond_the_reference_runs_that_fails_keeps_the_profile(
     assert not (paths.resctrl / "tmc-profile-bench").exists()
 
 
-def test_the_programs_own_exit_status_is_reported(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_programs_own_exit_status_is_reported(tmp_path: Path, clock: FakeClock) -> None:
     # Programs such as grep end non-zero by design: the profile stands, the status is the
     # program's (not `perf script`'s, which read the samples after it), and runs beyond the
     # reference runs that end the same way count.
-    clock = FakeClock()
-    monkeypatch.setattr(hardware, "time", clock)
     result = hardware.HardwareResult()
-    bundle, _ = profiled(tmp_path, TieredFakePerf(0x7F0000000000, clock, status=1), 3, result)
+    bundle, _ = profiled(
+        tmp_path, TieredFakePerf(0x7F0000000000, clock, status=1), tiered(3), result
+    )
     assert result.returncode == 1 and result.runs_stopped is None
     assert bundle.profile_runs is not None
