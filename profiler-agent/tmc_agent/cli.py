@@ -15,6 +15,7 @@ from typing import Annotated, Literal, NoReturn
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -442,7 +443,8 @@ def _run_backend(
         if result.runs_stopped is not None:
             console.print(
                 "[yellow]warning:[/yellow] the runs beyond the reference runs stopped early"
-                f" ({result.runs_stopped}); the bundle carries those measured before",
+                f" ({escape(result.runs_stopped[-300:])}); the bundle carries those measured"
+                " before",
                 soft_wrap=True,
             )
         return ProfileOutcome(bundle, result.returncode, chosen, target_text)

@@ -177,6 +177,10 @@ def _take_runs(
     reference = {(r.configuration.slow_ratio, r.configuration.llc_ways) for r in bundle.runs}
     runs: list[ProfileRun] = []
 
+    def runnable(at: tuple[float, int]) -> bool:
+        # A group of fewer ways than CAT allows cannot be made: no run there.
+        return at[1] >= bundle.host.min_llc_ways
+
     def timed(ratio: float, ways: int, predictor: Predictor) -> float:
         try:
             return measure(ratio, ways, predictor.placement(ratio, ways))
@@ -224,7 +228,10 @@ def _take_runs(
         moved = [
             (objectives[i], now)
             for i, rec in enumerate(recs)
-            if (now := chosen(rec)) is not None and now != before[i] and now not in measured
+            if (now := chosen(rec)) is not None
+            and now != before[i]
+            and now not in measured
+            and runnable(now)
         ]
         if moved:
             objective, (ratio, ways) = moved[0]
@@ -233,7 +240,12 @@ def _take_runs(
             rec = recs[turn % len(objectives)]
             v = rec.verification if rec is not None else None
             turn += 1
-            if v is None or v.next_slow_ratio is None or v.next_llc_ways is None:
+            if (
+                v is None
+                or v.next_slow_ratio is None
+                or v.next_llc_ways is None
+                or not runnable((v.next_slow_ratio, v.next_llc_ways))
+            ):
                 idle += 1
                 continue
             ratio, ways = v.next_slow_ratio, v.next_llc_ways
@@ -266,7 +278,7 @@ def _take_runs(
         measured = reference | {
             (r.configuration.slow_ratio, r.configuration.llc_ways) for r in runs
         }
-        if point is None or point in measured:
+        if point is None or point in measured or not runnable(point):
             continue
         ratio, ways = point
         run = ProfileRun(

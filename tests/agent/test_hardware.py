@@ -12,14 +12,16 @@ import numpy as np
 import pytest
 from tmc_agent import shim
 from tmc_agent.backends import hardware
+from tmc_agent.backends.hardware import BeyondReference
 from tmc_agent.discover import discover
 from tmc_agent.hostpaths import HostPaths
-from tmc_agent.profile_runs import with_runs
+from tmc_agent.profile_runs import RunNotMeasured, with_runs
 from tmc_agent.resctrl import ResctrlError
 
 from model import Predictor, fit
 from model.bundle import ProfileBundle
 from model.node_contract import PlanFile, parse_plan_file
+from model.predict import StructurePlacement
 from model.resources import split_memory
 from tests.agent import fakehost
 from tests.agent.runs_check import passes_through
@@ -402,3 +404,61 @@ def test_the_programs_own_exit_status_is_reported(tmp_path: Path, clock: FakeClo
     )
     assert result.returncode == 1 and result.runs_stopped is None
     assert bundle.profile_runs is not None
+
+
+def beyond_reference(tmp_path: Path, runner: FakePerf, ways_min: int = 1) -> BeyondReference:
+    paths = fakehost.optane_host(tmp_path / "host")
+    return BeyondReference(
+        runner,
+        ["./bench"],
+        tiered(1),
+        hardware.PEBS_EVENT,
+        hardware.ResctrlFs(paths.resctrl),
+        shim.ShimBuild(tmp_path / "build"),
+        tmp_path / "work",
+        BENCH_EXE,
+        "tmc-profile-bench",
+        0,
+        2,
+        footprint_bytes=3_500_000,
+        ways_min=ways_min,
+        returncode=0,
+    )
+
+
+def placement(fast_hot: int, fast_cold: int) -> list[StructurePlacement]:
+    sizes = TieredFakePerf.SIZES
+    return [
+        StructurePlacement(
+            tag=tag,
+            size_bytes=sizes[tag],
+            fast_bytes=fast,
+            slow_bytes=sizes[tag] - fast,
+            accesses_per_instruction=0.01,
+            hotness_per_mib=1.0,
+        )
+        for tag, fast in (("hot", fast_hot), ("cold", fast_cold))
+    ]
+
+
+def test_a_run_with_nothing_slow_can_place_nothing_slow(tmp_path: Path, clock: FakeClock) -> None:
+    # All in DRAM at fewer ways: bound to the DRAM node, and the plan names it as the slow node
+    # too (as tmc-nri's does for a pod with no slow bytes), so that no tag over its plan and no
+    # tag the plan does not name can go to the slow tier. Each run is recorded with its samples
+    # (its time then carries what sampling costs the reference runs) and none is read back.
+    runner = TieredFakePerf(0x7F0000000000, clock)
+    seconds = beyond_reference(tmp_path, runner).measure(0.0, 4, placement(1_500_000, 2_000_000))
+    ((ways, nodes, plan, timed),) = runner.timed
+    assert (ways, nodes) == (4, (0,)) and seconds == pytest.approx(timed)
+    assert plan is not None and (plan.fast_node, plan.slow_node) == (0, 0)
+    (call,) = runner.calls
+    assert "record" in call[2] and not any(c[:2] == ["perf", "script"] for c in runner.calls)
+
+
+def test_a_run_at_fewer_ways_than_a_group_holds_is_not_measured(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    runner = TieredFakePerf(0x7F0000000000, clock)
+    with pytest.raises(RunNotMeasured, match="below the fewest a group holds here"):
+        beyond_reference(tmp_path, runner, ways_min=2).measure(0.5, 1, placement(0, 0))
+    assert runner.calls == []

@@ -247,3 +247,25 @@ def test_a_run_the_backend_cannot_measure_stops_the_runs_and_keeps_those_before(
     assert taken.profile_runs is not None
     assert [r.objective for r in taken.profile_runs.runs] == [SHARING_RUN]
     assert said == ["1 ways is below this CPU's fewest (2)"]
+
+
+def test_no_run_is_asked_at_fewer_ways_than_a_group_holds() -> None:
+    # CAT refuses a group of fewer ways than min_cbm_bits: on such a host no run goes there,
+    # neither an objective's nor a calibration's (the calibrations' fewest ways are fastmin's).
+    bundle = simulated.profile("graph500")
+    predictor = Predictor(fit(bundle))
+    asked: list[tuple[float, int]] = []
+
+    def measure(ratio: float, ways: int, plan: list[StructurePlacement]) -> float:
+        asked.append((ratio, ways))
+        return predictor.predict_one(ratio, ways)[0]
+
+    take_runs(bundle, measure, objectives_of(DEFAULT_OBJECTIVES), 3)
+    fewest = min(w for _, w in asked)
+    assert fewest == 1  # where nothing stops it, some run is at one way
+    asked.clear()
+    host = bundle.host.model_copy(update={"min_llc_ways": 2})
+    take_runs(
+        bundle.model_copy(update={"host": host}), measure, objectives_of(DEFAULT_OBJECTIVES), 3
+    )
+    assert asked and all(w >= 2 for _, w in asked)

@@ -487,11 +487,14 @@ class BeyondReference:
     """Runs the program at a configuration the model asks for, placed as the node places a pod
     (node/nri's adjust.go, `model.node_contract.render_plan_file`): a resctrl group of that many
     ways, the allocator shim placing each tagged structure by the model's plan (TMC_PLAN), the
-    rest of the run's DRAM share open to what the plan does not name. Memory is bound as the
-    reference runs bind it where the run is theirs in kind: DRAM alone with nothing slow (the plan
-    names the DRAM node twice, so nothing can go slow), the slow node alone all slow (as slowmax:
-    the runs all slow at few ways calibrate its penalty), both nodes between. Sampled as the
-    reference runs are, so that their wall times compare; the samples are not read back."""
+    rest of the run's DRAM share open to what the plan does not name; memory on the DRAM node
+    and, with anything slow, the slow node. One exception: a run all slow is bound to the slow
+    node alone, as slowmax is (a pod all slow keeps its DRAM node for what the shim does not
+    place), since the runs all slow at few ways calibrate slowmax's penalty there. Sampled as the
+    reference runs are, so that their wall times compare; the samples are not read back.
+
+    Not caught: a program killed by a signal under `perf stat`, which exits 0 then (perf passes
+    the child's exit status on, and a signal leaves none)."""
 
     runner: Runner
     command: Sequence[str]
@@ -511,24 +514,21 @@ class BeyondReference:
 
     def measure(self, ratio: float, ways: int, placed: list[StructurePlacement]) -> float:
         if ways < self.ways_min:
-            raise RunNotMeasured(f"{ways} ways is below this CPU's fewest ({self.ways_min})")
+            raise RunNotMeasured(
+                f"{ways} ways is below the fewest a group holds here ({self.ways_min})"
+            )
         self.taken += 1
         log_dir = self.tmp / f"profile-run-{self.taken}"
-        log_dir.mkdir(parents=True, exist_ok=True)
         all_dram = ratio <= PARTIAL_TOLERANCE and not any(p.slow_bytes for p in placed)
         all_slow = ratio >= 1.0 - PARTIAL_TOLERANCE
-        plan_path = log_dir / "plan"
-        plan_path.write_text(
-            plan_file(
-                self.footprint_bytes,
-                ratio,
-                placed,
-                self.fast,
-                self.fast if all_dram else self.slow,
-            )
-        )
         nodes = (self.fast,) if all_dram else (self.slow,) if all_slow else (self.fast, self.slow)
+        plan = plan_file(
+            self.footprint_bytes, ratio, placed, self.fast, self.fast if all_dram else self.slow
+        )
         try:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            plan_path = log_dir / "plan"
+            plan_path.write_text(plan)
             group = self.resctrl.create(self.group_name, ways)
             env = shim.shim_env(
                 self.build, log_dir / "regions.%p.log", target=self.target, plan=plan_path
@@ -545,8 +545,8 @@ class BeyondReference:
                 log_dir,
                 decode=False,
             )
-        except (HardwareError, resctrl_fs.ResctrlError) as exc:
-            raise RunNotMeasured(str(exc)) from exc
+        except (HardwareError, resctrl_fs.ResctrlError, OSError) as exc:
+            raise RunNotMeasured(str(exc)[-500:]) from exc
         if rec.returncode != self.returncode:
             # A run that ended otherwise than the reference runs did (a crash, an allocation
             # refused on the slow node) is not the program's time at this configuration.
