@@ -151,17 +151,14 @@ def take_runs(
     measured first, so that no answer rests on an extrapolated correction alone. Otherwise the
     objectives ask in turn, and the runs stop early when none wants one, or when the backend
     cannot measure one (`RunNotMeasured`: `stopped` is told why; the runs before it are kept)."""
+    if not 0 <= budget <= MAX_PROFILE_RUNS:
+        raise ValueError(f"at most {MAX_PROFILE_RUNS} runs beyond the reference runs")
+    runs: list[ProfileRun] = []
     try:
-        return _take_runs(bundle, measure, objectives, budget, done)
-    except _Stopped as stop:
-        stopped(stop.why)
-        return with_runs(bundle, stop.runs)
-
-
-class _Stopped(Exception):
-    def __init__(self, why: str, runs: list[ProfileRun]) -> None:
-        super().__init__(why)
-        self.why, self.runs = why, runs
+        _take_runs(bundle, measure, objectives, budget, done, runs)
+    except RunNotMeasured as exc:
+        stopped(str(exc))
+    return with_runs(bundle, runs)
 
 
 def _take_runs(
@@ -170,22 +167,19 @@ def _take_runs(
     objectives: Sequence[Objective],
     budget: int,
     done: Callable[[ProfileRun], None],
-) -> ProfileBundle:
-    if not 0 <= budget <= MAX_PROFILE_RUNS:
-        raise ValueError(f"at most {MAX_PROFILE_RUNS} runs beyond the reference runs")
+    runs: list[ProfileRun],
+) -> None:
+    """Appends each run to `runs` as it is measured, so that the caller keeps them when a later
+    one cannot be measured."""
     machine = machine_of_host(bundle.host)
     reference = {(r.configuration.slow_ratio, r.configuration.llc_ways) for r in bundle.runs}
-    runs: list[ProfileRun] = []
 
     def runnable(at: tuple[float, int]) -> bool:
         # A group of fewer ways than CAT allows cannot be made: no run there.
         return at[1] >= bundle.host.min_llc_ways
 
     def timed(ratio: float, ways: int, predictor: Predictor) -> float:
-        try:
-            return measure(ratio, ways, predictor.placement(ratio, ways))
-        except RunNotMeasured as exc:
-            raise _Stopped(str(exc), runs) from exc
+        return measure(ratio, ways, predictor.placement(ratio, ways))
 
     def advise(predictor: Predictor, objective: Objective) -> Recommendation | None:
         # An objective no configuration of the grid meets (an SLO tighter than the grid's
@@ -288,4 +282,3 @@ def _take_runs(
         )
         runs.append(run)
         done(run)
-    return with_runs(bundle, runs)
