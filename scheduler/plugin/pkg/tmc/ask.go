@@ -1,7 +1,6 @@
 package tmc
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -247,9 +246,7 @@ func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, int64
 		return nil, 0, fallbackCause{v1alpha1.FallbackUnreadable, clip(source+" is unreadable: "+why, 512)}
 	}
 	var rec Recommendation
-	dec := json.NewDecoder(strings.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rec); err != nil {
+	if err := v1alpha1.DecodeOne(raw, &rec); err != nil {
 		return unreadable(err.Error())
 	}
 	if rec.Schema != "" && rec.Schema != RecommendationSchema {

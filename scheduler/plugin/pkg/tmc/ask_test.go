@@ -122,6 +122,35 @@ func TestReadPodRecommendation(t *testing.T) {
 	}
 }
 
+// A pinned recommendation is one JSON value with only whitespace after it, as model.node_contract
+// reads it: a stray ']' or '}' or a second value after it makes it unreadable (the pod gets the
+// fallback and is told why), never read as the value before them.
+func TestAPinnedRecommendationIsOneJSONValue(t *testing.T) {
+	rec := `{"schema":"tmc.recommendation/v1","workload":"graph500","objective":"slo:5%","recommendation_id":"r-9",` +
+		`"dram_bytes":3221225472,"slow_bytes":1073741824,"llc_ways":4,"slow_ratio":0.25}`
+	for name, c := range map[string]struct {
+		text string
+		read bool
+	}{
+		"trailing whitespace":  {rec + " \t\r\n", true},
+		"trailing ]":           {rec + "]", false},
+		"trailing }":           {rec + "}", false},
+		"a second value":       {rec + " " + rec, false},
+		"an empty object next": {rec + "{}", false},
+	} {
+		ann := map[string]string{WorkloadAnnotation: "graph500", ObjectiveAnnotation: "slo:5%", RecommendationAnnotation: c.text}
+		ask, err := ReadPod(tieredPod("p", ann, "1", "4Gi"))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if read := ask.Fallback == nil; read != c.read {
+			t.Errorf("%s: read %v, want %v (fallback %v)", name, read, c.read, ask.Fallback)
+		} else if !read && (ask.FallbackReason != v1alpha1.FallbackUnreadable || !strings.Contains(*ask.Fallback, "after the JSON value")) {
+			t.Errorf("%s: fallback %s %q", name, ask.FallbackReason, *ask.Fallback)
+		}
+	}
+}
+
 func TestReadPodTooLarge(t *testing.T) {
 	if _, err := ReadPod(tieredPod("huge", nil, "5000", "1Gi")); err == nil {
 		t.Error("a pod asking for 5000 CPUs was read")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,7 +93,9 @@ func TestTheEngineReadsPlacementsAsTheTableSays(t *testing.T) {
 
 // The table catches a reader that drifts: each of the readers the engine and the node had
 // before they shared one (trailing JSON accepted; an empty placement malformed; no bounds on
-// the names' lengths) concludes otherwise on some case.
+// the names' lengths), and the shared one before it refused a stray ']' or '}' after the object
+// (it asked json.Decoder.More, which sees no further value there), concludes otherwise on some
+// case.
 func TestThePlacementTableCatchesADriftingReader(t *testing.T) {
 	cases := readPlacementVerdicts(t)
 	drifted := map[string]func(map[string]string) (*Placement, error){
@@ -100,6 +103,15 @@ func TestThePlacementTableCatchesADriftingReader(t *testing.T) {
 			var first json.RawMessage
 			if err := json.NewDecoder(strings.NewReader(ann[PlacementAnnotation])).Decode(&first); err == nil {
 				ann = map[string]string{PlacementAnnotation: string(first)}
+			}
+			return v1alpha1.ParsePlacement(ann)
+		},
+		"a stray ] or } accepted": func(ann map[string]string) (*Placement, error) {
+			dec := json.NewDecoder(strings.NewReader(ann[PlacementAnnotation]))
+			var first json.RawMessage
+			if dec.Decode(&first) == nil && !dec.More() {
+				ann = maps.Clone(ann)
+				ann[PlacementAnnotation] = string(first)
 			}
 			return v1alpha1.ParsePlacement(ann)
 		},

@@ -51,9 +51,9 @@ func clip(s string, n int) string {
 // ParsePlacement reads a pod's placement annotations (model.node_contract's
 // Placement.from_annotations): (nil, nil) for a pod tmc did not place (no placement, or an
 // empty one), a *PlacementError for one whose placement cannot be trusted: longer than the
-// API server allows, not one JSON object of the contract's fields (nothing after it), outside
-// the contract's bounds (Validate), or with a tmc.dev/llc-mask that disagrees. It never panics:
-// every number is range-checked before use.
+// API server allows, not one JSON object of the contract's fields with only whitespace after
+// it (DecodeOne), outside the contract's bounds (Validate), or with a tmc.dev/llc-mask that
+// disagrees. It never panics: every number is range-checked before use.
 func ParsePlacement(ann map[string]string) (*Placement, error) {
 	raw := ann[PlacementAnnotation]
 	if raw == "" {
@@ -63,13 +63,8 @@ func ParsePlacement(ann map[string]string) (*Placement, error) {
 		return nil, placementErrorf("%s is not a JSON string under 256 KiB", PlacementAnnotation)
 	}
 	var p Placement
-	dec := json.NewDecoder(strings.NewReader(raw))
-	dec.DisallowUnknownFields() // the contract forbids extra fields
-	if err := dec.Decode(&p); err != nil {
+	if err := DecodeOne(raw, &p); err != nil {
 		return nil, placementErrorf("%s: %s", PlacementAnnotation, clip(err.Error(), 200))
-	}
-	if dec.More() {
-		return nil, placementErrorf("%s: more than one JSON value", PlacementAnnotation)
 	}
 	if p.Schema == "" {
 		p.Schema = PlacementSchema
@@ -87,6 +82,23 @@ func ParsePlacement(ann map[string]string) (*Placement, error) {
 		}
 	}
 	return &p, nil
+}
+
+// DecodeOne reads raw as one JSON value into v as model.node_contract's pydantic models read a
+// contract's text (model_validate_json): a field v does not have is refused (the contract
+// forbids extra fields), and so is anything but JSON whitespace after the value, so that the
+// Go and Python readers never disagree on whether a text is one value. json.Decoder.More does
+// not tell: it reports no further value before a stray ']' or '}', which would read `{...}]`.
+func DecodeOne(raw string, v any) error {
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if rest := raw[dec.InputOffset():]; strings.TrimLeft(rest, " \t\r\n") != "" {
+		return fmt.Errorf("%q after the JSON value, where only whitespace may follow", clip(rest, 20))
+	}
+	return nil
 }
 
 // Validate holds a placement to the contract's bounds (the markers on Placement spell the same
