@@ -40,7 +40,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any, Protocol
 
 from sqlalchemy import text
@@ -62,6 +61,7 @@ from scheduler.pods import (
     PodRef,
     claimed_templates,
     parse_quantity,
+    pod_request,
     read_pod,
 )
 from store.db import unit_of_work
@@ -324,24 +324,9 @@ class ClaimPod:
 
 
 def _cpu_request(spec: dict[str, Any]) -> int:
-    """The pod's CPUs as the engine counts a placed pod's: its request (the containers' sum,
-    or an init container's when larger) rounded up to whole vCPUs, at least one."""
-    total, largest_init = Decimal(0), Decimal(0)
-    for key in ("containers", "initContainers"):
-        containers = spec.get(key)
-        for c in containers if isinstance(containers, list) else ():
-            res = c.get("resources") if isinstance(c, dict) else None
-            res = res if isinstance(res, dict) else {}
-            requests, limits = res.get("requests") or {}, res.get("limits") or {}
-            raw = requests.get("cpu") if isinstance(requests, dict) else None
-            if raw is None and isinstance(limits, dict):
-                raw = limits.get("cpu")  # a missing request defaults to the limit
-            cpu = parse_quantity(raw) if raw is not None else Decimal(0)
-            if key == "containers":
-                total += cpu
-            else:
-                largest_init = max(largest_init, cpu)
-    return min(contract.MAX_CPUS, max(1, math.ceil(max(total, largest_init))))
+    """The pod's CPUs as the engine counts a placed pod's: its request (`pod_request`, as
+    Kubernetes' scheduler counts it) rounded up to whole vCPUs, at least one."""
+    return min(contract.MAX_CPUS, max(1, math.ceil(pod_request(spec, "cpu"))))
 
 
 def claim_pod(pod: dict[str, Any]) -> ClaimPod | None:
@@ -461,11 +446,18 @@ def _ask_inputs(pod: dict[str, Any], resource: str) -> tuple[object, ...] | None
         return ()
     memory = _opt_in_texts(spec.get("containers"), "memory")
     init_memory = _opt_in_texts(spec.get("initContainers"), "memory")
+    inits = spec.get("initContainers")
+    # Which init containers are sidecars, the pod-level requests and the overhead: the pod's
+    # memory request counts them too (`pod_request`).
+    sidecars = tuple(_exact(c.get("restartPolicy")) for c in inits) if inits else ()
     return (
         containers,
         init,
         memory,
         init_memory,
+        sidecars,
+        _exact(spec.get("resources")),
+        _exact(spec.get("overhead")),
         _exact(meta.get("uid")),
         _exact(meta.get("namespace")),
         _exact(meta.get("name")),

@@ -106,9 +106,13 @@ def _requests(containers: object, resource: str) -> Decimal:
         if not isinstance(c, dict):
             raise BadPod("a container is not an object")
         res = c.get("resources") or {}
-        req = (res.get("requests") or {}).get(resource)
+        requests = res.get("requests") or {} if isinstance(res, dict) else None
+        limits = res.get("limits") or {} if isinstance(res, dict) else None
+        if not isinstance(requests, dict) or not isinstance(limits, dict):
+            raise BadPod("a container's resources are not objects")
+        req = requests.get(resource)
         if req is None:  # Kubernetes defaults a missing request to the limit
-            req = (res.get("limits") or {}).get(resource)
+            req = limits.get(resource)
         if req is not None:
             total += parse_quantity(req)
     return total
@@ -124,17 +128,14 @@ def read_pod(pod: object, opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE) -> Pod
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, dict):
         raise BadPod("Pod annotations are not an object")
-    containers = spec.get("containers")
-    init = spec.get("initContainers")
-    opted = _requests(containers, opt_in_resource) > 0 or _max_single(init, opt_in_resource) > 0
+    opted = pod_request(spec, opt_in_resource) > 0
     workload = annotations.get(WORKLOAD_ANNOTATION)
     objective = canonical_objective(str(annotations.get(OBJECTIVE_ANNOTATION) or "cheapest"))
     if not opted and workload:
         opted = claims_its_template(spec, str(workload), objective)
     memory = 0
     if opted:
-        # As the in-tree fit counts it: the containers' sum, or an init container's when larger.
-        need = max(_requests(containers, "memory"), _max_single(init, "memory"))
+        need = pod_request(spec, "memory")
         # A request past what the model prices (1 PiB) is no real pod's: it prices nothing.
         memory = int(need) if need <= MAX_BYTES else 0
     return PodAsk(
@@ -169,10 +170,40 @@ def claims_its_template(spec: dict[str, object], workload: str, objective: str) 
     return recommendation_object_name(workload, objective) in claimed_templates(spec)
 
 
-def _max_single(containers: object, resource: str) -> Decimal:
-    if not isinstance(containers, list):
-        return Decimal(0)
-    return max((_requests([c], resource) for c in containers), default=Decimal(0))
+# Resources a pod may request for all its containers at once (`spec.resources`, Kubernetes'
+# pod-level resources): such a request replaces the containers' sum for that resource.
+_POD_LEVEL = ("cpu", "memory")
+
+
+def pod_request(spec: dict[str, object], resource: str) -> Decimal:
+    """What a pod asks of one resource as Kubernetes' scheduler counts it (component-helpers'
+    `PodRequests`, which the Go engine calls): the containers' sum, with restartable init
+    (sidecar) containers counted among them since they run beside the containers; at least what
+    the pod holds while any one init container runs (it and the sidecars started before it);
+    a pod-level request in place of all that where the pod sets one; plus the pod's overhead
+    (its runtime class's). The shared cases are scheduler/conformance/pod_requests.json."""
+    total = _requests(spec.get("containers"), resource)
+    inits = spec.get("initContainers")
+    sidecars = peak = Decimal(0)
+    for c in inits if isinstance(inits, list) else ():
+        own = _requests([c], resource)
+        if isinstance(c, dict) and c.get("restartPolicy") == "Always":
+            total += own
+            sidecars += own
+            running = sidecars
+        else:
+            running = own + sidecars
+        peak = max(peak, running)
+    total = max(total, peak)
+    pod_level = spec.get("resources")
+    if resource in _POD_LEVEL or resource.startswith("hugepages-"):
+        requests = pod_level.get("requests") if isinstance(pod_level, dict) else None
+        if isinstance(requests, dict) and requests.get(resource) is not None:
+            total = parse_quantity(requests[resource])
+    overhead = spec.get("overhead")
+    if isinstance(overhead, dict) and overhead.get(resource) is not None:
+        total += parse_quantity(overhead[resource])
+    return total
 
 
 def canonical_objective(text: str) -> str:
