@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -37,13 +36,13 @@ type Cache struct {
 	// count it again. UIDs never come back; the most recent releasedKept are remembered.
 	released      map[types.UID]struct{}
 	releasedOrder []types.UID
-	// index is the records by node object as readers find them without the lock: a map never
-	// changed once stored, made anew (reindexLocked) when drift (records made, dropped or parsed
-	// from a new object since) or misses (reads that did not find a node in it) reach an eighth
-	// of the records.
-	index  atomic.Pointer[map[*v1.Node]*nodeUse]
-	drift  int
-	misses atomic.Int64
+	// index is the records by node object as readers find them without the lock (nodeIndex):
+	// published by the writers that give records another object (the node handler), never by a
+	// reader. drift counts the keys of its all made stale since all was made; moved are the
+	// records given another object under the lock, indexed by unlock.
+	index atomic.Pointer[nodeIndex]
+	drift int
+	moved []*nodeUse
 	// touched are the records and pools changed under the lock, published by unlock.
 	touched      []*nodeUse
 	touchedPools []*rackPool
@@ -64,7 +63,7 @@ func NewCache() *Cache {
 		pools:      map[string]*rackPool{},
 		released:   map[types.UID]struct{}{},
 	}
-	c.index.Store(&map[*v1.Node]*nodeUse{})
+	c.index.Store(&nodeIndex{})
 	return c
 }
 

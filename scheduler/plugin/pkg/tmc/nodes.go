@@ -28,13 +28,27 @@ type parsedNode struct {
 	ready bool
 }
 
+// parseNode is what the node's metadata says, an unreadable pattern logged: the node handler's
+// parse, once per version delivered.
 func parseNode(node *v1.Node) *parsedNode {
-	p := &parsedNode{version: node.ResourceVersion, ready: nodeReady(node)}
-	p.capacity, p.cpus, p.err = parseNodeCapacity(node)
-	if _, ok := node.Annotations[PatternAnnotation]; ok {
-		p.pattern, _ = parsePattern(node)
+	p, patternErr := readNode(node)
+	if patternErr != nil {
+		klog.ErrorS(patternErr, "unreadable machine pattern; the node is placed on as if it had none", "node", klog.KObj(node))
 	}
-	return p
+	return &p
+}
+
+// readNode is parseNode without the log, and the pattern's error returned: a scheduling cycle
+// reads a version the node handler has not delivered on every call until it does, and the
+// handler logs it then.
+func readNode(node *v1.Node) (parsedNode, error) {
+	p := parsedNode{version: node.ResourceVersion, ready: nodeReady(node)}
+	p.capacity, p.cpus, p.err = parseNodeCapacity(node)
+	var patternErr error
+	if _, ok := node.Annotations[PatternAnnotation]; ok {
+		p.pattern, patternErr = ParsePattern(node.Annotations)
+	}
+	return p, patternErr
 }
 
 // ReadNodeCapacity is a node's tiered capacity as the engine reads it (its labels and tmc.dev
@@ -104,12 +118,4 @@ func nodeReady(node *v1.Node) bool {
 		}
 	}
 	return false
-}
-
-func parsePattern(node *v1.Node) (*NodePattern, error) {
-	pattern, err := ParsePattern(node.Annotations)
-	if err != nil {
-		klog.ErrorS(err, "unreadable machine pattern; the node is placed on as if it had none", "node", klog.KObj(node))
-	}
-	return pattern, err
 }

@@ -48,8 +48,10 @@ func TestTheLockFreeReadAgreesWithTheLockedAccounting(t *testing.T) {
 		}
 		node.ResourceVersion = fmt.Sprint(version)
 		nodes[name] = node
-		capacity, _, _ := nodeCapacity(node)
-		c.SetNode(name, capacity)
+		// As the node handler delivers it (ObserveNode): its pool, then its metadata.
+		parsed := parseNode(node)
+		c.SetNode(name, parsed.capacity)
+		c.Observed(node, parsed)
 	}
 	var held, bound []types.UID
 	key := PlacedKey{Workload: "a", DRAMBytes: 4, LLCWays: 1}
@@ -61,6 +63,13 @@ func TestTheLockFreeReadAgreesWithTheLockedAccounting(t *testing.T) {
 		case op == 1:
 			c.RemoveNode(name)
 			c.ForgetNode(name)
+			if rng.IntN(2) == 0 {
+				// Delivered again as the same object: the index finds a record made anew.
+				parsed := parseNode(nodes[name])
+				c.SetNode(name, parsed.capacity)
+				c.Observed(nodes[name], parsed)
+				break
+			}
 			delete(nodes, name)
 		case op == 2:
 			c.SetPools(map[string]int64{"r0": int64(rng.IntN(200))})
@@ -106,16 +115,11 @@ func TestTheLockFreeReadAgreesWithTheLockedAccounting(t *testing.T) {
 			}
 		}
 	}
-	// Every node is read from its view: a second read of each misses nothing.
-	for _, node := range nodes {
-		c.State(node, key, true)
-	}
-	misses := c.misses.Load()
-	for _, node := range nodes {
-		c.State(node, key, true)
-	}
-	if c.misses.Load() != misses {
-		t.Fatalf("%d reads of unchanged nodes took the locked path", c.misses.Load()-misses)
+	// Every node the handler delivered is read from its published view, with no read before.
+	for name, node := range nodes {
+		if c.published(node) == nil {
+			t.Fatalf("node %s is read under the lock", name)
+		}
 	}
 }
 
@@ -191,8 +195,8 @@ func TestTheNextPodsFilterSeesEachReservation(t *testing.T) {
 
 // TestAnUpdatedNodesOldObjectIsNotKeptAlive: readers find a node's record by the object they
 // hold, so the record keeps the object it last parsed; the node informer's update replaces it
-// at once, and once the index is made anew nothing of the cache holds the old object (the node
-// informer's memory is not doubled by nodes that no pod was judged against since their update).
+// at once (readers find the update's object at once), and once the index is made anew nothing of
+// the cache holds the old object (the node informer's memory is not doubled by updated nodes).
 func TestAnUpdatedNodesOldObjectIsNotKeptAlive(t *testing.T) {
 	e := &Engine{cache: NewCache()}
 	c := e.cache
@@ -215,6 +219,9 @@ func TestAnUpdatedNodesOldObjectIsNotKeptAlive(t *testing.T) {
 	if s := c.State(updated, key, true); s.Capacity == nil || s.Capacity.DRAMBytes != 32<<30 {
 		t.Fatalf("the node as updated: %+v", s)
 	}
+	if c.published(updated) == nil {
+		t.Fatal("the updated node is read under the lock before the index is made anew")
+	}
 	c.mu.Lock()
 	c.reindexLocked()
 	c.mu.Unlock()
@@ -222,9 +229,42 @@ func TestAnUpdatedNodesOldObjectIsNotKeptAlive(t *testing.T) {
 	if gone.Value() != nil {
 		t.Fatal("the node's object before its update is still reachable from the cache")
 	}
-	misses := c.misses.Load()
-	c.State(updated, key, true)
-	if c.misses.Load() != misses {
-		t.Fatal("the updated node is read through the locked path after the index was made anew")
+	if c.published(updated) == nil {
+		t.Fatal("the updated node is read under the lock after the index was made anew")
+	}
+}
+
+// TestEveryDeliveredNodeIsFoundWithoutTheLock: whatever the node handler delivers (nodes added,
+// updated in any order, deleted), the object it delivered is found at once by a reader holding it,
+// with no read in between to make the index anew; the records given another object since the
+// index's whole map was made stay within their bound.
+func TestEveryDeliveredNodeIsFoundWithoutTheLock(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	e := &Engine{cache: NewCache()}
+	c := e.cache
+	nodes := map[string]*v1.Node{}
+	for step := range 3000 {
+		name := fmt.Sprintf("n%d", rng.IntN(300))
+		if nodes[name] != nil && rng.IntN(20) == 0 {
+			c.RemoveNode(name)
+			c.ForgetNode(name)
+			delete(nodes, name)
+			continue
+		}
+		node := tmcNode(name, 8, 64<<30, 0, 12, "", 0)
+		node.ResourceVersion = fmt.Sprint(step + 1)
+		e.ObserveNode(node)
+		nodes[name] = node
+		if c.published(node) == nil {
+			t.Fatalf("step %d: %s as just delivered is read under the lock", step, name)
+		}
+		if x := c.index.Load(); len(x.recent) > recentBound(len(c.nodes)) {
+			t.Fatalf("step %d: %d records beside the index's whole map, bound %d", step, len(x.recent), recentBound(len(c.nodes)))
+		}
+	}
+	for name, node := range nodes {
+		if c.published(node) == nil {
+			t.Fatalf("%s is read under the lock", name)
+		}
 	}
 }

@@ -2,8 +2,12 @@ package tmc
 
 // A node's record and the view of it that Filter and Score read without a lock: every writer
 // publishes the views it changed as it releases the lock, so a reader sees each change whole.
+// Readers never write: the node handler makes a node's record and indexes it by the object it
+// delivers, and a scheduling cycle that holds an object the handler has not delivered judges it
+// as it is, keeping nothing.
 
 import (
+	"math"
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
@@ -50,7 +54,7 @@ type nodeView struct {
 	// parsed is a copy, not a pointer: one block of memory to read.
 	parsed parsedNode
 	// obj is the node object parsed: a reader holding another object (an older or newer
-	// version) takes the locked path.
+	// version, or a copy) judges the object it holds (stateOf).
 	obj *v1.Node
 	// usage is the node's capacity and what its reservations hold; for a pooled node, the
 	// pool's size and usage are read from pool when the node is judged.
@@ -81,28 +85,35 @@ type NodeState struct {
 }
 
 // State is a node's NodeState for a pod counted as pod (counted false: no preference asked), its
-// metadata parsed once per object version and kept in the node's record. Filter and Score call
-// it for every node, from kube-scheduler's 16 goroutines: it reads the node's published view
-// without a lock. What a writer changed is published before the writer returns, so the next
-// pod's Filter sees the reservation Reserve made for the one before.
+// metadata parsed once per object version by the node handler and kept in the node's record.
+// Filter and Score call it for every node, from kube-scheduler's 16 goroutines: it reads the
+// node's published view without a lock, and writes nothing. What a writer changed is published
+// before the writer returns, so the next pod's Filter sees the reservation Reserve made for the
+// one before.
 //
 // The view is looked up before the node object is read at all: at 20,000 nodes most objects a
 // Filter asks about are out of the CPU's caches, and reading one cost a fifth of this function.
 func (c *Cache) State(node *v1.Node, pod PlacedKey, counted bool) NodeState {
-	idx := c.index.Load()
-	if n := (*idx)[node]; n != nil {
+	if v := c.published(node); v != nil {
+		return v.state(pod, counted)
+	}
+	return c.stateOf(node, pod, counted)
+}
+
+// published is the view a reader holding node reads without the lock: nil when the node handler
+// has not delivered this object (or its view must be read under the lock, or it is a test's).
+func (c *Cache) published(node *v1.Node) *nodeView {
+	x := c.index.Load()
+	n := x.all[node]
+	if n == nil && len(x.recent) > 0 {
+		n = x.recent[node]
+	}
+	if n != nil {
 		if v := n.view.Load(); v != nil && v.obj == node && v.informed && !v.locked {
-			return v.state(pod, counted)
+			return v
 		}
 	}
-	if node.ResourceVersion == "" {
-		// Not from an informer (tests): parsed each time, nothing kept.
-		p := parseNode(node)
-		c.mu.RLock()
-		defer c.mu.RUnlock()
-		return c.stateLocked(c.nodes[node.Name], p, pod, counted)
-	}
-	return c.stateSlow(node, pod, counted, len(*idx))
+	return nil
 }
 
 // state is the view's NodeState, with its pool's sums as they are now.
@@ -122,40 +133,29 @@ func (v *nodeView) state(pod PlacedKey, counted bool) NodeState {
 	return s
 }
 
-// stateSlow is State for a node whose view is not in the index (new since the index was made),
-// not parsed at this version, or pooled in a way only the locked accounting answers.
-func (c *Cache) stateSlow(node *v1.Node, pod PlacedKey, counted bool, indexed int) NodeState {
-	if c.misses.Add(1) > int64(indexed/8) {
-		c.mu.Lock()
-		if c.drift > 0 {
-			c.reindexLocked()
-		} else {
-			c.misses.Store(0) // misses of another kind (new versions): a new index finds no more
-		}
-		c.mu.Unlock()
-	}
+// stateOf is State for a node object the cache publishes no view of: one the node handler has
+// not delivered (a node new to the cache, a version newer or older than the cache's, the cache's
+// version in another object: a relist, the extender's decoded nodes), one pooled where the
+// informer's membership does not say so yet, or a test's object. kube-scheduler's snapshot and
+// the engine's handler follow the same informer at their own pace, so a cycle may hold either
+// side of a change for a moment. The cycle's object is judged as it is, with what the cache holds
+// on the node by name, and nothing is kept: the cache's version parsed already when it is the
+// same (an informer's object is never changed in place), else the object read here, and the
+// handler records the node when it delivers the object. Filter thus never writes, and Reserve,
+// which reads the same object, agrees with it.
+func (c *Cache) stateOf(node *v1.Node, pod PlacedKey, counted bool) NodeState {
 	c.mu.RLock()
-	n := c.nodes[node.Name]
-	var p *parsedNode
-	if n != nil && n.parsed != nil && n.parsed.version == node.ResourceVersion {
-		if n.obj == node {
-			defer c.mu.RUnlock()
-			return c.stateLocked(n, n.parsed, pod, counted)
-		}
-		p = n.parsed // the same version in another object (a relist): nothing to parse again
+	if n := c.nodes[node.Name]; n != nil && n.parsed != nil && node.ResourceVersion != "" && n.parsed.version == node.ResourceVersion {
+		defer c.mu.RUnlock()
+		return c.stateLocked(n, n.parsed, pod, counted)
 	}
 	c.mu.RUnlock()
-	if p == nil {
-		p = parseNode(node)
-	}
-	c.mu.Lock()
-	defer c.unlock()
-	n = c.recordLocked(node.Name)
-	n.parsed = p
-	n.obj = node
-	c.drift++ // the index's key for it is an older object
-	c.touchLocked(n)
-	return c.stateLocked(n, p, pod, counted)
+	// Read outside the lock (a pattern takes a while to parse, and a waiting writer holds off
+	// every reader); the reservations are read after it, as they are then.
+	p, _ := readNode(node)
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.stateLocked(c.nodes[node.Name], &p, pod, counted)
 }
 
 func (c *Cache) stateLocked(n *nodeUse, p *parsedNode, pod PlacedKey, counted bool) NodeState {
@@ -207,8 +207,8 @@ func (c *Cache) unlock() {
 	clear(c.touched)
 	clear(c.touchedPools)
 	c.touched, c.touchedPools = c.touched[:0], c.touchedPools[:0]
-	if c.drift > 0 && c.drift > len(c.nodes)/8 {
-		c.reindexLocked()
+	if len(c.moved) > 0 {
+		c.indexLocked()
 	}
 	c.mu.Unlock()
 }
@@ -238,45 +238,103 @@ func (c *Cache) viewLocked(n *nodeUse) *nodeView {
 	return v
 }
 
-// reindexLocked makes the index readers find records in: the records as they are, by the node
-// object last parsed. Made anew when records came or went or were parsed from a new object
-// (amortised: after an eighth of the records, or as many reads that missed it), not on every
-// change: the views it points to carry the changes.
-func (c *Cache) reindexLocked() {
-	index := make(map[*v1.Node]*nodeUse, len(c.nodes))
-	for _, n := range c.nodes {
-		if n.obj != nil {
-			index[n.obj] = n
+// nodeIndex is the node records by the object a reader holds, found without the lock and
+// without reading the object (its address is the key). Never changed once published: writers
+// publish a new one. all holds every record by its object when all was made; recent, the records
+// given another object since (by the node handler), by that object. A reader looks in all, then
+// in recent.
+type nodeIndex struct {
+	all, recent map[*v1.Node]*nodeUse
+}
+
+// recentBound is how many records recent holds before all is made anew. Each object the node
+// handler delivers copies recent, and every bound-th makes all anew (every node), so a delivery
+// costs about nodes/bound + bound/2 entries: least at the square root of 2*nodes (200 at 20,000
+// nodes, where making all anew at each delivery would cost 20,000).
+func recentBound(nodes int) int {
+	return max(16, int(math.Sqrt(float64(2*nodes))))
+}
+
+// indexLocked publishes the index with the records given another object (or none) under the
+// lock: recent copied without the keys of records that have moved on, and with theirs. all is
+// made anew when recent passes its bound, when all names another record by one of their objects
+// (a node dropped and recorded again from the same object), or when an eighth of all's keys are
+// stale (drift): all keeps the objects it names alive, so at most an eighth of the node
+// informer's objects are held twice.
+func (c *Cache) indexLocked() {
+	x := c.index.Load()
+	recent := make(map[*v1.Node]*nodeUse, len(x.recent)+len(c.moved))
+	for obj, n := range x.recent {
+		if n.obj == obj {
+			recent[obj] = n
 		}
 	}
-	c.index.Store(&index)
+	anew := c.drift > len(c.nodes)/8
+	for _, n := range c.moved {
+		if n.obj == nil {
+			continue // forgotten: nothing to find it by
+		}
+		switch held := x.all[n.obj]; held {
+		case n: // all finds it by this object already
+		case nil:
+			recent[n.obj] = n
+		default:
+			anew = true
+		}
+	}
+	clear(c.moved)
+	c.moved = c.moved[:0]
+	if anew || len(recent) > recentBound(len(c.nodes)) {
+		c.reindexLocked()
+		return
+	}
+	c.index.Store(&nodeIndex{all: x.all, recent: recent})
+}
+
+// reindexLocked makes all anew from the records as they are, recent empty.
+func (c *Cache) reindexLocked() {
+	all := make(map[*v1.Node]*nodeUse, len(c.nodes))
+	for _, n := range c.nodes {
+		if n.obj != nil {
+			all[n.obj] = n
+		}
+	}
+	c.index.Store(&nodeIndex{all: all})
 	c.drift = 0
-	c.misses.Store(0)
 }
 
 // recordLocked is the node's record, made when there is none. The index may still hold a
 // record dropped for the name, under its last object: its view is gone (nil), so a reader that
-// finds it takes the locked path, which reads this one.
+// finds it judges the object it holds (stateOf), reading this one.
 func (c *Cache) recordLocked(name string) *nodeUse {
 	n := c.nodes[name]
 	if n == nil {
 		n = &nodeUse{}
 		c.nodes[name] = n
-		c.drift++
 	}
 	return n
 }
 
-// dropLocked forgets an idle record.
+// dropLocked forgets an idle record (one with no object: the index finds it by none it holds).
 func (c *Cache) dropLocked(name string, n *nodeUse) {
 	delete(c.nodes, name)
 	c.touchLocked(n) // its view goes
-	c.drift++
+}
+
+// moveLocked gives a record another node object (nil: none), which readers find it by once the
+// writer publishes the index.
+func (c *Cache) moveLocked(n *nodeUse, obj *v1.Node) {
+	if n.obj != nil {
+		c.drift++ // all's key for it, if it has one, is stale
+	}
+	n.obj = obj
+	c.moved = append(c.moved, n)
 }
 
 // Observed records a node's object as its informer delivers it, with its metadata parsed: the
-// node's view follows the object at once, and the record does not keep the object it replaces
-// alive (only the index does, until it is made anew: at most an eighth of the nodes).
+// node's view and the index follow the object at once, and the record does not keep the object it
+// replaces alive (only all does, until it is made anew: at most an eighth of the nodes). The node
+// handler is the only writer of a node's record's metadata.
 func (c *Cache) Observed(node *v1.Node, parsed *parsedNode) {
 	c.mu.Lock()
 	defer c.unlock()
@@ -284,8 +342,8 @@ func (c *Cache) Observed(node *v1.Node, parsed *parsedNode) {
 	if n.obj == node {
 		return
 	}
-	n.parsed, n.obj = parsed, node
-	c.drift++ // the index's key for it is an older object
+	n.parsed = parsed
+	c.moveLocked(n, node)
 	c.touchLocked(n)
 }
 
@@ -294,7 +352,10 @@ func (c *Cache) ForgetNode(name string) {
 	c.mu.Lock()
 	defer c.unlock()
 	if n := c.nodes[name]; n != nil {
-		n.parsed, n.obj = nil, nil
+		n.parsed = nil
+		if n.obj != nil {
+			c.moveLocked(n, nil)
+		}
 		c.touchLocked(n)
 		if n.idle() {
 			c.dropLocked(name, n)
