@@ -33,6 +33,7 @@ from api.bootstrap import BootstrapError, TokenSpec, ensure_token, parse_spec, r
 from tests.scheduler.controlplane import NAMESPACE, RELEASE, Unavailable, unavailable
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import devcluster as dc
+from tests.scheduler.test_contract_published import undescribed
 from tests.services import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,6 +122,25 @@ def test_every_object_of_the_chart_is_in_the_api_server(installed: Installed) ->
     nodes = {n.metadata.name for n in installed.core.list_node().items}
     assert sorted(str(p.spec.node_name) for p in pods) == sorted(str(n) for n in nodes)
     assert all(p.spec.service_account_name == f"{FULL}-agent" for p in pods)
+
+
+def test_kubectl_explain_has_a_description_for_every_field(installed: Installed) -> None:
+    """What `kubectl explain tieredrecommendation` reads: the API server's OpenAPI v3 document
+    of tmc's group, built from the installed CRD. Every field of the kind says what it is."""
+    api = installed.client
+    request = api.param_serialize(
+        "GET", "/openapi/v3/apis/tmc.dev/v1alpha1", auth_settings=["BearerToken"]
+    )
+    schemas = json.loads(api.call_api(*request).read())["components"]["schemas"]
+    (kind,) = [
+        s
+        for s in schemas.values()
+        if {"group": "tmc.dev", "version": "v1alpha1", "kind": "TieredRecommendation"}
+        in s.get("x-kubernetes-group-version-kind", [])
+    ]
+    assert kind["description"].strip()
+    assert {"spec", "status"} <= set(kind["properties"])
+    assert undescribed(kind) == []
 
 
 def test_generated_tokens_and_certificates_survive_an_upgrade(installed: Installed) -> None:
