@@ -275,6 +275,13 @@ class Placement(BaseModel):
     fallback_reason: Annotated[str, Field(pattern=r"^[A-Z][A-Za-z]{0,63}$")] | None = None
     # The published recommendation the node reads the plan from (v3 only; left out when absent).
     plan_from: PlanSource | None = None
+    # Whose size the configuration's bytes are: the pod's memory request split by the
+    # recommendation ("request"; also when absent, as in placements written before the field),
+    # or the recommendation's own bytes, for a pod that requests no memory ("recommendation").
+    # The node limits a container to the placement's bytes only when they are its pod's request.
+    # Written only as "recommendation", and left out of the JSON when absent, as the engine
+    # writes it.
+    sized_from: Literal["request", "recommendation"] | None = None
 
     @field_validator("llc_mask")
     @classmethod
@@ -295,6 +302,8 @@ class Placement(BaseModel):
             raise ValueError("plan_from: only in tmc.placement/v3")
         if self.plan_from is not None and (self.plan or self.fallback is not None):
             raise ValueError("plan_from: given with a plan or a fallback")
+        if self.sized_from == "recommendation" and self.fallback is not None:
+            raise ValueError("sized_from: a fallback is the pod's request, not a recommendation's")
         if self.llc_mask_bits.bit_count() != self.configuration.llc_ways:
             raise ValueError("llc_mask and configuration.llc_ways disagree")
         if self.plan:
@@ -310,7 +319,7 @@ class Placement(BaseModel):
 
     def to_annotations(self) -> dict[str, str]:
         body = self.model_dump(mode="json", by_alias=True)
-        for absent_left_out in ("fallback_reason", "plan_from"):
+        for absent_left_out in ("fallback_reason", "plan_from", "sized_from"):
             if body[absent_left_out] is None:
                 del body[absent_left_out]
         if "plan_from" in body and body["plan_from"]["uid"] is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -25,7 +25,14 @@ pytestmark = pytest.mark.slow  # a real containerd, built once per machine
 GIB = 1 << 30
 
 
-def placement(mask: str, ways: int, dram: int, slow: int = 0, node: str = "node-a") -> str:
+def placement(
+    mask: str,
+    ways: int,
+    dram: int,
+    slow: int = 0,
+    node: str = "node-a",
+    sized_from: Literal["request", "recommendation"] | None = None,
+) -> str:
     p = contract.Placement(
         node=node,
         workload="graph500",
@@ -35,6 +42,7 @@ def placement(mask: str, ways: int, dram: int, slow: int = 0, node: str = "node-
         llc_mask=mask,
         recommendation_id="r-1",
         plan=[contract.StructurePlan(tag="edges", fast_bytes=dram // 2, slow_bytes=slow)],
+        sized_from=sized_from,
     )
     return p.to_annotations()[contract.PLACEMENT_ANNOTATION]
 
@@ -190,6 +198,24 @@ def test_a_pod_is_never_limited_below_its_own_ask(node: Node, start_plugin: Plug
     ).stdout.strip()
     assert node.runtime.spec(cid)["linux"]["resources"]["memory"]["limit"] == 8 * GIB
     assert seen(node.runtime.run_to_end(cid))["memory-limit-v1"] == [str(8 * GIB)]
+
+
+def test_a_pod_that_asked_for_no_memory_is_not_limited_to_its_recommendations_bytes(
+    node: Node, start_plugin: PluginFactory
+) -> None:
+    """A pod that requests no memory is reserved its recommendation's own 32 MiB, and its
+    placement says so (`sized_from`): tmc-nri sets no memory limit from bytes the pod never asked
+    for, and the process sees none."""
+    start_plugin()
+    ann = {
+        contract.PLACEMENT_ANNOTATION: placement("0xc0", 2, 32 << 20, sized_from="recommendation"),
+        contract.LLC_MASK_ANNOTATION: "0xc0",
+    }
+    cid = create(node, "unasked", 14, ann)
+    spec = node.runtime.spec(cid)
+    assert env_of(spec)["TMC_PLAN"] == "/run/tmc/plan"  # placed, not refused as malformed
+    assert "limit" not in (spec["linux"]["resources"].get("memory") or {})
+    assert seen(node.runtime.run_to_end(cid))["memory-limit-v1"] != [str(32 << 20)]
 
 
 def test_a_placed_containers_memory_is_not_raised_after_creation(

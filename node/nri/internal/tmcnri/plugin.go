@@ -773,15 +773,18 @@ func InstallShim(bundled, shimDir string) (bool, error) {
 }
 
 // MemoryLimit is the memory limit a placement sets on a container whose own limit is own (0 for
-// none), and whether it sets one. The engine sizes a placement from its pod's memory request
-// (the recommendation's bytes only for a pod that requests none), so the placement's DRAM and slow
-// bytes together are at least what any one container of the pod asked for: a container without a
-// limit is held to them. A container's own limit is what its pod asked for and is never lowered,
-// since a profile traced on a small input must not cut a pod deployed on its real one.
-// Adjust reads this one rule for every path that applies a placement.
+// none), and whether it sets one. The engine sizes a placement from its pod's memory request,
+// so the placement's DRAM and slow bytes together are at least what any one container of the
+// pod asked for: a container without a limit is held to them. A placement sized otherwise (a pod
+// that requests no memory is reserved its recommendation's own bytes, sized_from says so) sets
+// no limit: the pod never asked for those bytes and may need more, and the node cannot see the
+// pod's request to judge them against it. A container's own limit
+// is what its pod asked for and is never lowered, since a profile traced on a small input must
+// not cut a pod deployed on its real one. Adjust reads this one rule for every path that
+// applies a placement.
 func MemoryLimit(pl *Placement, own int64) (int64, bool) {
 	limit := pl.Configuration.DRAMBytes + pl.Configuration.SlowBytes
-	if own > 0 || limit <= 0 {
+	if own > 0 || limit <= 0 || !pl.SizedFromRequest() {
 		return 0, false
 	}
 	return limit, true

@@ -448,7 +448,8 @@ func TestInstallShimOnlyWhereNoneIs(t *testing.T) {
 
 // A container's own memory limit is what its pod asked for: the placement never lowers it, at
 // creation or when a container created without the plugin is corrected. A container without one
-// is held to the placement's bytes, which the engine sized from the pod's request.
+// is held to the placement's bytes when the engine sized them from the pod's request, and to
+// none when they are its recommendation's own (a pod that requests no memory).
 func TestAContainersOwnMemoryLimitIsNeverLowered(t *testing.T) {
 	f := newFixture(t, true)
 	ctx := context.Background()
@@ -470,6 +471,14 @@ func TestAContainersOwnMemoryLimitIsNeverLowered(t *testing.T) {
 	if lim := adj.GetLinux().GetResources().GetMemory().GetLimit(); lim != nil {
 		t.Errorf("a container's own 1 GiB limit was set to %d", lim.GetValue())
 	}
+	// Placed at its recommendation's own bytes (its pod requests no memory): no limit from them.
+	unasked := placed("node-a", "0xc0", 2, 48<<20, 16<<20)
+	unasked[PlacementAnnotation] = strings.TrimSuffix(unasked[PlacementAnnotation], "}") + `,"sized_from":"recommendation"}`
+	adj, _, err = f.plugin.CreateContainer(ctx, pod("unasked", "6f1c2a9e-0b4f", unasked), container("unasked", "0-1"))
+	must(t, err)
+	if lim := adj.GetLinux().GetResources().GetMemory().GetLimit(); lim != nil {
+		t.Errorf("a container of a pod that asked for no memory was limited to %d", lim.GetValue())
+	}
 	// Synchronize reads the same rule: a late container with its own limit keeps it.
 	g := New(f.plugin.cfg, f.rec, f.rec)
 	late := pod("late", "6f1c2a9e-0b3f", placed("node-a", "0x30", 2, 48<<20, 16<<20))
@@ -481,12 +490,21 @@ func TestAContainersOwnMemoryLimitIsNeverLowered(t *testing.T) {
 		t.Errorf("a late container's own limit was changed: %v", updates)
 	}
 	for _, c := range []struct {
-		own, want int64
+		own       int64
+		sizedFrom v1alpha1.SizedFrom // "": the placement does not say
+		want      int64
 		set       bool
-	}{{0, 64 << 20, true}, {8 * gib, 0, false}, {1, 0, false}} {
+	}{
+		{0, "", 64 << 20, true}, {0, v1alpha1.SizedFromRequest, 64 << 20, true}, {8 * gib, "", 0, false}, {1, "", 0, false},
+		// The recommendation's own bytes, for a pod that asked for none: no limit from them.
+		{0, v1alpha1.SizedFromRecommendation, 0, false}, {8 * gib, v1alpha1.SizedFromRecommendation, 0, false},
+	} {
 		pl := &Placement{Configuration: v1alpha1.PlacedConfiguration{DRAMBytes: 48 << 20, SlowBytes: 16 << 20}}
+		if c.sizedFrom != "" {
+			pl.SizedFrom = &c.sizedFrom
+		}
 		if got, set := MemoryLimit(pl, c.own); got != c.want || set != c.set {
-			t.Errorf("own %d: %d %v, want %d %v", c.own, got, set, c.want, c.set)
+			t.Errorf("own %d, sized from %q: %d %v, want %d %v", c.own, c.sizedFrom, got, set, c.want, c.set)
 		}
 	}
 }

@@ -28,7 +28,8 @@ import (
 // tier), profiled on a small input; the pod's own memory request is its size. The placement gives
 // the pod its request split by the ratio and the plan's shares (SizeToPod), so nothing ever holds a
 // container below what its pod asked for. The recommendation's bytes are used only for a pod that
-// requests no memory.
+// requests no memory: it is reserved them, its placement says so (sized_from), and the node
+// then limits none of its containers to them.
 const (
 	RecommendationAnnotation = Group + "/recommendation"
 	RecommendationSchema     = v1alpha1.RecommendationSchema
@@ -157,6 +158,15 @@ func ReadPodWith(pod *v1.Pod, published Published) (*PodAsk, error) {
 // traced: it is given what it asked for, split by the recommendation, and told so.
 func (a *PodAsk) BelowProfile() bool {
 	return a.Fallback == nil && a.MemoryBytes > 0 && a.MemoryBytes < a.ProfileBytes
+}
+
+// SizedFromRecommendation says whether the pod is placed at its recommendation's own bytes, not
+// at its request: a recommendation for a pod that requests no memory. It is still reserved those
+// bytes (a node must have room for what its program was seen to use), but its placement says
+// whose size they are, so that the node sets no memory limit from bytes the pod never asked for
+// (the node sees a container's limit, never its pod's request), and the pod is told.
+func (a *PodAsk) SizedFromRecommendation() bool {
+	return a.Fallback == nil && a.MemoryBytes <= 0
 }
 
 // SizeToPod is the recommendation at the pod's size: memoryBytes (the pod's request) split by the

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
 
 func TestParseNodeCapacity(t *testing.T) {
@@ -106,6 +108,15 @@ func TestPlacementAnnotationIsPythons(t *testing.T) {
 				PlanFrom: &PlanSource{Recommendation: "graph500-cheapest-1a2b3c4d5e6f", Generation: 7},
 			},
 			`{"schema":"tmc.placement/v3","node":"node-a","workload":"graph500","objective":"cheapest","configuration":{"vcpus":2,"dram_bytes":3221225472,"slow_bytes":1073741824,"slow_ratio":0.25,"llc_ways":4},"llc_mask":"0x3c","slow_from_pool":false,"recommendation_id":"r-18","fallback":null,"plan":[],"plan_from":{"recommendation":"graph500-cheapest-1a2b3c4d5e6f","generation":7}}`,
+		},
+		{
+			// A pod that requests no memory, placed at its recommendation's own bytes.
+			Placement{
+				Schema: PlacementSchema, Node: "node-a", Workload: ptr("stream"), Objective: "cheapest",
+				Configuration: PlacedConfiguration{VCPUs: 1, DRAMBytes: 24 << 20, SlowBytes: 8 << 20, SlowRatio: 0.25, LLCWays: 3},
+				LLCMask:       "0x7", RecommendationID: ptr("r-1"), SizedFrom: ptr(v1alpha1.SizedFromRecommendation),
+			},
+			`{"schema":"tmc.placement/v2","node":"node-a","workload":"stream","objective":"cheapest","configuration":{"vcpus":1,"dram_bytes":25165824,"slow_bytes":8388608,"slow_ratio":0.25,"llc_ways":3},"llc_mask":"0x7","slow_from_pool":false,"recommendation_id":"r-1","fallback":null,"plan":[],"sized_from":"recommendation"}`,
 		},
 	}
 	for i, c := range cases {

@@ -38,7 +38,7 @@ type Engine struct {
 	// nodePlugin, when set, is the NRI plugin a placed pod's containers require on the node.
 	nodePlugin string
 	// recorder, when set, tells a bound pod what it should know of its placement (a request
-	// below its profile's footprint).
+	// below its profile's footprint, or none at all).
 	recorder events.EventRecorder
 	// tenants, when it selects, is where tmc places pods and trusts placements; the namespace
 	// informer gives namespaceLabels (false: not known) and namespacesSynced (watchNamespaces).
@@ -53,6 +53,11 @@ func SetRecorder(e *Engine, r events.EventRecorder) { e.recorder = r }
 // BelowProfileReason is the Warning a pod gets when it is bound with less memory than its
 // recommendation was profiled at: it is given what it asked for, never cut below it, and told.
 const BelowProfileReason = "MemoryBelowProfile"
+
+// NotRequestedReason is the Normal event a pod that requests no memory gets when it is bound at
+// its recommendation's own bytes: it holds them, but no container of it is limited to them (it
+// never asked for them), and the pod is told how to be given a size of its own.
+const NotRequestedReason = "MemoryNotRequested"
 
 // SetFence makes every bind require the placement lease.
 func SetFence(e *Engine, f *Fence) { e.fence = f }
@@ -250,7 +255,19 @@ func (e *Engine) Bind(ctx context.Context, pod *v1.Pod, ask *PodAsk, nodeName st
 	if e.recorder != nil && ask.BelowProfile() {
 		e.recorder.Eventf(pod, nil, v1.EventTypeWarning, BelowProfileReason, "Binding", "%s", belowProfileMessage(ask, placement))
 	}
+	if e.recorder != nil && ask.SizedFromRecommendation() {
+		e.recorder.Eventf(pod, nil, v1.EventTypeNormal, NotRequestedReason, "Binding", "%s", notRequestedMessage(ask, placement))
+	}
 	return nil
+}
+
+// notRequestedMessage says what a pod that requests no memory holds, and how to size it.
+func notRequestedMessage(ask *PodAsk, placement *Placement) string {
+	c := placement.Configuration
+	return fmt.Sprintf("the pod requests no memory: it holds the footprint its recommendation %s was made for, "+
+		"%s of DRAM and %s of slow memory (slow ratio %s), and tmc sets no memory limit on its containers; "+
+		"give the pod a memory request of the size it runs at to be given that size, split by the recommendation",
+		recommendationName(ask), quantity(c.DRAMBytes), quantity(c.SlowBytes), strconv.FormatFloat(float64(c.SlowRatio), 'g', 4, 64))
 }
 
 // belowProfileMessage says what a pod bound below its profile's footprint was given, in sizes

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 	fwk "k8s.io/kube-scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration profile.
@@ -395,6 +397,11 @@ func PlacementOf(ask *PodAsk, held Reservation) *Placement {
 	if ask.PlanFrom != nil {
 		schema = PlacementSchemaV3
 	}
+	var sizedFrom *v1alpha1.SizedFrom // left out: the pod's request, as every placement before it
+	if ask.SizedFromRecommendation() {
+		recommendation := v1alpha1.SizedFromRecommendation
+		sizedFrom = &recommendation
+	}
 	return &Placement{
 		Schema:    schema,
 		Node:      held.Node,
@@ -411,6 +418,7 @@ func PlacementOf(ask *PodAsk, held Reservation) *Placement {
 		FallbackReason:   ask.FallbackReason,
 		Plan:             ask.Plan,
 		PlanFrom:         ask.PlanFrom,
+		SizedFrom:        sizedFrom,
 	}
 }
 

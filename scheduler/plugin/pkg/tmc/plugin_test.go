@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/tools/events"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
 
 func tmcNode(name string, cpus, dram, slow int64, ways int, pool string, poolBytes int64) *v1.Node {
@@ -445,5 +447,64 @@ func TestAPodBelowItsProfileIsToldWhatItWasGiven(t *testing.T) {
 	}
 	if n := len(recorder.Events); n != 0 {
 		t.Errorf("%d events for pods at or above their profile: %s", n, <-recorder.Events)
+	}
+}
+
+// A pod that requests no memory holds its recommendation's own bytes, and its placement says so
+// (sized_from: recommendation), so that the node limits none of its containers to bytes the pod
+// never asked for; a Normal event tells it how to be given a size of its own. A pod with a
+// memory request, and a fallback (its request, here none, in DRAM), say nothing of it.
+func TestAPodRequestingNoMemoryIsToldItHoldsItsRecommendationsFootprint(t *testing.T) {
+	h := newHarness(t, tmcNode("n1", 16, 64<<30, 64<<30, 11, "", 0))
+	recorder := events.NewFakeRecorder(10)
+	SetRecorder(h.plugin.Engine, recorder)
+	rec := `{"schema":"tmc.recommendation/v1","recommendation_id":"r-1","dram_bytes":25165824,"slow_bytes":8388608,"llc_ways":3,"slow_ratio":0.25}`
+	noMemory := func(pod *v1.Pod) *v1.Pod {
+		delete(pod.Spec.Containers[0].Resources.Requests, v1.ResourceMemory)
+		return pod
+	}
+	placementOf := func(name string) *Placement {
+		bound, err := h.client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := ParsePlacement(bound.Annotations)
+		if err != nil || p == nil {
+			t.Fatalf("%s: placement %v, %v", name, p, err)
+		}
+		return p
+	}
+	if _, st := h.schedule(noMemory(tieredPod("none", map[string]string{WorkloadAnnotation: "stream", RecommendationAnnotation: rec}, "1", "1Mi"))); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	p := placementOf("none")
+	if p.SizedFrom == nil || *p.SizedFrom != v1alpha1.SizedFromRecommendation || p.SizedFromRequest() ||
+		p.Configuration.DRAMBytes != 24<<20 || p.Configuration.SlowBytes != 8<<20 {
+		t.Errorf("a pod requesting no memory: sized from %v, %d DRAM and %d slow", p.SizedFrom, p.Configuration.DRAMBytes, p.Configuration.SlowBytes)
+	}
+	select {
+	case got := <-recorder.Events:
+		want := `Normal MemoryNotRequested the pod requests no memory: it holds the footprint its recommendation for workload "stream" was made for, ` +
+			`24Mi of DRAM and 8Mi of slow memory (slow ratio 0.25), and tmc sets no memory limit on its containers; ` +
+			`give the pod a memory request of the size it runs at to be given that size, split by the recommendation`
+		if got != want {
+			t.Errorf("event\n got %s\nwant %s", got, want)
+		}
+	default:
+		t.Fatal("no event for a pod requesting no memory")
+	}
+	if _, st := h.schedule(tieredPod("sized", map[string]string{WorkloadAnnotation: "stream", RecommendationAnnotation: rec}, "1", "4Gi")); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if _, st := h.schedule(noMemory(tieredPod("fallback", nil, "1", "1Mi"))); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	for _, name := range []string{"sized", "fallback"} {
+		if p := placementOf(name); p.SizedFrom != nil || !p.SizedFromRequest() {
+			t.Errorf("%s: sized from %s", name, *p.SizedFrom)
+		}
+	}
+	if n := len(recorder.Events); n != 0 {
+		t.Errorf("%d events for a pod with a request and a fallback: %s", n, <-recorder.Events)
 	}
 }

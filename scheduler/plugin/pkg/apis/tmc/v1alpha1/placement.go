@@ -122,6 +122,10 @@ func (p *Placement) Validate() error {
 		return bad("plan_from.uid: must be an object uid of 1..64 letters, digits and dashes")
 	case p.PlanFrom != nil && (len(p.Plan) > 0 || p.Fallback != nil):
 		return bad("plan_from: given with a plan or a fallback")
+	case p.SizedFrom != nil && *p.SizedFrom != SizedFromRequest && *p.SizedFrom != SizedFromRecommendation:
+		return bad("sized_from: must be request or recommendation")
+	case p.SizedFrom != nil && *p.SizedFrom == SizedFromRecommendation && p.Fallback != nil:
+		return bad("sized_from: a fallback is the pod's request, not a recommendation's")
 	case p.Node == "" || len(p.Node) > 253:
 		return bad("node: must be 1..253 characters")
 	case p.Workload != nil && len(*p.Workload) > 253:

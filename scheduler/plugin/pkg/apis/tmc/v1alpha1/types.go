@@ -292,6 +292,18 @@ var FallbackReasons = []FallbackReason{
 	FallbackAnnotationsTooLarge, FallbackUnreadable, FallbackPlacementTooLarge,
 }
 
+// SizedFrom says whose size a placement's memory is.
+type SizedFrom string
+
+const (
+	// SizedFromRequest: the pod's own memory request, split by the recommendation (the
+	// engine's SizeToPod); a placement without sized_from is this.
+	SizedFromRequest SizedFrom = "request"
+	// SizedFromRecommendation: the recommendation's own bytes (the footprint it was made for),
+	// which the engine reserves for a pod that requests no memory.
+	SizedFromRecommendation SizedFrom = "recommendation"
+)
+
 // Placement is what the scheduler gave a pod: the tmc.dev/placement annotation, written by the
 // Binding. The field order is the annotation's, as every writer writes it.
 type Placement struct {
@@ -347,6 +359,23 @@ type Placement struct {
 	// the pod then carries a reference, not the plan. Only in tmc.placement/v3.
 	// +optional
 	PlanFrom *PlanSource `json:"plan_from,omitempty"`
+	// SizedFrom says whose size the configuration's bytes are: the pod's memory request
+	// (request, also when absent, as in placements written before the field existed) or the
+	// recommendation's own, which the engine reserves for a pod that requests no memory
+	// (recommendation). The node holds a container without a limit of its own to the
+	// placement's bytes only when they are its pod's request: bytes the pod never asked for may
+	// be less than it uses, and the node cannot tell otherwise (the runtime gives it a
+	// container's limit, never its pod's request). The engine writes it only as recommendation,
+	// so that a node reading placements of pods with a memory request sees no new field.
+	// +optional
+	// +kubebuilder:validation:Enum=request;recommendation
+	SizedFrom *SizedFrom `json:"sized_from,omitempty"`
+}
+
+// SizedFromRequest says whether the placement's bytes are its pod's own memory request (a
+// placement that does not say is).
+func (p *Placement) SizedFromRequest() bool {
+	return p.SizedFrom == nil || *p.SizedFrom == SizedFromRequest
 }
 
 // PlanSource is where a placement's per-structure plan is published.
