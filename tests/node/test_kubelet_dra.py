@@ -231,15 +231,17 @@ def test_a_claimed_pod_runs_with_its_allocation_and_is_unprepared_when_it_goes(
     ).stdout.split()
     spec = node.runtime.spec(container)
     assert f"TMC_DRA_ALLOCATION={claim_uid}" in spec["process"]["env"]
-    # tmc-nri applied it with the placement rule: the memory limit, the plan, the shim; its
-    # ways are the run tmc-dra-node gave the claim's 4 (the lowest of the node's 12), which
-    # this machine has no resctrl to give (and says so).
+    # tmc-nri applied it with the placement rule: the plan, the shim, and no memory limit from
+    # the claim's bytes (the recommendation's size, not the pod's request); its ways are the run
+    # tmc-dra-node gave the claim's 4 (the lowest of the node's 12), which this machine has no
+    # resctrl to give (and says so).
     seen = kubelet.container_log(pod, "probe").splitlines()
-    assert f"memory-limit-v1 {192 * MIB}" in seen
+    assert f"memory-limit-v1 {192 * MIB}" not in seen
     assert "env-TMC_PLAN /run/tmc/plan" in seen
     assert "shim-mapped 1" in seen
     record = json.loads((node.plans / "applied" / str(pod.metadata.uid) / "probe.json").read_text())
     assert record["llc_mask"] == "0xf" and record["dram_bytes"] == 192 * MIB
+    assert record["memory_limit"] == 0
     assert record["started"] is True
     assert any("no L3 CAT through resctrl" in s for s in record["skipped"])
     # The pod is done: the kubelet unprepares the claim, whose run and CDI spec go.
@@ -269,7 +271,7 @@ def test_with_the_node_plugin_down_the_pod_waits_and_starts_once_it_runs(
         api, "waits-dra", lambda p: p.status.phase in ("Succeeded", "Failed"), seconds=120
     )
     assert pod.status.phase == "Succeeded", pod.status
-    assert f"memory-limit-v1 {64 * MIB}" in kubelet.container_log(pod, "probe").splitlines()
+    assert "env-TMC_PLAN /run/tmc/plan" in kubelet.container_log(pod, "probe").splitlines()
     remove(cp, kubelet, "waits-dra")
 
 

@@ -164,9 +164,14 @@ func WriteDRACheckpoint(path string, c *DRACheckpoint) error {
 }
 
 // DRAPlacement is a prepared claim as the placement Adjust applies: the claim's run as the LLC
-// mask, its DRAM and slow memory, on this node.
+// mask, its DRAM and slow memory, on this node. Its bytes are the recommendation's (the claim
+// template's size, the pair's median request), never its pod's own request, which the node
+// cannot see: so the placement says it is sized from the recommendation, and Adjust sets no
+// memory limit from it (MemoryLimit), since nothing may limit a container below what its pod
+// asked for.
 func (c *DRACheckpoint) DRAPlacement(node string, cl DRAClaim) *Placement {
 	mask := c.Mask(cl.Run)
+	sizedFrom := v1alpha1.SizedFromRecommendation
 	return &Placement{
 		Schema: v1alpha1.PlacementSchema,
 		Node:   node,
@@ -175,6 +180,7 @@ func (c *DRACheckpoint) DRAPlacement(node string, cl DRAClaim) *Placement {
 		},
 		LLCMask:      fmt.Sprintf("%#x", mask),
 		SlowFromPool: cl.SlowFromPool,
+		SizedFrom:    &sizedFrom,
 	}
 }
 

@@ -333,8 +333,9 @@ func TestReconcileRemovesTheGroupsOfPodsGone(t *testing.T) {
 }
 
 // Without NRI, a running pod a prepared DRA claim is reserved for gets the claim's
-// configuration: its memory, its memory nodes and its threads in the claim's group, whose ways
-// the node plugin set; a checkpoint that cannot be read is said for each pod with claims, and
+// configuration: its memory nodes and its threads in the claim's group, whose ways the node
+// plugin set, and no memory limit from the claim's bytes (the recommendation's size, not the
+// pod's request); a checkpoint that cannot be read is said for each pod with claims, and
 // nothing is written for them.
 func TestReconcileAppliesAPreparedClaimToThePodsItIsReservedFor(t *testing.T) {
 	uid := "6f1c2a9e-0070"
@@ -356,7 +357,7 @@ func TestReconcileAppliesAPreparedClaimToThePodsItIsReservedFor(t *testing.T) {
 	if len(first) != 1 || first[0].Pod != "default/bfs" {
 		t.Fatalf("reconciled %+v", first)
 	}
-	if got := readTrim(t, filepath.Join(podDir, "memory.max")); got != "6442450944" {
+	if got := readTrim(t, filepath.Join(podDir, "memory.max")); got != "max" {
 		t.Errorf("memory.max %q", got)
 	}
 	if got := readTrim(t, filepath.Join(podDir, "cpuset.mems")); got != "1,3" {
