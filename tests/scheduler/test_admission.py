@@ -12,8 +12,13 @@ agent's pod on its node (as the kubelet projects them) for the node rule."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -186,11 +191,19 @@ class Plane:
         return token_client(self.cp, request_token(self.admin, OPERATOR_NS, "ops"))
 
 
+# Set by `test_without_the_policies_every_forgery_gets_through` for the run of this module it
+# starts: the chart installed without its admission policies (RBAC as ever).
+WITHOUT_POLICIES = os.environ.get("TMC_TEST_ADMISSION_POLICIES") == "off"
+
+
 def chart_values(tenant_labels: dict[str, str]) -> dict[str, Any]:
-    """ADMISSION_VALUES, limited to tenant namespaces when labels are given."""
+    """ADMISSION_VALUES, limited to tenant namespaces when labels are given, and without the
+    policies in the run that shows they are what refuses."""
     admission = dict(ADMISSION_VALUES["admission"])
     if tenant_labels:
         admission["tenantNamespaceLabels"] = dict(tenant_labels)
+    if WITHOUT_POLICIES:
+        admission["enabled"] = False
     return {**ADMISSION_VALUES, "admission": admission}
 
 
@@ -208,7 +221,7 @@ def running_plane(tenant_labels: dict[str, str]) -> Iterator[Plane]:
         for name in ("node-a", "node-b"):
             c.register_node(admin, c.node_object(name))
         p = Plane(cp, tenant_labels)
-        if not ADMISSION_VALUES["admission"].get("enabled", True):
+        if WITHOUT_POLICIES:
             # The chart without its policies: every forgery below must then get through (each
             # test fails), which shows that the policies, not RBAC, refuse them.
             yield p
@@ -258,7 +271,9 @@ def running_plane(tenant_labels: dict[str, str]) -> Iterator[Plane]:
 # namespace) and with tenant namespaces (the policies judge the labelled namespaces' pods only,
 # where every forgery below is tried): the selector must leave none of them through.
 @pytest.fixture(
-    scope="module", params=[{}, TENANT_LABELS], ids=["every-namespace", "tenant-namespaces"]
+    scope="module",
+    params=[{}] if WITHOUT_POLICIES else [{}, TENANT_LABELS],
+    ids=["every-namespace"] if WITHOUT_POLICIES else ["every-namespace", "tenant-namespaces"],
 )
 def plane(request: pytest.FixtureRequest) -> Iterator[Plane]:
     yield from running_plane(request.param)
@@ -1153,3 +1168,64 @@ def publisher_counts_tenant_namespaces_only(plane: Plane) -> None:
     finally:
         feeder.stop()
         plane.admin.patch_namespace(OUTSIDE_NS, unlabel)
+
+
+# Every test that tries a forgery of what tmc reads: each must fail on the chart without its
+# admission policies (the refusal it expects is the policies', not RBAC's). The bypasses are
+# among them: controllers' pod templates, Bindings, patches of every kind, pods created bound.
+FORGERIES = (
+    "test_a_tenant_cannot_rewrite_its_placement_after_binding",
+    "test_a_tenant_cannot_add_tmcs_annotations_by_any_kind_of_write",
+    "test_a_tenant_cannot_remove_a_placement_by_any_kind_of_write",
+    "test_a_controllers_pod_template_cannot_carry_a_placement",
+    "test_a_tenant_cannot_create_a_pod_with_a_placement",
+    "test_a_tenants_own_scheduler_cannot_bind_with_a_placement",
+    "test_labelling_a_pod_that_carries_tmcs_annotations_is_writing_them",
+    "test_unlabelling_a_placed_pod_is_removing_its_placement",
+    "test_a_binding_with_a_placement_is_refused_for_a_pod_without_the_label",
+    "test_a_tenant_cannot_pin_a_recommendation",
+    "test_tmc_components_cannot_pin_a_recommendation",
+    "test_one_nodes_agent_cannot_rewrite_another_nodes_capacity",
+    "test_a_tenant_cannot_switch_off_a_placed_pods_required_plugins",
+    "test_a_placed_pods_memory_is_not_raised_in_place",
+)
+
+
+def test_without_the_policies_every_forgery_gets_through(tmp_path: Path) -> None:
+    """This module's forgery tests run again, by pytest, on a control plane whose chart has no
+    admission policies: every one of them must fail. A forgery test that passed there would be
+    refused by something else (RBAC) or would not test a forgery at all."""
+    if WITHOUT_POLICIES:
+        pytest.fail("the run without the policies selects the forgery tests only")
+    report = tmp_path / "report.xml"
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            __file__,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            " or ".join(FORGERIES),
+            f"--junitxml={report}",
+        ],
+        env={**os.environ, "TMC_TEST_ADMISSION_POLICIES": "off"},
+        check=False,  # its tests are to fail: the report says how each ended
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert report.exists(), ran.stdout[-3000:] + ran.stderr[-3000:]
+    cases = ET.parse(report).getroot().iter("testcase")
+    outcomes = {
+        f"{case.get('name')}": [child.tag for child in case if child.tag != "system-out"]
+        for case in cases
+    }
+    seen = {name.split("[")[0] for name in outcomes}
+    assert seen == set(FORGERIES), sorted(set(FORGERIES) ^ seen)
+    # Each failed on an assertion of its own (an error in a fixture would prove nothing).
+    passed = sorted(name for name, tags in outcomes.items() if "failure" not in tags)
+    assert passed == [], ran.stdout[-3000:]
+    assert len(outcomes) >= len(FORGERIES)
