@@ -301,13 +301,10 @@ func ParsePattern(ann map[string]string) (*NodePattern, error) {
 		Machine *int           `json:"machine"`
 		Slots   *[]PatternSlot `json:"slots"`
 	}
-	dec := json.NewDecoder(strings.NewReader(raw))
-	dec.DisallowUnknownFields() // the Python model forbids extra fields
-	if err := dec.Decode(&p); err != nil {
-		return nil, contractErrorf("%s: %v", PatternAnnotation, err)
-	}
-	if dec.More() {
-		return nil, contractErrorf("%s: more than one JSON value", PatternAnnotation)
+	// One object of the model's fields and only whitespace after it, as the Python model reads
+	// it (json.Decoder.More would let `{...}]` through).
+	if err := v1alpha1.DecodeOne(raw, &p); err != nil {
+		return nil, contractErrorf("%s: %s", PatternAnnotation, clip(err.Error(), 200))
 	}
 	bad := func(format string, args ...any) error {
 		return contractErrorf(PatternAnnotation+": "+format, args...)
