@@ -52,8 +52,8 @@ func clip(s string, n int) string {
 // Placement.from_annotations): (nil, nil) for a pod tmc did not place (no placement, or an
 // empty one), a *PlacementError for one whose placement cannot be trusted: longer than the
 // API server allows, not one JSON object of the contract's fields with only whitespace after
-// it (DecodeOne), outside the contract's bounds (Validate), or with a tmc.dev/llc-mask that
-// disagrees. It never panics: every number is range-checked before use.
+// it (DecodeOne), with a null or empty field no writer writes (refuseUnwritten), outside the
+// contract's bounds (Validate), or with a tmc.dev/llc-mask that disagrees. It never panics: every number is range-checked before use.
 func ParsePlacement(ann map[string]string) (*Placement, error) {
 	raw := ann[PlacementAnnotation]
 	if raw == "" {
@@ -65,6 +65,9 @@ func ParsePlacement(ann map[string]string) (*Placement, error) {
 	var p Placement
 	if err := DecodeOne(raw, &p); err != nil {
 		return nil, placementErrorf("%s: %s", PlacementAnnotation, clip(err.Error(), 200))
+	}
+	if err := refuseUnwritten(raw); err != nil {
+		return nil, err
 	}
 	if p.Schema == "" {
 		p.Schema = PlacementSchema
@@ -82,6 +85,35 @@ func ParsePlacement(ann map[string]string) (*Placement, error) {
 		}
 	}
 	return &p, nil
+}
+
+// refuseUnwritten refuses what Placement's fields read as absent but no writer writes and
+// model.node_contract refuses: null for schema, objective or slow_from_pool (each is absent or a
+// value) and an empty fallback_reason (absent or a code). Decoded into Placement, a null is the
+// field's zero value and "" is an absent reason, so the text itself is asked; raw is one JSON
+// object, as DecodeOne found.
+func refuseUnwritten(raw string) error {
+	var given struct {
+		Schema         json.RawMessage `json:"schema"`
+		Objective      json.RawMessage `json:"objective"`
+		SlowFromPool   json.RawMessage `json:"slow_from_pool"`
+		FallbackReason *string         `json:"fallback_reason"`
+	}
+	if err := json.Unmarshal([]byte(raw), &given); err != nil {
+		return placementErrorf("%s: %s", PlacementAnnotation, clip(err.Error(), 200))
+	}
+	for _, f := range []struct {
+		name  string
+		value json.RawMessage
+	}{{"schema", given.Schema}, {"objective", given.Objective}, {"slow_from_pool", given.SlowFromPool}} {
+		if string(f.value) == "null" {
+			return placementErrorf("%s: %s: absent or a value, never null", PlacementAnnotation, f.name)
+		}
+	}
+	if given.FallbackReason != nil && *given.FallbackReason == "" {
+		return placementErrorf("%s: fallback_reason: absent or a code, never empty", PlacementAnnotation)
+	}
+	return nil
 }
 
 // DecodeOne reads raw as one JSON value into v as model.node_contract's pydantic models read a
