@@ -264,7 +264,8 @@ class Placement(BaseModel):
     configuration: PlacedConfiguration
     # hex, "0xf0": a contiguous run of ways
     llc_mask: Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{1,16}$")]
-    slow_from_pool: bool = False
+    # strict: "true" is not a boolean (the Go reader refuses it too), and no writer writes it
+    slow_from_pool: Annotated[bool, Field(strict=True)] = False
     recommendation_id: Annotated[str, Field(max_length=64)] | None = None
     fallback: Annotated[str, Field(max_length=512)] | None = None  # why, when it was used
     # Per structure, fast and slow bytes; empty for a fallback (all of it in DRAM).
