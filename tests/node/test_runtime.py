@@ -198,6 +198,14 @@ def test_a_pod_is_never_limited_below_its_own_ask(node: Node, start_plugin: Plug
     ).stdout.strip()
     assert node.runtime.spec(cid)["linux"]["resources"]["memory"]["limit"] == 8 * GIB
     assert seen(node.runtime.run_to_end(cid))["memory-limit-v1"] == [str(8 * GIB)]
+    # A container's own limit below its pod's placement (another container of the pod holds
+    # the rest): kept too, never raised to the placement's bytes.
+    pod = node.runtime.run_pod("small", uid(15), placed("0x30", 2, 4 * GIB))
+    cid = node.runtime.create(
+        pod, "small", uid(15), placed("0x30", 2, 4 * GIB), "small", memory_limit=GIB
+    ).stdout.strip()
+    assert node.runtime.spec(cid)["linux"]["resources"]["memory"]["limit"] == GIB
+    assert seen(node.runtime.run_to_end(cid))["memory-limit-v1"] == [str(GIB)]
 
 
 def test_a_pod_that_asked_for_no_memory_is_not_limited_to_its_recommendations_bytes(
