@@ -41,6 +41,7 @@ from tests.scheduler.controlplane import (
     NAMESPACE,
     SERVICE_ACCOUNTS,
     ControlPlane,
+    faults,
 )
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import patterns as planned
@@ -107,6 +108,12 @@ def placed(stack: Stack, names: list[str], ns: str, timeout: float = 90) -> dict
         return c.bound_pods(stack.api, names, ns, timeout)
     except TimeoutError as exc:
         raise AssertionError(f"{exc}\n{stack.logs()}") from exc
+
+
+@pytest.fixture
+def door(stack: Stack) -> faults.Door:
+    """This stack as the fault scenarios both doors run (controlplane/faults.py) see it."""
+    return faults.Door(stack, stack.publisher, "tmc-extender", lambda ns: mirrored(stack, ns, 90))
 
 
 def test_pods_follow_the_adopted_plans_machine_patterns(
@@ -358,20 +365,22 @@ def test_postgres_down_during_a_burst(stack: Stack, ns: str) -> None:
     assert c.overcommitted(stack.dsn) == []
 
 
-def test_api_service_down_does_not_stop_placement(stack: Stack, ns: str) -> None:
-    """The publisher asks the service layer in-process (api.decisions), so the API service's
-    pods are not on the placement path: this stack runs none at all, and pods still get
-    recommendations (not fallbacks) that land in the decision log."""
-    c.create_pods(stack.api, [c.opted_in_pod(f"a{i}", "graph500") for i in range(3)], ns)
-    pods = placed(stack, [f"a{i}" for i in range(3)], ns)
-    for p in pods.values():
-        placement = Placement.from_annotations(p.metadata.annotations)
-        assert placement is not None and placement.fallback is None
-        with psycopg.connect(stack.dsn) as conn:
-            logged = conn.execute(
-                "SELECT 1 FROM recommendations WHERE id = %s", (placement.recommendation_id,)
-            ).fetchone()
-        assert logged is not None
+def test_api_service_down_does_not_stop_placement(door: faults.Door, ns: str) -> None:
+    """No API service at all: pods still get recommendations that land in the decision log
+    (faults.no_api_service; test_plugin_e2e.py runs the same through tmc-scheduler)."""
+    faults.no_api_service(door, ns)
+
+
+def test_the_publisher_down_places_published_pairs_and_waits_for_the_others(
+    door: faults.Door, ns: str
+) -> None:
+    """The publisher stopped: a published pair's pod is placed with its recommendation, an
+    unpublished pair's pod waits and is placed once the publisher is back (faults.publisher_down;
+    test_plugin_e2e.py runs the same through tmc-scheduler). The extender cannot keep the waiting
+    pod out of kube-scheduler's queue: its filter answers the wait as an error, so the pod shows
+    FailedScheduling events naming the pair, retried on backoff, where the plugin's shows one
+    WaitingForRecommendation (docs/scheduler.md, "Waiting for a recommendation")."""
+    faults.publisher_down(door, ns)
 
 
 def test_two_scheduler_extender_pairs_with_leader_election_under_a_burst(
@@ -557,18 +566,13 @@ def _verb_calls(extender: GoExtenderProcess) -> float:
     return sum(float(v) for v in found)
 
 
-def test_pending_pod_waits_for_room_then_binds(stack: Stack, ns: str) -> None:
-    """A pod that fits nowhere now stays pending with the engine's reasons and is placed when
-    a reservation is released."""
-    big = [c.opted_in_pod(f"big{i}", None, cpu="12") for i in range(4)]
-    c.create_pods(stack.api, big, ns)
-    placed(stack, [f"big{i}" for i in range(4)], ns)
-    c.create_pods(stack.api, [c.opted_in_pod("late", None, cpu="12")], ns)
-    time.sleep(2)
-    assert not stack.api.read_namespaced_pod("late", ns).spec.node_name
-    stack.api.delete_namespaced_pod("big0", ns, grace_period_seconds=0)
-    placed(stack, ["late"], ns, timeout=120)
-    assert c.overcommitted(stack.dsn) == []
+def test_pending_pod_waits_for_room_then_binds(door: faults.Door, ns: str) -> None:
+    """A pod only the engine refuses (every node's ways held) stays pending with the engine's
+    reasons and is placed where a reservation is released (faults.pending_until_room;
+    test_plugin_e2e.py runs the same through tmc-scheduler). The extender's filter answers an
+    error naming each node's reason, retried on kube-scheduler's backoff (docs/scheduler.md,
+    "Where the doors differ")."""
+    faults.pending_until_room(door, ns)
 
 
 def test_the_rendered_chart_is_accepted_by_the_real_api_server(stack: Stack) -> None:

@@ -29,7 +29,7 @@ from model.node_contract import Placement, parse_plan_file
 from model.resources import quantity_text
 from tests.fixtures.database import empty_tables
 from tests.scheduler.conftest import upload_example
-from tests.scheduler.controlplane import ControlPlane
+from tests.scheduler.controlplane import ControlPlane, faults
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import patterns as planned
 from tests.scheduler.controlplane import plugin as p
@@ -286,16 +286,12 @@ def assert_mirrors(stack: Stack, ns: str, timeout: float = 60) -> None:
         raise AssertionError(f"{exc}\n{stack.logs()}") from exc
 
 
-def ensure_published(stack: Stack, ns: str, objective: str) -> None:
-    """graph500's recommendation for `objective` published: a probe pod asks for it, is placed
-    with it, and is deleted."""
-    probe = c.opted_in_pod("probe", "graph500")
-    probe["metadata"]["annotations"]["tmc.dev/objective"] = objective
-    c.create_pods(stack.api, [probe], ns)
-    assert placement_of(placed(stack, ["probe"], ns)["probe"]).fallback is None
-    assert ("graph500", objective) in p.recommendations(stack.cp)
-    stack.api.delete_namespaced_pod("probe", ns, grace_period_seconds=0)
-    wait_until(lambda: "probe" not in bound_in(stack, ns), 30, "the probe deleted")
+@pytest.fixture
+def door(stack: Stack) -> faults.Door:
+    """This stack as the fault scenarios both doors run (controlplane/faults.py) see it."""
+    return faults.Door(
+        stack, stack.publisher, "tmc-scheduler", lambda ns: assert_mirrors(stack, ns, 90)
+    )
 
 
 def test_scheduler_killed_mid_burst_and_restarted(stack: Stack, ns: str) -> None:
@@ -332,10 +328,10 @@ def test_scheduler_killed_mid_burst_and_restarted(stack: Stack, ns: str) -> None
     assert_mirrors(stack, ns)
 
 
-def test_postgres_down_for_the_whole_burst(stack: Stack, ns: str) -> None:
+def test_postgres_down_for_the_whole_burst(stack: Stack, door: faults.Door, ns: str) -> None:
     """PostgreSQL stopped before the burst and started after it: every pod of a workload with
     a published recommendation is placed with it (no fallback), and the mirror catches up."""
-    ensure_published(stack, ns, "cheapest")
+    faults.ensure_published(door, ns, "cheapest")
     names = [f"d{i}" for i in range(12)]
     bodies = [c.opted_in_pod(n, "graph500") for n in names]
     stack.pg.stop()
@@ -352,48 +348,28 @@ def test_postgres_down_for_the_whole_burst(stack: Stack, ns: str) -> None:
 
 
 def test_the_publisher_down_places_published_pairs_and_waits_for_the_others(
-    stack: Stack, ns: str
+    door: faults.Door, ns: str
 ) -> None:
-    """With the publisher (and so the service's decisions) gone: pods of a published workload
-    are placed with its recommendation; a pod of a pair never published waits for it (in the
-    queue, one Normal event naming the pair; never the fallback's every way) and is placed with
-    its recommendation once the publisher is back and publishes it."""
-    ensure_published(stack, ns, "slo:5%")
-    stack.publisher.stop()
-    restarted = False
-    try:
-        known = c.opted_in_pod("known", "graph500")
-        known["metadata"]["annotations"]["tmc.dev/objective"] = "slo:5%"
-        unknown = c.opted_in_pod("unknown", "graph500")
-        unknown["metadata"]["annotations"]["tmc.dev/objective"] = "least-dram:20%"
-        c.create_pods(stack.api, [known, unknown], ns)
-        pods = placed(stack, ["known"], ns, timeout=120)
-        assert placement_of(pods["known"]).fallback is None
-        time.sleep(5)
-        assert not stack.api.read_namespaced_pod("unknown", ns).spec.node_name
-        told = [
-            e
-            for e in stack.api.list_namespaced_event(ns).items
-            if e.involved_object.name == "unknown"
-        ]
-        # It waits in the queue, told once why, never tried and failed.
-        assert not [e for e in told if e.reason == "FailedScheduling"], told
-        waited = [e.message or "" for e in told if e.reason == "WaitingForRecommendation"]
-        assert len(waited) == 1 and all(e.type == "Normal" for e in told), told
-        # The objective reads as written, a plain percent sign, so that grep finds it.
-        assert '"least-dram:20%"' in waited[0], waited
-        stack.publisher.start()
-        stack.publisher.wait_ready()
-        restarted = True
-        late = placement_of(placed(stack, ["unknown"], ns, timeout=60)["unknown"])
-        # Placed with what the publisher published for the pair (a recommendation, or a fallback
-        # the publisher gave a reason for), never for want of a published object.
-        assert late.objective == "least-dram:20%"
-        assert late.fallback is None or "no recommendation is published" not in late.fallback
-    finally:
-        if not restarted:
-            stack.publisher.start()
-            stack.publisher.wait_ready()
+    """The publisher (and so the service's decisions) gone: a published pair's pod is placed
+    with its recommendation; a pod of a pair never published waits for it (out of the queue, one
+    Normal event WaitingForRecommendation naming the pair; never the fallback, never tried and
+    failed) and is placed with its recommendation once the publisher is back
+    (faults.publisher_down; test_e2e.py runs the same through tmc-extender)."""
+    faults.publisher_down(door, ns)
+
+
+def test_api_service_down_does_not_stop_placement(door: faults.Door, ns: str) -> None:
+    """No API service at all: pods still get recommendations that land in the decision log
+    (faults.no_api_service; test_e2e.py runs the same through tmc-extender)."""
+    faults.no_api_service(door, ns)
+
+
+def test_pending_pod_waits_for_room_then_binds(door: faults.Door, ns: str) -> None:
+    """A pod only the engine refuses (every node's ways held) stays pending with the engine's
+    reasons, summed up by the scheduler as Unschedulable on every node, and is placed where a
+    reservation is released, moved by the plugin's queueing hint on the pod deleted
+    (faults.pending_until_room; test_e2e.py runs the same through tmc-extender)."""
+    faults.pending_until_room(door, ns)
 
 
 def test_two_replicas_with_leader_election_under_a_200_pod_burst(stack: Stack, ns: str) -> None:
