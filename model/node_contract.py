@@ -203,14 +203,17 @@ class NodeCapacity(BaseModel):
 class StructurePlan(BaseModel):
     """How much of one tagged structure goes to each tier (the paper's §3.4 plan)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # strict: "5", 5.0 or true is not a count of bytes (the Go readers refuse them too)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
     tag: Tag
     fast_bytes: Bytes
     slow_bytes: Bytes
 
 
 class PlacedConfiguration(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # strict: a number's text, an integer written as a float or a boolean is refused (the Go
+    # readers refuse them too); an integer is a float, as 0 is 0.0 to Go
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
     vcpus: Annotated[int, Field(ge=1, le=MAX_CPUS)]
     dram_bytes: Bytes
     slow_bytes: Bytes

@@ -52,8 +52,9 @@ func clip(s string, n int) string {
 // Placement.from_annotations): (nil, nil) for a pod tmc did not place (no placement, or an
 // empty one), a *PlacementError for one whose placement cannot be trusted: longer than the
 // API server allows, not one JSON object of the contract's fields with only whitespace after
-// it (DecodeOne), with a null or empty field no writer writes (refuseUnwritten), outside the
-// contract's bounds (Validate), or with a tmc.dev/llc-mask that disagrees. It never panics: every number is range-checked before use.
+// it (DecodeOne), with a null or an empty field no writer writes (refuseUnwritten), outside the
+// contract's bounds (Validate), or with a tmc.dev/llc-mask that disagrees. It never panics:
+// every number is range-checked before use.
 func ParsePlacement(ann map[string]string) (*Placement, error) {
 	raw := ann[PlacementAnnotation]
 	if raw == "" {
@@ -87,33 +88,102 @@ func ParsePlacement(ann map[string]string) (*Placement, error) {
 	return &p, nil
 }
 
-// refuseUnwritten refuses what Placement's fields read as absent but no writer writes and
-// model.node_contract refuses: null for schema, objective or slow_from_pool (each is absent or a
-// value) and an empty fallback_reason (absent or a code). Decoded into Placement, a null is the
-// field's zero value and "" is an absent reason, so the text itself is asked; raw is one JSON
-// object, as DecodeOne found.
+// refuseUnwritten refuses what Placement's fields would read but no writer writes and
+// model.node_contract refuses: a null where the contract allows none (decoded, a null is the
+// field's zero value, and a null structure in plan a zero one) and an empty fallback_reason ("" is
+// an absent reason). The text itself is asked, in one pass over its bytes that allocates nothing:
+// raw is one JSON object of Placement's fields (DecodeOne found it so), so outside strings an 'n'
+// starts a null, a string followed by ':' is a key, and no object is nested past plan's structures.
 func refuseUnwritten(raw string) error {
-	var given struct {
-		Schema         json.RawMessage `json:"schema"`
-		Objective      json.RawMessage `json:"objective"`
-		SlowFromPool   json.RawMessage `json:"slow_from_pool"`
-		FallbackReason *string         `json:"fallback_reason"`
-	}
-	if err := json.Unmarshal([]byte(raw), &given); err != nil {
-		return placementErrorf("%s: %s", PlacementAnnotation, clip(err.Error(), 200))
-	}
-	for _, f := range []struct {
-		name  string
-		value json.RawMessage
-	}{{"schema", given.Schema}, {"objective", given.Objective}, {"slow_from_pool", given.SlowFromPool}} {
-		if string(f.value) == "null" {
-			return placementErrorf("%s: %s: absent or a value, never null", PlacementAnnotation, f.name)
+	var keys [4]string // the key whose value is being read, at each depth (1: the placement's own)
+	depth := 0
+	for i := 0; i < len(raw); i++ {
+		switch raw[i] {
+		case '{', '[':
+			if depth++; depth == len(keys) {
+				return placementErrorf("%s: nested deeper than a placement's fields", PlacementAnnotation)
+			}
+			keys[depth] = "" // a list's items have no key
+		case '}', ']':
+			depth--
+		case '"':
+			end := i + 1
+			for end < len(raw) && raw[end] != '"' {
+				if raw[end] == '\\' {
+					end++
+				}
+				end++
+			}
+			text := raw[i:min(end+1, len(raw))]
+			next := end + 1
+			for next < len(raw) && strings.IndexByte(" \t\r\n", raw[next]) >= 0 {
+				next++
+			}
+			switch {
+			case next < len(raw) && raw[next] == ':':
+				keys[depth] = jsonKey(text)
+			case depth == 1 && keys[1] == "fallback_reason" && text == `""`:
+				return placementErrorf("%s: fallback_reason: absent or a code, never empty", PlacementAnnotation)
+			}
+			i = end
+		case 'n':
+			if !nullable(keys[:depth+1]) {
+				return placementErrorf("%s: %s: never null", PlacementAnnotation, nullPath(keys[1:depth+1]))
+			}
+			i += len("null") - 1
 		}
 	}
-	if given.FallbackReason != nil && *given.FallbackReason == "" {
-		return placementErrorf("%s: fallback_reason: absent or a code, never empty", PlacementAnnotation)
-	}
 	return nil
+}
+
+// nullable says whether the value of the keys (keys[1] the placement's own field) may be null:
+// the fields model.node_contract reads as X | None, which the contract marks +nullable or leaves
+// out when absent (Placement's and PlanSource's pointers, and fallback_reason). Null anywhere else
+// (schema, objective, slow_from_pool, plan, configuration or a number in it, a structure or its
+// bytes) is a value no writer writes.
+func nullable(keys []string) bool {
+	switch {
+	case len(keys) == 2:
+		switch keys[1] {
+		case "workload", "recommendation_id", "fallback", "fallback_reason", "plan_from", "sized_from":
+			return true
+		}
+	case len(keys) == 3:
+		return keys[1] == "plan_from" && keys[2] == "uid"
+	}
+	return false
+}
+
+// jsonKey is a quoted key's text: escapes are read (rarely written, and only then allocated for),
+// so that a key spelt with them means what it means to the decoders.
+func jsonKey(quoted string) string {
+	if strings.IndexByte(quoted, '\\') < 0 {
+		return strings.Trim(quoted, `"`)
+	}
+	var key string
+	if json.Unmarshal([]byte(quoted), &key) != nil {
+		return quoted
+	}
+	return key
+}
+
+// nullPath names a refused null's place for the error ("configuration.slow_bytes", "plan[]").
+func nullPath(keys []string) string {
+	var b strings.Builder
+	for _, k := range keys {
+		switch {
+		case k == "":
+			b.WriteString("[]")
+		case b.Len() > 0:
+			b.WriteString("." + k)
+		default:
+			b.WriteString(k)
+		}
+	}
+	if b.Len() == 0 {
+		return "the placement"
+	}
+	return b.String()
 }
 
 // DecodeOne reads raw as one JSON value into v as model.node_contract's pydantic models read a
