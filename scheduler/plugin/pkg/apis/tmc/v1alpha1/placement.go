@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/bits"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -122,6 +123,10 @@ func refuseUnwritten(raw string) error {
 			switch {
 			case next < len(raw) && raw[next] == ':':
 				keys[depth] = jsonKey(text)
+				if !writtenKey(keys[:depth+1]) {
+					return placementErrorf("%s: %s: not a field (names are matched exactly, case included)",
+						PlacementAnnotation, nullPath(keys[1:depth+1]))
+				}
 			case depth == 1 && keys[1] == "fallback_reason" && text == `""`:
 				return placementErrorf("%s: fallback_reason: absent or a code, never empty", PlacementAnnotation)
 			}
@@ -134,6 +139,45 @@ func refuseUnwritten(raw string) error {
 		}
 	}
 	return nil
+}
+
+// placementFields are the JSON names of each object a placement holds, read from the types' tags:
+// encoding/json matches a key to a field ignoring case ("NODE" is node), while model.node_contract
+// matches names exactly and refuses any other as unknown, so the readers agree only if a key is
+// one of these names as written.
+var placementFields = map[string]map[string]bool{
+	"":              jsonNames(reflect.TypeOf(Placement{})),
+	"configuration": jsonNames(reflect.TypeOf(PlacedConfiguration{})),
+	"plan":          jsonNames(reflect.TypeOf(StructurePlan{})),
+	"plan_from":     jsonNames(reflect.TypeOf(PlanSource{})),
+}
+
+// jsonNames are the names a struct's fields are written under (their json tags).
+func jsonNames(t reflect.Type) map[string]bool {
+	names := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			names[name] = true
+		}
+	}
+	return names
+}
+
+// writtenKey says whether the last of keys (keys[1] the placement's own field) is a field's name
+// exactly as the writers write it, in the object the keys before it lead to.
+func writtenKey(keys []string) bool {
+	var object string
+	switch {
+	case len(keys) == 2:
+		object = ""
+	case len(keys) == 3 && (keys[1] == "configuration" || keys[1] == "plan_from"):
+		object = keys[1]
+	case len(keys) == 4 && keys[1] == "plan" && keys[2] == "":
+		object = "plan"
+	default:
+		return true // no object of a placement's holds keys there; the decoder refuses the shape
+	}
+	return placementFields[object][keys[len(keys)-1]]
 }
 
 // nullable says whether the value of the keys (keys[1] the placement's own field) may be null:
