@@ -344,7 +344,9 @@ class Placement(BaseModel):
         if not isinstance(raw, str) or len(raw) > 256 * 1024:  # the API server's own limit
             raise ContractError(f"{PLACEMENT_ANNOTATION} is not a JSON string under 256 KiB")
         try:
-            placement = cls.model_validate_json(raw)
+            # By the JSON names only: `schema_` is the Python field's name, never a key the
+            # writers write, and the Go readers refuse it as unknown.
+            placement = cls.model_validate_json(raw, by_name=False)
         except ValidationError as exc:
             raise ContractError(f"{PLACEMENT_ANNOTATION}: {_short(exc)}") from exc
         side = ann.get(LLC_MASK_ANNOTATION)
@@ -414,7 +416,7 @@ class NodePattern(BaseModel):
         if not isinstance(raw, str) or len(raw) > MAX_PATTERN_ANNOTATION:
             raise ContractError(f"{PATTERN_ANNOTATION} is not a JSON string under 64 KiB")
         try:
-            return cls.model_validate_json(raw)
+            return cls.model_validate_json(raw, by_name=False)  # as Placement's: JSON names only
         except ValidationError as exc:
             raise ContractError(f"{PATTERN_ANNOTATION}: {_short(exc)}") from exc
 
