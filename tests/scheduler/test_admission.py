@@ -499,10 +499,14 @@ def test_a_controllers_pod_template_cannot_carry_a_placement(plane: Plane) -> No
             (x.message for x in got.status.conditions or [] if x.type == "ReplicaFailure"), None
         )
 
-    wait_until(failure, 60, "the controller's create refused")
+    def made() -> list[str]:
+        pods = plane.admin.list_namespaced_pod(TENANT_NS, label_selector="app=forged-template")
+        return [str(x.metadata.name) for x in pods.items]
+
+    # Until the controller's create is refused, or (without the policies) a pod is made.
+    wait_until(lambda: failure() is not None or made(), 60, "the controller's create judged")
+    assert made() == [], made()
     assert "only tmc's scheduler may write a pod's placement" in str(failure())
-    made = plane.admin.list_namespaced_pod(TENANT_NS, label_selector="app=forged-template")
-    assert made.items == [], [x.metadata.name for x in made.items]
     apps.delete_namespaced_replica_set("forged-template", TENANT_NS)
 
 
@@ -995,14 +999,16 @@ def test_a_placed_pods_memory_is_not_raised_in_place(plane: Plane) -> None:
             )
         )
 
-    # A policy is enforced once the API server has compiled it: a probe's resize until refused.
+    # A policy is enforced once the API server has compiled it: a probe's resize until refused
+    # (without the policies, nothing is to be waited for).
     placed_pod(plane, "resize-probe", body=with_memory("resize-probe"))
     probe = {"cpu": "100m", "memory": "1Gi"}
-    wait_until(
-        lambda: resize("resize-probe", probe, {"memory": "2Gi"}) is not None,
-        30,
-        "the resize policy enforced",
-    )
+    if not WITHOUT_POLICIES:
+        wait_until(
+            lambda: resize("resize-probe", probe, {"memory": "2Gi"}) is not None,
+            30,
+            "the resize policy enforced",
+        )
     placed_pod(plane, "resized", body=with_memory("resized"))
     why = resize("resized", {"cpu": "100m", "memory": "20Gi"}, {"memory": "20Gi"})
     assert why is not None and "may be lowered in place, not raised" in why, why
@@ -1186,6 +1192,9 @@ FORGERIES = (
     "test_a_tenant_cannot_pin_a_recommendation",
     "test_tmc_components_cannot_pin_a_recommendation",
     "test_one_nodes_agent_cannot_rewrite_another_nodes_capacity",
+    "test_an_agent_token_bound_to_no_node_writes_no_node",
+    "test_an_agent_changes_only_tmc_keys_on_its_node",
+    "test_a_nodes_rack_pool_is_the_operators",
     "test_a_tenant_cannot_switch_off_a_placed_pods_required_plugins",
     "test_a_placed_pods_memory_is_not_raised_in_place",
 )
@@ -1218,14 +1227,20 @@ def test_without_the_policies_every_forgery_gets_through(tmp_path: Path) -> None
         timeout=900,
     )
     assert report.exists(), ran.stdout[-3000:] + ran.stderr[-3000:]
-    cases = ET.parse(report).getroot().iter("testcase")
-    outcomes = {
-        f"{case.get('name')}": [child.tag for child in case if child.tag != "system-out"]
-        for case in cases
-    }
-    seen = {name.split("[")[0] for name in outcomes}
+    cases = {case.get("name"): case for case in ET.parse(report).getroot().iter("testcase")}
+    if cases and all(case.find("skipped") is not None for case in cases.values()):
+        unavailable(Unavailable("the run without the policies found no control plane"))
+    seen = {str(name).split("[")[0] for name in cases}
     assert seen == set(FORGERIES), sorted(set(FORGERIES) ^ seen)
-    # Each failed on an assertion of its own (an error in a fixture would prove nothing).
-    passed = sorted(name for name, tags in outcomes.items() if "failure" not in tags)
-    assert passed == [], ran.stdout[-3000:]
-    assert len(outcomes) >= len(FORGERIES)
+    # Each failed on an assertion of its own: a forgery admitted. An error in a fixture or a
+    # probe's timeout would prove nothing.
+    not_refused = sorted(str(n) for n, case in cases.items() if not failed_on_assertion(case))
+    assert not_refused == [], ran.stdout[-3000:]
+
+
+def failed_on_assertion(case: ET.Element) -> bool:
+    """Whether a junit test case failed, and on an AssertionError (pytest's report of a failure
+    ends with the place and the exception's type)."""
+    failure = case.find("failure")
+    lines = (failure.text or "").strip().splitlines() if failure is not None else []
+    return bool(lines) and lines[-1].endswith(": AssertionError")
