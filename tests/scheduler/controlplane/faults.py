@@ -146,8 +146,9 @@ def publisher_down(door: Door, ns: str) -> None:
             assert failed and all(
                 e.type == "Warning" and waiting in (e.message or "") for e in failed
             ), events
-            # Known defect, not a difference by design: the objective does not read as written
-            # (WAITING, above); tmc-extender would have to escape the percent signs of its error.
+            # kube-scheduler uses an extender's error as its event's format: the objective's
+            # percent sign does not read as written there (WAITING, above), while the pod's
+            # condition, the same text, does; escaping it would spoil the condition instead.
         door.publisher.start()
         door.publisher.wait_ready()
         restarted = True
