@@ -397,7 +397,7 @@ func PlacementOf(ask *PodAsk, held Reservation) *Placement {
 	if ask.PlanFrom != nil {
 		schema = PlacementSchemaV3
 	}
-	var sizedFrom *v1alpha1.SizedFrom // left out: the pod's request, as every placement before it
+	var sizedFrom *v1alpha1.SizedFrom // left out: the pod's request, as a reader takes an absent one
 	if ask.SizedFromRecommendation() {
 		recommendation := v1alpha1.SizedFromRecommendation
 		sizedFrom = &recommendation

@@ -394,7 +394,7 @@ func TestTheSchedulingCycleOnlyReadsNodesTheCacheHasNotSeen(t *testing.T) {
 		c := newCycleOverUndelivered(t)
 		run := phase.run(c)
 		before := snapshot(c.plugin.cache)
-		for range 3 { // as many pods as it took a cache to act on the reads that missed it
+		for range 3 { // several pods: a cache that wrote on a read would show it by the third
 			run()
 		}
 		if changed := before.changes(snapshot(c.plugin.cache)); len(changed) > 0 {
