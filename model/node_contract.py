@@ -349,6 +349,12 @@ class Placement(BaseModel):
             placement = cls.model_validate_json(raw, by_name=False)
         except ValidationError as exc:
             raise ContractError(f"{PLACEMENT_ANNOTATION}: {_short(exc)}") from exc
+        # A key given twice: the decoders keep the last value, the Go reader's scan would judge
+        # the first; no writer repeats one, so every reader refuses it.
+        try:
+            json.loads(raw, object_pairs_hook=_once_each)
+        except ValueError as exc:
+            raise ContractError(f"{PLACEMENT_ANNOTATION}: {exc}") from exc
         side = ann.get(LLC_MASK_ANNOTATION)
         if side is not None:
             text = str(side)
@@ -357,6 +363,14 @@ class Placement(BaseModel):
                     f"{LLC_MASK_ANNOTATION} {text[:40]!r} disagrees with the placement"
                 )
         return placement
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's members, refused when one key is given twice."""
+    body = dict(pairs)
+    if len(body) != len(pairs):
+        raise ValueError("a key is given twice")
+    return body
 
 
 # --- machine pattern ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -97,6 +98,10 @@ func ParsePlacement(ann map[string]string) (*Placement, error) {
 // starts a null, a string followed by ':' is a key, and no object is nested past plan's structures.
 func refuseUnwritten(raw string) error {
 	var keys [4]string // the key whose value is being read, at each depth (1: the placement's own)
+	// The keys the object open at each depth has given: a key given twice is refused, since the
+	// decoders keep the last value and this scan would judge the first (no writer repeats a key).
+	var given [4][maxPlacementObjectKeys]string
+	var counts [4]int
 	depth := 0
 	for i := 0; i < len(raw); i++ {
 		switch raw[i] {
@@ -105,6 +110,7 @@ func refuseUnwritten(raw string) error {
 				return placementErrorf("%s: nested deeper than a placement's fields", PlacementAnnotation)
 			}
 			keys[depth] = "" // a list's items have no key
+			counts[depth] = 0
 		case '}', ']':
 			depth--
 		case '"':
@@ -127,6 +133,14 @@ func refuseUnwritten(raw string) error {
 					return placementErrorf("%s: %s: not a field (names are matched exactly, case included)",
 						PlacementAnnotation, nullPath(keys[1:depth+1]))
 				}
+				// Every key is a field's name (above), so an object with more keys than any
+				// object of a placement has fields repeats one.
+				seen := given[depth][:counts[depth]]
+				if slices.Contains(seen, keys[depth]) || counts[depth] == maxPlacementObjectKeys {
+					return placementErrorf("%s: %s: given twice", PlacementAnnotation, nullPath(keys[1:depth+1]))
+				}
+				given[depth][counts[depth]] = keys[depth]
+				counts[depth]++
 			case depth == 1 && keys[1] == "fallback_reason" && text == `""`:
 				return placementErrorf("%s: fallback_reason: absent or a code, never empty", PlacementAnnotation)
 			}
@@ -151,6 +165,10 @@ var placementFields = map[string]map[string]bool{
 	"plan":          jsonNames(reflect.TypeOf(StructurePlan{})),
 	"plan_from":     jsonNames(reflect.TypeOf(PlanSource{})),
 }
+
+// maxPlacementObjectKeys bounds the keys of one object of a placement: more than the fields of
+// the largest (Placement's own).
+const maxPlacementObjectKeys = 16
 
 // jsonNames are the names a struct's fields are written under (their json tags).
 func jsonNames(t reflect.Type) map[string]bool {

@@ -34,3 +34,13 @@ func TestRefuseUnwrittenAllocatesNothing(t *testing.T) {
 		t.Errorf("%v allocations for one placement, want none", n)
 	}
 }
+
+// Every object of a placement has fewer fields than the keys the scan keeps per object, so that
+// only a repeated key can reach the bound.
+func TestThePlacementScanKeepsMoreKeysThanAnObjectHasFields(t *testing.T) {
+	for object, fields := range placementFields {
+		if len(fields) >= maxPlacementObjectKeys {
+			t.Errorf("%q has %d fields, the scan keeps %d keys", object, len(fields), maxPlacementObjectKeys)
+		}
+	}
+}
