@@ -131,12 +131,17 @@ def _short(exc: ValidationError) -> str:
     return f"{where}: {first['msg']}"
 
 
+_ASCII_SPACE = " \t\n\v\f\r"
+
+
 def _int_text(ann: dict[str, str], key: str) -> int | None:
     """A decimal integer annotation, bounded before it is converted (no 10^6-digit strings)."""
     raw = ann.get(key)
     if raw is None or raw == "":
         return None
-    text = str(raw).strip()
+    # Trimmed of ASCII whitespace only, as the Go engine trims it (str.strip alone would also
+    # take \x1c-\x1f and Unicode spaces, which no writer puts around a number).
+    text = str(raw).strip(_ASCII_SPACE)
     if not text.isascii() or not text.isdigit() or len(text) > 19:
         raise ContractError(f"{key}: {text[:40]!r} is not a non-negative integer below 2^63")
     return int(text)
@@ -150,7 +155,12 @@ class NodeCapacity(BaseModel):
     pool (`slow_pool`, `slow_pool_bytes`), never in `slow_bytes`, which is node-local only."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    host_kind: Annotated[str, Field(min_length=1, max_length=63)] = "unknown"
+    # A label value, as the agent writes it (the tmc.dev/host-kind label): the annotation form
+    # is held to the same grammar, so that every reader counts its 63 characters alike.
+    host_kind: Annotated[
+        str,
+        Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"),
+    ] = "unknown"
     cpus: Annotated[int, Field(ge=1, le=MAX_CPUS)] | None = None  # None: the node's allocatable
     dram_bytes: Bytes
     slow_bytes: Bytes = 0

@@ -76,7 +76,8 @@ def within_kubelet_memory(published: contract.NodeCapacity, reported: object) ->
     kubelet reports no memory is not checked."""
     if reported is None:
         return
-    memory = int(parse_quantity(reported))
+    # Whole bytes rounded up, as the engine's Quantity.Value() reads them ("500m" is one byte).
+    memory = math.ceil(parse_quantity(reported))
     if memory <= 0 or memory >= 2 * contract.MAX_BYTES:
         return
     if published.dram_bytes + published.slow_bytes > memory + memory // 100:

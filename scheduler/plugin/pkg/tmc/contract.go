@@ -68,6 +68,14 @@ type (
 
 var dnsName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
 
+// labelValue is a host kind's grammar, a Kubernetes label value's (the agent writes it as the
+// tmc.dev/host-kind label), as model.node_contract.NodeCapacity reads it.
+var labelValue = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+
+// asciiSpace is what intAnnotation trims, as the Python contract does: strings.TrimSpace would
+// also take Unicode spaces, and Python's str.strip \x1c-\x1f as well.
+const asciiSpace = " \t\n\v\f\r"
+
 // ContractError is metadata that claims to follow the contract but cannot be read.
 type ContractError struct{ Msg string }
 
@@ -78,13 +86,14 @@ func contractErrorf(format string, args ...any) error {
 }
 
 // intAnnotation reads a decimal annotation as the Python contract does: ASCII digits only, at
-// most 19 of them (bounded before conversion), absent or empty meaning "not given".
+// most 19 of them (bounded before conversion), with ASCII whitespace around them, absent or
+// empty meaning "not given".
 func intAnnotation(ann map[string]string, key string) (int64, bool, error) {
 	raw, ok := ann[key]
 	if !ok || raw == "" {
 		return 0, false, nil
 	}
-	text := strings.TrimSpace(raw)
+	text := strings.Trim(raw, asciiSpace)
 	if text == "" || len(text) > 19 || strings.TrimLeft(text, "0123456789") != "" {
 		return 0, false, contractErrorf("%s: %q is not a non-negative integer below 2^63", key, clip(text, 40))
 	}
@@ -119,6 +128,9 @@ func ParseNodeCapacity(labels, ann map[string]string) (*NodeCapacity, error) {
 	}
 	if len(c.HostKind) > 63 {
 		return nil, contractErrorf("node capacity: host_kind: longer than 63 characters")
+	}
+	if !labelValue.MatchString(c.HostKind) {
+		return nil, contractErrorf("node capacity: host_kind: %q is not a label value", clip(c.HostKind, 40))
 	}
 	cpus, hasCPUs, err := intAnnotation(ann, CPUsAnnotation)
 	if err != nil {

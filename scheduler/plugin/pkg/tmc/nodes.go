@@ -67,9 +67,17 @@ func parseNodeCapacity(node *v1.Node) (*NodeCapacity, int64, error) {
 	if err := withinKubeletMemory(capacity, node.Status.Capacity); err != nil {
 		return nil, 0, err
 	}
+	if capacity.DRAMBytes < 1 {
+		// Readable, but no machine: nothing tiered fits it, and the mirror (scheduler.feeder)
+		// reads it so too.
+		return nil, 0, contractErrorf("node capacity: no DRAM published: it can hold no tiered pod")
+	}
 	cpus := capacity.CPUs
 	if cpus == 0 {
-		cpus = allocatableCPUs(node.Status.Allocatable)
+		var err error
+		if cpus, err = allocatableCPUs(node.Status.Allocatable); err != nil {
+			return nil, 0, err
+		}
 	}
 	return capacity, cpus, nil
 }
@@ -82,7 +90,10 @@ func parseNodeCapacity(node *v1.Node) (*NodeCapacity, int64, error) {
 // node whose kubelet reports no memory is not checked.
 func withinKubeletMemory(c *NodeCapacity, reported v1.ResourceList) error {
 	q, ok := reported[v1.ResourceMemory]
-	if !ok || q.Sign() <= 0 {
+	if ok && q.Sign() < 0 {
+		return contractErrorf("node capacity: its kubelet reports %s of memory", q.String())
+	}
+	if !ok || q.Sign() == 0 {
 		return nil
 	}
 	memory := q.Value()
@@ -96,12 +107,20 @@ func withinKubeletMemory(c *NodeCapacity, reported v1.ResourceList) error {
 	return nil
 }
 
-func allocatableCPUs(alloc v1.ResourceList) int64 {
+// allocatableCPUs is the kubelet's allocatable CPUs, whole, at least one, held to MaxCPUs before
+// they are read in millicores (10^18 CPUs, "1E", is past an int64 of them).
+func allocatableCPUs(alloc v1.ResourceList) (int64, error) {
 	q, ok := alloc[v1.ResourceCPU]
 	if !ok {
-		return 1
+		return 1, nil
 	}
-	return min(MaxCPUs, max(1, q.MilliValue()/1000))
+	if q.Sign() < 0 {
+		return 0, contractErrorf("node capacity: its kubelet reports %s allocatable CPUs", q.String())
+	}
+	if q.CmpInt64(MaxCPUs) >= 0 {
+		return MaxCPUs, nil
+	}
+	return max(1, q.MilliValue()/1000), nil
 }
 
 // nodeReady is what the extender counts as ready: the Ready condition True and the node not

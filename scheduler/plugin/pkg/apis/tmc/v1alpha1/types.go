@@ -415,6 +415,7 @@ type NodeCapacity struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	HostKind string `json:"host_kind,omitempty"`
 	// CPUs is 0 when the node does not publish them: its allocatable CPUs count then.
 	// +optional
