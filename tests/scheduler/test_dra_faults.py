@@ -33,6 +33,7 @@ from tests.scheduler.test_dra_objects import (
     allocating,
     build_slices_command,
     claim,
+    one_at_a_time,
     settle,
     start_stock_scheduler,
     started,
@@ -116,8 +117,7 @@ def test_claims_are_freed_when_their_pods_go(plane: Plane) -> None:
     held."""
     api = c.core(plane.cp)
     names = [f"half-{i}" for i in range(5)]
-    for name in names:
-        api.create_namespaced_pod(TENANT, pod_from_template(name))
+    one_at_a_time(plane, [(None, pod_from_template(n)) for n in names])
     on = settle(plane, names, 4)
     assert ways_held(plane) == {"node-a": WAYS_PER_NODE, "node-b": WAYS_PER_NODE}
     waiting = next(n for n in names if n not in on)
@@ -146,8 +146,7 @@ def test_a_restarted_scheduler_allocates_nothing_twice(plane: Plane) -> None:
     before = {n: str(p.spec.node_name) for n, p in bound(api).items()}
     assert len(before) == 4
     late = ["late-0", "late-1"]
-    for name in late:
-        api.create_namespaced_pod(TENANT, pod_from_template(name))
+    one_at_a_time(plane, [(None, pod_from_template(n)) for n in late])
     settle(plane, [*before, *late], 4)
     assert ways_held(plane) == {"node-a": WAYS_PER_NODE, "node-b": WAYS_PER_NODE}
     assert {n: str(p.spec.node_name) for n, p in bound(api).items()} == before

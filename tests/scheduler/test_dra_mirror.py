@@ -50,6 +50,7 @@ from tests.scheduler.test_dra_objects import (
     allocating,
     build_slices_command,
     claim,
+    one_at_a_time,
     pod_with_claim,
     settle,
     started,
@@ -505,13 +506,12 @@ def test_the_publisher_mirrors_the_claims_kube_scheduler_allocates(
     plane = publisher_plane
     api = c.core(plane.cp)
     names = [f"full-{i}" for i in range(3)]
+    pods = []
     for name in names:
-        plane.api.create_namespaced_custom_object(
-            GROUP, VERSION, TENANT, "resourceclaims", claim(name, ways=12, dram="5Gi", slow="100Gi")
-        )
         body = pod_with_claim(name)
         body["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1500m"}
-        api.create_namespaced_pod(TENANT, body)
+        pods.append((claim(name, ways=12, dram="5Gi", slow="100Gi"), body))
+    one_at_a_time(plane, pods)
     on = settle(plane, names, 3)
     publisher = KubeCluster(c.api_client(plane.cp, "publisher"))
     # Without the chart's rule for claims, the publisher may not list them: nothing mirrored.

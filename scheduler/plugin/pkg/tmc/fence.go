@@ -25,8 +25,10 @@ import (
 // stale cache until its elector notices the lost lease; the placement lease fences its binds:
 // a bind is refused unless this replica holds the lease and renewed it less than
 // leaseDuration - margin ago (on this process's monotonic clock, which a pause does not stop).
-// Another replica acquires the lease only after seeing it unrenewed for leaseDuration, so two
-// replicas never both pass the check. A replica campaigns for the lease only once it is asked to
+// A renewal counts from when its request was sent, not from its answer: another replica acquires
+// the lease only after seeing it unrenewed for leaseDuration, and it can see it renewed no
+// earlier than the request was sent, so two replicas never both pass the check, even when a
+// renewal's answer arrives long after the write (a replica paused while its request was out). A replica campaigns for the lease only once it is asked to
 // place a pod: only the scheduling leader (and its extender) ever are.
 type FenceArgs struct {
 	Namespace            string `json:"namespace"`
@@ -40,6 +42,7 @@ type FenceArgs struct {
 type Fence struct {
 	elector *leaderelection.LeaderElector
 	config  leaderelection.LeaderElectionConfig
+	lock    *sentLock
 	margin  time.Duration
 	lease   string
 	once    sync.Once
@@ -83,11 +86,12 @@ func NewFence(ctx context.Context, client kubernetes.Interface, args *FenceArgs)
 		return nil, fmt.Errorf("placementLease: %w", err)
 	}
 	f := &Fence{lease: args.Namespace + "/" + args.Name, ctx: ctx, start: time.Now(), wake: make(chan struct{}, 1), identity: identity}
-	// The margin covers the time from a renew's request to its answer (observedTime is taken
-	// after the answer) and the clocks' drift over a lease: the retry period.
+	f.lock = &sentLock{Interface: lock, identity: identity, start: f.start}
+	// The margin covers the time from the check to the Binding on the wire and the clocks'
+	// drift over a lease: the retry period.
 	f.margin = time.Duration(retry) * time.Second
 	f.config = leaderelection.LeaderElectionConfig{
-		Lock:          lock,
+		Lock:          f.lock,
 		LeaseDuration: time.Duration(lease) * time.Second,
 		RenewDeadline: time.Duration(renew) * time.Second,
 		RetryPeriod:   time.Duration(retry) * time.Second,
@@ -226,10 +230,60 @@ func (f *Fence) Held() error {
 	if f.released.Load() || !f.elector.IsLeader() {
 		return fmt.Errorf("tmc: this replica does not hold the placement lease %s (another replica places pods, or this one is taking over): %w", f.lease, ErrLeaseLost)
 	}
-	if err := f.elector.Check(-f.margin); err != nil {
-		return fmt.Errorf("tmc: the placement lease %s was not renewed in time; this replica binds nothing until it is (%v): %w", f.lease, err, ErrLeaseLost)
+	if age, ok := f.lock.sinceSent(); !ok || age > f.config.LeaseDuration-f.margin {
+		return fmt.Errorf("tmc: the placement lease %s was not renewed in time (last renewal sent %s ago); this replica binds nothing until it is: %w",
+			f.lease, age.Round(time.Millisecond), ErrLeaseLost)
 	}
 	return nil
+}
+
+// sentLock is the lease's lock, recording when the last write that made this replica the holder
+// was sent. client-go's elector dates a renewal by its answer, which a process paused with the
+// request out receives after the lease may have passed to another replica; the fence dates it by
+// the request.
+type sentLock struct {
+	resourcelock.Interface
+	identity string
+	start    time.Time
+	// sent is when the last successful holder write was sent, in nanoseconds on the monotonic
+	// clock since start, plus one (zero: never).
+	sent atomic.Int64
+}
+
+func (l *sentLock) Create(ctx context.Context, record resourcelock.LeaderElectionRecord) error {
+	sent := time.Since(l.start)
+	err := l.Interface.Create(ctx, record)
+	l.written(record, sent, err)
+	return err
+}
+
+func (l *sentLock) Update(ctx context.Context, record resourcelock.LeaderElectionRecord) error {
+	sent := time.Since(l.start)
+	err := l.Interface.Update(ctx, record)
+	l.written(record, sent, err)
+	return err
+}
+
+func (l *sentLock) written(record resourcelock.LeaderElectionRecord, sent time.Duration, err error) {
+	if err != nil || record.HolderIdentity != l.identity {
+		return
+	}
+	// The elector writes one request at a time; a later write never dates the lease earlier.
+	for {
+		last := l.sent.Load()
+		if int64(sent)+1 <= last || l.sent.CompareAndSwap(last, int64(sent)+1) {
+			return
+		}
+	}
+}
+
+// sinceSent is how long ago the last successful holder write was sent; false if none was.
+func (l *sentLock) sinceSent() (time.Duration, bool) {
+	sent := l.sent.Load()
+	if sent == 0 {
+		return 0, false
+	}
+	return time.Since(l.start) - time.Duration(sent-1), true
 }
 
 // BindingTransport checks the lease once more at the last moment a Binding can be stopped: as the

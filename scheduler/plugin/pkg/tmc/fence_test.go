@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func int64p(v int64) *int64 { return &v }
@@ -182,5 +185,59 @@ func TestAStaleReplicaOvercommitsWithoutTheLeaseAndBindsNothingWithIt(t *testing
 		if st.IsSuccess() || !strings.Contains(st.Message(), "placement lease") || len(masks) != 1 {
 			t.Fatalf("with the lease, the stale replica bound: %v %v", st, masks)
 		}
+	}
+}
+
+// A renewal is dated by its request, not by its answer: a replica paused while its renewal was
+// out (the API server wrote it at once; the answer is read on resume, after the lease may have
+// passed to another replica) must not take the late answer for a fresh lease. Once it renews
+// again in time, it binds again.
+func TestFenceDatesARenewalByItsRequest(t *testing.T) {
+	client := fake.NewSimpleClientset()
+	var late atomic.Bool
+	answered := make(chan struct{}, 1)
+	const pause = 3500 * time.Millisecond // longer than the lease
+	client.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if !late.CompareAndSwap(true, false) {
+			return false, nil, nil
+		}
+		_, obj, err := k8stesting.ObjectReaction(client.Tracker())(action)
+		time.Sleep(pause) // written; the answer waits
+		answered <- struct{}{}
+		return true, obj, err
+	})
+	args := &FenceArgs{Namespace: "tmc", Name: "placement", LeaseDurationSeconds: int64p(3), RenewDeadlineSeconds: int64p(2), RetryPeriodSeconds: int64p(1)}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	f, err := NewFence(ctx, client, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.Held() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("never acquired: %v", f.Held())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	late.Store(true)
+	select {
+	case <-answered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the renewal was never made")
+	}
+	// The answer is being read: for the next moments the elector holds a record it believes
+	// fresh. The lease was last written 3.5 s ago, longer than it lasts.
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if err := f.Held(); err == nil || !errors.Is(err, ErrLeaseLost) || !strings.Contains(err.Error(), "not renewed in time") {
+			t.Fatalf("a renewal answered after the lease could have passed counts as fresh: %v", err)
+		}
+	}
+	deadline = time.Now().Add(6 * time.Second)
+	for f.Held() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("never renewed again: %v", f.Held())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
