@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Protocol
 
 from sqlalchemy import text
@@ -77,7 +78,7 @@ def within_kubelet_memory(published: contract.NodeCapacity, reported: object) ->
     if reported is None:
         return
     # Whole bytes rounded up, as the engine's Quantity.Value() reads them ("500m" is one byte).
-    memory = math.ceil(parse_quantity(reported))
+    memory = math.ceil(parse_quantity(reported, at_most=Decimal(2 * contract.MAX_BYTES)))
     if memory <= 0 or memory >= 2 * contract.MAX_BYTES:
         return
     if published.dram_bytes + published.slow_bytes > memory + memory // 100:
@@ -99,7 +100,10 @@ def node_capacity(node: dict[str, Any]) -> tuple[NodeCapacity, int | None] | Non
             return None
         cpus = published.cpus
         if cpus is None:
-            allocatable = parse_quantity((status.get("allocatable") or {}).get("cpu", "0"))
+            allocatable = parse_quantity(
+                (status.get("allocatable") or {}).get("cpu", "0"),
+                at_most=Decimal(contract.MAX_CPUS),
+            )
             cpus = min(contract.MAX_CPUS, max(1, math.floor(allocatable)))
         within_kubelet_memory(published, (status.get("capacity") or {}).get("memory"))
         if published.dram_bytes < 1:

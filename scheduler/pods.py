@@ -65,24 +65,35 @@ MAX_EXPONENT = 24
 MAX_POD_CLAIMS = 32
 
 
-def parse_quantity(value: object) -> Decimal:
-    """A Kubernetes resource quantity ("500m", "64Mi", "1.5G", 2) as a non-negative number."""
+def parse_quantity(value: object, at_most: Decimal | None = None) -> Decimal:
+    """A Kubernetes resource quantity ("500m", "64Mi", "1.5G", 2) as a non-negative number.
+
+    With `at_most`, the result is held to it, and a quantity whose exponent is past the range
+    computed here is not refused: a huge one reads as `at_most`, a tiny positive one as one
+    nano-unit, which Kubernetes rounds it up to. The node's readers hold the kubelet's quantities
+    so, as the engine's do (Kubernetes accepts "1e30")."""
     text = str(value).strip() if isinstance(value, str | int) else repr(value)
     if len(text) > MAX_QUANTITY_TEXT:
         raise BadPod(f"resource quantity too long: {text[:20]!r}...")
     match = _QUANTITY.match(text)
     if match is None or match.group(2) not in _SUFFIX:
         raise BadPod(f"not a resource quantity: {text!r}")
-    exponent = match.group(1).lower().partition("e")[2]
-    if exponent and abs(int(exponent)) > MAX_EXPONENT:
-        raise BadPod(f"resource quantity out of range: {text!r}")
+    mantissa, _, exponent = match.group(1).lower().partition("e")
     try:
-        number = Decimal(match.group(1))
+        number = Decimal(mantissa)
     except InvalidOperation as exc:
         raise BadPod(f"not a resource quantity: {text!r}") from exc
     if number < 0:
         raise BadPod(f"negative resource quantity: {text!r}")
-    return number * _SUFFIX[match.group(2)]
+    if exponent and abs(int(exponent)) > MAX_EXPONENT:
+        if at_most is None:
+            raise BadPod(f"resource quantity out of range: {text!r}")
+        if number == 0:
+            return Decimal(0)
+        return at_most if int(exponent) > 0 else Decimal("1e-9")
+    number = number.scaleb(int(exponent)) if exponent else number
+    out = number * _SUFFIX[match.group(2)]
+    return out if at_most is None else min(out, at_most)
 
 
 @dataclass(frozen=True)

@@ -96,10 +96,11 @@ func withinKubeletMemory(c *NodeCapacity, reported v1.ResourceList) error {
 	if !ok || q.Sign() == 0 {
 		return nil
 	}
-	memory := q.Value()
-	if memory >= 2*MaxBytes {
+	// Compared before it is read as an int64: Value() wraps past 2^63 bytes ("1e30").
+	if q.CmpInt64(2*MaxBytes) >= 0 {
 		return nil // more than any publishable capacity (each of the two is below MaxBytes)
 	}
+	memory := q.Value()
 	if c.DRAMBytes+c.SlowBytes > memory+memory/100 {
 		return contractErrorf("node capacity: %d bytes of DRAM and %d of node-local slow memory published, more than the %s of memory its kubelet reports",
 			c.DRAMBytes, c.SlowBytes, q.String())
