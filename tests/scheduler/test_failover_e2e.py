@@ -23,6 +23,7 @@ benchmark of record runs it with 20; `TMC_FAILOVER_FENCE=0` runs the same withou
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -135,6 +136,35 @@ def stable(stack: Stack, ns: str, quiet: float, timeout: float) -> int:
 FENCED: list[int] = []  # per run, the binds the resumed leader's lease check refused
 
 
+def who_bound(cp: ControlPlane, names: tuple[str, str], ns: str, found: list[str]) -> list[str]:
+    """For an over-commit: every pod of the run on a node named in `found`, with what it holds,
+    the replica whose log says it bound it and when, and each replica's lease lines, so that a
+    rare failure can be read afterwards."""
+    held = {k: r for k, r in c.placements(c.core(cp)).items() if r["namespace"] == ns}
+    nodes = {r["node"] for r in held.values() if any(r["node"] in f for f in found)}
+    bound_by: dict[str, str] = {}
+    for name in names:
+        for m in re.finditer(
+            rf'^I(\S+ \S+).*"Successfully bound pod to node" pod="{ns}/([^"]+)"',
+            cp.log(name),
+            re.MULTILINE,
+        ):
+            bound_by[m.group(2)] = f"{name} at {m.group(1)}"
+    lines = [
+        f"  {k} on {r['node']}: ways {int(r['mask']):#x}, {r['vcpus']} CPUs; "
+        f"bound by {bound_by.get(r['pod_name'], '?')}"
+        for k, r in sorted(held.items())
+        if r["node"] in nodes
+    ]
+    for name in names:
+        lines += [
+            f"  {name}: {line}"
+            for line in cp.log(name).splitlines()
+            if "lease" in line and ("acquired" in line or "lost" in line or "failed" in line)
+        ]
+    return lines
+
+
 def one_run(stack: Stack, run: int) -> list[str]:
     """One pause-and-resume; the over-commits seen on the API server."""
     cp = stack.cp
@@ -188,7 +218,8 @@ def one_run(stack: Stack, run: int) -> list[str]:
         FENCED.append(
             log.count("was not renewed in time") + log.count("does not hold the placement")
         )
-        return c.overcommitted_on_the_api_server(stack.api)
+        found = c.overcommitted_on_the_api_server(stack.api)
+        return found + (who_bound(cp, names, ns, found) if found else [])
     finally:
         if paused is not None:
             os.kill(paused, signal.SIGCONT)
