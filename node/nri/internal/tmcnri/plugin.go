@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -128,6 +129,11 @@ type Plugin struct {
 	// adjust is Adjust; a test wraps it to see that every path computes its adjustment there.
 	adjust func(*Placement, NodeLayout, Target) Adjustment
 
+	// syncs counts the runtime's synchronisations: a request that was answered across one came
+	// over a connection the runtime had dropped (it had stopped waiting and created the
+	// container without the answer), so it is neither recorded nor held.
+	syncs atomic.Int64
+
 	mu   sync.Mutex
 	pods map[string]admitted // pod uid -> what it holds on this node
 	// waiting: pod uid -> when a container of the pod was first refused because the node has
@@ -158,6 +164,7 @@ func (e *RefusedError) Error() string { return "tmc: " + e.Msg }
 func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := p.now()
 	defer func() { p.count.Handled(p.now().Sub(start).Seconds()) }()
+	syncs := p.syncs.Load()
 	in, err := p.admitContainer(pod, ctr)
 	if in == nil {
 		return nil, nil, err // not adjusted: not placed, not a tenant's, malformed, or refused
@@ -171,7 +178,7 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		rec.Complete = false
 		p.count.Unapplied("plan")
 	}
-	return p.record(ctx, pod, ctr, in, adj, rec)
+	return p.record(ctx, syncs, pod, ctr, in, adj, rec)
 }
 
 // admission is a container the node admitted, with what its adjustment is computed from.
@@ -388,14 +395,22 @@ func (p *Plugin) applyAtCreation(pod *api.PodSandbox, ctr *api.Container, pl *Pl
 
 // record hands the adjustment to the runtime and writes the container's record, unless the
 // container may not start with it: a verification run not fully adjusted, or a runtime that
-// stopped waiting.
-func (p *Plugin) record(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, in *admission, adj *api.ContainerAdjustment, rec Record) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+// stopped waiting. syncs is the count of synchronisations when the request arrived.
+func (p *Plugin) record(ctx context.Context, syncs int64, pod *api.PodSandbox, ctr *api.Container, in *admission, adj *api.ContainerAdjustment, rec Record) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	if in.verification && !rec.Complete {
 		if in.fresh {
 			p.release(pod.GetUid())
 		}
 		return nil, nil, p.refuse(pod, "TmcVerificationNotApplied",
 			"a verification run whose configuration cannot be applied does not start: "+strings.Join(rec.Skipped, "; "))
+	}
+	if p.syncs.Load() != syncs {
+		// The runtime synchronised while this request was answered: it came over a connection
+		// the runtime had dropped (a plugin paused past the request timeout and resumed; the
+		// request's deadline runs from when it is read, so ctx does not show it). The container
+		// was created without this answer, and Synchronize has rebuilt what the pod holds:
+		// nothing is recorded, nothing released.
+		return nil, nil, errors.New("tmc: the runtime synchronised while this request was answered: it created the container without the answer")
 	}
 	if ctx.Err() != nil {
 		// The runtime stopped waiting (its NRI request timeout): it creates the container without
@@ -633,6 +648,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	// Unreadable topology: the memory limit is still corrected (the adjustment says why the
 	// memory nodes are not).
 	node, _ := ReadNodeLayout(p.cfg.SysRoot, p.cfg.Resctrl)
+	p.syncs.Add(1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.pods = map[string]admitted{}
@@ -658,6 +674,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 			// The plugin answered, but the runtime had stopped waiting: created without it.
 			if path, ok := p.recordPath(pod.GetUid(), ctr.GetName()); ok {
 				_ = os.Remove(path)
+				_ = os.Remove(filepath.Dir(path)) // the pod's records, if this was the last
 			}
 		}
 		p.count.Container(OutcomeLate)

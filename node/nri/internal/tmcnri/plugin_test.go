@@ -508,3 +508,49 @@ func TestAContainersOwnMemoryLimitIsNeverLowered(t *testing.T) {
 		}
 	}
 }
+
+// A plugin paused past the runtime's request timeout reads the request on resume with a fresh
+// deadline and may answer it after the runtime, which created the container without it, has
+// synchronised again: that answer records nothing and releases nothing Synchronize rebuilt.
+// A record the runtime never confirmed is removed by Synchronize with the pod's directory.
+func TestARequestAnsweredAcrossASynchronisationRecordsNothing(t *testing.T) {
+	f := newFixture(t, true)
+	p := pod("hung", "6f1c2a9e-0025", placed("node-a", "0x3", 2, gib, 0))
+	ctr := container("first", "")
+	ctr.PodSandboxId = p.Id
+	synced := false
+	f.plugin.adjust = func(pl *Placement, n NodeLayout, tg Target) Adjustment {
+		if !synced { // Synchronize computes its correction here too
+			synced = true
+			// The runtime reconnected meanwhile: the container is running without the answer.
+			_, err := f.plugin.Synchronize(context.Background(), []*api.PodSandbox{p}, []*api.Container{ctr})
+			must(t, err)
+		}
+		return Adjust(pl, n, tg)
+	}
+	if _, _, err := f.plugin.CreateContainer(context.Background(), p, ctr); err == nil || !strings.Contains(err.Error(), "synchronised") {
+		t.Fatalf("an answer across a synchronisation: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(f.plans, RecordDir, "6f1c2a9e-0025")); !os.IsNotExist(err) {
+		t.Error("an answer across a synchronisation left a record")
+	}
+	f.plugin.mu.Lock()
+	_, held := f.plugin.pods["6f1c2a9e-0025"]
+	f.plugin.mu.Unlock()
+	if !held {
+		t.Error("the running pod's hold, rebuilt by Synchronize, was released")
+	}
+	// Answered before the runtime synchronised (it had stopped waiting): an unconfirmed record,
+	// removed with its directory by the synchronisation.
+	f.plugin.adjust = Adjust
+	q := pod("late", "6f1c2a9e-0026", placed("node-a", "0xc", 2, gib, 0))
+	late := container("late", "")
+	late.PodSandboxId = q.Id
+	_, _, err := f.plugin.CreateContainer(context.Background(), q, late)
+	must(t, err)
+	_, err = f.plugin.Synchronize(context.Background(), []*api.PodSandbox{p, q}, []*api.Container{ctr, late})
+	must(t, err)
+	if _, err := os.Stat(filepath.Join(f.plans, RecordDir, "6f1c2a9e-0026")); !os.IsNotExist(err) {
+		t.Error("a record the runtime never confirmed outlived the synchronisation")
+	}
+}
