@@ -506,12 +506,12 @@ def test_the_publisher_mirrors_the_claims_kube_scheduler_allocates(
     plane = publisher_plane
     api = c.core(plane.cp)
     names = [f"full-{i}" for i in range(3)]
-    pods = []
+    created = []
     for name in names:
         body = pod_with_claim(name)
         body["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1500m"}
-        pods.append((claim(name, ways=12, dram="5Gi", slow="100Gi"), body))
-    one_at_a_time(plane, pods)
+        created.append((claim(name, ways=12, dram="5Gi", slow="100Gi"), body))
+    one_at_a_time(plane, created)
     on = settle(plane, names, 3)
     publisher = KubeCluster(c.api_client(plane.cp, "publisher"))
     # Without the chart's rule for claims, the publisher may not list them: nothing mirrored.
