@@ -265,6 +265,18 @@ func (x *Extender) candidates(args *extenderv1.ExtenderArgs) (names []string, no
 // was asked (NodeNames for names, Nodes for objects: answering names to a request of objects
 // would silently reject every node).
 func (x *Extender) Filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilterResult {
+	out := x.filter(args)
+	// kube-scheduler reports the answer's texts in the pod's event and condition, as a plugin's.
+	out.Error = schedulerText(out.Error)
+	for _, reasons := range []extenderv1.FailedNodesMap{out.FailedNodes, out.FailedAndUnresolvableNodes} {
+		for name, reason := range reasons {
+			reasons[name] = schedulerText(reason)
+		}
+	}
+	return out
+}
+
+func (x *Extender) filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilterResult {
 	out := &extenderv1.ExtenderFilterResult{FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}}
 	if args.Pod == nil {
 		out.Error = "tmc: the request names no Pod"
@@ -388,7 +400,7 @@ func (x *Extender) Prioritize(args *extenderv1.ExtenderArgs) *extenderv1.HostPri
 // bound elsewhere is an error that changes nothing; one attempt per pod at a time.
 func (x *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) *extenderv1.ExtenderBindingResult {
 	fail := func(format string, a ...any) *extenderv1.ExtenderBindingResult {
-		return &extenderv1.ExtenderBindingResult{Error: fmt.Sprintf(format, a...)}
+		return &extenderv1.ExtenderBindingResult{Error: schedulerText(fmt.Sprintf(format, a...))}
 	}
 	ns, name, uid, nodeName := args.PodNamespace, args.PodName, args.PodUID, args.Node
 	if ns == "" || name == "" || uid == "" || nodeName == "" {

@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/big"
 	"net/http"
@@ -420,6 +421,26 @@ func TestExtenderFuzzedBodiesNeverAnswer5xx(t *testing.T) {
 			if rec.Code >= 500 {
 				t.Errorf("%s %.60q: %d %s", verb, body, rec.Code, rec.Body.String())
 			}
+		}
+	}
+}
+
+// kube-scheduler records an extender's texts as a plugin's (the event's format string, the
+// condition as it is): a percent in an objective must read right in both, on Filter and Bind.
+func TestExtenderTextsAreNoFormatStrings(t *testing.T) {
+	h := newExtenderHarness(t, twoNodes()...)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	h.engine.published, h.engine.wait, h.engine.now = NewRecommendationIndex(), WaitUntilPublished, func() time.Time { return now }
+	pod := h.create(tieredPod("p", map[string]string{WorkloadAnnotation: "graph500", ObjectiveAnnotation: "slo:5%"}, "1", "1Gi"))
+	texts := map[string]string{
+		"filter": h.ext.Filter(&extenderv1.ExtenderArgs{Pod: pod, NodeNames: &[]string{"a", "b"}}).Error,
+		"bind":   h.bind(pod, "a"),
+	}
+	var none []any // as the event recorder calls it: the message, no arguments
+	for verb, text := range texts {
+		got := fmt.Sprintf(text, none...)
+		if strings.Contains(got, "%") || !strings.Contains(got, `"slo:5 percent"`) {
+			t.Errorf("%s: the event would read %q", verb, got)
 		}
 	}
 }

@@ -447,13 +447,19 @@ func (p *TmcPlacement) Bind(ctx context.Context, state fwk.CycleState, pod *v1.P
 	return asStatus(p.Engine.Bind(ctx, pod, s.ask, nodeName))
 }
 
-// newStatus is a status whose message is safe as kube-scheduler uses it: the scheduler records a
-// failed pod's event with the message as the event's format string (no arguments), and the pod's
-// PodScheduled condition with the message as it is. No string with a "%" reads right in both
-// ("slo:5%" would be "%!"(MISSING)" in the event, "%%" in the condition), and a look-alike sign
-// defeats a search for the objective; so a percent is written as the word.
+// schedulerText is a message as kube-scheduler can pass it on: the scheduler records a failed
+// pod's event with the message as the event's format string (no arguments), and the pod's
+// PodScheduled condition with the message as it is, whether the message came from a plugin's
+// status or from an extender's answer. No string with a "%" reads right in both ("slo:5%" would
+// be "%!"(MISSING)" in the event, "%%" in the condition), and a look-alike sign defeats a search
+// for the objective; so a percent is written as the word.
+func schedulerText(msg string) string {
+	return strings.ReplaceAll(msg, "%", " percent")
+}
+
+// newStatus is a status whose message is schedulerText.
 func newStatus(code fwk.Code, msg string) *fwk.Status {
-	return fwk.NewStatus(code, strings.ReplaceAll(msg, "%", " percent"))
+	return fwk.NewStatus(code, schedulerText(msg))
 }
 
 // asStatus is fwk.AsStatus with newStatus's message.
