@@ -95,6 +95,9 @@ PROGRAMS: dict[str, list[str]] = {
     "dijkstra": ["15", "8", "2"],
     "bloomfilter": ["32", "600000", "10"],
     "btree": ["300000", "600000"],
+    "spmv": ["200", "12", "3"],
+    "hashjoin": ["32", "200", "64"],
+    "binsearch": ["1000", "150"],
 }
 # A fast subset for the test suite: store-heavy, pointer chasing and a moving hot set.
 FAST = ("twotier", "listchase", "phases")

@@ -220,6 +220,15 @@ class FittedModel(BaseModel):
         " fewest, fitted to the profile's runs all slow below slowmax's way count (0 without"
         " one); None in a model stored before it was kept here: the predictor fits it again",
     )
+    slow_uncovered: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="the share of the way from the point prediction to the uncovered one at"
+        " partial slow ratios, fitted to the profile's runs there once the sharing is (0"
+        " without one); None in a model stored before it was kept here: the predictor fits it"
+        " again",
+    )
     run_noise: float = Field(
         default=DEFAULT_RUN_NOISE,
         ge=0.0,
@@ -483,6 +492,7 @@ def with_run_terms(fitted: FittedModel) -> FittedModel:
         update={
             "slow_sharing": predictor.slow_sharing,
             "slow_few_ways": predictor.slow_few_ways,
+            "slow_uncovered": predictor.slow_uncovered,
         }
     )
 

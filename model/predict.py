@@ -37,6 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 
+from model.bundle import DEFAULT_RUN_NOISE
 from model.fit import QUEUE_UTILIZATION_CAP, WINDOW_MLP_MAX, FittedModel
 from model.grid import PAPER_LLC_WAYS, PAPER_SLOW_RATIOS
 from model.memo import Recent
@@ -79,6 +80,11 @@ WINDOW_INSTRUCTIONS = 224.0
 # least squares, SHARING_STEPS golden-section steps.
 SHARING_MAX = WINDOW_MLP_MAX - 1.0
 SHARING_STEPS = 12
+# Slow misses that wait alone (`Predictor.slow_uncovered`, docs/model.md): the point prediction
+# moves this share of the way to the uncovered one (each slow structure charged as if no other
+# structure's misses hid its own), fitted in [0, 1] to what the profile's runs at partial slow
+# ratios leave unexplained once the sharing is fitted.
+UNCOVERED_STEPS = 12
 # Slow memory at few ways (`Predictor.slow_few_ways`, docs/model.md): the slow penalties scale
 # by 1 + k x h(w) (1 at the profile's most ways, h = 1 at its fewest), k fitted so that a
 # profile run all slow at fewer ways is predicted as measured, within this range of the factor.
@@ -161,6 +167,7 @@ class Predictor:
         sweep_shape: bool = SWEEP_SHAPE,
         slow_sharing: float | None = None,
         slow_few_ways: float | None = None,
+        slow_uncovered: float | None = None,
     ) -> None:
         self.model = model
         self._sizes = np.asarray(model.sizes_bytes, dtype=np.int64)
@@ -184,6 +191,7 @@ class Predictor:
         # 0 until fitted (below): the fit predicts the runs with the linear charge first.
         self.slow_sharing = 0.0
         self.slow_few_ways = 0.0
+        self.slow_uncovered = 0.0
         self._sweep_cpi = (
             None
             if model.curve_cpi is None or not sweep_shape
@@ -208,6 +216,13 @@ class Predictor:
             slow_sharing = model.slow_sharing
         self.slow_sharing = (
             self._fitted_sharing() if slow_sharing is None else max(float(slow_sharing), 0.0)
+        )
+        if slow_uncovered is None and stored:
+            slow_uncovered = model.slow_uncovered
+        self.slow_uncovered = (
+            self._fitted_uncovered()
+            if slow_uncovered is None
+            else min(max(float(slow_uncovered), 0.0), 1.0)
         )
 
     def kept(self, key: Hashable, compute: Callable[[], T]) -> T:
@@ -322,6 +337,11 @@ class Predictor:
             )
             uncovered = np.maximum(np.minimum(uncovered, all_slow[None, :]), cpi)
             seconds_uncovered = m.fastmax_seconds * uncovered / self._fastmax_cpi
+            if self.slow_uncovered > 0.0:
+                # Both grids are monotone and equal at every all-DRAM and all-slow point, so
+                # the blend is monotone too and passes through the reference runs.
+                cpi = cpi + self.slow_uncovered * (uncovered - cpi)
+                slowdown = cpi / self._fastmax_cpi - 1.0
         return GridPrediction(
             slow_ratios=ratios,
             llc_ways=ways,
@@ -481,6 +501,51 @@ class Predictor:
         where they were made whatever the model predicts there, and on the corpus of real
         programs that bound kept c at 0 on bfs (one run 2 % over-predicted at many ways, the
         partial ratios at one to four ways 10-20 % under) and low on stream (docs/model.md)."""
+        errors = self._partial_run_errors()
+        if errors is None:
+            return 0.0
+
+        def with_sharing(sharing: float) -> FloatArray:
+            self.slow_sharing = sharing
+            return errors()
+
+        best = _least_squares(with_sharing, SHARING_MAX, SHARING_STEPS)
+        self.slow_sharing = 0.0
+        return best
+
+    def _fitted_uncovered(self) -> float:
+        """The share of the way from the point prediction to the uncovered one that best
+        predicts the profile's runs at partial slow ratios, with the fitted sharing (least
+        squares of the log error); 0 without such a run.
+
+        The sharing can only lift a slow miss's wait to what it would be alone beside fast
+        misses of the same structure mix; a structure whose misses hid behind other structures'
+        in slowmax (a gathered vector beside a streamed matrix) waits longer still when it is
+        slow alone, up to the uncovered charge. Where the sharing leaves every such run slower
+        than predicted by more than a run's noise, this moves every partial ratio that way by
+        the share the runs support; otherwise the share is 0 and nothing changes."""
+        errors = self._partial_run_errors()
+        if errors is None:
+            return 0.0
+        # Only where every such run says so: a run predicted within its noise (at least a
+        # hardware run's, even for the trace backend's exact runs), or above its measurement,
+        # says the sharing already charges enough there, and a share would lift every partial
+        # ratio past it on the strength of the others.
+        if (errors() > -np.log1p(max(self.model.run_noise, DEFAULT_RUN_NOISE))).any():
+            return 0.0
+
+        def with_share(share: float) -> FloatArray:
+            self.slow_uncovered = share
+            return errors()
+
+        best = _least_squares(with_share, 1.0, UNCOVERED_STEPS)
+        self.slow_uncovered = 0.0
+        return best
+
+    def _partial_run_errors(self) -> Callable[[], FloatArray] | None:
+        """The log errors of the profile's runs at partial slow ratios, as the grid predicts
+        them with the predictor's terms as they are when called; None without such a run (or
+        on the paper's path, whose penalties are one number for every miss)."""
         m = self.model
         runs = [
             r
@@ -488,7 +553,7 @@ class Predictor:
             if PARTIAL_TOLERANCE < r.configuration.slow_ratio < 1.0 - PARTIAL_TOLERANCE
         ]
         if not runs or not self._per_structure:
-            return 0.0
+            return None
         # Predicted as the grid predicts them: under the envelope over the lattice's ratios
         # below and way counts above (`predict_one`).
         run_ratios = [r.configuration.slow_ratio for r in runs]
@@ -502,28 +567,12 @@ class Predictor:
         cols = [int(np.searchsorted(ways, r.configuration.llc_ways)) for r in runs]
         measured = np.log([r.wall_seconds for r in runs])
 
-        def errors(sharing: float) -> FloatArray:
-            self.slow_sharing = sharing
+        def errors() -> FloatArray:
             seconds = self.predict(ratios, ways).seconds[rows, cols]
             out: FloatArray = np.log(seconds) - measured
             return out
 
-        # Least squares: golden section (the squared errors are unimodal in it).
-        a, b = 0.0, SHARING_MAX
-        golden = (np.sqrt(5.0) - 1.0) / 2.0
-        for _ in range(SHARING_STEPS):
-            x1, x2 = b - golden * (b - a), a + golden * (b - a)
-            if float(np.sum(errors(x1) ** 2)) <= float(np.sum(errors(x2) ** 2)):
-                b = x2
-            else:
-                a = x1
-        best = 0.5 * (a + b)
-        # A sharing that predicts the runs no better than none is none (the search's last
-        # interval need not contain 0 when 0 is best).
-        if float(np.sum(errors(best) ** 2)) >= float(np.sum(errors(0.0) ** 2)):
-            best = 0.0
-        self.slow_sharing = 0.0
-        return best
+        return errors
 
     def _fitted_few_ways(self) -> float:
         """The slow penalties' change from the profile's most ways to its fewest (the factor
@@ -633,3 +682,21 @@ def sized_structures(sizes: IntArray, footprint_bytes: int, memory_bytes: int) -
     for i in by_remainder[:left]:
         whole[i] += 1
     return np.asarray(whole, dtype=np.int64)
+
+
+def _least_squares(errors: Callable[[float], FloatArray], upper: float, steps: int) -> float:
+    """The x in [0, upper] whose errors have the least sum of squares, by golden section (the
+    squared errors are unimodal in the terms fitted this way); 0 when the best found predicts no
+    better than 0 (the search's last interval need not contain 0 when 0 is best)."""
+    a, b = 0.0, upper
+    golden = (np.sqrt(5.0) - 1.0) / 2.0
+    for _ in range(steps):
+        x1, x2 = b - golden * (b - a), a + golden * (b - a)
+        if float(np.sum(errors(x1) ** 2)) <= float(np.sum(errors(x2) ** 2)):
+            b = x2
+        else:
+            a = x1
+    best = 0.5 * (a + b)
+    if float(np.sum(errors(best) ** 2)) >= float(np.sum(errors(0.0) ** 2)):
+        best = 0.0
+    return best
