@@ -520,7 +520,7 @@ class Predictor:
 
         The sharing can only lift a slow miss's wait to what it would be alone beside fast
         misses of the same structure mix; a structure whose misses hid behind other structures'
-        in slowmax (a gathered vector beside a streamed matrix) waits longer still when it is
+        in slowmax (a stream read beside random gathers) waits longer still when it is
         slow alone, up to the uncovered charge. Where the sharing leaves every such run slower
         than predicted by more than a run's noise, this moves every partial ratio that way by
         the share the runs support; otherwise the share is 0 and nothing changes."""
