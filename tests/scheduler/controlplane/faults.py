@@ -24,9 +24,7 @@ from tests.scheduler.controlplane.plugin import PublisherProcess, recommendation
 from tests.services import wait_until
 
 # What a pod waiting for its pair's recommendation is told (the engine's Refusal, engine.go), up
-# to the objective's last character: through tmc-extender, kube-scheduler uses the filter's error
-# as the format of its FailedScheduling event, so the percent sign of "least-dram:20%" and what
-# follows it come out mangled (`20%!"(MISSING)`); the plugin's own event reads as written.
+# to the objective's closing quote (added where it is used).
 WAITING = 'tmc: waiting for the recommendation of workload "graph500", objective "{objective}'
 # What a node whose ways are all held refuses a pod with (Judge, fit.go): the engine's reason,
 # which no in-tree filter gives.
@@ -111,10 +109,13 @@ def publisher_down(door: Door, ns: str) -> None:
         c.create_pods(door.api, [known, unknown], ns)
         pods = door.placed(["known"], ns, timeout=120)
         assert placement_of(pods["known"]).fallback is None
-        waiting = WAITING.format(objective="least-dram:20%")
         # How each door tells the pod why it waits (docs/scheduler.md, "Waiting for a
-        # recommendation"): the plugin's PreEnqueue a Normal event, once; the extender's filter
-        # an error, which kube-scheduler reports as FailedScheduling at each try.
+        # recommendation"): the plugin's PreEnqueue a Normal event, once, with the objective as
+        # written; the extender's filter an error, which kube-scheduler reports as
+        # FailedScheduling at each try, using it as the event's format string: tmc words the
+        # percent there, as the plugin does in its statuses, so that event and condition agree.
+        objective = "least-dram:20%" if door.gates else "least-dram:20 percent"
+        waiting = WAITING.format(objective=objective) + '"'
         reason = "WaitingForRecommendation" if door.gates else "FailedScheduling"
         try:
             wait_until(
@@ -144,11 +145,12 @@ def publisher_down(door: Door, ns: str) -> None:
             assert not [e for e in events if e.reason == "WaitingForRecommendation"], events
             failed = [e for e in events if e.reason == "FailedScheduling"]
             assert failed and all(
-                e.type == "Warning" and waiting in (e.message or "") for e in failed
+                e.type == "Warning" and waiting in (e.message or "") and "%" not in e.message
+                for e in failed
             ), events
-            # kube-scheduler uses an extender's error as its event's format: the objective's
-            # percent sign does not read as written there (WAITING, above), while the pod's
-            # condition, the same text, does; escaping it would spoil the condition instead.
+            conditions = door.api.read_namespaced_pod("unknown", ns).status.conditions or []
+            scheduled = [x for x in conditions if x.type == "PodScheduled"]
+            assert scheduled and waiting in (scheduled[0].message or ""), conditions
         door.publisher.start()
         door.publisher.wait_ready()
         restarted = True
