@@ -60,7 +60,7 @@ from scheduler.publisher import RecommendationPublisher
 from scheduler.status import Decided
 from store.db import make_engine, make_session_factory, unit_of_work
 from store.orm import ApiToken
-from tests.services import PostgresServer, RedisServer, uvicorn_server, wait_until
+from tests.services import postgres_and_redis, uvicorn_server, wait_until
 
 OBJECTIVES = ("cheapest", "slo:5%", "slo:10%")
 POOL_NODES = 8
@@ -568,7 +568,7 @@ class FleetRun:
 
 
 def run_fleet(fleet: Fleet, requests: int, burst: int, full_refresh: bool) -> FleetRun:
-    postgres, redis_server = PostgresServer(), RedisServer()
+    postgres, redis_server = postgres_and_redis()
     try:
         upgrade_to_head(postgres.url)
         settings = Settings(

@@ -19,12 +19,12 @@ from pathlib import Path
 import httpx
 
 from bench.service_load import demo_service
-from tests.services import PostgresServer, RedisServer, uvicorn_server, wait_until
+from tests.services import postgres_and_redis, uvicorn_server, wait_until
 
 
 def fuzz(seconds: int, seed: int) -> int:
     """Runs schemathesis for `seconds` against a fresh service; returns its exit status."""
-    postgres, redis_server = PostgresServer(), RedisServer()
+    postgres, redis_server = postgres_and_redis()
     try:
         token, env = demo_service(postgres, redis_server)
         with uvicorn_server(env) as base, tempfile.TemporaryDirectory() as work:

@@ -22,7 +22,7 @@ import httpx
 from bench.harness import Latency, Result, arguments, load_average, load_text
 from bench.service_load import demo_service
 from model.resources import GIB
-from tests.services import PostgresServer, RedisServer, uvicorn_server, wait_until
+from tests.services import postgres_and_redis, uvicorn_server, wait_until
 
 PLAN = {
     "classes": [
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         url, body = "/v1/planner/capacity", PLAN
     else:
         url, body = "/v1/tiering/recommend", tiering_request(args.tiering_budget)
-    postgres, redis_server = PostgresServer(), RedisServer()
+    postgres, redis_server = postgres_and_redis()
     try:
         token, env = demo_service(postgres, redis_server)
         params = {"requests": args.repeat, "plans": args.plans, "work": args.work, "probe": probe}

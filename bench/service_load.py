@@ -53,6 +53,7 @@ from tests.services import (
     CeleryWorker,
     PostgresServer,
     RedisServer,
+    postgres_and_redis,
     uvicorn_server,
     wait_until,
 )
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> None:
     if shutil.which("hey") is None:
         sys.exit("hey is not installed (apt-get install hey; ./dev bench does it)")
 
-    postgres, redis_server = PostgresServer(), RedisServer()
+    postgres, redis_server = postgres_and_redis()
     procs: list[subprocess.Popen[bytes]] = []
     worker: CeleryWorker | None = None
     try:

@@ -164,6 +164,17 @@ class RedisServer:
         self.stop()
 
 
+def postgres_and_redis() -> tuple[PostgresServer, RedisServer]:
+    """A PostgreSQL cluster and a Redis server, both started, or neither left running: a Redis
+    that fails to start (not installed, no port) stops the cluster started before it."""
+    postgres = PostgresServer()
+    try:
+        return postgres, RedisServer()
+    except BaseException:
+        postgres.close()
+        raise
+
+
 class CeleryWorker:
     """`celery -A api.tasks worker` as a real process, configured through TMC_* variables."""
 
