@@ -98,6 +98,8 @@ PROGRAMS: dict[str, list[str]] = {
     "spmv": ["200", "12", "3"],
     "hashjoin": ["32", "200", "64"],
     "binsearch": ["1000", "150"],
+    "histogram": ["24", "1500", "2"],
+    "skiplist": ["150000", "400000"],
 }
 # A fast subset for the test suite: store-heavy, pointer chasing and a moving hot set.
 FAST = ("twotier", "listchase", "phases")

@@ -23,6 +23,7 @@ import numpy as np
 
 from model import Predictor, Recommendation, fit, machine_of_host, recommend
 from model.bundle import (
+    DEFAULT_RUN_NOISE,
     MAX_PROFILE_RUNS,
     ProfileBundle,
     ProfileRun,
@@ -47,6 +48,8 @@ SHARING_RUN = "calibration:slow-sharing"
 # The sharing a calibration run is placed for: where the prediction moves most between none and
 # this much, a middle value of those fitted on the corpus of real programs (1.1-7.0).
 SHARING_PROBE = 3.0
+# The run taken at a second partial slow ratio to tell the sharing from the uncovered share.
+SHAPE_RUN = "calibration:slow-shape"
 # The run all slow at the fewest ways, labelled so in the bundle.
 FEW_WAYS_RUN = "calibration:slow-few-ways"
 
@@ -113,6 +116,44 @@ def sharing_point(
     moved = np.log(shared) - np.log(linear)
     i, j = np.unravel_index(int(np.argmax(moved)), moved.shape)
     if moved[i, j] <= 0.0:
+        return None
+    return float(at_ratios[i]), int(at_ways[j])
+
+
+def partial_ratios(runs: Sequence[ProfileRun]) -> int:
+    """How many distinct partial slow ratios `runs` measured."""
+    return len({r.configuration.slow_ratio for r in runs if partial(r.configuration.slow_ratio)})
+
+
+def shape_point(
+    predictor: Predictor, ratios: Sequence[float], ways: Sequence[int]
+) -> tuple[float, int] | None:
+    """Where the two shapes that fit the one partial ratio measured so far disagree most, among
+    the partial `ratios` and the `ways` within the profile's range; None where they agree within
+    a run's noise (the run was predicted as measured, or above it, by both).
+
+    Why this run: one run at a partial slow ratio fits either the sharing
+    (`Predictor.slow_sharing`: a few slow misses among fast ones wait nearly alone, so the
+    first slow bytes cost the most) or the uncovered share (`Predictor.slow_uncovered`: a slow
+    structure's misses wait as its own, a straight line in its slow share), and the two part at
+    the other ratios. A second ratio where they part most tells them apart; the fit then takes
+    both terms together (`Predictor`, runs at two partial ratios)."""
+    m = predictor.model
+    if m.p_dram_by_structure is None or partial_ratios(m.profile_runs) != 1:
+        return None
+    at_ratios = np.asarray([r for r in ratios if partial(r)], dtype=np.float64)
+    at_ways = np.asarray([w for w in ways if m.ways_min <= w <= m.ways_max], dtype=np.int64)
+    if at_ratios.size == 0 or at_ways.size == 0:
+        return None
+    refit = m.model_copy(update={"slow_sharing": None, "slow_uncovered": None})
+    sharing = Predictor(refit, slow_uncovered=0.0).predict(at_ratios, at_ways).seconds
+    uncovered = Predictor(refit, slow_sharing=0.0).predict(at_ratios, at_ways).seconds
+    apart = np.abs(np.log(sharing) - np.log(uncovered))
+    # Another ratio than the one measured: a second run there tells the shapes apart no better.
+    measured = {r.configuration.slow_ratio for r in m.profile_runs}
+    apart[[float(r) in measured for r in at_ratios], :] = 0.0
+    i, j = np.unravel_index(int(np.argmax(apart)), apart.shape)
+    if apart[i, j] <= np.log1p(max(m.run_noise, DEFAULT_RUN_NOISE)):
         return None
     return float(at_ratios[i]), int(at_ways[j])
 
@@ -253,19 +294,25 @@ def _take_runs(
         runs.append(run)
         done(run)
     # Then, with budget left, the runs that calibrate what no reference run measures, each
-    # only where no run measured it yet: the slow sharing (a partial slow ratio), then slow
-    # memory at few ways (all slow below slowmax's way count).
-    calibrations: list[tuple[str, Callable[[ProfileRun], bool], Point]] = [
+    # only where no run measured it yet: the slow sharing (a partial slow ratio), the shape of
+    # the partial ratios (a second one), then slow memory at few ways (all slow below
+    # slowmax's way count).
+    calibrations: list[tuple[str, Callable[[Sequence[ProfileRun]], bool], Point]] = [
         (
             SHARING_RUN,
-            lambda r: partial(r.configuration.slow_ratio),
+            lambda taken: partial_ratios(taken) >= 1,
             lambda p: sharing_point(p, PAPER_SLOW_RATIOS, PAPER_LLC_WAYS),
         ),
-        (FEW_WAYS_RUN, few_ways_measured, few_ways_point),
+        (
+            SHAPE_RUN,
+            lambda taken: partial_ratios(taken) != 1,
+            lambda p: shape_point(p, PAPER_SLOW_RATIOS, PAPER_LLC_WAYS),
+        ),
+        (FEW_WAYS_RUN, lambda taken: any(few_ways_measured(r) for r in taken), few_ways_point),
     ]
-    for label, calibrates, point_of in calibrations:
+    for label, calibrated, point_of in calibrations:
         room = budget - (reserved() if label != FEW_WAYS_RUN else 0)
-        if len(runs) >= room or any(calibrates(r) for r in runs):
+        if len(runs) >= room or calibrated(runs):
             continue
         predictor = Predictor(fit(with_runs(bundle, runs)))
         point = point_of(predictor)

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tmc_agent import profile_runs
 from tmc_agent.backends import simulated
@@ -20,9 +21,11 @@ from tmc_agent.cli import app
 from tmc_agent.profile_runs import (
     DEFAULT_OBJECTIVES,
     FEW_WAYS_RUN,
+    SHAPE_RUN,
     SHARING_RUN,
     RunNotMeasured,
     objectives_of,
+    shape_point,
     sharing_point,
     take_runs,
     with_runs,
@@ -189,6 +192,38 @@ def test_a_run_all_slow_at_the_fewest_ways_when_budget_is_left_and_the_fit_passe
         assert refitted.predict_one(ratio, ways)[0] == pytest.approx(
             predictor.predict_one(ratio, ways)[0], rel=1e-9
         )
+
+
+@pytest.mark.parametrize("share", [0.3, 0.6])
+def test_a_second_partial_ratio_tells_the_sharing_from_the_uncovered_share(share: float) -> None:
+    # A workload whose slow structures' misses wait as their own (the uncovered share): its one
+    # run at a partial ratio is fitted as well by the sharing, which then misses the others.
+    # A second run, at the ratio where the two shapes part most, decides between them.
+    bundle = simulated.profile("graph500")
+    truth = Predictor(fit(bundle), slow_sharing=0.0, slow_uncovered=share)
+
+    def measure(ratio: float, ways: int, plan: list[StructurePlacement]) -> float:
+        return truth.predict_one(ratio, ways)[0]
+
+    taken = take_runs(bundle, measure, [], 3)
+    assert taken.profile_runs is not None
+    runs = taken.profile_runs.runs
+    assert [r.objective for r in runs] == [SHARING_RUN, SHAPE_RUN, FEW_WAYS_RUN]
+    first, second = runs[0].configuration, runs[1].configuration
+    assert 0.0 < second.slow_ratio < 1.0 and second.slow_ratio != first.slow_ratio
+    one = with_runs(taken, runs[:1])
+    at = shape_point(Predictor(fit(one)), PAPER_SLOW_RATIOS, PAPER_LLC_WAYS)
+    assert at == (second.slow_ratio, second.llc_ways)
+    grid = (np.asarray(PAPER_SLOW_RATIOS)[1:-1], np.asarray(PAPER_LLC_WAYS, dtype=np.int64))
+    want = truth.predict(*grid).seconds
+    both = np.abs(Predictor(fit(taken)).predict(*grid).seconds / want - 1.0).max()
+    alone = np.abs(Predictor(fit(one)).predict(*grid).seconds / want - 1.0).max()
+    assert both < 0.005 < alone
+    # With both shapes alike (a run measured as predicted), no run goes to tell them apart.
+    plain = Predictor(fit(bundle))
+    exact = take_runs(bundle, lambda r, w, plan: plain.predict_one(r, w)[0], [], 3)
+    assert exact.profile_runs is not None
+    assert SHAPE_RUN not in [r.objective for r in exact.profile_runs.runs]
 
 
 def test_the_objectives_leave_one_run_for_slow_memory_at_few_ways() -> None:
