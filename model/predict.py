@@ -85,10 +85,11 @@ SHARING_STEPS = 12
 # structure's misses hid its own), fitted in [0, 1] to what the profile's runs at partial slow
 # ratios leave unexplained once the sharing is fitted.
 UNCOVERED_STEPS = 12
-# Fitted together (`Predictor._fitted_shape`, runs at two partial ratios or more): the uncovered
-# share on this many points of [0, 1], the sharing by golden section at each; the joint fit
-# replaces the one after the other only where its squared log errors are this share smaller.
-SHAPE_UNCOVERED_STEPS = 11
+# Fitted together (`Predictor._fitted_shape`, runs at two partial ratios or more): the sharing by
+# golden section (SHARING_STEPS), the uncovered share at each on this many points of [0, 1]; the
+# joint fit replaces the one after the other only where its squared log errors are this share
+# smaller.
+SHAPE_UNCOVERED_STEPS = 101
 SHAPE_BETTER = 0.05
 # Slow memory at few ways (`Predictor.slow_few_ways`, docs/model.md): the slow penalties scale
 # by 1 + k x h(w) (1 at the profile's most ways, h = 1 at its fewest), k fitted so that a
@@ -573,28 +574,67 @@ class Predictor:
         A program whose slow structure's misses wait in a dependent chain rises in a straight
         line with its slow share; the sharing fitted at a small ratio then bends the prediction
         down at larger ones (on the corpus, 9-21 % low at 0.5-0.9). A second ratio decides."""
-        errors = self._partial_run_errors()
-        assert errors is not None
+        at_runs = self._partial_run_times()
+        assert at_runs is not None
+        times, measured = at_runs
+        # The point prediction at a share u is the one at u = 0 moved u of the way to the
+        # uncovered one, so one prediction per sharing gives every share's errors.
+        shares = np.linspace(0.0, 1.0, SHAPE_UNCOVERED_STEPS)
 
-        def sse() -> float:
-            return float(np.sum(errors() ** 2))
+        def best_share(sharing: float) -> tuple[float, float]:
+            self.slow_sharing, self.slow_uncovered = sharing, 0.0
+            point, uncovered = times()
+            moved = point[None, :] + shares[:, None] * (uncovered - point)[None, :]
+            sse = np.sum((np.log(moved) - measured[None, :]) ** 2, axis=1)
+            k = int(np.argmin(sse))
+            return float(sse[k]), float(shares[k])
 
-        self.slow_sharing = self._fitted_sharing()
-        self.slow_uncovered = self._fitted_uncovered()
-        best = (sse(), self.slow_sharing, self.slow_uncovered)
-        for share in np.linspace(0.0, 1.0, SHAPE_UNCOVERED_STEPS):
-            self.slow_uncovered = float(share)
-            self.slow_sharing = 0.0
-            self.slow_sharing = self._fitted_sharing()
-            if (now := sse()) < best[0] * (1.0 - SHAPE_BETTER):
-                best = (now, self.slow_sharing, self.slow_uncovered)
+        # The sharing by golden section, each step at its best share.
+        a, b = 0.0, SHARING_MAX
+        golden = (np.sqrt(5.0) - 1.0) / 2.0
+        for _ in range(SHARING_STEPS):
+            x1, x2 = b - golden * (b - a), a + golden * (b - a)
+            if best_share(x1)[0] <= best_share(x2)[0]:
+                b = x2
+            else:
+                a = x1
+        candidates = [(*best_share(x), x) for x in (0.0, 0.5 * (a + b))]
+        together = min(candidates)
+        # One after the other, as with runs at one ratio.
+        self.slow_uncovered = 0.0
+        sharing = self._fitted_sharing()
+        self.slow_sharing = sharing
+        share = self._fitted_uncovered()
+        self.slow_uncovered = share
+        point, _ = times()
+        after = float(np.sum((np.log(point) - measured) ** 2))
         self.slow_sharing = self.slow_uncovered = 0.0
-        return best[1], best[2]
+        if together[0] < after * (1.0 - SHAPE_BETTER):
+            return together[2], together[1]
+        return sharing, share
 
     def _partial_run_errors(self) -> Callable[[], FloatArray] | None:
         """The log errors of the profile's runs at partial slow ratios, as the grid predicts
         them with the predictor's terms as they are when called; None without such a run (or
         on the paper's path, whose penalties are one number for every miss)."""
+        at_runs = self._partial_run_times()
+        if at_runs is None:
+            return None
+        times, measured = at_runs
+
+        def errors() -> FloatArray:
+            out: FloatArray = np.log(times()[0]) - measured
+            return out
+
+        return errors
+
+    def _partial_run_times(
+        self,
+    ) -> tuple[Callable[[], tuple[FloatArray, FloatArray]], FloatArray] | None:
+        """For the profile's runs at partial slow ratios: a function giving the point and the
+        uncovered predictions of their times with the predictor's terms as they are when
+        called, and their measured log times; None without such a run (or on the paper's
+        path)."""
         m = self.model
         runs = [
             r
@@ -616,12 +656,12 @@ class Predictor:
         cols = [int(np.searchsorted(ways, r.configuration.llc_ways)) for r in runs]
         measured = np.log([r.wall_seconds for r in runs])
 
-        def errors() -> FloatArray:
-            seconds = self.predict(ratios, ways).seconds[rows, cols]
-            out: FloatArray = np.log(seconds) - measured
-            return out
+        def times() -> tuple[FloatArray, FloatArray]:
+            g = self.predict(ratios, ways)
+            assert g.seconds_uncovered is not None  # the per-structure path has it
+            return g.seconds[rows, cols], g.seconds_uncovered[rows, cols]
 
-        return errors
+        return times, measured
 
     def _fitted_few_ways(self) -> float:
         """The slow penalties' change from the profile's most ways to its fewest (the factor
