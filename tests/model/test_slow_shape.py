@@ -7,8 +7,6 @@ one, the sharing first and the share only where the runs all ask for it
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 
@@ -16,27 +14,11 @@ from model import Predictor, fit, parse_bundle
 from model.fit import FittedModel
 from model.grid import paper_grid
 from tests.model.test_per_structure import per_structure_bundle
+from tests.model.test_slow_uncovered import with_profile_runs
 
 GRID = paper_grid()
 RATIOS = np.asarray(GRID.slow_ratios)
 WAYS = np.asarray(GRID.llc_ways, dtype=np.int64)
-
-
-def _with_runs(data: dict[str, Any], runs: list[tuple[float, int, float]]) -> FittedModel:
-    return fit(
-        parse_bundle(
-            {
-                **data,
-                "profile_runs": {
-                    "schema_version": "tmc.profile-runs/v1",
-                    "runs": [
-                        {"configuration": {"slow_ratio": r, "llc_ways": w}, "wall_seconds": t}
-                        for r, w, t in runs
-                    ],
-                },
-            }
-        )
-    )
 
 
 def _log_sse(p: Predictor, runs: list[tuple[float, int, float]]) -> float:
@@ -52,7 +34,7 @@ def test_runs_at_two_partial_ratios_fit_both_terms_and_the_ratios_between(
     data = per_structure_bundle()
     truth = Predictor(fit(parse_bundle(data)), slow_sharing=sharing, slow_uncovered=share)
     runs = [(r, w, truth.predict_one(r, w)[0]) for r, w in ((0.1, 2), (0.7, 2))]
-    fitted = _with_runs(data, runs)
+    fitted = with_profile_runs(data, runs)
     p = Predictor(fitted)
     for r, w, t in runs:
         assert p.predict_one(r, w)[0] == pytest.approx(t, rel=0.005)
@@ -77,7 +59,7 @@ def test_the_joint_fit_never_fits_the_runs_worse_than_one_term_after_the_other()
             (r, w, plain.predict_one(r, w)[0] * float(rng.uniform(0.97, 1.6)))
             for r, w in ((0.2, 4), (0.5, 12), (0.8, 2))
         ]
-        fitted = _with_runs(data, runs)
+        fitted = with_profile_runs(data, runs)
         together = Predictor(fitted)
         refit = fitted.model_copy(update={"slow_sharing": None, "slow_uncovered": None})
         sharing = Predictor(refit, slow_uncovered=0.0).slow_sharing
@@ -88,7 +70,7 @@ def test_the_joint_fit_never_fits_the_runs_worse_than_one_term_after_the_other()
 def test_a_stored_model_keeps_both_terms() -> None:
     data = per_structure_bundle()
     truth = Predictor(fit(parse_bundle(data)), slow_sharing=0.0, slow_uncovered=0.6)
-    fitted = _with_runs(data, [(r, w, truth.predict_one(r, w)[0]) for r, w in ((0.1, 2), (0.7, 2))])
+    fitted = with_profile_runs(data, [(r, w, truth.predict_one(r, w)[0]) for r, w in ((0.1, 2), (0.7, 2))])
     stored = FittedModel.model_validate_json(fitted.model_dump_json())
     p = Predictor(stored)
     assert (p.slow_sharing, p.slow_uncovered) == (fitted.slow_sharing, fitted.slow_uncovered)

@@ -36,7 +36,10 @@ def _bounds(data: dict[str, Any]) -> tuple[float, float]:
     return float(grid.seconds[i, j]), float(grid.seconds_uncovered[i, j])
 
 
-def _with_runs(data: dict[str, Any], runs: list[tuple[float, int, float]]) -> FittedModel:
+def with_profile_runs(
+    data: dict[str, Any], runs: list[tuple[float, int, float]]
+) -> FittedModel:
+    """The bundle `data` fitted with profile runs (slow ratio, ways, seconds)."""
     return fit(
         parse_bundle(
             {
@@ -54,7 +57,7 @@ def _with_runs(data: dict[str, Any], runs: list[tuple[float, int, float]]) -> Fi
 
 
 def _with_run(data: dict[str, Any], seconds: float) -> FittedModel:
-    return _with_runs(data, [(*RUN, seconds)])
+    return with_profile_runs(data, [(*RUN, seconds)])
 
 
 def test_the_fixture_leaves_room_between_the_sharing_and_the_uncovered_charge() -> None:
@@ -124,8 +127,8 @@ def test_a_run_the_model_reaches_or_passes_leaves_no_share() -> None:
     # tests/model/test_slow_shape.py.)
     other = (0.3, 12)
     at_other = Predictor(fit(parse_bundle(data)), slow_sharing=0.0).predict_one(*other)[0]
-    mixed = _with_runs(data, [(*RUN, far), (*other, at_other * 0.98)])
+    mixed = with_profile_runs(data, [(*RUN, far), (*other, at_other * 0.98)])
     assert mixed.slow_uncovered == 0.0
     # A run under-predicted by less than a run's noise (1 %) says nothing either.
-    close = _with_runs(data, [(*RUN, most * 1.005)])
+    close = with_profile_runs(data, [(*RUN, most * 1.005)])
     assert close.slow_uncovered == 0.0
