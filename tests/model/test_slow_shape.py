@@ -70,7 +70,9 @@ def test_the_joint_fit_never_fits_the_runs_worse_than_one_term_after_the_other()
 def test_a_stored_model_keeps_both_terms() -> None:
     data = per_structure_bundle()
     truth = Predictor(fit(parse_bundle(data)), slow_sharing=0.0, slow_uncovered=0.6)
-    fitted = with_profile_runs(data, [(r, w, truth.predict_one(r, w)[0]) for r, w in ((0.1, 2), (0.7, 2))])
+    fitted = with_profile_runs(
+        data, [(r, w, truth.predict_one(r, w)[0]) for r, w in ((0.1, 2), (0.7, 2))]
+    )
     stored = FittedModel.model_validate_json(fitted.model_dump_json())
     p = Predictor(stored)
     assert (p.slow_sharing, p.slow_uncovered) == (fitted.slow_sharing, fitted.slow_uncovered)

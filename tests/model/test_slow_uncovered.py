@@ -36,9 +36,7 @@ def _bounds(data: dict[str, Any]) -> tuple[float, float]:
     return float(grid.seconds[i, j]), float(grid.seconds_uncovered[i, j])
 
 
-def with_profile_runs(
-    data: dict[str, Any], runs: list[tuple[float, int, float]]
-) -> FittedModel:
+def with_profile_runs(data: dict[str, Any], runs: list[tuple[float, int, float]]) -> FittedModel:
     """The bundle `data` fitted with profile runs (slow ratio, ways, seconds)."""
     return fit(
         parse_bundle(
