@@ -29,7 +29,7 @@ place every structure alike; it is fitted to the profile's runs at partial slow 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -37,7 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 
-from model.bundle import DEFAULT_RUN_NOISE
+from model.bundle import DEFAULT_RUN_NOISE, ProfileRun
 from model.fit import QUEUE_UTILIZATION_CAP, WINDOW_MLP_MAX, FittedModel
 from model.grid import PAPER_LLC_WAYS, PAPER_SLOW_RATIOS
 from model.memo import Recent
@@ -98,6 +98,18 @@ SLOW_FEW_WAYS_RANGE = (0.25, 4.0)
 SLOW_FEW_WAYS_STEPS = 24
 # A profile run's slow ratio within this of 0 or 1 is no partial ratio.
 PARTIAL_TOLERANCE = 1e-9
+
+
+def partial_slow_ratio(ratio: float) -> bool:
+    """Part of the memory slow and part fast (not all DRAM, not all slow)."""
+    return PARTIAL_TOLERANCE < ratio < 1.0 - PARTIAL_TOLERANCE
+
+
+def partial_ratios(runs: Sequence[ProfileRun]) -> int:
+    """How many distinct partial slow ratios `runs` measured."""
+    return len(
+        {r.configuration.slow_ratio for r in runs if partial_slow_ratio(r.configuration.slow_ratio)}
+    )
 
 
 # The lattice predict_one's envelope looks over (the paper's grid, so that a single prediction
@@ -222,7 +234,11 @@ class Predictor:
             slow_sharing = model.slow_sharing
         if slow_uncovered is None and stored:
             slow_uncovered = model.slow_uncovered
-        if slow_sharing is None and slow_uncovered is None and self._partial_ratios() >= 2:
+        if (
+            slow_sharing is None
+            and slow_uncovered is None
+            and partial_ratios(model.profile_runs) >= 2
+        ):
             # Runs at two partial ratios or more tell the two shapes apart: fitted together.
             self.slow_sharing, self.slow_uncovered = self._fitted_shape()
             return
@@ -552,16 +568,6 @@ class Predictor:
         self.slow_uncovered = 0.0
         return best
 
-    def _partial_ratios(self) -> int:
-        """How many distinct partial slow ratios the profile's runs measured."""
-        return len(
-            {
-                r.configuration.slow_ratio
-                for r in self.model.profile_runs
-                if PARTIAL_TOLERANCE < r.configuration.slow_ratio < 1.0 - PARTIAL_TOLERANCE
-            }
-        )
-
     def _fitted_shape(self) -> tuple[float, float]:
         """The sharing and the uncovered share fitted together (least squares of the log
         error over the runs at partial slow ratios), for a profile with runs at two partial
@@ -581,25 +587,17 @@ class Predictor:
         # uncovered one, so one prediction per sharing gives every share's errors.
         shares = np.linspace(0.0, 1.0, SHAPE_UNCOVERED_STEPS)
 
-        def best_share(sharing: float) -> tuple[float, float]:
+        def best_share(sharing: float) -> tuple[float, FloatArray]:
+            """The share that fits the runs best at this sharing, and the runs' log errors."""
             self.slow_sharing, self.slow_uncovered = sharing, 0.0
             point, uncovered = times()
             moved = point[None, :] + shares[:, None] * (uncovered - point)[None, :]
-            sse = np.sum((np.log(moved) - measured[None, :]) ** 2, axis=1)
-            k = int(np.argmin(sse))
-            return float(sse[k]), float(shares[k])
+            errors = np.log(moved) - measured[None, :]
+            k = int(np.argmin(np.sum(errors**2, axis=1)))
+            return float(shares[k]), errors[k]
 
-        # The sharing by golden section, each step at its best share.
-        a, b = 0.0, SHARING_MAX
-        golden = (np.sqrt(5.0) - 1.0) / 2.0
-        for _ in range(SHARING_STEPS):
-            x1, x2 = b - golden * (b - a), a + golden * (b - a)
-            if best_share(x1)[0] <= best_share(x2)[0]:
-                b = x2
-            else:
-                a = x1
-        candidates = [(*best_share(x), x) for x in (0.0, 0.5 * (a + b))]
-        together = min(candidates)
+        sharing_together = _least_squares(lambda c: best_share(c)[1], SHARING_MAX, SHARING_STEPS)
+        share_together, errors_together = best_share(sharing_together)
         # One after the other, as with runs at one ratio.
         self.slow_uncovered = 0.0
         sharing = self._fitted_sharing()
@@ -609,8 +607,8 @@ class Predictor:
         point, _ = times()
         after = float(np.sum((np.log(point) - measured) ** 2))
         self.slow_sharing = self.slow_uncovered = 0.0
-        if together[0] < after * (1.0 - SHAPE_BETTER):
-            return together[2], together[1]
+        if float(np.sum(errors_together**2)) < after * (1.0 - SHAPE_BETTER):
+            return sharing_together, share_together
         return sharing, share
 
     def _partial_run_errors(self) -> Callable[[], FloatArray] | None:
@@ -636,11 +634,7 @@ class Predictor:
         called, and their measured log times; None without such a run (or on the paper's
         path)."""
         m = self.model
-        runs = [
-            r
-            for r in m.profile_runs
-            if PARTIAL_TOLERANCE < r.configuration.slow_ratio < 1.0 - PARTIAL_TOLERANCE
-        ]
+        runs = [r for r in m.profile_runs if partial_slow_ratio(r.configuration.slow_ratio)]
         if not runs or not self._per_structure:
             return None
         # Predicted as the grid predicts them: under the envelope over the lattice's ratios

@@ -33,7 +33,12 @@ from model.bundle import (
 from model.errors import NoFeasibleConfiguration, TmcError
 from model.grid import PAPER_LLC_WAYS, PAPER_SLOW_RATIOS
 from model.objectives import Objective, parse_objective
-from model.predict import PARTIAL_TOLERANCE, StructurePlacement
+from model.predict import (
+    PARTIAL_TOLERANCE,
+    StructurePlacement,
+    partial_ratios,
+    partial_slow_ratio,
+)
 
 # What a backend gives: the run's wall time at a configuration, with this per-structure plan.
 Measure = Callable[[float, int, list[StructurePlacement]], float]
@@ -81,10 +86,6 @@ def few_ways_measured(run: ProfileRun) -> bool:
     return run.configuration.slow_ratio >= 1.0 - PARTIAL_TOLERANCE
 
 
-def partial(ratio: float) -> bool:
-    return PARTIAL_TOLERANCE < ratio < 1.0 - PARTIAL_TOLERANCE
-
-
 def sharing_point(
     predictor: Predictor, ratios: Sequence[float], ways: Sequence[int]
 ) -> tuple[float, int] | None:
@@ -101,7 +102,7 @@ def sharing_point(
     m = predictor.model
     if m.p_dram_by_structure is None:
         return None
-    at_ratios = np.asarray([r for r in ratios if partial(r)], dtype=np.float64)
+    at_ratios = np.asarray([r for r in ratios if partial_slow_ratio(r)], dtype=np.float64)
     at_ways = np.asarray([w for w in ways if m.ways_min <= w <= m.ways_max], dtype=np.int64)
     if at_ratios.size == 0 or at_ways.size == 0:
         return None
@@ -120,11 +121,6 @@ def sharing_point(
     return float(at_ratios[i]), int(at_ways[j])
 
 
-def partial_ratios(runs: Sequence[ProfileRun]) -> int:
-    """How many distinct partial slow ratios `runs` measured."""
-    return len({r.configuration.slow_ratio for r in runs if partial(r.configuration.slow_ratio)})
-
-
 def shape_point(
     predictor: Predictor, ratios: Sequence[float], ways: Sequence[int]
 ) -> tuple[float, int] | None:
@@ -141,7 +137,7 @@ def shape_point(
     m = predictor.model
     if m.p_dram_by_structure is None or partial_ratios(m.profile_runs) != 1:
         return None
-    at_ratios = np.asarray([r for r in ratios if partial(r)], dtype=np.float64)
+    at_ratios = np.asarray([r for r in ratios if partial_slow_ratio(r)], dtype=np.float64)
     at_ways = np.asarray([w for w in ways if m.ways_min <= w <= m.ways_max], dtype=np.int64)
     if at_ratios.size == 0 or at_ways.size == 0:
         return None
