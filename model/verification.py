@@ -391,6 +391,31 @@ def observed_grid(
         col = np.flatnonzero(llc_ways == o.llc_ways)
         if row.size and col.size:
             points.append((int(row[0]), int(col[0]), err))
+    return measured_correction(
+        slow_ratios,
+        llc_ways,
+        sigma,
+        points,
+        observations=len(kept),
+        largest_error=largest,
+        ignored=ignored,
+    )
+
+
+def measured_correction(
+    slow_ratios: FloatArray,
+    llc_ways: NDArray[np.int64],
+    sigma: FloatArray,
+    points: Sequence[tuple[int, int, float]],
+    *,
+    observations: int,
+    largest_error: float,
+    ignored: Sequence[IgnoredRun] = (),
+) -> GridCorrection:
+    """`grid_correction` from runs at grid points (row, column, log(measured / predicted)), with
+    what was measured known: each measured point carries its measured time, up to run-to-run
+    noise. The service (`observed_grid`) and the regime map's simulated runs
+    (`bench.regimes.verified`) both correct through this one rule."""
     # Robust: several runs at one point enter as their median, so that among three or more one
     # outlier never decides (and a repeated run does not shrink the interval below its noise
     # faster than independent runs would).
@@ -403,8 +428,8 @@ def observed_grid(
         llc_ways,
         sigma,
         summary,
-        observations=len(kept),
-        largest_error=largest,
+        observations=observations,
+        largest_error=largest_error,
         ignored=ignored,
     )
     runs = np.zeros_like(c.runs)
