@@ -79,8 +79,8 @@ MODEL_FLOOR = 0.005
 DEFAULT_CONFIDENCE = 0.99
 # The level of the cost band (a candidate within T of the optimum, judged by the uncertainty of
 # their difference): learnt on held-out workloads by the regime map
-# (bench.regimes.calibrate_confidence), the highest level any held-out workload gets there (one
-# gets 0.8, the others 0.9).
+# (bench.regimes.calibrate_confidence), the highest level any held-out workload gets there (0.9
+# for each of the six).
 DEFAULT_BAND_CONFIDENCE = 0.9
 # The uncovered prediction (`GridPrediction.seconds_uncovered`: each slow structure waiting for
 # its own misses only) is taken as this quantile of the truth, so that the interval reaches it at
