@@ -72,7 +72,7 @@ from model.shadow_prices import DEFAULT_BLEND, ShadowPrices, shadow_prices
 from model.verification import (
     RUN_NOISE,
     band_points,
-    measured_correction,
+    grid_correction,
     next_point,
 )
 from sim.catalog import TABLE5, workload
@@ -351,7 +351,7 @@ def verified(
     a lighter configuration that the prediction puts within T but the band's bound does not
     (`packing_point`); else the one whose run is expected to save the most. Both axes
     of the grid are corrected after each run, and each measured configuration carries its
-    measured time, as the service corrects (`measured_correction`), at most the budget. A run's
+    measured time, as the service corrects (`grid_correction`), at most the budget. A run's
     time is the simulated time of tmc's placement there with one run's noise (`RUN_NOISE`,
     seeded per workload and regime, the same for either lifetime: the runs do not depend on how
     long the cluster holds a VM). Returns the corrected predicted times, their relative standard
@@ -402,7 +402,7 @@ def verified(
         largest = max(largest, abs(float(np.expm1(error))))
         points.append((wanted // shape[1], wanted % shape[1], error))
         measured[wanted] = True
-        fix = measured_correction(
+        fix = grid_correction(
             ratios,
             ways,
             s.sigma.reshape(shape),

@@ -292,8 +292,42 @@ def grid_correction(
     run_noise: float = RUN_NOISE,
     ignored: Sequence[IgnoredRun] = (),
 ) -> GridCorrection:
-    """The posterior of the model's log error over the grid, given runs at grid points
-    (row, column, log(measured / predicted)).
+    """What runs at grid points (row, column, log(measured / predicted)) say about every grid
+    point: the model's error corrected everywhere (`_posterior`), and what was measured known.
+    Each measured point carries its measured time (the median of its runs), up to run-to-run
+    noise. The service (`observed_grid`) and the regime map's simulated runs
+    (`bench.regimes.verified`) both correct through this one rule."""
+    # Robust: several runs at one point enter as their median, so that among three or more one
+    # outlier never decides (and a repeated run does not shrink the interval below its noise
+    # faster than independent runs would).
+    merged: dict[tuple[int, int], list[float]] = {}
+    for i, j, err in points:
+        merged.setdefault((i, j), []).append(err)
+    summary = [(i, j, float(np.median(e))) for (i, j), e in merged.items()]
+    c = _posterior(slow_ratios, llc_ways, sigma, summary, run_noise)
+    runs = np.zeros(sigma.shape, dtype=np.int64)
+    factor, post_sigma = c.factor.copy(), c.sigma.copy()
+    for (i, j), e in merged.items():
+        runs[i, j] = len(e)
+        # The model's uncertainty is no longer in a measured configuration. A run that agreed
+        # with a model surer than one run's noise leaves it as sure.
+        factor[i, j] = math.exp(float(np.median(e)))
+        post_sigma[i, j] = min(measured_sigma(len(e), run_noise), float(sigma[i, j]) * c.inflation)
+    return GridCorrection(
+        factor, post_sigma, runs, largest_error, observations, c.inflation, tuple(ignored)
+    )
+
+
+def _posterior(
+    slow_ratios: FloatArray,
+    llc_ways: NDArray[np.int64],
+    sigma: FloatArray,
+    points: Sequence[tuple[int, int, float]],
+    run_noise: float,
+) -> GridCorrection:
+    """The posterior of the model's log error over the grid, given one summary per measured
+    grid point (row, column, log(measured / predicted)); its `runs`, `largest_error`,
+    `observations` and `ignored` are left for the caller.
 
     The prior is the prediction interval itself: at (r, w) the error is
     `slow(r, w) * a_r + b_w`, with `a` a standard normal per slow ratio (neighbouring ratios
@@ -308,15 +342,7 @@ def grid_correction(
     slow_part, ways_part = split_sigma(sigma)
     runs = np.zeros((n_r, n_w), dtype=np.int64)
     if not points:
-        return GridCorrection(
-            np.ones((n_r, n_w)),
-            sigma.copy(),
-            runs,
-            largest_error,
-            observations,
-            1.0,
-            tuple(ignored),
-        )
+        return GridCorrection(np.ones((n_r, n_w)), sigma.copy(), runs, 0.0, 0, 1.0)
     dist = np.abs(slow_ratios[:, None] - slow_ratios[None, :])
     k_a = np.exp(-dist / RATIO_CORRELATION)
     # The ways part of the prior holds the reference runs' noise; a little floor keeps the
@@ -333,7 +359,6 @@ def grid_correction(
         h[k, i] = slow_part[i, j]
         h[k, n_r + j] = 1.0
         y[k] = err
-        runs[i, j] += 1
     noise = np.full(len(points), run_noise**2)
     expected = np.einsum("ki,ij,kj->k", h, prior, h) + noise
     # The scale's estimate, with `INFLATION_PRIOR_RUNS` pseudo-runs that erred as the interval
@@ -359,15 +384,7 @@ def grid_correction(
     # point's interval is wider after them than before, and where they erred more, no wider
     # than the widened prior.
     post_sigma = np.minimum(np.sqrt(np.maximum(var, 0.0) + run_noise**2), sigma * inflation)
-    return GridCorrection(
-        np.exp(log_factor),
-        post_sigma,
-        runs,
-        largest_error,
-        observations,
-        inflation,
-        tuple(ignored),
-    )
+    return GridCorrection(np.exp(log_factor), post_sigma, runs, 0.0, len(points), inflation)
 
 
 def observed_grid(
@@ -391,7 +408,7 @@ def observed_grid(
         col = np.flatnonzero(llc_ways == o.llc_ways)
         if row.size and col.size:
             points.append((int(row[0]), int(col[0]), err))
-    return measured_correction(
+    return grid_correction(
         slow_ratios,
         llc_ways,
         sigma,
@@ -400,48 +417,6 @@ def observed_grid(
         largest_error=largest,
         ignored=ignored,
     )
-
-
-def measured_correction(
-    slow_ratios: FloatArray,
-    llc_ways: NDArray[np.int64],
-    sigma: FloatArray,
-    points: Sequence[tuple[int, int, float]],
-    *,
-    observations: int,
-    largest_error: float,
-    ignored: Sequence[IgnoredRun] = (),
-) -> GridCorrection:
-    """`grid_correction` from runs at grid points (row, column, log(measured / predicted)), with
-    what was measured known: each measured point carries its measured time, up to run-to-run
-    noise. The service (`observed_grid`) and the regime map's simulated runs
-    (`bench.regimes.verified`) both correct through this one rule."""
-    # Robust: several runs at one point enter as their median, so that among three or more one
-    # outlier never decides (and a repeated run does not shrink the interval below its noise
-    # faster than independent runs would).
-    merged: dict[tuple[int, int], list[float]] = {}
-    for i, j, err in points:
-        merged.setdefault((i, j), []).append(err)
-    summary = [(i, j, float(np.median(e))) for (i, j), e in merged.items()]
-    c = grid_correction(
-        slow_ratios,
-        llc_ways,
-        sigma,
-        summary,
-        observations=observations,
-        largest_error=largest_error,
-        ignored=ignored,
-    )
-    runs = np.zeros_like(c.runs)
-    factor, post_sigma = c.factor.copy(), c.sigma.copy()
-    for (i, j), e in merged.items():
-        runs[i, j] = len(e)
-        # A measured configuration carries its measured time (the median of its runs), known up
-        # to run-to-run noise only: the model's uncertainty is no longer in it.
-        # A run that agreed with a model surer than one run's noise leaves it as sure.
-        factor[i, j] = math.exp(float(np.median(e)))
-        post_sigma[i, j] = min(measured_sigma(len(e)), float(sigma[i, j]) * c.inflation)
-    return replace(c, runs=runs, factor=factor, sigma=post_sigma)
 
 
 def measured_sigma(runs: int, run_noise: float = RUN_NOISE) -> float:

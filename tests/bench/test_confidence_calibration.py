@@ -20,7 +20,7 @@ from bench.regimes import (
 from bench.studies import Regime, Study, hourly
 from model.grid import paper_grid
 from model.verification import band_points as model_band_points
-from model.verification import measured_correction as model_measured_correction
+from model.verification import grid_correction as model_grid_correction
 from model.verification import measured_sigma
 from model.verification import next_point as model_next_point
 
@@ -130,16 +130,16 @@ def test_a_measured_configuration_carries_its_measured_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The regime map's simulated runs correct the grid as the service does
-    (`model.verification.measured_correction`): each measured configuration is its run's time,
+    (`model.verification.grid_correction`): each measured configuration is its run's time,
     known up to one run's noise, not the smoothed correction around it."""
     runs: list[tuple[int, int, float]] = []
-    record = model_measured_correction
+    record = model_grid_correction
 
     def recorded(*args: Any, **kwargs: Any) -> Any:
         runs[:] = args[3]
         return record(*args, **kwargs)
 
-    monkeypatch.setattr(regimes, "measured_correction", recorded)
+    monkeypatch.setattr(regimes, "grid_correction", recorded)
     h = hourly(RISKY, regime_prices(REGIME))
     seconds, sigma, n = verified(RISKY, h, NormalDist().inv_cdf(0.8), REGIME)
     assert n == len(runs) == 2
