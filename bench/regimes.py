@@ -354,8 +354,9 @@ def verified(
     measured time, as the service corrects (`grid_correction`), at most the budget. A run's
     time is the simulated time of tmc's placement there with one run's noise (`RUN_NOISE`,
     seeded per workload and regime, the same for either lifetime: the runs do not depend on how
-    long the cluster holds a VM). Returns the corrected predicted times, their relative standard
-    deviations, and the number of runs."""
+    long the cluster holds a VM). Unlike the service, the loop does not start from the reference
+    runs' measured times and may run there (docs/evaluation.md, "Weaker than it looks"). Returns
+    the corrected predicted times, their relative standard deviations, and the number of runs."""
     grid = paper_grid()
     ratios = np.asarray(grid.slow_ratios)
     ways = np.asarray(grid.llc_ways, dtype=np.int64)

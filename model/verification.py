@@ -40,7 +40,9 @@ and no more ways allows (`dominated_cap`): with slowmax measured at +132 %, no c
 slowmax's way count is promised worse than that and its noise.
 
 The regime map's bench runs this loop in the simulator (`bench.regimes.verified`): the same
-correction and the same choice of runs, with the cheapest predicted in place of the chosen.
+correction and the same choice of runs, with the cheapest predicted in place of the chosen. Unlike
+the service, it does not start from the reference runs' measured times, and may run there
+(docs/evaluation.md, "Weaker than it looks").
 
 Runs are reported by agents and operators, so none is trusted blindly (`screen`). A run outside
 what the profile and the model make physically plausible is ignored and reported with its
