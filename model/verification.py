@@ -306,17 +306,16 @@ def grid_correction(
     for i, j, err in points:
         merged.setdefault((i, j), []).append(err)
     summary = [(i, j, float(np.median(e))) for (i, j), e in merged.items()]
-    c = _posterior(slow_ratios, llc_ways, sigma, summary, run_noise)
+    factor, post_sigma, inflation = _posterior(slow_ratios, llc_ways, sigma, summary, run_noise)
     runs = np.zeros(sigma.shape, dtype=np.int64)
-    factor, post_sigma = c.factor.copy(), c.sigma.copy()
     for (i, j), e in merged.items():
         runs[i, j] = len(e)
         # The model's uncertainty is no longer in a measured configuration. A run that agreed
         # with a model surer than one run's noise leaves it as sure.
         factor[i, j] = math.exp(float(np.median(e)))
-        post_sigma[i, j] = min(measured_sigma(len(e), run_noise), float(sigma[i, j]) * c.inflation)
+        post_sigma[i, j] = min(measured_sigma(len(e), run_noise), float(sigma[i, j]) * inflation)
     return GridCorrection(
-        factor, post_sigma, runs, largest_error, observations, c.inflation, tuple(ignored)
+        factor, post_sigma, runs, largest_error, observations, inflation, tuple(ignored)
     )
 
 
@@ -326,10 +325,11 @@ def _posterior(
     sigma: FloatArray,
     points: Sequence[tuple[int, int, float]],
     run_noise: float,
-) -> GridCorrection:
+) -> tuple[FloatArray, FloatArray, float]:
     """The posterior of the model's log error over the grid, given one summary per measured
-    grid point (row, column, log(measured / predicted)); its `runs`, `largest_error`,
-    `observations` and `ignored` are left for the caller.
+    grid point (row, column, log(measured / predicted)): [ratio, ways] measured / predicted
+    expected, a run's relative standard deviation after the runs, and how much the prior was
+    widened (>= 1).
 
     The prior is the prediction interval itself: at (r, w) the error is
     `slow(r, w) * a_r + b_w`, with `a` a standard normal per slow ratio (neighbouring ratios
@@ -342,9 +342,8 @@ def _posterior(
     model is trusted no better where it was not checked than where it was."""
     n_r, n_w = sigma.shape
     slow_part, ways_part = split_sigma(sigma)
-    runs = np.zeros((n_r, n_w), dtype=np.int64)
     if not points:
-        return GridCorrection(np.ones((n_r, n_w)), sigma.copy(), runs, 0.0, 0, 1.0)
+        return np.ones((n_r, n_w)), sigma.copy(), 1.0
     dist = np.abs(slow_ratios[:, None] - slow_ratios[None, :])
     k_a = np.exp(-dist / RATIO_CORRELATION)
     # The ways part of the prior holds the reference runs' noise; a little floor keeps the
@@ -386,7 +385,7 @@ def _posterior(
     # point's interval is wider after them than before, and where they erred more, no wider
     # than the widened prior.
     post_sigma = np.minimum(np.sqrt(np.maximum(var, 0.0) + run_noise**2), sigma * inflation)
-    return GridCorrection(np.exp(log_factor), post_sigma, runs, 0.0, len(points), inflation)
+    return np.exp(log_factor), post_sigma, inflation
 
 
 def observed_grid(
