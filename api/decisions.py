@@ -32,6 +32,8 @@ class DecisionRequest:
     # The pods' memory request, in bytes: the decision is priced, fitted and planned at it.
     # None: at the profile's traced footprint.
     memory_bytes: int | None = None
+    # The pods' CPU request rounded up to whole vCPUs, likewise; None: the profile's vCPUs.
+    vcpus: int | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class DecisionService:
             utilization_source="request",  # the publisher's, read from the ledger's mirror
             memory_bytes=req.memory_bytes,
             sized_from=None if req.memory_bytes is None else "request",
+            vcpus=req.vcpus,
         )
         try:
             with unit_of_work(self._sessions) as session:

@@ -12,6 +12,7 @@ from model.bundle import MAX_BYTES
 from model.capacity import SlowTier
 from model.planning_requests import MAX_SOCKETS, LlcBytes
 from model.pricing import check_core_priced
+from model.recommendation import MAX_VCPUS
 from model.verification import AppliedConfiguration, MeasuredRun
 
 
@@ -115,6 +116,15 @@ class RecommendIn(Strict):
         " candidate is priced, fitted to the machine and packed at it, and the plan is scaled to"
         " it; the predicted times stay the profile's. Omit to price at the profile's traced"
         " footprint, which is only the program's shape on a small input",
+    )
+    vcpus: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_VCPUS,
+        strict=True,
+        examples=[4],
+        description="the vCPUs the workload runs with (e.g. its VM's): every candidate is priced,"
+        " fitted to the machine and packed with them. Omit to price with the profile's",
     )
 
 

@@ -51,6 +51,7 @@ from model import (
     recommend,
 )
 from model.bundle import MAX_BYTES
+from model.recommendation import vcpus_checked
 
 
 class OneLineErrors(TyperGroup):
@@ -182,7 +183,7 @@ def parse_utilization(spec: str | None) -> tuple[Utilization | None, list[str]]:
 
 def deployed_size(memory: str | None, per_vcpu: str | None, vcpus: Callable[[], int]) -> int | None:
     """The memory size to price at, in bytes: `--memory`, or `--memory-per-vcpu` times the
-    profile's vCPUs (a VM size); None: the profile's traced footprint."""
+    vCPUs (`--vcpus`, else the profile's: a VM size); None: the profile's traced footprint."""
     if memory is not None and per_vcpu is not None:
         raise InvalidRequest("--memory", "give --memory or --memory-per-vcpu, not both")
     if memory is not None:
@@ -244,7 +245,17 @@ def recommend_cmd(
         typer.Option(
             "--memory-per-vcpu",
             metavar="SIZE",
-            help="A VM size as memory per vCPU, e.g. 4Gi: --memory is the profile's vCPUs times it.",
+            help="A VM size as memory per vCPU, e.g. 4Gi: --memory is the vCPUs (--vcpus, else"
+            " the profile's) times it.",
+        ),
+    ] = None,
+    vcpus_given: Annotated[
+        int | None,
+        typer.Option(
+            "--vcpus",
+            metavar="N",
+            help="The vCPUs the workload runs with (its pod's CPU request rounded up, its VM's):"
+            " priced, fitted and packed with them. Default: the profile's.",
         ),
     ] = None,
     server: ServerOpt = DEFAULT_SERVER,
@@ -274,7 +285,12 @@ def recommend_cmd(
             fitted = api.get(f"/v1/workloads/{urllib.parse.quote(workload, safe='')}/model")
             return int(fitted["model"]["vcpus"])
 
-        size = guarded(lambda: deployed_size(memory, memory_per_vcpu, vcpus))
+        deployed = guarded(lambda: vcpus_checked(vcpus_given))
+        size = guarded(
+            lambda: deployed_size(
+                memory, memory_per_vcpu, vcpus if deployed is None else lambda: deployed
+            )
+        )
         body: dict[str, object] = {
             "workload": workload,
             "objective": objective,
@@ -285,6 +301,8 @@ def recommend_cmd(
             body["utilization"] = given.model_dump()
         if size is not None:
             body["memory_bytes"] = size
+        if deployed is not None:
+            body["vcpus"] = deployed
         answer = api.post("/recommend", body)
         if as_json:
             sys.stdout.write(json.dumps(answer, indent=2) + "\n")
@@ -298,7 +316,10 @@ def recommend_cmd(
     def run() -> None:
         bundle = load_bundle(profile)
         given, assumed = parse_utilization(utilization)
-        size = deployed_size(memory, memory_per_vcpu, lambda: bundle.vcpus)
+        deployed = vcpus_checked(vcpus_given)
+        size = deployed_size(
+            memory, memory_per_vcpu, lambda: bundle.vcpus if deployed is None else deployed
+        )
         if assumed:
             typer.echo(
                 f"note: utilization of {', '.join(assumed)} not given: taken as 0 (idle)", err=True
@@ -306,6 +327,7 @@ def recommend_cmd(
         result = recommend(
             fit(bundle),
             memory_bytes=size,
+            vcpus=deployed,
             machine=machine_of_host(bundle.host),
             prices=load_prices(prices),
             utilization=given,

@@ -18,7 +18,7 @@ from model.grid import Grid, paper_grid
 from model.misscurve import FloatArray
 from model.predict import GridPrediction, IntArray, Predictor
 from model.pricing import DEFAULT_PRICE_PROFILE, PriceProfile
-from model.recommendation import GridPoint, ParetoPoint, sizing
+from model.recommendation import GridPoint, ParetoPoint, sizing, vcpus_checked
 from model.resources import GIB, MachineShape, split_memory
 from model.verification import (
     GridCorrection,
@@ -47,6 +47,7 @@ class PricedGrid:
     # The memory size the grid is priced at, and each ratio's DRAM and slow bytes at that size
     # (the prediction's own bytes are the profile's footprint's).
     memory_bytes: int
+    vcpus: int
     dram_bytes: IntArray
     slow_bytes: IntArray
     correction: GridCorrection | None = None  # from verification runs, already applied
@@ -99,16 +100,22 @@ def price_grid(
     machine: MachineShape,
     observations: Sequence[Observation] = (),
     memory_bytes: int | None = None,
+    vcpus: int | None = None,
 ) -> PricedGrid:
-    """Every grid point predicted and priced at `memory_bytes` (None: the profile's footprint).
+    """Every grid point predicted and priced at `memory_bytes` (None: the profile's footprint)
+    and `vcpus` (None: the profile's).
 
     A profile is the program's shape, traced on a small input, and the deployment gives its
     size: the DRAM and slow bytes that are priced, fitted to the machine and packed are the
     ratio's split of that size, while the predicted time is the profile's. At a traced
     footprint of megabytes memory costs next to nothing beside a vCPU and all-DRAM always
-    wins: priced at the size it runs at, memory is its real share of the bill."""
+    wins: priced at the size it runs at, memory is its real share of the bill. Likewise a program
+    traced on one thread and deployed on eight pays eight vCPUs for every second a slow
+    configuration adds."""
     sizing(memory_bytes, None)
     m = predictor.model
+    given = vcpus_checked(vcpus)
+    cpus = m.vcpus if given is None else given
     p, sigma, fix, terms, cover, known, known_sigma, model_sigma, anchor = predictor.kept(
         ("grid", grid, tuple(observations)),
         lambda: _predicted_grid(predictor, grid, observations),
@@ -124,21 +131,19 @@ def price_grid(
     slow_gib = slow_bytes / GIB
     memory_hour = dram_gib * prices.dram_gib_hour + slow_gib * prices.slow_gib_hour
     hourly = (
-        m.vcpus * prices.vcpu_hour
-        + memory_hour[:, None]
-        + p.llc_ways[None, :] * prices.llc_way_hour
+        cpus * prices.vcpu_hour + memory_hour[:, None] + p.llc_ways[None, :] * prices.llc_way_hour
     )
     cost = hourly * p.seconds / 3600.0
     fits_memory = (dram_bytes <= machine.dram_bytes) & (slow_bytes <= machine.slow_bytes)
     fits_ways = p.llc_ways <= machine.llc_ways
-    feasible = (fits_memory[:, None] & fits_ways[None, :]) & (m.vcpus <= machine.cpus)
+    feasible = (fits_memory[:, None] & fits_ways[None, :]) & (cpus <= machine.cpus)
     shape = cost.shape
     slow_share = (
         slow_bytes / machine.slow_bytes if machine.slow_bytes else np.zeros(len(slow_bytes))
     )
     demand = np.stack(
         [
-            np.full(shape, m.vcpus / machine.cpus),
+            np.full(shape, cpus / machine.cpus),
             np.broadcast_to((dram_bytes / machine.dram_bytes)[:, None], shape),
             np.broadcast_to(slow_share[:, None], shape),
             np.broadcast_to((p.llc_ways / machine.llc_ways)[None, :], shape),
@@ -153,6 +158,7 @@ def price_grid(
         demand=demand,
         sigma=sigma,
         memory_bytes=memory,
+        vcpus=cpus,
         dram_bytes=dram_bytes,
         slow_bytes=slow_bytes,
         correction=fix,

@@ -120,6 +120,7 @@ def shortlist(
     band_confidence: float = DEFAULT_BAND_CONFIDENCE,
     memory_bytes: int | None = None,
     sized_from: SizedFrom | None = None,
+    vcpus: int | None = None,
 ) -> Shortlist:
     """`recommend`'s work before the utilization is known (its arguments but that one): a
     caller that decides the same question under changing utilization keeps it and `choose`s."""
@@ -134,7 +135,7 @@ def shortlist(
     fitted = predictor.model
     grid = grid or paper_grid()
     try:
-        priced = price_grid(predictor, prices, grid, machine, observations, memory_bytes)
+        priced = price_grid(predictor, prices, grid, machine, observations, memory_bytes, vcpus)
     except ValueError as exc:
         raise InvalidRequest("observations", str(exc)) from exc
     p = priced.prediction
@@ -253,7 +254,7 @@ def shortlist(
 
     cheapest_cost = float(priced.cost[priced.feasible].min())
     explain = Explainer(
-        priced, fitted.vcpus, slowdown, seconds_upper, slowdown_upper, cheapest_cost
+        priced, priced.vcpus, slowdown, seconds_upper, slowdown_upper, cheapest_cost
     )
     in_within = np.zeros(priced.cost.size, dtype=bool)
     in_within[within] = True
@@ -389,6 +390,7 @@ def choose(short: Shortlist, utilization: Utilization | None = None) -> Recommen
         price_profile=short.prices.key,
         currency=short.prices.currency,
         memory_bytes=priced.memory_bytes,
+        vcpus=priced.vcpus,
         footprint_bytes=fitted.footprint_bytes,
         sized_from=short.sized_from,
         machine=short.machine,
@@ -424,6 +426,7 @@ def recommend(
     band_confidence: float = DEFAULT_BAND_CONFIDENCE,
     memory_bytes: int | None = None,
     sized_from: SizedFrom | None = None,
+    vcpus: int | None = None,
 ) -> Recommendation:
     """Recommend a configuration for one workload. Without utilization the cluster is taken as
     idle, every penalty is 0, and the choice is the objective's best.
@@ -442,7 +445,8 @@ def recommend(
     `memory_bytes` is the size the workload runs at (a pod's memory request, a VM's size; None:
     the profile's footprint, `sized_from` says which): every candidate's DRAM and slow bytes
     are its ratio's split of it, priced, fitted to the machine and packed at it, and the plan is
-    scaled to it; the predicted times are the profile's (`price_grid`).
+    scaled to it; the predicted times are the profile's (`price_grid`). `vcpus` likewise (a
+    pod's CPU request rounded up, a VM's vCPUs; None: the profile's).
 
     The same as `choose(shortlist(...), utilization)`."""
     short = shortlist(
@@ -457,6 +461,7 @@ def recommend(
         band_confidence=band_confidence,
         memory_bytes=memory_bytes,
         sized_from=sized_from,
+        vcpus=vcpus,
     )
     return choose(short, utilization)
 

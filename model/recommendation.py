@@ -41,6 +41,22 @@ def sizing(memory_bytes: int | None, sized_from: SizedFrom | None) -> SizedFrom:
     return sized_from or "caller"
 
 
+# As many vCPUs as a bundle's host may have.
+MAX_VCPUS = 4096
+
+
+def vcpus_checked(vcpus: int | None) -> int | None:
+    """The vCPUs a workload is deployed with (a pod's CPU request rounded up, a VM's size),
+    checked; None: the profile's own."""
+    if vcpus is None:
+        return None
+    if isinstance(vcpus, bool) or not isinstance(vcpus, int):
+        raise InvalidRequest("vcpus", "must be a whole number of vCPUs")
+    if not 1 <= vcpus <= MAX_VCPUS:
+        raise InvalidRequest("vcpus", f"must lie between 1 and {MAX_VCPUS}, not {vcpus}")
+    return vcpus
+
+
 class Candidate(BaseModel):
     model_config = ConfigDict(frozen=True)
     configuration: Configuration
@@ -131,6 +147,14 @@ class Recommendation(BaseModel):
         le=MAX_BYTES,
         description="the footprint the profile traced (its runs' size), whatever memory_bytes"
         " the candidates are priced at; absent in recommendations stored before it was recorded",
+    )
+    vcpus: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_VCPUS,
+        description="the vCPUs every candidate is priced, fitted to the machine and packed at:"
+        " the pod's CPU request rounded up, or the caller's, else the profile's; absent in"
+        " recommendations stored before it was recorded (they were priced at the profile's)",
     )
     sized_from: SizedFrom = Field(
         default="profile",

@@ -88,11 +88,12 @@ def decide_pair(
     threshold: float,
     utilization: Utilization,
     memory_bytes: int | None = None,
+    vcpus: int | None = None,
 ) -> Outcome | None:
     """The recommendation for a (workload, objective), or why there is none (a fallback
     reason), or None when nothing can be said now (the database is unreachable).
     `memory_bytes`: the size of the pods naming it, which it is priced at (None: the profile's
-    traced footprint)."""
+    traced footprint); `vcpus` likewise (None: the profile's)."""
     try:
         parsed = parse_objective(objective)
     except TmcError as exc:
@@ -103,6 +104,7 @@ def decide_pair(
         threshold=threshold,
         utilization=utilization,
         memory_bytes=memory_bytes,
+        vcpus=vcpus,
     )
     try:
         decided = service.decide(req)
@@ -151,18 +153,23 @@ class ServiceDecisions:
         utilization: Callable[[], Utilization],
         threshold: float,
         size_of: Callable[[Pair], int | None] | None = None,
+        vcpus_of: Callable[[Pair], int | None] | None = None,
     ) -> None:
         """`size_of`: the memory request of the pods naming a pair, the size its recommendation
-        is priced at (None, or no callable: the profile's traced footprint)."""
+        is priced at (None, or no callable: the profile's traced footprint); `vcpus_of`: their
+        CPU request in whole vCPUs, likewise (None: the profile's vCPUs)."""
         self._service = DecisionService(sessions)
         self._utilization = utilization
         self._threshold = threshold
         self._size_of = size_of
+        self._vcpus_of = vcpus_of
 
     def __call__(self, workload: str, objective: str) -> Decided | None:
-        size = self._size_of((workload, objective)) if self._size_of is not None else None
+        pair = (workload, objective)
+        size = self._size_of(pair) if self._size_of is not None else None
+        vcpus = self._vcpus_of(pair) if self._vcpus_of is not None else None
         outcome = decide_pair(
-            self._service, workload, objective, self._threshold, self._utilization(), size
+            self._service, workload, objective, self._threshold, self._utilization(), size, vcpus
         )
         if outcome is None:
             return None

@@ -451,6 +451,8 @@ def _ask_inputs(pod: dict[str, Any], resource: str) -> tuple[object, ...] | None
         return ()
     memory = _opt_in_texts(spec.get("containers"), "memory")
     init_memory = _opt_in_texts(spec.get("initContainers"), "memory")
+    cpu = _opt_in_texts(spec.get("containers"), "cpu")
+    init_cpu = _opt_in_texts(spec.get("initContainers"), "cpu")
     inits = spec.get("initContainers")
     # Which init containers are sidecars, the pod-level requests and the overhead: the pod's
     # memory request counts them too (`pod_request`).
@@ -460,6 +462,8 @@ def _ask_inputs(pod: dict[str, Any], resource: str) -> tuple[object, ...] | None
         init,
         memory,
         init_memory,
+        cpu,
+        init_cpu,
         sidecars,
         _exact(spec.get("resources")),
         _exact(spec.get("overhead")),
@@ -506,6 +510,7 @@ class _Naming:
     pair: tuple[str, str]
     bound: bool
     memory_bytes: int = 0  # the pod's memory request (0: none)
+    vcpus: int = 0  # the pod's CPU request rounded up to whole vCPUs (0: none)
 
 
 class Prefetcher(Protocol):
@@ -1086,6 +1091,7 @@ class Feeder:
             (ask.workload, ask.objective),
             bound,
             ask.memory_bytes,
+            ask.vcpus,
         )
 
     def _ask_of(self, uid: str, pod: dict[str, Any]) -> PodAsk | None:
@@ -1163,6 +1169,16 @@ class Feeder:
                 if (n := self._named[uid]).memory_bytes > 0
             )
         return sizes[(len(sizes) - 1) // 2] if sizes else None
+
+    def vcpus_of(self, pair: tuple[str, str]) -> int | None:
+        """The vCPUs `pair`'s recommendation is priced with: the median CPU request of the live
+        pods naming it, rounded up (the lower middle one), or None when none requests CPU (the
+        profile's vCPUs then)."""
+        with self._named_lock:
+            counts = sorted(
+                n.vcpus for uid in self._pods_of.get(pair, ()) if (n := self._named[uid]).vcpus > 0
+            )
+        return counts[(len(counts) - 1) // 2] if counts else None
 
     def waiting_pods(self, pair: tuple[str, str], namespace: str) -> list[PodRef]:
         """The pending (not yet bound) pods of `namespace` that name `pair`."""

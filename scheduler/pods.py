@@ -5,6 +5,7 @@ the configuration) is the Go engine's to read (scheduler/plugin/pkg/tmc/ask.go).
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -19,6 +20,7 @@ from model.node_contract import (
 )
 from model.node_contract import OPT_IN_RESOURCE as DEFAULT_OPT_IN_RESOURCE
 from model.objectives import parse_objective
+from model.recommendation import MAX_VCPUS
 
 __all__ = ["DEFAULT_OPT_IN_RESOURCE", "OBJECTIVE_ANNOTATION", "WORKLOAD_ANNOTATION"]
 
@@ -107,6 +109,8 @@ class PodAsk:
     # The pod's memory request in bytes (0: none): the size its pair's recommendation is priced
     # at. The engine gives each pod its own request at placement; this is only the price's size.
     memory_bytes: int = 0
+    # The pod's CPU request rounded up to whole vCPUs (0: none), likewise the price's vCPUs.
+    vcpus: int = 0
 
 
 def _requests(containers: object, resource: str) -> Decimal:
@@ -144,11 +148,14 @@ def read_pod(pod: object, opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE) -> Pod
     objective = canonical_objective(str(annotations.get(OBJECTIVE_ANNOTATION) or "cheapest"))
     if not opted and workload:
         opted = claims_its_template(spec, str(workload), objective)
-    memory = 0
+    memory = vcpus = 0
     if opted:
         need = pod_request(spec, "memory")
         # A request past what the model prices (1 PiB) is no real pod's: it prices nothing.
         memory = int(need) if need <= MAX_BYTES else 0
+        cpu = pod_request(spec, "cpu")
+        # Likewise a CPU request past what a host may have (MAX_VCPUS).
+        vcpus = math.ceil(cpu) if 0 < cpu <= MAX_VCPUS else 0
     return PodAsk(
         uid=str(meta.get("uid") or ""),
         namespace=str(meta.get("namespace") or "default"),
@@ -157,6 +164,7 @@ def read_pod(pod: object, opt_in_resource: str = DEFAULT_OPT_IN_RESOURCE) -> Pod
         objective=objective,
         opted_in=opted,
         memory_bytes=memory,
+        vcpus=vcpus,
     )
 
 

@@ -727,9 +727,13 @@ def main() -> None:
     utilization = LedgerUtilization(sessions)
     publisher = RecommendationPublisher(
         KubeRecommendations(api),
-        # Each pair is priced at the memory its pods request: the size it runs at.
+        # Each pair is priced at the memory and CPU its pods request: the size it runs at.
         ServiceDecisions(
-            sessions, utilization, settings.default_threshold, size_of=feeder.memory_of
+            sessions,
+            utilization,
+            settings.default_threshold,
+            size_of=feeder.memory_of,
+            vcpus_of=feeder.vcpus_of,
         ),
         refresh_seconds=settings.publisher_refresh_seconds,
         changes=WhatChanged(sessions),

@@ -71,6 +71,7 @@ def _recommend(body: RecommendIn, state: AppState, session: Session, role: Role)
             may_upload=Permission.upload in GRANTS[role],
             memory_bytes=body.memory_bytes,
             sized_from=None if body.memory_bytes is None else "caller",
+            vcpus=body.vcpus,
         ),
         state.models,
     )

@@ -44,6 +44,9 @@ class DecisionInput:
     # "caller": a size the caller gave); None: the profile's footprint.
     memory_bytes: int | None = None
     sized_from: SizedFrom | None = None
+    # The vCPUs the workload runs with (a pod's CPU request rounded up, a caller's); None: the
+    # profile's.
+    vcpus: int | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,7 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
         req.threshold,
         req.memory_bytes,
         req.sized_from,
+        req.vcpus,
     )
     inputs = (question, req.utilization)
     answered: _Answer | None = cache.results.get(inputs)
@@ -174,6 +178,7 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
                 observations=observations,
                 memory_bytes=req.memory_bytes,
                 sized_from=req.sized_from,
+                vcpus=req.vcpus,
             ),
         )
         rec = choose(short, req.utilization)
@@ -198,6 +203,7 @@ def decide(session: Session, req: DecisionInput, cache: ModelCache) -> Recommend
         # A decision at a given size is another decision; one at the profile's footprint keeps
         # the key it always had, so that it still counts as a repeat of those made before sizes.
         *(() if req.memory_bytes is None else (rec.memory_bytes, rec.sized_from)),
+        *(() if req.vcpus is None else (f"vcpus={rec.vcpus}",)),
     )
     now = utcnow()
     memo = cache.decisions

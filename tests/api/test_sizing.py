@@ -102,3 +102,43 @@ def test_the_scheduler_decides_at_a_pods_memory_request(
         )
     )
     assert traced.configuration.dram_bytes + traced.configuration.slow_bytes < 3 * GIB
+
+
+def test_a_decision_is_priced_with_the_vcpus_given(client: TestClient, settings: Settings) -> None:
+    """`vcpus` as a caller gives them (a VM's) and as the scheduler reads them from a pod's CPU
+    request: every candidate priced and packed with them, and another decision than the one
+    with the profile's vCPUs (4 for xsbench)."""
+    upload(client, example("xsbench")).raise_for_status()
+    own = decide(client, memory_bytes=VM_BYTES)
+    wider = decide(client, memory_bytes=VM_BYTES, vcpus=12)
+    rec_o, rec_w = own["recommendation"], wider["recommendation"]
+    assert isinstance(rec_o, dict) and isinstance(rec_w, dict)
+    assert rec_o["vcpus"] == 4 and rec_w["vcpus"] == 12
+    assert rec_w["chosen"]["configuration"]["vcpus"] == 12
+    assert rec_w["chosen"]["cost"] > rec_o["chosen"]["cost"]
+    assert wider["id"] != own["id"]
+    assert decide(client, memory_bytes=VM_BYTES, vcpus=12)["id"] == wider["id"]
+    stored = client.get(f"/v1/recommendations/{wider['id']}", headers=VIEWER).json()
+    assert stored["recommendation"]["vcpus"] == 12
+    service = DecisionService(make_session_factory(make_engine(settings)))
+    decided = service.decide(
+        DecisionRequest(
+            workload="xsbench",
+            objective=parse_objective("cheapest"),
+            threshold=0.025,
+            utilization=Utilization(),
+            memory_bytes=VM_BYTES,
+            vcpus=12,
+        )
+    )
+    assert decided.configuration.vcpus == 12
+
+
+@pytest.mark.parametrize("bad", [0, -1, 4097, "4", 1.5, 4.0, True, [4]])
+def test_a_bad_vcpu_count_is_a_problem(client: TestClient, bad: object) -> None:
+    response = client.post(
+        "/recommend", headers=SCHEDULER, json={"workload": "xsbench", "vcpus": bad}
+    )
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["errors"][0]["field"] == "body.vcpus"

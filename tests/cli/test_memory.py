@@ -1,5 +1,6 @@
-"""`tmc recommend --memory SIZE` and `--memory-per-vcpu SIZE`: the size the workload runs at, as
-Kubernetes writes it or in plain bytes, here and through the running service; `-o json`."""
+"""`tmc recommend --memory SIZE`, `--memory-per-vcpu SIZE` and `--vcpus N`: the size the workload
+runs at, as Kubernetes writes it or in plain bytes, here and through the running service;
+`-o json`."""
 
 from __future__ import annotations
 
@@ -72,6 +73,21 @@ def test_priced_at_the_memory_given() -> None:
     assert "priced at │ 16.0 GiB, the size given" in table
 
 
+def test_priced_with_the_vcpus_given() -> None:
+    """`--vcpus N`: every candidate priced and packed with N vCPUs; with `--memory-per-vcpu`
+    the VM's memory is N times it."""
+    rec = Recommendation.model_validate_json(
+        recommend("--vcpus", "8", "--memory", "32Gi", "--json")
+    )
+    assert rec.vcpus == 8 and rec.chosen.configuration.vcpus == 8
+    per_vcpu = json.loads(recommend("--vcpus", "8", "--memory-per-vcpu", "4Gi", "--json"))
+    assert per_vcpu == rec.model_dump(mode="json")
+    own = Recommendation.model_validate_json(recommend("--memory", "32Gi", "--json"))
+    assert own.vcpus == 4 and own.chosen.cost < rec.chosen.cost
+    table = " ".join(recommend("--vcpus", "8", "--memory", "32Gi").split())
+    assert "vCPUs │ 8" in table
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
@@ -80,6 +96,9 @@ def test_priced_at_the_memory_given() -> None:
         (["--memory-per-vcpu", "512Ti"], "more than 1Pi"),
         (["--memory", "4Gi", "--memory-per-vcpu", "1Gi"], "not both"),
         (["-o", "yaml"], "'yaml' is not one of"),
+        (["--vcpus", "0"], "vcpus: must lie between 1 and 4096"),
+        (["--vcpus", "5000"], "vcpus: must lie between 1 and 4096"),
+        (["--vcpus", "two"], "Invalid value for '--vcpus'"),
     ],
 )
 def test_a_bad_size_is_one_line(args: list[str], said: str) -> None:
@@ -120,3 +139,7 @@ def test_the_service_prices_at_the_memory_given(base: str) -> None:
     assert per_vcpu["id"] == sized["id"]  # the same decision, counted on the stored one
     traced = Recommendation.model_validate(ask()["recommendation"])
     assert traced.sized_from == "profile" and traced.memory_bytes < 3 * GIB
+    wider = Recommendation.model_validate(
+        ask("--vcpus", "8", "--memory-per-vcpu", "4Gi")["recommendation"]
+    )
+    assert wider.vcpus == 8 and wider.memory_bytes == 32 * GIB

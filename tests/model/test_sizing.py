@@ -191,3 +191,44 @@ def test_a_stored_recommendation_without_a_size_reads_as_the_profiles(small: Fit
     del stored["memory_bytes"], stored["sized_from"]
     read = Recommendation.model_validate(stored)
     assert read.memory_bytes == small.footprint_bytes and read.sized_from == "profile"
+
+
+def test_configurations_are_priced_and_packed_with_the_deployed_vcpus(small: FittedModel) -> None:
+    """A program profiled on four vCPUs and deployed on eight pays eight vCPUs an hour at every
+    configuration, and asks eight of the machine's CPUs; the predicted times stay the profile's."""
+    predictor = Predictor(small)
+    grid = paper_grid()
+    own = price_grid(predictor, DEFAULT_PRICE_PROFILE, grid, PAPER_MACHINE, (), DEPLOYED)
+    eight = price_grid(predictor, DEFAULT_PRICE_PROFILE, grid, PAPER_MACHINE, (), DEPLOYED, 8)
+    assert own.vcpus == small.vcpus == 4 and eight.vcpus == 8
+    extra = eight.hourly - own.hourly
+    assert extra == pytest.approx([4 * DEFAULT_PRICE_PROFILE.vcpu_hour] * len(extra))
+    assert eight.demand[:, 0] == pytest.approx([8 / PAPER_MACHINE.cpus] * len(extra))
+    assert (eight.prediction.seconds == own.prediction.seconds).all()
+    rec = recommend(small, machine=PAPER_MACHINE, memory_bytes=DEPLOYED, vcpus=8)
+    assert rec.vcpus == 8
+    for c in [rec.chosen, rec.best, *rec.within_threshold, *rec.other_candidates]:
+        assert c.configuration.vcpus == 8
+    assert recommend(small, machine=PAPER_MACHINE).vcpus == small.vcpus
+
+
+def test_a_slowdown_costs_every_deployed_vcpu(small: FittedModel) -> None:
+    """Priced with one vCPU, memory is most of the bill and the cheapest takes 0.9 slow; with
+    the machine's twelve, each second a slow configuration adds costs twelve vCPU-seconds and
+    the cheapest takes less slow memory."""
+    size = 16 * GIB
+    one = recommend(small, machine=PAPER_MACHINE, memory_bytes=size, vcpus=1)
+    twelve = recommend(small, machine=PAPER_MACHINE, memory_bytes=size, vcpus=12)
+    assert one.chosen.configuration.slow_ratio == pytest.approx(0.9)
+    assert twelve.chosen.configuration.slow_ratio < one.chosen.configuration.slow_ratio
+
+
+@pytest.mark.parametrize("vcpus", [0, -1, 4097, True, 2.0])
+def test_a_vcpu_count_out_of_range_is_refused(small: FittedModel, vcpus: object) -> None:
+    with pytest.raises(InvalidRequest, match="vcpus"):
+        recommend(small, machine=PAPER_MACHINE, vcpus=vcpus)  # type: ignore[arg-type]
+
+
+def test_more_vcpus_than_the_machine_has_fit_nowhere(small: FittedModel) -> None:
+    with pytest.raises(NoFeasibleConfiguration):
+        recommend(small, machine=PAPER_MACHINE, vcpus=PAPER_MACHINE.cpus + 1)

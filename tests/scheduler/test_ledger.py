@@ -384,6 +384,34 @@ def test_a_pair_is_priced_at_the_memory_its_pods_request() -> None:
     assert feeder.memory_of(("other", "cheapest")) is None
 
 
+def test_a_pair_is_priced_with_the_vcpus_its_pods_request() -> None:
+    """The vCPUs a pair's recommendation is priced with are the median CPU request of the live
+    pods naming it, each rounded up to whole vCPUs; pods asking for none are not counted, and a
+    request changed on a pod is read again."""
+    feeder = Feeder(ListedCluster(), None)  # type: ignore[arg-type]
+    feeder.sync()
+    pair = ("kv", "cheapest")
+    assert feeder.vcpus_of(pair) is None
+    requests = {"a": "8", "b": "1500m", "c": "4", "d": None}
+    pods = {}
+    for uid, cpu in requests.items():
+        pod = opted_in(uid, "kv", "cheapest")
+        if cpu is not None:
+            pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu
+        pods[uid] = pod
+        feeder.on_pod("ADDED", copy.deepcopy(pod))
+    assert feeder.vcpus_of(pair) == 4
+    feeder.on_pod("DELETED", pods["c"])
+    assert feeder.vcpus_of(pair) == 2  # 1.5 rounded up, and 8: the lower middle
+    pods["b"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "16"
+    feeder.on_pod("MODIFIED", copy.deepcopy(pods["b"]))
+    assert feeder.vcpus_of(pair) == 8
+    # A request past what any host has prices nothing.
+    pods["a"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "100000"
+    feeder.on_pod("MODIFIED", copy.deepcopy(pods["a"]))
+    assert feeder.vcpus_of(pair) == 16
+
+
 def claiming(uid: str, workload: str, objective: str, template: str) -> dict[str, Any]:
     """A DRA door pod: no opt-in resource, a claim made from `template`, 6Gi of memory asked."""
     pod = opted_in(uid, workload, objective)

@@ -1,6 +1,6 @@
 """The publisher's object carries Algorithm 1's other candidates within T after its pick, sized as
-the pick is, as the service's decision log lists them; a fallback carries none. On PostgreSQL,
-through the service's own decision path."""
+the pick is (the pods' memory and vCPUs), as the service's decision log lists them; a fallback
+carries none. On PostgreSQL, through the service's own decision path."""
 
 from __future__ import annotations
 
@@ -28,12 +28,20 @@ from tests.fixtures.service import auth, example
 UTIL = Utilization(cpu=0.2, dram=0.6, slow=0.1, llc=0.3)
 # Not a whole number of MiB, so that splitting it rounds.
 SIZE = 6 * GIB + 12_345
+# The pods' CPU request in whole vCPUs (the example's profile has 4).
+VCPUS = 6
 
 
 def _publisher(
     sessions: sessionmaker[Session], objects: InMemoryObjects
 ) -> RecommendationPublisher:
-    decide = ServiceDecisions(sessions, lambda: UTIL, DEFAULT_THRESHOLD, size_of=lambda _: SIZE)
+    decide = ServiceDecisions(
+        sessions,
+        lambda: UTIL,
+        DEFAULT_THRESHOLD,
+        size_of=lambda _: SIZE,
+        vcpus_of=lambda _: VCPUS,
+    )
     return RecommendationPublisher(objects, decide)
 
 
@@ -53,6 +61,7 @@ def test_the_published_recommendation_offers_the_candidates_within_t_after_its_p
     logged = client.get(f"/v1/recommendations/{rec.recommendation_id}", headers=auth(Role.viewer))
     decision = logged.json()["recommendation"]
     assert decision["memory_bytes"] == SIZE and decision["sized_from"] == "request"
+    assert decision["vcpus"] == VCPUS and decision["chosen"]["configuration"]["vcpus"] == VCPUS
     chosen = decision["chosen"]["configuration"]
     others = [
         c["configuration"] for c in decision["within_threshold"] if c["configuration"] != chosen
