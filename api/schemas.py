@@ -8,11 +8,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from model import FitDiagnostics, FittedModel, GridPoint, MachineShape, Recommendation, Utilization
-from model.bundle import MAX_BYTES
+from model.bundle import MAX_BYTES, MAX_VCPUS
 from model.capacity import SlowTier
 from model.planning_requests import MAX_SOCKETS, LlcBytes
 from model.pricing import check_core_priced
-from model.recommendation import MAX_VCPUS
 from model.verification import AppliedConfiguration, MeasuredRun
 
 

@@ -37,6 +37,8 @@ STALL_COUNTER_NOISE = 0.05
 # when added up over every structure (4096 x 2^50 = 2^62) or multiplied by a ratio in float64, and
 # counter values below 10^18 keep per-instruction ratios and their products well inside float64.
 MAX_BYTES = 1 << 50  # 1 PiB: no single machine's memory, structure or footprint is larger
+# As many vCPUs as a host may have: a profile's, a deployment's.
+MAX_VCPUS = 4096
 MAX_COUNT = 10**18  # instructions, cycles, misses over one run (~10 years at 3 GHz)
 # A run's cycles per instruction: a core that retires one instruction per 10,000 cycles is waiting
 # on nothing a model of memory explains.
@@ -255,7 +257,7 @@ class ProfileBundle(_Wire):
     schema_version: Literal["tmc.profile/v1"] = BUNDLE_SCHEMA
     workload: WorkloadId
     host: HostDescription
-    vcpus: int = Field(ge=1, le=4096)
+    vcpus: int = Field(ge=1, le=MAX_VCPUS)
     sampling_interval: int = Field(default=10007, ge=1, le=10**9)
     footprint_bytes: int = Field(gt=0, le=MAX_BYTES)
     structures: list[Structure] = Field(min_length=1, max_length=4096)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from model.bundle import MAX_BYTES, WorkloadId
+from model.bundle import MAX_BYTES, MAX_VCPUS, WorkloadId
 from model.errors import InvalidRequest
 from model.fit import FitDiagnostics
 from model.node_contract import RECOMMENDATION_SCHEMA
@@ -39,10 +39,6 @@ def sizing(memory_bytes: int | None, sized_from: SizedFrom | None) -> SizedFrom:
             "sized_from", "'profile' is the footprint's own size: give no memory_bytes with it"
         )
     return sized_from or "caller"
-
-
-# As many vCPUs as a bundle's host may have.
-MAX_VCPUS = 4096
 
 
 def vcpus_checked(vcpus: int | None) -> int | None:

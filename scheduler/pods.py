@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import NamedTuple
 
-from model.bundle import MAX_BYTES
+from model.bundle import MAX_BYTES, MAX_VCPUS
 from model.errors import InvalidRequest
 from model.node_contract import (
     OBJECTIVE_ANNOTATION,
@@ -20,7 +20,6 @@ from model.node_contract import (
 )
 from model.node_contract import OPT_IN_RESOURCE as DEFAULT_OPT_IN_RESOURCE
 from model.objectives import parse_objective
-from model.recommendation import MAX_VCPUS
 
 __all__ = ["DEFAULT_OPT_IN_RESOURCE", "OBJECTIVE_ANNOTATION", "WORKLOAD_ANNOTATION"]
 

@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from model.bundle import MAX_PROFILE_RUNS, ProfileBundle, parse_bundle
+from model.bundle import MAX_PROFILE_RUNS, MAX_VCPUS, ProfileBundle, parse_bundle
 from model.errors import TmcError
 from model.tiering.profile import PageManagerState
 from tmc_agent import serve as serve_mod
@@ -192,6 +192,13 @@ def profile(
             + ")",
         ),
     ] = None,
+    vcpus: Annotated[
+        int | None,
+        typer.Option(
+            help="hardware: the vCPUs the program stands for (its VM's or pod's; default: the"
+            " CPUs its all-DRAM run kept busy)",
+        ),
+    ] = None,
 ) -> None:
     """Profile a workload: the three reference runs (and up to --runs more where the model asks
     for them), a checked bundle, optionally uploaded."""
@@ -225,6 +232,14 @@ def profile(
         run_objectives = tuple(str(o) for o in objectives_of(runs_for or DEFAULT_OBJECTIVES))
     except ValueError as exc:
         fail(f"--runs-for: {exc}", "e.g. --runs-for slo:5% --runs-for least-dram:5%")
+    if vcpus is not None and not 1 <= vcpus <= MAX_VCPUS:
+        fail(f"--vcpus {vcpus}: between 1 and {MAX_VCPUS}", "e.g. --vcpus 4")
+    if vcpus is not None and chosen != "hardware":
+        fail(
+            f"--vcpus is recorded by the hardware backend (not {chosen}: a traced or simulated"
+            " program runs on one simulated core)",
+            "give the vCPUs it is deployed with when recommending: tmc recommend --vcpus N",
+        )
     if tiering and chosen not in ("trace", "hardware"):
         fail(
             f"--tiering is recorded by the trace and hardware backends (not {chosen})",
@@ -264,6 +279,7 @@ def profile(
             steps,
             TieringChoice(tiering, tiering_page_bytes, manager),
             ExtraRuns(extra_runs, run_objectives),
+            vcpus,
         )
     bundle = outcome.bundle
     text = bundle.model_dump_json(indent=2)
@@ -353,6 +369,7 @@ def _run_backend(
     steps: RichSteps,
     tiering: TieringChoice | None = None,
     extra: ExtraRuns | None = None,
+    vcpus: int | None = None,
 ) -> ProfileOutcome:
     tiering = tiering or TieringChoice()
     extra = extra or ExtraRuns()
@@ -424,6 +441,7 @@ def _run_backend(
                     page_manager=tiering.manager,
                     runs=extra.budget,
                     run_objectives=extra.objectives,
+                    vcpus=vcpus,
                 ),
                 report,
                 steps,

@@ -10,6 +10,7 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+from tmc_agent import cli as agent_cli
 from tmc_agent import shim
 from tmc_agent.backends import hardware
 from tmc_agent.backends.hardware import BeyondReference
@@ -17,6 +18,7 @@ from tmc_agent.discover import discover
 from tmc_agent.hostpaths import HostPaths
 from tmc_agent.profile_runs import RunNotMeasured, with_runs
 from tmc_agent.resctrl import ResctrlError
+from typer.testing import CliRunner
 
 from model import Predictor, fit
 from model.bundle import ProfileBundle
@@ -43,6 +45,8 @@ PERF_STAT_VM = """<not supported>,,instructions,0,100.00,,
 
 
 def test_parse_perf_stat() -> None:
+    cpu_time = "3021.55,msec,task-clock:u,3021551234,100.00,3.9,CPUs utilized\n"
+    assert hardware.parse_perf_stat(cpu_time) == {"task-clock": 3022}
     c = hardware.parse_perf_stat(PERF_STAT)
     assert c == {
         "instructions": 8123456789,
@@ -295,10 +299,16 @@ class TieredFakePerf(FakePerf):
     SLOW_COST: ClassVar[dict[str, float]] = {"hot": 0.8, "cold": 0.2}
 
     def __init__(
-        self, region_start: int, clock: FakeClock, fail_planned: int = 0, status: int = 0
+        self,
+        region_start: int,
+        clock: FakeClock,
+        fail_planned: int = 0,
+        status: int = 0,
+        busy_cpus: float | None = None,
     ) -> None:
         super().__init__(region_start)
         self.clock = clock
+        self.busy_cpus = busy_cpus  # perf's task-clock over the run's wall time (None: not given)
         self.fail_planned = fail_planned
         self.status = status  # every run's exit status (perf stat passes the program's on)
         self.timed: list[tuple[int, tuple[int, ...], PlanFile | None, float]] = []
@@ -327,10 +337,11 @@ class TieredFakePerf(FakePerf):
         assert stat is not None
         text = Path(stat.group(1)).read_text()
         cycles = int(re.search(r"^(\d+),,cycles", text, re.M).group(1))  # type: ignore[union-attr]
-        Path(stat.group(1)).write_text(
-            text.replace(f"{cycles},,cycles", f"{round(cycles * factor)},,cycles")
-        )
         seconds = cycles * factor / 3e9
+        text = text.replace(f"{cycles},,cycles", f"{round(cycles * factor)},,cycles")
+        if self.busy_cpus is not None:
+            text += f"{seconds * self.busy_cpus * 1000:.2f},msec,task-clock:u,1,100.00,,\n"
+        Path(stat.group(1)).write_text(text)
         self.clock.now += seconds
         self.timed.append((ways, nodes, plan, seconds))
         if plan is not None and self.fail_planned:
@@ -462,3 +473,37 @@ def test_a_run_at_fewer_ways_than_a_group_holds_is_not_measured(
     with pytest.raises(RunNotMeasured, match="below the fewest a group holds here"):
         beyond_reference(tmp_path, runner, ways_min=2).measure(0.5, 1, placement(0, 0))
     assert runner.calls == []
+
+
+@pytest.mark.parametrize(("busy", "vcpus"), [(None, 1), (1.04, 1), (2.3, 3), (3.93, 4), (80.0, 4)])
+def test_the_bundles_vcpus_are_the_cpus_its_all_dram_run_kept_busy(
+    tmp_path: Path, clock: FakeClock, busy: float | None, vcpus: int
+) -> None:
+    """perf's task-clock over the wall time: a program on four threads is a 4-vCPU workload, one
+    on a single thread with the run's own overhead beside it one, and never more than the host's
+    CPUs (the fake Optane host has 4); without task-clock, one."""
+    runner = TieredFakePerf(0x7F0000000000, clock, busy_cpus=busy)
+    bundle, _ = profiled(tmp_path, runner, tiered(0))
+    assert bundle.vcpus == vcpus
+
+
+def test_the_vcpus_given_are_the_bundles(tmp_path: Path, clock: FakeClock) -> None:
+    runner = TieredFakePerf(0x7F0000000000, clock, busy_cpus=1.0)
+    options = hardware.HardwareOptions(name="bench", target_exe=BENCH_EXE, vcpus=3)
+    bundle, _ = profiled(tmp_path, runner, options)
+    assert bundle.vcpus == 3
+    more = hardware.HardwareOptions(name="bench", target_exe=BENCH_EXE, vcpus=5)
+    with pytest.raises(hardware.HardwareError, match="--vcpus 5: this host has 4 CPUs"):
+        profiled(tmp_path / "more", TieredFakePerf(0x7F0000000000, clock), more)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--backend", "sim", "--vcpus", "4"], "--vcpus is recorded by the hardware backend"),
+        (["--backend", "hardware", "--vcpus", "0"], "--vcpus 0: between 1 and 4096"),
+    ],
+)
+def test_the_agent_refuses_vcpus_it_cannot_record(args: list[str], said: str) -> None:
+    result = CliRunner().invoke(agent_cli.app, ["profile", *args, "--", "x"])
+    assert result.exit_code != 0 and said in " ".join(result.output.split())

@@ -32,6 +32,7 @@ project's machine has neither a PMU nor CAT, so it has never run for real here.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import subprocess
@@ -46,6 +47,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from model.bundle import (
+    MAX_VCPUS,
     HostDescription,
     MemoryTier,
     MissCurvePoint,
@@ -81,7 +83,12 @@ STAT_EVENTS = (
     "cycles",
     "cycle_activity.stalls_l3_miss",
     "longest_lat_cache.miss",
+    # CPU time in msec: over the wall time, the CPUs the program kept busy (its vCPUs).
+    "task-clock",
 )
+# A busy share this far above a whole number of CPUs is the run's own overhead (perf, the
+# shell, the shim), not one more vCPU.
+BUSY_SLACK = 0.1
 
 
 class HardwareError(RuntimeError):
@@ -238,6 +245,9 @@ class HardwareOptions:
     # structures placed by the model's plan through the shim (TMC_PLAN).
     runs: int = 0
     run_objectives: tuple[str, ...] = DEFAULT_OBJECTIVES
+    # The vCPUs the program stands for (the VM or pod it runs in); default: the CPUs fastmax
+    # kept busy on average (`busy_vcpus`).
+    vcpus: int | None = None
 
 
 @dataclass
@@ -352,6 +362,8 @@ def profile(
     if not report.hardware_ready():
         missing = [c.area for c in report.checks if c.status != "works"]
         raise HardwareError(f"this node cannot run the hardware backend: {missing} missing")
+    if opts.vcpus is not None and not 1 <= opts.vcpus <= report.cpus:
+        raise HardwareError(f"--vcpus {opts.vcpus}: this host has {report.cpus} CPUs")
     resctrl = resctrl or ResctrlFs(Path("/sys/fs/resctrl"))
     tmp = workdir or Path(tempfile.mkdtemp(prefix="tmc-hw-"))
     build = build or shim.build()
@@ -697,6 +709,16 @@ class HardwareResult:
     runs_stopped: str | None = None
 
 
+def busy_vcpus(rec: RunRecord, cpus: int) -> int:
+    """The CPUs a run kept busy on average (perf's task-clock over its wall time), rounded up
+    past `BUSY_SLACK`, from 1 to the host's CPUs; 1 when perf gave no task-clock."""
+    task_ms = rec.counters.get("task-clock")
+    if not task_ms or rec.wall_seconds <= 0:
+        return 1
+    busy = task_ms / 1000.0 / rec.wall_seconds
+    return max(1, min(math.ceil(busy - BUSY_SLACK), max(cpus, 1), MAX_VCPUS))
+
+
 def assemble(
     records: dict[RunName, RunRecord],
     plan: dict[RunName, tuple[int, int, float]],
@@ -779,7 +801,7 @@ def assemble(
     bundle = ProfileBundle(
         workload=WorkloadId(name=opts.name, input_label=opts.input_label, version=opts.version),
         host=host,
-        vcpus=1,
+        vcpus=opts.vcpus or busy_vcpus(records["fastmax"], report.cpus),
         sampling_interval=SAMPLING_INTERVAL,
         footprint_bytes=sum(s.size_bytes for s in structures),
         structures=structures,
