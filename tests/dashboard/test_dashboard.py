@@ -277,7 +277,12 @@ def test_every_page_renders_with_data(service: tuple[str, str], page: Page) -> N
     page.get_by_role("button", name="Apply").click()
     expect(page.get_by_text("1 decision(s)")).to_be_visible()
     page.locator("#decision-list summary").first.click()
-    expect(page.get_by_role("table", name="Inputs")).to_be_visible()
+    inputs = page.get_by_role("table", name="Inputs")
+    expect(inputs).to_be_visible()
+    # Priced at the profile's footprint and vCPUs: no size was given.
+    expect(inputs.locator("tr", has_text="priced at")).to_contain_text(
+        re.compile(r"iB \(the profile's traced footprint\), \d+ vCPUs")
+    )
     # The expanded decision: predicted slowdown, the fast/slow split and the per-structure plan.
     decision = latest_decision(base, token, "graph500")
     assert decision["objective"] == "slo:5%"

@@ -294,11 +294,20 @@ function decisionDetail(full, r) {
     table("Inputs", ["input", "value"], [
       ["id", r.id], ["bundle hash", full.bundle_hash.slice(0, 16) + "…"], ["model version", rec.model_version],
       ["price profile", rec.price_profile], ["grid", `${rec.grid} (${rec.feasible_count}/${rec.grid_size} feasible)`],
+      ["priced at", pricedAt(rec)],
       ["utilization", `cpu ${pct(u.cpu)}, dram ${pct(u.dram)}, slow ${pct(u.slow)}, llc ${pct(u.llc)} (${full.utilization_source})`],
       ["machine", `${rec.machine.cpus} CPUs, ${bytes(rec.machine.dram_bytes)} DRAM, ${bytes(rec.machine.slow_bytes)} slow, ${rec.machine.llc_ways} ways`],
       ["fit", prose(`${rec.fit.path}; flags: ${rec.fit.flags.map((f) => f.code).join(", ") || "none"}`)],
     ]),
   ];
+}
+
+// The size a decision is priced at, and whose it is (a decision stored before vCPUs were given
+// carries none: it was priced with the profile's, its configuration's).
+const SIZED_FROM = { request: "the pods' memory request", caller: "the size given", profile: "the profile's traced footprint" };
+function pricedAt(rec) {
+  const vcpus = rec.vcpus ?? rec.chosen.configuration.vcpus;
+  return `${bytes(rec.memory_bytes)} (${SIZED_FROM[rec.sized_from] || rec.sized_from}), ${vcpus} vCPUs`;
 }
 
 // The decision's promise: the predicted slowdown and the most it will be at the confidence level.
