@@ -36,6 +36,7 @@ from model.planning_requests import (
     shadow_price_plan,
 )
 from model.price_profiles import price_profile
+from model.recommendation import vcpus_checked
 
 # The shipped price profiles by their one name (the key every answer shows), and the source the
 # planner's request names them by.
@@ -127,6 +128,20 @@ def class_sizes(memory: list[str] | None, classes: int) -> list[int | None]:
     return parsed * classes if len(parsed) == 1 else parsed
 
 
+def class_vcpus(vcpus: list[int] | None, classes: int) -> list[int | None]:
+    """The vCPUs each --profile's class is planned with: its own --vcpus, the one given for all,
+    or None (the profile's) without any."""
+    if not vcpus:
+        return [None] * classes
+    if len(vcpus) not in (1, classes):
+        fail(
+            f"--vcpus: given {len(vcpus)} times for {classes} --profile; give one for all, or"
+            " one per --profile in their order"
+        )
+    checked: list[int | None] = [vcpus_checked(n) for n in vcpus]
+    return checked * classes if len(checked) == 1 else checked
+
+
 def price_source(prices: str) -> str | None:
     """The shipped source a price profile's name means, or None for one the service stores."""
     if prices in PRICE_SOURCES:
@@ -210,6 +225,15 @@ def capacity_cmd(
             " input.",
         ),
     ] = None,
+    vcpus: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--vcpus",
+            metavar="N",
+            help="The vCPUs the class's VMs or pods run with: one per --profile, or one for all."
+            " Options and prices are with them. Default: each profile's.",
+        ),
+    ] = None,
     fill: Annotated[
         float,
         typer.Option(min=0.1, max=1.0, help="Share of each machine's resources a plan may use."),
@@ -226,16 +250,17 @@ def capacity_cmd(
             fail("give --kinds FILE or --host-kinds, not both")
         sizes: dict[str, dict[str, Any]] = {}
         if request is not None:
-            if memory:
+            if memory or vcpus:
                 fail(
-                    "--memory sizes the classes of --profile; a request file's options hold"
-                    " their own DRAM and slow bytes"
+                    "--memory and --vcpus size the classes of --profile; a request file's options"
+                    " hold their own vCPUs, DRAM and slow bytes"
                 )
             body = from_file(request, CapacityIn.model_validate_json)
         else:
             if not profile or not rate or len(profile) != len(rate):
                 fail("give a request file, or one --rate per --profile")
             deployed = class_sizes(memory, len(profile))
+            cpus = class_vcpus(vcpus, len(profile))
             source = price_source(prices)
             api = Api(server, token, timeout=60.0)
             unit_prices = price_profile(source) if source else stored_prices(api, prices)
@@ -245,7 +270,9 @@ def capacity_cmd(
             elif host_kinds:
                 chosen_kinds = kinds_of_cluster(api)
             classes = []
-            for path, r, memory_bytes in zip(profile, rate, deployed, strict=True):
+            for path, r, memory_bytes, class_cpus in zip(
+                profile, rate, deployed, cpus, strict=True
+            ):
                 bundle = load_bundle(path)
                 rec = recommend(
                     fit(bundle),
@@ -253,6 +280,7 @@ def capacity_cmd(
                     prices=unit_prices,
                     threshold=threshold,
                     memory_bytes=memory_bytes,
+                    vcpus=class_cpus,
                 )
                 classes.append(
                     class_from_recommendation(bundle.workload.name, r, rec, host=bundle.host)
@@ -261,6 +289,8 @@ def capacity_cmd(
                     "memory_bytes": rec.memory_bytes,
                     "sized_from": rec.sized_from,
                     "footprint_bytes": rec.footprint_bytes,
+                    "vcpus": rec.vcpus,
+                    "vcpus_from": "profile" if class_cpus is None else "caller",
                 }
             if source is None:
                 # Priced by a profile only the service has: the service plans (a dry run).
@@ -301,6 +331,7 @@ def _render_capacity(out: dict[str, Any], currency: str) -> None:
     sized = [
         f"{name} {size(c['memory_bytes'])}"
         + (" (--memory)" if c["sized_from"] != "profile" else " (its traced footprint)")
+        + (f", {c['vcpus']} vCPUs (--vcpus)" if c.get("vcpus_from") == "caller" else "")
         for name, c in out.get("class_memory", {}).items()
     ]
     if sized:

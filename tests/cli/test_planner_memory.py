@@ -1,5 +1,5 @@
-"""`tmc plan capacity --memory SIZE`: each class is planned at the size its VMs or pods run at,
-not at the profile's traced footprint. The options hold that many bytes, are priced at them, the
+"""`tmc plan capacity --memory SIZE` and `--vcpus N`: each class is planned at the size its VMs
+or pods run at, not at the profile's traced footprint and vCPUs. The options hold that many bytes, are priced at them, the
 table and --json say the size, and a pattern adopted from the plan holds what the placement
 engine gives a pod of that memory request (DRAM round((1 - ratio) x request), half to even);
 bad sizes are one clear line."""
@@ -53,6 +53,8 @@ def test_graph500_at_4gi_is_planned_priced_and_adopted_at_4gi() -> None:
             "memory_bytes": REQUEST,
             "sized_from": "caller",
             "footprint_bytes": graph500_at(None).footprint_bytes,
+            "vcpus": 4,
+            "vcpus_from": "profile",
         }
     }
     options = out["options"]["graph500"]
@@ -103,6 +105,41 @@ def test_graph500_at_4gi_is_planned_priced_and_adopted_at_4gi() -> None:
     assert all(s.dram_bytes + s.slow_bytes == REQUEST for m in machines for s in m)
 
 
+def test_a_class_is_planned_with_the_vcpus_given() -> None:
+    """`--vcpus N`: the class's options hold N vCPUs and are priced with them (the
+    recommendation's with `vcpus=N`); one per --profile or one for all."""
+    out = plan("-p", GRAPH500, "--rate", "400", "--memory", "4Gi", "--vcpus", "8")
+    assert out["class_memory"]["graph500"]["vcpus"] == 8
+    assert out["class_memory"]["graph500"]["vcpus_from"] == "caller"
+    bundle = parse_bundle(Path(GRAPH500).read_bytes())
+    rec = recommend(
+        fit(bundle),
+        machine=machine_of_host(bundle.host),
+        prices=price_profile("gce-n1"),
+        memory_bytes=REQUEST,
+        vcpus=8,
+    )
+    options = out["options"]["graph500"]
+    assert [(o["vcpus"], o["slow_bytes"], o["llc_ways"]) for o in options] == [
+        (8, c.configuration.slow_bytes, c.configuration.llc_ways) for c in rec.within_threshold
+    ]
+    each = plan("-p", GRAPH500, "-p", XSBENCH, "--rate", "100", "--rate", "50",
+                "--vcpus", "2", "--vcpus", "6")  # fmt: skip
+    assert {n: c["vcpus"] for n, c in each["class_memory"].items()} == {
+        "graph500": 2,
+        "xsbench": 6,
+    }
+    table = runner.invoke(
+        app,
+        ["plan", "capacity", "-p", GRAPH500, "--rate", "400", "--memory", "4Gi", "--vcpus", "8"],
+        env={"COLUMNS": "200"},
+    )
+    assert table.exit_code == 0, table.output
+    assert "VMs sized at: graph500 4.00 GiB (--memory), 8 vCPUs (--vcpus)" in (
+        " ".join(table.output.split())
+    )
+
+
 def test_one_size_per_profile_or_one_for_all() -> None:
     each = plan("-p", GRAPH500, "-p", XSBENCH, "--rate", "100", "--rate", "50",
                 "--memory", "4Gi", "--memory", "1536Mi")  # fmt: skip
@@ -142,6 +179,8 @@ def test_bad_sizes_are_one_line_errors(tmp_path: Path) -> None:
         (["--memory", "9" * 400], "is not a size in bytes"),
         (["--memory", "0.5"], "is not a whole number of bytes"),
         (["--memory", "1Gi"] * 3, "--memory: given 3 times for 2 --profile"),
+        (["--vcpus", "0"], "vcpus: must lie between 1 and 4096, not 0"),
+        (["--vcpus", "1"] * 3, "--vcpus: given 3 times for 2 --profile"),
     ):
         done = runner.invoke(app, [*base, *extra])
         assert done.exit_code == 2, (extra, done.output)
@@ -150,4 +189,4 @@ def test_bad_sizes_are_one_line_errors(tmp_path: Path) -> None:
     request = tmp_path / "mix.json"
     request.write_text("{}")
     done = runner.invoke(app, ["plan", "capacity", str(request), "--memory", "4Gi"])
-    assert done.exit_code == 2 and "--memory sizes the classes of --profile" in done.stderr
+    assert done.exit_code == 2 and "--memory and --vcpus size the classes" in done.stderr
