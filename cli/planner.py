@@ -114,32 +114,33 @@ def kinds_of_cluster(api: Api) -> list[KindIn]:
     return kinds
 
 
+def per_class(given: list[int] | None, classes: int, option: str) -> list[int | None]:
+    """An option given once for all --profile classes, or once per class in their order; None
+    for each without it."""
+    if not given:
+        return [None] * classes
+    if len(given) not in (1, classes):
+        fail(
+            f"{option}: given {len(given)} times for {classes} --profile; give one for all, or"
+            " one per --profile in their order"
+        )
+    values: list[int | None] = list(given)
+    return values * classes if len(values) == 1 else values
+
+
 def class_sizes(memory: list[str] | None, classes: int) -> list[int | None]:
     """The memory size each --profile's class is planned at: its own --memory, the one --memory
     given for all, or None (the profile's traced footprint) without any."""
-    if not memory:
-        return [None] * classes
-    if len(memory) not in (1, classes):
-        fail(
-            f"--memory: given {len(memory)} times for {classes} --profile; give one for all, or"
-            " one per --profile in their order"
-        )
-    parsed: list[int | None] = [parse_memory(text) for text in memory]
-    return parsed * classes if len(parsed) == 1 else parsed
+    parsed = None if memory is None else [parse_memory(text) for text in memory]
+    return per_class(parsed, classes, "--memory")
 
 
 def class_vcpus(vcpus: list[int] | None, classes: int) -> list[int | None]:
     """The vCPUs each --profile's class is planned with: its own --vcpus, the one given for all,
     or None (the profile's) without any."""
-    if not vcpus:
-        return [None] * classes
-    if len(vcpus) not in (1, classes):
-        fail(
-            f"--vcpus: given {len(vcpus)} times for {classes} --profile; give one for all, or"
-            " one per --profile in their order"
-        )
-    checked: list[int | None] = [vcpus_checked(n) for n in vcpus]
-    return checked * classes if len(checked) == 1 else checked
+    for n in vcpus or ():
+        vcpus_checked(n)  # raises on a count out of range
+    return per_class(vcpus, classes, "--vcpus")
 
 
 def price_source(prices: str) -> str | None:
