@@ -271,6 +271,17 @@ def test_the_profiling_job_completes_and_the_service_recommends_from_its_profile
     assert {"hash_buckets", "probe_relation"} <= placed
 
 
+def online_nodes() -> set[int]:
+    """This machine's online NUMA nodes (`/sys/devices/system/node/online`, e.g. "0-1,3"), as
+    the shim reads them."""
+    text = Path("/sys/devices/system/node/online").read_text().strip()
+    nodes: set[int] = set()
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        nodes.update(range(int(lo), int(hi or lo) + 1))
+    return nodes
+
+
 def test_the_verification_job_is_placed_by_tmc_and_its_run_is_recorded(stack: Stack) -> None:
     job = manifest(VERIFY_JOB)
     namespace = job["metadata"]["namespace"]
@@ -294,10 +305,13 @@ def test_the_verification_job_is_placed_by_tmc_and_its_run_is_recorded(stack: St
     assert "bfs:" in run.containers[0].log.read_text()
     # The environment as the kubelet resolves it: the shim from the image (LD_PRELOAD) read the
     # plan tmc-nri reconcile wrote for this pod (TMC_PLAN, from the pod's uid). tmc-nri's rule:
-    # a placement with no slow bytes names the DRAM node as both tiers.
+    # a placement with no slow bytes names the DRAM node as both tiers. The pod asks for one CPU
+    # and is priced with it, so its placement may well hold slow memory: on a test machine
+    # without that node the shim then says so and binds nothing.
     regions = (run.containers[0].log.parent.parent / "tmp" / "regions.log").read_text()
     slow_node = 1 if placement.configuration.slow_bytes else 0
-    assert f"# plan fast_node 0 slow_node {slow_node} binding" in regions, regions[:2000]
+    said = "binding" if slow_node in online_nodes() else "fallback: slow node not online"
+    assert f"# plan fast_node 0 slow_node {slow_node} {said}" in regions, regions[:2000]
 
     # The node agent reports the succeeded pod's run; the service lists it.
     operator = {"Authorization": f"Bearer {stack.operator}"}
