@@ -38,7 +38,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
@@ -1162,23 +1162,21 @@ class Feeder:
         footprint is then the size). A pair's pods usually share one template, so this is their
         request; a pair named by pods of several sizes is priced for the typical one, and each pod
         is still given its own request at placement."""
-        with self._named_lock:
-            sizes = sorted(
-                n.memory_bytes
-                for uid in self._pods_of.get(pair, ())
-                if (n := self._named[uid]).memory_bytes > 0
-            )
-        return sizes[(len(sizes) - 1) // 2] if sizes else None
+        return self._lower_median(pair, lambda n: n.memory_bytes)
 
     def vcpus_of(self, pair: tuple[str, str]) -> int | None:
         """The vCPUs `pair`'s recommendation is priced with: the median CPU request of the live
         pods naming it, rounded up (the lower middle one), or None when none requests CPU (the
         profile's vCPUs then)."""
+        return self._lower_median(pair, lambda n: n.vcpus)
+
+    def _lower_median(self, pair: tuple[str, str], value: Callable[[_Naming], int]) -> int | None:
+        """The lower middle of `value` over the live pods naming `pair` that ask for some."""
         with self._named_lock:
-            counts = sorted(
-                n.vcpus for uid in self._pods_of.get(pair, ()) if (n := self._named[uid]).vcpus > 0
+            asked = sorted(
+                v for uid in self._pods_of.get(pair, ()) if (v := value(self._named[uid])) > 0
             )
-        return counts[(len(counts) - 1) // 2] if counts else None
+        return asked[(len(asked) - 1) // 2] if asked else None
 
     def waiting_pods(self, pair: tuple[str, str], namespace: str) -> list[PodRef]:
         """The pending (not yet bound) pods of `namespace` that name `pair`."""
