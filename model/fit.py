@@ -297,8 +297,15 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
     # 2. Per-structure access rates: each PEBS table gives shares, the anchored MAR the level.
     sizes = [s.size_bytes for s in bundle.structures]
     tags = [s.tag for s in bundle.structures]
-    rates_min = _access_rates(fastmin, tags, sizes, mar_min, flags)
-    rates_max = _access_rates(fastmax, tags, sizes, mar_max, flags)
+    if mar_min == mar_max:
+        # MAR held at fastmax's level: so is each structure's rate (LRU's stack property lets no
+        # structure miss more with more ways, so none can miss less either), fastmax's table.
+        rates_min = rates_max = _access_rates(
+            fastmax.name, fastmax.samples, tags, sizes, mar_max, flags
+        )
+    else:
+        rates_min = _access_rates(fastmin.name, fastmin.samples, tags, sizes, mar_min, flags)
+        rates_max = _access_rates(fastmax.name, fastmax.samples, tags, sizes, mar_max, flags)
     unsampled = [
         i
         for i, tag in enumerate(tags)
@@ -514,19 +521,24 @@ def _stalls_explained(bundle: ProfileBundle, counter: StallCounter) -> dict[RunN
 
 
 def _access_rates(
-    run: ReferenceRun, tags: list[str], sizes: list[int], mar: float, flags: list[Flag]
+    runs: str,
+    samples: Mapping[str, int],
+    tags: list[str],
+    sizes: list[int],
+    mar: float,
+    flags: list[Flag],
 ) -> list[float]:
-    total = sum(run.samples.values())
+    total = sum(samples.values())
     if total == 0:
         flags.append(
             Flag(
                 code="no_samples_in_run",
-                message=f"{run.name} has no PEBS samples; its accesses are attributed by size",
+                message=f"no PEBS samples in {runs}: accesses are attributed by size",
             )
         )
         footprint = sum(sizes)
         return [mar * size / footprint for size in sizes]
-    return [mar * run.samples.get(tag, 0) / total for tag in tags]
+    return [mar * samples.get(tag, 0) / total for tag in tags]
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,8 @@ def test_quick_regime_map_writes_json_markdown_and_plot(tmp_path: Path) -> None:
         for p in entry["policies"].values():
             assert p["binding"] in {"cpu", "dram", "slow", "llc"}
             assert 0.0 <= p["within_t_share"] <= 1.0
-        # Verification runs keep every mix's decisions within T, where the model alone does not.
-        verified, confident = entry["policies"]["tmc-2.5v"], entry["policies"]["tmc-2.5c"]
-        assert verified["within_t_share_min"] >= 0.95
-        assert verified["within_t_share_min"] >= confident["within_t_share_min"]
+    # The decisions themselves are judged on the full map (test_regime_map_ratchet.py): on these
+    # short traces whether a regime keeps 95 % of them within T turns on near-ties.
     planning = data["planning"]
     assert planning["capacity"] and planning["rebalance"]
     for row in planning["capacity"]:
