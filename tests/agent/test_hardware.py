@@ -3,6 +3,7 @@ runner that stands in for perf/numactl (this machine has no PMU and no CAT)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -431,6 +432,7 @@ def beyond_reference(tmp_path: Path, runner: FakePerf, ways_min: int = 1) -> Bey
         "tmc-profile-bench",
         0,
         2,
+        "--cpunodebind=0",
         footprint_bytes=3_500_000,
         ways_min=ways_min,
         returncode=0,
@@ -487,11 +489,28 @@ def test_the_bundles_vcpus_are_the_cpus_its_all_dram_run_kept_busy(
     assert bundle.vcpus == vcpus
 
 
-def test_the_vcpus_given_are_the_bundles(tmp_path: Path, clock: FakeClock) -> None:
+def program_runs(runner: FakePerf) -> list[str]:
+    """The shell scripts that ran the program (not `perf script` reading samples back)."""
+    return [call[2] for call in runner.calls if call[:2] == ["sh", "-c"]]
+
+
+def test_the_vcpus_given_are_the_bundles_and_every_run_has_that_many_cpus(
+    tmp_path: Path, clock: FakeClock
+) -> None:
     runner = TieredFakePerf(0x7F0000000000, clock, busy_cpus=1.0)
-    options = hardware.HardwareOptions(name="bench", target_exe=BENCH_EXE, vcpus=3)
+    options = dataclasses.replace(tiered(2), vcpus=3)
     bundle, _ = profiled(tmp_path, runner, options)
     assert bundle.vcpus == 3
+    assert bundle.profile_runs is not None and bundle.profile_runs.runs
+    # The fast node's two CPUs first, then the next node's: reference runs, the way sweep and
+    # the runs beyond them alike.
+    scripts = program_runs(runner)
+    assert len(scripts) > 3 + 2
+    assert all("--physcpubind=0,1,2 " in s and "cpunodebind" not in s for s in scripts)
+    # Without vCPUs given, the runs have the fast node's CPUs.
+    default = TieredFakePerf(0x7F0000000000, clock)
+    profiled(tmp_path / "default", default, tiered(0))
+    assert all("--cpunodebind=0 " in s for s in program_runs(default))
     more = hardware.HardwareOptions(name="bench", target_exe=BENCH_EXE, vcpus=5)
     with pytest.raises(hardware.HardwareError, match="--vcpus 5: this host has 4 CPUs"):
         profiled(tmp_path / "more", TieredFakePerf(0x7F0000000000, clock), more)

@@ -265,19 +265,20 @@ def wrap(
     command: Sequence[str],
     group: Path,
     membind: int | Sequence[int],
-    cpunode: int,
+    cpus: str,
     perf_prefix: Sequence[str],
     numactl: str,
 ) -> list[str]:
     """`sh -c 'echo $$ > group/tasks; exec perf ... numactl ... cmd'`: the shell joins the
     resctrl group before exec, so perf, numactl and the workload all run in it. Memory is bound
-    to one node, or to several (a run whose plan splits the structures between the tiers)."""
+    to one node, or to several (a run whose plan splits the structures between the tiers); `cpus`
+    is numactl's CPU binding (`cpu_binding`)."""
     nodes = [membind] if isinstance(membind, int) else list(membind)
     inner = [
         *perf_prefix,
         numactl,
         f"--membind={','.join(str(n) for n in nodes)}",
-        f"--cpunodebind={cpunode}",
+        cpus,
         "--",
         *command,
     ]
@@ -285,12 +286,26 @@ def wrap(
     return ["sh", "-c", script]
 
 
+def cpu_binding(report: NodeReport, fast: int, vcpus: int | None) -> str:
+    """numactl's CPU binding for every run: the fast node's CPUs; with the vCPUs the program is
+    deployed with, that many CPUs, the fast node's first (then the other nodes' in order, for a
+    VM larger than a socket), so a profile of a 4-vCPU pod is taken on four CPUs, not on a
+    socket's worth of them."""
+    if vcpus is None:
+        return f"--cpunodebind={fast}"
+    nodes = sorted(report.numa, key=lambda n: (n.node != fast, n.node))
+    cpus = [c for n in nodes for c in n.cpus][:vcpus]
+    if len(cpus) < vcpus:
+        raise HardwareError(f"--vcpus {vcpus}: this host's NUMA nodes list {len(cpus)} CPUs")
+    return f"--physcpubind={','.join(str(c) for c in cpus)}"
+
+
 def measure(
     runner: Runner,
     command: Sequence[str],
     group: Path,
     membind: int | Sequence[int],
-    cpunode: int,
+    cpus: str,
     opts: HardwareOptions,
     sample_event: str | None,
     env: dict[str, str] | None,
@@ -319,7 +334,7 @@ def measure(
         if stalls:
             perf_prefix += ["-W", "-e", LDLAT_EVENT, "-e", STALL_EVENT]
         perf_prefix += ["-o", str(data), "--"]
-    argv = wrap(command, group, membind, cpunode, perf_prefix, opts.numactl)
+    argv = wrap(command, group, membind, cpus, perf_prefix, opts.numactl)
     started = time.monotonic()
     code, _, err = runner.run(argv, env)
     wall = time.monotonic() - started
@@ -391,6 +406,7 @@ def _profile_runs(
     group_name: str,
 ) -> ProfileBundle:
     fast, slow = report.fast_nodes[0], report.slow_nodes[0]
+    cpus = cpu_binding(report, fast, opts.vcpus)
     ways_max = report.resctrl.ways or 1
     ways_min = opts.ways_min or report.resctrl.min_cbm_bits or 1
     sample_event = PEBS_EVENT if report.pmu.pebs else IBS_EVENT
@@ -409,7 +425,7 @@ def _profile_runs(
                 # sh, perf and numactl run before the program and inherit the preload: only
                 # the program's own image logs (the shim checks /proc/self/exe).
                 env = shim.shim_env(build, log_dir / "regions.%p.log", target=target)
-                rec = measure(runner, command, group, node, fast, opts, sample_event, env, log_dir)
+                rec = measure(runner, command, group, node, cpus, opts, sample_event, env, log_dir)
                 rec.regions = shim.program_log(log_dir, target)
                 records[run_name] = rec
                 steps.advance(s)
@@ -419,7 +435,7 @@ def _profile_runs(
         with step(steps, "miss curve (resctrl way sweep)", len(curve_ways)) as s:
             for w in curve_ways:
                 group = resctrl.create(group_name, w)
-                rec = measure(runner, command, group, fast, fast, opts, None, None, tmp)
+                rec = measure(runner, command, group, fast, cpus, opts, None, None, tmp)
                 instr = rec.counters.get("instructions") or 0
                 misses = rec.counters.get("longest_lat_cache.miss")
                 if not instr or misses is None:
@@ -445,7 +461,7 @@ def _profile_runs(
                 log_dir.mkdir(parents=True, exist_ok=True)
                 env = shim.shim_env(build, log_dir / "regions.%p.log", target=target)
                 managed = managed_run(
-                    runner, command, group, fast, opts, sample_event, env, log_dir
+                    runner, command, group, fast, cpus, opts, sample_event, env, log_dir
                 )
                 managed.regions = shim.program_log(log_dir, target)
                 steps.advance(s)
@@ -471,6 +487,7 @@ def _profile_runs(
             group_name,
             fast,
             slow,
+            cpus,
             footprint_bytes=bundle.footprint_bytes,
             ways_min=ways_min,
             returncode=records["fastmax"].returncode,
@@ -519,6 +536,7 @@ class BeyondReference:
     group_name: str
     fast: int
     slow: int
+    cpus: str  # numactl's CPU binding, as the reference runs had it
     footprint_bytes: int
     ways_min: int  # CAT's fewest ways for a group (min_cbm_bits)
     returncode: int  # the program's exit status in the reference runs
@@ -550,7 +568,7 @@ class BeyondReference:
                 self.command,
                 group,
                 nodes,
-                self.fast,
+                self.cpus,
                 self.opts,
                 self.sample_event,
                 env,
@@ -609,12 +627,13 @@ def managed_run(
     command: Sequence[str],
     group: Path,
     fast: int,
+    cpus: str,
     opts: HardwareOptions,
     sample_event: str,
     env: dict[str, str] | None,
     workdir: Path,
 ) -> ManagedRun:
-    """The program once more, on the fast node's CPUs, memory preferred there (it spills to the
+    """The program once more, on the reference runs' CPUs, memory preferred on the fast node (it spills to the
     slow node when full) so the kernel's tiering places and moves its pages; `perf record -T`
     keeps each sample's time stamp."""
     paths = opts.host_paths or HostPaths.from_env()
@@ -634,7 +653,7 @@ def managed_run(
         "--",
         opts.numactl,
         f"--preferred={fast}",
-        f"--cpunodebind={fast}",
+        cpus,
         "--",
         *command,
     ]
