@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,9 +112,11 @@ def confident_candidates(
 
 
 def pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], processes: int) -> list[Any]:
-    """`fn` over `jobs` in `processes` forked workers (in this process when 1), in order."""
+    """`fn` over `jobs` in `processes` forked workers (in this process when 1), in order. A
+    worker that dies (killed, crashed) fails the call with `BrokenProcessPool`, where a
+    `multiprocessing.Pool` would wait for its lost job for ever."""
     if processes <= 1:
         return [fn(j) for j in jobs]
     ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(processes) as pool:
-        return list(pool.imap(fn, jobs))
+    with ProcessPoolExecutor(processes, mp_context=ctx) as pool:
+        return list(pool.map(fn, jobs))
