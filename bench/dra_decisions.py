@@ -46,13 +46,13 @@ from bench.evaluation import (
     PolicySet,
     Settings,
     WorkloadData,
-    _map,
     _study_job,
     build_policies,
     candidates_within,
     compact,
     mixes_of,
 )
+from bench.pools import pool_unordered
 from sim.cluster import CPU, DRAM, SLOW, Architecture, ClusterState, architecture
 
 FloatArray = NDArray[np.float64]
@@ -150,14 +150,14 @@ def run(
     kinds = sorted({"pool" if a.endswith("P") else "local" for a in architectures})
     _JOB_CONTEXT["study"] = ({}, [], settings)
     jobs = [(k, n, settings.profile_seeds, settings.bo_repeats) for k in kinds for n in names]
-    studied = dict(_map(_study_job, jobs, settings.processes))
+    studied = dict(pool_unordered(_study_job, jobs, settings.processes))
     data = {k: [studied[k, n] for n in names] for k in kinds}
     _JOB_CONTEXT["job"] = (data, names, settings)
     mixes = mixes_of(names, settings.mixes)
     cluster_jobs = [
         (a, mix, p, settings.order_seeds) for a in architectures for mix in mixes for p in policies
     ]
-    rows = list(_map(_job, cluster_jobs, settings.processes))
+    rows = list(pool_unordered(_job, cluster_jobs, settings.processes))
     return {
         "schema": "tmc.bench.dra-decisions/v1",
         "settings": {k: v for k, v in settings.__dict__.items()},

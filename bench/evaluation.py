@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from numpy.typing import NDArray
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench.baselines import bayesian, exhaustive
+from bench.pools import pool_unordered
 from bench.study_cache import cached
 from model.batch import BatchRequest, Machines, solve
 from model.fit import PenaltyChoice, fit
@@ -697,7 +697,7 @@ def run_benchmark(
     step = task("workloads (ground truth, profiles, BO)", len(study_jobs))
     _JOB_CONTEXT["study"] = ({}, [], settings)
     studied: dict[tuple[str, str], WorkloadData] = {}
-    for key, d in _map(_study_job, study_jobs, settings.processes):
+    for key, d in pool_unordered(_study_job, study_jobs, settings.processes):
         studied[key] = d
         step()
     data: dict[str, list[WorkloadData]] = {
@@ -727,18 +727,11 @@ def run_benchmark(
     step = task("cluster compactions", len(jobs))
     _JOB_CONTEXT["job"] = (data, names, settings)
     cluster: list[dict[str, Any]] = []
-    if settings.processes > 1:
-        # The cluster loop is pure Python: one process per core. Forked workers inherit the
-        # workload data through _JOB_CONTEXT.
-        ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(settings.processes) as pool:
-            for row in pool.imap_unordered(_cluster_job, jobs):
-                cluster.append(row)
-                step()
-    else:
-        for job in jobs:
-            cluster.append(_cluster_job(job))
-            step()
+    # The cluster loop is pure Python: one process per core. Forked workers inherit the
+    # workload data through _JOB_CONTEXT.
+    for row in pool_unordered(_cluster_job, jobs, settings.processes):
+        cluster.append(row)
+        step()
     t_cluster = time.monotonic() - started - t_workloads
     order = {(j[0].name, tuple(names[i] for i in j[1]), j[2]): k for k, j in enumerate(jobs)}
     cluster.sort(key=lambda r: order[(r["architecture"], tuple(r["mix"]), r["policy"])])
@@ -802,17 +795,6 @@ def _study_job(job: tuple[str, str, int, int]) -> tuple[tuple[str, str], Workloa
         parts,
         lambda: study_workload(w, host, DEFAULT_PRICE_PROFILE, seeds, bo),
     )
-
-
-def _map(fn: Callable[[Any], Any], jobs: Sequence[Any], processes: int) -> Iterator[Any]:
-    """fn over jobs, in one process per core when processes > 1 (forked: the workers inherit
-    the module's context); results as they come."""
-    if processes <= 1:
-        yield from (fn(j) for j in jobs)
-        return
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(processes) as pool:
-        yield from pool.imap_unordered(fn, jobs)
 
 
 def paths_summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from bench.pools import pool_map
 from bench.studies import (
     Regime,
     Study,
     confident_candidates,
     hourly,
-    pool_map,
     study_options,
 )
 from model.capacity import (

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from bench.pools import pool_map
 from bench.studies import (
     FloatArray,
     IntArray,
@@ -55,7 +56,6 @@ from bench.studies import (
     Study,
     confident_candidates,
     hourly,
-    pool_map,
     study_options,
 )
 from bench.study_cache import cached

@@ -3,11 +3,7 @@ a workload's study over the 77 configurations, its hourly price, and the process
 
 from __future__ import annotations
 
-import multiprocessing
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -109,14 +105,3 @@ def confident_candidates(
     )
     assert sel is not None  # every configuration is acceptable
     return sel
-
-
-def pool_map(fn: Callable[[Any], Any], jobs: Sequence[Any], processes: int) -> list[Any]:
-    """`fn` over `jobs` in `processes` forked workers (in this process when 1), in order. A
-    worker that dies (killed, crashed) fails the call with `BrokenProcessPool`, where a
-    `multiprocessing.Pool` would wait for its lost job for ever."""
-    if processes <= 1:
-        return [fn(j) for j in jobs]
-    ctx = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(processes, mp_context=ctx) as pool:
-        return list(pool.map(fn, jobs))

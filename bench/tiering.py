@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from bench.pools import pool_map
 from model.tiering.period import period_plan, run_trials
 from model.tiering.profile import TieringProfile
 from model.tiering.sizing import size_fast_tier
@@ -312,11 +312,7 @@ def run_study(s: Settings, out: Path | None = None, quick: bool = False) -> dict
     jobs: list[tuple[str, str, str, int, Settings]] = [
         ("tuning", w, h, seed, s) for w in s.workloads for h in s.hosts for seed in s.tuning_seeds
     ] + [("sizing", w, h, seed, s) for w in s.workloads for h in s.hosts for seed in s.sizing_seeds]
-    if s.processes > 1:
-        with multiprocessing.get_context("spawn").Pool(s.processes) as pool:
-            results = pool.map(_job, jobs, chunksize=1)
-    else:
-        results = [_job(j) for j in jobs]
+    results = pool_map(_job, jobs, s.processes, start="spawn")
     tuning = [r for r, j in zip(results, jobs, strict=True) if j[0] == "tuning"]
     sizing = [r for r, j in zip(results, jobs, strict=True) if j[0] == "sizing"]
     data: dict[str, Any] = {

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from bench.pools import pool_map
 from bench.tiering_judges import IN_USE_PERIOD_TICKS, Judge, _limit, profile_for
 from model.tiering.sizing import SizeMeasurement, size_fast_tier
 from sim.machine import PRESETS
@@ -115,8 +115,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for seed in SEEDS
     ]
     assert all(h in PRESETS for h in HOSTS)
-    with multiprocessing.get_context("spawn").Pool(args.processes) as pool:
-        cases = pool.map(_case, jobs, chunksize=1)
+    cases = pool_map(_case, jobs, args.processes, start="spawn")
     print(json.dumps({q: calibrate(cases, q) for q in (0.9, QUANTILE, 0.99)}, indent=2))
 
 

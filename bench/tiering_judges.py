@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.pools import pool_map
 from model.tiering import TieringRequest, advise
 from model.tiering.advise import TPP_SPACE
 from model.tiering.period import period_plan, run_trials
@@ -431,11 +431,7 @@ def run_judges(s: Settings, out: Path | None = None, quick: bool = False) -> dic
         for h in s.hosts
         for seed in s.seeds
     ]
-    if s.processes > 1:
-        with multiprocessing.get_context("spawn").Pool(s.processes) as pool:
-            cases = pool.map(_job, jobs, chunksize=1)
-    else:
-        cases = [_job(j) for j in jobs]
+    cases = pool_map(_job, jobs, s.processes, start="spawn")
     data: dict[str, Any] = {
         "schema": "tmc.bench.tiering-judges/v1",
         "quick": quick,
