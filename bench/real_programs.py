@@ -100,6 +100,9 @@ PROGRAMS: dict[str, list[str]] = {
     "binsearch": ["1000", "150"],
     "histogram": ["24", "1500", "2"],
     "skiplist": ["150000", "400000"],
+    "lsmstore": ["8", "4", "600000", "10"],
+    "webcache": ["100", "512", "500000", "1"],
+    "nbody": ["24", "384", "12"],
 }
 # A fast subset for the test suite: store-heavy, pointer chasing and a moving hot set.
 FAST = ("twotier", "listchase", "phases")
@@ -294,11 +297,11 @@ class ProgramResult:
 
 
 def build(name: str, out: Path) -> Path:
-    """Compile one corpus program (-O2, the shim's header for its tags)."""
+    """Compile one corpus program (-O2, the shim's header for its tags, libm)."""
     out.mkdir(parents=True, exist_ok=True)
     exe = out / name
     subprocess.run(
-        ["gcc", "-O2", "-g", f"-I{ALLOC}", "-o", str(exe), str(source_of(name))],
+        ["gcc", "-O2", "-g", f"-I{ALLOC}", "-o", str(exe), str(source_of(name)), "-lm"],
         check=True,
         capture_output=True,
         text=True,

@@ -145,6 +145,14 @@ class ReferenceRun(_Wire):
     samples: dict[Tag, Annotated[int, Field(ge=0, le=MAX_SAMPLES)]] = Field(
         description="PEBS LLC-miss samples attributed to each tag", max_length=4096
     )
+    store_samples: dict[Tag, Annotated[int, Field(ge=0, le=MAX_SAMPLES)]] | None = Field(
+        default=None,
+        max_length=4096,
+        description="of each tag's `samples`, those of stores, where the sampler sees stores"
+        " as well as loads (the trace backend; a store-sampling event beside the load one);"
+        " absent: every sample is a load's, as a load-latency sampler's are. A store miss does"
+        " not hold retirement as a load miss does, so its slow latency is not charged as one",
+    )
 
 
 class MissCurvePoint(_Wire):
@@ -444,6 +452,21 @@ def _check_runs(b: ProfileBundle) -> list[Problem]:
             if tag not in tags:
                 out.append(
                     Problem(f"runs[{i}].samples.{tag}", "samples for a tag with no structure")
+                )
+        for tag, stores in (run.store_samples or {}).items():
+            if tag not in tags:
+                out.append(
+                    Problem(
+                        f"runs[{i}].store_samples.{tag}",
+                        "store samples for a tag with no structure",
+                    )
+                )
+            elif stores > run.samples.get(tag, 0):
+                out.append(
+                    Problem(
+                        f"runs[{i}].store_samples.{tag}",
+                        f"{stores} store samples of {run.samples.get(tag, 0)} samples in all",
+                    )
                 )
         if run.llc_misses > run.instructions:
             out.append(Problem(f"runs[{i}].llc_misses", "more LLC misses than instructions"))

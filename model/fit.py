@@ -202,6 +202,20 @@ class FittedModel(BaseModel):
         default=None,
         description="per tag, slow misses in flight together (extra latency / P_slow), 1..12",
     )
+    load_share_by_structure: list[float] | None = Field(
+        default=None,
+        description="per tag, the share of its sampled LLC misses that were loads, over the"
+        " three reference runs (None: no store was sampled, all are taken as loads)",
+    )
+    fill_buffers_full: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="the chance that a miss in slowmax found every fill buffer of its core busy"
+        " (Erlang C over the misses in flight, by Little's law from slowmax's counters and the"
+        " declared slow latency): how often a store miss's slow latency holds up other misses."
+        " None without sampled stores",
+    )
     profile_runs: list[ProfileRun] = Field(
         default_factory=list,
         description="the bundle's runs beyond its reference runs (measured configurations)",
@@ -458,6 +472,8 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
         slow_scale_at_min_by_structure=per[2] if per is not None else None,
         slow_queue=queue,
         window_mlp_by_structure=_window_mlp(bundle, per[1], queue) if per is not None else None,
+        load_share_by_structure=_load_shares(bundle, tags),
+        fill_buffers_full=_fill_buffers_full(bundle) if _load_shares(bundle, tags) else None,
         dram_latency_cycles=bundle.host.fast_tier.latency_ns * freq_ghz
         if per is not None
         else None,
@@ -732,6 +748,48 @@ def _unsampled_flag(tags: list[str], sizes: list[int], idx: list[int]) -> Flag:
         " slow first. If that matters, profile again with a smaller sampling interval or a"
         " longer run",
     )
+
+
+def _load_shares(bundle: ProfileBundle, tags: list[str]) -> list[float] | None:
+    """Per tag, the share of its LLC-miss samples over the three reference runs that were loads;
+    None where no run says which samples were stores (a load-latency sampler's are all loads).
+    A tag never sampled counts as loads, the cautious reading."""
+    runs = [bundle.run(n) for n in ("fastmax", "fastmin", "slowmax")]
+    if all(r.store_samples is None for r in runs):
+        return None
+    shares: list[float] = []
+    for t in tags:
+        samples = sum(r.samples.get(t, 0) for r in runs)
+        stores = sum((r.store_samples or {}).get(t, 0) for r in runs)
+        shares.append(1.0 - min(stores, samples) / samples if samples else 1.0)
+    return shares
+
+
+def _fill_buffers_full(bundle: ProfileBundle) -> float:
+    """The chance that a miss in slowmax found all of its core's fill buffers busy: Erlang C with
+    `WINDOW_MLP_MAX` servers, offered the misses in flight by Little's law (misses x the declared
+    slow latency / cycles, per vCPU). A store miss retires at once but holds a fill buffer for the
+    slow tier's latency; that costs time only when another miss then waits for a buffer."""
+    run = bundle.run("slowmax")
+    latency_cycles = bundle.host.slow_tier.latency_ns * bundle.host.cpu_frequency_hz / 1e9
+    in_flight = run.llc_misses * latency_cycles / run.cycles
+    return erlang_c(int(WINDOW_MLP_MAX), in_flight)
+
+
+def erlang_c(servers: int, offered: float) -> float:
+    """The chance that an arrival waits in an M/M/c queue (Erlang's C formula), 1 at or past
+    saturation."""
+    if offered <= 0.0:
+        return 0.0
+    if offered >= servers:
+        return 1.0
+    term = 1.0  # offered^k / k!, from k = 0
+    below = 0.0
+    for k in range(servers):
+        below += term
+        term *= offered / (k + 1)
+    waiting = term * servers / (servers - offered)
+    return waiting / (below + waiting)
 
 
 def _per_structure_penalties(

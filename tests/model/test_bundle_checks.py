@@ -410,3 +410,22 @@ def test_stores_the_l3_counter_misses_move_the_fit_to_the_memory_stall_counter()
     assert "slowmax ran" in flags["stall_counters_incomplete"]
     assert "slow_tier_not_slower" not in flags
     assert max(abs(r) for r in model.diagnostics.cpi_residuals.values()) < 0.05
+
+
+def test_store_samples_are_a_part_of_the_samples_of_a_known_tag() -> None:
+    data = make_bundle()
+    tag = next(iter(data["runs"][0]["samples"]))
+    for run in data["runs"]:
+        run["store_samples"] = {tag: run["samples"][tag]}  # every sample a store: possible
+    assert parse_bundle(data).runs[0].store_samples == {tag: data["runs"][0]["samples"][tag]}
+    more = json.loads(json.dumps(data))
+    more["runs"][1]["store_samples"][tag] += 1
+    problems = rejection(more)
+    assert [p.field for p in problems] == [f"runs[1].store_samples.{tag}"]
+    assert "store samples of" in problems[0].message
+    stranger = json.loads(json.dumps(data))
+    stranger["runs"][2]["store_samples"] = {"no-such-tag": 0}
+    assert rejected_fields(stranger) == ["runs[2].store_samples.no-such-tag"]
+    negative = json.loads(json.dumps(data))
+    negative["runs"][0]["store_samples"][tag] = -1
+    assert rejected_fields(negative) == [f"runs[0].store_samples.{tag}"]

@@ -16,7 +16,7 @@ import pytest
 
 from model import Predictor, fit, parse_bundle
 from model.confidence import UNCOVERED_LEVEL, prediction_interval
-from model.fit import CPI_RESIDUAL_FLAG, QUEUE_KAPPA, WINDOW_MLP_MAX, FittedModel
+from model.fit import CPI_RESIDUAL_FLAG, QUEUE_KAPPA, WINDOW_MLP_MAX, FittedModel, erlang_c
 from tests.factories import GHZ, Shape, make_bundle
 
 # tag -> (DRAM penalty, extra slow penalty), cycles per miss. "chain" is a dependent pointer
@@ -189,6 +189,61 @@ def test_a_structure_hidden_behind_others_in_slowmax_is_charged_its_own_latency(
     # Nearly all the stall is on DRAM ("hot" and "cold"): the floor applies almost in full.
     assert got[0] - lin[0] == pytest.approx(share * rate * (floor - 5.0), rel=0.05)
     assert got[1] == pytest.approx(lin[1], rel=1e-9)  # in slowmax it was measured: no change
+
+
+def with_stores(data: dict[str, Any], tag: str, share: float) -> dict[str, Any]:
+    """The bundle with `share` of one tag's sampled misses marked as stores in every run."""
+    out = copy.deepcopy(data)
+    for run in out["runs"]:
+        run["store_samples"] = {tag: round(run["samples"][tag] * share)}
+    return out
+
+
+def floor_above_linear(model: FittedModel, tag: str, ratio: float) -> float:
+    """What the cover floor adds at `ratio` (28 ways), where the slow share holds `tag` alone."""
+    covered = Predictor(model.model_copy(update={"window_mlp_by_structure": None}))
+    assert {p.tag for p in covered.placement(ratio, 28) if p.slow_bytes} == {tag}
+    naive = Predictor(linear_only(model))
+    ways = np.asarray([28], dtype=np.int64)
+    got = covered.predict(np.asarray([ratio]), ways).cpi[0, 0]
+    return float(got - naive.predict(np.asarray([ratio]), ways).cpi[0, 0])
+
+
+def test_a_store_miss_is_charged_the_floor_only_as_often_as_the_fill_buffers_are_full() -> None:
+    # The same "warm" as above, but its misses are stores: a store retires before its line
+    # arrives, so its slow latency costs time only when another miss waits for a fill buffer.
+    pen = {"hot": (200.0, 400.0), "warm": (4.0, 5.0), "cold": (60.0, 100.0)}
+    data = per_structure_bundle(pen)
+    loads = fit(parse_bundle(data))
+    assert loads.load_share_by_structure is None and loads.fill_buffers_full is None
+    stores = fit(parse_bundle(with_stores(data, "warm", 1.0)))
+    i = stores.tags.index("warm")
+    assert stores.load_share_by_structure is not None
+    assert stores.load_share_by_structure[i] == 0.0
+    assert [x for j, x in enumerate(stores.load_share_by_structure) if j != i] == [1.0, 1.0]
+    full = stores.fill_buffers_full
+    assert full is not None and 0.0 < full < 1.0
+    as_loads = floor_above_linear(loads, "warm", 0.2)
+    assert as_loads > 0.0
+    assert floor_above_linear(stores, "warm", 0.2) == pytest.approx(as_loads * full, rel=1e-6)
+    # Half of them stores: half of its misses charged in full, half as often as the buffers fill.
+    half = fit(parse_bundle(with_stores(data, "warm", 0.5)))
+    assert floor_above_linear(half, "warm", 0.2) == pytest.approx(
+        as_loads * (0.5 + 0.5 * full), rel=1e-3
+    )
+    # The reference runs are where the model was measured: stores change nothing there.
+    ratios, ways = np.asarray([0.0, 1.0]), np.asarray([1, 28], dtype=np.int64)
+    assert Predictor(stores).predict(ratios, ways).cpi == pytest.approx(
+        Predictor(loads).predict(ratios, ways).cpi, rel=1e-9
+    )
+
+
+def test_erlang_c_is_the_chance_of_waiting() -> None:
+    assert erlang_c(1, 0.5) == pytest.approx(0.5)  # one server: the utilisation
+    assert erlang_c(2, 1.0) == pytest.approx(1.0 / 3.0)
+    assert erlang_c(12, 0.0) == 0.0 and erlang_c(12, 12.0) == 1.0 and erlang_c(12, 1e6) == 1.0
+    busier = [erlang_c(12, a) for a in (2.0, 6.0, 10.0, 11.9)]
+    assert busier == sorted(busier) and busier[0] < 1e-3 < busier[-1] < 1.0
 
 
 def test_placement_sends_the_cheapest_stall_per_byte_slow_first() -> None:

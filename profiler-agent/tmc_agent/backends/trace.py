@@ -311,6 +311,11 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
                     # exact counts. A load-latency sampler would see the loads only and rank a
                     # structure that is mostly written colder than it is; the trace sees both.
                     samples={x.tag: x.llc_misses for x in result.structures},
+                    # ... and which of them were stores, so that the model does not charge a
+                    # store's slow latency as a load's.
+                    store_samples={
+                        x.tag: x.llc_misses - x.llc_load_misses for x in result.structures
+                    },
                 )
             )
             # The host model knows which structure's access held retirement in every stalled
