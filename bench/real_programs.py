@@ -103,6 +103,9 @@ PROGRAMS: dict[str, list[str]] = {
     "lsmstore": ["8", "4", "600000", "10"],
     "webcache": ["100", "512", "500000", "1"],
     "nbody": ["24", "384", "12"],
+    "radixsort": ["600"],
+    "pagerank": ["200", "8", "4"],
+    "wordcount": ["6", "100"],
 }
 # A fast subset for the test suite: store-heavy, pointer chasing and a moving hot set.
 FAST = ("twotier", "listchase", "phases")
