@@ -445,6 +445,7 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
         extra_ns = p_slow * mlp / freq_ghz
     flags += _diagnose(bundle, residuals, coverage, mlp, extra_ns, queue)
 
+    load_shares = _load_shares(bundle, tags)
     fitted = FittedModel(
         workload=bundle.workload,
         host_kind=bundle.host.host_kind,
@@ -472,8 +473,8 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
         slow_scale_at_min_by_structure=per[2] if per is not None else None,
         slow_queue=queue,
         window_mlp_by_structure=_window_mlp(bundle, per[1], queue) if per is not None else None,
-        load_share_by_structure=_load_shares(bundle, tags),
-        fill_buffers_full=_fill_buffers_full(bundle) if _load_shares(bundle, tags) else None,
+        load_share_by_structure=load_shares,
+        fill_buffers_full=None if load_shares is None else _fill_buffers_full(bundle),
         dram_latency_cycles=bundle.host.fast_tier.latency_ns * freq_ghz
         if per is not None
         else None,

@@ -204,14 +204,12 @@ class Predictor:
         scale = model.slow_scale_at_min_by_structure if overlap_scale else None
         self._scale = None if scale is None else np.asarray(scale, dtype=np.float64)
         mlp = model.window_mlp_by_structure if window_effect else None
-        # The cover floor charges a slow miss's exposed latency; a store's is not exposed (it
-        # retires before its line arrives), so the floor applies in full to each structure's
-        # loads only.
-        # A store's slow latency costs time only when it keeps another miss from a fill buffer:
-        # its floor is the load's, times the chance the buffers were full (slowmax's).
+        # The cover floor is a load's exposed slow latency. A store retires before its line
+        # arrives: its slow latency costs time only when it keeps another miss from a fill
+        # buffer, so a structure's stores weigh the chance the buffers were full (slowmax's).
         loads = model.load_share_by_structure
         full = model.fill_buffers_full or 0.0
-        self._loads = (
+        self._floor_weight = (
             np.ones(len(self._sizes))
             if loads is None
             else np.asarray(loads) + (1.0 - np.asarray(loads)) * full
@@ -453,8 +451,8 @@ class Predictor:
         the slow tier's latency follows its load (`factor`, a fixed point with the run time);
         and a structure whose slow misses were hidden behind other structures' slow misses in
         slowmax is charged at least ΔL / WINDOW_MLP_MAX per slow load miss when the others are
-        not slow (`uncovered`; a store miss retires before its line arrives, so the floor is
-        not its charge: its cost, when the fill buffers back up, is in its stall samples).
+        not slow (`uncovered`; a store miss retires before its line arrives, and is charged the
+        floor only as often as slowmax's misses found every fill buffer busy).
 
         The second result bounds the last correction from above. A structure's slow penalty is
         measured in slowmax, where every structure is slow and a stall is charged to whichever
@@ -494,7 +492,9 @@ class Predictor:
             if m.slow_latency_cycles is not None and m.dram_latency_cycles is not None:
                 extra = m.slow_latency_cycles * at_slowmax * factor - m.dram_latency_cycles
                 floor = np.maximum(extra, 0.0)[:, None] / WINDOW_MLP_MAX
-                uncovered = (1.0 - np.clip(covered, 0.0, 1.0))[:, None] * self._loads[None, :]
+                uncovered = (1.0 - np.clip(covered, 0.0, 1.0))[:, None] * self._floor_weight[
+                    None, :
+                ]
                 own_floor = np.maximum(extra, 0.0)[:, None] / own_mlp[None, :]
                 alone = (
                     exposed * (per_access + np.maximum(own_floor - per_access, 0.0) * uncovered)
