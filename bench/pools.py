@@ -27,8 +27,7 @@ def pool_map(
     """`fn` over `jobs` in `processes` workers (in this process when 1), results in order."""
     if processes <= 1:
         return [fn(j) for j in jobs]
-    ctx = multiprocessing.get_context(start)
-    with ProcessPoolExecutor(processes, mp_context=ctx) as pool:
+    with _workers(processes, start) as pool:
         return list(pool.map(fn, jobs))
 
 
@@ -42,7 +41,10 @@ def pool_unordered(
     if processes <= 1:
         yield from (fn(j) for j in jobs)
         return
-    ctx = multiprocessing.get_context(start)
-    with ProcessPoolExecutor(processes, mp_context=ctx) as pool:
+    with _workers(processes, start) as pool:
         for done in as_completed([pool.submit(fn, j) for j in jobs]):
             yield done.result()
+
+
+def _workers(processes: int, start: StartMethod) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context(start))

@@ -492,9 +492,7 @@ class Predictor:
             if m.slow_latency_cycles is not None and m.dram_latency_cycles is not None:
                 extra = m.slow_latency_cycles * at_slowmax * factor - m.dram_latency_cycles
                 floor = np.maximum(extra, 0.0)[:, None] / WINDOW_MLP_MAX
-                uncovered = (1.0 - np.clip(covered, 0.0, 1.0))[:, None] * self._floor_weight[
-                    None, :
-                ]
+                uncovered = np.outer(1.0 - np.clip(covered, 0.0, 1.0), self._floor_weight)
                 own_floor = np.maximum(extra, 0.0)[:, None] / own_mlp[None, :]
                 alone = (
                     exposed * (per_access + np.maximum(own_floor - per_access, 0.0) * uncovered)
