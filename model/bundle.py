@@ -187,6 +187,15 @@ class RunStructureMeasurement(_Wire):
     unattributed_stall_samples: int = Field(
         default=0, ge=0, le=MAX_SAMPLES, description="stall samples no tag could be found for"
     )
+    store_stall_samples: dict[Tag, Annotated[int, Field(ge=0, le=MAX_SAMPLES)]] | None = Field(
+        default=None,
+        max_length=4096,
+        description="of each tag's `stall_samples`, those in which retirement waited on a store"
+        " of the tag (for a fill buffer to take it), where the sampler sees stores' waits as"
+        " well as loads' (the trace backend); absent: every stall sample is a load's. With"
+        " the runs' `store_samples`, the fit charges a tag's load and store misses each their"
+        " own penalties",
+    )
     fast_tier: TierTraffic | None = None
     slow_tier: TierTraffic | None = None
 
@@ -583,6 +592,22 @@ def _check_structure_measurements(b: ProfileBundle) -> list[Problem]:
                     Problem(
                         f"structure_measurements.runs[{i}].stall_samples.{tag}",
                         "stall samples for a tag with no structure",
+                    )
+                )
+        for tag, stores in (run.store_stall_samples or {}).items():
+            if tag not in tags:
+                out.append(
+                    Problem(
+                        f"structure_measurements.runs[{i}].store_stall_samples.{tag}",
+                        "store stall samples for a tag with no structure",
+                    )
+                )
+            elif stores > run.stall_samples.get(tag, 0):
+                out.append(
+                    Problem(
+                        f"structure_measurements.runs[{i}].store_stall_samples.{tag}",
+                        f"{stores} store stall samples of {run.stall_samples.get(tag, 0)} stall"
+                        " samples in all",
                     )
                 )
         if run.run in names and names.count(run.run) == 1:

@@ -25,6 +25,7 @@ has one), then the cycles (Eq. 4); and it says why (`FitDiagnostics.path_reason`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -181,15 +182,40 @@ class FittedModel(BaseModel):
     diagnostics: FitDiagnostics
     penalty_path: PenaltyPath = "paper"
     p_dram_by_structure: list[float] | None = Field(
-        default=None, description="per tag, cycles per LLC miss served by DRAM (per_structure)"
+        default=None,
+        description="per tag, cycles per LLC miss served by DRAM (per_structure); per load miss"
+        " where the store penalties below are given",
     )
     p_slow_by_structure: list[float] | None = Field(
-        default=None, description="per tag, extra cycles per slow access at slowmax's load"
+        default=None,
+        description="per tag, extra cycles per slow access at slowmax's load; per slow load miss"
+        " where the store penalties below are given",
     )
     slow_scale_at_min_by_structure: list[float] | None = Field(
         default=None,
         description="per tag, both penalties' scale at ways_min (DRAM stall per miss at fastmin"
-        " over fastmax); 1 at ways_max, following the miss curve in between",
+        " over fastmax; per load miss where the store penalties are given); 1 at ways_max,"
+        " following the miss curve in between",
+    )
+    p_dram_store_by_structure: list[float] | None = Field(
+        default=None,
+        description="per tag, cycles per store miss served by DRAM (a store waits only for a"
+        " fill buffer); given where the bundle says which samples and stall samples were"
+        " stores', and then the three fields above are the loads'",
+    )
+    p_slow_store_by_structure: list[float] | None = Field(
+        default=None, description="per tag, extra cycles per slow store miss at slowmax's load"
+    )
+    store_scale_at_min_by_structure: list[float] | None = Field(
+        default=None, description="per tag, the store penalties' scale at ways_min"
+    )
+    load_rate_at_min_by_structure: list[float] | None = Field(
+        default=None,
+        description="per tag, load misses per instruction at ways_min (its access rate times"
+        " the share of its samples that were loads); given with the store penalties",
+    )
+    load_rate_at_max_by_structure: list[float] | None = Field(
+        default=None, description="per tag, load misses per instruction at ways_max"
     )
     slow_queue: SlowQueue | None = None
     dram_latency_cycles: float | None = Field(
@@ -257,12 +283,13 @@ class FittedModel(BaseModel):
 
     @property
     def fastmax_cpi(self) -> float:
-        if self.p_dram_by_structure is not None:
-            return self.cpi_cache + sum(
-                a * p
-                for a, p in zip(self.access_rate_at_max, self.p_dram_by_structure, strict=True)
-            )
-        return self.cpi(self.curve_mar_at(self.ways_max), 0.0)
+        if self.p_dram_by_structure is None:
+            return self.cpi(self.curve_mar_at(self.ways_max), 0.0)
+        loads, stores = self.load_rate_at_max_by_structure, self.p_dram_store_by_structure
+        if loads is None or stores is None:
+            return self.cpi_cache + _dot(self.access_rate_at_max, self.p_dram_by_structure)
+        store_rates = [a - x for a, x in zip(self.access_rate_at_max, loads, strict=True)]
+        return self.cpi_cache + _dot(loads, self.p_dram_by_structure) + _dot(store_rates, stores)
 
     def curve_mar_at(self, ways: int) -> float:
         # Exact lookup at the references; both are on the curve by the bundle's checks.
@@ -327,6 +354,11 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
     ]
     if unsampled:
         flags.append(_unsampled_flag(tags, sizes, unsampled))
+    # Where the runs say which samples and which stall samples were stores', each structure's
+    # loads and stores are charged their own penalties (docs/model.md, "Loads and stores").
+    columns = _columns(
+        bundle, tags, fastmax if mar_min == mar_max else fastmin, rates_min, rates_max
+    )
 
     # 3. Penalties and on-core CPI.
     runs = (fastmax, fastmin, slowmax)
@@ -357,13 +389,12 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
                     cpi_cache,
                     p_dram,
                     p_slow,
-                    rates_min,
-                    rates_max,
+                    columns,
                 )
                 if per is not None and raw is not None:
-                    uncalibrated = _reference_cpis(cpi_cache, rates_min, rates_max, raw)
+                    uncalibrated = _reference_cpis(cpi_cache, columns, raw)
         if per is not None:
-            predicted = _reference_cpis(cpi_cache, rates_min, rates_max, per)
+            predicted = _reference_cpis(cpi_cache, columns, per)
         else:
             predicted = {
                 "fastmax": cpi_cache + mar_max * p_dram,
@@ -468,11 +499,11 @@ def fit(bundle: ProfileBundle, penalties: PenaltyChoice = "auto") -> FittedModel
         instructions=sum(instructions) / 3.0,
         fastmax_seconds=fastmax.wall_seconds,
         penalty_path=penalty_path,
-        p_dram_by_structure=per[0] if per is not None else None,
-        p_slow_by_structure=per[1] if per is not None else None,
-        slow_scale_at_min_by_structure=per[2] if per is not None else None,
+        **_penalty_fields(per, columns),
         slow_queue=queue,
-        window_mlp_by_structure=_window_mlp(bundle, per[1], queue) if per is not None else None,
+        window_mlp_by_structure=(
+            _window_mlp(bundle, columns.per_miss_at_max(per[1]), queue) if per is not None else None
+        ),
         load_share_by_structure=load_shares,
         fill_buffers_full=None if load_shares is None else _fill_buffers_full(bundle),
         dram_latency_cycles=bundle.host.fast_tier.latency_ns * freq_ghz
@@ -793,6 +824,107 @@ def erlang_c(servers: int, offered: float) -> float:
     return waiting / (below + waiting)
 
 
+@dataclass(frozen=True)
+class _Columns:
+    """The misses the per-structure penalties are fitted over, one column each: each tag's
+    misses, or, where every reference run says which of its samples and stall samples were
+    stores', each tag's loads (the first len(tags) columns) and its stores (the rest) apart.
+
+    A store miss holds retirement only while it waits for a fill buffer; a load miss until its
+    line arrives. A structure whose misses are first writes with many ways and loads with few
+    (a table that fits the cache once written) would otherwise carry the stores' small penalty
+    per miss to its loads."""
+
+    tags: list[str]
+    split: bool
+    samples: dict[RunName, list[int]]
+    stall_samples: dict[RunName, list[int]]
+    rates_min: list[float]
+    rates_max: list[float]
+
+    def per_miss_at_max(self, per_column: list[float]) -> list[float]:
+        """Per tag, a per-column penalty as one per miss at fastmax's ways."""
+        n = len(self.tags)
+        if not self.split:
+            return list(per_column)
+        out: list[float] = []
+        for i in range(n):
+            misses = self.rates_max[i] + self.rates_max[n + i]
+            loads = self.rates_max[i] / misses if misses > 0 else 1.0
+            out.append(loads * per_column[i] + (1.0 - loads) * per_column[n + i])
+        return out
+
+
+def _columns(
+    bundle: ProfileBundle,
+    tags: list[str],
+    table_min: ReferenceRun,
+    rates_min: list[float],
+    rates_max: list[float],
+) -> _Columns:
+    """The columns of `bundle` (`_Columns`); `table_min` is the run whose samples gave
+    `rates_min` (fastmax's where the miss curve is flat)."""
+    names: tuple[RunName, RunName, RunName] = ("fastmax", "fastmin", "slowmax")
+    m = bundle.structure_measurements
+    runs = [bundle.run(n) for n in names]
+    split = (
+        m is not None
+        and all(r.store_samples is not None for r in runs)
+        and all(m.run(n).store_stall_samples is not None for n in names)
+    )
+    stall = {n: [0] * len(tags) for n in names}
+    if m is not None:
+        stall = {n: [m.run(n).stall_samples.get(t, 0) for t in tags] for n in names}
+    samples = {n: [bundle.run(n).samples.get(t, 0) for t in tags] for n in names}
+    if not split or m is None:
+        return _Columns(tags, False, samples, stall, list(rates_min), list(rates_max))
+
+    def apart(all_of: list[int], stores: dict[str, int]) -> list[int]:
+        store_part = [min(stores.get(t, 0), a) for t, a in zip(tags, all_of, strict=True)]
+        return [a - s for a, s in zip(all_of, store_part, strict=True)] + store_part
+
+    def rates_apart(rates: list[float], run: ReferenceRun) -> list[float]:
+        loads: list[float] = []
+        for t, rate in zip(tags, rates, strict=True):
+            n = run.samples.get(t, 0)
+            stores = min((run.store_samples or {}).get(t, 0), n)
+            loads.append(rate * (n - stores) / n if n else rate)
+        return loads + [r - x for r, x in zip(rates, loads, strict=True)]
+
+    return _Columns(
+        tags,
+        True,
+        {n: apart(samples[n], bundle.run(n).store_samples or {}) for n in names},
+        {n: apart(stall[n], m.run(n).store_stall_samples or {}) for n in names},
+        rates_apart(rates_min, table_min),
+        rates_apart(rates_max, bundle.run("fastmax")),
+    )
+
+
+def _penalty_fields(
+    per: tuple[list[float], list[float], list[float]] | None, columns: _Columns
+) -> dict[str, list[float] | None]:
+    """The fitted model's per-structure penalty fields from the per-column penalties."""
+    if per is None:
+        return {}
+    n = len(columns.tags)
+    pd, ps, k = per
+    fields: dict[str, list[float] | None] = {
+        "p_dram_by_structure": pd[:n],
+        "p_slow_by_structure": ps[:n],
+        "slow_scale_at_min_by_structure": k[:n],
+    }
+    if columns.split:
+        fields |= {
+            "p_dram_store_by_structure": pd[n:],
+            "p_slow_store_by_structure": ps[n:],
+            "store_scale_at_min_by_structure": k[n:],
+            "load_rate_at_min_by_structure": columns.rates_min[:n],
+            "load_rate_at_max_by_structure": columns.rates_max[:n],
+        }
+    return fields
+
+
 def _per_structure_penalties(
     bundle: ProfileBundle,
     m: StructureMeasurements,
@@ -800,35 +932,35 @@ def _per_structure_penalties(
     cpi_cache: float,
     p_dram: float,
     p_slow: float,
-    rates_min: list[float],
-    rates_max: list[float],
+    columns: _Columns,
 ) -> tuple[
     tuple[list[float], list[float], list[float]] | None,
     str,
     tuple[list[float], list[float], list[float]] | None,
 ]:
-    """Each structure's DRAM and slow penalties from its share of the memory-stall samples, and
-    the same before their calibration through the reference runs.
+    """Each column's DRAM and slow penalties (`_Columns`: a structure's misses, or its loads
+    and its stores apart) from its share of the memory-stall samples, and the same before their
+    calibration through the reference runs.
 
     In each run, the run's memory stall per instruction T (the stall counter, or CPI - CPI_cache
-    without one) is split over tags by their stall samples; a tag's penalty is its stall per
-    instruction over its miss rate. DRAM penalties pool fastmax and fastmin; the slow penalty is
-    slowmax's minus the DRAM one. Tags with too few samples keep the workload's penalties.
+    without one) is split over the columns by their stall samples; a column's penalty is its
+    stall per instruction over its miss rate. DRAM penalties pool fastmax and fastmin; the slow
+    penalty is slowmax's minus the DRAM one (a column with too few samples in slowmax takes its
+    DRAM penalty times the declared extra latency over DRAM's). Columns with too few samples
+    in all keep the workload's penalties.
 
-    The third list is each tag's overlap scale at fastmin's way count: its DRAM stall per miss
-    at fastmin over that at fastmax. More misses in flight together (a structure that misses
-    more with fewer ways) share their waiting, and the slow tier's extra latency is waited the
-    same way, so both penalties, measured at fastmax's ways, scale by it towards fastmin's. A
-    tag measured at both ends gets fastmax's own DRAM penalty (fastmin's is it times the scale);
-    one measured at one end only pools them, with scale 1.
+    The third list is each column's overlap scale at fastmin's way count: its DRAM stall per
+    miss at fastmin over that at fastmax. More misses in flight together (a structure that
+    misses more with fewer ways) share their waiting, and the slow tier's extra latency is
+    waited the same way, so both penalties, measured at fastmax's ways, scale by it towards
+    fastmin's. A column measured at both ends gets fastmax's own DRAM penalty (fastmin's is it
+    times the scale); one measured at one end only pools them, with scale 1.
     """
-    tags = [s.tag for s in bundle.structures]
     names: tuple[RunName, ...] = ("fastmax", "fastmin", "slowmax")
     stall_pi: dict[str, list[float]] = {}
     for name in names:
         ref = bundle.run(name)
-        meas = m.run(name)
-        attributed = sum(meas.stall_samples.values())
+        attributed = sum(m.run(name).stall_samples.values())
         if attributed == 0:
             return None, f"{name} has no memory-stall samples attributed to any structure", None
         if path == "stall_counters":
@@ -837,47 +969,78 @@ def _per_structure_penalties(
             total = _stall(ref, "stall_cycles_memory") / ref.instructions
         else:
             total = max(0.0, _cpi(ref) - cpi_cache)
-        stall_pi[name] = [total * meas.stall_samples.get(t, 0) / attributed for t in tags]
+        stall_pi[name] = [total * x / attributed for x in columns.stall_samples[name]]
     slowmax = bundle.run("slowmax")
     slow_total = sum(slowmax.samples.values())
+    rates_min, rates_max = columns.rates_min, columns.rates_max
     rates_slow = (
-        [_mpi(slowmax) * slowmax.samples.get(t, 0) / slow_total for t in tags]
+        [_mpi(slowmax) * x / slow_total for x in columns.samples["slowmax"]]
         if slow_total
         else list(rates_max)
     )
-    fastmax, fastmin = bundle.run("fastmax"), bundle.run("fastmin")
+    host = bundle.host
+    declared = max(host.slow_tier.latency_ns - host.fast_tier.latency_ns, 0.0) / max(
+        host.fast_tier.latency_ns, 1e-9
+    )
+
+    def slow_measured(i: int) -> bool:
+        return columns.samples["slowmax"][i] >= MIN_STRUCTURE_SAMPLES and rates_slow[i] > 0
+
     pd: list[float] = []
     ps: list[float] = []
     scale: list[float] = []
     own: list[bool] = []
     kept = 0
-    for i, t in enumerate(tags):
-        samples = fastmax.samples.get(t, 0) + fastmin.samples.get(t, 0) + slowmax.samples.get(t, 0)
+    for i in range(len(rates_max)):
+        samples = sum(columns.samples[n][i] for n in names)
         fast_rate = rates_max[i] + rates_min[i]
-        if samples < MIN_STRUCTURE_SAMPLES or fast_rate <= 0 or rates_slow[i] <= 0:
+        if samples < MIN_STRUCTURE_SAMPLES or fast_rate <= 0:
             pd.append(p_dram)
             ps.append(p_slow)
             scale.append(1.0)
             own.append(False)
-            kept += 1
+            kept += samples > 0 or not columns.split
             continue
         own.append(True)
-        k = _overlap_scale(stall_pi, rates_min[i], rates_max[i], i, t, bundle)
+        k = _overlap_scale(
+            stall_pi,
+            rates_min[i],
+            rates_max[i],
+            i,
+            (columns.samples["fastmax"][i], columns.samples["fastmin"][i]),
+        )
         if k is None:
             d = (stall_pi["fastmax"][i] + stall_pi["fastmin"][i]) / fast_rate
             k = 1.0
         else:
             # Measured at both ends: fastmax's own penalty, fastmin's through the scale.
             d = stall_pi["fastmax"][i] / rates_max[i]
-        total = stall_pi["slowmax"][i] / rates_slow[i]
+        if slow_measured(i):
+            ps.append(max(0.0, stall_pi["slowmax"][i] / rates_slow[i] - d))
+        else:
+            ps.append(math.nan)  # below, from the measured columns of its kind
         pd.append(d)
-        ps.append(max(0.0, total - d))
         scale.append(k)
-    fitted = len(tags) - kept
+    # A column with too few misses in slowmax to measure (a structure's loads where it only
+    # stores with every way) is slowed as the measured columns of its kind are: their slow
+    # stall over their DRAM stall at slowmax's rates (queueing included), else the declared
+    # latencies' ratio.
+    n = len(columns.tags)
+    kinds = [range(n), range(n, 2 * n)] if columns.split else [range(n)]
+    for kind in kinds:
+        measured = [j for j in kind if own[j] and slow_measured(j)]
+        dram = sum(rates_slow[j] * pd[j] for j in measured)
+        extra = sum(rates_slow[j] * ps[j] for j in measured)
+        ratio = extra / dram if dram > 0 else declared
+        for j in kind:
+            if math.isnan(ps[j]):
+                ps[j] = pd[j] * ratio
+    fitted = sum(own)
     if fitted == 0:
         return None, "no structure has enough samples for its own penalties", None
+    what = "loads and stores of structures" if columns.split else "structures"
     reason = (
-        f"per-structure penalties for {fitted} of {len(tags)} structures from"
+        f"per-structure penalties for {fitted} of {fitted + kept} {what} from"
         f" {m.source} stall samples ({m.schema_version})"
     )
     if kept:
@@ -921,13 +1084,11 @@ def _through_references(
 
 
 def _reference_cpis(
-    cpi_cache: float,
-    rates_min: list[float],
-    rates_max: list[float],
-    per: tuple[list[float], list[float], list[float]],
+    cpi_cache: float, columns: _Columns, per: tuple[list[float], list[float], list[float]]
 ) -> dict[str, float]:
     """The per-structure model's CPI at the three reference runs."""
     pd, ps, k = per
+    rates_min, rates_max = columns.rates_min, columns.rates_max
     return {
         "fastmax": cpi_cache + _dot(rates_max, pd),
         "fastmin": cpi_cache + sum(a * p * c for a, p, c in zip(rates_min, pd, k, strict=True)),
@@ -953,14 +1114,12 @@ def _overlap_scale(
     rate_min: float,
     rate_max: float,
     i: int,
-    tag: str,
-    bundle: ProfileBundle,
+    samples: tuple[int, int],
 ) -> float | None:
-    """A tag's DRAM stall per miss at fastmin over that at fastmax, within `OVERLAP_SCALE_RANGE`
-    (None where either end has too few samples to tell)."""
-    enough = all(
-        bundle.run(n).samples.get(tag, 0) >= MIN_STRUCTURE_SAMPLES for n in ("fastmax", "fastmin")
-    )
+    """A column's DRAM stall per miss at fastmin over that at fastmax, within
+    `OVERLAP_SCALE_RANGE` (None where either end, `samples` at fastmax and fastmin, has too few
+    samples to tell)."""
+    enough = all(n >= MIN_STRUCTURE_SAMPLES for n in samples)
     if not enough or rate_min <= 0 or rate_max <= 0 or stall_pi["fastmax"][i] <= 0:
         return None
     at_min = stall_pi["fastmin"][i] / rate_min

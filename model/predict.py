@@ -204,15 +204,29 @@ class Predictor:
         scale = model.slow_scale_at_min_by_structure if overlap_scale else None
         self._scale = None if scale is None else np.asarray(scale, dtype=np.float64)
         mlp = model.window_mlp_by_structure if window_effect else None
+        # Where the fit charged each structure's loads and stores their own penalties, its loads
+        # between the two tables follow its misses' position on the curve (as its rate does).
+        l_min, l_max = model.load_rate_at_min_by_structure, model.load_rate_at_max_by_structure
+        stores = (
+            model.p_dram_store_by_structure,
+            model.p_slow_store_by_structure,
+            model.store_scale_at_min_by_structure,
+        )
+        self._loads = None
+        self._stores: tuple[FloatArray, FloatArray, FloatArray] | None = None
+        if l_min is not None and l_max is not None and all(x is not None for x in stores):
+            self._loads = (np.asarray(l_min, dtype=np.float64), np.asarray(l_max, dtype=np.float64))
+            pd_st, ps_st, k_st = (np.asarray(x, dtype=np.float64) for x in stores)
+            self._stores = (pd_st, ps_st, k_st if overlap_scale else np.ones_like(k_st))
         # The cover floor is a load's exposed slow latency. A store retires before its line
         # arrives: its slow latency costs time only when it keeps another miss from a fill
         # buffer, so a structure's stores weigh the chance the buffers were full (slowmax's).
         loads = model.load_share_by_structure
-        full = model.fill_buffers_full or 0.0
+        self._fill_buffers_full = model.fill_buffers_full or 0.0
         self._floor_weight = (
             np.ones(len(self._sizes))
             if loads is None
-            else np.asarray(loads) + (1.0 - np.asarray(loads)) * full
+            else np.asarray(loads) + (1.0 - np.asarray(loads)) * self._fill_buffers_full
         )
         self._mlp = None if mlp is None else np.asarray(mlp, dtype=np.float64)
         self._kept: Recent[Hashable, Any] = Recent(KEPT_PER_PREDICTOR)
@@ -298,24 +312,38 @@ class Predictor:
         w = np.asarray([ways], dtype=np.float64)
         return self.rates_at_position(float(self.curve_position(w)[0]), float(self.mar(w)[0]))
 
-    def _coldest_first(self, rates: FloatArray) -> IntArray:
+    def load_share_at(self, h: float) -> FloatArray:
+        """Per structure, the share of its misses that are loads at curve position h (clipped to
+        the two tables): its loads over its misses, both between the two tables; all of them
+        where the fit did not tell loads from stores."""
+        if self._loads is None:
+            return np.ones(len(self._sizes))
+        position = float(np.clip(h, 0.0, 1.0))
+        l_min, l_max = self._loads
+        loads = l_max + (l_min - l_max) * position
+        misses = self._a_max + (self._a_min - self._a_max) * position
+        share: FloatArray = np.divide(loads, misses, out=np.ones_like(loads), where=misses > 0)
+        return np.clip(share, 0.0, 1.0)
+
+    def _coldest_first(self, rates: FloatArray, h: float) -> IntArray:
         # Accesses per byte, coldest first; equal hotness keeps the bundle's order (deterministic).
         # With per-structure penalties, the extra stall a byte costs when slow decides first.
         per_byte = rates / self._sizes_f
         if self._per_structure:
-            order: IntArray = np.lexsort((self._order_key, per_byte, per_byte * self._ps))
+            cost = per_byte * self._slow_penalty_per_miss(h)
+            order: IntArray = np.lexsort((self._order_key, per_byte, cost))
             return order
         order = np.lexsort((self._order_key, per_byte))
         return order
 
     def slow_bytes_per_structure(
-        self, rates: FloatArray, slow_bytes: IntArray, sizes: IntArray | None = None
+        self, rates: FloatArray, slow_bytes: IntArray, h: float, sizes: IntArray | None = None
     ) -> IntArray:
-        """[len(slow_bytes), n]: bytes of each structure in the slow tier, coldest filled first.
-        `sizes` are the structures' bytes at a deployed size (`sized_structures`); the order is
-        the profile's either way, as a uniform scale keeps every structure's accesses per byte
-        in the same order."""
-        order = self._coldest_first(rates)
+        """[len(slow_bytes), n]: bytes of each structure in the slow tier, coldest filled first,
+        with `rates` the structures' at curve position `h`. `sizes` are the structures' bytes at
+        a deployed size (`sized_structures`); the order is the profile's either way, as a
+        uniform scale keeps every structure's accesses per byte in the same order."""
+        order = self._coldest_first(rates, h)
         sizes = (self._sizes if sizes is None else sizes)[order]
         before = np.cumsum(sizes) - sizes
         in_slow_sorted = np.clip(slow_bytes[:, None] - before[None, :], 0, sizes[None, :])
@@ -341,7 +369,7 @@ class Predictor:
         if not self._per_structure:
             for j, hj in enumerate(h):
                 rates = self.rates_at_position(float(hj), float(mar[j]))
-                share = self.slow_bytes_per_structure(rates, slow) / self._sizes_f[None, :]
+                share = self.slow_bytes_per_structure(rates, slow, float(hj)) / self._sizes_f
                 mar_slow[:, j] = share @ rates
             c = self._sweep_factor(ways_f, mar * m.p_dram)
             cpi = m.cpi_cache + c[None, :] * (mar[None, :] * m.p_dram + mar_slow * m.p_slow)
@@ -350,13 +378,13 @@ class Predictor:
             uncovered = np.empty_like(mar_slow)
             for j, hj in enumerate(h):
                 rates = self.rates_at_position(float(hj), float(mar[j]))
-                share = self.slow_bytes_per_structure(rates, slow) / self._sizes_f[None, :]
+                share = self.slow_bytes_per_structure(rates, slow, float(hj)) / self._sizes_f
                 mar_slow[:, j] = share @ rates
                 pd, ps = self._penalties_at(float(hj))
                 if self._sweep_cpi is not None:
                     scale = self._sweep_factor(ways_f[j : j + 1], np.asarray([rates @ pd]))
                     pd, ps = pd * scale[0], ps * scale[0]
-                stall, alone = self._slow_stall(share, rates, pd, ps)
+                stall, alone = self._slow_stall(share, rates, pd, ps, self._floor_at(float(hj)))
                 cpi[:, j] = m.cpi_cache + rates @ pd + stall
                 uncovered[:, j] = m.cpi_cache + rates @ pd + np.maximum(alone, stall)
         cpi = monotone_envelope(cpi, ratios, ways)
@@ -393,13 +421,40 @@ class Predictor:
         )
 
     def _penalties_at(self, h: float) -> tuple[FloatArray, FloatArray]:
-        """Per-structure (DRAM, slow) penalties at curve position h, with the overlap scale."""
+        """Per-structure (DRAM, slow) penalties per miss at curve position h, with the overlap
+        scale; where loads and stores have their own, each kind's weighted by its share of the
+        structure's misses there."""
         position = float(np.clip(h, 0.0, 1.0))
         few = 1.0 + self.slow_few_ways * position
-        if self._scale is None:
-            return self._pd, self._ps * few
-        k = 1.0 + (self._scale - 1.0) * position
-        return self._pd * k, self._ps * k * few
+        k = 1.0 if self._scale is None else 1.0 + (self._scale - 1.0) * position
+        if self._stores is None:
+            return self._pd * k, self._ps * k * few
+        loads = self.load_share_at(position)
+        pd_st, ps_st, k_st = self._stores
+        k_store = 1.0 + (k_st - 1.0) * position
+        pd = loads * self._pd * k + (1.0 - loads) * pd_st * k_store
+        ps = loads * self._ps * k + (1.0 - loads) * ps_st * k_store
+        return pd, ps * few
+
+    def _slow_penalty_per_miss(self, h: float) -> FloatArray:
+        """Per structure, the extra cycles a slow miss costs at fastmax's penalties (no overlap
+        scale), its loads and stores weighted as at curve position h: what orders the placement."""
+        if self._stores is None:
+            return self._ps
+        loads = self.load_share_at(h)
+        out: FloatArray = loads * self._ps + (1.0 - loads) * self._stores[1]
+        return out
+
+    def _floor_at(self, h: float) -> FloatArray:
+        """Per structure, the cover floor's weight at curve position h: a load's exposed slow
+        latency, a store's only when the fill buffers are full (`_slow_stall`). Where loads and
+        stores have their own penalties the loads' share follows the position; elsewhere it is
+        the three runs' pooled."""
+        if self._loads is None:
+            return self._floor_weight
+        loads = self.load_share_at(h)
+        out: FloatArray = loads + (1.0 - loads) * self._fill_buffers_full
+        return out
 
     def _dram_stall(self, ways: float) -> float:
         """The model's memory stall per instruction all in DRAM at `ways`, before the sweep's
@@ -441,7 +496,12 @@ class Predictor:
         return out
 
     def _slow_stall(
-        self, share: FloatArray, rates: FloatArray, pd: FloatArray, ps: FloatArray
+        self,
+        share: FloatArray,
+        rates: FloatArray,
+        pd: FloatArray,
+        ps: FloatArray,
+        floor_weight: FloatArray,
     ) -> tuple[FloatArray, FloatArray]:
         """Extra stall cycles per instruction of the slow shares [ratios, n] at their load, and
         the same uncovered: each slow structure's misses overlapping only with its own.
@@ -492,7 +552,7 @@ class Predictor:
             if m.slow_latency_cycles is not None and m.dram_latency_cycles is not None:
                 extra = m.slow_latency_cycles * at_slowmax * factor - m.dram_latency_cycles
                 floor = np.maximum(extra, 0.0)[:, None] / WINDOW_MLP_MAX
-                uncovered = np.outer(1.0 - np.clip(covered, 0.0, 1.0), self._floor_weight)
+                uncovered = np.outer(1.0 - np.clip(covered, 0.0, 1.0), floor_weight)
                 own_floor = np.maximum(extra, 0.0)[:, None] / own_mlp[None, :]
                 alone = (
                     exposed * (per_access + np.maximum(own_floor - per_access, 0.0) * uncovered)
@@ -739,9 +799,11 @@ class Predictor:
         memory = m.footprint_bytes if memory_bytes is None else memory_bytes
         sizes = sized_structures(self._sizes, m.footprint_bytes, memory)
         _, slow_total = split_memory(memory, slow_ratio)
-        rates = self.access_rates(float(llc_ways))
+        w = np.asarray([float(llc_ways)], dtype=np.float64)
+        h = float(self.curve_position(w)[0])
+        rates = self.rates_at_position(h, float(self.mar(w)[0]))
         slow = self.slow_bytes_per_structure(
-            rates, np.asarray([slow_total], dtype=np.int64), sizes
+            rates, np.asarray([slow_total], dtype=np.int64), h, sizes
         )[0]
         return [
             StructurePlacement(

@@ -79,6 +79,18 @@ def test_a_bundle_from_the_cli_says_why_its_path(tmp_path: Path) -> None:
     assert slowmax.cycles > fastmax.cycles
     model = fit(bundle)
     assert model.diagnostics.path_reason
+    # The trace says which misses and which stalled cycles were stores': each structure's loads
+    # and stores get their own penalties.
+    m = bundle.structure_measurements
+    assert m is not None
+    for run in bundle.runs:
+        stalls = m.run(run.name)
+        assert run.store_samples is not None and stalls.store_stall_samples is not None
+        for tag, stores in stalls.store_stall_samples.items():
+            assert 0 <= stores <= stalls.stall_samples[tag]
+    assert "loads and stores" in model.diagnostics.penalty_path_reason
+    assert model.p_dram_store_by_structure is not None
+    assert model.load_rate_at_max_by_structure is not None
     # The way sweep ran on the same host model: its CPI at fastmax's and fastmin's way counts is
     # those runs' own, and the fit keeps it for the LLC axis.
     sweep = {p.llc_ways: p.cycles_per_instruction for p in bundle.miss_curve}

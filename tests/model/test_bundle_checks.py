@@ -412,6 +412,36 @@ def test_stores_the_l3_counter_misses_move_the_fit_to_the_memory_stall_counter()
     assert max(abs(r) for r in model.diagnostics.cpi_residuals.values()) < 0.05
 
 
+def test_store_stall_samples_are_a_part_of_the_stall_samples_of_a_known_tag() -> None:
+    data = make_bundle()
+    runs = [
+        {"run": r["name"], "stall_samples": {t: 10 * n for t, n in r["samples"].items()}}
+        for r in data["runs"]
+    ]
+    tag = next(iter(data["runs"][0]["samples"]))
+    for run in runs:
+        run["store_stall_samples"] = {tag: run["stall_samples"][tag]}  # every stall a store's
+    data["structure_measurements"] = {
+        "source": "simulator",
+        "stall_sample_period_cycles": 1,
+        "runs": runs,
+    }
+    m = parse_bundle(data).structure_measurements
+    assert m is not None and m.runs[0].store_stall_samples == {tag: runs[0]["stall_samples"][tag]}
+    field = "structure_measurements.runs[{}].store_stall_samples.{}"
+    more = json.loads(json.dumps(data))
+    more["structure_measurements"]["runs"][1]["store_stall_samples"][tag] += 1
+    problems = rejection(more)
+    assert [p.field for p in problems] == [field.format(1, tag)]
+    assert "store stall samples of" in problems[0].message
+    stranger = json.loads(json.dumps(data))
+    stranger["structure_measurements"]["runs"][2]["store_stall_samples"] = {"no-such-tag": 0}
+    assert rejected_fields(stranger) == [field.format(2, "no-such-tag")]
+    negative = json.loads(json.dumps(data))
+    negative["structure_measurements"]["runs"][0]["store_stall_samples"][tag] = -1
+    assert rejected_fields(negative) == [field.format(0, tag)]
+
+
 def test_store_samples_are_a_part_of_the_samples_of_a_known_tag() -> None:
     data = make_bundle()
     tag = next(iter(data["runs"][0]["samples"]))

@@ -233,9 +233,97 @@ def test_a_store_miss_is_charged_the_floor_only_as_often_as_the_fill_buffers_are
     )
     # The reference runs are where the model was measured: stores change nothing there.
     ratios, ways = np.asarray([0.0, 1.0]), np.asarray([1, 28], dtype=np.int64)
-    assert Predictor(stores).predict(ratios, ways).cpi == pytest.approx(
-        Predictor(loads).predict(ratios, ways).cpi, rel=1e-9
+    at_stores = Predictor(stores).predict(ratios, ways).cpi
+    at_loads = Predictor(loads).predict(ratios, ways).cpi
+    for r, w in ((0, 0), (0, 1), (1, 1)):  # fastmin, fastmax, slowmax
+        assert at_stores[r, w] == pytest.approx(at_loads[r, w], rel=1e-9)
+
+
+def first_writes_bundle(tag: str = "warm", per_load: float = 20.0) -> dict[str, Any]:
+    """The bundle with `tag`'s misses at fastmax's ways its first writes (stores, which stall
+    nothing: no stall sample is a store's) and at fastmin's the same writes and loads that stall
+    `per_load` cycles each in DRAM: a table that fits the cache once written and is read from
+    memory with fewer ways."""
+    data = per_structure_bundle()
+    runs = {r["name"]: r for r in data["runs"]}
+    writes = runs["fastmax"]["samples"][tag]
+    for meas in data["structure_measurements"]["runs"]:
+        run = runs[meas["run"]]
+        n, samples = run["instructions"], run["samples"][tag]
+        run["store_samples"] = {tag: min(writes, samples)}
+        meas["store_stall_samples"] = {tag: 0}
+        rate = run["llc_misses"] / n * samples / sum(run["samples"].values())
+        stall = rate * (samples - min(writes, samples)) / samples * per_load
+        extra = round((stall - meas["stall_samples"][tag] * PERIOD / n) * n)
+        meas["stall_samples"][tag] = round(stall * n / PERIOD)
+        run["wall_seconds"] *= (run["cycles"] + extra) / run["cycles"]
+        run["cycles"] += extra
+        run["stall_cycles_l3_miss"] += extra
+    return data
+
+
+def test_a_structure_that_stores_with_many_ways_and_loads_with_few_is_charged_its_loads() -> None:
+    model = fit(parse_bundle(first_writes_bundle(per_load=20.0)))
+    i = model.tags.index("warm")
+    assert model.load_rate_at_min_by_structure is not None
+    assert model.load_rate_at_max_by_structure is not None
+    assert model.load_rate_at_max_by_structure[i] == 0.0 < model.load_rate_at_min_by_structure[i]
+    assert model.p_dram_by_structure is not None and model.p_slow_by_structure is not None
+    assert model.p_dram_by_structure[i] == pytest.approx(20.0, rel=1e-3)  # per load, recovered
+    # slowmax (many ways) saw none of its loads: its DRAM penalty slowed as the other
+    # structures' loads measured there are ("hot" 400 over 200, "cold" 100 over 60, by rate).
+    loads = model.load_rate_at_max_by_structure
+    others = [j for j in range(len(model.tags)) if j != i]
+    slowed = sum(loads[j] * model.p_slow_by_structure[j] for j in others) / sum(
+        loads[j] * model.p_dram_by_structure[j] for j in others
     )
+    assert 100.0 / 60.0 < slowed < 2.0
+    assert model.p_slow_by_structure[i] == pytest.approx(20.0 * slowed, rel=1e-3)
+    assert max(abs(r) for r in model.diagnostics.cpi_residuals.values()) < 1e-3
+    pred = Predictor(model.model_copy(update={"window_mlp_by_structure": None}))
+    ratios = np.asarray([0.0, 0.2])
+    assert {p.tag for p in pred.placement(0.2, 1) if p.slow_bytes} == {"warm"}
+    share = next(p.slow_bytes / p.size_bytes for p in pred.placement(0.2, 1) if p.tag == "warm")
+    full = model.fill_buffers_full
+    assert full is not None
+    # With one way its loads pay a load's slow penalty, at least the linear charge...
+    few = pred.predict(ratios, np.asarray([1], dtype=np.int64)).cpi[:, 0]
+    loads_at_min = model.load_rate_at_min_by_structure[i]
+    assert few[1] - few[0] >= share * loads_at_min * model.p_slow_by_structure[i] * (1 - 1e-9)
+    # ...with every way its misses are stores: only the fill buffers' floor.
+    many = pred.predict(ratios, np.asarray([28], dtype=np.int64)).cpi[:, 0]
+    floor = (750.0 - 250.0) / WINDOW_MLP_MAX
+    rate = pred.access_rates(28.0)[i]
+    share_28 = next(p.slow_bytes / p.size_bytes for p in pred.placement(0.2, 28) if p.tag == "warm")
+    assert many[1] - many[0] == pytest.approx(share_28 * rate * floor * full, rel=1e-6)
+
+
+def test_loads_and_stores_of_one_structure_are_charged_their_own_penalties() -> None:
+    # "cold" costs 60 cycles a miss in DRAM and 100 more when slow (PENALTIES), on average:
+    # half of its misses are stores that wait 30 (+50) for a fill buffer, half loads that wait
+    # 90 (+150) for their line. The bundle says which samples and stall samples were stores'.
+    data = per_structure_bundle()
+    runs = {r["name"]: r for r in data["runs"]}
+    for meas in data["structure_measurements"]["runs"]:
+        run = runs[meas["run"]]
+        stores = run["samples"]["cold"] // 2
+        run["samples"]["cold"] = 2 * stores
+        run["store_samples"] = {"cold": stores}
+        meas["store_stall_samples"] = {"cold": round(meas["stall_samples"]["cold"] * 0.25)}
+    model = fit(parse_bundle(data))
+    i = model.tags.index("cold")
+    assert "loads and stores" in model.diagnostics.penalty_path_reason
+    assert model.p_dram_by_structure is not None and model.p_slow_by_structure is not None
+    assert model.p_dram_store_by_structure is not None
+    assert model.p_slow_store_by_structure is not None
+    assert model.p_dram_by_structure[i] == pytest.approx(90.0, rel=0.02)
+    assert model.p_dram_store_by_structure[i] == pytest.approx(30.0, rel=0.02)
+    assert model.p_slow_by_structure[i] == pytest.approx(150.0, rel=0.02)
+    assert model.p_slow_store_by_structure[i] == pytest.approx(50.0, rel=0.02)
+    # A structure that never stores keeps its penalties per miss, as without the split.
+    j = model.tags.index("hot")
+    assert model.p_dram_by_structure[j] == pytest.approx(PENALTIES["hot"][0], rel=0.01)
+    assert max(abs(r) for r in model.diagnostics.cpi_residuals.values()) < 1e-3
 
 
 def test_erlang_c_is_the_chance_of_waiting() -> None:

@@ -327,6 +327,14 @@ def bundle_from_attributed(att: Attributed, opts: TraceOptions, steps: Steps) ->
                     stall_samples={
                         x.tag: min(x.stall_cycles, result.cycles) for x in result.structures
                     },
+                    # ... and which of those cycles waited on a store (for a fill buffer): all
+                    # but the waits on LLC-missing loads (an LLC hit's short wait rarely holds
+                    # retirement), so that a structure's loads and stores get their own penalty.
+                    store_stall_samples={
+                        x.tag: min(x.stall_cycles, result.cycles)
+                        - min(x.stall_cycles_l3_miss, x.stall_cycles, result.cycles)
+                        for x in result.structures
+                    },
                     fast_tier=tier_traffic(result, host.fast_tier, False),
                     slow_tier=tier_traffic(result, host.slow_tier, True),
                 )
