@@ -10,7 +10,7 @@ import itertools
 import json
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -462,21 +462,7 @@ def _check_runs(b: ProfileBundle) -> list[Problem]:
                 out.append(
                     Problem(f"runs[{i}].samples.{tag}", "samples for a tag with no structure")
                 )
-        for tag, stores in (run.store_samples or {}).items():
-            if tag not in tags:
-                out.append(
-                    Problem(
-                        f"runs[{i}].store_samples.{tag}",
-                        "store samples for a tag with no structure",
-                    )
-                )
-            elif stores > run.samples.get(tag, 0):
-                out.append(
-                    Problem(
-                        f"runs[{i}].store_samples.{tag}",
-                        f"{stores} store samples of {run.samples.get(tag, 0)} samples in all",
-                    )
-                )
+        out += _stores_within(f"runs[{i}].store_samples", run.store_samples, run.samples, tags)
         if run.llc_misses > run.instructions:
             out.append(Problem(f"runs[{i}].llc_misses", "more LLC misses than instructions"))
     out += _check_stalls_against_cycles(b, idx)
@@ -594,22 +580,12 @@ def _check_structure_measurements(b: ProfileBundle) -> list[Problem]:
                         "stall samples for a tag with no structure",
                     )
                 )
-        for tag, stores in (run.store_stall_samples or {}).items():
-            if tag not in tags:
-                out.append(
-                    Problem(
-                        f"structure_measurements.runs[{i}].store_stall_samples.{tag}",
-                        "store stall samples for a tag with no structure",
-                    )
-                )
-            elif stores > run.stall_samples.get(tag, 0):
-                out.append(
-                    Problem(
-                        f"structure_measurements.runs[{i}].store_stall_samples.{tag}",
-                        f"{stores} store stall samples of {run.stall_samples.get(tag, 0)} stall"
-                        " samples in all",
-                    )
-                )
+        out += _stores_within(
+            f"structure_measurements.runs[{i}].store_stall_samples",
+            run.store_stall_samples,
+            run.stall_samples,
+            tags,
+        )
         if run.run in names and names.count(run.run) == 1:
             ref = b.run(run.run)
             sampled = sum(run.stall_samples.values()) + run.unattributed_stall_samples
@@ -624,6 +600,21 @@ def _check_structure_measurements(b: ProfileBundle) -> list[Problem]:
                         f" the run's {ref.cycles} cycles",
                     )
                 )
+    return out
+
+
+def _stores_within(
+    field: str, stores: Mapping[str, int] | None, all_of: Mapping[str, int], tags: Set[str]
+) -> list[Problem]:
+    """Problems with a per-tag count of stores (`field`): a tag with no structure, or more
+    stores than the tag's count in all (`all_of`, the samples or stall samples they are part
+    of)."""
+    out: list[Problem] = []
+    for tag, n in (stores or {}).items():
+        if tag not in tags:
+            out.append(Problem(f"{field}.{tag}", "stores counted for a tag with no structure"))
+        elif n > all_of.get(tag, 0):
+            out.append(Problem(f"{field}.{tag}", f"{n} stores of {all_of.get(tag, 0)} in all"))
     return out
 
 

@@ -433,7 +433,7 @@ def test_store_stall_samples_are_a_part_of_the_stall_samples_of_a_known_tag() ->
     more["structure_measurements"]["runs"][1]["store_stall_samples"][tag] += 1
     problems = rejection(more)
     assert [p.field for p in problems] == [field.format(1, tag)]
-    assert "store stall samples of" in problems[0].message
+    assert "stores of" in problems[0].message
     stranger = json.loads(json.dumps(data))
     stranger["structure_measurements"]["runs"][2]["store_stall_samples"] = {"no-such-tag": 0}
     assert rejected_fields(stranger) == [field.format(2, "no-such-tag")]
@@ -452,7 +452,7 @@ def test_store_samples_are_a_part_of_the_samples_of_a_known_tag() -> None:
     more["runs"][1]["store_samples"][tag] += 1
     problems = rejection(more)
     assert [p.field for p in problems] == [f"runs[1].store_samples.{tag}"]
-    assert "store samples of" in problems[0].message
+    assert "stores of" in problems[0].message
     stranger = json.loads(json.dumps(data))
     stranger["runs"][2]["store_samples"] = {"no-such-tag": 0}
     assert rejected_fields(stranger) == ["runs[2].store_samples.no-such-tag"]
