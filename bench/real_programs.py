@@ -106,6 +106,8 @@ PROGRAMS: dict[str, list[str]] = {
     "radixsort": ["600"],
     "pagerank": ["200", "8", "4"],
     "wordcount": ["6", "100"],
+    "lrucache": ["160", "800"],
+    "groupby": ["1500", "100"],
 }
 # A fast subset for the test suite: store-heavy, pointer chasing and a moving hot set.
 FAST = ("twotier", "listchase", "phases")
