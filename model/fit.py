@@ -872,11 +872,9 @@ def _columns(
         and all(r.store_samples is not None for r in runs)
         and all(m.run(n).store_stall_samples is not None for n in names)
     )
-    stall = {n: [0] * len(tags) for n in names}
-    if m is not None:
-        stall = {n: [m.run(n).stall_samples.get(t, 0) for t in tags] for n in names}
     samples = {n: [bundle.run(n).samples.get(t, 0) for t in tags] for n in names}
-    if not split or m is None:
+    stall = {n: [0 if m is None else m.run(n).stall_samples.get(t, 0) for t in tags] for n in names}
+    if not split or m is None:  # (split implies measurements; the check narrows the type)
         return _Columns(tags, False, samples, stall, list(rates_min), list(rates_max))
 
     def apart(all_of: list[int], stores: dict[str, int]) -> list[int]:
@@ -946,8 +944,9 @@ def _per_structure_penalties(
     without one) is split over the columns by their stall samples; a column's penalty is its
     stall per instruction over its miss rate. DRAM penalties pool fastmax and fastmin; the slow
     penalty is slowmax's minus the DRAM one (a column with too few samples in slowmax takes its
-    DRAM penalty times the declared extra latency over DRAM's). Columns with too few samples
-    in all keep the workload's penalties.
+    DRAM penalty times the slow-over-DRAM ratio of the measured columns of its kind, or of the
+    declared latencies where none is measured). Columns with too few samples in all keep the
+    workload's penalties.
 
     The third list is each column's overlap scale at fastmin's way count: its DRAM stall per
     miss at fastmin over that at fastmax. More misses in flight together (a structure that
@@ -999,7 +998,9 @@ def _per_structure_penalties(
             ps.append(p_slow)
             scale.append(1.0)
             own.append(False)
-            kept += samples > 0 or not columns.split
+            # A split tag that never stores (or never loads) has an empty column: not "kept".
+            if samples > 0 or not columns.split:
+                kept += 1
             continue
         own.append(True)
         k = _overlap_scale(
