@@ -45,9 +45,11 @@ Measure = Callable[[float, int, list[StructurePlacement]], float]
 # Where a calibration run goes, from the model fitted on the runs so far (None: nowhere).
 Point = Callable[[Predictor], tuple[float, int] | None]
 DEFAULT_OBJECTIVES = ("cheapest", "slo:5%", "least-dram:5%")
-# A small budget by default: about one run per objective (docs/model.md, "Runs beyond the
-# reference runs", for what they gained on the corpus of real programs).
-DEFAULT_PROFILE_RUNS = 3
+# A small budget by default: about one run per objective and one all slow at few ways. With
+# three, `least-dram:X%` stopped on its first measured choice where one more run would have
+# shown more slow memory keeping X (docs/model.md, "Runs beyond the reference runs", for what
+# each run gained and cost on the corpus of real programs).
+DEFAULT_PROFILE_RUNS = 4
 # The run taken to calibrate the slow sharing is labelled so in the bundle (no objective's).
 SHARING_RUN = "calibration:slow-sharing"
 # The sharing a calibration run is placed for: where the prediction moves most between none and
