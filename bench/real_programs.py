@@ -108,6 +108,8 @@ PROGRAMS: dict[str, list[str]] = {
     "wordcount": ["6", "100"],
     "lrucache": ["160", "800"],
     "groupby": ["1500", "100"],
+    "trie": ["400", "800"],
+    "zonemap": ["1000", "3000"],
 }
 # A fast subset for the test suite: store-heavy, pointer chasing and a moving hot set.
 FAST = ("twotier", "listchase", "phases")

@@ -13,7 +13,10 @@ When the objectives leave budget and none of their runs has part of the footprin
 goes where it calibrates the model's slow sharing (`sharing_point`): the one term no reference
 run can fit, which moves every partial ratio's prediction. With budget still left, one more goes
 all slow at the profile's fewest ways (`few_ways_point`): no reference run has slow memory at few
-ways, and the model's slow penalty there is carried from slowmax's many ways."""
+ways, and the model's slow penalty there is carried from slowmax's many ways. Last, where every
+partial run so far is at more ways than the profile's fewest, one at a partial ratio there
+(`few_ways_sharing_point`): with few ways other structures miss, and a few of them slow among
+fast ones wait otherwise than the partial runs at many ways showed."""
 
 from __future__ import annotations
 
@@ -59,6 +62,8 @@ SHARING_PROBE = 3.0
 SHAPE_RUN = "calibration:slow-shape"
 # The run all slow at the fewest ways, labelled so in the bundle.
 FEW_WAYS_RUN = "calibration:slow-few-ways"
+# The run at a partial slow ratio at the fewest ways, labelled so in the bundle.
+FEW_WAYS_SHARING_RUN = "calibration:slow-sharing-few-ways"
 
 
 class RunNotMeasured(Exception):
@@ -121,6 +126,25 @@ def sharing_point(
     if moved[i, j] <= 0.0:
         return None
     return float(at_ratios[i]), int(at_ways[j])
+
+
+def few_ways_sharing_point(predictor: Predictor) -> tuple[float, int] | None:
+    """The partial slow ratio at the profile's fewest ways (fastmin's) where the slow sharing
+    moves the prediction most (`sharing_point` at that way count); None where it moves none.
+
+    Why this run: the sharing and the uncovered share are fitted to the partial runs taken, and
+    the objectives often take them at many ways, where a structure that fits in the cache
+    misses little. With few ways it misses, and a few slow misses of it among fast ones wait
+    nearly alone: on the corpus of real programs, a vocabulary arena slow at one way cost
+    twice what the sharing fitted at 28 ways predicted (`wordcount`, docs/model.md)."""
+    return sharing_point(predictor, PAPER_SLOW_RATIOS, [int(predictor.model.ways_min)])
+
+
+def partial_at_fewest_ways(run: ProfileRun, ways_min: int) -> bool:
+    """A run at a partial slow ratio at the profile's fewest ways (or fewer)."""
+    return (
+        partial_slow_ratio(run.configuration.slow_ratio) and run.configuration.llc_ways <= ways_min
+    )
 
 
 def shape_point(
@@ -238,6 +262,7 @@ def _take_runs(
         return (c.slow_ratio, c.llc_ways)
 
     first = Predictor(fit(bundle))
+    fewest = int(first.model.ways_min)
     before = [chosen(rec) for rec in advice(first)]
     few_ways = few_ways_point(first)
 
@@ -293,8 +318,8 @@ def _take_runs(
         done(run)
     # Then, with budget left, the runs that calibrate what no reference run measures, each
     # only where no run measured it yet: the slow sharing (a partial slow ratio), the shape of
-    # the partial ratios (a second one), then slow memory at few ways (all slow below
-    # slowmax's way count).
+    # the partial ratios (a second one), slow memory at few ways (all slow below slowmax's way
+    # count), then the sharing there (a partial ratio at the fewest ways).
     calibrations: list[tuple[str, Callable[[Sequence[ProfileRun]], bool], Point]] = [
         (
             SHARING_RUN,
@@ -307,6 +332,11 @@ def _take_runs(
             lambda p: shape_point(p, PAPER_SLOW_RATIOS, PAPER_LLC_WAYS),
         ),
         (FEW_WAYS_RUN, lambda taken: any(few_ways_measured(r) for r in taken), few_ways_point),
+        (
+            FEW_WAYS_SHARING_RUN,
+            lambda taken: any(partial_at_fewest_ways(r, fewest) for r in taken),
+            few_ways_sharing_point,
+        ),
     ]
     for label, calibrated, point_of in calibrations:
         room = budget - (reserved() if label != FEW_WAYS_RUN else 0)

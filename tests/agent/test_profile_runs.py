@@ -21,6 +21,7 @@ from tmc_agent.cli import app
 from tmc_agent.profile_runs import (
     DEFAULT_OBJECTIVES,
     FEW_WAYS_RUN,
+    FEW_WAYS_SHARING_RUN,
     SHAPE_RUN,
     SHARING_RUN,
     RunNotMeasured,
@@ -304,3 +305,51 @@ def test_no_run_is_asked_at_fewer_ways_than_a_group_holds() -> None:
         bundle.model_copy(update={"host": host}), measure, objectives_of(DEFAULT_OBJECTIVES), 3
     )
     assert asked and all(w >= 2 for _, w in asked)
+
+
+def test_partial_runs_only_at_many_ways_are_followed_by_one_at_the_fewest() -> None:
+    # xhpcg's `least-dram:5%` measures its choice at 12 ways; the budget's rest goes all slow at
+    # the fewest ways, then to a partial ratio there: the sharing at few ways, where other
+    # structures miss, is fitted by no partial run at 12 ways.
+    bundle = simulated.profile("xhpcg")
+    predictor = Predictor(fit(bundle))
+    fewest = predictor.model.ways_min
+
+    def measure(ratio: float, ways: int, plan: list[StructurePlacement]) -> float:
+        return predictor.predict_one(ratio, ways)[0]
+
+    taken = take_runs(bundle, measure, objectives_of(["least-dram:5%"]), 4)
+    assert taken.profile_runs is not None
+    runs = taken.profile_runs.runs
+    assert [r.objective for r in runs][-2:] == [FEW_WAYS_RUN, FEW_WAYS_SHARING_RUN]
+    last = runs[-1].configuration
+    assert last.llc_ways == fewest and 0.0 < last.slow_ratio < 1.0
+    assert all(
+        r.configuration.llc_ways > fewest
+        for r in runs[:-1]
+        if 0.0 < r.configuration.slow_ratio < 1.0
+    )
+    passes_through(taken)
+    # It comes last: with a budget of two, the objective's run and the run all slow take it.
+    two = take_runs(bundle, measure, objectives_of(["least-dram:5%"]), 2)
+    assert two.profile_runs is not None
+    assert [r.objective for r in two.profile_runs.runs] == ["least-dram:5%", FEW_WAYS_RUN]
+
+
+def test_no_partial_run_at_the_fewest_ways_is_added_where_one_was_taken() -> None:
+    # graph500's sharing run already went to a partial ratio at one way: budget left over stays
+    # unspent rather than measuring the sharing there again.
+    bundle = simulated.profile("graph500")
+    predictor = Predictor(fit(bundle))
+    taken = take_runs(
+        bundle, lambda ratio, ways, plan: predictor.predict_one(ratio, ways)[0], [], 5
+    )
+    assert taken.profile_runs is not None
+    runs = taken.profile_runs.runs
+    assert FEW_WAYS_SHARING_RUN not in [r.objective for r in runs]
+    assert len(runs) < 5
+    assert any(
+        0.0 < r.configuration.slow_ratio < 1.0
+        and r.configuration.llc_ways == predictor.model.ways_min
+        for r in runs
+    )
