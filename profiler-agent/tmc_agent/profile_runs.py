@@ -135,8 +135,8 @@ def few_ways_sharing_point(predictor: Predictor) -> tuple[float, int] | None:
     Why this run: the sharing and the uncovered share are fitted to the partial runs taken, and
     the objectives often take them at many ways, where a structure that fits in the cache
     misses little. With few ways it misses, and a few slow misses of it among fast ones wait
-    nearly alone: on the corpus of real programs, a vocabulary arena slow at one way cost
-    twice what the sharing fitted at 28 ways predicted (`wordcount`, docs/model.md)."""
+    nearly alone: on the corpus of real programs, a vocabulary arena slow at one way added 1.6
+    times the time the sharing fitted at 28 ways predicted (`wordcount`, docs/model.md)."""
     return sharing_point(predictor, PAPER_SLOW_RATIOS, [int(predictor.model.ways_min)])
 
 
