@@ -48,11 +48,13 @@ Measure = Callable[[float, int, list[StructurePlacement]], float]
 # Where a calibration run goes, from the model fitted on the runs so far (None: nowhere).
 Point = Callable[[Predictor], tuple[float, int] | None]
 DEFAULT_OBJECTIVES = ("cheapest", "slo:5%", "least-dram:5%")
-# A small budget by default: about one run per objective and one all slow at few ways. With
-# three, `least-dram:X%` stopped on its first measured choice where one more run would have
-# shown more slow memory keeping X (docs/model.md, "Runs beyond the reference runs", for what
-# each run gained and cost on the corpus of real programs).
-DEFAULT_PROFILE_RUNS = 4
+# A small budget by default, beside the way sweep's run at every way count: about one run per
+# objective, and the calibrations at few ways. With three, `least-dram:X%` stopped on its first
+# measured choice where one more run would have shown more slow memory keeping X; with four,
+# programs whose objectives took three runs had no partial run at few ways (docs/model.md,
+# "Runs beyond the reference runs", for what each run gained and cost on the corpus of real
+# programs).
+DEFAULT_PROFILE_RUNS = 5
 # The run taken to calibrate the slow sharing is labelled so in the bundle (no objective's).
 SHARING_RUN = "calibration:slow-sharing"
 # The sharing a calibration run is placed for: where the prediction moves most between none and
