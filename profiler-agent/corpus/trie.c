@@ -36,6 +36,7 @@ static uint32_t find(const node *pool, uint64_t key) {
 int main(int argc, char **argv) {
     size_t keys = (argc > 1 ? (size_t)atol(argv[1]) : 400) * 1000;
     size_t lookups = (argc > 2 ? (size_t)atol(argv[2]) : 800) * 1000;
+    if (keys == 0 || keys > UINT32_MAX) return 2; /* node indices are 32-bit, 0 means none */
     node *pool = TMC_CALLOC(keys, sizeof(node), "trie_nodes");
     record *records = TMC_CALLOC(keys, sizeof(record), "records");
     uint64_t *inserted = TMC_MALLOC(keys * sizeof(uint64_t), "key_list");

@@ -24,6 +24,8 @@ typedef struct record {
 int main(int argc, char **argv) {
     size_t rows = (argc > 1 ? (size_t)atol(argv[1]) : 1000) * 1000;
     size_t queries = argc > 2 ? (size_t)atol(argv[2]) : 3000;
+    /* Values reach 4 x rows + 6000 and must stay within int32; row ids are 32-bit. */
+    if (rows == 0 || rows > (INT32_MAX - 6000) / 4) return 2;
     size_t blocks = (rows + BLOCK - 1) / BLOCK;
     int32_t *values = TMC_MALLOC(rows * sizeof(int32_t), "value_column");
     uint32_t *row_ids = TMC_MALLOC(rows * sizeof(uint32_t), "row_ids");

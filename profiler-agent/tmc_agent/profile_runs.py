@@ -270,9 +270,9 @@ def _take_runs(
 
     def reserved() -> int:
         """One run kept from the objectives for slow memory at few ways while none measured
-        it and the budget has room for another (docs/model.md: on the corpus that run halved
-        the error of programs whose objectives took the whole budget, and their third run
-        changed no pick)."""
+        it and the budget has room for another (docs/model.md: on the corpus, with a budget of
+        three, that run halved the error of programs whose objectives took the whole budget,
+        and their third run changed no pick)."""
         if few_ways is None or budget < 2 or any(few_ways_measured(r) for r in runs):
             return 0
         return 1

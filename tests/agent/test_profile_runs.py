@@ -25,7 +25,9 @@ from tmc_agent.profile_runs import (
     SHAPE_RUN,
     SHARING_RUN,
     RunNotMeasured,
+    few_ways_sharing_point,
     objectives_of,
+    partial_at_fewest_ways,
     shape_point,
     sharing_point,
     take_runs,
@@ -330,26 +332,41 @@ def test_partial_runs_only_at_many_ways_are_followed_by_one_at_the_fewest() -> N
         if 0.0 < r.configuration.slow_ratio < 1.0
     )
     passes_through(taken)
-    # It comes last: with a budget of two, the objective's run and the run all slow take it.
+    # The run all slow comes first: with a budget of two, the objective's run and it take it.
     two = take_runs(bundle, measure, objectives_of(["least-dram:5%"]), 2)
     assert two.profile_runs is not None
     assert [r.objective for r in two.profile_runs.runs] == ["least-dram:5%", FEW_WAYS_RUN]
 
 
 def test_no_partial_run_at_the_fewest_ways_is_added_where_one_was_taken() -> None:
-    # graph500's sharing run already went to a partial ratio at one way: budget left over stays
-    # unspent rather than measuring the sharing there again.
-    bundle = simulated.profile("graph500")
+    # canneal's `cheapest` measures its choices at one way (0.2, then 0.1): budget left over
+    # stays unspent rather than measuring the sharing there again.
+    bundle = simulated.profile("canneal")
     predictor = Predictor(fit(bundle))
     taken = take_runs(
-        bundle, lambda ratio, ways, plan: predictor.predict_one(ratio, ways)[0], [], 5
+        bundle,
+        lambda ratio, ways, plan: predictor.predict_one(ratio, ways)[0],
+        objectives_of(["cheapest"]),
+        5,
     )
     assert taken.profile_runs is not None
     runs = taken.profile_runs.runs
-    assert FEW_WAYS_SHARING_RUN not in [r.objective for r in runs]
-    assert len(runs) < 5
-    assert any(
-        0.0 < r.configuration.slow_ratio < 1.0
-        and r.configuration.llc_ways == predictor.model.ways_min
-        for r in runs
-    )
+    assert len(runs) < 5 and FEW_WAYS_SHARING_RUN not in [r.objective for r in runs]
+    fewest = predictor.model.ways_min
+    assert any(partial_at_fewest_ways(r, fewest) for r in runs)
+    # Not for want of a place to go: the point the run would take was not measured.
+    point = few_ways_sharing_point(Predictor(fit(taken)))
+    assert point is not None
+    assert point not in {(r.configuration.slow_ratio, r.configuration.llc_ways) for r in runs}
+
+
+def test_a_partial_run_at_the_fewest_ways_is_one_at_a_partial_ratio_there_or_fewer() -> None:
+    def run(ratio: float, ways: int) -> ProfileRun:
+        at = RunConfiguration(slow_ratio=ratio, llc_ways=ways)
+        return ProfileRun(configuration=at, wall_seconds=1.0)
+
+    assert partial_at_fewest_ways(run(0.3, 2), 2)
+    assert partial_at_fewest_ways(run(0.3, 1), 2)
+    assert not partial_at_fewest_ways(run(0.3, 3), 2)
+    assert not partial_at_fewest_ways(run(1.0, 2), 2)  # all slow: the few-ways run
+    assert not partial_at_fewest_ways(run(0.0, 2), 2)

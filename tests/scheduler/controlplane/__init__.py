@@ -18,6 +18,7 @@ from typing import NoReturn
 
 import pytest
 
+from tests.fixtures.no_skips_in_ci import in_ci
 from tests.services import free_port, wait_until
 
 HERE = Path(__file__).resolve().parent
@@ -40,7 +41,7 @@ class Unavailable(RuntimeError):
 def unavailable(exc: Unavailable) -> NoReturn:
     """A test needing the control plane where it cannot run: skipped with the reason, except in
     CI (CI=true), where that is a failure: these tests are what proves the cluster half."""
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+    if in_ci():
         pytest.fail(f"CI must run the real control plane: {exc}")
     pytest.skip(f"no real control plane here: {exc}")
 
