@@ -18,7 +18,6 @@ from typing import NoReturn
 
 import pytest
 
-from tests.fixtures.no_skips_in_ci import in_ci
 from tests.services import free_port, wait_until
 
 HERE = Path(__file__).resolve().parent
@@ -39,10 +38,8 @@ class Unavailable(RuntimeError):
 
 
 def unavailable(exc: Unavailable) -> NoReturn:
-    """A test needing the control plane where it cannot run: skipped with the reason, except in
-    CI (CI=true), where that is a failure: these tests are what proves the cluster half."""
-    if in_ci():
-        pytest.fail(f"CI must run the real control plane: {exc}")
+    """A test needing the control plane where it cannot run: skipped with the reason (under CI
+    the skip fails the run, as every skip does: tests/fixtures/no_skips_in_ci.py)."""
     pytest.skip(f"no real control plane here: {exc}")
 
 
