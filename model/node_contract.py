@@ -5,7 +5,9 @@ Three shapes cross that boundary, all as Kubernetes object metadata or a file on
 - **Node capacity** (agent -> scheduler): a label and annotations on the Node object that say what
   tiered memory and LLC ways the node has (`NodeCapacity`).
 - **Placement** (scheduler -> node): the annotations tmc's Binding writes on the pod, with what
-  the pod was given: its configuration, its CAT mask and the per-structure plan (`Placement`).
+  the pod was given: its configuration, its CAT mask and the per-structure plan (`Placement`),
+  sealed with a key only tmc's components hold (`PlacementSealKeys`): a placement whose seal
+  does not verify is no placement of tmc's, whoever wrote it.
 - **Recommendation** (service -> scheduler): the configuration tmc recommends for a workload and
   objective, published before its pods are scheduled as a `TieredRecommendation` object (or pinned
   on one pod as the `tmc.dev/recommendation` annotation), so that placing a pod needs no call to
@@ -27,10 +29,17 @@ and the tables in scheduler/conformance hold both to the same answers.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import json
+import os
 import re
-from collections.abc import Mapping
+import stat
+import threading
+import time
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -51,6 +60,8 @@ OBJECTIVE_ANNOTATION = f"{GROUP}/objective"
 # Written by tmc's Binding (either front door).
 PLACEMENT_ANNOTATION = f"{GROUP}/placement"
 LLC_MASK_ANNOTATION = f"{GROUP}/llc-mask"
+# The seal over the two above (`PlacementSealKeys`): "v1:<key id>:<MAC>".
+PLACEMENT_SEAL_ANNOTATION = f"{GROUP}/placement-seal"
 # Written by the node agent on its Node.
 HOST_KIND_LABEL = f"{GROUP}/host-kind"
 CPUS_ANNOTATION = f"{GROUP}/cpus"
@@ -381,6 +392,270 @@ def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(body) != len(pairs):
         raise ValueError("a key is given twice")
     return body
+
+
+# --- placement seal ---------------------------------------------------------------------------
+
+# A Binding's annotations are copied onto its pod, so whoever may bind a pod may write its
+# placement. The engine therefore seals each placement it writes: an HMAC-SHA256, under a key only
+# tmc's components hold, over the pod's UID and the placement's exact text. Every reader trusts
+# only a placement whose seal it verifies. The seal's text and message are the API types'
+# (v1alpha1.SealKeys); scheduler/conformance/placement_seals.json holds both sides to them.
+
+SEAL_VERSION: Final = "v1"
+# Starts every message, so that a MAC made for anything else is never a seal.
+_SEAL_DOMAIN: Final = b"tmc.dev/placement-seal/v1"
+# 32 bytes are the MAC's own strength; a key file longer than a few lines is not a key.
+MIN_SEAL_KEY_BYTES: Final = 32
+MAX_SEAL_KEY_BYTES: Final = 1024
+# The keys in use and those being rotated in or out.
+MAX_SEAL_KEYS: Final = 16
+# A seal is "v1:", a DNS label, ":" and 43 characters of MAC: anything much longer is not one.
+MAX_SEAL_BYTES: Final = 200
+# How often at most a seal naming a key not held re-reads the key directory: a Secret volume is
+# updated in place when a key is added.
+SEAL_RELOAD_SECONDS: Final = 10.0
+# A key's id: a Secret data key that is also a DNS label, so that it reads the same in a file
+# name, a flag and a seal. Matched whole (fullmatch): "$" would let a trailing newline through,
+# which the Go reader refuses.
+_SEAL_KEY_ID = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+
+
+class SealError(ContractError):
+    """A placement whose seal does not verify: the message says why. The placement holds
+    nothing, as an unreadable one does."""
+
+
+class SealKeyNotHeld(SealError):
+    """A seal naming a key this component does not hold, perhaps not yet: a key added to the
+    Secret reaches each reader's volume in its own time, and is read at most every
+    `SEAL_RELOAD_SECONDS`. A reader that remembers verdicts verifies such a placement again."""
+
+
+class SealKeyError(ContractError):
+    """Placement seal keys that cannot be used: a directory that cannot be read, a key of the
+    wrong size, a file name that is not a key id, too many keys or none."""
+
+
+def _wire(text: str) -> bytes:
+    """A string's bytes as the Go readers hold it: UTF-8, a lone surrogate (which only a JSON
+    escape can make, and Go's decoder reads as U+FFFD) as U+FFFD."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace").encode()
+
+
+def seal_message(pod_uid: str, placement: str, llc_mask: str) -> bytes:
+    """What a seal's MAC is taken over: the domain, then the pod's UID, the placement annotation
+    and the LLC-mask annotation ("" when the pod has none), each after a newline as its length
+    in bytes, a colon and its bytes. Lengths first, so that no two triples give one message."""
+    parts = [_SEAL_DOMAIN]
+    for field in (pod_uid, placement, llc_mask):
+        raw = _wire(field)
+        parts += [b"\n", str(len(raw)).encode(), b":", raw]
+    return b"".join(parts)
+
+
+def _mac(key: bytes, message: bytes) -> str:
+    digest = hmac.new(key, message, "sha256").digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _check_seal_key(key_id: str, key: bytes) -> None:
+    if not _SEAL_KEY_ID.fullmatch(key_id):
+        raise SealKeyError(f"{key_id[:70]!r} is not a placement seal key id (a DNS label)")
+    if not MIN_SEAL_KEY_BYTES <= len(key) <= MAX_SEAL_KEY_BYTES:
+        raise SealKeyError(
+            f"placement seal key {key_id} has {len(key)} bytes,"
+            f" not {MIN_SEAL_KEY_BYTES}..{MAX_SEAL_KEY_BYTES}"
+        )
+
+
+def _read_seal_keys(directory: str) -> dict[str, bytes]:
+    """Every key of a directory laid out as a mounted Secret: a regular file per key, named by
+    its id, its bytes less trailing whitespace the key; names starting with "." (the volume's
+    `..data` and its timestamped directories) are the volume's own."""
+    try:
+        names = sorted(os.listdir(directory))  # in Go's order, so the same file is refused first
+    except OSError as exc:
+        raise SealKeyError(f"placement seal keys: {directory}: {exc.strerror or exc}") from None
+    keys: dict[str, bytes] = {}
+    for name in names:
+        if name.startswith("."):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            info = os.stat(path)  # followed: a Secret volume's keys are links into its ..data
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            if info.st_size > MAX_SEAL_KEY_BYTES + 64:
+                raise SealKeyError(
+                    f"placement seal key {name[:70]}: {info.st_size} bytes is not a key"
+                )
+            with open(path, "rb") as fh:
+                raw = fh.read(MAX_SEAL_KEY_BYTES + 65)
+        except OSError as exc:
+            raise SealKeyError(f"placement seal keys: {path}: {exc.strerror or exc}") from None
+        key = raw.rstrip(b" \t\r\n")
+        _check_seal_key(name, key)
+        if len(keys) == MAX_SEAL_KEYS:
+            raise SealKeyError(f"more than {MAX_SEAL_KEYS} placement seal keys in {directory}")
+        keys[name] = key
+    return keys
+
+
+class PlacementSealKeys:
+    """The keys that seal placements and verify their seals, and the id of the one that seals
+    (None for a reader, which only verifies). Read from a directory (`from_directory`), they are
+    read again when a seal names a key not held, at most every `SEAL_RELOAD_SECONDS`, so that a
+    key added to the Secret verifies without a restart. Safe to share between threads: the keys
+    are replaced whole, never changed in place. No keys at all (None where a reader takes them)
+    is sealing off: every placement verifies, as before seals."""
+
+    def __init__(
+        self,
+        keys: Mapping[str, bytes | str],
+        signing: str | None = None,
+        *,
+        directory: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`keys`: id -> key (text is its UTF-8 bytes; taken as given, not trimmed).
+        `directory`: where they were read, read again for a key not held (None: fixed keys).
+        `clock`: seconds, for the re-read's pace."""
+        own: dict[str, bytes] = {}
+        for key_id, key in keys.items():
+            raw = key.encode() if isinstance(key, str) else bytes(key)
+            _check_seal_key(key_id, raw)
+            own[key_id] = raw
+        where = directory if directory is not None else "the given keys"
+        if not own:
+            raise SealKeyError(f"no placement seal key in {where}")
+        if signing is not None and signing not in own:
+            raise SealKeyError(
+                f"the signing key {signing[:70]!r} is not one of the keys in {where}"
+            )
+        self._signing = signing
+        self._directory = directory
+        self._clock = clock
+        self._keys: Mapping[str, bytes] = MappingProxyType(own)
+        self._loaded = clock()
+        self._reload_lock = threading.Lock()  # one re-read at a time
+
+    @classmethod
+    def from_directory(
+        cls,
+        directory: str | os.PathLike[str],
+        signing: str | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> PlacementSealKeys:
+        """The keys of a directory laid out as a mounted Secret (one file per key, named by its
+        id, its bytes less trailing spaces, tabs, CRs and LFs the key); SealKeyError when it
+        cannot be read or holds a file that is not a key, no key, or more than 16."""
+        path = os.fspath(directory)
+        if path == "":
+            # Not the working directory: "" is sealing off, which the caller decides.
+            raise SealKeyError("no placement seal key directory given")
+        return cls(_read_seal_keys(path), signing, directory=path, clock=clock)
+
+    @property
+    def signing(self) -> str | None:
+        """The id of the key that seals (None: this component only verifies)."""
+        return self._signing
+
+    @property
+    def key_ids(self) -> list[str]:
+        """The ids of the keys held now, sorted."""
+        return sorted(self._keys)
+
+    def seal(self, pod_uid: str, annotations: Mapping[str, Any] | None) -> str:
+        """The seal of a pod's placement annotations (the placement and, when it has one, the
+        LLC mask) with the signing key, as the engine writes it."""
+        if self._signing is None:
+            raise SealKeyError("no signing key: this component only verifies placement seals")
+        ann = annotations or {}
+        key = self._keys[self._signing]
+        message = seal_message(
+            pod_uid, _seal_field(ann, PLACEMENT_ANNOTATION), _seal_field(ann, LLC_MASK_ANNOTATION)
+        )
+        return f"{SEAL_VERSION}:{self._signing}:{_mac(key, message)}"
+
+    def verify(self, pod_uid: str, annotations: Mapping[str, Any] | None) -> None:
+        """Nothing when a pod's placement annotations carry a seal made with one of the keys for
+        this pod; SealError saying what is wrong otherwise. The MAC is compared in constant
+        time. The checks and their order are the Go reader's (v1alpha1.SealKeys.Verify)."""
+        ann = annotations or {}
+        seal = ann.get(PLACEMENT_SEAL_ANNOTATION)
+        if seal is None or seal == "":
+            raise SealError(
+                f"the placement carries no {PLACEMENT_SEAL_ANNOTATION}:"
+                " tmc's scheduler did not write it"
+            )
+        if not isinstance(seal, str):
+            raise SealError(f"{PLACEMENT_SEAL_ANNOTATION} is not a seal (not text)")
+        size = len(_wire(seal))
+        if size > MAX_SEAL_BYTES:
+            raise SealError(f"{PLACEMENT_SEAL_ANNOTATION} is not a seal ({size} bytes)")
+        version, cut, rest = seal.partition(":")
+        key_id, cut_again, given = rest.partition(":")
+        if (
+            not cut
+            or not cut_again
+            or version != SEAL_VERSION
+            or not _SEAL_KEY_ID.fullmatch(key_id)
+        ):
+            raise SealError(
+                f"{PLACEMENT_SEAL_ANNOTATION} {seal[:80]!r} is not a {SEAL_VERSION} seal"
+                " (v1:<key id>:<MAC>)"
+            )
+        key = self._key(key_id)
+        if key is None:
+            raise SealKeyNotHeld(
+                f"{PLACEMENT_SEAL_ANNOTATION} names key {key_id!r}, which this component does"
+                f" not hold (keys: {', '.join(self.key_ids)})"
+            )
+        message = seal_message(
+            pod_uid, _seal_field(ann, PLACEMENT_ANNOTATION), _seal_field(ann, LLC_MASK_ANNOTATION)
+        )
+        if not hmac.compare_digest(_mac(key, message).encode(), _wire(given)):
+            raise SealError(
+                f"{PLACEMENT_SEAL_ANNOTATION} does not match the placement: written or changed"
+                " by someone other than tmc's scheduler"
+            )
+
+    def _key(self, key_id: str) -> bytes | None:
+        """The key named `key_id`, the directory read again first when it is not held and the
+        last read is old enough."""
+        key = self._keys.get(key_id)
+        if key is not None or self._directory is None:
+            return key
+        if self._clock() - self._loaded < SEAL_RELOAD_SECONDS:
+            return None
+        with self._reload_lock:
+            if self._clock() - self._loaded >= SEAL_RELOAD_SECONDS:
+                self._loaded = self._clock()
+                # A directory that cannot be read now keeps the keys read before: a Secret
+                # volume being updated is briefly in between.
+                try:
+                    found = _read_seal_keys(self._directory)
+                except SealKeyError:
+                    found = {}
+                if found and (self._signing is None or self._signing in found):
+                    self._keys = MappingProxyType(found)
+        return self._keys.get(key_id)
+
+
+def _seal_field(ann: Mapping[str, Any], name: str) -> str:
+    """An annotation the seal covers, "" when absent. Annotations are strings on the wire; any
+    other value is no text the engine sealed."""
+    value = ann.get(name)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise SealError(f"{name} is not text")
+    return value
 
 
 # --- machine pattern ---------------------------------------------------------------------------

@@ -4,17 +4,20 @@ the service needs of it. It places nothing: the Go engine (tmc-scheduler or tmc-
 * **The ledger's mirror** (PostgreSQL, when `sessions` is given): the `nodes`, `reservations` and
   `placement_log` tables, which the dashboard, the planner, the rebalancer, verification runs and
   the publisher's utilization (Algorithm 1's packing penalty) read. A bound pod counts what the
-  placement tmc's scheduler wrote says (only tmc's scheduler may write it: the chart's admission
-  policies). A pod placed through the DRA door has no placement: it counts what tmc's claims
-  reserved for it hold (ResourceClaims allocated from driver `tmc.dev`'s devices by the stock
-  kube-scheduler, read from their status, which tenants cannot write): its CPU request as
-  whole vCPUs, the DRAM, the slow memory (its node's or its rack pool's, as the device says)
-  and its LLC ways as a count, with no mask, since its node picks their run (ledger/store.py);
-  released when the claims are deallocated or deleted or the pod goes. Claims are watched
-  whenever this identity may list them (the chart grants it with `dra.enabled`). Written off
-  the placement path, by the feeder's own thread, in batches; when a write fails (the database
-  is down), the mirror is marked stale and rewritten from a fresh listing once the database
-  answers again. Claims are batched, marked stale and listed again as pods are.
+  placement tmc's scheduler wrote says. Whoever may bind a pod may write its annotations, so
+  what makes a placement tmc's is its seal (`tmc.dev/placement-seal`, made with a key only tmc's
+  components hold, verified with the keys the settings' `placement_seal_keys` names): a
+  placement whose seal does not verify holds nothing, as an unreadable one. A pod placed
+  through the DRA door has no placement: it counts what tmc's claims reserved for it hold
+  (ResourceClaims allocated from driver `tmc.dev`'s devices by the stock kube-scheduler, read
+  from their status, which tenants cannot write): its CPU request as whole vCPUs, the DRAM,
+  the slow memory (its node's or its rack pool's, as the device says) and its LLC ways as a
+  count, with no mask, since its node picks their run (ledger/store.py); released when the
+  claims are deallocated or deleted or the pod goes. Claims are watched whenever this identity
+  may list them (the chart grants it with `dra.enabled`). Written off the placement path, by
+  the feeder's own thread, in batches; when a write fails (the database is down), the mirror is
+  marked stale and rewritten from a fresh listing once the database answers again. Claims are
+  batched, marked stale and listed again as pods are.
 * **The pairs live pods name**: every pending opted-in pod the feeder watches (tmc's labelled
   pods; with the DRA door every pod) is handed to the publisher
   (`prefetch`), and the (workload, objective) pairs that live opted-in pods name are counted with
@@ -158,11 +161,33 @@ def node_pattern(name: str, annotations: dict[str, Any] | None) -> contract.Node
     return pattern
 
 
-def placed_of(pod: dict[str, Any]) -> ledger.Placed | None:
+def placed_of(
+    pod: dict[str, Any], keys: contract.PlacementSealKeys | None = None
+) -> ledger.Placed | None:
     """What a bound, live pod of tmc's (`contract.is_tiered_pod`) holds by its placement
     annotation; None for any other pod. The admission policies judge only labelled pods' writes:
     a placement on another pod is anyone's, and holds nothing, as one outside tmc's tenant
-    namespaces."""
+    namespaces. With `keys`, a placement whose seal does not verify with them for the pod's uid
+    is not tmc's either: it holds nothing, logged as an unreadable one is (None: sealing off)."""
+    try:
+        return read_placed(pod, keys)
+    except contract.ContractError as exc:
+        _log_refused(pod, exc)
+        return None
+
+
+def _log_refused(pod: dict[str, Any], exc: contract.ContractError) -> None:
+    """Log why a bound pod's placement holds nothing."""
+    meta = pod.get("metadata") or {}
+    why = "its placement holds nothing: " if isinstance(exc, contract.SealError) else ""
+    log.warning("pod %s/%s: %s%s", meta.get("namespace"), meta.get("name"), why, exc)
+
+
+def read_placed(
+    pod: dict[str, Any], keys: contract.PlacementSealKeys | None = None
+) -> ledger.Placed | None:
+    """`placed_of`, raising ContractError for a placement that cannot be read and SealError for
+    one whose seal does not verify (SealKeyNotHeld: it names a key not held, perhaps not yet)."""
     if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return None
     node = (pod.get("spec") or {}).get("nodeName")
@@ -172,11 +197,10 @@ def placed_of(pod: dict[str, Any]) -> ledger.Placed | None:
         return None
     if not contract.is_tiered_pod(meta.get("labels")):
         return None
-    try:
-        p = contract.Placement.from_annotations(annotations)
-    except contract.ContractError as exc:
-        log.warning("pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
-        return None
+    if keys is not None:
+        # Before the placement is read: what no key of tmc's sealed is not worth parsing.
+        keys.verify(str(meta.get("uid") or ""), annotations)
+    p = contract.Placement.from_annotations(annotations)
     if p is None or not meta.get("uid") or not meta.get("name"):
         return None
     if p.node != node:
@@ -334,15 +358,22 @@ def _cpu_request(spec: dict[str, Any]) -> int:
     return min(contract.MAX_CPUS, max(1, math.ceil(pod_request(spec, "cpu"))))
 
 
-def claim_pod(pod: dict[str, Any]) -> ClaimPod | None:
+def claim_pod(
+    pod: dict[str, Any], keys: contract.PlacementSealKeys | None = None
+) -> ClaimPod | None:
     """A bound pod's `ClaimPod`, or None for one without claims or placed by tmc's scheduler
-    (its placement annotation says what it holds; only on a pod of tmc's is it one)."""
+    (its placement annotation says what it holds; only on a pod of tmc's is it one, and, with
+    `keys`, only when its seal verifies: a placement anyone else wrote takes nothing from what
+    the pod's claims hold)."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     node = spec.get("nodeName") if isinstance(spec, dict) else None
     if not node or not isinstance(meta, dict) or not spec.get("resourceClaims"):
         return None
-    if PLACEMENT_ANNOTATION in (meta.get("annotations") or {}) and contract.is_tiered_pod(
-        meta.get("labels")
+    annotations = meta.get("annotations") or {}
+    if (
+        PLACEMENT_ANNOTATION in annotations
+        and contract.is_tiered_pod(meta.get("labels"))
+        and _sealed(str(meta.get("uid") or ""), annotations, keys)
     ):
         return None
     try:
@@ -355,6 +386,18 @@ def claim_pod(pod: dict[str, Any]) -> ClaimPod | None:
     return ClaimPod(
         str(meta.get("namespace") or "default"), str(meta.get("name")), str(node), vcpus
     )
+
+
+def _sealed(uid: str, annotations: dict[str, Any], keys: contract.PlacementSealKeys | None) -> bool:
+    """Whether a placement's seal verifies (always, with no keys: sealing off). Not logged:
+    placed_of reads the same placement and says why."""
+    if keys is None:
+        return True
+    try:
+        keys.verify(uid, annotations)
+    except contract.SealError:
+        return False
+    return True
 
 
 def claims_placed(uid: str, pod: ClaimPod, holds: list[ClaimHold]) -> ledger.Placed | None:
@@ -536,13 +579,16 @@ class Feeder:
         metrics: PublisherMetrics | None = None,
         tenant_selector: str = "",
         dra_claims: bool = False,
+        seal_keys: contract.PlacementSealKeys | None = None,
     ) -> None:
         """`sessions`: the ledger's database to mirror into (None: no mirror). `recommender`:
         told of every pending opted-in pod it watches (None: nobody). `tenant_selector`: the labels of
         tmc's tenant namespaces (scheduler.tenants: key=value pairs; "": every namespace), the
         only ones whose pods are mirrored, named and published for. `dra_claims`: mirror tmc's
         allocated ResourceClaims too (the operator turned the DRA door on: the settings'
-        `mirror_dra_claims`), whenever the API server lets this identity list them."""
+        `mirror_dra_claims`), whenever the API server lets this identity list them. `seal_keys`:
+        the keys a bound pod's placement seal is verified with; a placement whose seal does not
+        verify holds nothing (None: sealing off, every placement of tmc's pods counts)."""
         self.metrics = metrics if metrics is not None else PublisherMetrics()
         self.cluster = cluster
         self.sessions = sessions
@@ -555,6 +601,7 @@ class Feeder:
         # The operator's rack pool sizes: authoritative over the nodes' claims (pool_sizes).
         self.rack_pools = dict(rack_pools or {})
         self.tenant_selector = tenant_selector
+        self.seal_keys = seal_keys
         # The pods listed and watched: tmc's only (labelled tmc.dev/tiered=true), the only ones
         # whose placements count, which the engine places and tmc-nri applies; so another
         # tenant's pods cost this process nothing, and the API server sends it none of their
@@ -570,9 +617,10 @@ class Feeder:
         self._rv: dict[str, str] = {}
         self._sync_lock = threading.Lock()
         self._seen: dict[str, tuple[NodeCapacity, int | None]] = {}
-        # Per bound pod: the node and placement annotation last read from its events (read
-        # whether or not the annotation was readable: the same text reads the same).
-        self._placed_seen: dict[str, tuple[str, str | None]] = {}
+        # Per bound pod: the node and the placement, LLC-mask and seal annotations last read from
+        # its events (read whether or not they were readable or verified: the same texts read
+        # the same).
+        self._placed_seen: dict[str, tuple[str, str | None, str | None, str | None]] = {}
         # Per live pod that names the opt-in resource: what `read_pod` read of it, and from
         # which raw inputs (`_ask_inputs`); None when it raised. A pod's status events carry
         # the same inputs: read once.
@@ -633,7 +681,9 @@ class Feeder:
         claims = self._list_claims()
         pods = [pod for pod in pods if self._tenant(pod)]
         caps = [found for node in nodes if (found := node_capacity(node)) is not None]
-        bound = {p.held.pod_uid: p for pod in pods if (p := placed_of(pod)) is not None}
+        bound = {
+            p.held.pod_uid: p for pod in pods if (p := placed_of(pod, self.seal_keys)) is not None
+        }
         for uid, placed in self._claims_from(pods, claims[0] if claims else []).items():
             bound.setdefault(uid, placed)
         if claims is not None:
@@ -668,7 +718,7 @@ class Feeder:
         claim_pods = {
             str((pod.get("metadata") or {}).get("uid", "")): found
             for pod in pods
-            if not _terminal(pod) and (found := claim_pod(pod)) is not None
+            if not _terminal(pod) and (found := claim_pod(pod, self.seal_keys)) is not None
         }
         with self._claims_lock:
             self._claims, self._claims_of, self._claim_pods = holds, {}, claim_pods
@@ -1047,7 +1097,7 @@ class Feeder:
 
     def _on_claim_pod(self, uid: str, pod: dict[str, Any] | None) -> None:
         """A pod's event as the claims see it (None: the pod went or finished)."""
-        found = claim_pod(pod) if pod is not None else None
+        found = claim_pod(pod, self.seal_keys) if pod is not None else None
         if found is None and uid not in self._claim_pods:
             return  # most pods: no claims, before or now (read without the lock, as it costs)
         with self._claims_lock:
@@ -1212,16 +1262,30 @@ class Feeder:
             # released before the placement is queued.
             self._on_claim_pod(uid, pod)
         if node:
-            # Bound: its placement annotation says what it holds, whoever bound it, and it
-            # replaces what this cache assumed for it. A bound pod's later events (its status)
-            # carry the same placement text: read once, compared as text. A placement on a pod
-            # without tmc's label is none (placed_of).
-            text = (meta.get("annotations") or {}).get(PLACEMENT_ANNOTATION)
-            seen = (str(node), text if contract.is_tiered_pod(meta.get("labels")) else None)
+            # Bound: its placement annotation says what it holds, whoever bound it, when its
+            # seal verifies, and it replaces what this cache assumed for it. A bound pod's later
+            # events (its status) carry the same texts: read once, compared as text. A placement
+            # on a pod without tmc's label is none (placed_of).
+            ann = meta.get("annotations") or {}
+            text = ann.get(PLACEMENT_ANNOTATION)
+            seen = (
+                str(node),
+                text if contract.is_tiered_pod(meta.get("labels")) else None,
+                ann.get(contract.LLC_MASK_ANNOTATION),
+                ann.get(contract.PLACEMENT_SEAL_ANNOTATION),
+            )
             if seen[1] is None or self._placed_seen.get(uid) == seen:
                 return
             self._placed_seen[uid] = seen
-            placed = placed_of(pod)
+            try:
+                placed = read_placed(pod, self.seal_keys)
+            except contract.ContractError as exc:
+                _log_refused(pod, exc)
+                if isinstance(exc, contract.SealKeyNotHeld):
+                    # Verified again on its next event: the key may reach this process's
+                    # Secret volume after the engine sealed with it (read at most every 10 s).
+                    self._placed_seen.pop(uid, None)
+                return
             if placed is None:
                 return
             self._bound_uids.add(uid)

@@ -64,7 +64,7 @@ from pydantic import Field
 
 from api.collection import DEFAULT_GEN0_THRESHOLD, Gen0Threshold, tune_collection
 from model import Utilization
-from model.node_contract import ContractError, Recommendation
+from model.node_contract import ContractError, Recommendation, SealKeyError
 from model.resources import quantity_text
 from scheduler.bounds import BOUND_REASON, MAX_EVENTS_PER_REFUSAL
 from scheduler.decisions import Changed, LedgerUtilization, Pair, ServiceDecisions, WhatChanged
@@ -703,6 +703,11 @@ def main() -> None:
             f"tmc publisher: no Kubernetes API to talk to ({exc}); run it in a pod with its "
             "service account, or set TMC_KUBECONFIG"
         ) from None
+    try:
+        # Read again here, after the settings' check: a Secret volume may change in between.
+        seal_keys = settings.seal_keys()
+    except SealKeyError as exc:
+        raise SystemExit(f"tmc publisher: bad setting: TMC_PLACEMENT_SEAL_KEYS: {exc}") from None
     sessions = make_session_factory(make_engine(settings))
     metrics = PublisherMetrics()
     publisher_of: list[RecommendationPublisher] = []
@@ -723,6 +728,7 @@ def main() -> None:
         metrics=metrics,
         tenant_selector=settings.tenant_namespace_labels,
         dra_claims=settings.mirror_dra_claims,
+        seal_keys=seal_keys,
     )
     utilization = LedgerUtilization(sessions)
     publisher = RecommendationPublisher(

@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from pydantic import Field, ValidationError, field_validator
 
-from model.node_contract import MAX_BYTES
+from model.node_contract import MAX_BYTES, PlacementSealKeys, SealKeyError
 from model.objectives import DEFAULT_THRESHOLD
 from scheduler.pods import DEFAULT_OPT_IN_RESOURCE, BadPod, parse_quantity
 from scheduler.tenants import TenantSelectorError, parse_tenant_namespace_labels, selector_text
@@ -45,6 +45,29 @@ class FeederSettings(DatabaseSettings):
     # The DRA door is on (the chart's dra.enabled): the feeder lists and watches ResourceClaims
     # and mirrors what tmc's allocated ones hold. Off, it asks the API server for none.
     mirror_dra_claims: bool = False
+    # The directory of the placement seal keys (the chart's mounted Secret, one file per key):
+    # a bound pod's placement counts only when its seal verifies with one of them. "": sealing
+    # off, every placement counts.
+    placement_seal_keys: str = ""
+
+    @field_validator("placement_seal_keys")
+    @classmethod
+    def _seal_keys(cls, directory: str) -> str:
+        # Read once here, so that a directory the publisher could not verify with stops it at
+        # start, naming the variable, rather than holding every placement to nothing.
+        if directory:
+            try:
+                PlacementSealKeys.from_directory(directory)
+            except SealKeyError as exc:
+                raise ValueError(str(exc)) from None
+        return directory
+
+    def seal_keys(self) -> PlacementSealKeys | None:
+        """The keys placements are verified with, read from their directory now (None: sealing
+        off). SealKeyError when the directory no longer reads."""
+        if not self.placement_seal_keys:
+            return None
+        return PlacementSealKeys.from_directory(self.placement_seal_keys)
 
     @field_validator("tenant_namespace_labels")
     @classmethod

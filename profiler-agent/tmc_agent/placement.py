@@ -53,11 +53,19 @@ def _uid(pod: dict[str, Any]) -> str:
     return uid
 
 
-def parse_placement(pod: dict[str, Any]) -> Placement:
-    """The extender's placement annotations, read by the contract's own model."""
+def parse_placement(
+    pod: dict[str, Any], keys: contract.PlacementSealKeys | None = None
+) -> Placement:
+    """The extender's placement annotations, read by the contract's own model. With `keys`, a
+    placement whose seal (`tmc.dev/placement-seal`) does not verify with them for the pod's uid
+    is refused: whoever may bind a pod may write its annotations, and only the seal says tmc's
+    scheduler wrote them (None: sealing off)."""
     meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations")
     try:
-        given = contract.Placement.from_annotations(meta.get("annotations"))
+        if keys is not None and (annotations or {}).get(PLACEMENT_ANNOTATION):
+            keys.verify(str(meta.get("uid") or ""), annotations)
+        given = contract.Placement.from_annotations(annotations)
     except contract.ContractError as exc:
         raise BadPlacement(str(exc)) from exc
     if given is None:

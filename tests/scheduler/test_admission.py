@@ -26,11 +26,17 @@ import yaml
 from kubernetes import client as k8s
 from prometheus_client.parser import text_string_to_metric_families
 
-from model.node_contract import TIERED_POD_LABEL, TIERED_POD_LABEL_VALUE, tiered_pod_labels
+from model.node_contract import (
+    PLACEMENT_SEAL_ANNOTATION,
+    TIERED_POD_LABEL,
+    TIERED_POD_LABEL_VALUE,
+    PlacementSealKeys,
+    tiered_pod_labels,
+)
 from scheduler.feeder import Feeder
 from scheduler.kube import KubeCluster, api_client
 from scheduler.tenants import selector_text
-from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
+from tests.scheduler.controlplane import PLACEMENT_SEAL_KEY, ControlPlane, Unavailable, unavailable
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import plugin as tmc_plugin
 from tests.services import wait_until
@@ -568,10 +574,11 @@ def judged_no_further(plane: Plane) -> dict[tuple[str, str], float]:
 
 
 def test_writes_that_cannot_touch_a_placement_end_at_the_match_conditions(plane: Plane) -> None:
-    """What a tmc pod's ordinary life asks of the API server: its create, a Binding without
-    annotations (kube-scheduler's), tmc's own Binding with the placement, and a status write that
+    """What a tmc pod's ordinary life asks of the API server: its create and a status write that
     leaves the metadata alone end at the policies' match conditions, one conversion each, not the
-    three a judged request costs. A forgery is still judged (and refused), and not counted here."""
+    three a judged request costs; its Bindings (kube-scheduler's without annotations, tmc's own
+    with the sealed placement) are matched by no policy at all. A forgery is still judged (and
+    refused), and not counted here."""
     before = judged_no_further(plane)
     plane.tenant.create_namespaced_pod(TENANT_NS, pod("plain-life"))
     uid = plane.tenant.read_namespaced_pod("plain-life", TENANT_NS).metadata.uid
@@ -597,10 +604,10 @@ def test_writes_that_cannot_touch_a_placement_end_at_the_match_conditions(plane:
             if name.endswith("-" + policy) and op == operation
         )
 
-    # Two creates (placed_pod makes one), a status write; two Bindings (the plain one, tmc's).
+    # Two creates (placed_pod makes one), a status write; no Binding reaches a policy.
     assert passed("pod-placement", "CREATE") == 2, (before, after)
     assert passed("pod-placement", "UPDATE") == 1, (before, after)
-    assert passed("binding-placement", "CREATE") == 2, (before, after)
+    assert passed("binding-placement", "CREATE") == 0, (before, after)
     # A forgery through the same status write is judged: refused, and not let through early.
     forged = {"metadata": {"annotations": {"tmc.dev/llc-mask": "0xf"}}}
     why = refused(
@@ -623,42 +630,68 @@ def test_a_tenant_cannot_create_a_pod_with_a_placement(plane: Plane) -> None:
 
 
 def test_a_tenants_own_scheduler_cannot_bind_with_a_placement(plane: Plane) -> None:
-    """The Binding's annotations are copied onto the pod: pods/binding is matched too. A tenant
-    that runs its own scheduler (pods/binding create) binds, but never with tmc's placement."""
-    plane.tenant.create_namespaced_pod(TENANT_NS, pod("self-bound"))
-    uid = plane.tenant.read_namespaced_pod("self-bound", TENANT_NS).metadata.uid
+    """A Binding's annotations are copied onto its pod. A tenant that runs its own scheduler
+    (pods/binding create) binds its pods, tmc's or not, and the API server admits every Binding:
+    no policy judges the cluster's Bindings, so other tenants' pods pay nothing for them. What a
+    tenant's Binding writes is still no placement: it carries no seal made with tmc's key, or
+    one made for another pod, so it holds nothing (the publisher's feeder counts none of them,
+    as tmc's engine and tmc-nri do not: seal_test.go in the scheduler plugin, and the node
+    plugin's tests), where the sealed placement of tmc's scheduler's Binding counts. With the
+    seal off and no policy, the tenant's placements count: a forgery that gets through."""
+    keys = PlacementSealKeys.from_directory(plane.cp.placement_seal_keys, PLACEMENT_SEAL_KEY)
+    trusted = None if WITHOUT_POLICIES else keys
+    cluster = KubeCluster(api_client(str(plane.cp.kubeconfig("admin"))))
 
-    def binding(ann: dict[str, str]) -> dict[str, Any]:
+    def counted() -> int:
+        feeder = Feeder(
+            cluster, None, tenant_selector=selector_text(plane.tenant_labels), seal_keys=trusted
+        )
+        feeder.sync()
+        return feeder.figures().bound_pods
+
+    def binding(name: str, ann: dict[str, str]) -> dict[str, Any]:
+        uid = plane.tenant.read_namespaced_pod(name, TENANT_NS).metadata.uid
         return {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {
-                "name": "self-bound",
-                "namespace": TENANT_NS,
-                "uid": uid,
-                "annotations": ann,
-            },
-            "target": {"apiVersion": "v1", "kind": "Node", "name": "node-b"},
+            "metadata": {"name": name, "namespace": TENANT_NS, "uid": uid, "annotations": ann},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"},
         }
 
-    # pods/<name>/binding, as client-go posts it, and the older namespaces/<ns>/bindings.
-    why = refused(
-        lambda: plane.tenant.create_namespaced_pod_binding(
-            "self-bound", TENANT_NS, binding(PLACEMENT), _preload_content=False
-        )
+    before = counted()
+    # tmc's scheduler binds a pod with its sealed placement.
+    plane.tenant.create_namespaced_pod(TENANT_NS, pod("tmc-bound"))
+    uid = plane.tenant.read_namespaced_pod("tmc-bound", TENANT_NS).metadata.uid
+    sealed = real_placement("node-a", "0x3", 2)
+    sealed[PLACEMENT_SEAL_ANNOTATION] = keys.seal(uid, sealed)
+    plane.scheduler.create_namespaced_pod_binding(
+        "tmc-bound", TENANT_NS, binding("tmc-bound", sealed), _preload_content=False
     )
-    assert why is not None and "only tmc's scheduler" in why, why
-    why = refused(
-        lambda: plane.tenant.create_namespaced_binding(
-            TENANT_NS, binding(PLACEMENT), _preload_content=False
-        )
-    )
-    assert why is not None and "only tmc's scheduler" in why, why
-    assert plane.admin.read_namespaced_pod("self-bound", TENANT_NS).spec.node_name is None
-    plane.tenant.create_namespaced_pod_binding(
-        "self-bound", TENANT_NS, binding({}), _preload_content=False
-    )
-    assert plane.admin.read_namespaced_pod("self-bound", TENANT_NS).spec.node_name == "node-b"
+    assert counted() == before + 1
+    # The tenant binds: pods/<name>/binding as client-go posts it, the older
+    # namespaces/<ns>/bindings, a copy of tmc's sealed placement, and a pod without tmc's label.
+    unsealed = real_placement("node-a", "0xff", 8)
+    forged = {  # name: (its annotations, tmc's pod, through the older bindings resource)
+        "self-bound": (unsealed, True, False),
+        "self-bound-old": (unsealed, True, True),
+        "self-bound-copy": (sealed, True, False),
+        "plain-self-bound": (unsealed, False, False),
+    }
+    for name, (ann, tiered, older) in forged.items():
+        plane.tenant.create_namespaced_pod(TENANT_NS, pod(name, tiered=tiered))
+        body = binding(name, ann)
+        if older:
+            plane.tenant.create_namespaced_binding(TENANT_NS, body, _preload_content=False)
+        else:
+            plane.tenant.create_namespaced_pod_binding(
+                name, TENANT_NS, body, _preload_content=False
+            )
+        got = plane.admin.read_namespaced_pod(name, TENANT_NS)
+        assert got.spec.node_name == "node-a"
+        assert {k: got.metadata.annotations.get(k) for k in ann} == ann
+    assert counted() == before + 1, "a tenant's Binding wrote a placement that counts"
+    for name in ("tmc-bound", *forged):
+        plane.admin.delete_namespaced_pod(name, TENANT_NS, grace_period_seconds=0)
 
 
 # --- tmc's label: only its pods are judged, and the label is guarded with their placement ------
@@ -708,32 +741,6 @@ def test_unlabelling_a_placed_pod_is_removing_its_placement(plane: Plane, status
     got = plane.admin.read_namespaced_pod(name, TENANT_NS).metadata
     assert got.labels[TIERED_POD_LABEL] == TIERED_POD_LABEL_VALUE
     assert {k: got.annotations.get(k) for k in PLACEMENT} == PLACEMENT
-
-
-def test_a_binding_with_a_placement_is_refused_for_a_pod_without_the_label(plane: Plane) -> None:
-    """A Binding carries none of the pod's labels, and its annotations are copied onto the pod
-    whatever it is labelled: every Binding is judged."""
-    plane.tenant.create_namespaced_pod(TENANT_NS, pod("plain-self-bound", tiered=False))
-    uid = plane.tenant.read_namespaced_pod("plain-self-bound", TENANT_NS).metadata.uid
-    body = {
-        "apiVersion": "v1",
-        "kind": "Binding",
-        "metadata": {
-            "name": "plain-self-bound",
-            "namespace": TENANT_NS,
-            "uid": uid,
-            "annotations": PLACEMENT,
-        },
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-b"},
-    }
-    for create in (
-        partial(plane.tenant.create_namespaced_pod_binding, "plain-self-bound"),
-        plane.tenant.create_namespaced_binding,
-    ):
-        why = refused(partial(create, TENANT_NS, body, _preload_content=False))
-        assert why is not None and "only tmc's scheduler may write a pod's placement" in why, why
-    assert plane.admin.read_namespaced_pod("plain-self-bound", TENANT_NS).spec.node_name is None
-    plane.admin.delete_namespaced_pod("plain-self-bound", TENANT_NS, grace_period_seconds=0)
 
 
 def test_a_placement_on_a_pod_without_the_label_is_admitted_and_holds_nothing(
@@ -1188,7 +1195,6 @@ FORGERIES = (
     "test_a_tenants_own_scheduler_cannot_bind_with_a_placement",
     "test_labelling_a_pod_that_carries_tmcs_annotations_is_writing_them",
     "test_unlabelling_a_placed_pod_is_removing_its_placement",
-    "test_a_binding_with_a_placement_is_refused_for_a_pod_without_the_label",
     "test_a_tenant_cannot_pin_a_recommendation",
     "test_tmc_components_cannot_pin_a_recommendation",
     "test_one_nodes_agent_cannot_rewrite_another_nodes_capacity",

@@ -238,7 +238,7 @@ def test_the_extenders_binds_are_fenced_by_the_placement_lease_with_leader_elect
     for flag, value in (("duration", "20s"), ("renew-deadline", "12s"), ("retry-period", "3s")):
         assert f"--placement-{'lease-' if flag == 'duration' else ''}{flag}={value}" in command
     alone = extender_command(render({"scheduler": {**EXTENDER["scheduler"], "leaderElect": False}}))
-    assert not [c for c in alone if c.startswith("--placement-")]
+    assert not [c for c in alone if c.startswith("--placement-lease")]
 
 
 def test_every_extender_field_is_explained() -> None:
@@ -865,14 +865,19 @@ def test_admission_policies_are_on_by_default_and_name_the_components() -> None:
         for d in docs
         if d["kind"] == "ValidatingAdmissionPolicyBinding"
     }
+    # Placements are sealed by default: no policy judges the cluster's Bindings.
     assert set(policies) == {
         "demo-tmc-pod-placement",
-        "demo-tmc-binding-placement",
         "demo-tmc-placed-pod-resize",
         "demo-tmc-agent-own-node",
         "demo-tmc-agent-own-events",
     }
     assert bindings == {name: ["Deny"] for name in policies}
+    unsealed = render({"placementSeal": {"enabled": False}})
+    policies.update(
+        (d["metadata"]["name"], d) for d in unsealed if d["kind"] == "ValidatingAdmissionPolicy"
+    )
+    assert "demo-tmc-binding-placement" in policies
     for name in ("demo-tmc-pod-placement", "demo-tmc-binding-placement"):
         text = yaml.safe_dump(policies[name])
         assert "system:serviceaccount:tmc:demo-tmc-scheduler" in text
@@ -945,7 +950,6 @@ def test_tenant_namespaces_are_every_namespace_by_default() -> None:
     got = _tenant_labels_everywhere({})
     assert got["policies"] == {
         "demo-tmc-pod-placement": None,
-        "demo-tmc-binding-placement": None,
         "demo-tmc-placed-pod-resize": None,
         "demo-tmc-agent-own-node": None,
         "demo-tmc-agent-own-events": DEFAULT_NAMESPACE_ONLY,
@@ -964,7 +968,13 @@ def test_tenant_namespace_labels_reach_both_policies_and_every_component() -> No
     got = _tenant_labels_everywhere({"admission": {"tenantNamespaceLabels": labels}})
     selector = {"matchLabels": labels}
     assert got["policies"]["demo-tmc-pod-placement"] == selector
-    assert got["policies"]["demo-tmc-binding-placement"] == selector
+    assert "demo-tmc-binding-placement" not in got["policies"]  # sealed placements
+    unsealed = _namespace_selectors(
+        render(
+            {"admission": {"tenantNamespaceLabels": labels}, "placementSeal": {"enabled": False}}
+        )
+    )
+    assert unsealed["demo-tmc-binding-placement"] == selector
     assert got["policies"]["demo-tmc-placed-pod-resize"] == selector
     # The agents' own rules are about nodes and their reports, in no tenant's namespace.
     assert got["policies"]["demo-tmc-agent-own-node"] is None
@@ -1025,8 +1035,11 @@ def test_pod_policies_judge_only_pods_carrying_the_tiered_label(tenants: dict[st
     tiered label (scheduler/conformance/tiered_pods.json); Bindings (which carry no pod labels)
     by the binding-placement policy, selected by none; the two together match every request that
     can write a pod's annotations; the resize policy selects by the label too. With tenant
-    namespaces, both are narrowed to them as well."""
-    docs = render({"admission": {"tenantNamespaceLabels": tenants}})
+    namespaces, both are narrowed to them as well. (The binding-placement policy is rendered
+    with placementSeal off only: sealed, a Binding's placement holds nothing.)"""
+    docs = render(
+        {"admission": {"tenantNamespaceLabels": tenants}, "placementSeal": {"enabled": False}}
+    )
     tiered = {"matchLabels": {TIERED_PODS["label"]: TIERED_PODS["value"]}}
     namespaces = {"matchLabels": tenants} if tenants else None
     policy = by_name(docs, "ValidatingAdmissionPolicy", "demo-tmc-pod-placement")
@@ -1073,3 +1086,82 @@ def test_pod_policies_judge_only_pods_carrying_the_tiered_label(tenants: dict[st
     assert resize["spec"]["matchConstraints"].get("namespaceSelector") == namespaces
     (placed,) = resize["spec"]["matchConditions"]
     assert labelled.format(o="oldObject") in placed["expression"]
+
+
+# --- sealed placements ----------------------------------------------------------------------------
+
+SEAL_DIR = "/etc/tmc-placement-seal"
+
+
+def _seal_mounts(docs: list[dict[str, Any]]) -> dict[str, tuple[str | None, Any]]:
+    """Per container that mounts the seal's keys: the Secret its pod's volume names, and the
+    key directory it is told (its flag, variable or plugin argument)."""
+    got: dict[str, tuple[str | None, Any]] = {}
+    for d in docs:
+        if d["kind"] not in ("Deployment", "DaemonSet"):
+            continue
+        spec = d["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for ctr in spec["containers"]:
+            mounts = [m for m in ctr.get("volumeMounts", []) if m["name"] == "placement-seal"]
+            if not mounts:
+                continue
+            assert mounts[0]["mountPath"] == SEAL_DIR and mounts[0]["readOnly"] is True
+            secret = volumes["placement-seal"]["secret"]["secretName"]
+            env = env_of(ctr)
+            told = (
+                env.get("TMC_PLACEMENT_SEAL_KEYS")
+                or env.get("TMC_NRI_PLACEMENT_SEAL_KEYS")
+                or [a for a in ctr.get("command", []) if a.startswith("--placement-seal")]
+                or "config"
+            )
+            got[f"{d['metadata']['name']}/{ctr['name']}"] = (secret, told)
+    return got
+
+
+def test_placements_are_sealed_by_every_component_by_default() -> None:
+    """tmc-scheduler and tmc-extender seal with the signing key; the publisher, tmc-nri and tmc-nri
+    reconcile verify; every one mounts the chart's Secret, which holds a random key of 64
+    characters under the signing key's id and is kept when the release goes."""
+    plugin = render({"scheduler": {"placement": "plugin"}})
+    secret = by_name(plugin, "Secret", "demo-tmc-placement-seal")
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert set(secret["data"]) == {"k1"}
+    assert len(base64.b64decode(secret["data"]["k1"])) == 64
+    args = _tmc_placement_args(plugin)
+    assert (args["placementSealKeys"], args["placementSealSigningKey"]) == (SEAL_DIR, "k1")
+    name = "demo-tmc-placement-seal"
+    assert _seal_mounts(plugin) == {
+        "demo-tmc-plugin-scheduler/tmc-scheduler": (name, "config"),
+        "demo-tmc-publisher/publisher": (name, SEAL_DIR),
+        "demo-tmc-agent/nri": (name, SEAL_DIR),
+    }
+    extender = render(EXTENDER)
+    assert _seal_mounts(extender)["demo-tmc-scheduler/extender"] == (
+        name,
+        [f"--placement-seal-keys={SEAL_DIR}", "--placement-seal-signing-key=k1"],
+    )
+    reconcile = render({"agent": {"nri": {"enabled": False}}})
+    assert _seal_mounts(reconcile)["demo-tmc-agent/reconcile"] == (name, SEAL_DIR)
+
+
+def test_an_operators_secret_and_signing_key_and_sealing_off() -> None:
+    own = render({"placementSeal": {"existingSecret": "my-keys", "signingKey": "k2"}})
+    assert not [
+        d for d in own if d["kind"] == "Secret" and "placement-seal" in d["metadata"]["name"]
+    ]
+    assert {secret for secret, _ in _seal_mounts(own).values()} == {"my-keys"}
+    assert (
+        _tmc_placement_args(
+            render({"scheduler": {"placement": "plugin"}, "placementSeal": {"signingKey": "k2"}})
+        )["placementSealSigningKey"]
+        == "k2"
+    )
+    off = render({"placementSeal": {"enabled": False}, "scheduler": {"placement": "plugin"}})
+    assert _seal_mounts(off) == {}
+    assert "placementSealKeys" not in _tmc_placement_args(off)
+    assert not [
+        d for d in off if d["kind"] == "Secret" and "placement-seal" in d["metadata"]["name"]
+    ]
+    with pytest.raises(Exception, match="DNS label"):
+        render({"placementSeal": {"signingKey": "Key_1"}})

@@ -6,6 +6,7 @@ their pods are only scheduled, except on kwok's nodes, where kwok.py runs them."
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -24,6 +25,8 @@ HERE = Path(__file__).resolve().parent
 # The chart installed as release RELEASE in NAMESPACE: its service accounts, by component.
 RELEASE = "e2e"
 NAMESPACE = "tmc-system"
+# The chart's placementSeal.signingKey by default.
+PLACEMENT_SEAL_KEY = "k1"
 SERVICE_ACCOUNTS = {
     "scheduler": f"{RELEASE}-tmc-scheduler",
     "extender": f"{RELEASE}-tmc-extender",
@@ -115,6 +118,16 @@ class ControlPlane:
     def extender_tls(self) -> Path:
         """ca.crt, tls.crt/tls.key (the extender's) and client.crt/client.key (the scheduler's)."""
         return self.dir / "extender-tls"
+
+    @property
+    def placement_seal_keys(self) -> Path:
+        """The keys that seal placements, laid out as the chart's Secret is mounted: one file,
+        named by the signing key's id (PLACEMENT_SEAL_KEY), holding a random key."""
+        d = self.dir / "placement-seal"
+        if not d.exists():
+            d.mkdir()
+            (d / PLACEMENT_SEAL_KEY).write_text(secrets.token_urlsafe(48))
+        return d
 
     def service_account_dir(self, user: str) -> Path:
         """What a kubelet mounts at /var/run/secrets/kubernetes.io/serviceaccount."""

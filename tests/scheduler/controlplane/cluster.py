@@ -40,6 +40,7 @@ from model.node_contract import (
     RECOMMENDATION_PLURAL,
     RECOMMENDATION_VERSION,
     Placement,
+    PlacementSealKeys,
     StructurePlan,
     tiered_pod_labels,
 )
@@ -441,6 +442,8 @@ class FakeNode:
             "--resctrl": str(self.resctrl),
             "--cgroup-root": str(self.root / "sys/fs/cgroup"),
             "--plan-dir": str(self.plans),
+            # Sealed placements, as the chart runs it by default.
+            "--placement-seal-keys": str(self.cp.placement_seal_keys),
         }
         self.applier = subprocess.Popen(
             [str(tmc_nri(self.cp)), "reconcile", *(x for kv in args.items() for x in kv)],
@@ -961,10 +964,14 @@ def check_given_their_requests(cp: ControlPlane, dsn: str, bound: dict[str, Any]
     """Each pod's placement gives it its own memory request, split by the recommended ratio as
     the model splits a footprint (DRAM rounded half to even), its plan within each tier; the
     decision it names was priced at a pod's request (the publisher's size for the pair: the
-    median request of the pods naming it when it was decided, which may be another test's)."""
+    median request of the pods naming it when it was decided, which may be another test's).
+    Each placement is sealed for its own pod with the cluster's key, as the chart runs the
+    engine: the seal verifies."""
+    keys = PlacementSealKeys.from_directory(cp.placement_seal_keys)
     for name, size in SIZED_PODS.items():
         placement = Placement.from_annotations(bound[name].metadata.annotations)
         assert placement is not None and placement.fallback is None, name
+        keys.verify(bound[name].metadata.uid, bound[name].metadata.annotations)
         conf = placement.configuration
         assert conf.dram_bytes + conf.slow_bytes == size, (name, conf)
         assert conf.dram_bytes == round((1.0 - conf.slow_ratio) * size), (name, conf)

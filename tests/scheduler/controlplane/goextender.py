@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import urllib.request
 
-from tests.scheduler.controlplane import ControlPlane
+from tests.scheduler.controlplane import PLACEMENT_SEAL_KEY, ControlPlane
 from tests.scheduler.controlplane.cluster import probe_tls
 from tests.scheduler.controlplane.plugin import engine_binary
 from tests.services import free_port, wait_until
@@ -47,6 +47,9 @@ class GoExtenderProcess:
                 f"--tls-key-file={self.tls / 'tls.key'}",
                 f"--client-ca-file={self.tls / 'ca.crt'}",
                 "--client-names=tmc-scheduler",
+                # Sealed placements, as the chart runs it by default.
+                f"--placement-seal-keys={self.cp.placement_seal_keys}",
+                f"--placement-seal-signing-key={PLACEMENT_SEAL_KEY}",
                 *self.extra_args,
             ],
             stdout=self.log.open("ab"),

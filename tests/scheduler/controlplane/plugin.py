@@ -80,6 +80,8 @@ def start_plugin_plane(*, legacy_watches: bool = False) -> ControlPlane:
 def plugin_values(cp: ControlPlane, **extra: Any) -> dict[str, Any]:
     return {
         "scheduler": {"placement": "plugin"},
+        # Sealed placements, as by default, with the keys where this machine holds them.
+        "placementSeal": {"mountPath": str(cp.placement_seal_keys)},
         "plugin": {
             "kubeconfig": str(cp.kubeconfig("scheduler")),
             "leaderElect": False,
@@ -171,6 +173,8 @@ class PublisherProcess(ComponentProcess):
             "TMC_PUBLISHER_METRICS_ADDRESS": "127.0.0.1",
             "TMC_PUBLISHER_MAX_PAIRS_PER_NAMESPACE": str(max_pairs_per_namespace),
             **({"TMC_MIRROR_DRA_CLAIMS": "true"} if dra_claims else {}),
+            # Sealed placements, as the chart runs it by default.
+            "TMC_PLACEMENT_SEAL_KEYS": str(cp.placement_seal_keys),
         }
         self.metrics_port = metrics_port
         super().__init__(cp.dir / "publisher.log", env)

@@ -84,6 +84,26 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- int64 $v -}}
 {{- end -}}
 
+{{/* The Secret holding the placement seal's keys (placementSeal). */}}
+{{- define "tmc.placementSealSecret" -}}
+{{- .Values.placementSeal.existingSecret | default (printf "%s-placement-seal" (include "tmc.fullname" .)) -}}
+{{- end -}}
+
+{{/* The placement seal's keys as a volume, for a pod whose containers mount it (placementSeal). */}}
+{{- define "tmc.placementSealVolume" -}}
+{{- if .Values.placementSeal.enabled -}}
+- name: placement-seal
+  secret: {secretName: {{ include "tmc.placementSealSecret" . }}}
+{{- end -}}
+{{- end -}}
+
+{{/* The placement seal's keys mounted, read-only. */}}
+{{- define "tmc.placementSealMount" -}}
+{{- if .Values.placementSeal.enabled -}}
+- {name: placement-seal, mountPath: {{ .Values.placementSeal.mountPath }}, readOnly: true}
+{{- end -}}
+{{- end -}}
+
 {{/* admission.tenantNamespaceLabels as a flag: key=value pairs, keys sorted, comma-separated. */}}
 {{- define "tmc.tenantNamespaceLabels" -}}
 {{- $labels := .Values.admission.tenantNamespaceLabels -}}

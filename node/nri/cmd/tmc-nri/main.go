@@ -55,6 +55,7 @@ func main() {
 		metrics    = flag.String("metrics", env("TMC_NRI_METRICS", ":9465"), "address of /metrics ('' for none) (TMC_NRI_METRICS)")
 		kubeconfig = flag.String("kubeconfig", env("TMC_NRI_KUBECONFIG", ""), "kubeconfig for events, namespaces and the published plans; in-cluster when empty; 'none' for none of them (TMC_NRI_KUBECONFIG)")
 		draCkpt    = flag.String("dra-checkpoint", env("TMC_NRI_DRA_CHECKPOINT", tmcnri.DefaultDRACheckpoint), "tmc-dra-node's checkpoint of the DRA claims it prepared, read when a container names one ('' for none) (TMC_NRI_DRA_CHECKPOINT)")
+		sealKeys   = flag.String("placement-seal-keys", env("TMC_NRI_PLACEMENT_SEAL_KEYS", ""), "directory of the keys tmc's scheduler seals placements with (a mounted Secret): a placement is applied only when its seal verifies ('' for sealing off) (TMC_NRI_PLACEMENT_SEAL_KEYS)")
 		tenants    = flag.String("tenant-namespace-labels", env("TMC_NRI_TENANT_NAMESPACE_LABELS", ""), "key=value,... labels of the namespaces whose placements are applied (the admission policy's namespaceSelector; empty: every namespace) (TMC_NRI_TENANT_NAMESPACE_LABELS)")
 	)
 	// --plans was this flag's first name; tmc-nri reconcile has always said --plan-dir.
@@ -86,11 +87,16 @@ func main() {
 		log.Error("--tenant-namespace-labels", "error", err)
 		os.Exit(2)
 	}
+	seals, err := v1alpha1.LoadSealKeys(*sealKeys, "")
+	if err != nil {
+		log.Error("--placement-seal-keys", "error", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	cfg := tmcnri.Config{
 		NodeName: *node, SysRoot: *sys, Resctrl: &tmcnri.Resctrl{Root: *resctrl},
-		PlanDir: *plans, ShimDir: *shim, Tenants: selector, DRACheckpoint: *draCkpt,
+		PlanDir: *plans, ShimDir: *shim, Tenants: selector, DRACheckpoint: *draCkpt, Seals: seals,
 	}
 	if !selector.Every() {
 		// Placements are applied only in tenant namespaces: the plugin needs their labels, and

@@ -31,6 +31,7 @@ func reconcile(args []string) int {
 		kubeconfig = fs.String("kubeconfig", env("TMC_NRI_KUBECONFIG", ""), "kubeconfig for the node's pods, namespaces and the published plans; in-cluster when empty (TMC_NRI_KUBECONFIG)")
 		podsFile   = fs.String("pods", "", "a pod list (kubectl get pods -o json) to read instead of the API server; read again each round")
 		tenants    = fs.String("tenant-namespace-labels", env("TMC_NRI_TENANT_NAMESPACE_LABELS", ""), "key=value,... labels of the namespaces whose placements are applied (empty: every namespace) (TMC_NRI_TENANT_NAMESPACE_LABELS)")
+		sealKeys   = fs.String("placement-seal-keys", env("TMC_NRI_PLACEMENT_SEAL_KEYS", ""), "directory of the keys tmc's scheduler seals placements with: a placement is applied only when its seal verifies ('' for sealing off) (TMC_NRI_PLACEMENT_SEAL_KEYS)")
 		interval   = fs.Duration("interval", 0, "apply again every interval (0: once, then exit)")
 		draCkpt    = fs.String("dra-checkpoint", env("TMC_NRI_DRA_CHECKPOINT", tmcnri.DefaultDRACheckpoint), "tmc-dra-node's checkpoint of the DRA claims it prepared: the pods a claim is reserved for get its configuration ('' for none) (TMC_NRI_DRA_CHECKPOINT)")
 	)
@@ -47,6 +48,11 @@ func reconcile(args []string) int {
 		log.Error("--tenant-namespace-labels", "error", err)
 		return 2
 	}
+	seals, err := v1alpha1.LoadSealKeys(*sealKeys, "")
+	if err != nil {
+		log.Error("--placement-seal-keys", "error", err)
+		return 2
+	}
 	var client kubernetes.Interface
 	var objects dynamic.Interface
 	if *podsFile == "" || !selector.Every() {
@@ -60,7 +66,7 @@ func reconcile(args []string) int {
 		}
 	}
 	r := &tmcnri.Reconciler{NodeName: *node, SysRoot: *sys, Resctrl: &tmcnri.Resctrl{Root: *resctrl},
-		CgroupRoot: *cgroups, PlanDir: *plans, Tenants: selector, DRACheckpoint: *draCkpt}
+		CgroupRoot: *cgroups, PlanDir: *plans, Tenants: selector, DRACheckpoint: *draCkpt, Seals: seals}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 

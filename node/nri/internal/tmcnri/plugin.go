@@ -49,6 +49,9 @@ type Config struct {
 	// admission policy checks who writes a placement there only. Namespaces tells their labels.
 	Tenants    *v1alpha1.TenantNamespaces
 	Namespaces Namespaces
+	// Seals, when set, are the keys tmc's scheduler seals placements with: a placement is applied
+	// only when its seal verifies (nil: sealing off, every readable placement is tmc's).
+	Seals *v1alpha1.SealKeys
 	// DRACheckpoint is the DRA node plugin's checkpoint of the claims it prepared (tmc-dra-node's
 	// data directory); "" when the node applies no DRA claims.
 	DRACheckpoint string
@@ -85,6 +88,7 @@ const (
 	OutcomeMalformed = "malformed" // unreadable placement: created unadjusted (reported)
 	OutcomeLate      = "late"      // created while the plugin was not connected (reported)
 	OutcomeForeign   = "foreign"   // placed outside tmc's tenant namespaces, or unlabelled: created unadjusted (reported)
+	OutcomeUnsealed  = "unsealed"  // a placement tmc's scheduler did not seal: created unadjusted (reported)
 )
 
 // Record is what the plugin applied to one container, as the node agent reads it.
@@ -238,6 +242,19 @@ func (p *Plugin) admitContainer(pod *api.PodSandbox, ctr *api.Container) (*admis
 		}
 		p.count.Container(OutcomeMalformed)
 		p.report.Event(pod, true, "TmcPlacementMalformed",
+			fmt.Sprintf("container %s created without tmc's configuration: %v", ctr.GetName(), err))
+		return nil, nil
+	}
+	if err := p.cfg.Seals.Verify(pod.GetUid(), ann); err != nil {
+		// Written by someone other than tmc's scheduler (a Binding or a write of the pod that
+		// no admission policy judged): it gives the pod nothing, and is not held against the
+		// placements that are tmc's.
+		if verification {
+			return nil, p.refuse(pod, "TmcVerificationNotApplied",
+				"a verification run whose placement is not tmc's does not start: "+err.Error())
+		}
+		p.count.Container(OutcomeUnsealed)
+		p.report.Event(pod, true, "TmcPlacementUnsealed",
 			fmt.Sprintf("container %s created without tmc's configuration: %v", ctr.GetName(), err))
 		return nil, nil
 	}
@@ -723,7 +740,8 @@ func (p *Plugin) heldBy(pod *api.PodSandbox, ctr *api.Container) (pl *Placement,
 		return pl, group, true
 	}
 	pl, err := ParsePlacement(pod.GetAnnotations())
-	if pl == nil || err != nil || pl.Node != p.cfg.NodeName || !v1alpha1.IsTieredPod(pod.GetLabels()) || p.tenant(pod.GetNamespace()) == tenantNot {
+	if pl == nil || err != nil || pl.Node != p.cfg.NodeName || !v1alpha1.IsTieredPod(pod.GetLabels()) || p.tenant(pod.GetNamespace()) == tenantNot ||
+		p.cfg.Seals.Verify(pod.GetUid(), pod.GetAnnotations()) != nil {
 		return nil, "", false
 	}
 	return pl, "", false

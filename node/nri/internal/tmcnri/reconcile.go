@@ -40,6 +40,9 @@ type Reconciler struct {
 	// tells their labels (as for the plugin).
 	Tenants    *v1alpha1.TenantNamespaces
 	Namespaces Namespaces
+	// Seals, when set, are the keys a placement must be sealed with to be applied (as for the
+	// plugin).
+	Seals *v1alpha1.SealKeys
 	// Plans are the published recommendations a tmc.placement/v3 names its plan in (nil: none
 	// can be read).
 	Plans PublishedPlans
@@ -104,6 +107,7 @@ func (r *Reconciler) Reconcile(pods []corev1.Pod) []Reconciled {
 			continue // not placed by tmc
 		}
 		done := Reconciled{Pod: pod.Namespace + "/" + pod.Name}
+		unsealed := r.Seals.Verify(string(pod.UID), pod.Annotations)
 		switch {
 		case err != nil:
 			done.Unapplied = append(done.Unapplied, "placement: "+err.Error())
@@ -113,6 +117,8 @@ func (r *Reconciler) Reconcile(pods []corev1.Pod) []Reconciled {
 			done.Unapplied = append(done.Unapplied, fmt.Sprintf("placement: pod uid %q is not a Kubernetes uid", clip(string(pod.UID), 70)))
 		case !v1alpha1.IsTieredPod(pod.Labels):
 			done.Unapplied = append(done.Unapplied, "placement: "+untiered)
+		case unsealed != nil:
+			done.Unapplied = append(done.Unapplied, "placement: "+unsealed.Error())
 		default:
 			switch tenantOf(r.Tenants, r.Namespaces, pod.Namespace) {
 			case tenantNot:

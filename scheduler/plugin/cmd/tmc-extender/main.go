@@ -49,6 +49,8 @@ type options struct {
 	pprofAddress                    string
 	tenantNamespaces                string
 	planByReference                 bool
+	placementSealKeys               string
+	placementSealSigningKey         string
 	leaseDuration, renewDeadline    time.Duration
 	retryPeriod                     time.Duration
 }
@@ -80,6 +82,11 @@ func parse() options {
 		"key=value,... labels of the namespaces tmc places pods in (the admission policy's namespaceSelector; empty: every namespace)")
 	flag.BoolVar(&o.planByReference, "plan-by-reference", false,
 		"placements name the published plan (tmc.placement/v3) instead of carrying it; only once every node's tmc-nri reads v3")
+	flag.StringVar(&o.placementSealKeys, "placement-seal-keys", "",
+		"directory of the keys that seal placements (a mounted Secret, one file per key named by its id): "+
+			"every placement is sealed, and a bound pod's counts only when its seal verifies (empty: sealing off)")
+	flag.StringVar(&o.placementSealSigningKey, "placement-seal-signing-key", "",
+		"the id of the key in --placement-seal-keys that seals the placements this replica writes")
 	flag.StringVar(&o.pprofAddress, "pprof-address", "",
 		"serve Go's profiler (/debug/pprof) on this address, e.g. 127.0.0.1:6060 (empty: not served; never expose it)")
 	flag.DurationVar(&o.leaseDuration, "placement-lease-duration", 15*time.Second, "the placement lease's duration")
@@ -239,6 +246,10 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("--tenant-namespace-labels: %w", err)
 	}
+	seals, err := tmc.LoadSealKeys(o.placementSealKeys, o.placementSealSigningKey)
+	if err != nil {
+		return fmt.Errorf("--placement-seal-keys: %w", err)
+	}
 	secure := o.certFile != "" || o.keyFile != "" || o.clientCAFile != ""
 	if secure && (o.certFile == "" || o.keyFile == "" || o.clientCAFile == "") {
 		return errors.New("TLS needs --tls-cert-file, --tls-key-file and --client-ca-file together")
@@ -295,6 +306,7 @@ func run(o options) error {
 		return fmt.Errorf("--required-node-plugin: %w", err)
 	}
 	tmc.SetTenantNamespaces(engine, tenants)
+	tmc.SetSealKeys(engine, seals)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	if err := engine.Watch(factory); err != nil {
 		return err

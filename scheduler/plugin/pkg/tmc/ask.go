@@ -301,12 +301,12 @@ func readRecommendation(raw, source string, ask *PodAsk) (*Recommendation, int64
 	sized := rec
 	sized.DRAMBytes, sized.SlowBytes, sized.Plan = SizeToPod(&rec, ask.MemoryBytes)
 	probe.Configuration.DRAMBytes, probe.Configuration.SlowBytes, probe.Plan = sized.DRAMBytes, sized.SlowBytes, sized.Plan
-	// The probe's node is 5 bytes; a real one up to 253.
+	// The probe's node is 5 bytes; a real one up to 253. Room is kept for the seal.
 	ann, err := PlacementAnnotations(&probe)
 	if err != nil {
 		return unreadable(err.Error())
 	}
-	if size := annotationsSize(ann) + 253; size > MaxPlacementAnnotationsBytes {
+	if size := annotationsSize(ann) + 253 + maxSealAnnotationBytes; size > MaxPlacementAnnotationsBytes {
 		return nil, 0, fallbackCause{v1alpha1.FallbackPlacementTooLarge, fmt.Sprintf("the placement of %s would take %d bytes of annotations, over tmc's bound of %d (the API server allows 256 KiB for all of a pod's)",
 			source, size, MaxPlacementAnnotationsBytes)}
 	}

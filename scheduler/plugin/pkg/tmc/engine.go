@@ -45,7 +45,13 @@ type Engine struct {
 	tenants          *TenantNamespaces
 	namespaceLabels  func(string) (map[string]string, bool)
 	namespacesSynced func() bool
+	// seals, when set, seal every placement the engine writes, and a bound pod's placement
+	// counts only when its seal verifies (nil: sealing off, every readable placement counts).
+	seals *SealKeys
 }
+
+// SetSealKeys has the engine seal the placements it writes and trust only sealed ones.
+func SetSealKeys(e *Engine, k *SealKeys) { e.seals = k }
 
 // SetRecorder has the engine write Events about the pods it binds.
 func SetRecorder(e *Engine, r events.EventRecorder) { e.recorder = r }
@@ -235,6 +241,9 @@ func (e *Engine) Bind(ctx context.Context, pod *v1.Pod, ask *PodAsk, nodeName st
 	placement := PlacementOf(ask, held)
 	binding, err := PlacementBinding(pod, placement)
 	if err != nil {
+		return err
+	}
+	if err := sealPlacement(binding.Annotations, pod, e.seals); err != nil {
 		return err
 	}
 	if e.nodePlugin != "" {

@@ -86,6 +86,12 @@ type Args struct {
 	// an older one applies no configuration to such a pod, and an older scheduler replica
 	// does not count it.
 	PlanByReference bool `json:"planByReference,omitempty"`
+	// PlacementSealKeys, when set, is the directory of the keys that seal placements (a mounted
+	// Secret, one file per key named by its id): every placement the plugin writes is sealed with
+	// PlacementSealSigningKey, and a bound pod's placement counts only when its seal verifies
+	// with one of the keys. Empty: sealing off (a Binding's placement is then trusted as it is).
+	PlacementSealKeys       string `json:"placementSealKeys,omitempty"`
+	PlacementSealSigningKey string `json:"placementSealSigningKey,omitempty"`
 }
 
 // DefaultRecommendationWait is the wait when the configuration does not set one: until the
@@ -216,6 +222,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("%s: tenantNamespaceLabels: %w", Name, err)
 	}
 	SetTenantNamespaces(p.Engine, tenants)
+	seals, err := LoadSealKeys(args.PlacementSealKeys, args.PlacementSealSigningKey)
+	if err != nil {
+		return nil, fmt.Errorf("%s: placementSealKeys: %w", Name, err)
+	}
+	SetSealKeys(p.Engine, seals)
 	if err := p.Watch(h.SharedInformerFactory()); err != nil {
 		return nil, err
 	}

@@ -154,6 +154,13 @@ func (e *Engine) ObservePod(pod *v1.Pod) {
 	if placement == nil {
 		return
 	}
+	if err := e.seals.Verify(string(pod.UID), pod.Annotations); err != nil {
+		// Not written by tmc's scheduler (or rewritten since): it holds nothing, and what the
+		// pod held before, it holds no more.
+		klog.ErrorS(err, "unsealed placement; the pod is not counted", "pod", klog.KObj(pod))
+		e.cache.Disown(pod.UID)
+		return
+	}
 	if placement.Node != pod.Spec.NodeName {
 		klog.InfoS("placement names another node than the pod's; not counted", "pod", klog.KObj(pod),
 			"placement", placement.Node, "node", pod.Spec.NodeName)
