@@ -6,20 +6,24 @@ kube-apiserver from tests/scheduler/controlplane).
 
     python -m bench.admission_cost [--repeat 3] [--pods 100] [--json PATH]
 
-Four arms, interleaved round by round (their order rotating) so that drift in the machine's
+Five arms, interleaved round by round (their order rotating) so that drift in the machine's
 load hits them alike:
   none      the chart's RBAC, none of its admission policies
-  every     the chart's policies as by default (every namespace): the measured pods lack tmc's
-            label (tmc.dev/tiered=true), so only their Binding is matched
+  every     the chart's policies as by default (every namespace, sealed placements): the
+            measured pods lack tmc's label (tmc.dev/tiered=true), and no policy judges a Binding
+  unsealed  the same with placementSeal off: the binding-placement policy matches every
+            Binding, so the measured pods' Bindings are
   tenants   the chart's policies with admission.tenantNamespaceLabels set: the measured
             namespace is not labelled, so none of its pods' writes is matched
   tiered    the chart's policies as by default, the measured pods labelled as tmc's: every
             write of theirs is judged (what a tmc pod costs)
 A round makes N pods in the measured namespace (never a tenant namespace), each created, bound
 (pods/binding), its status patched and deleted, as the scheduler and a kubelet would; its cost
-is kube-apiserver's user and system CPU over the round (/proc/<pid>/stat) divided by N. Prints the median per arm, the ratios
-to `none` measured in the same run, and the load average before and after (`--repeat`, also
-`--rounds`: rounds per arm).
+is kube-apiserver's user and system CPU over the round (/proc/<pid>/stat) divided by N, and the
+CEL evaluations tmc's policies cost it (the API server's own counts of their match-condition
+evaluations and of the policies' checks, over the round) divided by N. Prints the median per arm,
+the ratios to `none` measured in the same run, and the load average before and after
+(`--repeat`, also `--rounds`: rounds per arm).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 
 import yaml
 from kubernetes import client as k8s
+from prometheus_client.parser import text_string_to_metric_families
 from kubernetes import utils as k8s_utils
 
 from bench.harness import Result, arguments, load_line, process_cpu_seconds
@@ -41,7 +46,14 @@ TENANT_NS = "bench-tenant"  # labelled: one of tmc's under the tenants arm
 OTHER_NS = "bench-other"  # never labelled: the pods measured
 LABELS = {"tmc.dev/tenant": "yes"}
 FORGED = {"tmc.dev/placement": "{}", "tmc.dev/llc-mask": "0x1"}
-ARMS = ("none", "every", "tenants", "tiered")
+ARMS = ("none", "every", "unsealed", "tenants", "tiered")
+# Each arm's chart values.
+ARM_VALUES: dict[str, dict[str, Any]] = {
+    "every": {},
+    "unsealed": {"placementSeal": {"enabled": False}},
+    "tenants": {"admission": {"tenantNamespaceLabels": LABELS}},
+    "tiered": {},
+}
 TIERED = tiered_pod_labels()
 
 
@@ -50,10 +62,30 @@ def api_cpu_seconds(cp: ControlPlane) -> float:
     return process_cpu_seconds(cp.procs["kube-apiserver"].pid)
 
 
-def policies(tenant_labels: dict[str, str]) -> list[dict[str, Any]]:
-    values: dict[str, Any] = {"admission": {"tenantNamespaceLabels": tenant_labels}}
+def policies(values: dict[str, Any]) -> list[dict[str, Any]]:
     rendered = c.render_chart(values)["tmc/templates/admission.yaml"]
     return [d for d in yaml.safe_load_all(rendered) if d]
+
+
+def cel_evaluations(cp: ControlPlane) -> float:
+    """How many times so far the API server evaluated CEL for tmc's policies: their match
+    conditions (apiserver_admission_match_condition_evaluation_seconds, kind policy) and their
+    checks of the requests those let through (apiserver_validating_admission_policy_check)."""
+    total = 0.0
+    for family in text_string_to_metric_families(c.api_server_metrics(cp)):
+        for s in family.samples:
+            if (
+                family.name == "apiserver_admission_match_condition_evaluation_seconds"
+                and s.name.endswith("_count")
+                and s.labels.get("kind") == "policy"
+                and s.labels.get("name", "").startswith(RELEASE)
+            ) or (
+                family.name == "apiserver_validating_admission_policy_check"
+                and s.name.endswith("_total")
+                and s.labels.get("policy", "").startswith(RELEASE)
+            ):
+                total += s.value
+    return total
 
 
 def probe_refused(api: k8s.CoreV1Api, ns: str) -> bool:
@@ -87,10 +119,10 @@ def install(cp: ControlPlane, arm: str) -> None:
         if p.metadata.name.startswith(RELEASE):
             admission.delete_validating_admission_policy(p.metadata.name)
     if arm != "none":
-        for doc in policies(LABELS if arm == "tenants" else {}):
+        for doc in policies(ARM_VALUES[arm]):
             k8s_utils.create_from_dict(client, doc)
     api = c.core(cp)
-    want_tenant, want_other = arm != "none", arm in ("every", "tiered")
+    want_tenant, want_other = arm != "none", arm in ("every", "unsealed", "tiered")
     wait_until(
         lambda: (
             probe_refused(api, TENANT_NS) == want_tenant
@@ -119,9 +151,10 @@ def pod(
 
 def one_round(
     cp: ControlPlane, api: k8s.CoreV1Api, n: int, tag: str, tiered: bool = False
-) -> float:
+) -> tuple[float, float]:
     """N pods (tmc's when `tiered`) created, bound, status-patched and deleted:
-    kube-apiserver's CPU ms per pod."""
+    kube-apiserver's CPU ms per pod, and the CEL evaluations of tmc's policies per pod."""
+    evaluated = cel_evaluations(cp)
     before = api_cpu_seconds(cp)
     for i in range(n):
         name = f"{tag}-{i}"
@@ -139,7 +172,8 @@ def one_round(
             name, OTHER_NS, {"status": {"phase": "Running", "podIP": "10.0.0.1"}}
         )
         api.delete_namespaced_pod(name, OTHER_NS, grace_period_seconds=0)
-    return (api_cpu_seconds(cp) - before) * 1000 / n
+    ms = (api_cpu_seconds(cp) - before) * 1000 / n
+    return ms, (cel_evaluations(cp) - evaluated) / n
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -167,13 +201,15 @@ def main(argv: list[str] | None = None) -> None:
             c.ensure_default_account(api, ns)
         one_round(cp, api, min(args.pods, 20), "warm")
         samples: dict[str, list[float]] = {arm: [] for arm in ARMS}
+        evaluations: dict[str, list[float]] = {arm: [] for arm in ARMS}
         for r in range(args.repeat):
             order = ARMS[r % len(ARMS) :] + ARMS[: r % len(ARMS)]
             for arm in order:
                 install(cp, arm)
-                ms = one_round(cp, api, args.pods, f"r{r}-{arm}", tiered=arm == "tiered")
+                ms, cel = one_round(cp, api, args.pods, f"r{r}-{arm}", tiered=arm == "tiered")
                 samples[arm].append(ms)
-                print(f"round {r} {arm:8s} {ms:6.3f} ms/pod", flush=True)
+                evaluations[arm].append(cel)
+                print(f"round {r} {arm:8s} {ms:6.3f} ms/pod  {cel:5.2f} CEL/pod", flush=True)
     finally:
         cp.close()
     print(
@@ -183,10 +219,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     for arm in ARMS:
         result.figure(arm, "median ms/pod", statistics.median(samples[arm]), 3)
+        result.figure(arm, "CEL evaluations/pod", statistics.median(evaluations[arm]), 2)
     for arm in ARMS:
         med = result.figures[arm]["median ms/pod"]
         rel = result.compare(arm, "median ms/pod", "none", label="ratio to none")
-        print(f"  {arm:8s} median {med:6.3f} ms/pod   ratio to none {rel:5.2f}")
+        cel = result.figures[arm]["CEL evaluations/pod"]
+        print(
+            f"  {arm:8s} median {med:6.3f} ms/pod   ratio to none {rel:5.2f}   "
+            f"CEL evaluations {cel:4.2f}/pod"
+        )
     print(load_line(result.write(args.json)))
 
 

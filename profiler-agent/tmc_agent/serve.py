@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model.node_contract import RUN_NOT_PLACED, is_tiered_pod
+from model.node_contract import RUN_NOT_PLACED, PlacementSealKeys, is_tiered_pod
 from tmc_agent import shim, upload, verification
 from tmc_agent.capacity import CapacityPatch, capacity_patch
 from tmc_agent.discover import NodeReport, discover
@@ -65,6 +65,13 @@ class Agent:
         self.config = config
         self.node_api = node_api
         self.pod_source = pods
+        # A key directory that cannot be read stops the agent at its start (SealKeyError),
+        # rather than reporting runs of placements it cannot check.
+        self.seal_keys = (
+            PlacementSealKeys.from_directory(config.placement_seal_keys)
+            if config.placement_seal_keys is not None
+            else None
+        )
         self.report = report if report is not None else discover(config.paths)
         # What was last logged per pod key, so that only changes are logged: pods listed on the
         # node only, and at most MAX_REMEMBERED_PODS, oldest said first out.
@@ -172,7 +179,7 @@ class Agent:
                 continue
             try:
                 workload, run = verification.measured_run(
-                    pod, self.config.node_name, records=self.records_dir
+                    pod, self.config.node_name, records=self.records_dir, keys=self.seal_keys
                 )
             except verification.NotARun as exc:
                 self._settle(uid, key, f"not a verification run: {exc}", out)

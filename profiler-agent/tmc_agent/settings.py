@@ -19,6 +19,7 @@ them); numbers are parsed with bounds, and a bad value is one clear error naming
 | TMC_AGENT_SPOOL                  | profiles waiting for upload                          |
 | TMC_AGENT_SHIM_DIR               | host directory the shim is installed into for pods   |
 | TMC_AGENT_NRI                    | "true": runs are held to tmc-nri's creation records  |
+| TMC_AGENT_PLACEMENT_SEAL_KEYS    | the placement seal's keys: only sealed runs reported |
 | TMC_AGENT_SYS/PROC/RESCTRL/CGROUP| host roots (`HostPaths.from_env`)                    |
 
 Which token the agent sends to tmc's service, first that exists: the projected service-account
@@ -137,6 +138,9 @@ class AgentSettings:
     # configuration applied. Otherwise tmc-nri reconcile applies placements to running pods and
     # records nothing, and runs are reported as before it. The agent applies nothing either way.
     nri: bool = False
+    # The keys tmc's scheduler seals placements with (a mounted Secret): a run is reported only
+    # for a pod whose placement's seal verifies. None: sealing off.
+    placement_seal_keys: Path | None = None
 
     def service_token(self) -> str | None:
         """The token for tmc's service, read now: the projected token is rotated by the kubelet,
@@ -178,6 +182,7 @@ class AgentSettings:
         projected = env.get("TMC_AGENT_PROJECTED_TOKEN_FILE") or None
         spool = env.get("TMC_AGENT_SPOOL") or None
         shim_dir = env.get("TMC_AGENT_SHIM_DIR") or None
+        seal_keys = env.get("TMC_AGENT_PLACEMENT_SEAL_KEYS") or None
         return cls(
             node_name=name,
             paths=HostPaths.from_env(),
@@ -197,4 +202,5 @@ class AgentSettings:
             spool_dir=Path(spool) if spool else None,
             shim_dir=Path(shim_dir) if shim_dir else None,
             nri=_flag(env, "TMC_AGENT_NRI"),
+            placement_seal_keys=Path(seal_keys) if seal_keys else None,
         )

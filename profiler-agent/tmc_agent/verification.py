@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from model.node_contract import VERIFICATION_RUN_ANNOTATION, Placement
+from model.node_contract import VERIFICATION_RUN_ANNOTATION, Placement, PlacementSealKeys
 from model.verification import AppliedConfiguration, MeasuredRun
 from tmc_agent.placement import BadPlacement, parse_placement
 
@@ -90,16 +90,20 @@ def _applied(records: Path, uid: str, container: str, placement: Placement) -> l
 
 
 def measured_run(
-    pod: dict[str, Any], node: str, records: Path | None = None
+    pod: dict[str, Any],
+    node: str,
+    records: Path | None = None,
+    keys: PlacementSealKeys | None = None,
 ) -> tuple[str, MeasuredRun]:
     """(workload, run) of a pod that opted in and succeeded here; NotARun says why not. With
     `records` (tmc-nri's record directory), only a pod whose every container started with its
-    configuration applied counts."""
+    configuration applied counts; with `keys`, only one whose placement tmc's scheduler
+    sealed."""
     status = pod.get("status") or {}
     if status.get("phase") != "Succeeded":
         raise NotARun(f"phase {status.get('phase')!r}, not Succeeded")
     try:
-        p = parse_placement(pod)
+        p = parse_placement(pod, keys)
     except BadPlacement as exc:
         raise NotARun(str(exc)) from exc
     if p.node != node:

@@ -20,7 +20,12 @@ from tmc_agent.settings import AgentSettings
 
 from ledger import nodes as ledger_nodes
 from ledger.types import NodeCapacity
-from model.node_contract import VERIFICATION_RUN_ANNOTATION, is_tiered_pod
+from model.node_contract import (
+    PLACEMENT_SEAL_ANNOTATION,
+    VERIFICATION_RUN_ANNOTATION,
+    PlacementSealKeys,
+    is_tiered_pod,
+)
 from store.db import make_engine, make_session_factory, unit_of_work
 from store.settings import DatabaseSettings
 from tests.agent import fakehost
@@ -216,3 +221,31 @@ def test_the_example_job_opts_in_as_the_agent_reads_it() -> None:
     pod["metadata"]["annotations"] = {**ann, **pod["metadata"]["annotations"]}
     workload, run = verification.measured_run(pod, NODE)
     assert workload == "graph500" and run.run_id == "0005-job" and run.seconds == 90.5
+
+
+def test_with_the_seals_keys_only_a_sealed_placement_is_a_run(tmp_path: Path) -> None:
+    """With the placement seal's keys (TMC_AGENT_PLACEMENT_SEAL_KEYS, as the chart sets them),
+    a pod whose placement tmc's scheduler did not seal for it is no run; without them, as
+    before, it is one."""
+    (tmp_path / "k1").write_text("a key of thirty-two bytes or more, for the test\n")
+    keys = PlacementSealKeys.from_directory(tmp_path, "k1")
+    pod = finished("0006-sealed", "sealed")
+    ann = pod["metadata"]["annotations"]
+    uid = pod["metadata"]["uid"]
+    with pytest.raises(verification.NotARun, match="placement-seal"):
+        verification.measured_run(pod, NODE, keys=keys)
+    assert verification.measured_run(pod, NODE)[0]  # seals off: read as before
+    ann[PLACEMENT_SEAL_ANNOTATION] = keys.seal("another-pod", ann)
+    with pytest.raises(verification.NotARun, match="does not match"):
+        verification.measured_run(pod, NODE, keys=keys)
+    ann[PLACEMENT_SEAL_ANNOTATION] = keys.seal(uid, ann)
+    workload, run = verification.measured_run(pod, NODE, keys=keys)
+    assert workload == "graph500"
+    assert run.run_id == "0006-sealed", run
+    settings = AgentSettings.from_env(
+        {"TMC_AGENT_NODE_NAME": NODE, "TMC_AGENT_PLACEMENT_SEAL_KEYS": str(tmp_path)}
+    )
+    assert settings.placement_seal_keys == tmp_path
+    paths = fakehost.optane_host(tmp_path / "host")
+    agent = serve.Agent(settings, FakeNodeApi(), FakePods(), report=discover(paths))
+    assert agent.seal_keys is not None and agent.seal_keys.key_ids == ["k1"]

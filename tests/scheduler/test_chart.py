@@ -1112,6 +1112,7 @@ def _seal_mounts(docs: list[dict[str, Any]]) -> dict[str, tuple[str | None, Any]
             told = (
                 env.get("TMC_PLACEMENT_SEAL_KEYS")
                 or env.get("TMC_NRI_PLACEMENT_SEAL_KEYS")
+                or env.get("TMC_AGENT_PLACEMENT_SEAL_KEYS")
                 or [a for a in ctr.get("command", []) if a.startswith("--placement-seal")]
                 or "config"
             )
@@ -1120,8 +1121,8 @@ def _seal_mounts(docs: list[dict[str, Any]]) -> dict[str, tuple[str | None, Any]
 
 
 def test_placements_are_sealed_by_every_component_by_default() -> None:
-    """tmc-scheduler and tmc-extender seal with the signing key; the publisher, tmc-nri and tmc-nri
-    reconcile verify; every one mounts the chart's Secret, which holds a random key of 64
+    """tmc-scheduler and tmc-extender seal with the signing key; the publisher, tmc-nri, tmc-nri
+    reconcile and the agent (its verification runs) verify; every one mounts the chart's Secret, which holds a random key of 64
     characters under the signing key's id and is kept when the release goes."""
     plugin = render({"scheduler": {"placement": "plugin"}})
     secret = by_name(plugin, "Secret", "demo-tmc-placement-seal")
@@ -1135,6 +1136,7 @@ def test_placements_are_sealed_by_every_component_by_default() -> None:
         "demo-tmc-plugin-scheduler/tmc-scheduler": (name, "config"),
         "demo-tmc-publisher/publisher": (name, SEAL_DIR),
         "demo-tmc-agent/nri": (name, SEAL_DIR),
+        "demo-tmc-agent/agent": (name, SEAL_DIR),
     }
     extender = render(EXTENDER)
     assert _seal_mounts(extender)["demo-tmc-scheduler/extender"] == (
