@@ -59,6 +59,7 @@ def start_plugin(node: Node, tmp_path: Path) -> Iterator[PluginFactory]:
         resctrl: str = "",
         kubeconfig: str = "none",
         dra_checkpoint: str = "",
+        seal_keys: str = "",
     ) -> harness.Plugin:
         plugin = harness.Plugin(
             binary=node.plugin_binary,
@@ -69,6 +70,7 @@ def start_plugin(node: Node, tmp_path: Path) -> Iterator[PluginFactory]:
             resctrl=resctrl,
             kubeconfig=kubeconfig,
             dra_checkpoint=dra_checkpoint,
+            seal_keys=seal_keys,
             log=tmp_path / f"tmc-nri-{len(started)}.log",
         )
         plugin.start()

@@ -280,3 +280,29 @@ def test_malformed_placement_starts_unadjusted_with_an_event(
     assert plugin.proc is not None and plugin.proc.poll() is None
     cid = create(node, "next", 9, placed("0x1", 1, 64 << 20))
     assert env_of(node.runtime.spec(cid))["TMC_PLAN"] == "/run/tmc/plan"
+
+
+def test_with_the_seals_keys_only_a_sealed_placement_is_applied(
+    node: Node, start_plugin: PluginFactory, tmp_path: Path
+) -> None:
+    """tmc-nri with the placement seal's keys, as the chart runs it: a placement tmc's scheduler
+    sealed for the pod is applied; the same placement unsealed, or sealed for another pod (what a
+    tenant's own Binding can write), starts the container as if tmc had not placed it, with an
+    Event and a count, and the plugin goes on."""
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "k1").write_text("a key of thirty-two bytes or more, for the node\n")
+    keys = contract.PlacementSealKeys.from_directory(tmp_path / "keys", "k1")
+    plugin = start_plugin(seal_keys=str(tmp_path / "keys"))
+    unsealed = placed("0x3", 2, 128 << 20)
+    anothers = {**unsealed, contract.PLACEMENT_SEAL_ANNOTATION: keys.seal(uid(99), unsealed)}
+    for n, forged in ((10, unsealed), (11, anothers)):
+        spec = node.runtime.spec(create(node, f"forged-{n}", n, forged))
+        assert tmc_mounts(spec) == {} and "TMC_PLAN" not in env_of(spec)
+        assert "limit" not in spec["linux"]["resources"].get("memory", {})
+    assert [e["reason"] for e in plugin.events()] == ["TmcPlacementUnsealed"] * 2
+    assert plugin.metrics()['tmc_nri_containers_total{outcome="unsealed"}'] == 2
+    sealed = placed("0x3", 2, 128 << 20)
+    sealed[contract.PLACEMENT_SEAL_ANNOTATION] = keys.seal(uid(12), sealed)
+    spec = node.runtime.spec(create(node, "sealed", 12, sealed))
+    assert spec["linux"]["resources"]["memory"]["limit"] == 128 << 20
+    assert env_of(spec)["TMC_PLAN"] == "/run/tmc/plan"

@@ -136,6 +136,7 @@ class Plugin:
     node: str = "node-a"
     kubeconfig: str = "none"  # events to an API server; "none": logged only
     dra_checkpoint: str = ""  # tmc-dra-node's checkpoint, read for containers naming a claim
+    seal_keys: str = ""  # the placement seal's key directory ("": sealing off)
     log: Path = field(default_factory=lambda: Path("/dev/null"))
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
@@ -163,6 +164,8 @@ class Plugin:
                 self.kubeconfig,
                 "--dra-checkpoint",
                 self.dra_checkpoint,
+                "--placement-seal-keys",
+                self.seal_keys,
             ],
             stdout=subprocess.DEVNULL,
             stderr=self.log.open("ab"),

@@ -2,8 +2,12 @@ package tmcnri
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"tmc.dev/scheduler-plugin/pkg/apis/tmc/v1alpha1"
 )
@@ -66,5 +70,37 @@ func TestOnlySealedPlacementsAreApplied(t *testing.T) {
 	off := newFixture(t, true)
 	if adj, _, err := off.plugin.CreateContainer(ctx, pod("plain", "u3", placed("node-a", "0xf", 4, gib, 0)), container("c", "")); err != nil || adj == nil {
 		t.Errorf("seals off: an unsealed placement is not applied (adj %v, err %v)", adj, err)
+	}
+}
+
+// tmc-nri reconcile holds running pods to the same seal: an unsealed placement writes nothing
+// and is reported unapplied; the same placement sealed for the pod is applied.
+func TestReconcileAppliesOnlySealedPlacements(t *testing.T) {
+	keys, err := v1alpha1.NewSealKeys(map[string][]byte{"k1": []byte(strings.Repeat("node key ", 5))}, "")
+	must(t, err)
+	signer, err := v1alpha1.NewSealKeys(map[string][]byte{"k1": []byte(strings.Repeat("node key ", 5))}, "k1")
+	must(t, err)
+	uid := "6f1c2a9e-0060"
+	root, podDir := writeCgroups(t, uid, "0-1", "9")
+	r := &Reconciler{NodeName: "node-a", SysRoot: twoSockets(t), Resctrl: &Resctrl{Root: writeResctrl(t)},
+		CgroupRoot: root, PlanDir: t.TempDir(), Seals: keys}
+	ann := placed("node-a", "0x3", 2, gib, 0)
+	done := r.Reconcile([]corev1.Pod{runningPod("forged", uid, "node-a", ann)})
+	if len(done) != 1 || len(done[0].Written) != 0 || len(done[0].Unapplied) != 1 ||
+		!strings.Contains(done[0].Unapplied[0], v1alpha1.PlacementSealAnnotation) {
+		t.Fatalf("unsealed: %+v", done)
+	}
+	if got := readTrim(t, filepath.Join(podDir, "memory.max")); got != "max" {
+		t.Errorf("an unsealed placement wrote memory.max %s", got)
+	}
+	seal, err := signer.Seal(uid, ann)
+	must(t, err)
+	ann[v1alpha1.PlacementSealAnnotation] = seal
+	done = r.Reconcile([]corev1.Pod{runningPod("sealed", uid, "node-a", ann)})
+	if len(done) != 1 || len(done[0].Written) == 0 {
+		t.Fatalf("sealed: %+v", done)
+	}
+	if got := readTrim(t, filepath.Join(podDir, "memory.max")); got != fmt.Sprint(gib) {
+		t.Errorf("a sealed placement: memory.max %s, want %d", got, gib)
 	}
 }
