@@ -520,10 +520,13 @@ class PlacementSealKeys:
         *,
         directory: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        accept_unsealed: bool = False,
     ) -> None:
         """`keys`: id -> key (text is its UTF-8 bytes; taken as given, not trimmed).
         `directory`: where they were read, read again for a key not held (None: fixed keys).
-        `clock`: seconds, for the re-read's pace."""
+        `clock`: seconds, for the re-read's pace. `accept_unsealed`: a placement with no seal
+        at all verifies (one with a seal is still checked): for the upgrade from a release that
+        did not seal, while the pods it placed run."""
         own: dict[str, bytes] = {}
         for key_id, key in keys.items():
             raw = key.encode() if isinstance(key, str) else bytes(key)
@@ -537,6 +540,7 @@ class PlacementSealKeys:
                 f"the signing key {signing[:70]!r} is not one of the keys in {where}"
             )
         self._signing = signing
+        self.accept_unsealed = accept_unsealed
         self._directory = directory
         self._clock = clock
         self._keys: Mapping[str, bytes] = MappingProxyType(own)
@@ -550,6 +554,7 @@ class PlacementSealKeys:
         signing: str | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        accept_unsealed: bool = False,
     ) -> PlacementSealKeys:
         """The keys of a directory laid out as a mounted Secret (one file per key, named by its
         id, its bytes less trailing spaces, tabs, CRs and LFs the key); SealKeyError when it
@@ -558,7 +563,13 @@ class PlacementSealKeys:
         if path == "":
             # Not the working directory: "" is sealing off, which the caller decides.
             raise SealKeyError("no placement seal key directory given")
-        return cls(_read_seal_keys(path), signing, directory=path, clock=clock)
+        return cls(
+            _read_seal_keys(path),
+            signing,
+            directory=path,
+            clock=clock,
+            accept_unsealed=accept_unsealed,
+        )
 
     @property
     def signing(self) -> str | None:
@@ -588,6 +599,8 @@ class PlacementSealKeys:
         time. The checks and their order are the Go reader's (v1alpha1.SealKeys.Verify)."""
         ann = annotations or {}
         seal = ann.get(PLACEMENT_SEAL_ANNOTATION)
+        if (seal is None or seal == "") and self.accept_unsealed:
+            return
         if seal is None or seal == "":
             raise SealError(
                 f"the placement carries no {PLACEMENT_SEAL_ANNOTATION}:"

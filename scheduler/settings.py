@@ -49,6 +49,9 @@ class FeederSettings(DatabaseSettings):
     # a bound pod's placement counts only when its seal verifies with one of them. "": sealing
     # off, every placement counts.
     placement_seal_keys: str = ""
+    # A placement with no seal at all counts too (one with a seal is still verified): for the
+    # upgrade from a release that did not seal, while the pods it placed run.
+    placement_seal_accept_unsealed: bool = False
 
     @field_validator("placement_seal_keys")
     @classmethod
@@ -67,7 +70,9 @@ class FeederSettings(DatabaseSettings):
         off). SealKeyError when the directory no longer reads."""
         if not self.placement_seal_keys:
             return None
-        return PlacementSealKeys.from_directory(self.placement_seal_keys)
+        return PlacementSealKeys.from_directory(
+            self.placement_seal_keys, accept_unsealed=self.placement_seal_accept_unsealed
+        )
 
     @field_validator("tenant_namespace_labels")
     @classmethod

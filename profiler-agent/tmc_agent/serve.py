@@ -68,7 +68,9 @@ class Agent:
         # A key directory that cannot be read stops the agent at its start (SealKeyError),
         # rather than reporting runs of placements it cannot check.
         self.seal_keys = (
-            PlacementSealKeys.from_directory(config.placement_seal_keys)
+            PlacementSealKeys.from_directory(
+                config.placement_seal_keys, accept_unsealed=config.placement_seal_accept_unsealed
+            )
             if config.placement_seal_keys is not None
             else None
         )

@@ -20,6 +20,7 @@ them); numbers are parsed with bounds, and a bad value is one clear error naming
 | TMC_AGENT_SHIM_DIR               | host directory the shim is installed into for pods   |
 | TMC_AGENT_NRI                    | "true": runs are held to tmc-nri's creation records  |
 | TMC_AGENT_PLACEMENT_SEAL_KEYS    | the placement seal's keys: only sealed runs reported |
+| TMC_AGENT_PLACEMENT_SEAL_ACCEPT_UNSEALED | "true": a run with no seal at all is reported too |
 | TMC_AGENT_SYS/PROC/RESCTRL/CGROUP| host roots (`HostPaths.from_env`)                    |
 
 Which token the agent sends to tmc's service, first that exists: the projected service-account
@@ -141,6 +142,8 @@ class AgentSettings:
     # The keys tmc's scheduler seals placements with (a mounted Secret): a run is reported only
     # for a pod whose placement's seal verifies. None: sealing off.
     placement_seal_keys: Path | None = None
+    # A placement with no seal at all counts too (the upgrade from a release that did not seal).
+    placement_seal_accept_unsealed: bool = False
 
     def service_token(self) -> str | None:
         """The token for tmc's service, read now: the projected token is rotated by the kubelet,
@@ -203,4 +206,5 @@ class AgentSettings:
             shim_dir=Path(shim_dir) if shim_dir else None,
             nri=_flag(env, "TMC_AGENT_NRI"),
             placement_seal_keys=Path(seal_keys) if seal_keys else None,
+            placement_seal_accept_unsealed=_flag(env, "TMC_AGENT_PLACEMENT_SEAL_ACCEPT_UNSEALED"),
         )

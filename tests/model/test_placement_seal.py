@@ -397,3 +397,16 @@ def test_the_agent_reads_only_sealed_placements_when_it_holds_keys() -> None:
     pod["metadata"]["annotations"] = {}
     with pytest.raises(BadPlacement, match=r"no tmc\.dev/placement annotation"):
         parse_placement(pod, keys)
+
+
+def test_accepting_unsealed_placements_still_verifies_every_seal() -> None:
+    """The upgrade from a release that did not seal: a placement with no seal verifies, one whose
+    seal is there is held to it, as the Go reader does (v1alpha1 seal_test.go)."""
+    keys = PlacementSealKeys(KEYS, accept_unsealed=True)
+    for case in TABLE["verdicts"]:
+        unsealed = not case["annotations"].get(PLACEMENT_SEAL_ANNOTATION)
+        if case.get("verified") or unsealed:
+            keys.verify(case["pod_uid"], case["annotations"])
+        else:
+            with pytest.raises(SealError, match=case["error"]):
+                keys.verify(case["pod_uid"], case["annotations"])

@@ -1167,3 +1167,33 @@ def test_an_operators_secret_and_signing_key_and_sealing_off() -> None:
     ]
     with pytest.raises(Exception, match="DNS label"):
         render({"placementSeal": {"signingKey": "Key_1"}})
+
+
+def test_accepting_unsealed_placements_for_an_upgrade_reaches_every_reader() -> None:
+    """placementSeal.acceptUnsealed (the upgrade from a release that did not seal): every reader
+    is told, and the binding-placement policy judges Bindings meanwhile; off by default."""
+    values = {"placementSeal": {"acceptUnsealed": True}}
+    plugin = render({**values, "scheduler": {"placement": "plugin"}})
+    assert _tmc_placement_args(plugin)["placementSealAcceptUnsealed"] is True
+    env = {
+        name: env_of(c)
+        for d in plugin
+        if d["kind"] in ("Deployment", "DaemonSet")
+        for c in d["spec"]["template"]["spec"]["containers"]
+        for name in [f"{d['metadata']['name']}/{c['name']}"]
+    }
+    assert env["demo-tmc-publisher/publisher"]["TMC_PLACEMENT_SEAL_ACCEPT_UNSEALED"] == "true"
+    assert env["demo-tmc-agent/nri"]["TMC_NRI_PLACEMENT_SEAL_ACCEPT_UNSEALED"] == "true"
+    assert env["demo-tmc-agent/agent"]["TMC_AGENT_PLACEMENT_SEAL_ACCEPT_UNSEALED"] == "true"
+    names = {d["metadata"]["name"] for d in plugin if d["kind"] == "ValidatingAdmissionPolicy"}
+    assert "demo-tmc-binding-placement" in names
+    extender = by_name(render({**values, **EXTENDER}), "Deployment", "demo-tmc-scheduler")
+    (ext,) = [
+        c for c in extender["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"
+    ]
+    assert "--placement-seal-accept-unsealed" in ext["command"]
+    default = render({"scheduler": {"placement": "plugin"}})
+    assert "placementSealAcceptUnsealed" not in _tmc_placement_args(default)
+    reconcile = render({**values, "agent": {"nri": {"enabled": False}}})
+    (rec,) = [c for c in agent_containers(reconcile).values() if c["name"] == "reconcile"]
+    assert env_of(rec)["TMC_NRI_PLACEMENT_SEAL_ACCEPT_UNSEALED"] == "true"

@@ -223,3 +223,7 @@ def test_the_setting_names_the_keys_placements_are_verified_with(
     keys = settings.seal_keys()
     assert keys is not None and keys.key_ids == ["k1"] and keys.signing is None
     keys.verify("p1", sealed_pod("p1")["metadata"]["annotations"])
+    assert not keys.accept_unsealed
+    monkeypatch.setenv("TMC_PLACEMENT_SEAL_ACCEPT_UNSEALED", "true")
+    upgrading = load_settings(FeederSettings, "tmc publisher").seal_keys()
+    assert upgrading is not None and upgrading.accept_unsealed

@@ -23,17 +23,18 @@ import (
 func reconcile(args []string) int {
 	fs := flag.NewFlagSet("tmc-nri reconcile", flag.ContinueOnError)
 	var (
-		node       = fs.String("node", env("TMC_NRI_NODE_NAME", ""), "this node's name (TMC_NRI_NODE_NAME)")
-		sys        = fs.String("sys", env("TMC_NRI_SYS", "/sys"), "the host's sysfs (TMC_NRI_SYS)")
-		resctrl    = fs.String("resctrl", env("TMC_NRI_RESCTRL", "/sys/fs/resctrl"), "the host's resctrl mount (TMC_NRI_RESCTRL)")
-		plans      = fs.String("plan-dir", env("TMC_NRI_PLAN_DIR", "/var/lib/tmc/plans"), "the node's plan directory, where a pod that mounts it reads <uid>.plan; empty: no plans (TMC_NRI_PLAN_DIR)")
-		cgroups    = fs.String("cgroup-root", env("TMC_NRI_CGROUP_ROOT", "/sys/fs/cgroup"), "the host's cgroup v2 mount (TMC_NRI_CGROUP_ROOT)")
-		kubeconfig = fs.String("kubeconfig", env("TMC_NRI_KUBECONFIG", ""), "kubeconfig for the node's pods, namespaces and the published plans; in-cluster when empty (TMC_NRI_KUBECONFIG)")
-		podsFile   = fs.String("pods", "", "a pod list (kubectl get pods -o json) to read instead of the API server; read again each round")
-		tenants    = fs.String("tenant-namespace-labels", env("TMC_NRI_TENANT_NAMESPACE_LABELS", ""), "key=value,... labels of the namespaces whose placements are applied (empty: every namespace) (TMC_NRI_TENANT_NAMESPACE_LABELS)")
-		sealKeys   = fs.String("placement-seal-keys", env("TMC_NRI_PLACEMENT_SEAL_KEYS", ""), "directory of the keys tmc's scheduler seals placements with: a placement is applied only when its seal verifies ('' for sealing off) (TMC_NRI_PLACEMENT_SEAL_KEYS)")
-		interval   = fs.Duration("interval", 0, "apply again every interval (0: once, then exit)")
-		draCkpt    = fs.String("dra-checkpoint", env("TMC_NRI_DRA_CHECKPOINT", tmcnri.DefaultDRACheckpoint), "tmc-dra-node's checkpoint of the DRA claims it prepared: the pods a claim is reserved for get its configuration ('' for none) (TMC_NRI_DRA_CHECKPOINT)")
+		node           = fs.String("node", env("TMC_NRI_NODE_NAME", ""), "this node's name (TMC_NRI_NODE_NAME)")
+		sys            = fs.String("sys", env("TMC_NRI_SYS", "/sys"), "the host's sysfs (TMC_NRI_SYS)")
+		resctrl        = fs.String("resctrl", env("TMC_NRI_RESCTRL", "/sys/fs/resctrl"), "the host's resctrl mount (TMC_NRI_RESCTRL)")
+		plans          = fs.String("plan-dir", env("TMC_NRI_PLAN_DIR", "/var/lib/tmc/plans"), "the node's plan directory, where a pod that mounts it reads <uid>.plan; empty: no plans (TMC_NRI_PLAN_DIR)")
+		cgroups        = fs.String("cgroup-root", env("TMC_NRI_CGROUP_ROOT", "/sys/fs/cgroup"), "the host's cgroup v2 mount (TMC_NRI_CGROUP_ROOT)")
+		kubeconfig     = fs.String("kubeconfig", env("TMC_NRI_KUBECONFIG", ""), "kubeconfig for the node's pods, namespaces and the published plans; in-cluster when empty (TMC_NRI_KUBECONFIG)")
+		podsFile       = fs.String("pods", "", "a pod list (kubectl get pods -o json) to read instead of the API server; read again each round")
+		tenants        = fs.String("tenant-namespace-labels", env("TMC_NRI_TENANT_NAMESPACE_LABELS", ""), "key=value,... labels of the namespaces whose placements are applied (empty: every namespace) (TMC_NRI_TENANT_NAMESPACE_LABELS)")
+		sealKeys       = fs.String("placement-seal-keys", env("TMC_NRI_PLACEMENT_SEAL_KEYS", ""), "directory of the keys tmc's scheduler seals placements with: a placement is applied only when its seal verifies ('' for sealing off) (TMC_NRI_PLACEMENT_SEAL_KEYS)")
+		acceptUnsealed = fs.Bool("placement-seal-accept-unsealed", env("TMC_NRI_PLACEMENT_SEAL_ACCEPT_UNSEALED", "") == "true", "also apply a placement with no seal at all (one with a seal is verified): for the upgrade from a release that did not seal, while its pods run (TMC_NRI_PLACEMENT_SEAL_ACCEPT_UNSEALED)")
+		interval       = fs.Duration("interval", 0, "apply again every interval (0: once, then exit)")
+		draCkpt        = fs.String("dra-checkpoint", env("TMC_NRI_DRA_CHECKPOINT", tmcnri.DefaultDRACheckpoint), "tmc-dra-node's checkpoint of the DRA claims it prepared: the pods a claim is reserved for get its configuration ('' for none) (TMC_NRI_DRA_CHECKPOINT)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -49,6 +50,7 @@ func reconcile(args []string) int {
 		return 2
 	}
 	seals, err := v1alpha1.LoadSealKeys(*sealKeys, "")
+	seals.AcceptUnsealed(*acceptUnsealed)
 	if err != nil {
 		log.Error("--placement-seal-keys", "error", err)
 		return 2

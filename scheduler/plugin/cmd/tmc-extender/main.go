@@ -51,6 +51,7 @@ type options struct {
 	planByReference                 bool
 	placementSealKeys               string
 	placementSealSigningKey         string
+	placementSealAcceptUnsealed     bool
 	leaseDuration, renewDeadline    time.Duration
 	retryPeriod                     time.Duration
 }
@@ -87,6 +88,8 @@ func parse() options {
 			"every placement is sealed, and a bound pod's counts only when its seal verifies (empty: sealing off)")
 	flag.StringVar(&o.placementSealSigningKey, "placement-seal-signing-key", "",
 		"the id of the key in --placement-seal-keys that seals the placements this replica writes")
+	flag.BoolVar(&o.placementSealAcceptUnsealed, "placement-seal-accept-unsealed", false,
+		"also count a placement with no seal at all (one with a seal is verified): for the upgrade from a release that did not seal, while its pods run")
 	flag.StringVar(&o.pprofAddress, "pprof-address", "",
 		"serve Go's profiler (/debug/pprof) on this address, e.g. 127.0.0.1:6060 (empty: not served; never expose it)")
 	flag.DurationVar(&o.leaseDuration, "placement-lease-duration", 15*time.Second, "the placement lease's duration")
@@ -250,6 +253,7 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("--placement-seal-keys: %w", err)
 	}
+	seals.AcceptUnsealed(o.placementSealAcceptUnsealed)
 	secure := o.certFile != "" || o.keyFile != "" || o.clientCAFile != ""
 	if secure && (o.certFile == "" || o.keyFile == "" || o.clientCAFile == "") {
 		return errors.New("TLS needs --tls-cert-file, --tls-key-file and --client-ca-file together")

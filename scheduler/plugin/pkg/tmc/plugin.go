@@ -92,6 +92,9 @@ type Args struct {
 	// with one of the keys. Empty: sealing off (a Binding's placement is then trusted as it is).
 	PlacementSealKeys       string `json:"placementSealKeys,omitempty"`
 	PlacementSealSigningKey string `json:"placementSealSigningKey,omitempty"`
+	// PlacementSealAcceptUnsealed also counts a placement with no seal at all (one with a seal is
+	// verified): for the upgrade from a release that did not seal, while its pods run.
+	PlacementSealAcceptUnsealed bool `json:"placementSealAcceptUnsealed,omitempty"`
 }
 
 // DefaultRecommendationWait is the wait when the configuration does not set one: until the
@@ -226,6 +229,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: placementSealKeys: %w", Name, err)
 	}
+	seals.AcceptUnsealed(args.PlacementSealAcceptUnsealed)
 	SetSealKeys(p.Engine, seals)
 	if err := p.Watch(h.SharedInformerFactory()); err != nil {
 		return nil, err

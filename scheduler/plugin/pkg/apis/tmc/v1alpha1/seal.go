@@ -74,6 +74,18 @@ type SealKeys struct {
 	mu      sync.Mutex // one reload at a time
 	loaded  atomic.Int64
 	now     func() time.Time
+	// acceptUnsealed trusts a placement that carries no seal at all (one with a seal is still
+	// verified): for the upgrade from a release that did not seal, while the pods it placed run
+	// and the binding admission policy guards Bindings.
+	acceptUnsealed bool
+}
+
+// AcceptUnsealed makes Verify trust a placement that carries no seal (a seal that is there is
+// still verified). Set it before the keys are shared.
+func (k *SealKeys) AcceptUnsealed(on bool) {
+	if k != nil {
+		k.acceptUnsealed = on
+	}
 }
 
 // NewSealKeys is a fixed set of keys (no directory): signing names the one that seals ("" for a
@@ -244,6 +256,9 @@ func (k *SealKeys) Verify(podUID string, ann map[string]string) error {
 		return nil
 	}
 	seal, ok := ann[PlacementSealAnnotation]
+	if (!ok || seal == "") && k.acceptUnsealed {
+		return nil
+	}
 	if !ok || seal == "" {
 		return sealErrorf("the placement carries no %s: tmc's scheduler did not write it", PlacementSealAnnotation)
 	}

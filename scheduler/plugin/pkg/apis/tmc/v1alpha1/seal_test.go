@@ -221,3 +221,23 @@ func FuzzVerifyNeverPanics(f *testing.F) {
 		}
 	})
 }
+
+// Accepting unsealed placements (the upgrade from a release that did not seal): a placement
+// with no seal is trusted, one whose seal is there is verified as ever.
+func TestAcceptingUnsealedPlacementsStillVerifiesSeals(t *testing.T) {
+	table := readSealTable(t)
+	keys := tableKeys(t, table, "")
+	keys.AcceptUnsealed(true)
+	for _, c := range table.Verdicts {
+		err := keys.Verify(c.PodUID, c.Annotations)
+		unsealed := c.Annotations[PlacementSealAnnotation] == ""
+		switch {
+		case (c.Verified || unsealed) && err != nil:
+			t.Errorf("%s: refused (%v)", c.Case, err)
+		case !c.Verified && !unsealed && err == nil:
+			t.Errorf("%s: verified, want an error with %q", c.Case, c.Error)
+		}
+	}
+	var none *SealKeys
+	none.AcceptUnsealed(true) // sealing off: nothing to set
+}
