@@ -183,6 +183,10 @@ class Agent:
                 workload, run = verification.measured_run(
                     pod, self.config.node_name, records=self.records_dir, keys=self.seal_keys
                 )
+            except verification.NotVerifiedYet as exc:
+                out[key] = f"not reported yet ({exc}); retried next pass"
+                self._say(key, out[key], logging.WARNING)
+                continue
             except verification.NotARun as exc:
                 self._settle(uid, key, f"not a verification run: {exc}", out)
                 continue

@@ -29,7 +29,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from model.node_contract import VERIFICATION_RUN_ANNOTATION, Placement, PlacementSealKeys
+from model.node_contract import (
+    VERIFICATION_RUN_ANNOTATION,
+    Placement,
+    PlacementSealKeys,
+    SealKeyNotHeld,
+)
 from model.verification import AppliedConfiguration, MeasuredRun
 from tmc_agent.placement import BadPlacement, parse_placement
 
@@ -38,6 +43,11 @@ log = logging.getLogger("tmc.agent.verification")
 
 class NotARun(ValueError):
     """The pod opted in but cannot count as a run; the reason says why."""
+
+
+class NotVerifiedYet(NotARun):
+    """The pod's placement seal names a key this agent does not hold yet (one rotated in, not yet
+    in its Secret volume): asked again on a later pass, not settled."""
 
 
 def wants_report(pod: dict[str, Any]) -> bool:
@@ -105,6 +115,8 @@ def measured_run(
     try:
         p = parse_placement(pod, keys)
     except BadPlacement as exc:
+        if isinstance(exc.__cause__, SealKeyNotHeld):
+            raise NotVerifiedYet(str(exc)) from exc
         raise NotARun(str(exc)) from exc
     if p.node != node:
         raise NotARun(f"placed on {p.node}, not on {node}")

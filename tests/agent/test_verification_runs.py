@@ -238,6 +238,10 @@ def test_with_the_seals_keys_only_a_sealed_placement_is_a_run(tmp_path: Path) ->
     ann[PLACEMENT_SEAL_ANNOTATION] = keys.seal("another-pod", ann)
     with pytest.raises(verification.NotARun, match="does not match"):
         verification.measured_run(pod, NODE, keys=keys)
+    # A key this agent does not hold yet: asked again later, not settled.
+    ann[PLACEMENT_SEAL_ANNOTATION] = "v1:k2:" + "A" * 43
+    with pytest.raises(verification.NotVerifiedYet, match="does not hold"):
+        verification.measured_run(pod, NODE, keys=keys)
     ann[PLACEMENT_SEAL_ANNOTATION] = keys.seal(uid, ann)
     workload, run = verification.measured_run(pod, NODE, keys=keys)
     assert workload == "graph500"

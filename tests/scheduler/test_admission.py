@@ -478,6 +478,22 @@ def test_a_tenant_cannot_remove_a_placement_by_any_kind_of_write(
     assert {k: got.get(k) for k in PLACEMENT} == PLACEMENT
 
 
+@pytest.mark.parametrize("status", [False, True], ids=["pod", "status"])
+def test_a_tenant_cannot_strip_or_change_its_placements_seal(plane: Plane, status: bool) -> None:
+    """The seal is guarded with the placement: a tenant that removed it, or wrote another, would
+    have its pod's placement count for nothing (and, were the count dropped, free room its
+    containers still use)."""
+    name = f"sealed-{'status' if status else 'pod'}"
+    sealed = {**PLACEMENT, PLACEMENT_SEAL_ANNOTATION: "v1:k1:" + "A" * 43}
+    plane.tenant.create_namespaced_pod(TENANT_NS, pod(name))
+    bind(plane, plane.scheduler, name, sealed)
+    for change in ({PLACEMENT_SEAL_ANNOTATION: None}, {PLACEMENT_SEAL_ANNOTATION: "v1:k1:B"}):
+        why = refused(partial(write_annotations, plane.tenant, "merge", status, name, change))
+        assert why is not None and "only tmc's scheduler may write a pod's placement" in why, why
+    got = plane.admin.read_namespaced_pod(name, TENANT_NS).metadata.annotations
+    assert got.get(PLACEMENT_SEAL_ANNOTATION) == sealed[PLACEMENT_SEAL_ANNOTATION]
+
+
 def test_a_controllers_pod_template_cannot_carry_a_placement(plane: Plane) -> None:
     """A tenant's ReplicaSet (a Deployment's, say) whose template carries a placement: the
     controller creates the pods, and its creates are refused like the tenant's own."""
@@ -629,15 +645,16 @@ def test_a_tenant_cannot_create_a_pod_with_a_placement(plane: Plane) -> None:
     assert why is not None
 
 
-def test_a_tenants_own_scheduler_cannot_bind_with_a_placement(plane: Plane) -> None:
+def test_a_tenants_own_scheduler_binds_but_its_placement_holds_nothing(plane: Plane) -> None:
     """A Binding's annotations are copied onto its pod. A tenant that runs its own scheduler
     (pods/binding create) binds its pods, tmc's or not, and the API server admits every Binding:
     no policy judges the cluster's Bindings, so other tenants' pods pay nothing for them. What a
     tenant's Binding writes is still no placement: it carries no seal made with tmc's key, or
     one made for another pod, so it holds nothing (the publisher's feeder counts none of them,
     as tmc's engine and tmc-nri do not: seal_test.go in the scheduler plugin, and the node
-    plugin's tests), where the sealed placement of tmc's scheduler's Binding counts. With the
-    seal off and no policy, the tenant's placements count: a forgery that gets through."""
+    plugin's tests), where the sealed placement of tmc's scheduler's Binding counts. The run
+    without the policies turns the seal off too (the feeder is given no keys): there the
+    tenant's placements count, a forgery that gets through."""
     keys = PlacementSealKeys.from_directory(plane.cp.placement_seal_keys, PLACEMENT_SEAL_KEY)
     trusted = None if WITHOUT_POLICIES else keys
     cluster = KubeCluster(api_client(str(plane.cp.kubeconfig("admin"))))
@@ -1192,7 +1209,8 @@ FORGERIES = (
     "test_a_tenant_cannot_remove_a_placement_by_any_kind_of_write",
     "test_a_controllers_pod_template_cannot_carry_a_placement",
     "test_a_tenant_cannot_create_a_pod_with_a_placement",
-    "test_a_tenants_own_scheduler_cannot_bind_with_a_placement",
+    "test_a_tenants_own_scheduler_binds_but_its_placement_holds_nothing",
+    "test_a_tenant_cannot_strip_or_change_its_placements_seal",
     "test_labelling_a_pod_that_carries_tmcs_annotations_is_writing_them",
     "test_unlabelling_a_placed_pod_is_removing_its_placement",
     "test_a_tenant_cannot_pin_a_recommendation",

@@ -151,6 +151,7 @@ def test_generated_tokens_and_certificates_survive_an_upgrade(installed: Install
             (f"{FULL}-agent-token", "token"),
             (f"{FULL}-extender-tls", "ca.crt"),
             (f"{FULL}-extender-tls", "client.key"),
+            (f"{FULL}-placement-seal", "k1"),
         )
     }
     for (_, key), value in before.items():
@@ -163,6 +164,13 @@ def test_generated_tokens_and_certificates_survive_an_upgrade(installed: Install
     assert after == before
     spec = dc.api_pod_spec(installed.client)
     assert spec["containers"][0]["command"][-1] == "3"  # the upgrade did change the Deployment
+    # A new signing key is added beside the old one, which is kept (placementSeal rotation).
+    rotated = {**values, "placementSeal": {"signingKey": "k2"}}
+    assert dc.upgrade_chart(installed.state.kubeconfig, rotated)["revision"] == 3
+    assert (
+        installed.secret(f"{FULL}-placement-seal", "k1") == before[f"{FULL}-placement-seal", "k1"]
+    )
+    assert len(installed.secret(f"{FULL}-placement-seal", "k2")) == 64
 
 
 def tokens_in(dsn: str) -> dict[str, tuple[str, bool]]:

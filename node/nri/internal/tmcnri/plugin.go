@@ -246,9 +246,15 @@ func (p *Plugin) admitContainer(pod *api.PodSandbox, ctr *api.Container) (*admis
 		return nil, nil
 	}
 	if err := p.cfg.Seals.Verify(pod.GetUid(), ann); err != nil {
-		// Written by someone other than tmc's scheduler (a Binding or a write of the pod that
-		// no admission policy judged): it gives the pod nothing, and is not held against the
-		// placements that are tmc's.
+		var seal *v1alpha1.SealError
+		if errors.As(err, &seal) && seal.KeyNotHeld {
+			// A key rotated in reaches this node's Secret volume after the scheduler seals with
+			// it: refused, the kubelet creates the container again, and the key is read then.
+			return nil, p.refuse(pod, "TmcPlacementRefused", err.Error()+"; the container is created again")
+		}
+		// Written by someone other than tmc's scheduler (a Binding that no admission policy
+		// judged): it gives the pod nothing, and is not held against the placements that are
+		// tmc's.
 		if verification {
 			return nil, p.refuse(pod, "TmcVerificationNotApplied",
 				"a verification run whose placement is not tmc's does not start: "+err.Error())

@@ -61,10 +61,21 @@ func TestOnlySealedPlacementsAreApplied(t *testing.T) {
 			for k, v := range ann {
 				verify[k] = v
 			}
-			if _, _, err := f.plugin.CreateContainer(ctx, pod("run", "u2", verify), container("c", "")); err == nil {
-				t.Error("a verification run with an unsealed placement started")
+			if _, _, err := f.plugin.CreateContainer(ctx, pod("run", "u2", verify), container("c", "")); err == nil ||
+				!strings.Contains(err.Error(), "not tmc's") || !strings.Contains(err.Error(), v1alpha1.PlacementSealAnnotation) {
+				t.Errorf("a verification run with an unsealed placement: %v", err)
 			}
 		})
+	}
+
+	// A seal naming a key the node does not hold yet (one rotated in, before the kubelet brings
+	// it to this node's volume): refused, so that the kubelet creates the container again.
+	f = newSealed()
+	rotated := placed("node-a", "0xf", 4, gib, 0)
+	rotated[v1alpha1.PlacementSealAnnotation] = "v1:k2:" + strings.Repeat("A", 43)
+	if _, _, err := f.plugin.CreateContainer(ctx, pod("rotated", "u4", rotated), container("c", "")); err == nil ||
+		!strings.Contains(err.Error(), "does not hold") || f.rec.outcomes[OutcomeUnsealed] != 0 {
+		t.Errorf("a key not held yet: %v (outcomes %v)", err, f.rec.outcomes)
 	}
 
 	off := newFixture(t, true)

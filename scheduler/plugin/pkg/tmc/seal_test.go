@@ -49,8 +49,9 @@ func TestABindSealsThePlacementItWrites(t *testing.T) {
 
 // With seals on, a bound pod's placement counts only when its seal verifies: one written by a
 // Binding or a pod write of anyone else (no seal, another pod's seal, a placement changed after
-// sealing) reserves nothing, and a counted pod whose placement is rewritten loses its count.
-// With seals off every readable placement counts, as before.
+// sealing) reserves nothing, and a counted pod whose placement is rewritten keeps what it held
+// (its containers still use it) and gains nothing. With seals off every readable placement
+// counts, as before.
 func TestOnlySealedPlacementsAreCounted(t *testing.T) {
 	node := tmcNode("b", 8, 32<<30, 0, 8, "", 0)
 	capacity, _ := ParseNodeCapacity(node.Labels, node.Annotations)
@@ -87,8 +88,8 @@ func TestOnlySealedPlacementsAreCounted(t *testing.T) {
 	rewritten := placedOnB(t, tieredPod("mine", nil, "1", "1Gi"), "0x30")
 	rewritten.Annotations[PlacementSealAnnotation] = mine.Annotations[PlacementSealAnnotation]
 	e.ObservePod(rewritten)
-	if m := used(); m != 0 {
-		t.Errorf("a placement changed after sealing keeps a count: used mask %#x", m)
+	if m := used(); m != 0xc {
+		t.Errorf("a placement changed after sealing: used mask %#x, want the sealed one's 0xc", m)
 	}
 
 	off := &Engine{cache: NewCache()}

@@ -155,10 +155,10 @@ func (e *Engine) ObservePod(pod *v1.Pod) {
 		return
 	}
 	if err := e.seals.Verify(string(pod.UID), pod.Annotations); err != nil {
-		// Not written by tmc's scheduler (or rewritten since): it holds nothing, and what the
-		// pod held before, it holds no more.
-		klog.ErrorS(err, "unsealed placement; the pod is not counted", "pod", klog.KObj(pod))
-		e.cache.Disown(pod.UID)
+		// Not written by tmc's scheduler: it gains nothing. What a sealed placement of the pod
+		// made it hold, it keeps until it goes: breaking a seal (which the admission policy
+		// refuses on tmc's pods) must not free room the pod's containers still use on the node.
+		klog.ErrorS(err, "unsealed placement; not counted", "pod", klog.KObj(pod))
 		return
 	}
 	if placement.Node != pod.Spec.NodeName {

@@ -51,10 +51,15 @@ const (
 // same in a file name, a flag and a seal.
 var sealKeyID = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
-// SealError says why a placement's seal does not hold.
+// SealError says why a placement's seal does not hold. KeyNotHeld: the seal names a key this
+// component does not hold yet (a key just added to the Secret reaches a node's volume a minute
+// or two later), so the same seal may verify later.
 //
 // +kubebuilder:object:generate=false
-type SealError struct{ Msg string }
+type SealError struct {
+	Msg        string
+	KeyNotHeld bool
+}
 
 func (e *SealError) Error() string { return e.Msg }
 
@@ -272,8 +277,8 @@ func (k *SealKeys) Verify(podUID string, ann map[string]string) error {
 	}
 	key, held := k.key(id)
 	if !held {
-		return sealErrorf("%s names key %q, which this component does not hold (keys: %s)",
-			PlacementSealAnnotation, id, strings.Join(k.KeyIDs(), ", "))
+		return &SealError{KeyNotHeld: true, Msg: fmt.Sprintf("%s names key %q, which this component does not hold (keys: %s)",
+			PlacementSealAnnotation, id, strings.Join(k.KeyIDs(), ", "))}
 	}
 	want := mac(key, SealMessage(podUID, ann[PlacementAnnotation], ann[LLCMaskAnnotation]))
 	if !hmac.Equal([]byte(want), []byte(given)) {
