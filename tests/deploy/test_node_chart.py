@@ -66,9 +66,13 @@ def test_without_nri_tmc_nri_reconcile_applies_placements_beside_the_agent() -> 
     assert "TMC_NRI_SOCKET" not in env and "TMC_NRI_TENANT_NAMESPACE_LABELS" not in env
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: m for m in reconcile["volumeMounts"]}
+    # The placement seal's keys, from the chart's Secret, read-only (placementSeal).
+    seal = mounts.pop("/etc/tmc-placement-seal")
+    assert seal["readOnly"] is True and volumes[seal["name"]]["secret"]["secretName"]
+    assert env["TMC_NRI_PLACEMENT_SEAL_KEYS"] == "/etc/tmc-placement-seal"
     host = {
         path: volumes[m["name"]]["hostPath"]["path"] for path, m in mounts.items()
-    }  # where each of its paths comes from on the host
+    }  # where each of its other paths comes from on the host
     assert host == {
         "/host/sys": "/sys",
         "/sys/fs/resctrl": "/sys/fs/resctrl",
