@@ -35,17 +35,24 @@ from model.node_contract import (
     GROUP,
     OBJECTIVE_ANNOTATION,
     OPT_IN_RESOURCE,
+    PLACEMENT_SEAL_ANNOTATION,
     RECOMMENDATION_PLURAL,
     RECOMMENDATION_VERSION,
     WORKLOAD_ANNOTATION,
     Placement,
+    PlacementSealKeys,
     Recommendation,
     StructurePlan,
     recommendation_object_name,
     tiered_pod_labels,
 )
 from scheduler.pods import canonical_objective
-from tests.scheduler.controlplane import ControlPlane, Unavailable, unavailable
+from tests.scheduler.controlplane import (
+    PLACEMENT_SEAL_KEY,
+    ControlPlane,
+    Unavailable,
+    unavailable,
+)
 from tests.scheduler.controlplane import cluster as c
 from tests.scheduler.controlplane import plugin as plugin_path
 from tests.scheduler.controlplane.goextender import GoExtenderProcess
@@ -505,7 +512,7 @@ def take(
         return None
     if "bound" in step:
         # Bound by another scheduler of tmc (its identity may write a placement): the Binding
-        # carries the placement, as the engine's own does.
+        # carries the placement, sealed with the cluster's key, as the engine's own does.
         pod = step["bound"]
         placed_keys = ("tmc.dev/placement", "tmc.dev/llc-mask")
         given = dict(pod.get("annotations") or {})
@@ -516,6 +523,8 @@ def take(
         )
         api.create_namespaced_pod(NAMESPACE, body)
         made = api.read_namespaced_pod(pod["name"], NAMESPACE)
+        keys = PlacementSealKeys.from_directory(door.cp.placement_seal_keys, PLACEMENT_SEAL_KEY)
+        annotations[PLACEMENT_SEAL_ANNOTATION] = keys.seal(made.metadata.uid, annotations)
         as_scheduler.create_namespaced_pod_binding(
             pod["name"],
             NAMESPACE,
