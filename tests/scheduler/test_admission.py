@@ -812,33 +812,6 @@ def test_a_tenant_cannot_pin_a_recommendation(plane: Plane) -> None:
     assert why is not None
 
 
-def test_tmc_components_cannot_pin_a_recommendation(plane: Plane) -> None:
-    """The placers write placements, not recommendations: a Binding that carries a pin (its
-    annotations are copied onto the pod) is refused, from either door's identity."""
-    for placer in (plane.scheduler, plane.extender):
-        name = f"pin-by-{'scheduler' if placer is plane.scheduler else 'extender'}"
-        plane.tenant.create_namespaced_pod(TENANT_NS, pod(name))
-        uid = plane.tenant.read_namespaced_pod(name, TENANT_NS).metadata.uid
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {
-                "name": name,
-                "namespace": TENANT_NS,
-                "uid": uid,
-                "annotations": {**PLACEMENT, "tmc.dev/recommendation": GREEDY},
-            },
-            "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"},
-        }
-        why = refused(
-            partial(
-                placer.create_namespaced_pod_binding, name, TENANT_NS, body, _preload_content=False
-            )
-        )
-        assert why is not None and "only an operator" in why, why
-        assert plane.admin.read_namespaced_pod(name, TENANT_NS).spec.node_name is None
-
-
 def test_an_operator_pins_a_recommendation_and_a_tenant_keeps_it(plane: Plane) -> None:
     ann = {"tmc.dev/recommendation": GREEDY}
     plane.operator.create_namespaced_pod(TENANT_NS, pod("pinned", ann))
@@ -1214,7 +1187,6 @@ FORGERIES = (
     "test_labelling_a_pod_that_carries_tmcs_annotations_is_writing_them",
     "test_unlabelling_a_placed_pod_is_removing_its_placement",
     "test_a_tenant_cannot_pin_a_recommendation",
-    "test_tmc_components_cannot_pin_a_recommendation",
     "test_one_nodes_agent_cannot_rewrite_another_nodes_capacity",
     "test_an_agent_token_bound_to_no_node_writes_no_node",
     "test_an_agent_changes_only_tmc_keys_on_its_node",
